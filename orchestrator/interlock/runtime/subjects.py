@@ -1,0 +1,126 @@
+"""The wire contract: subject, stream and bucket names, all derived from one prefix.
+
+Every name Interlock puts on a NATS server comes from here, so two installations with
+different prefixes can share one server and the contract lives in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "il"
+
+
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """Names for one installation, derived from its subject prefix (default ``il``)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    # --- streams -------------------------------------------------------------------
+    @property
+    def _stream_base(self) -> str:
+        return self.prefix.upper().replace(".", "_").replace("-", "_")
+
+    @property
+    def events_stream(self) -> str:
+        """Inbound CloudEvents from outside (limits retention, source+id dedupe)."""
+        return f"{self._stream_base}_EVENTS"
+
+    @property
+    def runs_stream(self) -> str:
+        """Run logs: one subject per run (limits retention, never work-queue)."""
+        return f"{self._stream_base}_RUNS"
+
+    @property
+    def tasks_stream(self) -> str:
+        """Capability requests (work-queue, one durable consumer per capability)."""
+        return f"{self._stream_base}_TASKS"
+
+    @property
+    def results_stream(self) -> str:
+        """Capability results on their way back to the orchestrator."""
+        return f"{self._stream_base}_RESULTS"
+
+    @property
+    def dead_letter_stream(self) -> str:
+        """Rejected messages, each with its reason in a header."""
+        return f"{self._stream_base}_DLQ"
+
+    @property
+    def timers_stream(self) -> str:
+        """Durable timers (JetStream message scheduling)."""
+        return f"{self._stream_base}_TIMERS"
+
+    # --- KV buckets ----------------------------------------------------------------
+    @property
+    def _bucket_base(self) -> str:
+        return self._stream_base.lower()
+
+    @property
+    def workflows_bucket(self) -> str:
+        return f"{self._bucket_base}_workflows"
+
+    @property
+    def agents_bucket(self) -> str:
+        return f"{self._bucket_base}_agents"
+
+    @property
+    def workers_bucket(self) -> str:
+        """Live agent workers, each key kept alive by a heartbeat (TTL)."""
+        return f"{self._bucket_base}_workers"
+
+    @property
+    def runs_bucket(self) -> str:
+        """Derived run index (workflow, status); rebuildable from the logs."""
+        return f"{self._bucket_base}_runs"
+
+    # --- subjects ------------------------------------------------------------------
+    def event(self, event_type: str) -> str:
+        return f"{self.prefix}.events.{event_type}"
+
+    @property
+    def events_all(self) -> str:
+        return f"{self.prefix}.events.>"
+
+    def run(self, run_id: str) -> str:
+        return f"{self.prefix}.runs.{run_id}"
+
+    @property
+    def runs_all(self) -> str:
+        return f"{self.prefix}.runs.>"
+
+    def capability(self, name: str) -> str:
+        return f"{self.prefix}.cap.{name}"
+
+    @property
+    def capabilities_all(self) -> str:
+        return f"{self.prefix}.cap.>"
+
+    def result(self, run_id: str) -> str:
+        return f"{self.prefix}.results.{run_id}"
+
+    @property
+    def results_all(self) -> str:
+        return f"{self.prefix}.results.>"
+
+    def dead_letter(self, reason: str) -> str:
+        return f"{self.prefix}.dlq.{reason}"
+
+    @property
+    def dead_letters_all(self) -> str:
+        return f"{self.prefix}.dlq.>"
+
+    def timer_schedule(self, timer_id: str) -> str:
+        return f"{self.prefix}.timers.schedule.{timer_id}"
+
+    def timer_fired(self, run_id: str) -> str:
+        return f"{self.prefix}.timers.fired.{run_id}"
+
+    @property
+    def timers_all(self) -> str:
+        return f"{self.prefix}.timers.>"
+
+    def control(self, run_id: str) -> str:
+        """Cancellation notices to agents working for a run (core NATS, not stored)."""
+        return f"{self.prefix}.control.{run_id}"

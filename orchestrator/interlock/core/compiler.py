@@ -1,0 +1,642 @@
+"""Manifest files in, compiled definitions or positioned diagnostics out.
+
+Validation is static and complete before anything runs: structure (against the JSON
+Schemas generated from :mod:`interlock.core.model`), then the rules of the state machine.
+Every problem of every document is reported, each with the file, line and column, and the
+rule it breaks (the rule ids are listed in docs/language.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import jsonschema
+import msgspec
+
+from interlock.core import model
+from interlock.core.definition import (
+    TERMINAL,
+    ActionDef,
+    AgentDefinition,
+    CapabilityDef,
+    Definition,
+    InputDef,
+    StateDef,
+    TransitionDef,
+    TriggerDef,
+    known_type,
+    type_matches,
+)
+from interlock.core.diagnostics import Diagnostic, ManifestError
+from interlock.core.expr import (
+    CompiledValue,
+    CompileError,
+    Expression,
+    ValueProblem,
+    compile_value,
+    references,
+)
+from interlock.core.source import Document, Path, Span, load_documents
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+STATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CAPABILITY_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+EVENT_TYPE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in ``30s``, ``30m``, ``1h``, ``1h30m``, ``250ms``; None when malformed."""
+    if not isinstance(text, str) or not _DURATION.match(text.strip()):
+        return None
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def spec_hash(document: Any) -> str:
+    """A stable hash of a manifest's content (key order does not matter)."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class Compiled:
+    """What a set of manifest files compiled to."""
+
+    workflows: list[Definition] = field(default_factory=list)
+    agents: list[AgentDefinition] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    capabilities_checked: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not self.diagnostics
+
+    def raise_for_errors(self) -> None:
+        if self.diagnostics:
+            raise ManifestError(self.diagnostics)
+
+
+@cache
+def _validator(kind: str) -> jsonschema.protocols.Validator:
+    schema = model.json_schema(kind)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def compile_sources(
+    sources: Iterable[tuple[str, str]],
+    *,
+    agent_sources: Iterable[tuple[str, str]] = (),
+    known_capabilities: Collection[str] | None = None,
+) -> Compiled:
+    """Compile manifest texts given as (path, text).
+
+    Capabilities are checked against the AgentDefs found in ``sources`` and
+    ``agent_sources`` plus ``known_capabilities`` (for example a registry's). When none of
+    those names any capability, the check is skipped and ``capabilities_checked`` is False.
+    """
+    out = Compiled()
+    workflow_docs: list[Document] = []
+    for path, text in [*sources, *agent_sources]:
+        documents, errors = load_documents(text, path)
+        out.diagnostics.extend(errors)
+        for doc in documents:
+            kind = _check_structure(doc, out.diagnostics)
+            if kind == "Workflow":
+                workflow_docs.append(doc)
+            elif kind == "AgentDef":
+                agent = _compile_agent(doc, out.diagnostics)
+                if agent is not None:
+                    out.agents.append(agent)
+    capabilities = set(known_capabilities or ())
+    for agent in out.agents:
+        capabilities.update(agent.capabilities)
+    out.capabilities_checked = bool(capabilities)
+    seen: dict[tuple[str, str], Document] = {}
+    for doc in workflow_docs:
+        definition = _compile_workflow(
+            doc, out.diagnostics, capabilities if out.capabilities_checked else None
+        )
+        if definition is None:
+            continue
+        key = (definition.namespace, definition.name)
+        if key in seen:
+            out.diagnostics.append(
+                doc.diag(
+                    ("metadata", "name"),
+                    "duplicate-name",
+                    f"workflow {definition.name!r} is also defined in {seen[key].path}",
+                )
+            )
+            continue
+        seen[key] = doc
+        out.workflows.append(definition)
+    out.diagnostics.sort()
+    if out.diagnostics:
+        out.workflows.clear()
+    return out
+
+
+def compile_workflow_text(text: str, path: str = "<manifest>") -> Definition:
+    """Compile exactly one workflow (capabilities unchecked); raises ManifestError."""
+    compiled = compile_sources([(path, text)])
+    compiled.raise_for_errors()
+    if len(compiled.workflows) != 1:
+        raise ManifestError(
+            [Diagnostic(path, 1, 1, "wrong-kind", "expected exactly one Workflow document")]
+        )
+    return compiled.workflows[0]
+
+
+def compile_workflow_data(data: Mapping[str, Any], path: str = "<stored>") -> Definition:
+    """Rebuild a definition from a stored (already validated) manifest document."""
+    return compile_workflow_text(json.dumps(data), path)
+
+
+def compile_agent_data(data: Mapping[str, Any], path: str = "<stored>") -> AgentDefinition:
+    """Rebuild an AgentDef from a stored manifest document."""
+    compiled = compile_sources([(path, json.dumps(data))])
+    compiled.raise_for_errors()
+    return compiled.agents[0]
+
+
+# --- structure ------------------------------------------------------------------------
+
+
+def _check_structure(doc: Document, diags: list[Diagnostic]) -> str | None:
+    """Schema-check one document; returns its kind when it is structurally valid."""
+    data = doc.data
+    if not isinstance(data, dict):
+        diags.append(doc.diag((), "wrong-type", "a manifest must be a mapping"))
+        return None
+    kind = data.get("kind")
+    if kind not in model.KINDS:
+        if "kind" not in data:
+            diags.append(doc.diag((), "missing-field", "missing required field 'kind'"))
+        else:
+            known = ", ".join(model.KINDS)
+            diags.append(
+                doc.diag(("kind",), "unknown-kind", f"unknown kind {kind!r} (known: {known})")
+            )
+        return None
+    prune: list[Path] = []
+    for error in _validator(kind).iter_errors(data):
+        found = _schema_diagnostics(doc, error)
+        diags.extend(found)
+        prune.extend(_offending_paths(error))
+    if prune:
+        # Keep going past structural errors so the rules of the state machine are checked
+        # too: drop what is malformed and carry on when what is left still decodes.
+        doc.data = _pruned(data, prune)
+        try:
+            msgspec.convert(doc.data, model.KINDS[kind])
+        except msgspec.ValidationError:
+            return None
+    return str(kind)
+
+
+def _offending_paths(error: jsonschema.ValidationError) -> list[Path]:
+    path: Path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(_schema_of(error).get("properties", {}))
+        return [(*path, k) for k in error.instance if k not in allowed]
+    return [path] if path else []
+
+
+def _pruned(data: Any, paths: list[Path]) -> Any:
+    copy = json.loads(json.dumps(data, default=str))
+    # Deepest first, list items from the back, so earlier deletions move nothing later.
+    for path in sorted(paths, key=lambda p: (len(p), [str(x) for x in p]), reverse=True):
+        parent = copy
+        for step in path[:-1]:
+            try:
+                parent = parent[step]
+            except (KeyError, IndexError, TypeError):
+                parent = None
+                break
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
+        elif isinstance(parent, list) and isinstance(path[-1], int) and path[-1] < len(parent):
+            parent.pop(path[-1])
+    return copy
+
+
+def _schema_diagnostics(doc: Document, error: jsonschema.ValidationError) -> list[Diagnostic]:
+    path: Path = tuple(error.absolute_path)
+    where = ".".join(str(p) for p in path) or "document"
+    validator = error.validator
+    if validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(_schema_of(error).get("properties", {}))
+        out = []
+        for key in error.instance:
+            if key not in allowed and not str(key).startswith("x-"):
+                hint = ", ".join(sorted(allowed))
+                out.append(
+                    doc.diag(
+                        (*path, key),
+                        "unknown-key",
+                        f"unknown key {key!r} in {where} (allowed: {hint})",
+                        key=True,
+                    )
+                )
+        return out
+    if validator == "required":
+        return [doc.diag(path, "missing-field", f"{where}: {error.message}")]
+    if validator == "type" or (validator == "anyOf" and _is_type_union(error)):
+        expected = _expected_types(error)
+        got = type(error.instance).__name__ if error.instance is not None else "null"
+        got = {"dict": "mapping", "list": "list", "str": "string"}.get(got, got)
+        return [doc.diag(path, "wrong-type", f"{where} must be {expected}, got {got}")]
+    if validator in ("enum", "const"):
+        return [doc.diag(path, "invalid-value", f"{where}: {error.message}")]
+    return [doc.diag(path, "invalid-value", f"{where}: {error.message}")]
+
+
+def _schema_of(error: jsonschema.ValidationError) -> dict[str, Any]:
+    return error.schema if isinstance(error.schema, dict) else {}
+
+
+def _is_type_union(error: jsonschema.ValidationError) -> bool:
+    options = error.validator_value if isinstance(error.validator_value, list) else []
+    return all(isinstance(o, dict) and set(o) <= {"type"} for o in options)
+
+
+def _expected_types(error: jsonschema.ValidationError) -> str:
+    if error.validator == "type":
+        value = error.validator_value
+        names = value if isinstance(value, list) else [value]
+    else:
+        names = [o["type"] for o in error.validator_value]  # type: ignore[union-attr]
+    readable = [
+        {"object": "a mapping", "array": "a list"}.get(str(n), str(n)) for n in names if n != "null"
+    ]
+    return " or ".join(readable) or "null"
+
+
+# --- agents ---------------------------------------------------------------------------
+
+
+def _compile_agent(doc: Document, diags: list[Diagnostic]) -> AgentDefinition | None:
+    spec = msgspec.convert(doc.data, model.AgentDef)
+    before = len(diags)
+    _check_metadata(doc, spec.metadata, diags)
+    capabilities: dict[str, CapabilityDef] = {}
+    for i, cap in enumerate(spec.spec.capabilities):
+        path: Path = ("spec", "capabilities", i, "name")
+        if not CAPABILITY_NAME.match(cap.name):
+            diags.append(
+                doc.diag(
+                    path,
+                    "bad-name",
+                    f"capability name {cap.name!r} must be dot-separated words "
+                    "of letters, digits, '_' or '-' (it becomes a NATS subject)",
+                )
+            )
+        if cap.name in capabilities:
+            diags.append(doc.diag(path, "duplicate-name", f"capability {cap.name!r} twice"))
+        for which in ("input_schema", "output_schema"):
+            schema = getattr(cap, which)
+            if schema is None:
+                continue
+            try:
+                jsonschema.validators.validator_for(schema).check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                diags.append(
+                    doc.diag(
+                        ("spec", "capabilities", i, which),
+                        "bad-schema",
+                        f"{which} is not a valid JSON Schema: {exc.message}",
+                    )
+                )
+        capabilities[cap.name] = CapabilityDef(
+            name=cap.name,
+            input_schema=cap.input_schema,
+            output_schema=cap.output_schema,
+            timeout_s=cap.timeout_seconds,
+            max_retries=cap.max_retries,
+            description=cap.description,
+        )
+    if len(diags) != before:
+        return None
+    return AgentDefinition(
+        name=spec.metadata.name,
+        namespace=spec.metadata.namespace,
+        api_version=spec.apiVersion,
+        capabilities=capabilities,
+        manifest=doc.data,
+    )
+
+
+def _check_metadata(doc: Document, meta: model.Metadata, diags: list[Diagnostic]) -> None:
+    for key in ("name", "namespace"):
+        value = getattr(meta, key)
+        if not DNS_LABEL.match(value):
+            diags.append(
+                doc.diag(
+                    ("metadata", key),
+                    "bad-name",
+                    f"metadata.{key} {value!r} is not a DNS label "
+                    "(lowercase letters, digits and '-', 1-63 characters, "
+                    "starting and ending with a letter or digit)",
+                )
+            )
+
+
+# --- workflows ------------------------------------------------------------------------
+
+
+class _WorkflowCompiler:
+    def __init__(
+        self, doc: Document, diags: list[Diagnostic], capabilities: set[str] | None
+    ) -> None:
+        self.doc = doc
+        self.diags = diags
+        self.capabilities = capabilities
+        self.wf = msgspec.convert(doc.data, model.Workflow)
+        self.states = self.wf.spec.states
+
+    def error(self, path: Path, rule: str, message: str, *, key: bool = False) -> None:
+        self.diags.append(self.doc.diag(path, rule, message, key=key))
+
+    def run(self) -> Definition | None:
+        before = len(self.diags)
+        wf, spec = self.wf, self.wf.spec
+        _check_metadata(self.doc, wf.metadata, self.diags)
+        inputs = self._inputs()
+        if spec.initial_state not in self.states:
+            self.error(
+                ("spec", "initial_state"),
+                "initial-state",
+                f"initial_state {spec.initial_state!r} is not a state "
+                f"(states: {', '.join(self.states)})",
+            )
+        states = {name: self._state(name, state) for name, state in self.states.items()}
+        triggers = tuple(self._trigger(i, t) for i, t in enumerate(spec.triggers))
+        self._graph()
+        self._references(states)
+        if len(self.diags) != before:
+            return None
+        return Definition(
+            name=wf.metadata.name,
+            namespace=wf.metadata.namespace,
+            api_version=wf.apiVersion,
+            spec_hash=spec_hash(self.doc.data),
+            initial_state=spec.initial_state,
+            states=states,
+            triggers=triggers,
+            inputs=inputs,
+            context=dict(spec.context),
+            version_label=None if wf.metadata.version is None else str(wf.metadata.version),
+            description=spec.description,
+            manifest=self.doc.data,
+        )
+
+    def _inputs(self) -> tuple[InputDef, ...]:
+        out = []
+        for name, spec in self.wf.spec.inputs.items():
+            path: Path = ("spec", "inputs", name)
+            if not INPUT_NAME.match(name):
+                self.error(path, "bad-name", f"input name {name!r} must be an identifier", key=True)
+            if not known_type(spec.type):
+                self.error(
+                    (*path, "type"),
+                    "input-type",
+                    f"unknown input type {spec.type!r} (string, integer, number, boolean, "
+                    "object, list, list[<type>], any)",
+                )
+            raw = self.doc.data["spec"]["inputs"][name]
+            has_default = isinstance(raw, dict) and "default" in raw
+            if has_default and known_type(spec.type) and not type_matches(spec.type, spec.default):
+                self.error(
+                    (*path, "default"),
+                    "input-type",
+                    f"default of input {name!r} is not a {spec.type}",
+                )
+            out.append(InputDef(name, spec.type, spec.required, spec.default, has_default))
+        return tuple(out)
+
+    def _duration(self, path: Path, text: str | None) -> float | None:
+        if text is None:
+            return None
+        seconds = parse_duration(text)
+        if seconds is None or seconds <= 0:
+            self.error(
+                path,
+                "bad-duration",
+                f"{text!r} is not a duration (a number and a unit: 250ms, 30s, 30m, 1h, 1d)",
+            )
+        return seconds
+
+    def _value(self, path: Path, value: Any, extra: frozenset[str] = frozenset()) -> CompiledValue:
+        problems: list[ValueProblem] = []
+        compiled = compile_value(value, extra, path, problems)
+        for problem in problems:
+            self._cel_error(problem.path, problem.error, problem.offset)
+        return compiled
+
+    def _cel_error(self, path: Path, error: CompileError, offset: int = 0) -> None:
+        span = self.doc.where(path)
+        line, col = _inner_position(span, error.line, error.col + offset)
+        self.diags.append(Diagnostic(self.doc.path, line, col, "cel-compile", error.message))
+
+    def _state(self, name: str, state: model.State) -> StateDef:
+        base: Path = ("spec", "states", name)
+        if not STATE_NAME.match(name):
+            self.error(
+                base,
+                "bad-name",
+                f"state name {name!r} must start with a letter and hold only letters, "
+                "digits, '_' or '-'",
+                key=True,
+            )
+        terminal = state.type == TERMINAL
+        if terminal and state.on:
+            self.error(
+                (*base, "on"), "terminal-transitions", f"terminal state {name!r} has transitions"
+            )
+        if terminal and state.actions:
+            self.error(
+                (*base, "actions"), "terminal-transitions", f"terminal state {name!r} has actions"
+            )
+        if state.outputs is not None and not terminal:
+            self.error(
+                (*base, "outputs"),
+                "outputs-non-terminal",
+                f"state {name!r} declares outputs but is not terminal (only terminal states "
+                "return outputs)",
+            )
+        actions = tuple(self._action((*base, "actions", i), a) for i, a in enumerate(state.actions))
+        transitions = tuple(
+            self._transition((*base, "on", i), i, t) for i, t in enumerate(state.on)
+        )
+        by_event: dict[str, tuple[TransitionDef, ...]] = {}
+        for t in transitions:
+            by_event[t.event] = (*by_event.get(t.event, ()), t)
+        outputs = None
+        if state.outputs is not None:
+            outputs = tuple(
+                (k, self._value((*base, "outputs", k), v)) for k, v in state.outputs.items()
+            )
+        return StateDef(name, state.type, actions, transitions, outputs, by_event)
+
+    def _action(self, path: Path, action: model.Action) -> ActionDef:
+        if not CAPABILITY_NAME.match(action.capability):
+            self.error(
+                (*path, "capability"),
+                "bad-name",
+                f"capability name {action.capability!r} must be dot-separated words",
+            )
+        elif self.capabilities is not None and action.capability not in self.capabilities:
+            self.error(
+                (*path, "capability"),
+                "unknown-capability",
+                f"no AgentDef declares capability {action.capability!r}",
+            )
+        return ActionDef(
+            capability=action.capability,
+            input=self._value((*path, "input"), action.input),
+            timeout_s=self._duration((*path, "timeout"), action.timeout),
+            output=tuple(action.output.items()),
+        )
+
+    def _transition(self, path: Path, index: int, t: model.Transition) -> TransitionDef:
+        if not EVENT_TYPE.match(t.event):
+            self.error(
+                (*path, "event"), "bad-name", f"event type {t.event!r} must be dot-separated words"
+            )
+        if t.goto not in self.states:
+            self.error(
+                (*path, "goto"),
+                "unknown-goto",
+                f"goto {t.goto!r} is not a state (states: {', '.join(self.states)})",
+            )
+        guard = None
+        if t.guard is not None:
+            try:
+                guard = Expression(t.guard)
+            except CompileError as exc:
+                self._cel_error((*path, "guard"), exc)
+        sets = tuple((k, self._value((*path, "set", k), v)) for k, v in t.set.items())
+        return TransitionDef(index, t.event, t.goto, guard, sets)
+
+    def _trigger(self, index: int, trigger: model.Trigger) -> TriggerDef:
+        path: Path = ("spec", "triggers", index)
+        if not EVENT_TYPE.match(trigger.event):
+            self.error(
+                (*path, "event"),
+                "bad-name",
+                f"event type {trigger.event!r} must be dot-separated words",
+            )
+        filters = tuple((tuple(str(k).split(".")), v) for k, v in trigger.filter.items())
+        compiled_input = None
+        if trigger.input is not None:
+            compiled_input = self._value((*path, "input"), trigger.input)
+        return TriggerDef(trigger.event, filters, compiled_input)
+
+    def _edges(self) -> dict[str, set[str]]:
+        return {
+            name: {t.goto for t in state.on if t.goto in self.states}
+            for name, state in self.states.items()
+        }
+
+    def _graph(self) -> None:
+        initial = self.wf.spec.initial_state
+        edges = self._edges()
+        if initial in self.states:
+            reachable = _reach({initial}, edges)
+            for name in self.states:
+                if name not in reachable:
+                    self.error(
+                        ("spec", "states", name),
+                        "unreachable-state",
+                        f"state {name!r} cannot be reached from initial state {initial!r}",
+                        key=True,
+                    )
+        reverse: dict[str, set[str]] = {name: set() for name in self.states}
+        for source, targets in edges.items():
+            for target in targets:
+                reverse[target].add(source)
+        terminals = {n for n, s in self.states.items() if s.type == TERMINAL}
+        if not terminals:
+            self.error(
+                ("spec", "states"),
+                "no-terminal-path",
+                "the workflow has no terminal state (add one with type: terminal)",
+            )
+            return
+        finishing = _reach(terminals, reverse)
+        for name, state in self.states.items():
+            if name not in finishing:
+                why = "" if state.on else " (it has no transitions)"
+                self.error(
+                    ("spec", "states", name),
+                    "no-terminal-path",
+                    f"no terminal state can be reached from state {name!r}{why}",
+                    key=True,
+                )
+
+    def _references(self, states: Mapping[str, StateDef]) -> None:
+        producing = {n for n, s in states.items() if s.actions}
+
+        def check(path: Path, value: CompiledValue) -> None:
+            for ref in references(value):
+                if ref.state not in states:
+                    self.error(
+                        path,
+                        "unknown-state-ref",
+                        f"$.states.{ref.state} refers to a state that does not exist",
+                    )
+                elif ref.state not in producing:
+                    self.error(
+                        path,
+                        "no-output-ref",
+                        f"$.states.{ref.state}.output refers to a state that produces no "
+                        "output (only states with actions do)",
+                    )
+
+        for name, state in states.items():
+            base: Path = ("spec", "states", name)
+            for i, action in enumerate(state.actions):
+                check((*base, "actions", i, "input"), action.input)
+            for t in state.transitions:
+                for key, value in t.set:
+                    check((*base, "on", t.index, "set", key), value)
+            for key, value in state.outputs or ():
+                check((*base, "outputs", key), value)
+
+
+def _reach(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
+    seen = set(start)
+    queue = deque(start)
+    while queue:
+        for nxt in edges.get(queue.popleft(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                queue.append(nxt)
+    return seen
+
+
+def _inner_position(span: Span, line: int, col: int) -> tuple[int, int]:
+    """Position in the file of (line, col) inside a scalar that starts at ``span``."""
+    if span.style in ("|", ">"):
+        return span.line + line, col + max(span.col + 1, 1)
+    if line > 1:
+        return span.line + line - 1, col
+    lead = 1 if span.style in ("'", '"') else 0
+    return span.line, span.col + lead + col - 1
+
+
+def _compile_workflow(
+    doc: Document, diags: list[Diagnostic], capabilities: set[str] | None
+) -> Definition | None:
+    return _WorkflowCompiler(doc, diags, capabilities).run()

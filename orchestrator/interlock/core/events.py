@@ -1,0 +1,265 @@
+"""The run log: every record is a CloudEvent 1.0, one msgspec Struct per type.
+
+A record's ``type`` is its tag, so one decoder reads any record straight into the right
+Struct. Evolving the schema: new fields get defaults, a field never changes type, and old
+types stay readable (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+PREFIX = "io.interlock."
+SOURCE = "interlock://orchestrator"
+
+ERROR_CLASSES = (
+    "timeout",
+    "cancelled",
+    "budget_exceeded",
+    "schema_error",
+    "agent_error",
+    "platform_error",
+    "expression_error",
+)
+"""Error classes an action or a run can fail with; ``catch`` and guards match on them."""
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A classified failure."""
+
+    error_class: str = msgspec.field(name="class")
+    message: str
+    retryable: bool = False
+
+
+# --- data payloads --------------------------------------------------------------------
+
+
+class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    workflow: str
+    namespace: str = "default"
+    version: int = 1
+    spec_hash: str
+    inputs: dict[str, Any] = {}
+    context: dict[str, Any] = {}
+    trigger: dict[str, Any] | None = None
+    """The CloudEvent that started the run (structured form), when a trigger did."""
+
+
+class StateEnteredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str
+
+
+class ActionRequestedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    action_id: str
+    state: str
+    index: int
+    capability: str
+    input: Any = None
+    attempt: int = 1
+    timeout_s: float | None = None
+    deadline: str | None = None
+
+
+class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    action_id: str
+    state: str
+    index: int
+    result: Any = None
+    event_type: str = "task.completed"
+    """The type the agent answered with: ``task.completed`` or its own (``review.approved``)."""
+    event_id: str | None = None
+    context_writes: dict[str, Any] = {}
+    """What the action's ``output`` mapping wrote into the run context."""
+
+
+class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    action_id: str
+    state: str
+    index: int
+    error: ErrorInfo
+    attempt: int = 1
+    event_id: str | None = None
+
+
+class EventReceivedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    event: dict[str, Any]
+    """A full copy of the CloudEvent, so a replay never needs another stream."""
+
+
+class GuardFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str
+    transition: int
+    event_type: str
+    guard: str
+    error: str
+
+
+class TransitionFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    from_state: str = msgspec.field(name="from")
+    to_state: str = msgspec.field(name="to")
+    event_type: str
+    event_id: str | None = None
+    transition: int = 0
+    set: dict[str, Any] = {}
+
+
+class TimerScheduledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    timer_id: str
+    purpose: str
+    fire_at: str
+    state: str | None = None
+    action_id: str | None = None
+
+
+class TimerFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    timer_id: str
+
+
+class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str
+    outputs: dict[str, Any] = {}
+
+
+class RunFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str | None = None
+    error: ErrorInfo
+
+
+class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str | None = None
+    reason: str = ""
+
+
+# --- envelopes ------------------------------------------------------------------------
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
+    """CloudEvent envelope of a run-log record (structured mode JSON).
+
+    The required CloudEvent attributes have no defaults so that ``omit_defaults`` (which
+    keeps optional attributes such as ``traceparent`` out of the JSON when unset) never
+    drops them.
+    """
+
+    specversion: str
+    id: str
+    source: str
+    subject: str
+    """The run id."""
+    time: str
+    datacontenttype: str
+    traceparent: str | None = None
+
+
+class RunStarted(Record, tag=PREFIX + "run.started", frozen=True):
+    data: RunStartedData
+
+
+class StateEntered(Record, tag=PREFIX + "state.entered", frozen=True):
+    data: StateEnteredData
+
+
+class ActionRequested(Record, tag=PREFIX + "action.requested", frozen=True):
+    data: ActionRequestedData
+
+
+class ActionCompleted(Record, tag=PREFIX + "action.completed", frozen=True):
+    data: ActionCompletedData
+
+
+class ActionFailed(Record, tag=PREFIX + "action.failed", frozen=True):
+    data: ActionFailedData
+
+
+class EventReceived(Record, tag=PREFIX + "event.received", frozen=True):
+    data: EventReceivedData
+
+
+class GuardFailed(Record, tag=PREFIX + "guard.failed", frozen=True):
+    data: GuardFailedData
+
+
+class TransitionFired(Record, tag=PREFIX + "transition.fired", frozen=True):
+    data: TransitionFiredData
+
+
+class TimerScheduled(Record, tag=PREFIX + "timer.scheduled", frozen=True):
+    data: TimerScheduledData
+
+
+class TimerFired(Record, tag=PREFIX + "timer.fired", frozen=True):
+    data: TimerFiredData
+
+
+class RunCompleted(Record, tag=PREFIX + "run.completed", frozen=True):
+    data: RunCompletedData
+
+
+class RunFailed(Record, tag=PREFIX + "run.failed", frozen=True):
+    data: RunFailedData
+
+
+class RunCancelled(Record, tag=PREFIX + "run.cancelled", frozen=True):
+    data: RunCancelledData
+
+
+AnyRecord = (
+    RunStarted
+    | StateEntered
+    | ActionRequested
+    | ActionCompleted
+    | ActionFailed
+    | EventReceived
+    | GuardFailed
+    | TransitionFired
+    | TimerScheduled
+    | TimerFired
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+)
+
+RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__
+TERMINAL_TYPES = frozenset(
+    {PREFIX + "run.completed", PREFIX + "run.failed", PREFIX + "run.cancelled"}
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnyRecord)
+_list_decoder = msgspec.json.Decoder(list[AnyRecord])
+
+
+def record_type(record: Record) -> str:
+    """The CloudEvent ``type`` of a record."""
+    return type(record).__struct_config__.tag  # type: ignore[return-value]
+
+
+def encode(record: Record) -> bytes:
+    """Structured-mode CloudEvent JSON of one record."""
+    return _encoder.encode(record)
+
+
+def decode(data: bytes | str) -> AnyRecord:
+    """Decode one record; raises ``msgspec.ValidationError`` naming what is wrong."""
+    return _decoder.decode(data)
+
+
+def decode_lines(data: bytes) -> list[AnyRecord]:
+    """Decode a JSONL export (one record per line, blank lines ignored)."""
+    return [_decoder.decode(line) for line in data.splitlines() if line.strip()]
+
+
+def data_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schema of each record type (the catalogue in contracts/)."""
+    out: dict[str, dict[str, Any]] = {}
+    for cls in RECORD_TYPES:
+        tag = cls.__struct_config__.tag
+        assert isinstance(tag, str)
+        schema: dict[str, Any] = msgspec.json.schema(cls)
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["description"] = f"Run-log record {tag}"
+        out[tag] = schema
+    return out

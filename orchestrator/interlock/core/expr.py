@@ -1,0 +1,309 @@
+"""CEL expressions, ``{{ cel }}`` templates and ``$.states`` references: the only place that
+knows celpy.
+
+Everything is compiled once, when a manifest is loaded. Evaluation converts only the
+top-level variables an expression references, since converting an activation to CEL values
+costs more than evaluating a small guard.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import celpy
+import lark
+from celpy import celtypes
+from celpy.adapter import json_to_cel
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError
+
+VARIABLES = frozenset({"event", "data", "result", "context", "inputs", "states", "run"})
+"""Names an expression may read; loop and map constructs add their own item variable."""
+
+
+class ExpressionError(Exception):
+    """An expression failed to compile or to evaluate."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompileError(Exception):
+    """A CEL expression does not compile: ``line``/``col`` are 1-based, inside the source."""
+
+    message: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_ENV = celpy.Environment()
+
+
+def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
+    """Top-level identifiers an expression reads (``result`` in ``result.score > 7``)."""
+    names: set[str] = set()
+    for node in tree.iter_subtrees():
+        if node.data == "ident":  # ident_arg is a function call (size, has, int...)
+            for child in node.children:
+                if isinstance(child, lark.Token) and child.type == "IDENT":
+                    names.add(str(child))
+                    break
+    return frozenset(names)
+
+
+_MACRO_BINDERS = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_]\w*)\s*,")
+
+
+class Expression:
+    """A compiled CEL expression."""
+
+    __slots__ = ("_program", "names", "source")
+
+    def __init__(self, source: str, extra: frozenset[str] = frozenset()) -> None:
+        self.source = source
+        try:
+            tree = _ENV.compile(source)
+        except CELParseError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+            line = int(getattr(exc, "line", None) or 1)
+            col = int(getattr(exc, "column", None) or 1)
+            raise CompileError(f"CEL does not compile: {first.strip()!r}", line, col) from exc
+        except Exception as exc:  # celpy raises a few other types on odd input
+            raise CompileError(f"CEL does not compile: {exc}", 1, 1) from exc
+        names = _referenced_names(tree)
+        bound = frozenset(_MACRO_BINDERS.findall(source))
+        unknown = sorted(names - VARIABLES - extra - bound)
+        if unknown:
+            known = ", ".join(sorted(VARIABLES | extra))
+            raise CompileError(
+                f"unknown variable {unknown[0]!r} in CEL (known: {known})",
+                1,
+                max(1, source.find(unknown[0]) + 1),
+            )
+        self.names = names & (VARIABLES | extra)
+        self._program = _ENV.program(tree)
+
+    def evaluate(self, activation: Mapping[str, Any]) -> Any:
+        """Evaluate over plain JSON-like values; returns plain JSON-like values."""
+        cel_activation = {
+            name: json_to_cel(activation[name]) for name in self.names if name in activation
+        }
+        try:
+            value = self._program.evaluate(cel_activation)
+        except Exception as exc:
+            raise ExpressionError(_describe(exc)) from exc
+        if isinstance(value, CELEvalError):
+            raise ExpressionError(_describe(value))
+        return to_json(value)
+
+    def __repr__(self) -> str:
+        return f"Expression({self.source!r})"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, CELEvalError) and exc.args:
+        return str(exc.args[0])
+    return str(exc) or type(exc).__name__
+
+
+def to_json(value: Any) -> Any:
+    """Turn a CEL value into a plain JSON value."""
+    if value is None or isinstance(value, celtypes.NullType):
+        return None
+    if isinstance(value, celtypes.BoolType):
+        return bool(value)
+    if isinstance(value, celtypes.IntType | celtypes.UintType):
+        return int(value)
+    if isinstance(value, celtypes.DoubleType):
+        return float(value)
+    if isinstance(value, celtypes.StringType):
+        return str(value)
+    if isinstance(value, celtypes.BytesType):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, celtypes.ListType):
+        return [to_json(v) for v in value]
+    if isinstance(value, celtypes.MapType):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, celtypes.TimestampType):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, celtypes.DurationType):
+        return f"{value.total_seconds()}s"
+    if isinstance(value, bool | int | float | str | list | dict):
+        return value
+    return str(value)
+
+
+def is_literal_true(value: Any) -> bool:
+    """A guard fires only on a literal boolean ``true``."""
+    return value is True
+
+
+# --- values: literals, templates and references ----------------------------------------
+
+_TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+_REFERENCE = re.compile(r"^\$\.states\.([A-Za-z0-9_-]+)\.output((?:\.[A-Za-z0-9_-]+)*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """``"{{ expr }}"`` alone: the expression's value, keeping its type."""
+
+    expression: Expression
+
+
+@dataclass(frozen=True, slots=True)
+class Interpolation:
+    """Text with ``{{ expr }}`` parts: always a string."""
+
+    parts: tuple[str | Expression, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """``$.states.<state>.output.<key>...``: a lookup, null when absent."""
+
+    state: str
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping_:
+    items: tuple[tuple[str, CompiledValue], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sequence_:
+    items: tuple[CompiledValue, ...]
+
+
+CompiledValue = Literal | Template | Interpolation | Reference | Mapping_ | Sequence_
+
+
+@dataclass(frozen=True, slots=True)
+class ValueProblem:
+    """A template that does not compile, with its offset inside the string."""
+
+    path: tuple[str | int, ...]
+    error: CompileError
+    offset: int
+
+
+def compile_value(
+    value: Any,
+    extra: frozenset[str] = frozenset(),
+    path: tuple[str | int, ...] = (),
+    problems: list[ValueProblem] | None = None,
+) -> CompiledValue:
+    """Compile a manifest value; template errors go to ``problems`` (or raise)."""
+    if isinstance(value, dict):
+        return Mapping_(
+            tuple((str(k), compile_value(v, extra, (*path, k), problems)) for k, v in value.items())
+        )
+    if isinstance(value, list):
+        return Sequence_(
+            tuple(compile_value(v, extra, (*path, i), problems) for i, v in enumerate(value))
+        )
+    if not isinstance(value, str):
+        return Literal(value)
+    ref = _REFERENCE.match(value.strip())
+    if ref:
+        keys = tuple(k for k in ref.group(2).split(".") if k)
+        return Reference(ref.group(1), keys)
+    matches = list(_TEMPLATE.finditer(value))
+    if not matches:
+        return Literal(value)
+    parts: list[str | Expression] = []
+    cursor = 0
+    for match in matches:
+        if match.start() > cursor:
+            parts.append(value[cursor : match.start()])
+        try:
+            parts.append(Expression(match.group(1).strip(), extra))
+        except CompileError as exc:
+            if problems is None:
+                raise
+            inner = match.group(1)
+            lead = len(inner) - len(inner.lstrip())
+            problems.append(ValueProblem(path, exc, match.start(1) + lead))
+            parts.append(match.group(0))
+        cursor = match.end()
+    if cursor < len(value):
+        parts.append(value[cursor:])
+    if (
+        len(parts) == 1
+        and isinstance(parts[0], Expression)
+        and value.strip() == matches[0].group(0)
+    ):
+        return Template(parts[0])
+    return Interpolation(tuple(parts))
+
+
+def references(value: CompiledValue) -> list[Reference]:
+    """Every ``$.states`` reference inside a compiled value."""
+    if isinstance(value, Reference):
+        return [value]
+    if isinstance(value, Mapping_):
+        return [r for _, v in value.items for r in references(v)]
+    if isinstance(value, Sequence_):
+        return [r for v in value.items for r in references(v)]
+    return []
+
+
+def expressions(value: CompiledValue) -> list[Expression]:
+    """Every CEL expression inside a compiled value."""
+    if isinstance(value, Template):
+        return [value.expression]
+    if isinstance(value, Interpolation):
+        return [p for p in value.parts if isinstance(p, Expression)]
+    if isinstance(value, Mapping_):
+        return [e for _, v in value.items for e in expressions(v)]
+    if isinstance(value, Sequence_):
+        return [e for v in value.items for e in expressions(v)]
+    return []
+
+
+def render(value: CompiledValue, activation: Mapping[str, Any]) -> Any:
+    """Produce the plain value; raises :class:`ExpressionError` when a template fails."""
+    if isinstance(value, Literal):
+        return value.value
+    if isinstance(value, Template):
+        return value.expression.evaluate(activation)
+    if isinstance(value, Interpolation):
+        out: list[str] = []
+        for part in value.parts:
+            if isinstance(part, str):
+                out.append(part)
+            else:
+                rendered = part.evaluate(activation)
+                out.append(rendered if isinstance(rendered, str) else _text(rendered))
+        return "".join(out)
+    if isinstance(value, Reference):
+        node: Any = activation.get("states", {}).get(value.state, {}).get("output")
+        for key in value.keys:
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+    if isinstance(value, Mapping_):
+        return {k: render(v, activation) for k, v in value.items}
+    return [render(v, activation) for v in value.items]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        import json  # local: only interpolations of structured values need it
+
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return str(value)

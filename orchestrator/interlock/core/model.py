@@ -1,0 +1,166 @@
+"""The manifest kinds, defined once as msgspec Structs.
+
+These Structs are the single definition of the manifest format: the JSON Schemas in
+contracts/ are generated from them, structural validation runs against those schemas, and
+the compiler reads the typed values. ``interlock.io/v1`` is the native API version; the
+zynax formats (``zynax.io/v1`` Workflow, ``zynax.io/v1alpha1`` AgentDef) are accepted
+unchanged because they are a subset of the same language.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+WORKFLOW_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1")
+AGENTDEF_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1alpha1", "zynax.io/v1")
+
+Duration = Annotated[
+    str,
+    msgspec.Meta(
+        description="A duration: a whole number followed by ms, s, m, h or d (e.g. 30s, 30m, 1h).",
+        examples=["30s", "30m", "1h"],
+    ),
+]
+CelExpression = Annotated[str, msgspec.Meta(description="A CEL expression.")]
+Value = Annotated[
+    Any,
+    msgspec.Meta(
+        description=(
+            "A literal, a '{{ cel }}' template, or a '$.states.<state>.output.<key>' reference; "
+            "objects and lists nest."
+        )
+    ),
+]
+
+
+class _Strict(msgspec.Struct, kw_only=True, frozen=True):
+    """Base of every manifest object.
+
+    Unknown keys are errors, but keys starting ``x-`` are author annotations. msgspec's
+    ``forbid_unknown_fields`` cannot make that exception, so the generated JSON Schema
+    forbids unknown keys (validation runs against it first, reporting every error with its
+    position) and decoding then ignores the ``x-`` keys that the schema let through.
+    """
+
+
+class Metadata(_Strict, frozen=True):
+    name: Annotated[str, msgspec.Meta(description="DNS label: lowercase letters, digits, '-'.")]
+    namespace: str = "default"
+    version: str | int | float | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    description: str | None = None
+
+
+class InputSpec(_Strict, frozen=True):
+    """A typed run input."""
+
+    type: Annotated[
+        str,
+        msgspec.Meta(
+            description=("string, integer, number, boolean, object, list, list[<type>] or any.")
+        ),
+    ] = "any"
+    required: bool = False
+    default: Any = None
+    description: str | None = None
+
+
+class Trigger(_Strict, frozen=True):
+    """Starts a run when a CloudEvent of ``event`` type arrives and every filter entry matches."""
+
+    event: str
+    filter: dict[str, Any] = {}
+    input: dict[str, Value] | None = None
+
+
+class Action(_Strict, frozen=True):
+    """One capability invocation, run in order when its state is entered."""
+
+    capability: str
+    timeout: Duration | None = None
+    input: Value = None
+    output: dict[str, str] = {}
+    description: str | None = None
+
+
+class Transition(_Strict, frozen=True):
+    """An edge keyed by a CloudEvent type; the first whose event matches and guard holds fires."""
+
+    event: str
+    goto: str
+    guard: CelExpression | None = None
+    set: dict[str, Value] = {}
+    description: str | None = None
+
+
+class State(_Strict, frozen=True):
+    type: Literal["normal", "terminal", "human_in_the_loop"] = "normal"
+    description: str | None = None
+    actions: list[Action] = []
+    on: list[Transition] = []
+    outputs: dict[str, Value] | None = None
+
+
+class WorkflowSpec(_Strict, frozen=True):
+    initial_state: str
+    states: Annotated[dict[str, State], msgspec.Meta(min_length=1)]
+    description: str | None = None
+    inputs: dict[str, InputSpec] = {}
+    triggers: list[Trigger] = []
+    context: dict[str, Any] = {}
+
+
+class Workflow(_Strict, frozen=True):
+    apiVersion: Literal["interlock.io/v1", "zynax.io/v1"]
+    kind: Literal["Workflow"]
+    metadata: Metadata
+    spec: WorkflowSpec
+
+
+class Capability(_Strict, frozen=True):
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class AgentDefSpec(_Strict, frozen=True):
+    capabilities: Annotated[list[Capability], msgspec.Meta(min_length=1)]
+    description: str | None = None
+
+
+class AgentDef(_Strict, frozen=True):
+    apiVersion: Literal["interlock.io/v1", "zynax.io/v1alpha1", "zynax.io/v1"]
+    kind: Literal["AgentDef"]
+    metadata: Metadata
+    spec: AgentDefSpec
+
+
+KINDS: dict[str, type[Workflow] | type[AgentDef]] = {"Workflow": Workflow, "AgentDef": AgentDef}
+
+
+def _forbid_unknown(schema: Any) -> None:
+    """Forbid unknown keys in every Struct's object schema, except ``x-`` annotations."""
+    if isinstance(schema, dict):
+        if "title" in schema and "properties" in schema:
+            schema["additionalProperties"] = False
+            schema["patternProperties"] = {"^x-": {}}
+        for value in schema.values():
+            _forbid_unknown(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _forbid_unknown(value)
+
+
+def json_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of one manifest kind, generated from the Structs."""
+    schema: dict[str, Any] = msgspec.json.schema(KINDS[kind])
+    _forbid_unknown(schema)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://interlock.io/schemas/{kind.lower()}.json"
+    return schema

@@ -1,0 +1,214 @@
+"""A run's state, and how each log record changes it (evolve); fold = reduce(evolve).
+
+``evolve`` needs no definition: every value a record brings (context writes, outputs) is
+in the record itself, so a log folds the same way forever, whatever became of the
+manifest it ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+from msgspec.structs import replace
+
+from interlock.core import events as ev
+
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+FINISHED = frozenset({COMPLETED, FAILED, CANCELLED})
+
+
+class PendingAction(msgspec.Struct, frozen=True, kw_only=True):
+    action_id: str
+    state: str
+    index: int
+    capability: str
+    attempt: int = 1
+    requested_at: str = ""
+    deadline: str | None = None
+
+
+class RunState(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything decide needs to know about a run; rebuilt by folding its log."""
+
+    run_id: str = ""
+    workflow: str = ""
+    namespace: str = "default"
+    version: int = 0
+    spec_hash: str = ""
+    status: str = "new"
+    seq: int = 0
+    """How many records have been folded: the log position of the last one."""
+    started_at: str = ""
+    updated_at: str = ""
+    state: str = ""
+    inputs: dict[str, Any] = {}
+    context: dict[str, Any] = {}
+    states: dict[str, dict[str, Any]] = {}
+    """``states.<name>.output``: the result of each state's last completed action."""
+    pending: dict[str, PendingAction] = {}
+    next_action: int = 0
+    result: Any = None
+    transitions: int = 0
+    actions: int = 0
+    seen: dict[str, None] = {}
+    """Source+id of external events already taken (ordered, so encoding is stable)."""
+    outputs: dict[str, Any] | None = None
+    error: ev.ErrorInfo | None = None
+    traceparent: str | None = None
+    trigger: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
+    d = r.data
+    return RunState(
+        run_id=r.subject,
+        workflow=d.workflow,
+        namespace=d.namespace,
+        version=d.version,
+        spec_hash=d.spec_hash,
+        status=RUNNING,
+        seq=s.seq + 1,
+        started_at=r.time,
+        updated_at=r.time,
+        inputs=d.inputs,
+        context=dict(d.context),
+        traceparent=r.traceparent,
+        trigger=d.trigger,
+    )
+
+
+def _state_entered(s: RunState, r: ev.StateEntered) -> RunState:
+    return replace(
+        s, seq=s.seq + 1, updated_at=r.time, state=r.data.state, next_action=0, pending={}
+    )
+
+
+def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
+    d = r.data
+    pending = dict(s.pending)
+    pending[d.action_id] = PendingAction(
+        action_id=d.action_id,
+        state=d.state,
+        index=d.index,
+        capability=d.capability,
+        attempt=d.attempt,
+        requested_at=r.time,
+        deadline=d.deadline,
+    )
+    return replace(
+        s,
+        seq=s.seq + 1,
+        updated_at=r.time,
+        pending=pending,
+        next_action=max(s.next_action, d.index + 1),
+        actions=s.actions + 1,
+    )
+
+
+def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
+    d = r.data
+    pending = dict(s.pending)
+    pending.pop(d.action_id, None)
+    states = dict(s.states)
+    states[d.state] = {"output": d.result}
+    context = {**s.context, **d.context_writes} if d.context_writes else s.context
+    return replace(
+        s,
+        seq=s.seq + 1,
+        updated_at=r.time,
+        pending=pending,
+        states=states,
+        result=d.result,
+        context=context,
+    )
+
+
+def _action_failed(s: RunState, r: ev.ActionFailed) -> RunState:
+    pending = dict(s.pending)
+    pending.pop(r.data.action_id, None)
+    return replace(s, seq=s.seq + 1, updated_at=r.time, pending=pending)
+
+
+def _event_received(s: RunState, r: ev.EventReceived) -> RunState:
+    event = r.data.event
+    seen = dict(s.seen)
+    seen[event_key(str(event.get("source", "")), str(event.get("id", "")))] = None
+    return replace(s, seq=s.seq + 1, updated_at=r.time, seen=seen)
+
+
+def _transition_fired(s: RunState, r: ev.TransitionFired) -> RunState:
+    context = {**s.context, **r.data.set} if r.data.set else s.context
+    return replace(
+        s, seq=s.seq + 1, updated_at=r.time, context=context, transitions=s.transitions + 1
+    )
+
+
+def _run_completed(s: RunState, r: ev.RunCompleted) -> RunState:
+    return replace(
+        s, seq=s.seq + 1, updated_at=r.time, status=COMPLETED, outputs=r.data.outputs, pending={}
+    )
+
+
+def _run_failed(s: RunState, r: ev.RunFailed) -> RunState:
+    return replace(s, seq=s.seq + 1, updated_at=r.time, status=FAILED, error=r.data.error)
+
+
+def _run_cancelled(s: RunState, r: ev.RunCancelled) -> RunState:
+    return replace(s, seq=s.seq + 1, updated_at=r.time, status=CANCELLED)
+
+
+def _counted(s: RunState, r: ev.Record) -> RunState:
+    return replace(s, seq=s.seq + 1, updated_at=r.time)
+
+
+_EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
+    ev.RunStarted: _run_started,
+    ev.StateEntered: _state_entered,
+    ev.ActionRequested: _action_requested,
+    ev.ActionCompleted: _action_completed,
+    ev.ActionFailed: _action_failed,
+    ev.EventReceived: _event_received,
+    ev.GuardFailed: _counted,
+    ev.TransitionFired: _transition_fired,
+    ev.TimerScheduled: _counted,
+    ev.TimerFired: _counted,
+    ev.RunCompleted: _run_completed,
+    ev.RunFailed: _run_failed,
+    ev.RunCancelled: _run_cancelled,
+}
+
+
+def evolve(state: RunState, record: ev.Record) -> RunState:
+    """The state after one more record. Pure: ``state`` is not changed."""
+    return _EVOLVE[type(record)](state, record)
+
+
+def fold(records: Iterable[ev.Record], state: RunState | None = None) -> RunState:
+    """The state after every record, in order, starting from ``state`` (or nothing)."""
+    current = state if state is not None else RunState()
+    table = _EVOLVE
+    for record in records:
+        current = table[type(record)](current, record)
+    return current
+
+
+def event_key(source: str, event_id: str) -> str:
+    """The idempotency key of a CloudEvent: its source and id together."""
+    return f"{source} {event_id}"
+
+
+_state_encoder = msgspec.json.Encoder()
+
+
+def encode_state(state: RunState) -> bytes:
+    """Canonical bytes of a state (the replay guarantee compares these)."""
+    return _state_encoder.encode(state)

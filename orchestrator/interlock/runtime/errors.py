@@ -1,0 +1,32 @@
+"""Errors raised by the NATS layer of the runtime (connection, embedded server, log appends)."""
+
+from __future__ import annotations
+
+
+class NatsServerNotFound(FileNotFoundError):
+    """No ``nats-server`` binary could be found (or the one found is too old)."""
+
+
+class NatsServerFailed(RuntimeError):
+    """An embedded ``nats-server`` did not start, or stopped when it should be running."""
+
+
+class ConnectionFailed(Exception):
+    """The NATS server could not be reached or refused the connection; names the URL."""
+
+
+class AppendConflict(Exception):
+    """An optimistic append lost: the subject's last sequence was not the one expected.
+
+    The caller re-reads the log and decides again. Nothing of the refused append is stored.
+
+    Attributes:
+        subject: the subject appended to.
+        expected: the last subject sequence the caller expected.
+    """
+
+    def __init__(self, subject: str, expected: int | None, detail: str = "") -> None:
+        message = f"append to {subject!r} conflicts: last subject sequence is not {expected}"
+        super().__init__(f"{message} ({detail})" if detail else message)
+        self.subject = subject
+        self.expected = expected

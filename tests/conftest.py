@@ -1,0 +1,56 @@
+"""Shared fixtures: one real nats-server per test session (or ``NATS_URL``), isolated by prefix.
+
+Every test gets its own subject prefix (``subjects``), so streams, buckets and subjects of
+different tests never collide on the shared server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from interlock.runtime.embedded import EmbeddedNats
+from interlock.runtime.subjects import Subjects
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a NATS server with JetStream: ``$NATS_URL``, else a fresh local nats-server."""
+    url = os.environ.get("NATS_URL")
+    if url:
+        yield url
+        return
+    server = EmbeddedNats(tmp_path_factory.mktemp("nats"))
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    """A connected client, drained-and-closed after the test."""
+    client = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def js(nc: Client) -> JetStreamContext:
+    """A JetStream context on ``nc``."""
+    return nc.jetstream()
+
+
+@pytest.fixture
+def subjects() -> Subjects:
+    """Names under a prefix unique to this test."""
+    return Subjects(prefix=f"t{uuid.uuid4().hex[:12]}")

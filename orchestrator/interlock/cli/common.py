@@ -1,0 +1,62 @@
+"""What every command shares: exit codes, output helpers, reading manifest files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""Invalid input, a failed or cancelled run."""
+EXIT_USAGE = 2
+"""Bad arguments, a file that cannot be read, a server that cannot be reached."""
+EXIT_NOT_FINISHED = 3
+"""``result`` of a run that has not finished yet."""
+
+
+class CliError(Exception):
+    """An error the user can act on; printed without a traceback."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def read_sources(paths: list[str]) -> list[tuple[str, str]]:
+    """Read manifest files (``-`` is standard input); unreadable files are usage errors."""
+    out = []
+    for path in paths:
+        if path == "-":
+            out.append(("<stdin>", sys.stdin.read()))
+            continue
+        try:
+            out.append((path, Path(path).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return out
+
+
+def load_json_arg(value: str | None, what: str) -> Any:
+    """A JSON argument given inline or as ``@file``."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        try:
+            text = Path(value[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"{what}: cannot read {value[1:]}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} col {exc.colno}")
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def err(message: str) -> None:
+    sys.stderr.write(message + "\n")

@@ -33,8 +33,10 @@ def read_sources(paths: list[str]) -> list[tuple[str, str]]:
             continue
         try:
             out.append((path, Path(path).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise CliError(f"{path}: not UTF-8 text: {exc}") from exc
     return out
 
 
@@ -51,7 +53,9 @@ def load_json_arg(value: str | None, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CliError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} col {exc.colno}")
+        raise CliError(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} col {exc.colno}"
+        ) from exc
 
 
 def print_json(value: Any) -> None:

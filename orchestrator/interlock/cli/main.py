@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from interlock import __version__
 from interlock.cli import manifests
-from interlock.cli.common import EXIT_USAGE, CliError, err
+from interlock.cli.common import CliError, err
 
 
 def build_parser() -> argparse.ArgumentParser:

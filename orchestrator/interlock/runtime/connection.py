@@ -1,0 +1,266 @@
+"""Connecting to NATS: options from flags and ``INTERLOCK_*`` environment, one ``connect``.
+
+The first connection is bounded (``connect_wait`` seconds, and an authorization error
+fails at once) and ends in a ``ConnectionFailed`` naming the URL. Once connected, the client
+reconnects forever: a long-running service rides out server restarts and cluster moves
+instead of exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib.util
+import logging
+import os
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from nats.aio.client import Client
+
+from interlock.runtime.errors import ConnectionFailed
+from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
+
+__all__ = ["DEFAULT_URL", "ConnectOptions", "ConnectionFailed", "connect"]
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+log = logging.getLogger("interlock.nats")
+
+# field name -> environment variable
+_ENV: dict[str, str] = {
+    "servers": "INTERLOCK_URL",
+    "creds_file": "INTERLOCK_CREDS",
+    "nkey_seed_file": "INTERLOCK_NKEY",
+    "user": "INTERLOCK_USER",
+    "password": "INTERLOCK_PASSWORD",
+    "token": "INTERLOCK_TOKEN",
+    "tls_ca": "INTERLOCK_TLS_CA",
+    "tls_cert": "INTERLOCK_TLS_CERT",
+    "tls_key": "INTERLOCK_TLS_KEY",
+    "prefix": "INTERLOCK_PREFIX",
+}
+_AUTH_ERRORS = ("authorization violation", "authentication", "user authentication expired")
+
+ErrorCallback = Callable[[Exception], Awaitable[None]]
+Callback = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class ConnectOptions:
+    """Where and how to connect. Build it with ``resolve`` to honour the environment."""
+
+    servers: list[str] = field(default_factory=lambda: [DEFAULT_URL])
+    creds_file: str | None = None
+    nkey_seed_file: str | None = None
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    name: str | None = None
+    prefix: str = DEFAULT_PREFIX
+    connect_wait: float = 5.0
+    """Seconds to keep trying the first connection before giving up."""
+
+    @classmethod
+    def resolve(
+        cls,
+        server: str | list[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        **cli: Any,
+    ) -> ConnectOptions:
+        """Options from arguments (command-line flags), else ``INTERLOCK_*``, else defaults.
+
+        ``server`` (or ``$INTERLOCK_URL``) may list several URLs separated by commas. Keyword
+        arguments are field names; ``None`` means "not given". ``env`` defaults to
+        ``os.environ``.
+        """
+        environ = os.environ if env is None else env
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(cli) - known - {"servers"}
+        if unknown:
+            raise TypeError(f"unknown connection options: {', '.join(sorted(unknown))}")
+        values: dict[str, Any] = {}
+        urls = server if server is not None else cli.get("servers")
+        if urls is None:
+            urls = environ.get(_ENV["servers"]) or None
+        if urls is not None:
+            values["servers"] = _split_urls(urls)
+        for name, var in _ENV.items():
+            if name == "servers":
+                continue
+            value = cli.get(name)
+            if value is None:
+                value = environ.get(var) or None
+            if value is not None:
+                values[name] = value
+        for name in known - set(_ENV):
+            if cli.get(name) is not None:
+                values[name] = cli[name]
+        return cls(**values)
+
+    @property
+    def subjects(self) -> Subjects:
+        """The wire names for this installation's prefix."""
+        return Subjects(self.prefix)
+
+    def display_servers(self) -> str:
+        """The server URLs with any password in them masked, for messages and logs."""
+        return ", ".join(_redact(url) for url in self.servers)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A TLS context when a CA, certificate or key is configured, else ``None``."""
+        if not (self.tls_ca or self.tls_cert or self.tls_key):
+            return None
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca)
+        if self.tls_cert or self.tls_key:
+            if not (self.tls_cert and self.tls_key):
+                raise ConnectionFailed(
+                    "TLS client authentication needs both a certificate and a key "
+                    "(INTERLOCK_TLS_CERT and INTERLOCK_TLS_KEY)"
+                )
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        return context
+
+
+async def connect(
+    opts: ConnectOptions,
+    *,
+    error_cb: ErrorCallback | None = None,
+    disconnected_cb: Callback | None = None,
+    reconnected_cb: Callback | None = None,
+    closed_cb: Callback | None = None,
+) -> Client:
+    """Connect to NATS with ``opts``; once connected, reconnect forever.
+
+    Raises:
+        ConnectionFailed: no server could be reached within ``opts.connect_wait`` seconds,
+            or the server refused the credentials; the message names the URL.
+    """
+    where = opts.display_servers()
+    _check_auth_files(opts, where)
+    try:
+        tls = opts.ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise ConnectionFailed(f"cannot connect to NATS at {where}: bad TLS files: {exc}") from exc
+
+    connecting = True
+    last_error: list[Exception] = []
+    refused = asyncio.Event()
+
+    async def on_error(exc: Exception) -> None:
+        if connecting:
+            last_error[:] = [exc]
+            # Retrying cannot fix refused credentials or an untrusted certificate.
+            if _is_auth_error(exc) or isinstance(exc, ssl.SSLCertVerificationError):
+                refused.set()
+            return
+        if error_cb is not None:
+            await error_cb(exc)
+        else:
+            log.warning("NATS error: %s", exc)
+
+    async def on_disconnected() -> None:
+        if not connecting:
+            log.warning("disconnected from NATS at %s; reconnecting", where)
+        if disconnected_cb is not None and not connecting:
+            await disconnected_cb()
+
+    async def on_reconnected() -> None:
+        log.info("reconnected to NATS at %s", where)
+        if reconnected_cb is not None:
+            await reconnected_cb()
+
+    kwargs: dict[str, Any] = {
+        "servers": opts.servers,
+        "name": opts.name,
+        "error_cb": on_error,
+        "disconnected_cb": on_disconnected,
+        "reconnected_cb": on_reconnected,
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 1,
+        "connect_timeout": max(1, min(int(opts.connect_wait), 5)),
+        # Notice a dead server in ~1 minute rather than the default 4.
+        "ping_interval": 20,
+        "max_outstanding_pings": 3,
+        "user": opts.user,
+        "password": opts.password,
+        "token": opts.token,
+        "user_credentials": opts.creds_file,
+        "nkeys_seed": opts.nkey_seed_file,
+    }
+    if tls is not None:
+        kwargs["tls"] = tls
+    if closed_cb is not None:
+        kwargs["closed_cb"] = closed_cb
+
+    nc = Client()
+    attempt = asyncio.ensure_future(nc.connect(**kwargs))
+    gave_up = asyncio.ensure_future(refused.wait())
+    try:
+        await asyncio.wait(
+            {attempt, gave_up}, timeout=opts.connect_wait, return_when=asyncio.FIRST_COMPLETED
+        )
+    except BaseException:
+        attempt.cancel()
+        raise
+    finally:
+        gave_up.cancel()
+    if attempt.done() and attempt.exception() is None:
+        connecting = False
+        return nc
+    failure = attempt.exception() if attempt.done() else None
+    if isinstance(failure, Exception):
+        last_error[:] = [failure]
+    attempt.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await attempt
+    with contextlib.suppress(Exception):
+        await nc.close()
+    reason = f": {last_error[0]}" if last_error else ""
+    if last_error and _is_auth_error(last_error[0]):
+        raise ConnectionFailed(f"NATS at {where} refused the credentials{reason}")
+    raise ConnectionFailed(
+        f"cannot connect to NATS at {where} (gave up after {opts.connect_wait:g} s){reason}"
+    )
+
+
+def _check_auth_files(opts: ConnectOptions, where: str) -> None:
+    for label, path in (("credentials file", opts.creds_file), ("nkey seed", opts.nkey_seed_file)):
+        if path is not None and not os.path.isfile(path):
+            raise ConnectionFailed(f"cannot connect to NATS at {where}: no {label} at {path!r}")
+    if (opts.creds_file or opts.nkey_seed_file) and importlib.util.find_spec("nkeys") is None:
+        raise ConnectionFailed(
+            f"cannot connect to NATS at {where}: credentials and nkey seeds need the "
+            "'nkeys' package (pip install 'nats-py[nkeys]')"
+        )
+
+
+def _is_auth_error(exc: Exception) -> bool:
+    return any(marker in str(exc).lower() for marker in _AUTH_ERRORS)
+
+
+def _split_urls(urls: str | list[str]) -> list[str]:
+    items = urls.split(",") if isinstance(urls, str) else urls
+    servers = [u.strip() for u in items if u.strip()]
+    if not servers:
+        raise ValueError("no NATS server URL given")
+    return servers
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

@@ -415,5 +415,10 @@ def cancel(definition: Definition, state: RunState, *, reason: str, now: str) ->
     if state.status != RUNNING:
         return []
     step = _Step(definition, state, now)
-    step.emit(ev.RunCancelled, ev.RunCancelledData(state=state.state, reason=reason))
+    step.emit(
+        ev.RunCancelled,
+        ev.RunCancelledData(
+            state=state.state, reason=reason, cancelled_actions=list(state.pending)
+        ),
+    )
     return step.out

@@ -131,6 +131,8 @@ class RunFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: str | None = None
     reason: str = ""
+    cancelled_actions: list[str] = []
+    """Actions in flight when the run was cancelled; their agents are told to stop."""
 
 
 # --- envelopes ------------------------------------------------------------------------

@@ -1,0 +1,511 @@
+"""Commands that talk to a NATS server: apply, start, emit, runs, agents, logs, result,
+cancel, export, replay, serve, agent run, dev."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from interlock.cli.common import (
+    EXIT_FAILED,
+    EXIT_NOT_FINISHED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    err,
+    load_json_arg,
+    print_json,
+    read_sources,
+)
+from interlock.cli.timeline import describe, replay_lines
+from interlock.core import events as ev
+from interlock.core.state import FINISHED, RunState, fold
+from interlock.runtime.cloudevents_nats import CloudEvent
+from interlock.runtime.connection import ConnectOptions, connect
+from interlock.runtime.errors import ConnectionFailed
+from interlock.runtime.registry import UnknownWorkflow
+from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
+
+Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def add_connection_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection (flags override INTERLOCK_* variables)")
+    g.add_argument("--server", "-s", help="NATS URL(s) (env INTERLOCK_URL; nats://127.0.0.1:4222)")
+    g.add_argument("--creds", dest="creds_file", help="NATS credentials file")
+    g.add_argument("--nkey", dest="nkey_seed_file", help="NKey seed file")
+    g.add_argument("--user", help="user name")
+    g.add_argument("--password", help="password")
+    g.add_argument("--token", help="auth token")
+    g.add_argument("--tls-ca", dest="tls_ca", help="CA certificate (PEM)")
+    g.add_argument("--tls-cert", dest="tls_cert", help="client certificate (PEM)")
+    g.add_argument("--tls-key", dest="tls_key", help="client key (PEM)")
+    g.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
+
+
+def options(args: argparse.Namespace) -> ConnectOptions:
+    return ConnectOptions.resolve(
+        args.server,
+        creds_file=args.creds_file,
+        nkey_seed_file=args.nkey_seed_file,
+        user=args.user,
+        password=args.password,
+        token=args.token,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        prefix=args.prefix,
+    )
+
+
+def with_client(
+    body: Callable[[Any, argparse.Namespace], Awaitable[int]],
+) -> Callable[[argparse.Namespace], int]:
+    """Run ``body(client, args)`` connected; connection problems exit 2 with the reason."""
+    from interlock.runtime.client import InterlockClient
+
+    def run(args: argparse.Namespace) -> int:
+        async def go() -> int:
+            opts = options(args)
+            try:
+                nc = await connect(opts)
+            except ConnectionFailed as exc:
+                raise CliError(str(exc)) from exc
+            try:
+                client = InterlockClient(nc, opts.subjects)
+                await client.ensure_provisioned()
+                return await body(client, args)
+            finally:
+                with contextlib.suppress(Exception):
+                    await nc.close()
+
+        try:
+            return asyncio.run(go())
+        except UnknownRun as exc:
+            raise CliError(f"no run {exc.args[0]!r}", EXIT_FAILED) from exc
+        except UnknownWorkflow as exc:
+            raise CliError(str(exc), EXIT_FAILED) from exc
+        except InvalidInputs as exc:
+            raise CliError(str(exc), EXIT_FAILED) from exc
+
+    return run
+
+
+def add_parsers(sub: Sub) -> None:
+    p = sub.add_parser("apply", help="validate and store Workflows and AgentDefs")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_apply))
+
+    p = sub.add_parser("start", help="start a run of a workflow")
+    p.add_argument("workflow", help="NAME or NAMESPACE/NAME")
+    p.add_argument("--input", "-i", help="inputs as JSON or @file")
+    p.add_argument("--run-id", help="use this run id (default: a new one)")
+    p.add_argument("--wait", action="store_true", help="wait for the run and print its result")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to wait with --wait")
+    p.add_argument("--json", action="store_true")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_start))
+
+    p = sub.add_parser("emit", help="publish a CloudEvent as an external system would")
+    p.add_argument("type", help="the CloudEvent type")
+    p.add_argument("--source", required=True, help="the CloudEvent source")
+    p.add_argument("--data", help="data as JSON or @file")
+    p.add_argument("--id", help="the CloudEvent id (default: a new one)")
+    p.add_argument("--subject", help="the CloudEvent subject")
+    p.add_argument("--ext", action="append", default=[], metavar="K=V", help="extension attribute")
+    p.add_argument("--json", action="store_true")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_emit))
+
+    p = sub.add_parser("runs", help="list runs")
+    p.add_argument("--workflow", "-w")
+    p.add_argument("--status", choices=["running", "completed", "failed", "cancelled"])
+    p.add_argument("--json", action="store_true")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_runs))
+
+    p = sub.add_parser("agents", help="list AgentDefs and live agent workers")
+    p.add_argument("--json", action="store_true")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_agents))
+
+    p = sub.add_parser("logs", help="a run's timeline")
+    p.add_argument("run_id")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
+    p.add_argument("--json", action="store_true", help="JSONL CloudEvents")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_logs))
+
+    p = sub.add_parser("result", help="a run's outputs")
+    p.add_argument("run_id")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--json", action="store_true", help="the whole result as JSON")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_result))
+
+    p = sub.add_parser("cancel", help="cancel a run")
+    p.add_argument("run_id")
+    p.add_argument("--reason", default="cancelled by user")
+    p.add_argument("--json", action="store_true")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_cancel))
+
+    p = sub.add_parser("export", help="write a run's log as JSONL CloudEvents")
+    p.add_argument("run_id")
+    p.add_argument("-o", "--output", help="file (default stdout)")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_export))
+
+    p = sub.add_parser("replay", help="fold a run's log step by step, printing the state")
+    p.add_argument("run_id", nargs="?")
+    p.add_argument("--file", help="a JSONL export (no server needed)")
+    p.add_argument("--json", action="store_true", help="one JSON object per step")
+    add_connection_flags(p)
+    p.set_defaults(func=cmd_replay)
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+async def cmd_apply(client: Any, args: argparse.Namespace) -> int:
+    result = await client.apply(read_sources(args.files))
+    for d in result.compiled.diagnostics:
+        err(str(d))
+    if not result.compiled.ok:
+        n = len(result.compiled.diagnostics)
+        err(f"{n} error{'s' if n != 1 else ''}; nothing was applied")
+        return EXIT_FAILED
+    if args.json:
+        print_json(
+            [
+                {
+                    "kind": a.kind,
+                    "namespace": a.namespace,
+                    "name": a.name,
+                    "version": a.version,
+                    "changed": a.changed,
+                }
+                for a in result.applied
+            ]
+        )
+        return EXIT_OK
+    for a in result.applied:
+        what = "applied" if a.changed else "unchanged"
+        suffix = f" (version {a.version})" if a.kind == "Workflow" else ""
+        print(f"{what}  {a.kind.lower()} {a.namespace}/{a.name}{suffix}")
+    return EXIT_OK
+
+
+async def cmd_start(client: Any, args: argparse.Namespace) -> int:
+    inputs = load_json_arg(args.input, "--input")
+    if inputs is None:
+        inputs = {}
+    if not isinstance(inputs, dict):
+        raise CliError("--input must be a JSON object")
+    run_id = await client.start(args.workflow, inputs, args.run_id)
+    if not args.wait:
+        if args.json:
+            print_json({"run_id": run_id})
+        else:
+            print(run_id)
+        return EXIT_OK
+    try:
+        state = await client.wait(run_id, args.timeout)
+    except TimeoutError:
+        err(f"run {run_id} has not finished after {args.timeout}s")
+        print(run_id)
+        return EXIT_NOT_FINISHED
+    return _print_result(state, args.json, with_id=True)
+
+
+def _print_result(state: RunState, as_json: bool, with_id: bool = False) -> int:
+    code = EXIT_OK if state.status == "completed" else EXIT_FAILED
+    if state.status not in FINISHED:
+        code = EXIT_NOT_FINISHED
+    if as_json or with_id:
+        body: dict[str, Any] = {
+            "run_id": state.run_id,
+            "status": state.status,
+            "outputs": state.outputs,
+        }
+        if state.error is not None:
+            body["error"] = {"class": state.error.error_class, "message": state.error.message}
+        if not as_json and state.status == "completed":
+            print_json(body)
+        else:
+            print_json(body)
+        return code
+    if state.status == "completed":
+        print_json(state.outputs or {})
+    elif state.status in ("failed", "cancelled"):
+        why = f": {state.error.error_class}: {state.error.message}" if state.error else ""
+        err(f"run {state.run_id} {state.status}{why}")
+    else:
+        err(f"run {state.run_id} is {state.status} (in state {state.state})")
+    return code
+
+
+async def cmd_emit(client: Any, args: argparse.Namespace) -> int:
+    import secrets
+
+    extensions: dict[str, str] = {}
+    for item in args.ext:
+        if "=" not in item:
+            raise CliError(f"--ext {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        extensions[key.strip().lower()] = value
+    data = load_json_arg(args.data, "--data")
+    event = CloudEvent(
+        id=args.id or secrets.token_hex(8),
+        source=args.source,
+        type=args.type,
+        subject=args.subject,
+        time=utc_now(),
+        datacontenttype="application/json" if data is not None else None,
+        data=data,
+        extensions=extensions,
+    )
+    try:
+        seq = await client.emit(event)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    if args.json:
+        print_json({"id": event.id, "type": event.type, "source": event.source, "seq": seq})
+    else:
+        print(f"emitted {event.type} id={event.id}")
+    return EXIT_OK
+
+
+async def cmd_runs(client: Any, args: argparse.Namespace) -> int:
+    runs = await client.list_runs(args.workflow, args.status)
+    if args.json:
+        print_json(runs)
+        return EXIT_OK
+    if not runs:
+        print("no runs")
+        return EXIT_OK
+    print(f"{'RUN':26} {'WORKFLOW':28} {'STATUS':10} {'STATE':18} STARTED")
+    for r in runs:
+        name = f"{r.get('namespace', 'default')}/{r.get('workflow', '?')}"
+        print(
+            f"{r.get('run_id', ''):26} {name:28} {r.get('status', '?'):10} "
+            f"{r.get('state', ''):18} {r.get('started_at', '')}"
+        )
+    return EXIT_OK
+
+
+async def cmd_agents(client: Any, args: argparse.Namespace) -> int:
+    found = await client.agents()
+    if args.json:
+        print_json(found)
+        return EXIT_OK
+    live: dict[str, int] = {}
+    for w in found["workers"]:
+        for cap in w.get("capabilities", []):
+            live[cap] = live.get(cap, 0) + 1
+    print(f"{'AGENTDEF':24} {'CAPABILITY':24} WORKERS")
+    for name, spec in sorted(found["agentdefs"].items()):
+        for cap in spec.get("capabilities", []):
+            print(f"{name:24} {cap.get('name', ''):24} {live.get(cap.get('name'), 0)}")
+    for w in found["workers"]:
+        print(
+            f"worker {w.get('name')}/{w.get('instance')} pid={w.get('pid')} "
+            f"capabilities={','.join(w.get('capabilities', []))} in_flight={w.get('in_flight')}"
+        )
+    return EXIT_OK
+
+
+async def cmd_logs(client: Any, args: argparse.Namespace) -> int:
+    if args.follow:
+        async for record in client.follow(args.run_id):
+            _print_record(record, args.json)
+        return EXIT_OK
+    for record in await client.read(args.run_id):
+        _print_record(record, args.json)
+    return EXIT_OK
+
+
+def _print_record(record: ev.AnyRecord, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(ev.encode(record).decode() + "\n")
+    else:
+        sys.stdout.write(describe(record) + "\n")
+    sys.stdout.flush()
+
+
+async def cmd_result(client: Any, args: argparse.Namespace) -> int:
+    if args.wait:
+        try:
+            state = await client.wait(args.run_id, args.timeout)
+        except TimeoutError:
+            err(f"run {args.run_id} has not finished after {args.timeout}s")
+            return EXIT_NOT_FINISHED
+    else:
+        state = await client.state(args.run_id)
+    return _print_result(state, args.json)
+
+
+async def cmd_cancel(client: Any, args: argparse.Namespace) -> int:
+    done = await client.cancel(args.run_id, args.reason)
+    state = await client.state(args.run_id)
+    if args.json:
+        print_json({"run_id": args.run_id, "cancelled": done, "status": state.status})
+    elif done:
+        print(f"cancelled {args.run_id}")
+    else:
+        err(f"run {args.run_id} is already {state.status}")
+    return EXIT_OK if done else EXIT_FAILED
+
+
+async def cmd_export(client: Any, args: argparse.Namespace) -> int:
+    raw = await client.log.read_raw(args.run_id)
+    if not raw:
+        raise UnknownRun(args.run_id)
+    lines = b"".join(data + b"\n" for _, data in raw)
+    if args.output:
+        _write_atomically(Path(args.output), lines)
+        err(f"wrote {len(raw)} records to {args.output}")
+    else:
+        sys.stdout.buffer.write(lines)
+    return EXIT_OK
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    """Write beside the target, then rename: never a half-written export."""
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if args.file:
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise CliError(f"{args.file}: cannot read: {exc.strerror}") from exc
+        try:
+            records = ev.decode_lines(data)
+        except Exception as exc:
+            raise CliError(f"{args.file}: not a run log: {exc}", EXIT_FAILED) from exc
+        return _replay(records, args.json)
+    if not args.run_id:
+        raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
+
+    async def fetch(client: Any, a: argparse.Namespace) -> int:
+        return _replay(await client.read(a.run_id), a.json)
+
+    return with_client(fetch)(args)
+
+
+def _replay(records: list[ev.AnyRecord], as_json: bool) -> int:
+    for line in replay_lines(records, as_json):
+        sys.stdout.write(line + "\n")
+    state = fold(records)
+    return EXIT_OK if state.status in ("completed", "running") else EXIT_FAILED
+
+
+# -- processes --------------------------------------------------------------------------
+
+
+def add_process_parsers(sub: Sub) -> None:
+    p = sub.add_parser("serve", help="run the orchestrator")
+    p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics here")
+    p.add_argument("--log-level", default="info")
+    add_connection_flags(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("agent", help="agent workers")
+    agent_sub = p.add_subparsers(dest="agent_command", metavar="COMMAND")
+    agent_sub.required = True
+    run = agent_sub.add_parser("run", help="run one agent worker")
+    run.add_argument("target", help="a reference agent (echo, http-fetch, command) or module:attr")
+    run.add_argument("--concurrency", type=int, default=None)
+    run.add_argument("--metrics-port", type=int, default=None)
+    run.add_argument("--log-level", default="info")
+    add_connection_flags(run)
+    run.set_defaults(func=cmd_agent_run)
+
+    p = sub.add_parser("dev", help="embedded NATS, the orchestrator and the reference agents")
+    p.add_argument("--port", type=int, default=4222, help="NATS port (0: any free port)")
+    p.add_argument("--data-dir", default=".interlock", help="where NATS keeps its data")
+    p.add_argument("--no-agents", action="store_true", help="do not start the reference agents")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=cmd_dev)
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@contextlib.contextmanager
+def _signals(stop: Callable[[], None]) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def serve(opts: ConnectOptions, stop_event: asyncio.Event | None = None) -> None:
+    from interlock.runtime.service import Orchestrator
+
+    nc = await connect(opts)
+    orchestrator = Orchestrator(nc, opts.subjects)
+    stop_event = stop_event or asyncio.Event()
+    try:
+        await orchestrator.start()
+        with _signals(stop_event.set):
+            await stop_event.wait()
+    finally:
+        await orchestrator.stop()
+        await nc.close()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _logging(args.log_level)
+    try:
+        asyncio.run(serve(options(args)))
+    except ConnectionFailed as exc:
+        raise CliError(str(exc)) from exc
+    return EXIT_OK
+
+
+def cmd_agent_run(args: argparse.Namespace) -> int:
+    from interlock.sdk.runner import run_agent
+
+    _logging(args.log_level)
+    try:
+        asyncio.run(run_agent(args.target, options(args), args.concurrency, args.metrics_port))
+    except ConnectionFailed as exc:
+        raise CliError(str(exc)) from exc
+    except (LookupError, ImportError, AttributeError) as exc:
+        raise CliError(str(exc)) from exc
+    return EXIT_OK
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from interlock.runtime.devstack import run_dev
+
+    _logging(args.log_level)
+    return run_dev(Path(args.data_dir), args.port, agents=not args.no_agents)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)

@@ -1,0 +1,185 @@
+"""What the CLI (and any program) does against a running installation.
+
+None of it goes through the orchestrator process: definitions live in KV, runs are logs,
+and appends are optimistic, so ``start`` and ``cancel`` append to a run's log directly and
+the orchestrator's relay acts on what they appended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import DeliverPolicy
+from nats.js.errors import KeyNotFoundError
+
+from interlock.core import events as ev
+from interlock.core.compiler import Compiled, compile_sources
+from interlock.core.engine import cancel
+from interlock.core.state import RunState, fold
+from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.provision import provision
+from interlock.runtime.registry import Applied, Registry
+from interlock.runtime.runs import Runs, UnknownRun
+from interlock.runtime.subjects import Subjects
+
+
+def new_run_id() -> str:
+    """A fresh id for a run started by hand (triggered runs derive theirs from the event)."""
+    return "r" + secrets.token_hex(12)
+
+
+@dataclass(slots=True)
+class ApplyResult:
+    compiled: Compiled
+    applied: list[Applied]
+
+
+class InterlockClient:
+    """Operations on workflows, runs and events of one installation."""
+
+    def __init__(self, nc: NatsClient, subjects: Subjects) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.subjects = subjects
+        self.registry = Registry(self.js, subjects)
+        self.log = RunLog(nc, subjects)
+        self.runs = Runs(self.log, self.registry, cache_size=0)
+
+    async def ensure_provisioned(self) -> None:
+        await provision(self.js, self.subjects)
+
+    # -- definitions ----------------------------------------------------------------------
+
+    async def apply(self, sources: Iterable[tuple[str, str]]) -> ApplyResult:
+        """Validate every manifest (against the registry's capabilities too), then store."""
+        await self.registry.load()
+        compiled = compile_sources(
+            list(sources), known_capabilities=self.registry.known_capabilities()
+        )
+        if not compiled.ok:
+            return ApplyResult(compiled, [])
+        applied = [await self.registry.apply_agent(a) for a in compiled.agents]
+        applied += [await self.registry.apply_workflow(w) for w in compiled.workflows]
+        return ApplyResult(compiled, applied)
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def start(self, workflow: str, inputs: dict[str, Any], run_id: str | None = None) -> str:
+        definition, version = await self.registry.latest(workflow)
+        run_id = run_id or new_run_id()
+        await self.runs.start(definition, version, run_id, inputs)
+        return run_id
+
+    async def read(self, run_id: str) -> list[ev.AnyRecord]:
+        records, _ = await self.log.read(run_id)
+        if not records:
+            raise UnknownRun(run_id)
+        return records
+
+    async def state(self, run_id: str) -> RunState:
+        return fold(await self.read(run_id))
+
+    async def follow(
+        self, run_id: str, *, until_finished: bool = True, idle_timeout: float | None = None
+    ) -> AsyncIterator[ev.AnyRecord]:
+        """Every record of the run in order, then new ones as they are appended."""
+        sub = await self.js.subscribe(
+            self.subjects.run(run_id),
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.ALL,
+            stream=self.subjects.runs_stream,
+        )
+        try:
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=idle_timeout or 3600.0)
+                except NatsTimeoutError:
+                    if idle_timeout is not None:
+                        return
+                    continue
+                record = ev.decode(msg.data)
+                yield record
+                if until_finished and ev.record_type(record) in ev.TERMINAL_TYPES:
+                    return
+        finally:
+            await sub.unsubscribe()
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> RunState:  # noqa: ASYNC109
+        """The run's state once it has finished (raises TimeoutError after ``timeout``)."""
+
+        async def finished() -> RunState:
+            records = [r async for r in self.follow(run_id)]
+            return fold(records)
+
+        return await asyncio.wait_for(finished(), timeout)
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
+        records = await self.runs.apply(
+            run_id, lambda d, s: cancel(d, s, reason=reason, now=self.runs.clock())
+        )
+        return bool(records)
+
+    async def list_runs(
+        self, workflow: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        kv = await self.js.key_value(self.subjects.runs_bucket)
+        try:
+            keys = list(await kv.keys())
+        except Exception as exc:
+            if type(exc).__name__ == "NoKeysError":
+                return []
+            raise
+        out = []
+        for key in keys:
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:
+                continue
+            item = json.loads(entry.value or b"{}")
+            if workflow and workflow not in (
+                item.get("workflow"),
+                f"{item.get('namespace')}/{item.get('workflow')}",
+            ):
+                continue
+            if status and item.get("status") != status:
+                continue
+            out.append(item)
+        out.sort(key=lambda i: str(i.get("started_at", "")))
+        return out
+
+    # -- events and agents ----------------------------------------------------------------
+
+    async def emit(self, event: CloudEvent) -> int:
+        """Publish a CloudEvent as an external system would; returns its stream sequence."""
+        headers, payload = encode_binary(event)
+        headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
+        ack = await self.js.publish(self.subjects.event(event.type), payload, headers=headers)
+        return int(ack.seq)
+
+    async def agents(self) -> dict[str, Any]:
+        """Registered AgentDefs and the live workers heartbeating for them."""
+        specs = await self.registry.agent_specs()
+        kv = await self.js.key_value(self.subjects.workers_bucket)
+        workers = []
+        try:
+            keys = list(await kv.keys())
+        except Exception as exc:
+            if type(exc).__name__ != "NoKeysError":
+                raise
+            keys = []
+        for key in keys:
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:
+                continue
+            if entry.value:
+                workers.append(json.loads(entry.value))
+        return {"agentdefs": specs, "workers": workers}

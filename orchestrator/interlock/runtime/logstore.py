@@ -1,0 +1,79 @@
+"""Run logs in JetStream: one subject per run, read in order, appended optimistically.
+
+Reading uses batched direct gets (one request returns up to ``_BATCH`` records of one
+subject), so rebuilding a run after a restart costs one round trip per thousand records.
+Appending a decision's records is atomic (JetStream atomic batch publish) and guarded by
+``Nats-Expected-Last-Subject-Sequence``: a writer with a stale view loses, re-reads and
+decides again, which is what makes several orchestrator replicas safe without locks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from nats.aio.client import Client
+
+from interlock.core import events as ev
+from interlock.runtime.provision import append_batch
+from interlock.runtime.subjects import Subjects
+
+_BATCH = 1000
+_TIMEOUT = 5.0
+
+
+class LogReadError(Exception):
+    """The server did not answer a read of a run log as expected."""
+
+
+class RunLog:
+    """The run-log port over JetStream."""
+
+    def __init__(self, nc: Client, subjects: Subjects) -> None:
+        self._nc = nc
+        self._subjects = subjects
+        self._api = f"$JS.API.DIRECT.GET.{subjects.runs_stream}"
+
+    async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
+        """(stream sequence, encoded record) of every record after stream sequence ``after``."""
+        subject = self._subjects.run(run_id)
+        out: list[tuple[int, bytes]] = []
+        start = after + 1
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        try:
+            while True:
+                request = {"seq": start, "next_by_subj": subject, "batch": _BATCH}
+                await self._nc.publish(self._api, json.dumps(request).encode(), reply=inbox)
+                got = 0
+                while True:
+                    msg = await sub.next_msg(timeout=_TIMEOUT)
+                    headers = msg.headers or {}
+                    status = headers.get("Status")
+                    if status == "404":
+                        return out
+                    if status == "204":
+                        break
+                    if status:
+                        raise LogReadError(f"reading {subject}: status {status}")
+                    seq = int(headers["Nats-Sequence"])
+                    out.append((seq, msg.data))
+                    start = seq + 1
+                    got += 1
+                if got < _BATCH:
+                    return out
+        finally:
+            await sub.unsubscribe()
+
+    async def read(self, run_id: str, after: int = 0) -> tuple[list[ev.AnyRecord], int]:
+        """The decoded records after ``after`` and the stream sequence of the last one."""
+        raw = await self.read_raw(run_id, after)
+        last = raw[-1][0] if raw else after
+        return [ev.decode(data) for _, data in raw], last
+
+    async def append(
+        self, run_id: str, records: Sequence[ev.Record], expected_last_seq: int
+    ) -> int:
+        """Append atomically; raises AppendConflict when the log moved past ``expected``."""
+        payloads: list[tuple[dict[str, str], bytes]] = [({}, ev.encode(r)) for r in records]
+        return await append_batch(self._nc, self._subjects.run(run_id), payloads, expected_last_seq)

@@ -1,0 +1,265 @@
+"""Workflow and AgentDef registry in JetStream KV.
+
+Workflows are versioned: ``wf.<namespace>.<name>.<version>`` holds each version's manifest
+(never overwritten) and ``latest.<namespace>.<name>`` names the newest. Applying a changed
+manifest makes a new version; runs keep the version they started with because a run's
+first record names it. AgentDefs are stored by name as their spec (what agent workers read
+to validate their input and output).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from interlock.core.compiler import compile_agent_data, compile_workflow_data
+from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
+from interlock.runtime.subjects import Subjects
+
+log = logging.getLogger("interlock.registry")
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    kind: str
+    namespace: str
+    name: str
+    version: int
+    changed: bool
+
+
+class UnknownWorkflow(LookupError):
+    pass
+
+
+def _split(ref: str) -> tuple[str, str]:
+    """``ns/name`` or ``name`` (namespace "default")."""
+    if "/" in ref:
+        ns, name = ref.split("/", 1)
+        return ns, name
+    return "default", ref
+
+
+class Registry:
+    """Reads and writes definitions; keeps compiled ones and the trigger index in memory."""
+
+    def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._workflows: KeyValue | None = None
+        self._agents: KeyValue | None = None
+        self._compiled: dict[tuple[str, str, int], Definition] = {}
+        self._latest: dict[tuple[str, str], int] = {}
+        self._capabilities: dict[str, CapabilityDef] = {}
+        self._watchers: list[asyncio.Task[None]] = []
+
+    async def _kv(self) -> tuple[KeyValue, KeyValue]:
+        if self._workflows is None or self._agents is None:
+            self._workflows = await self._js.key_value(self._subjects.workflows_bucket)
+            self._agents = await self._js.key_value(self._subjects.agents_bucket)
+        return self._workflows, self._agents
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def apply_workflow(self, definition: Definition) -> Applied:
+        workflows, _ = await self._kv()
+        ns, name = definition.namespace, definition.name
+        latest_key = f"latest.{ns}.{name}"
+        while True:
+            try:
+                entry = await workflows.get(latest_key)
+                pointer = json.loads(entry.value or b"{}")
+                revision = entry.revision
+            except KeyNotFoundError:
+                pointer, revision = {}, None
+            if pointer.get("spec_hash") == definition.spec_hash:
+                return Applied("Workflow", ns, name, int(pointer["version"]), False)
+            version = int(pointer.get("version", 0)) + 1
+            body = json.dumps(
+                {
+                    "version": version,
+                    "spec_hash": definition.spec_hash,
+                    "manifest": dict(definition.manifest),
+                }
+            ).encode()
+            await workflows.put(f"wf.{ns}.{name}.{version}", body)
+            new_pointer = json.dumps({"version": version, "spec_hash": definition.spec_hash})
+            try:
+                if revision is None:
+                    await workflows.create(latest_key, new_pointer.encode())
+                else:
+                    await workflows.update(latest_key, new_pointer.encode(), last=revision)
+            except KeyWrongLastSequenceError:
+                continue  # someone applied at the same time: read again and decide again
+            except Exception as exc:  # create() on an existing key
+                if "wrong last sequence" in str(exc).lower():
+                    continue
+                raise
+            self._latest[(ns, name)] = version
+            self._compiled[(ns, name, version)] = definition
+            return Applied("Workflow", ns, name, version, True)
+
+    async def apply_agent(self, agent: AgentDefinition) -> Applied:
+        _, agents = await self._kv()
+        spec = dict(agent.manifest.get("spec", {}))
+        body = json.dumps(spec, sort_keys=True).encode()
+        try:
+            current = await agents.get(agent.name)
+            if current.value == body:
+                return Applied(
+                    "AgentDef", agent.namespace, agent.name, current.revision or 0, False
+                )
+        except KeyNotFoundError:
+            pass
+        revision = await agents.put(agent.name, body)
+        for cap in agent.capabilities.values():
+            self._capabilities[cap.name] = cap
+        return Applied("AgentDef", agent.namespace, agent.name, revision, True)
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def definition(self, namespace: str, name: str, version: int) -> Definition:
+        key = (namespace, name, version)
+        found = self._compiled.get(key)
+        if found is not None:
+            return found
+        workflows, _ = await self._kv()
+        try:
+            entry = await workflows.get(f"wf.{namespace}.{name}.{version}")
+        except KeyNotFoundError:
+            raise UnknownWorkflow(
+                f"workflow {namespace}/{name} version {version} is not applied"
+            ) from None
+        body = json.loads(entry.value or b"{}")
+        definition = compile_workflow_data(body["manifest"], f"<{namespace}/{name}@{version}>")
+        self._compiled[key] = definition
+        return definition
+
+    async def latest(self, ref: str) -> tuple[Definition, int]:
+        """The newest version of ``ns/name`` (or ``name`` in namespace default)."""
+        ns, name = _split(ref)
+        workflows, _ = await self._kv()
+        try:
+            entry = await workflows.get(f"latest.{ns}.{name}")
+        except KeyNotFoundError:
+            raise UnknownWorkflow(
+                f"workflow {ns}/{name} is not applied (interlock apply FILE)"
+            ) from None
+        version = int(json.loads(entry.value or b"{}")["version"])
+        self._latest[(ns, name)] = version
+        return await self.definition(ns, name, version), version
+
+    async def workflows(self) -> list[dict[str, Any]]:
+        workflows, _ = await self._kv()
+        out = []
+        for key in await _keys(workflows):
+            if key.startswith("latest."):
+                _, ns, name = key.split(".", 2)
+                entry = await workflows.get(key)
+                pointer = json.loads(entry.value or b"{}")
+                out.append({"namespace": ns, "name": name, **pointer})
+        return out
+
+    async def agent_specs(self) -> dict[str, dict[str, Any]]:
+        _, agents = await self._kv()
+        out = {}
+        for key in await _keys(agents):
+            try:
+                entry = await agents.get(key)
+            except KeyNotFoundError:
+                continue
+            out[key] = json.loads(entry.value or b"{}")
+        return out
+
+    def capability(self, name: str) -> CapabilityDef | None:
+        return self._capabilities.get(name)
+
+    def known_capabilities(self) -> set[str]:
+        return set(self._capabilities)
+
+    def triggered_by(self, event_type: str) -> Iterable[tuple[Definition, int]]:
+        """Latest definitions with a trigger on ``event_type``."""
+        for (ns, name), version in list(self._latest.items()):
+            definition = self._compiled.get((ns, name, version))
+            if definition is not None and any(t.event == event_type for t in definition.triggers):
+                yield definition, version
+
+    # -- keeping up to date --------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read every latest workflow and every AgentDef (done once at start)."""
+        for item in await self.workflows():
+            with contextlib.suppress(Exception):
+                await self.definition(item["namespace"], item["name"], int(item["version"]))
+                self._latest[(item["namespace"], item["name"])] = int(item["version"])
+        for name, spec in (await self.agent_specs()).items():
+            self._learn_agent(name, spec)
+
+    def _learn_agent(self, name: str, spec: dict[str, Any]) -> None:
+        try:
+            agent = compile_agent_data(
+                {
+                    "apiVersion": "interlock.io/v1",
+                    "kind": "AgentDef",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                }
+            )
+        except Exception as exc:
+            log.warning("agent definition %s is not valid: %s", name, exc)
+            return
+        self._capabilities.update(agent.capabilities)
+
+    async def watch(self) -> None:
+        """Follow changes applied by other processes (runs until cancelled)."""
+        workflows, agents = await self._kv()
+        self._watchers = [
+            asyncio.create_task(self._watch_workflows(workflows)),
+            asyncio.create_task(self._watch_agents(agents)),
+        ]
+
+    async def close(self) -> None:
+        for task in self._watchers:
+            task.cancel()
+        for task in self._watchers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _watch_workflows(self, kv: KeyValue) -> None:
+        watcher = await kv.watch("latest.>", include_history=False)
+        async for entry in watcher:
+            if entry is None or entry.value is None:
+                continue
+            try:
+                _, ns, name = entry.key.split(".", 2)
+                version = int(json.loads(entry.value)["version"])
+                await self.definition(ns, name, version)
+                self._latest[(ns, name)] = version
+            except Exception as exc:
+                log.warning("cannot load workflow %s: %s", entry.key, exc)
+
+    async def _watch_agents(self, kv: KeyValue) -> None:
+        watcher = await kv.watchall()
+        async for entry in watcher:
+            if entry is None or not entry.value:
+                continue
+            with contextlib.suppress(Exception):
+                self._learn_agent(entry.key, json.loads(entry.value))
+
+
+async def _keys(kv: KeyValue) -> list[str]:
+    try:
+        return list(await kv.keys())
+    except Exception as exc:  # nats-py raises NoKeysError on an empty bucket
+        if type(exc).__name__ == "NoKeysError":
+            return []
+        raise

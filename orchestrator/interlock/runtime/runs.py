@@ -1,0 +1,161 @@
+"""Starting runs and applying decisions to them: read the log, decide, append, retry.
+
+Used by the orchestrator (with a cache of recent states) and by the CLI (``start``,
+``cancel``) alike: any process may append to a run's log, because appends are optimistic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from interlock.core import events as ev
+from interlock.core.definition import Definition, resolve_inputs
+from interlock.core.engine import Incoming, start
+from interlock.core.state import RunState, fold
+from interlock.runtime.errors import AppendConflict
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.registry import Registry
+
+log = logging.getLogger("interlock.runs")
+
+MAX_ATTEMPTS = 20
+
+
+def utc_now() -> str:
+    """The shell's clock, as the RFC 3339 text records carry."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class InvalidInputs(ValueError):
+    """A run's inputs do not match the workflow's declared inputs; no run was created."""
+
+    def __init__(self, workflow: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"invalid inputs for workflow {workflow}: " + "; ".join(problems))
+
+
+class UnknownRun(LookupError):
+    pass
+
+
+@dataclass(slots=True)
+class Entry:
+    state: RunState
+    last_seq: int
+    definition: Definition
+
+
+Decision = Callable[[Definition, RunState], Sequence[ev.AnyRecord]]
+
+
+class Runs:
+    """Run logs plus the definitions they run, with a bounded cache of states."""
+
+    def __init__(
+        self,
+        log_store: RunLog,
+        registry: Registry,
+        *,
+        clock: Callable[[], str] = utc_now,
+        cache_size: int = 10_000,
+    ) -> None:
+        self.log = log_store
+        self.registry = registry
+        self.clock = clock
+        self._cache: OrderedDict[str, Entry] = OrderedDict()
+        self._cache_size = cache_size
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.conflicts = 0
+
+    def lock(self, run_id: str) -> asyncio.Lock:
+        found = self._locks.get(run_id)
+        if found is None:
+            found = self._locks[run_id] = asyncio.Lock()
+        return found
+
+    def release(self, run_id: str) -> None:
+        lock = self._locks.get(run_id)
+        if lock is not None and not lock.locked():
+            del self._locks[run_id]
+
+    async def load(self, run_id: str, *, fresh: bool = False) -> Entry | None:
+        """The run's state, from the cache or by folding its log (None: no such run)."""
+        entry = None if fresh else self._cache.get(run_id)
+        if entry is not None:
+            self._cache.move_to_end(run_id)
+            return entry
+        records, last = await self.log.read(run_id)
+        if not records:
+            return None
+        state = fold(records)
+        definition = await self.registry.definition(state.namespace, state.workflow, state.version)
+        entry = Entry(state, last, definition)
+        self._remember(run_id, entry)
+        return entry
+
+    def _remember(self, run_id: str, entry: Entry) -> None:
+        if entry.state.finished:
+            self._cache.pop(run_id, None)
+            return
+        self._cache[run_id] = entry
+        self._cache.move_to_end(run_id)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def forget(self, run_id: str) -> None:
+        self._cache.pop(run_id, None)
+
+    async def apply(self, run_id: str, decision: Decision) -> list[ev.AnyRecord]:
+        """Decide on the run's current state and append; on a lost race, re-read and retry."""
+        for attempt in range(MAX_ATTEMPTS):
+            entry = await self.load(run_id, fresh=attempt > 0)
+            if entry is None:
+                raise UnknownRun(run_id)
+            records = list(decision(entry.definition, entry.state))
+            if not records:
+                return []
+            try:
+                last = await self.log.append(run_id, records, entry.last_seq)
+            except AppendConflict:
+                self.conflicts += 1
+                self.forget(run_id)
+                continue
+            self._remember(run_id, Entry(fold(records, entry.state), last, entry.definition))
+            return records
+        raise RuntimeError(f"run {run_id}: gave up after {MAX_ATTEMPTS} conflicting appends")
+
+    async def start(
+        self,
+        definition: Definition,
+        version: int,
+        run_id: str,
+        inputs: Mapping[str, Any],
+        *,
+        trigger: Incoming | None = None,
+        traceparent: str | None = None,
+    ) -> tuple[bool, list[ev.AnyRecord]]:
+        """Start a run; (False, []) when a run with this id exists already."""
+        resolved, problems = resolve_inputs(definition, inputs)
+        if problems:
+            raise InvalidInputs(f"{definition.namespace}/{definition.name}", problems)
+        records = start(
+            definition,
+            run_id=run_id,
+            inputs=resolved,
+            now=self.clock(),
+            version=version,
+            trigger=trigger,
+            traceparent=traceparent,
+        )
+        try:
+            last = await self.log.append(run_id, records, 0)
+        except AppendConflict:
+            return False, []
+        self._remember(run_id, Entry(fold(records), last, definition))
+        return True, records

@@ -1,0 +1,462 @@
+"""``interlock serve``: the orchestrator.
+
+Three durable pull consumers, all stateless to restart:
+
+- ingress: CloudEvents on ``<prefix>.events.>`` start runs (triggers) or reach the run
+  named by their ``runid`` extension. Invalid messages go to the dead-letter stream.
+- results: agents' answers on ``<prefix>.results.>`` are decided on by their run.
+- relay (the outbox): every appended run-log record is read back from the RUNS stream and
+  acted on: action requests are published to capability subjects with a deterministic
+  ``Nats-Msg-Id``, cancellations are told to agents, the run index is kept up to date.
+  Effects follow the log, never precede it, so a crash anywhere re-does them without
+  duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jsonschema
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import FetchTimeoutError
+
+from interlock.core import events as ev
+from interlock.core.engine import (
+    Incoming,
+    decide,
+    derive_run_id,
+    matching_trigger,
+    trigger_inputs,
+)
+from interlock.core.expr import ExpressionError
+from interlock.runtime.cloudevents_nats import (
+    CloudEvent,
+    InvalidCloudEvent,
+    decode_message,
+    encode_binary,
+)
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.provision import provision
+from interlock.runtime.registry import Registry, UnknownWorkflow
+from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
+from interlock.runtime.subjects import Subjects
+
+log = logging.getLogger("interlock.orchestrator")
+
+MAX_DELIVERIES = 5
+"""A message that fails this often is dead-lettered instead of retried forever."""
+FETCH_BATCH = 128
+
+
+def to_incoming(event: CloudEvent) -> Incoming:
+    return Incoming(
+        type=event.type,
+        source=event.source,
+        id=event.id,
+        data=event.data,
+        time=event.time,
+        subject=event.subject,
+        extensions=dict(event.extensions),
+    )
+
+
+def _plus(now: str, seconds: float) -> str:
+    moment = datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(seconds=seconds)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Orchestrator:
+    """The router, engine shell and dispatcher of one orchestrator process."""
+
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        clock: Callable[[], str] = utc_now,
+        cache_size: int = 10_000,
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.subjects = subjects
+        self.registry = Registry(self.js, subjects)
+        self.runs = Runs(RunLog(nc, subjects), self.registry, clock=clock, cache_size=cache_size)
+        self.clock = clock
+        self.counters: Counter[str] = Counter()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self._index: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await provision(self.js, self.subjects)
+        await self.registry.load()
+        await self.registry.watch()
+        self._index = await self.js.key_value(self.subjects.runs_bucket)
+        s = self.subjects
+        self._tasks = [
+            asyncio.create_task(
+                self._consume(s.events_stream, s.events_all, "ingress", self._on_ingress)
+            ),
+            asyncio.create_task(
+                self._consume(s.results_stream, s.results_all, "results", self._on_result)
+            ),
+            asyncio.create_task(self._relay()),
+        ]
+        log.info("orchestrator started (prefix %s)", s.prefix)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.registry.close()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        try:
+            await self._stopping.wait()
+        finally:
+            await self.stop()
+
+    # -- consuming ------------------------------------------------------------------------
+
+    async def _consume(
+        self,
+        stream: str,
+        subject: str,
+        durable: str,
+        handler: Callable[[Msg], Awaitable[None]],
+    ) -> None:
+        config = ConsumerConfig(
+            durable_name=durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=30,
+            max_ack_pending=10_000,
+            deliver_policy=DeliverPolicy.ALL,
+        )
+        sub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
+            except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
+                continue
+            except Exception as exc:
+                log.warning("%s: fetch failed: %s", durable, exc)
+                await asyncio.sleep(0.5)
+                continue
+            await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
+
+    async def _guarded(
+        self, handler: Callable[[Msg], Awaitable[None]], msg: Msg, where: str
+    ) -> None:
+        """One message: handled and acked, retried later, or dead-lettered. Never raises."""
+        try:
+            await handler(msg)
+            await msg.ack()
+        except Exception as exc:
+            delivered = msg.metadata.num_delivered if msg.metadata else 1
+            if delivered >= MAX_DELIVERIES:
+                log.error("%s: dead-lettering after %d attempts: %s", where, delivered, exc)
+                await self._dead_letter(msg, "processing-failed", str(exc))
+                with contextlib.suppress(Exception):
+                    await msg.ack()
+            else:
+                log.warning("%s: will retry (%d): %s", where, delivered, exc)
+                with contextlib.suppress(Exception):
+                    await msg.nak(delay=min(0.2 * 2**delivered, 5.0))
+
+    async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
+        headers = dict(msg.headers or {})
+        headers["Interlock-Dead-Letter-Reason"] = reason
+        headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
+        headers["Interlock-Dead-Letter-Subject"] = msg.subject
+        self.counters[f"dead_lettered:{reason}"] += 1
+        try:
+            await self.js.publish(self.subjects.dead_letter(reason), msg.data, headers=headers)
+        except Exception as exc:  # the message is still acked: say so loudly
+            log.error("could not dead-letter a message (%s): %s", reason, exc)
+
+    def _decode(self, msg: Msg) -> CloudEvent:
+        return decode_message(msg.headers, msg.data)
+
+    # -- ingress --------------------------------------------------------------------------
+
+    async def _on_ingress(self, msg: Msg) -> None:
+        try:
+            event = self._decode(msg)
+        except InvalidCloudEvent as exc:
+            await self._dead_letter(msg, exc.reason, str(exc))
+            return
+        incoming = to_incoming(event)
+        self.counters["events_received"] += 1
+        run_id = event.extensions.get("runid")
+        if run_id:
+            delivered = await self._deliver(run_id, incoming)
+            if not delivered:
+                self.counters["events_unrouted"] += 1
+            return
+        started = 0
+        for definition, version in list(self.registry.triggered_by(event.type)):
+            if matching_trigger(definition, incoming) is None:
+                continue
+            trigger = matching_trigger(definition, incoming)
+            assert trigger is not None
+            try:
+                inputs = trigger_inputs(trigger, incoming)
+            except ExpressionError as exc:
+                await self._dead_letter(msg, "bad-trigger-input", f"{definition.name}: {exc}")
+                continue
+            run_id = derive_run_id(definition, event.source, event.id)
+            try:
+                created, _ = await self.runs.start(
+                    definition,
+                    version,
+                    run_id,
+                    inputs,
+                    trigger=incoming,
+                    traceparent=event.extensions.get("traceparent"),
+                )
+            except InvalidInputs as exc:
+                await self._dead_letter(msg, "invalid-inputs", str(exc))
+                continue
+            started += 1
+            self.counters["runs_started" if created else "triggers_duplicate"] += 1
+        if not started:
+            self.counters["events_unrouted"] += 1
+
+    async def _deliver(self, run_id: str, incoming: Incoming) -> bool:
+        now = self.clock()
+        async with self.runs.lock(run_id):
+            try:
+                records = await self.runs.apply(run_id, lambda d, s: decide(d, s, incoming, now))
+            except (UnknownRun, UnknownWorkflow):
+                return False
+            finally:
+                self.runs.release(run_id)
+        return bool(records)
+
+    # -- results --------------------------------------------------------------------------
+
+    async def _on_result(self, msg: Msg) -> None:
+        try:
+            event = self._decode(msg)
+        except InvalidCloudEvent as exc:
+            await self._dead_letter(msg, exc.reason, str(exc))
+            return
+        run_id = event.extensions.get("runid") or msg.subject.rsplit(".", 1)[-1]
+        incoming = self._check_output(to_incoming(event), run_id)
+        await self._deliver(run_id, incoming)
+
+    def _check_output(self, incoming: Incoming, run_id: str) -> Incoming:
+        """An answer whose data break the capability's output_schema fails as schema_error."""
+        if incoming.type == "task.failed":
+            return incoming
+        capability = self.registry.capability(incoming.extensions.get("capability", ""))
+        entry = self.runs._cache.get(run_id)
+        if capability is None and entry is not None:
+            pending = entry.state.pending.get(incoming.extensions.get("actionid", ""))
+            if pending is not None:
+                capability = self.registry.capability(pending.capability)
+        if capability is None or not capability.output_schema:
+            return incoming
+        try:
+            jsonschema.validate(incoming.data, dict(capability.output_schema))
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+            data = {
+                "error": {
+                    "class": "schema_error",
+                    "message": f"output of {capability.name} does not match its output_schema "
+                    f"at {where}: {exc.message}",
+                }
+            }
+            return Incoming(
+                type="task.failed",
+                source=incoming.source,
+                id=incoming.id,
+                data=data,
+                time=incoming.time,
+                extensions=incoming.extensions,
+            )
+        return incoming
+
+    # -- the relay (outbox) ---------------------------------------------------------------
+
+    async def _relay(self) -> None:
+        s = self.subjects
+        config = ConsumerConfig(
+            durable_name="relay",
+            ack_policy=AckPolicy.ALL,
+            ack_wait=30,
+            max_ack_pending=20_000,
+            deliver_policy=DeliverPolicy.ALL,
+        )
+        sub = await self.js.pull_subscribe(
+            s.runs_all, durable="relay", stream=s.runs_stream, config=config
+        )
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(512, timeout=1.0)
+            except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
+                continue
+            except Exception as exc:
+                log.warning("relay: fetch failed: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            effects: list[Awaitable[None]] = []
+            indexed: dict[str, list[ev.AnyRecord]] = {}
+            for msg in msgs:
+                try:
+                    record = ev.decode(msg.data)
+                except Exception as exc:
+                    log.error("relay: undecodable run-log record on %s: %s", msg.subject, exc)
+                    continue
+                if isinstance(record, ev.ActionRequested):
+                    effects.append(self._dispatch(record))
+                elif isinstance(record, ev.RunCancelled):
+                    effects.append(self._tell_cancelled(record))
+                if isinstance(record, _INDEXED):
+                    indexed.setdefault(record.subject, []).append(record)
+            # Index updates of one run are applied in log order; runs go in parallel.
+            effects.extend(self._index_run(run_id, records) for run_id, records in indexed.items())
+            try:
+                await asyncio.gather(*effects)
+            except Exception as exc:
+                log.warning("relay: effects failed, will redo: %s", exc)
+                for msg in msgs:
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=1)
+                continue
+            await msgs[-1].ack()
+
+    async def _dispatch(self, record: ev.ActionRequested) -> None:
+        d = record.data
+        run_id = record.subject
+        capability = self.registry.capability(d.capability)
+        deadline = d.deadline
+        if deadline is None and capability is not None and capability.timeout_s:
+            deadline = _plus(record.time, capability.timeout_s)
+        if capability is not None and capability.input_schema:
+            try:
+                jsonschema.validate(d.input, dict(capability.input_schema))
+            except jsonschema.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+                await self._answer_failed(
+                    record,
+                    "schema_error",
+                    f"input of {d.capability} does not match its input_schema at {where}: "
+                    f"{exc.message}",
+                )
+                return
+        extensions = {
+            "runid": run_id,
+            "actionid": d.action_id,
+            "capability": d.capability,
+            "attempt": str(d.attempt),
+        }
+        if deadline:
+            extensions["deadline"] = deadline
+        if record.traceparent:
+            extensions["traceparent"] = record.traceparent
+        event = CloudEvent(
+            id=d.action_id,
+            source=ev.SOURCE,
+            type="io.interlock.task.requested",
+            subject=run_id,
+            time=record.time,
+            datacontenttype="application/json",
+            data=d.input if d.input is not None else {},
+            extensions=extensions,
+        )
+        headers, payload = encode_binary(event)
+        headers["Nats-Msg-Id"] = f"{d.action_id}.{d.attempt}"
+        await self.js.publish(self.subjects.capability(d.capability), payload, headers=headers)
+        self.counters["actions_dispatched"] += 1
+
+    async def _answer_failed(
+        self, record: ev.ActionRequested, error_class: str, message: str
+    ) -> None:
+        """Feed a failure back through the results stream, like an agent's answer."""
+        d = record.data
+        event = CloudEvent(
+            id=f"{d.action_id}.{d.attempt}.rejected",
+            source=ev.SOURCE,
+            type="task.failed",
+            subject=record.subject,
+            time=record.time,
+            datacontenttype="application/json",
+            data={"error": {"class": error_class, "message": message}},
+            extensions={
+                "runid": record.subject,
+                "actionid": d.action_id,
+                "attempt": str(d.attempt),
+            },
+        )
+        headers, payload = encode_binary(event)
+        headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
+        await self.js.publish(self.subjects.result(record.subject), payload, headers=headers)
+
+    async def _tell_cancelled(self, record: ev.RunCancelled) -> None:
+        for action_id in record.data.cancelled_actions:
+            event = CloudEvent(
+                id=f"{action_id}.cancel",
+                source=ev.SOURCE,
+                type="io.interlock.task.cancel",
+                subject=record.subject,
+                time=record.time,
+                extensions={"runid": record.subject, "actionid": action_id},
+            )
+            headers, payload = encode_binary(event)
+            await self.nc.publish(self.subjects.control(record.subject), payload, headers=headers)
+
+    async def _index_run(self, key: str, records: list[ev.AnyRecord]) -> None:
+        """Keep the run index (``interlock runs``) in step with the log; rebuildable."""
+        try:
+            entry = await self._index.get(key)
+            current = json.loads(entry.value or b"{}")
+        except Exception:
+            current = {"run_id": key}
+        for record in records:
+            _index_update(current, record)
+        await self._index.put(key, json.dumps(current).encode())
+
+
+_INDEXED = (ev.RunStarted, ev.StateEntered, ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
+
+
+def _index_update(current: dict[str, Any], record: ev.AnyRecord) -> None:
+    if isinstance(record, ev.RunStarted):
+        current.update(
+            workflow=record.data.workflow,
+            namespace=record.data.namespace,
+            version=record.data.version,
+            status="running",
+            started_at=record.time,
+        )
+    elif isinstance(record, ev.StateEntered):
+        current["state"] = record.data.state
+    elif isinstance(record, ev.RunCompleted):
+        current["status"] = "completed"
+    elif isinstance(record, ev.RunFailed):
+        current["status"] = "failed"
+        current["error"] = {
+            "class": record.data.error.error_class,
+            "message": record.data.error.message,
+        }
+    elif isinstance(record, ev.RunCancelled):
+        current["status"] = "cancelled"
+    current["updated_at"] = record.time

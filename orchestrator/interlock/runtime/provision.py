@@ -1,0 +1,278 @@
+"""Streams and KV buckets of one installation, and atomic appends to a run log.
+
+``provision`` creates or updates every stream and bucket named by ``Subjects``. It sends
+raw JSON stream configurations to the JetStream API (``$JS.API.STREAM.CREATE/UPDATE``):
+``allow_atomic`` (atomic batch publish) and ``allow_msg_schedules`` (message scheduling)
+are nats-server 2.12 settings that client libraries model unevenly, and comparing the
+server's own JSON with ours is what makes a second run a no-op. KV buckets are streams
+too (``KV_<bucket>``, laid out as NATS KV clients expect), so one code path serves all.
+
+``append_batch`` appends several records to one run subject in one atomic batch
+(ADR-50: ``Nats-Batch-Id``, ``Nats-Batch-Sequence``, ``Nats-Batch-Commit``), guarded by
+``Nats-Expected-Last-Subject-Sequence`` so that concurrent writers cannot interleave.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+
+from interlock.runtime.errors import AppendConflict
+from interlock.runtime.subjects import Subjects
+
+__all__ = [
+    "AppendConflict",
+    "JetStreamAPIError",
+    "append_batch",
+    "check_ready",
+    "desired_configs",
+    "provision",
+]
+
+_NS: Final = 1_000_000_000
+_DEFAULT_API_PREFIX: Final = "$JS.API"
+_API_WAIT_S: Final = 5.0
+DUPLICATE_WINDOW_S: Final = 120.0
+DEAD_LETTER_MAX_AGE_S: Final = 14 * 86400.0
+WORKERS_TTL_S: Final = 15.0
+MAX_BATCH: Final = 1000  # the server's limit on messages in one atomic batch
+
+# JetStream API error codes (nats-server errors.json).
+_ERR_STREAM_NOT_FOUND: Final = 10059
+_ERR_WRONG_LAST_SEQUENCE: Final = 10071
+_EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+
+
+class JetStreamAPIError(Exception):
+    """The JetStream API refused a request; carries the server's codes and description."""
+
+    def __init__(self, what: str, error: dict[str, Any]) -> None:
+        self.code = int(error.get("code", 0))
+        self.err_code = int(error.get("err_code", 0))
+        self.description = str(error.get("description", "unknown error"))
+        super().__init__(f"{what}: {self.description} (err_code {self.err_code})")
+
+
+# --- configurations -------------------------------------------------------------------
+
+
+def _stream(name: str, subjects: list[str], replicas: int, **settings: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": name,
+        "subjects": subjects,
+        "retention": "limits",
+        "storage": "file",
+        "discard": "old",
+        "num_replicas": replicas,
+        "max_age": 0,
+        "duplicate_window": int(DUPLICATE_WINDOW_S * _NS),
+    }
+    config.update(settings)
+    return config
+
+
+def _bucket(bucket: str, replicas: int, *, history: int, ttl_s: float = 0.0) -> dict[str, Any]:
+    # The layout NATS KV clients create and expect (nats-py create_key_value, ADR-8).
+    ttl = int(ttl_s * _NS)
+    window = min(ttl, int(DUPLICATE_WINDOW_S * _NS)) if ttl else int(DUPLICATE_WINDOW_S * _NS)
+    return _stream(
+        f"KV_{bucket}",
+        [f"$KV.{bucket}.>"],
+        replicas,
+        discard="new",
+        max_age=ttl,
+        duplicate_window=window,
+        max_msgs_per_subject=history,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        allow_direct=True,
+    )
+
+
+def desired_configs(
+    subjects: Subjects, *, replicas: int = 1, event_max_age_s: float = 7 * 86400
+) -> list[dict[str, Any]]:
+    """The JetStream stream configurations (as the server's JSON) of one installation."""
+    s = subjects
+    event_age = int(event_max_age_s * _NS)
+    return [
+        _stream(s.events_stream, [s.events_all], replicas, max_age=event_age),
+        _stream(s.runs_stream, [s.runs_all], replicas, allow_direct=True, allow_atomic=True),
+        _stream(s.tasks_stream, [s.capabilities_all], replicas, retention="workqueue"),
+        # Results are copied into run logs as they arrive; keep them as long as events.
+        _stream(s.results_stream, [s.results_all], replicas, max_age=event_age),
+        _stream(
+            s.dead_letter_stream,
+            [s.dead_letters_all],
+            replicas,
+            max_age=int(DEAD_LETTER_MAX_AGE_S * _NS),
+        ),
+        _stream(s.timers_stream, [s.timers_all], replicas, allow_msg_schedules=True),
+        _bucket(s.workflows_bucket, replicas, history=64),
+        _bucket(s.agents_bucket, replicas, history=16),
+        _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),
+        _bucket(s.runs_bucket, replicas, history=1),
+    ]
+
+
+# --- provisioning ---------------------------------------------------------------------
+
+
+async def provision(
+    js: JetStreamContext | Client,
+    subjects: Subjects,
+    *,
+    replicas: int = 1,
+    event_max_age_s: float = 7 * 86400,
+) -> None:
+    """Create the streams and buckets of ``subjects``, or update those that differ.
+
+    Idempotent: a stream whose settings already match is left alone.
+
+    Raises:
+        JetStreamAPIError: the server refused a configuration (for example a setting that
+            cannot change on an existing stream, or a server older than 2.12).
+    """
+    nc, prefix = _connection(js)
+    for desired in desired_configs(subjects, replicas=replicas, event_max_age_s=event_max_age_s):
+        name = desired["name"]
+        current = await _stream_config(nc, prefix, name)
+        if current is None:
+            await _api(nc, f"{prefix}.STREAM.CREATE.{name}", desired, f"create stream {name}")
+        elif any(current.get(key) != value for key, value in desired.items()):
+            # Keep what the server filled in or an operator set; change only our settings.
+            await _api(
+                nc,
+                f"{prefix}.STREAM.UPDATE.{name}",
+                current | desired,
+                f"update stream {name}",
+            )
+
+
+async def check_ready(js: JetStreamContext | Client, subjects: Subjects) -> list[str]:
+    """Names of the streams and buckets of ``subjects`` that do not exist (empty: ready)."""
+    nc, prefix = _connection(js)
+    missing: list[str] = []
+    for desired in desired_configs(subjects):
+        name: str = desired["name"]
+        if await _stream_config(nc, prefix, name) is None:
+            missing.append(name.removeprefix("KV_") if name.startswith("KV_") else name)
+    return missing
+
+
+async def _stream_config(nc: Client, prefix: str, name: str) -> dict[str, Any] | None:
+    try:
+        info = await _api(nc, f"{prefix}.STREAM.INFO.{name}", None, f"stream info {name}")
+    except JetStreamAPIError as exc:
+        if exc.err_code == _ERR_STREAM_NOT_FOUND:
+            return None
+        raise
+    config: dict[str, Any] = info["config"]
+    return config
+
+
+async def _api(nc: Client, subject: str, body: dict[str, Any] | None, what: str) -> dict[str, Any]:
+    payload = msgspec.json.encode(body) if body is not None else b""
+    try:
+        msg = await nc.request(subject, payload, timeout=_API_WAIT_S)
+    except NoRespondersError as exc:
+        raise JetStreamAPIError(
+            what, {"description": "JetStream is not enabled on this server (no responders)"}
+        ) from exc
+    reply: dict[str, Any] = msgspec.json.decode(msg.data)
+    error = reply.get("error")
+    if error:
+        raise JetStreamAPIError(what, error)
+    return reply
+
+
+def _connection(js: JetStreamContext | Client) -> tuple[Client, str]:
+    """The core connection and API prefix behind a JetStream context (or a bare client)."""
+    if isinstance(js, Client):
+        return js, _DEFAULT_API_PREFIX
+    # nats-py exposes no public accessor for these; both are set in its constructor.
+    return js._nc, js._prefix
+
+
+# --- atomic appends -------------------------------------------------------------------
+
+
+class _PubAck(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    batch: str = ""
+    count: int = 0
+    error: dict[str, Any] | None = None
+
+
+_decode_ack = msgspec.json.Decoder(_PubAck).decode
+
+
+async def append_batch(
+    js_or_nc: JetStreamContext | Client,
+    subject: str,
+    payloads: Sequence[tuple[dict[str, str], bytes]],
+    expected_last_subject_seq: int | None,
+    *,
+    ack_wait: float = 5.0,
+) -> int:
+    """Append ``payloads`` (headers, data) to ``subject``, all or nothing.
+
+    With ``expected_last_subject_seq`` set, the append only happens if the subject's last
+    message is at that stream sequence (0: the subject is empty). Several messages go as
+    one atomic batch: the server stores them with consecutive sequences or not at all.
+
+    Returns:
+        The stream sequence of the last message appended.
+
+    Raises:
+        AppendConflict: the subject moved past ``expected_last_subject_seq``; nothing
+            of the batch is stored.
+        JetStreamAPIError: any other refusal (no stream, stream without atomic publish...).
+    """
+    if not payloads:
+        raise ValueError("append_batch needs at least one message")
+    if len(payloads) > MAX_BATCH:
+        raise ValueError(f"an atomic batch holds at most {MAX_BATCH} messages")
+    nc = js_or_nc if isinstance(js_or_nc, Client) else _connection(js_or_nc)[0]
+    last = len(payloads) - 1
+    batch_id = uuid.uuid4().hex if last else ""
+    for index, (headers, data) in enumerate(payloads):
+        hdrs = dict(headers)
+        if index == 0 and expected_last_subject_seq is not None:
+            hdrs[_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+        if batch_id:
+            hdrs["Nats-Batch-Id"] = batch_id
+            hdrs["Nats-Batch-Sequence"] = str(index + 1)
+        if index < last:
+            # Only the commit is acknowledged: one round trip for the whole batch.
+            await nc.publish(subject, data, headers=hdrs)
+            continue
+        if batch_id:
+            hdrs["Nats-Batch-Commit"] = "1"
+        try:
+            reply = await nc.request(subject, data, timeout=ack_wait, headers=hdrs)
+        except NoRespondersError as exc:
+            raise JetStreamAPIError(
+                f"append to {subject!r}", {"description": "no stream stores this subject"}
+            ) from exc
+        except NatsTimeoutError as exc:
+            raise JetStreamAPIError(
+                f"append to {subject!r}", {"description": f"no acknowledgement in {ack_wait:g} s"}
+            ) from exc
+        ack = _decode_ack(reply.data)
+        if ack.error:
+            if ack.error.get("err_code") == _ERR_WRONG_LAST_SEQUENCE:
+                raise AppendConflict(subject, expected_last_subject_seq, ack.error["description"])
+            raise JetStreamAPIError(f"append to {subject!r}", ack.error)
+        return ack.seq
+    raise AssertionError("unreachable")

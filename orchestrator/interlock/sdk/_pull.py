@@ -1,0 +1,229 @@
+"""Pulling task messages from a durable consumer, never more than there are free slots.
+
+nats-py's ``fetch`` hands messages over only when a whole batch call returns, and drops
+what it had collected when cancelled (those messages then wait out ``ack_wait``). This
+keeps one pull request open per consumer, sized to the slots it reserved from the
+worker's pool, and hands every message over the moment it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+log = logging.getLogger("interlock.sdk")
+
+_STATUS = "Status"
+_DESCRIPTION = "Description"
+_HEARTBEAT = "100"
+_REQUEST_TIMEOUT = "408"
+# Answers meaning the consumer is not there (anymore): make sure it exists again.
+_LOST = frozenset({"404", "503"})
+
+
+class SlotPool:
+    """A worker's free handler slots, handed out first come, first served.
+
+    Slots are reserved before they are pulled for, so the messages delivered plus the
+    messages still asked for never exceed the pool's size.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"concurrency must be at least 1, got {size}")
+        self.size = size
+        self._free = size
+        self._waiters: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    @property
+    def used(self) -> int:
+        return self.size - self._free
+
+    async def acquire(self, want: int) -> int:
+        """Wait for at least one free slot; take up to ``want`` and return how many."""
+        if self._free > 0 and not self._waiters:
+            got = min(want, self._free)
+            self._free -= got
+            return got
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        entry = (want, fut)
+        self._waiters.append(entry)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(fut.result())
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
+            raise
+
+    def try_acquire(self) -> bool:
+        """Take one slot if one is free right now."""
+        if self._free > 0:
+            self._free -= 1
+            return True
+        return False
+
+    def release(self, n: int = 1) -> None:
+        if n <= 0:
+            return
+        self._free = min(self.size, self._free + n)
+        while self._waiters and self._free > 0:
+            want, fut = self._waiters.popleft()
+            if fut.done():
+                continue
+            got = min(want, self._free)
+            self._free -= got
+            fut.set_result(got)
+
+
+class PullConsumer:
+    """One durable pull consumer: keeps a pull request open for the slots it reserved.
+
+    Each message delivered holds one slot of the pool; ``deliver`` takes it over and must
+    release the slot when the message is settled.
+    """
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        api_prefix: str,
+        stream: str,
+        consumer: str,
+        pool: SlotPool,
+        deliver: Callable[[Msg], None],
+        ensure: Callable[[], Awaitable[None]],
+        expires: float = 5.0,
+    ) -> None:
+        self._nc = nc
+        self._next_subject = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._consumer = consumer
+        self._pool = pool
+        self._deliver = deliver
+        self._ensure = ensure
+        self._expires = expires
+        self._inbox = nc.new_inbox()
+        self._sub: Any = None
+        self._seq = 0
+        self._current = 0  # id of the open pull request, 0 when none
+        self._remaining = 0  # slots reserved for it and not yet filled
+        self._delivered = 0
+        self._closed = asyncio.Event()
+        self._status: str | None = None
+        self._busy = False
+        self._lost = False
+        self._draining = False
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_msg)
+
+    async def run(self) -> None:
+        """Pull until cancelled."""
+        backoff = 0.1
+        while True:
+            if self._lost:
+                await self._ensure()
+                self._lost = False
+            # An idle consumer reserves one slot, so the others of the worker keep the rest.
+            got = await self._pool.acquire(self._pool.size if self._busy else 1)
+            self._seq += 1
+            self._current, self._remaining, self._delivered = self._seq, got, 0
+            self._status = None
+            self._closed.clear()
+            request = {"batch": got, "expires": int(self._expires * 1e9)}
+            try:
+                await self._nc.publish(
+                    self._next_subject,
+                    json.dumps(request).encode(),
+                    reply=f"{self._inbox}.{self._seq}",
+                )
+                # A lost answer (reconnect) must not keep the slots forever.
+                await asyncio.wait_for(self._closed.wait(), self._expires + 2.0)
+            except TimeoutError:
+                self._close(None)
+            except asyncio.CancelledError:
+                self._close(None)
+                raise
+            except Exception as exc:  # publish failed: connection closed or reconnecting
+                log.warning("pull request on %s failed: %s", self._consumer, exc)
+                self._close(None)
+                self._status = "error"
+            if self._status in (None, _REQUEST_TIMEOUT):
+                backoff = 0.1
+            else:
+                # Throttle answers that will repeat (consumer gone, too many waiting pulls).
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def drain(self) -> None:
+        """Stop pulling: remove interest so the server drops our pull request, and hand
+        back (nak) whatever was already on its way, so another worker gets it at once."""
+        self._draining = True
+        self._close(None)
+        if self._sub is not None:
+            try:
+                await self._sub.drain()
+            except Exception:  # connection already closed: unacked messages are redelivered
+                log.debug("draining the pull subscription failed", exc_info=True)
+            self._sub = None
+
+    def _close(self, status: str | None) -> None:
+        if self._current:
+            self._pool.release(self._remaining)
+            if status == _REQUEST_TIMEOUT and self._delivered == 0:
+                self._busy = False
+            self._current, self._remaining = 0, 0
+        self._status = status
+        self._closed.set()
+
+    async def _on_msg(self, msg: Msg) -> None:
+        status = msg.headers.get(_STATUS) if msg.headers else None
+        if status:
+            self._on_status(msg, status)
+            return
+        if self._current and self._remaining > 0:
+            self._remaining -= 1
+            self._delivered += 1
+            self._busy = True
+            if self._remaining == 0:  # the server closes a filled request silently
+                self._close(None)
+            holds_slot = True
+        else:
+            # A late delivery for a request given up locally: take a slot only if one is free.
+            holds_slot = self._pool.try_acquire()
+        if self._draining or not holds_slot:
+            if holds_slot:
+                self._pool.release()
+            try:
+                await msg.nak()
+            except Exception:
+                log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)
+            return
+        self._deliver(msg)
+
+    def _on_status(self, msg: Msg, status: str) -> None:
+        if status == _HEARTBEAT:
+            return
+        request_id = msg.subject.rsplit(".", 1)[-1]
+        if request_id != str(self._current):
+            return  # about a request already closed
+        if status != _REQUEST_TIMEOUT:
+            description = msg.headers.get(_DESCRIPTION, "") if msg.headers else ""
+            log.info("pull on %s answered %s %s", self._consumer, status, description)
+            if status in _LOST or "deleted" in description.lower():
+                self._lost = True
+        self._close(status)

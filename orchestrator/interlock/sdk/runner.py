@@ -1,0 +1,101 @@
+"""Run one worker as a process: resolve it by name, serve until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+
+from interlock.runtime.connection import ConnectOptions
+
+from .worker import Worker
+
+log = logging.getLogger("interlock.sdk")
+
+
+def load_worker(target: str) -> Worker:
+    """The worker named by ``target``: a reference agent name or ``module:attribute``.
+
+    The attribute may be a :class:`Worker` or a function of no arguments returning one.
+
+    Raises:
+        LookupError: no such reference agent, module or attribute.
+        TypeError: the attribute is not a worker.
+    """
+    if ":" not in target:
+        # Imported on use: the reference agents are a separate package.
+        import interlock_agents
+
+        return interlock_agents.load_worker(target)
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise LookupError(f"cannot import {module_name!r} (from {target!r}): {exc}") from exc
+    found: object = module
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise LookupError(f"{module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(found, Worker) and callable(found):
+        found = found()
+    if not isinstance(found, Worker):
+        raise TypeError(f"{target!r} is a {type(found).__name__}, not an interlock.sdk.Worker")
+    return found
+
+
+async def run_agent(
+    target: str,
+    options: ConnectOptions,
+    concurrency: int | None = None,
+    metrics_port: int | None = None,
+) -> None:
+    """Run the worker ``target`` (see :func:`load_worker`) until SIGINT or SIGTERM.
+
+    The first signal stops gracefully (running handlers get the worker's grace period);
+    a second one hands the unfinished tasks back at once.
+
+    Args:
+        target: ``echo``, ``http-fetch``, ``command`` or ``module:attribute``.
+        options: where to connect; its prefix names the installation.
+        concurrency: overrides the worker's own limit.
+        metrics_port: serve Prometheus metrics on this port (``/metrics``).
+    """
+    worker = load_worker(target)
+    if concurrency is not None:
+        worker.concurrency = concurrency
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from .metrics import PrometheusObserver
+
+        start_http_server(metrics_port)
+        worker.add_observer(PrometheusObserver(worker.name))
+        log.info("metrics on :%d/metrics", metrics_port)
+
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        force = len(received) > 1
+        log.info(
+            "%s: %s",
+            signal.Signals(signum).name,
+            "handing back running tasks" if force else "stopping after running tasks",
+        )
+        worker.request_stop(force=force)
+
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, on_signal, int(sig))
+            installed.append(sig)
+    try:
+        await worker.run(options)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,870 @@
+"""The agent worker: capability handlers over durable JetStream pull consumers.
+
+Handlers return or raise; the worker alone decides ack, nak and term:
+
+- an answerable request always gets a result CloudEvent (completed, emitted or failed),
+  and is acked only once JetStream has stored that result;
+- a request that cannot be answered (not a CloudEvent, no run id) is dead-lettered and
+  terminated;
+- a request still running when the worker stops is handed back (nak) for another worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import json
+import logging
+import os
+import socket
+import time
+import typing
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+
+from interlock.runtime.cloudevents_nats import InvalidCloudEvent, decode_message
+from interlock.runtime.connection import ConnectOptions, connect
+from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
+
+from ._pull import PullConsumer, SlotPool
+from .context import TASK_COMPLETED, TASK_FAILED, Emit, TaskContext
+from .errors import AgentError, ErrorClass
+from .observe import Outcome, WorkerObserver
+from .protocol import (
+    TASK_CANCEL,
+    BadRequest,
+    TaskRequest,
+    consumer_name,
+    encode_result,
+    failure,
+    result_event,
+    rfc3339,
+    worker_key,
+)
+from .schemas import AgentDefCatalog, CapabilityContract, Schema
+
+log = logging.getLogger("interlock.sdk")
+
+Handler = Callable[..., Awaitable[Any]]
+H = TypeVar("H", bound=Handler)
+
+_JS_API = "$JS.API"
+_STREAM_NOT_FOUND = 10059
+# How long a handler gets to finish after being cancelled before we answer without it.
+_CANCEL_CLEANUP = 5.0
+# How long to wait for the AgentDefs in the agents bucket before taking the first task.
+_AGENTDEFS_WAIT = 2.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Capability:
+    name: str
+    handler: Handler
+    input_type: type | None
+    takes_context: bool
+    contract: CapabilityContract
+    description: str | None
+
+
+class _Abandon(Exception):
+    """The task is handed back unanswered (worker stopping)."""
+
+
+class _Lifecycle:
+    """The events of one :meth:`Worker.run`."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.stop = asyncio.Event()
+        self.force = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.done = asyncio.Event()
+
+
+class _InFlight:
+    __slots__ = ("attempt", "reason", "task")
+
+    def __init__(self, attempt: int) -> None:
+        self.attempt = attempt
+        self.reason: str | None = None  # "cancelled" | "timeout" | "shutdown"
+        self.task: asyncio.Task[Any] | None = None
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        if self.task is not None:
+            self.task.cancel()
+
+
+class Worker:
+    """An agent worker: register handlers with :meth:`capability`, then :meth:`run`.
+
+    Args:
+        name: the agent's name (results come from ``interlock://agent/<name>``).
+        concurrency: at most this many handlers run at once, over all capabilities.
+        ack_wait: seconds JetStream waits for an ack before redelivering, used when this
+            worker creates a capability's consumer (an existing consumer keeps its own).
+        grace_period: on :meth:`stop`, how long running handlers may take to finish.
+        heartbeat_interval: seconds between two liveness records in the workers bucket.
+        instance_id: names this process in the workers bucket (default: random).
+        max_deliver: the consumer's redelivery limit (-1: unlimited).
+        pull_expires: seconds a pull request stays open on the server.
+        observers: hooks told about every task (see :class:`WorkerObserver`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        concurrency: int = 8,
+        ack_wait: float = 30.0,
+        grace_period: float = 30.0,
+        heartbeat_interval: float = 5.0,
+        instance_id: str | None = None,
+        max_deliver: int = -1,
+        pull_expires: float = 5.0,
+        observers: Iterable[WorkerObserver] = (),
+    ) -> None:
+        if not name or not name.strip():
+            raise ValueError("a worker needs a name")
+        if ack_wait <= 0:
+            raise ValueError(f"ack_wait must be positive, got {ack_wait}")
+        self.name = name
+        self.concurrency = concurrency
+        self.ack_wait = ack_wait
+        self.grace_period = grace_period
+        self.heartbeat_interval = heartbeat_interval
+        self.instance_id = instance_id or uuid.uuid4().hex[:12]
+        self.max_deliver = max_deliver
+        self.pull_expires = pull_expires
+        self._observers = list(observers)
+        self._capabilities: dict[str, _Capability] = {}
+        self._catalog = AgentDefCatalog()
+        self._flights: dict[str, list[_InFlight]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running = False
+        self._started_at = datetime.now(UTC)
+        self._life: _Lifecycle | None = None
+        self._nc: Client | None = None
+
+    # --- registration -------------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        if value < 1:
+            raise ValueError(f"concurrency must be at least 1, got {value}")
+        if getattr(self, "_running", False):
+            raise RuntimeError("cannot change the concurrency of a running worker")
+        self._concurrency = value
+
+    @property
+    def capabilities(self) -> list[str]:
+        """Names of the registered capabilities."""
+        return list(self._capabilities)
+
+    @property
+    def in_flight(self) -> int:
+        """Task messages received and not yet settled."""
+        return len(self._tasks)
+
+    def add_observer(self, observer: WorkerObserver) -> None:
+        self._observers.append(observer)
+
+    def capability(
+        self,
+        name: str,
+        *,
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        description: str | None = None,
+    ) -> Callable[[H], H]:
+        """Register an ``async def handler(input, ctx)`` for capability ``name``.
+
+        The input is a ``dict``, or is converted with ``msgspec.convert`` when the first
+        parameter is annotated with a ``msgspec.Struct`` (or a dataclass). The second
+        parameter (optional) receives the :class:`TaskContext`. Explicit schemas take
+        precedence over those of an AgentDef found in the agents bucket.
+        """
+        if not name or any(c in name for c in " *>") or name.startswith("."):
+            raise ValueError(f"invalid capability name {name!r}")
+        if name in self._capabilities:
+            raise ValueError(f"capability {name!r} is already registered on worker {self.name!r}")
+        contract = CapabilityContract(
+            input=None
+            if input_schema is None
+            else Schema.compile(input_schema, where=f"{name} input_schema"),
+            output=None
+            if output_schema is None
+            else Schema.compile(output_schema, where=f"{name} output_schema"),
+        )
+
+        def register(fn: H) -> H:
+            if not inspect.iscoroutinefunction(typing.cast(Any, fn)):
+                raise TypeError(f"the handler of {name!r} must be an async function")
+            input_type, takes_context = _inspect_handler(fn, name)
+            self._capabilities[name] = _Capability(
+                name=name,
+                handler=fn,
+                input_type=input_type,
+                takes_context=takes_context,
+                contract=contract,
+                description=description or inspect.getdoc(fn),
+            )
+            return fn
+
+        return register
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def run(
+        self,
+        server: str | ConnectOptions | Client | None = None,
+        *,
+        prefix: str | None = None,
+    ) -> None:
+        """Serve until :meth:`stop` (or :meth:`request_stop`).
+
+        Args:
+            server: a NATS URL, connection options, or an already connected client (which
+                is left open). None: the defaults of ``ConnectOptions.resolve``.
+            prefix: the installation's subject prefix (default: the options' prefix, ``il``).
+        """
+        if not self._capabilities:
+            raise ValueError(f"worker {self.name!r} has no capability: register one first")
+        if self._running:
+            raise RuntimeError(f"worker {self.name!r} is already running")
+        life = self._lifecycle()
+        if life.started:  # the previous run's: start afresh
+            life = self._life = _Lifecycle()
+        life.started = True
+        self._running = True
+        self._started_at = datetime.now(UTC)
+        try:
+            if isinstance(server, Client):
+                nc, owned = server, False
+                prefix = prefix or DEFAULT_PREFIX
+            else:
+                opts = (
+                    server
+                    if isinstance(server, ConnectOptions)
+                    else ConnectOptions.resolve(server=server)
+                )
+                if opts.name is None:
+                    opts = dataclasses.replace(opts, name=f"interlock agent {self.name}")
+                prefix = prefix or opts.prefix
+                nc, owned = await connect(opts), True
+            self._nc = nc
+            try:
+                await self._serve(nc, Subjects(prefix), life)
+            finally:
+                self._nc = None
+                if owned:
+                    await nc.close()
+        finally:
+            self._running = False
+            life.done.set()
+
+    def _lifecycle(self) -> _Lifecycle:
+        # Created on first use, inside the running loop (asyncio events bind to one loop).
+        if self._life is None:
+            self._life = _Lifecycle()
+        return self._life
+
+    def request_stop(self, *, force: bool = False) -> None:
+        """Ask :meth:`run` to stop; ``force`` skips the grace period for running handlers.
+
+        Safe to call from a signal handler, and before :meth:`run` has started.
+        """
+        life = self._lifecycle()
+        life.stop.set()
+        if force:
+            life.force.set()
+
+    async def stop(self, *, force: bool = False) -> None:
+        """Stop gracefully and wait until :meth:`run` has returned.
+
+        No new task is taken; running handlers get ``grace_period`` seconds to finish
+        (their results are sent); the unfinished ones are cancelled and handed back (nak)
+        for another worker. Nothing is lost.
+        """
+        if not self._running:
+            return
+        self.request_stop(force=force)
+        await self._lifecycle().done.wait()
+
+    async def wait_ready(self) -> None:
+        """Wait until the worker has bound its consumers and is taking tasks.
+
+        Raises:
+            RuntimeError: the worker stopped (or failed) before it was ready.
+        """
+        life = self._lifecycle()
+        ready = asyncio.ensure_future(life.ready.wait())
+        done = asyncio.ensure_future(life.done.wait())
+        try:
+            await asyncio.wait({ready, done}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+            done.cancel()
+        if not life.ready.is_set():
+            raise RuntimeError(f"worker {self.name!r} stopped before it was ready")
+
+    # --- serving ------------------------------------------------------------------
+
+    async def _serve(self, nc: Client, subjects: Subjects, life: _Lifecycle) -> None:
+        js = nc.jetstream()
+        pool = SlotPool(self._concurrency)
+        background: list[asyncio.Task[Any]] = []
+        consumers: list[PullConsumer] = []
+        control = None
+        key = worker_key(self.name, self.instance_id)
+        try:
+            loaded = asyncio.Event()
+            background.append(
+                asyncio.create_task(self._catalog.follow(js, subjects.agents_bucket, loaded))
+            )
+            control = await nc.subscribe(subjects.control(">"), cb=self._on_control)
+            for cap in self._capabilities.values():
+                info = await self._bind(js, subjects, cap)
+                if info is None:
+                    return  # stopped while waiting for the TASKS stream
+                consumers.append(self._consumer(nc, js, subjects, cap, info, pool))
+            try:
+                await asyncio.wait_for(loaded.wait(), _AGENTDEFS_WAIT)
+            except TimeoutError:
+                log.warning("AgentDefs not loaded after %.0fs; validating later", _AGENTDEFS_WAIT)
+            await self._beat(js, subjects.workers_bucket, key, pool)
+            background.append(
+                asyncio.create_task(self._heartbeats(js, subjects.workers_bucket, key, pool))
+            )
+            for consumer in consumers:
+                await consumer.start()
+                background.append(asyncio.create_task(consumer.run()))
+            life.ready.set()
+            log.info(
+                "worker %s (%s) serving %s with concurrency %d",
+                self.name,
+                self.instance_id,
+                ", ".join(self._capabilities),
+                self._concurrency,
+            )
+            await life.stop.wait()
+        finally:
+            await _cancel(background)
+            for consumer in consumers:
+                await consumer.drain()
+            await self._settle_in_flight(life)
+            if control is not None:
+                try:
+                    await control.unsubscribe()
+                except Exception:
+                    log.debug("unsubscribing from control failed", exc_info=True)
+            await self._forget(js, subjects.workers_bucket, key)
+            try:
+                await nc.flush(timeout=2)  # acks and naks are fire-and-forget publishes
+            except Exception:
+                log.debug("final flush failed", exc_info=True)
+            log.info("worker %s (%s) stopped", self.name, self.instance_id)
+
+    async def _settle_in_flight(self, life: _Lifecycle) -> None:
+        """Let running handlers finish within the grace period; hand back the rest."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace_period
+        while self._tasks and not life.force.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            forced = asyncio.ensure_future(life.force.wait())
+            await asyncio.wait(
+                {*self._tasks, forced}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            forced.cancel()
+        if not self._tasks:
+            return
+        log.warning("handing back %d unfinished task(s)", len(self._tasks))
+        for flights in self._flights.values():
+            for flight in flights:
+                flight.stop("shutdown")
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=_CANCEL_CLEANUP)
+        await _cancel(pending)
+
+    async def _bind(
+        self, js: JetStreamContext, subjects: Subjects, cap: _Capability
+    ) -> ConsumerInfo | None:
+        """Create or bind the capability's durable consumer; wait for the TASKS stream."""
+        stop = self._lifecycle().stop
+        warned = False
+        while not stop.is_set():
+            try:
+                return await self._ensure_consumer(js, subjects, cap.name)
+            except nats.js.errors.NotFoundError as exc:
+                if exc.err_code != _STREAM_NOT_FOUND:
+                    raise
+                if not warned:
+                    log.warning(
+                        "stream %s does not exist yet (is the orchestrator provisioned?); waiting",
+                        subjects.tasks_stream,
+                    )
+                    warned = True
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
+                log.warning("JetStream not available (%s); retrying", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+        return None
+
+    async def _ensure_consumer(
+        self, js: JetStreamContext, subjects: Subjects, capability: str
+    ) -> ConsumerInfo:
+        stream = subjects.tasks_stream
+        durable = consumer_name(capability)
+        subject = subjects.capability(capability)
+        info: ConsumerInfo
+        try:
+            info = await js.consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError as exc:
+            if exc.err_code == _STREAM_NOT_FOUND:
+                raise
+            config = ConsumerConfig(
+                name=durable,
+                durable_name=durable,
+                description=f"Interlock capability {capability}",
+                filter_subject=subject,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=self.ack_wait,
+                max_deliver=self.max_deliver,
+            )
+            try:
+                info = await js.add_consumer(stream, config)
+            except nats.js.errors.BadRequestError:
+                # Another worker created it at the same time, with another configuration.
+                info = await js.consumer_info(stream, durable)
+        if info.config.filter_subject != subject:
+            raise RuntimeError(
+                f"consumer {durable} on {stream} filters {info.config.filter_subject!r}, not "
+                f"{subject!r}: two capability names map to the same consumer name"
+            )
+        return info
+
+    def _consumer(
+        self,
+        nc: Client,
+        js: JetStreamContext,
+        subjects: Subjects,
+        cap: _Capability,
+        info: ConsumerInfo,
+        pool: SlotPool,
+    ) -> PullConsumer:
+        ack_wait = info.config.ack_wait or self.ack_wait
+        # Three progress acks per ack_wait: one may be late or lost without a redelivery.
+        interval = max(ack_wait / 3, 0.05)
+
+        def deliver(msg: Msg) -> None:
+            task = asyncio.create_task(self._process(js, subjects, cap, msg, pool, interval))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        async def ensure() -> None:
+            await self._bind(js, subjects, cap)
+
+        return PullConsumer(
+            nc,
+            api_prefix=_JS_API,
+            stream=subjects.tasks_stream,
+            consumer=consumer_name(cap.name),
+            pool=pool,
+            deliver=deliver,
+            ensure=ensure,
+            expires=self.pull_expires,
+        )
+
+    # --- one task -----------------------------------------------------------------
+
+    async def _process(
+        self,
+        js: JetStreamContext,
+        subjects: Subjects,
+        cap: _Capability,
+        msg: Msg,
+        pool: SlotPool,
+        interval: float,
+    ) -> None:
+        started = time.monotonic()
+        ticker = asyncio.create_task(_keep_alive(msg, interval))
+        action_id: str | None = None
+        outcome, error_class = Outcome.RETURNED, None
+        try:
+            try:
+                event = decode_message(msg.headers, msg.data)
+                request = TaskRequest.from_event(event, cap.name)
+            except (InvalidCloudEvent, BadRequest) as exc:
+                self._notify_started(cap.name, None)
+                reason = exc.reason if isinstance(exc, InvalidCloudEvent) else "no-run-id"
+                await self._reject(subjects, msg, reason, str(exc))
+                outcome = Outcome.REJECTED
+                return
+            action_id = request.action_id
+            self._notify_started(cap.name, action_id)
+            flight = _InFlight(request.attempt)
+            self._flights.setdefault(action_id, []).append(flight)
+            try:
+                result_type, data = await self._execute(cap, request, msg, flight)
+            except _Abandon:
+                await _nak(msg)
+                return
+            finally:
+                flights = self._flights.get(action_id, [])
+                flights.remove(flight)
+                if not flights:
+                    self._flights.pop(action_id, None)
+            result = result_event(
+                request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
+            )
+            if await self._publish(js, subjects.result(request.run_id), result):
+                ticker.cancel()
+                await msg.ack()
+                if result_type == TASK_COMPLETED:
+                    outcome = Outcome.COMPLETED
+                elif result_type == TASK_FAILED:
+                    outcome, error_class = Outcome.FAILED, data["error"]["class"]
+                else:
+                    outcome = Outcome.EMITTED
+            else:
+                await _nak(msg, delay=1.0)
+        except asyncio.CancelledError:
+            await _nak(msg)
+            raise
+        except Exception:
+            # A fault of the worker itself: hand the task back rather than lose it.
+            log.exception("internal error while handling a %s task", cap.name)
+            await _nak(msg, delay=1.0)
+        finally:
+            ticker.cancel()
+            pool.release()
+            self._notify_finished(
+                cap.name, action_id, outcome, error_class, time.monotonic() - started
+            )
+
+    async def _execute(
+        self, cap: _Capability, request: TaskRequest, msg: Msg, flight: _InFlight
+    ) -> tuple[str, Any]:
+        """Validate, run the handler, validate its output: the result's (type, data)."""
+        if request.deadline_problem:
+            log.warning(
+                "task %s: %s; running without one", request.action_id, request.deadline_problem
+            )
+        now = datetime.now(UTC)
+        if request.deadline is not None and now >= request.deadline:
+            return failure(
+                ErrorClass.TIMEOUT,
+                f"deadline {rfc3339(request.deadline)} had passed when the task was received",
+                retryable=True,
+            )
+        contract = self._contract(cap)
+        data = request.event.data
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            return failure(
+                ErrorClass.SCHEMA_ERROR,
+                f"the input of {cap.name!r} must be a JSON object, got {type(data).__name__}",
+                retryable=False,
+            )
+        if contract.input is not None:
+            problem = contract.input.problem(data)
+            if problem is not None:
+                return failure(
+                    ErrorClass.SCHEMA_ERROR,
+                    f"input does not match the input schema of {cap.name!r} "
+                    f"({contract.origin}): {problem}",
+                    retryable=False,
+                )
+        argument: Any = data
+        if cap.input_type is not None:
+            try:
+                argument = msgspec.convert(data, cap.input_type)
+            except msgspec.ValidationError as exc:
+                return failure(
+                    ErrorClass.SCHEMA_ERROR,
+                    f"input does not fit {cap.input_type.__name__}: {exc}",
+                    retryable=False,
+                )
+        if flight.reason is not None:  # cancelled before the handler started
+            return self._stopped(flight, request, cap)
+        ctx = TaskContext(
+            event=request.event,
+            run_id=request.run_id,
+            action_id=request.action_id,
+            attempt=request.attempt,
+            capability=cap.name,
+            deadline=request.deadline,
+            worker=self.name,
+            delivery=_delivery_count(msg),
+            progress=msg.in_progress,
+            logger=logging.LoggerAdapter(
+                logging.getLogger(f"interlock.agent.{self.name}"),
+                {"run_id": request.run_id, "action_id": request.action_id},
+            ),
+        )
+        call = cap.handler(argument, ctx) if cap.takes_context else cap.handler(argument)
+        task: asyncio.Task[Any] = asyncio.ensure_future(call)
+        flight.task = task
+        timeout = None
+        if request.deadline is not None:
+            timeout = max((request.deadline - datetime.now(UTC)).total_seconds(), 0.0)
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            flight.stop("timeout")
+        if not task.done():
+            done, _ = await asyncio.wait({task}, timeout=_CANCEL_CLEANUP)
+            if not done:
+                log.warning("the %s handler ignores cancellation; answering without it", cap.name)
+        if flight.reason is not None and not (flight.reason == "shutdown" and _succeeded(task)):
+            return self._stopped(flight, request, cap)
+        if task.cancelled():
+            return failure(ErrorClass.CANCELLED, "the handler was cancelled", retryable=True)
+        error = task.exception()
+        if isinstance(error, AgentError):
+            return failure(ErrorClass.AGENT_ERROR, error.message, retryable=error.retryable)
+        if error is not None:
+            log.error("%s handler failed on %s", cap.name, request.action_id, exc_info=error)
+            # An unexpected exception may well be transient: let the retry policy decide.
+            return failure(
+                ErrorClass.AGENT_ERROR, f"{type(error).__name__}: {error}", retryable=True
+            )
+        return self._output(cap, contract, task.result())
+
+    def _stopped(
+        self, flight: _InFlight, request: TaskRequest, cap: _Capability
+    ) -> tuple[str, Any]:
+        if flight.reason == "timeout":
+            assert request.deadline is not None
+            return failure(
+                ErrorClass.TIMEOUT,
+                f"{cap.name!r} did not finish before its deadline {rfc3339(request.deadline)}",
+                retryable=True,
+            )
+        if flight.reason == "cancelled":
+            return failure(ErrorClass.CANCELLED, "cancelled by the orchestrator", retryable=False)
+        raise _Abandon
+
+    def _output(
+        self, cap: _Capability, contract: CapabilityContract, value: Any
+    ) -> tuple[str, Any]:
+        result_type, data = (
+            (value.type, value.data) if isinstance(value, Emit) else (TASK_COMPLETED, value)
+        )
+        try:
+            data = msgspec.to_builtins(data)
+        except (TypeError, msgspec.EncodeError) as exc:
+            return failure(
+                ErrorClass.SCHEMA_ERROR,
+                f"the output of {cap.name!r} is not JSON-serialisable: {exc}",
+                retryable=False,
+            )
+        if data is None:
+            data = {}
+        if result_type == TASK_COMPLETED and not isinstance(data, dict):
+            return failure(
+                ErrorClass.SCHEMA_ERROR,
+                f"the output of {cap.name!r} must be a JSON object, got {type(data).__name__}",
+                retryable=False,
+            )
+        if contract.output is not None:
+            problem = contract.output.problem(data)
+            if problem is not None:
+                return failure(
+                    ErrorClass.SCHEMA_ERROR,
+                    f"output does not match the output schema of {cap.name!r} "
+                    f"({contract.origin}): {problem}",
+                    retryable=False,
+                )
+        return result_type, data
+
+    def _contract(self, cap: _Capability) -> CapabilityContract:
+        declared = self._catalog.get(cap.name)
+        if declared is None:
+            return cap.contract
+        return CapabilityContract(
+            input=cap.contract.input or declared.input,
+            output=cap.contract.output or declared.output,
+            origin=declared.origin if cap.contract.input is None else cap.contract.origin,
+        )
+
+    async def _publish(self, js: JetStreamContext, subject: str, event: Any) -> bool:
+        headers, payload = encode_result(event)
+        delay = 0.2
+        for attempt in range(1, 6):
+            try:
+                await js.publish(subject, payload, headers=headers, timeout=5.0)
+                return True
+            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+                log.warning("publishing result %s failed (attempt %d): %s", event.id, attempt, exc)
+                await asyncio.sleep(delay)
+                delay *= 2
+        return False
+
+    async def _reject(self, subjects: Subjects, msg: Msg, reason: str, message: str) -> None:
+        log.error("rejected a message on %s: %s", msg.subject, message)
+        headers = dict(msg.headers or {})
+        headers.pop("Nats-Msg-Id", None)
+        headers.update(
+            {
+                "Interlock-Reason": reason,
+                "Interlock-Error": message[:1000],
+                "Interlock-Subject": msg.subject,
+                "Interlock-Worker": self.name,
+            }
+        )
+        try:
+            assert self._nc is not None
+            await self._nc.publish(subjects.dead_letter("task"), msg.data, headers=headers)
+        except Exception:
+            log.warning("could not dead-letter the rejected message", exc_info=True)
+        await msg.term()
+
+    # --- cancellation -------------------------------------------------------------
+
+    async def _on_control(self, msg: Msg) -> None:
+        try:
+            event = decode_message(msg.headers, msg.data)
+        except InvalidCloudEvent as exc:
+            log.warning("ignored an invalid control message on %s: %s", msg.subject, exc)
+            return
+        if event.type != TASK_CANCEL:
+            return
+        action_id = event.extensions.get("actionid")
+        attempt = event.extensions.get("attempt")
+        for flight in list(self._flights.get(action_id or "", ())):
+            if attempt is None or attempt == str(flight.attempt):
+                log.info("cancelling %s on request", action_id)
+                flight.stop("cancelled")
+
+    # --- liveness -----------------------------------------------------------------
+
+    async def _heartbeats(
+        self, js: JetStreamContext, bucket: str, key: str, pool: SlotPool
+    ) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            await self._beat(js, bucket, key, pool)
+
+    async def _beat(self, js: JetStreamContext, bucket: str, key: str, pool: SlotPool) -> None:
+        record = {
+            "name": self.name,
+            "instance": self.instance_id,
+            "capabilities": list(self._capabilities),
+            "concurrency": self._concurrency,
+            "in_flight": len(self._tasks),
+            "started_at": rfc3339(self._started_at),
+            "heartbeat_at": rfc3339(datetime.now(UTC)),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        try:
+            kv = await js.key_value(bucket)
+            await kv.put(key, json.dumps(record).encode())
+        except Exception as exc:
+            log.warning("heartbeat into %s failed: %s", bucket, exc)
+
+    async def _forget(self, js: JetStreamContext, bucket: str, key: str) -> None:
+        try:
+            kv = await js.key_value(bucket)
+            await kv.delete(key)
+        except Exception as exc:
+            log.debug("removing the heartbeat %s failed: %s", key, exc)
+
+    # --- observers ----------------------------------------------------------------
+
+    def _notify_started(self, capability: str, action_id: str | None) -> None:
+        for observer in self._observers:
+            try:
+                observer.task_started(capability, action_id)
+            except Exception:
+                log.exception("observer %r failed", observer)
+
+    def _notify_finished(
+        self,
+        capability: str,
+        action_id: str | None,
+        outcome: Outcome,
+        error_class: str | None,
+        seconds: float,
+    ) -> None:
+        for observer in self._observers:
+            try:
+                observer.task_finished(capability, action_id, outcome, error_class, seconds)
+            except Exception:
+                log.exception("observer %r failed", observer)
+
+
+def _inspect_handler(fn: Handler, name: str) -> tuple[type | None, bool]:
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if not params or len(params) > 2:
+        raise TypeError(f"the handler of {name!r} must take (input) or (input, ctx)")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: treat the input as a dict
+        hints = {}
+    annotation = hints.get(params[0].name)
+    input_type: type | None = None
+    if isinstance(annotation, type) and (
+        issubclass(annotation, msgspec.Struct) or dataclasses.is_dataclass(annotation)
+    ):
+        input_type = annotation
+    return input_type, len(params) == 2
+
+
+def _succeeded(task: asyncio.Task[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
+def _delivery_count(msg: Msg) -> int:
+    try:
+        return int(msg.metadata.num_delivered)
+    except Exception:
+        return 1
+
+
+async def _keep_alive(msg: Msg, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await msg.in_progress()
+        except Exception:
+            log.debug("progress ack failed", exc_info=True)
+
+
+async def _nak(msg: Msg, delay: float | None = None) -> None:
+    try:
+        await msg.nak(delay=delay)
+    except Exception:
+        log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)
+
+
+async def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,559 @@
+"""The worker against a real nats-server: results, failures, deadlines, cancellation, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
+
+from interlock.runtime.subjects import Subjects
+from interlock.sdk import (
+    AgentError,
+    Emit,
+    Outcome,
+    RetryableError,
+    TaskContext,
+    Worker,
+    WorkerObserver,
+)
+from interlock.sdk.protocol import consumer_name, worker_key
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def new_run() -> str:
+    return f"run{uuid.uuid4().hex[:10]}"
+
+
+class Finished(WorkerObserver):
+    """Records settled tasks, so a test can await one instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[tuple[str | None, Outcome, str | None]] = asyncio.Queue()
+
+    def task_finished(
+        self,
+        capability: str,
+        action_id: str | None,
+        outcome: Outcome,
+        error_class: str | None,
+        seconds: float,
+    ) -> None:
+        self.events.put_nowait((action_id, outcome, error_class))
+
+    async def next(self, wait: float = 5.0) -> tuple[str | None, Outcome, str | None]:
+        return await asyncio.wait_for(self.events.get(), wait)
+
+
+class SummarizeIn(msgspec.Struct, frozen=True):
+    text: str
+
+
+class SummarizeOut(msgspec.Struct, frozen=True):
+    summary: str
+    length: int
+
+
+def error_of(event: Any) -> dict[str, Any]:
+    assert event.type == "task.failed", event
+    error: dict[str, Any] = event.data["error"]
+    assert set(error) == {"class", "message", "retryable"}
+    return error
+
+
+# --- answers ------------------------------------------------------------------------------
+
+
+async def test_typed_handler_completes_and_the_task_is_acked(wire, runner, poll) -> None:
+    worker = Worker("summarizer")
+    seen: list[TaskContext] = []
+
+    @worker.capability("summarize")
+    async def summarize(inp: SummarizeIn, ctx: TaskContext) -> SummarizeOut:
+        seen.append(ctx)
+        return SummarizeOut(summary=inp.text[:5], length=len(inp.text))
+
+    await runner.start(worker)
+    run_id = new_run()
+    deadline = datetime.now(UTC) + timedelta(seconds=30)
+    action = await wire.publish_task(
+        "summarize",
+        {"text": "hello world"},
+        run_id=run_id,
+        seq=3,
+        attempt=2,
+        deadline=deadline,
+        traceparent=TRACEPARENT,
+    )
+    event, headers = await wire.result(run_id)
+
+    assert event.type == "task.completed"
+    assert event.data == {"summary": "hello", "length": 11}
+    assert event.id == f"{action}.2.result"
+    assert event.source == "interlock://agent/summarizer"
+    assert event.subject == run_id
+    assert event.time is not None
+    assert event.extensions == {
+        "runid": run_id,
+        "actionid": action,
+        "attempt": "2",
+        "traceparent": TRACEPARENT,
+    }
+    assert headers["Nats-Msg-Id"] == f"interlock://agent/summarizer:{action}.2.result"
+    ctx = seen[0]
+    assert (ctx.run_id, ctx.action_id, ctx.attempt, ctx.capability) == (
+        run_id,
+        action,
+        2,
+        "summarize",
+    )
+    assert ctx.traceparent == TRACEPARENT
+    assert ctx.deadline is not None
+    assert abs((ctx.deadline - deadline).total_seconds()) < 0.01
+    assert ctx.delivery == 1
+    await poll(lambda: no_tasks_left(wire))  # acked after the result was stored
+
+
+async def no_tasks_left(wire: Any) -> bool:
+    return bool(await wire.tasks_left() == 0)
+
+
+async def test_dict_handler_without_context_and_emit(wire, runner) -> None:
+    worker = Worker("reviewer")
+
+    @worker.capability("echo")
+    async def echo(inp: dict[str, Any]) -> dict[str, Any]:
+        return inp
+
+    @worker.capability("review")
+    async def review(inp: dict[str, Any], ctx: TaskContext) -> Emit:
+        return Emit("review.approved", {"score": inp["score"]})
+
+    await runner.start(worker)
+    run_a, run_b = new_run(), new_run()
+    await wire.publish_task("echo", {"a": [1, 2], "b": None}, run_id=run_a)
+    await wire.publish_task("review", {"score": 9}, run_id=run_b)
+
+    echoed, _ = await wire.result(run_a)
+    assert (echoed.type, echoed.data) == ("task.completed", {"a": [1, 2], "b": None})
+    emitted, _ = await wire.result(run_b)
+    assert (emitted.type, emitted.data) == ("review.approved", {"score": 9})
+    assert "traceparent" not in emitted.extensions
+
+
+async def test_handler_failures_are_classified(wire, runner) -> None:
+    worker = Worker("failing")
+
+    @worker.capability("fail")
+    async def fail(inp: dict[str, Any]) -> dict[str, Any]:
+        kind = inp["kind"]
+        if kind == "agent":
+            raise AgentError("bad diff")
+        if kind == "retryable":
+            raise RetryableError("upstream busy")
+        if kind == "forced":
+            raise AgentError("flaky", retryable=True)
+        raise ValueError("boom")
+
+    await runner.start(worker)
+    runs = {kind: new_run() for kind in ("agent", "retryable", "forced", "crash")}
+    for kind, run_id in runs.items():
+        await wire.publish_task("fail", {"kind": kind}, run_id=run_id)
+
+    expected = {
+        "agent": ("bad diff", False),
+        "retryable": ("upstream busy", True),
+        "forced": ("flaky", True),
+        "crash": ("ValueError: boom", True),
+    }
+    for kind, (message, retryable) in expected.items():
+        event, _ = await wire.result(runs[kind])
+        error = error_of(event)
+        assert error == {"class": "agent_error", "message": message, "retryable": retryable}
+
+
+# --- schemas ------------------------------------------------------------------------------
+
+
+async def test_input_schema_violation_never_reaches_the_handler(wire, runner) -> None:
+    worker = Worker("strict")
+    calls: list[Any] = []
+
+    @worker.capability(
+        "strict",
+        input_schema={
+            "type": "object",
+            "required": ["text"],
+            "properties": {"text": {"type": "string"}},
+        },
+    )
+    async def strict(inp: dict[str, Any]) -> dict[str, Any]:
+        calls.append(inp)
+        return {}
+
+    @worker.capability("typed")
+    async def typed(inp: SummarizeIn) -> dict[str, Any]:
+        calls.append(inp)
+        return {}
+
+    await runner.start(worker)
+    bad_schema, bad_type, not_object = new_run(), new_run(), new_run()
+    await wire.publish_task("strict", {"text": 42}, run_id=bad_schema)
+    await wire.publish_task("typed", {"txt": "x"}, run_id=bad_type)
+    await wire.publish_task("strict", [1, 2], run_id=not_object)
+
+    error = error_of((await wire.result(bad_schema))[0])
+    assert error["class"] == "schema_error"
+    assert error["retryable"] is False
+    assert "$.text" in error["message"]
+    assert "is not of type 'string'" in error["message"]
+    error = error_of((await wire.result(bad_type))[0])
+    assert error["class"] == "schema_error"
+    assert "SummarizeIn" in error["message"]
+    assert "text" in error["message"]
+    error = error_of((await wire.result(not_object))[0])
+    assert error["class"] == "schema_error"
+    assert "JSON object" in error["message"]
+    assert calls == []
+
+
+async def test_output_schema_violation_is_a_schema_error(wire, runner) -> None:
+    worker = Worker("sloppy")
+
+    @worker.capability(
+        "sloppy",
+        output_schema={"type": "object", "required": ["score"]},
+    )
+    async def sloppy(inp: dict[str, Any]) -> Any:
+        return inp["out"]
+
+    await runner.start(worker)
+    missing, not_object, emitted_bad, ok = new_run(), new_run(), new_run(), new_run()
+    await wire.publish_task("sloppy", {"out": {"scor": 1}}, run_id=missing)
+    await wire.publish_task("sloppy", {"out": [1]}, run_id=not_object)
+    await wire.publish_task("sloppy", {"out": {"score": 1}}, run_id=ok)
+    error = error_of((await wire.result(missing))[0])
+    assert error["class"] == "schema_error"
+    assert "'score' is a required property" in error["message"]
+    error = error_of((await wire.result(not_object))[0])
+    assert error["class"] == "schema_error"
+    assert (await wire.result(ok))[0].data == {"score": 1}
+    del emitted_bad
+
+
+async def test_agentdef_in_the_agents_bucket_is_enforced(
+    wire, runner, js: JetStreamContext, subjects: Subjects
+) -> None:
+    agents = await js.key_value(subjects.agents_bucket)
+    spec = {
+        "capabilities": [
+            {
+                "name": "summarize",
+                "input_schema": {"type": "object", "required": ["text"]},
+                "output_schema": {"type": "object", "required": ["summary"]},
+                "timeout_seconds": 5,
+                "max_retries": 1,
+            }
+        ]
+    }
+    await agents.put("summary-agent", json.dumps(spec).encode())
+    worker = Worker("summary-agent")
+
+    @worker.capability("summarize")
+    async def summarize(inp: dict[str, Any]) -> dict[str, Any]:
+        return {"summary": inp["text"]} if inp["text"] else {"nothing": True}
+
+    await runner.start(worker)
+    bad_in, bad_out, ok = new_run(), new_run(), new_run()
+    await wire.publish_task("summarize", {"txt": "x"}, run_id=bad_in)
+    await wire.publish_task("summarize", {"text": ""}, run_id=bad_out)
+    await wire.publish_task("summarize", {"text": "x"}, run_id=ok)
+
+    error = error_of((await wire.result(bad_in))[0])
+    assert error["class"] == "schema_error"
+    assert "AgentDef summary-agent" in error["message"]
+    assert "input" in error["message"]
+    error = error_of((await wire.result(bad_out))[0])
+    assert error["class"] == "schema_error"
+    assert "output" in error["message"]
+    assert (await wire.result(ok))[0].data == {"summary": "x"}
+
+
+# --- deadlines and cancellation -----------------------------------------------------------
+
+
+async def test_deadline_cancels_the_handler_and_reports_timeout(wire, runner) -> None:
+    worker = Worker("sleepy")
+    cancelled = asyncio.Event()
+
+    @worker.capability("sleep")
+    async def sleep(inp: dict[str, Any]) -> dict[str, Any]:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return {}
+
+    await runner.start(worker)
+    run_id = new_run()
+    await wire.publish_task(
+        "sleep", {}, run_id=run_id, deadline=datetime.now(UTC) + timedelta(milliseconds=300)
+    )
+    error = error_of((await wire.result(run_id))[0])
+    assert error["class"] == "timeout"
+    assert error["retryable"] is True
+    assert cancelled.is_set()
+
+
+async def test_a_task_past_its_deadline_is_not_started(wire, runner) -> None:
+    worker = Worker("late")
+    calls: list[Any] = []
+
+    @worker.capability("late")
+    async def late(inp: dict[str, Any]) -> dict[str, Any]:
+        calls.append(inp)
+        return {}
+
+    await runner.start(worker)
+    run_id = new_run()
+    await wire.publish_task(
+        "late", {}, run_id=run_id, deadline=datetime.now(UTC) - timedelta(seconds=1)
+    )
+    error = error_of((await wire.result(run_id))[0])
+    assert error["class"] == "timeout"
+    assert "had passed" in error["message"]
+    assert calls == []
+
+
+async def test_cancellation_on_the_control_subject(wire, runner) -> None:
+    worker = Worker("cancellable")
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @worker.capability("wait")
+    async def wait(inp: dict[str, Any]) -> dict[str, Any]:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return {}
+
+    await runner.start(worker)
+    run_id = new_run()
+    action = await wire.publish_task("wait", {}, run_id=run_id)
+    await asyncio.wait_for(started.wait(), 5)
+    await wire.cancel(run_id, f"{run_id}.other")  # another action: ignored
+    await wire.cancel(run_id, action)
+    error = error_of((await wire.result(run_id))[0])
+    assert error == {
+        "class": "cancelled",
+        "message": "cancelled by the orchestrator",
+        "retryable": False,
+    }
+    assert cancelled.is_set()
+
+
+# --- concurrency and shutdown -------------------------------------------------------------
+
+
+async def test_never_more_handlers_than_the_concurrency_limit(wire, runner) -> None:
+    worker = Worker("limited", concurrency=2)
+    running = 0
+    peak = 0
+    two_running = asyncio.Event()
+    gate = asyncio.Event()
+
+    @worker.capability("work")
+    async def work(inp: dict[str, Any]) -> dict[str, Any]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        if running == 2:
+            two_running.set()
+        await gate.wait()
+        running -= 1
+        return {"n": inp["n"]}
+
+    @worker.capability("other")  # a second consumer shares the same slots
+    async def other(inp: dict[str, Any]) -> dict[str, Any]:
+        return await work(inp)
+
+    await runner.start(worker)
+    runs = [new_run() for _ in range(6)]
+    for n, run_id in enumerate(runs):
+        await wire.publish_task("work" if n % 2 else "other", {"n": n}, run_id=run_id)
+    await asyncio.wait_for(two_running.wait(), 5)
+    # Give an over-eager worker the time to start a third handler before the gate opens.
+    await asyncio.sleep(0.3)
+    assert worker.in_flight == 2
+    gate.set()
+    for n, run_id in enumerate(runs):
+        event, _ = await wire.result(run_id)
+        assert event.data == {"n": n}
+    assert peak == 2
+
+
+async def test_stop_waits_for_running_handlers(wire, runner, nc: Client, subjects) -> None:
+    worker = Worker("graceful", grace_period=10)
+    started = asyncio.Event()
+    gate = asyncio.Event()
+
+    @worker.capability("job")
+    async def job(inp: dict[str, Any]) -> dict[str, Any]:
+        started.set()
+        await gate.wait()
+        return {"done": True}
+
+    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+    await worker.wait_ready()
+    run_id = new_run()
+    await wire.publish_task("job", {}, run_id=run_id)
+    await asyncio.wait_for(started.wait(), 5)
+    stopping = asyncio.create_task(worker.stop())
+    await asyncio.sleep(0.05)
+    assert not stopping.done()  # still waiting for the handler
+    gate.set()
+    await asyncio.wait_for(stopping, 5)
+    await task
+    event, _ = await wire.result(run_id)
+    assert event.data == {"done": True}
+    assert await wire.tasks_left() == 0
+
+
+async def test_unfinished_tasks_are_handed_back_after_the_grace_period(
+    wire, runner, nc: Client, subjects
+) -> None:
+    first = Worker("impatient", grace_period=0.1)
+    started = asyncio.Event()
+
+    @first.capability("long")
+    async def long(inp: dict[str, Any]) -> dict[str, Any]:
+        started.set()
+        await asyncio.Event().wait()
+        return {}
+
+    task = asyncio.create_task(first.run(nc, prefix=subjects.prefix))
+    await first.wait_ready()
+    run_id = new_run()
+    await wire.publish_task("long", {"x": 1}, run_id=run_id)
+    await asyncio.wait_for(started.wait(), 5)
+    await first.stop()
+    await task
+    assert wire.pending_results(run_id) == 0  # handed back, not answered
+
+    second = Worker("patient")
+    deliveries: list[int] = []
+
+    @second.capability("long")
+    async def finish(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        deliveries.append(ctx.delivery)
+        return inp
+
+    await runner.start(second)
+    event, _ = await wire.result(run_id)  # at once: the nak made it available again
+    assert (event.source, event.data) == ("interlock://agent/patient", {"x": 1})
+    assert deliveries == [2]
+
+
+async def test_a_result_published_twice_is_stored_once(wire, runner) -> None:
+    finished = Finished()
+    worker = Worker("dupes", observers=[finished])
+
+    @worker.capability("once")
+    async def once(inp: dict[str, Any]) -> dict[str, Any]:
+        return inp
+
+    await runner.start(worker)
+    run_id = new_run()
+    action = await wire.publish_task("once", {"v": 1}, run_id=run_id)
+    assert (await finished.next())[:2] == (action, Outcome.COMPLETED)
+    # The same attempt delivered again (as after a crash between result and ack).
+    await wire.publish_task("once", {"v": 1}, run_id=run_id, msg_id=f"{action}.1.redelivered")
+    assert (await finished.next())[:2] == (action, Outcome.COMPLETED)
+    assert await wire.stored_results(run_id) == 1
+
+
+# --- liveness and rejects -----------------------------------------------------------------
+
+
+async def test_heartbeat_is_present_while_running_and_gone_after_stop(
+    wire, nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    worker = Worker("beating", concurrency=3, heartbeat_interval=0.1, instance_id="i-1")
+
+    @worker.capability("noop")
+    async def noop(inp: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+    await worker.wait_ready()
+    workers = await js.key_value(subjects.workers_bucket)
+    entry = await workers.get(worker_key("beating", "i-1"))
+    record = json.loads(entry.value or b"")
+    assert record["name"] == "beating"
+    assert record["instance"] == "i-1"
+    assert record["capabilities"] == ["noop"]
+    assert record["concurrency"] == 3
+    assert record["in_flight"] == 0
+    assert record["pid"] > 0
+    assert record["host"]
+    assert record["started_at"] <= record["heartbeat_at"]
+    first_beat = entry.revision
+    watcher = await workers.watch(worker_key("beating", "i-1"))
+    while (update := await watcher.updates(timeout=2)) is None or update.revision == first_beat:
+        pass  # the periodic beat rewrites the key
+    await watcher.stop()
+
+    await worker.stop()
+    await task
+    with pytest.raises(KeyNotFoundError):
+        await workers.get(worker_key("beating", "i-1"))
+
+
+async def test_consumer_is_shared_and_named_after_the_capability(
+    wire, runner, js: JetStreamContext, subjects: Subjects
+) -> None:
+    a, b = Worker("a", ack_wait=7), Worker("b", ack_wait=9)
+    for w in (a, b):
+        w.capability("http.fetch")(_noop)
+    await runner.start(a)
+    await runner.start(b)
+    infos = list(await js.consumers_info(subjects.tasks_stream))
+    assert [c.name for c in infos] == [consumer_name("http.fetch")] == ["cap_http_fetch"]
+    config = infos[0].config
+    assert config.filter_subject == subjects.capability("http.fetch")
+    assert config.ack_wait == 7  # the first worker created it; the second bound to it
+    assert config.durable_name == "cap_http_fetch"
+
+
+async def _noop(inp: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+async def test_a_message_that_is_not_a_task_is_dead_lettered(
+    wire, runner, js: JetStreamContext, subjects: Subjects
+) -> None:
+    finished = Finished()
+    worker = Worker("picky", observers=[finished])
+    worker.capability("picky")(_noop)
+    await runner.start(worker)
+    dlq = await js.subscribe(subjects.dead_letters_all, ordered_consumer=True)
+    await js.publish(subjects.capability("picky"), b"not a cloudevent")
+    assert (await finished.next())[1] == Outcome.REJECTED
+    msg = await dlq.next_msg(timeout=5)
+    assert msg.data == b"not a cloudevent"
+    assert msg.headers is not None
+    assert msg.headers["Interlock-Reason"] == "bad-json"
+    assert msg.headers["Interlock-Subject"] == subjects.capability("picky")
+    assert await wire.tasks_left() == 0  # terminated, not redelivered

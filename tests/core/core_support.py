@@ -1,0 +1,113 @@
+"""What the core tests share: compiling a manifest and driving a run step by step.
+
+A :class:`Run` keeps the log and the state the way the shell does: every record that
+``start``/``decide``/``cancel`` returns is appended to the log and folded into the state
+with ``evolve``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from interlock.core import events as ev
+from interlock.core.compiler import compile_sources
+from interlock.core.definition import Definition
+from interlock.core.engine import Incoming, cancel, decide, start
+from interlock.core.state import RunState, evolve
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = Path(__file__).resolve().parent / "manifests"
+
+
+def compile_one(text: str, path: str = "test.yaml") -> Definition:
+    """The single workflow in ``text``; fails the test with every diagnostic otherwise."""
+    compiled = compile_sources([(path, text)])
+    assert not compiled.diagnostics, "\n".join(str(d) for d in compiled.diagnostics)
+    assert len(compiled.workflows) == 1
+    return compiled.workflows[0]
+
+
+def at(second: int) -> str:
+    """A deterministic timestamp ``second`` seconds after 2026-01-01T00:00:00Z."""
+    minutes, seconds = divmod(second, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"2026-01-01T{hours:02d}:{minutes:02d}:{seconds:02d}Z"
+
+
+def short(record: ev.Record) -> str:
+    """``run.started`` for ``io.interlock.run.started``."""
+    return ev.record_type(record).removeprefix(ev.PREFIX)
+
+
+class Run:
+    """One run driven by hand: the log, the folded state and a clock that ticks per step."""
+
+    def __init__(self, definition: Definition, run_id: str = "r-test") -> None:
+        self.definition = definition
+        self.run_id = run_id
+        self.state = RunState()
+        self.log: list[ev.AnyRecord] = []
+        self.tick = 0
+        self.answers = 0
+
+    def _apply(self, records: list[ev.AnyRecord]) -> list[ev.AnyRecord]:
+        for record in records:
+            self.state = evolve(self.state, record)
+        self.log.extend(records)
+        return records
+
+    def now(self) -> str:
+        self.tick += 1
+        return at(self.tick)
+
+    def start(self, inputs: Mapping[str, Any] | None = None, **kw: Any) -> list[ev.AnyRecord]:
+        return self._apply(
+            start(self.definition, run_id=self.run_id, inputs=inputs or {}, now=self.now(), **kw)
+        )
+
+    def pending_id(self) -> str:
+        """The id of the one action the run waits for."""
+        assert len(self.state.pending) == 1, self.state.pending
+        return next(iter(self.state.pending))
+
+    def answer(
+        self,
+        data: Any = None,
+        *,
+        type: str = "task.completed",  # noqa: A002 - the CloudEvent attribute's name
+        action_id: str | None = None,
+        event_id: str | None = None,
+    ) -> list[ev.AnyRecord]:
+        """An agent's answer to ``action_id`` (default: the pending action)."""
+        self.answers += 1
+        incoming = Incoming(
+            type=type,
+            source="interlock://agent/test",
+            id=event_id or f"answer-{self.answers}",
+            data=data,
+            extensions={"actionid": action_id or self.pending_id()},
+        )
+        return self.deliver(incoming)
+
+    def send(
+        self,
+        type: str,  # noqa: A002
+        data: Any = None,
+        *,
+        source: str = "https://example.com/test",
+        event_id: str = "e-1",
+    ) -> list[ev.AnyRecord]:
+        """An external CloudEvent."""
+        return self.deliver(Incoming(type=type, source=source, id=event_id, data=data))
+
+    def deliver(self, incoming: Incoming) -> list[ev.AnyRecord]:
+        return self._apply(decide(self.definition, self.state, incoming, self.now()))
+
+    def cancel(self, reason: str = "stopped by test") -> list[ev.AnyRecord]:
+        return self._apply(cancel(self.definition, self.state, reason=reason, now=self.now()))
+
+
+def types(records: list[ev.AnyRecord]) -> list[str]:
+    return [short(r) for r in records]

@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import (
     EXIT_FAILED,
@@ -34,7 +34,8 @@ from interlock.runtime.errors import ConnectionFailed
 from interlock.runtime.registry import UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
 
-Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+if TYPE_CHECKING:
+    Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def add_connection_flags(p: argparse.ArgumentParser) -> None:

@@ -168,9 +168,11 @@ async def connect(
             log.warning("NATS error: %s", exc)
 
     async def on_disconnected() -> None:
-        if not connecting:
-            log.warning("disconnected from NATS at %s; reconnecting", where)
-        if disconnected_cb is not None and not connecting:
+        # nats-py reports a deliberate close() as a disconnect too: that is no news.
+        if connecting or nc.is_closed:
+            return
+        log.warning("disconnected from NATS at %s; reconnecting", where)
+        if disconnected_cb is not None:
             await disconnected_cb()
 
     async def on_reconnected() -> None:

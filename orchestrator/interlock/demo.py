@@ -39,9 +39,8 @@ async def demo(url: str) -> int:
     nc = await connect(opts)
     client = InterlockClient(nc, opts.subjects)
     try:
-        say(
-            f"applying {EXAMPLE.relative_to(Path.cwd()) if EXAMPLE.is_relative_to(Path.cwd()) else EXAMPLE}"
-        )
+        shown = EXAMPLE.relative_to(Path.cwd()) if EXAMPLE.is_relative_to(Path.cwd()) else EXAMPLE
+        say(f"applying {shown}")
         applied = await client.apply([(str(EXAMPLE), EXAMPLE.read_text())])
         if not applied.compiled.ok:
             for d in applied.compiled.diagnostics:

@@ -54,6 +54,8 @@ def test_temporary_store_is_removed_on_stop() -> None:
     data_dir = server.data_dir
     assert (data_dir / "jetstream").is_dir()
     assert server.url.startswith("nats://127.0.0.1:")
+    assert server.pid is not None
+    assert os.getpgid(server.pid) != os.getpgid(0)  # a Ctrl-C for us does not reach it
     server.stop()
     assert not data_dir.exists()
     server.stop()  # idempotent

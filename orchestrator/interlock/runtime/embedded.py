@@ -100,7 +100,8 @@ class EmbeddedNats:
     is no race with other processes). ``data_dir=None`` uses a temporary directory that
     ``stop()`` removes; with a given directory, streams survive a restart. Extra
     command-line flags (``--user``, ``--pass``, ...) go in ``args``. The server's output
-    goes to ``log_path``.
+    goes to ``log_path``. The server runs in its own process group, so terminal signals
+    reach only us; if this process is killed outright, the server is left running.
     """
 
     def __init__(
@@ -178,8 +179,14 @@ class EmbeddedNats:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's life
         self._log_offset = self._log.tell()
         try:
+            # Its own process group: a Ctrl-C meant for us must not stop the server before
+            # we have shut down the clients that use it; stop() ends it.
             self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
             )
             self._port = self._wait_ready(ports_dir)
         except BaseException:

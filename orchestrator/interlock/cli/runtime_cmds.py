@@ -370,13 +370,11 @@ async def cmd_cancel(client: Any, args: argparse.Namespace) -> int:
 
 
 async def cmd_export(client: Any, args: argparse.Namespace) -> int:
-    raw = await client.log.read_raw(args.run_id)
-    if not raw:
-        raise UnknownRun(args.run_id)
-    lines = b"".join(data + b"\n" for _, data in raw)
+    records = await client.read(args.run_id)
+    lines = b"".join(ev.encode(record) + b"\n" for record in records)
     if args.output:
         _write_atomically(Path(args.output), lines)
-        err(f"wrote {len(raw)} records to {args.output}")
+        err(f"wrote {len(records)} records to {args.output}")
     else:
         sys.stdout.buffer.write(lines)
     return EXIT_OK

@@ -7,6 +7,7 @@ types stay readable (see docs/architecture.md).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -247,6 +248,24 @@ def encode(record: Record) -> bytes:
 def decode(data: bytes | str) -> AnyRecord:
     """Decode one record; raises ``msgspec.ValidationError`` naming what is wrong."""
     return _decoder.decode(data)
+
+
+BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
+"""How a decision's records are stored: one JetStream message holding a JSON array of them
+(the CloudEvents JSON batch format), so the append is atomic by construction."""
+
+
+def encode_batch(records: Sequence[Record]) -> bytes:
+    """One JSON array of records (the CloudEvents batch format)."""
+    return _encoder.encode(list(records))
+
+
+def decode_batch(data: bytes | str) -> list[AnyRecord]:
+    """Decode a stored batch; a single record (a JSON object) is accepted too."""
+    stripped = data.lstrip()
+    if stripped[:1] in (b"[", "["):
+        return _list_decoder.decode(data)
+    return [_decoder.decode(data)]
 
 
 def decode_lines(data: bytes) -> list[AnyRecord]:

@@ -105,9 +105,11 @@ class InterlockClient:
                     if idle_timeout is not None:
                         return
                     continue
-                record = ev.decode(msg.data)
-                yield record
-                if until_finished and ev.record_type(record) in ev.TERMINAL_TYPES:
+                finished = False
+                for record in ev.decode_batch(msg.data):
+                    yield record
+                    finished = finished or ev.record_type(record) in ev.TERMINAL_TYPES
+                if until_finished and finished:
                     return
         finally:
             await sub.unsubscribe()

@@ -1,10 +1,15 @@
 """Run logs in JetStream: one subject per run, read in order, appended optimistically.
 
-Reading uses batched direct gets (one request returns up to ``_BATCH`` records of one
-subject), so rebuilding a run after a restart costs one round trip per thousand records.
-Appending a decision's records is atomic (JetStream atomic batch publish) and guarded by
+Each message on a run's subject holds the records of one decision as a JSON array of
+CloudEvents (the CloudEvents batch format), so appending a decision is one publish and
+atomic by construction. (JetStream's atomic batch publish gives the same guarantee across
+several messages, but a file-backed stream syncs to disk on every batch commit, about
+3 ms each here: fifteen times slower than one message.) Appends are guarded by
 ``Nats-Expected-Last-Subject-Sequence``: a writer with a stale view loses, re-reads and
 decides again, which is what makes several orchestrator replicas safe without locks.
+
+Reading uses batched direct gets (one request returns up to ``_BATCH`` messages of one
+subject), so rebuilding a run after a restart costs one round trip per thousand decisions.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ class RunLog:
         self._api = f"$JS.API.DIRECT.GET.{subjects.runs_stream}"
 
     async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
-        """(stream sequence, encoded record) of every record after stream sequence ``after``."""
+        """(stream sequence, encoded batch) of every message after stream sequence ``after``."""
         subject = self._subjects.run(run_id)
         out: list[tuple[int, bytes]] = []
         start = after + 1
@@ -69,7 +74,7 @@ class RunLog:
         """The decoded records after ``after`` and the stream sequence of the last one."""
         raw = await self.read_raw(run_id, after)
         last = raw[-1][0] if raw else after
-        return [ev.decode(data) for _, data in raw], last
+        return [record for _, data in raw for record in ev.decode_batch(data)], last
 
     async def append(
         self, run_id: str, records: Sequence[ev.Record], expected_last_seq: int

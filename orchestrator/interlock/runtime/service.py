@@ -321,16 +321,17 @@ class Orchestrator:
             indexed: dict[str, list[ev.AnyRecord]] = {}
             for msg in msgs:
                 try:
-                    record = ev.decode(msg.data)
+                    batch = ev.decode_batch(msg.data)
                 except Exception as exc:
-                    log.error("relay: undecodable run-log record on %s: %s", msg.subject, exc)
+                    log.error("relay: undecodable run-log message on %s: %s", msg.subject, exc)
                     continue
-                if isinstance(record, ev.ActionRequested):
-                    effects.append(self._dispatch(record))
-                elif isinstance(record, ev.RunCancelled):
-                    effects.append(self._tell_cancelled(record))
-                if isinstance(record, _INDEXED):
-                    indexed.setdefault(record.subject, []).append(record)
+                for record in batch:
+                    if isinstance(record, ev.ActionRequested):
+                        effects.append(self._dispatch(record))
+                    elif isinstance(record, ev.RunCancelled):
+                        effects.append(self._tell_cancelled(record))
+                    if isinstance(record, _INDEXED):
+                        indexed.setdefault(record.subject, []).append(record)
             # Index updates of one run are applied in log order; runs go in parallel.
             effects.extend(self._index_run(run_id, records) for run_id, records in indexed.items())
             try:

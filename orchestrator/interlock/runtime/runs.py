@@ -20,6 +20,7 @@ from interlock.core.engine import Incoming, start
 from interlock.core.state import RunState, fold
 from interlock.runtime.errors import AppendConflict
 from interlock.runtime.logstore import RunLog
+from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
 
 log = logging.getLogger("interlock.runs")
@@ -64,7 +65,9 @@ class Runs:
         *,
         clock: Callable[[], str] = utc_now,
         cache_size: int = 10_000,
+        observer: OrchestratorObserver | None = None,
     ) -> None:
+        self.observer = observer or OrchestratorObserver()
         self.log = log_store
         self.registry = registry
         self.clock = clock
@@ -124,9 +127,11 @@ class Runs:
                 last = await self.log.append(run_id, records, entry.last_seq)
             except AppendConflict:
                 self.conflicts += 1
+                self.observer.conflict()
                 self.forget(run_id)
                 continue
             self._remember(run_id, Entry(fold(records, entry.state), last, entry.definition))
+            self.observer.appended(run_id, records)
             return records
         raise RuntimeError(f"run {run_id}: gave up after {MAX_ATTEMPTS} conflicting appends")
 
@@ -158,4 +163,5 @@ class Runs:
         except AppendConflict:
             return False, []
         self._remember(run_id, Entry(fold(records), last, definition))
+        self.observer.appended(run_id, records)
         return True, records

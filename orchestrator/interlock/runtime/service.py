@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,6 +46,7 @@ from interlock.runtime.cloudevents_nats import (
     encode_binary,
 )
 from interlock.runtime.logstore import RunLog
+from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.provision import provision
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
@@ -85,12 +86,20 @@ class Orchestrator:
         *,
         clock: Callable[[], str] = utc_now,
         cache_size: int = 10_000,
+        observers: Sequence[OrchestratorObserver] = (),
     ) -> None:
+        self.observers = Observers(observers)
         self.nc = nc
         self.js = nc.jetstream()
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
-        self.runs = Runs(RunLog(nc, subjects), self.registry, clock=clock, cache_size=cache_size)
+        self.runs = Runs(
+            RunLog(nc, subjects),
+            self.registry,
+            clock=clock,
+            cache_size=cache_size,
+            observer=self.observers,
+        )
         self.clock = clock
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
@@ -164,6 +173,8 @@ class Orchestrator:
         self, handler: Callable[[Msg], Awaitable[None]], msg: Msg, where: str
     ) -> None:
         """One message: handled and acked, retried later, or dead-lettered. Never raises."""
+        if msg.metadata is not None and msg.metadata.num_delivered > 1:
+            self.observers.redelivered(where)
         try:
             await handler(msg)
             await msg.ack()
@@ -185,6 +196,7 @@ class Orchestrator:
         headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
         headers["Interlock-Dead-Letter-Subject"] = msg.subject
         self.counters[f"dead_lettered:{reason}"] += 1
+        self.observers.dead_lettered(reason)
         try:
             await self.js.publish(self.subjects.dead_letter(reason), msg.data, headers=headers)
         except Exception as exc:  # the message is still acked: say so loudly
@@ -208,6 +220,7 @@ class Orchestrator:
             delivered = await self._deliver(run_id, incoming)
             if not delivered:
                 self.counters["events_unrouted"] += 1
+                self.observers.unrouted(event.type)
             return
         started = 0
         for definition, version in list(self.registry.triggered_by(event.type)):
@@ -237,6 +250,7 @@ class Orchestrator:
             self.counters["runs_started" if created else "triggers_duplicate"] += 1
         if not started:
             self.counters["events_unrouted"] += 1
+            self.observers.unrouted(event.type)
 
     async def _deliver(self, run_id: str, incoming: Incoming) -> bool:
         now = self.clock()
@@ -385,6 +399,7 @@ class Orchestrator:
         )
         headers, payload = encode_binary(event)
         headers["Nats-Msg-Id"] = f"{d.action_id}.{d.attempt}"
+        self.observers.dispatched(record, headers)
         await self.js.publish(self.subjects.capability(d.capability), payload, headers=headers)
         self.counters["actions_dispatched"] += 1
 

@@ -1,0 +1,73 @@
+"""Hooks for watching the orchestrator (metrics, tracing, tests) without touching its loop.
+
+Telemetry wraps the shell: the orchestrator calls these hooks at its edges and knows
+nothing of Prometheus or OpenTelemetry. Calls happen on the event loop; they must be quick,
+and an exception raised in one is logged and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from interlock.core import events as ev
+
+log = logging.getLogger("interlock.observe")
+
+
+class OrchestratorObserver:
+    """Subclass and override what you need; pass instances to ``Orchestrator(observers=)``."""
+
+    def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        """A live decision's records were appended to a run's log (never called on replay)."""
+
+    def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
+        """A capability request was published; ``headers`` may be extended before publishing
+        (a tracer adds ``traceparent`` here)."""
+
+    def dead_lettered(self, reason: str) -> None:
+        """A message was moved to the dead-letter stream."""
+
+    def unrouted(self, event_type: str) -> None:
+        """An inbound event started no run and reached no run."""
+
+    def redelivered(self, consumer: str) -> None:
+        """A message arrived again (its earlier delivery was not acknowledged)."""
+
+    def conflict(self) -> None:
+        """An optimistic append lost and the decision was made again."""
+
+
+class Observers(OrchestratorObserver):
+    """Fans each call out to several observers, isolating their failures."""
+
+    def __init__(self, observers: Sequence[OrchestratorObserver] = ()) -> None:
+        self._observers = list(observers)
+
+    def add(self, observer: OrchestratorObserver) -> None:
+        self._observers.append(observer)
+
+    def _each(self, name: str, *args: object) -> None:
+        for observer in self._observers:
+            try:
+                getattr(observer, name)(*args)
+            except Exception:
+                log.exception("observer %s failed in %s", type(observer).__name__, name)
+
+    def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        self._each("appended", run_id, records)
+
+    def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
+        self._each("dispatched", record, headers)
+
+    def dead_lettered(self, reason: str) -> None:
+        self._each("dead_lettered", reason)
+
+    def unrouted(self, event_type: str) -> None:
+        self._each("unrouted", event_type)
+
+    def redelivered(self, consumer: str) -> None:
+        self._each("redelivered", consumer)
+
+    def conflict(self) -> None:
+        self._each("conflict")

@@ -13,7 +13,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
-from interlock.core.definition import Definition
+from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import Incoming, cancel, decide, start
 from interlock.core.state import RunState, evolve
 
@@ -63,8 +63,11 @@ class Run:
         return at(self.tick)
 
     def start(self, inputs: Mapping[str, Any] | None = None, **kw: Any) -> list[ev.AnyRecord]:
+        """Resolve the inputs (as the shell does before a run starts), then start."""
+        resolved, problems = resolve_inputs(self.definition, inputs or {})
+        assert problems == []
         return self._apply(
-            start(self.definition, run_id=self.run_id, inputs=inputs or {}, now=self.now(), **kw)
+            start(self.definition, run_id=self.run_id, inputs=resolved, now=self.now(), **kw)
         )
 
     def pending_id(self) -> str:
@@ -76,7 +79,7 @@ class Run:
         self,
         data: Any = None,
         *,
-        type: str = "task.completed",  # noqa: A002 - the CloudEvent attribute's name
+        type: str = "task.completed",
         action_id: str | None = None,
         event_id: str | None = None,
     ) -> list[ev.AnyRecord]:
@@ -93,7 +96,7 @@ class Run:
 
     def send(
         self,
-        type: str,  # noqa: A002
+        type: str,
         data: Any = None,
         *,
         source: str = "https://example.com/test",

@@ -268,13 +268,15 @@ def test_multi_document_file_with_workflow_and_agentdef() -> None:
 def test_capabilities_unchecked_without_agentdefs_and_checked_from_agent_sources() -> None:
     workflow = (MANIFESTS / "valid/zynax-hello.yaml").read_text()
     alone = compile_sources([("w.yaml", workflow)])
-    assert alone.ok and not alone.capabilities_checked
+    assert alone.ok
+    assert not alone.capabilities_checked
     other = "apiVersion: interlock.io/v1\nkind: AgentDef\nmetadata: {name: a}\n"
     other += "spec: {capabilities: [{name: summarize}]}\n"
     checked = compile_sources([("w.yaml", workflow)], agent_sources=[("a.yaml", other)])
     assert [d.rule for d in checked.diagnostics] == ["unknown-capability"]
     known = compile_sources([("w.yaml", workflow)], known_capabilities={"echo"})
-    assert known.ok and known.capabilities_checked
+    assert known.ok
+    assert known.capabilities_checked
 
 
 def test_on_stays_a_key_and_yes_stays_a_string() -> None:
@@ -522,4 +524,5 @@ def test_empty_documents_are_skipped() -> None:
 def test_empty_file_has_nothing_to_report() -> None:
     compiled = compile_sources([("empty.yaml", "# nothing here\n")])
     assert compiled.ok
-    assert compiled.workflows == [] and compiled.agents == []
+    assert compiled.workflows == []
+    assert compiled.agents == []

@@ -39,7 +39,11 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "(fail-closed) and the error is kept.",
     "transition.fired": "The run moved from one state to another on an event, with the "
     "context writes of the transition's `set`.",
-    "timer.scheduled": "A durable timer was set (an action or state deadline).",
+    "action.cancelled": "An action in flight was cancelled (its state was left or the run "
+    "ended); its agent is told to stop.",
+    "map.started": "A map state evaluated its list: the items, parallelism and completion.",
+    "map.completed": "A map state finished: its result (all outputs in order, or the first).",
+    "timer.scheduled": "A durable timer was set (an action or state deadline, a retry backoff).",
     "timer.fired": "A durable timer went off.",
     "run.completed": "The run reached a terminal state; its declared outputs.",
     "run.failed": "The run failed, with the error class and message.",

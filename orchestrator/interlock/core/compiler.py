@@ -25,17 +25,26 @@ from interlock.core.definition import (
     TERMINAL,
     ActionDef,
     AgentDefinition,
+    BudgetDef,
     CapabilityDef,
+    CatchDef,
+    CorrelationDef,
     Definition,
     InputDef,
+    LoopDef,
+    MapDef,
+    RetryPolicy,
     StateDef,
+    TimeoutDef,
     TransitionDef,
     TriggerDef,
     known_type,
     type_matches,
 )
 from interlock.core.diagnostics import Diagnostic, ManifestError
+from interlock.core.events import ERROR_CLASSES
 from interlock.core.expr import (
+    VARIABLES,
     CompiledValue,
     CompileError,
     Expression,
@@ -48,6 +57,9 @@ from interlock.core.source import Document, Path, Span, load_documents
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 STATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+WORKFLOW_REF = re.compile(
+    r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+)
 CAPABILITY_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 EVENT_TYPE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+$")
@@ -190,11 +202,12 @@ def _check_structure(doc: Document, diags: list[Diagnostic]) -> str | None:
             )
         return None
     prune: list[Path] = []
+    failed = False
     for error in _validator(kind).iter_errors(data):
-        found = _schema_diagnostics(doc, error)
-        diags.extend(found)
+        diags.extend(_schema_diagnostics(doc, error))
         prune.extend(_offending_paths(error))
-    if prune:
+        failed = True
+    if failed:
         # Keep going past structural errors so the rules of the state machine are checked
         # too: drop what is malformed and carry on when what is left still decodes.
         doc.data = _pruned(data, prune)
@@ -210,6 +223,8 @@ def _offending_paths(error: jsonschema.ValidationError) -> list[Path]:
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(_schema_of(error).get("properties", {}))
         return [(*path, k) for k in error.instance if k not in allowed]
+    if error.validator == "required":
+        return []  # nothing to drop: decoding fails and the rules wait for a fix
     return [path] if path else []
 
 
@@ -380,8 +395,13 @@ class _WorkflowCompiler:
                 f"initial_state {spec.initial_state!r} is not a state "
                 f"(states: {', '.join(self.states)})",
             )
+        budget = BudgetDef(
+            spec.budget.max_transitions, spec.budget.max_actions, spec.budget.max_fan_out
+        )
+        self.budget = budget
         states = {name: self._state(name, state) for name, state in self.states.items()}
         triggers = tuple(self._trigger(i, t) for i, t in enumerate(spec.triggers))
+        correlation = self._correlation()
         self._graph()
         self._references(states)
         if len(self.diags) != before:
@@ -399,7 +419,38 @@ class _WorkflowCompiler:
             version_label=None if wf.metadata.version is None else str(wf.metadata.version),
             description=spec.description,
             manifest=self.doc.data,
+            budget=budget,
+            correlation=correlation,
         )
+
+    def _correlation(self) -> CorrelationDef | None:
+        spec = self.wf.spec.correlate
+        if spec is None:
+            return None
+        base: Path = ("spec", "correlate")
+        key = self._value((*base, "key"), spec.key)
+        events: dict[str, Expression] = {}
+        for event_type, source in spec.events.items():
+            if not EVENT_TYPE.match(event_type):
+                self.error(
+                    (*base, "events", event_type),
+                    "bad-name",
+                    f"event type {event_type!r} must be dot-separated words",
+                    key=True,
+                )
+            expression = self._expression((*base, "events", event_type), source)
+            if expression is not None:
+                events[event_type] = expression
+        return CorrelationDef(key, events)
+
+    def _expression(
+        self, path: Path, source: str, extra: frozenset[str] = frozenset()
+    ) -> Expression | None:
+        try:
+            return Expression(source, extra)
+        except CompileError as exc:
+            self._cel_error(path, exc)
+            return None
 
     def _inputs(self) -> tuple[InputDef, ...]:
         out = []
@@ -464,9 +515,20 @@ class _WorkflowCompiler:
             self.error(
                 (*base, "on"), "terminal-transitions", f"terminal state {name!r} has transitions"
             )
-        if terminal and state.actions:
+        for what in ("actions", "map", "loop", "catch", "timeout"):
+            if terminal and getattr(state, what):
+                self.error(
+                    (*base, what),
+                    "terminal-transitions",
+                    f"terminal state {name!r} has {what} (a terminal state ends the run)",
+                )
+        kinds = [k for k in ("actions", "map", "loop") if getattr(state, k)]
+        if len(kinds) > 1:
             self.error(
-                (*base, "actions"), "terminal-transitions", f"terminal state {name!r} has actions"
+                (*base, kinds[1]),
+                "state-kind",
+                f"state {name!r} has {' and '.join(kinds)}: a state runs actions, a map or a "
+                "loop, not several",
             )
         if state.outputs is not None and not terminal:
             self.error(
@@ -487,26 +549,128 @@ class _WorkflowCompiler:
             outputs = tuple(
                 (k, self._value((*base, "outputs", k), v)) for k, v in state.outputs.items()
             )
-        return StateDef(name, state.type, actions, transitions, outputs, by_event)
+        catches = tuple(self._catch((*base, "catch", i), c) for i, c in enumerate(state.catch))
+        timeout = None
+        if state.timeout is not None:
+            after = self._duration((*base, "timeout", "after"), state.timeout.after)
+            self._goto((*base, "timeout", "goto"), state.timeout.goto)
+            sets = self._sets((*base, "timeout", "set"), state.timeout.set)
+            timeout = TimeoutDef(after or 0.0, state.timeout.goto, sets)
+        return StateDef(
+            name,
+            state.type,
+            actions,
+            transitions,
+            outputs,
+            by_event,
+            catches=catches,
+            timeout=timeout,
+            map=self._map((*base, "map"), state.map),
+            loop=self._loop((*base, "loop"), state.loop),
+        )
 
-    def _action(self, path: Path, action: model.Action) -> ActionDef:
-        if not CAPABILITY_NAME.match(action.capability):
+    def _goto(self, path: Path, goto: str) -> None:
+        if goto not in self.states:
             self.error(
-                (*path, "capability"),
-                "bad-name",
-                f"capability name {action.capability!r} must be dot-separated words",
+                path,
+                "unknown-goto",
+                f"goto {goto!r} is not a state (states: {', '.join(self.states)})",
             )
-        elif self.capabilities is not None and action.capability not in self.capabilities:
+
+    def _sets(self, path: Path, values: Mapping[str, Any]) -> tuple[tuple[str, CompiledValue], ...]:
+        return tuple((k, self._value((*path, k), v)) for k, v in values.items())
+
+    def _catch(self, path: Path, catch: model.Catch) -> CatchDef:
+        for i, error_class in enumerate(catch.errors):
+            if error_class != "*" and error_class not in ERROR_CLASSES:
+                self.error(
+                    (*path, "errors", i),
+                    "unknown-error-class",
+                    f"unknown error class {error_class!r} (known: {', '.join(ERROR_CLASSES)}, *)",
+                )
+        self._goto((*path, "goto"), catch.goto)
+        return CatchDef(frozenset(catch.errors), catch.goto, self._sets((*path, "set"), catch.set))
+
+    def _map(self, path: Path, spec: model.MapSpec | None) -> MapDef | None:
+        if spec is None:
+            return None
+        if not INPUT_NAME.match(spec.as_) or spec.as_ in VARIABLES:
             self.error(
-                (*path, "capability"),
-                "unknown-capability",
-                f"no AgentDef declares capability {action.capability!r}",
+                (*path, "as"),
+                "bad-name",
+                f"map item name {spec.as_!r} must be an identifier other than "
+                f"{', '.join(sorted(VARIABLES))}",
+            )
+        if spec.parallelism > self.budget.max_fan_out:
+            self.error(
+                (*path, "parallelism"),
+                "budget",
+                f"parallelism {spec.parallelism} is above budget.max_fan_out "
+                f"({self.budget.max_fan_out})",
+            )
+        over = self._expression((*path, "over"), spec.over)
+        extra = frozenset({spec.as_, "index"})
+        action = self._action((*path, "action"), spec.action, extra)
+        if over is None:
+            return None
+        return MapDef(over, spec.as_, action, spec.parallelism, spec.completion)
+
+    def _loop(self, path: Path, spec: model.LoopSpec | None) -> LoopDef | None:
+        if spec is None:
+            return None
+        extra = frozenset({"iteration"})
+        until = self._expression((*path, "until"), spec.until, extra)
+        action = self._action((*path, "action"), spec.action, extra)
+        if until is None:
+            return None
+        return LoopDef(until, spec.max_iterations, action)
+
+    def _action(
+        self, path: Path, action: model.Action, extra: frozenset[str] = frozenset()
+    ) -> ActionDef:
+        if (action.capability is None) == (action.workflow is None):
+            self.error(
+                path,
+                "action-target",
+                "an action names exactly one of capability (work for an agent) and workflow "
+                "(a child run)",
+            )
+        if action.capability is not None:
+            if not CAPABILITY_NAME.match(action.capability):
+                self.error(
+                    (*path, "capability"),
+                    "bad-name",
+                    f"capability name {action.capability!r} must be dot-separated words",
+                )
+            elif self.capabilities is not None and action.capability not in self.capabilities:
+                self.error(
+                    (*path, "capability"),
+                    "unknown-capability",
+                    f"no AgentDef declares capability {action.capability!r}",
+                )
+        if action.workflow is not None and not WORKFLOW_REF.match(action.workflow):
+            self.error(
+                (*path, "workflow"),
+                "bad-name",
+                f"workflow {action.workflow!r} must be NAME or NAMESPACE/NAME (DNS labels)",
+            )
+        retry = None
+        if action.retry is not None:
+            b = action.retry.backoff
+            retry = RetryPolicy(
+                max_attempts=action.retry.max_attempts,
+                initial_s=self._duration((*path, "retry", "backoff", "initial"), b.initial) or 1.0,
+                multiplier=b.multiplier,
+                max_s=self._duration((*path, "retry", "backoff", "max"), b.max) or 60.0,
+                jitter=b.jitter,
             )
         return ActionDef(
-            capability=action.capability,
-            input=self._value((*path, "input"), action.input),
+            capability=action.capability or "",
+            input=self._value((*path, "input"), action.input, extra),
             timeout_s=self._duration((*path, "timeout"), action.timeout),
             output=tuple(action.output.items()),
+            retry=retry,
+            workflow=action.workflow,
         )
 
     def _transition(self, path: Path, index: int, t: model.Transition) -> TransitionDef:
@@ -514,12 +678,7 @@ class _WorkflowCompiler:
             self.error(
                 (*path, "event"), "bad-name", f"event type {t.event!r} must be dot-separated words"
             )
-        if t.goto not in self.states:
-            self.error(
-                (*path, "goto"),
-                "unknown-goto",
-                f"goto {t.goto!r} is not a state (states: {', '.join(self.states)})",
-            )
+        self._goto((*path, "goto"), t.goto)
         guard = None
         if t.guard is not None:
             try:
@@ -544,10 +703,13 @@ class _WorkflowCompiler:
         return TriggerDef(trigger.event, filters, compiled_input)
 
     def _edges(self) -> dict[str, set[str]]:
-        return {
-            name: {t.goto for t in state.on if t.goto in self.states}
-            for name, state in self.states.items()
-        }
+        edges: dict[str, set[str]] = {}
+        for name, state in self.states.items():
+            targets = {t.goto for t in state.on} | {c.goto for c in state.catch}
+            if state.timeout is not None:
+                targets.add(state.timeout.goto)
+            edges[name] = {t for t in targets if t in self.states}
+        return edges
 
     def _graph(self) -> None:
         initial = self.wf.spec.initial_state
@@ -575,9 +737,9 @@ class _WorkflowCompiler:
             )
             return
         finishing = _reach(terminals, reverse)
-        for name, state in self.states.items():
+        for name in self.states:
             if name not in finishing:
-                why = "" if state.on else " (it has no transitions)"
+                why = "" if edges[name] else " (it has no transitions)"
                 self.error(
                     ("spec", "states", name),
                     "no-terminal-path",
@@ -586,7 +748,7 @@ class _WorkflowCompiler:
                 )
 
     def _references(self, states: Mapping[str, StateDef]) -> None:
-        producing = {n for n, s in states.items() if s.actions}
+        producing = {n for n, s in states.items() if s.produces_output}
 
         def check(path: Path, value: CompiledValue) -> None:
             for ref in references(value):
@@ -601,7 +763,7 @@ class _WorkflowCompiler:
                         path,
                         "no-output-ref",
                         f"$.states.{ref.state}.output refers to a state that produces no "
-                        "output (only states with actions do)",
+                        "output (only states with actions, a map or a loop do)",
                     )
 
         for name, state in states.items():
@@ -613,6 +775,16 @@ class _WorkflowCompiler:
                     check((*base, "on", t.index, "set", key), value)
             for key, value in state.outputs or ():
                 check((*base, "outputs", key), value)
+            for i, catch in enumerate(state.catches):
+                for key, value in catch.set:
+                    check((*base, "catch", i, "set", key), value)
+            if state.timeout is not None:
+                for key, value in state.timeout.set:
+                    check((*base, "timeout", "set", key), value)
+            if state.map is not None:
+                check((*base, "map", "action", "input"), state.map.action.input)
+            if state.loop is not None:
+                check((*base, "loop", "action", "input"), state.loop.action.input)
 
 
 def _reach(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:

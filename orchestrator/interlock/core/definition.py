@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock.core.expr import CompiledValue, Expression
@@ -18,12 +18,74 @@ HUMAN = "human_in_the_loop"
 
 
 @dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 1
+    initial_s: float = 1.0
+    multiplier: float = 2.0
+    max_s: float = 60.0
+    jitter: bool = True
+
+
+NO_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True)
 class ActionDef:
     capability: str
     input: CompiledValue
     timeout_s: float | None = None
     output: tuple[tuple[str, str], ...] = ()
     """(result key, context key) pairs written when the action completes."""
+    retry: RetryPolicy | None = None
+    """None: the capability's default (its AgentDef's max_retries), else no retries."""
+    workflow: str | None = None
+    """A sub-workflow to run as a child run instead of a capability."""
+
+
+@dataclass(frozen=True, slots=True)
+class CatchDef:
+    errors: frozenset[str]
+    goto: str
+    set: tuple[tuple[str, CompiledValue], ...] = ()
+
+    def matches(self, error_class: str) -> bool:
+        return "*" in self.errors or error_class in self.errors
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutDef:
+    after_s: float
+    goto: str
+    set: tuple[tuple[str, CompiledValue], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MapDef:
+    over: Expression
+    item: str
+    action: ActionDef
+    parallelism: int = 8
+    completion: str = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class LoopDef:
+    until: Expression
+    max_iterations: int
+    action: ActionDef
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetDef:
+    max_transitions: int = 1000
+    max_actions: int = 1000
+    max_fan_out: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class CorrelationDef:
+    key: CompiledValue
+    events: Mapping[str, Expression]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +105,14 @@ class StateDef:
     transitions: tuple[TransitionDef, ...] = ()
     outputs: tuple[tuple[str, CompiledValue], ...] | None = None
     by_event: Mapping[str, tuple[TransitionDef, ...]] = field(default_factory=dict)
+    catches: tuple[CatchDef, ...] = ()
+    timeout: TimeoutDef | None = None
+    map: MapDef | None = None
+    loop: LoopDef | None = None
+
+    @property
+    def produces_output(self) -> bool:
+        return bool(self.actions) or self.map is not None or self.loop is not None
 
     @property
     def terminal(self) -> bool:
@@ -86,9 +156,21 @@ class Definition:
     description: str | None = None
     manifest: Mapping[str, Any] = field(default_factory=dict)
     """The source document (JSON-like), kept so the definition can be stored and rebuilt."""
+    budget: BudgetDef = BudgetDef()
+    correlation: CorrelationDef | None = None
+
+    def all_actions(self) -> list[ActionDef]:
+        out: list[ActionDef] = []
+        for state in self.states.values():
+            out.extend(state.actions)
+            if state.map is not None:
+                out.append(state.map.action)
+            if state.loop is not None:
+                out.append(state.loop.action)
+        return out
 
     def capabilities(self) -> frozenset[str]:
-        return frozenset(a.capability for s in self.states.values() for a in s.actions)
+        return frozenset(a.capability for a in self.all_actions() if a.workflow is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +190,36 @@ class AgentDefinition:
     api_version: str
     capabilities: Mapping[str, CapabilityDef]
     manifest: Mapping[str, Any] = field(default_factory=dict)
+
+
+def link(definition: Definition, capabilities: Mapping[str, CapabilityDef]) -> Definition:
+    """Fill each action's unset timeout and retry policy from its capability's AgentDef.
+
+    Pure; the shell links a definition with the AgentDefs it knows when it loads it. What a
+    run actually used is recorded in each ``action.requested`` record.
+    """
+
+    def linked(action: ActionDef) -> ActionDef:
+        cap = capabilities.get(action.capability)
+        if cap is None or action.workflow is not None:
+            return action
+        timeout = action.timeout_s if action.timeout_s is not None else cap.timeout_s
+        retry = action.retry
+        if retry is None and cap.max_retries:
+            retry = RetryPolicy(max_attempts=cap.max_retries + 1)
+        return replace(action, timeout_s=timeout, retry=retry)
+
+    states = {}
+    for name, state in definition.states.items():
+        states[name] = replace(
+            state,
+            actions=tuple(linked(a) for a in state.actions),
+            map=None if state.map is None else replace(state.map, action=linked(state.map.action)),
+            loop=None
+            if state.loop is None
+            else replace(state.loop, action=linked(state.loop.action)),
+        )
+    return replace(definition, states=states)
 
 
 # --- typed inputs ----------------------------------------------------------------------

@@ -17,7 +17,13 @@ from typing import Any
 import msgspec
 
 from interlock.core import events as ev
-from interlock.core.definition import ActionDef, Definition, StateDef, TriggerDef
+from interlock.core.definition import (
+    ActionDef,
+    Definition,
+    RetryPolicy,
+    StateDef,
+    TriggerDef,
+)
 from interlock.core.expr import ExpressionError, is_literal_true, render
 from interlock.core.state import RUNNING, PendingAction, RunState, event_key, evolve
 
@@ -116,10 +122,40 @@ def trigger_inputs(trigger: TriggerDef, event: Incoming) -> dict[str, Any]:
 
 # --- deciding -------------------------------------------------------------------------
 
+TIMER_FIRED = PREFIX_TIMER = "io.interlock.timer.fired"
+"""The type of the incoming event that tells a run one of its timers is due (extension
+``timerid``)."""
+
+RETRYABLE = frozenset({"timeout", "platform_error"})
+"""Error classes retried under a retry policy; an agent can mark any error retryable."""
+
 
 def _plus_seconds(now: str, seconds: float) -> str:
     moment = datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(seconds=seconds)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def backoff_seconds(retry: ev.RetryInfo, attempt: int, action_id: str) -> float:
+    """The wait before attempt ``attempt + 1``: exponential, capped, with a jitter derived
+    from the action id (deterministic, so a replay decides the same)."""
+    wait = min(retry.initial_s * retry.multiplier ** (attempt - 1), retry.max_s)
+    if retry.jitter:
+        digest = hashlib.sha256(f"{action_id}#{attempt}".encode()).digest()
+        fraction = int.from_bytes(digest[:4], "big") / 2**32
+        wait = wait / 2 + wait / 2 * fraction
+    return round(wait, 3)
+
+
+def _retry_info(policy: RetryPolicy | None) -> ev.RetryInfo | None:
+    if policy is None or policy.max_attempts <= 1:
+        return None
+    return ev.RetryInfo(
+        max_attempts=policy.max_attempts,
+        initial_s=policy.initial_s,
+        multiplier=policy.multiplier,
+        max_s=policy.max_s,
+        jitter=policy.jitter,
+    )
 
 
 @dataclass(slots=True)
@@ -130,6 +166,7 @@ class _Step:
     state: RunState
     now: str
     out: list[ev.AnyRecord] = field(default_factory=list)
+    _run_id: str = ""
 
     def emit(self, cls: type[ev.AnyRecord], data: Any, traceparent: str | None = None) -> None:
         seq = self.state.seq + 1
@@ -147,13 +184,24 @@ class _Step:
         self.state = evolve(self.state, record)
         self.out.append(record)
 
-    _run_id: str = ""
+    @property
+    def next_id(self) -> str:
+        return f"{self.state.run_id}:{self.state.seq + 1}"
+
+    @property
+    def running(self) -> bool:
+        return self.state.status == RUNNING
 
     @property
     def current(self) -> StateDef:
         return self.definition.states[self.state.state]
 
-    def activation(self, event: Incoming | None = None, result: Any = None) -> dict[str, Any]:
+    def activation(
+        self,
+        event: Incoming | None = None,
+        result: Any = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         s = self.state
         act: dict[str, Any] = {
             "inputs": s.inputs,
@@ -175,17 +223,30 @@ class _Step:
         else:
             act["event"] = {}
             act["data"] = None
+        if extra:
+            act.update(extra)
         return act
 
-    # -- running a state ---------------------------------------------------------------
+    # -- entering a state and asking for work ------------------------------------------
 
     def enter(self, name: str) -> None:
         self.emit(ev.StateEntered, ev.StateEnteredData(state=name))
         state = self.current
         if state.terminal:
             self.complete(state)
+            return
+        if state.timeout is not None:
+            self.schedule(
+                "state-timeout",
+                _plus_seconds(self.now, state.timeout.after_s),
+                state=name,
+            )
+        if state.map is not None:
+            self.start_map(state)
+        elif state.loop is not None:
+            self.request(state.loop.action, 0, iteration=1)
         elif state.actions:
-            self.request(0)
+            self.request(state.actions[0], 0)
 
     def complete(self, state: StateDef) -> None:
         outputs: dict[str, Any] = {}
@@ -198,32 +259,194 @@ class _Step:
                 return
         self.emit(ev.RunCompleted, ev.RunCompletedData(state=state.name, outputs=outputs))
 
-    def request(self, index: int) -> None:
+    def schedule(self, purpose: str, fire_at: str, **fields: Any) -> None:
+        self.emit(
+            ev.TimerScheduled,
+            ev.TimerScheduledData(
+                timer_id=self.next_id, purpose=purpose, fire_at=fire_at, **fields
+            ),
+        )
+
+    def request(
+        self,
+        action: ActionDef,
+        index: int,
+        *,
+        attempt: int = 1,
+        action_id: str | None = None,
+        item: int | None = None,
+        iteration: int | None = None,
+        retry: ev.RetryInfo | None = None,
+    ) -> None:
         state = self.current
-        action: ActionDef = state.actions[index]
+        budget = self.definition.budget
+        if self.state.actions >= budget.max_actions:
+            self.fail_run(
+                "budget_exceeded", f"more than budget.max_actions ({budget.max_actions}) actions"
+            )
+            return
+        extra: dict[str, Any] = {}
+        if item is not None and state.map is not None and self.state.map is not None:
+            extra = {state.map.item: self.state.map.items[item], "index": item}
+        if iteration is not None:
+            extra = {"iteration": iteration}
         try:
-            payload = render(action.input, self.activation())
+            payload = render(action.input, self.activation(extra=extra))
         except ExpressionError as exc:
             self.fail_run(
                 "expression_error", f"input of action {index} in state {state.name!r}: {exc}"
             )
             return
-        seq = self.state.seq + 1
+        action_id = action_id or self.next_id
         deadline = None if action.timeout_s is None else _plus_seconds(self.now, action.timeout_s)
         self.emit(
             ev.ActionRequested,
             ev.ActionRequestedData(
-                action_id=f"{self.state.run_id}:{seq}",
+                action_id=action_id,
                 state=state.name,
                 index=index,
                 capability=action.capability,
                 input=payload,
+                attempt=attempt,
                 timeout_s=action.timeout_s,
                 deadline=deadline,
+                retry=retry if attempt > 1 else _retry_info(action.retry),
+                workflow=action.workflow,
+                item=item,
+                iteration=iteration,
             ),
         )
+        if deadline is not None:
+            self.schedule(
+                "action-timeout",
+                deadline,
+                state=state.name,
+                action_id=action_id,
+                attempt=attempt,
+                index=index,
+                item=item,
+                iteration=iteration,
+            )
+
+    def action_def(self, pending: PendingAction) -> ActionDef:
+        state = self.current
+        if state.map is not None:
+            return state.map.action
+        if state.loop is not None:
+            return state.loop.action
+        return state.actions[pending.index]
+
+    # -- map -----------------------------------------------------------------------------
+
+    def start_map(self, state: StateDef) -> None:
+        spec = state.map
+        assert spec is not None
+        try:
+            items = spec.over.evaluate(self.activation())
+        except ExpressionError as exc:
+            self.fail_run("expression_error", f"map over of state {state.name!r}: {exc}")
+            return
+        if not isinstance(items, list):
+            self.fail_run(
+                "expression_error",
+                f"map over of state {state.name!r} gave {type(items).__name__}, not a list",
+            )
+            return
+        fan_out = self.definition.budget.max_fan_out
+        if len(items) > fan_out:
+            self.failed(
+                ev.ErrorInfo(
+                    error_class="budget_exceeded",
+                    message=f"map over {len(items)} items is above budget.max_fan_out ({fan_out})",
+                ),
+                None,
+            )
+            return
+        self.emit(
+            ev.MapStarted,
+            ev.MapStartedData(
+                state=state.name,
+                items=items,
+                parallelism=spec.parallelism,
+                completion=spec.completion,
+            ),
+        )
+        if not items:
+            self.finish_map(state, [])
+            return
+        self.fill_map(state)
+
+    def fill_map(self, state: StateDef) -> None:
+        """Request items until ``parallelism`` are in flight or none are left."""
+        spec = state.map
+        assert spec is not None
+        while self.running and self.state.map is not None:
+            progress = self.state.map
+            if progress.next >= len(progress.items) or len(self.state.pending) >= spec.parallelism:
+                return
+            self.request(spec.action, 0, item=progress.next)
+
+    def finish_map(self, state: StateDef, result: Any) -> None:
+        self.emit(ev.MapCompleted, ev.MapCompletedData(state=state.name, result=result))
+        self.route(TASK_COMPLETED, None, result)
+
+    def map_item_done(self, state: StateDef) -> None:
+        """After an item succeeded or finally failed: finish, fail or request more."""
+        progress = self.state.map
+        assert progress is not None
+        assert state.map is not None
+        total = len(progress.items)
+        if progress.completion == "any":
+            winners = sorted(progress.results)
+            if winners:
+                self.cancel_pending("map completed (any)")
+                self.finish_map(state, progress.results[winners[0]])
+                return
+            if len(progress.failed) == total:
+                last = progress.failed[max(progress.failed)]
+                self.failed(
+                    ev.ErrorInfo(
+                        error_class=last.error_class,
+                        message=f"every item of map {state.name!r} failed; last: {last.message}",
+                    ),
+                    None,
+                )
+                return
+        else:
+            if progress.failed:
+                first = min(progress.failed)
+                self.cancel_pending("map failed fast")
+                error = progress.failed[first]
+                self.failed(
+                    ev.ErrorInfo(
+                        error_class=error.error_class,
+                        message=f"item {first} of map {state.name!r} failed: {error.message}",
+                    ),
+                    None,
+                )
+                return
+            if len(progress.results) == total:
+                self.finish_map(state, [progress.results[i] for i in range(total)])
+                return
+        self.fill_map(state)
+
+    # -- leaving a state -----------------------------------------------------------------
+
+    def cancel_pending(self, reason: str) -> None:
+        """Cancel every action in flight (their agents are told by the shell)."""
+        for pending in list(self.state.pending.values()):
+            self.emit(
+                ev.ActionCancelled,
+                ev.ActionCancelledData(
+                    action_id=pending.action_id,
+                    state=pending.state,
+                    reason=reason,
+                    workflow=pending.workflow,
+                ),
+            )
 
     def fail_run(self, error_class: str, message: str) -> None:
+        self.cancel_pending(f"run failed: {error_class}")
         self.emit(
             ev.RunFailed,
             ev.RunFailedData(
@@ -231,6 +454,43 @@ class _Step:
                 error=ev.ErrorInfo(error_class=error_class, message=message),
             ),
         )
+
+    def move(
+        self,
+        to: str,
+        event_type: str,
+        event: Incoming | None,
+        index: int,
+        sets: tuple[tuple[str, Any], ...],
+        act: dict[str, Any],
+    ) -> None:
+        budget = self.definition.budget
+        if self.state.transitions >= budget.max_transitions:
+            self.fail_run(
+                "budget_exceeded",
+                f"more than budget.max_transitions ({budget.max_transitions}) transitions",
+            )
+            return
+        writes: dict[str, Any] = {}
+        for key, value_def in sets:
+            try:
+                writes[key] = render(value_def, act)
+            except ExpressionError as exc:
+                self.fail_run("expression_error", f"set {key!r} on {event_type}: {exc}")
+                return
+        self.cancel_pending(f"left state {self.state.state!r} on {event_type}")
+        self.emit(
+            ev.TransitionFired,
+            ev.TransitionFiredData(
+                from_state=self.state.state,
+                to_state=to,
+                event_type=event_type,
+                event_id=None if event is None else event.id,
+                transition=index,
+                set=writes,
+            ),
+        )
+        self.enter(to)
 
     def route(self, event_type: str, event: Incoming | None, result: Any = None) -> bool:
         """Fire the first transition of the current state that the event takes."""
@@ -256,25 +516,7 @@ class _Step:
                             f"guard gave {type(value).__name__} {value!r}, not a boolean",
                         )
                     continue
-            writes: dict[str, Any] = {}
-            for key, value_def in t.set:
-                try:
-                    writes[key] = render(value_def, act)
-                except ExpressionError as exc:
-                    self.fail_run("expression_error", f"set {key!r} on {event_type}: {exc}")
-                    return True
-            self.emit(
-                ev.TransitionFired,
-                ev.TransitionFiredData(
-                    from_state=state.name,
-                    to_state=t.goto,
-                    event_type=event_type,
-                    event_id=None if event is None else event.id,
-                    transition=t.index,
-                    set=writes,
-                ),
-            )
-            self.enter(t.goto)
+            self.move(t.goto, event_type, event, t.index, t.set, act)
             return True
         return False
 
@@ -288,16 +530,30 @@ class _Step:
             ),
         )
 
-    # -- answers from agents -----------------------------------------------------------
+    def failed(self, error: ev.ErrorInfo, event: Incoming | None) -> None:
+        """A state's work failed for good: ``on: task.failed``, then ``catch``, else the run."""
+        failure = {"error": {"class": error.error_class, "message": error.message}}
+        if self.route(TASK_FAILED, event, failure):
+            return
+        for catch in self.current.catches:
+            if catch.matches(error.error_class):
+                self.move(
+                    catch.goto, TASK_FAILED, event, -1, catch.set, self.activation(event, failure)
+                )
+                return
+        self.cancel_pending(f"run failed: {error.error_class}")
+        self.emit(ev.RunFailed, ev.RunFailedData(state=self.state.state, error=error))
+
+    # -- answers from agents and timers --------------------------------------------------
 
     def action_answered(self, pending: PendingAction, event: Incoming) -> None:
-        action = self.current.actions[pending.index]
         if event.type == TASK_FAILED:
             self.action_failed(pending, _error_of(event.data), event)
             return
+        action = self.action_def(pending)
         result = event.data
         writes: dict[str, Any] = {}
-        if isinstance(result, dict):
+        if isinstance(result, dict) and pending.item is None:
             writes = {ctx: result.get(key) for key, ctx in action.output}
         self.emit(
             ev.ActionCompleted,
@@ -309,18 +565,60 @@ class _Step:
                 event_type=event.type,
                 event_id=event.id,
                 context_writes=writes,
+                item=pending.item,
+                iteration=pending.iteration,
             ),
         )
+        state = self.current
+        if pending.item is not None and state.map is not None:
+            self.map_item_done(state)
+            return
+        if pending.iteration is not None and state.loop is not None:
+            self.loop_step(state, pending, result, event)
+            return
         if event.type != TASK_COMPLETED and self.route(event.type, event, result):
             return
-        if pending.index + 1 < len(self.current.actions):
-            self.request(pending.index + 1)
+        if pending.index + 1 < len(state.actions):
+            self.request(state.actions[pending.index + 1], pending.index + 1)
             return
         self.route(TASK_COMPLETED, event, result)
+
+    def loop_step(
+        self, state: StateDef, pending: PendingAction, result: Any, event: Incoming
+    ) -> None:
+        loop = state.loop
+        assert loop is not None
+        assert pending.iteration is not None
+        act = self.activation(event, result, {"iteration": pending.iteration})
+        try:
+            done = loop.until.evaluate(act)
+        except ExpressionError as exc:
+            self._guard_failed(state, -1, "loop.until", loop.until.source, str(exc))
+            done = False
+        if is_literal_true(done):
+            self.route(TASK_COMPLETED, event, result)
+            return
+        if pending.iteration >= loop.max_iterations:
+            self.failed(
+                ev.ErrorInfo(
+                    error_class="budget_exceeded",
+                    message=f"loop {state.name!r} did not finish in "
+                    f"max_iterations ({loop.max_iterations})",
+                ),
+                event,
+            )
+            return
+        self.request(loop.action, 0, iteration=pending.iteration + 1)
 
     def action_failed(
         self, pending: PendingAction, error: ev.ErrorInfo, event: Incoming | None
     ) -> None:
+        retry = pending.retry
+        will_retry = (
+            retry is not None
+            and pending.attempt < retry.max_attempts
+            and (error.retryable or error.error_class in RETRYABLE)
+        )
         self.emit(
             ev.ActionFailed,
             ev.ActionFailedData(
@@ -330,13 +628,78 @@ class _Step:
                 error=error,
                 attempt=pending.attempt,
                 event_id=None if event is None else event.id,
+                item=pending.item,
+                iteration=pending.iteration,
+                will_retry=will_retry,
             ),
         )
-        failure = {"error": {"class": error.error_class, "message": error.message}}
-        if not self.route(TASK_FAILED, event, failure):
-            self.emit(
-                ev.RunFailed,
-                ev.RunFailedData(state=self.state.state, error=error),
+        if will_retry:
+            assert retry is not None
+            wait = backoff_seconds(retry, pending.attempt, pending.action_id)
+            self.schedule(
+                "retry",
+                _plus_seconds(self.now, wait),
+                state=pending.state,
+                action_id=pending.action_id,
+                attempt=pending.attempt + 1,
+                index=pending.index,
+                item=pending.item,
+                iteration=pending.iteration,
+                retry=retry,
+            )
+            return
+        state = self.current
+        if pending.item is not None and state.map is not None:
+            self.map_item_done(state)
+            return
+        self.failed(error, event)
+
+    def timer_fired(self, timer: ev.TimerScheduledData) -> None:
+        self.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
+        state = self.current
+        if timer.purpose == "state-timeout":
+            if state.timeout is not None:
+                self.move(
+                    state.timeout.goto,
+                    "state.timeout",
+                    None,
+                    -1,
+                    state.timeout.set,
+                    self.activation(),
+                )
+            return
+        if timer.purpose == "action-timeout":
+            pending = self.state.pending.get(timer.action_id or "")
+            if pending is None or pending.attempt != timer.attempt:
+                return
+            seconds = "" if pending.deadline is None else f" (deadline {pending.deadline})"
+            self.action_failed(
+                pending,
+                ev.ErrorInfo(
+                    error_class="timeout",
+                    message=f"no answer from {pending.capability or pending.workflow}{seconds}",
+                    retryable=True,
+                ),
+                None,
+            )
+            return
+        if timer.purpose == "retry":
+            pending_like = PendingAction(
+                action_id=timer.action_id or "",
+                state=timer.state or state.name,
+                index=timer.index,
+                capability="",
+                item=timer.item,
+                iteration=timer.iteration,
+            )
+            self.request(
+                self.action_def(pending_like),
+                timer.index,
+                attempt=timer.attempt,
+                action_id=timer.action_id,
+                item=timer.item,
+                iteration=timer.iteration,
+                retry=timer.retry,
             )
 
 
@@ -354,6 +717,31 @@ def _error_of(data: Any) -> ev.ErrorInfo:
     )
 
 
+def correlation_key(definition: Definition, inputs: Mapping[str, Any]) -> str | None:
+    """The key a run of ``definition`` with ``inputs`` is correlated by (None: none)."""
+    if definition.correlation is None:
+        return None
+    try:
+        value = render(definition.correlation.key, {"inputs": dict(inputs), "context": {}})
+    except ExpressionError:
+        return None
+    return None if value is None else str(value)
+
+
+def event_correlation_key(definition: Definition, event: Incoming) -> str | None:
+    """The correlation key an event carries for ``definition`` (None: it carries none)."""
+    if definition.correlation is None:
+        return None
+    expression = definition.correlation.events.get(event.type)
+    if expression is None:
+        return None
+    try:
+        value = expression.evaluate({"event": event.to_dict(), "data": event.data})
+    except ExpressionError:
+        return None
+    return None if value is None else str(value)
+
+
 def start(
     definition: Definition,
     *,
@@ -363,6 +751,7 @@ def start(
     version: int = 1,
     trigger: Incoming | None = None,
     traceparent: str | None = None,
+    parent: ev.ParentRef | None = None,
 ) -> list[ev.AnyRecord]:
     """The first records of a new run: started, then the initial state entered.
 
@@ -380,6 +769,8 @@ def start(
             inputs=dict(inputs),
             context=dict(definition.context),
             trigger=None if trigger is None else trigger.to_dict(),
+            correlation_key=correlation_key(definition, inputs),
+            parent=parent,
         ),
         traceparent=traceparent,
     )
@@ -390,15 +781,28 @@ def start(
 def decide(
     definition: Definition, state: RunState, event: Incoming, now: str
 ) -> list[ev.AnyRecord]:
-    """The records an incoming event adds to a run; empty when the run does not take it."""
+    """The records an incoming event adds to a run; empty when the run does not take it.
+
+    The event is an agent's answer (extension ``actionid``), a due timer (type
+    ``io.interlock.timer.fired``, extension ``timerid``) or an external event.
+    """
     if state.status != RUNNING:
         return []
     step = _Step(definition, state, now)
+    if event.type == TIMER_FIRED:
+        timer = state.timers.get(event.extensions.get("timerid", ""))
+        if timer is None:
+            return []  # already fired, or belonged to a state the run has left
+        step.timer_fired(timer)
+        return step.out
     action_id = event.extensions.get("actionid")
     if action_id is not None:
         pending = state.pending.get(action_id)
         if pending is None:
             return []  # a duplicate, or the answer to an action no longer awaited
+        attempt = event.extensions.get("attempt")
+        if attempt is not None and attempt.isdigit() and int(attempt) != pending.attempt:
+            return []  # the answer to an earlier attempt that timed out
         step.action_answered(pending, event)
         return step.out
     if event_key(event.source, event.id) in state.seen:

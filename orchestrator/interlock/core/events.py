@@ -38,6 +38,22 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # --- data payloads --------------------------------------------------------------------
 
 
+class ParentRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The action of a parent run that a child run answers."""
+
+    run_id: str
+    action_id: str
+    attempt: int = 1
+
+
+class RetryInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    max_attempts: int = 1
+    initial_s: float = 1.0
+    multiplier: float = 2.0
+    max_s: float = 60.0
+    jitter: bool = True
+
+
 class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     workflow: str
     namespace: str = "default"
@@ -47,6 +63,10 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     context: dict[str, Any] = {}
     trigger: dict[str, Any] | None = None
     """The CloudEvent that started the run (structured form), when a trigger did."""
+    correlation_key: str | None = None
+    """The run's correlation key (``correlate.key``), when the workflow declares one."""
+    parent: ParentRef | None = None
+    """Set on a child run: the parent's action that this run answers."""
 
 
 class StateEnteredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -62,6 +82,14 @@ class ActionRequestedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     attempt: int = 1
     timeout_s: float | None = None
     deadline: str | None = None
+    retry: RetryInfo | None = None
+    """The retry policy in force for this action (None: no retries)."""
+    workflow: str | None = None
+    """Set when the action runs a child workflow instead of a capability."""
+    item: int | None = None
+    """The item's position, for an action of a map state."""
+    iteration: int | None = None
+    """The iteration (1-based), for an action of a loop state."""
 
 
 class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -74,6 +102,8 @@ class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     event_id: str | None = None
     context_writes: dict[str, Any] = {}
     """What the action's ``output`` mapping wrote into the run context."""
+    item: int | None = None
+    iteration: int | None = None
 
 
 class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -83,6 +113,30 @@ class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     error: ErrorInfo
     attempt: int = 1
     event_id: str | None = None
+    item: int | None = None
+    iteration: int | None = None
+    will_retry: bool = False
+    """True when another attempt follows (after a backoff timer)."""
+
+
+class ActionCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    action_id: str
+    state: str
+    reason: str = ""
+    workflow: str | None = None
+
+
+class MapStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str
+    items: list[Any] = []
+    parallelism: int = 1
+    completion: str = "all"
+
+
+class MapCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str
+    result: Any = None
+    """``all``: the outputs in input order; ``any``: the first successful output."""
 
 
 class EventReceivedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -110,13 +164,21 @@ class TransitionFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
 class TimerScheduledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     timer_id: str
     purpose: str
+    """``action-timeout``, ``retry`` or ``state-timeout``."""
     fire_at: str
     state: str | None = None
     action_id: str | None = None
+    attempt: int = 1
+    index: int = 0
+    item: int | None = None
+    iteration: int | None = None
+    retry: RetryInfo | None = None
+    """For a ``retry`` timer: the policy to request the next attempt under."""
 
 
 class TimerFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     timer_id: str
+    purpose: str = ""
 
 
 class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -177,6 +239,18 @@ class ActionFailed(Record, tag=PREFIX + "action.failed", frozen=True):
     data: ActionFailedData
 
 
+class ActionCancelled(Record, tag=PREFIX + "action.cancelled", frozen=True):
+    data: ActionCancelledData
+
+
+class MapStarted(Record, tag=PREFIX + "map.started", frozen=True):
+    data: MapStartedData
+
+
+class MapCompleted(Record, tag=PREFIX + "map.completed", frozen=True):
+    data: MapCompletedData
+
+
 class EventReceived(Record, tag=PREFIX + "event.received", frozen=True):
     data: EventReceivedData
 
@@ -215,6 +289,9 @@ AnyRecord = (
     | ActionRequested
     | ActionCompleted
     | ActionFailed
+    | ActionCancelled
+    | MapStarted
+    | MapCompleted
     | EventReceived
     | GuardFailed
     | TransitionFired

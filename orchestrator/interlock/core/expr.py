@@ -90,10 +90,11 @@ class Expression:
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON-like values; returns plain JSON-like values."""
-        cel_activation = {
-            name: json_to_cel(activation[name]) for name in self.names if name in activation
-        }
         try:
+            # Inside the try: converting can fail too (an integer beyond 64 bits, say).
+            cel_activation = {
+                name: json_to_cel(activation[name]) for name in self.names if name in activation
+            }
             value = self._program.evaluate(cel_activation)
         except Exception as exc:
             raise ExpressionError(_describe(exc)) from exc

@@ -45,7 +45,7 @@ class _Strict(msgspec.Struct, kw_only=True, frozen=True):
     """
 
 
-class Metadata(_Strict, frozen=True):
+class Metadata(_Strict, frozen=True, kw_only=True):
     name: Annotated[str, msgspec.Meta(description="DNS label: lowercase letters, digits, '-'.")]
     namespace: str = "default"
     version: str | int | float | None = None
@@ -54,7 +54,7 @@ class Metadata(_Strict, frozen=True):
     description: str | None = None
 
 
-class InputSpec(_Strict, frozen=True):
+class InputSpec(_Strict, frozen=True, kw_only=True):
     """A typed run input."""
 
     type: Annotated[
@@ -68,7 +68,7 @@ class InputSpec(_Strict, frozen=True):
     description: str | None = None
 
 
-class Trigger(_Strict, frozen=True):
+class Trigger(_Strict, frozen=True, kw_only=True):
     """Starts a run when a CloudEvent of ``event`` type arrives and every filter entry matches."""
 
     event: str
@@ -76,17 +76,80 @@ class Trigger(_Strict, frozen=True):
     input: dict[str, Value] | None = None
 
 
-class Action(_Strict, frozen=True):
-    """One capability invocation, run in order when its state is entered."""
+class Backoff(_Strict, frozen=True, kw_only=True):
+    """Wait between attempts: ``initial``, times ``multiplier`` each time, at most ``max``."""
 
-    capability: str
+    initial: Duration = "1s"
+    multiplier: Annotated[float, msgspec.Meta(ge=1)] = 2.0
+    max: Duration = "60s"
+    jitter: bool = True
+    """Spread each wait over [wait/2, wait] (derived from the action id: deterministic)."""
+
+
+class Retry(_Strict, frozen=True, kw_only=True):
+    """Attempts of an action that fails with a retryable error (timeout, platform_error, or
+    an error the agent marked retryable)."""
+
+    max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 3
+    backoff: Backoff = Backoff()
+
+
+class Action(_Strict, frozen=True, kw_only=True):
+    """One capability invocation (or a sub-workflow run), run in order when its state is
+    entered. Exactly one of ``capability`` and ``workflow``."""
+
+    capability: str | None = None
+    workflow: Annotated[
+        str | None,
+        msgspec.Meta(description="Run this workflow (NAME or NAMESPACE/NAME) as a child run."),
+    ] = None
     timeout: Duration | None = None
     input: Value = None
     output: dict[str, str] = {}
+    retry: Retry | None = None
     description: str | None = None
 
 
-class Transition(_Strict, frozen=True):
+class Catch(_Strict, frozen=True, kw_only=True):
+    """Where a failed action (after its retries) goes, by error class (``*``: any)."""
+
+    errors: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    goto: str
+    set: dict[str, Value] = {}
+
+
+class StateTimeout(_Strict, frozen=True, kw_only=True):
+    """Leave the state for ``goto`` when it has not been left ``after`` this long."""
+
+    after: Duration
+    goto: str
+    set: dict[str, Value] = {}
+
+
+class MapSpec(_Strict, frozen=True, kw_only=True):
+    """Run ``action`` once per item of the CEL list ``over``, at most ``parallelism`` at a
+    time; ``all`` waits for every item (results in input order, the first failure fails
+    the state), ``any`` takes the first success (fails only when every item failed)."""
+
+    over: CelExpression
+    as_: Annotated[str, msgspec.Meta(description="The item's variable name.")] = msgspec.field(
+        name="as"
+    )
+    action: Action
+    parallelism: Annotated[int, msgspec.Meta(ge=1)] = 8
+    completion: Literal["all", "any"] = "all"
+
+
+class LoopSpec(_Strict, frozen=True, kw_only=True):
+    """Repeat ``action`` until ``until`` (CEL over ``result``) is true, at most
+    ``max_iterations`` times (then the state fails with budget_exceeded)."""
+
+    until: CelExpression
+    max_iterations: Annotated[int, msgspec.Meta(ge=1)]
+    action: Action
+
+
+class Transition(_Strict, frozen=True, kw_only=True):
     """An edge keyed by a CloudEvent type; the first whose event matches and guard holds fires."""
 
     event: str
@@ -96,31 +159,54 @@ class Transition(_Strict, frozen=True):
     description: str | None = None
 
 
-class State(_Strict, frozen=True):
+class State(_Strict, frozen=True, kw_only=True):
     type: Literal["normal", "terminal", "human_in_the_loop"] = "normal"
     description: str | None = None
     actions: list[Action] = []
+    map: MapSpec | None = None
+    loop: LoopSpec | None = None
     on: list[Transition] = []
+    catch: list[Catch] = []
+    timeout: StateTimeout | None = None
     outputs: dict[str, Value] | None = None
 
 
-class WorkflowSpec(_Strict, frozen=True):
+class Budget(_Strict, frozen=True, kw_only=True):
+    """Limits of one run; exceeding one fails with budget_exceeded."""
+
+    max_transitions: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    max_actions: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    max_fan_out: Annotated[int, msgspec.Meta(ge=1)] = 64
+
+
+class Correlate(_Strict, frozen=True, kw_only=True):
+    """How later events reach a run without naming it: ``key`` (a template over the run's
+    inputs, computed when it starts) and, per event type, a CEL expression giving the same
+    key from the event."""
+
+    key: str
+    events: dict[str, CelExpression]
+
+
+class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     initial_state: str
     states: Annotated[dict[str, State], msgspec.Meta(min_length=1)]
     description: str | None = None
     inputs: dict[str, InputSpec] = {}
     triggers: list[Trigger] = []
     context: dict[str, Any] = {}
+    budget: Budget = Budget()
+    correlate: Correlate | None = None
 
 
-class Workflow(_Strict, frozen=True):
+class Workflow(_Strict, frozen=True, kw_only=True):
     apiVersion: Literal["interlock.io/v1", "zynax.io/v1"]
     kind: Literal["Workflow"]
     metadata: Metadata
     spec: WorkflowSpec
 
 
-class Capability(_Strict, frozen=True):
+class Capability(_Strict, frozen=True, kw_only=True):
     name: str
     description: str | None = None
     input_schema: dict[str, Any] | None = None
@@ -129,12 +215,12 @@ class Capability(_Strict, frozen=True):
     max_retries: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
-class AgentDefSpec(_Strict, frozen=True):
+class AgentDefSpec(_Strict, frozen=True, kw_only=True):
     capabilities: Annotated[list[Capability], msgspec.Meta(min_length=1)]
     description: str | None = None
 
 
-class AgentDef(_Strict, frozen=True):
+class AgentDef(_Strict, frozen=True, kw_only=True):
     apiVersion: Literal["interlock.io/v1", "zynax.io/v1alpha1", "zynax.io/v1"]
     kind: Literal["AgentDef"]
     metadata: Metadata

@@ -137,8 +137,12 @@ def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnosti
         errors.append(Diagnostic(path, 1, 1, "yaml-syntax", str(exc)))
         return documents, errors
     for index, node in enumerate(nodes):
-        if node is None:
-            continue
+        if node is None or (
+            isinstance(node, yaml.ScalarNode)
+            and node.tag == "tag:yaml.org,2002:null"
+            and node.value in ("", "~", "null")
+        ):
+            continue  # an empty document (a trailing '---'): nothing to check
         doc = Document(path=path, index=index, data=None, start=_span(node))
         try:
             doc.data = _Builder(doc, errors).build(node, ())

@@ -22,7 +22,7 @@ CANCELLED = "cancelled"
 FINISHED = frozenset({COMPLETED, FAILED, CANCELLED})
 
 
-class PendingAction(msgspec.Struct, frozen=True, kw_only=True):
+class PendingAction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     action_id: str
     state: str
     index: int
@@ -30,6 +30,22 @@ class PendingAction(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 1
     requested_at: str = ""
     deadline: str | None = None
+    retry: ev.RetryInfo | None = None
+    workflow: str | None = None
+    item: int | None = None
+    iteration: int | None = None
+
+
+class MapProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A map state's items and what became of each."""
+
+    items: list[Any] = []
+    parallelism: int = 1
+    completion: str = "all"
+    next: int = 0
+    """The next item to request."""
+    results: dict[int, Any] = {}
+    failed: dict[int, ev.ErrorInfo] = {}
 
 
 class RunState(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +77,13 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     error: ev.ErrorInfo | None = None
     traceparent: str | None = None
     trigger: dict[str, Any] | None = None
+    visit: int = 0
+    """Log position of the current state's ``state.entered``: timers of an earlier visit
+    are stale."""
+    timers: dict[str, ev.TimerScheduledData] = {}
+    map: MapProgress | None = None
+    correlation_key: str | None = None
+    parent: ev.ParentRef | None = None
 
     @property
     def finished(self) -> bool:
@@ -83,12 +106,22 @@ def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
         context=dict(d.context),
         traceparent=r.traceparent,
         trigger=d.trigger,
+        correlation_key=d.correlation_key,
+        parent=d.parent,
     )
 
 
 def _state_entered(s: RunState, r: ev.StateEntered) -> RunState:
     return replace(
-        s, seq=s.seq + 1, updated_at=r.time, state=r.data.state, next_action=0, pending={}
+        s,
+        seq=s.seq + 1,
+        updated_at=r.time,
+        state=r.data.state,
+        next_action=0,
+        pending={},
+        timers={},
+        map=None,
+        visit=s.seq + 1,
     )
 
 
@@ -103,7 +136,14 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
         attempt=d.attempt,
         requested_at=r.time,
         deadline=d.deadline,
+        retry=d.retry,
+        workflow=d.workflow,
+        item=d.item,
+        iteration=d.iteration,
     )
+    progress = s.map
+    if d.item is not None and progress is not None:
+        progress = replace(progress, next=max(progress.next, d.item + 1))
     return replace(
         s,
         seq=s.seq + 1,
@@ -111,6 +151,7 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
         pending=pending,
         next_action=max(s.next_action, d.index + 1),
         actions=s.actions + 1,
+        map=progress,
     )
 
 
@@ -118,6 +159,15 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
     d = r.data
     pending = dict(s.pending)
     pending.pop(d.action_id, None)
+    if d.item is not None and s.map is not None:
+        results = {**s.map.results, d.item: d.result}
+        return replace(
+            s,
+            seq=s.seq + 1,
+            updated_at=r.time,
+            pending=pending,
+            map=replace(s.map, results=results),
+        )
     states = dict(s.states)
     states[d.state] = {"output": d.result}
     context = {**s.context, **d.context_writes} if d.context_writes else s.context
@@ -133,9 +183,41 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
 
 
 def _action_failed(s: RunState, r: ev.ActionFailed) -> RunState:
+    d = r.data
+    pending = dict(s.pending)
+    pending.pop(d.action_id, None)
+    progress = s.map
+    if d.item is not None and progress is not None and not d.will_retry:
+        progress = replace(progress, failed={**progress.failed, d.item: d.error})
+    return replace(s, seq=s.seq + 1, updated_at=r.time, pending=pending, map=progress)
+
+
+def _action_cancelled(s: RunState, r: ev.ActionCancelled) -> RunState:
     pending = dict(s.pending)
     pending.pop(r.data.action_id, None)
     return replace(s, seq=s.seq + 1, updated_at=r.time, pending=pending)
+
+
+def _map_started(s: RunState, r: ev.MapStarted) -> RunState:
+    d = r.data
+    progress = MapProgress(items=d.items, parallelism=d.parallelism, completion=d.completion)
+    return replace(s, seq=s.seq + 1, updated_at=r.time, map=progress)
+
+
+def _map_completed(s: RunState, r: ev.MapCompleted) -> RunState:
+    states = {**s.states, r.data.state: {"output": r.data.result}}
+    return replace(s, seq=s.seq + 1, updated_at=r.time, states=states, result=r.data.result)
+
+
+def _timer_scheduled(s: RunState, r: ev.TimerScheduled) -> RunState:
+    timers = {**s.timers, r.data.timer_id: r.data}
+    return replace(s, seq=s.seq + 1, updated_at=r.time, timers=timers)
+
+
+def _timer_fired(s: RunState, r: ev.TimerFired) -> RunState:
+    timers = dict(s.timers)
+    timers.pop(r.data.timer_id, None)
+    return replace(s, seq=s.seq + 1, updated_at=r.time, timers=timers)
 
 
 def _event_received(s: RunState, r: ev.EventReceived) -> RunState:
@@ -154,16 +236,30 @@ def _transition_fired(s: RunState, r: ev.TransitionFired) -> RunState:
 
 def _run_completed(s: RunState, r: ev.RunCompleted) -> RunState:
     return replace(
-        s, seq=s.seq + 1, updated_at=r.time, status=COMPLETED, outputs=r.data.outputs, pending={}
+        s,
+        seq=s.seq + 1,
+        updated_at=r.time,
+        status=COMPLETED,
+        outputs=r.data.outputs,
+        pending={},
+        timers={},
     )
 
 
 def _run_failed(s: RunState, r: ev.RunFailed) -> RunState:
-    return replace(s, seq=s.seq + 1, updated_at=r.time, status=FAILED, error=r.data.error)
+    return replace(
+        s,
+        seq=s.seq + 1,
+        updated_at=r.time,
+        status=FAILED,
+        error=r.data.error,
+        pending={},
+        timers={},
+    )
 
 
 def _run_cancelled(s: RunState, r: ev.RunCancelled) -> RunState:
-    return replace(s, seq=s.seq + 1, updated_at=r.time, status=CANCELLED)
+    return replace(s, seq=s.seq + 1, updated_at=r.time, status=CANCELLED, pending={}, timers={})
 
 
 def _counted(s: RunState, r: ev.Record) -> RunState:
@@ -176,11 +272,14 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.ActionRequested: _action_requested,
     ev.ActionCompleted: _action_completed,
     ev.ActionFailed: _action_failed,
+    ev.ActionCancelled: _action_cancelled,
+    ev.MapStarted: _map_started,
+    ev.MapCompleted: _map_completed,
     ev.EventReceived: _event_received,
     ev.GuardFailed: _counted,
     ev.TransitionFired: _transition_fired,
-    ev.TimerScheduled: _counted,
-    ev.TimerFired: _counted,
+    ev.TimerScheduled: _timer_scheduled,
+    ev.TimerFired: _timer_fired,
     ev.RunCompleted: _run_completed,
     ev.RunFailed: _run_failed,
     ev.RunCancelled: _run_cancelled,

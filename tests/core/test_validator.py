@@ -439,11 +439,6 @@ def test_cel_error_line_inside_a_block_scalar() -> None:
     assert [(d.line, d.rule) for d in found] == [(12, "cel-compile")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compiler._inner_position: the column inside a block scalar is counted from the "
-    "'|' indicator, not from the block's content indentation",
-)
 def test_cel_error_column_inside_a_block_scalar() -> None:
     found = diagnostics(
         """\
@@ -462,8 +457,9 @@ def test_cel_error_column_inside_a_block_scalar() -> None:
             b: {type: terminal}
         """
     )
-    # line 11 is "        data.y > > 1": the second '>' stands at column 18.
-    assert [(d.line, d.col) for d in found] == [(11, 18)]
+    # line 11 is "            data.y > > 1" (12 spaces once dedented): the second '>' stands
+    # at column 22.
+    assert [(d.line, d.col) for d in found] == [(11, 22)]
 
 
 def test_unknown_variables_in_guards_are_compile_errors() -> None:

@@ -801,7 +801,7 @@ def _reach(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
 def _inner_position(span: Span, line: int, col: int) -> tuple[int, int]:
     """Position in the file of (line, col) inside a scalar that starts at ``span``."""
     if span.style in ("|", ">"):
-        return span.line + line, col + max(span.col + 1, 1)
+        return span.line + line, (span.content_col or span.col + 1) + col - 1
     if line > 1:
         return span.line + line - 1, col
     lead = 1 if span.style in ("'", '"') else 0

@@ -26,6 +26,8 @@ class Span:
     line: int
     col: int
     style: str | None = None  # None plain, "'" or '"' quoted, "|" or ">" block
+    content_col: int = 0
+    """For a block scalar: the column its content starts at (its indentation + 1)."""
 
 
 @dataclass(slots=True)
@@ -78,7 +80,15 @@ _Loader.add_implicit_resolver(
 
 def _span(node: yaml.Node) -> Span:
     style = node.style if isinstance(node, yaml.ScalarNode) else None
-    return Span(node.start_mark.line + 1, node.start_mark.column + 1, style or None)
+    mark = node.start_mark
+    content_col = 0
+    if style in ("|", ">") and isinstance(mark.buffer, str):
+        # The content starts on the next line, indented: measure that indentation.
+        newline = mark.buffer.find("\n", mark.pointer)
+        if newline >= 0:
+            rest = mark.buffer[newline + 1 :]
+            content_col = len(rest) - len(rest.lstrip(" ")) + 1
+    return Span(mark.line + 1, mark.column + 1, style or None, content_col)
 
 
 class _Builder:

@@ -1,0 +1,142 @@
+"""``interlock validate`` and ``interlock init``, end to end, as a user types them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERLOCK = Path(sys.executable).parent / "interlock"
+INVALID = ROOT / "tests/core/manifests/invalid"
+
+
+def interlock(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(INTERLOCK), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        input=stdin,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    for name in ("code-review.yaml", "agents.yaml"):
+        (tmp_path / name).write_text((ROOT / "examples" / name).read_text())
+    return tmp_path
+
+
+THREE_ERRORS = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: broken
+spec:
+  initial_state: work
+  states:
+    work:
+      actions:
+        - capability: echo
+          timeout: soon
+      on:
+        - event: task.completed
+          guard: 'result.score >'
+          goto: done
+          when: later
+    done:
+      type: terminal
+"""
+BROKEN_ERRORS = [
+    "broken.yaml:11:20: bad-duration: 'soon' is not a duration "
+    "(a number and a unit: 250ms, 30s, 30m, 1h, 1d)",
+    "broken.yaml:14:32: cel-compile: CEL does not compile: 'result.score >'",
+    "broken.yaml:16:11: unknown-key: unknown key 'when' in spec.states.work.on.0 "
+    "(allowed: description, event, goto, guard, set)",
+]
+
+# Each call starts a process (about a second on a loaded machine): one call per behaviour.
+
+
+def test_validate_the_examples_with_their_agents() -> None:
+    result = interlock(
+        "validate", "examples/code-review.yaml", "--agents", "examples/agents.yaml", cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "ok  workflow default/code-review: 6 states, 1 triggers, capabilities: echo, review",
+        "ok  agentdef default/echo: capabilities: echo, review",
+    ]
+    assert result.stderr == ""
+
+
+def test_validate_invalid_files_prints_every_error_sorted_by_path(work: Path) -> None:
+    (work / "broken.yaml").write_text(THREE_ERRORS)
+    (work / "goto.yaml").write_text((INVALID / "unknown-goto.yaml").read_text())
+    result = interlock("validate", "goto.yaml", "broken.yaml", cwd=work)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        *BROKEN_ERRORS,
+        "goto.yaml:12:17: unknown-goto: goto 'dnoe' is not a state (states: work, done)",
+        "4 errors",
+    ]
+
+
+def test_validate_a_missing_file_is_a_usage_error(work: Path) -> None:
+    result = interlock("validate", "nope.yaml", cwd=work)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("interlock: nope.yaml: cannot read: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_json_with_agents_missing_a_capability(work: Path) -> None:
+    (work / "broken.yaml").write_text(THREE_ERRORS)
+    agents = (work / "agents.yaml").read_text().replace("- name: review", "- name: reviews")
+    (work / "agents.yaml").write_text(agents)
+    result = interlock(
+        "validate", "code-review.yaml", "broken.yaml", "--agents", "agents.yaml", "--json", cwd=work
+    )
+    assert result.returncode == 1
+    assert result.stderr == ""
+    report = json.loads(result.stdout)
+    assert report["valid"] is False
+    assert report["capabilities_checked"] is True
+    assert report["workflows"] == []
+    assert [(e["path"], e["line"], e["col"], e["rule"]) for e in report["errors"]] == [
+        ("broken.yaml", 11, 20, "bad-duration"),
+        ("broken.yaml", 14, 32, "cel-compile"),
+        ("broken.yaml", 16, 11, "unknown-key"),
+        ("code-review.yaml", 68, 23, "unknown-capability"),
+    ]
+    assert report["errors"][-1]["message"] == "no AgentDef declares capability 'review'"
+
+
+def test_init_writes_a_workflow_that_validates(work: Path) -> None:
+    result = interlock("init", "workflow", "my-flow", "-o", "my-flow.yaml", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "wrote my-flow.yaml\n"
+    assert "name: my-flow" in (work / "my-flow.yaml").read_text()
+    check = interlock("validate", "my-flow.yaml", cwd=work)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.startswith("ok  workflow default/my-flow: ")
+    assert check.stderr == "note: capabilities not checked (no AgentDef given: add --agents FILE)\n"
+
+
+def test_init_refuses_to_overwrite_without_force(work: Path) -> None:
+    target = work / "mine.yaml"
+    target.write_text("# my work\n")
+    result = interlock("init", "workflow", "mine", "-o", "mine.yaml", cwd=work)
+    assert result.returncode == 2
+    assert result.stderr == "interlock: mine.yaml exists (use --force to overwrite)\n"
+    assert target.read_text() == "# my work\n"
+    result = interlock("init", "workflow", "mine", "-o", "mine.yaml", "--force", cwd=work)
+    assert result.returncode == 0
+    assert "name: mine" in target.read_text()

@@ -24,8 +24,9 @@ from interlock.runtime.subjects import Subjects
 
 def _all_names(s: Subjects) -> list[str]:
     streams = [s.events_stream, s.runs_stream, s.tasks_stream, s.results_stream]
-    streams += [s.dead_letter_stream, s.timers_stream]
-    return [*streams, s.workflows_bucket, s.agents_bucket, s.workers_bucket, s.runs_bucket]
+    streams += [s.dead_letter_stream, s.timers_stream, s.parked_stream]
+    buckets = [s.workflows_bucket, s.agents_bucket, s.workers_bucket, s.runs_bucket]
+    return [*streams, *buckets, s.correlation_bucket]
 
 
 async def _api_calls(nc: Client, kind: str) -> list[str]:

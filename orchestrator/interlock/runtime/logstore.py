@@ -31,44 +31,53 @@ class LogReadError(Exception):
     """The server did not answer a read of a run log as expected."""
 
 
+async def read_subject(
+    nc: Client, stream: str, subject: str, after: int = 0
+) -> list[tuple[int, bytes]]:
+    """(stream sequence, payload) of every message of ``subject`` after sequence ``after``,
+    by batched direct gets (the stream needs ``allow_direct``)."""
+    api = f"$JS.API.DIRECT.GET.{stream}"
+    out: list[tuple[int, bytes]] = []
+    start = after + 1
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        while True:
+            request = {"seq": start, "next_by_subj": subject, "batch": _BATCH}
+            await nc.publish(api, json.dumps(request).encode(), reply=inbox)
+            got = 0
+            while True:
+                msg = await sub.next_msg(timeout=_TIMEOUT)
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status == "404":
+                    return out
+                if status == "204":
+                    break
+                if status:
+                    raise LogReadError(f"reading {subject}: status {status}")
+                seq = int(headers["Nats-Sequence"])
+                out.append((seq, msg.data))
+                start = seq + 1
+                got += 1
+            if got < _BATCH:
+                return out
+    finally:
+        await sub.unsubscribe()
+
+
 class RunLog:
     """The run-log port over JetStream."""
 
     def __init__(self, nc: Client, subjects: Subjects) -> None:
         self._nc = nc
         self._subjects = subjects
-        self._api = f"$JS.API.DIRECT.GET.{subjects.runs_stream}"
 
     async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
         """(stream sequence, encoded batch) of every message after stream sequence ``after``."""
-        subject = self._subjects.run(run_id)
-        out: list[tuple[int, bytes]] = []
-        start = after + 1
-        inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
-        try:
-            while True:
-                request = {"seq": start, "next_by_subj": subject, "batch": _BATCH}
-                await self._nc.publish(self._api, json.dumps(request).encode(), reply=inbox)
-                got = 0
-                while True:
-                    msg = await sub.next_msg(timeout=_TIMEOUT)
-                    headers = msg.headers or {}
-                    status = headers.get("Status")
-                    if status == "404":
-                        return out
-                    if status == "204":
-                        break
-                    if status:
-                        raise LogReadError(f"reading {subject}: status {status}")
-                    seq = int(headers["Nats-Sequence"])
-                    out.append((seq, msg.data))
-                    start = seq + 1
-                    got += 1
-                if got < _BATCH:
-                    return out
-        finally:
-            await sub.unsubscribe()
+        return await read_subject(
+            self._nc, self._subjects.runs_stream, self._subjects.run(run_id), after
+        )
 
     async def read(self, run_id: str, after: int = 0) -> tuple[list[ev.AnyRecord], int]:
         """The decoded records after ``after`` and the stream sequence of the last one."""

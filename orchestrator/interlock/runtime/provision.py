@@ -63,6 +63,10 @@ class JetStreamAPIError(Exception):
 # --- configurations -------------------------------------------------------------------
 
 
+PARKED_MAX_AGE_S = 15 * 60
+"""How long an event is kept for a correlated run that is not waiting for it yet."""
+
+
 def _stream(name: str, subjects: list[str], replicas: int, **settings: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "name": name,
@@ -116,10 +120,18 @@ def desired_configs(
             max_age=int(DEAD_LETTER_MAX_AGE_S * _NS),
         ),
         _stream(s.timers_stream, [s.timers_all], replicas, allow_msg_schedules=True),
+        _stream(
+            s.parked_stream,
+            [s.parked_all],
+            replicas,
+            max_age=int(PARKED_MAX_AGE_S * _NS),
+            allow_direct=True,
+        ),
         _bucket(s.workflows_bucket, replicas, history=64),
         _bucket(s.agents_bucket, replicas, history=16),
         _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),
         _bucket(s.runs_bucket, replicas, history=1),
+        _bucket(s.correlation_bucket, replicas, history=1),
     ]
 
 

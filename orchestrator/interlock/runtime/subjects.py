@@ -48,6 +48,11 @@ class Subjects:
         return f"{self._stream_base}_DLQ"
 
     @property
+    def parked_stream(self) -> str:
+        """Events that arrived before the run they correlate with was waiting for them."""
+        return f"{self._stream_base}_PARKED"
+
+    @property
     def timers_stream(self) -> str:
         """Durable timers (JetStream message scheduling)."""
         return f"{self._stream_base}_TIMERS"
@@ -69,6 +74,11 @@ class Subjects:
     def workers_bucket(self) -> str:
         """Live agent workers, each key kept alive by a heartbeat (TTL)."""
         return f"{self._bucket_base}_workers"
+
+    @property
+    def correlation_bucket(self) -> str:
+        """Correlation index: (workflow, key) -> the runs started with that key."""
+        return f"{self._bucket_base}_correlation"
 
     @property
     def runs_bucket(self) -> str:
@@ -110,6 +120,13 @@ class Subjects:
     @property
     def dead_letters_all(self) -> str:
         return f"{self.prefix}.dlq.>"
+
+    def parked(self, token: str) -> str:
+        return f"{self.prefix}.parked.{token}"
+
+    @property
+    def parked_all(self) -> str:
+        return f"{self.prefix}.parked.>"
 
     def timer_schedule(self, timer_id: str) -> str:
         return f"{self.prefix}.timers.schedule.{timer_id}"

@@ -1,0 +1,166 @@
+"""Durable timers: a run's ``timer.scheduled`` records become due ``timer.fired`` events.
+
+Two adapters of one port, tested by the same contract suite:
+
+- :class:`JetStreamTimers` uses JetStream message scheduling (nats-server 2.12+): the
+  relay publishes a message with ``Nats-Schedule: @at <time>`` to the TIMERS stream, and
+  the server stores it on ``<prefix>.timers.fired.<run_id>`` when it is due. The schedule
+  lives in the stream, so it survives any orchestrator restart, and a durable consumer
+  delivers each fired timer at least once (the run ignores a timer it has already taken).
+- :class:`ClockTimers` keeps timers in memory against a :class:`ManualClock` that tests
+  advance: a 24-hour timeout is tested in milliseconds, with no sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from nats.aio.client import Client
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import FetchTimeoutError
+
+from interlock.runtime.subjects import Subjects
+
+log = logging.getLogger("interlock.timers")
+
+Deliver = Callable[[str, str], Awaitable[None]]
+"""Called with (run_id, timer_id) when a timer is due."""
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class ManualClock:
+    """A clock that moves only when told to (for tests and replays of time)."""
+
+    def __init__(self, start: str = "2026-01-01T00:00:00Z") -> None:
+        self._now = parse_time(start)
+
+    def __call__(self) -> str:
+        return format_time(self._now)
+
+    def advance_to(self, moment: datetime) -> None:
+        self._now = max(self._now, moment)
+
+    @property
+    def moment(self) -> datetime:
+        return self._now
+
+
+class JetStreamTimers:
+    """Timers as JetStream scheduled messages."""
+
+    def __init__(self, nc: Client, subjects: Subjects) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._subjects = subjects
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    async def schedule(self, run_id: str, timer_id: str, fire_at: str) -> None:
+        s = self._subjects
+        headers = {
+            "Nats-Schedule": f"@at {fire_at}",
+            "Nats-Schedule-Target": s.timer_fired(run_id),
+            "Nats-Msg-Id": f"timer:{timer_id}",
+        }
+        body = json.dumps({"run_id": run_id, "timer_id": timer_id}).encode()
+        await self._js.publish(s.timer_schedule(_token(timer_id)), body, headers=headers)
+
+    def start(self, deliver: Deliver) -> None:
+        self._task = asyncio.create_task(self._consume(deliver))
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _consume(self, deliver: Deliver) -> None:
+        s = self._subjects
+        config = ConsumerConfig(
+            durable_name="timers",
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=30,
+            deliver_policy=DeliverPolicy.ALL,
+        )
+        sub = await self._js.pull_subscribe(
+            f"{s.prefix}.timers.fired.>", durable="timers", stream=s.timers_stream, config=config
+        )
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(64, timeout=1.0)
+            except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
+                continue
+            except Exception as exc:
+                log.warning("timers: fetch failed: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for msg in msgs:
+                try:
+                    body = json.loads(msg.data)
+                    await deliver(str(body["run_id"]), str(body["timer_id"]))
+                    await msg.ack()
+                except Exception as exc:
+                    log.warning("timers: delivery failed, will retry: %s", exc)
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=1)
+
+
+class ClockTimers:
+    """Timers in memory, due when a :class:`ManualClock` is advanced past them."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self._heap: list[tuple[datetime, int, str, str]] = []
+        self._count = 0
+        self._deliver: Deliver | None = None
+        self._delivered: set[str] = set()
+
+    async def schedule(self, run_id: str, timer_id: str, fire_at: str) -> None:
+        if timer_id in self._delivered or any(t[3] == timer_id for t in self._heap):
+            return  # scheduling is idempotent, like the JetStream adapter's message id
+        self._count += 1
+        heapq.heappush(self._heap, (parse_time(fire_at), self._count, run_id, timer_id))
+
+    def start(self, deliver: Deliver) -> None:
+        self._deliver = deliver
+
+    async def stop(self) -> None:
+        self._deliver = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._heap)
+
+    async def advance(self, seconds: float) -> int:
+        """Move the clock on and deliver every timer due by then, in time order."""
+        target = self.clock.moment + timedelta(seconds=seconds)
+        fired = 0
+        while self._heap and self._heap[0][0] <= target:
+            at, _, run_id, timer_id = heapq.heappop(self._heap)
+            self.clock.advance_to(at)
+            self._delivered.add(timer_id)
+            if self._deliver is not None:
+                await self._deliver(run_id, timer_id)
+            fired += 1
+        self.clock.advance_to(target)
+        return fired
+
+
+def _token(timer_id: str) -> str:
+    """A timer id as one subject token."""
+    return timer_id.replace(".", "_").replace("*", "_").replace(">", "_").replace(" ", "_")

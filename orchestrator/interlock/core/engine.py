@@ -257,7 +257,10 @@ class _Step:
             except ExpressionError as exc:
                 self.fail_run("expression_error", f"output {key!r} of state {state.name!r}: {exc}")
                 return
-        self.emit(ev.RunCompleted, ev.RunCompletedData(state=state.name, outputs=outputs))
+        self.emit(
+            ev.RunCompleted,
+            ev.RunCompletedData(state=state.name, outputs=outputs, parent=self.state.parent),
+        )
 
     def schedule(self, purpose: str, fire_at: str, **fields: Any) -> None:
         self.emit(
@@ -452,6 +455,7 @@ class _Step:
             ev.RunFailedData(
                 state=self.state.state,
                 error=ev.ErrorInfo(error_class=error_class, message=message),
+                parent=self.state.parent,
             ),
         )
 
@@ -542,7 +546,10 @@ class _Step:
                 )
                 return
         self.cancel_pending(f"run failed: {error.error_class}")
-        self.emit(ev.RunFailed, ev.RunFailedData(state=self.state.state, error=error))
+        self.emit(
+            ev.RunFailed,
+            ev.RunFailedData(state=self.state.state, error=error, parent=self.state.parent),
+        )
 
     # -- answers from agents and timers --------------------------------------------------
 
@@ -822,7 +829,10 @@ def cancel(definition: Definition, state: RunState, *, reason: str, now: str) ->
     step.emit(
         ev.RunCancelled,
         ev.RunCancelledData(
-            state=state.state, reason=reason, cancelled_actions=list(state.pending)
+            state=state.state,
+            reason=reason,
+            cancelled_actions=list(state.pending),
+            parent=state.parent,
         ),
     )
     return step.out

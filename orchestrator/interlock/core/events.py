@@ -184,11 +184,15 @@ class TimerFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
 class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: str
     outputs: dict[str, Any] = {}
+    parent: ParentRef | None = None
+    """Copied from the run's start: where a child run's end is reported."""
 
 
 class RunFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: str | None = None
     error: ErrorInfo
+    parent: ParentRef | None = None
+    """Copied from the run's start: where a child run's end is reported."""
 
 
 class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -196,6 +200,8 @@ class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     reason: str = ""
     cancelled_actions: list[str] = []
     """Actions in flight when the run was cancelled; their agents are told to stop."""
+    parent: ParentRef | None = None
+    """Copied from the run's start: where a child run's end is reported."""
 
 
 # --- envelopes ------------------------------------------------------------------------

@@ -1,0 +1,396 @@
+"""Shared helpers of the runtime integration and end-to-end tests.
+
+An in-process stack (orchestrator, client and a test agent worker on their own
+connections), awaitable conditions on consumers and dead letters, and a small harness for
+the ``interlock`` console script run as a user runs it (foreground and background).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from interlock.core import events as ev
+from interlock.runtime.client import InterlockClient
+from interlock.runtime.service import Orchestrator
+from interlock.runtime.subjects import Subjects
+from interlock.sdk import TaskContext, Worker
+
+TIMEOUT = 10.0
+"""Upper bound of any single wait in these tests; a healthy run takes milliseconds."""
+
+REPO = Path(__file__).resolve().parents[2]
+ECHO_MANIFEST = REPO / "agents" / "interlock_agents" / "manifests" / "echo.yaml"
+
+TEST_AGENT = textwrap.dedent(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: testagent
+    spec:
+      capabilities:
+        - name: echo
+          input_schema: {type: object}
+          output_schema: {type: object}
+        - name: strict
+          input_schema:
+            type: object
+            required: [n]
+            properties:
+              n: {type: integer}
+        - name: liar
+          output_schema:
+            type: object
+            required: [score]
+            properties:
+              score: {type: number}
+        - name: slow
+    """
+)
+"""Capabilities served by :func:`make_worker`: ``echo`` answers its input, ``strict`` has
+an input schema, ``liar`` answers output that breaks its declared output schema, ``slow``
+waits until released (or cancelled)."""
+
+
+def yaml(text: str) -> str:
+    return textwrap.dedent(text)
+
+
+# --- the test agent ----------------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """What the test agent was asked to do, one entry per task message handled."""
+
+    handled: list[tuple[str, str, int]] = field(default_factory=list)
+    """(capability, action id, delivery count)"""
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    slow_started: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+    cancelled: list[str] = field(default_factory=list)
+
+    def per_action(self) -> Counter[str]:
+        return Counter(action_id for _, action_id, _ in self.handled)
+
+    def actions_of(self, run_id: str) -> list[str]:
+        return [a for _, a, _ in self.handled if a.startswith(run_id + ":")]
+
+
+def make_worker(recorder: Recorder, *, name: str = "testagent", ack_wait: float = 30.0) -> Worker:
+    """A fresh worker serving the ``testagent`` capabilities, recording every task."""
+    worker = Worker(name, concurrency=64, ack_wait=ack_wait, grace_period=1.0)
+
+    def note(capability: str, ctx: TaskContext) -> None:
+        recorder.handled.append((capability, ctx.action_id, ctx.delivery))
+
+    @worker.capability("echo", input_schema={"type": "object"}, output_schema={"type": "object"})
+    async def echo(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        note("echo", ctx)
+        return inp
+
+    @worker.capability("strict")
+    async def strict(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        note("strict", ctx)
+        return inp
+
+    # An explicit (permissive) schema: the worker does not check the AgentDef's output
+    # schema, so what the orchestrator does with a bad answer is what is tested.
+    @worker.capability("liar", output_schema={"type": "object"})
+    async def liar(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        note("liar", ctx)
+        return {"score": "not a number"}
+
+    @worker.capability("slow")
+    async def slow(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        note("slow", ctx)
+        recorder.slow_started.put_nowait(ctx.action_id)
+        try:
+            await recorder.release.wait()
+        except asyncio.CancelledError:
+            recorder.cancelled.append(ctx.action_id)
+            raise
+        return {"slow": True}
+
+    return worker
+
+
+# --- an in-process stack ---------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    client: InterlockClient
+    orchestrator: Orchestrator
+    recorder: Recorder
+    worker: Worker | None
+    subjects: Subjects
+
+    @property
+    def js(self) -> JetStreamContext:
+        return self.client.js
+
+    async def apply(self, *manifests: str) -> list[Any]:
+        """Apply manifests (YAML text); fails the test on any diagnostic."""
+        result = await self.client.apply(
+            [(f"<manifest {i}>", text) for i, text in enumerate(manifests)]
+        )
+        assert result.compiled.ok, [str(d) for d in result.compiled.diagnostics]
+        return result.applied
+
+    async def wait(self, run_id: str, timeout: float = TIMEOUT) -> Any:  # noqa: ASYNC109
+        return await self.client.wait(run_id, timeout)
+
+    async def records(self, run_id: str) -> list[ev.AnyRecord]:
+        records, _ = await self.client.log.read(run_id)
+        return records
+
+
+async def connect(url: str) -> Client:
+    return await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0)
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    url: str,
+    subjects: Subjects,
+    manifests: Iterable[str] = (),
+    *,
+    worker: bool = True,
+) -> AsyncIterator[Stack]:
+    """Client, orchestrator and (optionally) the test worker, each on its own connection.
+
+    ``manifests`` (plus the test AgentDef) are applied before the orchestrator starts.
+    """
+    client_nc, orch_nc = await connect(url), await connect(url)
+    worker_nc: Client | None = None
+    client = InterlockClient(client_nc, subjects)
+    await client.ensure_provisioned()
+    recorder = Recorder()
+    orchestrator = Orchestrator(orch_nc, subjects)
+    the_worker: Worker | None = None
+    worker_task: asyncio.Task[None] | None = None
+    stack = Stack(client, orchestrator, recorder, None, subjects)
+    try:
+        await stack.apply(TEST_AGENT, *manifests)
+        await orchestrator.start()
+        if worker:
+            worker_nc = await connect(url)
+            the_worker = make_worker(recorder)
+            worker_task = asyncio.create_task(the_worker.run(worker_nc, prefix=subjects.prefix))
+            await asyncio.wait_for(the_worker.wait_ready(), TIMEOUT)
+            stack.worker = the_worker
+        yield stack
+    finally:
+        recorder.release.set()
+        if the_worker is not None:
+            await asyncio.wait_for(the_worker.stop(force=True), TIMEOUT)
+        if worker_task is not None:
+            await worker_task
+        await orchestrator.stop()
+        for conn in (client_nc, orch_nc, worker_nc):
+            if conn is not None:
+                await conn.close()
+
+
+# --- awaitable conditions --------------------------------------------------------------
+
+
+async def eventually(
+    probe: Any, *, within: float = TIMEOUT, interval: float = 0.02, what: str = ""
+) -> Any:
+    """Await ``probe()`` until it returns something truthy (bounded); returns it.
+
+    For conditions the server exposes only as state (consumer info), not as a message.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached after {within}s: {what or probe}")
+        await asyncio.sleep(interval)
+
+
+async def consumer_settled(
+    js: JetStreamContext, stream: str, durable: str, seq: int, *, within: float = TIMEOUT
+) -> Any:
+    """Wait until ``durable`` has acked every message of ``stream`` up to ``seq``."""
+
+    async def probe() -> Any:
+        info = await js.consumer_info(stream, durable)
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        if floor >= seq and not info.num_ack_pending and not info.num_pending:
+            return info
+        return None
+
+    return await eventually(probe, within=within, what=f"{durable} acks up to {seq}")
+
+
+class DeadLetters:
+    """Messages stored on the dead-letter stream, in order."""
+
+    def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._sub: Any = None
+
+    async def __aenter__(self) -> DeadLetters:
+        self._sub = await self._js.subscribe(
+            self._subjects.dead_letters_all,
+            ordered_consumer=True,
+            stream=self._subjects.dead_letter_stream,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+    async def next(self, timeout: float = TIMEOUT) -> Msg:  # noqa: ASYNC109
+        msg: Msg = await self._sub.next_msg(timeout=timeout)
+        return msg
+
+
+# --- the console script ----------------------------------------------------------------
+
+INTERLOCK = str(Path(sys.executable).with_name("interlock"))
+
+
+def cli_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("NATS_URL", None)
+    env.update(INTERLOCK_URL=url, INTERLOCK_PREFIX=prefix, PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def run_cli(
+    *args: str,
+    env: Mapping[str, str],
+    timeout: float = 30.0,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``interlock ARGS`` as typed in a shell; output captured as text."""
+    return subprocess.run(
+        [INTERLOCK, *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+        cwd=cwd,
+        check=False,
+    )
+
+
+class Background:
+    """A long-running process whose output lines can be awaited."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path | None = None) -> None:
+        self.argv = argv
+        self.proc = subprocess.Popen(
+            argv,
+            env=dict(env),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:
+        """The first line (from now on) matching ``pattern``; fails on exit or timeout."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(
+                    f"{self.argv[:3]}: no line matching {pattern!r}: {self.output}"
+                )
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                self._queue.put(None)
+                raise AssertionError(
+                    f"{self.argv[:3]} exited ({self.proc.poll()}) before {pattern!r}: {self.output}"
+                )
+            self.lines.append(line)
+            found = regex.search(line)
+            if found:
+                return found
+
+    async def await_line(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:  # noqa: ASYNC109
+        return await asyncio.to_thread(self.wait_for, pattern, timeout)
+
+    @property
+    def output(self) -> str:
+        while True:
+            try:
+                line = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if line is None:
+                self._queue.put(None)
+                break
+            self.lines.append(line)
+        return "\n".join(self.lines[-40:])
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup of any kind, as a crash."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(TIMEOUT)
+
+    def stop(self, timeout: float = TIMEOUT) -> int:
+        """SIGTERM, then SIGKILL if it does not exit within ``timeout``; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(TIMEOUT)
+        self._reader.join(TIMEOUT)
+        return self.proc.returncode
+
+
+def interlock_bg(*args: str, env: Mapping[str, str], cwd: Path | None = None) -> Background:
+    return Background([INTERLOCK, *args], env, cwd)

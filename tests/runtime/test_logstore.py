@@ -1,0 +1,90 @@
+"""The run-log store on a real JetStream: reads, appends and optimistic conflicts."""
+
+from __future__ import annotations
+
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from interlock.core import events as ev
+from interlock.runtime.errors import AppendConflict
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.provision import provision
+from interlock.runtime.subjects import Subjects
+
+
+def entered(run_id: str, seq: int, state: str = "s") -> ev.StateEntered:
+    return ev.StateEntered(
+        specversion="1.0",
+        id=f"{run_id}:{seq}",
+        source=ev.SOURCE,
+        subject=run_id,
+        time="2026-11-01T00:00:00.000Z",
+        datacontenttype="application/json",
+        data=ev.StateEnteredData(state=state),
+    )
+
+
+@pytest.fixture
+async def log(nc: Client, js: JetStreamContext, subjects: Subjects) -> RunLog:
+    await provision(js, subjects)
+    return RunLog(nc, subjects)
+
+
+async def test_reading_a_run_that_has_no_records(log: RunLog) -> None:
+    assert await log.read("r-nothing") == ([], 0)
+    assert await log.read_raw("r-nothing") == []
+    assert await log.read("r-nothing", after=41) == ([], 41)
+
+
+async def test_append_then_read_round_trip(log: RunLog) -> None:
+    first = [entered("r1", 1, "a"), entered("r1", 2, "b")]
+    last = await log.append("r1", first, 0)
+    # Another run's records interleave in the stream and must not show up in r1's log.
+    await log.append("r2", [entered("r2", 1)], 0)
+    last = await log.append("r1", [entered("r1", 3, "c")], last)
+
+    records, seq = await log.read("r1")
+    assert records == [*first, entered("r1", 3, "c")]
+    assert seq == last
+    raw = await log.read_raw("r1")
+    assert [data for _, data in raw] == [ev.encode(r) for r in records]
+    assert [s for s, _ in raw] == sorted(s for s, _ in raw)
+
+    later, seq_after = await log.read("r1", after=raw[1][0])
+    assert later == [entered("r1", 3, "c")]
+    assert seq_after == last
+
+
+async def test_stale_expected_sequence_conflicts_and_stores_nothing(log: RunLog) -> None:
+    last = await log.append("r1", [entered("r1", 1)], 0)
+    await log.append("r1", [entered("r1", 2)], last)
+
+    with pytest.raises(AppendConflict) as raised:
+        await log.append("r1", [entered("r1", 2, "lost"), entered("r1", 3, "lost")], last)
+    assert raised.value.expected == last
+    # A second "first" append of the same run loses too: that is how a duplicate trigger
+    # cannot start a run twice.
+    with pytest.raises(AppendConflict):
+        await log.append("r1", [entered("r1", 1, "again")], 0)
+
+    records, _ = await log.read("r1")
+    assert [r.data.state for r in records] == ["s", "s"]  # type: ignore[union-attr]
+
+
+async def test_a_log_longer_than_one_read_batch_reads_back_in_order(log: RunLog) -> None:
+    total, chunk = 2500, 500
+    last = 0
+    for start in range(1, total + 1, chunk):
+        batch = [entered("rlong", seq, f"s{seq}") for seq in range(start, start + chunk)]
+        last = await log.append("rlong", batch, last)
+        # Interleave another run so that the long run's sequences are not contiguous.
+        await log.append(f"rother{start}", [entered(f"rother{start}", 1)], 0)
+
+    records, seq = await log.read("rlong")
+    assert len(records) == total
+    assert [r.id for r in records] == [f"rlong:{n}" for n in range(1, total + 1)]
+    assert seq == last
+
+    tail, _ = await log.read("rlong", after=(await log.read_raw("rlong"))[1999][0])
+    assert [r.id for r in tail] == [f"rlong:{n}" for n in range(2001, total + 1)]

@@ -1,0 +1,604 @@
+"""The orchestrator in-process against a real nats-server, with a real agent worker.
+
+Each test runs the router, engine shell and relay (``Orchestrator``), a client as the CLI
+uses it, and a worker of the test AgentDef (``helpers.make_worker``), each on its own
+connection under a prefix of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from helpers import (
+    TIMEOUT,
+    DeadLetters,
+    Stack,
+    consumer_settled,
+    eventually,
+    running_stack,
+    yaml,
+)
+from nats.aio.msg import Msg
+
+from interlock.core import events as ev
+from interlock.core.engine import derive_run_id
+from interlock.runtime.cloudevents_nats import (
+    CloudEvent,
+    decode_message,
+    encode_binary,
+    encode_structured,
+)
+from interlock.runtime.runs import InvalidInputs
+from interlock.runtime.subjects import Subjects
+
+TRIGGERED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: on-push
+    spec:
+      inputs:
+        repo: {type: string, required: true}
+        n: {type: integer, default: 1}
+      triggers:
+        - event: com.example.push
+          filter:
+            branch: main
+            $source: /git
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: echo
+              input:
+                repo: "{{ inputs.repo }}"
+                n: "{{ inputs.n }}"
+          on:
+            - event: task.completed
+              goto: done
+        done:
+          type: terminal
+          outputs:
+            repo: "$.states.work.output.repo"
+            n: "$.states.work.output.n"
+    """
+)
+
+PARKED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: approval
+    spec:
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on:
+            - event: approval.granted
+              goto: done
+              set:
+                by: "{{ data.by }}"
+        done:
+          type: terminal
+          outputs:
+            by: "{{ context.by }}"
+            version: 1
+    """
+)
+
+
+def push(
+    event_id: str, *, branch: str = "main", source: str = "/git", data: Any = None
+) -> CloudEvent:
+    return CloudEvent(
+        id=event_id,
+        source=source,
+        type="com.example.push",
+        time="2026-11-01T10:00:00Z",
+        datacontenttype="application/json",
+        data={"branch": branch, "repo": "acme/app"} if data is None else data,
+    )
+
+
+async def publish(stack: Stack, event: CloudEvent, *, structured: bool = False) -> int:
+    """Publish as an external system does (dedupe id = source + id); the stream sequence."""
+    headers, payload = encode_structured(event) if structured else encode_binary(event)
+    headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
+    ack = await stack.js.publish(stack.subjects.event(event.type), payload, headers=headers)
+    return int(ack.seq)
+
+
+async def publish_raw(
+    stack: Stack, subject_type: str, payload: bytes, headers: dict[str, str] | None = None
+) -> int:
+    ack = await stack.js.publish(stack.subjects.event(subject_type), payload, headers=headers)
+    return int(ack.seq)
+
+
+async def ingress_settled(stack: Stack, seq: int) -> Any:
+    """Every event up to stream sequence ``seq`` has been handled and acked."""
+    s = stack.subjects
+    return await consumer_settled(stack.js, s.events_stream, "ingress", seq)
+
+
+async def run_of(stack: Stack, workflow: str, event: CloudEvent) -> str:
+    definition, _ = await stack.client.registry.latest(workflow)
+    return derive_run_id(definition, event.source, event.id)
+
+
+def types(records: list[ev.AnyRecord]) -> list[str]:
+    return [ev.record_type(r).removeprefix(ev.PREFIX) for r in records]
+
+
+# --- triggers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("structured", [False, True], ids=["binary", "structured"])
+async def test_a_trigger_event_starts_a_run_that_completes(
+    nats_url: str, subjects: Subjects, structured: bool
+) -> None:
+    async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
+        event = push("e1")
+        await publish(stack, event, structured=structured)
+        run_id = await run_of(stack, "on-push", event)
+
+        state = await stack.wait(run_id)
+
+        assert state.status == "completed"
+        assert state.outputs == {"repo": "acme/app", "n": 1}
+        records = await stack.records(run_id)
+        started = records[0]
+        assert isinstance(started, ev.RunStarted)
+        assert started.data.trigger is not None
+        assert started.data.trigger["id"] == "e1"
+        assert started.data.trigger["data"] == {"branch": "main", "repo": "acme/app"}
+        assert types(records) == [
+            "run.started",
+            "state.entered",
+            "action.requested",
+            "action.completed",
+            "transition.fired",
+            "state.entered",
+            "run.completed",
+        ]
+        assert stack.recorder.per_action() == {f"{run_id}:3": 1}
+
+
+async def test_a_filter_mismatch_starts_nothing(nats_url: str, subjects: Subjects) -> None:
+    async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
+        wrong_branch = push("e1", branch="dev")
+        wrong_source = push("e2", source="/elsewhere")
+        no_branch = push("e3", data={"repo": "acme/app"})
+        for event in (wrong_branch, wrong_source, no_branch):
+            seq = await publish(stack, event)
+
+        await ingress_settled(stack, seq)
+
+        for event in (wrong_branch, wrong_source, no_branch):
+            assert await stack.records(await run_of(stack, "on-push", event)) == []
+        assert await stack.client.list_runs() == []
+        assert stack.orchestrator.counters["events_unrouted"] == 3
+        assert stack.recorder.handled == []
+
+
+async def test_a_duplicate_trigger_event_starts_exactly_one_run(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
+        event = push("dup")
+        first = await publish(stack, event)
+        again = await publish(stack, event)
+        assert again == first  # JetStream dropped the same Nats-Msg-Id
+        # The same source+id under another Nats-Msg-Id is stored: the router must see
+        # through it, and so must a structured-mode copy.
+        headers, payload = encode_binary(event)
+        headers["Nats-Msg-Id"] = "something-else"
+        third = await publish_raw(stack, event.type, payload, headers)
+        headers, payload = encode_structured(event)
+        fourth = await publish_raw(stack, event.type, payload, headers)
+        assert first < third < fourth
+
+        run_id = await run_of(stack, "on-push", event)
+        state = await stack.wait(run_id)
+        await ingress_settled(stack, fourth)
+
+        assert state.status == "completed"
+        records = await stack.records(run_id)
+        assert types(records).count("run.started") == 1
+        assert types(records).count("run.completed") == 1
+        assert len(stack.recorder.handled) == 1
+        assert [r["run_id"] for r in await stack.client.list_runs()] == [run_id]
+        assert stack.orchestrator.counters["runs_started"] == 1
+        assert stack.orchestrator.counters["triggers_duplicate"] == 2
+
+
+# --- malformed events -------------------------------------------------------------------
+
+
+MALFORMED = [
+    pytest.param(
+        {"ce-specversion": "1.0", "ce-source": "/x", "ce-type": "com.example.push"},
+        b"{}",
+        "missing-attribute",
+        id="missing-id",
+    ),
+    pytest.param(
+        {"ce-specversion": "0.3", "ce-id": "1", "ce-source": "/x", "ce-type": "com.example.push"},
+        b"{}",
+        "bad-specversion",
+        id="wrong-specversion",
+    ),
+    pytest.param(
+        {
+            "ce-specversion": "1.0",
+            "ce-id": "1",
+            "ce-source": "/x",
+            "ce-type": "com.example.push",
+            "ce-datacontenttype": "application/json",
+        },
+        b"{not json",
+        "undecodable-data",
+        id="undecodable-json-data",
+    ),
+    pytest.param(
+        {"Content-Type": "application/cloudevents+json"},
+        b'{"specversion": "1.0", "id": "1", "source": "/x"',
+        "bad-json",
+        id="structured-not-json",
+    ),
+]
+
+
+@pytest.mark.parametrize(("headers", "payload", "reason"), MALFORMED)
+async def test_a_malformed_event_is_dead_lettered_and_the_router_goes_on(
+    nats_url: str, subjects: Subjects, headers: dict[str, str], payload: bytes, reason: str
+) -> None:
+    async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
+        async with DeadLetters(stack.js, subjects) as dead:
+            # A Nats-Msg-Id of its own, so that dead-lettering cannot be deduplicated away.
+            await publish_raw(
+                stack, "com.example.push", payload, {**headers, "Nats-Msg-Id": "bad-1"}
+            )
+            good = push("after-the-bad-one")
+            await publish(stack, good)
+
+            letter = await dead.next()
+            state = await stack.wait(await run_of(stack, "on-push", good))
+
+        assert letter.subject == subjects.dead_letter(reason)
+        assert letter.headers is not None
+        assert letter.headers["Interlock-Dead-Letter-Reason"] == reason
+        assert letter.headers["Interlock-Dead-Letter-Subject"] == subjects.event("com.example.push")
+        assert letter.headers["Interlock-Dead-Letter-Detail"]
+        assert letter.data == payload
+        assert state.status == "completed"
+        assert stack.orchestrator.counters[f"dead_lettered:{reason}"] == 1
+
+
+# --- events reaching runs -----------------------------------------------------------------
+
+
+async def test_an_event_with_a_runid_completes_a_parked_run(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [PARKED]) as stack:
+        run_id = await stack.client.start("approval", {})
+        # Not the run's: it must not be taken by it.
+        other = CloudEvent(
+            id="g0",
+            source="/people",
+            type="approval.granted",
+            data={"by": "mallory"},
+            extensions={"runid": "r-no-such-run"},
+        )
+        seq = await publish(stack, other)
+        await ingress_settled(stack, seq)
+        assert (await stack.client.state(run_id)).status == "running"
+
+        grant = CloudEvent(
+            id="g1",
+            source="/people",
+            type="approval.granted",
+            datacontenttype="application/json",
+            data={"by": "alice"},
+            extensions={"runid": run_id},
+        )
+        await publish(stack, grant, structured=True)
+        state = await stack.wait(run_id)
+
+        assert state.status == "completed"
+        assert state.outputs == {"by": "alice", "version": 1}
+        received = [r for r in await stack.records(run_id) if isinstance(r, ev.EventReceived)]
+        assert len(received) == 1
+        assert received[0].data.event["id"] == "g1"
+        assert received[0].data.event["data"] == {"by": "alice"}
+
+
+async def test_an_event_nothing_waits_for_is_acked(nats_url: str, subjects: Subjects) -> None:
+    async with running_stack(nats_url, subjects, [PARKED]) as stack:
+        run_id = await stack.client.start("approval", {})
+        unrelated = CloudEvent(id="u1", source="/x", type="com.example.unrelated", data={})
+        wrong_type = CloudEvent(
+            id="u2", source="/x", type="approval.denied", extensions={"runid": run_id}
+        )
+        await publish(stack, unrelated)
+        seq = await publish(stack, wrong_type)
+
+        info = await ingress_settled(stack, seq)
+
+        assert info.num_pending == 0
+        assert info.num_ack_pending == 0
+        assert info.num_redelivered == 0
+        assert (await stack.client.state(run_id)).status == "running"
+        assert types(await stack.records(run_id)) == ["run.started", "state.entered"]
+        assert stack.orchestrator.counters["events_unrouted"] == 2
+
+
+async def test_invalid_trigger_inputs_create_no_run_and_are_dead_lettered(
+    nats_url: str, subjects: Subjects
+) -> None:
+    # Two workflows on the same trigger: one event, two refusals, two dead letters.
+    twin = TRIGGERED.replace("name: on-push", "name: on-push-too")
+    async with running_stack(nats_url, subjects, [TRIGGERED, twin]) as stack:
+        async with DeadLetters(stack.js, subjects) as dead:
+            missing = push("i1", data={"branch": "main"})
+            mistyped = push("i2", data={"branch": "main", "repo": "acme/app", "n": "two"})
+            await publish(stack, missing)
+            seq = await publish(stack, mistyped)
+            letters = [await dead.next() for _ in range(4)]
+            await ingress_settled(stack, seq)
+
+        details = []
+        for letter in letters:
+            assert letter.subject == subjects.dead_letter("invalid-inputs")
+            assert letter.headers is not None
+            assert letter.headers["Interlock-Dead-Letter-Reason"] == "invalid-inputs"
+            details.append(letter.headers["Interlock-Dead-Letter-Detail"])
+        assert sorted(details) == [
+            "invalid inputs for workflow default/on-push-too: input 'n' must be integer, "
+            "got string",
+            "invalid inputs for workflow default/on-push-too: input 'repo' is required (string)",
+            "invalid inputs for workflow default/on-push: input 'n' must be integer, got string",
+            "invalid inputs for workflow default/on-push: input 'repo' is required (string)",
+        ]
+        info = await stack.js.stream_info(subjects.dead_letter_stream)
+        assert info.state.messages == 4
+        for event in (missing, mistyped):
+            for workflow in ("on-push", "on-push-too"):
+                assert await stack.records(await run_of(stack, workflow, event)) == []
+        assert await stack.client.list_runs() == []
+        # Started by hand, the same inputs are refused the same way.
+        with pytest.raises(InvalidInputs, match="input 'repo' is required"):
+            await stack.client.start("on-push", {})
+
+
+# --- schemas ---------------------------------------------------------------------------
+
+SCHEMAS = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: schemas
+    spec:
+      inputs:
+        capability: {type: string, required: true}
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: strict
+              input:
+                n: "not a number"
+          on:
+            - event: task.completed
+              goto: done
+        done:
+          type: terminal
+    """
+)
+
+
+async def test_an_input_schema_mismatch_fails_the_action_with_schema_error(
+    nats_url: str, subjects: Subjects
+) -> None:
+    wf = SCHEMAS.replace("capability: {type: string, required: true}", "{}")
+    async with running_stack(nats_url, subjects, [wf]) as stack:
+        run_id = await stack.client.start("schemas", {})
+        state = await stack.wait(run_id)
+
+        assert state.status == "failed"
+        assert state.error is not None
+        assert state.error.error_class == "schema_error"
+        assert "input_schema" in state.error.message
+        assert "n" in state.error.message
+        failed = [r for r in await stack.records(run_id) if isinstance(r, ev.ActionFailed)]
+        assert [f.data.error.error_class for f in failed] == ["schema_error"]
+        assert stack.recorder.handled == []  # never reached an agent
+
+
+async def test_an_output_schema_mismatch_fails_the_action_with_schema_error(
+    nats_url: str, subjects: Subjects
+) -> None:
+    wf = SCHEMAS.replace("capability: {type: string, required: true}", "{}").replace(
+        "- capability: strict", "- capability: liar"
+    )
+    async with running_stack(nats_url, subjects, [wf]) as stack:
+        run_id = await stack.client.start("schemas", {})
+        state = await stack.wait(run_id)
+
+        assert state.status == "failed"
+        assert state.error is not None
+        assert state.error.error_class == "schema_error"
+        assert "output_schema" in state.error.message
+        assert "score" in state.error.message
+        assert len(stack.recorder.handled) == 1
+        records = await stack.records(run_id)
+        assert not any(isinstance(r, ev.ActionCompleted) for r in records)
+
+
+# --- guards and versions ---------------------------------------------------------------
+
+GUARDED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: guarded
+    spec:
+      inputs:
+        score: {type: integer, required: true}
+      initial_state: review
+      states:
+        review:
+          actions:
+            - capability: echo
+              input:
+                score: "{{ inputs.score }}"
+          on:
+            - event: task.completed
+              guard: "result.score > 7"
+              goto: merge
+            - event: task.completed
+              guard: "result.nothing > 1"
+              goto: merge
+            - event: task.completed
+              goto: rework
+        merge:
+          type: terminal
+          outputs: {route: merge}
+        rework:
+          type: terminal
+          outputs: {route: rework}
+    """
+)
+
+
+async def test_a_guard_on_the_result_routes(nats_url: str, subjects: Subjects) -> None:
+    async with running_stack(nats_url, subjects, [GUARDED]) as stack:
+        high = await stack.client.start("guarded", {"score": 9})
+        low = await stack.client.start("guarded", {"score": 3})
+
+        high_state, low_state = await asyncio.gather(stack.wait(high), stack.wait(low))
+
+        assert high_state.outputs == {"route": "merge"}
+        assert low_state.outputs == {"route": "rework"}
+        # The guard that errors on the low run (no such field) did not fire, and says so.
+        guard_failures = [r for r in await stack.records(low) if isinstance(r, ev.GuardFailed)]
+        assert [g.data.guard for g in guard_failures] == ["result.nothing > 1"]
+
+
+async def test_a_run_keeps_its_version_when_the_workflow_changes(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [PARKED]) as stack:
+        old_run = await stack.client.start("approval", {})
+        changed = PARKED.replace("version: 1", "version: 2")
+
+        applied = await stack.apply(changed)
+        assert [(a.name, a.version, a.changed) for a in applied if a.kind == "Workflow"] == [
+            ("approval", 2, True)
+        ]
+        assert [(a.version, a.changed) for a in await stack.apply(changed)][-1] == (2, False)
+        new_run = await stack.client.start("approval", {})
+
+        for run_id, who in ((old_run, "old"), (new_run, "new")):
+            grant = CloudEvent(
+                id=f"grant-{who}",
+                source="/people",
+                type="approval.granted",
+                data={"by": who},
+                extensions={"runid": run_id},
+            )
+            await publish(stack, grant)
+        old_state, new_state = await asyncio.gather(stack.wait(old_run), stack.wait(new_run))
+
+        assert (old_state.version, old_state.outputs) == (1, {"by": "old", "version": 1})
+        assert (new_state.version, new_state.outputs) == (2, {"by": "new", "version": 2})
+
+
+# --- cancellation ------------------------------------------------------------------------
+
+SLOW = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: slow
+    spec:
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: slow
+          on:
+            - event: task.completed
+              goto: done
+        done:
+          type: terminal
+    """
+)
+
+
+async def test_cancelling_a_parked_run(nats_url: str, subjects: Subjects) -> None:
+    async with running_stack(nats_url, subjects, [PARKED]) as stack:
+        run_id = await stack.client.start("approval", {})
+
+        assert await stack.client.cancel(run_id, "no longer needed")
+        state = await stack.wait(run_id)
+
+        assert state.status == "cancelled"
+        assert not await stack.client.cancel(run_id)  # already finished: nothing appended
+        last = (await stack.records(run_id))[-1]
+        assert isinstance(last, ev.RunCancelled)
+        assert last.data.reason == "no longer needed"
+        assert last.data.cancelled_actions == []
+
+        async def indexed() -> Any:
+            runs = await stack.client.list_runs(status="cancelled")
+            return [r["run_id"] for r in runs] == [run_id]
+
+        await eventually(indexed, what="the run index says cancelled")
+
+
+async def test_cancelling_a_run_tells_agents_about_its_action_in_flight(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [SLOW]) as stack:
+        notices: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def on_notice(msg: Msg) -> None:
+            notices.put_nowait(msg)
+
+        control = await stack.client.nc.subscribe(subjects.control(">"), cb=on_notice)
+        run_id = await stack.client.start("slow", {})
+        action_id = await asyncio.wait_for(stack.recorder.slow_started.get(), TIMEOUT)
+
+        assert await stack.client.cancel(run_id)
+        notice = await asyncio.wait_for(notices.get(), TIMEOUT)
+        await control.unsubscribe()
+
+        assert notice.subject == subjects.control(run_id)
+        event = decode_message(notice.headers, notice.data)
+        assert event.type == "io.interlock.task.cancel"
+        assert event.extensions["actionid"] == action_id
+        assert event.extensions["runid"] == run_id
+        # The worker stops the handler, and its late answer changes nothing.
+        await _wait_cancelled(stack, action_id)
+        state = await stack.wait(run_id)
+        assert state.status == "cancelled"
+        records = await stack.records(run_id)
+        assert isinstance(records[-1], ev.RunCancelled)
+        assert records[-1].data.cancelled_actions == [action_id]
+
+
+async def _wait_cancelled(stack: Stack, action_id: str) -> None:
+    async def stopped() -> bool:
+        return action_id in stack.recorder.cancelled
+
+    await eventually(stopped, what="the handler was cancelled")

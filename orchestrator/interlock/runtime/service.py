@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections import Counter
@@ -31,6 +32,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import FetchTimeoutError
 
 from interlock.core import events as ev
+from interlock.core.definition import Definition
 from interlock.core.engine import (
     Incoming,
     decide,
@@ -39,6 +41,7 @@ from interlock.core.engine import (
     trigger_inputs,
 )
 from interlock.core.expr import ExpressionError
+from interlock.core.state import RunState
 from interlock.runtime.cloudevents_nats import (
     CloudEvent,
     InvalidCloudEvent,
@@ -116,7 +119,13 @@ class Orchestrator:
         s = self.subjects
         self._tasks = [
             asyncio.create_task(
-                self._consume(s.events_stream, s.events_all, "ingress", self._on_ingress)
+                self._consume(
+                    s.events_stream,
+                    s.events_all,
+                    "ingress",
+                    self._on_ingress,
+                    before=self._registry_synced,
+                )
             ),
             asyncio.create_task(
                 self._consume(s.results_stream, s.results_all, "results", self._on_result)
@@ -149,6 +158,8 @@ class Orchestrator:
         subject: str,
         durable: str,
         handler: Callable[[Msg], Awaitable[None]],
+        *,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         config = ConsumerConfig(
             durable_name=durable,
@@ -167,7 +178,16 @@ class Orchestrator:
                 log.warning("%s: fetch failed: %s", durable, exc)
                 await asyncio.sleep(0.5)
                 continue
+            if before is not None:
+                await before()
             await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
+
+    async def _registry_synced(self) -> None:
+        """Know every workflow applied before the events just fetched were published."""
+        try:
+            await self.registry.sync()
+        except Exception as exc:  # route with what is known rather than not at all
+            log.warning("ingress: registry sync failed: %s", exc)
 
     async def _guarded(
         self, handler: Callable[[Msg], Awaitable[None]], msg: Msg, where: str
@@ -191,10 +211,17 @@ class Orchestrator:
                     await msg.nak(delay=min(0.2 * 2**delivered, 5.0))
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
-        headers = dict(msg.headers or {})
+        # Without the message's own JetStream headers: its Nats-Msg-Id would make the
+        # dead-letter stream drop a second letter about the same message, and others
+        # (Nats-Expected-*, Nats-Rollup, Nats-TTL) would act on the dead-letter stream.
+        headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-")}
         headers["Interlock-Dead-Letter-Reason"] = reason
         headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
         headers["Interlock-Dead-Letter-Subject"] = msg.subject
+        with contextlib.suppress(Exception):  # a redelivered message is dead-lettered once
+            where = f"{msg.metadata.stream}.{msg.metadata.sequence.stream}"
+            digest = hashlib.sha256(f"{reason}\n{detail}".encode()).hexdigest()[:16]
+            headers["Nats-Msg-Id"] = f"{where}.{digest}"
         self.counters[f"dead_lettered:{reason}"] += 1
         self.observers.dead_lettered(reason)
         try:
@@ -252,11 +279,17 @@ class Orchestrator:
             self.counters["events_unrouted"] += 1
             self.observers.unrouted(event.type)
 
-    async def _deliver(self, run_id: str, incoming: Incoming) -> bool:
+    async def _deliver(self, run_id: str, incoming: Incoming, *, answer: bool = False) -> bool:
+        """Decide on ``incoming`` for the run; ``answer``: an agent's, checked first."""
         now = self.clock()
+
+        def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
+            event = self._check_output(incoming, state) if answer else incoming
+            return decide(definition, state, event, now)
+
         async with self.runs.lock(run_id):
             try:
-                records = await self.runs.apply(run_id, lambda d, s: decide(d, s, incoming, now))
+                records = await self.runs.apply(run_id, decision)
             except (UnknownRun, UnknownWorkflow):
                 return False
             finally:
@@ -272,19 +305,17 @@ class Orchestrator:
             await self._dead_letter(msg, exc.reason, str(exc))
             return
         run_id = event.extensions.get("runid") or msg.subject.rsplit(".", 1)[-1]
-        incoming = self._check_output(to_incoming(event), run_id)
-        await self._deliver(run_id, incoming)
+        await self._deliver(run_id, to_incoming(event), answer=True)
 
-    def _check_output(self, incoming: Incoming, run_id: str) -> Incoming:
+    def _check_output(self, incoming: Incoming, state: RunState) -> Incoming:
         """An answer whose data break the capability's output_schema fails as schema_error."""
         if incoming.type == "task.failed":
             return incoming
-        capability = self.registry.capability(incoming.extensions.get("capability", ""))
-        entry = self.runs._cache.get(run_id)
-        if capability is None and entry is not None:
-            pending = entry.state.pending.get(incoming.extensions.get("actionid", ""))
-            if pending is not None:
-                capability = self.registry.capability(pending.capability)
+        # The capability is the one the run asked for, whatever the answer claims.
+        pending = state.pending.get(incoming.extensions.get("actionid", ""))
+        if pending is None:
+            return incoming  # not awaited: decide ignores it
+        capability = self.registry.capability(pending.capability)
         if capability is None or not capability.output_schema:
             return incoming
         try:
@@ -362,6 +393,10 @@ class Orchestrator:
         d = record.data
         run_id = record.subject
         capability = self.registry.capability(d.capability)
+        if capability is None:  # an AgentDef applied a moment ago, maybe
+            with contextlib.suppress(Exception):
+                await self.registry.sync(agents=True)
+            capability = self.registry.capability(d.capability)
         deadline = d.deadline
         if deadline is None and capability is not None and capability.timeout_s:
             deadline = _plus(record.time, capability.timeout_s)

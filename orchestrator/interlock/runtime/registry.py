@@ -61,6 +61,10 @@ class Registry:
         self._latest: dict[tuple[str, str], int] = {}
         self._capabilities: dict[str, CapabilityDef] = {}
         self._watchers: list[asyncio.Task[None]] = []
+        # The highest revision (stream sequence) of each bucket that the watchers have
+        # taken into account; ``sync`` waits on it.
+        self._revisions: dict[str, int] = {}
+        self._changed = asyncio.Condition()
 
     async def _kv(self) -> tuple[KeyValue, KeyValue]:
         if self._workflows is None or self._agents is None:
@@ -227,6 +231,36 @@ class Registry:
             asyncio.create_task(self._watch_agents(agents)),
         ]
 
+    async def sync(self, *, agents: bool = False, timeout: float = 1.0) -> None:  # noqa: ASYNC109
+        """Make sure every workflow (or AgentDef) stored before this call is known here.
+
+        The watchers follow the buckets asynchronously, so a workflow applied just before an
+        event was published may not have reached them when the event is routed. This waits
+        until they have seen the bucket's last revision (one stream-info request when they
+        are up to date); if they do not get there in ``timeout``, it reads the bucket.
+        """
+        bucket = self._subjects.agents_bucket if agents else self._subjects.workflows_bucket
+        info = await self._js.stream_info(f"KV_{bucket}")
+        target = info.state.last_seq
+        if self._revisions.get(bucket, 0) >= target:
+            return
+        try:
+            async with self._changed:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self._revisions.get(bucket, 0) >= target),
+                    timeout,
+                )
+        except TimeoutError:
+            log.warning("registry watcher behind on %s; reading the bucket", bucket)
+            await self.load()
+            await self._seen(bucket, target)
+
+    async def _seen(self, bucket: str, revision: int) -> None:
+        async with self._changed:
+            if revision > self._revisions.get(bucket, 0):
+                self._revisions[bucket] = revision
+                self._changed.notify_all()
+
     async def close(self) -> None:
         for task in self._watchers:
             task.cancel()
@@ -235,25 +269,31 @@ class Registry:
                 await task
 
     async def _watch_workflows(self, kv: KeyValue) -> None:
-        watcher = await kv.watch("latest.>", include_history=False)
+        # Every key, not only the latest.* pointers: ``sync`` compares the revision seen
+        # with the bucket's last one, whatever key that is.
+        watcher = await kv.watchall()
         async for entry in watcher:
-            if entry is None or entry.value is None:
+            if entry is None:
                 continue
-            try:
-                _, ns, name = entry.key.split(".", 2)
-                version = int(json.loads(entry.value)["version"])
-                await self.definition(ns, name, version)
-                self._latest[(ns, name)] = version
-            except Exception as exc:
-                log.warning("cannot load workflow %s: %s", entry.key, exc)
+            if entry.value and entry.key.startswith("latest."):
+                try:
+                    _, ns, name = entry.key.split(".", 2)
+                    version = int(json.loads(entry.value)["version"])
+                    await self.definition(ns, name, version)
+                    self._latest[(ns, name)] = version
+                except Exception as exc:
+                    log.warning("cannot load workflow %s: %s", entry.key, exc)
+            await self._seen(self._subjects.workflows_bucket, entry.revision or 0)
 
     async def _watch_agents(self, kv: KeyValue) -> None:
         watcher = await kv.watchall()
         async for entry in watcher:
-            if entry is None or not entry.value:
+            if entry is None:
                 continue
-            with contextlib.suppress(Exception):
-                self._learn_agent(entry.key, json.loads(entry.value))
+            if entry.value:
+                with contextlib.suppress(Exception):
+                    self._learn_agent(entry.key, json.loads(entry.value))
+            await self._seen(self._subjects.agents_bucket, entry.revision or 0)
 
 
 async def _keys(kv: KeyValue) -> list[str]:

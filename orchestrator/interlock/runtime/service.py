@@ -90,8 +90,11 @@ class Orchestrator:
         clock: Callable[[], str] = utc_now,
         cache_size: int = 10_000,
         observers: Sequence[OrchestratorObserver] = (),
+        replicas: int = 1,
     ) -> None:
         self.observers = Observers(observers)
+        self.replicas = replicas
+        """Stream replicas when provisioning (3 on a JetStream cluster)."""
         self.nc = nc
         self.js = nc.jetstream()
         self.subjects = subjects
@@ -112,7 +115,7 @@ class Orchestrator:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await provision(self.js, self.subjects)
+        await provision(self.js, self.subjects, replicas=self.replicas)
         await self.registry.load()
         await self.registry.watch()
         self._index = await self.js.key_value(self.subjects.runs_bucket)

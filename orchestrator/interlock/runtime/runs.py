@@ -111,6 +111,10 @@ class Runs:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
+    def cached(self, run_id: str) -> Entry | None:
+        """The cached state of a run, if any (no I/O)."""
+        return self._cache.get(run_id)
+
     def forget(self, run_id: str) -> None:
         self._cache.pop(run_id, None)
 
@@ -144,6 +148,7 @@ class Runs:
         *,
         trigger: Incoming | None = None,
         traceparent: str | None = None,
+        parent: ev.ParentRef | None = None,
     ) -> tuple[bool, list[ev.AnyRecord]]:
         """Start a run; (False, []) when a run with this id exists already."""
         resolved, problems = resolve_inputs(definition, inputs)
@@ -157,6 +162,7 @@ class Runs:
             version=version,
             trigger=trigger,
             traceparent=traceparent,
+            parent=parent,
         )
         try:
             last = await self.log.append(run_id, records, 0)

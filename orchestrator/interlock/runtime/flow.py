@@ -19,12 +19,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from interlock.core import events as ev
+from interlock.core.definition import Definition
 from interlock.core.engine import (
     TIMER_FIRED,
     Incoming,
     cancel,
     event_correlation_key,
 )
+from interlock.core.state import RunState
 from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.registry import UnknownWorkflow
@@ -141,10 +143,12 @@ class ControlFlow:
         for n in attempts:
             child = child_run_id(action_id, n)
             now = self.o.clock()
+
+            def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
+                return cancel(definition, state, reason=reason, now=now)  # noqa: B023
+
             try:
-                await self.o.runs.apply(
-                    child, lambda d, s, now=now: cancel(d, s, reason=reason, now=now)
-                )
+                await self.o.runs.apply(child, decision)
             except UnknownRun:
                 if not attempt:
                     return  # attempts are numbered from 1: no child n, no child n + 1

@@ -190,6 +190,15 @@ class Registry:
     def known_capabilities(self) -> set[str]:
         return set(self._capabilities)
 
+    def correlating(self, event_type: str) -> Iterable[tuple[Definition, int]]:
+        """Latest definitions whose ``correlate.events`` names ``event_type``."""
+        for (ns, name), version in list(self._latest.items()):
+            definition = self._compiled.get((ns, name, version))
+            correlation = None if definition is None else definition.correlation
+            if correlation is not None and event_type in correlation.events:
+                assert definition is not None
+                yield definition, version
+
     def triggered_by(self, event_type: str) -> Iterable[tuple[Definition, int]]:
         """Latest definitions with a trigger on ``event_type``."""
         for (ns, name), version in list(self._latest.items()):

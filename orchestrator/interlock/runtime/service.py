@@ -48,12 +48,14 @@ from interlock.runtime.cloudevents_nats import (
     decode_message,
     encode_binary,
 )
+from interlock.runtime.flow import ControlFlow
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.provision import provision
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
 from interlock.runtime.subjects import Subjects
+from interlock.runtime.timers import ClockTimers, JetStreamTimers
 
 log = logging.getLogger("interlock.orchestrator")
 
@@ -91,6 +93,7 @@ class Orchestrator:
         cache_size: int = 10_000,
         observers: Sequence[OrchestratorObserver] = (),
         replicas: int = 1,
+        timers: JetStreamTimers | ClockTimers | None = None,
     ) -> None:
         self.observers = Observers(observers)
         self.replicas = replicas
@@ -111,6 +114,7 @@ class Orchestrator:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._index: Any = None
+        self.flow = ControlFlow(self, timers or JetStreamTimers(nc, subjects))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -135,6 +139,7 @@ class Orchestrator:
             ),
             asyncio.create_task(self._relay()),
         ]
+        self.flow.start()
         log.info("orchestrator started (prefix %s)", s.prefix)
 
     async def stop(self) -> None:
@@ -144,6 +149,7 @@ class Orchestrator:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.flow.stop()
         await self.registry.close()
 
     async def run_forever(self) -> None:
@@ -247,7 +253,7 @@ class Orchestrator:
         self.counters["events_received"] += 1
         run_id = event.extensions.get("runid")
         if run_id:
-            delivered = await self._deliver(run_id, incoming)
+            delivered = await self.deliver(run_id, incoming)
             if not delivered:
                 self.counters["events_unrouted"] += 1
                 self.observers.unrouted(event.type)
@@ -278,11 +284,13 @@ class Orchestrator:
                 continue
             started += 1
             self.counters["runs_started" if created else "triggers_duplicate"] += 1
+        if await self.flow.route_correlated(event):
+            return
         if not started:
             self.counters["events_unrouted"] += 1
             self.observers.unrouted(event.type)
 
-    async def _deliver(self, run_id: str, incoming: Incoming, *, answer: bool = False) -> bool:
+    async def deliver(self, run_id: str, incoming: Incoming, *, answer: bool = False) -> bool:
         """Decide on ``incoming`` for the run; ``answer``: an agent's, checked first."""
         now = self.clock()
 
@@ -308,7 +316,7 @@ class Orchestrator:
             await self._dead_letter(msg, exc.reason, str(exc))
             return
         run_id = event.extensions.get("runid") or msg.subject.rsplit(".", 1)[-1]
-        await self._deliver(run_id, to_incoming(event), answer=True)
+        await self.deliver(run_id, to_incoming(event), answer=True)
 
     def _check_output(self, incoming: Incoming, state: RunState) -> Incoming:
         """An answer whose data break the capability's output_schema fails as schema_error."""
@@ -365,8 +373,7 @@ class Orchestrator:
                 log.warning("relay: fetch failed: %s", exc)
                 await asyncio.sleep(0.5)
                 continue
-            effects: list[Awaitable[None]] = []
-            indexed: dict[str, list[ev.AnyRecord]] = {}
+            by_run: dict[str, list[ev.AnyRecord]] = {}
             for msg in msgs:
                 try:
                     batch = ev.decode_batch(msg.data)
@@ -374,14 +381,9 @@ class Orchestrator:
                     log.error("relay: undecodable run-log message on %s: %s", msg.subject, exc)
                     continue
                 for record in batch:
-                    if isinstance(record, ev.ActionRequested):
-                        effects.append(self._dispatch(record))
-                    elif isinstance(record, ev.RunCancelled):
-                        effects.append(self._tell_cancelled(record))
-                    if isinstance(record, _INDEXED):
-                        indexed.setdefault(record.subject, []).append(record)
-            # Index updates of one run are applied in log order; runs go in parallel.
-            effects.extend(self._index_run(run_id, records) for run_id, records in indexed.items())
+                    by_run.setdefault(record.subject, []).append(record)
+            # A run's effects are done in log order; different runs go in parallel.
+            effects = [self._effects(run_id, records) for run_id, records in by_run.items()]
             try:
                 await asyncio.gather(*effects)
             except Exception as exc:
@@ -391,6 +393,17 @@ class Orchestrator:
                         await msg.nak(delay=1)
                 continue
             await msgs[-1].ack()
+
+    async def _effects(self, run_id: str, records: list[ev.AnyRecord]) -> None:
+        for record in records:
+            if isinstance(record, ev.ActionRequested) and not record.data.workflow:
+                await self._dispatch(record)
+            effect = self.flow.effect(record)
+            if effect is not None:
+                await effect
+        indexed: list[ev.AnyRecord] = [r for r in records if isinstance(r, _INDEXED)]
+        if indexed:
+            await self._index_run(run_id, indexed)
 
     async def _dispatch(self, record: ev.ActionRequested) -> None:
         d = record.data
@@ -408,7 +421,7 @@ class Orchestrator:
                 jsonschema.validate(d.input, dict(capability.input_schema))
             except jsonschema.ValidationError as exc:
                 where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-                await self._answer_failed(
+                await self.answer_failed(
                     record,
                     "schema_error",
                     f"input of {d.capability} does not match its input_schema at {where}: "
@@ -441,7 +454,7 @@ class Orchestrator:
         await self.js.publish(self.subjects.capability(d.capability), payload, headers=headers)
         self.counters["actions_dispatched"] += 1
 
-    async def _answer_failed(
+    async def answer_failed(
         self, record: ev.ActionRequested, error_class: str, message: str
     ) -> None:
         """Feed a failure back through the results stream, like an agent's answer."""
@@ -463,19 +476,6 @@ class Orchestrator:
         headers, payload = encode_binary(event)
         headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
         await self.js.publish(self.subjects.result(record.subject), payload, headers=headers)
-
-    async def _tell_cancelled(self, record: ev.RunCancelled) -> None:
-        for action_id in record.data.cancelled_actions:
-            event = CloudEvent(
-                id=f"{action_id}.cancel",
-                source=ev.SOURCE,
-                type="io.interlock.task.cancel",
-                subject=record.subject,
-                time=record.time,
-                extensions={"runid": record.subject, "actionid": action_id},
-            )
-            headers, payload = encode_binary(event)
-            await self.nc.publish(self.subjects.control(record.subject), payload, headers=headers)
 
     async def _index_run(self, key: str, records: list[ev.AnyRecord]) -> None:
         """Keep the run index (``interlock runs``) in step with the log; rebuildable."""

@@ -22,7 +22,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from interlock.core.compiler import compile_agent_data, compile_workflow_data
-from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
+from interlock.core.definition import AgentDefinition, CapabilityDef, Definition, link
 from interlock.runtime.subjects import Subjects
 
 log = logging.getLogger("interlock.registry")
@@ -183,6 +183,11 @@ class Registry:
                 continue
             out[key] = json.loads(entry.value or b"{}")
         return out
+
+    def link(self, definition: Definition) -> Definition:
+        """``definition`` with each action's unset timeout and retries taken from the
+        AgentDef of its capability (see :func:`interlock.core.definition.link`)."""
+        return link(definition, self._capabilities)
 
     def capability(self, name: str) -> CapabilityDef | None:
         return self._capabilities.get(name)

@@ -98,7 +98,7 @@ class Runs:
             return None
         state = fold(records)
         definition = await self.registry.definition(state.namespace, state.workflow, state.version)
-        entry = Entry(state, last, definition)
+        entry = Entry(state, last, self.registry.link(definition))
         self._remember(run_id, entry)
         return entry
 
@@ -151,6 +151,7 @@ class Runs:
         parent: ev.ParentRef | None = None,
     ) -> tuple[bool, list[ev.AnyRecord]]:
         """Start a run; (False, []) when a run with this id exists already."""
+        definition = self.registry.link(definition)
         resolved, problems = resolve_inputs(definition, inputs)
         if problems:
             raise InvalidInputs(f"{definition.namespace}/{definition.name}", problems)

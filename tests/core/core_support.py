@@ -14,7 +14,7 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition, resolve_inputs
-from interlock.core.engine import Incoming, cancel, decide, start
+from interlock.core.engine import TIMER_FIRED, Incoming, cancel, decide, start
 from interlock.core.state import RunState, evolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +104,21 @@ class Run:
     ) -> list[ev.AnyRecord]:
         """An external CloudEvent."""
         return self.deliver(Incoming(type=type, source=source, id=event_id, data=data))
+
+    def fire(self, purpose: str, timer_id: str | None = None) -> list[ev.AnyRecord]:
+        """Deliver a due timer: ``timer_id``, else the run's only timer for ``purpose``."""
+        if timer_id is None:
+            due = [t for t, v in self.state.timers.items() if v.purpose == purpose]
+            assert len(due) == 1, self.state.timers
+            timer_id = due[0]
+        return self.deliver(
+            Incoming(
+                type=TIMER_FIRED,
+                source="interlock://timers",
+                id=f"timer-{timer_id}",
+                extensions={"timerid": timer_id},
+            )
+        )
 
     def deliver(self, incoming: Incoming) -> list[ev.AnyRecord]:
         return self._apply(decide(self.definition, self.state, incoming, self.now()))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from interlock.core import events as ev
 from interlock.core.definition import Definition, resolve_inputs
-from interlock.core.engine import Incoming, cancel, decide, start
+from interlock.core.engine import TIMER_FIRED, Incoming, cancel, decide, start
 from interlock.core.state import RunState, encode_state, evolve, fold
 
 STEPS = """\
@@ -70,9 +70,60 @@ spec:
       outputs: {rounds: "{{ context.rounds }}"}
 """
 
+CONTROL = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: control}
+spec:
+  budget: {max_transitions: 12, max_actions: 25, max_fan_out: 4}
+  inputs: {files: {type: "list[string]", default: [a, b, c]}}
+  initial_state: fetch
+  states:
+    fetch:
+      actions:
+        - capability: fetch
+          timeout: 30s
+          retry: {max_attempts: 3, backoff: {initial: 1s, max: 4s}}
+      on:
+        - {event: task.completed, goto: fan}
+        - {event: approval.denied, goto: gave_up}
+      catch:
+        - {errors: [timeout], goto: gave_up, set: {why: "{{ result.error.message }}"}}
+        - {errors: ["*"], goto: fetch}
+    fan:
+      map:
+        over: inputs.files
+        as: file
+        action: {capability: lint, timeout: 1m, input: {file: "{{ file }}", at: "{{ index }}"}}
+        parallelism: 2
+        completion: all
+      on:
+        - {event: task.completed, goto: poll}
+      catch:
+        - {errors: ["*"], goto: poll}
+    poll:
+      loop:
+        until: result.score > 7
+        max_iterations: 3
+        action: {capability: status, input: {n: "{{ iteration }}"}}
+      on:
+        - {event: task.completed, goto: wait}
+      catch:
+        - {errors: [budget_exceeded], goto: wait}
+    wait:
+      type: human_in_the_loop
+      timeout: {after: 1h, goto: gave_up, set: {why: expired}}
+      on:
+        - {event: approval.granted, guard: data.approver != "", goto: done}
+        - {event: approval.denied, goto: fetch}
+    done: {type: terminal, outputs: {lint: "$.states.fan.output", poll: "$.states.poll.output"}}
+    gave_up: {type: terminal, outputs: {why: "{{ has(context.why) ? context.why : '' }}"}}
+"""
+
 WORKFLOWS: dict[str, Definition] = {
     "code-review": compile_one((ROOT / "examples/code-review.yaml").read_text()),
     "steps": compile_one(STEPS),
+    "control": compile_one(CONTROL),
 }
 
 AGENT_TYPES = [*["task.completed"] * 6, "task.failed", "review.approved", "x.noted"]
@@ -141,6 +192,12 @@ class External:
 
 
 @dataclass(frozen=True)
+class Timer:
+    choice: int
+    """Which of the run's timers comes due (or one it does not have)."""
+
+
+@dataclass(frozen=True)
 class Repeat:
     back: int
 
@@ -160,11 +217,18 @@ _answers = st.builds(
 _externals = st.builds(
     External, st.integers(0, 7), external_data, st.integers(0, 1), st.integers(0, 2)
 )
-_ordinary = st.one_of(_answers, _answers, _externals, st.builds(Repeat, st.integers(1, 4)))
-# A cancel ends the run, so it comes rarely (one move in forty) to leave room for the rest.
+_ordinary = st.one_of(
+    _answers,
+    _answers,
+    _externals,
+    st.builds(Repeat, st.integers(1, 4)),
+    st.builds(Timer, st.integers(0, 5)),
+)
+# A cancel ends the run, so it comes rarely (one move in forty) to leave room for the rest;
+# not at 0 or 39, the values hypothesis favours.
 moves = st.lists(
     st.integers(0, 39).flatmap(
-        lambda n: st.builds(Cancel, st.text(max_size=5)) if n == 0 else _ordinary
+        lambda n: st.builds(Cancel, st.text(max_size=5)) if n == 17 else _ordinary
     ),
     min_size=4,
     max_size=40,
@@ -173,13 +237,22 @@ moves = st.lists(
 
 def incoming_for(
     definition: Definition,
-    move: Answer | External | Repeat,
+    move: Answer | External | Repeat | Timer,
     state: RunState,
     log: list[ev.AnyRecord],
     sent: list[Incoming],
 ) -> Incoming | None:
     if isinstance(move, Repeat):
         return sent[-move.back] if len(sent) >= move.back else None
+    if isinstance(move, Timer):
+        timers = [*sorted(state.timers), f"{state.run_id}:0"]
+        timer_id = timers[move.choice % len(timers)]
+        return Incoming(
+            type=TIMER_FIRED,
+            source="interlock://timers",
+            id=f"timer-{timer_id}",
+            extensions={"timerid": timer_id},
+        )
     if isinstance(move, External):
         # Mostly what the state waits for; sometimes an event it does not, or a task.*
         # event without an action id (taken like any external event).
@@ -193,8 +266,11 @@ def incoming_for(
             data=move.data,
         )
     requested = [r.data.action_id for r in log if isinstance(r, ev.ActionRequested)]
+    extensions: dict[str, str] = {}
     if move.which == "pending" and state.pending:
-        action_id = next(iter(state.pending))
+        pending = sorted(state.pending)
+        action_id = pending[move.event_id % len(pending)]
+        extensions["attempt"] = str(state.pending[action_id].attempt)
     elif move.which == "stale" and requested:
         action_id = requested[move.event_id % len(requested)]
     else:
@@ -204,7 +280,7 @@ def incoming_for(
         source="interlock://agent/prop",
         id=f"a-{move.event_id}",
         data=move.data,
-        extensions={"actionid": action_id},
+        extensions={"actionid": action_id, **extensions},
     )
 
 
@@ -266,6 +342,12 @@ def test_code_review_replays(score: int, plan: list[Any]) -> None:
 @given(plan=moves)
 def test_steps_replays(plan: list[Any]) -> None:
     check_run(WORKFLOWS["steps"], {}, plan)
+
+
+@PROPERTY
+@given(plan=moves)
+def test_control_flow_replays(plan: list[Any]) -> None:
+    check_run(WORKFLOWS["control"], {}, plan)
 
 
 @PROPERTY

@@ -31,6 +31,7 @@ from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import (
+    TIMER_FIRED,
     Incoming,
     cancel,
     decide,
@@ -97,6 +98,17 @@ class Recorder:
         )
         self.take(decide(self.definition, self.state, event, self.now()))
 
+    def fire(self, purpose: str) -> None:
+        """The run's one due timer for ``purpose`` comes due."""
+        (timer_id,) = [t for t, v in self.state.timers.items() if v.purpose == purpose]
+        event = Incoming(
+            type=TIMER_FIRED,
+            source="interlock://timers",
+            id=f"timer-{timer_id}",
+            extensions={"timerid": timer_id},
+        )
+        self.take(decide(self.definition, self.state, event, self.now()))
+
     def cancel(self, reason: str) -> None:
         self.take(cancel(self.definition, self.state, reason=reason, now=self.now()))
 
@@ -134,11 +146,25 @@ def cancelled(r: Recorder) -> None:
     r.cancel("superseded by PR #46")
 
 
-def action_failed(r: Recorder) -> None:
+def fix_failed(r: Recorder) -> None:
     r.start("r-golden-failed", {"repository": "zynax-io/zynax", "pr": 47})
+    r.answer({"score": 6, "summary": "score 6"})
+    r.answer({"error": {"class": "agent_error", "message": "echo crashed"}}, "task.failed")
+
+
+def review_retried_then_caught(r: Recorder) -> None:
+    r.start("r-golden-retried", {"repository": "zynax-io/zynax", "pr": 49})
+    r.fire("action-timeout")  # no answer in 5m: attempt 1 fails as timeout, a retry is due
+    r.fire("retry")
     r.answer(
         {"error": {"class": "schema_error", "message": "output misses 'summary'"}}, "task.failed"
     )
+
+
+def approval_expired(r: Recorder) -> None:
+    r.start("r-golden-expired", {"repository": "zynax-io/zynax", "pr": 50, "score": 8})
+    r.answer({"score": 8, "summary": "score 8"})
+    r.fire("state-timeout")
 
 
 def started_by_trigger(r: Recorder) -> None:
@@ -168,7 +194,9 @@ SCENARIOS: dict[str, Callable[[Recorder], None]] = {
     "code-review-guard-failure": guard_failure,
     "code-review-rejected": rejected_after_three_fixes,
     "code-review-cancelled": cancelled,
-    "code-review-action-failed": action_failed,
+    "code-review-fix-failed": fix_failed,
+    "code-review-retried-then-caught": review_retried_then_caught,
+    "code-review-approval-expired": approval_expired,
     "code-review-trigger-denied": started_by_trigger,
 }
 

@@ -1,0 +1,461 @@
+"""Control flow in the engine: retries, catch, timeouts, map, loop, budgets, correlation,
+sub-workflow actions and actions cancelled when their state is left."""
+
+from __future__ import annotations
+
+import pytest
+from core_support import Run, compile_one, types
+
+from interlock.core import events as ev
+from interlock.core.definition import CapabilityDef, link
+from interlock.core.engine import (
+    Incoming,
+    backoff_seconds,
+    correlation_key,
+    event_correlation_key,
+)
+from interlock.core.state import COMPLETED, FAILED
+
+FETCH = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: fetch}
+spec:
+  initial_state: fetch
+  states:
+    fetch:
+      actions:
+        - capability: fetch
+          timeout: 30s
+          retry: {max_attempts: 3, backoff: {initial: 1s, multiplier: 2, max: 10s, jitter: false}}
+      on:
+        - {event: task.completed, goto: done}
+        - {event: stop.now, goto: gave_up, set: {why: stopped}}
+      catch:
+        - {errors: [timeout], goto: gave_up, set: {why: "{{ result.error.message }}"}}
+        - {errors: ["*"], goto: gave_up, set: {why: "{{ result.error['class'] }}"}}
+    done: {type: terminal}
+    gave_up: {type: terminal, outputs: {why: "{{ context.why }}"}}
+"""
+
+
+def fetch_run() -> Run:
+    run = Run(compile_one(FETCH), run_id="f")
+    records = run.start()
+    assert types(records)[-2:] == ["action.requested", "timer.scheduled"]
+    return run
+
+
+def failure(error_class: str, message: str = "", retryable: bool = False) -> dict[str, object]:
+    return {"error": {"class": error_class, "message": message, "retryable": retryable}}
+
+
+def test_a_retryable_failure_schedules_a_retry_after_the_backoff() -> None:
+    run = fetch_run()
+    records = run.answer(failure("platform_error", "down"), type="task.failed")
+    assert types(records) == ["action.failed", "timer.scheduled"]
+    failed, timer = records
+    assert isinstance(failed, ev.ActionFailed)
+    assert failed.data.will_retry is True
+    assert isinstance(timer, ev.TimerScheduled)
+    assert timer.data.purpose == "retry"
+    assert timer.data.attempt == 2
+    assert timer.data.fire_at == "2026-01-01T00:00:03.000Z"  # decided at :02, backoff 1 s
+    assert run.state.pending == {}
+    again = run.fire("retry")
+    assert types(again) == ["timer.fired", "action.requested", "timer.scheduled"]
+    requested = again[1]
+    assert isinstance(requested, ev.ActionRequested)
+    assert requested.data.action_id == "f:3"  # the same action, another attempt
+    assert requested.data.attempt == 2
+    assert run.state.pending["f:3"].attempt == 2
+
+
+def test_an_answer_to_an_earlier_attempt_is_ignored() -> None:
+    run = fetch_run()
+    run.answer(failure("timeout"), type="task.failed")
+    run.fire("retry")
+    late = Incoming(
+        type="task.completed",
+        source="agent",
+        id="late",
+        data={},
+        extensions={"actionid": "f:3", "attempt": "1"},
+    )
+    assert run.deliver(late) == []
+    current = Incoming(
+        type="task.completed",
+        source="agent",
+        id="now",
+        data={},
+        extensions={"actionid": "f:3", "attempt": "2"},
+    )
+    assert types(run.deliver(current))[-1] == "run.completed"
+
+
+def test_attempts_run_out_then_catch_by_class() -> None:
+    run = fetch_run()
+    for attempt in (1, 2):
+        run.answer(failure("timeout", f"slow {attempt}"), type="task.failed")
+        run.fire("retry")
+    records = run.answer(failure("timeout", "slow 3"), type="task.failed")
+    assert types(records) == [
+        "action.failed",
+        "transition.fired",
+        "state.entered",
+        "run.completed",
+    ]
+    failed, fired = records[0], records[1]
+    assert isinstance(failed, ev.ActionFailed)
+    assert (failed.data.attempt, failed.data.will_retry) == (3, False)
+    assert isinstance(fired, ev.TransitionFired)
+    assert (fired.data.event_type, fired.data.transition) == ("task.failed", -1)
+    assert run.state.outputs == {"why": "slow 3"}
+
+
+def test_a_failure_that_is_not_retryable_goes_straight_to_catch() -> None:
+    run = fetch_run()
+    records = run.answer(failure("schema_error", "bad"), type="task.failed")
+    assert types(records)[0] == "action.failed"
+    assert "timer.scheduled" not in types(records)
+    assert run.state.outputs == {"why": "schema_error"}
+
+
+def test_the_agent_can_mark_any_error_retryable() -> None:
+    run = fetch_run()
+    records = run.answer(failure("agent_error", "flaky", retryable=True), type="task.failed")
+    assert types(records) == ["action.failed", "timer.scheduled"]
+
+
+def test_an_action_timeout_fails_the_attempt_as_timeout() -> None:
+    run = fetch_run()
+    records = run.fire("action-timeout")
+    assert types(records) == ["timer.fired", "action.failed", "timer.scheduled"]
+    failed = records[1]
+    assert isinstance(failed, ev.ActionFailed)
+    assert failed.data.error.error_class == "timeout"
+    assert failed.data.error.message == "no answer from fetch (deadline 2026-01-01T00:00:31.000Z)"
+    # the answer to the attempt that timed out comes too late
+    assert run.answer({}, action_id="f:3") == []
+
+
+def test_a_timer_of_an_attempt_already_answered_does_nothing() -> None:
+    run = fetch_run()
+    run.answer(failure("platform_error"), type="task.failed")
+    stale = next(t for t, v in run.state.timers.items() if v.purpose == "action-timeout")
+    run.fire("retry")
+    assert types(run.fire("", timer_id=stale)) == ["timer.fired"]
+    assert run.state.pending["f:3"].attempt == 2
+    assert run.fire("", timer_id="f:999") == []
+
+
+def test_leaving_a_state_cancels_its_actions_and_timers() -> None:
+    run = fetch_run()
+    records = run.send("stop.now", {})
+    assert types(records) == [
+        "event.received",
+        "action.cancelled",
+        "transition.fired",
+        "state.entered",
+        "run.completed",
+    ]
+    cancelled = records[1]
+    assert isinstance(cancelled, ev.ActionCancelled)
+    assert cancelled.data.action_id == "f:3"
+    assert "left state 'fetch'" in cancelled.data.reason
+    assert run.state.timers == {}
+
+
+def test_backoff_is_exponential_capped_and_deterministically_jittered() -> None:
+    plain = ev.RetryInfo(max_attempts=9, initial_s=1, multiplier=2, max_s=10, jitter=False)
+    assert [backoff_seconds(plain, n, "a") for n in range(1, 6)] == [1, 2, 4, 8, 10]
+    jittered = ev.RetryInfo(max_attempts=9, initial_s=1, multiplier=2, max_s=10, jitter=True)
+    waits = [backoff_seconds(jittered, n, "r:3") for n in range(1, 6)]
+    assert waits == [backoff_seconds(jittered, n, "r:3") for n in range(1, 6)]
+    for wait, full in zip(waits, [1, 2, 4, 8, 10], strict=True):
+        assert full / 2 <= wait <= full
+    assert waits != [backoff_seconds(jittered, n, "r:4") for n in range(1, 6)]
+
+
+MAP = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: fan}
+spec:
+  budget: {max_fan_out: 4}
+  inputs: {files: {type: "list[string]", default: [a, b, c]}}
+  initial_state: lint
+  states:
+    lint:
+      map:
+        over: inputs.files
+        as: file
+        action: {capability: lint, input: {file: "{{ file }}", at: "{{ index }}"}}
+        parallelism: 2
+        completion: %s
+      on:
+        - {event: task.completed, goto: done}
+    done: {type: terminal, outputs: {lint: "$.states.lint.output"}}
+"""
+
+
+def test_map_all_keeps_parallelism_and_input_order() -> None:
+    run = Run(compile_one(MAP % "all"), run_id="m")
+    records = run.start()
+    assert types(records)[-3:] == ["map.started", "action.requested", "action.requested"]
+    inputs = [r.data.input for r in records if isinstance(r, ev.ActionRequested)]
+    assert inputs == [{"file": "a", "at": 0}, {"file": "b", "at": 1}]
+    first, second = list(run.state.pending)
+    assert types(run.answer({"n": "b"}, action_id=second)) == [
+        "action.completed",
+        "action.requested",
+    ]
+    assert len(run.state.pending) == 2
+    third = next(a for a in run.state.pending if a != first)
+    run.answer({"n": "c"}, action_id=third)
+    records = run.answer({"n": "a"}, action_id=first)
+    assert types(records)[:3] == ["action.completed", "map.completed", "transition.fired"]
+    assert run.state.outputs == {"lint": [{"n": "a"}, {"n": "b"}, {"n": "c"}]}
+
+
+def test_map_all_fails_fast_and_cancels_the_rest() -> None:
+    run = Run(compile_one(MAP % "all"), run_id="m")
+    run.start()
+    first = next(iter(run.state.pending))
+    records = run.answer(
+        failure("agent_error", "lint crashed"), type="task.failed", action_id=first
+    )
+    assert types(records) == ["action.failed", "action.cancelled", "run.failed"]
+    assert run.state.status == FAILED
+    assert run.state.error is not None
+    assert run.state.error.message == "item 0 of map 'lint' failed: lint crashed"
+
+
+def test_map_any_takes_the_first_success() -> None:
+    run = Run(compile_one(MAP % "any"), run_id="m")
+    run.start()
+    first, second = list(run.state.pending)
+    run.answer(failure("agent_error"), type="task.failed", action_id=first)
+    records = run.answer({"n": "b"}, action_id=second)
+    assert "map.completed" in types(records)
+    assert "action.cancelled" in types(records)  # the third item was in flight
+    assert run.state.outputs == {"lint": {"n": "b"}}
+
+
+def test_map_over_more_items_than_the_fan_out_budget_fails() -> None:
+    run = Run(compile_one(MAP % "all"), run_id="m")
+    run.start({"files": list("abcde")})
+    assert run.state.status == FAILED
+    assert run.state.error is not None
+    assert run.state.error.error_class == "budget_exceeded"
+
+
+def test_map_over_an_empty_list_completes_at_once() -> None:
+    run = Run(compile_one(MAP % "all"), run_id="m")
+    records = run.start({"files": []})
+    assert "map.completed" in types(records)
+    assert run.state.outputs == {"lint": []}
+
+
+LOOP = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: poll}
+spec:
+  initial_state: poll
+  states:
+    poll:
+      loop:
+        until: result.ready == true
+        max_iterations: 3
+        action: {capability: status, input: {n: "{{ iteration }}"}}
+      on:
+        - {event: task.completed, goto: done}
+      catch:
+        - {errors: [budget_exceeded], goto: gave_up}
+    done: {type: terminal, outputs: {last: "$.states.poll.output"}}
+    gave_up: {type: terminal}
+"""
+
+
+def test_loop_until_the_predicate_holds() -> None:
+    run = Run(compile_one(LOOP), run_id="l")
+    records = run.start()
+    requested = records[-1]
+    assert isinstance(requested, ev.ActionRequested)
+    assert (requested.data.input, requested.data.iteration) == ({"n": 1}, 1)
+    records = run.answer({"ready": False})
+    assert isinstance(records[-1], ev.ActionRequested)
+    assert records[-1].data.input == {"n": 2}
+    records = run.answer({"waiting": True})  # until errors: recorded, the loop goes on
+    assert types(records) == ["action.completed", "guard.failed", "action.requested"]
+    failed = records[1]
+    assert isinstance(failed, ev.GuardFailed)
+    assert (failed.data.event_type, failed.data.transition) == ("loop.until", -1)
+    run.answer({"ready": True})
+    assert run.state.status == COMPLETED
+    assert run.state.outputs == {"last": {"ready": True}}
+
+
+def test_loop_stops_at_max_iterations_with_budget_exceeded() -> None:
+    run = Run(compile_one(LOOP), run_id="l")
+    run.start()
+    for _ in range(3):
+        records = run.answer({"ready": False})
+    assert types(records)[-3:] == ["transition.fired", "state.entered", "run.completed"]
+    assert run.state.state == "gave_up"
+
+
+BUDGET = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: ping}
+spec:
+  budget: {max_transitions: 3, max_actions: 100}
+  initial_state: a
+  states:
+    a: {on: [{event: go, goto: b}, {event: stop, goto: done}]}
+    b: {on: [{event: go, goto: a}]}
+    done: {type: terminal}
+"""
+
+
+def test_too_many_transitions_fail_the_run() -> None:
+    run = Run(compile_one(BUDGET))
+    run.start()
+    for n in range(3):
+        run.send("go", {}, event_id=f"e{n}")
+    records = run.send("go", {}, event_id="e3")
+    assert types(records) == ["event.received", "run.failed"]
+    assert run.state.error is not None
+    assert run.state.error.error_class == "budget_exceeded"
+    assert "max_transitions (3)" in run.state.error.message
+
+
+def test_too_many_actions_fail_the_run() -> None:
+    run = Run(
+        compile_one(
+            LOOP.replace("max_iterations: 3", "max_iterations: 9").replace(
+                "spec:\n", "spec:\n  budget: {max_actions: 2}\n", 1
+            )
+        )
+    )
+    run.start()
+    run.answer({"ready": False})
+    records = run.answer({"ready": False})
+    assert types(records)[-1] == "run.failed"
+    assert run.state.error is not None
+    assert run.state.error.error_class == "budget_exceeded"
+
+
+STATE_TIMEOUT = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: wait}
+spec:
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      timeout: {after: 1h, goto: expired, set: {why: "no answer in time"}}
+      on:
+        - {event: approval.granted, goto: done}
+        - {event: nudge, goto: wait}
+    done: {type: terminal}
+    expired: {type: terminal, outputs: {why: "{{ context.why }}"}}
+"""
+
+
+def test_a_state_timeout_moves_on() -> None:
+    run = Run(compile_one(STATE_TIMEOUT), run_id="w")
+    records = run.start()
+    timer = records[-1]
+    assert isinstance(timer, ev.TimerScheduled)
+    assert (timer.data.purpose, timer.data.fire_at) == ("state-timeout", "2026-01-01T01:00:01.000Z")
+    records = run.fire("state-timeout")
+    fired = records[1]
+    assert isinstance(fired, ev.TransitionFired)
+    assert (fired.data.event_type, fired.data.to_state) == ("state.timeout", "expired")
+    assert run.state.outputs == {"why": "no answer in time"}
+
+
+def test_re_entering_a_state_restarts_its_timeout() -> None:
+    run = Run(compile_one(STATE_TIMEOUT), run_id="w")
+    run.start()
+    first = next(iter(run.state.timers))
+    run.send("nudge", {})
+    assert first not in run.state.timers
+    assert run.fire("", timer_id=first) == []
+    assert len(run.state.timers) == 1
+
+
+CORRELATED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: order}
+spec:
+  inputs: {order: {type: string, required: true}}
+  correlate:
+    key: "order-{{ inputs.order }}"
+    events:
+      payment.received: '"order-" + data.order_id'
+      parcel.shipped: 'data.ref'
+  initial_state: wait
+  states:
+    wait: {on: [{event: payment.received, goto: done}]}
+    done: {type: terminal}
+"""
+
+
+def test_correlation_keys_from_inputs_and_events() -> None:
+    definition = compile_one(CORRELATED)
+    assert correlation_key(definition, {"order": "42"}) == "order-42"
+    run = Run(definition)
+    records = run.start({"order": "42"})
+    started = records[0]
+    assert isinstance(started, ev.RunStarted)
+    assert started.data.correlation_key == "order-42"
+    paid = Incoming(type="payment.received", source="s", id="1", data={"order_id": "42"})
+    assert event_correlation_key(definition, paid) == "order-42"
+    shipped = Incoming(type="parcel.shipped", source="s", id="2", data={"nothing": 1})
+    assert event_correlation_key(definition, shipped) is None  # an error gives no key
+    other = Incoming(type="other", source="s", id="3", data={})
+    assert event_correlation_key(definition, other) is None
+
+
+def test_a_sub_workflow_action_is_requested_and_answered_like_any_action() -> None:
+    definition = compile_one(
+        FETCH.replace("- capability: fetch", "- workflow: ops/fetch-all").replace(
+            "          retry:", "          x-retry:"
+        )
+    )
+    run = Run(definition, run_id="p")
+    records = run.start()
+    requested = next(r for r in records if isinstance(r, ev.ActionRequested))
+    assert requested.data.workflow == "ops/fetch-all"
+    assert requested.data.capability == ""
+    assert definition.capabilities() == frozenset()
+    run.answer({"fetched": 3})
+    assert run.state.status == COMPLETED
+
+
+def test_link_fills_timeout_and_retries_from_the_agentdef() -> None:
+    definition = compile_one(
+        FETCH.replace("          timeout: 30s\n", "").replace(
+            "          retry:", "          x-retry:"
+        )
+    )
+    assert definition.states["fetch"].actions[0].timeout_s is None
+    linked = link(definition, {"fetch": CapabilityDef("fetch", timeout_s=5, max_retries=2)})
+    action = linked.states["fetch"].actions[0]
+    assert action.timeout_s == 5
+    assert action.retry is not None
+    assert action.retry.max_attempts == 3
+    explicit = link(compile_one(FETCH), {"fetch": CapabilityDef("fetch", timeout_s=5)})
+    assert explicit.states["fetch"].actions[0].timeout_s == 30
+
+
+@pytest.mark.parametrize("version", ["interlock.io/v1", "zynax.io/v1"])
+def test_control_flow_is_part_of_both_api_versions(version: str) -> None:
+    definition = compile_one(FETCH.replace("interlock.io/v1", version))
+    assert definition.states["fetch"].catches

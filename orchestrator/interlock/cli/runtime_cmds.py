@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -419,7 +420,20 @@ def _replay(records: list[ev.AnyRecord], as_json: bool) -> int:
 
 def add_process_parsers(sub: Sub) -> None:
     p = sub.add_parser("serve", help="run the orchestrator")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics here")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics, /healthz and /readyz on this port "
+        "(env INTERLOCK_METRICS_PORT; default 9464; 0: off)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="stream replicas when provisioning: 3 on a JetStream cluster "
+        "(env INTERLOCK_REPLICAS; default 1)",
+    )
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
     p.set_defaults(func=cmd_serve)
@@ -430,7 +444,13 @@ def add_process_parsers(sub: Sub) -> None:
     run = agent_sub.add_parser("run", help="run one agent worker")
     run.add_argument("target", help="a reference agent (echo, http-fetch, command) or module:attr")
     run.add_argument("--concurrency", type=int, default=None)
-    run.add_argument("--metrics-port", type=int, default=None)
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics, /healthz and /readyz on this port "
+        "(env INTERLOCK_METRICS_PORT; default 9465; 0: off)",
+    )
     run.add_argument("--log-level", default="info")
     add_connection_flags(run)
     run.set_defaults(func=cmd_agent_run)
@@ -462,25 +482,59 @@ def _signals(stop: Callable[[], None]) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-async def serve(opts: ConnectOptions, stop_event: asyncio.Event | None = None) -> None:
+async def serve(
+    opts: ConnectOptions,
+    stop_event: asyncio.Event | None = None,
+    *,
+    metrics_port: int | None = None,
+    replicas: int = 1,
+) -> None:
+    """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
+    serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables."""
+    from interlock.runtime.health import OrchestratorInstrumentation
     from interlock.runtime.service import Orchestrator
+    from interlock.runtime.tracing import tracer_provider_from_env
 
     nc = await connect(opts)
-    orchestrator = Orchestrator(nc, opts.subjects)
+    orchestrator = Orchestrator(nc, opts.subjects, replicas=replicas)
+    telemetry = OrchestratorInstrumentation(
+        orchestrator,
+        port=metrics_port,
+        provider=tracer_provider_from_env("interlock-orchestrator"),
+    )
     stop_event = stop_event or asyncio.Event()
     try:
         await orchestrator.start()
+        await telemetry.start()
         with _signals(stop_event.set):
             await stop_event.wait()
     finally:
         await orchestrator.stop()
+        await telemetry.stop()
         await nc.close()
+
+
+def _env_int(value: int | None, var: str, default: int) -> int:
+    """A flag's value, else the environment variable ``var``, else ``default``."""
+    if value is not None:
+        return value
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise CliError(f"{var} must be a whole number, got {raw!r}", EXIT_USAGE) from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     _logging(args.log_level)
+    port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", 9464)
+    replicas = _env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
+    if replicas < 1:
+        raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
     try:
-        asyncio.run(serve(options(args)))
+        asyncio.run(serve(options(args), metrics_port=port, replicas=replicas))
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK
@@ -491,7 +545,8 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
 
     _logging(args.log_level)
     try:
-        asyncio.run(run_agent(args.target, options(args), args.concurrency, args.metrics_port))
+        port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", 9465)
+        asyncio.run(run_agent(args.target, options(args), args.concurrency, port or None))
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     except (LookupError, ImportError, AttributeError) as exc:

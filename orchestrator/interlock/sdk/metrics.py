@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from .observe import Outcome, WorkerObserver
+
+if TYPE_CHECKING:
+    from interlock.runtime.cloudevents_nats import CloudEvent
 
 _TASKS = Counter(
     "interlock_agent_tasks",
@@ -16,6 +23,12 @@ _DURATION = Histogram(
     "Time from receiving a task message to settling it",
     ["worker", "capability"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+_QUEUE_WAIT = Histogram(
+    "interlock_agent_queue_wait_seconds",
+    "Time from the orchestrator requesting a task (its CloudEvent time) to a worker taking it",
+    ["worker", "capability"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800),
 )
 _IN_FLIGHT = Gauge(
     "interlock_agent_tasks_in_flight",
@@ -33,6 +46,19 @@ class PrometheusObserver(WorkerObserver):
 
     def task_started(self, capability: str, action_id: str | None) -> None:
         self._in_flight.inc()
+
+    def task_received(
+        self, capability: str, event: CloudEvent, headers: Mapping[str, str] | None
+    ) -> None:
+        """A task request was decoded: how long it waited since it was requested."""
+        if not event.time:
+            return
+        try:
+            requested = datetime.fromisoformat(event.time.replace("Z", "+00:00"))
+        except ValueError:
+            return
+        wait = (datetime.now(UTC) - requested).total_seconds()
+        _QUEUE_WAIT.labels(worker=self._worker, capability=capability).observe(max(wait, 0.0))
 
     def task_finished(
         self,

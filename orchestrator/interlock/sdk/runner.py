@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import signal
@@ -62,19 +63,44 @@ async def run_agent(
         target: ``echo``, ``http-fetch``, ``command`` or ``module:attribute``.
         options: where to connect; its prefix names the installation.
         concurrency: overrides the worker's own limit.
-        metrics_port: serve Prometheus metrics on this port (``/metrics``).
+        metrics_port: serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port
+            (None or 0: no endpoint). Tracing follows the ``OTEL_*`` variables.
     """
+    from interlock.runtime.connection import connect
+    from interlock.runtime.health import HealthServer, nats_readiness
+    from interlock.runtime.tracing import WorkerTracer, tracer_provider_from_env
+
+    from .metrics import PrometheusObserver
+
     worker = load_worker(target)
     if concurrency is not None:
         worker.concurrency = concurrency
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
+    provider = tracer_provider_from_env(f"interlock-agent-{worker.name}")
+    if provider is not None:
+        from opentelemetry import trace
 
-        from .metrics import PrometheusObserver
+        # Global, so that spans a handler starts become children of the task's span.
+        trace.set_tracer_provider(provider)
+        worker.add_observer(WorkerTracer(provider, worker.name, options.subjects))
+    worker.add_observer(PrometheusObserver(worker.name))
+    if options.name is None:
+        options = dataclasses.replace(options, name=f"interlock agent {worker.name}")
+    nc = await connect(options)
+    taking_tasks = asyncio.Event()
+    nats_ready = nats_readiness(nc, options.subjects)
 
-        start_http_server(metrics_port)
-        worker.add_observer(PrometheusObserver(worker.name))
-        log.info("metrics on :%d/metrics", metrics_port)
+    async def ready() -> str | None:
+        if not taking_tasks.is_set():
+            return "worker not yet taking tasks"
+        return await nats_ready()
+
+    server = HealthServer(metrics_port, ready=ready) if metrics_port else None
+    if server is not None:
+        try:
+            await server.start()
+        except OSError as exc:
+            log.error("cannot serve metrics on port %d: %s; running without", metrics_port, exc)
+            server = None
 
     loop = asyncio.get_running_loop()
     received: list[int] = []
@@ -94,8 +120,22 @@ async def run_agent(
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, on_signal, int(sig))
             installed.append(sig)
+
+    async def mark_ready() -> None:
+        with contextlib.suppress(RuntimeError):
+            await worker.wait_ready()
+            taking_tasks.set()
+
+    marker = asyncio.create_task(mark_ready())
     try:
-        await worker.run(options)
+        await worker.run(nc, prefix=options.prefix)
     finally:
+        marker.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
+        if server is not None:
+            await server.stop()
+        with contextlib.suppress(Exception):
+            await nc.close()
+        if provider is not None:
+            provider.shutdown()

@@ -1,0 +1,625 @@
+"""Prometheus metrics of the orchestrator, and the telemetry view of runs they share with tracing.
+
+Three parts:
+
+- :class:`RunTracker` turns the orchestrator's ``appended`` hook into per-record callbacks
+  that know the run they belong to (workflow, current state, pending actions). Each live
+  decision is appended by exactly one orchestrator replica, so each record is seen once in
+  the whole deployment; when a replica did not see a run's earlier decisions (another
+  replica made them, or it restarted) it reads the run's log to catch up, without emitting
+  anything for those older records.
+- :class:`OrchestratorMetrics` counts and times what the records and the other hooks say.
+- :class:`ClusterMetrics` polls what only the server knows: consumer lag, requests waiting
+  per capability, live workers, and (from the run index) how long runs sit in a state.
+
+Counters from several replicas add up (``sum`` in PromQL); the polled gauges describe the
+whole installation, so every replica reports the same value (``max`` in PromQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from interlock.core import events as ev
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.observe import OrchestratorObserver
+from interlock.runtime.subjects import Subjects
+
+log = logging.getLogger("interlock.metrics")
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400)
+
+
+def parse_time(text: str) -> float:
+    """Seconds since the epoch of a record's RFC 3339 ``time`` (0.0 when unreadable)."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def record_seq(record: ev.Record) -> int:
+    """A record's position in its run's log, from its id (``<run id>:<seq>``)."""
+    try:
+        return int(record.id.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+# --- the telemetry view of a run ------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Visit:
+    """One stay of a run in a state: from its ``state.entered`` record until it leaves."""
+
+    state: str
+    seq: int
+    """Log position of the ``state.entered`` record (names the visit)."""
+    entered_at: str
+    notes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    """(time, name, attributes) of what happened during the visit: events, guard failures."""
+
+
+@dataclass(slots=True)
+class PendingView:
+    action_id: str
+    capability: str
+    index: int
+    attempt: int
+    requested_at: str
+    visit_seq: int
+
+
+@dataclass(slots=True)
+class RunView:
+    """What telemetry knows about a run before the record being reported is applied."""
+
+    run_id: str
+    workflow: str = ""
+    namespace: str = "default"
+    version: int = 0
+    traceparent: str | None = None
+    started_at: str = ""
+    seq: int = 0
+    stream_seq: int = 0
+    visit: Visit | None = None
+    pending: dict[str, PendingView] = field(default_factory=dict)
+    status: str = "running"
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "running"
+
+    def apply(self, record: ev.AnyRecord) -> None:
+        self.seq = max(self.seq, record_seq(record))
+        if isinstance(record, ev.RunStarted):
+            d = record.data
+            self.workflow, self.namespace, self.version = d.workflow, d.namespace, d.version
+            self.traceparent = record.traceparent
+            self.started_at = record.time
+        elif isinstance(record, ev.StateEntered):
+            self.visit = Visit(record.data.state, record_seq(record), record.time)
+        elif isinstance(record, ev.ActionRequested):
+            a = record.data
+            self.pending[a.action_id] = PendingView(
+                a.action_id,
+                a.capability,
+                a.index,
+                a.attempt,
+                record.time,
+                self.visit.seq if self.visit else 0,
+            )
+        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed):
+            self.pending.pop(record.data.action_id, None)
+        elif isinstance(record, ev.GuardFailed | ev.EventReceived) and self.visit is not None:
+            self.visit.notes.append(_note(record))
+        elif isinstance(record, ev.RunCompleted):
+            self.status = "completed"
+        elif isinstance(record, ev.RunFailed):
+            self.status = "failed"
+        elif isinstance(record, ev.RunCancelled):
+            self.status = "cancelled"
+
+
+def _note(record: ev.GuardFailed | ev.EventReceived) -> tuple[str, str, dict[str, Any]]:
+    if isinstance(record, ev.GuardFailed):
+        d = record.data
+        return (
+            record.time,
+            "guard.failed",
+            {
+                "interlock.guard": d.guard,
+                "interlock.guard.error": d.error,
+                "interlock.transition.index": d.transition,
+                "cloudevents.event_type": d.event_type,
+            },
+        )
+    event = record.data.event
+    return (
+        record.time,
+        "event.received",
+        {
+            "cloudevents.event_type": str(event.get("type", "")),
+            "cloudevents.event_id": str(event.get("id", "")),
+            "cloudevents.event_source": str(event.get("source", "")),
+        },
+    )
+
+
+class RunSink(Protocol):
+    """Told about each live record, with the run as it was just before that record."""
+
+    def on_record(self, run: RunView, record: ev.AnyRecord) -> None: ...
+
+
+class RunTracker(OrchestratorObserver):
+    """Feeds live records to sinks with their run's context; catches up from the log.
+
+    Args:
+        run_log: where to read a run this process has not followed (None: never read;
+            records of unknown runs are then reported with what they carry alone).
+        sinks: told about every live record.
+        capacity: runs kept in memory (least recently used go first; finished runs at once).
+    """
+
+    def __init__(
+        self, run_log: RunLog | None, sinks: Sequence[RunSink] = (), *, capacity: int = 10_000
+    ) -> None:
+        self._log = run_log
+        self._sinks = list(sinks)
+        self._capacity = capacity
+        self._runs: OrderedDict[str, RunView] = OrderedDict()
+        self._queues: dict[str, list[Sequence[ev.AnyRecord]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def add_sink(self, sink: RunSink) -> None:
+        self._sinks.append(sink)
+
+    def view(self, run_id: str) -> RunView | None:
+        """The run as last seen here (None when this process does not follow it)."""
+        return self._runs.get(run_id)
+
+    def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        if not records:
+            return
+        queue = self._queues.get(run_id)
+        if queue is not None:  # catching up: keep the log order
+            queue.append(records)
+            return
+        first = record_seq(records[0])
+        run = self._runs.get(run_id)
+        if isinstance(records[0], ev.RunStarted):
+            run = RunView(run_id)
+        elif run is None or run.seq + 1 != first:
+            if self._log is None or first <= 1:
+                run = run or RunView(run_id)
+            else:
+                self._queues[run_id] = [records]
+                task = asyncio.get_running_loop().create_task(self._catch_up(run_id))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return
+        self._report(run, records)
+
+    async def drain(self) -> None:
+        """Wait until every catch-up in progress is done (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _report(self, run: RunView, records: Sequence[ev.AnyRecord]) -> None:
+        for record in records:
+            if record_seq(record) <= run.seq and run.seq:
+                continue  # already reported
+            for sink in self._sinks:
+                try:
+                    sink.on_record(run, record)
+                except Exception:
+                    log.exception("telemetry sink %s failed", type(sink).__name__)
+            run.apply(record)
+        self._keep(run)
+
+    def _keep(self, run: RunView) -> None:
+        if run.finished:
+            self._runs.pop(run.run_id, None)
+            return
+        self._runs[run.run_id] = run
+        self._runs.move_to_end(run.run_id)
+        while len(self._runs) > self._capacity:
+            self._runs.popitem(last=False)
+
+    async def _catch_up(self, run_id: str) -> None:
+        assert self._log is not None
+        queue = self._queues[run_id]
+        try:
+            while queue:
+                batch = queue[0]
+                first = record_seq(batch[0])
+                run = self._runs.get(run_id) or RunView(run_id)
+                if run.seq + 1 < first:
+                    await self._fold_log(run, first)
+                queue.pop(0)
+                self._report(run, batch)
+        except Exception as exc:
+            log.warning("telemetry: cannot read the log of run %s: %s", run_id, exc)
+            self._runs.pop(run_id, None)
+        finally:
+            self._queues.pop(run_id, None)
+
+    async def _fold_log(self, run: RunView, before: int) -> None:
+        """Apply, without reporting, the run's records logged before position ``before``."""
+        assert self._log is not None
+        for stream_seq, data in await self._log.read_raw(run.run_id, run.stream_seq):
+            batch = ev.decode_batch(data)
+            if not batch or record_seq(batch[0]) >= before:
+                break
+            for record in batch:
+                if record_seq(record) > run.seq:
+                    run.apply(record)
+            run.stream_seq = stream_seq
+
+
+# --- the orchestrator's own counters --------------------------------------------------
+
+
+class OrchestratorMetrics(OrchestratorObserver):
+    """Counters and histograms of one orchestrator process.
+
+    Register it twice: as an observer of the orchestrator (dead letters, redeliveries,
+    conflicts, dispatches) and as a sink of a :class:`RunTracker` (run records).
+    """
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        r = registry
+        self.runs_started = Counter(
+            "interlock_runs_started", "Runs started", ["workflow"], registry=r
+        )
+        self.runs_completed = Counter(
+            "interlock_runs_completed",
+            "Runs that reached a terminal state",
+            ["workflow"],
+            registry=r,
+        )
+        self.runs_failed = Counter(
+            "interlock_runs_failed", "Runs that failed", ["workflow", "error_class"], registry=r
+        )
+        self.runs_cancelled = Counter(
+            "interlock_runs_cancelled", "Runs cancelled", ["workflow"], registry=r
+        )
+        self.run_duration = Histogram(
+            "interlock_run_duration_seconds",
+            "Time from a run's start to its end (record times)",
+            ["workflow", "status"],
+            buckets=RUN_BUCKETS,
+            registry=r,
+        )
+        self.states_entered = Counter(
+            "interlock_states_entered", "States entered by runs", ["workflow", "state"], registry=r
+        )
+        self.transitions = Counter(
+            "interlock_transitions", "Transitions fired", ["workflow"], registry=r
+        )
+        self.guard_failures = Counter(
+            "interlock_guard_failures",
+            "Guards that could not be evaluated (the transition did not fire)",
+            ["workflow", "state"],
+            registry=r,
+        )
+        self.actions_requested = Counter(
+            "interlock_actions_requested", "Actions requested by runs", ["capability"], registry=r
+        )
+        self.actions_dispatched = Counter(
+            "interlock_actions_dispatched",
+            "Capability requests published (a re-dispatch after a crash counts again)",
+            ["capability"],
+            registry=r,
+        )
+        self.action_duration = Histogram(
+            "interlock_action_duration_seconds",
+            "Time from an action's request to its answer (record times)",
+            ["capability", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "interlock_dead_letters",
+            "Messages moved to the dead-letter stream",
+            ["reason"],
+            registry=r,
+        )
+        self.redeliveries = Counter(
+            "interlock_redeliveries",
+            "Messages delivered again to an orchestrator consumer",
+            ["consumer"],
+            registry=r,
+        )
+        self.append_conflicts = Counter(
+            "interlock_append_conflicts",
+            "Optimistic run-log appends that lost a race and were decided again",
+            registry=r,
+        )
+        self.events_unrouted = Counter(
+            "interlock_events_unrouted",
+            "Inbound events that started or reached no run",
+            registry=r,
+        )
+
+    # -- hooks --------------------------------------------------------------------------
+
+    def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
+        self.actions_dispatched.labels(capability=record.data.capability).inc()
+
+    def dead_lettered(self, reason: str) -> None:
+        self.dead_letters.labels(reason=reason).inc()
+
+    def unrouted(self, event_type: str) -> None:
+        # No event-type label: publishers choose types, and labels must stay bounded.
+        self.events_unrouted.inc()
+
+    def redelivered(self, consumer: str) -> None:
+        self.redeliveries.labels(consumer=consumer).inc()
+
+    def conflict(self) -> None:
+        self.append_conflicts.inc()
+
+    # -- records ------------------------------------------------------------------------
+
+    def on_record(self, run: RunView, record: ev.AnyRecord) -> None:
+        workflow = _workflow(run, record)
+        if isinstance(record, ev.RunStarted):
+            self.runs_started.labels(workflow=workflow).inc()
+        elif isinstance(record, ev.StateEntered):
+            self.states_entered.labels(workflow=workflow, state=record.data.state).inc()
+        elif isinstance(record, ev.TransitionFired):
+            self.transitions.labels(workflow=workflow).inc()
+        elif isinstance(record, ev.GuardFailed):
+            self.guard_failures.labels(workflow=workflow, state=record.data.state).inc()
+        elif isinstance(record, ev.ActionRequested):
+            self.actions_requested.labels(capability=record.data.capability).inc()
+        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed):
+            pending = run.pending.get(record.data.action_id)
+            if pending is not None:
+                outcome = "completed" if isinstance(record, ev.ActionCompleted) else "failed"
+                self.action_duration.labels(capability=pending.capability, outcome=outcome).observe(
+                    _elapsed(pending.requested_at, record.time)
+                )
+        elif isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
+            if isinstance(record, ev.RunCompleted):
+                status = "completed"
+                self.runs_completed.labels(workflow=workflow).inc()
+            elif isinstance(record, ev.RunFailed):
+                status = "failed"
+                self.runs_failed.labels(
+                    workflow=workflow, error_class=record.data.error.error_class
+                ).inc()
+            else:
+                status = "cancelled"
+                self.runs_cancelled.labels(workflow=workflow).inc()
+            if run.started_at:
+                self.run_duration.labels(workflow=workflow, status=status).observe(
+                    _elapsed(run.started_at, record.time)
+                )
+
+
+def _workflow(run: RunView, record: ev.AnyRecord) -> str:
+    if isinstance(record, ev.RunStarted):
+        return record.data.workflow
+    return run.workflow or "unknown"
+
+
+def _elapsed(start: str, end: str) -> float:
+    return max(parse_time(end) - parse_time(start), 0.0)
+
+
+# --- what the server knows ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Stay:
+    workflow: str
+    state: str
+    since: float
+
+
+class ClusterMetrics(Collector):
+    """Gauges polled from JetStream: consumer lag, waiting requests, workers, stuck runs.
+
+    Args:
+        js: a JetStream context.
+        subjects: the installation's names.
+        capabilities: the capabilities workflows may request (for zero-worker gauges).
+        registry: where the gauges are registered (None: not registered).
+        interval: seconds between two polls.
+        clock: seconds since the epoch (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        js: Any,
+        subjects: Subjects,
+        *,
+        capabilities: Callable[[], Iterable[str]] = tuple,
+        registry: CollectorRegistry | None = REGISTRY,
+        interval: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._capabilities = capabilities
+        self._interval = interval
+        self._clock = clock
+        self._lag: dict[tuple[str, str], tuple[int, int]] = {}
+        self._queued: dict[str, int] = {}
+        self._workers: dict[str, int] = {}
+        self._stays: dict[str, _Stay] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.index_synced = asyncio.Event()
+        if registry is not None:
+            registry.register(self)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._poll_forever()), loop.create_task(self._follow())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                await self.poll()
+            except Exception as exc:
+                log.warning("polling JetStream for metrics failed: %s", exc)
+            await asyncio.sleep(self._interval)
+
+    async def poll(self) -> None:
+        """Read consumer lag, waiting requests and live workers once."""
+        s = self._subjects
+        lag: dict[tuple[str, str], tuple[int, int]] = {}
+        for stream in (s.events_stream, s.results_stream, s.runs_stream, s.tasks_stream):
+            for info in await self._js.consumers_info(stream):
+                name = info.name or (info.config.durable_name if info.config else "") or ""
+                lag[(stream, name)] = (info.num_pending or 0, info.num_ack_pending or 0)
+        self._lag = lag
+        info = await self._js.stream_info(s.tasks_stream, subjects_filter=s.capabilities_all)
+        prefix = s.capability("")
+        self._queued = {
+            subject.removeprefix(prefix): count
+            for subject, count in (info.state.subjects or {}).items()
+        }
+        self._workers = await self._live_workers()
+
+    async def _live_workers(self) -> dict[str, int]:
+        kv = await self._js.key_value(self._subjects.workers_bucket)
+        try:
+            keys = list(await kv.keys())
+        except Exception as exc:
+            if type(exc).__name__ != "NoKeysError":
+                raise
+            keys = []
+        counts: dict[str, int] = {}
+        for key in keys:
+            with contextlib.suppress(Exception):
+                entry = await kv.get(key)
+                if entry.value:
+                    for capability in json.loads(entry.value).get("capabilities", []):
+                        counts[capability] = counts.get(capability, 0) + 1
+        return counts
+
+    async def _follow(self) -> None:
+        """Follow the run index (a KV bucket) to know which running run is in which state."""
+        while True:
+            try:
+                kv = await self._js.key_value(self._subjects.runs_bucket)
+                watcher = await kv.watchall()
+                try:
+                    async for entry in watcher:
+                        if entry is None:
+                            self.index_synced.set()
+                            continue
+                        self._index(entry.key, entry.value)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await watcher.stop()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("following the run index failed: %s", exc)
+            await asyncio.sleep(self._interval)
+
+    def _index(self, key: str, value: bytes | None) -> None:
+        try:
+            current = json.loads(value or b"{}")
+        except ValueError:
+            current = {}
+        if current.get("status") != "running" or not current.get("state"):
+            self._stays.pop(key, None)
+            return
+        since = parse_time(str(current.get("updated_at") or current.get("started_at") or ""))
+        self._stays[key] = _Stay(str(current.get("workflow", "")), str(current["state"]), since)
+
+    # -- collection ---------------------------------------------------------------------
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families())
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        lag = GaugeMetricFamily(
+            "interlock_consumer_lag_messages",
+            "Messages of a stream not yet delivered to a durable consumer (num_pending)",
+            labels=["stream", "consumer"],
+        )
+        ack = GaugeMetricFamily(
+            "interlock_consumer_ack_pending_messages",
+            "Messages delivered to a durable consumer and not yet acknowledged",
+            labels=["stream", "consumer"],
+        )
+        for (stream, consumer), (pending, ack_pending) in sorted(self._lag.items()):
+            lag.add_metric([stream, consumer], pending)
+            ack.add_metric([stream, consumer], ack_pending)
+        in_flight = GaugeMetricFamily(
+            "interlock_actions_in_flight",
+            "Capability requests stored and not yet settled by a worker (work-queue messages)",
+            labels=["capability"],
+        )
+        workers = GaugeMetricFamily(
+            "interlock_capability_workers",
+            "Live agent worker processes serving a capability (heartbeats)",
+            labels=["capability"],
+        )
+        known = set(self._queued) | set(self._workers) | set(self._capabilities())
+        for capability in sorted(known):
+            in_flight.add_metric([capability], self._queued.get(capability, 0))
+            workers.add_metric([capability], self._workers.get(capability, 0))
+        active = GaugeMetricFamily(
+            "interlock_runs_active",
+            "Running runs by their current state (from the run index)",
+            labels=["workflow", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "interlock_runs_state_age_max_seconds",
+            "How long the running run that entered its current state first has been there",
+            labels=["workflow", "state"],
+        )
+        now = self._clock()
+        groups: dict[tuple[str, str], tuple[int, float]] = {}
+        for stay in list(self._stays.values()):
+            count, earliest = groups.get((stay.workflow, stay.state), (0, now))
+            groups[(stay.workflow, stay.state)] = (count + 1, min(earliest, stay.since))
+        for (workflow, state), (count, earliest) in sorted(groups.items()):
+            active.add_metric([workflow, state], count)
+            oldest.add_metric([workflow, state], max(now - earliest, 0.0))
+        return [lag, ack, in_flight, workers, active, oldest]
+
+
+def orchestrator_telemetry(
+    run_log: RunLog | None, registry: CollectorRegistry = REGISTRY, *extra: RunSink
+) -> tuple[RunTracker, OrchestratorMetrics]:
+    """A run tracker feeding fresh orchestrator metrics (and ``extra`` sinks)."""
+    metrics = OrchestratorMetrics(registry)
+    tracker = RunTracker(run_log, [metrics, *extra])
+    return tracker, metrics

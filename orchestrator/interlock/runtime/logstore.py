@@ -25,6 +25,7 @@ from interlock.runtime.subjects import Subjects
 
 _BATCH = 1000
 _TIMEOUT = 5.0
+_HEADERS = {"Content-Type": ev.BATCH_CONTENT_TYPE}
 
 
 class LogReadError(Exception):
@@ -88,6 +89,11 @@ class RunLog:
     async def append(
         self, run_id: str, records: Sequence[ev.Record], expected_last_seq: int
     ) -> int:
-        """Append atomically; raises AppendConflict when the log moved past ``expected``."""
-        payloads: list[tuple[dict[str, str], bytes]] = [({}, ev.encode(r)) for r in records]
-        return await append_batch(self._nc, self._subjects.run(run_id), payloads, expected_last_seq)
+        """Append one decision's records as one message; returns its stream sequence.
+
+        Raises AppendConflict when the log moved past ``expected_last_seq``.
+        """
+        payload = ev.encode_batch(records)
+        return await append_batch(
+            self._nc, self._subjects.run(run_id), [(_HEADERS, payload)], expected_last_seq
+        )

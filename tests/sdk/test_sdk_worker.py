@@ -557,3 +557,42 @@ async def test_a_message_that_is_not_a_task_is_dead_lettered(
     assert msg.headers["Interlock-Reason"] == "bad-json"
     assert msg.headers["Interlock-Subject"] == subjects.capability("picky")
     assert await wire.tasks_left() == 0  # terminated, not redelivered
+
+
+# --- a consumer that goes away ------------------------------------------------------------
+
+
+async def test_a_deleted_consumer_is_recreated(
+    wire, runner, js: JetStreamContext, subjects: Subjects
+) -> None:
+    worker = Worker("resilient", pull_expires=1.0)
+    worker.capability("again")(_echo)
+    await runner.start(worker)
+    await js.delete_consumer(subjects.tasks_stream, consumer_name("again"))
+    run_id = new_run()
+    await wire.publish_task("again", {"v": 2}, run_id=run_id)
+    event, _ = await wire.result(run_id)
+    assert event.data == {"v": 2}
+
+
+async def test_a_worker_stops_with_an_error_when_its_consumer_is_taken(
+    wire, nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    worker = Worker("evicted", pull_expires=1.0)
+    worker.capability("mine")(_echo)
+    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+    await worker.wait_ready()
+    name = consumer_name("mine")
+    await js.delete_consumer(subjects.tasks_stream, name)
+    await js.add_consumer(
+        subjects.tasks_stream,
+        durable_name=name,
+        name=name,
+        filter_subject=subjects.capability("theirs"),
+    )
+    with pytest.raises(RuntimeError, match="two capability names map to the same consumer"):
+        await asyncio.wait_for(task, 10)
+
+
+async def _echo(inp: dict[str, Any]) -> dict[str, Any]:
+    return inp

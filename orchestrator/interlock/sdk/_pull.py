@@ -104,6 +104,7 @@ class PullConsumer:
         api_prefix: str,
         stream: str,
         consumer: str,
+        filter_subject: str,
         pool: SlotPool,
         deliver: Callable[[Msg], None],
         ensure: Callable[[], Awaitable[None]],
@@ -112,6 +113,11 @@ class PullConsumer:
         self._nc = nc
         self._next_subject = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._consumer = consumer
+        self._filter_subject = filter_subject
+        # The server says "still waiting" this often; silence means the request is gone
+        # (consumer deleted under it, server restarted, reconnect).
+        self._heartbeat = max(expires / 4, 0.05)
+        self._last_heard = 0.0
         self._pool = pool
         self._deliver = deliver
         self._ensure = ensure
@@ -144,17 +150,18 @@ class PullConsumer:
             self._current, self._remaining, self._delivered = self._seq, got, 0
             self._status = None
             self._closed.clear()
-            request = {"batch": got, "expires": int(self._expires * 1e9)}
+            request = {
+                "batch": got,
+                "expires": int(self._expires * 1e9),
+                "idle_heartbeat": int(self._heartbeat * 1e9),
+            }
             try:
                 await self._nc.publish(
                     self._next_subject,
                     json.dumps(request).encode(),
                     reply=f"{self._inbox}.{self._seq}",
                 )
-                # A lost answer (reconnect) must not keep the slots forever.
-                await asyncio.wait_for(self._closed.wait(), self._expires + 2.0)
-            except TimeoutError:
-                self._close(None)
+                await self._wait_closed()
             except asyncio.CancelledError:
                 self._close(None)
                 raise
@@ -168,6 +175,20 @@ class PullConsumer:
                 # Throttle answers that will repeat (consumer gone, too many waiting pulls).
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    async def _wait_closed(self) -> None:
+        """Wait for the open request to end; give it up after two missed heartbeats."""
+        loop = asyncio.get_running_loop()
+        self._last_heard = loop.time()
+        while not self._closed.is_set():
+            silence = loop.time() - self._last_heard
+            if silence > 2 * self._heartbeat + 0.5:
+                log.info("pull on %s went unanswered; checking the consumer", self._consumer)
+                self._close(None)
+                self._lost = True  # make sure the consumer is still ours before pulling again
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), 2 * self._heartbeat + 0.5 - silence)
 
     async def drain(self) -> None:
         """Stop pulling: remove interest so the server drops our pull request, and hand
@@ -191,9 +212,17 @@ class PullConsumer:
         self._closed.set()
 
     async def _on_msg(self, msg: Msg) -> None:
+        self._last_heard = asyncio.get_running_loop().time()
         status = msg.headers.get(_STATUS) if msg.headers else None
         if status:
             self._on_status(msg, status)
+            return
+        if msg.subject != self._filter_subject:
+            # Not one of ours: the consumer was replaced by one with another filter.
+            log.error("pull on %s delivered a message on %s", self._consumer, msg.subject)
+            self._lost = True
+            self._close(None)
+            await _nak(msg)
             return
         if self._current and self._remaining > 0:
             self._remaining -= 1
@@ -208,10 +237,7 @@ class PullConsumer:
         if self._draining or not holds_slot:
             if holds_slot:
                 self._pool.release()
-            try:
-                await msg.nak()
-            except Exception:
-                log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)
+            await _nak(msg)
             return
         self._deliver(msg)
 
@@ -227,3 +253,10 @@ class PullConsumer:
             if status in _LOST or "deleted" in description.lower():
                 self._lost = True
         self._close(status)
+
+
+async def _nak(msg: Msg) -> None:
+    try:
+        await msg.nak()
+    except Exception:
+        log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)

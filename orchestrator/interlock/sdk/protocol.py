@@ -38,7 +38,8 @@ def consumer_name(capability: str) -> str:
 
 def worker_key(name: str, instance: str) -> str:
     """The workers-bucket key of one worker process."""
-    key = _KV_KEY_UNSAFE.sub("_", f"{name}.{instance}").strip(".")
+    key = _KV_KEY_UNSAFE.sub("_", f"{name}.{instance}")
+    key = re.sub(r"\.{2,}", ".", key).strip(".")  # empty subject tokens are not allowed
     return key or "_"
 
 

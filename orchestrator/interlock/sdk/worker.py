@@ -150,6 +150,7 @@ class Worker:
         self.max_deliver = max_deliver
         self.pull_expires = pull_expires
         self._observers = list(observers)
+        self._handler_log = logging.getLogger(f"interlock.agent.{name}")
         self._capabilities: dict[str, _Capability] = {}
         self._catalog = AgentDefCatalog()
         self._flights: dict[str, list[_InFlight]] = {}
@@ -330,7 +331,8 @@ class Worker:
     async def _serve(self, nc: Client, subjects: Subjects, life: _Lifecycle) -> None:
         js = nc.jetstream()
         pool = SlotPool(self._concurrency)
-        background: list[asyncio.Task[Any]] = []
+        background: list[asyncio.Task[Any]] = []  # catalog and heartbeats
+        pullers: list[asyncio.Task[Any]] = []
         consumers: list[PullConsumer] = []
         control = None
         key = worker_key(self.name, self.instance_id)
@@ -355,7 +357,7 @@ class Worker:
             )
             for consumer in consumers:
                 await consumer.start()
-                background.append(asyncio.create_task(consumer.run()))
+                pullers.append(asyncio.create_task(consumer.run()))
             life.ready.set()
             log.info(
                 "worker %s (%s) serving %s with concurrency %d",
@@ -364,12 +366,26 @@ class Worker:
                 ", ".join(self._capabilities),
                 self._concurrency,
             )
-            await life.stop.wait()
+            stopped = asyncio.ensure_future(life.stop.wait())
+            try:
+                # These loops only end by failing (say, a consumer that cannot be recreated).
+                await asyncio.wait(
+                    {stopped, *background, *pullers}, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                stopped.cancel()
+            for task in (*background, *pullers):
+                error = task.exception() if task.done() and not task.cancelled() else None
+                if error is not None:
+                    log.error("worker %s failed; stopping", self.name)
+                    raise error
         finally:
-            await _cancel(background)
+            await _cancel(pullers)
             for consumer in consumers:
                 await consumer.drain()
+            # Heartbeats go on while running handlers finish: the worker is still alive.
             await self._settle_in_flight(life)
+            await _cancel(background)
             if control is not None:
                 try:
                     await control.unsubscribe()
@@ -488,6 +504,7 @@ class Worker:
             api_prefix=_JS_API,
             stream=subjects.tasks_stream,
             consumer=consumer_name(cap.name),
+            filter_subject=subjects.capability(cap.name),
             pool=pool,
             deliver=deliver,
             ensure=ensure,
@@ -618,8 +635,7 @@ class Worker:
             delivery=_delivery_count(msg),
             progress=msg.in_progress,
             logger=logging.LoggerAdapter(
-                logging.getLogger(f"interlock.agent.{self.name}"),
-                {"run_id": request.run_id, "action_id": request.action_id},
+                self._handler_log, {"run_id": request.run_id, "action_id": request.action_id}
             ),
         )
         call = cap.handler(argument, ctx) if cap.takes_context else cap.handler(argument)

@@ -1,0 +1,206 @@
+"""In-process pieces of the SDK: the public names, slots, names on the wire, registration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+import interlock.sdk
+from interlock.sdk import Emit, Worker
+from interlock.sdk._pull import SlotPool
+from interlock.sdk.protocol import consumer_name, worker_key
+from interlock.sdk.runner import load_worker
+from interlock.sdk.schemas import AgentDefCatalog, Schema
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(interlock.sdk.__all__) == [
+        "AgentError",
+        "Emit",
+        "ErrorClass",
+        "Outcome",
+        "RetryableError",
+        "TASK_COMPLETED",
+        "TASK_FAILED",
+        "TaskContext",
+        "Worker",
+        "WorkerObserver",
+    ]
+    for name in interlock.sdk.__all__:
+        assert getattr(interlock.sdk, name) is not None
+    assert interlock.sdk.TASK_COMPLETED == "task.completed"
+    assert interlock.sdk.TASK_FAILED == "task.failed"
+    assert [str(c) for c in interlock.sdk.ErrorClass] == [
+        "timeout",
+        "cancelled",
+        "schema_error",
+        "agent_error",
+        "platform_error",
+    ]
+    assert interlock.sdk.RetryableError("x").retryable is True
+    assert interlock.sdk.AgentError("x").retryable is False
+
+
+# --- slots --------------------------------------------------------------------------------
+
+
+async def test_slot_pool_never_hands_out_more_than_its_size() -> None:
+    pool = SlotPool(3)
+    assert await pool.acquire(5) == 3
+    waiter = asyncio.ensure_future(pool.acquire(2))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    assert not pool.try_acquire()
+    pool.release(1)
+    assert await waiter == 1
+    assert pool.free == 0
+    pool.release(3)
+    assert pool.free == 3
+
+
+async def test_slot_pool_serves_waiters_in_order_and_survives_cancellation() -> None:
+    pool = SlotPool(1)
+    assert await pool.acquire(1) == 1
+    first = asyncio.ensure_future(pool.acquire(1))
+    second = asyncio.ensure_future(pool.acquire(1))
+    third = asyncio.ensure_future(pool.acquire(1))
+    await asyncio.sleep(0)
+    first.cancel()
+    pool.release(1)
+    await asyncio.sleep(0)
+    assert first.cancelled()
+    assert second.done()
+    assert not third.done()
+    third.cancel()
+    await asyncio.sleep(0)
+    pool.release(1)
+    assert pool.free == 1
+
+
+def test_slot_pool_needs_a_slot() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        SlotPool(0)
+
+
+# --- names on the wire --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("capability", "name"),
+    [
+        ("summarize", "cap_summarize"),
+        ("http.fetch", "cap_http_fetch"),
+        ("a b/c*d>e", "cap_a_b_c_d_e"),
+        ("x-y_Z9", "cap_x-y_Z9"),
+    ],
+)
+def test_consumer_names(capability: str, name: str) -> None:
+    assert consumer_name(capability) == name
+
+
+def test_worker_keys_are_valid_kv_keys() -> None:
+    assert worker_key("review-agent", "ab12") == "review-agent.ab12"
+    assert worker_key("my agent:v2", "h/1") == "my_agent_v2.h/1"
+    assert worker_key(".x", "y.") == "x.y"
+    assert worker_key("a.", ".b") == "a.b"
+
+
+# --- emit and registration ----------------------------------------------------------------
+
+
+def test_emit_refuses_reserved_types() -> None:
+    assert Emit("review.approved", {"score": 9}).type == "review.approved"
+    with pytest.raises(ValueError, match="non-empty"):
+        Emit(" ")
+    with pytest.raises(ValueError, match="raise AgentError"):
+        Emit("task.failed", {})
+    with pytest.raises(ValueError, match="reserved"):
+        Emit("io.interlock.run.completed")
+
+
+def test_registration_checks_handlers_and_schemas() -> None:
+    worker = Worker("w")
+
+    @worker.capability("ok")
+    async def ok(inp: dict[str, Any]) -> dict[str, Any]:
+        return inp
+
+    assert worker.capabilities == ["ok"]
+    with pytest.raises(ValueError, match="already registered"):
+        worker.capability("ok")(ok)
+    with pytest.raises(TypeError, match="async function"):
+        worker.capability("sync")(lambda inp: inp)
+
+    async def three(a: Any, b: Any, c: Any) -> None: ...
+
+    with pytest.raises(TypeError, match=r"\(input\) or \(input, ctx\)"):
+        worker.capability("three")(three)
+    with pytest.raises(ValueError, match="invalid JSON Schema"):
+        worker.capability("bad", input_schema={"type": "no-such-type"})
+    with pytest.raises(ValueError, match="invalid capability name"):
+        worker.capability("a b")
+    with pytest.raises(ValueError, match="at least 1"):
+        Worker("w", concurrency=0)
+
+
+async def test_run_needs_a_capability() -> None:
+    with pytest.raises(ValueError, match="no capability"):
+        await Worker("empty").run("nats://127.0.0.1:1")
+
+
+def test_schema_problems_name_the_path() -> None:
+    schema = Schema.compile(
+        {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}},
+        where="t",
+    )
+    assert schema.problem({"a": [1, 2]}) is None
+    assert schema.problem({"a": [1, "x"]}) == "$.a[1]: 'x' is not of type 'integer'"
+
+
+def test_agentdef_catalog_follows_puts_and_deletes() -> None:
+    catalog = AgentDefCatalog()
+    spec = {"capabilities": [{"name": "c", "input_schema": {"type": "object"}}]}
+    catalog.apply("one", json.dumps(spec).encode())
+    contract = catalog.get("c")
+    assert contract is not None
+    assert contract.input is not None
+    assert contract.output is None
+    assert contract.origin == "AgentDef one"
+    manifest = {"kind": "AgentDef", "spec": {"capabilities": [{"name": "d"}]}}
+    catalog.apply("two", json.dumps(manifest).encode())
+    assert catalog.get("d") is not None
+    catalog.apply("one", None)
+    assert catalog.get("c") is None
+    catalog.apply("broken", b"{not json")
+    bad_schema = {"capabilities": [{"name": "e", "input_schema": {"type": 5}}]}
+    catalog.apply("three", json.dumps(bad_schema).encode())
+    assert catalog.get("e") is None  # ignored with a warning rather than breaking the worker
+
+
+# --- loading workers ----------------------------------------------------------------------
+
+module_worker = Worker("from-module")
+NOT_A_WORKER = 42
+
+
+def make_worker() -> Worker:
+    return module_worker
+
+
+def test_load_worker_by_name_or_module_attribute() -> None:
+    from interlock_agents import echo
+
+    assert load_worker("echo") is echo.worker
+    assert load_worker(f"{__name__}:module_worker") is module_worker
+    assert load_worker(f"{__name__}:make_worker") is module_worker
+    with pytest.raises(LookupError, match="known: command, echo, http-fetch"):
+        load_worker("nope")
+    with pytest.raises(LookupError, match="no attribute"):
+        load_worker(f"{__name__}:missing")
+    with pytest.raises(LookupError, match="cannot import"):
+        load_worker("no_such_module_here:worker")
+    with pytest.raises(TypeError, match=r"not an interlock\.sdk\.Worker"):
+        load_worker(f"{__name__}:NOT_A_WORKER")

@@ -87,6 +87,26 @@ REVIEW = textwrap.dedent(
 """Two states with an action each; the first transition has a guard that errors (a guard
 failure is recorded), the second one fires."""
 
+STUCK = textwrap.dedent(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: stuck
+    spec:
+      initial_state: wait
+      states:
+        wait:
+          actions:
+            - capability: nobody
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+"""Waits for a capability no worker serves."""
+
 
 def memory_provider(service: str) -> tuple[TracerProvider, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
@@ -119,7 +139,7 @@ async def instrumented_stack(
     client_nc, orch_nc = await connect(url), await connect(url)
     client = InterlockClient(client_nc, subjects)
     await client.ensure_provisioned()
-    result = await client.apply([("<agent>", AGENT), ("<review>", REVIEW)])
+    result = await client.apply([("<agent>", AGENT), ("<review>", REVIEW), ("<stuck>", STUCK)])
     assert result.compiled.ok, [str(d) for d in result.compiled.diagnostics]
     registry = CollectorRegistry()
     orchestrator = Orchestrator(orch_nc, subjects)
@@ -175,13 +195,17 @@ async def plain_agent(
         await nc.close()
 
 
-async def answer(nc: Client, subjects: Subjects, request: CloudEvent, data: Any) -> None:
-    """Publish a ``task.completed`` answer to ``request`` (as an SDK worker would)."""
+async def answer(
+    nc: Client, subjects: Subjects, request: CloudEvent, data: Any, *, failed: bool = False
+) -> None:
+    """Publish a ``task.completed`` (or ``task.failed``) answer to ``request``."""
     ext = {k: request.extensions[k] for k in ("runid", "actionid", "attempt")}
+    if failed:
+        data = {"error": {"class": "agent_error", "message": "refused"}}
     event = CloudEvent(
         id=f"{request.id}.answer",
         source="test://agent",
-        type="task.completed",
+        type="task.failed" if failed else "task.completed",
         subject=request.subject,
         datacontenttype="application/json",
         data=data,

@@ -499,7 +499,7 @@ async def serve(
     orchestrator = Orchestrator(nc, opts.subjects, replicas=replicas)
     telemetry = OrchestratorInstrumentation(
         orchestrator,
-        port=metrics_port,
+        port=metrics_port or None,
         provider=tracer_provider_from_env("interlock-orchestrator"),
     )
     stop_event = stop_event or asyncio.Event()

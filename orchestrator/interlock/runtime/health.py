@@ -162,7 +162,7 @@ class OrchestratorInstrumentation:
 
     Args:
         orchestrator: the orchestrator to watch.
-        port: the HTTP port (None or 0: no endpoint; metrics are still counted).
+        port: the HTTP port (0: any free port; None: no endpoint, metrics still counted).
         registry: where the metrics go.
         provider: a tracer provider (None: no spans).
         poll_interval: seconds between two polls of JetStream for the cluster gauges.
@@ -196,15 +196,8 @@ class OrchestratorInstrumentation:
             registry=registry,
             interval=poll_interval,
         )
-        self.server = (
-            HealthServer(
-                port,
-                ready=nats_readiness(orchestrator.nc, orchestrator.subjects),
-                registry=registry,
-            )
-            if port
-            else None
-        )
+        ready = nats_readiness(orchestrator.nc, orchestrator.subjects)
+        self.server = None if port is None else HealthServer(port, ready=ready, registry=registry)
 
     async def start(self) -> None:
         self.cluster.start()

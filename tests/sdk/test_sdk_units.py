@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import interlock.sdk
+from interlock.runtime.cloudevents_nats import decode_message
 from interlock.sdk import Emit, Worker
 from interlock.sdk._pull import SlotPool
-from interlock.sdk.protocol import consumer_name, worker_key
+from interlock.sdk.protocol import TaskRequest, consumer_name, task_request, worker_key
 from interlock.sdk.runner import load_worker
 from interlock.sdk.schemas import AgentDefCatalog, Schema
 
@@ -204,3 +206,37 @@ def test_load_worker_by_name_or_module_attribute() -> None:
         load_worker("no_such_module_here:worker")
     with pytest.raises(TypeError, match=r"not an interlock\.sdk\.Worker"):
         load_worker(f"{__name__}:NOT_A_WORKER")
+
+
+def test_task_request_encoding_follows_the_contract() -> None:
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    headers, payload = task_request(
+        run_id="r1",
+        seq=4,
+        capability="http.fetch",
+        data={"url": "http://x"},
+        attempt=2,
+        deadline=now + timedelta(seconds=30),
+        now=now,
+        traceparent="00-aa-bb-01",
+    )
+    assert headers["Nats-Msg-Id"] == "r1.4.2"
+    event = decode_message(headers, payload)
+    assert (event.type, event.id, event.source, event.subject) == (
+        "io.interlock.task.requested",
+        "r1.4",
+        "interlock://orchestrator",
+        "r1",
+    )
+    assert event.extensions == {
+        "runid": "r1",
+        "actionid": "r1.4",
+        "capability": "http.fetch",
+        "attempt": "2",
+        "deadline": "2026-11-30T12:00:30.000Z",
+        "traceparent": "00-aa-bb-01",
+    }
+    request = TaskRequest.from_event(event, "http.fetch")
+    assert (request.run_id, request.action_id, request.attempt) == ("r1", "r1.4", 2)
+    assert request.deadline == now + timedelta(seconds=30)
+    assert request.event.data == {"url": "http://x"}

@@ -596,3 +596,18 @@ async def test_a_worker_stops_with_an_error_when_its_consumer_is_taken(
 
 async def _echo(inp: dict[str, Any]) -> dict[str, Any]:
     return inp
+
+
+async def test_a_worker_runs_again_after_a_stop(wire, nc: Client, subjects: Subjects) -> None:
+    worker = Worker("phoenix")
+    worker.capability("rise")(_echo)
+    for round_ in range(2):
+        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+        await worker.wait_ready()
+        run_id = new_run()
+        await wire.publish_task("rise", {"round": round_}, run_id=run_id)
+        assert (await wire.result(run_id))[0].data == {"round": round_}
+        await worker.stop()
+        await task
+    worker.request_stop()  # before run(): it returns at once
+    await asyncio.wait_for(worker.run(nc, prefix=subjects.prefix), 5)

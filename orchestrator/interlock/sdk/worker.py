@@ -86,7 +86,6 @@ class _Lifecycle:
     """The events of one :meth:`Worker.run`."""
 
     def __init__(self) -> None:
-        self.started = False
         self.stop = asyncio.Event()
         self.force = asyncio.Event()
         self.ready = asyncio.Event()
@@ -251,9 +250,6 @@ class Worker:
         if self._running:
             raise RuntimeError(f"worker {self.name!r} is already running")
         life = self._lifecycle()
-        if life.started:  # the previous run's: start afresh
-            life = self._life = _Lifecycle()
-        life.started = True
         self._running = True
         self._started_at = datetime.now(UTC)
         try:
@@ -279,6 +275,7 @@ class Worker:
                     await nc.close()
         finally:
             self._running = False
+            self._life = None  # the next run starts afresh
             life.done.set()
 
     def _lifecycle(self) -> _Lifecycle:
@@ -290,7 +287,8 @@ class Worker:
     def request_stop(self, *, force: bool = False) -> None:
         """Ask :meth:`run` to stop; ``force`` skips the grace period for running handlers.
 
-        Safe to call from a signal handler, and before :meth:`run` has started.
+        Safe to call from a signal handler, and before :meth:`run` has started (which
+        then returns at once).
         """
         life = self._lifecycle()
         life.stop.set()

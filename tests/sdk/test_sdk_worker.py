@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -611,3 +612,50 @@ async def test_a_worker_runs_again_after_a_stop(wire, nc: Client, subjects: Subj
         await task
     worker.request_stop()  # before run(): it returns at once
     await asyncio.wait_for(worker.run(nc, prefix=subjects.prefix), 5)
+
+
+current_task_id: contextvars.ContextVar[str] = contextvars.ContextVar("current_task_id")
+
+
+class ContextSetter(WorkerObserver):
+    """Sets a context variable per task, as a tracing observer sets the current span."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def task_received(self, capability: str, event: Any, headers: Any) -> None:
+        self.calls.append(f"received {event.id} {headers['Nats-Msg-Id']}")
+        current_task_id.set(event.id)
+
+    def task_started(self, capability: str, action_id: str | None) -> None:
+        self.calls.append(f"started {action_id}")
+
+    def task_finished(
+        self,
+        capability: str,
+        action_id: str | None,
+        outcome: Outcome,
+        error_class: str | None,
+        seconds: float,
+    ) -> None:
+        self.calls.append(f"finished {action_id} {outcome} {current_task_id.get()}")
+
+
+async def test_observers_share_the_context_of_the_handler(wire, runner, poll) -> None:
+    observer = ContextSetter()
+    worker = Worker("observed", observers=[observer])
+
+    @worker.capability("see")
+    async def see(inp: dict[str, Any]) -> dict[str, Any]:
+        return {"seen": current_task_id.get()}
+
+    await runner.start(worker)
+    run_id = new_run()
+    action = await wire.publish_task("see", {}, run_id=run_id)
+    assert (await wire.result(run_id))[0].data == {"seen": action}
+    await poll(lambda: len(observer.calls) == 3)  # settled just after the result is stored
+    assert observer.calls == [
+        f"received {action} {action}.1",
+        f"started {action}",
+        f"finished {action} completed {action}",
+    ]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from interlock.runtime.cloudevents_nats import CloudEvent
 
 
 class Outcome(StrEnum):
@@ -25,8 +30,15 @@ class WorkerObserver:
     """Subclass and override; pass instances as ``Worker(observers=[...])``.
 
     Calls happen on the worker's event loop, so they must be quick and must not block. An
-    exception raised here is logged and otherwise ignored.
+    exception raised here is logged and otherwise ignored. All calls for one task happen in
+    that task's own context, before the handler starts and after it ended: a context
+    variable set in ``task_received`` (a tracing span, say) is seen by the handler.
     """
+
+    def task_received(
+        self, capability: str, event: CloudEvent, headers: Mapping[str, str] | None
+    ) -> None:
+        """A task message was decoded as a CloudEvent (it may still be refused)."""
 
     def task_started(self, capability: str, action_id: str | None) -> None:
         """A task message was received (``action_id`` is None when it cannot be read)."""

@@ -34,7 +34,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
-from interlock.runtime.cloudevents_nats import InvalidCloudEvent, decode_message
+from interlock.runtime.cloudevents_nats import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.runtime.connection import ConnectOptions, connect
 from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
 
@@ -527,6 +527,7 @@ class Worker:
         try:
             try:
                 event = decode_message(msg.headers, msg.data)
+                self._notify_received(cap.name, event, msg.headers)
                 request = TaskRequest.from_event(event, cap.name)
             except (InvalidCloudEvent, BadRequest) as exc:
                 self._notify_started(cap.name, None)
@@ -805,6 +806,15 @@ class Worker:
             log.debug("removing the heartbeat %s failed: %s", key, exc)
 
     # --- observers ----------------------------------------------------------------
+
+    def _notify_received(
+        self, capability: str, event: CloudEvent, headers: Mapping[str, str] | None
+    ) -> None:
+        for observer in self._observers:
+            try:
+                observer.task_received(capability, event, headers)
+            except Exception:
+                log.exception("observer %r failed", observer)
 
     def _notify_started(self, capability: str, action_id: str | None) -> None:
         for observer in self._observers:

@@ -112,23 +112,33 @@ def realistic_log(definition: Definition, variant: int) -> list[bytes]:
     return [ev.encode_batch(batch) for batch in batches]
 
 
-def best_rate(fn: Callable[[], int], *, rounds: int, min_seconds: float) -> float:
-    """Items per second: ``fn`` returns how many items one call handled; best round wins."""
-    best = 0.0
+def best_rates(
+    fns: dict[str, Callable[[], int]], *, rounds: int, min_seconds: float
+) -> dict[str, float]:
+    """Items per second of each function: ``fn`` returns how many items one call handled.
+
+    Rounds of the functions are interleaved and the best round of each wins, so a noisy
+    neighbour slows every figure alike instead of skewing their ratio.
+    """
+    best = dict.fromkeys(fns, 0.0)
     for _ in range(rounds):
-        items = 0
-        began = time.perf_counter()
-        elapsed = 0.0
-        while elapsed < min_seconds:
-            items += fn()
-            elapsed = time.perf_counter() - began
-        best = max(best, items / elapsed)
+        for name, fn in fns.items():
+            items = 0
+            began = time.perf_counter()
+            elapsed = 0.0
+            while elapsed < min_seconds:
+                items += fn()
+                elapsed = time.perf_counter() - began
+            best[name] = max(best[name], items / elapsed)
     return best
 
 
-def best_micros(fn: Callable[[], object], *, rounds: int, min_seconds: float) -> float:
-    """Microseconds per call, best round."""
-    return 1e6 / best_rate(lambda: (fn(), 1)[1], rounds=rounds, min_seconds=min_seconds)
+def _once(fn: Callable[[], object]) -> Callable[[], int]:
+    def call() -> int:
+        fn()
+        return 1
+
+    return call
 
 
 def measure_fold(
@@ -156,8 +166,10 @@ def measure_fold(
     # the fold must give the state the runs ended in: a check, not a measurement
     for log in logs:
         assert fold(r for m in log for r in decode_batch(m)).finished
-    decode_rate = best_rate(decode_only, rounds=rounds, min_seconds=seconds)
-    fold_rate = best_rate(decode_and_fold, rounds=rounds, min_seconds=seconds)
+    rates = best_rates(
+        {"decode": decode_only, "fold": decode_and_fold}, rounds=rounds, min_seconds=seconds
+    )
+    decode_rate, fold_rate = rates["decode"], rates["fold"]
     return {
         "runs": runs,
         "records": records,
@@ -208,16 +220,21 @@ def measure_guard(definition: Definition, *, rounds: int, seconds: float) -> dic
         isinstance(r, ev.TransitionFired) and r.data.to_state == "approval" for r in fired
     ), "the answer must fire the guarded transition"
 
-    guard_only = best_micros(lambda: guard.evaluate(prepared), rounds=rounds, min_seconds=seconds)
-    with_activation = best_micros(
-        lambda: guard.evaluate(activation(incoming_decoder.decode(wire))),
+    rates = best_rates(
+        {
+            "guard": _once(lambda: guard.evaluate(prepared)),
+            "activation": _once(lambda: guard.evaluate(activation(incoming_decoder.decode(wire)))),
+            "decide": _once(
+                lambda: decide(definition, state, incoming_decoder.decode(wire), _time(1))
+            ),
+        },
         rounds=rounds,
         min_seconds=seconds,
     )
-    decide_us = best_micros(
-        lambda: decide(definition, state, incoming_decoder.decode(wire), _time(1)),
-        rounds=rounds,
-        min_seconds=seconds,
+    guard_only, with_activation, decide_us = (
+        1e6 / rates["guard"],
+        1e6 / rates["activation"],
+        1e6 / rates["decide"],
     )
     return {
         "guard": guard.source,
@@ -232,7 +249,7 @@ def measure_guard(definition: Definition, *, rounds: int, seconds: float) -> dic
 def run(*, quick: bool = False) -> dict[str, Any]:
     began = time.perf_counter()
     definition = _definition()
-    rounds, seconds = (2, 0.2) if quick else (3, 0.6)
+    rounds, seconds = (2, 0.1) if quick else (6, 0.3)
     results: dict[str, Any] = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

@@ -459,3 +459,37 @@ def test_link_fills_timeout_and_retries_from_the_agentdef() -> None:
 def test_control_flow_is_part_of_both_api_versions(version: str) -> None:
     definition = compile_one(FETCH.replace("interlock.io/v1", version))
     assert definition.states["fetch"].catches
+
+
+RETRIED_MAP = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: fan}
+spec:
+  initial_state: lint
+  states:
+    lint:
+      map:
+        over: "['a', 'b', 'c', 'd']"
+        as: f
+        action: {capability: lint, retry: {max_attempts: 2, backoff: {jitter: false}}}
+        parallelism: 2
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine._Step.fill_map counts only pending actions as in flight: an item waiting "
+    "for its retry timer is not counted, so when the retry comes due the map runs more "
+    "items at once than its parallelism",
+)
+def test_map_parallelism_holds_while_an_item_waits_for_its_retry() -> None:
+    run = Run(compile_one(RETRIED_MAP), run_id="m")
+    run.start()
+    first, second = list(run.state.pending)
+    run.answer(failure("platform_error"), type="task.failed", action_id=first)
+    run.answer({"ok": 1}, action_id=second)
+    run.fire("retry")
+    assert len(run.state.pending) <= 2

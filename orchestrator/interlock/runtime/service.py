@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,7 +29,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import FetchTimeoutError
+from nats.js.errors import (
+    FetchTimeoutError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
 
 from interlock.core import events as ev
 from interlock.core.definition import Definition
@@ -60,6 +65,10 @@ from interlock.runtime.timers import ClockTimers, JetStreamTimers
 log = logging.getLogger("interlock.orchestrator")
 
 MAX_DELIVERIES = 5
+ACK_WAIT = 10.0
+"""Default ack wait of the orchestrator's consumers: how long the messages a killed
+orchestrator had taken wait before another process gets them. Slow batches send progress
+acks, so this bounds recovery after a crash, not the time a batch may take."""
 """A message that fails this often is dead-lettered instead of retried forever."""
 FETCH_BATCH = 128
 
@@ -74,6 +83,25 @@ def to_incoming(event: CloudEvent) -> Incoming:
         subject=event.subject,
         extensions=dict(event.extensions),
     )
+
+
+_validators: dict[int, tuple[Mapping[str, Any], Any]] = {}
+
+
+def _validate(instance: Any, schema: Mapping[str, Any]) -> None:
+    """``jsonschema.validate`` with the schema checked and compiled once, not per call
+    (checking it against the meta-schema was most of the cost)."""
+    cached = _validators.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        plain = dict(schema)
+        cls = jsonschema.validators.validator_for(plain)
+        cls.check_schema(plain)
+        if len(_validators) > 1024:  # schemas of AgentDefs re-applied many times over
+            _validators.clear()
+        cached = _validators[id(schema)] = (schema, cls(plain))
+    error = jsonschema.exceptions.best_match(cached[1].iter_errors(instance))
+    if error is not None:
+        raise error
 
 
 def _plus(now: str, seconds: float) -> str:
@@ -94,8 +122,11 @@ class Orchestrator:
         observers: Sequence[OrchestratorObserver] = (),
         replicas: int = 1,
         timers: JetStreamTimers | ClockTimers | None = None,
+        ack_wait: float = ACK_WAIT,
     ) -> None:
         self.observers = Observers(observers)
+        self.ack_wait = ack_wait
+        """Seconds before a message taken by a process that died is handed out again."""
         self.replicas = replicas
         """Stream replicas when provisioning (3 on a JetStream cluster)."""
         self.nc = nc
@@ -170,14 +201,7 @@ class Orchestrator:
         *,
         before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        config = ConsumerConfig(
-            durable_name=durable,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=30,
-            max_ack_pending=10_000,
-            deliver_policy=DeliverPolicy.ALL,
-        )
-        sub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
+        sub = await self._subscribe(stream, subject, durable, max_ack_pending=10_000)
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
@@ -187,9 +211,60 @@ class Orchestrator:
                 log.warning("%s: fetch failed: %s", durable, exc)
                 await asyncio.sleep(0.5)
                 continue
-            if before is not None:
-                await before()
-            await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
+            async with self._working(msgs):
+                if before is not None:
+                    await before()
+                await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
+
+    async def _subscribe(
+        self, stream: str, subject: str, durable: str, *, max_ack_pending: int
+    ) -> Any:
+        """Bind the durable pull consumer, creating it or bringing its settings up to date.
+
+        Every message is acked on its own (explicit ack policy): with "ack all", one
+        process acking a later message would ack those another process (since killed)
+        had taken and not yet handled, and they would be lost.
+        """
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=subject,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait,
+            max_ack_pending=max_ack_pending,
+            deliver_policy=DeliverPolicy.ALL,
+        )
+        try:
+            info = await self.js.consumer_info(stream, durable)
+        except NotFoundError:
+            info = None
+        if info is not None and info.config.ack_policy != AckPolicy.EXPLICIT:
+            # The ack policy cannot change in place: start again where the old one was.
+            floor = info.ack_floor.stream_seq if info.ack_floor else 0
+            log.warning("%s: recreating the consumer with explicit acks from %d", durable, floor)
+            await self.js.delete_consumer(stream, durable)
+            config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+            config.opt_start_seq = floor + 1
+            info = None
+        if info is None or abs((info.config.ack_wait or 0) - self.ack_wait) > 0.001:
+            await self.js.add_consumer(stream, config)
+        return await self.js.pull_subscribe_bind(durable=durable, stream=stream)
+
+    @contextlib.asynccontextmanager
+    async def _working(self, msgs: Sequence[Msg]) -> AsyncIterator[None]:
+        """While a batch is handled, tell JetStream it is (a slow batch is not redelivered)."""
+
+        async def progress() -> None:
+            while True:
+                await asyncio.sleep(self.ack_wait / 3)
+                for msg in msgs:
+                    with contextlib.suppress(Exception):
+                        await msg.in_progress()
+
+        ticker = asyncio.create_task(progress())
+        try:
+            yield
+        finally:
+            ticker.cancel()
 
     async def _registry_synced(self) -> None:
         """Know every workflow applied before the events just fetched were published."""
@@ -330,7 +405,7 @@ class Orchestrator:
         if capability is None or not capability.output_schema:
             return incoming
         try:
-            jsonschema.validate(incoming.data, dict(capability.output_schema))
+            _validate(incoming.data, capability.output_schema)
         except jsonschema.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
             data = {
@@ -354,16 +429,7 @@ class Orchestrator:
 
     async def _relay(self) -> None:
         s = self.subjects
-        config = ConsumerConfig(
-            durable_name="relay",
-            ack_policy=AckPolicy.ALL,
-            ack_wait=30,
-            max_ack_pending=20_000,
-            deliver_policy=DeliverPolicy.ALL,
-        )
-        sub = await self.js.pull_subscribe(
-            s.runs_all, durable="relay", stream=s.runs_stream, config=config
-        )
+        sub = await self._subscribe(s.runs_stream, s.runs_all, "relay", max_ack_pending=20_000)
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(512, timeout=1.0)
@@ -385,14 +451,16 @@ class Orchestrator:
             # A run's effects are done in log order; different runs go in parallel.
             effects = [self._effects(run_id, records) for run_id, records in by_run.items()]
             try:
-                await asyncio.gather(*effects)
+                async with self._working(msgs):
+                    await asyncio.gather(*effects)
             except Exception as exc:
                 log.warning("relay: effects failed, will redo: %s", exc)
                 for msg in msgs:
                     with contextlib.suppress(Exception):
                         await msg.nak(delay=1)
                 continue
-            await msgs[-1].ack()
+            for msg in msgs:
+                await msg.ack()
 
     async def _effects(self, run_id: str, records: list[ev.AnyRecord]) -> None:
         for record in records:
@@ -418,7 +486,7 @@ class Orchestrator:
             deadline = _plus(record.time, capability.timeout_s)
         if capability is not None and capability.input_schema:
             try:
-                jsonschema.validate(d.input, dict(capability.input_schema))
+                _validate(d.input, capability.input_schema)
             except jsonschema.ValidationError as exc:
                 where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
                 await self.answer_failed(
@@ -478,15 +546,47 @@ class Orchestrator:
         await self.js.publish(self.subjects.result(record.subject), payload, headers=headers)
 
     async def _index_run(self, key: str, records: list[ev.AnyRecord]) -> None:
-        """Keep the run index (``interlock runs``) in step with the log; rebuildable."""
-        try:
-            entry = await self._index.get(key)
-            current = json.loads(entry.value or b"{}")
-        except Exception:
-            current = {"run_id": key}
-        for record in records:
-            _index_update(current, record)
-        await self._index.put(key, json.dumps(current).encode())
+        """Keep the run index (``interlock runs``) in step with the log; rebuildable.
+
+        Records can come again, and out of order (a redelivery after a crash, another
+        replica): each entry remembers the log position it reflects and moves only
+        forward, and is written with compare-and-set.
+        """
+        ordered = sorted(records, key=_position)
+        for _ in range(10):
+            try:
+                entry = await self._index.get(key)
+                current, revision = json.loads(entry.value or b"{}"), entry.revision
+            except KeyNotFoundError:
+                current, revision = {"run_id": key}, None
+            changed = False
+            for record in ordered:
+                position = _position(record)
+                if position <= int(current.get("seq", 0)):
+                    continue
+                _index_update(current, record)
+                current["seq"] = position
+                changed = True
+            if not changed:
+                return
+            body = json.dumps(current).encode()
+            try:
+                if revision is None:
+                    await self._index.create(key, body)
+                else:
+                    await self._index.update(key, body, last=revision)
+                return
+            except KeyWrongLastSequenceError:
+                continue  # written meanwhile: read again
+        raise RuntimeError(f"run index entry {key}: too many concurrent writers")
+
+
+def _position(record: ev.AnyRecord) -> int:
+    """A record's position in its run's log (its id is ``<run id>:<position>``)."""
+    try:
+        return int(record.id.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
 
 
 _INDEXED = (ev.RunStarted, ev.StateEntered, ev.RunCompleted, ev.RunFailed, ev.RunCancelled)

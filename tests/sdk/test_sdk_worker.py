@@ -659,3 +659,23 @@ async def test_observers_share_the_context_of_the_handler(wire, runner, poll) ->
         f"started {action}",
         f"finished {action} completed {action}",
     ]
+
+
+async def test_long_tasks_outlive_ack_wait_without_redelivery(wire, runner) -> None:
+    worker = Worker("marathon", concurrency=2, ack_wait=0.4)
+    calls: list[int] = []
+
+    @worker.capability("long")
+    async def long(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        calls.append(ctx.delivery)
+        await ctx.in_progress()
+        await asyncio.sleep(1.2)  # the work itself: three times the ack wait
+        return {"done": True}
+
+    await runner.start(worker)
+    run_id = new_run()
+    await wire.publish_task("long", {}, run_id=run_id)
+    assert (await wire.result(run_id))[0].data == {"done": True}
+    # Without progress acks JetStream would have redelivered to the free slot by now.
+    assert calls == [1]
+    assert await wire.stored_results(run_id) == 1

@@ -553,10 +553,19 @@ async def test_a_message_that_is_not_a_task_is_dead_lettered(
     await js.publish(subjects.capability("picky"), b"not a cloudevent")
     assert (await finished.next())[1] == Outcome.REJECTED
     msg = await dlq.next_msg(timeout=5)
+    assert msg.subject == subjects.dead_letter("bad-json")
     assert msg.data == b"not a cloudevent"
     assert msg.headers is not None
-    assert msg.headers["Interlock-Reason"] == "bad-json"
-    assert msg.headers["Interlock-Subject"] == subjects.capability("picky")
+    assert msg.headers["Interlock-Dead-Letter-Reason"] == "bad-json"
+    assert "not valid JSON" in msg.headers["Interlock-Dead-Letter-Detail"]
+    assert msg.headers["Interlock-Dead-Letter-Subject"] == subjects.capability("picky")
+    assert msg.headers["Interlock-Dead-Letter-Worker"] == "picky"
+    # A CloudEvent, but without a run to answer to.
+    headers = {"ce-specversion": "1.0", "ce-id": "x", "ce-source": "/s", "ce-type": "t"}
+    await js.publish(subjects.capability("picky"), b"{}", headers=headers)
+    assert (await finished.next())[1] == Outcome.REJECTED
+    msg = await dlq.next_msg(timeout=5)
+    assert msg.subject == subjects.dead_letter("no-run-id")
     assert await wire.tasks_left() == 0  # terminated, not redelivered
 
 

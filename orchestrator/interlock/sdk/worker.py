@@ -157,7 +157,6 @@ class Worker:
         self._running = False
         self._started_at = datetime.now(UTC)
         self._life: _Lifecycle | None = None
-        self._nc: Client | None = None
 
     # --- registration -------------------------------------------------------------
 
@@ -266,11 +265,9 @@ class Worker:
                     opts = dataclasses.replace(opts, name=f"interlock agent {self.name}")
                 prefix = prefix or opts.prefix
                 nc, owned = await connect(opts), True
-            self._nc = nc
             try:
                 await self._serve(nc, Subjects(prefix), life)
             finally:
-                self._nc = None
                 if owned:
                     await nc.close()
         finally:
@@ -532,7 +529,7 @@ class Worker:
             except (InvalidCloudEvent, BadRequest) as exc:
                 self._notify_started(cap.name, None)
                 reason = exc.reason if isinstance(exc, InvalidCloudEvent) else "no-run-id"
-                await self._reject(subjects, msg, reason, str(exc))
+                await self._reject(js, subjects, msg, reason, str(exc))
                 outcome = Outcome.REJECTED
                 return
             action_id = request.action_id
@@ -735,23 +732,28 @@ class Worker:
                 delay *= 2
         return False
 
-    async def _reject(self, subjects: Subjects, msg: Msg, reason: str, message: str) -> None:
+    async def _reject(
+        self, js: JetStreamContext, subjects: Subjects, msg: Msg, reason: str, message: str
+    ) -> None:
+        """Dead-letter a request that cannot be answered, then terminate it.
+
+        Same letter as the orchestrator's: the ``Interlock-Dead-Letter-*`` headers, none of
+        the message's own ``Nats-*`` headers (they would act on the dead-letter stream), and
+        a ``Nats-Msg-Id`` so a redelivered message is dead-lettered once.
+        """
         log.error("rejected a message on %s: %s", msg.subject, message)
-        headers = dict(msg.headers or {})
-        headers.pop("Nats-Msg-Id", None)
-        headers.update(
-            {
-                "Interlock-Reason": reason,
-                "Interlock-Error": message[:1000],
-                "Interlock-Subject": msg.subject,
-                "Interlock-Worker": self.name,
-            }
-        )
+        headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-")}
+        headers["Interlock-Dead-Letter-Reason"] = reason
+        headers["Interlock-Dead-Letter-Detail"] = message[:1000]
+        headers["Interlock-Dead-Letter-Subject"] = msg.subject
+        headers["Interlock-Dead-Letter-Worker"] = self.name
+        with contextlib.suppress(Exception):
+            meta = msg.metadata
+            headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
         try:
-            assert self._nc is not None
-            await self._nc.publish(subjects.dead_letter("task"), msg.data, headers=headers)
-        except Exception:
-            log.warning("could not dead-letter the rejected message", exc_info=True)
+            await js.publish(subjects.dead_letter(reason), msg.data, headers=headers, timeout=5)
+        except Exception as exc:  # terminated all the same: it can never be answered
+            log.error("could not dead-letter a message (%s): %s", reason, exc)
         await msg.term()
 
     # --- cancellation -------------------------------------------------------------

@@ -26,6 +26,9 @@ from interlock.runtime.registry import Registry
 log = logging.getLogger("interlock.runs")
 
 MAX_ATTEMPTS = 20
+FINISHED_CACHE = 2_048
+"""Finished runs whose state stays at hand: the relay's effects of a run's last records and
+late answers or timers find them without reading the log again."""
 
 
 def utc_now() -> str:
@@ -73,6 +76,10 @@ class Runs:
         self.clock = clock
         self._cache: OrderedDict[str, Entry] = OrderedDict()
         self._cache_size = cache_size
+        self._finished: OrderedDict[str, Entry] = OrderedDict()
+        self._linked: dict[
+            int, tuple[Definition, tuple[str, ...], tuple[Any, ...], Definition]
+        ] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.conflicts = 0
 
@@ -93,18 +100,26 @@ class Runs:
         if entry is not None:
             self._cache.move_to_end(run_id)
             return entry
+        if not fresh:
+            # Nothing is ever appended to a finished run, so its cached state stays true.
+            entry = self._finished.get(run_id)
+            if entry is not None:
+                return entry
         records, last = await self.log.read(run_id)
         if not records:
             return None
         state = fold(records)
         definition = await self.registry.definition(state.namespace, state.workflow, state.version)
-        entry = Entry(state, last, self.registry.link(definition))
+        entry = Entry(state, last, self._link(definition))
         self._remember(run_id, entry)
         return entry
 
     def _remember(self, run_id: str, entry: Entry) -> None:
         if entry.state.finished:
             self._cache.pop(run_id, None)
+            self._finished[run_id] = entry
+            if len(self._finished) > min(self._cache_size, FINISHED_CACHE):
+                self._finished.popitem(last=False)
             return
         self._cache[run_id] = entry
         self._cache.move_to_end(run_id)
@@ -113,10 +128,27 @@ class Runs:
 
     def cached(self, run_id: str) -> Entry | None:
         """The cached state of a run, if any (no I/O)."""
-        return self._cache.get(run_id)
+        return self._cache.get(run_id) or self._finished.get(run_id)
 
     def forget(self, run_id: str) -> None:
         self._cache.pop(run_id, None)
+        self._finished.pop(run_id, None)
+
+    def _link(self, definition: Definition) -> Definition:
+        """``registry.link``, done again only when an AgentDef it read has changed (it
+        rebuilds every state of the definition, and every run start needs it)."""
+        memo = self._linked.get(id(definition))
+        if memo is not None and memo[0] is definition:
+            names, seen, linked = memo[1], memo[2], memo[3]
+            if all(self.registry.capability(n) is c for n, c in zip(names, seen, strict=True)):
+                return linked
+        names = tuple(sorted(definition.capabilities()))
+        seen = tuple(self.registry.capability(name) for name in names)
+        linked = self.registry.link(definition)
+        if len(self._linked) > 256:  # definitions replaced many times over
+            self._linked.clear()
+        self._linked[id(definition)] = (definition, names, seen, linked)
+        return linked
 
     async def apply(self, run_id: str, decision: Decision) -> list[ev.AnyRecord]:
         """Decide on the run's current state and append; on a lost race, re-read and retry."""
@@ -151,7 +183,7 @@ class Runs:
         parent: ev.ParentRef | None = None,
     ) -> tuple[bool, list[ev.AnyRecord]]:
         """Start a run; (False, []) when a run with this id exists already."""
-        definition = self.registry.link(definition)
+        definition = self._link(definition)
         resolved, problems = resolve_inputs(definition, inputs)
         if problems:
             raise InvalidInputs(f"{definition.namespace}/{definition.name}", problems)

@@ -394,3 +394,21 @@ class Background:
 
 def interlock_bg(*args: str, env: Mapping[str, str], cwd: Path | None = None) -> Background:
     return Background([INTERLOCK, *args], env, cwd)
+
+
+def slow_worker() -> Worker:
+    """A worker whose ``slow`` handler announces each task, then never finishes.
+
+    Run in a child process (``interlock agent run helpers:slow_worker``) that a test kills
+    mid-task. Its short ack_wait (the capability consumer is created with it) makes
+    JetStream hand the task to another worker two seconds after the progress acks stop.
+    """
+    worker = Worker("slowagent", concurrency=4, ack_wait=2.0, grace_period=0.1)
+
+    @worker.capability("slow")
+    async def slow(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        print(f"STARTED {ctx.action_id} delivery={ctx.delivery}", flush=True)
+        await asyncio.sleep(3600)
+        return {}
+
+    return worker

@@ -21,6 +21,8 @@ from helpers import (
     yaml,
 )
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
@@ -30,6 +32,7 @@ from interlock.runtime.cloudevents_nats import (
     encode_binary,
     encode_structured,
 )
+from interlock.runtime.provision import provision
 from interlock.runtime.runs import InvalidInputs
 from interlock.runtime.subjects import Subjects
 
@@ -602,3 +605,45 @@ async def _wait_cancelled(stack: Stack, action_id: str) -> None:
         return action_id in stack.recorder.cancelled
 
     await eventually(stopped, what="the handler was cancelled")
+
+
+# --- the relay's bookkeeping -------------------------------------------------------------
+
+
+async def test_the_run_index_never_goes_back(nats_url: str, subjects: Subjects) -> None:
+    async with running_stack(nats_url, subjects, [GUARDED]) as stack:
+        run_id = await stack.client.start("guarded", {"score": 9})
+        await stack.wait(run_id)
+
+        async def completed() -> Any:
+            runs = await stack.client.list_runs()
+            return runs if runs and runs[0]["status"] == "completed" else None
+
+        before = await eventually(completed, what="the run indexed as completed")
+        # What a redelivery after a crash hands the relay: the run's first records, again.
+        await stack.orchestrator._index_run(run_id, (await stack.records(run_id))[:2])
+
+        assert await stack.client.list_runs() == before
+        assert before[0]["state"] == "merge"
+
+
+async def test_a_relay_consumer_that_acks_all_is_replaced_where_it_stood(
+    nats_url: str, subjects: Subjects, js: JetStreamContext
+) -> None:
+    # Made by an earlier version: "ack all" lets one process ack what another had taken.
+    await provision(js, subjects)
+    await js.add_consumer(
+        subjects.runs_stream,
+        ConsumerConfig(
+            durable_name="relay",
+            filter_subject=subjects.runs_all,
+            ack_policy=AckPolicy.ALL,
+            ack_wait=30,
+        ),
+    )
+    async with running_stack(nats_url, subjects, [GUARDED]) as stack:
+        info = await js.consumer_info(subjects.runs_stream, "relay")
+        assert info.config.ack_policy == AckPolicy.EXPLICIT
+        assert info.config.ack_wait == stack.orchestrator.ack_wait
+        run_id = await stack.client.start("guarded", {"score": 9})
+        assert (await stack.wait(run_id)).outputs == {"route": "merge"}

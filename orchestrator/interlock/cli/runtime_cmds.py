@@ -434,6 +434,14 @@ def add_process_parsers(sub: Sub) -> None:
         help="stream replicas when provisioning: 3 on a JetStream cluster "
         "(env INTERLOCK_REPLICAS; default 1)",
     )
+    p.add_argument(
+        "--ack-wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long messages a killed orchestrator had taken wait before another "
+        "takes them (default 10)",
+    )
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
     p.set_defaults(func=cmd_serve)
@@ -488,15 +496,16 @@ async def serve(
     *,
     metrics_port: int | None = None,
     replicas: int = 1,
+    ack_wait: float | None = None,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
     serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables."""
     from interlock.runtime.health import OrchestratorInstrumentation
-    from interlock.runtime.service import Orchestrator
+    from interlock.runtime.service import ACK_WAIT, Orchestrator
     from interlock.runtime.tracing import tracer_provider_from_env
 
     nc = await connect(opts)
-    orchestrator = Orchestrator(nc, opts.subjects, replicas=replicas)
+    orchestrator = Orchestrator(nc, opts.subjects, replicas=replicas, ack_wait=ack_wait or ACK_WAIT)
     telemetry = OrchestratorInstrumentation(
         orchestrator,
         port=metrics_port or None,
@@ -533,8 +542,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     replicas = _env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
     if replicas < 1:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
+    if args.ack_wait is not None and args.ack_wait <= 0:
+        raise CliError(f"--ack-wait must be positive, got {args.ack_wait}", EXIT_USAGE)
     try:
-        asyncio.run(serve(options(args), metrics_port=port, replicas=replicas))
+        asyncio.run(
+            serve(options(args), metrics_port=port, replicas=replicas, ack_wait=args.ack_wait)
+        )
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK

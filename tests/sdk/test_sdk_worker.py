@@ -405,7 +405,7 @@ async def test_never_more_handlers_than_the_concurrency_limit(wire, runner) -> N
     assert peak == 2
 
 
-async def test_stop_waits_for_running_handlers(wire, runner, nc: Client, subjects) -> None:
+async def test_stop_waits_for_running_handlers(wire, runner, poll, nc: Client, subjects) -> None:
     worker = Worker("graceful", grace_period=10)
     started = asyncio.Event()
     gate = asyncio.Event()
@@ -429,7 +429,7 @@ async def test_stop_waits_for_running_handlers(wire, runner, nc: Client, subject
     await task
     event, _ = await wire.result(run_id)
     assert event.data == {"done": True}
-    assert await wire.tasks_left() == 0
+    await poll(lambda: no_tasks_left(wire))
 
 
 async def test_unfinished_tasks_are_handed_back_after_the_grace_period(
@@ -543,7 +543,7 @@ async def _noop(inp: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_message_that_is_not_a_task_is_dead_lettered(
-    wire, runner, js: JetStreamContext, subjects: Subjects
+    wire, runner, poll, js: JetStreamContext, subjects: Subjects
 ) -> None:
     finished = Finished()
     worker = Worker("picky", observers=[finished])
@@ -566,7 +566,7 @@ async def test_a_message_that_is_not_a_task_is_dead_lettered(
     assert (await finished.next())[1] == Outcome.REJECTED
     msg = await dlq.next_msg(timeout=5)
     assert msg.subject == subjects.dead_letter("no-run-id")
-    assert await wire.tasks_left() == 0  # terminated, not redelivered
+    await poll(lambda: no_tasks_left(wire))  # terminated, not redelivered
 
 
 # --- a consumer that goes away ------------------------------------------------------------

@@ -379,6 +379,16 @@ class Background:
             self.proc.kill()
         self.proc.wait(TIMEOUT)
 
+    def wait(self, timeout: float = TIMEOUT) -> int:
+        """The exit code, once it exits by itself (killed and failed after ``timeout``)."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.argv[:3]} did not exit: {self.output}") from None
+        self._reader.join(TIMEOUT)
+        return self.proc.returncode
+
     def stop(self, timeout: float = TIMEOUT) -> int:
         """SIGTERM, then SIGKILL if it does not exit within ``timeout``; the exit code."""
         if self.proc.poll() is None:

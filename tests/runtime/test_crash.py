@@ -172,7 +172,7 @@ async def test_killing_the_orchestrator_mid_way_loses_and_repeats_nothing(
             states = [t.result() for t in waits]
             recovery = time.monotonic() - restart
 
-            assert sorted(s.outputs["n"] for s in states) == list(range(40))
+            assert sorted((s.outputs or {})["n"] for s in states) == list(range(40))
             for run_id in run_ids:
                 kinds = Counter(ev.record_type(r) for r in await client.read(run_id))
                 assert kinds[ev.PREFIX + "run.started"] == 1, run_id

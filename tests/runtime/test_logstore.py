@@ -47,11 +47,15 @@ async def test_append_then_read_round_trip(log: RunLog) -> None:
     records, seq = await log.read("r1")
     assert records == [*first, entered("r1", 3, "c")]
     assert seq == last
+    # One message per decision (append), holding that decision's records.
     raw = await log.read_raw("r1")
-    assert [data for _, data in raw] == [ev.encode(r) for r in records]
-    assert [s for s, _ in raw] == sorted(s for s, _ in raw)
+    assert [data for _, data in raw] == [
+        ev.encode_batch(first),
+        ev.encode_batch([entered("r1", 3, "c")]),
+    ]
+    assert raw[0][0] < raw[1][0]
 
-    later, seq_after = await log.read("r1", after=raw[1][0])
+    later, seq_after = await log.read("r1", after=raw[0][0])
     assert later == [entered("r1", 3, "c")]
     assert seq_after == last
 
@@ -73,18 +77,19 @@ async def test_stale_expected_sequence_conflicts_and_stores_nothing(log: RunLog)
 
 
 async def test_a_log_longer_than_one_read_batch_reads_back_in_order(log: RunLog) -> None:
-    total, chunk = 2500, 500
+    # One read request returns at most 1000 messages: 2500 decisions take three.
+    total = 2500
     last = 0
-    for start in range(1, total + 1, chunk):
-        batch = [entered("rlong", seq, f"s{seq}") for seq in range(start, start + chunk)]
-        last = await log.append("rlong", batch, last)
-        # Interleave another run so that the long run's sequences are not contiguous.
-        await log.append(f"rother{start}", [entered(f"rother{start}", 1)], 0)
+    for seq in range(1, total + 1):
+        last = await log.append("rlong", [entered("rlong", seq, f"s{seq}")], last)
+        if seq % 500 == 0:  # other runs interleave: the long run's sequences have gaps
+            await log.append(f"rother{seq}", [entered(f"rother{seq}", 1)], 0)
 
     records, seq = await log.read("rlong")
     assert len(records) == total
     assert [r.id for r in records] == [f"rlong:{n}" for n in range(1, total + 1)]
     assert seq == last
 
-    tail, _ = await log.read("rlong", after=(await log.read_raw("rlong"))[1999][0])
+    raw = await log.read_raw("rlong")
+    tail, _ = await log.read("rlong", after=raw[1999][0])
     assert [r.id for r in tail] == [f"rlong:{n}" for n in range(2001, total + 1)]

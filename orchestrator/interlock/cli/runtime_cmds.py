@@ -209,12 +209,23 @@ async def cmd_apply(client: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _json_option(value: str | None, what: str) -> Any:
+    """``--input`` / ``--data``: text that is not JSON is invalid input (exit 1, as inputs
+    that break the workflow's types are); an unreadable ``@file`` stays a usage error."""
+    try:
+        return load_json_arg(value, what)
+    except CliError as exc:
+        if isinstance(exc.__cause__, json.JSONDecodeError):
+            raise CliError(str(exc), EXIT_FAILED) from exc.__cause__
+        raise
+
+
 async def cmd_start(client: Any, args: argparse.Namespace) -> int:
-    inputs = load_json_arg(args.input, "--input")
+    inputs = _json_option(args.input, "--input")
     if inputs is None:
         inputs = {}
     if not isinstance(inputs, dict):
-        raise CliError("--input must be a JSON object")
+        raise CliError("--input must be a JSON object", EXIT_FAILED)
     run_id = await client.start(args.workflow, inputs, args.run_id)
     if not args.wait:
         if args.json:
@@ -267,7 +278,7 @@ async def cmd_emit(client: Any, args: argparse.Namespace) -> int:
             raise CliError(f"--ext {item!r}: expected KEY=VALUE")
         key, value = item.split("=", 1)
         extensions[key.strip().lower()] = value
-    data = load_json_arg(args.data, "--data")
+    data = _json_option(args.data, "--data")
     event = CloudEvent(
         id=args.id or secrets.token_hex(8),
         source=args.source,

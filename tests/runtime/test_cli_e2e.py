@@ -1,0 +1,445 @@
+"""End to end through the ``interlock`` console script, as a user types it.
+
+One installation (a prefix of its own on the shared test server) for the module:
+``interlock serve`` and ``interlock agent run echo`` run in the background, and every
+command is a separate process configured by INTERLOCK_URL and INTERLOCK_PREFIX. The
+``interlock dev`` tests start their own embedded server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import (
+    ECHO_MANIFEST,
+    TIMEOUT,
+    Background,
+    cli_env,
+    connect,
+    interlock_bg,
+    run_cli,
+    yaml,
+)
+
+from interlock.core.engine import derive_run_id
+from interlock.runtime.client import InterlockClient
+from interlock.runtime.subjects import Subjects
+
+HELLO = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: hello
+    spec:
+      inputs:
+        message: {type: string, required: true}
+      triggers:
+        - event: com.example.greet
+          filter: {lang: en}
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: echo
+              input: {message: "{{ inputs.message }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+          outputs:
+            echoed: "$.states.work.output.message"
+    """
+)
+
+PARKED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: parked
+    spec:
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on:
+            - {event: approval.granted, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+# The echo capability's input_schema wants an object: this run fails with schema_error.
+FAILING = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: failing
+    spec:
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: echo
+              input: "not an object"
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+INVALID = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: broken
+    spec:
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: echo
+          on:
+            - event: task.completed
+              guard: 'result.score >'
+              goto: nowhere
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+def closed_port_url() -> str:
+    """A URL nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"nats://127.0.0.1:{port}"
+
+
+@dataclass
+class Installation:
+    url: str
+    prefix: str
+    env: dict[str, str]
+    files: Path
+    unreachable_serve: Background
+
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.prefix)
+
+    def cli(self, *args: str) -> Any:
+        return run_cli(*args, env=self.env, cwd=self.files)
+
+    def ok(self, *args: str) -> str:
+        done = self.cli(*args)
+        assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+        return str(done.stdout)
+
+    def run_id_of_trigger(self, workflow: str, source: str, event_id: str) -> str:
+        async def lookup() -> str:
+            nc = await connect(self.url)
+            try:
+                definition, _ = await InterlockClient(nc, self.subjects).registry.latest(workflow)
+            finally:
+                await nc.close()
+            return derive_run_id(definition, source, event_id)
+
+        return asyncio.run(lookup())
+
+    def stored(self) -> tuple[list[str], int]:
+        """Workflows applied and records in run logs, read straight from the server."""
+
+        async def read() -> tuple[list[str], int]:
+            nc = await connect(self.url)
+            try:
+                client = InterlockClient(nc, self.subjects)
+                names = [w["name"] for w in await client.registry.workflows()]
+                info = await client.js.stream_info(self.subjects.runs_stream)
+            finally:
+                await nc.close()
+            return sorted(names), info.state.messages
+
+        return asyncio.run(read())
+
+
+@pytest.fixture(scope="module")
+def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
+    prefix = f"cli{uuid.uuid4().hex[:10]}"
+    env = cli_env(nats_url, prefix)
+    files = tmp_path_factory.mktemp("cli")
+    for name, text in (
+        ("hello.yaml", HELLO),
+        ("parked.yaml", PARKED),
+        ("failing.yaml", FAILING),
+        ("invalid.yaml", INVALID),
+    ):
+        (files / name).write_text(text)
+    (files / "echo.yaml").write_text(ECHO_MANIFEST.read_text())
+    # Started first: it takes the connect timeout (5 s) to give up, meanwhile the rest runs.
+    unreachable = interlock_bg(
+        "serve", "--server", closed_port_url(), "--metrics-port", "0", env=env
+    )
+    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
+    agent = interlock_bg("agent", "run", "echo", "--metrics-port", "0", env=env)
+    try:
+        serve.wait_for("orchestrator started")
+        agent.wait_for("serving echo")
+        yield Installation(nats_url, prefix, env, files, unreachable)
+    finally:
+        codes = (serve.stop(), agent.stop())
+        unreachable.stop()
+    assert codes == (0, 0), (serve.output, agent.output)
+
+
+# --- apply -------------------------------------------------------------------------------
+
+
+def test_apply_valid_then_unchanged_then_invalid(inst: Installation) -> None:
+    out = inst.ok("apply", "echo.yaml", "hello.yaml", "parked.yaml", "failing.yaml")
+    assert "applied  workflow default/hello (version 1)" in out
+    assert "applied  workflow default/parked (version 1)" in out
+    assert re.search(r"applied\s+agentdef default/echo", out)
+
+    again = inst.ok("apply", "hello.yaml")
+    assert again.strip() == "unchanged  workflow default/hello (version 1)"
+
+    _, runs_before = inst.stored()
+    bad = inst.cli("apply", "invalid.yaml", "hello.yaml")
+    assert bad.returncode == 1
+    errors = bad.stderr.splitlines()
+    assert "invalid.yaml:13:32: cel-compile: CEL does not compile: 'result.score >'" in errors
+    assert any(
+        e.startswith("invalid.yaml:14:17: unknown-goto: goto 'nowhere' is not a state")
+        for e in errors
+    )
+    assert errors[-1] == "2 errors; nothing was applied"
+    assert bad.stdout == ""
+    assert inst.stored() == (["failing", "hello", "parked"], runs_before)
+
+
+# --- start, result, logs -----------------------------------------------------------------
+
+
+def test_start_wait_prints_the_result(inst: Installation) -> None:
+    done = inst.cli("start", "hello", "--input", '{"message": "hi"}', "--wait", "--timeout", "20")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed"
+    assert result["outputs"] == {"echoed": "hi"}
+    assert result["run_id"].startswith("r")
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ('{"message": 5}', "input 'message' must be string, got integer"),
+        ("{}", "input 'message' is required"),
+        ('{"message": ', "--input is not valid JSON"),
+        ("[1, 2]", "--input must be a JSON object"),
+    ],
+    ids=["mistyped", "missing", "not-json", "not-an-object"],
+)
+def test_start_with_bad_input_exits_1_and_creates_no_run(
+    inst: Installation, given: str, message: str
+) -> None:
+    inst.ok("apply", "echo.yaml", "hello.yaml")
+    _, before = inst.stored()
+    done = inst.cli("start", "hello", "--input", given)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+    assert inst.stored()[1] == before
+
+
+def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: Installation) -> None:
+    inst.ok("apply", "echo.yaml", "hello.yaml")
+    data = '{"lang": "en", "message": "from an event"}'
+    out = inst.ok("emit", "com.example.greet", "--source", "/cli", "--id", "g1", "--data", data)
+    assert out.strip() == "emitted com.example.greet id=g1"
+    run_id = inst.run_id_of_trigger("hello", "/cli", "g1")
+
+    assert json.loads(inst.ok("result", run_id, "--wait", "--timeout", "20")) == {
+        "echoed": "from an event"
+    }
+    full = json.loads(inst.ok("result", run_id, "--json"))
+    assert full == {"run_id": run_id, "status": "completed", "outputs": {"echoed": "from an event"}}
+
+    timeline = inst.ok("logs", run_id).splitlines()
+    assert "run started      default/hello v1" in timeline[0]
+    assert any("action requested echo (#0, attempt 1)" in line for line in timeline)
+    assert "run completed    in done" in timeline[-1]
+    assert inst.ok("logs", run_id, "--follow").splitlines() == timeline
+
+    records = [json.loads(line) for line in inst.ok("logs", run_id, "--json").splitlines()]
+    assert [r["id"] for r in records] == [f"{run_id}:{n}" for n in range(1, len(timeline) + 1)]
+    for record in records:
+        assert record["specversion"] == "1.0"
+        assert record["type"].startswith("io.interlock.")
+        assert record["subject"] == run_id
+    assert records[0]["data"]["trigger"]["id"] == "g1"
+    assert records[-1]["type"] == "io.interlock.run.completed"
+
+    def indexed() -> dict[str, Any]:
+        return {r["run_id"]: r for r in json.loads(inst.ok("runs", "--json"))}
+
+    # The run index is written by the orchestrator's relay, just after the log.
+    runs = indexed()
+    for _ in range(50):
+        if runs.get(run_id, {}).get("status") == "completed":
+            break
+        runs = indexed()
+    assert runs[run_id]["status"] == "completed"
+    assert runs[run_id]["workflow"] == "hello"
+    table = inst.ok("runs", "--workflow", "hello", "--status", "completed")
+    assert run_id in table
+    assert table.splitlines()[0].split()[:4] == ["RUN", "WORKFLOW", "STATUS", "STATE"]
+
+
+def test_agents_lists_the_running_echo_worker(inst: Installation) -> None:
+    inst.ok("apply", "echo.yaml")
+    found = json.loads(inst.ok("agents", "--json"))
+    assert "echo" in found["agentdefs"]
+    workers = [w for w in found["workers"] if w["name"] == "echo"]
+    assert len(workers) == 1
+    assert sorted(workers[0]["capabilities"]) == ["echo", "review"]
+    table = inst.ok("agents")
+    assert re.search(r"^echo\s+echo\s+1$", table, re.MULTILINE)
+
+
+def test_result_exit_codes_and_cancel(inst: Installation) -> None:
+    inst.ok("apply", "echo.yaml", "parked.yaml", "failing.yaml")
+
+    failing = inst.ok("start", "failing").strip()
+    done = inst.cli("result", failing, "--wait", "--timeout", "20")
+    assert done.returncode == 1
+    assert f"run {failing} failed: schema_error:" in done.stderr
+
+    parked = inst.ok("start", "parked").strip()
+    done = inst.cli("result", parked)
+    assert done.returncode == 3
+    assert f"run {parked} is running (in state waiting)" in done.stderr
+    done = inst.cli("result", parked, "--wait", "--timeout", "0.5")
+    assert done.returncode == 3
+
+    assert inst.ok("cancel", parked, "--reason", "changed my mind").strip() == (
+        f"cancelled {parked}"
+    )
+    done = inst.cli("result", parked)
+    assert done.returncode == 1
+    assert "cancelled" in done.stderr
+    again = inst.cli("cancel", parked)
+    assert again.returncode == 1
+    assert f"run {parked} is already cancelled" in again.stderr
+
+    missing = inst.cli("result", "r-no-such-run")
+    assert missing.returncode == 1
+    assert "no run 'r-no-such-run'" in missing.stderr
+
+
+def test_export_then_replay_the_file_without_a_server(inst: Installation, tmp_path: Path) -> None:
+    inst.ok("apply", "echo.yaml", "hello.yaml")
+    run_id = json.loads(
+        inst.ok("start", "hello", "--input", '{"message": "saved"}', "--wait", "--timeout", "20")
+    )["run_id"]
+    exported = inst.ok("export", run_id)
+    (tmp_path / "run.jsonl").write_text(exported)
+    done = inst.cli("export", run_id, "-o", str(tmp_path / "copy.jsonl"))
+    assert done.returncode == 0
+    assert (tmp_path / "copy.jsonl").read_text() == exported
+    assert exported == inst.ok("logs", run_id, "--json")
+
+    offline = cli_env(closed_port_url(), inst.prefix)
+    replay = run_cli("replay", "--file", str(tmp_path / "run.jsonl"), env=offline)
+    assert replay.returncode == 0, replay.stderr
+    lines = replay.stdout.splitlines()
+    assert len(lines) == 2 * len(exported.splitlines())  # each record, the state after it
+    assert "run completed" in lines[-2]
+    assert '"status":"completed"' in lines[-1]
+    as_json = run_cli("replay", "--file", str(tmp_path / "run.jsonl"), "--json", env=offline)
+    steps = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert steps[-1]["state"]["outputs"] == {"echoed": "saved"}
+
+    (tmp_path / "junk.jsonl").write_text("this is not a run log\n")
+    junk = run_cli("replay", "--file", str(tmp_path / "junk.jsonl"), env=offline)
+    assert junk.returncode == 1
+    assert "not a run log" in junk.stderr
+
+
+def test_serve_against_an_unreachable_server_exits_2(inst: Installation) -> None:
+    process = inst.unreachable_serve
+    process.proc.wait(TIMEOUT)
+    url = process.argv[process.argv.index("--server") + 1]
+    assert process.proc.returncode == 2, process.output
+    assert f"cannot connect to NATS at {url}" in process.output
+    assert "Traceback" not in process.output
+
+
+# --- interlock dev -----------------------------------------------------------------------
+
+
+def listening(url: str) -> bool:
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    with socket.socket() as s:
+        return s.connect_ex((host, int(port))) == 0
+
+
+def start_dev(data_dir: Path) -> tuple[Background, str]:
+    dev = interlock_bg(
+        "dev", "--port", "0", "--data-dir", str(data_dir), env=cli_env("", "il"), cwd=data_dir
+    )
+    url = dev.wait_for(r"export INTERLOCK_URL=(\S+)", timeout=20).group(1)
+    dev.wait_for("orchestrator running", timeout=20)
+    return dev, url
+
+
+def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (tmp_path / "hello.yaml").write_text(HELLO)
+    dev, url = start_dev(data_dir)
+    try:
+        env = cli_env(url, "il")
+        applied = run_cli("apply", str(tmp_path / "hello.yaml"), env=env)
+        assert applied.returncode == 0, applied.stderr
+        done = run_cli(
+            "start", "hello", "--input", '{"message": "dev"}', "--wait", "--timeout", "20", env=env
+        )
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["run_id"]
+    finally:
+        dev.signal(signal.SIGINT)
+        code = dev.wait()
+    assert code == 0, dev.output
+    assert "stopped" in dev.output
+    assert not listening(url), "the embedded nats-server outlived interlock dev"
+
+    dev, url = start_dev(data_dir)
+    try:
+        env = cli_env(url, "il")
+        result = run_cli("result", run_id, env=env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {"echoed": "dev"}
+        assert "run completed" in run_cli("logs", run_id, env=env).stdout
+    finally:
+        dev.signal(signal.SIGINT)
+        code = dev.wait()
+    assert code == 0, dev.output
+    assert not listening(url)

@@ -349,9 +349,30 @@ def test_result_exit_codes_and_cancel(inst: Installation) -> None:
     assert again.returncode == 1
     assert f"run {parked} is already cancelled" in again.stderr
 
-    missing = inst.cli("result", "r-no-such-run")
-    assert missing.returncode == 1
-    assert "no run 'r-no-such-run'" in missing.stderr
+    # A run that does not exist is an error at once, not a wait that never ends.
+    for args in (("result",), ("result", "--wait"), ("logs",), ("logs", "--follow")):
+        missing = run_cli(*args, "r-no-such-run", env=inst.env, timeout=10)
+        assert missing.returncode == 1, args
+        assert "no run 'r-no-such-run'" in missing.stderr
+
+
+def test_an_emitted_event_reaches_a_parked_run(inst: Installation) -> None:
+    inst.ok("apply", "parked.yaml")
+    parked = inst.ok("start", "parked").strip()
+    inst.ok(
+        "emit", "approval.granted", "--source", "/people", "--id", f"ok-{parked}",
+        "--ext", f"runid={parked}",
+    )  # fmt: skip
+    done = inst.cli("result", parked, "--wait", "--timeout", "20", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert "event received   approval.granted from /people" in inst.ok("logs", parked)
+
+
+def test_starting_a_workflow_that_is_not_applied(inst: Installation) -> None:
+    done = inst.cli("start", "never-applied")
+    assert done.returncode == 1
+    assert "workflow default/never-applied is not applied" in done.stderr
 
 
 def test_export_then_replay_the_file_without_a_server(inst: Installation, tmp_path: Path) -> None:

@@ -341,6 +341,7 @@ async def cmd_agents(client: Any, args: argparse.Namespace) -> int:
 
 async def cmd_logs(client: Any, args: argparse.Namespace) -> int:
     if args.follow:
+        await client.read(args.run_id)  # no such run: say so rather than wait forever
         async for record in client.follow(args.run_id):
             _print_record(record, args.json)
         return EXIT_OK
@@ -359,6 +360,7 @@ def _print_record(record: ev.AnyRecord, as_json: bool) -> None:
 
 async def cmd_result(client: Any, args: argparse.Namespace) -> int:
     if args.wait:
+        await client.read(args.run_id)  # no such run: say so rather than wait forever
         try:
             state = await client.wait(args.run_id, args.timeout)
         except TimeoutError:

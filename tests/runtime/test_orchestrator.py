@@ -647,3 +647,17 @@ async def test_a_relay_consumer_that_acks_all_is_replaced_where_it_stood(
         assert info.config.ack_wait == stack.orchestrator.ack_wait
         run_id = await stack.client.start("guarded", {"score": 9})
         assert (await stack.wait(run_id)).outputs == {"route": "merge"}
+
+
+async def test_no_per_run_lock_outlives_the_events_of_a_run(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [GUARDED]) as stack:
+        run_ids = [await stack.client.start("guarded", {"score": n}) for n in range(20)]
+        await asyncio.gather(*(stack.wait(r) for r in run_ids))
+
+        # Every answer has been decided on; nothing about these runs is held any more.
+        async def released() -> bool:
+            return stack.orchestrator.runs._locks == {}
+
+        await eventually(released, what="no per-run lock left")

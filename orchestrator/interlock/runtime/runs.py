@@ -7,9 +7,10 @@ Used by the orchestrator (with a cache of recent states) and by the CLI (``start
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -80,19 +81,29 @@ class Runs:
         self._linked: dict[
             int, tuple[Definition, tuple[str, ...], tuple[Any, ...], Definition]
         ] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.conflicts = 0
 
-    def lock(self, run_id: str) -> asyncio.Lock:
+    @contextlib.asynccontextmanager
+    async def locked(self, run_id: str) -> AsyncIterator[None]:
+        """Decisions on one run, one at a time in this process (others race optimistically).
+
+        A run's lock lives while someone holds or awaits it, then goes: counting users
+        (not ``Lock.locked()``, which is false while a woken waiter has yet to run) keeps
+        two holders from ever getting two different locks.
+        """
         found = self._locks.get(run_id)
         if found is None:
-            found = self._locks[run_id] = asyncio.Lock()
-        return found
-
-    def release(self, run_id: str) -> None:
-        lock = self._locks.get(run_id)
-        if lock is not None and not lock.locked():
-            del self._locks[run_id]
+            found = self._locks[run_id] = (asyncio.Lock(), [0])
+        lock, users = found
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[run_id]
 
     async def load(self, run_id: str, *, fresh: bool = False) -> Entry | None:
         """The run's state, from the cache or by folding its log (None: no such run)."""

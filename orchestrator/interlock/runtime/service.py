@@ -373,13 +373,11 @@ class Orchestrator:
             event = self._check_output(incoming, state) if answer else incoming
             return decide(definition, state, event, now)
 
-        async with self.runs.lock(run_id):
+        async with self.runs.locked(run_id):
             try:
                 records = await self.runs.apply(run_id, decision)
             except (UnknownRun, UnknownWorkflow):
                 return False
-            finally:
-                self.runs.release(run_id)
         return bool(records)
 
     # -- results --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
+from interlock.runtime.client import InterlockClient
 from interlock.runtime.cloudevents_nats import (
     CloudEvent,
     decode_message,
@@ -33,6 +34,7 @@ from interlock.runtime.cloudevents_nats import (
     encode_structured,
 )
 from interlock.runtime.provision import provision
+from interlock.runtime.registry import Registry
 from interlock.runtime.runs import InvalidInputs
 from interlock.runtime.subjects import Subjects
 
@@ -661,3 +663,28 @@ async def test_no_per_run_lock_outlives_the_events_of_a_run(
             return stack.orchestrator.runs._locks == {}
 
         await eventually(released, what="no per-run lock left")
+
+
+async def test_concurrent_applies_of_one_workflow_each_get_their_own_version(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [PARKED]) as stack:
+        variants = [PARKED.replace("version: 1", f"version: {n}") for n in range(2, 8)]
+        clients = [InterlockClient(stack.client.nc, subjects) for _ in variants]
+
+        results = await asyncio.gather(
+            *(c.apply([("v", text)]) for c, text in zip(clients, variants, strict=True))
+        )
+
+        versions = sorted(r.applied[-1].version for r in results)
+        assert len(set(versions)) == len(variants)
+        assert versions[0] >= 2
+        # Each version holds the manifest that was given that number, and no other.
+        hashes = {r.applied[-1].version: r.compiled.workflows[0].spec_hash for r in results}
+        reader = Registry(stack.js, subjects)
+        for version, spec_hash in hashes.items():
+            stored = await reader.definition("default", "approval", version)
+            assert stored.spec_hash == spec_hash, version
+        latest, latest_version = await reader.latest("approval")
+        assert latest_version == versions[-1]
+        assert latest.spec_hash == hashes[latest_version]

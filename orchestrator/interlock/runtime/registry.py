@@ -78,6 +78,7 @@ class Registry:
         workflows, _ = await self._kv()
         ns, name = definition.namespace, definition.name
         latest_key = f"latest.{ns}.{name}"
+        mine = 0  # the version this call stored, if it had to read the pointer again
         while True:
             try:
                 entry = await workflows.get(latest_key)
@@ -87,15 +88,13 @@ class Registry:
                 pointer, revision = {}, None
             if pointer.get("spec_hash") == definition.spec_hash:
                 return Applied("Workflow", ns, name, int(pointer["version"]), False)
-            version = int(pointer.get("version", 0)) + 1
-            body = json.dumps(
-                {
-                    "version": version,
-                    "spec_hash": definition.spec_hash,
-                    "manifest": dict(definition.manifest),
-                }
-            ).encode()
-            await workflows.put(f"wf.{ns}.{name}.{version}", body)
+            current = int(pointer.get("version", 0))
+            version = (
+                mine
+                if mine > current
+                else await self._store_version(workflows, definition, current + 1)
+            )
+            mine = version
             new_pointer = json.dumps({"version": version, "spec_hash": definition.spec_hash})
             try:
                 if revision is None:
@@ -111,6 +110,33 @@ class Registry:
             self._latest[(ns, name)] = version
             self._compiled[(ns, name, version)] = definition
             return Applied("Workflow", ns, name, version, True)
+
+    async def _store_version(self, workflows: KeyValue, definition: Definition, first: int) -> int:
+        """Store the manifest under the first free version number from ``first`` on.
+
+        A version, once written, never changes (runs on it fold with it): a number taken by
+        a concurrent apply of other content is skipped, never overwritten. The same content
+        found there (an apply that stopped before moving the pointer) is taken over.
+        """
+        ns, name = definition.namespace, definition.name
+        version = first
+        while True:
+            body = json.dumps(
+                {
+                    "version": version,
+                    "spec_hash": definition.spec_hash,
+                    "manifest": dict(definition.manifest),
+                }
+            ).encode()
+            key = f"wf.{ns}.{name}.{version}"
+            try:
+                await workflows.create(key, body)
+                return version
+            except KeyWrongLastSequenceError:
+                taken = json.loads((await workflows.get(key)).value or b"{}")
+                if taken.get("spec_hash") == definition.spec_hash:
+                    return version
+                version += 1
 
     async def apply_agent(self, agent: AgentDefinition) -> Applied:
         _, agents = await self._kv()

@@ -32,6 +32,7 @@ from interlock.core.state import FINISHED, RunState, fold
 from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.connection import ConnectOptions, connect
 from interlock.runtime.errors import ConnectionFailed
+from interlock.runtime.provision import provision
 from interlock.runtime.registry import UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
 
@@ -83,7 +84,10 @@ def with_client(
                 raise CliError(str(exc)) from exc
             try:
                 client = InterlockClient(nc, opts.subjects)
-                await client.ensure_provisioned()
+                # The same replica count as `serve`: provisioning with fewer would scale
+                # an R3 installation's streams down.
+                replicas = _env_int(None, "INTERLOCK_REPLICAS", 1)
+                await provision(client.js, opts.subjects, replicas=replicas)
                 return await body(client, args)
             finally:
                 with contextlib.suppress(Exception):

@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -145,6 +145,9 @@ class Orchestrator:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._index: Any = None
+        # Index entries as this process last wrote them, with their revisions: the next
+        # update of a run is a compare-and-set on that revision, with no read first.
+        self._index_known: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
         self.flow = ControlFlow(self, timers or JetStreamTimers(nc, subjects))
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -551,12 +554,20 @@ class Orchestrator:
         forward, and is written with compare-and-set.
         """
         ordered = sorted(records, key=_position)
-        for _ in range(10):
-            try:
-                entry = await self._index.get(key)
-                current, revision = json.loads(entry.value or b"{}"), entry.revision
-            except KeyNotFoundError:
-                current, revision = {"run_id": key}, None
+        known = self._index_known.pop(key, None)
+        for attempt in range(10):
+            current: dict[str, Any]
+            revision: int | None
+            if attempt == 0 and known is not None:
+                current, revision = dict(known[0]), known[1]
+            elif attempt == 0 and _position(ordered[0]) == 1:
+                current, revision = {"run_id": key}, None  # a new run: create, no read
+            else:
+                try:
+                    entry = await self._index.get(key)
+                    current, revision = json.loads(entry.value or b"{}"), entry.revision
+                except KeyNotFoundError:
+                    current, revision = {"run_id": key}, None
             changed = False
             for record in ordered:
                 position = _position(record)
@@ -566,17 +577,30 @@ class Orchestrator:
                 current["seq"] = position
                 changed = True
             if not changed:
+                if revision is not None:
+                    self._remember_index(key, current, revision)
                 return
             body = json.dumps(current).encode()
             try:
                 if revision is None:
-                    await self._index.create(key, body)
+                    revision = await self._index.create(key, body)
                 else:
-                    await self._index.update(key, body, last=revision)
-                return
+                    revision = await self._index.update(key, body, last=revision)
             except KeyWrongLastSequenceError:
                 continue  # written meanwhile: read again
+            self._remember_index(key, current, revision)
+            return
         raise RuntimeError(f"run index entry {key}: too many concurrent writers")
+
+    def _remember_index(self, key: str, current: dict[str, Any], revision: int) -> None:
+        if current.get("status") in ("completed", "failed", "cancelled"):
+            return  # no further update is expected
+        self._index_known[key] = (current, revision)
+        if len(self._index_known) > _INDEX_KNOWN:
+            self._index_known.popitem(last=False)
+
+
+_INDEX_KNOWN = 4_096
 
 
 def _position(record: ev.AnyRecord) -> int:

@@ -194,6 +194,7 @@ class Stack:
     workdir: Path
     in_process: bool
     concurrency: int
+    server_pid: int | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _stop: Callable[[], Awaitable[None]] | None = None
 
@@ -242,6 +243,17 @@ class Stack:
             await nc.close()
 
         self._stop = stop
+
+    def cpu_pids(self) -> dict[str, int]:
+        """The processes whose CPU time a run costs, by role."""
+        pids = {"orchestrator": self.pid("orchestrator"), "worker": self.pid("worker")}
+        if self.in_process:
+            pids = {"orchestrator+worker+driver": os.getpid()}
+        else:
+            pids["driver"] = os.getpid()
+        if self.server_pid is not None:
+            pids["nats-server"] = self.server_pid
+        return pids
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid if name in self.procs else os.getpid()
@@ -386,12 +398,11 @@ class Bench:
         await self.quiesce()
         self.watcher.reset_counts()
         seqs_before = await self.stream_seqs()
-        cpu_before = {n: cpu_seconds(self.stack.pid(n)) for n in ("orchestrator", "worker")}
+        pids = self.stack.cpu_pids()
+        cpu_before = {n: cpu_seconds(pid) for n, pid in pids.items()}
         seconds, failed = await self.closed_loop(runs, in_flight)
         records, batches = self.watcher.records, self.watcher.batches
-        cpu = {
-            n: cpu_seconds(self.stack.pid(n)) - cpu_before[n] for n in ("orchestrator", "worker")
-        }
+        cpu = {n: cpu_seconds(pid) - cpu_before[n] for n, pid in pids.items()}
         await self.quiesce()
         seqs_after = await self.stream_seqs()
         writes = {
@@ -488,7 +499,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         server = EmbeddedNats(workdir / "nats")
         server.start()
-        stack = Stack(server.url, workdir, args.in_process, args.concurrency)
+        stack = Stack(server.url, workdir, args.in_process, args.concurrency, server.pid)
         try:
             return await _measure(server.url, stack, args)
         finally:

@@ -195,6 +195,7 @@ class Stack:
     in_process: bool
     concurrency: int
     server_pid: int | None = None
+    orchestrators: int = 1
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _stop: Callable[[], Awaitable[None]] | None = None
 
@@ -207,8 +208,10 @@ class Stack:
     def _spawn(self) -> None:
         python = sys.executable
         server = ["--server", self.url, "--log-level", "warning"]
+        serve = [python, "-m", "interlock", "serve", *server]
         commands = {
-            "orchestrator": [python, "-m", "interlock", "serve", *server],
+            "orchestrator": serve,
+            **{f"orchestrator-{n}": serve for n in range(2, self.orchestrators + 1)},
             "worker": [
                 python,
                 *("-m", "interlock", "agent", "run", "echo"),
@@ -246,7 +249,7 @@ class Stack:
 
     def cpu_pids(self) -> dict[str, int]:
         """The processes whose CPU time a run costs, by role."""
-        pids = {"orchestrator": self.pid("orchestrator"), "worker": self.pid("worker")}
+        pids = {name: proc.pid for name, proc in self.procs.items()}
         if self.in_process:
             pids = {"orchestrator+worker+driver": os.getpid()}
         else:
@@ -484,7 +487,7 @@ class Bench:
             "peak_rss_mb": proc_status_kb(pid, "VmHWM") / 1024,
             "rss_per_parked_run_kb": (rss_kb - before_kb) / parked,
             "target_rss_mb": TARGET_RSS_MB,
-            "measured_process": "orchestrator" if self.stack.procs else "this process (all)",
+            "measured_process": "orchestrator" if self.stack.procs else "whole process",
         }
 
     async def _publish_event(self, js: Any, subject: str, event: CloudEvent) -> None:
@@ -499,7 +502,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         server = EmbeddedNats(workdir / "nats")
         server.start()
-        stack = Stack(server.url, workdir, args.in_process, args.concurrency, server.pid)
+        stack = Stack(
+            server.url, workdir, args.in_process, args.concurrency, server.pid, args.orchestrators
+        )
         try:
             return await _measure(server.url, stack, args)
         finally:
@@ -545,6 +550,7 @@ async def _measure(url: str, stack: Stack, args: argparse.Namespace) -> dict[str
             },
             "stack": "in-process" if args.in_process else "subprocesses",
             "worker_concurrency": args.concurrency,
+            "orchestrators": 1 if args.in_process else args.orchestrators,
             "baseline": baseline.as_dict(),
             **bench.results,
             "total_seconds": time.perf_counter() - started,
@@ -584,7 +590,7 @@ def table(results: dict[str, Any]) -> str:
             (
                 "appends per run",
                 f"{t['records_per_run']:.2f} records",
-                f"{t['batches_per_run']:.2f} atomic batches",
+                f"{t['batches_per_run']:.2f} atomic appends (messages)",
             )
         )
         writes = ", ".join(f"{k} {v:.2f}" for k, v in t["stream_writes_per_run"].items())
@@ -633,7 +639,7 @@ def table(results: dict[str, Any]) -> str:
     if m:
         rows.append(
             (
-                "orchestrator RSS, parked runs",
+                f"{m['measured_process']} RSS, parked runs",
                 f"{m['rss_mb']:.0f} MB",
                 f"{m['parked_runs']:,} parked ({m['parked_seen_in_index']:,} indexed); "
                 f"target < {m['target_rss_mb']:.0f} MB: "
@@ -669,6 +675,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-runs", type=int, default=200, help="sequential runs (0: skip)")
     p.add_argument("--parked", type=int, default=10_000, help="parked runs for memory (0: skip)")
     p.add_argument("--concurrency", type=int, default=200, help="the echo worker's concurrency")
+    p.add_argument(
+        "--orchestrators",
+        type=int,
+        default=1,
+        help="orchestrator replicas (subprocesses); memory is measured on the first",
+    )
     p.add_argument(
         "--in-process",
         action="store_true",

@@ -555,7 +555,9 @@ def _env_int(value: int | None, var: str, default: int) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     _logging(args.log_level)
-    port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", 9464)
+    from interlock.runtime.health import DEFAULT_SERVE_PORT
+
+    port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT)
     replicas = _env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
     if replicas < 1:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
@@ -575,7 +577,9 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
 
     _logging(args.log_level)
     try:
-        port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", 9465)
+        from interlock.runtime.health import DEFAULT_AGENT_PORT
+
+        port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
         asyncio.run(run_agent(args.target, options(args), args.concurrency, port or None))
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc

@@ -303,3 +303,61 @@ def test_failed_spans_carry_error_status() -> None:
     assert span.attributes["error.type"] == "agent_error"
     assert span.parent is None
     assert Counter(s.name for s in exporter.get_finished_spans()) == {"process il.cap.echo": 1}
+
+
+def _record(cls: type[Any], seq: int, data: Any, time: str, run_id: str = "r9") -> Any:
+    return cls(
+        specversion="1.0",
+        id=f"{run_id}:{seq}",
+        source="interlock://orchestrator",
+        subject=run_id,
+        time=time,
+        datacontenttype="application/json",
+        data=data,
+    )
+
+
+def test_each_attempt_of_a_retried_action_has_its_own_span() -> None:
+    from interlock.core import events as ev
+    from interlock.runtime.metrics import RunTracker
+    from interlock.runtime.tracing import orchestrator_tracer
+
+    provider, exporter = memory_provider("orchestrator")
+    tracker = RunTracker(None)
+    orchestrator_tracer(provider, tracker)
+    t = "2026-01-01T00:00:0{}.000Z".format
+    requested = ev.ActionRequestedData(action_id="r9:3", state="a", index=0, capability="c")
+    error = ev.ErrorInfo(error_class="timeout", message="late", retryable=True)
+    tracker.appended(
+        "r9",
+        [
+            _record(ev.RunStarted, 1, ev.RunStartedData(workflow="wf", spec_hash="h"), t(0)),
+            _record(ev.StateEntered, 2, ev.StateEnteredData(state="a"), t(0)),
+            _record(ev.ActionRequested, 3, requested, t(0)),
+        ],
+    )
+    failed = ev.ActionFailedData(action_id="r9:3", state="a", index=0, error=error)
+    tracker.appended("r9", [_record(ev.ActionFailed, 4, failed, t(2))])
+    again = ev.ActionRequestedData(action_id="r9:3", state="a", index=0, capability="c", attempt=2)
+    tracker.appended("r9", [_record(ev.ActionRequested, 5, again, t(3))])
+    done = ev.ActionCompletedData(action_id="r9:3", state="a", index=0)
+    tracker.appended(
+        "r9",
+        [
+            _record(ev.ActionCompleted, 6, done, t(4)),
+            _record(ev.RunCompleted, 7, ev.RunCompletedData(state="a"), t(4)),
+        ],
+    )
+    spans = by_name(list(exporter.get_finished_spans()))
+    first, second = sorted(spans["action c"], key=lambda s: s.start_time or 0)
+    assert span_id(first) != span_id(second)
+    assert parent_id(first) == parent_id(second) == span_id(spans["state a"][0])
+    assert first.status.status_code is StatusCode.ERROR
+    assert second.status.status_code is StatusCode.UNSET
+    assert first.attributes is not None
+    assert second.attributes is not None
+    assert (
+        first.attributes["interlock.action.attempt"],
+        second.attributes["interlock.action.attempt"],
+    ) == (1, 2)
+    assert {trace_of(s) for s in exporter.get_finished_spans()} == {trace_id_for("r9")}

@@ -118,15 +118,15 @@ class RunView:
             a = record.data
             self.pending[a.action_id] = PendingView(
                 a.action_id,
-                a.capability,
+                action_target(a),
                 a.index,
                 a.attempt,
                 record.time,
                 self.visit.seq if self.visit else 0,
             )
-        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed):
+        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
             self.pending.pop(record.data.action_id, None)
-        elif isinstance(record, ev.GuardFailed | ev.EventReceived) and self.visit is not None:
+        elif isinstance(record, _NOTED) and self.visit is not None:
             self.visit.notes.append(_note(record))
         elif isinstance(record, ev.RunCompleted):
             self.status = "completed"
@@ -136,7 +136,18 @@ class RunView:
             self.status = "cancelled"
 
 
-def _note(record: ev.GuardFailed | ev.EventReceived) -> tuple[str, str, dict[str, Any]]:
+def action_target(data: ev.ActionRequestedData) -> str:
+    """What an action asks for: its capability, or ``workflow/<name>`` for a child run."""
+    return data.capability or (f"workflow/{data.workflow}" if data.workflow else "")
+
+
+_NOTED = (ev.GuardFailed, ev.EventReceived, ev.TimerScheduled, ev.TimerFired)
+"""Records that become span events of the state visit they happen in."""
+
+
+def _note(
+    record: ev.GuardFailed | ev.EventReceived | ev.TimerScheduled | ev.TimerFired,
+) -> tuple[str, str, dict[str, Any]]:
     if isinstance(record, ev.GuardFailed):
         d = record.data
         return (
@@ -149,6 +160,18 @@ def _note(record: ev.GuardFailed | ev.EventReceived) -> tuple[str, str, dict[str
                 "cloudevents.event_type": d.event_type,
             },
         )
+    if isinstance(record, ev.TimerScheduled):
+        t = record.data
+        attrs: dict[str, Any] = {
+            "interlock.timer.id": t.timer_id,
+            "interlock.timer.purpose": t.purpose,
+            "interlock.timer.fire_at": t.fire_at,
+        }
+        if t.action_id:
+            attrs["interlock.action.id"] = t.action_id
+        return record.time, "timer.scheduled", attrs
+    if isinstance(record, ev.TimerFired):
+        return record.time, "timer.fired", {"interlock.timer.id": record.data.timer_id}
     event = record.data.event
     return (
         record.time,
@@ -361,7 +384,7 @@ class OrchestratorMetrics(OrchestratorObserver):
     # -- hooks --------------------------------------------------------------------------
 
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
-        self.actions_dispatched.labels(capability=record.data.capability).inc()
+        self.actions_dispatched.labels(capability=action_target(record.data)).inc()
 
     def dead_lettered(self, reason: str) -> None:
         self.dead_letters.labels(reason=reason).inc()
@@ -389,11 +412,15 @@ class OrchestratorMetrics(OrchestratorObserver):
         elif isinstance(record, ev.GuardFailed):
             self.guard_failures.labels(workflow=workflow, state=record.data.state).inc()
         elif isinstance(record, ev.ActionRequested):
-            self.actions_requested.labels(capability=record.data.capability).inc()
-        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed):
+            self.actions_requested.labels(capability=action_target(record.data)).inc()
+        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
             pending = run.pending.get(record.data.action_id)
             if pending is not None:
-                outcome = "completed" if isinstance(record, ev.ActionCompleted) else "failed"
+                outcome = {
+                    ev.ActionCompleted: "completed",
+                    ev.ActionFailed: "failed",
+                    ev.ActionCancelled: "cancelled",
+                }[type(record)]
                 self.action_duration.labels(capability=pending.capability, outcome=outcome).observe(
                     _elapsed(pending.requested_at, record.time)
                 )

@@ -265,8 +265,9 @@ class OrchestratorTracer(OrchestratorObserver):
         return span_id_for(run_id, "state", str(visit_seq))
 
     @staticmethod
-    def action_span_id(action_id: str) -> int:
-        return span_id_for(action_id, "action")
+    def action_span_id(action_id: str, attempt: int = 1) -> int:
+        """One span per attempt: a retried action keeps its id and counts attempts."""
+        return span_id_for(action_id, str(attempt), "action")
 
     def _attrs(self, run: RunView, **more: Any) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -295,7 +296,7 @@ class OrchestratorTracer(OrchestratorObserver):
                 },
             )
             self._end_visit(run, record.time, extra=event)
-        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed):
+        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
             self._end_action(run, record)
         elif isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
             self._end_run(run, record)
@@ -327,10 +328,23 @@ class OrchestratorTracer(OrchestratorObserver):
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=_ns(end))
 
-    def _end_action(self, run: RunView, record: ev.ActionCompleted | ev.ActionFailed) -> None:
+    def _end_action(
+        self, run: RunView, record: ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled
+    ) -> None:
         pending = run.pending.get(record.data.action_id)
         if pending is None:
             return
+        error = error_class = None
+        if isinstance(record, ev.ActionFailed):
+            error_class = record.data.error.error_class
+            error = f"{error_class}: {record.data.error.message}"
+            outcome = "failed"
+        elif isinstance(record, ev.ActionCancelled):
+            error_class = "cancelled"
+            error = f"cancelled: {record.data.reason}" if record.data.reason else "cancelled"
+            outcome = "cancelled"
+        else:
+            outcome = record.data.event_type
         self._action_span(
             run,
             pending.action_id,
@@ -339,15 +353,9 @@ class OrchestratorTracer(OrchestratorObserver):
             pending.visit_seq,
             pending.requested_at,
             record.time,
-            error=(
-                f"{record.data.error.error_class}: {record.data.error.message}"
-                if isinstance(record, ev.ActionFailed)
-                else None
-            ),
-            error_class=record.data.error.error_class
-            if isinstance(record, ev.ActionFailed)
-            else None,
-            outcome=record.data.event_type if isinstance(record, ev.ActionCompleted) else "failed",
+            error=error,
+            error_class=error_class,
+            outcome=outcome,
         )
 
     def _action_span(
@@ -368,7 +376,7 @@ class OrchestratorTracer(OrchestratorObserver):
             run.run_id, run.traceparent, self.state_span_id(run.run_id, visit_seq)
         )
         trace_id, _, _ = self.run_root(run.run_id, run.traceparent)
-        with _ids(trace_id, self.action_span_id(action_id)):
+        with _ids(trace_id, self.action_span_id(action_id, attempt)):
             span = self._tracer.start_span(
                 f"action {capability}",
                 context=parent,
@@ -442,7 +450,7 @@ class OrchestratorTracer(OrchestratorObserver):
         # traceparent (when the core stamps one) then names the run's trace.
         traceparent = view.traceparent if view is not None else record.traceparent
         destination = self._subjects.capability(d.capability)
-        parent = self._parent(run_id, traceparent, self.action_span_id(d.action_id))
+        parent = self._parent(run_id, traceparent, self.action_span_id(d.action_id, d.attempt))
         span = self._tracer.start_span(
             f"send {destination}",
             context=parent,
@@ -528,8 +536,7 @@ class WorkerTracer(WorkerObserver):
                 "messaging.destination.name": destination,
                 "messaging.operation.type": "process",
                 "messaging.operation.name": "process",
-                "messaging.consumer.group.name": "cap_"
-                + re.sub(r"[^A-Za-z0-9_-]", "_", capability),
+                "messaging.consumer.group.name": _consumer_name(capability),
                 "messaging.message.id": hdrs.get("Nats-Msg-Id", event.id),
                 "cloudevents.event_id": event.id,
                 "cloudevents.event_type": event.type,

@@ -8,8 +8,10 @@ restart, the spans of one run fit into one tree:
 
     run <workflow>                      internal, from run.started to the terminal record
       state <name>                      internal, one per visit; transitions, guard
-                                        failures and received events are its span events
-        action <capability>             internal, from action.requested to its answer
+                                        failures, received events and timers are its
+                                        span events
+        action <capability>             internal, one per attempt, from
+                                        action.requested to its answer
           send <prefix>.cap.<name>      producer, at each dispatch (traceparent injected)
             process <prefix>.cap.<name> consumer, in the agent worker (see WorkerTracer)
 

@@ -479,12 +479,6 @@ spec:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine._Step.fill_map counts only pending actions as in flight: an item waiting "
-    "for its retry timer is not counted, so when the retry comes due the map runs more "
-    "items at once than its parallelism",
-)
 def test_map_parallelism_holds_while_an_item_waits_for_its_retry() -> None:
     run = Run(compile_one(RETRIED_MAP), run_id="m")
     run.start()

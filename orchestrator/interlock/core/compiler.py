@@ -666,7 +666,10 @@ class _WorkflowCompiler:
             )
         return ActionDef(
             capability=action.capability or "",
-            input=self._value((*path, "input"), action.input, extra),
+            # No input: the agent gets an empty object, never null.
+            input=self._value(
+                (*path, "input"), {} if action.input is None else action.input, extra
+            ),
             timeout_s=self._duration((*path, "timeout"), action.timeout),
             output=tuple(action.output.items()),
             retry=retry,

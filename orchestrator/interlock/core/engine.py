@@ -385,7 +385,12 @@ class _Step:
         assert spec is not None
         while self.running and self.state.map is not None:
             progress = self.state.map
-            if progress.next >= len(progress.items) or len(self.state.pending) >= spec.parallelism:
+            # An item waiting for its retry is still in flight.
+            waiting = sum(
+                1 for t in self.state.timers.values() if t.purpose == "retry" and t.item is not None
+            )
+            busy = len(self.state.pending) + waiting
+            if progress.next >= len(progress.items) or busy >= spec.parallelism:
                 return
             self.request(spec.action, 0, item=progress.next)
 

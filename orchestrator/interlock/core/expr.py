@@ -9,6 +9,7 @@ costs more than evaluating a small guard.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,7 +42,11 @@ class CompileError(Exception):
         return self.message
 
 
-_ENV = celpy.Environment()
+@functools.cache
+def _env() -> celpy.Environment:
+    """Built on first use: it costs about half a second, which commands that compile no
+    CEL should not pay."""
+    return celpy.Environment()
 
 
 def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
@@ -67,7 +72,7 @@ class Expression:
     def __init__(self, source: str, extra: frozenset[str] = frozenset()) -> None:
         self.source = source
         try:
-            tree = _ENV.compile(source)
+            tree = _env().compile(source)
         except CELParseError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "syntax error"
             line = int(getattr(exc, "line", None) or 1)
@@ -86,7 +91,7 @@ class Expression:
                 max(1, source.find(unknown[0]) + 1),
             )
         self.names = names & (VARIABLES | extra)
-        self._program = _ENV.program(tree)
+        self._program = _env().program(tree)
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON-like values; returns plain JSON-like values."""

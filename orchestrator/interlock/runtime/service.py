@@ -39,6 +39,7 @@ from nats.js.errors import (
 from interlock.core import events as ev
 from interlock.core.definition import Definition
 from interlock.core.engine import (
+    TIMER_FIRED,
     Incoming,
     decide,
     derive_run_id,
@@ -326,6 +327,17 @@ class Orchestrator:
             event = self._decode(msg)
         except InvalidCloudEvent as exc:
             await self._dead_letter(msg, exc.reason, str(exc))
+            return
+        if (
+            event.type == TIMER_FIRED
+            or "actionid" in event.extensions
+            or ("timerid" in event.extensions)
+        ):
+            # Only agents' answers (on the results subjects) and the timers may speak for
+            # an action or a timer; from outside, that would be forging one.
+            await self._dead_letter(
+                msg, "reserved-attribute", "external events may not carry actionid or timerid"
+            )
             return
         incoming = to_incoming(event)
         self.counters["events_received"] += 1

@@ -146,6 +146,10 @@ class ClockTimers:
     def pending(self) -> int:
         return len(self._heap)
 
+    def knows(self, timer_id: str) -> bool:
+        """Whether the timer was scheduled here (due or not)."""
+        return timer_id in self._delivered or any(t[3] == timer_id for t in self._heap)
+
     async def advance(self, seconds: float) -> int:
         """Move the clock on and deliver every timer due by then, in time order."""
         target = self.clock.moment + timedelta(seconds=seconds)

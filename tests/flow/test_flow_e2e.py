@@ -1,0 +1,276 @@
+"""Control flow end to end on a real nats-server, with time on an advanceable clock.
+
+The orchestrator runs in-process with :class:`ClockTimers`: timers are durable records in
+the log like always, but they come due when the test advances the clock, so a one-hour
+wait is tested in milliseconds. Agents are real SDK workers on their own connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from interlock.core import events as ev
+from interlock.core.state import RunState
+from interlock.runtime.client import InterlockClient
+from interlock.runtime.cloudevents_nats import CloudEvent
+from interlock.runtime.runs import utc_now
+from interlock.runtime.service import Orchestrator
+from interlock.runtime.subjects import Subjects
+from interlock.runtime.timers import ClockTimers, ManualClock
+from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT = 10.0
+
+
+class Stack:
+    def __init__(self, client: InterlockClient, timers: ClockTimers, fetch: dict[str, Any]):
+        self.client = client
+        self.timers = timers
+        self.fetch = fetch
+
+    async def run_until(self, run_id: str, predicate: Any, what: str) -> RunState:
+        """Wait (in real time, bounded) until the run's state satisfies ``predicate``."""
+        deadline = asyncio.get_running_loop().time() + WAIT
+        while True:
+            state = await self.client.state(run_id)
+            if predicate(state):
+                return state
+            if asyncio.get_running_loop().time() > deadline:
+                log = "\n".join(ev.encode(r).decode()[:240] for r in await self.records(run_id))
+                raise AssertionError(
+                    f"run {run_id} never got {what}; it is {state.status} in {state.state} "
+                    f"({state.error}); its log:\n{log}"
+                )
+            await asyncio.sleep(0.02)
+
+    async def advance(self, run_id: str, seconds: float) -> None:
+        """Advance the clock once every timer the run has set is scheduled (the relay
+        schedules them just after they are appended)."""
+        await self.run_until(
+            run_id,
+            lambda s: all(self.timers.knows(t) for t in s.timers),
+            "its timers scheduled",
+        )
+        await self.timers.advance(seconds)
+
+    async def finished(self, run_id: str) -> RunState:
+        return await self.client.wait(run_id, WAIT)
+
+    async def records(self, run_id: str) -> list[ev.AnyRecord]:
+        return await self.client.read(run_id)
+
+
+@pytest.fixture
+async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
+    clock = ManualClock(utc_now())
+    timers = ClockTimers(clock)
+    nc_o = await nats.connect(nats_url)
+    nc_c = await nats.connect(nats_url)
+    orchestrator = Orchestrator(nc_o, subjects, clock=clock, timers=timers)
+    await orchestrator.start()
+    client = InterlockClient(nc_c, subjects)
+    client.runs.clock = clock  # runs started by the client are timed by the same clock
+    applied = await client.apply(
+        [
+            (str(p), p.read_text())
+            for p in (
+                REPO / "examples" / "ingest.yaml",
+                REPO / "examples" / "ingest-agents.yaml",
+                REPO / "agents" / "interlock_agents" / "manifests" / "echo.yaml",
+            )
+        ]
+    )
+    assert applied.compiled.ok, applied.compiled.diagnostics
+    fetch: dict[str, Any] = {"mode": "ok", "calls": Counter()}
+    worker = Worker("flow-agent", concurrency=16, heartbeat_interval=60)
+
+    @worker.capability("fetch")
+    async def do_fetch(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        fetch["calls"][ctx.action_id] += 1
+        mode = fetch["mode"]
+        if mode == "flaky" and fetch["calls"][ctx.action_id] == 1:
+            raise RetryableError("upstream busy")
+        if mode == "broken":
+            raise AgentError("no such source")
+        if mode == "hang":
+            await asyncio.sleep(3600)
+        return {"rows": 3}
+
+    @worker.capability("echo")
+    async def echo(inp: dict[str, Any]) -> dict[str, Any]:
+        return inp
+
+    task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
+    try:
+        yield Stack(client, timers, fetch)
+    finally:
+        await worker.stop(force=True)
+        await asyncio.wait_for(task, WAIT)
+        await orchestrator.stop()
+        await nc_o.close()
+        await nc_c.close()
+
+
+def types(records: list[ev.AnyRecord]) -> list[str]:
+    return [ev.record_type(r).removeprefix(ev.PREFIX) for r in records]
+
+
+async def close_ticket(stack: Stack, ticket: str, event_id: str = "close-1") -> None:
+    await stack.client.emit(
+        CloudEvent(
+            id=event_id,
+            source="ops://tickets",
+            type="ops.ticket.closed",
+            time=utc_now(),
+            datacontenttype="application/json",
+            data={"ticket": ticket},
+        )
+    )
+
+
+async def test_the_ingest_manifest_runs_end_to_end(stack: Stack) -> None:
+    run_id = await stack.client.start("ingest", {"regions": ["eu", "us", "ap"], "ticket": "T-7"})
+    waiting = await stack.run_until(run_id, lambda s: s.state == "wait_close", "to wait_close")
+    assert waiting.states["shards"]["output"] == [
+        {"region": "eu"},
+        {"region": "us"},
+        {"region": "ap"},
+    ]
+    # No run id: the ticket number reaches the run through the correlation index.
+    await close_ticket(stack, "T-7")
+    state = await stack.finished(run_id)
+    assert state.status == "completed"
+    assert state.outputs == {
+        "regions": [{"region": "eu"}, {"region": "us"}, {"region": "ap"}],
+        "status": "ok",
+    }
+    records = await stack.records(run_id)
+    started = [r for r in records if isinstance(r, ev.MapStarted)]
+    assert started[0].data.items == ["eu", "us", "ap"]
+    # parallelism 2: never more than two items in flight.
+    in_flight = peak = 0
+    for r in records:
+        if isinstance(r, ev.ActionRequested) and r.data.item is not None:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        if isinstance(r, ev.ActionCompleted) and r.data.item is not None:
+            in_flight -= 1
+    assert peak == 2
+
+
+async def test_a_retryable_failure_is_retried_after_a_durable_backoff(stack: Stack) -> None:
+    stack.fetch["mode"] = "flaky"
+    run_id = await stack.client.start("ingest", {"regions": ["eu"]})
+    await stack.run_until(run_id, lambda s: bool(s.timers) and not s.pending, "a retry timer")
+    records = await stack.records(run_id)
+    failed = [r for r in records if isinstance(r, ev.ActionFailed)]
+    assert failed[0].data.will_retry
+    assert failed[0].data.error.error_class == "agent_error"
+    timer = next(
+        r for r in records if isinstance(r, ev.TimerScheduled) and r.data.purpose == "retry"
+    )
+    assert timer.data.attempt == 2
+    # Nothing happens until the backoff (at most 100 ms) has passed.
+    await stack.advance(run_id, 0.01)
+    assert (await stack.client.state(run_id)).timers
+    await stack.advance(run_id, 0.2)
+    state = await stack.run_until(run_id, lambda s: s.state == "wait_close", "past fetch")
+    assert state.states["fetch"]["output"] == {"rows": 3}
+    requested = [
+        r
+        for r in await stack.records(run_id)
+        if isinstance(r, ev.ActionRequested) and r.data.state == "fetch"
+    ]
+    assert [r.data.attempt for r in requested] == [1, 2]
+    assert len({r.data.action_id for r in requested}) == 1
+
+
+async def test_a_non_retryable_failure_is_caught(stack: Stack) -> None:
+    stack.fetch["mode"] = "broken"
+    run_id = await stack.client.start("ingest", {"regions": ["eu"]})
+    state = await stack.finished(run_id)
+    assert state.status == "completed"
+    assert state.outputs == {"status": "failed-over"}
+    fired = [r for r in await stack.records(run_id) if isinstance(r, ev.TransitionFired)]
+    assert (fired[-1].data.from_state, fired[-1].data.event_type) == ("fetch", "task.failed")
+
+
+async def test_an_action_that_never_answers_times_out_retries_then_is_caught(
+    stack: Stack,
+) -> None:
+    stack.fetch["mode"] = "hang"
+    run_id = await stack.client.start("ingest", {"regions": ["eu"]})
+    for attempt in (1, 2, 3):
+        await stack.run_until(
+            run_id,
+            lambda s, a=attempt: any(p.attempt == a for p in s.pending.values()),
+            f"attempt {attempt} in flight",
+        )
+        await stack.advance(run_id, 2.0)  # the action's timeout
+        if attempt < 3:
+            await stack.advance(run_id, 1.0)  # the backoff
+    state = await stack.finished(run_id)
+    assert state.outputs == {"status": "failed-over"}
+    records = await stack.records(run_id)
+    failures = [r.data for r in records if isinstance(r, ev.ActionFailed)]
+    assert [(f.attempt, f.error.error_class, f.will_retry) for f in failures] == [
+        (1, "timeout", True),
+        (2, "timeout", True),
+        (3, "timeout", False),
+    ]
+
+
+async def test_a_state_timeout_fires_once_after_its_wait(stack: Stack) -> None:
+    run_id = await stack.client.start("ingest", {"regions": ["eu"], "ticket": "T-9"})
+    await stack.run_until(run_id, lambda s: s.state == "wait_close", "to wait_close")
+    await stack.advance(run_id, 59 * 60)
+    assert (await stack.client.state(run_id)).state == "wait_close"
+    await stack.advance(run_id, 61)
+    state = await stack.finished(run_id)
+    assert state.outputs == {"status": "failed-over"}
+    records = await stack.records(run_id)
+    assert types(records).count("timer.fired") == 1
+    # A close event that comes too late changes nothing.
+    await close_ticket(stack, "T-9", "late")
+    await asyncio.sleep(0.2)
+    assert len(await stack.records(run_id)) == len(records)
+
+
+async def test_an_event_that_arrives_before_its_run_waits_is_kept_and_delivered(
+    stack: Stack,
+) -> None:
+    stack.fetch["mode"] = "flaky"  # holds the run in fetch until the clock moves
+    run_id = await stack.client.start("ingest", {"regions": ["eu"], "ticket": "T-early"})
+    await stack.run_until(run_id, lambda s: bool(s.timers) and not s.pending, "a retry timer")
+    await close_ticket(stack, "T-early", "early-close")
+    await asyncio.sleep(0.3)
+    assert (await stack.client.state(run_id)).state == "fetch"
+    await stack.advance(run_id, 0.2)
+    state = await stack.finished(run_id)
+    assert state.outputs is not None and state.outputs["status"] == "ok"
+
+
+async def test_the_map_fan_out_budget_fails_the_state(stack: Stack) -> None:
+    regions = [f"r{i}" for i in range(17)]  # budget.max_fan_out is 16
+    run_id = await stack.client.start("ingest", {"regions": regions})
+    state = await stack.finished(run_id)
+    assert state.status == "failed"
+    assert state.error is not None and state.error.error_class == "budget_exceeded"
+
+
+async def test_cancel_stops_a_run_and_its_timers(stack: Stack) -> None:
+    run_id = await stack.client.start("ingest", {"regions": ["eu"], "ticket": "T-c"})
+    await stack.run_until(run_id, lambda s: s.state == "wait_close", "to wait_close")
+    assert await stack.client.cancel(run_id)
+    await stack.advance(run_id, 3600)
+    state = await stack.client.state(run_id)
+    assert state.status == "cancelled"
+    assert "timer.fired" not in types(await stack.records(run_id))

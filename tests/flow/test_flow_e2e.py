@@ -255,7 +255,8 @@ async def test_an_event_that_arrives_before_its_run_waits_is_kept_and_delivered(
     assert (await stack.client.state(run_id)).state == "fetch"
     await stack.advance(run_id, 0.2)
     state = await stack.finished(run_id)
-    assert state.outputs is not None and state.outputs["status"] == "ok"
+    assert state.outputs is not None
+    assert state.outputs["status"] == "ok"
 
 
 async def test_the_map_fan_out_budget_fails_the_state(stack: Stack) -> None:
@@ -263,7 +264,8 @@ async def test_the_map_fan_out_budget_fails_the_state(stack: Stack) -> None:
     run_id = await stack.client.start("ingest", {"regions": regions})
     state = await stack.finished(run_id)
     assert state.status == "failed"
-    assert state.error is not None and state.error.error_class == "budget_exceeded"
+    assert state.error is not None
+    assert state.error.error_class == "budget_exceeded"
 
 
 async def test_cancel_stops_a_run_and_its_timers(stack: Stack) -> None:

@@ -133,6 +133,16 @@ def add_parsers(sub: Sub) -> None:
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_emit))
 
+    p = sub.add_parser("signal", help="send a named event to one run (e.g. an approval)")
+    p.add_argument("run_id")
+    p.add_argument("name", help="the event type the run waits for, e.g. approval.granted")
+    p.add_argument("--data", help="data as JSON or @file")
+    p.add_argument("--source", default="interlock://cli", help="the CloudEvent source")
+    p.add_argument("--id", help="the CloudEvent id (default: a new one)")
+    p.add_argument("--json", action="store_true")
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_signal))
+
     p = sub.add_parser("runs", help="list runs")
     p.add_argument("--workflow", "-w")
     p.add_argument("--status", choices=["running", "completed", "failed", "cancelled"])
@@ -301,6 +311,33 @@ async def cmd_emit(client: Any, args: argparse.Namespace) -> int:
         print_json({"id": event.id, "type": event.type, "source": event.source, "seq": seq})
     else:
         print(f"emitted {event.type} id={event.id}")
+    return EXIT_OK
+
+
+async def cmd_signal(client: Any, args: argparse.Namespace) -> int:
+    import secrets
+
+    state = await client.state(args.run_id)
+    if state.finished:
+        raise CliError(f"run {args.run_id} is already {state.status}", EXIT_FAILED)
+    data = load_json_arg(args.data, "--data")
+    event = CloudEvent(
+        id=args.id or secrets.token_hex(8),
+        source=args.source,
+        type=args.name,
+        time=utc_now(),
+        datacontenttype="application/json" if data is not None else None,
+        data=data,
+        extensions={"runid": args.run_id},
+    )
+    try:
+        await client.emit(event)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    if args.json:
+        print_json({"run_id": args.run_id, "type": event.type, "id": event.id})
+    else:
+        print(f"sent {event.type} to {args.run_id} (in state {state.state})")
     return EXIT_OK
 
 

@@ -20,7 +20,8 @@ from interlock.core import events as ev
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.cloudevents_nats import CloudEvent
-from interlock.runtime.runs import utc_now
+from interlock.runtime.flow import child_run_id
+from interlock.runtime.runs import UnknownRun, utc_now
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import ClockTimers, ManualClock
@@ -40,8 +41,11 @@ class Stack:
         """Wait (in real time, bounded) until the run's state satisfies ``predicate``."""
         deadline = asyncio.get_running_loop().time() + WAIT
         while True:
-            state = await self.client.state(run_id)
-            if predicate(state):
+            try:
+                state = await self.client.state(run_id)
+            except UnknownRun:  # not started yet
+                state = RunState(run_id=run_id)
+            if state.status != "new" and predicate(state):
                 return state
             if asyncio.get_running_loop().time() > deadline:
                 log = "\n".join(ev.encode(r).decode()[:240] for r in await self.records(run_id))
@@ -276,3 +280,54 @@ async def test_cancel_stops_a_run_and_its_timers(stack: Stack) -> None:
     state = await stack.client.state(run_id)
     assert state.status == "cancelled"
     assert "timer.fired" not in types(await stack.records(run_id))
+
+
+async def test_a_sub_workflow_runs_as_a_child_and_binds_its_outputs(stack: Stack) -> None:
+    sub = REPO / "examples" / "subworkflow.yaml"
+    assert (await stack.client.apply([(str(sub), sub.read_text())])).compiled.ok
+    run_id = await stack.client.start("greet-parent", {"who": "ada"})
+    state = await stack.finished(run_id)
+    assert state.status == "completed"
+    assert state.outputs == {"greeting": "hello ada"}
+    requested = next(r for r in await stack.records(run_id) if isinstance(r, ev.ActionRequested))
+    assert requested.data.workflow == "greet-child"
+    child = child_run_id(requested.data.action_id, 1)
+    child_state = await stack.client.state(child)
+    assert child_state.status == "completed"
+    assert child_state.parent is not None
+    assert child_state.parent.run_id == run_id
+
+
+async def test_cancelling_the_parent_cancels_the_child(stack: Stack) -> None:
+    child_wf = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: slow-child}
+spec:
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+---
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: slow-parent}
+spec:
+  initial_state: call
+  states:
+    call:
+      actions: [{workflow: slow-child}]
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    assert (await stack.client.apply([("slow.yaml", child_wf)])).compiled.ok
+    run_id = await stack.client.start("slow-parent", {})
+    parent = await stack.run_until(run_id, lambda s: bool(s.pending), "its child action")
+    (action_id,) = parent.pending
+    child = child_run_id(action_id, 1)
+    await stack.run_until(child, lambda s: s.state == "wait", "the child waiting")
+    assert await stack.client.cancel(run_id)
+    child_state = await stack.run_until(child, lambda s: s.finished, "the child cancelled")
+    assert child_state.status == "cancelled"

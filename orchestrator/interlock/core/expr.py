@@ -64,10 +64,95 @@ def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
 _MACRO_BINDERS = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_]\w*)\s*,")
 
 
+_PATH = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_FAST_PATH = re.compile(rf"^\s*({_PATH})\s*$")
+_FAST_COMPARE = re.compile(
+    rf"^\s*({_PATH})\s*(==|!=|<=|>=|<|>)\s*"
+    r"(-?\d+\.\d+|-?\d+(?![\d.eEu])|\"[^\"\\]*\"|'[^'\\]*'|true|false)\s*$"
+)
+_INT64 = (-(2**63), 2**63 - 1)
+_MISS = object()
+_COMPARE = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _literal(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    if text[0] in "\"'":
+        return text[1:-1]
+    return float(text) if "." in text else int(text)
+
+
+def _plain(value: Any) -> bool:
+    """A value whose CEL form converts back to itself (so a lookup may skip CEL)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+        return True
+    if isinstance(value, int):
+        return _INT64[0] <= value <= _INT64[1]
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+class _Fast:
+    """The two shapes most expressions have, ``a.b.c`` and ``a.b op literal``, evaluated
+    without CEL when the values make the answer certain to be CEL's own (same types on
+    both sides of a comparison, a value present at every step of a path). Anything else
+    falls back to CEL, which also produces the errors."""
+
+    __slots__ = ("literal", "op", "path")
+
+    def __init__(self, path: tuple[str, ...], op: str | None = None, literal: Any = None):
+        self.path = path
+        self.op = op
+        self.literal = literal
+
+    def evaluate(self, activation: Mapping[str, Any]) -> Any:
+        if self.path[0] not in activation:
+            return _MISS
+        node = activation[self.path[0]]
+        for key in self.path[1:]:
+            if not isinstance(node, dict) or key not in node:
+                return _MISS
+            node = node[key]
+        if self.op is None:
+            return node if _plain(node) else _MISS
+        literal = self.literal
+        if type(node) is not type(literal):
+            return _MISS  # mixed types: CEL decides (and may refuse)
+        if isinstance(literal, bool) and self.op not in ("==", "!="):
+            return _MISS
+        if isinstance(node, int) and not _plain(node):
+            return _MISS
+        return _COMPARE[self.op](node, literal)
+
+
+def _fast_form(source: str, names: frozenset[str]) -> _Fast | None:
+    match = _FAST_PATH.match(source)
+    if match:
+        path = tuple(match.group(1).split("."))
+        return _Fast(path) if path[0] in names else None
+    match = _FAST_COMPARE.match(source)
+    if match:
+        path = tuple(match.group(1).split("."))
+        if path[0] in names:
+            return _Fast(path, match.group(2), _literal(match.group(3)))
+    return None
+
+
 class Expression:
     """A compiled CEL expression."""
 
-    __slots__ = ("_program", "names", "source")
+    __slots__ = ("_fast", "_program", "names", "source")
 
     def __init__(self, source: str, extra: frozenset[str] = frozenset()) -> None:
         self.source = source
@@ -92,9 +177,14 @@ class Expression:
             )
         self.names = names & (VARIABLES | extra)
         self._program = _env().program(tree)
+        self._fast = _fast_form(source, self.names)
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON-like values; returns plain JSON-like values."""
+        if self._fast is not None:
+            value = self._fast.evaluate(activation)
+            if value is not _MISS:
+                return value
         try:
             # Inside the try: converting can fail too (an integer beyond 64 bits, say).
             cel_activation = {

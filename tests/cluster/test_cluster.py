@@ -369,10 +369,14 @@ def check_log(records: list[ev.AnyRecord]) -> None:
     seqs = [int(r.id.rsplit(":", 1)[1]) for r in records]
     assert seqs == list(range(1, len(records) + 1)), seqs
     assert all(count == 1 for count in visits(records).values()), visits(records)
+    # Each attempt of an action is requested once (a timeout during the failover may add
+    # an attempt), and answered at most once.
     requested = Counter(
-        (r.data.state, r.data.index) for r in records if isinstance(r, ev.ActionRequested)
+        (r.data.action_id, r.data.attempt) for r in records if isinstance(r, ev.ActionRequested)
     )
     assert all(count == 1 for count in requested.values()), requested
+    answered = Counter(r.data.action_id for r in records if isinstance(r, ev.ActionCompleted))
+    assert all(count == 1 for count in answered.values()), answered
     kinds = Counter(ev.record_type(r) for r in records)
     assert kinds[ev.PREFIX + "run.completed"] == 1, kinds
     assert not kinds[ev.PREFIX + "run.failed"], records[-1]

@@ -25,7 +25,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from interlock.core import events as ev
-from interlock.core.engine import derive_run_id
+from interlock.core.engine import Incoming, decide, derive_run_id
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.cloudevents_nats import (
     CloudEvent,
@@ -33,9 +33,10 @@ from interlock.runtime.cloudevents_nats import (
     encode_binary,
     encode_structured,
 )
+from interlock.runtime.logstore import RunLog
 from interlock.runtime.provision import provision
 from interlock.runtime.registry import Registry
-from interlock.runtime.runs import InvalidInputs
+from interlock.runtime.runs import InvalidInputs, Runs
 from interlock.runtime.subjects import Subjects
 
 TRIGGERED = yaml(
@@ -688,3 +689,57 @@ async def test_concurrent_applies_of_one_workflow_each_get_their_own_version(
         latest, latest_version = await reader.latest("approval")
         assert latest_version == versions[-1]
         assert latest.spec_hash == hashes[latest_version]
+
+
+# --- several writers (orchestrator replicas, the CLI) ----------------------------------------
+
+TWO_STEPS = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: two-steps
+    spec:
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: slow
+            - capability: slow
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+def answer(action_id: str) -> Incoming:
+    return Incoming(
+        type="task.completed",
+        source="interlock://agent/elsewhere",
+        id=f"{action_id}.1.result",
+        data={"ok": True},
+        extensions={"actionid": action_id},
+    )
+
+
+async def test_an_answer_decided_on_a_stale_cached_state_is_not_dropped(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [TWO_STEPS], worker=False) as stack:
+        mine = stack.orchestrator.runs
+        run_id = await stack.client.start("two-steps", {})
+        entry = await mine.load(run_id)  # this replica caches the run: first action pending
+        assert entry is not None
+        [first] = entry.state.pending
+        # Another replica takes the first answer and requests the second action.
+        other = Runs(RunLog(stack.client.nc, subjects), Registry(stack.js, subjects))
+        appended = await other.apply(run_id, lambda d, s: decide(d, s, answer(first), "now"))
+        [second] = [r.data.action_id for r in appended if isinstance(r, ev.ActionRequested)]
+
+        # The answer to the second action reaches this replica, whose cache is stale.
+        taken = await mine.apply(run_id, lambda d, s: decide(d, s, answer(second), "now"))
+
+        assert types(taken)[:1] == ["action.completed"]
+        assert (await stack.client.state(run_id)).status == "completed"

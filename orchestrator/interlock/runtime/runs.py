@@ -164,11 +164,18 @@ class Runs:
     async def apply(self, run_id: str, decision: Decision) -> list[ev.AnyRecord]:
         """Decide on the run's current state and append; on a lost race, re-read and retry."""
         for attempt in range(MAX_ATTEMPTS):
+            from_cache = attempt == 0 and run_id in self._cache
             entry = await self.load(run_id, fresh=attempt > 0)
             if entry is None:
                 raise UnknownRun(run_id)
             records = list(decision(entry.definition, entry.state))
             if not records:
+                # "Nothing to do" may only mean that the cached copy is behind the log (another
+                # replica, or the CLI, appended since): an answer to an action requested there
+                # would be dropped. Look once for newer records before taking it as final.
+                if from_cache and await self.log.read_raw(run_id, after=entry.last_seq):
+                    self.forget(run_id)
+                    continue
                 return []
             try:
                 last = await self.log.append(run_id, records, entry.last_seq)

@@ -630,7 +630,7 @@ async def test_the_run_index_never_goes_back(nats_url: str, subjects: Subjects) 
         assert before[0]["state"] == "merge"
 
 
-async def test_a_relay_consumer_that_acks_all_is_replaced_where_it_stood(
+async def test_consumers_made_by_an_earlier_version_are_brought_up_to_date(
     nats_url: str, subjects: Subjects, js: JetStreamContext
 ) -> None:
     # Made by an earlier version: "ack all" lets one process ack what another had taken.
@@ -644,9 +644,21 @@ async def test_a_relay_consumer_that_acks_all_is_replaced_where_it_stood(
             ack_wait=30,
         ),
     )
+    # ... and with the ack wait of the time, too long to wait for after a crash.
+    await js.add_consumer(
+        subjects.events_stream,
+        ConsumerConfig(
+            durable_name="ingress",
+            filter_subject=subjects.events_all,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=30,
+        ),
+    )
     async with running_stack(nats_url, subjects, [GUARDED]) as stack:
         info = await js.consumer_info(subjects.runs_stream, "relay")
         assert info.config.ack_policy == AckPolicy.EXPLICIT
+        assert info.config.ack_wait == stack.orchestrator.ack_wait
+        info = await js.consumer_info(subjects.events_stream, "ingress")
         assert info.config.ack_wait == stack.orchestrator.ack_wait
         run_id = await stack.client.start("guarded", {"score": 9})
         assert (await stack.wait(run_id)).outputs == {"route": "merge"}

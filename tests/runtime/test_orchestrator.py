@@ -673,7 +673,7 @@ async def test_no_per_run_lock_outlives_the_events_of_a_run(
 
         # Every answer has been decided on; nothing about these runs is held any more.
         async def released() -> bool:
-            return stack.orchestrator.runs._locks == {}
+            return not stack.orchestrator.runs._locks
 
         await eventually(released, what="no per-run lock left")
 

@@ -149,6 +149,100 @@ def test_every_workflow_example_is_run_end_to_end() -> None:
         assert example in (REPO / module).read_text(), f"{module} does not run {example}"
 
 
+MISTAKE = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: mistake}
+spec:
+  budget: {max_fan_out: 4}
+  initial_state: work
+  states:
+    work:
+%s
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+MISTAKES = [
+    pytest.param(
+        "      loop: {until: result.ok, action: {capability: echo}}",
+        "missing-field",
+        "max_iterations",
+        id="loop-without-max_iterations",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="reported as invalid-value '... is not valid under any of the given "
+            "schemas': an optional block's inner errors are lost in the anyOf with null",
+        ),
+    ),
+    pytest.param(
+        "      map: {over: inputs.xs, parallelism: 2, action: {capability: echo}}",
+        "missing-field",
+        "'as'",
+        id="map-without-as",
+        marks=pytest.mark.xfail(
+            strict=True, reason="same: invalid-value '... is not valid under any of the given'"
+        ),
+    ),
+    pytest.param(
+        "      actions: [{capability: echo}]\n      catch: [{errors: [timeout], goto: nowhere}]",
+        "unknown-goto",
+        "goto 'nowhere' is not a state",
+        id="catch-to-an-unknown-state",
+    ),
+    pytest.param(
+        "      actions: [{capability: echo}]\n      timeout: {after: 1h, goto: nowhere}",
+        "unknown-goto",
+        "goto 'nowhere' is not a state",
+        id="timeout-to-an-unknown-state",
+    ),
+    pytest.param(
+        "      actions: [{capability: echo}]\n      catch: [{errors: [oops], goto: done}]",
+        "unknown-error-class",
+        "unknown error class 'oops'",
+        id="unknown-error-class",
+    ),
+    pytest.param(
+        "      map: {over: inputs.xs, as: x, parallelism: 8, action: {capability: echo}}",
+        "budget",
+        "parallelism 8 is above budget.max_fan_out (4)",
+        id="parallelism-above-the-budget",
+    ),
+    pytest.param(
+        "      actions: [{capability: echo, workflow: child}]",
+        "action-target",
+        "exactly one of capability",
+        id="capability-and-workflow",
+    ),
+    pytest.param(
+        "      actions: [{capability: echo}]\n"
+        "      loop: {until: result.ok, max_iterations: 2, action: {capability: echo}}",
+        "state-kind",
+        "has actions and loop",
+        id="actions-and-a-loop",
+    ),
+]
+
+
+@pytest.mark.parametrize(("state", "rule", "message"), MISTAKES)
+def test_a_control_flow_mistake_is_named_by_its_rule(state: str, rule: str, message: str) -> None:
+    compiled = compile_sources([("mistake.yaml", MISTAKE % state)])
+    assert [(d.rule, message in d.message) for d in compiled.diagnostics] == [(rule, True)], [
+        str(d) for d in compiled.diagnostics
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the default parallelism (8) is checked against budget.max_fan_out as if the "
+    "author had written it: a map without parallelism under max_fan_out 4 is refused",
+)
+def test_a_map_with_the_default_parallelism_fits_a_small_fan_out_budget() -> None:
+    state = "      map: {over: inputs.xs, as: x, action: {capability: echo}}"
+    compiled = compile_sources([("mistake.yaml", MISTAKE % state)])
+    assert [str(d) for d in compiled.diagnostics] == []
+
+
 # --- the stack -----------------------------------------------------------------------------
 
 Handler = Callable[[dict[str, Any], TaskContext], Awaitable[Any]]
@@ -263,10 +357,10 @@ class Stack:
         return await self.client.start(workflow, inputs)
 
     async def run_until(
-        self, run_id: str, predicate: Callable[[RunState], bool], what: str
+        self, run_id: str, predicate: Callable[[RunState], bool], what: str, wait: float = WAIT
     ) -> RunState:
-        """Wait (in real time, bounded) until the run's state satisfies ``predicate``."""
-        deadline = asyncio.get_running_loop().time() + WAIT
+        """Wait (in real time, at most ``wait``) until the run's state satisfies ``predicate``."""
+        deadline = asyncio.get_running_loop().time() + wait
         while True:
             try:
                 state = await self.client.state(run_id)
@@ -808,6 +902,43 @@ async def test_an_event_with_an_unknown_key_is_parked_not_lost(stack: Stack) -> 
     run_id = await stack.start("order-delivery", {"order": "O-9"})
     state = await stack.finished(run_id)
     assert state.outputs == {"order": "O-9", "parcel": "P-O-9", "signed_by": "kim"}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ingress decides 'not taken' and then parks; a run that enters its waiting state "
+    "in between is offered the parked events before this one is parked, and never again",
+)
+async def test_an_event_parked_while_its_run_starts_waiting_is_not_lost(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = stack.orchestrator.flow.correlation
+    park = index.park
+    parking, proceed = asyncio.Event(), asyncio.Event()
+
+    async def slow_park(*args: Any) -> None:
+        parking.set()
+        await proceed.wait()  # a publish that takes a moment longer than usual
+        await park(*args)
+
+    monkeypatch.setattr(index, "park", slow_park)
+    release = asyncio.Event()
+
+    async def pack(inp: dict[str, Any], ctx: TaskContext) -> Any:
+        await release.wait()
+        return {"parcel": "P-race"}
+
+    stack.agents.script("warehouse.pack", pack)
+    run_id = await stack.start("order-delivery", {"order": "O-race"})
+    await eventually(lambda: stack.agents.calls, "the warehouse packing")
+    await stack.send("parcel.delivered", {"order_id": "O-race", "signed_by": "max"}, id="d-r")
+    await asyncio.wait_for(parking.wait(), WAIT)  # the run in `pack` did not take it
+    release.set()
+    await stack.in_state(run_id, "in_transit")
+    await asyncio.sleep(0.3)  # the relay has offered the parked events (none yet)
+    proceed.set()
+    state = await stack.run_until(run_id, lambda s: s.finished, "the parked event", wait=2.0)
+    assert state.outputs == {"order": "O-race", "parcel": "P-race", "signed_by": "max"}
 
 
 # --- cancellation (cancel.yaml) ---------------------------------------------------------------

@@ -64,6 +64,21 @@ async def test_signal_approves_a_parked_run(nats_url: str, subjects: Subjects) -
         )
         assert again.returncode == 1
         assert "already completed" in again.stderr
+        twice = await asyncio.to_thread(
+            cli,
+            [
+                "start",
+                "code-review",
+                "--run-id",
+                run_id,
+                "--input",
+                '{"repository": "a/b", "pr": 1}',
+            ],
+            nats_url,
+            subjects.prefix,
+        )
+        assert twice.returncode == 1
+        assert "exists already" in twice.stderr
     finally:
         await worker.stop(force=True)
         await asyncio.wait_for(task, 10)

@@ -29,6 +29,7 @@ from interlock.cli.common import (
 from interlock.cli.timeline import describe, replay_lines
 from interlock.core import events as ev
 from interlock.core.state import FINISHED, RunState, fold
+from interlock.runtime.client import RunExists
 from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.connection import ConnectOptions, connect
 from interlock.runtime.errors import ConnectionFailed
@@ -100,6 +101,8 @@ def with_client(
         except UnknownWorkflow as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
         except InvalidInputs as exc:
+            raise CliError(str(exc), EXIT_FAILED) from exc
+        except RunExists as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
 
     return run

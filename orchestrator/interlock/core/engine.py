@@ -130,7 +130,8 @@ RETRYABLE = frozenset({"timeout", "platform_error"})
 """Error classes retried under a retry policy; an agent can mark any error retryable."""
 
 
-def _plus_seconds(now: str, seconds: float) -> str:
+def plus_seconds(now: str, seconds: float) -> str:
+    """``now`` (RFC 3339) plus ``seconds``, as RFC 3339 UTC with milliseconds."""
     moment = datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(seconds=seconds)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -238,7 +239,7 @@ class _Step:
         if state.timeout is not None:
             self.schedule(
                 "state-timeout",
-                _plus_seconds(self.now, state.timeout.after_s),
+                plus_seconds(self.now, state.timeout.after_s),
                 state=name,
             )
         if state.map is not None:
@@ -301,7 +302,7 @@ class _Step:
             )
             return
         action_id = action_id or self.next_id
-        deadline = None if action.timeout_s is None else _plus_seconds(self.now, action.timeout_s)
+        deadline = None if action.timeout_s is None else plus_seconds(self.now, action.timeout_s)
         self.emit(
             ev.ActionRequested,
             ev.ActionRequestedData(
@@ -650,7 +651,7 @@ class _Step:
             wait = backoff_seconds(retry, pending.attempt, pending.action_id)
             self.schedule(
                 "retry",
-                _plus_seconds(self.now, wait),
+                plus_seconds(self.now, wait),
                 state=pending.state,
                 action_id=pending.action_id,
                 attempt=pending.attempt + 1,

@@ -31,6 +31,13 @@ from interlock.runtime.runs import Runs, UnknownRun
 from interlock.runtime.subjects import Subjects
 
 
+class RunExists(ValueError):
+    """A run with the requested id exists already (nothing was started)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} exists already; nothing was started")
+
+
 def new_run_id() -> str:
     """A fresh id for a run started by hand (triggered runs derive theirs from the event)."""
     return "r" + secrets.token_hex(12)
@@ -75,7 +82,9 @@ class InterlockClient:
     async def start(self, workflow: str, inputs: dict[str, Any], run_id: str | None = None) -> str:
         definition, version = await self.registry.latest(workflow)
         run_id = run_id or new_run_id()
-        await self.runs.start(definition, version, run_id, inputs)
+        created, _ = await self.runs.start(definition, version, run_id, inputs)
+        if not created:
+            raise RunExists(run_id)
         return run_id
 
     async def read(self, run_id: str) -> list[ev.AnyRecord]:

@@ -21,7 +21,6 @@ import json
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -44,6 +43,7 @@ from interlock.core.engine import (
     decide,
     derive_run_id,
     matching_trigger,
+    plus_seconds,
     trigger_inputs,
 )
 from interlock.core.expr import ExpressionError
@@ -103,11 +103,6 @@ def _validate(instance: Any, schema: Mapping[str, Any]) -> None:
     error = jsonschema.exceptions.best_match(cached[1].iter_errors(instance))
     if error is not None:
         raise error
-
-
-def _plus(now: str, seconds: float) -> str:
-    moment = datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(seconds=seconds)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Orchestrator:
@@ -496,7 +491,7 @@ class Orchestrator:
             capability = self.registry.capability(d.capability)
         deadline = d.deadline
         if deadline is None and capability is not None and capability.timeout_s:
-            deadline = _plus(record.time, capability.timeout_s)
+            deadline = plus_seconds(record.time, capability.timeout_s)
         if capability is not None and capability.input_schema:
             try:
                 _validate(d.input, capability.input_schema)

@@ -113,27 +113,7 @@ def test_the_header_parser_reads_continued_lines(tmp_path: Path) -> None:
     assert documented_command(example) == ["validate", "a.yaml", "--agents", "b.yaml", "c.yaml"]
 
 
-BROKEN_HEADERS: set[str] = set()
-"""Examples whose header names a validate command that fails (see the xfail reason)."""
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the header says --agents examples/agents.yaml, which declares no "
-                "`fetch`: it needs examples/ingest-agents.yaml and echo.yaml",
-            ),
-        )
-        if p.name in BROKEN_HEADERS
-        else p
-        for p in example_files()
-    ],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
 def test_the_validate_command_in_each_header_passes(
     path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

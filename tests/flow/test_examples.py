@@ -149,20 +149,12 @@ MISTAKES = [
         "missing-field",
         "max_iterations",
         id="loop-without-max_iterations",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="reported as invalid-value '... is not valid under any of the given "
-            "schemas': an optional block's inner errors are lost in the anyOf with null",
-        ),
     ),
     pytest.param(
         "      map: {over: inputs.xs, parallelism: 2, action: {capability: echo}}",
         "missing-field",
         "'as'",
         id="map-without-as",
-        marks=pytest.mark.xfail(
-            strict=True, reason="same: invalid-value '... is not valid under any of the given'"
-        ),
     ),
     pytest.param(
         "      actions: [{capability: echo}]\n      catch: [{errors: [timeout], goto: nowhere}]",
@@ -212,11 +204,6 @@ def test_a_control_flow_mistake_is_named_by_its_rule(state: str, rule: str, mess
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the default parallelism (8) is checked against budget.max_fan_out as if the "
-    "author had written it: a map without parallelism under max_fan_out 4 is refused",
-)
 def test_a_map_with_the_default_parallelism_fits_a_small_fan_out_budget() -> None:
     state = "      map: {over: inputs.xs, as: x, action: {capability: echo}}"
     compiled = compile_sources([("mistake.yaml", MISTAKE % state)])
@@ -884,11 +871,6 @@ async def test_an_event_with_an_unknown_key_is_parked_not_lost(stack: Stack) -> 
     assert state.outputs == {"order": "O-9", "parcel": "P-O-9", "signed_by": "kim"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ingress decides 'not taken' and then parks; a run that enters its waiting state "
-    "in between is offered the parked events before this one is parked, and never again",
-)
 async def test_an_event_parked_while_its_run_starts_waiting_is_not_lost(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

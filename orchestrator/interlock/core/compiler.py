@@ -218,7 +218,22 @@ def _check_structure(doc: Document, diags: list[Diagnostic]) -> str | None:
     return str(kind)
 
 
+def _branch_errors(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """For ``X | None`` (``anyOf`` with a null branch) given a non-null value: the errors
+    of the X branch, which say what is really wrong (``map`` without ``as``, say)."""
+    if error.validator != "anyOf" or error.instance is None:
+        return []
+    options = error.validator_value if isinstance(error.validator_value, list) else []
+    others = [i for i, o in enumerate(options) if o != {"type": "null"}]
+    if len(others) != 1 or len(others) == len(options) or _is_type_union(error):
+        return []
+    return [e for e in error.context or () if e.relative_schema_path[0] == others[0]]
+
+
 def _offending_paths(error: jsonschema.ValidationError) -> list[Path]:
+    branch = _branch_errors(error)
+    if branch:
+        return [p for e in branch for p in _offending_paths(e)]
     path: Path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(_schema_of(error).get("properties", {}))
@@ -247,6 +262,9 @@ def _pruned(data: Any, paths: list[Path]) -> Any:
 
 
 def _schema_diagnostics(doc: Document, error: jsonschema.ValidationError) -> list[Diagnostic]:
+    branch = _branch_errors(error)
+    if branch:
+        return [d for e in branch for d in _schema_diagnostics(doc, e)]
     path: Path = tuple(error.absolute_path)
     where = ".".join(str(p) for p in path) or "document"
     validator = error.validator
@@ -601,11 +619,14 @@ class _WorkflowCompiler:
                 f"map item name {spec.as_!r} must be an identifier other than "
                 f"{', '.join(sorted(VARIABLES))}",
             )
-        if spec.parallelism > self.budget.max_fan_out:
+        raw_map = self.doc.data["spec"]["states"][path[2]].get("map", {})
+        given = isinstance(raw_map, dict) and "parallelism" in raw_map
+        parallelism = spec.parallelism if given else min(spec.parallelism, self.budget.max_fan_out)
+        if parallelism > self.budget.max_fan_out:
             self.error(
                 (*path, "parallelism"),
                 "budget",
-                f"parallelism {spec.parallelism} is above budget.max_fan_out "
+                f"parallelism {parallelism} is above budget.max_fan_out "
                 f"({self.budget.max_fan_out})",
             )
         over = self._expression((*path, "over"), spec.over)
@@ -613,7 +634,7 @@ class _WorkflowCompiler:
         action = self._action((*path, "action"), spec.action, extra)
         if over is None:
             return None
-        return MapDef(over, spec.as_, action, spec.parallelism, spec.completion)
+        return MapDef(over, spec.as_, action, parallelism, spec.completion)
 
     def _loop(self, path: Path, spec: model.LoopSpec | None) -> LoopDef | None:
         if spec is None:

@@ -243,11 +243,17 @@ class ControlFlow:
             if key is None:
                 continue
             correlated = True
+            runs = await self.correlation.runs(definition.namespace, definition.name, key)
             taken = False
-            for run_id in await self.correlation.runs(definition.namespace, definition.name, key):
+            for run_id in runs:
                 taken = await self.o.deliver(run_id, incoming) or taken
-            if not taken:
-                await self.correlation.park(definition.namespace, definition.name, key, event)
+            if taken:
+                continue
+            await self.correlation.park(definition.namespace, definition.name, key, event)
+            # A run may have started waiting between "not taken" and "parked": it looked
+            # for parked events before this one was there. Offer it once more.
+            for run_id in await self.correlation.runs(definition.namespace, definition.name, key):
+                await self.o.deliver(run_id, incoming)
         return correlated
 
 

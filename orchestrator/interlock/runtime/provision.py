@@ -119,7 +119,15 @@ def desired_configs(
             replicas,
             max_age=int(DEAD_LETTER_MAX_AGE_S * _NS),
         ),
-        _stream(s.timers_stream, [s.timers_all], replicas, allow_msg_schedules=True),
+        # Work-queue: a schedule stays until it fires (the server then purges it) and a fired
+        # timer until the orchestrator has taken it, so the stream holds only live timers.
+        _stream(
+            s.timers_stream,
+            [s.timers_all],
+            replicas,
+            retention="workqueue",
+            allow_msg_schedules=True,
+        ),
         _stream(
             s.parked_stream,
             [s.parked_all],

@@ -97,6 +97,8 @@ class ControlFlow:
         await self.timers.schedule(record.subject, record.data.timer_id, record.data.fire_at)
 
     async def timer_due(self, run_id: str, timer_id: str) -> None:
+        if self._known_stale(run_id, timer_id):
+            return
         event = Incoming(
             type=TIMER_FIRED,
             source=TIMERS_SOURCE,
@@ -105,6 +107,22 @@ class ControlFlow:
             extensions={"timerid": timer_id},
         )
         await self.o.deliver(run_id, event)
+
+    def _known_stale(self, run_id: str, timer_id: str) -> bool:
+        """Whether the cached state proves the timer is gone (taken, or its state left).
+
+        Most timers are action deadlines that the answer beat; deciding on them would read
+        the run's log only to find nothing to do. The cache proves it only when it has seen
+        the record that set the timer (ids are ``<run>:<log position>``): a cache behind the
+        log (another replica appended since) proves nothing, and the run decides as usual.
+        """
+        entry = self.o.runs.cached(run_id)
+        if entry is None:
+            return False
+        _, _, position = timer_id.rpartition(":")
+        if not position.isdigit() or int(position) > entry.state.seq:
+            return False
+        return entry.state.finished or timer_id not in entry.state.timers
 
     # -- cancellation ---------------------------------------------------------------------
 

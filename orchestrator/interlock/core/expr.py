@@ -120,18 +120,18 @@ class _Fast:
         if self.path[0] not in activation:
             return _MISS
         node = activation[self.path[0]]
+        if not _plain(node):
+            return _MISS  # CEL converts the whole variable, and would refuse it
         for key in self.path[1:]:
             if not isinstance(node, dict) or key not in node:
                 return _MISS
             node = node[key]
         if self.op is None:
-            return node if _plain(node) else _MISS
+            return node
         literal = self.literal
         if type(node) is not type(literal):
             return _MISS  # mixed types: CEL decides (and may refuse)
         if isinstance(literal, bool) and self.op not in ("==", "!="):
-            return _MISS
-        if isinstance(node, int) and not _plain(node):
             return _MISS
         return _COMPARE[self.op](node, literal)
 

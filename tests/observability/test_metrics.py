@@ -251,3 +251,34 @@ async def test_records_are_counted_with_their_workflow() -> None:
         get("interlock_run_duration_seconds_sum", {"workflow": "wf", "status": "completed"}) == 4.0
     )
     assert tracker.view("r1") is None  # finished runs are not kept
+
+
+async def test_a_dead_consumer_loop_fails_liveness() -> None:
+    """A consumer loop that ended never comes back: the probe must ask for a restart."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from interlock.runtime.health import consumers_alive
+
+    async def fails() -> None:
+        raise RuntimeError("consumer could not be created")
+
+    async def runs() -> None:
+        await asyncio.sleep(3600)
+
+    healthy, broken = asyncio.create_task(runs()), asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    try:
+        ok = consumers_alive(SimpleNamespace(_tasks=[healthy]))  # type: ignore[arg-type]
+        dead = consumers_alive(SimpleNamespace(_tasks=[healthy, broken]))  # type: ignore[arg-type]
+        assert ok() is None
+        assert "consumer could not be created" in (dead() or "")
+        async with HealthServer(0, alive=dead, registry=CollectorRegistry()) as server:
+            status, body = await http_get(server.port, "/healthz")
+            assert status == 503
+            assert "not alive: a consumer loop ended" in body
+            assert (await http_get(server.port, "/readyz"))[0] == 503
+            assert (await http_get(server.port, "/metrics"))[0] == 200
+    finally:
+        healthy.cancel()

@@ -1,6 +1,8 @@
 """One small HTTP endpoint per process: ``/metrics``, ``/healthz`` and ``/readyz``.
 
-``/healthz`` answers 200 while the event loop runs (a liveness probe). ``/readyz`` answers
+``/healthz`` answers 200 while the event loop runs and the process's own liveness check
+(if any) passes: an orchestrator whose consumer loop ended is not alive, so that it gets
+restarted (a liveness probe). ``/readyz`` answers
 200 when the process is connected to NATS and the installation's streams and buckets
 exist, 503 with the reason otherwise (a readiness probe). ``/metrics`` is the Prometheus
 text format of a registry. It runs on the process's own event loop: a process whose loop
@@ -34,6 +36,8 @@ DEFAULT_AGENT_PORT = 9465
 
 Readiness = Callable[[], Awaitable[str | None]]
 """Returns None when ready, else why not."""
+Liveness = Callable[[], str | None]
+"""Returns None when alive, else what is broken."""
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 _READY_TIMEOUT = 5.0
@@ -62,6 +66,7 @@ class HealthServer:
     Args:
         port: the TCP port (0: any free port; see :attr:`port` once started).
         ready: the readiness check (None: ready as soon as the server runs).
+        alive: the liveness check (None: alive while the event loop answers).
         registry: the Prometheus registry to expose.
         host: the address to listen on.
     """
@@ -71,11 +76,13 @@ class HealthServer:
         port: int,
         *,
         ready: Readiness | None = None,
+        alive: Liveness | None = None,
         registry: CollectorRegistry = REGISTRY,
         host: str = "0.0.0.0",  # noqa: S104 - scraped and probed from outside the container
     ) -> None:
         self._requested_port = port
         self._ready = ready
+        self._alive = alive
         self._registry = registry
         self._host = host
         self._server: asyncio.base_events.Server | None = None
@@ -136,9 +143,14 @@ class HealthServer:
             return 405, text, b"only GET\n"
         if path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
+        broken = self._alive() if self._alive is not None else None
         if path in ("/healthz", "/livez"):
+            if broken is not None:
+                return 503, text, f"not alive: {broken}\n".encode()
             return 200, text, b"ok\n"
         if path == "/readyz":
+            if broken is not None:
+                return 503, text, f"not ready: {broken}\n".encode()
             if self._ready is None:
                 return 200, text, b"ready\n"
             try:
@@ -152,6 +164,22 @@ class HealthServer:
 
 
 # --- wiring a process -----------------------------------------------------------------
+
+
+def consumers_alive(orchestrator: Orchestrator) -> Liveness:
+    """Alive while every consumer loop of ``orchestrator`` runs (or was stopped)."""
+
+    def alive() -> str | None:
+        # The loops retry what fails inside them; a loop that ended anyway (say, its
+        # consumer could not be created while JetStream was failing over) never comes
+        # back by itself: a restart of the process does.
+        for task in getattr(orchestrator, "_tasks", ()):
+            if task.done() and not task.cancelled():
+                error = task.exception()
+                return f"a consumer loop ended: {error!r}" if error else "a consumer loop ended"
+        return None
+
+    return alive
 
 
 class OrchestratorInstrumentation:
@@ -197,7 +225,12 @@ class OrchestratorInstrumentation:
             interval=poll_interval,
         )
         ready = nats_readiness(orchestrator.nc, orchestrator.subjects)
-        self.server = None if port is None else HealthServer(port, ready=ready, registry=registry)
+        alive = consumers_alive(orchestrator)
+        self.server = (
+            None
+            if port is None
+            else HealthServer(port, ready=ready, alive=alive, registry=registry)
+        )
 
     async def start(self) -> None:
         self.cluster.start()

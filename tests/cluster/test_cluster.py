@@ -567,3 +567,22 @@ async def test_cluster_survives_a_node_loss_and_replicas_never_double_apply(
             )
     finally:
         await nc.close()
+
+
+async def test_provisioning_never_scales_streams_down(cluster: Cluster) -> None:
+    await jetstream_ready(cluster.urls)
+    subjects = Subjects(prefix=f"s{os.getpid()}")
+    nc = await connect(cluster.urls)
+    try:
+        js = nc.jetstream()
+
+        async def provisioned_r3() -> bool:
+            await provision(js, subjects, replicas=3)
+            return True
+
+        await until(provisioned_r3, "R3 streams created", within=30)
+        await provision(js, subjects)  # a process started without INTERLOCK_REPLICAS
+        info = await js.stream_info(subjects.runs_stream)
+        assert info.config.num_replicas == 3
+    finally:
+        await nc.close()

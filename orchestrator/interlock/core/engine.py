@@ -319,6 +319,9 @@ class _Step:
                 item=item,
                 iteration=iteration,
             ),
+            # The run's trace context travels with each request, so any replica that
+            # dispatches it continues the run's trace.
+            traceparent=self.state.traceparent,
         )
         if deadline is not None:
             self.schedule(

@@ -167,7 +167,11 @@ async def provision(
         current = await _stream_config(nc, prefix, name)
         if current is None:
             await _api(nc, f"{prefix}.STREAM.CREATE.{name}", desired, f"create stream {name}")
-        elif any(current.get(key) != value for key, value in desired.items()):
+            continue
+        # Never scale a stream down by accident: a process started without
+        # INTERLOCK_REPLICAS must not turn R3 streams back into R1.
+        desired["num_replicas"] = max(desired["num_replicas"], current.get("num_replicas", 1))
+        if any(current.get(key) != value for key, value in desired.items()):
             # Keep what the server filled in or an operator set; change only our settings.
             await _api(
                 nc,

@@ -65,7 +65,7 @@ from interlock.runtime.timers import ClockTimers, JetStreamTimers
 
 log = logging.getLogger("interlock.orchestrator")
 
-MAX_DELIVERIES = 5
+MAX_DELIVERIES = 10
 ACK_WAIT = 10.0
 """Default ack wait of the orchestrator's consumers: how long the messages a killed
 orchestrator had taken wait before another process gets them. Slow batches send progress
@@ -200,7 +200,7 @@ class Orchestrator:
         *,
         before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        sub = await self._subscribe(stream, subject, durable, max_ack_pending=10_000)
+        sub = await self._subscribe_until_stopped(stream, subject, durable, 10_000)
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
@@ -214,6 +214,24 @@ class Orchestrator:
                 if before is not None:
                     await before()
                 await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
+
+    async def _subscribe_until_stopped(
+        self, stream: str, subject: str, durable: str, max_ack_pending: int
+    ) -> Any:
+        """Subscribe, trying again while JetStream cannot answer (a leader election, a
+        server restart): a consumer loop must not end because it started at a bad time."""
+        wait = 0.5
+        while True:
+            try:
+                return await self._subscribe(
+                    stream, subject, durable, max_ack_pending=max_ack_pending
+                )
+            except Exception as exc:
+                if self._stopping.is_set():
+                    raise
+                log.warning("%s: cannot subscribe yet (%s); retrying in %.1fs", durable, exc, wait)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 10.0)
 
     async def _subscribe(
         self, stream: str, subject: str, durable: str, *, max_ack_pending: int
@@ -291,7 +309,9 @@ class Orchestrator:
             else:
                 log.warning("%s: will retry (%d): %s", where, delivered, exc)
                 with contextlib.suppress(Exception):
-                    await msg.nak(delay=min(0.2 * 2**delivered, 5.0))
+                    # About two minutes in all before giving up: longer than a JetStream
+                    # leader election (4-7 s) or a server restart.
+                    await msg.nak(delay=min(0.5 * 2**delivered, 30.0))
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
         # Without the message's own JetStream headers: its Nats-Msg-Id would make the
@@ -437,7 +457,7 @@ class Orchestrator:
 
     async def _relay(self) -> None:
         s = self.subjects
-        sub = await self._subscribe(s.runs_stream, s.runs_all, "relay", max_ack_pending=20_000)
+        sub = await self._subscribe_until_stopped(s.runs_stream, s.runs_all, "relay", 20_000)
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(512, timeout=1.0)

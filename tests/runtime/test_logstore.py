@@ -93,3 +93,14 @@ async def test_a_log_longer_than_one_read_batch_reads_back_in_order(log: RunLog)
     raw = await log.read_raw("rlong")
     tail, _ = await log.read("rlong", after=raw[1999][0])
     assert [r.id for r in tail] == [f"rlong:{n}" for n in range(2001, total + 1)]
+
+
+async def test_the_leader_knows_the_last_record_of_a_run(log: RunLog) -> None:
+    assert await log.last_seq("nobody") == 0
+    first = await log.append("r-last", [entered("r-last", 1)], 0)
+    second = await log.append("r-last", [entered("r-last", 2)], first)
+    assert await log.last_seq("r-last") == second
+    records, last = await log.read("r-last", consistent=True)
+    assert last == second
+    assert records == [entered("r-last", 1), entered("r-last", 2)]
+    assert await log.read("nobody", consistent=True) == ([], 0)

@@ -14,6 +14,7 @@ subject), so rebuilding a run after a restart costs one round trip per thousand 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 
@@ -80,9 +81,35 @@ class RunLog:
             self._nc, self._subjects.runs_stream, self._subjects.run(run_id), after
         )
 
-    async def read(self, run_id: str, after: int = 0) -> tuple[list[ev.AnyRecord], int]:
-        """The decoded records after ``after`` and the stream sequence of the last one."""
+    async def last_seq(self, run_id: str) -> int:
+        """The stream sequence of the run's last message, as the stream leader knows it
+        (0: no such run). Direct gets may be answered by a replica that is behind."""
+        api = f"$JS.API.STREAM.MSG.GET.{self._subjects.runs_stream}"
+        body = json.dumps({"last_by_subj": self._subjects.run(run_id)}).encode()
+        reply = json.loads((await self._nc.request(api, body, timeout=_TIMEOUT)).data)
+        error = reply.get("error")
+        if error:
+            if error.get("code") == 404:
+                return 0
+            raise LogReadError(f"reading the last record of {run_id}: {error}")
+        return int(reply["message"]["seq"])
+
+    async def read(
+        self, run_id: str, after: int = 0, *, consistent: bool = False
+    ) -> tuple[list[ev.AnyRecord], int]:
+        """The decoded records after ``after`` and the stream sequence of the last one.
+
+        ``consistent``: read until the leader's last record is in (on a replicated stream a
+        direct get may come from a replica that has not applied the newest appends yet).
+        """
+        target = await self.last_seq(run_id) if consistent else 0
         raw = await self.read_raw(run_id, after)
+        for attempt in range(20):
+            if (raw[-1][0] if raw else after) >= target:
+                break
+            # A replica behind the leader answered: it catches up within milliseconds.
+            await asyncio.sleep(0.01 * (attempt + 1))
+            raw = await self.read_raw(run_id, after)
         last = raw[-1][0] if raw else after
         return [record for _, data in raw for record in ev.decode_batch(data)], last
 

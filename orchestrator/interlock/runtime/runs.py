@@ -116,7 +116,7 @@ class Runs:
             entry = self._finished.get(run_id)
             if entry is not None:
                 return entry
-        records, last = await self.log.read(run_id)
+        records, last = await self.log.read(run_id, consistent=fresh)
         if not records:
             return None
         state = fold(records)
@@ -173,7 +173,7 @@ class Runs:
                 # "Nothing to do" may only mean that the cached copy is behind the log (another
                 # replica, or the CLI, appended since): an answer to an action requested there
                 # would be dropped. Look once for newer records before taking it as final.
-                if from_cache and await self.log.read_raw(run_id, after=entry.last_seq):
+                if from_cache and await self.log.last_seq(run_id) > entry.last_seq:
                     self.forget(run_id)
                     continue
                 return []

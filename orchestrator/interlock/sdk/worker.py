@@ -599,15 +599,9 @@ class Worker:
                 f"the input of {cap.name!r} must be a JSON object, got {type(data).__name__}",
                 retryable=False,
             )
-        if contract.input is not None:
-            problem = contract.input.problem(data)
-            if problem is not None:
-                return failure(
-                    ErrorClass.SCHEMA_ERROR,
-                    f"input does not match the input schema of {cap.name!r} "
-                    f"({contract.origin}): {problem}",
-                    retryable=False,
-                )
+        mismatch = _schema_mismatch("input", cap.name, contract.input, contract.origin, data)
+        if mismatch is not None:
+            return mismatch
         argument: Any = data
         if cap.input_type is not None:
             try:
@@ -698,15 +692,9 @@ class Worker:
                 f"the output of {cap.name!r} must be a JSON object, got {type(data).__name__}",
                 retryable=False,
             )
-        if contract.output is not None:
-            problem = contract.output.problem(data)
-            if problem is not None:
-                return failure(
-                    ErrorClass.SCHEMA_ERROR,
-                    f"output does not match the output schema of {cap.name!r} "
-                    f"({contract.origin}): {problem}",
-                    retryable=False,
-                )
+        mismatch = _schema_mismatch("output", cap.name, contract.output, contract.origin, data)
+        if mismatch is not None:
+            return mismatch
         return result_type, data
 
     def _contract(self, cap: _Capability) -> CapabilityContract:
@@ -838,6 +826,23 @@ class Worker:
                 observer.task_finished(capability, action_id, outcome, error_class, seconds)
             except Exception:
                 log.exception("observer %r failed", observer)
+
+
+def _schema_mismatch(
+    side: str, capability: str, schema: Schema | None, origin: str, data: Any
+) -> tuple[str, Any] | None:
+    """The schema-error result when ``data`` does not match the ``side`` (input or output)
+    schema of ``capability``; None when it does or there is no schema."""
+    if schema is None:
+        return None
+    problem = schema.problem(data)
+    if problem is None:
+        return None
+    return failure(
+        ErrorClass.SCHEMA_ERROR,
+        f"{side} does not match the {side} schema of {capability!r} ({origin}): {problem}",
+        retryable=False,
+    )
 
 
 def _inspect_handler(fn: Handler, name: str) -> tuple[type | None, bool]:

@@ -91,6 +91,13 @@ def format_traceparent(ctx: SpanContext) -> str:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
+def _parent_context(parent: SpanContext | None) -> otel_context.Context:
+    """A context whose current span is ``parent``; an empty one (a new trace) without it."""
+    if parent is None:
+        return otel_context.Context()
+    return trace.set_span_in_context(trace.NonRecordingSpan(parent))
+
+
 _next_ids: contextvars.ContextVar[tuple[int | None, int | None]] = contextvars.ContextVar(
     "interlock_next_span_ids", default=(None, None)
 )
@@ -255,8 +262,7 @@ class OrchestratorTracer(OrchestratorObserver):
 
     def _parent(self, run_id: str, traceparent: str | None, span_id: int) -> Any:
         trace_id, _, flags = self.run_root(run_id, traceparent)
-        ctx = SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags)
-        return trace.set_span_in_context(trace.NonRecordingSpan(ctx))
+        return _parent_context(SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags))
 
     @staticmethod
     def run_span_id(run_id: str) -> int:
@@ -422,11 +428,7 @@ class OrchestratorTracer(OrchestratorObserver):
             run, record.time, error=None if isinstance(record, ev.RunCompleted) else error
         )
         trace_id, remote_parent, _ = self.run_root(run.run_id, run.traceparent)
-        context = (
-            trace.set_span_in_context(trace.NonRecordingSpan(remote_parent))
-            if remote_parent is not None
-            else otel_context.Context()
-        )
+        context = _parent_context(remote_parent)
         status = record_type_status(record)
         with _ids(trace_id, self.run_span_id(run.run_id)):
             span = self._tracer.start_span(
@@ -523,11 +525,7 @@ class WorkerTracer(WorkerObserver):
         parent = parse_traceparent(hdrs.get("traceparent")) or parse_traceparent(
             event.extensions.get("traceparent")
         )
-        context = (
-            trace.set_span_in_context(trace.NonRecordingSpan(parent))
-            if parent is not None
-            else otel_context.Context()
-        )
+        context = _parent_context(parent)
         destination = self._subjects.capability(capability)
         span = self._tracer.start_span(
             f"process {destination}",

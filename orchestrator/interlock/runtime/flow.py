@@ -249,12 +249,12 @@ class ControlFlow:
             state.namespace, state.workflow, state.correlation_key
         )
         for event in parked:
-            await self.o.deliver(record.subject, _incoming(event))
+            await self.o.deliver(record.subject, to_incoming(event))
 
     async def route_correlated(self, event: CloudEvent) -> bool:
         """Deliver an event to the runs its correlation key names; park it when none takes
         it. True when some workflow correlates events of its type."""
-        incoming = _incoming(event)
+        incoming = to_incoming(event)
         correlated = False
         for definition, _ in list(self.o.registry.correlating(event.type)):
             key = event_correlation_key(definition, incoming)
@@ -275,7 +275,8 @@ class ControlFlow:
         return correlated
 
 
-def _incoming(event: CloudEvent) -> Incoming:
+def to_incoming(event: CloudEvent) -> Incoming:
+    """The engine's view of an inbound CloudEvent."""
     return Incoming(
         type=event.type,
         source=event.source,

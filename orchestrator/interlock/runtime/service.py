@@ -54,7 +54,7 @@ from interlock.runtime.cloudevents_nats import (
     decode_message,
     encode_binary,
 )
-from interlock.runtime.flow import ControlFlow
+from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.provision import provision
@@ -72,18 +72,6 @@ orchestrator had taken wait before another process gets them. Slow batches send 
 acks, so this bounds recovery after a crash, not the time a batch may take."""
 """A message that fails this often is dead-lettered instead of retried forever."""
 FETCH_BATCH = 128
-
-
-def to_incoming(event: CloudEvent) -> Incoming:
-    return Incoming(
-        type=event.type,
-        source=event.source,
-        id=event.id,
-        data=event.data,
-        time=event.time,
-        subject=event.subject,
-        extensions=dict(event.extensions),
-    )
 
 
 _validators: dict[int, tuple[Mapping[str, Any], Any]] = {}

@@ -20,8 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
+from flow_support import WAIT, ClockStack, clock_orchestrator
 from nats.js.errors import NotFoundError
 
 from interlock.cli.main import main as interlock_main
@@ -36,13 +36,12 @@ from interlock.runtime.flow import child_run_id
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.subjects import Subjects
-from interlock.runtime.timers import ClockTimers, ManualClock
+from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 INTERLOCK = str(Path(sys.executable).with_name("interlock"))
-WAIT = 10.0
 
 AGENT_FILES = [
     EXAMPLES / "control-flow-agents.yaml",
@@ -304,7 +303,7 @@ async def eventually(predicate: Callable[[], Any], what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-class Stack:
+class Stack(ClockStack):
     def __init__(
         self,
         client: InterlockClient,
@@ -313,8 +312,7 @@ class Stack:
         orchestrator: Orchestrator,
         url: str,
     ) -> None:
-        self.client = client
-        self.timers = timers
+        super().__init__(client, timers)
         self.agents = agents
         self.orchestrator = orchestrator
         self.url = url
@@ -323,36 +321,8 @@ class Stack:
     async def start(self, workflow: str, inputs: dict[str, Any]) -> str:
         return await self.client.start(workflow, inputs)
 
-    async def run_until(
-        self, run_id: str, predicate: Callable[[RunState], bool], what: str, wait: float = WAIT
-    ) -> RunState:
-        """Wait (in real time, at most ``wait``) until the run's state satisfies ``predicate``."""
-        deadline = asyncio.get_running_loop().time() + wait
-        while True:
-            try:
-                state = await self.client.state(run_id)
-            except UnknownRun:
-                state = RunState(run_id=run_id)
-            if state.status != "new" and predicate(state):
-                return state
-            if asyncio.get_running_loop().time() > deadline:
-                log = "\n".join(ev.encode(r).decode()[:240] for r in await self.records(run_id))
-                raise AssertionError(
-                    f"run {run_id} never got {what}; it is {state.status} in {state.state} "
-                    f"({state.error}); its log:\n{log}"
-                )
-            await asyncio.sleep(0.02)
-
     async def in_state(self, run_id: str, name: str) -> RunState:
         return await self.run_until(run_id, lambda s: s.state == name, f"to {name}")
-
-    async def advance(self, run_id: str, seconds: float) -> None:
-        """Advance the clock once every timer the run has set is scheduled (the relay
-        schedules them just after they are appended)."""
-        await self.run_until(
-            run_id, lambda s: all(self.timers.knows(t) for t in s.timers), "its timers scheduled"
-        )
-        await self.timers.advance(seconds)
 
     async def outlive(self, run_id: str, seconds: float) -> None:
         """Advance the clock past every timer the run ever set, once all are scheduled,
@@ -377,9 +347,6 @@ class Stack:
         return next(
             t for t in state.timers.values() if t.purpose == "retry" and t.attempt == attempt
         )
-
-    async def finished(self, run_id: str) -> RunState:
-        return await self.client.wait(run_id, WAIT)
 
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
         try:
@@ -411,30 +378,20 @@ class Stack:
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    clock = ManualClock(utc_now())
-    timers = ClockTimers(clock)
-    nc_o = await nats.connect(nats_url)
-    nc_c = await nats.connect(nats_url)
-    orchestrator = Orchestrator(nc_o, subjects, clock=clock, timers=timers)
-    await orchestrator.start()
-    client = InterlockClient(nc_c, subjects)
-    client.runs.clock = clock  # runs started by the client are timed by the same clock
-    sources = [(str(p), p.read_text()) for p in [*AGENT_FILES, *workflow_files()]]
-    applied = await client.apply(sources)
-    assert applied.compiled.ok, applied.compiled.diagnostics
-    agents = Agents()
-    worker = Worker("example-agent", concurrency=16, heartbeat_interval=60)
-    agents.register(worker)
-    task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
-    try:
-        await asyncio.wait_for(worker.wait_ready(), WAIT)
-        yield Stack(client, timers, agents, orchestrator, nats_url)
-    finally:
-        await worker.stop(force=True)
-        await asyncio.wait_for(task, WAIT)
-        await orchestrator.stop()
-        await nc_o.close()
-        await nc_c.close()
+    async with clock_orchestrator(nats_url, subjects) as (client, timers, orchestrator):
+        sources = [(str(p), p.read_text()) for p in [*AGENT_FILES, *workflow_files()]]
+        applied = await client.apply(sources)
+        assert applied.compiled.ok, applied.compiled.diagnostics
+        agents = Agents()
+        worker = Worker("example-agent", concurrency=16, heartbeat_interval=60)
+        agents.register(worker)
+        task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(worker.wait_ready(), WAIT)
+            yield Stack(client, timers, agents, orchestrator, nats_url)
+        finally:
+            await worker.stop(force=True)
+            await asyncio.wait_for(task, WAIT)
 
 
 def types(records: list[ev.AnyRecord]) -> list[str]:

@@ -13,114 +13,66 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
+from flow_support import WAIT, ClockStack, clock_orchestrator
 
 from interlock.core import events as ev
-from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import UnknownRun, utc_now
-from interlock.runtime.service import Orchestrator
+from interlock.runtime.runs import utc_now
 from interlock.runtime.subjects import Subjects
-from interlock.runtime.timers import ClockTimers, ManualClock
+from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
 
 REPO = Path(__file__).resolve().parents[2]
-WAIT = 10.0
 
 
-class Stack:
+class Stack(ClockStack):
     def __init__(self, client: InterlockClient, timers: ClockTimers, fetch: dict[str, Any]):
-        self.client = client
-        self.timers = timers
+        super().__init__(client, timers)
         self.fetch = fetch
-
-    async def run_until(self, run_id: str, predicate: Any, what: str) -> RunState:
-        """Wait (in real time, bounded) until the run's state satisfies ``predicate``."""
-        deadline = asyncio.get_running_loop().time() + WAIT
-        while True:
-            try:
-                state = await self.client.state(run_id)
-            except UnknownRun:  # not started yet
-                state = RunState(run_id=run_id)
-            if state.status != "new" and predicate(state):
-                return state
-            if asyncio.get_running_loop().time() > deadline:
-                log = "\n".join(ev.encode(r).decode()[:240] for r in await self.records(run_id))
-                raise AssertionError(
-                    f"run {run_id} never got {what}; it is {state.status} in {state.state} "
-                    f"({state.error}); its log:\n{log}"
-                )
-            await asyncio.sleep(0.02)
-
-    async def advance(self, run_id: str, seconds: float) -> None:
-        """Advance the clock once every timer the run has set is scheduled (the relay
-        schedules them just after they are appended)."""
-        await self.run_until(
-            run_id,
-            lambda s: all(self.timers.knows(t) for t in s.timers),
-            "its timers scheduled",
-        )
-        await self.timers.advance(seconds)
-
-    async def finished(self, run_id: str) -> RunState:
-        return await self.client.wait(run_id, WAIT)
-
-    async def records(self, run_id: str) -> list[ev.AnyRecord]:
-        return await self.client.read(run_id)
 
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    clock = ManualClock(utc_now())
-    timers = ClockTimers(clock)
-    nc_o = await nats.connect(nats_url)
-    nc_c = await nats.connect(nats_url)
-    orchestrator = Orchestrator(nc_o, subjects, clock=clock, timers=timers)
-    await orchestrator.start()
-    client = InterlockClient(nc_c, subjects)
-    client.runs.clock = clock  # runs started by the client are timed by the same clock
-    applied = await client.apply(
-        [
-            (str(p), p.read_text())
-            for p in (
-                REPO / "examples" / "ingest.yaml",
-                REPO / "examples" / "ingest-agents.yaml",
-                REPO / "agents" / "interlock_agents" / "manifests" / "echo.yaml",
-            )
-        ]
-    )
-    assert applied.compiled.ok, applied.compiled.diagnostics
-    fetch: dict[str, Any] = {"mode": "ok", "calls": Counter()}
-    worker = Worker("flow-agent", concurrency=16, heartbeat_interval=60)
+    async with clock_orchestrator(nats_url, subjects) as (client, timers, _):
+        applied = await client.apply(
+            [
+                (str(p), p.read_text())
+                for p in (
+                    REPO / "examples" / "ingest.yaml",
+                    REPO / "examples" / "ingest-agents.yaml",
+                    REPO / "agents" / "interlock_agents" / "manifests" / "echo.yaml",
+                )
+            ]
+        )
+        assert applied.compiled.ok, applied.compiled.diagnostics
+        fetch: dict[str, Any] = {"mode": "ok", "calls": Counter()}
+        worker = Worker("flow-agent", concurrency=16, heartbeat_interval=60)
 
-    @worker.capability("fetch")
-    async def do_fetch(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
-        fetch["calls"][ctx.action_id] += 1
-        mode = fetch["mode"]
-        if mode == "flaky" and fetch["calls"][ctx.action_id] == 1:
-            raise RetryableError("upstream busy")
-        if mode == "broken":
-            raise AgentError("no such source")
-        if mode == "hang":
-            await asyncio.sleep(3600)
-        return {"rows": 3}
+        @worker.capability("fetch")
+        async def do_fetch(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+            fetch["calls"][ctx.action_id] += 1
+            mode = fetch["mode"]
+            if mode == "flaky" and fetch["calls"][ctx.action_id] == 1:
+                raise RetryableError("upstream busy")
+            if mode == "broken":
+                raise AgentError("no such source")
+            if mode == "hang":
+                await asyncio.sleep(3600)
+            return {"rows": 3}
 
-    @worker.capability("echo")
-    async def echo(inp: dict[str, Any]) -> dict[str, Any]:
-        return inp
+        @worker.capability("echo")
+        async def echo(inp: dict[str, Any]) -> dict[str, Any]:
+            return inp
 
-    task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
-    try:
-        yield Stack(client, timers, fetch)
-    finally:
-        await worker.stop(force=True)
-        await asyncio.wait_for(task, WAIT)
-        await orchestrator.stop()
-        await nc_o.close()
-        await nc_c.close()
+        task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
+        try:
+            yield Stack(client, timers, fetch)
+        finally:
+            await worker.stop(force=True)
+            await asyncio.wait_for(task, WAIT)
 
 
 def types(records: list[ev.AnyRecord]) -> list[str]:

@@ -26,10 +26,8 @@ from typing import Any
 import jsonschema
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import (
-    FetchTimeoutError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
@@ -54,6 +52,7 @@ from interlock.runtime.cloudevents_nats import (
     decode_message,
     encode_binary,
 )
+from interlock.runtime.consuming import batches
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
@@ -189,15 +188,7 @@ class Orchestrator:
         before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         sub = await self._subscribe_until_stopped(stream, subject, durable, 10_000)
-        while not self._stopping.is_set():
-            try:
-                msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
-            except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
-                continue
-            except Exception as exc:
-                log.warning("%s: fetch failed: %s", durable, exc)
-                await asyncio.sleep(0.5)
-                continue
+        async for msgs in batches(sub, FETCH_BATCH, self._stopping, durable, log):
             async with self._working(msgs):
                 if before is not None:
                     await before()
@@ -446,15 +437,7 @@ class Orchestrator:
     async def _relay(self) -> None:
         s = self.subjects
         sub = await self._subscribe_until_stopped(s.runs_stream, s.runs_all, "relay", 20_000)
-        while not self._stopping.is_set():
-            try:
-                msgs = await sub.fetch(512, timeout=1.0)
-            except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
-                continue
-            except Exception as exc:
-                log.warning("relay: fetch failed: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
+        async for msgs in batches(sub, 512, self._stopping, "relay", log):
             by_run: dict[str, list[ev.AnyRecord]] = {}
             for msg in msgs:
                 try:

@@ -22,10 +22,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from nats.aio.client import Client
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import FetchTimeoutError
 
+from interlock.runtime.consuming import batches
 from interlock.runtime.subjects import Subjects
 
 log = logging.getLogger("interlock.timers")
@@ -100,15 +99,7 @@ class JetStreamTimers:
         sub = await self._js.pull_subscribe(
             f"{s.prefix}.timers.fired.>", durable="timers", stream=s.timers_stream, config=config
         )
-        while not self._stopping.is_set():
-            try:
-                msgs = await sub.fetch(64, timeout=1.0)
-            except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
-                continue
-            except Exception as exc:
-                log.warning("timers: fetch failed: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
+        async for msgs in batches(sub, 64, self._stopping, "timers", log):
             for msg in msgs:
                 try:
                     body = json.loads(msg.data)

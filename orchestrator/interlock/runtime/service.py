@@ -71,6 +71,9 @@ orchestrator had taken wait before another process gets them. Slow batches send 
 acks, so this bounds recovery after a crash, not the time a batch may take."""
 """A message that fails this often is dead-lettered instead of retried forever."""
 FETCH_BATCH = 128
+DISPATCH_CHECK_AGE_S = 60.0
+"""An action request read later than this after it was appended is checked against the
+run's log before it is published: the capability stream's dedupe window is two minutes."""
 
 
 _validators: dict[int, tuple[Mapping[str, Any], Any]] = {}
@@ -439,6 +442,7 @@ class Orchestrator:
         sub = await self._subscribe_until_stopped(s.runs_stream, s.runs_all, "relay", 20_000)
         async for msgs in batches(sub, 512, self._stopping, "relay", log):
             by_run: dict[str, list[ev.AnyRecord]] = {}
+            again: set[str] = set()
             for msg in msgs:
                 try:
                     batch = ev.decode_batch(msg.data)
@@ -447,8 +451,13 @@ class Orchestrator:
                     continue
                 for record in batch:
                     by_run.setdefault(record.subject, []).append(record)
+                if batch and msg.metadata is not None and msg.metadata.num_delivered > 1:
+                    again.add(batch[0].subject)
             # A run's effects are done in log order; different runs go in parallel.
-            effects = [self._effects(run_id, records) for run_id, records in by_run.items()]
+            effects = [
+                self._effects(run_id, records, redelivered=run_id in again)
+                for run_id, records in by_run.items()
+            ]
             try:
                 async with self._working(msgs):
                     await asyncio.gather(*effects)
@@ -461,9 +470,22 @@ class Orchestrator:
             for msg in msgs:
                 await msg.ack()
 
-    async def _effects(self, run_id: str, records: list[ev.AnyRecord]) -> None:
+    async def _effects(
+        self, run_id: str, records: list[ev.AnyRecord], *, redelivered: bool = False
+    ) -> None:
+        stale = redelivered or any(
+            isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
+            for r in records
+        )
+        awaited = await self._still_awaited(run_id) if stale else None
         for record in records:
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
+                d = record.data
+                if awaited is not None and awaited.get(d.action_id) != d.attempt:
+                    # Redelivered after a crash (or read late), and the run no longer waits
+                    # for this attempt: it was dispatched and answered before. Publishing it
+                    # again once the dedupe window has passed would do the work twice.
+                    continue
                 await self._dispatch(record)
             effect = self.flow.effect(record)
             if effect is not None:
@@ -471,6 +493,23 @@ class Orchestrator:
         indexed: list[ev.AnyRecord] = [r for r in records if isinstance(r, _INDEXED)]
         if indexed:
             await self._index_run(run_id, indexed)
+
+    def _older_than(self, time: str, seconds: float) -> bool:
+        try:
+            return plus_seconds(time, seconds) < self.clock()
+        except ValueError:
+            return False
+
+    async def _still_awaited(self, run_id: str) -> dict[str, int] | None:
+        """The action attempts the run is waiting for, read from its log (None: unknown)."""
+        try:
+            entry = await self.runs.load(run_id, fresh=True)
+        except Exception as exc:  # dispatch without the check rather than stall
+            log.warning("relay: cannot read run %s to check its actions: %s", run_id, exc)
+            return None
+        if entry is None:
+            return None
+        return {p.action_id: p.attempt for p in entry.state.pending.values()}
 
     async def _dispatch(self, record: ev.ActionRequested) -> None:
         d = record.data

@@ -19,6 +19,7 @@ from flow_support import WAIT, ClockStack, clock_orchestrator
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.cloudevents_nats import CloudEvent
+from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.flow import child_run_id
 from interlock.runtime.runs import utc_now
 from interlock.runtime.subjects import Subjects
@@ -111,6 +112,13 @@ async def test_the_ingest_manifest_runs_end_to_end(stack: Stack) -> None:
     records = await stack.records(run_id)
     started = [r for r in records if isinstance(r, ev.MapStarted)]
     assert started[0].data.items == ["eu", "us", "ap"]
+    # A finished run leaves the correlation index.
+    index = CorrelationIndex(stack.client.nc, stack.client.subjects)
+    for _ in range(100):
+        if not await index.runs("default", "ingest", "T-7"):
+            break
+        await asyncio.sleep(0.05)
+    assert await index.runs("default", "ingest", "T-7") == []
     # parallelism 2: never more than two items in flight.
     in_flight = peak = 0
     for r in records:

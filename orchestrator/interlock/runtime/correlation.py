@@ -67,6 +67,25 @@ class CorrelationIndex:
                 if "wrong last sequence" not in str(exc).lower():
                     raise
 
+    async def remove(self, namespace: str, workflow: str, key: str, run_id: str) -> None:
+        """Take a finished run out of the index (the key goes when no run is left)."""
+        kv = await self._bucket()
+        token = key_token(namespace, workflow, key)
+        for _ in range(20):
+            try:
+                entry = await kv.get(token)
+            except KeyNotFoundError:
+                return
+            runs = [r for r in json.loads(entry.value or b"[]") if r != run_id]
+            try:
+                if runs:
+                    await kv.update(token, json.dumps(runs).encode(), last=entry.revision)
+                else:
+                    await kv.delete(token, last=entry.revision)
+                return
+            except KeyWrongLastSequenceError:
+                continue
+
     async def runs(self, namespace: str, workflow: str, key: str) -> list[str]:
         kv = await self._bucket()
         try:

@@ -79,18 +79,25 @@ class ControlFlow:
             handler = self._index
         elif isinstance(record, ev.StateEntered):
             handler = self._offer_parked
-        if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled) and (
-            record.data.parent is not None
-        ):
-            return self._both(handler, record)
+        if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
+            return self._finished(handler, record)
         return None if handler is None else handler(record)
 
-    async def _both(
+    async def _finished(
         self, handler: Callable[[ev.AnyRecord], Awaitable[None]] | None, record: ev.AnyRecord
     ) -> None:
+        """A run ended: its own effect, its parent told, and out of the correlation index."""
+        assert isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled)
         if handler is not None:
             await handler(record)
-        await self._answer_parent(record)
+        if record.data.parent is not None:
+            await self._answer_parent(record)
+        entry = self.o.runs.cached(record.subject) or await self.o.runs.load(record.subject)
+        if entry is not None and entry.state.correlation_key:
+            s = entry.state
+            await self.correlation.remove(
+                s.namespace, s.workflow, s.correlation_key or "", record.subject
+            )
 
     async def _schedule(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.TimerScheduled)

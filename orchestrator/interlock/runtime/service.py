@@ -285,7 +285,13 @@ class Orchestrator:
             delivered = msg.metadata.num_delivered if msg.metadata else 1
             if delivered >= MAX_DELIVERIES:
                 log.error("%s: dead-lettering after %d attempts: %s", where, delivered, exc)
-                await self._dead_letter(msg, "processing-failed", str(exc))
+                try:
+                    await self._dead_letter(msg, "processing-failed", str(exc))
+                except Exception:
+                    # Not stored anywhere else yet: keep it, and try again later.
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=30.0)
+                    return
                 with contextlib.suppress(Exception):
                     await msg.ack()
             else:
@@ -311,8 +317,10 @@ class Orchestrator:
         self.observers.dead_lettered(reason)
         try:
             await self.js.publish(self.subjects.dead_letter(reason), msg.data, headers=headers)
-        except Exception as exc:  # the message is still acked: say so loudly
+        except Exception as exc:
+            # Raised on: the message is acked only once its dead letter is stored.
             log.error("could not dead-letter a message (%s): %s", reason, exc)
+            raise
 
     def _decode(self, msg: Msg) -> CloudEvent:
         return decode_message(msg.headers, msg.data)

@@ -740,8 +740,12 @@ class Worker:
             headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
         try:
             await js.publish(subjects.dead_letter(reason), msg.data, headers=headers, timeout=5)
-        except Exception as exc:  # terminated all the same: it can never be answered
+        except Exception as exc:
+            # Not stored anywhere else yet: keep it (another attempt later), never drop it.
             log.error("could not dead-letter a message (%s): %s", reason, exc)
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=30)
+            return
         await msg.term()
 
     # --- cancellation -------------------------------------------------------------

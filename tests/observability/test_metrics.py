@@ -124,8 +124,8 @@ async def test_metrics_of_a_running_stack(nats_url: str, subjects: Subjects) -> 
 
     for name, kind in ORCHESTRATOR_FAMILIES.items():
         assert types.get(name) == kind, f"{name}: {types.get(name)}"
-    # Runs started by a client are appended by the client, not by an orchestrator.
-    assert value(values, "interlock_runs_started_total", workflow="review") == 1
+    # The relay counts every run, whoever started it (a trigger, or a client).
+    assert value(values, "interlock_runs_started_total", workflow="review") == 3
     assert value(
         values, "interlock_runs_failed_total", workflow="review", error_class="agent_error"
     )
@@ -237,8 +237,8 @@ async def test_records_are_counted_with_their_workflow() -> None:
         t1,
     )
     finished = record(ev.RunCompleted, "r1", 5, ev.RunCompletedData(state="a"), t2)
-    tracker.appended("r1", [started, entered, requested])
-    tracker.appended("r1", [completed, finished])
+    tracker.relayed("r1", [started, entered, requested])
+    tracker.relayed("r1", [completed, finished])
     get = registry.get_sample_value
     assert get("interlock_runs_started_total", {"workflow": "wf"}) == 1
     assert get("interlock_runs_completed_total", {"workflow": "wf"}) == 1

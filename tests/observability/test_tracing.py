@@ -328,7 +328,7 @@ def test_each_attempt_of_a_retried_action_has_its_own_span() -> None:
     t = "2026-01-01T00:00:0{}.000Z".format
     requested = ev.ActionRequestedData(action_id="r9:3", state="a", index=0, capability="c")
     error = ev.ErrorInfo(error_class="timeout", message="late", retryable=True)
-    tracker.appended(
+    tracker.relayed(
         "r9",
         [
             _record(ev.RunStarted, 1, ev.RunStartedData(workflow="wf", spec_hash="h"), t(0)),
@@ -337,11 +337,11 @@ def test_each_attempt_of_a_retried_action_has_its_own_span() -> None:
         ],
     )
     failed = ev.ActionFailedData(action_id="r9:3", state="a", index=0, error=error)
-    tracker.appended("r9", [_record(ev.ActionFailed, 4, failed, t(2))])
+    tracker.relayed("r9", [_record(ev.ActionFailed, 4, failed, t(2))])
     again = ev.ActionRequestedData(action_id="r9:3", state="a", index=0, capability="c", attempt=2)
-    tracker.appended("r9", [_record(ev.ActionRequested, 5, again, t(3))])
+    tracker.relayed("r9", [_record(ev.ActionRequested, 5, again, t(3))])
     done = ev.ActionCompletedData(action_id="r9:3", state="a", index=0)
-    tracker.appended(
+    tracker.relayed(
         "r9",
         [
             _record(ev.ActionCompleted, 6, done, t(4)),

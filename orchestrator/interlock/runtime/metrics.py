@@ -2,12 +2,12 @@
 
 Three parts:
 
-- :class:`RunTracker` turns the orchestrator's ``appended`` hook into per-record callbacks
-  that know the run they belong to (workflow, current state, pending actions). Each live
-  decision is appended by exactly one orchestrator replica, so each record is seen once in
-  the whole deployment; when a replica did not see a run's earlier decisions (another
-  replica made them, or it restarted) it reads the run's log to catch up, without emitting
-  anything for those older records.
+- :class:`RunTracker` turns the relay's ``relayed`` hook into per-record callbacks that
+  know the run they belong to (workflow, current state, pending actions). Every appended
+  record passes the relay once in the whole deployment, whoever appended it (a replica or
+  the CLI), so each is counted once; when a replica did not relay a run's earlier records
+  (another replica did, or it restarted) it reads the run's log to catch up, without
+  emitting anything for those older records.
 - :class:`OrchestratorMetrics` counts and times what the records and the other hooks say.
 - :class:`ClusterMetrics` polls what only the server knows: consumer lag, requests waiting
   per capability, live workers, and (from the run index) how long runs sit in a state.
@@ -217,7 +217,10 @@ class RunTracker(OrchestratorObserver):
         """The run as last seen here (None when this process does not follow it)."""
         return self._runs.get(run_id)
 
-    def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+    def relayed(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        # Fed by the relay, not by this process's own appends: every record passes the
+        # relay once across all replicas, including those the CLI appended (``start``,
+        # ``cancel``), so runs are counted once and completely.
         if not records:
             return
         queue = self._queues.get(run_id)

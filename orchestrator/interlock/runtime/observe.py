@@ -21,6 +21,14 @@ class OrchestratorObserver:
     def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
         """A live decision's records were appended to a run's log (never called on replay)."""
 
+    def relayed(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        """The relay took these records of a run, in log order, before acting on them.
+
+        Every appended record passes the relay once across all replicas, whoever appended
+        it (an orchestrator, the CLI): the place to count and trace runs. A record may come
+        again after a crash (at-least-once); folding a log for a rebuild never comes here.
+        """
+
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
         """A capability request was published; ``headers`` may be extended before publishing
         (a tracer adds ``traceparent`` here)."""
@@ -56,6 +64,9 @@ class Observers(OrchestratorObserver):
 
     def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
         self._each("appended", run_id, records)
+
+    def relayed(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        self._each("relayed", run_id, records)
 
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
         self._each("dispatched", record, headers)

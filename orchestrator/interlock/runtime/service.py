@@ -481,6 +481,7 @@ class Orchestrator:
     async def _effects(
         self, run_id: str, records: list[ev.AnyRecord], *, redelivered: bool = False
     ) -> None:
+        self.observers.relayed(run_id, records)
         stale = redelivered or any(
             isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
             for r in records

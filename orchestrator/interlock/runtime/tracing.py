@@ -15,8 +15,9 @@ restart, the spans of one run fit into one tree:
           send <prefix>.cap.<name>      producer, at each dispatch (traceparent injected)
             process <prefix>.cap.<name> consumer, in the agent worker (see WorkerTracer)
 
-A span is emitted when the record that ends it is appended by a live decision, never
-while a log is folded (replay, rebuild after a restart). Exporting follows the standard
+A span is emitted when the record that ends it passes the relay (every appended record
+does, once, whoever appended it), never while a log is folded (replay, rebuild after a
+restart). Exporting follows the standard
 ``OTEL_*`` variables and is off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
 ``OTEL_TRACES_EXPORTER``) is set; OTLP needs the ``interlock[otlp]`` extra.
 """

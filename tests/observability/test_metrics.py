@@ -282,3 +282,19 @@ async def test_a_dead_consumer_loop_fails_liveness() -> None:
             assert (await http_get(server.port, "/metrics"))[0] == 200
     finally:
         healthy.cancel()
+
+
+def test_a_finished_run_read_again_by_the_relay_is_not_counted_twice() -> None:
+    registry = CollectorRegistry()
+    tracker = RunTracker(None, [OrchestratorMetrics(registry)])
+    t0 = "2026-01-01T00:00:00.000Z"
+    records = [
+        record(ev.RunStarted, "r7", 1, ev.RunStartedData(workflow="wf", spec_hash="h"), t0),
+        record(ev.StateEntered, "r7", 2, ev.StateEnteredData(state="done"), t0),
+        record(ev.RunCompleted, "r7", 3, ev.RunCompletedData(state="done"), t0),
+    ]
+    tracker.relayed("r7", records)
+    tracker.relayed("r7", records)  # read again after a failover
+    get = registry.get_sample_value
+    assert get("interlock_runs_started_total", {"workflow": "wf"}) == 1
+    assert get("interlock_runs_completed_total", {"workflow": "wf"}) == 1

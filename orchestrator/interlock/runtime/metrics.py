@@ -207,6 +207,7 @@ class RunTracker(OrchestratorObserver):
         self._sinks = list(sinks)
         self._capacity = capacity
         self._runs: OrderedDict[str, RunView] = OrderedDict()
+        self._finished: OrderedDict[str, int] = OrderedDict()
         self._queues: dict[str, list[Sequence[ev.AnyRecord]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -223,6 +224,11 @@ class RunTracker(OrchestratorObserver):
         # ``cancel``), so runs are counted once and completely.
         if not records:
             return
+        ended = self._finished.get(run_id)
+        if ended is not None:
+            records = [r for r in records if record_seq(r) > ended]
+            if not records:
+                return  # a run that ended, read again
         queue = self._queues.get(run_id)
         if queue is not None:  # catching up: keep the log order
             queue.append(records)
@@ -262,6 +268,11 @@ class RunTracker(OrchestratorObserver):
     def _keep(self, run: RunView) -> None:
         if run.finished:
             self._runs.pop(run.run_id, None)
+            # Remember it ended: a record the relay reads again (after a failover) must not
+            # count the run a second time.
+            self._finished[run.run_id] = run.seq
+            while len(self._finished) > self._capacity:
+                self._finished.popitem(last=False)
             return
         self._runs[run.run_id] = run
         self._runs.move_to_end(run.run_id)

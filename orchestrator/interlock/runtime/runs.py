@@ -23,6 +23,7 @@ from interlock.runtime.errors import AppendConflict
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
+from interlock.runtime.timers import format_time
 
 log = logging.getLogger("interlock.runs")
 
@@ -34,7 +35,7 @@ late answers or timers find them without reading the log again."""
 
 def utc_now() -> str:
     """The shell's clock, as the RFC 3339 text records carry."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(datetime.now(UTC))
 
 
 class InvalidInputs(ValueError):

@@ -52,7 +52,7 @@ from interlock.runtime.cloudevents_nats import (
     decode_message,
     encode_binary,
 )
-from interlock.runtime.consuming import batches
+from interlock.runtime.consuming import batches, dead_letter_headers
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
@@ -302,13 +302,7 @@ class Orchestrator:
                     await msg.nak(delay=min(0.5 * 2**delivered, 30.0))
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
-        # Without the message's own JetStream headers: its Nats-Msg-Id would make the
-        # dead-letter stream drop a second letter about the same message, and others
-        # (Nats-Expected-*, Nats-Rollup, Nats-TTL) would act on the dead-letter stream.
-        headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-")}
-        headers["Interlock-Dead-Letter-Reason"] = reason
-        headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
-        headers["Interlock-Dead-Letter-Subject"] = msg.subject
+        headers = dead_letter_headers(msg, reason, detail)
         with contextlib.suppress(Exception):  # a redelivered message is dead-lettered once
             where = f"{msg.metadata.stream}.{msg.metadata.sequence.stream}"
             digest = hashlib.sha256(f"{reason}\n{detail}".encode()).hexdigest()[:16]

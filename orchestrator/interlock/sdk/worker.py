@@ -36,6 +36,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from interlock.runtime.cloudevents_nats import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.runtime.connection import ConnectOptions, connect
+from interlock.runtime.consuming import dead_letter_headers
 from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
 
 from ._pull import PullConsumer, SlotPool
@@ -730,10 +731,7 @@ class Worker:
         a ``Nats-Msg-Id`` so a redelivered message is dead-lettered once.
         """
         log.error("rejected a message on %s: %s", msg.subject, message)
-        headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-")}
-        headers["Interlock-Dead-Letter-Reason"] = reason
-        headers["Interlock-Dead-Letter-Detail"] = message[:1000]
-        headers["Interlock-Dead-Letter-Subject"] = msg.subject
+        headers = dead_letter_headers(msg, reason, message)
         headers["Interlock-Dead-Letter-Worker"] = self.name
         with contextlib.suppress(Exception):
             meta = msg.metadata

@@ -26,7 +26,7 @@ from interlock.core.state import RunState, fold
 from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.provision import provision
-from interlock.runtime.registry import Applied, Registry
+from interlock.runtime.registry import Applied, Registry, bucket_keys
 from interlock.runtime.runs import Runs, UnknownRun
 from interlock.runtime.subjects import Subjects
 
@@ -142,14 +142,8 @@ class InterlockClient:
         self, workflow: str | None = None, status: str | None = None
     ) -> list[dict[str, Any]]:
         kv = await self.js.key_value(self.subjects.runs_bucket)
-        try:
-            keys = list(await kv.keys())
-        except Exception as exc:
-            if type(exc).__name__ == "NoKeysError":
-                return []
-            raise
         out = []
-        for key in keys:
+        for key in await bucket_keys(kv):
             try:
                 entry = await kv.get(key)
             except KeyNotFoundError:
@@ -180,13 +174,7 @@ class InterlockClient:
         specs = await self.registry.agent_specs()
         kv = await self.js.key_value(self.subjects.workers_bucket)
         workers = []
-        try:
-            keys = list(await kv.keys())
-        except Exception as exc:
-            if type(exc).__name__ != "NoKeysError":
-                raise
-            keys = []
-        for key in keys:
+        for key in await bucket_keys(kv):
             try:
                 entry = await kv.get(key)
             except KeyNotFoundError:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 from nats.js.kv import KeyValue
 
 from interlock.core.compiler import compile_agent_data, compile_workflow_data
@@ -191,7 +191,7 @@ class Registry:
     async def workflows(self) -> list[dict[str, Any]]:
         workflows, _ = await self._kv()
         out = []
-        for key in await _keys(workflows):
+        for key in await bucket_keys(workflows):
             if key.startswith("latest."):
                 _, ns, name = key.split(".", 2)
                 entry = await workflows.get(key)
@@ -202,7 +202,7 @@ class Registry:
     async def agent_specs(self) -> dict[str, dict[str, Any]]:
         _, agents = await self._kv()
         out = {}
-        for key in await _keys(agents):
+        for key in await bucket_keys(agents):
             try:
                 entry = await agents.get(key)
             except KeyNotFoundError:
@@ -336,10 +336,9 @@ class Registry:
             await self._seen(self._subjects.agents_bucket, entry.revision or 0)
 
 
-async def _keys(kv: KeyValue) -> list[str]:
+async def bucket_keys(kv: KeyValue) -> list[str]:
+    """The keys of a KV bucket; none for an empty one (where nats-py raises)."""
     try:
         return list(await kv.keys())
-    except Exception as exc:  # nats-py raises NoKeysError on an empty bucket
-        if type(exc).__name__ == "NoKeysError":
-            return []
-        raise
+    except NoKeysError:
+        return []

@@ -157,7 +157,10 @@ async def connect(
 
     async def on_error(exc: Exception) -> None:
         if connecting:
-            last_error[:] = [exc]
+            # A refusal is the reason, even when "connection reset" (the server closing
+            # the connection after it) is reported just after.
+            if not refused.is_set():
+                last_error[:] = [exc]
             # Retrying cannot fix refused credentials or an untrusted certificate.
             if _is_auth_error(exc) or isinstance(exc, ssl.SSLCertVerificationError):
                 refused.set()
@@ -204,29 +207,40 @@ async def connect(
     if closed_cb is not None:
         kwargs["closed_cb"] = closed_cb
 
-    nc = Client()
-    attempt = asyncio.ensure_future(nc.connect(**kwargs))
-    gave_up = asyncio.ensure_future(refused.wait())
-    try:
-        await asyncio.wait(
-            {attempt, gave_up}, timeout=opts.connect_wait, return_when=asyncio.FIRST_COMPLETED
-        )
-    except BaseException:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + opts.connect_wait
+    while True:
+        nc = Client()
+        attempt = asyncio.ensure_future(nc.connect(**kwargs))
+        gave_up = asyncio.ensure_future(refused.wait())
+        try:
+            await asyncio.wait(
+                {attempt, gave_up},
+                timeout=max(deadline - loop.time(), 0.0),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except BaseException:
+            attempt.cancel()
+            raise
+        finally:
+            gave_up.cancel()
+        if attempt.done() and attempt.exception() is None:
+            connecting = False
+            return nc
+        failure = attempt.exception() if attempt.done() else None
+        if isinstance(failure, Exception) and not refused.is_set():
+            last_error[:] = [failure]
         attempt.cancel()
-        raise
-    finally:
-        gave_up.cancel()
-    if attempt.done() and attempt.exception() is None:
-        connecting = False
-        return nc
-    failure = attempt.exception() if attempt.done() else None
-    if isinstance(failure, Exception):
-        last_error[:] = [failure]
-    attempt.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await attempt
-    with contextlib.suppress(Exception):
-        await nc.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await attempt
+        with contextlib.suppress(Exception):
+            await nc.close()
+        # An attempt that ended early for another reason than a refusal (the server closed
+        # the connection before its "Authorization Violation" could be read, say) is tried
+        # again while there is time: the next one tells what is really wrong.
+        if refused.is_set() or failure is None or loop.time() >= deadline:
+            break
+        await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0.0)))
     reason = f": {last_error[0]}" if last_error else ""
     if last_error and _is_auth_error(last_error[0]):
         raise ConnectionFailed(f"NATS at {where} refused the credentials{reason}")

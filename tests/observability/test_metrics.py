@@ -298,3 +298,32 @@ def test_a_finished_run_read_again_by_the_relay_is_not_counted_twice() -> None:
     get = registry.get_sample_value
     assert get("interlock_runs_started_total", {"workflow": "wf"}) == 1
     assert get("interlock_runs_completed_total", {"workflow": "wf"}) == 1
+
+
+async def test_a_run_whose_log_cannot_be_read_is_still_counted(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """Catching up on a run another replica followed reads its log; when that read keeps
+    failing (a failover that lasts), the run's end is reported without its history."""
+    from interlock.runtime.logstore import RunLog
+
+    nc = await connect(nats_url)
+    await nc.close()  # every read of the log fails
+    registry = CollectorRegistry()
+    tracker = RunTracker(RunLog(nc, subjects), [OrchestratorMetrics(registry)], catch_up_attempts=2)
+    t0 = "2026-01-01T00:00:00.000Z"
+    tracker.relayed(
+        "r8",
+        [
+            record(ev.StateEntered, "r8", 4, ev.StateEnteredData(state="done"), t0),
+            record(ev.RunCompleted, "r8", 5, ev.RunCompletedData(state="done"), t0),
+        ],
+    )
+    await tracker.drain()
+    completed = [
+        s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "interlock_runs_completed_total"
+    ]
+    assert sum(completed) == 1

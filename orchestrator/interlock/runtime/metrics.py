@@ -41,6 +41,8 @@ from interlock.runtime.subjects import Subjects
 log = logging.getLogger("interlock.metrics")
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+CATCH_UP_ATTEMPTS = 6
+"""Reads of a run's log a catch-up tries (about 8 s in all) by default."""
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400)
 
 
@@ -198,12 +200,20 @@ class RunTracker(OrchestratorObserver):
             records of unknown runs are then reported with what they carry alone).
         sinks: told about every live record.
         capacity: runs kept in memory (least recently used go first; finished runs at once).
+        catch_up_attempts: reads of a run's log tried before its records are reported
+            without its history.
     """
 
     def __init__(
-        self, run_log: RunLog | None, sinks: Sequence[RunSink] = (), *, capacity: int = 10_000
+        self,
+        run_log: RunLog | None,
+        sinks: Sequence[RunSink] = (),
+        *,
+        capacity: int = 10_000,
+        catch_up_attempts: int = CATCH_UP_ATTEMPTS,
     ) -> None:
         self._log = run_log
+        self._attempts = max(1, catch_up_attempts)
         self._sinks = list(sinks)
         self._capacity = capacity
         self._runs: OrderedDict[str, RunView] = OrderedDict()
@@ -288,14 +298,29 @@ class RunTracker(OrchestratorObserver):
                 first = record_seq(batch[0])
                 run = self._runs.get(run_id) or RunView(run_id)
                 if run.seq + 1 < first:
-                    await self._fold_log(run, first)
+                    await self._fold_with_retries(run, first)
                 queue.pop(0)
                 self._report(run, batch)
-        except Exception as exc:
-            log.warning("telemetry: cannot read the log of run %s: %s", run_id, exc)
-            self._runs.pop(run_id, None)
         finally:
             self._queues.pop(run_id, None)
+
+    async def _fold_with_retries(self, run: RunView, before: int) -> None:
+        """Fold the run's earlier records; when the log stays unreadable (a failover that
+        lasts), go on with what the records carry rather than lose them."""
+        for attempt in range(self._attempts):
+            try:
+                await self._fold_log(run, before)
+                return
+            except Exception as exc:
+                if attempt + 1 == self._attempts:
+                    log.warning(
+                        "telemetry: cannot read the log of run %s, reporting without its "
+                        "history: %s",
+                        run.run_id,
+                        exc,
+                    )
+                    return
+                await asyncio.sleep(0.25 * 2**attempt)
 
     async def _fold_log(self, run: RunView, before: int) -> None:
         """Apply, without reporting, the run's records logged before position ``before``."""

@@ -22,11 +22,13 @@ class OrchestratorObserver:
         """A live decision's records were appended to a run's log (never called on replay)."""
 
     def relayed(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
-        """The relay took these records of a run, in log order, before acting on them.
+        """The relay acted on these records of a run (in log order) and acknowledged them.
 
         Every appended record passes the relay once across all replicas, whoever appended
-        it (an orchestrator, the CLI): the place to count and trace runs. A record may come
-        again after a crash (at-least-once); folding a log for a rebuild never comes here.
+        it (an orchestrator, the CLI): the place to count and trace runs. Records whose
+        effects failed are not reported here; the replica that redoes them reports them.
+        A record may still come twice when an acknowledgement is lost with a server
+        (at-least-once); folding a log for a rebuild never comes here.
         """
 
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:

@@ -444,38 +444,53 @@ class Orchestrator:
         sub = await self._subscribe_until_stopped(s.runs_stream, s.runs_all, "relay", 20_000)
         async for msgs in batches(sub, 512, self._stopping, "relay", log):
             by_run: dict[str, list[ev.AnyRecord]] = {}
+            msgs_of: dict[str, list[Msg]] = {}
             again: set[str] = set()
             for msg in msgs:
                 try:
                     batch = ev.decode_batch(msg.data)
                 except Exception as exc:
                     log.error("relay: undecodable run-log message on %s: %s", msg.subject, exc)
-                    continue
-                for record in batch:
-                    by_run.setdefault(record.subject, []).append(record)
-                if batch and msg.metadata is not None and msg.metadata.num_delivered > 1:
-                    again.add(batch[0].subject)
-            # A run's effects are done in log order; different runs go in parallel.
-            effects = [
-                self._effects(run_id, records, redelivered=run_id in again)
-                for run_id, records in by_run.items()
-            ]
-            try:
-                async with self._working(msgs):
-                    await asyncio.gather(*effects)
-            except Exception as exc:
-                log.warning("relay: effects failed, will redo: %s", exc)
-                for msg in msgs:
                     with contextlib.suppress(Exception):
-                        await msg.nak(delay=1)
-                continue
-            for msg in msgs:
-                await msg.ack()
+                        await msg.ack()
+                    continue
+                if not batch:
+                    with contextlib.suppress(Exception):
+                        await msg.ack()
+                    continue
+                run_id = batch[0].subject
+                by_run.setdefault(run_id, []).extend(batch)
+                msgs_of.setdefault(run_id, []).append(msg)
+                if msg.metadata is not None and msg.metadata.num_delivered > 1:
+                    again.add(run_id)
+                    self.observers.redelivered("relay")
+            # A run's effects are done in log order; different runs go in parallel.
+            runs = list(by_run)
+            async with self._working(msgs):
+                outcomes = await asyncio.gather(
+                    *(self._effects(r, by_run[r], redelivered=r in again) for r in runs),
+                    return_exceptions=True,
+                )
+            for run_id, outcome in zip(runs, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
+                    for msg in msgs_of[run_id]:
+                        with contextlib.suppress(Exception):
+                            await msg.nak(delay=1)
+                    continue
+                try:
+                    for msg in msgs_of[run_id]:
+                        await msg.ack()
+                except Exception as exc:  # it comes again, and is reported then
+                    log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
+                    continue
+                # Reported once done and acknowledged: a run whose effects failed here is
+                # redone (and reported) by whichever replica gets it next, not twice.
+                self.observers.relayed(run_id, by_run[run_id])
 
     async def _effects(
         self, run_id: str, records: list[ev.AnyRecord], *, redelivered: bool = False
     ) -> None:
-        self.observers.relayed(run_id, records)
         stale = redelivered or any(
             isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
             for r in records

@@ -11,8 +11,8 @@ import pytest
 
 import interlock.sdk
 from interlock.runtime.cloudevents_nats import decode_message
+from interlock.runtime.pulling import SlotPool
 from interlock.sdk import Emit, Worker
-from interlock.sdk._pull import SlotPool
 from interlock.sdk.protocol import TaskRequest, consumer_name, task_request, worker_key
 from interlock.sdk.runner import load_worker
 from interlock.sdk.schemas import AgentDefCatalog, Schema

@@ -37,9 +37,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from interlock.runtime.cloudevents_nats import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.runtime.connection import ConnectOptions, connect
 from interlock.runtime.consuming import dead_letter_headers
+from interlock.runtime.pulling import PullConsumer, SlotPool
 from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
 
-from ._pull import PullConsumer, SlotPool
 from .context import TASK_COMPLETED, TASK_FAILED, Emit, TaskContext
 from .errors import AgentError, ErrorClass
 from .observe import Outcome, WorkerObserver

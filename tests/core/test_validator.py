@@ -24,6 +24,7 @@ EXPECT = re.compile(r"^# expect: (\d+):(\d+) ([a-z-]+)$")
 RULES = {
     "action-target",
     "budget",
+    "map-output",
     "state-kind",
     "unknown-error-class",
     "yaml-syntax",

@@ -632,6 +632,15 @@ class _WorkflowCompiler:
         over = self._expression((*path, "over"), spec.over)
         extra = frozenset({spec.as_, "index"})
         action = self._action((*path, "action"), spec.action, extra)
+        # The engine never applies it per item, so accepting it would silently drop writes.
+        if (*path, "action", "output") in self.doc.keys:
+            self.error(
+                (*path, "action", "output"),
+                "map-output",
+                "a map's action has no per-item output mapping: the map's result (a list) "
+                f"becomes states.{path[2]}.output; read it there or map it in a transition's set",
+                key=True,
+            )
         if over is None:
             return None
         return MapDef(over, spec.as_, action, parallelism, spec.completion)

@@ -68,8 +68,12 @@ class Wire:
         deadline: datetime | None = None,
         traceparent: str | None = None,
         msg_id: str | None = None,
+        at: datetime | None = None,
     ) -> str:
-        """Publish a task request as the orchestrator does; returns the action id."""
+        """Publish a task request as the orchestrator does; returns the action id.
+
+        ``at`` is when the run log requested it (default: now).
+        """
         action_id = f"{run_id}.{seq}"
         headers = {
             "ce-specversion": "1.0",
@@ -77,7 +81,7 @@ class Wire:
             "ce-source": "interlock://orchestrator",
             "ce-type": "io.interlock.task.requested",
             "ce-subject": run_id,
-            "ce-time": rfc3339(datetime.now(UTC)),
+            "ce-time": rfc3339(at or datetime.now(UTC)),
             "ce-datacontenttype": "application/json",
             "Content-Type": "application/json",
             "ce-runid": run_id,
@@ -95,17 +99,28 @@ class Wire:
         )
         return action_id
 
-    async def cancel(self, run_id: str, action_id: str) -> None:
-        """Publish a cancellation on core NATS, as the orchestrator does."""
+    async def cancel(
+        self,
+        run_id: str,
+        action_id: str,
+        *,
+        attempt: int | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Publish a cancellation on core NATS, as the orchestrator does (``at``: when
+        the run log cancelled the action, default now; ``attempt``: only that one)."""
         headers = {
             "ce-specversion": "1.0",
             "ce-id": f"{action_id}.cancel",
             "ce-source": "interlock://orchestrator",
             "ce-type": "io.interlock.task.cancel",
             "ce-subject": run_id,
+            "ce-time": rfc3339(at or datetime.now(UTC)),
             "ce-runid": run_id,
             "ce-actionid": action_id,
         }
+        if attempt is not None:
+            headers["ce-attempt"] = str(attempt)
         await self.nc.publish(self.subjects.control(run_id), b"", headers=headers)
         await self.nc.flush()
 

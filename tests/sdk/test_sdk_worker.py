@@ -365,6 +365,100 @@ async def test_cancellation_on_the_control_subject(wire, runner) -> None:
     assert cancelled.is_set()
 
 
+async def test_a_task_cancelled_while_queued_is_answered_without_running(
+    wire, runner, poll
+) -> None:
+    """The notice comes while the task still waits in the work queue (the only slot is
+    busy): the worker remembers it and answers the task without calling the handler."""
+    finished = Finished()
+    worker = Worker("queued", concurrency=1, observers=[finished])
+    calls: list[str] = []
+    started = asyncio.Event()
+
+    @worker.capability("wait")
+    async def wait(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        calls.append(ctx.action_id)
+        started.set()
+        await asyncio.Event().wait()
+        return {}
+
+    await runner.start(worker)
+    busy_run, queued_run = new_run(), new_run()
+    busy = await wire.publish_task("wait", {}, run_id=busy_run)
+    await asyncio.wait_for(started.wait(), 5)
+    queued = await wire.publish_task("wait", {}, run_id=queued_run)
+    await wire.cancel(queued_run, queued)
+    # Notices are handled in order: once the busy task answers its own cancel, the first
+    # notice has been seen, and only then does the slot free for the queued task.
+    await wire.cancel(busy_run, busy)
+    assert error_of((await wire.result(busy_run))[0])["class"] == "cancelled"
+
+    event, _ = await wire.result(queued_run)
+    assert event.extensions["actionid"] == queued
+    assert error_of(event) == {
+        "class": "cancelled",
+        "message": "cancelled by the orchestrator",
+        "retryable": False,
+    }
+    assert calls == [busy]
+    assert {await finished.next(), await finished.next()} == {
+        (busy, Outcome.FAILED, "cancelled"),
+        (queued, Outcome.FAILED, "cancelled"),
+    }
+    await poll(lambda: no_tasks_left(wire))  # acked: it is never delivered again
+    assert await wire.stored_results(queued_run) == 1
+    assert finished.events.empty()
+
+
+async def test_a_remembered_cancel_skips_only_the_attempts_it_covers(wire, runner) -> None:
+    """A notice naming an attempt skips that attempt only; one without an attempt (sent
+    when an attempt times out) skips the attempts requested before it, not the retry."""
+    worker = Worker("retrying")
+    ran: list[tuple[str, int]] = []
+    started = asyncio.Event()
+
+    @worker.capability("work")
+    async def work(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        if inp.get("block"):
+            started.set()
+            await asyncio.Event().wait()
+        ran.append((ctx.action_id, ctx.attempt))
+        return {}
+
+    await runner.start(worker)
+    sync_run = new_run()
+    sync = await wire.publish_task("work", {"block": True}, run_id=sync_run)
+    await asyncio.wait_for(started.wait(), 5)
+    cancelled_at = datetime.now(UTC)
+    runs = {name: new_run() for name in ("named", "other", "retry", "earlier")}
+    action = {name: f"{run}.1" for name, run in runs.items()}
+    await wire.cancel(runs["named"], action["named"], attempt=2)
+    await wire.cancel(runs["other"], action["other"], attempt=1)
+    await wire.cancel(runs["retry"], action["retry"], at=cancelled_at)
+    await wire.cancel(runs["earlier"], action["earlier"], at=cancelled_at)
+    await wire.cancel(sync_run, sync)  # handled after the notices above
+    assert error_of((await wire.result(sync_run))[0])["class"] == "cancelled"
+
+    requested = {
+        "named": cancelled_at,
+        "other": cancelled_at,
+        "retry": cancelled_at + timedelta(seconds=2),
+        "earlier": cancelled_at - timedelta(seconds=2),
+    }
+    for name, run_id in runs.items():
+        await wire.publish_task("work", {}, run_id=run_id, attempt=2, at=requested[name])
+    answers = {name: (await wire.result(run_id))[0] for name, run_id in runs.items()}
+    assert {name: event.type for name, event in answers.items()} == {
+        "named": "task.failed",
+        "other": "task.completed",
+        "retry": "task.completed",
+        "earlier": "task.failed",
+    }
+    assert error_of(answers["named"])["class"] == "cancelled"
+    assert error_of(answers["earlier"])["class"] == "cancelled"
+    assert sorted(ran) == sorted([(action["other"], 2), (action["retry"], 2)])
+
+
 # --- concurrency and shutdown -------------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ from interlock.runtime.consuming import dead_letter_headers
 from interlock.runtime.pulling import PullConsumer, SlotPool
 from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
 
+from .cancels import CancelMemory, parse_time
 from .context import TASK_COMPLETED, TASK_FAILED, Emit, TaskContext
 from .errors import AgentError, ErrorClass
 from .observe import Outcome, WorkerObserver
@@ -154,6 +155,8 @@ class Worker:
         self._capabilities: dict[str, _Capability] = {}
         self._catalog = AgentDefCatalog()
         self._flights: dict[str, list[_InFlight]] = {}
+        # Notices for tasks not taken yet: they may still wait in the work queue.
+        self._cancels = CancelMemory()
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
         self._started_at = datetime.now(UTC)
@@ -536,6 +539,9 @@ class Worker:
             action_id = request.action_id
             self._notify_started(cap.name, action_id)
             flight = _InFlight(request.attempt)
+            if self._cancels.covers(action_id, request.attempt, parse_time(request.event.time)):
+                log.info("%s was cancelled before it was taken; not running it", action_id)
+                flight.stop("cancelled")
             self._flights.setdefault(action_id, []).append(flight)
             try:
                 result_type, data = await self._execute(cap, request, msg, flight)
@@ -579,6 +585,8 @@ class Worker:
         self, cap: _Capability, request: TaskRequest, msg: Msg, flight: _InFlight
     ) -> tuple[str, Any]:
         """Validate, run the handler, validate its output: the result's (type, data)."""
+        if flight.reason is not None:  # cancelled before the handler started
+            return self._stopped(flight, request, cap)
         if request.deadline_problem:
             log.warning(
                 "task %s: %s; running without one", request.action_id, request.deadline_problem
@@ -613,8 +621,6 @@ class Worker:
                     f"input does not fit {cap.input_type.__name__}: {exc}",
                     retryable=False,
                 )
-        if flight.reason is not None:  # cancelled before the handler started
-            return self._stopped(flight, request, cap)
         ctx = TaskContext(
             event=request.event,
             run_id=request.run_id,
@@ -757,9 +763,20 @@ class Worker:
         if event.type != TASK_CANCEL:
             return
         action_id = event.extensions.get("actionid")
-        attempt = event.extensions.get("attempt")
-        for flight in list(self._flights.get(action_id or "", ())):
-            if attempt is None or attempt == str(flight.attempt):
+        if not action_id:
+            log.warning("ignored a cancel notice without an action id on %s", msg.subject)
+            return
+        raw_attempt = event.extensions.get("attempt")
+        attempt: int | None = None
+        if raw_attempt is not None:
+            try:
+                attempt = int(raw_attempt)
+            except ValueError:
+                log.warning("ignored a cancel notice for %s: attempt %r", action_id, raw_attempt)
+                return
+        self._cancels.remember(action_id, attempt, parse_time(event.time))
+        for flight in list(self._flights.get(action_id, ())):
+            if attempt is None or attempt == flight.attempt:
                 log.info("cancelling %s on request", action_id)
                 flight.stop("cancelled")
 

@@ -1,9 +1,12 @@
-"""Pulling task messages from a durable consumer, never more than there are free slots.
+"""Pulling from a durable consumer with a pull request kept open, never more messages
+than there are free slots.
 
-nats-py's ``fetch`` hands messages over only when a whole batch call returns, and drops
-what it had collected when cancelled (those messages then wait out ``ack_wait``). This
-keeps one pull request open per consumer, sized to the slots it reserved from the
-worker's pool, and hands every message over the moment it arrives.
+nats-py's ``fetch`` hands messages over only when a whole batch call returns, drops what
+it had collected when cancelled (those messages then wait out ``ack_wait``), and costs a
+task, a timer and a uuid per message. :class:`PullConsumer` keeps one pull request open
+per consumer, sized to the slots it reserved from a pool, and hands every message over the
+moment it arrives. Agent workers take messages one by one into handler slots; the
+orchestrator's loops read them in batches through :class:`BatchReader`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import collections
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from asyncio import FIRST_COMPLETED
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client
@@ -217,7 +221,7 @@ class PullConsumer:
         if status:
             self._on_status(msg, status)
             return
-        if msg.subject != self._filter_subject:
+        if not subject_matches(self._filter_subject, msg.subject):
             # Not one of ours: the consumer was replaced by one with another filter.
             log.error("pull on %s delivered a message on %s", self._consumer, msg.subject)
             self._lost = True
@@ -260,3 +264,90 @@ async def _nak(msg: Msg) -> None:
         await msg.nak()
     except Exception:
         log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """Whether ``subject`` matches the NATS subject filter ``pattern`` (``*`` and ``>``)."""
+    if pattern == subject:
+        return True
+    want, got = pattern.split("."), subject.split(".")
+    for i, part in enumerate(want):
+        if part == ">":
+            return len(got) > i
+        if i >= len(got) or part not in ("*", got[i]):
+            return False
+    return len(want) == len(got)
+
+
+class BatchReader:
+    """A durable pull consumer read in batches, with a pull request always open.
+
+    Messages land in a buffer as they arrive; each batch is what arrived since the last
+    one (at most ``size``). A batch holds its slots until the loop body that got it is
+    done, so at most ``size`` messages are ever buffered or being handled, and the open
+    request asks for exactly the slots that are free.
+    """
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        stream: str,
+        consumer: str,
+        filter_subject: str,
+        size: int,
+        ensure: Callable[[], Awaitable[None]],
+        api_prefix: str = "$JS.API",
+        expires: float = 5.0,
+    ) -> None:
+        self._pool = SlotPool(size)
+        self._buffer: collections.deque[Msg] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._consumer = PullConsumer(
+            nc,
+            api_prefix=api_prefix,
+            stream=stream,
+            consumer=consumer,
+            filter_subject=filter_subject,
+            pool=self._pool,
+            deliver=self._take,
+            ensure=ensure,
+            expires=expires,
+        )
+
+    def _take(self, msg: Msg) -> None:
+        self._buffer.append(msg)
+        self._arrived.set()
+
+    async def batches(self, stopping: asyncio.Event) -> AsyncIterator[list[Msg]]:
+        """Batches until ``stopping`` is set; then the pull is drained (what was on its way
+        is handed back at once)."""
+        await self._consumer.start()
+        pulling = asyncio.create_task(self._consumer.run())
+        stop = asyncio.create_task(stopping.wait())
+        try:
+            while not stopping.is_set():
+                if not self._buffer:
+                    self._arrived.clear()
+                    arrived = asyncio.create_task(self._arrived.wait())
+                    await asyncio.wait((arrived, stop, pulling), return_when=FIRST_COMPLETED)
+                    arrived.cancel()
+                    if pulling.done():
+                        pulling.result()  # raises what ended it
+                        raise RuntimeError("the pull loop ended")
+                    continue
+                msgs = list(self._buffer)
+                self._buffer.clear()
+                try:
+                    yield msgs
+                finally:
+                    self._pool.release(len(msgs))
+        finally:
+            stop.cancel()
+            pulling.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pulling
+            await self._consumer.drain()
+            for msg in self._buffer:  # arrived after the last batch: hand them back now
+                await _nak(msg)
+            self._buffer.clear()

@@ -52,11 +52,12 @@ from interlock.runtime.cloudevents_nats import (
     decode_message,
     encode_binary,
 )
-from interlock.runtime.consuming import batches, dead_letter_headers
+from interlock.runtime.consuming import dead_letter_headers
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.provision import provision
+from interlock.runtime.pulling import BatchReader
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
 from interlock.runtime.subjects import Subjects
@@ -190,24 +191,44 @@ class Orchestrator:
         *,
         before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        sub = await self._subscribe_until_stopped(stream, subject, durable, 10_000)
-        async for msgs in batches(sub, FETCH_BATCH, self._stopping, durable, log):
+        reader = await self._reader(stream, subject, durable, FETCH_BATCH, 10_000)
+        async for msgs in reader.batches(self._stopping):
             async with self._working(msgs):
                 if before is not None:
                     await before()
                 await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
 
-    async def _subscribe_until_stopped(
+    async def _reader(
+        self, stream: str, subject: str, durable: str, size: int, max_ack_pending: int
+    ) -> BatchReader:
+        """The durable consumer, made sure of, read in batches of up to ``size``."""
+
+        async def ensure() -> None:
+            await self._ensure_consumer_until_stopped(stream, subject, durable, max_ack_pending)
+
+        await ensure()
+        return BatchReader(
+            self.nc,
+            stream=stream,
+            consumer=durable,
+            filter_subject=subject,
+            size=size,
+            ensure=ensure,
+        )
+
+    async def _ensure_consumer_until_stopped(
         self, stream: str, subject: str, durable: str, max_ack_pending: int
-    ) -> Any:
-        """Subscribe, trying again while JetStream cannot answer (a leader election, a
-        server restart): a consumer loop must not end because it started at a bad time."""
+    ) -> None:
+        """Make sure of the consumer, trying again while JetStream cannot answer (a leader
+        election, a server restart): a consumer loop must not end because it started at a
+        bad time."""
         wait = 0.5
         while True:
             try:
-                return await self._subscribe(
+                await self._ensure_consumer(
                     stream, subject, durable, max_ack_pending=max_ack_pending
                 )
+                return
             except Exception as exc:
                 if self._stopping.is_set():
                     raise
@@ -215,10 +236,10 @@ class Orchestrator:
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 10.0)
 
-    async def _subscribe(
+    async def _ensure_consumer(
         self, stream: str, subject: str, durable: str, *, max_ack_pending: int
-    ) -> Any:
-        """Bind the durable pull consumer, creating it or bringing its settings up to date.
+    ) -> None:
+        """Create the durable pull consumer, or bring its settings up to date.
 
         Every message is acked on its own (explicit ack policy): with "ack all", one
         process acking a later message would ack those another process (since killed)
@@ -246,7 +267,6 @@ class Orchestrator:
             info = None
         if info is None or abs((info.config.ack_wait or 0) - self.ack_wait) > 0.001:
             await self.js.add_consumer(stream, config)
-        return await self.js.pull_subscribe_bind(durable=durable, stream=stream)
 
     @contextlib.asynccontextmanager
     async def _working(self, msgs: Sequence[Msg]) -> AsyncIterator[None]:
@@ -441,8 +461,8 @@ class Orchestrator:
 
     async def _relay(self) -> None:
         s = self.subjects
-        sub = await self._subscribe_until_stopped(s.runs_stream, s.runs_all, "relay", 20_000)
-        async for msgs in batches(sub, 512, self._stopping, "relay", log):
+        reader = await self._reader(s.runs_stream, s.runs_all, "relay", 512, 20_000)
+        async for msgs in reader.batches(self._stopping):
             by_run: dict[str, list[ev.AnyRecord]] = {}
             msgs_of: dict[str, list[Msg]] = {}
             again: set[str] = set()

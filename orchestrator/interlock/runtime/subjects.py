@@ -138,6 +138,11 @@ class Subjects:
     def timers_all(self) -> str:
         return f"{self.prefix}.timers.>"
 
+    @property
+    def timers_fired_all(self) -> str:
+        """Fired timers of every run (what the ``timers`` consumer reads)."""
+        return f"{self.prefix}.timers.fired.>"
+
     def control(self, run_id: str) -> str:
         """Cancellation notices to agents working for a run (core NATS, not stored)."""
         return f"{self.prefix}.control.{run_id}"

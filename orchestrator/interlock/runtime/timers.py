@@ -23,8 +23,9 @@ from datetime import UTC, datetime, timedelta
 
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
-from interlock.runtime.consuming import batches
+from interlock.runtime.pulling import BatchReader
 from interlock.runtime.subjects import Subjects
 
 log = logging.getLogger("interlock.timers")
@@ -90,16 +91,16 @@ class JetStreamTimers:
 
     async def _consume(self, deliver: Deliver) -> None:
         s = self._subjects
-        config = ConsumerConfig(
-            durable_name="timers",
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=30,
-            deliver_policy=DeliverPolicy.ALL,
+        reader = BatchReader(
+            self._nc,
+            stream=s.timers_stream,
+            consumer="timers",
+            filter_subject=s.timers_fired_all,
+            size=64,
+            ensure=self._ensure_consumer,
         )
-        sub = await self._js.pull_subscribe(
-            f"{s.prefix}.timers.fired.>", durable="timers", stream=s.timers_stream, config=config
-        )
-        async for msgs in batches(sub, 64, self._stopping, "timers", log):
+        await self._ensure_consumer()
+        async for msgs in reader.batches(self._stopping):
             for msg in msgs:
                 try:
                     body = json.loads(msg.data)
@@ -109,6 +110,32 @@ class JetStreamTimers:
                     log.warning("timers: delivery failed, will retry: %s", exc)
                     with contextlib.suppress(Exception):
                         await msg.nak(delay=1)
+
+    async def _ensure_consumer(self) -> None:
+        """Create the ``timers`` consumer if it is missing, trying again while JetStream
+        cannot answer (a leader election, a server restart)."""
+        s = self._subjects
+        config = ConsumerConfig(
+            durable_name="timers",
+            filter_subject=s.timers_fired_all,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=30,
+            deliver_policy=DeliverPolicy.ALL,
+        )
+        wait = 0.5
+        while True:
+            try:
+                try:
+                    await self._js.consumer_info(s.timers_stream, "timers")
+                except NotFoundError:
+                    await self._js.add_consumer(s.timers_stream, config)
+                return
+            except Exception as exc:
+                if self._stopping.is_set():
+                    raise
+                log.warning("timers: cannot subscribe yet (%s); retrying in %.1fs", exc, wait)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 10.0)
 
 
 class ClockTimers:

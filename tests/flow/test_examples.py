@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from flow_support import WAIT, ClockStack, clock_orchestrator
+from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from interlock.cli.main import main as interlock_main
@@ -30,7 +31,7 @@ from interlock.core.compiler import compile_sources
 from interlock.core.engine import derive_run_id
 from interlock.core.state import RunState, event_key
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent
+from interlock.runtime.cloudevents_nats import CloudEvent, decode_message
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.flow import child_run_id
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
@@ -507,6 +508,12 @@ async def test_an_answer_in_time_wins_and_the_timeout_is_ignored(stack: Stack) -
 
 async def test_an_action_that_never_answers_times_out_and_fails_the_run(stack: Stack) -> None:
     stack.agents.script("inventory.lookup", hang)
+    notices: list[CloudEvent] = []
+
+    async def on_notice(msg: Msg) -> None:
+        notices.append(decode_message(msg.headers, msg.data))
+
+    control = await stack.client.nc.subscribe(stack.client.subjects.control(">"), cb=on_notice)
     run_id = await stack.start("price-quote", {"sku": "SKU-2"})
     agents = stack.agents
     await eventually(lambda: agents.calls.total() == 1, "attempt 1 at the agent")
@@ -518,6 +525,12 @@ async def test_an_action_that_never_answers_times_out_and_fails_the_run(stack: S
     await eventually(lambda: agents.calls.total() == 2, "attempt 2 at the agent")
     await stack.advance(run_id, 5)
     await eventually(lambda: len(agents.cancelled) == 2, "attempt 2 stopped")
+    await control.unsubscribe()
+    # Each notice names its attempt, so a worker that remembers it skips that attempt only.
+    assert [(n.type, n.extensions.get("attempt")) for n in notices] == [
+        ("io.interlock.task.cancel", "1"),
+        ("io.interlock.task.cancel", "2"),
+    ]
     state = await stack.finished(run_id)
     assert state.status == "failed"
     assert state.error is not None

@@ -133,14 +133,20 @@ class ControlFlow:
 
     # -- cancellation ---------------------------------------------------------------------
 
-    async def tell_agent(self, run_id: str, action_id: str, time: str) -> None:
+    async def tell_agent(
+        self, run_id: str, action_id: str, time: str, attempt: int | None = None
+    ) -> None:
+        """Publish a cancel notice: about one attempt of the action, or (None) all of it."""
+        extensions = {"runid": run_id, "actionid": action_id}
+        if attempt is not None:
+            extensions["attempt"] = str(attempt)
         event = CloudEvent(
-            id=f"{action_id}.cancel",
+            id=f"{action_id}.cancel" if attempt is None else f"{action_id}.{attempt}.cancel",
             source=ev.SOURCE,
             type="io.interlock.task.cancel",
             subject=run_id,
             time=time,
-            extensions={"runid": run_id, "actionid": action_id},
+            extensions=extensions,
         )
         headers, payload = encode_binary(event)
         await self.o.nc.publish(self.o.subjects.control(run_id), payload, headers=headers)
@@ -154,7 +160,10 @@ class ControlFlow:
 
     async def _action_timed_out(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.ActionFailed)
-        await self.tell_agent(record.subject, record.data.action_id, record.time)
+        # Names the attempt: the retry that follows keeps the action id and must run.
+        await self.tell_agent(
+            record.subject, record.data.action_id, record.time, record.data.attempt
+        )
         await self._cancel_children(record.data.action_id, "timed out", record.data.attempt)
 
     async def _run_cancelled(self, record: ev.AnyRecord) -> None:

@@ -24,6 +24,7 @@ from interlock.core.compiler import Compiled, compile_sources
 from interlock.core.engine import cancel
 from interlock.core.state import RunState, fold
 from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
+from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.provision import provision
 from interlock.runtime.registry import Applied, Registry, bucket_keys
@@ -54,7 +55,7 @@ class InterlockClient:
 
     def __init__(self, nc: NatsClient, subjects: Subjects) -> None:
         self.nc = nc
-        self.js = nc.jetstream()
+        self.js = jetstream(nc)
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
         self.log = RunLog(nc, subjects)

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from interlock.runtime.cloudevents_nats import CloudEvent, encode_structured, from_dict
+from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import read_subject
 from interlock.runtime.subjects import Subjects
 
@@ -33,7 +34,7 @@ class CorrelationIndex:
 
     def __init__(self, nc: Client, subjects: Subjects) -> None:
         self._nc = nc
-        self._js = nc.jetstream()
+        self._js = jetstream(nc)
         self._subjects = subjects
         self._kv: Any = None
 

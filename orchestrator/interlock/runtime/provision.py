@@ -25,6 +25,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
 from interlock.runtime.errors import AppendConflict
+from interlock.runtime.jetstream import jetstream
 from interlock.runtime.subjects import Subjects
 
 __all__ = [
@@ -284,7 +285,7 @@ async def append_batch(
         if batch_id:
             hdrs["Nats-Batch-Commit"] = "1"
         try:
-            reply = await nc.request(subject, data, timeout=ack_wait, headers=hdrs)
+            reply = await jetstream(nc).request_ack(subject, data, headers=hdrs, ack_wait=ack_wait)
         except NoRespondersError as exc:
             raise JetStreamAPIError(
                 f"append to {subject!r}", {"description": "no stream stores this subject"}

@@ -54,6 +54,7 @@ from interlock.runtime.cloudevents_nats import (
 )
 from interlock.runtime.consuming import dead_letter_headers
 from interlock.runtime.flow import ControlFlow, to_incoming
+from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.provision import provision
@@ -117,7 +118,7 @@ class Orchestrator:
         self.replicas = replicas
         """Stream replicas when provisioning (3 on a JetStream cluster)."""
         self.nc = nc
-        self.js = nc.jetstream()
+        self.js = jetstream(nc)
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
         self.runs = Runs(

@@ -25,6 +25,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from interlock.runtime.jetstream import jetstream
 from interlock.runtime.pulling import BatchReader
 from interlock.runtime.subjects import Subjects
 
@@ -64,7 +65,7 @@ class JetStreamTimers:
 
     def __init__(self, nc: Client, subjects: Subjects) -> None:
         self._nc = nc
-        self._js = nc.jetstream()
+        self._js = jetstream(nc)
         self._subjects = subjects
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()

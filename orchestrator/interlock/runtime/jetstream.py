@@ -1,0 +1,127 @@
+"""A JetStream context whose publishes share one reply subscription.
+
+nats-py's ``JetStream.publish`` is a request: every call draws a fresh inbox token from
+the operating system's random source, and waits through ``asyncio.wait_for``. In the
+orchestrator's hot path (an append, a dispatch, a run index write and a timer per run)
+that was a tenth of its CPU. Here every acknowledgement comes back on one wildcard
+subscription, each publish is told apart by a counter, and a timeout is one timer
+handle. Everything else (consumers, key-value buckets, stream management) is nats-py's
+own: a bucket opened through this context writes through the faster ``publish`` too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import api
+from nats.js.client import JetStreamContext
+from nats.js.errors import APIError, NoStreamResponseError
+
+_NO_RESPONDERS = "503"
+
+_contexts: weakref.WeakKeyDictionary[Client, JetStream] = weakref.WeakKeyDictionary()
+
+
+def jetstream(nc: Client, timeout: float = 5.0) -> JetStream:
+    """The connection's shared :class:`JetStream` context (one reply subscription each)."""
+    js = _contexts.get(nc)
+    if js is None:
+        js = _contexts[nc] = JetStream(nc, timeout=timeout)
+    return js
+
+
+class JetStream(JetStreamContext):
+    """``JetStreamContext`` with acknowledgements multiplexed on one subscription."""
+
+    def __init__(self, nc: Client, *, timeout: float = 5.0) -> None:
+        super().__init__(nc, timeout=timeout)
+        self._replies: str | None = None
+        self._starting: asyncio.Lock | None = None
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._count = 0
+
+    async def request_ack(
+        self,
+        subject: str,
+        payload: bytes,
+        *,
+        headers: dict[str, str] | None = None,
+        ack_wait: float | None = None,
+    ) -> Msg:
+        """Publish and wait for the server's answer (the raw reply message).
+
+        Raises:
+            NoRespondersError: no stream stores ``subject``.
+            nats.errors.TimeoutError: no answer within ``ack_wait`` (default: the
+                context's timeout).
+        """
+        replies = self._replies or await self._start()
+        self._count += 1
+        token = str(self._count)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._waiting[token] = future
+        expiry = loop.call_later(self._timeout if ack_wait is None else ack_wait, _expire, future)
+        try:
+            await self._nc.publish(subject, payload, reply=replies + token, headers=headers)
+            msg = await future
+        finally:
+            expiry.cancel()
+            self._waiting.pop(token, None)
+        if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS and not msg.data:
+            raise NoRespondersError
+        return msg
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float | None = None,  # noqa: ASYNC109 - nats-py's signature
+        stream: str | None = None,
+        headers: dict[str, Any] | None = None,
+        msg_ttl: float | None = None,
+    ) -> api.PubAck:
+        """What ``JetStreamContext.publish`` does, with the same errors."""
+        hdr = headers
+        if stream is not None:
+            hdr = dict(hdr or {})
+            hdr[api.Header.EXPECTED_STREAM] = stream
+        if msg_ttl is not None:
+            hdr = dict(hdr or {})
+            hdr[api.Header.MSG_TTL] = str(int(msg_ttl))
+        try:
+            msg = await self.request_ack(subject, payload, headers=hdr, ack_wait=timeout)
+        except NoRespondersError:
+            raise NoStreamResponseError from None
+        resp = json.loads(msg.data)
+        if "error" in resp:
+            raise APIError.from_error(resp["error"])
+        return api.PubAck.from_response(resp)
+
+    async def _start(self) -> str:
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._replies is None:
+                prefix = self._nc.new_inbox() + "."
+                await self._nc.subscribe(prefix + "*", cb=self._on_reply)
+                self._replies = prefix
+        return self._replies
+
+    async def _on_reply(self, msg: Msg) -> None:
+        assert self._replies is not None
+        future = self._waiting.get(msg.subject[len(self._replies) :])
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+
+def _expire(future: asyncio.Future[Msg]) -> None:
+    if not future.done():
+        future.set_exception(NatsTimeoutError())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import weakref
 from typing import Any
 
@@ -25,6 +26,8 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
 _NO_RESPONDERS = "503"
+_TICK = 0.1
+"""Seconds: how finely acknowledgement timeouts are kept."""
 
 _contexts: weakref.WeakKeyDictionary[Client, JetStream] = weakref.WeakKeyDictionary()
 
@@ -46,6 +49,9 @@ class JetStream(JetStreamContext):
         self._starting: asyncio.Lock | None = None
         self._waiting: dict[str, asyncio.Future[Msg]] = {}
         self._count = 0
+        # Deadlines rounded up to a tick share one timer handle: no handle to create and
+        # cancel per publish. A publish may so wait up to one tick longer than asked.
+        self._expiring: dict[int, list[asyncio.Future[Msg]]] = {}
 
     async def request_ack(
         self,
@@ -68,12 +74,11 @@ class JetStream(JetStreamContext):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Msg] = loop.create_future()
         self._waiting[token] = future
-        expiry = loop.call_later(self._timeout if ack_wait is None else ack_wait, _expire, future)
+        self._expire_at(loop, future, self._timeout if ack_wait is None else ack_wait)
         try:
             await self._nc.publish(subject, payload, reply=replies + token, headers=headers)
             msg = await future
         finally:
-            expiry.cancel()
             self._waiting.pop(token, None)
         if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS and not msg.data:
             raise NoRespondersError
@@ -115,13 +120,23 @@ class JetStream(JetStreamContext):
                 self._replies = prefix
         return self._replies
 
+    def _expire_at(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Msg], wait: float
+    ) -> None:
+        tick = math.ceil((loop.time() + wait) / _TICK)
+        due = self._expiring.get(tick)
+        if due is None:
+            due = self._expiring[tick] = []
+            loop.call_at(tick * _TICK, self._expire, tick)
+        due.append(future)
+
+    def _expire(self, tick: int) -> None:
+        for future in self._expiring.pop(tick, ()):
+            if not future.done():
+                future.set_exception(NatsTimeoutError())
+
     async def _on_reply(self, msg: Msg) -> None:
         assert self._replies is not None
         future = self._waiting.get(msg.subject[len(self._replies) :])
         if future is not None and not future.done():
             future.set_result(msg)
-
-
-def _expire(future: asyncio.Future[Msg]) -> None:
-    if not future.done():
-        future.set_exception(NatsTimeoutError())

@@ -266,6 +266,23 @@ async def _nak(msg: Msg) -> None:
         log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)
 
 
+def deliveries(msg: Msg) -> int:
+    """How many times JetStream has delivered ``msg`` (1 the first time).
+
+    Read from the reply subject's delivery count, without nats-py's full metadata parse
+    (which builds a datetime per message): this is asked of every message handled.
+    """
+    reply = msg.reply
+    if not reply or not reply.startswith("$JS.ACK."):
+        return 1
+    tokens = reply.split(".")
+    if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+        return int(tokens[4])
+    if len(tokens) >= 11:  # with <domain>.<account hash> after ACK, and a trailing token
+        return int(tokens[6])
+    return 1
+
+
 def subject_matches(pattern: str, subject: str) -> bool:
     """Whether ``subject`` matches the NATS subject filter ``pattern`` (``*`` and ``>``)."""
     if pattern == subject:

@@ -58,7 +58,7 @@ from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.provision import provision
-from interlock.runtime.pulling import BatchReader
+from interlock.runtime.pulling import BatchReader, deliveries
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
 from interlock.runtime.subjects import Subjects
@@ -81,9 +81,19 @@ run's log before it is published: the capability stream's dedupe window is two m
 _validators: dict[int, tuple[Mapping[str, Any], Any]] = {}
 
 
+_SIMPLE_TYPES: dict[str, type] = {"object": dict, "array": list, "string": str, "boolean": bool}
+"""Schemas that are only a type, checked without jsonschema (most output schemas)."""
+
+
 def _validate(instance: Any, schema: Mapping[str, Any]) -> None:
     """``jsonschema.validate`` with the schema checked and compiled once, not per call
     (checking it against the meta-schema was most of the cost)."""
+    kind = schema.get("type") if len(schema) == 1 else None
+    simple = _SIMPLE_TYPES.get(kind) if isinstance(kind, str) else None
+    if simple is not None:  # {"type": "object"} and the like: no validator needed
+        if isinstance(instance, simple):
+            return
+        raise jsonschema.ValidationError(f"{instance!r} is not of type {kind!r}")
     cached = _validators.get(id(schema))
     if cached is None or cached[0] is not schema:
         plain = dict(schema)
@@ -297,13 +307,13 @@ class Orchestrator:
         self, handler: Callable[[Msg], Awaitable[None]], msg: Msg, where: str
     ) -> None:
         """One message: handled and acked, retried later, or dead-lettered. Never raises."""
-        if msg.metadata is not None and msg.metadata.num_delivered > 1:
+        delivered = deliveries(msg)
+        if delivered > 1:
             self.observers.redelivered(where)
         try:
             await handler(msg)
             await msg.ack()
         except Exception as exc:
-            delivered = msg.metadata.num_delivered if msg.metadata else 1
             if delivered >= MAX_DELIVERIES:
                 log.error("%s: dead-lettering after %d attempts: %s", where, delivered, exc)
                 try:
@@ -482,7 +492,7 @@ class Orchestrator:
                 run_id = batch[0].subject
                 by_run.setdefault(run_id, []).extend(batch)
                 msgs_of.setdefault(run_id, []).append(msg)
-                if msg.metadata is not None and msg.metadata.num_delivered > 1:
+                if deliveries(msg) > 1:
                     again.add(run_id)
                     self.observers.redelivered("relay")
             # A run's effects are done in log order; different runs go in parallel.

@@ -1,0 +1,107 @@
+"""Reading a durable consumer in batches with a pull request kept open."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+
+from interlock.runtime.pulling import BatchReader, deliveries, subject_matches
+from interlock.runtime.subjects import Subjects
+
+
+@pytest.mark.parametrize(
+    ("pattern", "subject", "matches"),
+    [
+        ("il.runs.>", "il.runs.r1", True),
+        ("il.runs.>", "il.runs", False),
+        ("il.runs.>", "il.events.r1", False),
+        ("il.*.r1", "il.runs.r1", True),
+        ("il.*.r1", "il.runs.r2", False),
+        ("il.*", "il.runs.r1", False),
+        ("il.cap.echo", "il.cap.echo", True),
+        ("il.cap.echo", "il.cap.echo2", False),
+    ],
+)
+def test_subject_filters(pattern: str, subject: str, matches: bool) -> None:
+    assert subject_matches(pattern, subject) is matches
+
+
+async def consumer(nc: Client, subjects: Subjects, name: str) -> tuple[str, str]:
+    js = nc.jetstream()
+    stream, filter_subject = f"{subjects.prefix}_PULL", f"{subjects.prefix}.pull.>"
+    await js.add_stream(StreamConfig(name=stream, subjects=[filter_subject]))
+    await js.add_consumer(
+        stream,
+        ConsumerConfig(durable_name=name, ack_policy=AckPolicy.EXPLICIT, ack_wait=30),
+    )
+    return stream, filter_subject
+
+
+def reader(nc: Client, stream: str, name: str, filter_subject: str, size: int) -> BatchReader:
+    async def ensure() -> None:
+        return None
+
+    return BatchReader(
+        nc, stream=stream, consumer=name, filter_subject=filter_subject, size=size, ensure=ensure
+    )
+
+
+async def test_batches_hold_at_most_size_messages_and_all_arrive_once(
+    nc: Client, subjects: Subjects
+) -> None:
+    stream, filter_subject = await consumer(nc, subjects, "batches")
+    js = nc.jetstream()
+    for i in range(50):
+        await js.publish(f"{subjects.prefix}.pull.{i}", str(i).encode())
+    stopping = asyncio.Event()
+    seen: list[bytes] = []
+    sizes: list[int] = []
+
+    async def read() -> None:
+        async for msgs in reader(nc, stream, "batches", filter_subject, 8).batches(stopping):
+            sizes.append(len(msgs))
+            for msg in msgs:
+                assert deliveries(msg) == msg.metadata.num_delivered == 1
+                seen.append(msg.data)
+                await msg.ack()
+            if len(seen) == 50:
+                stopping.set()
+
+    await asyncio.wait_for(read(), 10)
+    assert sorted(seen, key=int) == [str(i).encode() for i in range(50)]
+    assert max(sizes) <= 8
+
+
+async def test_stopping_hands_back_what_was_buffered(nc: Client, subjects: Subjects) -> None:
+    """Messages that arrived after the last batch go back at once (nak), not after ack_wait."""
+    stream, filter_subject = await consumer(nc, subjects, "handback")
+    js = nc.jetstream()
+    for i in range(5):
+        await js.publish(f"{subjects.prefix}.pull.{i}", str(i).encode())
+    stopping = asyncio.Event()
+    handled = 0
+    async for msgs in reader(nc, stream, "handback", filter_subject, 5).batches(stopping):
+        for msg in msgs:
+            await msg.ack()
+        handled += len(msgs)
+        await asyncio.sleep(0.3)  # the others arrive meanwhile, and wait in the buffer
+        stopping.set()
+    assert handled < 5
+    # A second reader gets the others at once (ack_wait is 30 s), delivered a second time.
+    again: list[int] = []
+    stopping2 = asyncio.Event()
+
+    async def read() -> None:
+        async for msgs in reader(nc, stream, "handback", filter_subject, 5).batches(stopping2):
+            for msg in msgs:
+                again.append(deliveries(msg))
+                assert deliveries(msg) == msg.metadata.num_delivered
+                await msg.ack()
+            if handled + len(again) == 5:
+                stopping2.set()
+
+    await asyncio.wait_for(read(), 5)
+    assert again == [2] * (5 - handled)

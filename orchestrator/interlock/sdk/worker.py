@@ -37,7 +37,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from interlock.runtime.cloudevents_nats import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.runtime.connection import ConnectOptions, connect
 from interlock.runtime.consuming import dead_letter_headers
-from interlock.runtime.pulling import PullConsumer, SlotPool
+from interlock.runtime.jetstream import jetstream
+from interlock.runtime.pulling import PullConsumer, SlotPool, deliveries
 from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
 
 from .cancels import CancelMemory, parse_time
@@ -328,7 +329,7 @@ class Worker:
     # --- serving ------------------------------------------------------------------
 
     async def _serve(self, nc: Client, subjects: Subjects, life: _Lifecycle) -> None:
-        js = nc.jetstream()
+        js = jetstream(nc)
         pool = SlotPool(self._concurrency)
         background: list[asyncio.Task[Any]] = []  # catalog and heartbeats
         pullers: list[asyncio.Task[Any]] = []
@@ -891,8 +892,8 @@ def _succeeded(task: asyncio.Task[Any]) -> bool:
 
 def _delivery_count(msg: Msg) -> int:
     try:
-        return int(msg.metadata.num_delivered)
-    except Exception:
+        return deliveries(msg)
+    except ValueError:
         return 1
 
 

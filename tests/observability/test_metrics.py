@@ -253,12 +253,12 @@ async def test_records_are_counted_with_their_workflow() -> None:
     assert tracker.view("r1") is None  # finished runs are not kept
 
 
-async def test_a_dead_consumer_loop_fails_liveness() -> None:
+async def test_a_dead_consumer_loop_fails_liveness(nats_url: str, subjects: Subjects) -> None:
     """A consumer loop that ended never comes back: the probe must ask for a restart."""
     import asyncio
-    from types import SimpleNamespace
 
     from interlock.runtime.health import consumers_alive
+    from interlock.runtime.service import Orchestrator
 
     async def fails() -> None:
         raise RuntimeError("consumer could not be created")
@@ -269,9 +269,12 @@ async def test_a_dead_consumer_loop_fails_liveness() -> None:
     healthy, broken = asyncio.create_task(runs()), asyncio.create_task(fails())
     await asyncio.sleep(0)
     await asyncio.sleep(0)
+    nc = await connect(nats_url)
     try:
-        ok = consumers_alive(SimpleNamespace(_tasks=[healthy]))  # type: ignore[arg-type]
-        dead = consumers_alive(SimpleNamespace(_tasks=[healthy, broken]))  # type: ignore[arg-type]
+        running, failed = Orchestrator(nc, subjects), Orchestrator(nc, subjects)
+        running._tasks, failed._tasks = [healthy], [healthy, broken]  # as start() sets them
+        ok = consumers_alive(running)
+        dead = consumers_alive(failed)
         assert ok() is None
         assert "consumer could not be created" in (dead() or "")
         async with HealthServer(0, alive=dead, registry=CollectorRegistry()) as server:
@@ -282,6 +285,7 @@ async def test_a_dead_consumer_loop_fails_liveness() -> None:
             assert (await http_get(server.port, "/metrics"))[0] == 200
     finally:
         healthy.cancel()
+        await nc.close()
 
 
 def test_a_finished_run_read_again_by_the_relay_is_not_counted_twice() -> None:

@@ -169,17 +169,7 @@ class HealthServer:
 def consumers_alive(orchestrator: Orchestrator) -> Liveness:
     """Alive while every consumer loop of ``orchestrator`` runs (or was stopped)."""
 
-    def alive() -> str | None:
-        # The loops retry what fails inside them; a loop that ended anyway (say, its
-        # consumer could not be created while JetStream was failing over) never comes
-        # back by itself: a restart of the process does.
-        for task in getattr(orchestrator, "_tasks", ()):
-            if task.done() and not task.cancelled():
-                error = task.exception()
-                return f"a consumer loop ended: {error!r}" if error else "a consumer loop ended"
-        return None
-
-    return alive
+    return orchestrator.loop_failure
 
 
 class OrchestratorInstrumentation:

@@ -184,6 +184,19 @@ class Orchestrator:
         await self.flow.stop()
         await self.registry.close()
 
+    def loop_failure(self) -> str | None:
+        """Why a consumer loop ended (None while every loop runs, or after :meth:`stop`).
+
+        The loops retry what fails inside them; one that ended anyway (say, its consumer
+        could not be created while JetStream was failing over) never comes back by
+        itself: a restart of the process does.
+        """
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                error = task.exception()
+                return f"a consumer loop ended: {error!r}" if error else "a consumer loop ended"
+        return None
+
     async def run_forever(self) -> None:
         await self.start()
         try:

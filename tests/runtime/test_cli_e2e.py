@@ -464,3 +464,83 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
         code = dev.wait()
     assert code == 0, dev.output
     assert not listening(url)
+
+
+# --- dead letters --------------------------------------------------------------------------
+
+STRICT = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: strict
+spec:
+  inputs:
+    ticket: {type: string, required: true}
+    priority: {type: string, %s}
+  triggers:
+    - event: com.example.ticket
+  initial_state: done
+  states:
+    done:
+      type: terminal
+      outputs: {ticket: "{{ inputs.ticket }}", priority: "{{ inputs.priority }}"}
+"""
+
+
+def test_a_dead_letter_is_listed_shown_and_redriven_once_the_cause_is_fixed(
+    inst: Installation,
+) -> None:
+    (inst.files / "strict.yaml").write_text(STRICT % "required: true")
+    inst.ok("apply", "strict.yaml")
+    # The event lacks a required input: no run starts, and the event is dead-lettered.
+    inst.ok(
+        "emit",
+        "com.example.ticket",
+        "--source",
+        "/desk",
+        "--id",
+        "t1",
+        "--data",
+        '{"ticket": "T-1"}',
+    )
+
+    def letters() -> list[dict[str, Any]]:
+        out = inst.ok("dead-letters", "list", "--reason", "invalid-inputs", "--json")
+        return [json.loads(line) for line in out.splitlines()]
+
+    found = letters()
+    for _ in range(50):
+        if any(d["headers"].get("ce-id") == "t1" for d in found):
+            break
+        found = letters()
+    [letter] = [d for d in found if d["headers"].get("ce-id") == "t1"]
+    assert letter["reason"] == "invalid-inputs"
+    assert letter["subject"] == inst.subjects.event("com.example.ticket")
+    assert "priority" in letter["detail"]
+    assert letter["data"] == {"ticket": "T-1"}
+    table = inst.ok("dead-letters", "list")
+    assert table.splitlines()[0].split() == ["SEQ", "TIME", "REASON", "FROM", "DETAIL"]
+    assert str(letter["seq"]) in table
+    shown = json.loads(inst.ok("dead-letters", "show", str(letter["seq"])))
+    assert shown == letter
+
+    # Naming neither sequences nor --all is a usage error.
+    assert inst.cli("dead-letters", "redrive").returncode == 2
+
+    # Fixed: the input gets a default. Redriven, the event starts its run this time.
+    (inst.files / "strict.yaml").write_text(STRICT % "default: normal")
+    inst.ok("apply", "strict.yaml")
+    out = inst.ok("dead-letters", "redrive", str(letter["seq"]))
+    assert out.strip() == (
+        f"redrove {letter['seq']} (invalid-inputs) to {inst.subjects.event('com.example.ticket')}"
+    )
+    run_id = inst.run_id_of_trigger("strict", "/desk", "t1")
+    assert json.loads(inst.ok("result", run_id, "--wait", "--timeout", "20")) == {
+        "ticket": "T-1",
+        "priority": "normal",
+    }
+    # The letter is gone.
+    gone = inst.cli("dead-letters", "show", str(letter["seq"]))
+    assert gone.returncode == 1
+    assert f"no dead letter at sequence {letter['seq']}" in gone.stderr
+    assert inst.cli("dead-letters", "redrive", str(letter["seq"])).returncode == 1

@@ -193,6 +193,30 @@ def add_parsers(sub: Sub) -> None:
     add_connection_flags(p)
     p.set_defaults(func=cmd_replay)
 
+    p = sub.add_parser(
+        "dead-letters", help="messages that could not be handled: list, show, redrive"
+    )
+    dl = p.add_subparsers(dest="dead_letters_command", metavar="COMMAND", required=True)
+    q = dl.add_parser("list", help="the dead letters kept, oldest first")
+    q.add_argument("--reason", help="only this reason (e.g. processing-failed)")
+    q.add_argument("--json", action="store_true", help="one JSON object per letter")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_dead_letters_list))
+    q = dl.add_parser("show", help="one dead letter: why, where from, headers and data")
+    q.add_argument("seq", type=int, help="its sequence (from `dead-letters list`)")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_dead_letters_show))
+    q = dl.add_parser(
+        "redrive", help="publish dead letters again to where they came from, then drop them"
+    )
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("seq", type=int, nargs="*", default=[], help="sequences to redrive")
+    which.add_argument("--all", action="store_true", help="every letter (of --reason)")
+    q.add_argument("--reason", help="with --all: only this reason")
+    q.add_argument("--json", action="store_true")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_dead_letters_redrive))
+
 
 # -- commands ---------------------------------------------------------------------------
 
@@ -360,6 +384,56 @@ async def cmd_runs(client: Any, args: argparse.Namespace) -> int:
             f"{r.get('state', ''):18} {r.get('started_at', '')}"
         )
     return EXIT_OK
+
+
+async def cmd_dead_letters_list(client: Any, args: argparse.Namespace) -> int:
+    letters = await client.dead_letters(args.reason)
+    if args.json:
+        for letter in letters:
+            print(json.dumps(letter.to_json(), separators=(",", ":")))
+        return EXIT_OK
+    if not letters:
+        print("no dead letters" + (f" with reason {args.reason}" if args.reason else ""))
+        return EXIT_OK
+    print(f"{'SEQ':>6} {'TIME':24} {'REASON':22} {'FROM':36} DETAIL")
+    for d in letters:
+        detail = d.detail if len(d.detail) <= 80 else d.detail[:77] + "..."
+        print(f"{d.seq:>6} {d.time:24} {d.reason:22} {d.subject:36} {detail}")
+    return EXIT_OK
+
+
+async def cmd_dead_letters_show(client: Any, args: argparse.Namespace) -> int:
+    from interlock.runtime.client import UnknownDeadLetter
+
+    try:
+        letter = await client.dead_letter(args.seq)
+    except UnknownDeadLetter as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    print_json(letter.to_json())
+    return EXIT_OK
+
+
+async def cmd_dead_letters_redrive(client: Any, args: argparse.Namespace) -> int:
+    from interlock.runtime.client import UnknownDeadLetter
+
+    if args.reason and not args.all:
+        raise CliError("--reason goes with --all (name sequences, or --all --reason R)")
+    seqs = [d.seq for d in await client.dead_letters(args.reason)] if args.all else args.seq
+    failed = 0
+    for seq in seqs:
+        try:
+            letter, stored = await client.redrive(seq)
+        except (UnknownDeadLetter, ValueError) as exc:
+            failed += 1
+            print(f"dead letter {seq}: {exc}", file=sys.stderr)
+            continue
+        if args.json:
+            print(json.dumps({"seq": seq, "subject": letter.subject, "stored_seq": stored}))
+        else:
+            print(f"redrove {seq} ({letter.reason}) to {letter.subject}")
+    if not seqs and not args.json:
+        print("no dead letters to redrive")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 async def cmd_agents(client: Any, args: argparse.Namespace) -> int:

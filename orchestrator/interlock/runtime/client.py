@@ -16,8 +16,8 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import DeliverPolicy
-from nats.js.errors import KeyNotFoundError
+from nats.js.api import DeliverPolicy, RawStreamMsg
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from interlock.core import events as ev
 from interlock.core.compiler import Compiled, compile_sources
@@ -183,3 +183,102 @@ class InterlockClient:
             if entry.value:
                 workers.append(json.loads(entry.value))
         return {"agentdefs": specs, "workers": workers}
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    async def dead_letters(self, reason: str | None = None) -> list[DeadLetter]:
+        """The dead letters kept (oldest first), all or those of one ``reason``."""
+        stream = self.subjects.dead_letter_stream
+        subject = self.subjects.dead_letter(reason) if reason else self.subjects.dead_letters_all
+        found: list[DeadLetter] = []
+        seq = 1
+        while True:
+            try:
+                raw = await self.js.get_msg(stream, seq, subject=subject, next=True)
+            except NotFoundError:
+                return found
+            found.append(DeadLetter.of(raw))
+            seq = int(raw.seq or seq) + 1
+
+    async def dead_letter(self, seq: int) -> DeadLetter:
+        """The dead letter at ``seq`` of the dead-letter stream.
+
+        Raises:
+            UnknownDeadLetter: there is none (never was, redriven, or expired).
+        """
+        try:
+            raw = await self.js.get_msg(self.subjects.dead_letter_stream, seq)
+        except NotFoundError as exc:
+            raise UnknownDeadLetter(seq) from exc
+        return DeadLetter.of(raw)
+
+    async def redrive(self, seq: int) -> tuple[DeadLetter, int]:
+        """Publish a dead letter's message again, as it first came, to its own subject, then
+        drop the letter. Returns the letter and the new message's stream sequence.
+
+        The letter is dropped only once the message is stored again: a failure leaves it.
+        """
+        letter = await self.dead_letter(seq)
+        if not letter.subject:
+            raise ValueError(f"dead letter {seq} does not name the subject it came from")
+        ack = await self.js.publish(letter.subject, letter.data, headers=letter.original_headers)
+        await self.js.delete_msg(self.subjects.dead_letter_stream, seq)
+        return letter, int(ack.seq)
+
+
+class UnknownDeadLetter(LookupError):
+    """No dead letter at that sequence."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(f"no dead letter at sequence {seq}")
+        self.seq = seq
+
+
+_DEAD_LETTER = "Interlock-Dead-Letter-"
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """A message that could not be handled, kept in the dead-letter stream with why."""
+
+    seq: int
+    time: str
+    reason: str
+    detail: str
+    subject: str
+    """Where the message was first published (``redrive`` publishes it there again)."""
+    headers: dict[str, str]
+    data: bytes
+
+    @classmethod
+    def of(cls, raw: RawStreamMsg) -> DeadLetter:
+        headers = {str(k): str(v) for k, v in (raw.headers or {}).items()}
+        return cls(
+            seq=int(raw.seq or 0),
+            time=raw.time.isoformat().replace("+00:00", "Z") if raw.time else "",
+            reason=headers.get(_DEAD_LETTER + "Reason", ""),
+            detail=headers.get(_DEAD_LETTER + "Detail", ""),
+            subject=headers.get(_DEAD_LETTER + "Subject", ""),
+            headers=headers,
+            data=raw.data or b"",
+        )
+
+    @property
+    def original_headers(self) -> dict[str, str]:
+        """The message's own headers, without what dead-lettering added."""
+        return {k: v for k, v in self.headers.items() if not k.startswith(_DEAD_LETTER)}
+
+    def to_json(self) -> dict[str, Any]:
+        try:
+            data: Any = json.loads(self.data)
+        except ValueError:
+            data = self.data.decode("utf-8", "replace")
+        return {
+            "seq": self.seq,
+            "time": self.time,
+            "reason": self.reason,
+            "detail": self.detail,
+            "subject": self.subject,
+            "headers": self.original_headers,
+            "data": data,
+        }

@@ -8,6 +8,11 @@ rule it breaks (the rule ids are listed in docs/language.md).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jsonschema
+
 import hashlib
 import json
 import re
@@ -17,7 +22,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-import jsonschema
 import msgspec
 
 from interlock.core import model
@@ -100,6 +104,8 @@ class Compiled:
 
 @cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
+    import jsonschema  # on first use: most commands never validate a manifest
+
     schema = model.json_schema(kind)
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema)
@@ -341,6 +347,8 @@ def _compile_agent(doc: Document, diags: list[Diagnostic]) -> AgentDefinition | 
             schema = getattr(cap, which)
             if schema is None:
                 continue
+            import jsonschema
+
             try:
                 jsonschema.validators.validator_for(schema).check_schema(schema)
             except jsonschema.SchemaError as exc:

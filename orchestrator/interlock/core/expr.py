@@ -13,14 +13,12 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
-import celpy
-import lark
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+if TYPE_CHECKING:
+    import celpy
+    import lark
 
 VARIABLES = frozenset({"event", "data", "result", "context", "inputs", "states", "run"})
 """Names an expression may read; loop and map constructs add their own item variable."""
@@ -43,10 +41,32 @@ class CompileError(Exception):
 
 
 @functools.cache
+def _cel() -> SimpleNamespace:
+    """celpy, imported on first use: commands that compile no CEL (most of the CLI) do
+    not pay for importing it."""
+    import celpy
+    import lark
+    from celpy import celtypes
+    from celpy.adapter import json_to_cel
+    from celpy.celparser import CELParseError
+    from celpy.evaluation import CELEvalError
+
+    return SimpleNamespace(
+        celpy=celpy,
+        lark=lark,
+        celtypes=celtypes,
+        json_to_cel=json_to_cel,
+        CELParseError=CELParseError,
+        CELEvalError=CELEvalError,
+    )
+
+
+@functools.cache
 def _env() -> celpy.Environment:
     """Built on first use: it costs about half a second, which commands that compile no
     CEL should not pay."""
-    return celpy.Environment()
+    env: celpy.Environment = _cel().celpy.Environment()
+    return env
 
 
 def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
@@ -55,7 +75,7 @@ def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
     for node in tree.iter_subtrees():
         if node.data == "ident":  # ident_arg is a function call (size, has, int...)
             for child in node.children:
-                if isinstance(child, lark.Token) and child.type == "IDENT":
+                if isinstance(child, _cel().lark.Token) and child.type == "IDENT":
                     names.add(str(child))
                     break
     return frozenset(names)
@@ -158,7 +178,7 @@ class Expression:
         self.source = source
         try:
             tree = _env().compile(source)
-        except CELParseError as exc:
+        except _cel().CELParseError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "syntax error"
             line = int(getattr(exc, "line", None) or 1)
             col = int(getattr(exc, "column", None) or 1)
@@ -187,13 +207,14 @@ class Expression:
                 return value
         try:
             # Inside the try: converting can fail too (an integer beyond 64 bits, say).
+            json_to_cel = _cel().json_to_cel
             cel_activation = {
                 name: json_to_cel(activation[name]) for name in self.names if name in activation
             }
             value = self._program.evaluate(cel_activation)
         except Exception as exc:
             raise ExpressionError(_describe(exc)) from exc
-        if isinstance(value, CELEvalError):
+        if isinstance(value, _cel().CELEvalError):
             raise ExpressionError(_describe(value))
         return to_json(value)
 
@@ -202,13 +223,14 @@ class Expression:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, CELEvalError) and exc.args:
+    if isinstance(exc, _cel().CELEvalError) and exc.args:
         return str(exc.args[0])
     return str(exc) or type(exc).__name__
 
 
 def to_json(value: Any) -> Any:
     """Turn a CEL value into a plain JSON value."""
+    celtypes = _cel().celtypes
     if value is None or isinstance(value, celtypes.NullType):
         return None
     if isinstance(value, celtypes.BoolType):

@@ -51,7 +51,7 @@ class JetStream(JetStreamContext):
         self._count = 0
         # Deadlines rounded up to a tick share one timer handle: no handle to create and
         # cancel per publish. A publish may so wait up to one tick longer than asked.
-        self._expiring: dict[int, list[asyncio.Future[Msg]]] = {}
+        self._expiring: dict[int, list[str]] = {}
 
     async def request_ack(
         self,
@@ -74,7 +74,7 @@ class JetStream(JetStreamContext):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Msg] = loop.create_future()
         self._waiting[token] = future
-        self._expire_at(loop, future, self._timeout if ack_wait is None else ack_wait)
+        self._expire_at(loop, token, self._timeout if ack_wait is None else ack_wait)
         try:
             await self._nc.publish(subject, payload, reply=replies + token, headers=headers)
             msg = await future
@@ -120,19 +120,19 @@ class JetStream(JetStreamContext):
                 self._replies = prefix
         return self._replies
 
-    def _expire_at(
-        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Msg], wait: float
-    ) -> None:
+    def _expire_at(self, loop: asyncio.AbstractEventLoop, token: str, wait: float) -> None:
+        # Tokens, not futures: an answered publish leaves nothing behind but a short string.
         tick = math.ceil((loop.time() + wait) / _TICK)
         due = self._expiring.get(tick)
         if due is None:
             due = self._expiring[tick] = []
             loop.call_at(tick * _TICK, self._expire, tick)
-        due.append(future)
+        due.append(token)
 
     def _expire(self, tick: int) -> None:
-        for future in self._expiring.pop(tick, ()):
-            if not future.done():
+        for token in self._expiring.pop(tick, ()):
+            future = self._waiting.get(token)
+            if future is not None and not future.done():
                 future.set_exception(NatsTimeoutError())
 
     async def _on_reply(self, msg: Msg) -> None:

@@ -175,6 +175,27 @@ async def test_a_trigger_event_starts_a_run_that_completes(
         assert stack.recorder.per_action() == {f"{run_id}:3": 1}
 
 
+async def test_the_orchestrator_recreates_a_consumer_deleted_under_it(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """An operator (or a botched migration) deletes the ingress and relay consumers while
+    the orchestrator runs: it notices its open pulls are gone, makes the consumers again,
+    and the next trigger still runs to the end."""
+    async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
+        first = push("before")
+        await publish(stack, first)
+        assert (await stack.wait(await run_of(stack, "on-push", first))).status == "completed"
+        js = stack.client.js
+        await js.delete_consumer(subjects.events_stream, "ingress")
+        await js.delete_consumer(subjects.runs_stream, "relay")
+
+        event = push("after")
+        await publish(stack, event)
+        state = await asyncio.wait_for(stack.wait(await run_of(stack, "on-push", event)), 15)
+        assert state.status == "completed"
+        assert (await js.consumer_info(subjects.events_stream, "ingress")).config.durable_name
+
+
 async def test_a_filter_mismatch_starts_nothing(nats_url: str, subjects: Subjects) -> None:
     async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
         wrong_branch = push("e1", branch="dev")

@@ -651,6 +651,35 @@ async def test_the_run_index_never_goes_back(nats_url: str, subjects: Subjects) 
         assert before[0]["state"] == "merge"
 
 
+async def test_a_run_index_entry_deleted_by_hand_is_written_again(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [PARKED]) as stack:
+        run_id = await stack.client.start("approval", {})
+
+        async def indexed(status: str) -> Any:
+            runs = await stack.client.list_runs()
+            found = [(r["run_id"], r["status"]) for r in runs]
+            return runs if found == [(run_id, status)] else None
+
+        await eventually(lambda: indexed("running"), what="the run indexed as running")
+        index = await stack.client.js.key_value(subjects.runs_bucket)
+        await index.delete(run_id)  # a tombstone: a plain create would now be refused
+        assert await stack.client.list_runs() == []
+
+        grant = CloudEvent(
+            id="g1",
+            source="/people",
+            type="approval.granted",
+            data={"by": "alice"},
+            extensions={"runid": run_id},
+        )
+        await publish(stack, grant)
+        assert (await stack.wait(run_id)).status == "completed"
+        [entry] = await eventually(lambda: indexed("completed"), what="indexed again")
+        assert entry["state"] == "done"
+
+
 async def test_consumers_made_by_an_earlier_version_are_brought_up_to_date(
     nats_url: str, subjects: Subjects, js: JetStreamContext
 ) -> None:

@@ -29,7 +29,6 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import (
     KeyNotFoundError,
-    KeyWrongLastSequenceError,
     NotFoundError,
 )
 
@@ -53,11 +52,12 @@ from interlock.runtime.cloudevents_nats import (
     encode_binary,
 )
 from interlock.runtime.consuming import dead_letter_headers
+from interlock.runtime.errors import AppendConflict
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
-from interlock.runtime.provision import provision
+from interlock.runtime.provision import append_batch, provision
 from interlock.runtime.pulling import BatchReader, deliveries
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
@@ -665,8 +665,11 @@ class Orchestrator:
                 try:
                     entry = await self._index.get(key)
                     current, revision = json.loads(entry.value or b"{}"), entry.revision
-                except KeyNotFoundError:
-                    current, revision = {"run_id": key}, None
+                except KeyNotFoundError as exc:
+                    # Never written, or deleted by hand: then write over the tombstone.
+                    tombstone = getattr(exc, "entry", None)
+                    current = {"run_id": key}
+                    revision = tombstone.revision if tombstone is not None else None
             changed = False
             for record in ordered:
                 position = _position(record)
@@ -681,11 +684,12 @@ class Orchestrator:
                 return
             body = json.dumps(current).encode()
             try:
-                if revision is None:
-                    revision = await self._index.create(key, body)
-                else:
-                    revision = await self._index.update(key, body, last=revision)
-            except KeyWrongLastSequenceError:
+                # A compare-and-set put, straight on the bucket's stream (what KeyValue.update
+                # does, without its per-call key check and JSON acknowledgement parsing).
+                revision = await append_batch(
+                    self.nc, f"$KV.{self.subjects.runs_bucket}.{key}", [({}, body)], revision or 0
+                )
+            except AppendConflict:
                 continue  # written meanwhile: read again
             self._remember_index(key, current, revision)
             return

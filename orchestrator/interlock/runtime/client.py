@@ -17,7 +17,7 @@ from typing import Any
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy, RawStreamMsg
-from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from interlock.core import events as ev
 from interlock.core.compiler import Compiled, compile_sources
@@ -27,7 +27,7 @@ from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
 from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.provision import provision
-from interlock.runtime.registry import Applied, Registry, bucket_keys
+from interlock.runtime.registry import Applied, Registry, bucket_values
 from interlock.runtime.runs import Runs, UnknownRun
 from interlock.runtime.subjects import Subjects
 
@@ -144,12 +144,8 @@ class InterlockClient:
     ) -> list[dict[str, Any]]:
         kv = await self.js.key_value(self.subjects.runs_bucket)
         out = []
-        for key in await bucket_keys(kv):
-            try:
-                entry = await kv.get(key)
-            except KeyNotFoundError:
-                continue
-            item = json.loads(entry.value or b"{}")
+        for value in (await bucket_values(kv)).values():
+            item = json.loads(value)
             if workflow and workflow not in (
                 item.get("workflow"),
                 f"{item.get('namespace')}/{item.get('workflow')}",
@@ -174,14 +170,7 @@ class InterlockClient:
         """Registered AgentDefs and the live workers heartbeating for them."""
         specs = await self.registry.agent_specs()
         kv = await self.js.key_value(self.subjects.workers_bucket)
-        workers = []
-        for key in await bucket_keys(kv):
-            try:
-                entry = await kv.get(key)
-            except KeyNotFoundError:
-                continue
-            if entry.value:
-                workers.append(json.loads(entry.value))
+        workers = [json.loads(value) for value in (await bucket_values(kv)).values()]
         return {"agentdefs": specs, "workers": workers}
 
     # -- dead letters ---------------------------------------------------------------------

@@ -336,6 +336,23 @@ class Registry:
             await self._seen(self._subjects.agents_bucket, entry.revision or 0)
 
 
+async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
+    """Every key of a KV bucket with its current value, read in one pass (one ordered
+    consumer over the bucket's last values, not one request per key)."""
+    values: dict[str, bytes] = {}
+    watcher = await kv.watchall(ignore_deletes=True)
+    try:
+        async for entry in watcher:
+            if entry is None:  # the initial values are all here
+                break
+            if entry.value:
+                values[entry.key] = entry.value
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]
+    return values
+
+
 async def bucket_keys(kv: KeyValue) -> list[str]:
     """The keys of a KV bucket; none for an empty one (where nats-py raises)."""
     try:

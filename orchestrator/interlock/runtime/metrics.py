@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from interlock.core import events as ev
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import OrchestratorObserver
+from interlock.runtime.registry import bucket_values
 from interlock.runtime.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")
@@ -578,19 +579,11 @@ class ClusterMetrics(Collector):
 
     async def _live_workers(self) -> dict[str, int]:
         kv = await self._js.key_value(self._subjects.workers_bucket)
-        try:
-            keys = list(await kv.keys())
-        except Exception as exc:
-            if type(exc).__name__ != "NoKeysError":
-                raise
-            keys = []
         counts: dict[str, int] = {}
-        for key in keys:
-            with contextlib.suppress(Exception):
-                entry = await kv.get(key)
-                if entry.value:
-                    for capability in json.loads(entry.value).get("capabilities", []):
-                        counts[capability] = counts.get(capability, 0) + 1
+        for value in (await bucket_values(kv)).values():
+            with contextlib.suppress(ValueError, AttributeError):
+                for capability in json.loads(value).get("capabilities", []):
+                    counts[capability] = counts.get(capability, 0) + 1
         return counts
 
     async def _follow(self) -> None:

@@ -6,6 +6,7 @@ import pytest
 from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
+from interlock.core.compiler import compile_sources
 from interlock.core.engine import Incoming, decide
 from interlock.core.state import CANCELLED, COMPLETED, FAILED, RUNNING
 
@@ -540,3 +541,71 @@ def test_an_answer_with_a_huge_integer_fails_the_guard_closed() -> None:
     run = run_routing()
     records = run.answer({"score": 2**64})
     assert types(records)[:2] == ["action.completed", "guard.failed"]
+
+
+# --- terminal states that fail ------------------------------------------------------------
+
+REJECTING = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: rejecting}
+spec:
+  initial_state: review
+  states:
+    review:
+      actions:
+        - capability: review
+      on:
+        - event: task.completed
+          guard: result.approved
+          goto: merged
+        - event: task.completed
+          goto: rejected
+          set: {by: "{{ result.by }}", score: "{{ result.score }}"}
+    merged: {type: terminal, outputs: {merged: true}}
+    rejected:
+      type: terminal
+      fail:
+        message: "rejected by {{ context.by }}"
+        %s
+      outputs: {merged: false, score: "{{ context.score }}"}
+"""
+
+
+def test_a_terminal_state_with_fail_ends_the_run_failed_with_its_outputs() -> None:
+    run = Run(compile_one(REJECTING % ""))
+    run.start()
+    records = run.answer({"approved": False, "by": "ada", "score": 3})
+    assert types(records)[-2:] == ["state.entered", "run.failed"]
+    failed = records[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.data.state == "rejected"
+    assert failed.data.error == ev.ErrorInfo(
+        error_class="workflow_failed", message="rejected by ada"
+    )
+    assert failed.data.outputs == {"merged": False, "score": 3}
+    assert run.state.status == FAILED
+    assert run.state.outputs == {"merged": False, "score": 3}
+    assert run.state.error == failed.data.error
+
+
+def test_a_failing_terminal_state_may_name_its_error_class() -> None:
+    run = Run(compile_one(REJECTING % "class: agent_error"))
+    run.start()
+    run.answer({"approved": False, "by": "ada", "score": 3})
+    assert run.state.error == ev.ErrorInfo(error_class="agent_error", message="rejected by ada")
+
+
+def test_the_other_terminal_state_still_completes() -> None:
+    run = Run(compile_one(REJECTING % ""))
+    run.start()
+    run.answer({"approved": True})
+    assert run.state.status == COMPLETED
+    assert run.state.outputs == {"merged": True}
+
+
+def test_a_fail_class_must_be_a_known_error_class() -> None:
+    compiled = compile_sources([("test.yaml", REJECTING % "class: rejected")])
+    [diag] = compiled.diagnostics
+    assert (diag.rule, diag.line, diag.col) == ("unknown-error-class", 22, 16)
+    assert "unknown error class 'rejected'" in diag.message

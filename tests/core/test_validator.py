@@ -25,6 +25,7 @@ RULES = {
     "action-target",
     "budget",
     "map-output",
+    "fail-non-terminal",
     "state-kind",
     "unknown-error-class",
     "yaml-syntax",

@@ -544,3 +544,57 @@ def test_a_dead_letter_is_listed_shown_and_redriven_once_the_cause_is_fixed(
     assert gone.returncode == 1
     assert f"no dead letter at sequence {letter['seq']}" in gone.stderr
     assert inst.cli("dead-letters", "redrive", str(letter["seq"])).returncode == 1
+
+
+GATE = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: gate
+spec:
+  inputs:
+    score: {type: integer, required: true}
+  initial_state: check
+  states:
+    check:
+      actions:
+        - capability: echo
+          input: {score: "{{ inputs.score }}"}
+      on:
+        - {event: task.completed, guard: "result.score >= 5", goto: passed}
+        - {event: task.completed, goto: refused, set: {score: "{{ result.score }}"}}
+    passed: {type: terminal, outputs: {passed: true}}
+    refused:
+      type: terminal
+      fail: {message: "score {{ context.score }} is below 5"}
+      outputs: {passed: false}
+"""
+
+
+def test_a_terminal_state_that_fails_ends_the_run_failed(inst: Installation) -> None:
+    (inst.files / "gate.yaml").write_text(GATE)
+    inst.ok("apply", "echo.yaml", "gate.yaml")
+    done = inst.cli("start", "gate", "--input", '{"score": 3}', "--wait", "--timeout", "20")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    started = json.loads(done.stdout)
+    run_id = started["run_id"]
+    expected = {
+        "run_id": run_id,
+        "status": "failed",
+        "outputs": {"passed": False},
+        "error": {"class": "workflow_failed", "message": "score 3 is below 5"},
+    }
+    assert started == expected
+    assert json.loads(inst.cli("result", run_id, "--json").stdout) == expected
+    # The run index is written by the relay just after the log: give it a moment.
+    listed = ""
+    for _ in range(50):
+        listed = inst.ok("runs", "--workflow", "gate", "--status", "failed")
+        if run_id in listed:
+            break
+    assert run_id in listed
+    plain = inst.cli("result", run_id)
+    assert (plain.returncode, json.loads(plain.stdout)) == (1, {"passed": False})
+    assert "failed: workflow_failed: score 3 is below 5" in plain.stderr
+    passed = json.loads(inst.ok("start", "gate", "--input", '{"score": 7}', "--wait"))
+    assert (passed["status"], passed["outputs"]) == ("completed", {"passed": True})

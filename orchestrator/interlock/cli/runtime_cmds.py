@@ -295,14 +295,13 @@ def _print_result(state: RunState, as_json: bool, with_id: bool = False) -> int:
         }
         if state.error is not None:
             body["error"] = {"class": state.error.error_class, "message": state.error.message}
-        if not as_json and state.status == "completed":
-            print_json(body)
-        else:
-            print_json(body)
+        print_json(body)
         return code
     if state.status == "completed":
         print_json(state.outputs or {})
     elif state.status in ("failed", "cancelled"):
+        if state.outputs:  # a terminal state that fails may still return outputs
+            print_json(state.outputs)
         why = f": {state.error.error_class}: {state.error.message}" if state.error else ""
         err(f"run {state.run_id} {state.status}{why}")
     else:

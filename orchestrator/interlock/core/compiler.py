@@ -34,6 +34,7 @@ from interlock.core.definition import (
     CatchDef,
     CorrelationDef,
     Definition,
+    FailDef,
     InputDef,
     LoopDef,
     MapDef,
@@ -563,6 +564,24 @@ class _WorkflowCompiler:
                 f"state {name!r} declares outputs but is not terminal (only terminal states "
                 "return outputs)",
             )
+        fail = None
+        if state.fail is not None:
+            if not terminal:
+                self.error(
+                    (*base, "fail"),
+                    "fail-non-terminal",
+                    f"state {name!r} has fail but is not terminal (fail says how a terminal "
+                    "state ends the run)",
+                )
+            if state.fail.error_class not in ERROR_CLASSES:
+                self.error(
+                    (*base, "fail", "class"),
+                    "unknown-error-class",
+                    f"unknown error class {state.fail.error_class!r} "
+                    f"(known: {', '.join(ERROR_CLASSES)})",
+                )
+            message = self._value((*base, "fail", "message"), state.fail.message)
+            fail = FailDef(state.fail.error_class, message)
         actions = tuple(self._action((*base, "actions", i), a) for i, a in enumerate(state.actions))
         transitions = tuple(
             self._transition((*base, "on", i), i, t) for i, t in enumerate(state.on)
@@ -593,6 +612,7 @@ class _WorkflowCompiler:
             timeout=timeout,
             map=self._map((*base, "map"), state.map),
             loop=self._loop((*base, "loop"), state.loop),
+            fail=fail,
         )
 
     def _goto(self, path: Path, goto: str) -> None:
@@ -816,6 +836,8 @@ class _WorkflowCompiler:
                     check((*base, "on", t.index, "set", key), value)
             for key, value in state.outputs or ():
                 check((*base, "outputs", key), value)
+            if state.fail is not None:
+                check((*base, "fail", "message"), state.fail.message)
             for i, catch in enumerate(state.catches):
                 for key, value in catch.set:
                     check((*base, "catch", i, "set", key), value)

@@ -109,6 +109,7 @@ class StateDef:
     timeout: TimeoutDef | None = None
     map: MapDef | None = None
     loop: LoopDef | None = None
+    fail: FailDef | None = None
 
     @property
     def produces_output(self) -> bool:
@@ -121,6 +122,14 @@ class StateDef:
     def transitions_for(self, event_type: str) -> tuple[TransitionDef, ...]:
         """The transitions keyed by ``event_type``, in declaration order."""
         return self.by_event.get(event_type, ())
+
+
+@dataclass(frozen=True, slots=True)
+class FailDef:
+    """A terminal state's failure: the run ends ``failed`` with this class and message."""
+
+    error_class: str
+    message: CompiledValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,6 +258,23 @@ class _Step:
             except ExpressionError as exc:
                 self.fail_run("expression_error", f"output {key!r} of state {state.name!r}: {exc}")
                 return
+        if state.fail is not None:
+            try:
+                message = render(state.fail.message, act)
+            except ExpressionError as exc:
+                self.fail_run("expression_error", f"fail message of state {state.name!r}: {exc}")
+                return
+            error = ev.ErrorInfo(
+                error_class=state.fail.error_class,
+                message=message if isinstance(message, str) else _to_text(message),
+            )
+            self.emit(
+                ev.RunFailed,
+                ev.RunFailedData(
+                    state=state.name, error=error, outputs=outputs, parent=self.state.parent
+                ),
+            )
+            return
         self.emit(
             ev.RunCompleted,
             ev.RunCompletedData(state=state.name, outputs=outputs, parent=self.state.parent),
@@ -717,6 +734,11 @@ class _Step:
                 iteration=timer.iteration,
                 retry=timer.retry,
             )
+
+
+def _to_text(value: Any) -> str:
+    """A rendered value as message text: strings as they are, the rest as JSON."""
+    return msgspec.json.encode(value).decode()
 
 
 def _error_of(data: Any) -> ev.ErrorInfo:

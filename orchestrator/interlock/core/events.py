@@ -23,6 +23,7 @@ ERROR_CLASSES = (
     "agent_error",
     "platform_error",
     "expression_error",
+    "workflow_failed",
 )
 """Error classes an action or a run can fail with; ``catch`` and guards match on them."""
 
@@ -191,6 +192,8 @@ class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
 class RunFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: str | None = None
     error: ErrorInfo
+    outputs: dict[str, Any] = {}
+    """What a terminal state with ``fail`` returns with its failure."""
     parent: ParentRef | None = None
     """Copied from the run's start: where a child run's end is reported."""
 

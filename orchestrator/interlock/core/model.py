@@ -159,6 +159,13 @@ class Transition(_Strict, frozen=True, kw_only=True):
     description: str | None = None
 
 
+class Fail(_Strict, frozen=True, kw_only=True):
+    """Makes a terminal state end the run as failed, with this error."""
+
+    message: str
+    error_class: str = msgspec.field(name="class", default="workflow_failed")
+
+
 class State(_Strict, frozen=True, kw_only=True):
     type: Literal["normal", "terminal", "human_in_the_loop"] = "normal"
     description: str | None = None
@@ -169,6 +176,7 @@ class State(_Strict, frozen=True, kw_only=True):
     catch: list[Catch] = []
     timeout: StateTimeout | None = None
     outputs: dict[str, Value] | None = None
+    fail: Fail | None = None
 
 
 class Budget(_Strict, frozen=True, kw_only=True):

@@ -253,6 +253,7 @@ def _run_failed(s: RunState, r: ev.RunFailed) -> RunState:
         updated_at=r.time,
         status=FAILED,
         error=r.data.error,
+        outputs=r.data.outputs,
         pending={},
         timers={},
     )

@@ -253,7 +253,9 @@ def _run_failed(s: RunState, r: ev.RunFailed) -> RunState:
         updated_at=r.time,
         status=FAILED,
         error=r.data.error,
-        outputs=r.data.outputs,
+        # Only a terminal state with `fail` returns outputs; other failures (and logs
+        # written before there was such a state) leave them unset.
+        outputs=r.data.outputs or s.outputs,
         pending={},
         timers={},
     )

@@ -254,6 +254,11 @@ async def test_a_failed_ci_loops_back_to_implement_at_most_twice(stack: Stack) -
     await stack.in_state(run_id, "ci")
     await stack.signal(run_id, "ci", CI_RED, id="red-3")
     state = await stack.finished(run_id)
+    assert state.status == "failed"
+    assert state.error == ev.ErrorInfo(
+        error_class="workflow_failed",
+        message="transition_budget_exhausted: ci -> implement taken twice",
+    )
     assert state.outputs == {
         "status": "failed",
         "issue": "PAY-7",
@@ -290,6 +295,7 @@ async def test_a_wait_for_ci_expires_after_24_hours(stack: Stack) -> None:
     assert (await stack.client.state(run_id)).state == "ci"
     await stack.advance(run_id, 1)
     state = await stack.finished(run_id)
+    assert (state.status, state.error and state.error.message) == ("failed", "wait for ci expired")
     assert state.outputs == {"status": "failed", "issue": "PAY-7", "reason": "wait for ci expired"}
 
 
@@ -324,6 +330,7 @@ async def test_an_escalation_nobody_clears_fails_the_run_after_24_hours(stack: S
     await stack.in_state(run_id, "implement_escalated")
     await stack.advance(run_id, 24 * 3600)
     state = await stack.finished(run_id)
+    assert state.status == "failed"
     assert state.outputs == {
         "status": "failed",
         "issue": "PAY-7",

@@ -609,3 +609,96 @@ def test_a_fail_class_must_be_a_known_error_class() -> None:
     [diag] = compiled.diagnostics
     assert (diag.rule, diag.line, diag.col) == ("unknown-error-class", 22, 16)
     assert "unknown error class 'rejected'" in diag.message
+
+
+# --- a deadline for the whole run -----------------------------------------------------------
+
+DEADLINED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: deadlined}
+spec:
+  deadline: {after: 1h, %s}
+  initial_state: build
+  states:
+    build:
+      actions: [{capability: build}]
+      on: [{event: task.completed, goto: approve}]
+    approve:
+      type: human_in_the_loop
+      timeout: {after: 30m, goto: approve}
+      on: [{event: approved, goto: done}]
+    done: {type: terminal, outputs: {ok: true}}
+    late:
+      type: terminal
+      fail: {message: "{{ context.reason }}"}
+"""
+
+
+def test_the_deadline_is_scheduled_at_start_and_outlives_state_changes() -> None:
+    run = Run(compile_one(DEADLINED % "goto: late, set: {reason: too slow}"))
+    records = run.start()
+    assert types(records) == [
+        "run.started",
+        "timer.scheduled",
+        "state.entered",
+        "action.requested",
+    ]
+    deadline = records[1]
+    assert isinstance(deadline, ev.TimerScheduled)
+    assert (deadline.data.purpose, deadline.data.fire_at) == (
+        "run-deadline",
+        "2026-01-01T01:00:01.000Z",
+    )
+    run.answer({})
+    assert run.state.state == "approve"
+    assert [t.purpose for t in run.state.timers.values()] == ["run-deadline", "state-timeout"]
+    run.fire("state-timeout")  # the state's own timeout re-enters it; the deadline stays
+    assert [t.purpose for t in run.state.timers.values()] == ["run-deadline", "state-timeout"]
+
+    records = run.fire("run-deadline")
+    assert types(records) == [
+        "timer.fired",
+        "transition.fired",
+        "state.entered",
+        "run.failed",
+    ]
+    moved = records[1]
+    assert isinstance(moved, ev.TransitionFired)
+    assert (moved.data.from_state, moved.data.to_state, moved.data.event_type) == (
+        "approve",
+        "late",
+        "run.deadline",
+    )
+    assert run.state.status == FAILED
+    assert run.state.error == ev.ErrorInfo(error_class="workflow_failed", message="too slow")
+
+
+def test_without_goto_the_deadline_fails_the_run_with_timeout_and_cancels_work() -> None:
+    late = DEADLINED.index("    late:")
+    run = Run(compile_one(DEADLINED[:late] % "goto: null"))
+    run.start()
+    records = run.fire("run-deadline")
+    assert types(records) == ["timer.fired", "action.cancelled", "run.failed"]
+    assert run.state.error == ev.ErrorInfo(
+        error_class="timeout", message="the run did not finish within 3600s"
+    )
+
+
+def test_a_run_that_ends_first_leaves_its_deadline_stale() -> None:
+    run = Run(compile_one(DEADLINED % "goto: late, set: {reason: too slow}"))
+    run.start()
+    [deadline_id] = [t for t, v in run.state.timers.items() if v.purpose == "run-deadline"]
+    run.answer({})
+    run.send("approved")
+    assert run.state.status == COMPLETED
+    assert run.fire("run-deadline", deadline_id) == []
+
+
+def test_a_deadline_goto_must_name_a_state_and_makes_it_reachable() -> None:
+    compiled = compile_sources([("test.yaml", DEADLINED % "goto: nowhere")])
+    rules = [(d.rule, d.line) for d in compiled.diagnostics]
+    # `late` is reachable only through the deadline: nowhere does not make it so.
+    assert ("unknown-goto", 5) in rules
+    assert ("unreachable-state", 16) in rules
+    assert compile_one(DEADLINED % "goto: late").deadline is not None

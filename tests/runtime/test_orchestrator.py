@@ -196,6 +196,58 @@ async def test_the_orchestrator_recreates_a_consumer_deleted_under_it(
         assert (await js.consumer_info(subjects.events_stream, "ingress")).config.durable_name
 
 
+DEADLINED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: deadlined
+    spec:
+      deadline: {after: 1s, goto: expired, set: {why: "no approval within 1s"}}
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on:
+            - {event: approval.granted, goto: next}
+        next:
+          type: human_in_the_loop
+          on:
+            - {event: approval.granted, goto: done}
+        done: {type: terminal}
+        expired:
+          type: terminal
+          fail: {message: "{{ context.why }}"}
+    """
+)
+
+
+async def test_a_run_deadline_fires_on_the_real_timers_across_state_changes(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [DEADLINED]) as stack:
+        run_id = await stack.client.start("deadlined", {})
+        grant = CloudEvent(
+            id="g1", source="/people", type="approval.granted", extensions={"runid": run_id}
+        )
+        await publish(stack, grant)
+
+        async def moved() -> Any:
+            return (await stack.client.state(run_id)).state == "next" or None
+
+        await eventually(moved, what="the run moved on before its deadline")
+        state = await asyncio.wait_for(stack.wait(run_id), 10)
+        assert state.status == "failed"
+        assert state.state == "expired"
+        assert state.error is not None
+        assert (state.error.error_class, state.error.message) == (
+            "workflow_failed",
+            "no approval within 1s",
+        )
+        fired = [r for r in await stack.records(run_id) if isinstance(r, ev.TimerFired)]
+        assert [f.data.purpose for f in fired] == ["run-deadline"]
+
+
 async def test_a_filter_mismatch_starts_nothing(nats_url: str, subjects: Subjects) -> None:
     async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
         wrong_branch = push("e1", branch="dev")

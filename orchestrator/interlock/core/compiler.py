@@ -33,6 +33,7 @@ from interlock.core.definition import (
     CapabilityDef,
     CatchDef,
     CorrelationDef,
+    DeadlineDef,
     Definition,
     FailDef,
     InputDef,
@@ -429,8 +430,9 @@ class _WorkflowCompiler:
         states = {name: self._state(name, state) for name, state in self.states.items()}
         triggers = tuple(self._trigger(i, t) for i, t in enumerate(spec.triggers))
         correlation = self._correlation()
+        deadline = self._deadline()
         self._graph()
-        self._references(states)
+        self._references(states, deadline)
         if len(self.diags) != before:
             return None
         return Definition(
@@ -448,7 +450,19 @@ class _WorkflowCompiler:
             manifest=self.doc.data,
             budget=budget,
             correlation=correlation,
+            deadline=deadline,
         )
+
+    def _deadline(self) -> DeadlineDef | None:
+        spec = self.wf.spec.deadline
+        if spec is None:
+            return None
+        base: Path = ("spec", "deadline")
+        after = self._duration((*base, "after"), spec.after)
+        if spec.goto is not None:
+            self._goto((*base, "goto"), spec.goto)
+        sets = self._sets((*base, "set"), spec.set)
+        return DeadlineDef(after or 0.0, spec.goto, sets)
 
     def _correlation(self) -> CorrelationDef | None:
         spec = self.wf.spec.correlate
@@ -769,6 +783,9 @@ class _WorkflowCompiler:
             targets = {t.goto for t in state.on} | {c.goto for c in state.catch}
             if state.timeout is not None:
                 targets.add(state.timeout.goto)
+            deadline = self.wf.spec.deadline
+            if deadline is not None and deadline.goto is not None:
+                targets.add(deadline.goto)  # taken from whatever state the run is in
             edges[name] = {t for t in targets if t in self.states}
         return edges
 
@@ -808,7 +825,7 @@ class _WorkflowCompiler:
                     key=True,
                 )
 
-    def _references(self, states: Mapping[str, StateDef]) -> None:
+    def _references(self, states: Mapping[str, StateDef], deadline: DeadlineDef | None) -> None:
         producing = {n for n, s in states.items() if s.produces_output}
 
         def check(path: Path, value: CompiledValue) -> None:
@@ -848,6 +865,8 @@ class _WorkflowCompiler:
                 check((*base, "map", "action", "input"), state.map.action.input)
             if state.loop is not None:
                 check((*base, "loop", "action", "input"), state.loop.action.input)
+        for key, value in deadline.set if deadline is not None else ():
+            check(("spec", "deadline", "set", key), value)
 
 
 def _reach(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:

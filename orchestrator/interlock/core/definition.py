@@ -125,6 +125,15 @@ class StateDef:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlineDef:
+    """The run's deadline: ``after_s`` seconds from its start, then ``goto`` (None: fail)."""
+
+    after_s: float
+    goto: str | None = None
+    set: tuple[tuple[str, CompiledValue], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class FailDef:
     """A terminal state's failure: the run ends ``failed`` with this class and message."""
 
@@ -167,6 +176,7 @@ class Definition:
     """The source document (JSON-like), kept so the definition can be stored and rebuilt."""
     budget: BudgetDef = BudgetDef()
     correlation: CorrelationDef | None = None
+    deadline: DeadlineDef | None = None
 
     def all_actions(self) -> list[ActionDef]:
         out: list[ActionDef] = []

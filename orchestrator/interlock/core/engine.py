@@ -25,7 +25,14 @@ from interlock.core.definition import (
     TriggerDef,
 )
 from interlock.core.expr import ExpressionError, is_literal_true, render
-from interlock.core.state import RUNNING, PendingAction, RunState, event_key, evolve
+from interlock.core.state import (
+    RUN_DEADLINE,
+    RUNNING,
+    PendingAction,
+    RunState,
+    event_key,
+    evolve,
+)
 
 TASK_COMPLETED = "task.completed"
 TASK_FAILED = "task.failed"
@@ -690,6 +697,17 @@ class _Step:
     def timer_fired(self, timer: ev.TimerScheduledData) -> None:
         self.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
         state = self.current
+        if timer.purpose == RUN_DEADLINE:
+            deadline = self.definition.deadline
+            if deadline is None:
+                return
+            if deadline.goto is None:
+                self.fail_run(
+                    "timeout", f"the run did not finish within {_seconds(deadline.after_s)}"
+                )
+            else:
+                self.move(deadline.goto, "run.deadline", None, -1, deadline.set, self.activation())
+            return
         if timer.purpose == "state-timeout":
             if state.timeout is not None:
                 self.move(
@@ -734,6 +752,10 @@ class _Step:
                 iteration=timer.iteration,
                 retry=timer.retry,
             )
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:g}s"
 
 
 def _to_text(value: Any) -> str:
@@ -812,6 +834,8 @@ def start(
         ),
         traceparent=traceparent,
     )
+    if definition.deadline is not None:
+        step.schedule(RUN_DEADLINE, plus_seconds(now, definition.deadline.after_s))
     step.enter(definition.initial_state)
     return step.out
 

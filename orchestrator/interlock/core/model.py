@@ -126,6 +126,15 @@ class StateTimeout(_Strict, frozen=True, kw_only=True):
     set: dict[str, Value] = {}
 
 
+class RunDeadline(_Strict, frozen=True, kw_only=True):
+    """How long the whole run may take: when ``after`` has passed since it started, it
+    moves to ``goto`` (whatever state it is in), or without ``goto`` fails with timeout."""
+
+    after: Duration
+    goto: str | None = None
+    set: dict[str, Value] = {}
+
+
 class MapSpec(_Strict, frozen=True, kw_only=True):
     """Run ``action`` once per item of the CEL list ``over``, at most ``parallelism`` at a
     time; ``all`` waits for every item (results in input order, the first failure fails
@@ -205,6 +214,7 @@ class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     context: dict[str, Any] = {}
     budget: Budget = Budget()
     correlate: Correlate | None = None
+    deadline: RunDeadline | None = None
 
 
 class Workflow(_Strict, frozen=True, kw_only=True):

@@ -111,7 +111,13 @@ def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
     )
 
 
+RUN_DEADLINE = "run-deadline"
+"""The purpose of the one timer that belongs to the run rather than to a state visit."""
+
+
 def _state_entered(s: RunState, r: ev.StateEntered) -> RunState:
+    # A state's timers end with the visit; the run's deadline runs on.
+    kept = {k: t for k, t in s.timers.items() if t.purpose == RUN_DEADLINE} if s.timers else {}
     return replace(
         s,
         seq=s.seq + 1,
@@ -119,7 +125,7 @@ def _state_entered(s: RunState, r: ev.StateEntered) -> RunState:
         state=r.data.state,
         next_action=0,
         pending={},
-        timers={},
+        timers=kept,
         map=None,
         visit=s.seq + 1,
     )

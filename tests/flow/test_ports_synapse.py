@@ -260,6 +260,9 @@ async def test_evidence_that_never_comes_ends_the_run_at_the_deadline(stack: Sta
     state = await stack.finished(run_id)
     assert state.outputs == {"complete": False, "timed_out": True, "release/test": "done"}
     assert [t for _, t in stack.agents.tasks] == ["release/test"]  # publish never routed
+    # One budget over the whole run, as synapse's --deadline: the run's own timer.
+    fired = of(await stack.records(run_id), ev.TimerFired)
+    assert [f.purpose for f in fired] == ["run-deadline"]
 
 
 # --- conditional edges (synapse-release-branch.yaml) -----------------------------------------

@@ -782,3 +782,80 @@ async def test_long_tasks_outlive_ack_wait_without_redelivery(wire, runner) -> N
     # Without progress acks JetStream would have redelivered to the free slot by now.
     assert calls == [1]
     assert await wire.stored_results(run_id) == 1
+
+
+async def test_an_idle_capability_does_not_hold_a_slot_another_needs(wire, runner, poll) -> None:
+    """Two capabilities, two slots: while one task of ``busy`` runs, a second task of
+    ``busy`` starts at once on the slot the idle ``quiet`` capability was pulling with,
+    not when that pull request expires."""
+    worker = Worker("sharing", concurrency=2, pull_expires=30.0)
+    release = asyncio.Event()
+    started: list[str] = []
+
+    @worker.capability("busy")
+    async def busy(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        started.append(inp["n"])
+        if inp["n"] == "first":
+            await release.wait()
+        return {"n": inp["n"]}
+
+    @worker.capability("quiet")
+    async def quiet(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        return {}
+
+    await runner.start(worker)
+    first, second = new_run(), new_run()
+    await wire.publish_task("busy", {"n": "first"}, run_id=first)
+    await poll(lambda: started == ["first"])
+    await wire.publish_task("busy", {"n": "second"}, run_id=second)
+    # Well within the 30 s the idle pull request would otherwise hold its slot.
+    assert (await wire.result(second, wait=3.0))[0].data == {"n": "second"}
+    release.set()
+    assert (await wire.result(first))[0].data == {"n": "first"}
+    # And the idle capability still gets its work.
+    third = new_run()
+    await wire.publish_task("quiet", {}, run_id=third)
+    assert (await wire.result(third, wait=3.0))[0].data == {}
+
+
+async def test_work_that_finds_every_slot_taken_waits_its_turn(wire, runner, poll) -> None:
+    """Both slots busy with ``busy`` tasks (the second took the slot ``quiet`` was idling
+    with): a ``quiet`` task that arrives meanwhile is not run beyond the concurrency; it
+    is handed back and runs as soon as a slot frees."""
+    worker = Worker("turns", concurrency=2, pull_expires=30.0)
+    release = asyncio.Event()
+    running: list[str] = []
+    most = 0
+
+    @worker.capability("busy")
+    async def busy(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        nonlocal most
+        running.append(inp["n"])
+        most = max(most, len(running))
+        await release.wait()
+        running.remove(inp["n"])
+        return {"n": inp["n"]}
+
+    @worker.capability("quiet")
+    async def quiet(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        nonlocal most
+        running.append("quiet")
+        most = max(most, len(running))
+        running.remove("quiet")
+        return {"delivery": ctx.delivery}
+
+    await runner.start(worker)
+    runs = [new_run() for _ in range(3)]
+    await wire.publish_task("busy", {"n": "a"}, run_id=runs[0])
+    await poll(lambda: running == ["a"])
+    await wire.publish_task("busy", {"n": "b"}, run_id=runs[1])
+    await poll(lambda: running == ["a", "b"])
+    await wire.publish_task("quiet", {}, run_id=runs[2])
+    with pytest.raises(TimeoutError):
+        await wire.result(runs[2], wait=0.5)  # no slot: it waits
+    release.set()
+    answered = (await wire.result(runs[2], wait=5.0))[0].data
+    assert answered["delivery"] in (1, 2)  # 2 when it was handed back once
+    assert most == 2
+    for run_id in runs[:2]:
+        await wire.result(run_id)

@@ -46,6 +46,12 @@ class SlotPool:
         self.size = size
         self._free = size
         self._waiters: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
+        self._reclaimers: list[Callable[[], bool]] = []
+
+    def add_reclaimer(self, reclaim: Callable[[], bool]) -> None:
+        """``reclaim`` gives back slots held idle (a pull request nothing came for) when
+        asked; it returns whether it did. Asked when an urgent acquire finds none free."""
+        self._reclaimers.append(reclaim)
 
     @property
     def free(self) -> int:
@@ -55,8 +61,12 @@ class SlotPool:
     def used(self) -> int:
         return self.size - self._free
 
-    async def acquire(self, want: int) -> int:
-        """Wait for at least one free slot; take up to ``want`` and return how many."""
+    async def acquire(self, want: int, *, urgent: bool = False) -> int:
+        """Wait for at least one free slot; take up to ``want`` and return how many.
+
+        ``urgent``: the caller has had work and may have more; slots other consumers hold
+        idle are reclaimed for it rather than waiting for their pull requests to expire.
+        """
         if self._free > 0 and not self._waiters:
             got = min(want, self._free)
             self._free -= got
@@ -64,6 +74,11 @@ class SlotPool:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         entry = (want, fut)
         self._waiters.append(entry)
+        if urgent:
+            for reclaim in self._reclaimers:
+                if fut.done():
+                    break
+                reclaim()
         try:
             return await fut
         except asyncio.CancelledError:
@@ -131,6 +146,7 @@ class PullConsumer:
         self._seq = 0
         self._current = 0  # id of the open pull request, 0 when none
         self._remaining = 0  # slots reserved for it and not yet filled
+        self._loose = 0  # slots it asked for whose reservation was given back
         self._delivered = 0
         self._closed = asyncio.Event()
         self._status: str | None = None
@@ -140,6 +156,21 @@ class PullConsumer:
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_msg)
+        self._pool.add_reclaimer(self._reclaim_idle)
+
+    def _reclaim_idle(self) -> bool:
+        """Give back the slots of an open pull request nothing has come for, when another
+        consumer of the pool has work. The request stays open, unreserved, until it
+        expires: a message it still brings takes a slot if one is free, else goes back
+        (nak) to be pulled again once this consumer has a slot. One request at a time
+        either way, so giving back never piles requests up on the server."""
+        if not self._current or not self._remaining or self._delivered or self._busy:
+            return False
+        if self._draining:
+            return False
+        self._pool.release(self._remaining)
+        self._loose, self._remaining = self._remaining, 0
+        return True
 
     async def run(self) -> None:
         """Pull until cancelled."""
@@ -149,9 +180,10 @@ class PullConsumer:
                 await self._ensure()
                 self._lost = False
             # An idle consumer reserves one slot, so the others of the worker keep the rest.
-            got = await self._pool.acquire(self._pool.size if self._busy else 1)
+            got = await self._pool.acquire(self._pool.size if self._busy else 1, urgent=self._busy)
             self._seq += 1
             self._current, self._remaining, self._delivered = self._seq, got, 0
+            self._loose = 0
             self._status = None
             self._closed.clear()
             request = {
@@ -211,7 +243,7 @@ class PullConsumer:
             self._pool.release(self._remaining)
             if status == _REQUEST_TIMEOUT and self._delivered == 0:
                 self._busy = False
-            self._current, self._remaining = 0, 0
+            self._current, self._remaining, self._loose = 0, 0, 0
         self._status = status
         self._closed.set()
 
@@ -232,9 +264,17 @@ class PullConsumer:
             self._remaining -= 1
             self._delivered += 1
             self._busy = True
-            if self._remaining == 0:  # the server closes a filled request silently
+            if self._remaining == 0 and not self._loose:  # filled: the server says nothing
                 self._close(None)
             holds_slot = True
+        elif self._current and self._loose > 0:
+            # For a request whose slots were given back: take one only if free.
+            self._loose -= 1
+            self._delivered += 1
+            self._busy = True
+            if self._loose == 0 and self._remaining == 0:
+                self._close(None)
+            holds_slot = self._pool.try_acquire()
         else:
             # A late delivery for a request given up locally: take a slot only if one is free.
             holds_slot = self._pool.try_acquire()

@@ -1,23 +1,40 @@
 """Shared by the control-flow tests: an in-process orchestrator whose timers run on a
-:class:`ManualClock`, so waits of hours come due when a test advances the clock."""
+:class:`ManualClock`, so waits of hours come due when a test advances the clock, and the
+harness of the tests that run example workflows end to end: manifests applied, their
+capabilities answered by an SDK worker in this process whose handlers a test scripts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
 import nats
+import pytest
 
+from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
+from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.runs import UnknownRun, utc_now
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import ClockTimers, ManualClock
+from interlock.sdk import TaskContext, Worker
 
 WAIT = 10.0
+REPO = Path(__file__).resolve().parents[2]
+PORTS = REPO / "examples" / "ports"
+"""The ported workflows: for each system, ``<system>-agents.yaml`` and its workflows."""
+
+Handler = Callable[[dict[str, Any], TaskContext], Awaitable[Any]]
+"""A capability's handler, as a test scripts it."""
+
+AgentsT = TypeVar("AgentsT")
 
 
 @contextlib.asynccontextmanager
@@ -81,3 +98,192 @@ class ClockStack:
 
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
         return await self.client.read(run_id)
+
+
+# --- scripted workflows end to end ----------------------------------------------------------
+
+
+class ScriptedAgents:
+    """Capabilities answered in this process: each by the handler a test scripts for it, else
+    by :meth:`default`, which fails the task (the test did not expect the request)."""
+
+    def __init__(self, capabilities: Iterable[str]) -> None:
+        self.capabilities = list(capabilities)
+        self.handlers: dict[str, Handler] = {}
+
+    def script(self, capability: str, handler: Handler) -> None:
+        self.handlers[capability] = handler
+
+    def answer(self, capability: str, result: Any) -> None:
+        """Script ``capability`` to answer ``result`` every time."""
+
+        async def handler(inp: dict[str, Any], ctx: TaskContext) -> Any:
+            return result
+
+        self.script(capability, handler)
+
+    def register(self, worker: Worker) -> None:
+        """Declare every capability on ``worker``, answered by :meth:`handle`."""
+        for name in self.capabilities:
+            worker.capability(name)(self._handler(name))
+
+    def received(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> None:
+        """Note a request as it arrives, before it is answered (here: nothing)."""
+
+    async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        """The answer when no handler is scripted for ``capability``."""
+        raise AssertionError(f"no handler scripted for {capability}")
+
+    async def handle(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        """Note the request, then answer it: the scripted handler, else :meth:`default`."""
+        self.received(capability, inp, ctx)
+        scripted = self.handlers.get(capability)
+        if scripted is None:
+            return await self.default(capability, inp, ctx)
+        return await scripted(inp, ctx)
+
+    def _handler(self, capability: str) -> Handler:
+        async def handle(inp: dict[str, Any], ctx: TaskContext) -> Any:
+            return await self.handle(capability, inp, ctx)
+
+        return handle
+
+
+class RecordingAgents(ScriptedAgents):
+    """:class:`ScriptedAgents` that keep every input they were given, by capability."""
+
+    def __init__(self, capabilities: Iterable[str]) -> None:
+        super().__init__(capabilities)
+        self.inputs: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
+
+    def received(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> None:
+        self.inputs[capability].append(inp)
+
+
+class Registers(Protocol):
+    """Agents that declare their capabilities on a worker."""
+
+    def register(self, worker: Worker) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def worker_orchestrator(
+    nats_url: str,
+    subjects: Subjects,
+    manifests: Iterable[Path],
+    agents: Registers,
+    *,
+    worker: str,
+    concurrency: int,
+) -> AsyncIterator[tuple[InterlockClient, ClockTimers, Orchestrator]]:
+    """:func:`clock_orchestrator` with ``manifests`` applied (they must compile) and a worker
+    named ``worker``, its capabilities declared by ``agents``, running and ready."""
+    async with clock_orchestrator(nats_url, subjects) as (client, timers, orchestrator):
+        applied = await client.apply([(str(p), p.read_text()) for p in manifests])
+        assert applied.compiled.ok, applied.compiled.diagnostics
+        sdk_worker = Worker(worker, concurrency=concurrency, heartbeat_interval=60)
+        agents.register(sdk_worker)
+        task = asyncio.create_task(sdk_worker.run(nats_url, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(sdk_worker.wait_ready(), WAIT)
+            yield client, timers, orchestrator
+        finally:
+            await sdk_worker.stop(force=True)
+            await asyncio.wait_for(task, WAIT)
+
+
+class ScriptedStack(ClockStack, Generic[AgentsT]):
+    """A :class:`ClockStack` with the agents that answer its runs' actions, and external
+    events sent from ``source``."""
+
+    def __init__(
+        self,
+        client: InterlockClient,
+        timers: ClockTimers,
+        agents: AgentsT,
+        *,
+        source: str = "test://flow",
+    ) -> None:
+        super().__init__(client, timers)
+        self.agents = agents
+        self.source = source
+
+    async def in_state(self, run_id: str, name: str) -> RunState:
+        """Wait until the run is in state ``name``."""
+        return await self.run_until(run_id, lambda s: s.state == name, f"to {name}")
+
+    async def records(self, run_id: str) -> list[ev.AnyRecord]:
+        """The run's log; empty when there is no such run."""
+        try:
+            return await self.client.read(run_id)
+        except UnknownRun:
+            return []
+
+    async def send(
+        self,
+        event_type: str,
+        data: Any,
+        *,
+        id: str,
+        run_id: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        """An external CloudEvent: to one run (``runid``, as `interlock signal` sends it) or,
+        without ``run_id``, routed by triggers and correlation."""
+        await self.client.emit(
+            CloudEvent(
+                id=id,
+                source=self.source if source is None else source,
+                type=event_type,
+                time=utc_now(),
+                datacontenttype="application/json",
+                data=data,
+                extensions={} if run_id is None else {"runid": run_id},
+            )
+        )
+
+
+def port_files(system: str) -> tuple[Path, list[Path]]:
+    """A ported system's agents file and its workflow files, by name."""
+    agents = PORTS / f"{system}-agents.yaml"
+    return agents, sorted(p for p in PORTS.glob(f"{system}-*.yaml") if p != agents)
+
+
+def check_header_command(
+    workflow: Path,
+    agents: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``workflow``'s header gives the ``interlock validate`` command for it and ``agents``
+    (both in examples/ports/), and that command passes, run from the repository."""
+    command = (
+        f"interlock validate examples/ports/{workflow.name} --agents examples/ports/{agents.name}"
+    )
+    assert f"#   {command}\n" in workflow.read_text(), f"{workflow.name} does not give `{command}`"
+    monkeypatch.chdir(REPO)
+    assert interlock_main(command.split()[1:]) == 0, capsys.readouterr()
+
+
+def of(records: list[ev.AnyRecord], cls: type[Any]) -> list[Any]:
+    """The data of every record of one type, in log order."""
+    return [r.data for r in records if isinstance(r, cls)]
+
+
+def path(records: list[ev.AnyRecord]) -> list[str]:
+    """The states the run entered, in order."""
+    return [s.state for s in of(records, ev.StateEntered)]
+
+
+async def eventually(predicate: Callable[[], Any], what: str) -> None:
+    """Wait (in real time, bounded) until ``predicate()`` is truthy (it may be async)."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"never saw {what}")
+        await asyncio.sleep(0.02)

@@ -14,14 +14,21 @@ import os
 import shlex
 import subprocess
 import sys
-from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import WAIT, ClockStack, clock_orchestrator
+from flow_support import (
+    WAIT,
+    RecordingAgents,
+    ScriptedStack,
+    eventually,
+    of,
+    worker_orchestrator,
+)
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
@@ -29,16 +36,16 @@ from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.engine import derive_run_id
-from interlock.core.state import RunState, event_key
+from interlock.core.state import event_key
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.cloudevents_nats import CloudEvent, decode_message
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
+from interlock.runtime.runs import InvalidInputs
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import ClockTimers
-from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
+from interlock.sdk import AgentError, RetryableError, TaskContext
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -212,8 +219,6 @@ def test_a_map_with_the_default_parallelism_fits_a_small_fan_out_budget() -> Non
 
 # --- the stack -----------------------------------------------------------------------------
 
-Handler = Callable[[dict[str, Any], TaskContext], Awaitable[Any]]
-
 
 async def _default(capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
     answers: dict[str, Callable[[], Any]] = {
@@ -247,42 +252,33 @@ CAPABILITIES = [
 ]
 
 
-class Agents:
+class Agents(RecordingAgents):
     """The examples' capabilities, answered in this process; a test scripts a handler with
     ``agents.script(capability, handler)``."""
 
     def __init__(self) -> None:
-        self.handlers: dict[str, Handler] = {}
+        super().__init__(CAPABILITIES)
         self.calls: Counter[tuple[str, str, int]] = Counter()
         """(capability, action id, attempt) -> how often a handler ran for it."""
-        self.inputs: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
         self.started: set[str] = set()
         """Action ids whose handler has started."""
         self.cancelled: list[str] = []
         """Action ids whose handler was cancelled (the agent was told to stop)."""
 
-    def script(self, capability: str, handler: Handler) -> None:
-        self.handlers[capability] = handler
+    def received(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> None:
+        self.calls[(capability, ctx.action_id, ctx.attempt)] += 1
+        super().received(capability, inp, ctx)
+        self.started.add(ctx.action_id)
 
-    def register(self, worker: Worker) -> None:
-        for name in CAPABILITIES:
-            worker.capability(name)(self._handler(name))
+    async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        return await _default(capability, inp, ctx)
 
-    def _handler(self, name: str) -> Handler:
-        async def handle(inp: dict[str, Any], ctx: TaskContext) -> Any:
-            self.calls[(name, ctx.action_id, ctx.attempt)] += 1
-            self.inputs[name].append(inp)
-            self.started.add(ctx.action_id)
-            scripted = self.handlers.get(name)
-            try:
-                if scripted is not None:
-                    return await scripted(inp, ctx)
-                return await _default(name, inp, ctx)
-            except asyncio.CancelledError:
-                self.cancelled.append(ctx.action_id)
-                raise
-
-        return handle
+    async def handle(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        try:
+            return await super().handle(capability, inp, ctx)
+        except asyncio.CancelledError:
+            self.cancelled.append(ctx.action_id)
+            raise
 
 
 async def hang(inp: dict[str, Any], ctx: TaskContext) -> Any:
@@ -290,21 +286,7 @@ async def hang(inp: dict[str, Any], ctx: TaskContext) -> Any:
     await asyncio.Event().wait()
 
 
-async def eventually(predicate: Callable[[], Any], what: str) -> None:
-    """Wait (in real time, bounded) until ``predicate()`` is truthy (it may be async)."""
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"never saw {what}")
-        await asyncio.sleep(0.02)
-
-
-class Stack(ClockStack):
+class Stack(ScriptedStack[Agents]):
     def __init__(
         self,
         client: InterlockClient,
@@ -313,17 +295,13 @@ class Stack(ClockStack):
         orchestrator: Orchestrator,
         url: str,
     ) -> None:
-        super().__init__(client, timers)
-        self.agents = agents
+        super().__init__(client, timers, agents, source="test://examples")
         self.orchestrator = orchestrator
         self.url = url
         self.subjects = client.subjects
 
     async def start(self, workflow: str, inputs: dict[str, Any]) -> str:
         return await self.client.start(workflow, inputs)
-
-    async def in_state(self, run_id: str, name: str) -> RunState:
-        return await self.run_until(run_id, lambda s: s.state == name, f"to {name}")
 
     async def outlive(self, run_id: str, seconds: float) -> None:
         """Advance the clock past every timer the run ever set, once all are scheduled,
@@ -349,27 +327,6 @@ class Stack(ClockStack):
             t for t in state.timers.values() if t.purpose == "retry" and t.attempt == attempt
         )
 
-    async def records(self, run_id: str) -> list[ev.AnyRecord]:
-        try:
-            return await self.client.read(run_id)
-        except UnknownRun:
-            return []
-
-    async def send(self, event_type: str, data: Any, *, run_id: str | None = None, id: str) -> None:
-        """An external CloudEvent: to one run (``runid``, as `interlock signal` sends it) or,
-        without ``run_id``, routed by triggers and correlation."""
-        await self.client.emit(
-            CloudEvent(
-                id=id,
-                source="test://examples",
-                type=event_type,
-                time=utc_now(),
-                datacontenttype="application/json",
-                data=data,
-                extensions={} if run_id is None else {"runid": run_id},
-            )
-        )
-
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "INTERLOCK_URL": self.url, "INTERLOCK_PREFIX": self.subjects.prefix}
         return subprocess.run(
@@ -379,29 +336,20 @@ class Stack(ClockStack):
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    async with clock_orchestrator(nats_url, subjects) as (client, timers, orchestrator):
-        sources = [(str(p), p.read_text()) for p in [*AGENT_FILES, *workflow_files()]]
-        applied = await client.apply(sources)
-        assert applied.compiled.ok, applied.compiled.diagnostics
-        agents = Agents()
-        worker = Worker("example-agent", concurrency=16, heartbeat_interval=60)
-        agents.register(worker)
-        task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), WAIT)
-            yield Stack(client, timers, agents, orchestrator, nats_url)
-        finally:
-            await worker.stop(force=True)
-            await asyncio.wait_for(task, WAIT)
+    agents = Agents()
+    async with worker_orchestrator(
+        nats_url,
+        subjects,
+        [*AGENT_FILES, *workflow_files()],
+        agents,
+        worker="example-agent",
+        concurrency=16,
+    ) as (client, timers, orchestrator):
+        yield Stack(client, timers, agents, orchestrator, nats_url)
 
 
 def types(records: list[ev.AnyRecord]) -> list[str]:
     return [ev.record_type(r).removeprefix(ev.PREFIX) for r in records]
-
-
-def of(records: list[ev.AnyRecord], cls: type[Any]) -> list[Any]:
-    """The data of every record of one type, in log order."""
-    return [r.data for r in records if isinstance(r, cls)]
 
 
 def seconds_between(earlier: str, later: str) -> float:

@@ -10,22 +10,27 @@ results in input order.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import WAIT, ClockStack, clock_orchestrator
+from flow_support import (
+    RecordingAgents,
+    ScriptedStack,
+    check_header_command,
+    eventually,
+    of,
+    path,
+    port_files,
+    worker_orchestrator,
+)
 
-from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.runtime.subjects import Subjects
-from interlock.sdk import AgentError, TaskContext, Worker
+from interlock.sdk import AgentError, TaskContext
 
-PORTS = Path(__file__).resolve().parents[2] / "examples" / "ports"
-AGENTS = PORTS / "ctxmesh-agents.yaml"
-WORKFLOWS = sorted(p for p in PORTS.glob("ctxmesh-*.yaml") if p != AGENTS)
+AGENTS, WORKFLOWS = port_files("ctxmesh")
 CAPABILITIES = [
     "triage",
     "answer",
@@ -36,8 +41,6 @@ CAPABILITIES = [
     "summarize",
     "review",
 ]
-
-Handler = Callable[[dict[str, Any], TaskContext], Awaitable[Any]]
 
 
 # --- every port validates ------------------------------------------------------------------
@@ -55,93 +58,24 @@ def test_the_ports_are_the_seed_examples_and_more() -> None:
 def test_each_port_validates_with_the_command_in_its_header(
     path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    command = f"interlock validate examples/ports/{path.name} --agents examples/ports/{AGENTS.name}"
-    assert f"#   {command}\n" in path.read_text()
-    monkeypatch.chdir(PORTS.parents[1])
-    assert interlock_main(command.split()[1:]) == 0, capsys.readouterr()
+    check_header_command(path, AGENTS, monkeypatch, capsys)
 
 
 # --- the stack -----------------------------------------------------------------------------
 
 
-class Agents:
-    """The ports' capabilities, answered in this process by scripted handlers."""
-
-    def __init__(self) -> None:
-        self.handlers: dict[str, Handler] = {}
-        self.inputs: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
-
-    def script(self, capability: str, handler: Handler) -> None:
-        self.handlers[capability] = handler
-
-    def answer(self, capability: str, result: Any) -> None:
-        """Script ``capability`` to answer ``result`` every time."""
-
-        async def handler(inp: dict[str, Any], ctx: TaskContext) -> Any:
-            return result
-
-        self.script(capability, handler)
-
-    def register(self, worker: Worker) -> None:
-        for name in CAPABILITIES:
-            worker.capability(name)(self._handler(name))
-
-    def _handler(self, name: str) -> Handler:
-        async def handle(inp: dict[str, Any], ctx: TaskContext) -> Any:
-            self.inputs[name].append(inp)
-            scripted = self.handlers.get(name)
-            if scripted is None:
-                raise AssertionError(f"no handler scripted for {name}")
-            return await scripted(inp, ctx)
-
-        return handle
-
-
-class Stack(ClockStack):
-    agents: Agents
-
+class Stack(ScriptedStack[RecordingAgents]):
     async def start(self, workflow: str, inputs: dict[str, Any]) -> str:
         return await self.client.start(f"my-team/{workflow}", inputs)
-
-    async def records(self, run_id: str) -> list[ev.AnyRecord]:
-        return await self.client.read(run_id)
 
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    async with clock_orchestrator(nats_url, subjects) as (client, timers, _orchestrator):
-        applied = await client.apply([(str(p), p.read_text()) for p in [AGENTS, *WORKFLOWS]])
-        assert applied.compiled.ok, applied.compiled.diagnostics
-        agents = Agents()
-        worker = Worker("ctxmesh-agents", concurrency=16, heartbeat_interval=60)
-        agents.register(worker)
-        task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), WAIT)
-            stack = Stack(client, timers)
-            stack.agents = agents
-            yield stack
-        finally:
-            await worker.stop(force=True)
-            await asyncio.wait_for(task, WAIT)
-
-
-def of(records: list[ev.AnyRecord], cls: type[Any]) -> list[Any]:
-    """The data of every record of one type, in log order."""
-    return [r.data for r in records if isinstance(r, cls)]
-
-
-def path(records: list[ev.AnyRecord]) -> list[str]:
-    """The states the run entered, in order."""
-    return [s.state for s in of(records, ev.StateEntered)]
-
-
-async def eventually(predicate: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"never saw {what}")
-        await asyncio.sleep(0.01)
+    agents = RecordingAgents(CAPABILITIES)
+    async with worker_orchestrator(
+        nats_url, subjects, [AGENTS, *WORKFLOWS], agents, worker="ctxmesh-agents", concurrency=16
+    ) as (client, timers, _):
+        yield Stack(client, timers, agents)
 
 
 # --- triage-then-answer: two linear steps ----------------------------------------------------

@@ -8,33 +8,23 @@ worker in this process, and checks the outcome kxm's documentation gives for it.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from flow_support import WAIT, ClockStack, clock_orchestrator
+from flow_support import PORTS, REPO, ScriptedStack, of, worker_orchestrator
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.core.state import RunState
-from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import UnknownRun, utc_now
 from interlock.runtime.subjects import Subjects
-from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, TaskContext, Worker
 
-REPO = Path(__file__).resolve().parents[2]
-PORTS = REPO / "examples" / "ports"
 AGENTS = PORTS / "kxm-agents.yaml"
 WORKFLOW = PORTS / "kxm-jira-development.yaml"
 JIRA = "https://jira.example.com"
-
-Handler = Callable[[dict[str, Any], TaskContext], Awaitable[Any]]
 Checkpoint = dict[str, Any]
 
 
@@ -92,37 +82,7 @@ class Agents:
         return [stage for stage, _ in self.calls]
 
 
-class Stack(ClockStack):
-    def __init__(self, client: InterlockClient, timers: ClockTimers, agents: Agents) -> None:
-        super().__init__(client, timers)
-        self.agents = agents
-
-    async def in_state(self, run_id: str, name: str) -> RunState:
-        return await self.run_until(run_id, lambda s: s.state == name, f"to {name}")
-
-    async def records(self, run_id: str) -> list[ev.AnyRecord]:
-        try:
-            return await self.client.read(run_id)
-        except UnknownRun:
-            return []
-
-    async def send(
-        self, event_type: str, data: Any, *, id: str, run_id: str | None = None, source: str
-    ) -> None:
-        """A CloudEvent: to one run (``runid``, as `interlock signal` sends it) or, without
-        ``run_id``, to the workflows' triggers."""
-        await self.client.emit(
-            CloudEvent(
-                id=id,
-                source=source,
-                type=event_type,
-                time=utc_now(),
-                datacontenttype="application/json",
-                data=data,
-                extensions={} if run_id is None else {"runid": run_id},
-            )
-        )
-
+class Stack(ScriptedStack[Agents]):
     async def signal(self, run_id: str, key: str, data: dict[str, Any], id: str) -> None:
         """kxm's signed callback for ``key``: an event of type kxm.signal.<key> to the run."""
         await self.send(f"kxm.signal.{key}", data, id=id, run_id=run_id, source="test://ci")
@@ -133,24 +93,11 @@ class Stack(ClockStack):
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    async with clock_orchestrator(nats_url, subjects) as (client, timers, _):
-        applied = await client.apply([(str(p), p.read_text()) for p in [AGENTS, WORKFLOW]])
-        assert applied.compiled.ok, applied.compiled.diagnostics
-        agents = Agents()
-        worker = Worker("kxm-worker", concurrency=8, heartbeat_interval=60)
-        agents.register(worker)
-        task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), WAIT)
-            yield Stack(client, timers, agents)
-        finally:
-            await worker.stop(force=True)
-            await asyncio.wait_for(task, WAIT)
-
-
-def of(records: list[ev.AnyRecord], cls: type[Any]) -> list[Any]:
-    """The data of every record of one type, in log order."""
-    return [r.data for r in records if isinstance(r, cls)]
+    agents = Agents()
+    async with worker_orchestrator(
+        nats_url, subjects, [AGENTS, WORKFLOW], agents, worker="kxm-worker", concurrency=8
+    ) as (client, timers, _):
+        yield Stack(client, timers, agents, source=JIRA)
 
 
 def jira_issue(status: str) -> dict[str, Any]:

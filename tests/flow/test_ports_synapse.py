@@ -8,31 +8,30 @@ worker in this process, and checks the outcome synapse's documentation gives for
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import WAIT, ClockStack, clock_orchestrator
+from flow_support import (
+    REPO,
+    WAIT,
+    Handler,
+    ScriptedAgents,
+    ScriptedStack,
+    of,
+    port_files,
+    worker_orchestrator,
+)
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
-from interlock.core.state import RunState
-from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import UnknownRun, utc_now
 from interlock.runtime.subjects import Subjects
-from interlock.runtime.timers import ClockTimers
-from interlock.sdk import AgentError, TaskContext, Worker
+from interlock.sdk import AgentError, TaskContext
 
-REPO = Path(__file__).resolve().parents[2]
-PORTS = REPO / "examples" / "ports"
-AGENTS = PORTS / "synapse-agents.yaml"
-WORKFLOWS = sorted(p for p in PORTS.glob("synapse-*.yaml") if p != AGENTS)
+AGENTS, WORKFLOWS = port_files("synapse")
 CAPABILITIES = ["ci", "release", "task"]
-
-Handler = Callable[[dict[str, Any], TaskContext], Awaitable[Any]]
 
 
 # --- the ports validate ---------------------------------------------------------------------
@@ -62,84 +61,35 @@ def test_the_validate_command_in_each_header_passes(
 # --- the stack ------------------------------------------------------------------------------
 
 
-class Agents:
+class Agents(ScriptedAgents):
     """Synapse's workers, in this process: each answers with the task it was given unless a
     test scripts its capability."""
 
     def __init__(self) -> None:
-        self.handlers: dict[str, Handler] = {}
+        super().__init__(CAPABILITIES)
         self.tasks: list[tuple[str, str]] = []
         """(capability, task id) in the order the handlers started."""
         self.inputs: dict[str, dict[str, Any]] = {}
         """Task id -> the input it was given."""
 
-    def script(self, capability: str, handler: Handler) -> None:
-        self.handlers[capability] = handler
+    def received(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> None:
+        self.tasks.append((capability, inp["task"]))
+        self.inputs[inp["task"]] = inp
 
-    def register(self, worker: Worker) -> None:
-        for name in CAPABILITIES:
-            worker.capability(name)(self._handler(name))
-
-    def _handler(self, name: str) -> Handler:
-        async def handle(inp: dict[str, Any], ctx: TaskContext) -> Any:
-            self.tasks.append((name, inp["task"]))
-            self.inputs[inp["task"]] = inp
-            scripted = self.handlers.get(name)
-            if scripted is not None:
-                return await scripted(inp, ctx)
-            return {"task": inp["task"]}
-
-        return handle
+    async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        return {"task": inp["task"]}
 
 
-class Stack(ClockStack):
-    def __init__(self, client: InterlockClient, timers: ClockTimers, agents: Agents) -> None:
-        super().__init__(client, timers)
-        self.agents = agents
-
-    async def in_state(self, run_id: str, name: str) -> RunState:
-        return await self.run_until(run_id, lambda s: s.state == name, f"to {name}")
-
-    async def records(self, run_id: str) -> list[ev.AnyRecord]:
-        try:
-            return await self.client.read(run_id)
-        except UnknownRun:
-            return []
-
-    async def send(self, event_type: str, data: Any, *, id: str) -> None:
-        """An external CloudEvent that names no run: correlation routes it."""
-        await self.client.emit(
-            CloudEvent(
-                id=id,
-                source="test://synapse",
-                type=event_type,
-                time=utc_now(),
-                datacontenttype="application/json",
-                data=data,
-            )
-        )
+Stack = ScriptedStack[Agents]
 
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    async with clock_orchestrator(nats_url, subjects) as (client, timers, _):
-        applied = await client.apply([(str(p), p.read_text()) for p in [AGENTS, *WORKFLOWS]])
-        assert applied.compiled.ok, applied.compiled.diagnostics
-        agents = Agents()
-        worker = Worker("synapse-worker", concurrency=8, heartbeat_interval=60)
-        agents.register(worker)
-        task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), WAIT)
-            yield Stack(client, timers, agents)
-        finally:
-            await worker.stop(force=True)
-            await asyncio.wait_for(task, WAIT)
-
-
-def of(records: list[ev.AnyRecord], cls: type[Any]) -> list[Any]:
-    """The data of every record of one type, in log order."""
-    return [r.data for r in records if isinstance(r, cls)]
+    agents = Agents()
+    async with worker_orchestrator(
+        nats_url, subjects, [AGENTS, *WORKFLOWS], agents, worker="synapse-worker", concurrency=8
+    ) as (client, timers, _):
+        yield Stack(client, timers, agents, source="test://synapse")
 
 
 async def cancel(inp: dict[str, Any], ctx: TaskContext) -> Any:

@@ -11,32 +11,32 @@ derived from `run.started_at`, and a call step binding the called file's outputs
 
 from __future__ import annotations
 
-import asyncio
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import WAIT, ClockStack, clock_orchestrator
+from flow_support import (
+    RecordingAgents,
+    ScriptedStack,
+    check_header_command,
+    of,
+    path,
+    port_files,
+    worker_orchestrator,
+)
 
-from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
-from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
+from interlock.runtime.runs import InvalidInputs
 from interlock.runtime.subjects import Subjects
-from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
+from interlock.sdk import AgentError, RetryableError, TaskContext
 
-PORTS = Path(__file__).resolve().parents[2] / "examples" / "ports"
-AGENTS = PORTS / "workfile-agents.yaml"
-WORKFLOWS = sorted(p for p in PORTS.glob("workfile-*.yaml") if p != AGENTS)
+AGENTS, WORKFLOWS = port_files("workfile")
 CAPABILITIES = ["mail.classify", "ticket.open", "payment.transfer"]
 SOURCE = "test://workfile"
-
-Handler = Callable[[dict[str, Any], TaskContext], Awaitable[Any]]
 
 
 # --- every port validates ------------------------------------------------------------------
@@ -53,100 +53,22 @@ def test_the_ports() -> None:
 def test_each_port_validates_with_the_command_in_its_header(
     path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    command = f"interlock validate examples/ports/{path.name} --agents examples/ports/{AGENTS.name}"
-    assert f"#   {command}\n" in path.read_text()
-    monkeypatch.chdir(PORTS.parents[1])
-    assert interlock_main(command.split()[1:]) == 0, capsys.readouterr()
+    check_header_command(path, AGENTS, monkeypatch, capsys)
 
 
 # --- the stack -----------------------------------------------------------------------------
 
-
-class Agents:
-    """The ports' capabilities, answered in this process by scripted handlers."""
-
-    def __init__(self) -> None:
-        self.handlers: dict[str, Handler] = {}
-        self.inputs: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
-
-    def script(self, capability: str, handler: Handler) -> None:
-        self.handlers[capability] = handler
-
-    def answer(self, capability: str, result: Any) -> None:
-        """Script ``capability`` to answer ``result`` every time."""
-
-        async def handler(inp: dict[str, Any], ctx: TaskContext) -> Any:
-            return result
-
-        self.script(capability, handler)
-
-    def register(self, worker: Worker) -> None:
-        for name in CAPABILITIES:
-            worker.capability(name)(self._handler(name))
-
-    def _handler(self, name: str) -> Handler:
-        async def handle(inp: dict[str, Any], ctx: TaskContext) -> Any:
-            self.inputs[name].append(inp)
-            scripted = self.handlers.get(name)
-            if scripted is None:
-                raise AssertionError(f"no handler scripted for {name}")
-            return await scripted(inp, ctx)
-
-        return handle
-
-
-class Stack(ClockStack):
-    agents: Agents
-
-    async def records(self, run_id: str) -> list[ev.AnyRecord]:
-        try:
-            return await self.client.read(run_id)
-        except UnknownRun:
-            return []
-
-    async def send(self, event_type: str, data: Any, *, id: str, run_id: str | None = None) -> None:
-        """An external CloudEvent: to one run (``runid``), or to the triggers without one."""
-        await self.client.emit(
-            CloudEvent(
-                id=id,
-                source=SOURCE,
-                type=event_type,
-                time=utc_now(),
-                datacontenttype="application/json",
-                data=data,
-                extensions={} if run_id is None else {"runid": run_id},
-            )
-        )
+Stack = ScriptedStack[RecordingAgents]
 
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    async with clock_orchestrator(nats_url, subjects) as (client, timers, _orchestrator):
-        applied = await client.apply([(str(p), p.read_text()) for p in [AGENTS, *WORKFLOWS]])
-        assert applied.compiled.ok, applied.compiled.diagnostics
-        agents = Agents()
-        # More slots than capabilities: each capability's open pull request holds one.
-        worker = Worker("workfile-agents", concurrency=8, heartbeat_interval=60)
-        agents.register(worker)
-        task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), WAIT)
-            stack = Stack(client, timers)
-            stack.agents = agents
-            yield stack
-        finally:
-            await worker.stop(force=True)
-            await asyncio.wait_for(task, WAIT)
-
-
-def of(records: list[ev.AnyRecord], cls: type[Any]) -> list[Any]:
-    """The data of every record of one type, in log order."""
-    return [r.data for r in records if isinstance(r, cls)]
-
-
-def path(records: list[ev.AnyRecord]) -> list[str]:
-    """The states the run entered, in order."""
-    return [s.state for s in of(records, ev.StateEntered)]
+    agents = RecordingAgents(CAPABILITIES)
+    # More slots than capabilities: each capability's open pull request holds one.
+    async with worker_orchestrator(
+        nats_url, subjects, [AGENTS, *WORKFLOWS], agents, worker="workfile-agents", concurrency=8
+    ) as (client, timers, _):
+        yield Stack(client, timers, agents, source=SOURCE)
 
 
 def instant(text: str) -> datetime:

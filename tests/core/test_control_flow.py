@@ -242,6 +242,39 @@ def test_map_any_takes_the_first_success() -> None:
     assert run.state.outputs == {"lint": {"n": "b"}}
 
 
+def test_map_all_settled_waits_for_every_item_and_reports_each_outcome() -> None:
+    run = Run(compile_one(MAP % "all_settled"), run_id="m")
+    run.start()
+    first, second = list(run.state.pending)
+    records = run.answer(
+        failure("agent_error", "lint crashed"), type="task.failed", action_id=first
+    )
+    # A failure neither fails the map nor cancels the item in flight; the next item starts.
+    assert types(records) == ["action.failed", "action.requested"]
+    third = next(a for a in run.state.pending if a != second)
+    run.answer({"n": "c"}, action_id=third)
+    assert run.state.state == "lint"
+    records = run.answer({"n": "b"}, action_id=second)
+    assert types(records)[:3] == ["action.completed", "map.completed", "transition.fired"]
+    assert run.state.outputs == {
+        "lint": [
+            {"status": "failed", "error": {"class": "agent_error", "message": "lint crashed"}},
+            {"status": "completed", "result": {"n": "b"}},
+            {"status": "completed", "result": {"n": "c"}},
+        ]
+    }
+
+
+def test_map_all_settled_completes_even_when_every_item_fails() -> None:
+    run = Run(compile_one(MAP % "all_settled"), run_id="m")
+    run.start({"files": ["a"]})
+    run.answer(failure("timeout", "slow"), type="task.failed")
+    assert run.state.status == COMPLETED
+    assert run.state.outputs == {
+        "lint": [{"status": "failed", "error": {"class": "timeout", "message": "slow"}}]
+    }
+
+
 def test_map_over_more_items_than_the_fan_out_budget_fails() -> None:
     run = Run(compile_one(MAP % "all"), run_id="m")
     run.start({"files": list("abcde")})

@@ -28,6 +28,7 @@ from interlock.core.expr import ExpressionError, is_literal_true, render
 from interlock.core.state import (
     RUN_DEADLINE,
     RUNNING,
+    MapProgress,
     PendingAction,
     RunState,
     event_key,
@@ -448,6 +449,10 @@ class _Step:
                     None,
                 )
                 return
+        elif progress.completion == "all_settled":
+            if len(progress.results) + len(progress.failed) == total:
+                self.finish_map(state, [_settled(progress, i) for i in range(total)])
+                return
         else:
             if progress.failed:
                 first = min(progress.failed)
@@ -752,6 +757,14 @@ class _Step:
                 iteration=timer.iteration,
                 retry=timer.retry,
             )
+
+
+def _settled(progress: MapProgress, index: int) -> dict[str, Any]:
+    """How one item of an ``all_settled`` map ended: its result, or its error."""
+    if index in progress.results:
+        return {"status": "completed", "result": progress.results[index]}
+    error = progress.failed[index]
+    return {"status": "failed", "error": {"class": error.error_class, "message": error.message}}
 
 
 def _seconds(seconds: float) -> str:

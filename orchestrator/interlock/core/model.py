@@ -146,7 +146,7 @@ class MapSpec(_Strict, frozen=True, kw_only=True):
     )
     action: Action
     parallelism: Annotated[int, msgspec.Meta(ge=1)] = 8
-    completion: Literal["all", "any"] = "all"
+    completion: Literal["all", "any", "all_settled"] = "all"
 
 
 class LoopSpec(_Strict, frozen=True, kw_only=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from nats.aio.client import Client
@@ -105,3 +106,47 @@ async def test_stopping_hands_back_what_was_buffered(nc: Client, subjects: Subje
 
     await asyncio.wait_for(read(), 5)
     assert again == [2] * (5 - handled)
+
+
+async def test_a_reader_cancelled_mid_batch_stops_at_once_and_hands_messages_back(
+    nc: Client, subjects: Subjects
+) -> None:
+    """Cancelled while handling a batch, even twice in a row (a loop shutting down cancels
+    every task), the consuming task ends promptly and nothing is left to wait out
+    ack_wait."""
+    stream, filter_subject = await consumer(nc, subjects, "cancelled")
+    js = nc.jetstream()
+    for i in range(5):
+        await js.publish(f"{subjects.prefix}.pull.{i}", str(i).encode())
+    got_batch = asyncio.Event()
+
+    async def consume() -> None:
+        reader_ = reader(nc, stream, "cancelled", filter_subject, 5)
+        async with contextlib.aclosing(reader_.batches(asyncio.Event())) as batches:
+            async for msgs in batches:
+                for msg in msgs:
+                    await msg.nak()  # not handled: handed back by the handler itself
+                got_batch.set()
+                await asyncio.Event().wait()  # stuck in the handler
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(got_batch.wait(), 5)
+    await asyncio.sleep(0.2)  # the rest of the messages land in the reader's buffer
+    task.cancel()
+    await asyncio.sleep(0)
+    task.cancel()  # again, while it is cleaning up
+    done, _ = await asyncio.wait([task], timeout=5)
+    assert done, "the consuming task did not end"
+    # Everything is available again at once: a second reader gets all five.
+    seen: set[bytes] = set()
+    stopping = asyncio.Event()
+
+    async def read() -> None:
+        async for msgs in reader(nc, stream, "cancelled", filter_subject, 5).batches(stopping):
+            for msg in msgs:
+                seen.add(msg.data)
+                await msg.ack()
+            if len(seen) == 5:
+                stopping.set()
+
+    await asyncio.wait_for(read(), 5)

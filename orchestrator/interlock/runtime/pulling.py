@@ -17,13 +17,16 @@ import contextlib
 import json
 import logging
 from asyncio import FIRST_COMPLETED
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 log = logging.getLogger("interlock.sdk")
+
+DRAIN_TIMEOUT = 2.0
+"""Seconds a pull subscription gets to hand back what is on its way when it stops."""
 
 _STATUS = "Status"
 _DESCRIPTION = "Description"
@@ -216,15 +219,20 @@ class PullConsumer:
         """Wait for the open request to end; give it up after two missed heartbeats."""
         loop = asyncio.get_running_loop()
         self._last_heard = loop.time()
-        while not self._closed.is_set():
-            silence = loop.time() - self._last_heard
-            if silence > 2 * self._heartbeat + 0.5:
-                log.info("pull on %s went unanswered; checking the consumer", self._consumer)
-                self._close(None)
-                self._lost = True  # make sure the consumer is still ours before pulling again
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), 2 * self._heartbeat + 0.5 - silence)
+        # asyncio.wait, not wait_for: on Python 3.11, wait_for can swallow a cancellation
+        # that comes as the awaited event is set, and the pull loop would never stop.
+        closed = asyncio.ensure_future(self._closed.wait())
+        try:
+            while not self._closed.is_set():
+                silence = loop.time() - self._last_heard
+                if silence > 2 * self._heartbeat + 0.5:
+                    log.info("pull on %s went unanswered; checking the consumer", self._consumer)
+                    self._close(None)
+                    self._lost = True  # make sure the consumer is still ours before pulling again
+                    return
+                await asyncio.wait([closed], timeout=2 * self._heartbeat + 0.5 - silence)
+        finally:
+            closed.cancel()
 
     async def drain(self) -> None:
         """Stop pulling: remove interest so the server drops our pull request, and hand
@@ -232,11 +240,15 @@ class PullConsumer:
         self._draining = True
         self._close(None)
         if self._sub is not None:
+            sub, self._sub = self._sub, None
             try:
-                await self._sub.drain()
+                # Bounded: the subscription's own task may be gone already (the loop
+                # shutting down), and then draining would wait for it forever.
+                await asyncio.wait_for(sub.drain(), DRAIN_TIMEOUT)
             except Exception:  # connection already closed: unacked messages are redelivered
                 log.debug("draining the pull subscription failed", exc_info=True)
-            self._sub = None
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
 
     def _close(self, status: str | None) -> None:
         if self._current:
@@ -360,6 +372,7 @@ class BatchReader:
         self._pool = SlotPool(size)
         self._buffer: collections.deque[Msg] = collections.deque()
         self._arrived = asyncio.Event()
+        self._cleanups: set[asyncio.Future[None]] = set()
         self._consumer = PullConsumer(
             nc,
             api_prefix=api_prefix,
@@ -376,7 +389,7 @@ class BatchReader:
         self._buffer.append(msg)
         self._arrived.set()
 
-    async def batches(self, stopping: asyncio.Event) -> AsyncIterator[list[Msg]]:
+    async def batches(self, stopping: asyncio.Event) -> AsyncGenerator[list[Msg], None]:
         """Batches until ``stopping`` is set; then the pull is drained (what was on its way
         is handed back at once)."""
         await self._consumer.start()
@@ -402,9 +415,21 @@ class BatchReader:
         finally:
             stop.cancel()
             pulling.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pulling
-            await self._consumer.drain()
-            for msg in self._buffer:  # arrived after the last batch: hand them back now
-                await _nak(msg)
-            self._buffer.clear()
+            # The hand-back runs as its own task: a second cancellation of this one (a
+            # loop shutting down cancels every task) ends it at once, and the hand-back,
+            # bounded by DRAIN_TIMEOUT, still finishes.
+            cleanup = asyncio.ensure_future(self._stop_pulling(pulling))
+            self._cleanups.add(cleanup)
+            cleanup.add_done_callback(self._cleanups.discard)
+            await asyncio.shield(cleanup)
+
+    async def _stop_pulling(self, pulling: asyncio.Task[None]) -> None:
+        """Hand back (nak) what arrived after the last batch, then drain the pull."""
+        held, self._buffer = list(self._buffer), collections.deque()
+        for msg in held:
+            await _nak(msg)
+        await asyncio.wait([pulling], timeout=DRAIN_TIMEOUT)
+        await self._consumer.drain()
+        for msg in self._buffer:  # arrived meanwhile
+            await _nak(msg)
+        self._buffer.clear()

@@ -216,11 +216,14 @@ class Orchestrator:
         before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         reader = await self._reader(stream, subject, durable, FETCH_BATCH, 10_000)
-        async for msgs in reader.batches(self._stopping):
-            async with self._working(msgs):
-                if before is not None:
-                    await before()
-                await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
+        # aclosing: the reader stops (and hands back what it holds) in this task, at once,
+        # however the loop ends, not whenever the generator happens to be collected.
+        async with contextlib.aclosing(reader.batches(self._stopping)) as batches:
+            async for msgs in batches:
+                async with self._working(msgs):
+                    if before is not None:
+                        await before()
+                    await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
 
     async def _reader(
         self, stream: str, subject: str, durable: str, size: int, max_ack_pending: int
@@ -486,51 +489,56 @@ class Orchestrator:
     async def _relay(self) -> None:
         s = self.subjects
         reader = await self._reader(s.runs_stream, s.runs_all, "relay", 512, 20_000)
-        async for msgs in reader.batches(self._stopping):
-            by_run: dict[str, list[ev.AnyRecord]] = {}
-            msgs_of: dict[str, list[Msg]] = {}
-            again: set[str] = set()
-            for msg in msgs:
-                try:
-                    batch = ev.decode_batch(msg.data)
-                except Exception as exc:
-                    log.error("relay: undecodable run-log message on %s: %s", msg.subject, exc)
+        async with contextlib.aclosing(reader.batches(self._stopping)) as batches:
+            async for msgs in batches:
+                await self._relay_batch(msgs)
+
+    async def _relay_batch(self, msgs: list[Msg]) -> None:
+        """Act on one batch of run-log messages: effects per run, then ack and report."""
+        by_run: dict[str, list[ev.AnyRecord]] = {}
+        msgs_of: dict[str, list[Msg]] = {}
+        again: set[str] = set()
+        for msg in msgs:
+            try:
+                batch = ev.decode_batch(msg.data)
+            except Exception as exc:
+                log.error("relay: undecodable run-log message on %s: %s", msg.subject, exc)
+                with contextlib.suppress(Exception):
+                    await msg.ack()
+                continue
+            if not batch:
+                with contextlib.suppress(Exception):
+                    await msg.ack()
+                continue
+            run_id = batch[0].subject
+            by_run.setdefault(run_id, []).extend(batch)
+            msgs_of.setdefault(run_id, []).append(msg)
+            if deliveries(msg) > 1:
+                again.add(run_id)
+                self.observers.redelivered("relay")
+        # A run's effects are done in log order; different runs go in parallel.
+        runs = list(by_run)
+        async with self._working(msgs):
+            outcomes = await asyncio.gather(
+                *(self._effects(r, by_run[r], redelivered=r in again) for r in runs),
+                return_exceptions=True,
+            )
+        for run_id, outcome in zip(runs, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
+                for msg in msgs_of[run_id]:
                     with contextlib.suppress(Exception):
-                        await msg.ack()
-                    continue
-                if not batch:
-                    with contextlib.suppress(Exception):
-                        await msg.ack()
-                    continue
-                run_id = batch[0].subject
-                by_run.setdefault(run_id, []).extend(batch)
-                msgs_of.setdefault(run_id, []).append(msg)
-                if deliveries(msg) > 1:
-                    again.add(run_id)
-                    self.observers.redelivered("relay")
-            # A run's effects are done in log order; different runs go in parallel.
-            runs = list(by_run)
-            async with self._working(msgs):
-                outcomes = await asyncio.gather(
-                    *(self._effects(r, by_run[r], redelivered=r in again) for r in runs),
-                    return_exceptions=True,
-                )
-            for run_id, outcome in zip(runs, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
-                    for msg in msgs_of[run_id]:
-                        with contextlib.suppress(Exception):
-                            await msg.nak(delay=1)
-                    continue
-                try:
-                    for msg in msgs_of[run_id]:
-                        await msg.ack()
-                except Exception as exc:  # it comes again, and is reported then
-                    log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
-                    continue
-                # Reported once done and acknowledged: a run whose effects failed here is
-                # redone (and reported) by whichever replica gets it next, not twice.
-                self.observers.relayed(run_id, by_run[run_id])
+                        await msg.nak(delay=1)
+                continue
+            try:
+                for msg in msgs_of[run_id]:
+                    await msg.ack()
+            except Exception as exc:  # it comes again, and is reported then
+                log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
+                continue
+            # Reported once done and acknowledged: a run whose effects failed here is
+            # redone (and reported) by whichever replica gets it next, not twice.
+            self.observers.relayed(run_id, by_run[run_id])
 
     async def _effects(
         self, run_id: str, records: list[ev.AnyRecord], *, redelivered: bool = False

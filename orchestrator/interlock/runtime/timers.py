@@ -101,16 +101,17 @@ class JetStreamTimers:
             ensure=self._ensure_consumer,
         )
         await self._ensure_consumer()
-        async for msgs in reader.batches(self._stopping):
-            for msg in msgs:
-                try:
-                    body = json.loads(msg.data)
-                    await deliver(str(body["run_id"]), str(body["timer_id"]))
-                    await msg.ack()
-                except Exception as exc:
-                    log.warning("timers: delivery failed, will retry: %s", exc)
-                    with contextlib.suppress(Exception):
-                        await msg.nak(delay=1)
+        async with contextlib.aclosing(reader.batches(self._stopping)) as batches:
+            async for msgs in batches:
+                for msg in msgs:
+                    try:
+                        body = json.loads(msg.data)
+                        await deliver(str(body["run_id"]), str(body["timer_id"]))
+                        await msg.ack()
+                    except Exception as exc:
+                        log.warning("timers: delivery failed, will retry: %s", exc)
+                        with contextlib.suppress(Exception):
+                            await msg.nak(delay=1)
 
     async def _ensure_consumer(self) -> None:
         """Create the ``timers`` consumer if it is missing, trying again while JetStream

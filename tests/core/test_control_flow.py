@@ -258,7 +258,10 @@ def test_map_all_settled_waits_for_every_item_and_reports_each_outcome() -> None
     assert types(records)[:3] == ["action.completed", "map.completed", "transition.fired"]
     assert run.state.outputs == {
         "lint": [
-            {"status": "failed", "error": {"class": "agent_error", "message": "lint crashed"}},
+            {
+                "status": "failed",
+                "error": {"class": "agent_error", "message": "lint crashed", "code": ""},
+            },
             {"status": "completed", "result": {"n": "b"}},
             {"status": "completed", "result": {"n": "c"}},
         ]
@@ -271,7 +274,7 @@ def test_map_all_settled_completes_even_when_every_item_fails() -> None:
     run.answer(failure("timeout", "slow"), type="task.failed")
     assert run.state.status == COMPLETED
     assert run.state.outputs == {
-        "lint": [{"status": "failed", "error": {"class": "timeout", "message": "slow"}}]
+        "lint": [{"status": "failed", "error": {"class": "timeout", "message": "slow", "code": ""}}]
     }
 
 

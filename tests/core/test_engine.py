@@ -234,6 +234,54 @@ def test_unknown_failures_are_agent_errors(data: object, error_class: str) -> No
     assert run.state.error.error_class == error_class
 
 
+def test_an_agents_own_failure_code_is_kept_and_readable_in_guards() -> None:
+    run = run_routing()
+    run.answer({"error": {"class": "tool_error", "message": "search down"}}, type="task.failed")
+    assert run.state.error == ev.ErrorInfo(
+        error_class="agent_error", message="search down", code="tool_error"
+    )
+    run = run_routing()
+    coded = {"error": {"class": "agent_error", "message": "no", "code": "guardrail_denied"}}
+    run.answer(coded, type="task.failed")
+    assert run.state.error is not None
+    assert run.state.error.code == "guardrail_denied"
+
+
+CODED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: coded}
+spec:
+  initial_state: ask
+  states:
+    ask:
+      actions: [{capability: search}]
+      on:
+        - {event: task.completed, goto: done}
+        - {event: task.failed, guard: 'result.error.code == "tool_error"', goto: fallback}
+      catch:
+        - {errors: [agent_error], goto: handoff}
+    done: {type: terminal}
+    fallback: {type: terminal, outputs: {via: fallback}}
+    handoff: {type: terminal, outputs: {via: handoff}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("error", "via"),
+    [
+        ({"class": "tool_error", "message": "down"}, "fallback"),
+        ({"class": "agent_error", "message": "down", "code": "tool_error"}, "fallback"),
+        ({"class": "agent_error", "message": "refused", "code": "guardrail_denied"}, "handoff"),
+    ],
+)
+def test_a_failure_code_routes_before_catch_by_class(error: dict[str, str], via: str) -> None:
+    run = Run(compile_one(CODED))
+    run.start()
+    run.answer({"error": error}, type="task.failed")
+    assert run.state.outputs == {"via": via}
+
+
 SEQUENTIAL = """\
 apiVersion: interlock.io/v1
 kind: Workflow

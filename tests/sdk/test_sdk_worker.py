@@ -66,7 +66,7 @@ class SummarizeOut(msgspec.Struct, frozen=True):
 def error_of(event: Any) -> dict[str, Any]:
     assert event.type == "task.failed", event
     error: dict[str, Any] = event.data["error"]
-    assert set(error) == {"class", "message", "retryable"}
+    assert set(error) - {"code"} == {"class", "message", "retryable"}
     return error
 
 
@@ -162,10 +162,12 @@ async def test_handler_failures_are_classified(wire, runner) -> None:
             raise RetryableError("upstream busy")
         if kind == "forced":
             raise AgentError("flaky", retryable=True)
+        if kind == "coded":
+            raise AgentError("the search tool is down", code="tool_error")
         raise ValueError("boom")
 
     await runner.start(worker)
-    runs = {kind: new_run() for kind in ("agent", "retryable", "forced", "crash")}
+    runs = {kind: new_run() for kind in ("agent", "retryable", "forced", "crash", "coded")}
     for kind, run_id in runs.items():
         await wire.publish_task("fail", {"kind": kind}, run_id=run_id)
 
@@ -179,6 +181,13 @@ async def test_handler_failures_are_classified(wire, runner) -> None:
         event, _ = await wire.result(runs[kind])
         error = error_of(event)
         assert error == {"class": "agent_error", "message": message, "retryable": retryable}
+    event, _ = await wire.result(runs["coded"])
+    assert error_of(event) == {
+        "class": "agent_error",
+        "message": "the search tool is down",
+        "retryable": False,
+        "code": "tool_error",
+    }
 
 
 # --- schemas ------------------------------------------------------------------------------

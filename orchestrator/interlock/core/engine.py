@@ -574,7 +574,7 @@ class _Step:
 
     def failed(self, error: ev.ErrorInfo, event: Incoming | None) -> None:
         """A state's work failed for good: ``on: task.failed``, then ``catch``, else the run."""
-        failure = {"error": {"class": error.error_class, "message": error.message}}
+        failure = {"error": _error_json(error)}
         if self.route(TASK_FAILED, event, failure):
             return
         for catch in self.current.catches:
@@ -764,7 +764,12 @@ def _settled(progress: MapProgress, index: int) -> dict[str, Any]:
     if index in progress.results:
         return {"status": "completed", "result": progress.results[index]}
     error = progress.failed[index]
-    return {"status": "failed", "error": {"class": error.error_class, "message": error.message}}
+    return {"status": "failed", "error": _error_json(error)}
+
+
+def _error_json(error: ev.ErrorInfo) -> dict[str, Any]:
+    """A failure as CEL sees it in ``result.error`` (``code`` is "" when none was given)."""
+    return {"class": error.error_class, "message": error.message, "code": error.code}
 
 
 def _seconds(seconds: float) -> str:
@@ -781,12 +786,15 @@ def _error_of(data: Any) -> ev.ErrorInfo:
     if not isinstance(error, dict):
         return ev.ErrorInfo(error_class="agent_error", message=str(data))
     error_class = str(error.get("class") or "agent_error")
+    code = str(error.get("code") or "")
     if error_class not in ev.ERROR_CLASSES:
-        error_class = "agent_error"
+        # An agent's own class is kept as the code, so a guard can still tell it apart.
+        error_class, code = "agent_error", code or error_class
     return ev.ErrorInfo(
         error_class=error_class,
         message=str(error.get("message", "")),
         retryable=bool(error.get("retryable", False)),
+        code=code,
     )
 
 

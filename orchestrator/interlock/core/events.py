@@ -34,6 +34,9 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     error_class: str = msgspec.field(name="class")
     message: str
     retryable: bool = False
+    code: str = ""
+    """A finer code the agent gave (``tool_error``, ``guardrail_denied``...), or the class it
+    named that is not one of the error classes; guards read it as ``result.error.code``."""
 
 
 # --- data payloads --------------------------------------------------------------------

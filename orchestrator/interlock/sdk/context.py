@@ -13,7 +13,8 @@ from interlock.runtime.cloudevents_nats import CloudEvent
 TASK_COMPLETED = "task.completed"
 """Result type of a handler that returned normally."""
 TASK_FAILED = "task.failed"
-"""Result type of a failed task; its data is ``{"error": {"class", "message", "retryable"}}``."""
+"""Result type of a failed task; its data is ``{"error": {"class", "message", "retryable"}}``
+(and ``code`` when the handler gave one)."""
 
 _RESERVED_PREFIX = "io.interlock."
 

@@ -25,14 +25,19 @@ class AgentError(Exception):
 
     Non-retryable by default: raise it for failures that another attempt would repeat
     (bad input the schema could not express, a refused operation). Raise
-    :class:`RetryableError` for transient ones.
+    :class:`RetryableError` for transient ones. ``code`` is a finer reason of your own
+    (``tool_error``, ``guardrail_denied``...) that workflows can route on with
+    ``result.error.code``.
     """
 
     retryable: bool = False
 
-    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
+        self.code = code
         if retryable is not None:
             self.retryable = retryable
 

@@ -128,11 +128,14 @@ def result_event(
     )
 
 
-def failure(error_class: ErrorClass, message: str, *, retryable: bool) -> tuple[str, Any]:
+def failure(
+    error_class: ErrorClass, message: str, *, retryable: bool, code: str | None = None
+) -> tuple[str, Any]:
     """The ``(type, data)`` of a ``task.failed`` result."""
-    return TASK_FAILED, {
-        "error": {"class": str(error_class), "message": message, "retryable": retryable}
-    }
+    error: dict[str, Any] = {"class": str(error_class), "message": message, "retryable": retryable}
+    if code:
+        error["code"] = code
+    return TASK_FAILED, {"error": error}
 
 
 def encode_result(event: CloudEvent) -> tuple[dict[str, str], bytes]:

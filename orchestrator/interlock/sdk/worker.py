@@ -655,7 +655,9 @@ class Worker:
             return failure(ErrorClass.CANCELLED, "the handler was cancelled", retryable=True)
         error = task.exception()
         if isinstance(error, AgentError):
-            return failure(ErrorClass.AGENT_ERROR, error.message, retryable=error.retryable)
+            return failure(
+                ErrorClass.AGENT_ERROR, error.message, retryable=error.retryable, code=error.code
+            )
         if error is not None:
             log.error("%s handler failed on %s", cap.name, request.action_id, exc_info=error)
             # An unexpected exception may well be transient: let the retry policy decide.

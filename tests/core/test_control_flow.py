@@ -7,6 +7,7 @@ import pytest
 from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
+from interlock.core.compiler import compile_sources
 from interlock.core.definition import CapabilityDef, link
 from interlock.core.engine import (
     Incoming,
@@ -523,3 +524,78 @@ def test_map_parallelism_holds_while_an_item_waits_for_its_retry() -> None:
     run.answer({"ok": 1}, action_id=second)
     run.fire("retry")
     assert len(run.state.pending) <= 2
+
+
+PARALLEL = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: checks}
+spec:
+  inputs: {commit: {type: string, default: abc}}
+  initial_state: checks
+  states:
+    checks:
+      parallel:
+        completion: %s
+        actions:
+          - {capability: lint, input: {commit: "{{ inputs.commit }}", at: "{{ index }}"}}
+          - {capability: test, input: {commit: "{{ inputs.commit }}"}}
+          - {capability: scan, input: {deep: true}}
+      on:
+        - {event: task.completed, goto: done}
+      catch:
+        - {errors: ["*"], goto: blocked, set: {why: "{{ result.error.message }}"}}
+    done: {type: terminal, outputs: {checks: "$.states.checks.output"}}
+    blocked: {type: terminal, outputs: {why: "{{ context.why }}"}}
+"""
+
+
+def test_parallel_requests_every_action_at_once_and_joins_in_order() -> None:
+    run = Run(compile_one(PARALLEL % "all"), run_id="p")
+    records = run.start()
+    requested = [r.data for r in records if isinstance(r, ev.ActionRequested)]
+    assert [(a.capability, a.item, a.input) for a in requested] == [
+        ("lint", 0, {"commit": "abc", "at": 0}),
+        ("test", 1, {"commit": "abc"}),
+        ("scan", 2, {"deep": True}),
+    ]
+    lint, test, scan = (a.action_id for a in requested)
+    run.answer({"ok": "scan"}, action_id=scan)
+    run.answer({"ok": "lint"}, action_id=lint)
+    assert run.state.state == "checks"
+    records = run.answer({"ok": "test"}, action_id=test)
+    assert "map.completed" in types(records)
+    assert run.state.outputs == {"checks": [{"ok": "lint"}, {"ok": "test"}, {"ok": "scan"}]}
+
+
+def test_parallel_all_fails_fast_into_catch() -> None:
+    run = Run(compile_one(PARALLEL % "all"), run_id="p")
+    run.start()
+    test = next(p for p, v in run.state.pending.items() if v.capability == "test")
+    records = run.answer(failure("agent_error", "tests red"), type="task.failed", action_id=test)
+    assert types(records)[:3] == ["action.failed", "action.cancelled", "action.cancelled"]
+    assert run.state.outputs == {"why": "action 1 of parallel 'checks' failed: tests red"}
+
+
+def test_parallel_all_settled_reports_each_action() -> None:
+    run = Run(compile_one(PARALLEL % "all_settled"), run_id="p")
+    run.start()
+    by_capability = {v.capability: p for p, v in run.state.pending.items()}
+    run.answer(failure("timeout", "slow"), type="task.failed", action_id=by_capability["scan"])
+    run.answer({"ok": 1}, action_id=by_capability["lint"])
+    run.answer({"ok": 2}, action_id=by_capability["test"])
+    assert run.state.outputs == {
+        "checks": [
+            {"status": "completed", "result": {"ok": 1}},
+            {"status": "completed", "result": {"ok": 2}},
+            {"status": "failed", "error": {"class": "timeout", "message": "slow", "code": ""}},
+        ]
+    }
+
+
+def test_parallel_with_actions_too_is_a_state_kind_error() -> None:
+    text = PARALLEL.replace(
+        "      parallel:", "      actions: [{capability: lint}]\n      parallel:"
+    )
+    compiled = compile_sources([("p.yaml", text % "all")])
+    assert [d.rule for d in compiled.diagnostics] == ["state-kind"]

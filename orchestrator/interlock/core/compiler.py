@@ -556,20 +556,20 @@ class _WorkflowCompiler:
             self.error(
                 (*base, "on"), "terminal-transitions", f"terminal state {name!r} has transitions"
             )
-        for what in ("actions", "map", "loop", "catch", "timeout"):
+        for what in ("actions", "map", "loop", "parallel", "catch", "timeout"):
             if terminal and getattr(state, what):
                 self.error(
                     (*base, what),
                     "terminal-transitions",
                     f"terminal state {name!r} has {what} (a terminal state ends the run)",
                 )
-        kinds = [k for k in ("actions", "map", "loop") if getattr(state, k)]
+        kinds = [k for k in ("actions", "map", "loop", "parallel") if getattr(state, k)]
         if len(kinds) > 1:
             self.error(
                 (*base, kinds[1]),
                 "state-kind",
-                f"state {name!r} has {' and '.join(kinds)}: a state runs actions, a map or a "
-                "loop, not several",
+                f"state {name!r} has {' and '.join(kinds)}: a state runs actions, a map, a "
+                "loop or parallel actions, not several",
             )
         if state.outputs is not None and not terminal:
             self.error(
@@ -624,7 +624,8 @@ class _WorkflowCompiler:
             by_event,
             catches=catches,
             timeout=timeout,
-            map=self._map((*base, "map"), state.map),
+            map=self._map((*base, "map"), state.map)
+            or self._parallel((*base, "parallel"), state.parallel),
             loop=self._loop((*base, "loop"), state.loop),
             fail=fail,
         )
@@ -686,6 +687,34 @@ class _WorkflowCompiler:
         if over is None:
             return None
         return MapDef(over, spec.as_, action, parallelism, spec.completion)
+
+    def _parallel(self, path: Path, spec: model.ParallelSpec | None) -> MapDef | None:
+        """A parallel state runs on the map's machinery: one item per branch."""
+        if spec is None:
+            return None
+        if len(spec.actions) > self.budget.max_fan_out:
+            self.error(
+                (*path, "actions"),
+                "budget",
+                f"{len(spec.actions)} parallel actions are above budget.max_fan_out "
+                f"({self.budget.max_fan_out})",
+            )
+        extra = frozenset({"index"})
+        branches = []
+        for i, action in enumerate(spec.actions):
+            branches.append(self._action((*path, "actions", i), action, extra))
+            if (*path, "actions", i, "output") in self.doc.keys:
+                self.error(
+                    (*path, "actions", i, "output"),
+                    "map-output",
+                    "a parallel action has no output mapping of its own: the state's result "
+                    f"(the list of results) becomes states.{path[2]}.output; read it there or "
+                    "map it in a transition's set",
+                    key=True,
+                )
+        return MapDef(
+            None, "", branches[0], len(branches), spec.completion, branches=tuple(branches)
+        )
 
     def _loop(self, path: Path, spec: model.LoopSpec | None) -> LoopDef | None:
         if spec is None:
@@ -862,7 +891,11 @@ class _WorkflowCompiler:
                 for key, value in state.timeout.set:
                     check((*base, "timeout", "set", key), value)
             if state.map is not None:
-                check((*base, "map", "action", "input"), state.map.action.input)
+                if state.map.branches:
+                    for i, branch in enumerate(state.map.branches):
+                        check((*base, "parallel", "actions", i, "input"), branch.input)
+                else:
+                    check((*base, "map", "action", "input"), state.map.action.input)
             if state.loop is not None:
                 check((*base, "loop", "action", "input"), state.loop.action.input)
         for key, value in deadline.set if deadline is not None else ():

@@ -61,11 +61,21 @@ class TimeoutDef:
 
 @dataclass(frozen=True, slots=True)
 class MapDef:
-    over: Expression
+    """A map over a CEL list, or (``branches`` set) a parallel state: one item per branch,
+    each with its own action."""
+
+    over: Expression | None
     item: str
     action: ActionDef
     parallelism: int = 8
     completion: str = "all"
+    branches: tuple[ActionDef, ...] = ()
+
+    def action_for(self, item: int | None) -> ActionDef:
+        """The action an item runs: its branch's in a parallel state, else the map's."""
+        if self.branches and item is not None:
+            return self.branches[item]
+        return self.action
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +193,7 @@ class Definition:
         for state in self.states.values():
             out.extend(state.actions)
             if state.map is not None:
-                out.append(state.map.action)
+                out.extend(state.map.branches or (state.map.action,))
             if state.loop is not None:
                 out.append(state.loop.action)
         return out
@@ -233,7 +243,13 @@ def link(definition: Definition, capabilities: Mapping[str, CapabilityDef]) -> D
         states[name] = replace(
             state,
             actions=tuple(linked(a) for a in state.actions),
-            map=None if state.map is None else replace(state.map, action=linked(state.map.action)),
+            map=None
+            if state.map is None
+            else replace(
+                state.map,
+                action=linked(state.map.action),
+                branches=tuple(linked(b) for b in state.map.branches),
+            ),
             loop=None
             if state.loop is None
             else replace(state.loop, action=linked(state.loop.action)),

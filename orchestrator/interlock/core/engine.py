@@ -316,7 +316,9 @@ class _Step:
             return
         extra: dict[str, Any] = {}
         if item is not None and state.map is not None and self.state.map is not None:
-            extra = {state.map.item: self.state.map.items[item], "index": item}
+            extra = {"index": item}
+            if state.map.item:  # a map's item variable (a parallel state has none)
+                extra[state.map.item] = self.state.map.items[item]
         if iteration is not None:
             extra = {"iteration": iteration}
         try:
@@ -363,7 +365,7 @@ class _Step:
     def action_def(self, pending: PendingAction) -> ActionDef:
         state = self.current
         if state.map is not None:
-            return state.map.action
+            return state.map.action_for(pending.item)
         if state.loop is not None:
             return state.loop.action
         return state.actions[pending.index]
@@ -374,7 +376,10 @@ class _Step:
         spec = state.map
         assert spec is not None
         try:
-            items = spec.over.evaluate(self.activation())
+            if spec.over is None:  # a parallel state: one item per branch
+                items: Any = list(range(len(spec.branches)))
+            else:
+                items = spec.over.evaluate(self.activation())
         except ExpressionError as exc:
             self.fail_run("expression_error", f"map over of state {state.name!r}: {exc}")
             return
@@ -421,7 +426,7 @@ class _Step:
             busy = len(self.state.pending) + waiting
             if progress.next >= len(progress.items) or busy >= spec.parallelism:
                 return
-            self.request(spec.action, 0, item=progress.next)
+            self.request(spec.action_for(progress.next), 0, item=progress.next)
 
     def finish_map(self, state: StateDef, result: Any) -> None:
         self.emit(ev.MapCompleted, ev.MapCompletedData(state=state.name, result=result))
@@ -433,10 +438,12 @@ class _Step:
         assert progress is not None
         assert state.map is not None
         total = len(progress.items)
+        # How failures name what failed: an item of a map, or an action of a parallel state.
+        item, whole = ("action", "parallel") if state.map.branches else ("item", "map")
         if progress.completion == "any":
             winners = sorted(progress.results)
             if winners:
-                self.cancel_pending("map completed (any)")
+                self.cancel_pending(f"{whole} completed (any)")
                 self.finish_map(state, progress.results[winners[0]])
                 return
             if len(progress.failed) == total:
@@ -444,7 +451,9 @@ class _Step:
                 self.failed(
                     ev.ErrorInfo(
                         error_class=last.error_class,
-                        message=f"every item of map {state.name!r} failed; last: {last.message}",
+                        message=(
+                            f"every {item} of {whole} {state.name!r} failed; last: {last.message}"
+                        ),
                     ),
                     None,
                 )
@@ -456,12 +465,12 @@ class _Step:
         else:
             if progress.failed:
                 first = min(progress.failed)
-                self.cancel_pending("map failed fast")
+                self.cancel_pending(f"{whole} failed fast")
                 error = progress.failed[first]
                 self.failed(
                     ev.ErrorInfo(
                         error_class=error.error_class,
-                        message=f"item {first} of map {state.name!r} failed: {error.message}",
+                        message=f"{item} {first} of {whole} {state.name!r} failed: {error.message}",
                     ),
                     None,
                 )

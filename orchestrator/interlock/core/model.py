@@ -126,6 +126,15 @@ class StateTimeout(_Strict, frozen=True, kw_only=True):
     set: dict[str, Value] = {}
 
 
+class ParallelSpec(_Strict, frozen=True, kw_only=True):
+    """Run every action at once (each its own capability and input); ``all`` waits for
+    every one (results in order, the first failure fails the state), ``any`` takes the
+    first success, ``all_settled`` waits for every one whatever its outcome."""
+
+    actions: Annotated[list[Action], msgspec.Meta(min_length=1)]
+    completion: Literal["all", "any", "all_settled"] = "all"
+
+
 class RunDeadline(_Strict, frozen=True, kw_only=True):
     """How long the whole run may take: when ``after`` has passed since it started, it
     moves to ``goto`` (whatever state it is in), or without ``goto`` fails with timeout."""
@@ -181,6 +190,7 @@ class State(_Strict, frozen=True, kw_only=True):
     actions: list[Action] = []
     map: MapSpec | None = None
     loop: LoopSpec | None = None
+    parallel: ParallelSpec | None = None
     on: list[Transition] = []
     catch: list[Catch] = []
     timeout: StateTimeout | None = None

@@ -64,7 +64,6 @@ Stack = ScriptedStack[RecordingAgents]
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
     agents = RecordingAgents(CAPABILITIES)
-    # More slots than capabilities: each capability's open pull request holds one.
     async with worker_orchestrator(
         nats_url, subjects, [AGENTS, *WORKFLOWS], agents, worker="workfile-agents", concurrency=8
     ) as (client, timers, _):

@@ -23,7 +23,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-log = logging.getLogger("interlock.sdk")
+log = logging.getLogger("interlock.pulling")
 
 DRAIN_TIMEOUT = 2.0
 """Seconds a pull subscription gets to hand back what is on its way when it stops."""

@@ -750,3 +750,13 @@ def test_a_deadline_goto_must_name_a_state_and_makes_it_reachable() -> None:
     assert ("unknown-goto", 5) in rules
     assert ("unreachable-state", 16) in rules
     assert compile_one(DEADLINED % "goto: late").deadline is not None
+
+
+def test_who_answered_is_recorded_with_the_answer() -> None:
+    run = run_routing()
+    [completed] = [r for r in run.answer({"score": 9}) if isinstance(r, ev.ActionCompleted)]
+    assert completed.data.source == "interlock://agent/test"
+    run = run_routing()
+    failed = run.answer({"error": {"class": "timeout", "message": "x"}}, type="task.failed")
+    assert isinstance(failed[0], ev.ActionFailed)
+    assert failed[0].data.source == "interlock://agent/test"

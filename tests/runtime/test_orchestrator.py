@@ -173,6 +173,8 @@ async def test_a_trigger_event_starts_a_run_that_completes(
             "run.completed",
         ]
         assert stack.recorder.per_action() == {f"{run_id}:3": 1}
+        [answered] = [r for r in records if isinstance(r, ev.ActionCompleted)]
+        assert answered.data.source == "interlock://agent/testagent"  # the worker's name
 
 
 async def test_the_orchestrator_recreates_a_consumer_deleted_under_it(

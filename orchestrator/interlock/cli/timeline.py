@@ -38,7 +38,8 @@ def _what(r: ev.AnyRecord) -> str:
     if isinstance(r, ev.ActionCompleted):
         c = r.data
         kind = "" if c.event_type == "task.completed" else f" as {c.event_type}"
-        return f"action completed {c.state}#{c.index}{kind} result={_short(c.result)}"
+        by = f" by {c.source}" if c.source else ""
+        return f"action completed {c.state}#{c.index}{kind}{by} result={_short(c.result)}"
     if isinstance(r, ev.ActionFailed):
         f = r.data
         return f"action failed    {f.state}#{f.index} {f.error.error_class}: {f.error.message}"

@@ -621,6 +621,7 @@ class _Step:
                 context_writes=writes,
                 item=pending.item,
                 iteration=pending.iteration,
+                source=event.source,
             ),
         )
         state = self.current
@@ -685,6 +686,7 @@ class _Step:
                 item=pending.item,
                 iteration=pending.iteration,
                 will_retry=will_retry,
+                source=None if event is None else event.source,
             ),
         )
         if will_retry:

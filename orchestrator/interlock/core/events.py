@@ -108,6 +108,8 @@ class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     """What the action's ``output`` mapping wrote into the run context."""
     item: int | None = None
     iteration: int | None = None
+    source: str | None = None
+    """Who answered: the answer's CloudEvent ``source`` (a worker of the SDK says its name)."""
 
 
 class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -121,6 +123,8 @@ class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     iteration: int | None = None
     will_retry: bool = False
     """True when another attempt follows (after a backoff timer)."""
+    source: str | None = None
+    """Who answered with the failure (None: a timeout or the platform, not an answer)."""
 
 
 class ActionCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

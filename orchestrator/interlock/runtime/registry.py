@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from interlock.core.compiler import compile_agent_data, compile_workflow_data
@@ -191,24 +191,15 @@ class Registry:
     async def workflows(self) -> list[dict[str, Any]]:
         workflows, _ = await self._kv()
         out = []
-        for key in await bucket_keys(workflows):
+        for key, value in (await bucket_values(workflows)).items():
             if key.startswith("latest."):
                 _, ns, name = key.split(".", 2)
-                entry = await workflows.get(key)
-                pointer = json.loads(entry.value or b"{}")
-                out.append({"namespace": ns, "name": name, **pointer})
+                out.append({"namespace": ns, "name": name, **json.loads(value)})
         return out
 
     async def agent_specs(self) -> dict[str, dict[str, Any]]:
         _, agents = await self._kv()
-        out = {}
-        for key in await bucket_keys(agents):
-            try:
-                entry = await agents.get(key)
-            except KeyNotFoundError:
-                continue
-            out[key] = json.loads(entry.value or b"{}")
-        return out
+        return {key: json.loads(value) for key, value in (await bucket_values(agents)).items()}
 
     def link(self, definition: Definition) -> Definition:
         """``definition`` with each action's unset timeout and retries taken from the
@@ -351,11 +342,3 @@ async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]
     return values
-
-
-async def bucket_keys(kv: KeyValue) -> list[str]:
-    """The keys of a KV bucket; none for an empty one (where nats-py raises)."""
-    try:
-        return list(await kv.keys())
-    except NoKeysError:
-        return []

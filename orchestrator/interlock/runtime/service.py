@@ -51,7 +51,7 @@ from interlock.runtime.cloudevents_nats import (
     decode_message,
     encode_binary,
 )
-from interlock.runtime.consuming import dead_letter_headers
+from interlock.runtime.consuming import dead_letter_headers, until_done
 from interlock.runtime.errors import AppendConflict
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.jetstream import jetstream
@@ -231,7 +231,14 @@ class Orchestrator:
         """The durable consumer, made sure of, read in batches of up to ``size``."""
 
         async def ensure() -> None:
-            await self._ensure_consumer_until_stopped(stream, subject, durable, max_ack_pending)
+            await until_done(
+                lambda: self._ensure_consumer(
+                    stream, subject, durable, max_ack_pending=max_ack_pending
+                ),
+                self._stopping,
+                durable,
+                log,
+            )
 
         await ensure()
         return BatchReader(
@@ -242,26 +249,6 @@ class Orchestrator:
             size=size,
             ensure=ensure,
         )
-
-    async def _ensure_consumer_until_stopped(
-        self, stream: str, subject: str, durable: str, max_ack_pending: int
-    ) -> None:
-        """Make sure of the consumer, trying again while JetStream cannot answer (a leader
-        election, a server restart): a consumer loop must not end because it started at a
-        bad time."""
-        wait = 0.5
-        while True:
-            try:
-                await self._ensure_consumer(
-                    stream, subject, durable, max_ack_pending=max_ack_pending
-                )
-                return
-            except Exception as exc:
-                if self._stopping.is_set():
-                    raise
-                log.warning("%s: cannot subscribe yet (%s); retrying in %.1fs", durable, exc, wait)
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 10.0)
 
     async def _ensure_consumer(
         self, stream: str, subject: str, durable: str, *, max_ack_pending: int

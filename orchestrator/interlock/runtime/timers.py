@@ -25,6 +25,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from interlock.runtime.consuming import until_done
 from interlock.runtime.jetstream import jetstream
 from interlock.runtime.pulling import BatchReader
 from interlock.runtime.subjects import Subjects
@@ -124,20 +125,14 @@ class JetStreamTimers:
             ack_wait=30,
             deliver_policy=DeliverPolicy.ALL,
         )
-        wait = 0.5
-        while True:
+
+        async def attempt() -> None:
             try:
-                try:
-                    await self._js.consumer_info(s.timers_stream, "timers")
-                except NotFoundError:
-                    await self._js.add_consumer(s.timers_stream, config)
-                return
-            except Exception as exc:
-                if self._stopping.is_set():
-                    raise
-                log.warning("timers: cannot subscribe yet (%s); retrying in %.1fs", exc, wait)
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 10.0)
+                await self._js.consumer_info(s.timers_stream, "timers")
+            except NotFoundError:
+                await self._js.add_consumer(s.timers_stream, config)
+
+        await until_done(attempt, self._stopping, "timers", log)
 
 
 class ClockTimers:

@@ -29,6 +29,7 @@ RULES = {
     "state-kind",
     "unknown-error-class",
     "yaml-syntax",
+    "yaml-limit",
     "duplicate-key",
     "unsupported",
     "wrong-type",

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from interlock.core.source import MAX_BYTES, too_large
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 """Invalid input, a failed or cancelled run."""
@@ -24,15 +26,33 @@ class CliError(Exception):
         self.code = code
 
 
+class InvalidInput(CliError):
+    """Input that breaks a rule, printed as it is (``path:line:col: rule: message``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_FAILED)
+
+
 def read_sources(paths: list[str]) -> list[tuple[str, str]]:
-    """Read manifest files (``-`` is standard input); unreadable files are usage errors."""
+    """Read manifest files (``-`` is standard input); unreadable files are usage errors.
+
+    A file beyond the loader's size limit is refused before it is read whole."""
     out = []
     for path in paths:
-        if path == "-":
-            out.append(("<stdin>", sys.stdin.read()))
-            continue
         try:
-            out.append((path, Path(path).read_text(encoding="utf-8")))
+            if path == "-":
+                raw = sys.stdin.buffer.read(MAX_BYTES + 1)
+                path = "<stdin>"
+            else:
+                with Path(path).open("rb") as f:
+                    raw = f.read(MAX_BYTES + 1)
+                    if len(raw) > MAX_BYTES:
+                        f.seek(0, 2)
+                        size = f.tell()
+                        raise InvalidInput(str(too_large(path, size)))
+            if len(raw) > MAX_BYTES:
+                raise InvalidInput(str(too_large(path, len(raw), at_least=True)))
+            out.append((path, raw.decode("utf-8")))
         except OSError as exc:
             raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:

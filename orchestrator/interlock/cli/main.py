@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from interlock import __version__
 from interlock.cli import manifests, runtime_cmds
-from interlock.cli.common import CliError, err
+from interlock.cli.common import CliError, InvalidInput, err
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+    except InvalidInput as exc:
+        err(str(exc))
+        return exc.code
     except CliError as exc:
         err(f"interlock: {exc}")
         return exc.code

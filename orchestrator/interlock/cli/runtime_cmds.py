@@ -74,6 +74,8 @@ def with_client(
     body: Callable[[Any, argparse.Namespace], Awaitable[int]],
 ) -> Callable[[argparse.Namespace], int]:
     """Run ``body(client, args)`` connected; connection problems exit 2 with the reason."""
+    from nats.errors import MaxPayloadError
+
     from interlock.runtime.client import InterlockClient
 
     def run(args: argparse.Namespace) -> int:
@@ -104,6 +106,11 @@ def with_client(
             raise CliError(str(exc), EXIT_FAILED) from exc
         except RunExists as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
+        except MaxPayloadError as exc:
+            raise CliError(
+                f"a message is larger than the server accepts ({exc or 'max_payload'})",
+                EXIT_FAILED,
+            ) from exc
 
     return run
 

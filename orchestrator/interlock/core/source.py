@@ -4,6 +4,13 @@ PyYAML's composer gives a node tree with marks; we turn it into plain Python val
 map from a value's path (``("spec", "states", "review", "on", 0, "goto")``) to its line and
 column, so every later error can point at the exact place. Duplicate keys, which PyYAML
 silently merges, are reported here.
+
+A manifest may come from anyone allowed to apply one, so the loader bounds what a file may
+cost before building anything: its size (``MAX_BYTES``), how deep it nests (``MAX_DEPTH``,
+checked while composing, before PyYAML's recursive composer could overflow the stack) and
+how many values it expands to once aliases are followed (``MAX_VALUES``: a "billion laughs"
+file of a few hundred bytes is refused without expanding it). Each breaks rule
+``yaml-limit``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,14 @@ import yaml
 from interlock.core.diagnostics import Diagnostic
 
 Path = tuple[str | int, ...]
+
+MAX_BYTES = 512 * 1024
+"""Largest manifest file accepted (a stored workflow must fit in one NATS message)."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and sequences accepted."""
+MAX_VALUES = 500_000
+"""Most values a document may expand to, aliases followed (a file of ``MAX_BYTES`` written
+without aliases stays below it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +73,46 @@ class Document:
         return Diagnostic(self.path, span.line, span.col, rule, message)
 
 
+class _TooDeep(yaml.MarkedYAMLError):
+    """Nesting beyond ``MAX_DEPTH``, raised while composing."""
+
+
 class _Loader(yaml.SafeLoader):
     """YAML 1.2 core-schema scalars: only true/false are booleans (``on:`` stays a key
-    named "on", ``yes`` stays a string) and timestamps stay strings."""
+    named "on", ``yes`` stays a string) and timestamps stay strings. Nesting is bounded."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._depth >= MAX_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise _TooDeep(problem=f"nesting deeper than {MAX_DEPTH} levels", problem_mark=mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` stands for once every alias is expanded (memoised by node
+    identity, so a graph of shared nodes costs its distinct nodes only)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            total += _expanded_size(key_node, sizes) + _expanded_size(value_node, sizes)
+            if total > MAX_VALUES:
+                break
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            total += _expanded_size(item, sizes)
+            if total > MAX_VALUES:
+                break
+    sizes[id(node)] = total
+    return total
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -131,12 +183,35 @@ class _Builder:
         return Diagnostic(self.doc.path, span.line, span.col, rule, message)
 
 
+def too_large(path: str, size: int, *, at_least: bool = False) -> Diagnostic:
+    """The diagnostic for a file beyond ``MAX_BYTES`` (``at_least``: a stream, read only
+    up to the limit)."""
+    more = "more than " if at_least else ""
+    return Diagnostic(
+        path,
+        1,
+        1,
+        "yaml-limit",
+        f"the file has {more}{size - 1 if at_least else size:,} bytes; "
+        f"at most {MAX_BYTES:,} are accepted",
+    )
+
+
 def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every YAML document in ``text``; errors carry ``path`` and a position."""
     documents: list[Document] = []
     errors: list[Diagnostic] = []
+    size = len(text.encode("utf-8", "surrogatepass")) if len(text) * 4 > MAX_BYTES else 0
+    if size > MAX_BYTES:
+        errors.append(too_large(path, size))
+        return documents, errors
     try:
         nodes = list(yaml.compose_all(text, Loader=_Loader))
+    except _TooDeep as exc:
+        mark = exc.problem_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        errors.append(Diagnostic(path, line, col, "yaml-limit", exc.problem or str(exc)))
+        return documents, errors
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -153,6 +228,19 @@ def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnosti
             and node.value in ("", "~", "null")
         ):
             continue  # an empty document (a trailing '---'): nothing to check
+        if _expanded_size(node, {}) > MAX_VALUES:
+            span = _span(node)
+            errors.append(
+                Diagnostic(
+                    path,
+                    span.line,
+                    span.col,
+                    "yaml-limit",
+                    f"the document expands to more than {MAX_VALUES:,} values "
+                    "(aliases repeat what they point at)",
+                )
+            )
+            continue
         doc = Document(path=path, index=index, data=None, start=_span(node))
         try:
             doc.data = _Builder(doc, errors).build(node, ())

@@ -48,10 +48,10 @@ from bench.raw_nats import Baseline, percentile
 from interlock.core.definition import Definition
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
-from interlock.runtime.connection import ConnectOptions, connect
 from interlock.runtime.embedded import EmbeddedNats
-from interlock.runtime.subjects import Subjects
+from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.subjects import Subjects
 
 ECHO_WORKFLOW = """\
 apiVersion: interlock.io/v1

@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from interlock.runtime.embedded import EmbeddedNats
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 
 @pytest.fixture(scope="session")

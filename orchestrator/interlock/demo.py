@@ -15,15 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from interlock.cli.dev import start_stack, stop_stack
 from interlock.cli.timeline import describe
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent
-from interlock.runtime.connection import ConnectOptions, connect
-from interlock.runtime.devstack import start_stack, stop_stack
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.runs import utc_now
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.connection import ConnectOptions, connect
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code-review.yaml"
 REPO = "zynax-io/zynax"

@@ -35,10 +35,10 @@ from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.core.state import fold
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
 from interlock.runtime.embedded import nats_server_binary
-from interlock.runtime.provision import provision
-from interlock.runtime.subjects import Subjects
+from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_CONF = REPO / "deploy" / "nats" / "cluster.conf"

@@ -19,12 +19,12 @@ from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.runs import UnknownRun, utc_now
 from interlock.runtime.service import Orchestrator
-from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
 
 WAIT = 10.0
 REPO = Path(__file__).resolve().parents[2]

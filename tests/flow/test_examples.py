@@ -38,14 +38,14 @@ from interlock.core.compiler import compile_sources
 from interlock.core.engine import derive_run_id
 from interlock.core.state import event_key
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent, decode_message
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.flow import child_run_id
 from interlock.runtime.runs import InvalidInputs
 from interlock.runtime.service import Orchestrator
-from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, RetryableError, TaskContext
+from interlock.transport.cloudevents import CloudEvent, decode_message
+from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -32,8 +32,8 @@ from nats.js.errors import NotFoundError
 from interlock.core import events as ev
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import RetryableError, TaskContext, Worker
+from interlock.transport.subjects import Subjects
 
 WAIT = 15.0
 

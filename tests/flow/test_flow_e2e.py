@@ -18,13 +18,13 @@ from flow_support import WAIT, ClockStack, clock_orchestrator
 
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.flow import child_run_id
 from interlock.runtime.runs import utc_now
-from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 from flow_support import WAIT, RecordingAgents, ScriptedStack, of, worker_orchestrator
 
 from interlock.core import events as ev
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
 
 AGENTS = """\
 apiVersion: interlock.io/v1

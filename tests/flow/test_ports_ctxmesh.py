@@ -27,8 +27,8 @@ from flow_support import (
 )
 
 from interlock.core import events as ev
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
 
 AGENTS, WORKFLOWS = port_files("ctxmesh")
 CAPABILITIES = [

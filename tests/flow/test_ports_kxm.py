@@ -19,8 +19,8 @@ from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.core.state import RunState
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import AgentError, TaskContext, Worker
+from interlock.transport.subjects import Subjects
 
 AGENTS = PORTS / "kxm-agents.yaml"
 WORKFLOW = PORTS / "kxm-jira-development.yaml"

@@ -27,8 +27,8 @@ from flow_support import (
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
 
 AGENTS, WORKFLOWS = port_files("synapse")
 CAPABILITIES = ["ci", "release", "task"]

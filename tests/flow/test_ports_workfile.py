@@ -31,8 +31,8 @@ from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.runtime.flow import child_run_id
 from interlock.runtime.runs import InvalidInputs
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import AgentError, RetryableError, TaskContext
+from interlock.transport.subjects import Subjects
 
 AGENTS, WORKFLOWS = port_files("workfile")
 CAPABILITIES = ["mail.classify", "ticket.open", "payment.transfer"]

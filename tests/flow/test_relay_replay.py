@@ -15,9 +15,9 @@ from nats.js.errors import NotFoundError
 from interlock.core import events as ev
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.service import Orchestrator
-from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import ClockTimers
 from interlock.sdk.runner import load_worker
+from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,8 @@ import nats
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
-from interlock.runtime.subjects import Subjects
 from interlock.sdk.runner import load_worker
+from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
 INTERLOCK = str(Path(sys.executable).with_name("interlock"))

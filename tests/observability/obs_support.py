@@ -20,12 +20,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent, decode_message, encode_binary
 from interlock.runtime.health import OrchestratorInstrumentation
-from interlock.runtime.provision import provision
 from interlock.runtime.service import Orchestrator
-from interlock.runtime.subjects import Subjects
-from interlock.runtime.tracing import make_tracer_provider
+from interlock.transport.cloudevents import CloudEvent, decode_message, encode_binary
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
+from interlock.transport.tracing import make_tracer_provider
 
 TIMEOUT = 10.0
 

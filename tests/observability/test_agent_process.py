@@ -10,8 +10,8 @@ import sys
 
 from obs_support import TIMEOUT, connect, http_get
 
-from interlock.runtime.provision import provision
-from interlock.runtime.subjects import Subjects
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
 
 
 def free_port() -> int:

@@ -17,7 +17,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 import interlock.sdk.metrics as agent_metrics
 from interlock.runtime.metrics import ClusterMetrics, OrchestratorMetrics
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
 OBS = REPO / "observability"

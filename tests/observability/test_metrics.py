@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
-from interlock.runtime.cloudevents_nats import CloudEvent
-from interlock.runtime.health import HealthServer, nats_readiness
 from interlock.runtime.metrics import OrchestratorMetrics, RunTracker
-from interlock.runtime.subjects import Subjects
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.health import HealthServer, nats_readiness
+from interlock.transport.subjects import Subjects
 
 ORCHESTRATOR_FAMILIES = {
     "interlock_runs_started": "counter",

@@ -21,16 +21,16 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from interlock.core.engine import derive_run_id
-from interlock.runtime.cloudevents_nats import CloudEvent
-from interlock.runtime.subjects import Subjects
-from interlock.runtime.tracing import (
-    WorkerTracer,
+from interlock.sdk import Outcome, WorkerObserver
+from interlock.sdk.tracing import WorkerTracer
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+from interlock.transport.tracing import (
     format_traceparent,
     parse_traceparent,
     trace_id_for,
     tracer_provider_from_env,
 )
-from interlock.sdk import Outcome, WorkerObserver
 
 TRIGGER_TRACE = 0x0AF7651916CD43DD8448EB211C80319C
 TRIGGER_SPAN = 0xB7AD6B7169203331

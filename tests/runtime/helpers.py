@@ -32,8 +32,8 @@ from nats.js import JetStreamContext
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import TaskContext, Worker
+from interlock.transport.subjects import Subjects
 
 TIMEOUT = 10.0
 """Upper bound of any single wait in these tests; a healthy run takes milliseconds."""

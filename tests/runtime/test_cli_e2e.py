@@ -33,7 +33,7 @@ from helpers import (
 
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 HELLO = yaml(
     """\

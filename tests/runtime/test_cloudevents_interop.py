@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from interlock.runtime.cloudevents_nats import CloudEvent, decode_message, encode_structured
+from interlock.transport.cloudevents import CloudEvent, decode_message, encode_structured
 
 sdk_json = pytest.importorskip("cloudevents.core.formats.json")
 sdk_event = pytest.importorskip("cloudevents.core.v1.event")

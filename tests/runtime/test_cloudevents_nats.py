@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interlock.runtime.cloudevents_nats import (
+from interlock.transport.cloudevents import (
     STRUCTURED_CONTENT_TYPE,
     CloudEvent,
     InvalidCloudEvent,

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from interlock.runtime.connection import (
+from interlock.runtime.embedded import EmbeddedNats
+from interlock.transport.connection import (
     DEFAULT_URL,
     ConnectionFailed,
     ConnectOptions,
     connect,
 )
-from interlock.runtime.embedded import EmbeddedNats
 
 # --- resolve --------------------------------------------------------------------------
 

@@ -33,9 +33,9 @@ from helpers import (
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import CloudEvent
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import TaskContext, Worker
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
 
 CHAIN = yaml(
     """\

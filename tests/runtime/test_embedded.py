@@ -14,7 +14,7 @@ from interlock.runtime.embedded import (
     nats_server_binary,
     nats_server_version,
 )
-from interlock.runtime.errors import NatsServerFailed, NatsServerNotFound
+from interlock.transport.errors import NatsServerFailed, NatsServerNotFound
 
 
 def test_the_packaged_binary_is_found_and_recent() -> None:

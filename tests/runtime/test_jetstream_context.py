@@ -12,8 +12,8 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NoStreamResponseError
 
-from interlock.runtime.jetstream import JetStream, jetstream
-from interlock.runtime.subjects import Subjects
+from interlock.transport.jetstream import JetStream, jetstream
+from interlock.transport.subjects import Subjects
 
 
 @pytest.fixture

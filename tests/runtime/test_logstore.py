@@ -7,10 +7,10 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from interlock.core import events as ev
-from interlock.runtime.errors import AppendConflict
 from interlock.runtime.logstore import RunLog
-from interlock.runtime.provision import provision
-from interlock.runtime.subjects import Subjects
+from interlock.transport.errors import AppendConflict
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
 
 
 def entered(run_id: str, seq: int, state: str = "s") -> ev.StateEntered:

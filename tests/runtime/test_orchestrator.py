@@ -27,17 +27,17 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from interlock.core import events as ev
 from interlock.core.engine import Incoming, decide, derive_run_id
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.cloudevents_nats import (
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.registry import Registry
+from interlock.runtime.runs import InvalidInputs, Runs
+from interlock.transport.cloudevents import (
     CloudEvent,
     decode_message,
     encode_binary,
     encode_structured,
 )
-from interlock.runtime.logstore import RunLog
-from interlock.runtime.provision import provision
-from interlock.runtime.registry import Registry
-from interlock.runtime.runs import InvalidInputs, Runs
-from interlock.runtime.subjects import Subjects
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
 
 TRIGGERED = yaml(
     """\

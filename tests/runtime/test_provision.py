@@ -12,14 +12,14 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StreamConfig
 from nats.js.errors import NotFoundError
 
-from interlock.runtime.errors import AppendConflict
-from interlock.runtime.provision import (
+from interlock.transport.errors import AppendConflict
+from interlock.transport.provision import (
     JetStreamAPIError,
     append_batch,
     check_ready,
     provision,
 )
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 
 def _all_names(s: Subjects) -> list[str]:

@@ -9,8 +9,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from interlock.runtime.pulling import BatchReader, deliveries, subject_matches
-from interlock.runtime.subjects import Subjects
+from interlock.transport.pulling import BatchReader, deliveries, subject_matches
+from interlock.transport.subjects import Subjects
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,7 @@ from typing import Protocol
 import nats
 import pytest
 
-from interlock.runtime.provision import provision
 from interlock.runtime.runs import utc_now
-from interlock.runtime.subjects import Subjects
 from interlock.runtime.timers import (
     ClockTimers,
     JetStreamTimers,
@@ -21,6 +19,8 @@ from interlock.runtime.timers import (
     format_time,
     parse_time,
 )
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
 
 
 class Harness(Protocol):

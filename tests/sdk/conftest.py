@@ -19,10 +19,10 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from interlock.runtime.cloudevents_nats import CloudEvent, decode_message
-from interlock.runtime.provision import provision
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import Worker
+from interlock.transport.cloudevents import CloudEvent, decode_message
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
 
 
 def rfc3339(moment: datetime) -> str:

@@ -12,8 +12,8 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import TaskContext, Worker
+from interlock.transport.subjects import Subjects
 
 SLOW_AGENT = """
 import asyncio, sys
@@ -31,7 +31,7 @@ asyncio.run(worker.run(sys.argv[1], prefix=sys.argv[2]))
 
 RUN_AGENT = """
 import asyncio, sys
-from interlock.runtime.connection import ConnectOptions
+from interlock.transport.connection import ConnectOptions
 from interlock.sdk.runner import run_agent
 
 asyncio.run(run_agent("echo", ConnectOptions.resolve(sys.argv[1], prefix=sys.argv[2]), 2))

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 import interlock.sdk
-from interlock.runtime.cloudevents_nats import decode_message
-from interlock.runtime.pulling import SlotPool
 from interlock.sdk import Emit, Worker
-from interlock.sdk.protocol import TaskRequest, consumer_name, task_request, worker_key
 from interlock.sdk.runner import load_worker
 from interlock.sdk.schemas import AgentDefCatalog, Schema
+from interlock.transport.cloudevents import decode_message
+from interlock.transport.pulling import SlotPool
+from interlock.transport.tasks import TaskRequest, consumer_name, task_request, worker_key
 
 
 def test_public_names_are_pinned() -> None:

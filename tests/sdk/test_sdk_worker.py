@@ -15,7 +15,6 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import (
     AgentError,
     Emit,
@@ -25,7 +24,8 @@ from interlock.sdk import (
     Worker,
     WorkerObserver,
 )
-from interlock.sdk.protocol import consumer_name, worker_key
+from interlock.transport.subjects import Subjects
+from interlock.transport.tasks import consumer_name, worker_key
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -30,12 +30,12 @@ from interlock.cli.timeline import describe, replay_lines
 from interlock.core import events as ev
 from interlock.core.state import FINISHED, RunState, fold
 from interlock.runtime.client import RunExists
-from interlock.runtime.cloudevents_nats import CloudEvent
-from interlock.runtime.connection import ConnectOptions, connect
-from interlock.runtime.errors import ConnectionFailed
-from interlock.runtime.provision import provision
 from interlock.runtime.registry import UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.errors import ConnectionFailed
+from interlock.transport.provision import provision
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -639,7 +639,7 @@ async def serve(
     serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables."""
     from interlock.runtime.health import OrchestratorInstrumentation
     from interlock.runtime.service import ACK_WAIT, Orchestrator
-    from interlock.runtime.tracing import tracer_provider_from_env
+    from interlock.transport.tracing import tracer_provider_from_env
 
     nc = await connect(opts)
     orchestrator = Orchestrator(nc, opts.subjects, replicas=replicas, ack_wait=ack_wait or ACK_WAIT)
@@ -709,7 +709,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from interlock.runtime.devstack import run_dev
+    from interlock.cli.dev import run_dev
 
     _logging(args.log_level)
     return run_dev(Path(args.data_dir), args.port, agents=not args.no_agents)

@@ -23,13 +23,13 @@ from interlock.core import events as ev
 from interlock.core.compiler import Compiled, compile_sources
 from interlock.core.engine import cancel
 from interlock.core.state import RunState, fold
-from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
-from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import RunLog
-from interlock.runtime.provision import provision
 from interlock.runtime.registry import Applied, Registry, bucket_values
 from interlock.runtime.runs import Runs, UnknownRun
-from interlock.runtime.subjects import Subjects
+from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.jetstream import jetstream
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
 
 
 class RunExists(ValueError):

@@ -18,10 +18,10 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from interlock.runtime.cloudevents_nats import CloudEvent, encode_structured, from_dict
-from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import read_subject
-from interlock.runtime.subjects import Subjects
+from interlock.transport.cloudevents import CloudEvent, encode_structured, from_dict
+from interlock.transport.jetstream import jetstream
+from interlock.transport.subjects import Subjects
 
 
 def key_token(namespace: str, workflow: str, key: str) -> str:

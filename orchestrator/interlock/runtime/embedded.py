@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from interlock.runtime.errors import NatsServerFailed, NatsServerNotFound
+from interlock.transport.errors import NatsServerFailed, NatsServerNotFound
 
 __all__ = ["MIN_SERVER_VERSION", "EmbeddedNats", "nats_server_binary", "nats_server_version"]
 

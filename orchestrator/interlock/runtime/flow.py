@@ -16,7 +16,8 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+
+from nats.aio.client import Client
 
 from interlock.core import events as ev
 from interlock.core.definition import Definition
@@ -27,18 +28,23 @@ from interlock.core.engine import (
     event_correlation_key,
 )
 from interlock.core.state import RunState
-from interlock.runtime.cloudevents_nats import CloudEvent, encode_binary
 from interlock.runtime.correlation import CorrelationIndex
-from interlock.runtime.registry import UnknownWorkflow
-from interlock.runtime.runs import InvalidInputs, UnknownRun
-
-if TYPE_CHECKING:
-    from interlock.runtime.service import Orchestrator
-    from interlock.runtime.timers import ClockTimers, JetStreamTimers
+from interlock.runtime.registry import Registry, UnknownWorkflow
+from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun
+from interlock.runtime.timers import Timers
+from interlock.transport import tasks
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.jetstream import jetstream
+from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.flow")
 
 TIMERS_SOURCE = "interlock://timers"
+
+Deliver = Callable[[str, Incoming], Awaitable[bool]]
+"""Decide on an event for a run (the orchestrator's ``deliver``); False: no such run."""
+AnswerFailed = Callable[[ev.ActionRequested, str, str], Awaitable[None]]
+"""Answer an action with a failure of a class, as an agent would (``answer_failed``)."""
 
 
 def child_run_id(action_id: str, attempt: int) -> str:
@@ -49,10 +55,28 @@ def child_run_id(action_id: str, attempt: int) -> str:
 class ControlFlow:
     """Timers, child runs, cancellation notices and correlation for one orchestrator."""
 
-    def __init__(self, orchestrator: Orchestrator, timers: JetStreamTimers | ClockTimers) -> None:
-        self.o = orchestrator
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        runs: Runs,
+        registry: Registry,
+        timers: Timers,
+        clock: Callable[[], str],
+        deliver: Deliver,
+        answer_failed: AnswerFailed,
+    ) -> None:
+        self._nc = nc
+        self._js = jetstream(nc)
+        self._subjects = subjects
+        self._runs = runs
+        self._registry = registry
+        self._clock = clock
+        self._deliver = deliver
+        self._answer_failed = answer_failed
         self.timers = timers
-        self.correlation = CorrelationIndex(orchestrator.nc, orchestrator.subjects)
+        self.correlation = CorrelationIndex(nc, subjects)
 
     def start(self) -> None:
         self.timers.start(self.timer_due)
@@ -92,7 +116,7 @@ class ControlFlow:
             await handler(record)
         if record.data.parent is not None:
             await self._answer_parent(record)
-        entry = self.o.runs.cached(record.subject) or await self.o.runs.load(record.subject)
+        entry = self._runs.cached(record.subject) or await self._runs.load(record.subject)
         if entry is not None and entry.state.correlation_key:
             s = entry.state
             await self.correlation.remove(
@@ -110,10 +134,10 @@ class ControlFlow:
             type=TIMER_FIRED,
             source=TIMERS_SOURCE,
             id=timer_id,
-            time=self.o.clock(),
+            time=self._clock(),
             extensions={"timerid": timer_id},
         )
-        await self.o.deliver(run_id, event)
+        await self._deliver(run_id, event)
 
     def _known_stale(self, run_id: str, timer_id: str) -> bool:
         """Whether the cached state proves the timer is gone (taken, or its state left).
@@ -123,7 +147,7 @@ class ControlFlow:
         the record that set the timer (ids are ``<run>:<log position>``): a cache behind the
         log (another replica appended since) proves nothing, and the run decides as usual.
         """
-        entry = self.o.runs.cached(run_id)
+        entry = self._runs.cached(run_id)
         if entry is None:
             return False
         _, _, position = timer_id.rpartition(":")
@@ -137,19 +161,10 @@ class ControlFlow:
         self, run_id: str, action_id: str, time: str, attempt: int | None = None
     ) -> None:
         """Publish a cancel notice: about one attempt of the action, or (None) all of it."""
-        extensions = {"runid": run_id, "actionid": action_id}
-        if attempt is not None:
-            extensions["attempt"] = str(attempt)
-        event = CloudEvent(
-            id=f"{action_id}.cancel" if attempt is None else f"{action_id}.{attempt}.cancel",
-            source=ev.SOURCE,
-            type="io.interlock.task.cancel",
-            subject=run_id,
-            time=time,
-            extensions=extensions,
+        headers, payload = tasks.encode_cancel(
+            run_id=run_id, action_id=action_id, time=time, attempt=attempt
         )
-        headers, payload = encode_binary(event)
-        await self.o.nc.publish(self.o.subjects.control(run_id), payload, headers=headers)
+        await self._nc.publish(self._subjects.control(run_id), payload, headers=headers)
 
     async def _action_cancelled(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.ActionCancelled)
@@ -176,13 +191,13 @@ class ControlFlow:
         attempts = [attempt] if attempt else range(1, 11)
         for n in attempts:
             child = child_run_id(action_id, n)
-            now = self.o.clock()
+            now = self._clock()
 
             def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
                 return cancel(definition, state, reason=reason, now=now)  # noqa: B023
 
             try:
-                await self.o.runs.apply(child, decision)
+                await self._runs.apply(child, decision)
             except UnknownRun:
                 if not attempt:
                     return  # attempts are numbered from 1: no child n, no child n + 1
@@ -196,14 +211,14 @@ class ControlFlow:
         d = record.data
         assert d.workflow is not None
         try:
-            definition, version = await self.o.registry.latest(d.workflow)
+            definition, version = await self._registry.latest(d.workflow)
         except UnknownWorkflow as exc:
-            await self.o.answer_failed(record, "platform_error", str(exc))
+            await self._answer_failed(record, "platform_error", str(exc))
             return
         inputs = d.input if isinstance(d.input, dict) else {}
         parent = ev.ParentRef(run_id=record.subject, action_id=d.action_id, attempt=d.attempt)
         try:
-            await self.o.runs.start(
+            await self._runs.start(
                 definition,
                 version,
                 child_run_id(d.action_id, d.attempt),
@@ -212,38 +227,31 @@ class ControlFlow:
                 parent=parent,
             )
         except InvalidInputs as exc:
-            await self.o.answer_failed(record, "schema_error", str(exc))
+            await self._answer_failed(record, "schema_error", str(exc))
 
     async def _answer_parent(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled)
         parent = record.data.parent
         assert parent is not None
         if isinstance(record, ev.RunCompleted):
-            event_type, data = "task.completed", dict(record.data.outputs)
+            event_type, data = tasks.TASK_COMPLETED, dict(record.data.outputs)
         elif isinstance(record, ev.RunFailed):
             error = record.data.error
-            event_type = "task.failed"
-            data = {"error": {"class": error.error_class, "message": error.message}}
+            event_type, data = tasks.failure(error.error_class, error.message)
         else:
-            event_type = "task.failed"
-            data = {"error": {"class": "cancelled", "message": record.data.reason}}
-        event = CloudEvent(
-            id=f"{record.subject}.end",
+            event_type, data = tasks.failure("cancelled", record.data.reason)
+        event = tasks.answer_event(
+            run_id=parent.run_id,
+            action_id=parent.action_id,
+            attempt=parent.attempt,
+            event_id=f"{record.subject}.end",
             source=f"interlock://runs/{record.subject}",
             type=event_type,
-            subject=parent.run_id,
-            time=record.time,
-            datacontenttype="application/json",
             data=data,
-            extensions={
-                "runid": parent.run_id,
-                "actionid": parent.action_id,
-                "attempt": str(parent.attempt),
-            },
+            time=record.time,
         )
-        headers, payload = encode_binary(event)
-        headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
-        await self.o.js.publish(self.o.subjects.result(parent.run_id), payload, headers=headers)
+        headers, payload = tasks.encode_result(event)
+        await self._js.publish(self._subjects.result(parent.run_id), payload, headers=headers)
 
     # -- correlation ----------------------------------------------------------------------
 
@@ -254,10 +262,10 @@ class ControlFlow:
         await self.correlation.add(d.namespace, d.workflow, d.correlation_key, record.subject)
 
     async def _offer_parked(self, record: ev.AnyRecord) -> None:
-        entry = self.o.runs.cached(record.subject)
+        entry = self._runs.cached(record.subject)
         state = entry.state if entry is not None else None
         if state is None:
-            loaded = await self.o.runs.load(record.subject)
+            loaded = await self._runs.load(record.subject)
             state = None if loaded is None else loaded.state
         if state is None or not state.correlation_key or state.finished:
             return
@@ -265,14 +273,14 @@ class ControlFlow:
             state.namespace, state.workflow, state.correlation_key
         )
         for event in parked:
-            await self.o.deliver(record.subject, to_incoming(event))
+            await self._deliver(record.subject, to_incoming(event))
 
     async def route_correlated(self, event: CloudEvent) -> bool:
         """Deliver an event to the runs its correlation key names; park it when none takes
         it. True when some workflow correlates events of its type."""
         incoming = to_incoming(event)
         correlated = False
-        for definition, _ in list(self.o.registry.correlating(event.type)):
+        for definition, _ in list(self._registry.correlating(event.type)):
             key = event_correlation_key(definition, incoming)
             if key is None:
                 continue
@@ -280,14 +288,14 @@ class ControlFlow:
             runs = await self.correlation.runs(definition.namespace, definition.name, key)
             taken = False
             for run_id in runs:
-                taken = await self.o.deliver(run_id, incoming) or taken
+                taken = await self._deliver(run_id, incoming) or taken
             if taken:
                 continue
             await self.correlation.park(definition.namespace, definition.name, key, event)
             # A run may have started waiting between "not taken" and "parked": it looked
             # for parked events before this one was there. Offer it once more.
             for run_id in await self.correlation.runs(definition.namespace, definition.name, key):
-                await self.o.deliver(run_id, incoming)
+                await self._deliver(run_id, incoming)
         return correlated
 
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from nats.aio.client import Client
 
 from interlock.core import events as ev
-from interlock.runtime.provision import append_batch
-from interlock.runtime.subjects import Subjects
+from interlock.transport.provision import append_batch
+from interlock.transport.subjects import Subjects
 
 _BATCH = 1000
 _TIMEOUT = 5.0

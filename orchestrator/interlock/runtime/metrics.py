@@ -37,7 +37,7 @@ from interlock.core import events as ev
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import bucket_values
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")
 

@@ -23,7 +23,7 @@ from nats.js.kv import KeyValue
 
 from interlock.core.compiler import compile_agent_data, compile_workflow_data
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition, link
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.registry")
 

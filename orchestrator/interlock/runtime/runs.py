@@ -19,11 +19,11 @@ from interlock.core import events as ev
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import Incoming, start
 from interlock.core.state import RunState, fold
-from interlock.runtime.errors import AppendConflict
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
 from interlock.runtime.timers import format_time
+from interlock.transport.errors import AppendConflict
 
 log = logging.getLogger("interlock.runs")
 

@@ -29,7 +29,6 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import (
     KeyNotFoundError,
-    NotFoundError,
 )
 
 from interlock.core import events as ev
@@ -45,24 +44,20 @@ from interlock.core.engine import (
 )
 from interlock.core.expr import ExpressionError
 from interlock.core.state import RunState
-from interlock.runtime.cloudevents_nats import (
-    CloudEvent,
-    InvalidCloudEvent,
-    decode_message,
-    encode_binary,
-)
-from interlock.runtime.consuming import dead_letter_headers, until_done
-from interlock.runtime.errors import AppendConflict
 from interlock.runtime.flow import ControlFlow, to_incoming
-from interlock.runtime.jetstream import jetstream
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
-from interlock.runtime.provision import append_batch, provision
-from interlock.runtime.pulling import BatchReader, deliveries
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
-from interlock.runtime.subjects import Subjects
-from interlock.runtime.timers import ClockTimers, JetStreamTimers
+from interlock.runtime.timers import JetStreamTimers, Timers
+from interlock.transport import tasks
+from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
+from interlock.transport.consuming import dead_letter_headers, ensure_consumer, until_done
+from interlock.transport.errors import AppendConflict
+from interlock.transport.jetstream import jetstream
+from interlock.transport.provision import append_batch, provision
+from interlock.transport.pulling import BatchReader, deliveries
+from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.orchestrator")
 
@@ -119,7 +114,7 @@ class Orchestrator:
         cache_size: int = 10_000,
         observers: Sequence[OrchestratorObserver] = (),
         replicas: int = 1,
-        timers: JetStreamTimers | ClockTimers | None = None,
+        timers: Timers | None = None,
         ack_wait: float = ACK_WAIT,
     ) -> None:
         self.observers = Observers(observers)
@@ -146,7 +141,16 @@ class Orchestrator:
         # Index entries as this process last wrote them, with their revisions: the next
         # update of a run is a compare-and-set on that revision, with no read first.
         self._index_known: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
-        self.flow = ControlFlow(self, timers or JetStreamTimers(nc, subjects))
+        self.flow = ControlFlow(
+            nc,
+            subjects,
+            runs=self.runs,
+            registry=self.registry,
+            timers=timers or JetStreamTimers(nc, subjects),
+            clock=clock,
+            deliver=self.deliver,
+            answer_failed=self.answer_failed,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -267,20 +271,7 @@ class Orchestrator:
             max_ack_pending=max_ack_pending,
             deliver_policy=DeliverPolicy.ALL,
         )
-        try:
-            info = await self.js.consumer_info(stream, durable)
-        except NotFoundError:
-            info = None
-        if info is not None and info.config.ack_policy != AckPolicy.EXPLICIT:
-            # The ack policy cannot change in place: start again where the old one was.
-            floor = info.ack_floor.stream_seq if info.ack_floor else 0
-            log.warning("%s: recreating the consumer with explicit acks from %d", durable, floor)
-            await self.js.delete_consumer(stream, durable)
-            config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
-            config.opt_start_seq = floor + 1
-            info = None
-        if info is None or abs((info.config.ack_wait or 0) - self.ack_wait) > 0.001:
-            await self.js.add_consumer(stream, config)
+        await ensure_consumer(self.js, stream, config, update=True, log=log)
 
     @contextlib.asynccontextmanager
     async def _working(self, msgs: Sequence[Msg]) -> AsyncIterator[None]:
@@ -591,28 +582,16 @@ class Orchestrator:
                     f"{exc.message}",
                 )
                 return
-        extensions = {
-            "runid": run_id,
-            "actionid": d.action_id,
-            "capability": d.capability,
-            "attempt": str(d.attempt),
-        }
-        if deadline:
-            extensions["deadline"] = deadline
-        if record.traceparent:
-            extensions["traceparent"] = record.traceparent
-        event = CloudEvent(
-            id=d.action_id,
-            source=ev.SOURCE,
-            type="io.interlock.task.requested",
-            subject=run_id,
-            time=record.time,
-            datacontenttype="application/json",
+        headers, payload = tasks.encode_request(
+            run_id=run_id,
+            action_id=d.action_id,
+            capability=d.capability,
+            attempt=d.attempt,
             data=d.input if d.input is not None else {},
-            extensions=extensions,
+            time=record.time,
+            deadline=deadline,
+            traceparent=record.traceparent,
         )
-        headers, payload = encode_binary(event)
-        headers["Nats-Msg-Id"] = f"{d.action_id}.{d.attempt}"
         self.observers.dispatched(record, headers)
         await self.js.publish(self.subjects.capability(d.capability), payload, headers=headers)
         self.counters["actions_dispatched"] += 1
@@ -622,22 +601,18 @@ class Orchestrator:
     ) -> None:
         """Feed a failure back through the results stream, like an agent's answer."""
         d = record.data
-        event = CloudEvent(
-            id=f"{d.action_id}.{d.attempt}.rejected",
+        event_type, data = tasks.failure(error_class, message)
+        event = tasks.answer_event(
+            run_id=record.subject,
+            action_id=d.action_id,
+            attempt=d.attempt,
+            event_id=f"{d.action_id}.{d.attempt}.rejected",
             source=ev.SOURCE,
-            type="task.failed",
-            subject=record.subject,
+            type=event_type,
+            data=data,
             time=record.time,
-            datacontenttype="application/json",
-            data={"error": {"class": error_class, "message": message}},
-            extensions={
-                "runid": record.subject,
-                "actionid": d.action_id,
-                "attempt": str(d.attempt),
-            },
         )
-        headers, payload = encode_binary(event)
-        headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
+        headers, payload = tasks.encode_result(event)
         await self.js.publish(self.subjects.result(record.subject), payload, headers=headers)
 
     async def _index_run(self, key: str, records: list[ev.AnyRecord]) -> None:

@@ -20,20 +20,40 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 
-from interlock.runtime.consuming import until_done
-from interlock.runtime.jetstream import jetstream
-from interlock.runtime.pulling import BatchReader
-from interlock.runtime.subjects import Subjects
+from interlock.transport.consuming import ensure_consumer, until_done
+from interlock.transport.jetstream import jetstream
+from interlock.transport.pulling import BatchReader
+from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.timers")
 
 Deliver = Callable[[str, str], Awaitable[None]]
 """Called with (run_id, timer_id) when a timer is due."""
+
+
+class Timers(Protocol):
+    """The timers port: durable one-shot timers, each delivered at least once when due.
+
+    Scheduling the same ``timer_id`` twice schedules it once. Contract suite:
+    ``tests/runtime/test_timers_contract.py``, run against both adapters.
+    """
+
+    async def schedule(self, run_id: str, timer_id: str, fire_at: str) -> None:
+        """Deliver ``(run_id, timer_id)`` at ``fire_at`` (RFC 3339), or soon after."""
+        ...
+
+    def start(self, deliver: Deliver) -> None:
+        """Start delivering due timers to ``deliver``."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop delivering; timers not yet due stay scheduled (where durable)."""
+        ...
 
 
 def parse_time(text: str) -> datetime:
@@ -127,10 +147,7 @@ class JetStreamTimers:
         )
 
         async def attempt() -> None:
-            try:
-                await self._js.consumer_info(s.timers_stream, "timers")
-            except NotFoundError:
-                await self._js.add_consumer(s.timers_stream, config)
+            await ensure_consumer(self._js, s.timers_stream, config, log=log)
 
         await until_done(attempt, self._stopping, "timers", log)
 

@@ -8,13 +8,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from interlock.runtime.cloudevents_nats import CloudEvent
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.tasks import TASK_COMPLETED, TASK_FAILED
 
-TASK_COMPLETED = "task.completed"
-"""Result type of a handler that returned normally."""
-TASK_FAILED = "task.failed"
-"""Result type of a failed task; its data is ``{"error": {"class", "message", "retryable"}}``
-(and ``code`` when the handler gave one)."""
+__all__ = ["TASK_COMPLETED", "TASK_FAILED", "Emit", "TaskContext"]
+
 
 _RESERVED_PREFIX = "io.interlock."
 

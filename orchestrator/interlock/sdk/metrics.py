@@ -11,7 +11,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from .observe import Outcome, WorkerObserver
 
 if TYPE_CHECKING:
-    from interlock.runtime.cloudevents_nats import CloudEvent
+    from interlock.transport.cloudevents import CloudEvent
 
 _TASKS = Counter(
     "interlock_agent_tasks",

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from interlock.runtime.cloudevents_nats import CloudEvent
+    from interlock.transport.cloudevents import CloudEvent
 
 
 class Outcome(StrEnum):

@@ -9,7 +9,7 @@ import importlib
 import logging
 import signal
 
-from interlock.runtime.connection import ConnectOptions
+from interlock.transport.connection import ConnectOptions
 
 from .worker import Worker
 
@@ -66,11 +66,12 @@ async def run_agent(
         metrics_port: serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port
             (None or 0: no endpoint). Tracing follows the ``OTEL_*`` variables.
     """
-    from interlock.runtime.connection import connect
-    from interlock.runtime.health import HealthServer, nats_readiness
-    from interlock.runtime.tracing import WorkerTracer, tracer_provider_from_env
+    from interlock.transport.connection import connect
+    from interlock.transport.health import HealthServer, nats_readiness
+    from interlock.transport.tracing import tracer_provider_from_env
 
     from .metrics import PrometheusObserver
+    from .tracing import WorkerTracer
 
     worker = load_worker(target)
     if concurrency is not None:

@@ -32,30 +32,37 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.js.api import ConsumerInfo
 
-from interlock.runtime.cloudevents_nats import CloudEvent, InvalidCloudEvent, decode_message
-from interlock.runtime.connection import ConnectOptions, connect
-from interlock.runtime.consuming import dead_letter_headers
-from interlock.runtime.jetstream import jetstream
-from interlock.runtime.pulling import PullConsumer, SlotPool, deliveries
-from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
-
-from .cancels import CancelMemory, parse_time
-from .context import TASK_COMPLETED, TASK_FAILED, Emit, TaskContext
-from .errors import AgentError, ErrorClass
-from .observe import Outcome, WorkerObserver
-from .protocol import (
-    TASK_CANCEL,
+from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.consuming import (
+    STREAM_NOT_FOUND,
+    ConsumerMismatch,
+    dead_letter_headers,
+    ensure_consumer,
+)
+from interlock.transport.jetstream import jetstream
+from interlock.transport.pulling import PullConsumer, SlotPool, deliveries
+from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
+from interlock.transport.tasks import (
+    BadNotice,
     BadRequest,
     TaskRequest,
     consumer_name,
     encode_result,
     failure,
+    read_cancel,
     result_event,
     rfc3339,
+    task_consumer_config,
     worker_key,
 )
+
+from .cancels import CancelMemory, parse_time
+from .context import TASK_COMPLETED, TASK_FAILED, Emit, TaskContext
+from .errors import AgentError, ErrorClass
+from .observe import Outcome, WorkerObserver
 from .schemas import AgentDefCatalog, CapabilityContract, Schema
 
 log = logging.getLogger("interlock.sdk")
@@ -64,7 +71,6 @@ Handler = Callable[..., Awaitable[Any]]
 H = TypeVar("H", bound=Handler)
 
 _JS_API = "$JS.API"
-_STREAM_NOT_FOUND = 10059
 # How long a handler gets to finish after being cancelled before we answer without it.
 _CANCEL_CLEANUP = 5.0
 # How long to wait for the AgentDefs in the agents bucket before taking the first task.
@@ -430,7 +436,7 @@ class Worker:
             try:
                 return await self._ensure_consumer(js, subjects, cap.name)
             except nats.js.errors.NotFoundError as exc:
-                if exc.err_code != _STREAM_NOT_FOUND:
+                if exc.err_code != STREAM_NOT_FOUND:
                     raise
                 if not warned:
                     log.warning(
@@ -447,36 +453,15 @@ class Worker:
     async def _ensure_consumer(
         self, js: JetStreamContext, subjects: Subjects, capability: str
     ) -> ConsumerInfo:
-        stream = subjects.tasks_stream
-        durable = consumer_name(capability)
-        subject = subjects.capability(capability)
-        info: ConsumerInfo
+        config = task_consumer_config(
+            subjects, capability, ack_wait=self.ack_wait, max_deliver=self.max_deliver
+        )
         try:
-            info = await js.consumer_info(stream, durable)
-        except nats.js.errors.NotFoundError as exc:
-            if exc.err_code == _STREAM_NOT_FOUND:
-                raise
-            config = ConsumerConfig(
-                name=durable,
-                durable_name=durable,
-                description=f"Interlock capability {capability}",
-                filter_subject=subject,
-                deliver_policy=DeliverPolicy.ALL,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=self.ack_wait,
-                max_deliver=self.max_deliver,
-            )
-            try:
-                info = await js.add_consumer(stream, config)
-            except nats.js.errors.BadRequestError:
-                # Another worker created it at the same time, with another configuration.
-                info = await js.consumer_info(stream, durable)
-        if info.config.filter_subject != subject:
-            raise RuntimeError(
-                f"consumer {durable} on {stream} filters {info.config.filter_subject!r}, not "
-                f"{subject!r}: two capability names map to the same consumer name"
-            )
-        return info
+            return await ensure_consumer(js, subjects.tasks_stream, config)
+        except ConsumerMismatch as exc:
+            raise ConsumerMismatch(
+                f"{exc}: two capability names map to the same consumer name"
+            ) from None
 
     def _consumer(
         self,
@@ -763,21 +748,15 @@ class Worker:
         except InvalidCloudEvent as exc:
             log.warning("ignored an invalid control message on %s: %s", msg.subject, exc)
             return
-        if event.type != TASK_CANCEL:
+        try:
+            notice = read_cancel(event)
+        except BadNotice as exc:
+            log.warning("ignored %s on %s", exc, msg.subject)
             return
-        action_id = event.extensions.get("actionid")
-        if not action_id:
-            log.warning("ignored a cancel notice without an action id on %s", msg.subject)
+        if notice is None:
             return
-        raw_attempt = event.extensions.get("attempt")
-        attempt: int | None = None
-        if raw_attempt is not None:
-            try:
-                attempt = int(raw_attempt)
-            except ValueError:
-                log.warning("ignored a cancel notice for %s: attempt %r", action_id, raw_attempt)
-                return
-        self._cancels.remember(action_id, attempt, parse_time(event.time))
+        action_id, attempt = notice.action_id, notice.attempt
+        self._cancels.remember(action_id, attempt, parse_time(notice.time))
         for flight in list(self._flights.get(action_id, ())):
             if attempt is None or attempt == flight.attempt:
                 log.info("cancelling %s on request", action_id)

@@ -24,9 +24,9 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
-from interlock.runtime.errors import AppendConflict
-from interlock.runtime.jetstream import jetstream
-from interlock.runtime.subjects import Subjects
+from interlock.transport.errors import AppendConflict
+from interlock.transport.jetstream import jetstream
+from interlock.transport.subjects import Subjects
 
 __all__ = [
     "AppendConflict",

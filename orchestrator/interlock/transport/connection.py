@@ -22,8 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from nats.aio.client import Client
 
-from interlock.runtime.errors import ConnectionFailed
-from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
+from interlock.transport.errors import ConnectionFailed
+from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 
 __all__ = ["DEFAULT_URL", "ConnectOptions", "ConnectionFailed", "connect"]
 

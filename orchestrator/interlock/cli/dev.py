@@ -1,5 +1,8 @@
 """``interlock dev``: a real nats-server with JetStream, the orchestrator and the reference
-agents, in one process tree on one machine."""
+agents, in one process tree on one machine.
+
+It lives in the CLI because it wires both sides together: the runtime (the orchestrator)
+and the SDK (the reference agents' workers), which never import each other."""
 
 from __future__ import annotations
 
@@ -10,11 +13,16 @@ import signal
 import sys
 from pathlib import Path
 
+from nats.aio.client import Client
+
+import interlock_agents
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.connection import ConnectOptions, connect
 from interlock.runtime.embedded import EmbeddedNats
-from interlock.runtime.errors import NatsServerFailed, NatsServerNotFound
 from interlock.runtime.service import Orchestrator
+from interlock.sdk import Worker
+from interlock.sdk.runner import load_worker
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.errors import NatsServerFailed, NatsServerNotFound
 
 log = logging.getLogger("interlock.dev")
 
@@ -23,11 +31,8 @@ REFERENCE = ("echo", "http-fetch", "command")
 
 async def start_stack(
     url: str, *, prefix: str = "il", agents: bool = True
-) -> tuple[Orchestrator, list[object], list[asyncio.Task[None]], object]:
+) -> tuple[Orchestrator, list[Worker], list[asyncio.Task[None]], Client]:
     """Orchestrator plus reference agent workers against ``url`` (AgentDefs applied)."""
-    import interlock_agents
-    from interlock.sdk.runner import load_worker
-
     opts = ConnectOptions.resolve(url, prefix=prefix)
     nc = await connect(opts)
     client = InterlockClient(nc, opts.subjects)
@@ -38,7 +43,7 @@ async def start_stack(
         result.compiled.raise_for_errors()
     orchestrator = Orchestrator(nc, opts.subjects)
     await orchestrator.start()
-    workers: list[object] = []
+    workers: list[Worker] = []
     tasks: list[asyncio.Task[None]] = []
     if agents:
         for name in REFERENCE:
@@ -49,17 +54,17 @@ async def start_stack(
 
 
 async def stop_stack(
-    orchestrator: Orchestrator, workers: list[object], tasks: list[asyncio.Task[None]], nc: object
+    orchestrator: Orchestrator, workers: list[Worker], tasks: list[asyncio.Task[None]], nc: Client
 ) -> None:
     for worker in workers:
         with contextlib.suppress(Exception):
-            await worker.stop()  # type: ignore[attr-defined]
+            await worker.stop()
     for task in tasks:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(task, 10)
     await orchestrator.stop()
     with contextlib.suppress(Exception):
-        await nc.close()  # type: ignore[attr-defined]
+        await nc.close()
 
 
 def run_dev(data_dir: Path, port: int, *, agents: bool = True) -> int:

@@ -1,0 +1,8 @@
+"""The transport: what the orchestrator and the agent workers both stand on.
+
+CloudEvents over NATS (:mod:`.cloudevents`), connecting (:mod:`.connection`), the shared
+JetStream context (:mod:`.jetstream`), the wire names (:mod:`.subjects`), streams and
+atomic appends (:mod:`.provision`), pull readers (:mod:`.pulling`), durable consumers and
+dead letters (:mod:`.consuming`), and the task protocol both ends of a capability request
+speak (:mod:`.tasks`). It imports the core at most, never the runtime or the SDK.
+"""

@@ -1,0 +1,116 @@
+"""What every consumer of Interlock's streams does the same way: make sure of its durable
+consumer through a JetStream outage, and write a dead letter for a message it cannot handle.
+(Reading consumers: :mod:`interlock.transport.pulling`.)"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.js.errors import BadRequestError, NotFoundError
+
+_log = logging.getLogger("interlock.consuming")
+
+STREAM_NOT_FOUND = 10059
+"""JetStream's error code for a missing stream (a missing consumer has another)."""
+
+
+class ConsumerMismatch(RuntimeError):
+    """A durable consumer of that name exists with another filter subject."""
+
+
+async def ensure_consumer(
+    js: JetStreamContext,
+    stream: str,
+    config: ConsumerConfig,
+    *,
+    update: bool = False,
+    log: logging.Logger | None = None,
+) -> ConsumerInfo:
+    """Make sure the durable pull consumer ``config`` describes exists on ``stream``.
+
+    Missing: it is created (two processes creating it at once both end up bound to the one
+    that won). Present: with ``update``, its settings are brought up to date (a consumer
+    whose ack policy is not explicit cannot change in place: it is recreated from its ack
+    floor, so nothing acknowledged comes again and nothing unacknowledged is skipped);
+    without, it is used as it is, as long as it filters the same subject.
+
+    Raises:
+        ConsumerMismatch: without ``update``, the consumer filters another subject.
+        nats.js.errors.NotFoundError: the stream does not exist (``err_code`` is
+            :data:`STREAM_NOT_FOUND`).
+    """
+    durable = config.durable_name
+    assert durable is not None, "a durable consumer needs a name"
+    try:
+        info: ConsumerInfo | None = await js.consumer_info(stream, durable)
+    except NotFoundError as exc:
+        if exc.err_code == STREAM_NOT_FOUND:
+            raise
+        info = None
+    if info is not None and update and info.config.ack_policy != AckPolicy.EXPLICIT:
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        (log or _log).warning(
+            "%s: recreating the consumer with explicit acks from %d", durable, floor
+        )
+        await js.delete_consumer(stream, durable)
+        config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = floor + 1
+        info = None
+    if info is None:
+        try:
+            return await js.add_consumer(stream, config)
+        except BadRequestError:
+            # Another process created it at the same time, with another configuration.
+            info = await js.consumer_info(stream, durable)
+    if update:
+        if abs((info.config.ack_wait or 0) - (config.ack_wait or 0)) > 0.001:
+            return await js.add_consumer(stream, config)
+        return info
+    if info.config.filter_subject != config.filter_subject:
+        raise ConsumerMismatch(
+            f"consumer {durable} on {stream} filters {info.config.filter_subject!r}, not "
+            f"{config.filter_subject!r}"
+        )
+    return info
+
+
+async def until_done(
+    attempt: Callable[[], Awaitable[None]],
+    stopping: asyncio.Event,
+    name: str,
+    log: logging.Logger,
+) -> None:
+    """Run ``attempt`` until it succeeds, backing off while JetStream cannot answer (a
+    leader election, a server restart): a consumer loop must not end because it started
+    at a bad time. Once ``stopping`` is set, a failure is raised instead."""
+    wait = 0.5
+    while True:
+        try:
+            await attempt()
+            return
+        except Exception as exc:
+            if stopping.is_set():
+                raise
+            log.warning("%s: cannot subscribe yet (%s); retrying in %.1fs", name, exc, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 10.0)
+
+
+def dead_letter_headers(msg: Msg, reason: str, detail: str) -> dict[str, str]:
+    """The headers of a dead letter about ``msg`` (the orchestrator's and the workers' alike).
+
+    Without the message's own JetStream headers: its ``Nats-Msg-Id`` would make the
+    dead-letter stream drop a second letter about the same message, and others
+    (``Nats-Expected-*``, ``Nats-Rollup``, ``Nats-TTL``) would act on the dead-letter
+    stream. The caller adds its own ``Nats-Msg-Id``.
+    """
+    headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-")}
+    headers["Interlock-Dead-Letter-Reason"] = reason
+    headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
+    headers["Interlock-Dead-Letter-Subject"] = msg.subject
+    return headers

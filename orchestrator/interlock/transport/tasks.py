@@ -1,0 +1,355 @@
+"""The task protocol: both ends of a capability request, in one place.
+
+The orchestrator (the dispatcher) and the agent workers speak it; neither builds a task
+subject, header or extension by hand.
+
+- A **request** is a binary-mode CloudEvent of type ``io.interlock.task.requested`` on
+  ``<prefix>.cap.<capability>`` (the TASKS work-queue stream), read by every worker of the
+  capability through the durable pull consumer ``cap_<capability>``. Its id is the action
+  id (``<run id>.<log position>``), its extensions carry ``runid``, ``actionid``,
+  ``capability``, ``attempt`` and, when the action has one, ``deadline`` and
+  ``traceparent``; its ``Nats-Msg-Id`` is ``<action id>.<attempt>``, so a re-dispatch of
+  the same attempt is dropped by the stream.
+- An **answer** is a CloudEvent published with JetStream to
+  ``<prefix>.results.<run id>``: ``task.completed``, a handler-chosen type, or
+  ``task.failed`` with ``{"error": {"class", "message", "retryable"}}``. It carries
+  ``runid``, ``actionid`` and ``attempt``; its id is ``<action id>.<attempt>.result`` and
+  its ``Nats-Msg-Id`` ``<source>:<id>``, so an answer sent twice is stored once.
+- A **cancel notice** is a core-NATS CloudEvent of type ``io.interlock.task.cancel`` on
+  ``<prefix>.control.<run id>``, naming an action and optionally one attempt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.subjects import Subjects
+
+TASK_REQUESTED: Final = "io.interlock.task.requested"
+TASK_CANCEL: Final = "io.interlock.task.cancel"
+TASK_COMPLETED: Final = "task.completed"
+"""Answer type of a handler that returned normally."""
+TASK_FAILED: Final = "task.failed"
+"""Answer type of a failed task; its data is ``{"error": {"class", "message", ...}}``."""
+ORCHESTRATOR_SOURCE: Final = "interlock://orchestrator"
+MSG_ID_HEADER: Final = "Nats-Msg-Id"
+JSON: Final = "application/json"
+
+RUN_ID: Final = "runid"
+ACTION_ID: Final = "actionid"
+ATTEMPT: Final = "attempt"
+CAPABILITY: Final = "capability"
+DEADLINE: Final = "deadline"
+TRACEPARENT: Final = "traceparent"
+
+TASK_ACK_WAIT: Final = 30.0
+"""Default ack wait of a capability's consumer (seconds); workers send progress acks."""
+
+_CONSUMER_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_KV_KEY_UNSAFE = re.compile(r"[^-/_=.A-Za-z0-9]")
+
+
+# --- names ----------------------------------------------------------------------------
+
+
+def consumer_name(capability: str) -> str:
+    """The durable pull consumer shared by every worker of ``capability``."""
+    return "cap_" + _CONSUMER_UNSAFE.sub("_", capability)
+
+
+def task_consumer_config(
+    subjects: Subjects,
+    capability: str,
+    *,
+    ack_wait: float = TASK_ACK_WAIT,
+    max_deliver: int = -1,
+) -> ConsumerConfig:
+    """The configuration of the capability's durable consumer, whoever creates it."""
+    durable = consumer_name(capability)
+    return ConsumerConfig(
+        name=durable,
+        durable_name=durable,
+        description=f"Interlock capability {capability}",
+        filter_subject=subjects.capability(capability),
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait,
+        max_deliver=max_deliver,
+    )
+
+
+def worker_key(name: str, instance: str) -> str:
+    """The workers-bucket key of one worker process."""
+    key = _KV_KEY_UNSAFE.sub("_", f"{name}.{instance}")
+    key = re.sub(r"\.{2,}", ".", key).strip(".")  # empty subject tokens are not allowed
+    return key or "_"
+
+
+def agent_source(worker_name: str) -> str:
+    return f"interlock://agent/{worker_name}"
+
+
+def rfc3339(moment: datetime) -> str:
+    """UTC, millisecond precision, ``Z`` suffix."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --- requests -------------------------------------------------------------------------
+
+
+def encode_request(
+    *,
+    run_id: str,
+    action_id: str,
+    capability: str,
+    attempt: int,
+    data: Any,
+    time: str,
+    deadline: str | None = None,
+    traceparent: str | None = None,
+) -> tuple[dict[str, str], bytes]:
+    """A task request as the dispatcher publishes it: headers (with ``Nats-Msg-Id``) and
+    payload, for :func:`Subjects.capability` of ``capability``."""
+    extensions = {
+        RUN_ID: run_id,
+        ACTION_ID: action_id,
+        CAPABILITY: capability,
+        ATTEMPT: str(attempt),
+    }
+    if deadline:
+        extensions[DEADLINE] = deadline
+    if traceparent:
+        extensions[TRACEPARENT] = traceparent
+    event = CloudEvent(
+        id=action_id,
+        source=ORCHESTRATOR_SOURCE,
+        type=TASK_REQUESTED,
+        subject=run_id,
+        time=time,
+        datacontenttype=JSON,
+        data=data,
+        extensions=extensions,
+    )
+    headers, payload = encode_binary(event)
+    headers[MSG_ID_HEADER] = f"{action_id}.{attempt}"
+    return headers, payload
+
+
+def task_request(
+    *,
+    run_id: str,
+    seq: int | str,
+    capability: str,
+    data: Any,
+    attempt: int,
+    deadline: datetime | None,
+    now: datetime,
+    traceparent: str | None = None,
+) -> tuple[dict[str, str], bytes]:
+    """:func:`encode_request` for the action at log position ``seq`` of ``run_id``, with
+    datetimes (what tests and other senders of requests have at hand)."""
+    return encode_request(
+        run_id=run_id,
+        action_id=f"{run_id}.{seq}",
+        capability=capability,
+        attempt=attempt,
+        data=data,
+        time=rfc3339(now),
+        deadline=None if deadline is None else rfc3339(deadline),
+        traceparent=traceparent,
+    )
+
+
+class BadRequest(ValueError):
+    """A task request that cannot be answered (no run id to answer to)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """The fields of a task request a worker acts on."""
+
+    event: CloudEvent
+    run_id: str
+    action_id: str
+    attempt: int
+    capability: str
+    deadline: datetime | None
+    deadline_problem: str | None = None
+    """Why the ``deadline`` extension was ignored, if it was present but unreadable."""
+
+    @classmethod
+    def from_event(cls, event: CloudEvent, capability: str) -> TaskRequest:
+        """Read a decoded request received from ``capability``'s consumer.
+
+        Raises:
+            BadRequest: there is no run to answer to.
+        """
+        ext = event.extensions
+        run_id = ext.get(RUN_ID) or event.subject
+        if not run_id:
+            raise BadRequest(
+                f"task {event.id!r} has neither a 'runid' extension nor a subject: "
+                "there is no run to answer to"
+            )
+        try:
+            attempt = int(ext.get(ATTEMPT, "1"))
+        except ValueError:
+            attempt = 1
+        deadline: datetime | None = None
+        problem: str | None = None
+        raw = ext.get(DEADLINE)
+        if raw:
+            try:
+                deadline = datetime.fromisoformat(raw)
+            except ValueError:
+                problem = f"unreadable deadline {raw!r}"
+            else:
+                if deadline.tzinfo is None:
+                    deadline = deadline.replace(tzinfo=UTC)
+        return cls(
+            event=event,
+            run_id=run_id,
+            action_id=ext.get(ACTION_ID) or event.id,
+            attempt=max(attempt, 1),
+            capability=ext.get(CAPABILITY) or capability,
+            deadline=deadline,
+            deadline_problem=problem,
+        )
+
+
+# --- answers --------------------------------------------------------------------------
+
+
+def answer_event(
+    *,
+    run_id: str,
+    action_id: str,
+    attempt: int,
+    event_id: str,
+    source: str,
+    type: str,
+    data: Any,
+    time: str,
+    traceparent: str | None = None,
+) -> CloudEvent:
+    """An answer to one attempt of an action (an agent's, or one the platform gives)."""
+    extensions = {RUN_ID: run_id, ACTION_ID: action_id, ATTEMPT: str(attempt)}
+    if traceparent:
+        extensions[TRACEPARENT] = traceparent
+    return CloudEvent(
+        id=event_id,
+        source=source,
+        type=type,
+        subject=run_id,
+        time=time,
+        datacontenttype=JSON,
+        data=data,
+        extensions=extensions,
+    )
+
+
+def result_event(
+    request: TaskRequest, *, worker_name: str, type: str, data: Any, now: datetime
+) -> CloudEvent:
+    """A worker's answer to ``request``: a completed, emitted or failed result."""
+    return answer_event(
+        run_id=request.run_id,
+        action_id=request.action_id,
+        attempt=request.attempt,
+        event_id=f"{request.action_id}.{request.attempt}.result",
+        source=agent_source(worker_name),
+        type=type,
+        data=data,
+        time=rfc3339(now),
+        traceparent=request.event.extensions.get(TRACEPARENT),
+    )
+
+
+def failure(
+    error_class: str, message: str, *, retryable: bool | None = None, code: str | None = None
+) -> tuple[str, Any]:
+    """The ``(type, data)`` of a ``task.failed`` answer."""
+    error: dict[str, Any] = {"class": str(error_class), "message": message}
+    if retryable is not None:
+        error["retryable"] = retryable
+    if code:
+        error["code"] = code
+    return TASK_FAILED, {"error": error}
+
+
+def encode_result(event: CloudEvent) -> tuple[dict[str, str], bytes]:
+    """An answer's binary-mode headers and payload, with the dedupe ``Nats-Msg-Id``."""
+    headers, payload = encode_binary(event)
+    headers[MSG_ID_HEADER] = f"{event.source}:{event.id}"
+    return headers, payload
+
+
+def answered(event: CloudEvent, subject: str) -> tuple[str, str | None, int | None]:
+    """The run, action and attempt an answer read on ``subject`` is about."""
+    ext = event.extensions
+    run_id = ext.get(RUN_ID) or subject.rsplit(".", 1)[-1]
+    try:
+        attempt: int | None = int(ext[ATTEMPT]) if ATTEMPT in ext else None
+    except ValueError:
+        attempt = None
+    return run_id, ext.get(ACTION_ID), attempt
+
+
+# --- cancel notices -------------------------------------------------------------------
+
+
+def encode_cancel(
+    *, run_id: str, action_id: str, time: str, attempt: int | None = None
+) -> tuple[dict[str, str], bytes]:
+    """A cancel notice about one attempt of an action, or (None) all of it."""
+    extensions = {RUN_ID: run_id, ACTION_ID: action_id}
+    if attempt is not None:
+        extensions[ATTEMPT] = str(attempt)
+    event = CloudEvent(
+        id=f"{action_id}.cancel" if attempt is None else f"{action_id}.{attempt}.cancel",
+        source=ORCHESTRATOR_SOURCE,
+        type=TASK_CANCEL,
+        subject=run_id,
+        time=time,
+        extensions=extensions,
+    )
+    return encode_binary(event)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelNotice:
+    action_id: str
+    attempt: int | None
+    """None: every attempt requested before :attr:`time`."""
+    time: str | None
+
+
+class BadNotice(ValueError):
+    """A control message that is not a usable cancel notice."""
+
+
+def read_cancel(event: CloudEvent) -> CancelNotice | None:
+    """The cancel notice ``event`` is (None: another control event, ignored).
+
+    Raises:
+        BadNotice: a cancel notice without an action id, or with an unreadable attempt.
+    """
+    if event.type != TASK_CANCEL:
+        return None
+    action_id = event.extensions.get(ACTION_ID)
+    if not action_id:
+        raise BadNotice("a cancel notice without an action id")
+    raw_attempt = event.extensions.get(ATTEMPT)
+    attempt: int | None = None
+    if raw_attempt is not None:
+        try:
+            attempt = int(raw_attempt)
+        except ValueError:
+            raise BadNotice(f"a cancel notice for {action_id}: attempt {raw_attempt!r}") from None
+    return CancelNotice(action_id=action_id, attempt=attempt, time=event.time)

@@ -20,7 +20,7 @@ from hostile_support import (
 )
 
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 BOUND_S = 10.0
 """Far above the ~0.5 s these take; the unbounded loader took minutes (and gigabytes)."""

@@ -48,6 +48,11 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "run.completed": "The run reached a terminal state; its declared outputs.",
     "run.failed": "The run failed, with the error class and message.",
     "run.cancelled": "The run was cancelled, with the reason given.",
+    "run.forked": "The records before this one are a copy of another run's first "
+    "`origin_seq` records (`interlock fork`); the run goes on by itself from here, on the "
+    "version named, entering `state` again.",
+    "run.migrated": "The run moved onto another version of its workflow (`interlock "
+    "migrate`), whose replay agreed with its log through `checked_through`.",
 }
 """One line per record type, keyed by the type without the ``io.interlock.`` prefix."""
 

@@ -24,7 +24,7 @@ from interlock.core.definition import (
     StateDef,
     TriggerDef,
 )
-from interlock.core.expr import ExpressionError, is_literal_true, render
+from interlock.core.expr import ExpressionError, is_literal_true, read_values, render
 from interlock.core.state import (
     RUN_DEADLINE,
     RUNNING,
@@ -167,6 +167,28 @@ def _retry_info(policy: RetryPolicy | None) -> ev.RetryInfo | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class GuardCheck:
+    """How one ``on`` entry (or ``catch``) was weighed during a decision; what the explain
+    and replay analyses read. Never part of the log.
+
+    ``outcome``: ``fired`` (the entry was taken: its guard gave true, or it has none),
+    ``false``, ``error`` (the guard failed to evaluate: fail-closed) or ``not_boolean``.
+    """
+
+    state: str
+    event_type: str
+    transition: int
+    """The entry's position among the state's ``on`` entries (-1: a ``catch``)."""
+    goto: str
+    guard: str | None
+    outcome: str
+    value: Any = None
+    error: str | None = None
+    reads: dict[str, Any] = field(default_factory=dict)
+    """Each path the guard read (``result.score``) with the value it found."""
+
+
 @dataclass(slots=True)
 class _Step:
     """One decision: emits records and keeps the state after each of them."""
@@ -176,6 +198,24 @@ class _Step:
     now: str
     out: list[ev.AnyRecord] = field(default_factory=list)
     _run_id: str = ""
+    trace: list[GuardCheck] | None = None
+    """When given, every guard weighed is reported here (the records are the same)."""
+
+    def check(self, transition: Any, event_type: str, outcome: str, **fields: Any) -> None:
+        if self.trace is None:
+            return
+        guard = getattr(transition, "guard", None)
+        self.trace.append(
+            GuardCheck(
+                state=self.state.state,
+                event_type=event_type,
+                transition=getattr(transition, "index", -1),
+                goto=transition.goto,
+                guard=None if guard is None else guard.source,
+                outcome=outcome,
+                **fields,
+            )
+        )
 
     def emit(self, cls: type[ev.AnyRecord], data: Any, traceparent: str | None = None) -> None:
         seq = self.state.seq + 1
@@ -552,12 +592,16 @@ class _Step:
         act = self.activation(event, result)
         for t in candidates:
             if t.guard is not None:
+                reads = {} if self.trace is None else read_values(t.guard, act)
                 try:
                     value = t.guard.evaluate(act)
                 except ExpressionError as exc:
+                    self.check(t, event_type, "error", error=str(exc), reads=reads)
                     self._guard_failed(state, t.index, event_type, t.guard.source, str(exc))
                     continue
                 if not is_literal_true(value):
+                    outcome = "false" if value is False else "not_boolean"
+                    self.check(t, event_type, outcome, value=value, reads=reads)
                     if not isinstance(value, bool):
                         self._guard_failed(
                             state,
@@ -567,6 +611,9 @@ class _Step:
                             f"guard gave {type(value).__name__} {value!r}, not a boolean",
                         )
                     continue
+                self.check(t, event_type, "fired", value=value, reads=reads)
+            else:
+                self.check(t, event_type, "fired")
             self.move(t.goto, event_type, event, t.index, t.set, act)
             return True
         return False
@@ -588,6 +635,9 @@ class _Step:
             return
         for catch in self.current.catches:
             if catch.matches(error.error_class):
+                self.check(
+                    catch, TASK_FAILED, "fired", reads={"result.error.class": error.error_class}
+                )
                 self.move(
                     catch.goto, TASK_FAILED, event, -1, catch.set, self.activation(event, failure)
                 )
@@ -844,12 +894,14 @@ def start(
     trigger: Incoming | None = None,
     traceparent: str | None = None,
     parent: ev.ParentRef | None = None,
+    trace: list[GuardCheck] | None = None,
 ) -> list[ev.AnyRecord]:
     """The first records of a new run: started, then the initial state entered.
 
     ``inputs`` must already be resolved (see :func:`interlock.core.definition.resolve_inputs`).
+    ``trace``, when given, receives every guard weighed (it changes no record).
     """
-    step = _Step(definition, RunState(), now)
+    step = _Step(definition, RunState(), now, trace=trace)
     step._run_id = run_id
     step.emit(
         ev.RunStarted,
@@ -873,16 +925,22 @@ def start(
 
 
 def decide(
-    definition: Definition, state: RunState, event: Incoming, now: str
+    definition: Definition,
+    state: RunState,
+    event: Incoming,
+    now: str,
+    *,
+    trace: list[GuardCheck] | None = None,
 ) -> list[ev.AnyRecord]:
     """The records an incoming event adds to a run; empty when the run does not take it.
 
     The event is an agent's answer (extension ``actionid``), a due timer (type
-    ``io.interlock.timer.fired``, extension ``timerid``) or an external event.
+    ``io.interlock.timer.fired``, extension ``timerid``) or an external event. ``trace``,
+    when given, receives every guard weighed (it changes no record).
     """
     if state.status != RUNNING:
         return []
-    step = _Step(definition, state, now)
+    step = _Step(definition, state, now, trace=trace)
     if event.type == TIMER_FIRED:
         timer = state.timers.get(event.extensions.get("timerid", ""))
         if timer is None:
@@ -920,6 +978,57 @@ def cancel(definition: Definition, state: RunState, *, reason: str, now: str) ->
             reason=reason,
             cancelled_actions=list(state.pending),
             parent=state.parent,
+        ),
+    )
+    return step.out
+
+
+def resume_fork(
+    definition: Definition,
+    state: RunState,
+    *,
+    origin_run_id: str,
+    origin_seq: int,
+    version: int,
+    now: str,
+) -> list[ev.AnyRecord]:
+    """The records that turn a copied log prefix into a run of its own: the fork marker,
+    then the state the run was in entered again under ``definition``, so its work is asked
+    for afresh (with fresh deadlines and inputs rendered by this definition)."""
+    if state.status != RUNNING:
+        return []
+    step = _Step(definition, state, now)
+    step.emit(
+        ev.RunForked,
+        ev.RunForkedData(
+            origin_run_id=origin_run_id,
+            origin_seq=origin_seq,
+            workflow=definition.name,
+            namespace=definition.namespace,
+            version=version,
+            spec_hash=definition.spec_hash,
+            state=state.state,
+        ),
+    )
+    step.enter(state.state)
+    return step.out
+
+
+def migrate(
+    definition: Definition, state: RunState, *, version: int, now: str
+) -> list[ev.AnyRecord]:
+    """The record that moves a running run onto another version of its workflow."""
+    if state.status != RUNNING:
+        return []
+    step = _Step(definition, state, now)
+    step.emit(
+        ev.RunMigrated,
+        ev.RunMigratedData(
+            from_version=state.version,
+            from_spec_hash=state.spec_hash,
+            version=version,
+            spec_hash=definition.spec_hash,
+            checked_through=state.seq,
         ),
     )
     return step.out

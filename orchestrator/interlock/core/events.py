@@ -214,6 +214,32 @@ class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     """Copied from the run's start: where a child run's end is reported."""
 
 
+class RunForkedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The records before this one are a copy of another run's first ``origin_seq``
+    records; from here the run goes on by itself, on the version named here."""
+
+    origin_run_id: str
+    origin_seq: int
+    workflow: str
+    namespace: str = "default"
+    version: int = 1
+    spec_hash: str
+    state: str
+    """The state the run was in at the fork point; it is entered again next."""
+
+
+class RunMigratedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """From here the run goes on under another version of its workflow (its log so far
+    agrees with that version)."""
+
+    from_version: int
+    from_spec_hash: str
+    version: int
+    spec_hash: str
+    checked_through: int
+    """The log position up to which a replay found the log to agree with ``version``."""
+
+
 # --- envelopes ------------------------------------------------------------------------
 
 
@@ -299,6 +325,14 @@ class RunCancelled(Record, tag=PREFIX + "run.cancelled", frozen=True):
     data: RunCancelledData
 
 
+class RunForked(Record, tag=PREFIX + "run.forked", frozen=True):
+    data: RunForkedData
+
+
+class RunMigrated(Record, tag=PREFIX + "run.migrated", frozen=True):
+    data: RunMigratedData
+
+
 AnyRecord = (
     RunStarted
     | StateEntered
@@ -316,6 +350,8 @@ AnyRecord = (
     | RunCompleted
     | RunFailed
     | RunCancelled
+    | RunForked
+    | RunMigrated
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__

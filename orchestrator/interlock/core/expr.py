@@ -425,3 +425,97 @@ def _text(value: Any) -> str:
 
         return json.dumps(value, separators=(",", ":"), sort_keys=True)
     return str(value)
+
+
+# --- what an expression reads (for explanations) ---------------------------------------
+
+
+@functools.cache
+def read_paths(source: str) -> tuple[tuple[str, ...], ...]:
+    """The variable paths an expression reads, outermost first and in source order:
+    ``result.score > 7 && result.error['class'] == 'x'`` reads ``("result", "score")`` and
+    ``("result", "error", "class")``. A path ends where an index is not a literal."""
+    try:
+        tree = _env().compile(source)
+    except Exception:
+        return ()
+    found: list[tuple[str, ...]] = []
+
+    def path_of(node: Any) -> tuple[str, ...] | None:
+        lark_mod = _cel().lark
+        if not isinstance(node, lark_mod.Tree):
+            return None
+        if node.data == "member" and len(node.children) == 1:
+            return path_of(node.children[0])
+        if node.data == "primary" and len(node.children) == 1:
+            child = node.children[0]
+            if isinstance(child, lark_mod.Tree) and child.data == "ident":
+                token = child.children[0]
+                return (str(token),)
+            return None
+        if node.data == "member_dot" and len(node.children) == 2:
+            base = path_of(node.children[0])
+            name = node.children[1]
+            if base is not None and isinstance(name, lark_mod.Token):
+                return (*base, str(name))
+            return None
+        if node.data == "member_index" and len(node.children) == 2:
+            base = path_of(node.children[0])
+            key = _string_literal(node.children[1])
+            if base is not None and key is not None:
+                return (*base, key)
+            return base
+        return None
+
+    def walk(node: Any) -> None:
+        lark_mod = _cel().lark
+        if not isinstance(node, lark_mod.Tree):
+            return
+        if node.data in ("member", "member_dot", "member_index"):
+            path = path_of(node)
+            if path is not None:
+                if path not in found:
+                    found.append(path)
+                if node.data == "member_index":
+                    walk(node.children[1])
+                return
+        for child in node.children:
+            walk(child)
+
+    walk(tree)
+    return tuple(p for p in found if p[0] in VARIABLES or len(p) > 1)
+
+
+def _string_literal(node: Any) -> str | None:
+    """The text of a string literal expression (``'class'``), else None."""
+    lark_mod = _cel().lark
+    while isinstance(node, lark_mod.Tree) and len(node.children) == 1:
+        node = node.children[0]
+    if isinstance(node, lark_mod.Tree) and node.data == "literal":
+        node = node.children[0]
+    if isinstance(node, lark_mod.Token) and node.type in ("STRING_LIT", "MLSTRING_LIT"):
+        text = str(node)
+        if len(text) >= 2 and text[0] in "\"'" and text[-1] == text[0]:
+            return text[1:-1]
+    return None
+
+
+ABSENT = "<absent>"
+"""How an explanation shows a path that the activation does not have."""
+
+
+def read_values(expression: Expression, activation: Mapping[str, Any]) -> dict[str, Any]:
+    """Each path the expression reads, dotted, with its value in ``activation``."""
+    out: dict[str, Any] = {}
+    for path in read_paths(expression.source):
+        if path[0] not in activation:
+            continue
+        node: Any = activation[path[0]]
+        for key in path[1:]:
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            else:
+                node = ABSENT
+                break
+        out[".".join(path)] = node
+    return out

@@ -271,6 +271,16 @@ def _run_cancelled(s: RunState, r: ev.RunCancelled) -> RunState:
     return replace(s, seq=s.seq + 1, updated_at=r.time, status=CANCELLED, pending={}, timers={})
 
 
+def _run_forked(s: RunState, r: ev.RunForked) -> RunState:
+    d = r.data
+    return replace(s, seq=s.seq + 1, updated_at=r.time, version=d.version, spec_hash=d.spec_hash)
+
+
+def _run_migrated(s: RunState, r: ev.RunMigrated) -> RunState:
+    d = r.data
+    return replace(s, seq=s.seq + 1, updated_at=r.time, version=d.version, spec_hash=d.spec_hash)
+
+
 def _counted(s: RunState, r: ev.Record) -> RunState:
     return replace(s, seq=s.seq + 1, updated_at=r.time)
 
@@ -292,6 +302,8 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.RunCompleted: _run_completed,
     ev.RunFailed: _run_failed,
     ev.RunCancelled: _run_cancelled,
+    ev.RunForked: _run_forked,
+    ev.RunMigrated: _run_migrated,
 }
 
 

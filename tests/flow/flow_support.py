@@ -18,6 +18,7 @@ import pytest
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.core.state import RunState
+from interlock.dialects import prepare
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.runs import UnknownRun, utc_now
 from interlock.runtime.service import Orchestrator
@@ -179,7 +180,14 @@ async def worker_orchestrator(
     """:func:`clock_orchestrator` with ``manifests`` applied (they must compile) and a worker
     named ``worker``, its capabilities declared by ``agents``, running and ready."""
     async with clock_orchestrator(nats_url, subjects) as (client, timers, orchestrator):
-        applied = await client.apply([(str(p), p.read_text()) for p in manifests])
+        # Files of any format: the seed systems' own files are lowered, native ones pass.
+        prepared = prepare([(str(p), p.read_text()) for p in manifests])
+        applied = await client.apply(
+            prepared.sources,
+            documents=prepared.documents,
+            implied_agents=prepared.agents,
+            diagnostics=prepared.diagnostics,
+        )
         assert applied.compiled.ok, applied.compiled.diagnostics
         sdk_worker = Worker(worker, concurrency=concurrency, heartbeat_interval=60)
         agents.register(sdk_worker)

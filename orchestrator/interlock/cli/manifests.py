@@ -8,8 +8,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from interlock.cli import dialect_cmds
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err, read_sources
-from interlock.core.compiler import DNS_LABEL, compile_sources
+from interlock.core.compiler import DNS_LABEL
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,6 +28,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="AgentDef files whose capabilities the workflows may use",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    dialect_cmds.add_dialect_option(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("init", help="write a starting manifest")
@@ -40,7 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def cmd_validate(args: argparse.Namespace) -> int:
     sources = read_sources(args.files)
     agents = read_sources(args.agents)
-    compiled = compile_sources(sources, agent_sources=agents)
+    compiled, _ = dialect_cmds.compile_files(sources, agents, dialect_cmds.dialect_of(args))
     if args.json:
         print(
             json.dumps(

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interlock.cli import dialect_cmds
 from interlock.cli.common import (
     EXIT_FAILED,
     EXIT_NOT_FINISHED,
@@ -29,6 +30,7 @@ from interlock.cli.common import (
 from interlock.cli.timeline import describe, replay_lines
 from interlock.core import events as ev
 from interlock.core.state import FINISHED, RunState, fold
+from interlock.dialects import prepare
 from interlock.runtime.client import RunExists
 from interlock.runtime.registry import UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
@@ -119,6 +121,7 @@ def add_parsers(sub: Sub) -> None:
     p = sub.add_parser("apply", help="validate and store Workflows and AgentDefs")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true")
+    dialect_cmds.add_dialect_option(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_apply))
 
@@ -229,7 +232,13 @@ def add_parsers(sub: Sub) -> None:
 
 
 async def cmd_apply(client: Any, args: argparse.Namespace) -> int:
-    result = await client.apply(read_sources(args.files))
+    prepared = prepare(read_sources(args.files), dialect_cmds.dialect_of(args))
+    result = await client.apply(
+        prepared.sources,
+        documents=prepared.documents,
+        implied_agents=prepared.agents,
+        diagnostics=prepared.diagnostics,
+    )
     for d in result.compiled.diagnostics:
         err(str(d))
     if not result.compiled.ok:

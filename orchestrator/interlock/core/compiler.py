@@ -118,8 +118,10 @@ def compile_sources(
     *,
     agent_sources: Iterable[tuple[str, str]] = (),
     known_capabilities: Collection[str] | None = None,
+    documents: Iterable[Document] = (),
 ) -> Compiled:
-    """Compile manifest texts given as (path, text).
+    """Compile manifest texts given as (path, text), and ``documents`` already loaded (the
+    native documents a dialect lowered, which keep their original file's positions).
 
     Capabilities are checked against the AgentDefs found in ``sources`` and
     ``agent_sources`` plus ``known_capabilities`` (for example a registry's). When none of
@@ -127,17 +129,19 @@ def compile_sources(
     """
     out = Compiled()
     workflow_docs: list[Document] = []
+    loaded: list[Document] = list(documents)
     for path, text in [*sources, *agent_sources]:
-        documents, errors = load_documents(text, path)
+        docs, errors = load_documents(text, path)
         out.diagnostics.extend(errors)
-        for doc in documents:
-            kind = _check_structure(doc, out.diagnostics)
-            if kind == "Workflow":
-                workflow_docs.append(doc)
-            elif kind == "AgentDef":
-                agent = _compile_agent(doc, out.diagnostics)
-                if agent is not None:
-                    out.agents.append(agent)
+        loaded.extend(docs)
+    for doc in loaded:
+        kind = _check_structure(doc, out.diagnostics)
+        if kind == "Workflow":
+            workflow_docs.append(doc)
+        elif kind == "AgentDef":
+            agent = _compile_agent(doc, out.diagnostics)
+            if agent is not None:
+                out.agents.append(agent)
     capabilities = set(known_capabilities or ())
     for agent in out.agents:
         capabilities.update(agent.capabilities)

@@ -21,8 +21,11 @@ from nats.js.errors import NotFoundError
 
 from interlock.core import events as ev
 from interlock.core.compiler import Compiled, compile_sources
+from interlock.core.diagnostics import Diagnostic
 from interlock.core.engine import cancel
+from interlock.core.source import Document
 from interlock.core.state import RunState, fold
+from interlock.dialects import declares_any
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry, bucket_values
 from interlock.runtime.runs import Runs, UnknownRun
@@ -66,12 +69,30 @@ class InterlockClient:
 
     # -- definitions ----------------------------------------------------------------------
 
-    async def apply(self, sources: Iterable[tuple[str, str]]) -> ApplyResult:
-        """Validate every manifest (against the registry's capabilities too), then store."""
+    async def apply(
+        self,
+        sources: Iterable[tuple[str, str]],
+        *,
+        documents: Iterable[Document] = (),
+        implied_agents: Iterable[Document] = (),
+        diagnostics: Iterable[Diagnostic] = (),
+    ) -> ApplyResult:
+        """Validate every manifest (against the registry's capabilities too), then store.
+
+        ``documents`` are native documents lowered from another format, ``implied_agents``
+        the AgentDefs those imply: each is applied only when the registry knows none of its
+        capabilities yet (a real AgentDef already applied is never replaced by one
+        implied). ``diagnostics`` found before (by a dialect) refuse the whole apply."""
         await self.registry.load()
+        known = self.registry.known_capabilities()
+        implied = [d for d in implied_agents if not declares_any(d, known)]
         compiled = compile_sources(
-            list(sources), known_capabilities=self.registry.known_capabilities()
+            list(sources), known_capabilities=known, documents=[*documents, *implied]
         )
+        found = list(diagnostics)
+        if found:
+            compiled.diagnostics = sorted([*found, *compiled.diagnostics])
+            compiled.workflows.clear()
         if not compiled.ok:
             return ApplyResult(compiled, [])
         applied = [await self.registry.apply_agent(a) for a in compiled.agents]

@@ -1,0 +1,137 @@
+"""The seed systems' own workflow files, loaded as written and lowered to the native
+manifest language, so that every format compiles to the one Definition IR.
+
+``prepare`` takes files as the CLI reads them, finds each document's format (from the
+document itself, or the ``dialect`` the caller names), checks it with that format's own
+rules (rule ids ``<dialect>.<rule>``, positions in the original file, JSON included), and
+returns native documents that keep those positions. Files in the native format pass
+through untouched. Pure: no I/O beyond what it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from interlock.core.diagnostics import Diagnostic
+from interlock.core.source import Document, load_documents
+from interlock.dialects import ctxmesh
+from interlock.dialects.base import Lowered, Note
+from interlock.dialects.jsonpos import load_json, looks_like_json
+
+DIALECTS = ("ctxmesh", "workfile", "synapse", "kxm")
+"""Every format ``--dialect`` names (``native`` is the manifest language itself)."""
+
+Lower = Callable[[Document, list[Diagnostic]], Lowered | None]
+
+
+def _registry() -> dict[str, tuple[Callable[[Any], bool], Lower]]:
+    table: dict[str, tuple[Callable[[Any], bool], Lower]] = {
+        "ctxmesh": (ctxmesh.detect, ctxmesh.lower),
+    }
+    for name in ("workfile", "synapse", "kxm"):
+        try:
+            module = __import__(f"interlock.dialects.{name}", fromlist=["detect", "lower"])
+        except ImportError:
+            continue
+        table[name] = (module.detect, module.lower)
+    return table
+
+
+@dataclass(slots=True)
+class Prepared:
+    """Files ready for the native compiler."""
+
+    sources: list[tuple[str, str]] = field(default_factory=list)
+    """Native files, untouched."""
+    documents: list[Document] = field(default_factory=list)
+    """Native documents lowered from a dialect (or native documents of a mixed file)."""
+    agents: list[Document] = field(default_factory=list)
+    """The AgentDefs the dialect documents imply."""
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    lowered: list[Lowered] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.diagnostics
+
+    def notes(self, doc: Document) -> list[Note]:
+        for item in self.lowered:
+            if id(doc) in item.notes:
+                return item.notes[id(doc)]
+        return []
+
+
+def declares_any(agent: Document, capabilities: Iterable[str]) -> bool:
+    """Whether an (implied) AgentDef declares one of ``capabilities``."""
+    known = set(capabilities)
+    spec = agent.data.get("spec") if isinstance(agent.data, dict) else None
+    caps = spec.get("capabilities") if isinstance(spec, dict) else None
+    return any(isinstance(c, dict) and c.get("name") in known for c in caps or [])
+
+
+def detect(data: Any) -> str | None:
+    """The dialect of a document's data, or None (native, or not recognised)."""
+    for name, (test, _) in _registry().items():
+        if test(data):
+            return name
+    return None
+
+
+def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> Prepared:
+    """Detect, check and lower every dialect document of ``sources`` (``dialect``: force
+    one format for every file; ``native`` passes everything through)."""
+    out = Prepared()
+    registry = _registry()
+    for path, text in sources:
+        if dialect == "native":
+            out.sources.append((path, text))
+            continue
+        documents, errors, is_json = _load(text, path, dialect)
+        kinds = [dialect or detect(d.data) for d in documents]
+        if not any(kinds) and not (is_json and errors):
+            out.sources.append((path, text))
+            continue
+        out.diagnostics.extend(errors)
+        for doc, kind in zip(documents, kinds, strict=True):
+            if not kind:
+                out.documents.append(doc)
+                continue
+            if kind not in registry:
+                out.diagnostics.append(
+                    Diagnostic(path, 1, 1, "dialect", f"unknown dialect {kind!r}")
+                )
+                continue
+            test, lower = registry[kind]
+            if dialect and not test(doc.data):
+                out.diagnostics.append(
+                    doc.diag((), "dialect", f"this document is not a {kind} workflow file")
+                )
+                continue
+            lowered = lower(doc, out.diagnostics)
+            if lowered is None:
+                continue
+            out.lowered.append(lowered)
+            out.documents.extend(lowered.workflows)
+            out.agents.extend(lowered.agents)
+    out.diagnostics.sort()
+    return out
+
+
+def _load(
+    text: str, path: str, dialect: str | None
+) -> tuple[list[Document], list[Diagnostic], bool]:
+    """Documents of a file: JSON when it looks like JSON (positions kept), else YAML."""
+    if looks_like_json(text):
+        doc, errors = load_json(text, path)
+        if doc is not None:
+            return [doc], errors, True
+        # Not JSON: a YAML flow mapping, perhaps. Report the JSON error only when the file
+        # is one of the JSON formats.
+        documents, yaml_errors = load_documents(text, path)
+        if yaml_errors or dialect or any(detect(d.data) for d in documents):
+            return [], errors, True
+        return documents, yaml_errors, False
+    documents, errors = load_documents(text, path)
+    return documents, errors, False

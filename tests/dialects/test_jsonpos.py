@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from interlock.core.source import MAX_BYTES
 from interlock.dialects.jsonpos import MAX_DEPTH, load_json
 
 TEXT = '{\n  "name": "release",\n  "steps": [\n    {"id": "build", "n": 1.5e3}\n  ]\n}\n'
@@ -55,6 +56,13 @@ def test_nesting_is_bounded() -> None:
     doc, errors = load_json("[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5), "f.json")
     assert doc is None
     assert "nested deeper" in errors[0].message
+    assert errors[0].rule == "json-limit"
+
+
+def test_size_is_bounded() -> None:
+    doc, errors = load_json("[" + "1," * (MAX_BYTES // 2) + "1]", "f.json")
+    assert doc is None
+    assert errors[0].rule == "json-limit"
 
 
 JSON = st.recursive(

@@ -12,8 +12,8 @@ import pytest
 from flow_support import REPO, RecordingAgents, ScriptedStack, path, worker_orchestrator
 
 from interlock.cli.main import main as interlock_main
-from interlock.runtime.subjects import Subjects
 from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
 
 FIXTURES = REPO / "tests" / "dialects" / "fixtures"
 CAPABILITIES = ["triage-agent", "answer-agent", "billing-agent", "human-handoff-agent"]

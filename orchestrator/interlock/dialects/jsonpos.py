@@ -5,7 +5,8 @@ The standard library's decoder keeps no positions, so this is a small recursive-
 reader that uses the standard library's own string and number scanners (``json.decoder``)
 for the tokens, and records where each value and key starts. It is strict JSON (RFC 8259):
 no comments, no trailing commas, no ``NaN``; a duplicate key is an error, as in the YAML
-loader. Nesting is bounded (``MAX_DEPTH``) so a hostile file cannot exhaust the stack.
+loader. Size and nesting have the YAML loader's bounds (``MAX_BYTES``, ``MAX_DEPTH``), so a
+hostile file costs little (rule ``json-limit``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from bisect import bisect_right
 from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
-from interlock.core.source import Document, Path, Span
+from interlock.core.source import MAX_BYTES, MAX_DEPTH, Document, Path, Span
 
-MAX_DEPTH = 200
 _scanstring: Any = getattr(json.decoder, "scanstring")  # noqa: B009 (untyped in typeshed)
 _WS = " \t\n\r"
 
@@ -29,6 +29,10 @@ class _Error(Exception):
         super().__init__(message)
         self.pos = pos
         self.message = message
+
+
+class _Limit(_Error):
+    pass
 
 
 class _Reader:
@@ -50,7 +54,7 @@ class _Reader:
 
     def value(self, pos: int, path: Path, depth: int) -> tuple[Any, int]:
         if depth > MAX_DEPTH:
-            raise _Error(pos, f"nested deeper than {MAX_DEPTH} levels")
+            raise _Limit(pos, f"nested deeper than {MAX_DEPTH} levels")
         text = self.text
         if pos >= len(text):
             raise _Error(pos, "expected a value, got the end of the file")
@@ -149,6 +153,10 @@ class _Reader:
 def load_json(text: str, path: str) -> tuple[Document | None, list[Diagnostic]]:
     """Parse one JSON document; errors carry ``path`` and a position (rule ``json-syntax``)."""
     errors: list[Diagnostic] = []
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        return None, [
+            Diagnostic(path, 1, 1, "json-limit", f"the file is larger than {MAX_BYTES} bytes")
+        ]
     doc = Document(path=path, index=0, data=None)
     reader = _Reader(text, doc, errors)
     start = reader.skip(1 if text.startswith("\ufeff") else 0)
@@ -159,7 +167,8 @@ def load_json(text: str, path: str) -> tuple[Document | None, list[Diagnostic]]:
             raise _Error(end, "extra data after the JSON value")
     except _Error as exc:
         span = reader.span(min(exc.pos, len(text)))
-        return None, [Diagnostic(path, span.line, span.col, "json-syntax", exc.message)]
+        rule = "json-limit" if isinstance(exc, _Limit) else "json-syntax"
+        return None, [Diagnostic(path, span.line, span.col, rule, exc.message)]
     doc.start = reader.span(start)
     return doc, errors
 

@@ -1,0 +1,198 @@
+"""Waiting on any number of runs for the cost of one subscription.
+
+Every append to a run's log is a publish on ``<prefix>.runs.<run id>``, and a plain NATS
+subscription on ``<prefix>.runs.>`` sees each one as it is published. A :class:`RunWatcher`
+holds that one subscription for its connection and hands each message to whoever watches
+that run, so a program waiting on 5,000 runs costs the server one subscription and no
+JetStream consumer at all (a consumer per wait hits the server's limit of 1,000 consumers).
+
+What the subscription says is a hint, never the answer: a message also reaches subscribers
+when the stream refuses it (an optimistic append that lost its race), and a subscription
+misses what was published while the connection was down. So a wait always reads the run's
+log itself (by direct gets, from where it last read) when it starts, when a hint says the
+run may have ended, and every ``recheck`` seconds in case a hint was missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections.abc import Callable, Iterator
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from interlock.core import events as ev
+from interlock.runtime.logstore import LogReadError, RunLog
+from interlock.runtime.subjects import Subjects
+
+RECHECK_S = 30.0
+"""How often a wait reads its run's log even without a hint (a missed hint costs at most
+this long)."""
+
+_READERS = 32
+"""Whole-log reads of finished runs at once, per watcher."""
+_TIMEOUT = 5.0
+
+_TERMINAL_MARKERS = tuple(t.encode() for t in ev.TERMINAL_TYPES)
+
+
+class UnknownRunError(LookupError):
+    """No run with that id (its log is empty)."""
+
+
+Listener = Callable[[bytes], None]
+
+
+class RunWatcher:
+    """One subscription on every run log of an installation, shared by all waits."""
+
+    def __init__(
+        self, nc: Client, subjects: Subjects, log: RunLog, *, recheck: float = RECHECK_S
+    ) -> None:
+        self._nc = nc
+        self._subjects = subjects
+        self._log = log
+        self._recheck = recheck
+        self._prefix = subjects.run("")
+        self._listeners: dict[str, list[Listener]] = {}
+        self._sub: Subscription | None = None
+        self._subscribing: asyncio.Lock = asyncio.Lock()
+        self._reading = asyncio.Semaphore(_READERS)
+
+    @property
+    def watching(self) -> int:
+        """How many runs have someone watching them now."""
+        return len(self._listeners)
+
+    async def start(self) -> None:
+        """Subscribe (once; later calls return at once). Done before any log is read, so
+        nothing appended after the read can go unseen."""
+        if self._sub is not None:
+            return
+        async with self._subscribing:
+            if self._sub is not None:
+                return
+            sub = await self._nc.subscribe(
+                self._subjects.runs_all,
+                cb=self._on_msg,
+                # A busy installation appends thousands of messages a second: keep them
+                # rather than drop them (a dropped hint only delays a wait by `recheck`).
+                pending_msgs_limit=1_000_000,
+                pending_bytes_limit=512 * 1024 * 1024,
+            )
+            # The server has the subscription once it answered a round trip after it.
+            await self._nc.flush()
+            self._sub = sub
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _on_msg(self, msg: Msg) -> None:
+        subject = msg.subject
+        if not subject.startswith(self._prefix):
+            return
+        listeners = self._listeners.get(subject[len(self._prefix) :])
+        if not listeners:
+            return
+        for listener in list(listeners):
+            listener(msg.data)
+
+    @contextlib.contextmanager
+    def listening(self, run_id: str, listener: Listener) -> Iterator[None]:
+        """Hand every message appended to ``run_id``'s log to ``listener`` meanwhile."""
+        self._listeners.setdefault(run_id, []).append(listener)
+        try:
+            yield
+        finally:
+            found = self._listeners.get(run_id)
+            if found is not None:
+                with contextlib.suppress(ValueError):
+                    found.remove(listener)
+                if not found:
+                    del self._listeners[run_id]
+
+    async def finished(
+        self,
+        run_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> list[ev.AnyRecord]:
+        """The run's whole log once it has finished.
+
+        Raises:
+            UnknownRunError: there is no such run.
+            TimeoutError: it has not finished within ``timeout`` seconds.
+        """
+        await self.start()
+        hint = asyncio.Event()
+
+        def on_append(data: bytes) -> None:
+            if any(marker in data for marker in _TERMINAL_MARKERS):
+                hint.set()
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        with self.listening(run_id, on_append):
+            last = await self._last(run_id)
+            if last is None:
+                raise UnknownRunError(run_id)
+            while not _ended(last):
+                wait = self._recheck * random.uniform(0.8, 1.2)
+                if deadline is not None:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise TimeoutError(f"run {run_id} has not finished after {timeout}s")
+                    wait = min(wait, left)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(hint.wait(), wait)
+                hint.clear()
+                last = await self._last(run_id) or b""
+        # A finished run's log no longer changes: read it whole, a few runs at a time
+        # (each read holds a reply subscription while it lasts).
+        async with self._reading:
+            records, _ = await self._log.read(run_id)
+        return records
+
+    async def exists(self, run_id: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Whether the run's log has a record, waiting up to ``timeout`` seconds for one
+        (a run a trigger event starts exists once the orchestrator has taken the event)."""
+        await self.start()
+        hint = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        with self.listening(run_id, lambda _: hint.set()):
+            while True:
+                if await self._last(run_id) is not None:
+                    return True
+                left = deadline - loop.time()
+                if left <= 0:
+                    return False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(hint.wait(), min(left, 1.0))
+                hint.clear()
+
+    async def _last(self, run_id: str) -> bytes | None:
+        """The payload of the run's last log message (None: no such run), by one direct
+        get on the connection's shared reply subscription. A finished run's last message
+        holds its terminal record."""
+        api = f"$JS.API.DIRECT.GET.{self._subjects.runs_stream}"
+        body = json.dumps({"last_by_subj": self._subjects.run(run_id)}).encode()
+        reply = await self._nc.request(api, body, timeout=_TIMEOUT)
+        status = (reply.headers or {}).get("Status")
+        if status == "404":
+            return None
+        if status:
+            raise LogReadError(f"reading the last record of {run_id}: status {status}")
+        return reply.data
+
+
+def _ended(payload: bytes) -> bool:
+    if not any(marker in payload for marker in _TERMINAL_MARKERS):
+        return False  # the common case, without decoding
+    return any(ev.record_type(r) in ev.TERMINAL_TYPES for r in ev.decode_batch(payload))

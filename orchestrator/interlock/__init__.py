@@ -31,8 +31,8 @@ __all__ = [
 ]
 
 _FROM = {
-    "CloudEvent": "interlock.runtime.cloudevents_nats",
-    "ConnectOptions": "interlock.runtime.connection",
+    "CloudEvent": "interlock.transport.cloudevents",
+    "ConnectOptions": "interlock.transport.connection",
     "views": "interlock.views",
 }
 """Where each export lives (``interlock.client`` unless named here)."""
@@ -52,8 +52,8 @@ if TYPE_CHECKING:
         UnknownRun,
         UnknownWorkflow,
     )
-    from interlock.runtime.cloudevents_nats import CloudEvent
-    from interlock.runtime.connection import ConnectOptions
+    from interlock.transport.cloudevents import CloudEvent
+    from interlock.transport.connection import ConnectOptions
 
 
 def __getattr__(name: str) -> Any:

@@ -48,15 +48,15 @@ from interlock.runtime.client import (
     RunExists,
     UnknownDeadLetter,
 )
-from interlock.runtime.cloudevents_nats import CloudEvent, from_dict
-from interlock.runtime.connection import ConnectOptions, connect
-from interlock.runtime.errors import ConnectionFailed
 from interlock.runtime.flow import to_incoming
-from interlock.runtime.provision import provision
 from interlock.runtime.registry import Applied, UnknownWorkflow, bucket_values
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
-from interlock.runtime.subjects import DEFAULT_PREFIX, Subjects
 from interlock.runtime.waiting import RunWatcher, UnknownRunError
+from interlock.transport.cloudevents import CloudEvent, from_dict
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.errors import ConnectionFailed
+from interlock.transport.provision import provision
+from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 from interlock.views import (
     AgentView,
     DeadLetterView,
@@ -662,7 +662,7 @@ class Client:
         )
 
     async def _publish(self, event: CloudEvent) -> tuple[int, bool]:
-        from interlock.runtime.cloudevents_nats import encode_binary
+        from interlock.transport.cloudevents import encode_binary
 
         headers, payload = encode_binary(event)
         headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"

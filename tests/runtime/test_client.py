@@ -11,7 +11,7 @@ from helpers import TIMEOUT, connect, running_stack, yaml
 
 import interlock
 from interlock import Client, SyncClient
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 from interlock.views import RunDescription, record_view, to_builtins
 
 ECHO_FLOW = yaml(

@@ -27,7 +27,7 @@ from nats.aio.subscription import Subscription
 
 from interlock.core import events as ev
 from interlock.runtime.logstore import LogReadError, RunLog
-from interlock.runtime.subjects import Subjects
+from interlock.transport.subjects import Subjects
 
 RECHECK_S = 30.0
 """How often a wait reads its run's log even without a hint (a missed hint costs at most

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from interlock import __version__
-from interlock.cli import dialect_cmds, manifests, runtime_cmds
+from interlock.cli import dialect_cmds, manifests, replay_cmds, runtime_cmds
 from interlock.cli.common import CliError, InvalidInput, err
 
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     manifests.add_parsers(sub)
     dialect_cmds.add_parsers(sub)
     runtime_cmds.add_parsers(sub)
+    replay_cmds.add_parsers(sub)
     runtime_cmds.add_process_parsers(sub)
     return parser
 

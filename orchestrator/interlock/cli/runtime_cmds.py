@@ -196,13 +196,6 @@ def add_parsers(sub: Sub) -> None:
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_export))
 
-    p = sub.add_parser("replay", help="fold a run's log step by step, printing the state")
-    p.add_argument("run_id", nargs="?")
-    p.add_argument("--file", help="a JSONL export (no server needed)")
-    p.add_argument("--json", action="store_true", help="one JSON object per step")
-    add_connection_flags(p)
-    p.set_defaults(func=cmd_replay)
-
     p = sub.add_parser(
         "dead-letters", help="messages that could not be handled: list, show, redrive"
     )

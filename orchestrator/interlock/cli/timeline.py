@@ -66,6 +66,14 @@ def _what(r: ev.AnyRecord) -> str:
         return f"run failed       {err.error_class}: {err.message}"
     if isinstance(r, ev.RunCancelled):
         return f"run cancelled    {r.data.reason}"
+    if isinstance(r, ev.RunForked):
+        fork = r.data
+        return (
+            f"run forked       from {fork.origin_run_id} at #{fork.origin_seq}, "
+            f"v{fork.version}, entering {fork.state} again"
+        )
+    if isinstance(r, ev.RunMigrated):
+        return f"run migrated     v{r.data.from_version} -> v{r.data.version}"
     return ev.record_type(r)
 
 

@@ -46,6 +46,7 @@ from interlock.core.engine import (
     start,
     trigger_inputs,
 )
+from interlock.core.expr import ABSENT
 from interlock.core.state import RUNNING, RunState, evolve, fold
 
 REPLAY_SOURCE = "interlock://replay"
@@ -410,18 +411,19 @@ def _differences(recorded: Any, replayed: Any, path: str = "") -> list[str]:
         for key in [*recorded, *(k for k in replayed if k not in recorded)]:
             where = f"{path}.{key}" if path else str(key)
             if key not in replayed:
-                out.append(f"{where}: recorded {_short(recorded[key])}, now absent")
+                out.append(f"{where}: recorded {short(recorded[key])}, now absent")
             elif key not in recorded:
-                out.append(f"{where}: not recorded, now {_short(replayed[key])}")
+                out.append(f"{where}: not recorded, now {short(replayed[key])}")
             else:
                 out.extend(_differences(recorded[key], replayed[key], where))
         return out
     if recorded != replayed or type(recorded) is not type(replayed):
-        return [f"{path}: recorded {_short(recorded)}, now {_short(replayed)}"]
+        return [f"{path}: recorded {short(recorded)}, now {short(replayed)}"]
     return []
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
+    """A value as compact JSON, cut at 120 characters."""
     text = msgspec.json.encode(value).decode()
     return text if len(text) <= 120 else text[:117] + "..."
 
@@ -442,11 +444,11 @@ def summarize(record: ev.AnyRecord) -> str:
         return f"{kind} {d.state}"
     if isinstance(record, ev.ActionRequested):
         target = d.workflow or d.capability
-        return f"{kind} {target} input={_short(d.input)}" + (
+        return f"{kind} {target} input={short(d.input)}" + (
             f" (attempt {d.attempt})" if d.attempt > 1 else ""
         )
     if isinstance(record, ev.ActionCompleted):
-        return f"{kind} {d.action_id} result={_short(d.result)}"
+        return f"{kind} {d.action_id} result={short(d.result)}"
     if isinstance(record, ev.ActionFailed):
         return f"{kind} {d.action_id} {d.error.error_class}: {d.error.message}"
     if isinstance(record, ev.EventReceived):
@@ -454,14 +456,14 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.GuardFailed):
         return f"{kind} {d.state} on[{d.transition}] `{d.guard}`: {d.error}"
     if isinstance(record, ev.TransitionFired):
-        sets = f" set={_short(d.set)}" if d.set else ""
+        sets = f" set={short(d.set)}" if d.set else ""
         return f"{kind} {d.from_state} -> {d.to_state} on {d.event_type}{sets}"
     if isinstance(record, ev.TimerScheduled):
         return f"{kind} {d.purpose} at {d.fire_at}"
     if isinstance(record, ev.TimerFired):
         return f"{kind} {d.purpose or d.timer_id}"
     if isinstance(record, ev.RunCompleted):
-        return f"{kind} in {d.state} outputs={_short(d.outputs)}"
+        return f"{kind} in {d.state} outputs={short(d.outputs)}"
     if isinstance(record, ev.RunFailed):
         return f"{kind} {d.error.error_class}: {d.error.message}"
     if isinstance(record, ev.RunCancelled):
@@ -475,7 +477,8 @@ def summarize(record: ev.AnyRecord) -> str:
     return kind
 
 
-def _line(position: int, record: ev.AnyRecord) -> dict[str, Any]:
+def record_line(position: int, record: ev.AnyRecord) -> dict[str, Any]:
+    """A record as a line of a report: its position, type and summary."""
     return {"seq": position, "type": ev.record_type(record), "summary": summarize(record)}
 
 
@@ -503,7 +506,9 @@ def check_text(check: GuardCheck) -> str:
     where = "catch" if check.transition < 0 else f"on[{check.transition}]"
     if check.guard is None:
         return f"{where} {check.event_type} -> {check.goto}: no guard, fired"
-    reads = ", ".join(f"{k} = {_short(v)}" for k, v in check.reads.items())
+    reads = ", ".join(
+        f"{k} is absent" if v == ABSENT else f"{k} = {short(v)}" for k, v in check.reads.items()
+    )
     reads = f" ({reads})" if reads else ""
     if check.outcome == "fired":
         verdict = "true, fired"
@@ -512,7 +517,7 @@ def check_text(check: GuardCheck) -> str:
     elif check.outcome == "error":
         verdict = f"error: {check.error} (fail-closed)"
     else:
-        verdict = f"{_short(check.value)}, not a boolean (fail-closed)"
+        verdict = f"{short(check.value)}, not a boolean (fail-closed)"
     return f"{where} {check.event_type} -> {check.goto}: `{check.guard}`{reads}: {verdict}"
 
 
@@ -703,11 +708,13 @@ def replay(
                 )
                 divergence["replayed_seq"] = new_first + k if new is not None else None
                 continuation.extend(
-                    _line(new_first + j, r) for j, r in enumerate(outcome.records) if j >= k
+                    record_line(new_first + j, r) for j, r in enumerate(outcome.records) if j >= k
                 )
                 break
         elif outcome.records:
-            continuation.extend(_line(new_first + j, r) for j, r in enumerate(outcome.records))
+            continuation.extend(
+                record_line(new_first + j, r) for j, r in enumerate(outcome.records)
+            )
         if divergence is not None and outcome.not_taken is not None:
             skipped.append(
                 {"seq": step.first, "input": describe_input(step), "reason": outcome.not_taken}
@@ -832,7 +839,7 @@ def _explain_step(step: Step, before: RunState, outcome: Outcome) -> dict[str, A
     for record in records:
         if isinstance(record, ev.RunCompleted | ev.RunFailed) and record.data.outputs:
             out["outputs"] = record.data.outputs
-    out["records"] = [_line(step.first + i, r) for i, r in enumerate(records)]
+    out["records"] = [record_line(step.first + i, r) for i, r in enumerate(records)]
     return out
 
 
@@ -1067,13 +1074,24 @@ def fork(
     return copied + resumed
 
 
-def history_of_fork(records: Sequence[ev.AnyRecord]) -> int:
-    """How many records at the head of an appended batch are a fork's copied history (0:
-    none): the relay does not act on them again, except to index the run."""
-    for position, record in enumerate(records):
-        if isinstance(record, ev.RunForked):
-            return position
-    return 0
+def acted_on(records: Sequence[ev.AnyRecord]) -> list[ev.AnyRecord]:
+    """The records of an appended batch whose effects the shell should carry out.
+
+    All of them, except in a fork's first batch: its copied history was acted on in the
+    original run, so only the run's start (to index it) and the timers still set after the
+    batch (the run's deadline) are kept from before the ``run.forked`` marker.
+    """
+    marker = next((i for i, r in enumerate(records) if isinstance(r, ev.RunForked)), None)
+    if marker is None:
+        return list(records)
+    live = fold(records).timers
+    kept = [
+        r
+        for r in records[:marker]
+        if isinstance(r, ev.RunStarted)
+        or (isinstance(r, ev.TimerScheduled) and r.data.timer_id in live)
+    ]
+    return kept + list(records[marker:])
 
 
 def migration(

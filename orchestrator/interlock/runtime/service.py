@@ -32,6 +32,7 @@ from nats.js.errors import (
 )
 
 from interlock.core import events as ev
+from interlock.core.analysis import acted_on
 from interlock.core.definition import Definition
 from interlock.core.engine import (
     TIMER_FIRED,
@@ -521,6 +522,7 @@ class Orchestrator:
     async def _effects(
         self, run_id: str, records: list[ev.AnyRecord], *, redelivered: bool = False
     ) -> None:
+        records = acted_on(records)  # a fork's copied history is not acted on again
         stale = redelivered or any(
             isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
             for r in records
@@ -684,7 +686,15 @@ def _position(record: ev.AnyRecord) -> int:
         return 0
 
 
-_INDEXED = (ev.RunStarted, ev.StateEntered, ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
+_INDEXED = (
+    ev.RunStarted,
+    ev.StateEntered,
+    ev.RunCompleted,
+    ev.RunFailed,
+    ev.RunCancelled,
+    ev.RunForked,
+    ev.RunMigrated,
+)
 
 
 def _index_update(current: dict[str, Any], record: ev.AnyRecord) -> None:
@@ -698,6 +708,14 @@ def _index_update(current: dict[str, Any], record: ev.AnyRecord) -> None:
         )
     elif isinstance(record, ev.StateEntered):
         current["state"] = record.data.state
+    elif isinstance(record, ev.RunForked):
+        current["version"] = record.data.version
+        current["forked_from"] = {
+            "run_id": record.data.origin_run_id,
+            "seq": record.data.origin_seq,
+        }
+    elif isinstance(record, ev.RunMigrated):
+        current["version"] = record.data.version
     elif isinstance(record, ev.RunCompleted):
         current["status"] = "completed"
     elif isinstance(record, ev.RunFailed):

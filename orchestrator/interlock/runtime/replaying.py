@@ -1,0 +1,155 @@
+"""Forks and migrations against a running installation; the analyses themselves are pure
+(:mod:`interlock.core.analysis`), this module reads logs and appends the results.
+
+Both append optimistically, like every other writer of run logs: a fork's log is written
+in one append that expects an empty subject (so an existing run id is refused, never
+overwritten), a migration expects the log's last sequence as it was read (so a run that
+moved meanwhile is checked again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from interlock.core import analysis
+from interlock.core import events as ev
+from interlock.core.definition import Definition
+from interlock.core.state import fold
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.registry import Registry, UnknownWorkflow
+from interlock.transport.errors import AppendConflict
+
+MIGRATE_ATTEMPTS = 5
+
+
+class RunExistsAlready(ValueError):
+    """The fork's run id names a run that exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forked:
+    run_id: str
+    records: list[ev.AnyRecord]
+    version: int
+
+
+class Replaying:
+    """Reading runs with the definitions they ran, forking them and migrating them."""
+
+    def __init__(self, log: RunLog, registry: Registry, clock: Callable[[], str]) -> None:
+        self.log = log
+        self.registry = registry
+        self.clock = clock
+        self._loaded = False
+
+    async def _capabilities(self) -> None:
+        if not self._loaded:
+            await self.registry.load()
+            self._loaded = True
+
+    async def definition(self, namespace: str, name: str, version: int) -> Definition:
+        """A version of a workflow as the orchestrator runs it (linked with its AgentDefs)."""
+        await self._capabilities()
+        return self.registry.link(await self.registry.definition(namespace, name, version))
+
+    async def latest(self, ref: str) -> tuple[Definition, int]:
+        await self._capabilities()
+        definition, version = await self.registry.latest(ref)
+        return self.registry.link(definition), version
+
+    async def ran(self, records: Sequence[ev.AnyRecord]) -> Definition:
+        """The definition a run is on (the version its log names)."""
+        state = fold(records)
+        return await self.definition(state.namespace, state.workflow, state.version)
+
+    async def fork(
+        self,
+        records: Sequence[ev.AnyRecord],
+        at: int,
+        *,
+        run_id: str,
+        definition: Definition | None = None,
+        version: int | None = None,
+    ) -> Forked:
+        """Start run ``run_id`` from the first ``at`` records of ``records``, on
+        ``definition`` (default: the version the original ran)."""
+        state = fold(records)
+        if definition is None:
+            version = state.version
+            definition = await self.definition(state.namespace, state.workflow, state.version)
+        assert version is not None
+        made = analysis.fork(
+            records, at, run_id=run_id, definition=definition, version=version, now=self.clock()
+        )
+        try:
+            await self.log.append(run_id, made, 0)
+        except AppendConflict:
+            raise RunExistsAlready(f"run {run_id!r} exists already; nothing was forked") from None
+        return Forked(run_id, made, version)
+
+    async def migrate(
+        self,
+        run_ids: Sequence[str],
+        definition: Definition,
+        version: int,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Move each run whose log agrees with ``definition`` so far onto ``version``;
+        list the others with the reason."""
+        moved: list[dict[str, Any]] = []
+        stayed: list[dict[str, Any]] = []
+        for run_id in run_ids:
+            outcome = await self._migrate_one(run_id, definition, version, dry_run=dry_run)
+            (stayed if outcome.get("reason") else moved).append(outcome)
+        return {
+            "workflow": {"name": definition.name, "namespace": definition.namespace},
+            "to": {"version": version, "spec_hash": definition.spec_hash},
+            "dry_run": dry_run,
+            "moved": moved,
+            "stayed": stayed,
+        }
+
+    async def _migrate_one(
+        self, run_id: str, definition: Definition, version: int, *, dry_run: bool
+    ) -> dict[str, Any]:
+        for _ in range(MIGRATE_ATTEMPTS):
+            records, last = await self.log.read(run_id, consistent=True)
+            if not records:
+                return {"run_id": run_id, "reason": "no such run"}
+            state = fold(records)
+            base = {"run_id": run_id, "from_version": state.version, "state": state.state}
+            made, report = analysis.migration(
+                records, definition, version=version, now=self.clock()
+            )
+            if not made:
+                out = {**base, "reason": report["migrate"]}
+                if report["divergence"] is not None:
+                    d = report["divergence"]
+                    out["divergence"] = {k: d[k] for k in ("seq", "kind", "reason")}
+                return out
+            if dry_run:
+                return {**base, "reason": None, "seq": state.seq + 1}
+            try:
+                await self.log.append(run_id, made, last)
+            except AppendConflict:
+                continue  # the run moved meanwhile: check it again
+            return {**base, "reason": None, "seq": state.seq + 1}
+        return {"run_id": run_id, "reason": "the run kept moving; try again"}
+
+
+def parse_version(text: str) -> int | None:
+    """``3`` or ``v3`` as a version number, else None."""
+    digits = text[1:] if text[:1] in ("v", "V") else text
+    return int(digits) if digits.isdigit() else None
+
+
+__all__ = [
+    "Forked",
+    "Replaying",
+    "RunExistsAlready",
+    "UnknownWorkflow",
+    "parse_version",
+]

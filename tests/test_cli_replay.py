@@ -1,0 +1,154 @@
+"""The debugging commands offline, as a user types them: exported logs (the golden logs)
+and manifest files, no server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from interlock.core import events as ev
+from interlock.core.state import fold
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERLOCK = Path(sys.executable).parent / "interlock"
+GOLDEN = ROOT / "tests" / "golden"
+WORKFLOW = GOLDEN / "code-review.yaml"
+
+
+def interlock(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(INTERLOCK), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def log(name: str) -> str:
+    return str(GOLDEN / f"{name}.jsonl")
+
+
+@pytest.fixture
+def stricter(tmp_path: Path) -> Path:
+    path = tmp_path / "stricter.yaml"
+    path.write_text(
+        WORKFLOW.read_text().replace("guard: result.score > 7", "guard: result.score > 8")
+    )
+    return path
+
+
+def test_explain_names_the_false_guard_and_its_values() -> None:
+    done = interlock(
+        "explain", "--file", log("code-review-guard-failure"), "--workflow", str(WORKFLOW)
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "on[0] approval.granted -> merge: `data.approver in inputs.approvers` "
+        '(data.approver = "mallory", inputs.approvers = ["alice","bob"]): false'
+    ) in done.stdout
+    assert "data.approver is absent" in done.stdout
+    assert '=> on[0] fired: approval -> merge, set {"approver":"bob"}' in done.stdout
+    at = interlock(
+        "explain",
+        "--file",
+        log("code-review-guard-failure"),
+        "--workflow",
+        str(WORKFLOW),
+        "--at",
+        "11",
+        "--json",
+    )
+    report = json.loads(at.stdout)
+    assert [s["seq"] for s in report["steps"]] == [11]
+    assert report["steps"][0]["checks"][0]["outcome"] == "false"
+
+
+def test_explain_offline_needs_the_manifest() -> None:
+    done = interlock("explain", "--file", log("code-review-guard-failure"))
+    assert done.returncode == 2
+    assert "--workflow FILE" in done.stderr
+
+
+def test_replay_against_exits_0_when_the_logs_agree_and_1_when_they_diverge(
+    stricter: Path,
+) -> None:
+    same = interlock(
+        "replay", "--file", log("code-review-merged-fix-loop"), "--against", str(WORKFLOW)
+    )
+    assert same.returncode == 0, same.stderr
+    assert "its 27 records agree" in same.stdout
+    differ = interlock(
+        "replay", "--file", log("code-review-merged-fix-loop"), "--against", str(stricter)
+    )
+    assert differ.returncode == 1, differ.stderr
+    assert "diverges from" in differ.stdout
+    assert "at record 16 (guard)" in differ.stdout
+    assert "(result.score = 8): false" in differ.stdout
+    # Without --against: the fold, step by step, as before.
+    plain = interlock("replay", "--file", log("code-review-merged-fix-loop"), "--json")
+    assert plain.returncode == 0
+    assert len(plain.stdout.splitlines()) == 27
+
+
+def test_shadow_groups_the_golden_runs(stricter: Path) -> None:
+    done = interlock(
+        "shadow", "code-review", "--candidate", str(stricter), "--file", str(GOLDEN), "--json"
+    )
+    assert done.returncode == 1, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["runs"], summary["agree"], summary["diverge"]) == (8, 6, 2)
+    assert [g["count"] for g in summary["groups"]] == [2]
+    latest = interlock(
+        "shadow",
+        "code-review",
+        "--candidate",
+        str(stricter),
+        "--file",
+        str(GOLDEN),
+        "--runs",
+        "1",
+        "--json",
+    )
+    assert json.loads(latest.stdout)["runs"] == 1
+
+
+def test_fork_offline_writes_the_forks_log(tmp_path: Path) -> None:
+    out = tmp_path / "fork.jsonl"
+    done = interlock(
+        "fork",
+        "--file",
+        log("code-review-fix-failed"),
+        "--at",
+        "9",
+        "--workflow",
+        str(WORKFLOW),
+        "--run-id",
+        "r-fork",
+        "-o",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "forked r-golden-failed at record 9 as r-fork" in done.stdout
+    records = ev.decode_lines(out.read_bytes())
+    assert isinstance(records[9], ev.RunForked)
+    state = fold(records)
+    assert (state.run_id, state.state, state.status) == ("r-fork", "fix", "running")
+    refused = interlock(
+        "fork", "--file", log("code-review-fix-failed"), "--at", "11", "--workflow", str(WORKFLOW)
+    )
+    assert refused.returncode == 1
+    assert "already ended (failed)" in refused.stderr
+
+
+def test_migrate_offline_is_a_dry_run(tmp_path: Path, stricter: Path) -> None:
+    running = tmp_path / "running.jsonl"
+    lines = (GOLDEN / "code-review-merged-fix-loop.jsonl").read_bytes().splitlines(True)
+    running.write_bytes(b"".join(lines[:14]))
+    done = interlock(
+        "migrate", "code-review", "--to", str(stricter), "--file", str(running), "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert [r["run_id"] for r in summary["moved"]] == ["r-golden-merged"]
+    assert summary["dry_run"] is True

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core import events, model
+from interlock.core.vocabulary import ErrorClass
 
 MANIFEST_KINDS = ("Workflow", "AgentDef")
 
@@ -94,7 +95,7 @@ def _catalogue(schemas: Mapping[str, Mapping[str, Any]]) -> str:
             f"| `{record_type}` | {meaning} | {_data_fields(schema)} | "
             f"[{record_type}.schema.json]({record_type}.schema.json) |"
         )
-    classes = ", ".join(f"`{c}`" for c in events.ERROR_CLASSES)
+    classes = ", ".join(f"`{c}`" for c in ErrorClass)
     lines += ["", f"Error classes (`error.class`): {classes}.", ""]
     return "\n".join(lines)
 

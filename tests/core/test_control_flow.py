@@ -15,7 +15,7 @@ from interlock.core.engine import (
     correlation_key,
     event_correlation_key,
 )
-from interlock.core.state import COMPLETED, FAILED
+from interlock.core.vocabulary import RunStatus
 
 FETCH = """\
 apiVersion: interlock.io/v1
@@ -227,7 +227,7 @@ def test_map_all_fails_fast_and_cancels_the_rest() -> None:
         failure("agent_error", "lint crashed"), type="task.failed", action_id=first
     )
     assert types(records) == ["action.failed", "action.cancelled", "run.failed"]
-    assert run.state.status == FAILED
+    assert run.state.status == RunStatus.FAILED
     assert run.state.error is not None
     assert run.state.error.message == "item 0 of map 'lint' failed: lint crashed"
 
@@ -273,7 +273,7 @@ def test_map_all_settled_completes_even_when_every_item_fails() -> None:
     run = Run(compile_one(MAP % "all_settled"), run_id="m")
     run.start({"files": ["a"]})
     run.answer(failure("timeout", "slow"), type="task.failed")
-    assert run.state.status == COMPLETED
+    assert run.state.status == RunStatus.COMPLETED
     assert run.state.outputs == {
         "lint": [{"status": "failed", "error": {"class": "timeout", "message": "slow", "code": ""}}]
     }
@@ -282,7 +282,7 @@ def test_map_all_settled_completes_even_when_every_item_fails() -> None:
 def test_map_over_more_items_than_the_fan_out_budget_fails() -> None:
     run = Run(compile_one(MAP % "all"), run_id="m")
     run.start({"files": list("abcde")})
-    assert run.state.status == FAILED
+    assert run.state.status == RunStatus.FAILED
     assert run.state.error is not None
     assert run.state.error.error_class == "budget_exceeded"
 
@@ -330,7 +330,7 @@ def test_loop_until_the_predicate_holds() -> None:
     assert isinstance(failed, ev.GuardFailed)
     assert (failed.data.event_type, failed.data.transition) == ("loop.until", -1)
     run.answer({"ready": True})
-    assert run.state.status == COMPLETED
+    assert run.state.status == RunStatus.COMPLETED
     assert run.state.outputs == {"last": {"ready": True}}
 
 
@@ -473,7 +473,7 @@ def test_a_sub_workflow_action_is_requested_and_answered_like_any_action() -> No
     assert requested.data.capability == ""
     assert definition.capabilities() == frozenset()
     run.answer({"fetched": 3})
-    assert run.state.status == COMPLETED
+    assert run.state.status == RunStatus.COMPLETED
 
 
 def test_link_fills_timeout_and_retries_from_the_agentdef() -> None:

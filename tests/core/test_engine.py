@@ -8,7 +8,7 @@ from core_support import Run, compile_one, types
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.engine import Incoming, decide
-from interlock.core.state import CANCELLED, COMPLETED, FAILED, RUNNING
+from interlock.core.vocabulary import RunStatus
 
 ROUTING = """\
 apiVersion: interlock.io/v1
@@ -67,7 +67,7 @@ def test_start_records_started_then_entered_then_the_first_action() -> None:
     assert isinstance(requested, ev.ActionRequested)
     assert requested.data.action_id == "r1:3"
     assert requested.data.capability == "review"
-    assert run.state.status == RUNNING
+    assert run.state.status == RunStatus.RUNNING
     assert run.state.state == "score"
     assert list(run.state.pending) == ["r1:3"]
 
@@ -93,7 +93,7 @@ def test_first_matching_transition_wins_in_order(
     assert fired.data.transition == transition
     assert fired.data.event_type == "task.completed"
     assert run.state.state == target
-    assert run.state.status == COMPLETED
+    assert run.state.status == RunStatus.COMPLETED
 
 
 def test_set_writes_context_with_typed_templates() -> None:
@@ -214,7 +214,7 @@ def test_an_unrouted_failure_fails_the_run_with_its_class() -> None:
     run = run_routing()
     records = run.answer({"error": {"class": "schema_error", "message": "bad"}}, type="task.failed")
     assert types(records) == ["action.failed", "run.failed"]
-    assert run.state.status == FAILED
+    assert run.state.status == RunStatus.FAILED
     assert run.state.error == ev.ErrorInfo(error_class="schema_error", message="bad")
 
 
@@ -229,7 +229,7 @@ def test_an_unrouted_failure_fails_the_run_with_its_class() -> None:
 def test_unknown_failures_are_agent_errors(data: object, error_class: str) -> None:
     run = run_routing()
     run.answer(data, type="task.failed")
-    assert run.state.status == FAILED
+    assert run.state.status == RunStatus.FAILED
     assert run.state.error is not None
     assert run.state.error.error_class == error_class
 
@@ -358,7 +358,7 @@ def test_no_transition_taking_task_completed_leaves_the_run_waiting() -> None:
     run.answer({"summary": "s"})
     records = run.answer({"message": "long"})
     assert types(records) == ["action.completed"]
-    assert run.state.status == RUNNING
+    assert run.state.status == RunStatus.RUNNING
     assert run.state.pending == {}
 
 
@@ -485,7 +485,7 @@ def test_a_finished_run_takes_nothing() -> None:
     run = loop_run()
     run.answer({"score": 9})
     run.send("approval.granted", {"approver": "alice"})
-    assert run.state.status == COMPLETED
+    assert run.state.status == RunStatus.COMPLETED
     assert run.send("approval.granted", {"approver": "x"}, event_id="late") == []
     assert run.cancel() == []
 
@@ -500,7 +500,7 @@ def test_cancel() -> None:
     assert cancelled.data.reason == "no longer needed"
     assert cancelled.data.state == "review"
     assert cancelled.data.cancelled_actions == [pending]
-    assert run.state.status == CANCELLED
+    assert run.state.status == RunStatus.CANCELLED
     assert run.answer({"score": 9}, action_id=pending) == []
     assert run.cancel() == []
 
@@ -539,7 +539,7 @@ def test_a_failing_set_template_fails_the_run_as_expression_error() -> None:
     records = run.send("approval.granted", {"approver": 7.5})
     # 7.5 != "" has no CEL overload: the guard fails closed, the run keeps waiting
     assert types(records) == ["event.received", "guard.failed"]
-    assert run.state.status == RUNNING
+    assert run.state.status == RunStatus.RUNNING
     definition = compile_one(LOOP.replace('"{{ data.approver }}"', '"{{ data.approver.name }}"'))
     records = decide(
         definition,
@@ -632,7 +632,7 @@ def test_a_terminal_state_with_fail_ends_the_run_failed_with_its_outputs() -> No
         error_class="workflow_failed", message="rejected by ada"
     )
     assert failed.data.outputs == {"merged": False, "score": 3}
-    assert run.state.status == FAILED
+    assert run.state.status == RunStatus.FAILED
     assert run.state.outputs == {"merged": False, "score": 3}
     assert run.state.error == failed.data.error
 
@@ -648,7 +648,7 @@ def test_the_other_terminal_state_still_completes() -> None:
     run = Run(compile_one(REJECTING % ""))
     run.start()
     run.answer({"approved": True})
-    assert run.state.status == COMPLETED
+    assert run.state.status == RunStatus.COMPLETED
     assert run.state.outputs == {"merged": True}
 
 
@@ -718,7 +718,7 @@ def test_the_deadline_is_scheduled_at_start_and_outlives_state_changes() -> None
         "late",
         "run.deadline",
     )
-    assert run.state.status == FAILED
+    assert run.state.status == RunStatus.FAILED
     assert run.state.error == ev.ErrorInfo(error_class="workflow_failed", message="too slow")
 
 
@@ -739,7 +739,7 @@ def test_a_run_that_ends_first_leaves_its_deadline_stale() -> None:
     [deadline_id] = [t for t, v in run.state.timers.items() if v.purpose == "run-deadline"]
     run.answer({})
     run.send("approved")
-    assert run.state.status == COMPLETED
+    assert run.state.status == RunStatus.COMPLETED
     assert run.fire("run-deadline", deadline_id) == []
 
 

@@ -10,9 +10,9 @@ import pytest
 from core_support import ROOT
 from test_validator import RULES
 
-from interlock.core import events as ev
 from interlock.core import model
 from interlock.core.compiler import compile_sources
+from interlock.core.vocabulary import ErrorClass
 
 DOC = (ROOT / "docs/language.md").read_text()
 BLOCKS = re.findall(r"```yaml\n(.*?)```", DOC, re.DOTALL)
@@ -43,7 +43,7 @@ def test_the_rules_table_lists_every_rule() -> None:
 def test_the_error_classes_table_lists_every_class() -> None:
     section = DOC.split("## Error classes")[1].split("\n## ")[0]
     table = re.findall(r"^\| `([a-z_]+)` \|", section, re.M)
-    assert table == list(ev.ERROR_CLASSES)
+    assert table == list(ErrorClass)
 
 
 def _field_names(cls: type, seen: set[type]) -> set[str]:

@@ -18,6 +18,7 @@ from interlock.core import events as ev
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import TIMER_FIRED, Incoming, cancel, decide, start
 from interlock.core.state import RunState, encode_state, evolve, fold
+from interlock.core.vocabulary import ErrorClass
 
 STEPS = """\
 apiVersion: interlock.io/v1
@@ -157,7 +158,7 @@ answer_data = st.one_of(
         {
             "error": st.fixed_dictionaries(
                 {
-                    "class": st.sampled_from([*ev.ERROR_CLASSES, "odd"]),
+                    "class": st.sampled_from([*ErrorClass, "odd"]),
                     "message": st.text(max_size=5),
                 }
             )

@@ -26,7 +26,8 @@ from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition, link
-from interlock.core.state import RUNNING, fold
+from interlock.core.state import fold
+from interlock.core.vocabulary import RunStatus
 
 if TYPE_CHECKING:
     from interlock.runtime.replaying import Replaying
@@ -596,7 +597,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             }
             if made:
                 moved.append({**base, "reason": None, "seq": state.seq + 1})
-            elif state.status == RUNNING:
+            elif state.status == RunStatus.RUNNING:
                 out = {**base, "reason": report["migrate"]}
                 if report["divergence"] is not None:
                     d = report["divergence"]

@@ -29,7 +29,8 @@ from interlock.cli.common import (
 )
 from interlock.cli.timeline import describe, replay_lines
 from interlock.core import events as ev
-from interlock.core.state import FINISHED, RunState, fold
+from interlock.core.state import RunState, fold
+from interlock.core.vocabulary import FINISHED
 from interlock.dialects import prepare
 from interlock.runtime.client import RunExists
 from interlock.runtime.registry import UnknownWorkflow

@@ -47,7 +47,8 @@ from interlock.core.engine import (
     trigger_inputs,
 )
 from interlock.core.expr import ABSENT
-from interlock.core.state import RUNNING, RunState, evolve, fold
+from interlock.core.state import RunState, evolve, fold
+from interlock.core.vocabulary import RunStatus, TimerPurpose
 
 REPLAY_SOURCE = "interlock://replay"
 
@@ -293,7 +294,7 @@ def _run_step(drive: _Drive, step: Step, recorded: RunState) -> Outcome:
     d = drive.definition
     if isinstance(head, ev.RunStarted):
         return _start(drive, head, checks)
-    if drive.state.status != RUNNING:
+    if drive.state.status != RunStatus.RUNNING:
         return Outcome([], checks, f"the new run has already ended ({drive.state.status})")
     if isinstance(head, ev.ActionCompleted | ev.ActionFailed):
         action_id = _map_action(drive, recorded, head.data.action_id)
@@ -804,7 +805,7 @@ def explain(
     }
     if mismatch is not None:
         out["mismatch"] = {k: mismatch[k] for k in ("seq", "kind", "reason")}
-    if final.status == RUNNING:
+    if final.status == RunStatus.RUNNING:
         out["waiting"] = waiting(definition, final)
     else:
         out["end"] = _end(final)
@@ -911,7 +912,7 @@ def waiting(definition: Definition, state: RunState) -> dict[str, Any]:
     ]
     if current is not None and current.timeout is not None:
         for timer in timers:
-            if timer["purpose"] == "state-timeout":
+            if timer["purpose"] == TimerPurpose.STATE_TIMEOUT:
                 timer["goto"] = current.timeout.goto
     return {"state": state.state, "answers": answers, "events": events, "timers": timers}
 
@@ -1050,7 +1051,7 @@ def fork(
         )
     prefix = list(records[:at])
     state = fold(prefix)
-    if state.status != RUNNING:
+    if state.status != RunStatus.RUNNING:
         raise NotPossible(f"the run had already ended ({state.status}) at record {at}")
     if definition.name != state.workflow or definition.namespace != state.namespace:
         raise NotPossible(
@@ -1101,7 +1102,7 @@ def migration(
     it cannot move) and the replay report that decided it."""
     report = replay(records, definition, version=version)
     state = fold(records)
-    if state.status != RUNNING:
+    if state.status != RunStatus.RUNNING:
         report["migrate"] = f"the run has ended ({state.status})"
         return [], report
     if state.version == version and state.spec_hash == definition.spec_hash:

@@ -48,7 +48,6 @@ from interlock.core.definition import (
     type_matches,
 )
 from interlock.core.diagnostics import Diagnostic, ManifestError
-from interlock.core.events import ERROR_CLASSES
 from interlock.core.expr import (
     VARIABLES,
     CompiledValue,
@@ -59,6 +58,7 @@ from interlock.core.expr import (
     references,
 )
 from interlock.core.source import Document, Path, Span, load_documents
+from interlock.core.vocabulary import ERROR_CLASSES
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 STATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")

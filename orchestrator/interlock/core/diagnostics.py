@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from interlock.core.vocabulary import InterlockError
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class Diagnostic:
@@ -19,7 +21,7 @@ class Diagnostic:
         return f"{self.path}:{self.line}:{self.col}: {self.rule}: {self.message}"
 
 
-class ManifestError(Exception):
+class ManifestError(InterlockError):
     """Raised when manifests do not compile; carries every diagnostic found."""
 
     def __init__(self, diagnostics: list[Diagnostic]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -25,15 +25,15 @@ from interlock.core.definition import (
     TriggerDef,
 )
 from interlock.core.expr import ExpressionError, is_literal_true, read_values, render
+from interlock.core.rfc3339 import format_time, parse_time
 from interlock.core.state import (
-    RUN_DEADLINE,
-    RUNNING,
     MapProgress,
     PendingAction,
     RunState,
     event_key,
     evolve,
 )
+from interlock.core.vocabulary import ERROR_CLASSES, RETRYABLE, ErrorClass, RunStatus, TimerPurpose
 
 TASK_COMPLETED = "task.completed"
 TASK_FAILED = "task.failed"
@@ -134,14 +134,10 @@ TIMER_FIRED = PREFIX_TIMER = "io.interlock.timer.fired"
 """The type of the incoming event that tells a run one of its timers is due (extension
 ``timerid``)."""
 
-RETRYABLE = frozenset({"timeout", "platform_error"})
-"""Error classes retried under a retry policy; an agent can mark any error retryable."""
-
 
 def plus_seconds(now: str, seconds: float) -> str:
     """``now`` (RFC 3339) plus ``seconds``, as RFC 3339 UTC with milliseconds."""
-    moment = datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(seconds=seconds)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(parse_time(now) + timedelta(seconds=seconds))
 
 
 def backoff_seconds(retry: ev.RetryInfo, attempt: int, action_id: str) -> float:
@@ -239,7 +235,7 @@ class _Step:
 
     @property
     def running(self) -> bool:
-        return self.state.status == RUNNING
+        return self.state.status == RunStatus.RUNNING
 
     @property
     def current(self) -> StateDef:
@@ -286,7 +282,7 @@ class _Step:
             return
         if state.timeout is not None:
             self.schedule(
-                "state-timeout",
+                TimerPurpose.STATE_TIMEOUT,
                 plus_seconds(self.now, state.timeout.after_s),
                 state=name,
             )
@@ -304,13 +300,17 @@ class _Step:
             try:
                 outputs[key] = render(value, act)
             except ExpressionError as exc:
-                self.fail_run("expression_error", f"output {key!r} of state {state.name!r}: {exc}")
+                self.fail_run(
+                    ErrorClass.EXPRESSION_ERROR, f"output {key!r} of state {state.name!r}: {exc}"
+                )
                 return
         if state.fail is not None:
             try:
                 message = render(state.fail.message, act)
             except ExpressionError as exc:
-                self.fail_run("expression_error", f"fail message of state {state.name!r}: {exc}")
+                self.fail_run(
+                    ErrorClass.EXPRESSION_ERROR, f"fail message of state {state.name!r}: {exc}"
+                )
                 return
             error = ev.ErrorInfo(
                 error_class=state.fail.error_class,
@@ -351,7 +351,8 @@ class _Step:
         budget = self.definition.budget
         if self.state.actions >= budget.max_actions:
             self.fail_run(
-                "budget_exceeded", f"more than budget.max_actions ({budget.max_actions}) actions"
+                ErrorClass.BUDGET_EXCEEDED,
+                f"more than budget.max_actions ({budget.max_actions}) actions",
             )
             return
         extra: dict[str, Any] = {}
@@ -365,7 +366,8 @@ class _Step:
             payload = render(action.input, self.activation(extra=extra))
         except ExpressionError as exc:
             self.fail_run(
-                "expression_error", f"input of action {index} in state {state.name!r}: {exc}"
+                ErrorClass.EXPRESSION_ERROR,
+                f"input of action {index} in state {state.name!r}: {exc}",
             )
             return
         action_id = action_id or self.next_id
@@ -392,7 +394,7 @@ class _Step:
         )
         if deadline is not None:
             self.schedule(
-                "action-timeout",
+                TimerPurpose.ACTION_TIMEOUT,
                 deadline,
                 state=state.name,
                 action_id=action_id,
@@ -421,11 +423,11 @@ class _Step:
             else:
                 items = spec.over.evaluate(self.activation())
         except ExpressionError as exc:
-            self.fail_run("expression_error", f"map over of state {state.name!r}: {exc}")
+            self.fail_run(ErrorClass.EXPRESSION_ERROR, f"map over of state {state.name!r}: {exc}")
             return
         if not isinstance(items, list):
             self.fail_run(
-                "expression_error",
+                ErrorClass.EXPRESSION_ERROR,
                 f"map over of state {state.name!r} gave {type(items).__name__}, not a list",
             )
             return
@@ -433,7 +435,7 @@ class _Step:
         if len(items) > fan_out:
             self.failed(
                 ev.ErrorInfo(
-                    error_class="budget_exceeded",
+                    error_class=ErrorClass.BUDGET_EXCEEDED,
                     message=f"map over {len(items)} items is above budget.max_fan_out ({fan_out})",
                 ),
                 None,
@@ -461,7 +463,9 @@ class _Step:
             progress = self.state.map
             # An item waiting for its retry is still in flight.
             waiting = sum(
-                1 for t in self.state.timers.values() if t.purpose == "retry" and t.item is not None
+                1
+                for t in self.state.timers.values()
+                if t.purpose == TimerPurpose.RETRY and t.item is not None
             )
             busy = len(self.state.pending) + waiting
             if progress.next >= len(progress.items) or busy >= spec.parallelism:
@@ -558,7 +562,7 @@ class _Step:
         budget = self.definition.budget
         if self.state.transitions >= budget.max_transitions:
             self.fail_run(
-                "budget_exceeded",
+                ErrorClass.BUDGET_EXCEEDED,
                 f"more than budget.max_transitions ({budget.max_transitions}) transitions",
             )
             return
@@ -567,7 +571,7 @@ class _Step:
             try:
                 writes[key] = render(value_def, act)
             except ExpressionError as exc:
-                self.fail_run("expression_error", f"set {key!r} on {event_type}: {exc}")
+                self.fail_run(ErrorClass.EXPRESSION_ERROR, f"set {key!r} on {event_type}: {exc}")
                 return
         self.cancel_pending(f"left state {self.state.state!r} on {event_type}")
         self.emit(
@@ -706,7 +710,7 @@ class _Step:
         if pending.iteration >= loop.max_iterations:
             self.failed(
                 ev.ErrorInfo(
-                    error_class="budget_exceeded",
+                    error_class=ErrorClass.BUDGET_EXCEEDED,
                     message=f"loop {state.name!r} did not finish in "
                     f"max_iterations ({loop.max_iterations})",
                 ),
@@ -743,7 +747,7 @@ class _Step:
             assert retry is not None
             wait = backoff_seconds(retry, pending.attempt, pending.action_id)
             self.schedule(
-                "retry",
+                TimerPurpose.RETRY,
                 plus_seconds(self.now, wait),
                 state=pending.state,
                 action_id=pending.action_id,
@@ -763,18 +767,19 @@ class _Step:
     def timer_fired(self, timer: ev.TimerScheduledData) -> None:
         self.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
         state = self.current
-        if timer.purpose == RUN_DEADLINE:
+        if timer.purpose == TimerPurpose.RUN_DEADLINE:
             deadline = self.definition.deadline
             if deadline is None:
                 return
             if deadline.goto is None:
                 self.fail_run(
-                    "timeout", f"the run did not finish within {_seconds(deadline.after_s)}"
+                    ErrorClass.TIMEOUT,
+                    f"the run did not finish within {_seconds(deadline.after_s)}",
                 )
             else:
                 self.move(deadline.goto, "run.deadline", None, -1, deadline.set, self.activation())
             return
-        if timer.purpose == "state-timeout":
+        if timer.purpose == TimerPurpose.STATE_TIMEOUT:
             if state.timeout is not None:
                 self.move(
                     state.timeout.goto,
@@ -785,7 +790,7 @@ class _Step:
                     self.activation(),
                 )
             return
-        if timer.purpose == "action-timeout":
+        if timer.purpose == TimerPurpose.ACTION_TIMEOUT:
             pending = self.state.pending.get(timer.action_id or "")
             if pending is None or pending.attempt != timer.attempt:
                 return
@@ -793,14 +798,14 @@ class _Step:
             self.action_failed(
                 pending,
                 ev.ErrorInfo(
-                    error_class="timeout",
+                    error_class=ErrorClass.TIMEOUT,
                     message=f"no answer from {pending.capability or pending.workflow}{seconds}",
                     retryable=True,
                 ),
                 None,
             )
             return
-        if timer.purpose == "retry":
+        if timer.purpose == TimerPurpose.RETRY:
             pending_like = PendingAction(
                 action_id=timer.action_id or "",
                 state=timer.state or state.name,
@@ -845,12 +850,12 @@ def _to_text(value: Any) -> str:
 def _error_of(data: Any) -> ev.ErrorInfo:
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
-        return ev.ErrorInfo(error_class="agent_error", message=str(data))
-    error_class = str(error.get("class") or "agent_error")
+        return ev.ErrorInfo(error_class=ErrorClass.AGENT_ERROR, message=str(data))
+    error_class = str(error.get("class") or ErrorClass.AGENT_ERROR)
     code = str(error.get("code") or "")
-    if error_class not in ev.ERROR_CLASSES:
+    if error_class not in ERROR_CLASSES:
         # An agent's own class is kept as the code, so a guard can still tell it apart.
-        error_class, code = "agent_error", code or error_class
+        error_class, code = ErrorClass.AGENT_ERROR, code or error_class
     return ev.ErrorInfo(
         error_class=error_class,
         message=str(error.get("message", "")),
@@ -919,7 +924,7 @@ def start(
         traceparent=traceparent,
     )
     if definition.deadline is not None:
-        step.schedule(RUN_DEADLINE, plus_seconds(now, definition.deadline.after_s))
+        step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, definition.deadline.after_s))
     step.enter(definition.initial_state)
     return step.out
 
@@ -938,7 +943,7 @@ def decide(
     ``io.interlock.timer.fired``, extension ``timerid``) or an external event. ``trace``,
     when given, receives every guard weighed (it changes no record).
     """
-    if state.status != RUNNING:
+    if state.status != RunStatus.RUNNING:
         return []
     step = _Step(definition, state, now, trace=trace)
     if event.type == TIMER_FIRED:
@@ -968,7 +973,7 @@ def decide(
 
 def cancel(definition: Definition, state: RunState, *, reason: str, now: str) -> list[ev.AnyRecord]:
     """Cancel a running run (its pending actions are in ``state.pending`` for the shell)."""
-    if state.status != RUNNING:
+    if state.status != RunStatus.RUNNING:
         return []
     step = _Step(definition, state, now)
     step.emit(
@@ -995,7 +1000,7 @@ def resume_fork(
     """The records that turn a copied log prefix into a run of its own: the fork marker,
     then the state the run was in entered again under ``definition``, so its work is asked
     for afresh (with fresh deadlines and inputs rendered by this definition)."""
-    if state.status != RUNNING:
+    if state.status != RunStatus.RUNNING:
         return []
     step = _Step(definition, state, now)
     step.emit(
@@ -1018,7 +1023,7 @@ def migrate(
     definition: Definition, state: RunState, *, version: int, now: str
 ) -> list[ev.AnyRecord]:
     """The record that moves a running run onto another version of its workflow."""
-    if state.status != RUNNING:
+    if state.status != RunStatus.RUNNING:
         return []
     step = _Step(definition, state, now)
     step.emit(

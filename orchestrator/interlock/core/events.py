@@ -15,23 +15,12 @@ import msgspec
 PREFIX = "io.interlock."
 SOURCE = "interlock://orchestrator"
 
-ERROR_CLASSES = (
-    "timeout",
-    "cancelled",
-    "budget_exceeded",
-    "schema_error",
-    "agent_error",
-    "platform_error",
-    "expression_error",
-    "workflow_failed",
-)
-"""Error classes an action or a run can fail with; ``catch`` and guards match on them."""
-
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A classified failure."""
 
     error_class: str = msgspec.field(name="class")
+    """An :class:`~interlock.core.vocabulary.ErrorClass` (kept ``str`` in the log)."""
     message: str
     retryable: bool = False
     code: str = ""
@@ -172,7 +161,7 @@ class TransitionFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
 class TimerScheduledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     timer_id: str
     purpose: str
-    """``action-timeout``, ``retry`` or ``state-timeout``."""
+    """A :class:`~interlock.core.vocabulary.TimerPurpose` (kept ``str`` in the log)."""
     fire_at: str
     state: str | None = None
     action_id: str | None = None

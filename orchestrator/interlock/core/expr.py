@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from interlock.core.rfc3339 import format_time
+from interlock.core.vocabulary import InterlockError
+
 if TYPE_CHECKING:
     import celpy
     import lark
@@ -24,12 +27,12 @@ VARIABLES = frozenset({"event", "data", "result", "context", "inputs", "states",
 """Names an expression may read; loop and map constructs add their own item variable."""
 
 
-class ExpressionError(Exception):
+class ExpressionError(InterlockError):
     """An expression failed to compile or to evaluate."""
 
 
 @dataclass(frozen=True, slots=True)
-class CompileError(Exception):
+class CompileError(InterlockError):
     """A CEL expression does not compile: ``line``/``col`` are 1-based, inside the source."""
 
     message: str
@@ -248,7 +251,7 @@ def to_json(value: Any) -> Any:
     if isinstance(value, celtypes.MapType):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, celtypes.TimestampType):
-        return value.isoformat().replace("+00:00", "Z")
+        return format_time(value, "auto", utc=False)
     if isinstance(value, celtypes.DurationType):
         return f"{value.total_seconds()}s"
     if isinstance(value, bool | int | float | str | list | dict):

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from interlock.core.vocabulary import ErrorClass
+
 WORKFLOW_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1")
 AGENTDEF_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1alpha1", "zynax.io/v1")
 
@@ -181,7 +183,7 @@ class Fail(_Strict, frozen=True, kw_only=True):
     """Makes a terminal state end the run as failed, with this error."""
 
     message: str
-    error_class: str = msgspec.field(name="class", default="workflow_failed")
+    error_class: str = msgspec.field(name="class", default=ErrorClass.WORKFLOW_FAILED)
 
 
 class State(_Strict, frozen=True, kw_only=True):

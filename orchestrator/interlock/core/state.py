@@ -14,12 +14,7 @@ import msgspec
 from msgspec.structs import replace
 
 from interlock.core import events as ev
-
-RUNNING = "running"
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-FINISHED = frozenset({COMPLETED, FAILED, CANCELLED})
+from interlock.core.vocabulary import FINISHED, RunStatus, TimerPurpose
 
 
 class PendingAction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -56,7 +51,7 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str = "default"
     version: int = 0
     spec_hash: str = ""
-    status: str = "new"
+    status: str = RunStatus.NEW
     seq: int = 0
     """How many records have been folded: the log position of the last one."""
     started_at: str = ""
@@ -98,7 +93,7 @@ def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
         namespace=d.namespace,
         version=d.version,
         spec_hash=d.spec_hash,
-        status=RUNNING,
+        status=RunStatus.RUNNING,
         seq=s.seq + 1,
         started_at=r.time,
         updated_at=r.time,
@@ -111,13 +106,13 @@ def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
     )
 
 
-RUN_DEADLINE = "run-deadline"
-"""The purpose of the one timer that belongs to the run rather than to a state visit."""
-
-
 def _state_entered(s: RunState, r: ev.StateEntered) -> RunState:
     # A state's timers end with the visit; the run's deadline runs on.
-    kept = {k: t for k, t in s.timers.items() if t.purpose == RUN_DEADLINE} if s.timers else {}
+    kept = (
+        {k: t for k, t in s.timers.items() if t.purpose == TimerPurpose.RUN_DEADLINE}
+        if s.timers
+        else {}
+    )
     return replace(
         s,
         seq=s.seq + 1,
@@ -245,7 +240,7 @@ def _run_completed(s: RunState, r: ev.RunCompleted) -> RunState:
         s,
         seq=s.seq + 1,
         updated_at=r.time,
-        status=COMPLETED,
+        status=RunStatus.COMPLETED,
         outputs=r.data.outputs,
         pending={},
         timers={},
@@ -257,7 +252,7 @@ def _run_failed(s: RunState, r: ev.RunFailed) -> RunState:
         s,
         seq=s.seq + 1,
         updated_at=r.time,
-        status=FAILED,
+        status=RunStatus.FAILED,
         error=r.data.error,
         # Only a terminal state with `fail` returns outputs; other failures (and logs
         # written before there was such a state) leave them unset.
@@ -268,7 +263,9 @@ def _run_failed(s: RunState, r: ev.RunFailed) -> RunState:
 
 
 def _run_cancelled(s: RunState, r: ev.RunCancelled) -> RunState:
-    return replace(s, seq=s.seq + 1, updated_at=r.time, status=CANCELLED, pending={}, timers={})
+    return replace(
+        s, seq=s.seq + 1, updated_at=r.time, status=RunStatus.CANCELLED, pending={}, timers={}
+    )
 
 
 def _run_forked(s: RunState, r: ev.RunForked) -> RunState:

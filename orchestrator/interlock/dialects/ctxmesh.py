@@ -17,8 +17,8 @@ import re
 from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
-from interlock.core.events import ERROR_CLASSES
 from interlock.core.source import Document, Path
+from interlock.core.vocabulary import ERROR_CLASSES
 from interlock.dialects.base import (
     API_VERSION,
     Cel,

@@ -1,0 +1,77 @@
+"""The words every part of Interlock shares: error classes, run statuses, timer purposes,
+and the root of its exceptions.
+
+They are defined here once. Each enum is a ``StrEnum``, so a member *is* its string: it
+compares equal to the text a log carries, encodes as that text, and the log's fields stay
+plain ``str`` (an older reader must still decode a newer log that names a value it does not
+know yet).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class InterlockError(Exception):
+    """The root of the errors Interlock raises on purpose: catch it to catch any of them.
+
+    The core's errors (a manifest that does not compile, an expression that fails) derive
+    from it, and so do the shell's and the SDK's.
+    """
+
+
+class ErrorClass(StrEnum):
+    """The class of a failed action or run, recorded in the log and matched by ``catch``."""
+
+    TIMEOUT = "timeout"
+    """No answer, or no end of the run, in the time allowed."""
+    CANCELLED = "cancelled"
+    """The action or the run was cancelled while it ran."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """A budget (actions, fan-out, transitions, loop iterations) was exhausted."""
+    SCHEMA_ERROR = "schema_error"
+    """An input or an output did not match the capability's schema."""
+    AGENT_ERROR = "agent_error"
+    """The agent's handler failed."""
+    PLATFORM_ERROR = "platform_error"
+    """Something around the handler failed (the worker, the transport)."""
+    EXPRESSION_ERROR = "expression_error"
+    """An expression the run needed (a map's ``over``, an output) failed."""
+    WORKFLOW_FAILED = "workflow_failed"
+    """The workflow itself ended the run as failed (a ``fail:`` terminal state)."""
+
+
+ERROR_CLASSES: tuple[str, ...] = tuple(ErrorClass)
+"""Every error class, in the order the documentation lists them."""
+
+RETRYABLE: frozenset[str] = frozenset({ErrorClass.TIMEOUT, ErrorClass.PLATFORM_ERROR})
+"""Error classes retried under a retry policy; an agent can mark any error retryable."""
+
+
+class RunStatus(StrEnum):
+    """Where a run stands; a finished run never changes again."""
+
+    NEW = "new"
+    """Nothing folded yet."""
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED: frozenset[str] = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+"""The statuses of a finished run."""
+
+
+class TimerPurpose(StrEnum):
+    """What a durable timer is for, recorded in ``timer.scheduled``."""
+
+    ACTION_TIMEOUT = "action-timeout"
+    """An attempt of an action got no answer in time."""
+    RETRY = "retry"
+    """The backoff before the next attempt of a failed action is over."""
+    STATE_TIMEOUT = "state-timeout"
+    """The run stayed in a state longer than the state's ``timeout.after``."""
+    RUN_DEADLINE = "run-deadline"
+    """The run did not finish within ``spec.deadline``: the one timer that belongs to the
+    run rather than to a state visit."""

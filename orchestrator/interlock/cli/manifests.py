@@ -10,7 +10,7 @@ from pathlib import Path
 
 from interlock.cli import dialect_cmds
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err, read_sources
-from interlock.core.compiler import DNS_LABEL
+from interlock.core.names import DNS_LABEL
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,0 +1,135 @@
+"""The rules over a whole workflow, checked once every state is lowered: each state is
+reachable from the initial one, a terminal state is reachable from each, and every
+``$.states.<s>.output`` reference names a state that produces an output.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Protocol
+
+from interlock.core import model
+from interlock.core.definition import TERMINAL, DeadlineDef, StateDef
+from interlock.core.expr import CompiledValue, references
+from interlock.core.source import Path
+
+
+class Report(Protocol):
+    """Records one diagnostic: where, the rule it breaks, and what is wrong."""
+
+    def __call__(self, path: Path, rule: str, message: str, *, key: bool = False) -> None: ...
+
+
+def _edges(spec: model.WorkflowSpec) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name, state in spec.states.items():
+        targets = {t.goto for t in state.on} | {c.goto for c in state.catch}
+        if state.timeout is not None:
+            targets.add(state.timeout.goto)
+        deadline = spec.deadline
+        if deadline is not None and deadline.goto is not None:
+            targets.add(deadline.goto)  # taken from whatever state the run is in
+        edges[name] = {t for t in targets if t in spec.states}
+    return edges
+
+
+def check_graph(spec: model.WorkflowSpec, error: Report) -> None:
+    """Every state reachable from the initial one, and a terminal state reachable from each."""
+    states = spec.states
+    initial = spec.initial_state
+    edges = _edges(spec)
+    if initial in states:
+        reachable = _reach({initial}, edges)
+        for name in states:
+            if name not in reachable:
+                error(
+                    ("spec", "states", name),
+                    "unreachable-state",
+                    f"state {name!r} cannot be reached from initial state {initial!r}",
+                    key=True,
+                )
+    reverse: dict[str, set[str]] = {name: set() for name in states}
+    for source, targets in edges.items():
+        for target in targets:
+            reverse[target].add(source)
+    terminals = {n for n, s in states.items() if s.type == TERMINAL}
+    if not terminals:
+        error(
+            ("spec", "states"),
+            "no-terminal-path",
+            "the workflow has no terminal state (add one with type: terminal)",
+        )
+        return
+    finishing = _reach(terminals, reverse)
+    for name in states:
+        if name not in finishing:
+            why = "" if edges[name] else " (it has no transitions)"
+            error(
+                ("spec", "states", name),
+                "no-terminal-path",
+                f"no terminal state can be reached from state {name!r}{why}",
+                key=True,
+            )
+
+
+def check_references(
+    states: Mapping[str, StateDef], deadline: DeadlineDef | None, error: Report
+) -> None:
+    """Every ``$.states.<s>.output`` names a state that exists and produces an output."""
+    producing = {n for n, s in states.items() if s.produces_output}
+
+    def check(path: Path, value: CompiledValue) -> None:
+        for ref in references(value):
+            if ref.state not in states:
+                error(
+                    path,
+                    "unknown-state-ref",
+                    f"$.states.{ref.state} refers to a state that does not exist",
+                )
+            elif ref.state not in producing:
+                error(
+                    path,
+                    "no-output-ref",
+                    f"$.states.{ref.state}.output refers to a state that produces no "
+                    "output (only states with actions, a map or a loop do)",
+                )
+
+    for name, state in states.items():
+        base: Path = ("spec", "states", name)
+        for i, action in enumerate(state.actions):
+            check((*base, "actions", i, "input"), action.input)
+        for t in state.transitions:
+            for key, value in t.set:
+                check((*base, "on", t.index, "set", key), value)
+        for key, value in state.outputs or ():
+            check((*base, "outputs", key), value)
+        if state.fail is not None:
+            check((*base, "fail", "message"), state.fail.message)
+        for i, catch in enumerate(state.catches):
+            for key, value in catch.set:
+                check((*base, "catch", i, "set", key), value)
+        if state.timeout is not None:
+            for key, value in state.timeout.set:
+                check((*base, "timeout", "set", key), value)
+        if state.map is not None:
+            if state.map.branches:
+                for i, branch in enumerate(state.map.branches):
+                    check((*base, "parallel", "actions", i, "input"), branch.input)
+            else:
+                check((*base, "map", "action", "input"), state.map.action.input)
+        if state.loop is not None:
+            check((*base, "loop", "action", "input"), state.loop.action.input)
+    for key, value in deadline.set if deadline is not None else ():
+        check(("spec", "deadline", "set", key), value)
+
+
+def _reach(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
+    seen = set(start)
+    queue = deque(start)
+    while queue:
+        for nxt in edges.get(queue.popleft(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                queue.append(nxt)
+    return seen

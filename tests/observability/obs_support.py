@@ -158,19 +158,22 @@ async def instrumented_stack(
 
 
 Handler = Callable[[CloudEvent, Msg], Awaitable[None]]
+_tokens: dict[tuple[str, str], str] = {}
+"""(action id, attempt) -> the Interlock-Token of the request plain_agent received."""
 
 
 @contextlib.asynccontextmanager
 async def plain_agent(
     url: str, subjects: Subjects, capability: str, handle: Handler
 ) -> AsyncIterator[None]:
-    """A bare JetStream consumer of one capability's requests (no SDK): ``handle`` answers."""
+    """A bare JetStream reader of one capability's requests (no SDK), through the
+    capability's own consumer as the contract names it: ``handle`` answers."""
     nc = await connect(url)
     js = nc.jetstream()
     await provision(js, subjects)
     sub = await js.pull_subscribe(
         subjects.capability(capability),
-        durable=f"plain_{capability}",
+        durable=f"cap_{capability}",
         stream=subjects.tasks_stream,
         config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT),
     )
@@ -182,7 +185,12 @@ async def plain_agent(
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
             for msg in msgs:
-                await handle(decode_message(msg.headers, msg.data), msg)
+                request = decode_message(msg.headers, msg.data)
+                # Kept for answer(): an answer echoes its request's token.
+                _tokens[request.id, request.extensions["attempt"]] = (msg.headers or {}).get(
+                    "Interlock-Token", ""
+                )
+                await handle(request, msg)
                 await msg.ack()
 
     task = asyncio.create_task(loop())
@@ -213,7 +221,10 @@ async def answer(
     )
     headers, payload = encode_binary(event)
     headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
-    await nc.jetstream().publish(subjects.result(ext["runid"]), payload, headers=headers)
+    headers["Interlock-Token"] = _tokens.get((request.id, ext["attempt"]), "")
+    capability = request.extensions["capability"]
+    subject = subjects.result(capability, ext["runid"])
+    await nc.jetstream().publish(subject, payload, headers=headers)
 
 
 async def eventually(probe: Callable[[], Any], what: str, within: float = TIMEOUT) -> Any:

@@ -156,7 +156,7 @@ async def test_metrics_of_a_running_stack(nats_url: str, subjects: Subjects) -> 
     )
     lag = [k for k in values if k[0] == "interlock_consumer_lag_messages"]
     consumers = {dict(labels)["consumer"] for _, labels in lag}
-    assert {"ingress", "results", "relay", "plain_echo"} <= consumers
+    assert {"ingress", "results", "relay", "cap_echo"} <= consumers
     # No run id anywhere in a label.
     assert not any("run" in dict(labels) or "run_id" in dict(labels) for _, labels in values)
 

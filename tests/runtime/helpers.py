@@ -176,17 +176,19 @@ async def running_stack(
     manifests: Iterable[str] = (),
     *,
     worker: bool = True,
+    **options: Any,
 ) -> AsyncIterator[Stack]:
     """Client, orchestrator and (optionally) the test worker, each on its own connection.
 
-    ``manifests`` (plus the test AgentDef) are applied before the orchestrator starts.
+    ``manifests`` (plus the test AgentDef) are applied before the orchestrator starts;
+    ``options`` go to the :class:`Orchestrator`.
     """
     client_nc, orch_nc = await connect(url), await connect(url)
     worker_nc: Client | None = None
     client = InterlockClient(client_nc, subjects)
     await client.ensure_provisioned()
     recorder = Recorder()
-    orchestrator = Orchestrator(orch_nc, subjects)
+    orchestrator = Orchestrator(orch_nc, subjects, **options)
     the_worker: Worker | None = None
     worker_task: asyncio.Task[None] | None = None
     stack = Stack(client, orchestrator, recorder, None, subjects)
@@ -410,8 +412,9 @@ def slow_worker() -> Worker:
     """A worker whose ``slow`` handler announces each task, then never finishes.
 
     Run in a child process (``interlock agent run helpers:slow_worker``) that a test kills
-    mid-task. Its short ack_wait (the capability consumer is created with it) makes
-    JetStream hand the task to another worker two seconds after the progress acks stop.
+    mid-task. The orchestrator of the test creates the capability's consumer with a short
+    ack wait, so JetStream hands the task to another worker two seconds after the
+    progress acks stop.
     """
     worker = Worker("slowagent", concurrency=4, ack_wait=2.0, grace_period=0.1)
 

@@ -259,7 +259,7 @@ async def test_a_task_of_a_killed_worker_goes_to_another_worker(
     nats_url: str, subjects: Subjects
 ) -> None:
     env = cli_env(nats_url, subjects.prefix, PYTHONPATH=str(REPO / "tests" / "runtime"))
-    async with running_stack(nats_url, subjects, [SLOW], worker=False) as stack:
+    async with running_stack(nats_url, subjects, [SLOW], worker=False, task_ack_wait=2.0) as stack:
         doomed = interlock_bg("agent", "run", "helpers:slow_worker", "--metrics-port", "0", env=env)
         try:
             await doomed.await_line("serving slow")

@@ -38,6 +38,7 @@ class Wire:
         self.subjects = subjects
         self._queues: dict[str, asyncio.Queue[tuple[CloudEvent, dict[str, str]]]] = {}
         self._sub: Any = None
+        self._capability_of: dict[str, str] = {}
 
     async def start(self) -> None:
         async def collect(msg: Any) -> None:
@@ -75,6 +76,7 @@ class Wire:
         ``at`` is when the run log requested it (default: now).
         """
         action_id = f"{run_id}.{seq}"
+        self._capability_of[action_id] = capability
         headers = {
             "ce-specversion": "1.0",
             "ce-id": action_id,
@@ -106,9 +108,11 @@ class Wire:
         *,
         attempt: int | None = None,
         at: datetime | None = None,
+        capability: str | None = None,
     ) -> None:
         """Publish a cancellation on core NATS, as the orchestrator does (``at``: when
-        the run log cancelled the action, default now; ``attempt``: only that one)."""
+        the run log cancelled the action, default now; ``attempt``: only that one;
+        ``capability``: the action's, when no task of it was published here)."""
         headers = {
             "ce-specversion": "1.0",
             "ce-id": f"{action_id}.cancel",
@@ -121,7 +125,8 @@ class Wire:
         }
         if attempt is not None:
             headers["ce-attempt"] = str(attempt)
-        await self.nc.publish(self.subjects.control(run_id), b"", headers=headers)
+        capability = capability or self._capability_of[action_id]
+        await self.nc.publish(self.subjects.control(capability, run_id), b"", headers=headers)
         await self.nc.flush()
 
     async def result(self, run_id: str, wait: float = 5.0) -> tuple[CloudEvent, dict[str, str]]:
@@ -133,9 +138,9 @@ class Wire:
 
     async def stored_results(self, run_id: str) -> int:
         """How many result messages the RESULTS stream holds for ``run_id``."""
-        subject = self.subjects.result(run_id)
+        subject = self.subjects.result("*", run_id)
         info = await self.js.stream_info(self.subjects.results_stream, subjects_filter=subject)
-        return (info.state.subjects or {}).get(subject, 0)
+        return sum((info.state.subjects or {}).values())
 
     async def tasks_left(self) -> int:
         """Task messages still in the work-queue stream (acked ones are removed)."""

@@ -15,7 +15,7 @@ from interlock.sdk.runner import load_worker
 from interlock.sdk.schemas import AgentDefCatalog, Schema
 from interlock.transport.cloudevents import decode_message
 from interlock.transport.pulling import SlotPool
-from interlock.transport.tasks import TaskRequest, consumer_name, task_request, worker_key
+from interlock.transport.tasks import TaskRequest, consumer_name, heartbeat_key, task_request
 
 
 def test_public_names_are_pinned() -> None:
@@ -103,11 +103,11 @@ def test_consumer_names(capability: str, name: str) -> None:
     assert consumer_name(capability) == name
 
 
-def test_worker_keys_are_valid_kv_keys() -> None:
-    assert worker_key("review-agent", "ab12") == "review-agent.ab12"
-    assert worker_key("my agent:v2", "h/1") == "my_agent_v2.h/1"
-    assert worker_key(".x", "y.") == "x.y"
-    assert worker_key("a.", ".b") == "a.b"
+def test_heartbeat_keys_are_a_capability_token_and_an_instance() -> None:
+    assert heartbeat_key("review", "ab12") == "review.ab12"
+    assert heartbeat_key("http.fetch", "h/1") == "http_fetch.h_1"
+    assert heartbeat_key("a b:c", "x.y") == "a_b_c.x_y"
+    assert heartbeat_key("echo", "") == "echo._"
 
 
 # --- emit and registration ----------------------------------------------------------------

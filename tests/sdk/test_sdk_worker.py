@@ -25,7 +25,7 @@ from interlock.sdk import (
     WorkerObserver,
 )
 from interlock.transport.subjects import Subjects
-from interlock.transport.tasks import consumer_name, worker_key
+from interlock.transport.tasks import consumer_name, heartbeat_key
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -363,7 +363,7 @@ async def test_cancellation_on_the_control_subject(wire, runner) -> None:
     run_id = new_run()
     action = await wire.publish_task("wait", {}, run_id=run_id)
     await asyncio.wait_for(started.wait(), 5)
-    await wire.cancel(run_id, f"{run_id}.other")  # another action: ignored
+    await wire.cancel(run_id, f"{run_id}.other", capability="wait")  # another action: ignored
     await wire.cancel(run_id, action)
     error = error_of((await wire.result(run_id))[0])
     assert error == {
@@ -441,10 +441,10 @@ async def test_a_remembered_cancel_skips_only_the_attempts_it_covers(wire, runne
     cancelled_at = datetime.now(UTC)
     runs = {name: new_run() for name in ("named", "other", "retry", "earlier")}
     action = {name: f"{run}.1" for name, run in runs.items()}
-    await wire.cancel(runs["named"], action["named"], attempt=2)
-    await wire.cancel(runs["other"], action["other"], attempt=1)
-    await wire.cancel(runs["retry"], action["retry"], at=cancelled_at)
-    await wire.cancel(runs["earlier"], action["earlier"], at=cancelled_at)
+    await wire.cancel(runs["named"], action["named"], attempt=2, capability="work")
+    await wire.cancel(runs["other"], action["other"], attempt=1, capability="work")
+    await wire.cancel(runs["retry"], action["retry"], at=cancelled_at, capability="work")
+    await wire.cancel(runs["earlier"], action["earlier"], at=cancelled_at, capability="work")
     await wire.cancel(sync_run, sync)  # handled after the notices above
     assert error_of((await wire.result(sync_run))[0])["class"] == "cancelled"
 
@@ -603,7 +603,7 @@ async def test_heartbeat_is_present_while_running_and_gone_after_stop(
     task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
     await worker.wait_ready()
     workers = await js.key_value(subjects.workers_bucket)
-    entry = await workers.get(worker_key("beating", "i-1"))
+    entry = await workers.get(heartbeat_key("noop", "i-1"))
     record = json.loads(entry.value or b"")
     assert record["name"] == "beating"
     assert record["instance"] == "i-1"
@@ -614,7 +614,7 @@ async def test_heartbeat_is_present_while_running_and_gone_after_stop(
     assert record["host"]
     assert record["started_at"] <= record["heartbeat_at"]
     first_beat = entry.revision
-    watcher = await workers.watch(worker_key("beating", "i-1"))
+    watcher = await workers.watch(heartbeat_key("noop", "i-1"))
     while (update := await watcher.updates(timeout=2)) is None or update.revision == first_beat:
         pass  # the periodic beat rewrites the key
     await watcher.stop()
@@ -622,7 +622,7 @@ async def test_heartbeat_is_present_while_running_and_gone_after_stop(
     await worker.stop()
     await task
     with pytest.raises(KeyNotFoundError):
-        await workers.get(worker_key("beating", "i-1"))
+        await workers.get(heartbeat_key("noop", "i-1"))
 
 
 async def test_consumer_is_shared_and_named_after_the_capability(
@@ -656,7 +656,7 @@ async def test_a_message_that_is_not_a_task_is_dead_lettered(
     await js.publish(subjects.capability("picky"), b"not a cloudevent")
     assert (await finished.next())[1] == Outcome.REJECTED
     msg = await dlq.next_msg(timeout=5)
-    assert msg.subject == subjects.dead_letter("bad-json")
+    assert msg.subject == subjects.agent_dead_letter("picky", "bad-json")
     assert msg.data == b"not a cloudevent"
     assert msg.headers is not None
     assert msg.headers["Interlock-Dead-Letter-Reason"] == "bad-json"
@@ -668,7 +668,7 @@ async def test_a_message_that_is_not_a_task_is_dead_lettered(
     await js.publish(subjects.capability("picky"), b"{}", headers=headers)
     assert (await finished.next())[1] == Outcome.REJECTED
     msg = await dlq.next_msg(timeout=5)
-    assert msg.subject == subjects.dead_letter("no-run-id")
+    assert msg.subject == subjects.agent_dead_letter("picky", "no-run-id")
     await poll(lambda: no_tasks_left(wire))  # terminated, not redelivered
 
 

@@ -191,8 +191,12 @@ class InterlockClient:
         """Registered AgentDefs and the live workers heartbeating for them."""
         specs = await self.registry.agent_specs()
         kv = await self.js.key_value(self.subjects.workers_bucket)
-        workers = [json.loads(value) for value in (await bucket_values(kv)).values()]
-        return {"agentdefs": specs, "workers": workers}
+        # A worker heartbeats under one key per capability: list each process once.
+        workers: dict[tuple[Any, Any], Any] = {}
+        for value in (await bucket_values(kv)).values():
+            record = json.loads(value)
+            workers.setdefault((record.get("name"), record.get("instance")), record)
+        return {"agentdefs": specs, "workers": list(workers.values())}
 
     # -- dead letters ---------------------------------------------------------------------
 

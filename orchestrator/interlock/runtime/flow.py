@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
@@ -28,6 +29,7 @@ from interlock.core.engine import (
     event_correlation_key,
 )
 from interlock.core.state import RunState
+from interlock.runtime.answers import Answers
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun
@@ -40,11 +42,10 @@ from interlock.transport.subjects import Subjects
 log = logging.getLogger("interlock.flow")
 
 TIMERS_SOURCE = "interlock://timers"
+_CAPABILITIES_KNOWN = 16_384
 
 Deliver = Callable[[str, Incoming], Awaitable[bool]]
 """Decide on an event for a run (the orchestrator's ``deliver``); False: no such run."""
-AnswerFailed = Callable[[ev.ActionRequested, str, str], Awaitable[None]]
-"""Answer an action with a failure of a class, as an agent would (``answer_failed``)."""
 
 
 def child_run_id(action_id: str, attempt: int) -> str:
@@ -65,7 +66,7 @@ class ControlFlow:
         timers: Timers,
         clock: Callable[[], str],
         deliver: Deliver,
-        answer_failed: AnswerFailed,
+        answers: Answers,
     ) -> None:
         self._nc = nc
         self._js = jetstream(nc)
@@ -74,7 +75,10 @@ class ControlFlow:
         self._registry = registry
         self._clock = clock
         self._deliver = deliver
-        self._answer_failed = answer_failed
+        self._answers = answers
+        self._capability_of: OrderedDict[str, str] = OrderedDict()
+        """Action id -> capability, of the requests this process has seen (cancel notices
+        go to the capability's agents)."""
         self.timers = timers
         self.correlation = CorrelationIndex(nc, subjects)
 
@@ -89,6 +93,8 @@ class ControlFlow:
     def effect(self, record: ev.AnyRecord) -> Awaitable[None] | None:
         """The effect of one appended record, if it has one here."""
         handler: Callable[[ev.AnyRecord], Awaitable[None]] | None = None
+        if isinstance(record, ev.ActionRequested) and not record.data.workflow:
+            self._note_capability(record.data.action_id, record.data.capability)
         if isinstance(record, ev.TimerScheduled):
             handler = self._schedule
         elif isinstance(record, ev.ActionRequested) and record.data.workflow:
@@ -161,10 +167,35 @@ class ControlFlow:
         self, run_id: str, action_id: str, time: str, attempt: int | None = None
     ) -> None:
         """Publish a cancel notice: about one attempt of the action, or (None) all of it."""
+        capability = await self._capability(run_id, action_id)
+        if capability is None:
+            log.debug("no agent works on %s of run %s: nobody to tell", action_id, run_id)
+            return
         headers, payload = tasks.encode_cancel(
             run_id=run_id, action_id=action_id, time=time, attempt=attempt
         )
-        await self._nc.publish(self._subjects.control(run_id), payload, headers=headers)
+        await self._nc.publish(self._subjects.control(capability, run_id), payload, headers=headers)
+
+    def _note_capability(self, action_id: str, capability: str) -> None:
+        self._capability_of[action_id] = capability
+        self._capability_of.move_to_end(action_id)
+        if len(self._capability_of) > _CAPABILITIES_KNOWN:
+            self._capability_of.popitem(last=False)
+
+    async def _capability(self, run_id: str, action_id: str) -> str | None:
+        """The capability an action was requested of: as seen here, else from its log
+        (another replica relayed the request)."""
+        known = self._capability_of.get(action_id)
+        if known is not None:
+            return known
+        records, _ = await self._runs.log.read(run_id)
+        for record in records:
+            if isinstance(record, ev.ActionRequested) and record.data.action_id == action_id:
+                if record.data.workflow:
+                    return None
+                self._note_capability(action_id, record.data.capability)
+                return record.data.capability
+        return None
 
     async def _action_cancelled(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.ActionCancelled)
@@ -213,7 +244,7 @@ class ControlFlow:
         try:
             definition, version = await self._registry.latest(d.workflow)
         except UnknownWorkflow as exc:
-            await self._answer_failed(record, "platform_error", str(exc))
+            await self._answers.failed(record, "platform_error", str(exc))
             return
         inputs = d.input if isinstance(d.input, dict) else {}
         parent = ev.ParentRef(run_id=record.subject, action_id=d.action_id, attempt=d.attempt)
@@ -227,7 +258,7 @@ class ControlFlow:
                 parent=parent,
             )
         except InvalidInputs as exc:
-            await self._answer_failed(record, "schema_error", str(exc))
+            await self._answers.failed(record, "schema_error", str(exc))
 
     async def _answer_parent(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled)
@@ -250,8 +281,8 @@ class ControlFlow:
             data=data,
             time=record.time,
         )
-        headers, payload = tasks.encode_result(event)
-        await self._js.publish(self._subjects.result(parent.run_id), payload, headers=headers)
+        # The parent's action is a child-workflow call, answered under that capability.
+        await self._answers.publish("", event)
 
     # -- correlation ----------------------------------------------------------------------
 

@@ -580,9 +580,15 @@ class ClusterMetrics(Collector):
     async def _live_workers(self) -> dict[str, int]:
         kv = await self._js.key_value(self._subjects.workers_bucket)
         counts: dict[str, int] = {}
+        seen: set[tuple[Any, Any]] = set()
         for value in (await bucket_values(kv)).values():
             with contextlib.suppress(ValueError, AttributeError):
-                for capability in json.loads(value).get("capabilities", []):
+                record = json.loads(value)
+                worker = (record.get("name"), record.get("instance"))
+                if worker in seen:  # one key per capability it serves: count it once
+                    continue
+                seen.add(worker)
+                for capability in record.get("capabilities", []):
                     counts[capability] = counts.get(capability, 0) + 1
         return counts
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,7 @@ class Registry:
         self._compiled: dict[tuple[str, str, int], Definition] = {}
         self._latest: dict[tuple[str, str], int] = {}
         self._capabilities: dict[str, CapabilityDef] = {}
+        self._learners: list[Callable[[list[str]], None]] = []
         self._watchers: list[asyncio.Task[None]] = []
         # The highest revision (stream sequence) of each bucket that the watchers have
         # taken into account; ``sync`` waits on it.
@@ -253,6 +254,12 @@ class Registry:
             log.warning("agent definition %s is not valid: %s", name, exc)
             return
         self._capabilities.update(agent.capabilities)
+        for learner in self._learners:
+            learner(list(agent.capabilities))
+
+    def on_capabilities(self, learner: Callable[[list[str]], None]) -> None:
+        """Call ``learner`` with the capabilities of every AgentDef learnt from now on."""
+        self._learners.append(learner)
 
     async def watch(self) -> None:
         """Follow changes applied by other processes (runs until cancelled)."""

@@ -27,9 +27,7 @@ import jsonschema
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import (
-    KeyNotFoundError,
-)
+from nats.js.errors import BadRequestError, KeyNotFoundError
 
 from interlock.core import events as ev
 from interlock.core.analysis import acted_on
@@ -45,6 +43,7 @@ from interlock.core.engine import (
 )
 from interlock.core.expr import ExpressionError
 from interlock.core.state import RunState
+from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
@@ -53,7 +52,12 @@ from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
-from interlock.transport.consuming import dead_letter_headers, ensure_consumer, until_done
+from interlock.transport.consuming import (
+    ConsumerMismatch,
+    dead_letter_headers,
+    ensure_consumer,
+    until_done,
+)
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
 from interlock.transport.provision import append_batch, provision
@@ -117,10 +121,14 @@ class Orchestrator:
         replicas: int = 1,
         timers: Timers | None = None,
         ack_wait: float = ACK_WAIT,
+        task_ack_wait: float = tasks.TASK_ACK_WAIT,
     ) -> None:
         self.observers = Observers(observers)
         self.ack_wait = ack_wait
         """Seconds before a message taken by a process that died is handed out again."""
+        self.task_ack_wait = task_ack_wait
+        """The ack wait of the capability consumers this process creates (workers send
+        progress acks: it bounds how soon a killed worker's task goes to another)."""
         self.replicas = replicas
         """Stream replicas when provisioning (3 on a JetStream cluster)."""
         self.nc = nc
@@ -137,11 +145,15 @@ class Orchestrator:
         self.clock = clock
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._index: Any = None
         # Index entries as this process last wrote them, with their revisions: the next
         # update of a run is a compare-and-set on that revision, with no read first.
         self._index_known: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+        self.answers = Answers(self.js, subjects)
+        self._task_consumers: set[str] = set()
+        """Capabilities whose consumer this process has made sure of."""
         self.flow = ControlFlow(
             nc,
             subjects,
@@ -150,14 +162,18 @@ class Orchestrator:
             timers=timers or JetStreamTimers(nc, subjects),
             clock=clock,
             deliver=self.deliver,
-            answer_failed=self.answer_failed,
+            answers=self.answers,
         )
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         await provision(self.js, self.subjects, replicas=self.replicas)
+        await self.answers.load()
+        self.registry.on_capabilities(self._capabilities_learnt)
         await self.registry.load()
+        for capability in sorted(self.registry.known_capabilities()):
+            await self._ensure_task_consumer(capability)
         await self.registry.watch()
         self._index = await self.js.key_value(self.subjects.runs_bucket)
         s = self.subjects
@@ -405,17 +421,33 @@ class Orchestrator:
             self.counters["events_unrouted"] += 1
             self.observers.unrouted(event.type)
 
-    async def deliver(self, run_id: str, incoming: Incoming, *, answer: bool = False) -> bool:
-        """Decide on ``incoming`` for the run; ``answer``: an agent's, checked first."""
+    async def deliver(
+        self, run_id: str, incoming: Incoming, *, answer: AnswerKey | None = None
+    ) -> bool:
+        """Decide on ``incoming`` for the run.
+
+        ``answer``: the attempt an agent's answer speaks for; the run must await it (else
+        :class:`AnswerRefused` is raised and nothing is appended), and its data must match
+        the capability's output schema.
+        """
         now = self.clock()
 
         def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
-            event = self._check_output(incoming, state) if answer else incoming
+            event = incoming
+            if answer is not None:
+                Answers.check_awaited(answer, state)
+                event = self._check_output(incoming, state)
             return decide(definition, state, event, now)
 
         async with self.runs.locked(run_id):
             try:
-                records = await self.runs.apply(run_id, decision)
+                try:
+                    records = await self.runs.apply(run_id, decision)
+                except AnswerRefused:
+                    # The cached state may be behind the log (another replica dispatched
+                    # the attempt): refuse only what the log itself does not await.
+                    self.runs.forget(run_id)
+                    records = await self.runs.apply(run_id, decision)
             except (UnknownRun, UnknownWorkflow):
                 return False
         return bool(records)
@@ -428,8 +460,12 @@ class Orchestrator:
         except InvalidCloudEvent as exc:
             await self._dead_letter(msg, exc.reason, str(exc))
             return
-        run_id = event.extensions.get("runid") or msg.subject.rsplit(".", 1)[-1]
-        await self.deliver(run_id, to_incoming(event), answer=True)
+        try:
+            key = self.answers.key_of(msg.subject, event, msg.headers)
+            await self.deliver(key.run_id, to_incoming(event), answer=key)
+        except AnswerRefused as exc:
+            log.warning("refused an answer on %s: %s", msg.subject, exc.detail)
+            await self._dead_letter(msg, exc.reason, exc.detail)
 
     def _check_output(self, incoming: Incoming, state: RunState) -> Incoming:
         """An answer whose data break the capability's output_schema fails as schema_error."""
@@ -593,7 +629,9 @@ class Orchestrator:
             time=record.time,
             deadline=deadline,
             traceparent=record.traceparent,
+            token=self.answers.tokens.token(d.capability, run_id, d.action_id, d.attempt),
         )
+        await self._ensure_task_consumer(d.capability)
         self.observers.dispatched(record, headers)
         await self.js.publish(self.subjects.capability(d.capability), payload, headers=headers)
         self.counters["actions_dispatched"] += 1
@@ -602,20 +640,37 @@ class Orchestrator:
         self, record: ev.ActionRequested, error_class: str, message: str
     ) -> None:
         """Feed a failure back through the results stream, like an agent's answer."""
-        d = record.data
-        event_type, data = tasks.failure(error_class, message)
-        event = tasks.answer_event(
-            run_id=record.subject,
-            action_id=d.action_id,
-            attempt=d.attempt,
-            event_id=f"{d.action_id}.{d.attempt}.rejected",
-            source=ev.SOURCE,
-            type=event_type,
-            data=data,
-            time=record.time,
-        )
-        headers, payload = tasks.encode_result(event)
-        await self.js.publish(self.subjects.result(record.subject), payload, headers=headers)
+        await self.answers.failed(record, error_class, message)
+
+    def _capabilities_learnt(self, capabilities: list[str]) -> None:
+        """An AgentDef was applied: its capabilities' consumers are made now, so that its
+        workers can bind before the first task is dispatched."""
+        new = [c for c in capabilities if c not in self._task_consumers]
+        if new and not self._stopping.is_set():
+            task = asyncio.get_running_loop().create_task(self._ensure_task_consumers(new))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _ensure_task_consumers(self, capabilities: list[str]) -> None:
+        for capability in capabilities:
+            try:
+                await self._ensure_task_consumer(capability)
+            except Exception as exc:
+                log.warning("cannot create the consumer of %s yet: %s", capability, exc)
+
+    async def _ensure_task_consumer(self, capability: str) -> None:
+        """Create the capability's task consumer (the orchestrator's job: agents only bind
+        to it), once per process."""
+        if not capability or capability in self._task_consumers:
+            return
+        config = tasks.task_consumer_config(self.subjects, capability, ack_wait=self.task_ack_wait)
+        try:
+            await ensure_consumer(self.js, self.subjects.tasks_stream, config, log=log)
+        except (ConsumerMismatch, BadRequestError) as exc:
+            # Someone else's consumer takes this capability's tasks (a work-queue stream
+            # allows one per subject): dispatch all the same, and say so once.
+            log.error("capability %s: cannot create its consumer: %s", capability, exc)
+        self._task_consumers.add(capability)
 
     async def _index_run(self, key: str, records: list[ev.AnyRecord]) -> None:
         """Keep the run index (``interlock runs``) in step with the log; rebuildable.

@@ -52,11 +52,11 @@ from interlock.transport.tasks import (
     consumer_name,
     encode_result,
     failure,
+    heartbeat_key,
     read_cancel,
     result_event,
     rfc3339,
     task_consumer_config,
-    worker_key,
 )
 
 from .cancels import CancelMemory, parse_time
@@ -89,6 +89,21 @@ class _Capability:
 
 class _Abandon(Exception):
     """The task is handed back unanswered (worker stopping)."""
+
+
+class _CreateRefused(Exception):
+    """Creating a capability's consumer failed: the orchestrator's job, then."""
+
+
+_CREATE_RETRY = 15.0
+"""Seconds between two attempts to create a missing consumer this worker was refused."""
+
+
+def _once(warned: set[str], message: str, *args: object) -> None:
+    """Log ``message`` once per binding loop."""
+    if message not in warned:
+        warned.add(message)
+        log.warning(message, *args)
 
 
 class _Lifecycle:
@@ -340,14 +355,15 @@ class Worker:
         background: list[asyncio.Task[Any]] = []  # catalog and heartbeats
         pullers: list[asyncio.Task[Any]] = []
         consumers: list[PullConsumer] = []
-        control = None
-        key = worker_key(self.name, self.instance_id)
+        controls: list[Any] = []
+        keys = [heartbeat_key(c, self.instance_id) for c in self._capabilities]
         try:
             loaded = asyncio.Event()
             background.append(
                 asyncio.create_task(self._catalog.follow(js, subjects.agents_bucket, loaded))
             )
-            control = await nc.subscribe(subjects.control(">"), cb=self._on_control)
+            for name in self._capabilities:
+                controls.append(await nc.subscribe(subjects.controls_of(name), cb=self._on_control))
             for cap in self._capabilities.values():
                 info = await self._bind(js, subjects, cap)
                 if info is None:
@@ -357,9 +373,9 @@ class Worker:
                 await asyncio.wait_for(loaded.wait(), _AGENTDEFS_WAIT)
             except TimeoutError:
                 log.warning("AgentDefs not loaded after %.0fs; validating later", _AGENTDEFS_WAIT)
-            await self._beat(js, subjects.workers_bucket, key, pool)
+            await self._beat(js, subjects.workers_bucket, keys, pool)
             background.append(
-                asyncio.create_task(self._heartbeats(js, subjects.workers_bucket, key, pool))
+                asyncio.create_task(self._heartbeats(js, subjects.workers_bucket, keys, pool))
             )
             for consumer in consumers:
                 await consumer.start()
@@ -392,12 +408,12 @@ class Worker:
             # Heartbeats go on while running handlers finish: the worker is still alive.
             await self._settle_in_flight(life)
             await _cancel(background)
-            if control is not None:
+            for control in controls:
                 try:
                     await control.unsubscribe()
                 except Exception:
                     log.debug("unsubscribing from control failed", exc_info=True)
-            await self._forget(js, subjects.workers_bucket, key)
+            await self._forget(js, subjects.workers_bucket, keys)
             try:
                 await nc.flush(timeout=2)  # acks and naks are fire-and-forget publishes
             except Exception:
@@ -429,21 +445,46 @@ class Worker:
     async def _bind(
         self, js: JetStreamContext, subjects: Subjects, cap: _Capability
     ) -> ConsumerInfo | None:
-        """Create or bind the capability's durable consumer; wait for the TASKS stream."""
+        """Bind to the capability's durable consumer; wait for it (and the TASKS stream).
+
+        The orchestrator creates the consumer; a worker allowed to (no permissions set,
+        ``interlock dev --insecure``) creates it too when it is missing, one that is not
+        says so once and waits for it.
+        """
         stop = self._lifecycle().stop
-        warned = False
+        warned: set[str] = set()
+        create_after = 0.0
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
             try:
-                return await self._ensure_consumer(js, subjects, cap.name)
+                return await self._ensure_consumer(
+                    js, subjects, cap.name, create=loop.time() >= create_after
+                )
             except nats.js.errors.NotFoundError as exc:
-                if exc.err_code != STREAM_NOT_FOUND:
-                    raise
-                if not warned:
-                    log.warning(
+                if exc.err_code == STREAM_NOT_FOUND:
+                    _once(
+                        warned,
                         "stream %s does not exist yet (is the orchestrator provisioned?); waiting",
                         subjects.tasks_stream,
                     )
-                    warned = True
+                else:  # the consumer is missing and this worker may not create it
+                    _once(
+                        warned,
+                        "consumer %s on %s does not exist yet and this worker cannot create "
+                        "it; waiting for the orchestrator to create it",
+                        consumer_name(cap.name),
+                        subjects.tasks_stream,
+                    )
+            except _CreateRefused as exc:
+                create_after = loop.time() + _CREATE_RETRY
+                _once(
+                    warned,
+                    "consumer %s on %s does not exist yet and this worker may not create it "
+                    "(%s); waiting for the orchestrator to create it",
+                    consumer_name(cap.name),
+                    subjects.tasks_stream,
+                    exc,
+                )
             except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
                 log.warning("JetStream not available (%s); retrying", exc)
             with contextlib.suppress(TimeoutError):
@@ -451,17 +492,37 @@ class Worker:
         return None
 
     async def _ensure_consumer(
-        self, js: JetStreamContext, subjects: Subjects, capability: str
+        self, js: JetStreamContext, subjects: Subjects, capability: str, *, create: bool = True
     ) -> ConsumerInfo:
+        """The capability's consumer, created when missing if ``create``.
+
+        Raises:
+            nats.js.errors.NotFoundError: the consumer (not ``create``) or the stream is
+                missing.
+            _CreateRefused: creating the consumer failed (no permission, most likely).
+        """
         config = task_consumer_config(
             subjects, capability, ack_wait=self.ack_wait, max_deliver=self.max_deliver
         )
+        if not create:
+            info: ConsumerInfo = await js.consumer_info(
+                subjects.tasks_stream, consumer_name(capability)
+            )
+            return info
         try:
             return await ensure_consumer(js, subjects.tasks_stream, config)
         except ConsumerMismatch as exc:
             raise ConsumerMismatch(
                 f"{exc}: two capability names map to the same consumer name"
             ) from None
+        except nats.js.errors.NotFoundError:
+            raise
+        except (nats.errors.TimeoutError, nats.js.errors.APIError) as exc:
+            # Without the right to create consumers, the request goes unanswered (the
+            # server refuses the publish) or is refused.
+            if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                raise
+            raise _CreateRefused(str(exc) or type(exc).__name__) from exc
 
     def _consumer(
         self,
@@ -515,11 +576,11 @@ class Worker:
             try:
                 event = decode_message(msg.headers, msg.data)
                 self._notify_received(cap.name, event, msg.headers)
-                request = TaskRequest.from_event(event, cap.name)
+                request = TaskRequest.from_event(event, cap.name, msg.headers)
             except (InvalidCloudEvent, BadRequest) as exc:
                 self._notify_started(cap.name, None)
                 reason = exc.reason if isinstance(exc, InvalidCloudEvent) else "no-run-id"
-                await self._reject(js, subjects, msg, reason, str(exc))
+                await self._reject(js, subjects, cap.name, msg, reason, str(exc))
                 outcome = Outcome.REJECTED
                 return
             action_id = request.action_id
@@ -542,7 +603,8 @@ class Worker:
             result = result_event(
                 request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
             )
-            if await self._publish(js, subjects.result(request.run_id), result):
+            subject = subjects.result(cap.name, request.run_id)
+            if await self._publish(js, subject, result, request.token):
                 ticker.cancel()
                 await msg.ack()
                 if result_type == TASK_COMPLETED:
@@ -702,8 +764,10 @@ class Worker:
             origin=declared.origin if cap.contract.input is None else cap.contract.origin,
         )
 
-    async def _publish(self, js: JetStreamContext, subject: str, event: Any) -> bool:
-        headers, payload = encode_result(event)
+    async def _publish(
+        self, js: JetStreamContext, subject: str, event: Any, token: str | None
+    ) -> bool:
+        headers, payload = encode_result(event, token=token)
         delay = 0.2
         for attempt in range(1, 6):
             try:
@@ -716,7 +780,13 @@ class Worker:
         return False
 
     async def _reject(
-        self, js: JetStreamContext, subjects: Subjects, msg: Msg, reason: str, message: str
+        self,
+        js: JetStreamContext,
+        subjects: Subjects,
+        capability: str,
+        msg: Msg,
+        reason: str,
+        message: str,
     ) -> None:
         """Dead-letter a request that cannot be answered, then terminate it.
 
@@ -731,7 +801,8 @@ class Worker:
             meta = msg.metadata
             headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
         try:
-            await js.publish(subjects.dead_letter(reason), msg.data, headers=headers, timeout=5)
+            subject = subjects.agent_dead_letter(capability, reason)
+            await js.publish(subject, msg.data, headers=headers, timeout=5)
         except Exception as exc:
             # Not stored anywhere else yet: keep it (another attempt later), never drop it.
             log.error("could not dead-letter a message (%s): %s", reason, exc)
@@ -765,13 +836,17 @@ class Worker:
     # --- liveness -----------------------------------------------------------------
 
     async def _heartbeats(
-        self, js: JetStreamContext, bucket: str, key: str, pool: SlotPool
+        self, js: JetStreamContext, bucket: str, keys: list[str], pool: SlotPool
     ) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            await self._beat(js, bucket, key, pool)
+            await self._beat(js, bucket, keys, pool)
 
-    async def _beat(self, js: JetStreamContext, bucket: str, key: str, pool: SlotPool) -> None:
+    async def _beat(
+        self, js: JetStreamContext, bucket: str, keys: list[str], pool: SlotPool
+    ) -> None:
+        """One liveness record, under the key of each capability served (an agent may
+        write only its own capabilities' keys)."""
         record = {
             "name": self.name,
             "instance": self.instance_id,
@@ -783,18 +858,21 @@ class Worker:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
+        value = json.dumps(record).encode()
         try:
             kv = await js.key_value(bucket)
-            await kv.put(key, json.dumps(record).encode())
+            for key in keys:
+                await kv.put(key, value)
         except Exception as exc:
             log.warning("heartbeat into %s failed: %s", bucket, exc)
 
-    async def _forget(self, js: JetStreamContext, bucket: str, key: str) -> None:
+    async def _forget(self, js: JetStreamContext, bucket: str, keys: list[str]) -> None:
         try:
             kv = await js.key_value(bucket)
-            await kv.delete(key)
+            for key in keys:
+                await kv.delete(key)
         except Exception as exc:
-            log.debug("removing the heartbeat %s failed: %s", key, exc)
+            log.debug("removing the heartbeats %s failed: %s", keys, exc)
 
     # --- observers ----------------------------------------------------------------
 

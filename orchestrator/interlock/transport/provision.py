@@ -141,6 +141,7 @@ def desired_configs(
         _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),
         _bucket(s.runs_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
+        _bucket(s.secrets_bucket, replicas, history=1),
     ]
 
 

@@ -85,6 +85,11 @@ class Subjects:
         """Derived run index (workflow, status); rebuildable from the logs."""
         return f"{self._bucket_base}_runs"
 
+    @property
+    def secrets_bucket(self) -> str:
+        """The orchestrator's own secrets (the task-token key); nobody else reads it."""
+        return f"{self._bucket_base}_secrets"
+
     # --- subjects ------------------------------------------------------------------
     def event(self, event_type: str) -> str:
         return f"{self.prefix}.events.{event_type}"
@@ -107,8 +112,23 @@ class Subjects:
     def capabilities_all(self) -> str:
         return f"{self.prefix}.cap.>"
 
-    def result(self, run_id: str) -> str:
-        return f"{self.prefix}.results.{run_id}"
+    def result(self, capability: str, run_id: str) -> str:
+        """Where an agent of ``capability`` answers a task of run ``run_id``."""
+        return f"{self.prefix}.results.{capability}.{run_id}"
+
+    def results_of(self, capability: str) -> str:
+        """Every answer of ``capability`` (what an agent of it may publish)."""
+        return f"{self.prefix}.results.{capability}.*"
+
+    def answered(self, subject: str) -> tuple[str, str] | None:
+        """(capability, run id) of an answer's subject; None when it is not one."""
+        head = f"{self.prefix}.results."
+        if not subject.startswith(head):
+            return None
+        capability, _, run_id = subject[len(head) :].rpartition(".")
+        if not capability or not run_id:
+            return None
+        return capability, run_id
 
     @property
     def results_all(self) -> str:
@@ -116,6 +136,10 @@ class Subjects:
 
     def dead_letter(self, reason: str) -> str:
         return f"{self.prefix}.dlq.{reason}"
+
+    def agent_dead_letter(self, capability: str, reason: str) -> str:
+        """An agent's own dead letter (a task of ``capability`` it could not answer)."""
+        return f"{self.prefix}.dlq.agent.{capability}.{reason}"
 
     @property
     def dead_letters_all(self) -> str:
@@ -143,6 +167,11 @@ class Subjects:
         """Fired timers of every run (what the ``timers`` consumer reads)."""
         return f"{self.prefix}.timers.fired.>"
 
-    def control(self, run_id: str) -> str:
-        """Cancellation notices to agents working for a run (core NATS, not stored)."""
-        return f"{self.prefix}.control.{run_id}"
+    def control(self, capability: str, run_id: str) -> str:
+        """Cancellation notices to the agents of ``capability`` working for a run (core
+        NATS, not stored)."""
+        return f"{self.prefix}.control.{capability}.{run_id}"
+
+    def controls_of(self, capability: str) -> str:
+        """Every cancellation notice for ``capability`` (what its agents subscribe to)."""
+        return f"{self.prefix}.control.{capability}.*"

@@ -10,23 +10,38 @@ subject, header or extension by hand.
   ``capability``, ``attempt`` and, when the action has one, ``deadline`` and
   ``traceparent``; its ``Nats-Msg-Id`` is ``<action id>.<attempt>``, so a re-dispatch of
   the same attempt is dropped by the stream.
+  Every request carries an ``Interlock-Token`` header: base64url (unpadded) of
+  HMAC-SHA256(key, ``"<capability>\n<run id>\n<action id>\n<attempt>"``), under a key
+  only the orchestrator holds (:func:`load_token_key`).
 - An **answer** is a CloudEvent published with JetStream to
-  ``<prefix>.results.<run id>``: ``task.completed``, a handler-chosen type, or
-  ``task.failed`` with ``{"error": {"class", "message", "retryable"}}``. It carries
-  ``runid``, ``actionid`` and ``attempt``; its id is ``<action id>.<attempt>.result`` and
-  its ``Nats-Msg-Id`` ``<source>:<id>``, so an answer sent twice is stored once.
+  ``<prefix>.results.<capability>.<run id>``: ``task.completed``, a handler-chosen type,
+  or ``task.failed`` with ``{"error": {"class", "message", "retryable"}}``. It carries
+  ``runid``, ``actionid`` and ``attempt``, and echoes the request's ``Interlock-Token``
+  header; its id is ``<action id>.<attempt>.result`` and its ``Nats-Msg-Id``
+  ``<source>:<id>``, so an answer sent twice is stored once. The orchestrator appends it
+  only if it answers an attempt the run still awaits, of that capability, and the token
+  verifies (:mod:`interlock.runtime.answers`).
 - A **cancel notice** is a core-NATS CloudEvent of type ``io.interlock.task.cancel`` on
-  ``<prefix>.control.<run id>``, naming an action and optionally one attempt.
+  ``<prefix>.control.<capability>.<run id>``, naming an action and optionally one attempt.
+- A worker's **heartbeat** is a key ``<capability token>.<instance>`` of the workers
+  bucket, one per capability it serves (:func:`heartbeat_key`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
@@ -39,6 +54,13 @@ TASK_FAILED: Final = "task.failed"
 """Answer type of a failed task; its data is ``{"error": {"class", "message", ...}}``."""
 ORCHESTRATOR_SOURCE: Final = "interlock://orchestrator"
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
+TOKEN_HEADER: Final = "Interlock-Token"  # noqa: S105 - a header name
+"""The per-attempt token a request carries and its answer echoes."""
+TOKEN_KEY: Final = "task-token-key"  # noqa: S105 - the name of a KV key
+"""The key, in the secrets bucket, of the HMAC key tokens are made with."""
+WORKFLOW_CAPABILITY: Final = "_workflow"
+"""The capability token answers to a child-workflow action travel under (the platform's
+own answers: no agent is ever asked for such an action)."""
 JSON: Final = "application/json"
 
 RUN_ID: Final = "runid"
@@ -58,9 +80,19 @@ _KV_KEY_UNSAFE = re.compile(r"[^-/_=.A-Za-z0-9]")
 # --- names ----------------------------------------------------------------------------
 
 
+def capability_token(capability: str) -> str:
+    """``capability`` as one subject token (dots and other unsafe characters as ``_``)."""
+    return _CONSUMER_UNSAFE.sub("_", capability)
+
+
 def consumer_name(capability: str) -> str:
     """The durable pull consumer shared by every worker of ``capability``."""
-    return "cap_" + _CONSUMER_UNSAFE.sub("_", capability)
+    return "cap_" + capability_token(capability)
+
+
+def answer_capability(capability: str) -> str:
+    """The capability an answer to an action of ``capability`` names in its subject."""
+    return capability or WORKFLOW_CAPABILITY
 
 
 def task_consumer_config(
@@ -91,6 +123,11 @@ def worker_key(name: str, instance: str) -> str:
     return key or "_"
 
 
+def heartbeat_key(capability: str, instance: str) -> str:
+    """The workers-bucket key one worker process heartbeats under for ``capability``."""
+    return f"{capability_token(capability)}.{capability_token(instance) or '_'}"
+
+
 def agent_source(worker_name: str) -> str:
     return f"interlock://agent/{worker_name}"
 
@@ -98,6 +135,53 @@ def agent_source(worker_name: str) -> str:
 def rfc3339(moment: datetime) -> str:
     """UTC, millisecond precision, ``Z`` suffix."""
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --- tokens ---------------------------------------------------------------------------
+
+
+class TaskTokens:
+    """Per-attempt task tokens: made at dispatch, checked when the answer comes back."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise ValueError("a task-token key needs at least 16 bytes")
+        self._key = key
+
+    def token(self, capability: str, run_id: str, action_id: str, attempt: int) -> str:
+        message = f"{capability}\n{run_id}\n{action_id}\n{attempt}".encode()
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+    def verify(
+        self, token: str, capability: str, run_id: str, action_id: str, attempt: int
+    ) -> bool:
+        expected = self.token(capability, run_id, action_id, attempt)
+        return hmac.compare_digest(expected.encode(), token.encode())
+
+
+async def load_token_key(js: JetStreamContext, subjects: Subjects) -> bytes:
+    """The installation's task-token key: read from the secrets bucket, or created there
+    once (create-only, so replicas starting together agree on one key, and it outlives
+    every restart)."""
+    kv = await js.key_value(subjects.secrets_bucket)
+    for _ in range(3):
+        try:
+            entry = await kv.get(TOKEN_KEY)
+        except KeyNotFoundError:
+            pass
+        else:
+            try:
+                return base64.b64decode(entry.value or b"", validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"{subjects.secrets_bucket}/{TOKEN_KEY} is not base64") from exc
+        key = secrets.token_bytes(32)
+        try:
+            await kv.create(TOKEN_KEY, base64.b64encode(key))
+        except KeyWrongLastSequenceError:
+            continue  # another replica created it first: read theirs
+        return key
+    raise RuntimeError(f"cannot read or create {subjects.secrets_bucket}/{TOKEN_KEY}")
 
 
 # --- requests -------------------------------------------------------------------------
@@ -113,9 +197,10 @@ def encode_request(
     time: str,
     deadline: str | None = None,
     traceparent: str | None = None,
+    token: str | None = None,
 ) -> tuple[dict[str, str], bytes]:
-    """A task request as the dispatcher publishes it: headers (with ``Nats-Msg-Id``) and
-    payload, for :func:`Subjects.capability` of ``capability``."""
+    """A task request as the dispatcher publishes it: headers (with ``Nats-Msg-Id`` and the
+    attempt's token) and payload, for :func:`Subjects.capability` of ``capability``."""
     extensions = {
         RUN_ID: run_id,
         ACTION_ID: action_id,
@@ -138,6 +223,8 @@ def encode_request(
     )
     headers, payload = encode_binary(event)
     headers[MSG_ID_HEADER] = f"{action_id}.{attempt}"
+    if token:
+        headers[TOKEN_HEADER] = token
     return headers, payload
 
 
@@ -151,6 +238,7 @@ def task_request(
     deadline: datetime | None,
     now: datetime,
     traceparent: str | None = None,
+    token: str | None = None,
 ) -> tuple[dict[str, str], bytes]:
     """:func:`encode_request` for the action at log position ``seq`` of ``run_id``, with
     datetimes (what tests and other senders of requests have at hand)."""
@@ -163,6 +251,7 @@ def task_request(
         time=rfc3339(now),
         deadline=None if deadline is None else rfc3339(deadline),
         traceparent=traceparent,
+        token=token,
     )
 
 
@@ -182,9 +271,13 @@ class TaskRequest:
     deadline: datetime | None
     deadline_problem: str | None = None
     """Why the ``deadline`` extension was ignored, if it was present but unreadable."""
+    token: str | None = None
+    """The request's ``Interlock-Token``, echoed in the answer."""
 
     @classmethod
-    def from_event(cls, event: CloudEvent, capability: str) -> TaskRequest:
+    def from_event(
+        cls, event: CloudEvent, capability: str, headers: dict[str, str] | None = None
+    ) -> TaskRequest:
         """Read a decoded request received from ``capability``'s consumer.
 
         Raises:
@@ -220,6 +313,7 @@ class TaskRequest:
             capability=ext.get(CAPABILITY) or capability,
             deadline=deadline,
             deadline_problem=problem,
+            token=(headers or {}).get(TOKEN_HEADER),
         )
 
 
@@ -283,22 +377,14 @@ def failure(
     return TASK_FAILED, {"error": error}
 
 
-def encode_result(event: CloudEvent) -> tuple[dict[str, str], bytes]:
-    """An answer's binary-mode headers and payload, with the dedupe ``Nats-Msg-Id``."""
+def encode_result(event: CloudEvent, token: str | None = None) -> tuple[dict[str, str], bytes]:
+    """An answer's binary-mode headers and payload, with the dedupe ``Nats-Msg-Id`` and the
+    request's token echoed."""
     headers, payload = encode_binary(event)
     headers[MSG_ID_HEADER] = f"{event.source}:{event.id}"
+    if token:
+        headers[TOKEN_HEADER] = token
     return headers, payload
-
-
-def answered(event: CloudEvent, subject: str) -> tuple[str, str | None, int | None]:
-    """The run, action and attempt an answer read on ``subject`` is about."""
-    ext = event.extensions
-    run_id = ext.get(RUN_ID) or subject.rsplit(".", 1)[-1]
-    try:
-        attempt: int | None = int(ext[ATTEMPT]) if ATTEMPT in ext else None
-    except ValueError:
-        attempt = None
-    return run_id, ext.get(ACTION_ID), attempt
 
 
 # --- cancel notices -------------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""Answers: what the orchestrator lets into a run's log from the results stream.
+
+An answer is appended only when it speaks for an attempt the run is still waiting for,
+from the capability that attempt was dispatched to. NATS permissions let an agent publish
+answers only on ``<prefix>.results.<its capability>.*``; what they cannot say (which run,
+action and attempt) the orchestrator checks here, before anything is appended:
+
+1. the subject names a capability and a run, and the answer's ``runid`` (if any) is that
+   run;
+2. it names its action (``actionid``) and attempt (``attempt``);
+3. it echoes the ``Interlock-Token`` of the request it answers: an HMAC, under a key
+   only the orchestrator holds, of the capability, run, action and attempt;
+4. the run is waiting for that attempt of that action, and the action's capability is
+   the one in the subject.
+
+A refused answer is dead-lettered with its reason and never reaches the log. The
+orchestrator's own answers (a request it refused to dispatch, a child run's end) take the
+same path, with tokens it makes itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+
+from interlock.core import events as ev
+from interlock.core.state import RunState
+from interlock.transport import tasks
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerKey:
+    """The attempt an answer speaks for, as its subject and extensions say."""
+
+    capability: str
+    run_id: str
+    action_id: str
+    attempt: int
+
+
+class AnswerRefused(Exception):
+    """An answer the orchestrator does not append; dead-lettered with ``reason``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class Answers:
+    """Checks answers against the task tokens, and sends the orchestrator's own."""
+
+    def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._tokens: tasks.TaskTokens | None = None
+
+    async def load(self) -> None:
+        """Read (or create, the first time) the installation's task-token key."""
+        self._tokens = tasks.TaskTokens(await tasks.load_token_key(self._js, self._subjects))
+
+    @property
+    def tokens(self) -> tasks.TaskTokens:
+        if self._tokens is None:
+            raise RuntimeError("Answers.load() first: the task-token key is not loaded")
+        return self._tokens
+
+    def key_of(self, subject: str, event: CloudEvent, headers: dict[str, str] | None) -> AnswerKey:
+        """The attempt a received answer speaks for, once its envelope checks out.
+
+        Raises:
+            AnswerRefused: the subject, the extensions or the token do not check out.
+        """
+        where = self._subjects.answered(subject)
+        if where is None:
+            raise AnswerRefused(
+                "answer-subject", f"{subject!r} is not <prefix>.results.<capability>.<run id>"
+            )
+        capability, run_id = where
+        ext = event.extensions
+        claimed_run = ext.get(tasks.RUN_ID)
+        if claimed_run is not None and claimed_run != run_id:
+            raise AnswerRefused(
+                "answer-mismatch", f"the answer names run {claimed_run!r}, its subject {run_id!r}"
+            )
+        action_id = ext.get(tasks.ACTION_ID)
+        raw_attempt = ext.get(tasks.ATTEMPT)
+        if not action_id or raw_attempt is None or not raw_attempt.isdigit():
+            raise AnswerRefused(
+                "answer-incomplete",
+                "an answer needs the 'actionid' and 'attempt' extensions of its request",
+            )
+        key = AnswerKey(capability, run_id, action_id, int(raw_attempt))
+        token = (headers or {}).get(tasks.TOKEN_HEADER)
+        if not token:
+            raise AnswerRefused(
+                "answer-token", f"the answer to {action_id} attempt {key.attempt} has no token"
+            )
+        if not self.tokens.verify(token, capability, run_id, action_id, key.attempt):
+            raise AnswerRefused(
+                "answer-token",
+                f"the token of the answer to {action_id} attempt {key.attempt} on {subject} "
+                "does not verify",
+            )
+        return key
+
+    @staticmethod
+    def check_awaited(key: AnswerKey, state: RunState) -> None:
+        """Raise :class:`AnswerRefused` unless ``state`` awaits the attempt ``key`` names."""
+        pending = state.pending.get(key.action_id)
+        if pending is None:
+            raise AnswerRefused(
+                "answer-not-awaited",
+                f"run {key.run_id} is not waiting for action {key.action_id} "
+                "(answered already, cancelled, or never requested)",
+            )
+        if tasks.answer_capability(pending.capability) != key.capability:
+            raise AnswerRefused(
+                "answer-wrong-capability",
+                f"action {key.action_id} was requested of {pending.capability!r}, "
+                f"the answer came from {key.capability!r}",
+            )
+        if pending.attempt != key.attempt:
+            raise AnswerRefused(
+                "answer-stale-attempt",
+                f"run {key.run_id} waits for attempt {pending.attempt} of {key.action_id}, "
+                f"the answer is to attempt {key.attempt}",
+            )
+
+    async def publish(self, capability: str, event: CloudEvent) -> None:
+        """Send one of the orchestrator's own answers, with the token an agent would echo."""
+        run_id = event.extensions[tasks.RUN_ID]
+        attempt = int(event.extensions[tasks.ATTEMPT])
+        subject_cap = tasks.answer_capability(capability)
+        token = self.tokens.token(subject_cap, run_id, event.extensions[tasks.ACTION_ID], attempt)
+        headers, payload = tasks.encode_result(event, token=token)
+        await self._js.publish(self._subjects.result(subject_cap, run_id), payload, headers=headers)
+
+    async def failed(self, record: ev.ActionRequested, error_class: str, message: str) -> None:
+        """Answer the action ``record`` requests with a failure, as an agent would."""
+        d = record.data
+        event_type, data = tasks.failure(error_class, message)
+        event = tasks.answer_event(
+            run_id=record.subject,
+            action_id=d.action_id,
+            attempt=d.attempt,
+            event_id=f"{d.action_id}.{d.attempt}.rejected",
+            source=ev.SOURCE,
+            type=event_type,
+            data=data,
+            time=record.time,
+        )
+        await self.publish(d.capability, event)

@@ -621,10 +621,15 @@ class Client:
             specs = {}
         try:
             kv = await self._ops.js.key_value(self.subjects.workers_bucket)
-            workers = [json.loads(v) for v in (await bucket_values(kv)).values()]
+            values = list((await bucket_values(kv)).values())
         except (BucketNotFoundError, NotFoundError):
-            workers = []
-        return specs, workers
+            values = []
+        # A worker heartbeats under one key per capability: list each process once.
+        workers: dict[tuple[Any, Any], dict[str, Any]] = {}
+        for value in values:
+            record = json.loads(value)
+            workers.setdefault((record.get("name"), record.get("instance")), record)
+        return specs, list(workers.values())
 
     async def _definition_of(self, state: RunState) -> Definition | None:
         try:

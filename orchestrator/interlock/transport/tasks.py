@@ -116,13 +116,6 @@ def task_consumer_config(
     )
 
 
-def worker_key(name: str, instance: str) -> str:
-    """The workers-bucket key of one worker process."""
-    key = _KV_KEY_UNSAFE.sub("_", f"{name}.{instance}")
-    key = re.sub(r"\.{2,}", ".", key).strip(".")  # empty subject tokens are not allowed
-    return key or "_"
-
-
 def heartbeat_key(capability: str, instance: str) -> str:
     """The workers-bucket key one worker process heartbeats under for ``capability``."""
     return f"{capability_token(capability)}.{capability_token(instance) or '_'}"

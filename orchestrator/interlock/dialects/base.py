@@ -209,6 +209,7 @@ _TOKEN = re.compile(
 
 
 _KEYWORDS = frozenset({"true", "false", "null", "in"})
+_MACRO_BINDERS = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_]\w*)\s*,")
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,9 +227,10 @@ def top_level_names(source: str) -> list[Name]:
     """Identifiers that are variables (not fields after a ``.``, not function names, not
     inside string literals), each with the fields selected after it."""
     tokens = [(m.lastgroup, m.start(), m.end(), m.group(0)) for m in _TOKEN.finditer(source)]
+    bound = set(_MACRO_BINDERS.findall(source))
     out: list[Name] = []
     for i, (kind, start, end, text) in enumerate(tokens):
-        if kind != "ident" or text in _KEYWORDS:
+        if kind != "ident" or text in _KEYWORDS or text in bound:
             continue
         prev = _previous(tokens, i)
         if prev is not None and prev[3] == ".":

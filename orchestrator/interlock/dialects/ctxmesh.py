@@ -87,6 +87,15 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     before = len(diags)
     check = ctx.check
     data = src.data
+    if not isinstance(data, dict):
+        check.error((), "wrong-type", "a ctxmesh Workflow must be an object")
+        return None
+    if data.get("apiVersion") not in API_VERSIONS or data.get("kind") != "Workflow":
+        check.error(
+            ("apiVersion",),
+            "invalid-value",
+            f"expected apiVersion {API_VERSIONS[0]} and kind Workflow",
+        )
     check.unknown_keys(data, {"apiVersion", "kind", "metadata", "spec", "status"}, (), "Workflow")
     meta = check.mapping(data.get("metadata", {}), ("metadata",), "metadata") or {}
     name = check.string(
@@ -503,7 +512,7 @@ def _lower(
     }
     out.note(
         ("metadata",),
-        f"converted from ctxmesh {src.data['apiVersion']} Workflow; registryRef "
+        f"converted from ctxmesh {src.data.get('apiVersion')} Workflow; registryRef "
         f"{spec.get('registryRef')!r}: the capabilities below must be declared by the "
         "AgentDefs of that registry",
     )

@@ -8,14 +8,16 @@ compiled by the one compiler; nothing here runs a workflow.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err, read_sources
+from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err, print_json, read_sources
 from interlock.core.compiler import Compiled, compile_sources
-from interlock.dialects import DIALECTS, Prepared, prepare
+from interlock.dialects import DIALECTS, Prepared, load, prepare, synapse
 from interlock.dialects.emit import to_yaml
 
 DIALECT_CHOICES = ["auto", "native", *DIALECTS]
@@ -79,6 +81,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--force", action="store_true", help="overwrite files in DIR")
     add_dialect_option(p)
     p.set_defaults(func=cmd_convert)
+    add_synapse_parsers(sub)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -140,3 +143,95 @@ def _unique(outputs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         seen[name] = count + 1
         out.append((name if not count else name.replace(".yaml", f"-{count + 1}.yaml"), text))
     return out
+
+
+# --- synapse: compile and plan --------------------------------------------------------------
+
+SYNAPSE_INVALID = 2
+"""synapse's exit code for an invalid workflow, agents or evidence file."""
+
+
+def add_synapse_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "compile",
+        help="a synapse workflow's blackboard task declarations",
+        description="Print the tasks a synapse workflow compiles to, in dependency order. "
+        "Exit 0, or 2 when the workflow is invalid.",
+    )
+    p.add_argument("file", metavar="FILE", help="a synapse workflow (JSON)")
+    p.add_argument("--json", action="store_true", help="the task declarations as JSON")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser(
+        "plan",
+        help="what a synapse workflow does next, from a board snapshot (offline)",
+        description="Work out, from a board snapshot and an evidence snapshot, which tasks "
+        "are done, in flight, ready, blocked or skipped, and which ready tasks go to which "
+        "agents. Pure and deterministic: reads only the files given. Exit 0 when a plan was "
+        "rendered, 2 when the workflow, status, agents or evidence file is invalid.",
+    )
+    p.add_argument("file", metavar="FILE", help="a synapse workflow (JSON)")
+    p.add_argument("--status", metavar="FILE", help='board statuses: {"release/build": "done"}')
+    p.add_argument("--evidence", metavar="FILE", help="evidence snapshot, by task id")
+    p.add_argument("--agents", metavar="FILE", help='agents and classes: {"alice": ["ci"]}')
+    p.add_argument("--max-in-flight", type=int, default=4, metavar="N")
+    p.add_argument("--json", action="store_true", help="the plan as JSON")
+    p.set_defaults(func=cmd_plan)
+
+
+def _synapse(path: str) -> synapse.Workflow:
+    ((name, text),) = read_sources([path])
+    documents, errors, _ = load(text, name, "synapse")
+    diagnostics = list(errors)
+    workflow = synapse.parse(documents[0], diagnostics) if documents else None
+    for diagnostic in sorted(diagnostics):
+        err(str(diagnostic))
+    if workflow is None:
+        raise CliError(f"{name}: not a valid synapse workflow", SYNAPSE_INVALID)
+    return workflow
+
+
+def _json_file(path: str | None, what: str, shape: type) -> Any:
+    if path is None:
+        return None
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(
+            f"{what} {path}: cannot read: {exc.strerror or exc}", SYNAPSE_INVALID
+        ) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CliError(f"{what} {path}: not JSON: {exc}", SYNAPSE_INVALID) from exc
+    if not isinstance(value, shape):
+        raise CliError(f"{what} {path}: must be a JSON {shape.__name__}", SYNAPSE_INVALID)
+    return value
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    workflow = _synapse(args.file)
+    if args.json:
+        print_json([task.declaration() for task in workflow.tasks])
+    else:
+        print(synapse.summary(workflow))
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    workflow = _synapse(args.file)
+    status = _json_file(args.status, "--status", dict) or {}
+    evidence = _json_file(args.evidence, "--evidence", dict) or {}
+    agents = _json_file(args.agents, "--agents", dict) or {}
+    if not all(isinstance(v, str) for v in status.values()):
+        raise CliError("--status: each task's status must be a string", SYNAPSE_INVALID)
+    if not all(isinstance(v, dict) for v in evidence.values()):
+        raise CliError("--evidence: each task's evidence must be an object", SYNAPSE_INVALID)
+    if not all(isinstance(v, list) and all(isinstance(c, str) for c in v) for v in agents.values()):
+        raise CliError("--agents: each agent's classes must be a list of strings", SYNAPSE_INVALID)
+    if args.max_in_flight < 1:
+        raise CliError("--max-in-flight must be at least 1", SYNAPSE_INVALID)
+    result = synapse.plan(workflow, status, evidence, agents, args.max_in_flight)
+    if args.json:
+        print_json(result.as_json())
+    else:
+        print(result.text())
+    return EXIT_OK

@@ -16,7 +16,7 @@ from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.source import Document, load_documents
-from interlock.dialects import ctxmesh
+from interlock.dialects import ctxmesh, synapse, workfile
 from interlock.dialects.base import Lowered, Note
 from interlock.dialects.jsonpos import load_json, looks_like_json
 
@@ -27,16 +27,11 @@ Lower = Callable[[Document, list[Diagnostic]], Lowered | None]
 
 
 def _registry() -> dict[str, tuple[Callable[[Any], bool], Lower]]:
-    table: dict[str, tuple[Callable[[Any], bool], Lower]] = {
+    return {
         "ctxmesh": (ctxmesh.detect, ctxmesh.lower),
+        "workfile": (workfile.detect, workfile.lower),
+        "synapse": (synapse.detect, synapse.lower),
     }
-    for name in ("workfile", "synapse", "kxm"):
-        try:
-            module = __import__(f"interlock.dialects.{name}", fromlist=["detect", "lower"])
-        except ImportError:
-            continue
-        table[name] = (module.detect, module.lower)
-    return table
 
 
 @dataclass(slots=True)
@@ -88,7 +83,7 @@ def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> P
         if dialect == "native":
             out.sources.append((path, text))
             continue
-        documents, errors, is_json = _load(text, path, dialect)
+        documents, errors, is_json = load(text, path, dialect)
         kinds = [dialect or detect(d.data) for d in documents]
         if not any(kinds) and not (is_json and errors):
             out.sources.append((path, text))
@@ -120,7 +115,7 @@ def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> P
     return out
 
 
-def _load(
+def load(
     text: str, path: str, dialect: str | None
 ) -> tuple[list[Document], list[Diagnostic], bool]:
     """Documents of a file: JSON when it looks like JSON (positions kept), else YAML."""

@@ -82,6 +82,9 @@ def detect(data: Any) -> bool:
     if "workfile" in data:
         return True
     keys = {k for k in data if not str(k).startswith("x-")}
+    steps = data.get("steps")
+    if isinstance(steps, list) and steps and all(isinstance(s, dict) and "id" in s for s in steps):
+        return False  # a synapse artifact: steps with ids
     return bool(keys & {"steps", "states"}) and keys <= TOP_KEYS
 
 

@@ -1,0 +1,154 @@
+"""synapse workflow artifacts run as written, end to end on a real nats-server: each seed
+example applied as it is (and its `interlock convert` output), its steps answered by a
+scripted worker serving the task classes and `task` (unclassified steps)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flow_support import REPO, ScriptedAgents, ScriptedStack, of, worker_orchestrator
+
+from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
+from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
+
+FIXTURES = REPO / "tests" / "dialects" / "fixtures"
+EVIDENCE = json.loads((REPO / "tests" / "dialects" / "synapse-evidence.json").read_text())
+
+
+class Agents(ScriptedAgents):
+    """Answers every task with its id, unless a test cancels it (synapse's `cancelled`)."""
+
+    def __init__(self) -> None:
+        super().__init__(["ci", "release", "task"])
+        self.tasks: list[tuple[str, str]] = []
+        self.cancel: set[str] = set()
+
+    def received(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> None:
+        self.tasks.append((capability, inp["task"]))
+
+    async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        if inp["task"] in self.cancel:
+            raise AgentError(f"{inp['task']} cancelled")
+        return {"task": inp["task"]}
+
+
+Stack = ScriptedStack[Agents]
+Factory = Callable[[str], contextlib.AbstractAsyncContextManager[Stack]]
+
+
+@pytest.fixture(params=["as-written", "converted"])
+def stack_for(
+    request: pytest.FixtureRequest,
+    nats_url: str,
+    subjects: Subjects,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> Factory:
+    @contextlib.asynccontextmanager
+    async def make(name: str) -> AsyncIterator[Stack]:
+        path = FIXTURES / name
+        if request.param == "converted":
+            target = tmp_path / name.replace(".json", "")
+            assert interlock_main(["convert", str(path), "-o", str(target)]) == 0
+            capsys.readouterr()
+            path = target / "release.yaml" if "release" in name else target / "ingest.yaml"
+        agents = Agents()
+        async with worker_orchestrator(
+            nats_url, subjects, [path], agents, worker="synapse", concurrency=8
+        ) as (client, timers, _):
+            yield Stack(client, timers, agents, source="test://synapse")
+
+    return make
+
+
+async def test_release_runs_each_step_on_its_class(stack_for: Factory) -> None:
+    async with stack_for("synapse-release.json") as stack:
+        run_id = await stack.client.start("release", {})
+        state = await stack.finished(run_id)
+        assert state.outputs == {
+            "complete": True,
+            "timed_out": False,
+            "state": {"done": 3, "skipped": 0},
+            "tasks": {"release/build": "done", "release/test": "done", "release/publish": "done"},
+        }
+        assert stack.agents.tasks == [
+            ("ci", "release/build"),
+            ("task", "release/test"),
+            ("release", "release/publish"),
+        ]
+
+
+async def test_a_cancelled_dependency_still_satisfies_a_plain_edge(stack_for: Factory) -> None:
+    async with stack_for("synapse-release.json") as stack:
+        stack.agents.cancel.add("release/build")
+        run_id = await stack.client.start("release", {})
+        state = await stack.finished(run_id)
+        assert state.outputs["tasks"] == {
+            "release/build": "cancelled",
+            "release/test": "done",
+            "release/publish": "done",
+        }
+
+
+@pytest.mark.parametrize(
+    ("cancel", "expected"),
+    [
+        (False, {"release/test": "done", "release/deploy": "done", "release/rollback": "skipped"}),
+        (
+            True,
+            {"release/test": "cancelled", "release/deploy": "skipped", "release/rollback": "done"},
+        ),
+    ],
+)
+async def test_conditional_edges_branch_on_the_outcome(
+    stack_for: Factory, cancel: bool, expected: dict[str, str]
+) -> None:
+    async with stack_for("synapse-release-branch.json") as stack:
+        if cancel:
+            stack.agents.cancel.add("release/test")
+        run_id = await stack.client.start("release", {})
+        state = await stack.finished(run_id)
+        assert state.outputs["tasks"] == expected
+        assert state.outputs["state"] == {"done": 2, "skipped": 1}
+
+
+async def test_publish_waits_until_the_evidence_proves_every_predicate(stack_for: Factory) -> None:
+    async with stack_for("synapse-release-evidence.json") as stack:
+        run_id = await stack.client.start("release", {})
+        await stack.in_state(run_id, "publish-evidence")
+        partial = {"release/publish": {"receipt": "verified", "policy": "pass"}}
+        await stack.send("synapse.evidence", partial, id="e1", run_id=run_id)
+        await stack.send("synapse.evidence", EVIDENCE, id="e2", run_id=run_id)
+        state = await stack.finished(run_id)
+        assert state.outputs["tasks"] == {"release/test": "done", "release/publish": "done"}
+        records = await stack.records(run_id)
+        # Both snapshots are recorded; only the second proved the predicates.
+        assert [r.event["id"] for r in of(records, ev.EventReceived)] == ["e1", "e2"]
+        assert ("release", "release/publish") not in stack.agents.tasks
+        assert stack.agents.tasks[-1] == ("task", "release/publish")
+
+
+async def test_fan_out_runs_the_shards_together_and_joins_them(stack_for: Factory) -> None:
+    async with stack_for("synapse-ingest.json") as stack:
+        stack.agents.cancel.add("ingest/shard#eu")
+        run_id = await stack.client.start("ingest", {})
+        state = await stack.finished(run_id)
+        assert state.outputs["tasks"] == {
+            "ingest/shard#us": "done",
+            "ingest/shard#eu": "cancelled",
+            "ingest/shard#apac": "done",
+            "ingest/merge": "done",
+        }
+        requested = of(await stack.records(run_id), ev.ActionRequested)
+        assert [r.input["task"] for r in requested[:3]] == [
+            "ingest/shard#us",
+            "ingest/shard#eu",
+            "ingest/shard#apac",
+        ]

@@ -152,3 +152,14 @@ def test_migrate_offline_is_a_dry_run(tmp_path: Path, stricter: Path) -> None:
     summary = json.loads(done.stdout)
     assert [r["run_id"] for r in summary["moved"]] == ["r-golden-merged"]
     assert summary["dry_run"] is True
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_the_walkthrough_manifests_validate(version: int) -> None:
+    done = interlock(
+        "validate",
+        str(ROOT / "docs" / "debugging" / f"code-review-v{version}.yaml"),
+        "--agents",
+        str(ROOT / "examples" / "agents.yaml"),
+    )
+    assert done.returncode == 0, done.stderr

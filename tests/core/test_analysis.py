@@ -280,6 +280,8 @@ def test_fork_copies_the_prefix_and_enters_the_state_again() -> None:
     [
         (7, r"middle of a decision; fork at the end of one \(4 or 9\)"),
         (11, "already ended"),
+        # Only ends after which the run was still running are offered.
+        (10, r"fork at the end of one \(9\)"),
         (0, "records 1 to 11"),
     ],
 )

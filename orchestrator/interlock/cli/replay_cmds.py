@@ -293,7 +293,13 @@ def _explain(records: list[ev.AnyRecord], definition: Definition, args: argparse
             out(f"    #{line['seq']:<3} {line['summary']}\n")
     waiting = report.get("waiting")
     if waiting is not None:
-        out(f"\nwaiting in state {waiting['state']}; it moves on:\n")
+        if args.at is not None and report["steps"]:
+            out(
+                f"\nafter record {report['steps'][-1]['last']} the run waited in state "
+                f"{waiting['state']}; it would move on:\n"
+            )
+        else:
+            out(f"\nwaiting in state {waiting['state']}; it moves on:\n")
         for answer in waiting["answers"]:
             out(
                 f"  an answer of {answer['capability']} (action {answer['action_id']}, "

@@ -794,7 +794,8 @@ def explain(
         if at is None or step.first <= at <= step.last:
             explained.append(_explain_step(step, recorded, outcome))
         recorded = fold(step.records, recorded)
-    final = recorded if at is None else fold(records[:at])
+    # With --at: the run as it stood once the step holding record ``at`` was decided.
+    final = recorded if at is None else fold(records[: explained[-1]["last"]])
     out: dict[str, Any] = {
         "run_id": records[0].subject,
         "workflow": _workflow_of(records),
@@ -1043,6 +1044,10 @@ def fork(
         raise NotPossible("a fork needs a run id of its own")
     ends = boundaries(records)
     if at not in ends:
+        # Suggest only the ends of decisions after which the run was still running.
+        ends = [
+            b for b in ends if not any(ev.record_type(r) in ev.TERMINAL_TYPES for r in records[:b])
+        ]
         before = max((b for b in ends if b < at), default=None)
         after = min((b for b in ends if b > at), default=None)
         near = " or ".join(str(b) for b in (before, after) if b is not None)

@@ -23,7 +23,7 @@ from typing import Any
 from interlock.core import events, model
 from interlock.core.vocabulary import ErrorClass
 
-MANIFEST_KINDS = ("Workflow", "AgentDef")
+MANIFEST_KINDS = ("Workflow", "AgentDef", "Webhook")
 
 RECORD_MEANINGS: Mapping[str, str] = {
     "run.started": "A run began: workflow name, version, spec hash, resolved inputs, initial "

@@ -52,6 +52,8 @@ RULES = {
     "input-type",
     "duplicate-name",
     "bad-schema",
+    "bad-secret",
+    "bad-mapping",
 }
 
 

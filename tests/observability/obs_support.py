@@ -240,8 +240,16 @@ async def eventually(probe: Callable[[], Any], what: str, within: float = TIMEOU
 
 async def http_get(port: int, path: str) -> tuple[int, str]:
     """GET ``path`` on localhost: (status, body)."""
+    return await http_request(port, "GET", path)
+
+
+async def http_request(port: int, method: str, path: str) -> tuple[int, str]:
+    """``method path`` on localhost, without a body: (status, body)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+    writer.write(
+        f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+        "Connection: close\r\n\r\n".encode()
+    )
     await writer.drain()
     raw = await asyncio.wait_for(reader.read(), TIMEOUT)
     writer.close()

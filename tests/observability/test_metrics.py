@@ -11,6 +11,7 @@ from obs_support import (
     answer,
     connect,
     http_get,
+    http_request,
     instrumented_stack,
     plain_agent,
 )
@@ -183,6 +184,8 @@ async def test_health_endpoints(nats_url: str, subjects: Subjects) -> None:
         assert await http_get(port, "/readyz") == (200, "ready\n")
         status, body = await http_get(port, "/nope")
         assert status == 404
+        assert body == "not found: try /metrics, /healthz or /readyz\n"
+        assert await http_request(port, "POST", "/metrics") == (405, "only GET\n")
     nc = await connect(nats_url)
     try:
         elsewhere = Subjects("neverprovisioned")

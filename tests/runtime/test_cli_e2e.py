@@ -424,7 +424,15 @@ def listening(url: str) -> bool:
 
 def start_dev(data_dir: Path) -> tuple[Background, str]:
     dev = interlock_bg(
-        "dev", "--port", "0", "--data-dir", str(data_dir), env=cli_env("", "il"), cwd=data_dir
+        "dev",
+        "--port",
+        "0",
+        "--http-port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        env=cli_env("", "il"),
+        cwd=data_dir,
     )
     url = dev.wait_for(r"export INTERLOCK_URL=(\S+)", timeout=20).group(1)
     dev.wait_for("orchestrator running", timeout=20)

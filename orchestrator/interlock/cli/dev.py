@@ -23,6 +23,7 @@ from interlock.sdk import Worker
 from interlock.sdk.runner import load_worker
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import NatsServerFailed, NatsServerNotFound
+from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.dev")
 
@@ -67,7 +68,60 @@ async def stop_stack(
         await nc.close()
 
 
-def run_dev(data_dir: Path, port: int, *, agents: bool = True) -> int:
+DEV_TOKEN_NAME = "dev-operator"  # noqa: S105 - a name, not a secret
+
+
+def dev_token_path(data_dir: Path) -> Path:
+    """Where ``interlock dev`` keeps the HTTP gateway's operator token."""
+    return data_dir / "creds" / "http-operator.token"
+
+
+async def ensure_dev_token(nc: Client, subjects: Subjects, data_dir: Path) -> Path:
+    """An operator token for the dev gateway, kept in ``data_dir`` (made once, reused)."""
+    from interlock.gateway.auth import Tokens
+    from interlock.transport.jetstream import jetstream
+
+    path = dev_token_path(data_dir)
+    tokens = Tokens(jetstream(nc), subjects)
+    token = path.read_text().strip() if path.is_file() else None
+    await tokens.revoke(DEV_TOKEN_NAME)
+    token = await tokens.issue(DEV_TOKEN_NAME, "operator", token=token)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    tmp.touch(mode=0o600)
+    tmp.write_text(token + "\n")
+    tmp.replace(path)
+    return path
+
+
+async def _start_gateway(
+    nc: Client, data_dir: Path, port: int, stop: asyncio.Event
+) -> asyncio.Task[None] | None:
+    from interlock.gateway.app import serve_gateway
+
+    subjects = Subjects()
+    token = await ensure_dev_token(nc, subjects, data_dir)
+    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(
+        serve_gateway(nc, subjects, host="127.0.0.1", port=port, stop=stop, started=started)
+    )
+    done, _ = await asyncio.wait(
+        [task, started],  # type: ignore[type-var]
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    if started not in done:
+        try:
+            task.result()
+        except OSError as exc:
+            sys.stderr.write(f"interlock dev: no HTTP gateway: port {port}: {exc.strerror}\n")
+            return None
+    url = started.result()
+    print(f"HTTP gateway at {url} (operator token in {token})", flush=True)
+    print(f"export INTERLOCK_HTTP={url}", flush=True)
+    return task
+
+
+def run_dev(data_dir: Path, port: int, *, agents: bool = True, http_port: int | None = 8480) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     server = EmbeddedNats(data_dir, port=port)
     try:
@@ -80,14 +134,20 @@ def run_dev(data_dir: Path, port: int, *, agents: bool = True) -> int:
 
     async def main() -> None:
         stack = await start_stack(server.url, agents=agents)
-        names = ", ".join(REFERENCE) if agents else "none"
-        print(f"orchestrator running; reference agents: {names}. Ctrl-C stops.", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        gateway: asyncio.Task[None] | None = None
+        if http_port is not None:
+            gateway = await _start_gateway(stack[3], data_dir, http_port, stop)
+        names = ", ".join(REFERENCE) if agents else "none"
+        print(f"orchestrator running; reference agents: {names}. Ctrl-C stops.", flush=True)
         await stop.wait()
         print("stopping...", flush=True)
+        if gateway is not None:
+            with contextlib.suppress(Exception):
+                await gateway
         await stop_stack(*stack)
 
     try:

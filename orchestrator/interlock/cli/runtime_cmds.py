@@ -607,6 +607,13 @@ def add_process_parsers(sub: Sub) -> None:
     p.add_argument("--port", type=int, default=4222, help="NATS port (0: any free port)")
     p.add_argument("--data-dir", default=".interlock", help="where NATS keeps its data")
     p.add_argument("--no-agents", action="store_true", help="do not start the reference agents")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=8480,
+        help="HTTP gateway port on 127.0.0.1 (default 8480; 0: any free port)",
+    )
+    p.add_argument("--no-http", action="store_true", help="do not start the HTTP gateway")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=cmd_dev)
 
@@ -715,7 +722,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from interlock.cli.dev import run_dev
 
     _logging(args.log_level)
-    return run_dev(Path(args.data_dir), args.port, agents=not args.no_agents)
+    return run_dev(
+        Path(args.data_dir),
+        args.port,
+        agents=not args.no_agents,
+        http_port=None if args.no_http else args.http_port,
+    )
 
 
 def dumps(value: Any) -> str:

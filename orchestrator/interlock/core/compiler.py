@@ -12,6 +12,7 @@ docs/language.md).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +22,29 @@ import msgspec
 from interlock.core import model
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
 from interlock.core.diagnostics import Diagnostic, ManifestError
-from interlock.core.lowering import lower_workflow
+from interlock.core.lowering import lower_workflow, parse_duration
 from interlock.core.names import CAPABILITY_NAME, check_metadata
 from interlock.core.source import Document, Path, load_documents
 from interlock.core.structure import check_structure
+
+MAX_REPLAY_WINDOW_S = 7 * 86400.0
+"""The longest ``replay_window`` of a Webhook (how long its deliveries are remembered)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookDefinition:
+    """A compiled ``kind: Webhook``: how a signed HTTP request becomes a CloudEvent."""
+
+    namespace: str
+    name: str
+    spec: model.WebhookSpec
+    replay_window_s: float
+    manifest: dict[str, Any]
+
+    @property
+    def source(self) -> str:
+        """The CloudEvent source of its events."""
+        return self.spec.source or f"interlock://webhooks/{self.namespace}/{self.name}"
 
 
 @dataclass(slots=True)
@@ -33,6 +53,7 @@ class Compiled:
 
     workflows: list[Definition] = field(default_factory=list)
     agents: list[AgentDefinition] = field(default_factory=list)
+    webhooks: list[WebhookDefinition] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     capabilities_checked: bool = True
 
@@ -74,6 +95,10 @@ def compile_sources(
             agent = _compile_agent(doc, out.diagnostics)
             if agent is not None:
                 out.agents.append(agent)
+        elif kind == "Webhook":
+            webhook = _compile_webhook(doc, out.diagnostics)
+            if webhook is not None:
+                out.webhooks.append(webhook)
     capabilities = set(known_capabilities or ())
     for agent in out.agents:
         capabilities.update(agent.capabilities)
@@ -100,6 +125,7 @@ def compile_sources(
     out.diagnostics.sort()
     if out.diagnostics:
         out.workflows.clear()
+        out.webhooks.clear()
     return out
 
 
@@ -176,4 +202,80 @@ def _compile_agent(doc: Document, diags: list[Diagnostic]) -> AgentDefinition | 
         api_version=spec.apiVersion,
         capabilities=capabilities,
         manifest=doc.data,
+    )
+
+
+# --- webhooks -------------------------------------------------------------------------
+
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+
+def compile_webhook_data(data: Mapping[str, Any], path: str = "<stored>") -> WebhookDefinition:
+    """A stored Webhook manifest (already validated when applied) as its definition."""
+    diags: list[Diagnostic] = []
+    doc = Document(path=path, index=0, data=dict(data))
+    webhook = _compile_webhook(doc, diags)
+    if webhook is None:
+        raise ManifestError(diags)
+    return webhook
+
+
+def _compile_webhook(doc: Document, diags: list[Diagnostic]) -> WebhookDefinition | None:
+    webhook = msgspec.convert(doc.data, model.Webhook)
+    spec = webhook.spec
+    before = len(diags)
+    check_metadata(doc, webhook.metadata, diags)
+
+    def one_secret(ref: model.SecretRef, at: Path) -> None:
+        if (ref.env is None) == (ref.file is None):
+            diags.append(
+                doc.diag(
+                    at,
+                    "bad-secret",
+                    "a secret names exactly one of 'env' (an environment variable) or "
+                    "'file' (a path); it is never written in the manifest",
+                )
+            )
+
+    def one_source(ref: model.FromRequest | None, at: Path) -> None:
+        if ref is None:
+            return
+        given = [k for k in ("header", "field", "value") if getattr(ref, k) is not None]
+        if len(given) != 1:
+            diags.append(
+                doc.diag(
+                    at,
+                    "bad-mapping",
+                    "name exactly one of 'header', 'field' (a dotted path into the JSON "
+                    f"body) or 'value', not {' and '.join(given) or 'none'}",
+                )
+            )
+        if ref.header is not None and not _HEADER_NAME.match(ref.header):
+            diags.append(doc.diag((*at, "header"), "bad-name", f"{ref.header!r} is no header"))
+
+    one_secret(spec.secret, ("spec", "secret"))
+    if spec.signals is not None and spec.signals.secret is not None:
+        one_secret(spec.signals.secret, ("spec", "signals", "secret"))
+    one_source(spec.type, ("spec", "type"))
+    one_source(spec.id, ("spec", "id"))
+    one_source(spec.subject, ("spec", "subject"))
+    if spec.signature_header is not None and not _HEADER_NAME.match(spec.signature_header):
+        diags.append(doc.diag(("spec", "signature_header"), "bad-name", "not an HTTP header name"))
+    window = parse_duration(spec.replay_window)
+    if window is None or window <= 0 or window > MAX_REPLAY_WINDOW_S:
+        diags.append(
+            doc.diag(
+                ("spec", "replay_window"),
+                "bad-duration",
+                f"replay_window {spec.replay_window!r} must be a duration from 1s to 7d",
+            )
+        )
+    if len(diags) != before:
+        return None
+    return WebhookDefinition(
+        namespace=webhook.metadata.namespace,
+        name=webhook.metadata.name,
+        spec=spec,
+        replay_window_s=float(window or 0),
+        manifest=dict(doc.data),
     )

@@ -257,7 +257,60 @@ class AgentDef(_Strict, frozen=True, kw_only=True):
     spec: AgentDefSpec
 
 
-KINDS: dict[str, type[Workflow] | type[AgentDef]] = {"Workflow": Workflow, "AgentDef": AgentDef}
+class SecretRef(_Strict, frozen=True, kw_only=True):
+    """Where the gateway reads a secret: exactly one of an environment variable (``env``)
+    or a file (``file``). Never the secret itself."""
+
+    env: str | None = None
+    file: str | None = None
+
+
+class FromRequest(_Strict, frozen=True, kw_only=True):
+    """A value taken from a request: exactly one of a ``header``, a ``field`` of the JSON
+    body (a dotted path) or a fixed ``value``; ``prefix`` goes in front of it."""
+
+    header: str | None = None
+    field: str | None = None
+    value: str | None = None
+    prefix: str = ""
+
+
+class WebhookSignals(_Strict, frozen=True, kw_only=True):
+    """Signals to one run: ``POST /webhooks/<name>/runs/<run_id>/signals/<signal>`` sends the
+    event type ``prefix`` + ``<signal>`` to that run, signed with ``secret`` (default: the
+    webhook's own)."""
+
+    secret: SecretRef | None = None
+    prefix: str = ""
+
+
+class WebhookSpec(_Strict, frozen=True, kw_only=True):
+    """How a signed HTTP request becomes a CloudEvent."""
+
+    scheme: Literal["github", "standard"]
+    secret: SecretRef
+    type: FromRequest
+    source: str | None = None
+    id: FromRequest | None = None
+    subject: FromRequest | None = None
+    signature_header: str | None = None
+    replay_window: Duration = "5m"
+    signals: WebhookSignals | None = None
+    description: str | None = None
+
+
+class Webhook(_Strict, frozen=True, kw_only=True):
+    apiVersion: Literal["interlock.io/v1"]
+    kind: Literal["Webhook"]
+    metadata: Metadata
+    spec: WebhookSpec
+
+
+KINDS: dict[str, type[Workflow] | type[AgentDef] | type[Webhook]] = {
+    "Workflow": Workflow,
+    "AgentDef": AgentDef,
+    "Webhook": Webhook,
+}
 
 
 def _forbid_unknown(schema: Any) -> None:

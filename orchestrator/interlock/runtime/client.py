@@ -97,6 +97,7 @@ class InterlockClient:
             return ApplyResult(compiled, [])
         applied = [await self.registry.apply_agent(a) for a in compiled.agents]
         applied += [await self.registry.apply_workflow(w) for w in compiled.workflows]
+        applied += [await self.registry.apply_webhook(w) for w in compiled.webhooks]
         return ApplyResult(compiled, applied)
 
     # -- runs -----------------------------------------------------------------------------

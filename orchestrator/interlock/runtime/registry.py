@@ -21,7 +21,12 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from interlock.core.compiler import compile_agent_data, compile_workflow_data
+from interlock.core.compiler import (
+    WebhookDefinition,
+    compile_agent_data,
+    compile_webhook_data,
+    compile_workflow_data,
+)
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition, link
 from interlock.transport.subjects import Subjects
 
@@ -155,6 +160,33 @@ class Registry:
         for cap in agent.capabilities.values():
             self._capabilities[cap.name] = cap
         return Applied("AgentDef", agent.namespace, agent.name, revision, True)
+
+    async def apply_webhook(self, webhook: WebhookDefinition) -> Applied:
+        """Store a Webhook's manifest under ``<namespace>.<name>`` (unchanged: no write)."""
+        kv = await self._js.key_value(self._subjects.webhooks_bucket)
+        key = f"{webhook.namespace}.{webhook.name}"
+        body = json.dumps(webhook.manifest, sort_keys=True).encode()
+        try:
+            current = await kv.get(key)
+            if current.value == body:
+                return Applied(
+                    "Webhook", webhook.namespace, webhook.name, current.revision or 0, False
+                )
+        except KeyNotFoundError:
+            pass
+        revision = await kv.put(key, body)
+        return Applied("Webhook", webhook.namespace, webhook.name, revision, True)
+
+    async def webhook(self, namespace: str, name: str) -> WebhookDefinition | None:
+        """The applied Webhook ``namespace/name``, or None."""
+        kv = await self._js.key_value(self._subjects.webhooks_bucket)
+        try:
+            entry = await kv.get(f"{namespace}.{name}")
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        return compile_webhook_data(json.loads(entry.value), f"<webhook {namespace}/{name}>")
 
     # -- reading -------------------------------------------------------------------------
 

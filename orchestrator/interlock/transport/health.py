@@ -5,19 +5,25 @@
 restarted (a liveness probe). ``/readyz`` answers
 200 when the process is connected to NATS and the installation's streams and buckets
 exist, 503 with the reason otherwise (a readiness probe). ``/metrics`` is the Prometheus
-text format of a registry. It runs on the process's own event loop: a process whose loop
-is stuck stops answering, which is what a liveness probe should notice.
+text format of a registry. The routes are Starlette's, served by uvicorn on the process's
+own event loop (``interlock.transport.httpserver``): a process whose loop is stuck stops
+answering, which is what a liveness probe should notice. The HTTP gateway serves the same
+routes next to its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from interlock.transport.httpserver import HttpServer
 from interlock.transport.provision import check_ready
 from interlock.transport.subjects import Subjects
 
@@ -33,8 +39,10 @@ Readiness = Callable[[], Awaitable[str | None]]
 Liveness = Callable[[], str | None]
 """Returns None when alive, else what is broken."""
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 _READY_TIMEOUT = 5.0
+_TEXT = "text/plain; charset=utf-8"
+_CLOSE = {"Connection": "close"}
+"""Probes and scrapes are one request each: answer and close, as the endpoint always has."""
 
 
 def nats_readiness(nc: object, subjects: Subjects) -> Readiness:
@@ -54,7 +62,60 @@ def nats_readiness(nc: object, subjects: Subjects) -> Readiness:
     return ready
 
 
-class HealthServer:
+def health_routes(
+    *,
+    ready: Readiness | None = None,
+    alive: Liveness | None = None,
+    registry: CollectorRegistry = REGISTRY,
+) -> list[Route]:
+    """The ``/metrics``, ``/healthz`` (``/livez``) and ``/readyz`` routes (GET and HEAD)."""
+
+    def text(status: int, body: str) -> Response:
+        return Response(body, status_code=status, media_type=_TEXT, headers=_CLOSE)
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST, headers=_CLOSE)
+
+    async def healthz(request: Request) -> Response:
+        broken = alive() if alive is not None else None
+        if broken is not None:
+            return text(503, f"not alive: {broken}\n")
+        return text(200, "ok\n")
+
+    async def readyz(request: Request) -> Response:
+        broken = alive() if alive is not None else None
+        if broken is not None:
+            return text(503, f"not ready: {broken}\n")
+        if ready is None:
+            return text(200, "ready\n")
+        try:
+            problem = await asyncio.wait_for(ready(), _READY_TIMEOUT)
+        except TimeoutError:
+            problem = f"readiness check took longer than {_READY_TIMEOUT:g} s"
+        if problem is None:
+            return text(200, "ready\n")
+        return text(503, f"not ready: {problem}\n")
+
+    methods = ["GET", "HEAD"]
+    return [
+        Route("/metrics", metrics, methods=methods, include_in_schema=False),
+        Route("/healthz", healthz, methods=methods, include_in_schema=False),
+        Route("/livez", healthz, methods=methods, include_in_schema=False),
+        Route("/readyz", readyz, methods=methods, include_in_schema=False),
+    ]
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return Response(
+        "not found: try /metrics, /healthz or /readyz\n", 404, media_type=_TEXT, headers=_CLOSE
+    )
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return Response("only GET\n", 405, media_type=_TEXT, headers=_CLOSE)
+
+
+class HealthServer(HttpServer):
     """Serves ``/metrics``, ``/healthz`` and ``/readyz`` on one port.
 
     Args:
@@ -74,84 +135,16 @@ class HealthServer:
         registry: CollectorRegistry = REGISTRY,
         host: str = "0.0.0.0",  # noqa: S104 - scraped and probed from outside the container
     ) -> None:
-        self._requested_port = port
-        self._ready = ready
-        self._alive = alive
-        self._registry = registry
-        self._host = host
-        self._server: asyncio.base_events.Server | None = None
-
-    @property
-    def port(self) -> int:
-        if self._server is None or not self._server.sockets:
-            return self._requested_port
-        return int(self._server.sockets[0].getsockname()[1])
+        app = Starlette(
+            routes=health_routes(ready=ready, alive=alive, registry=registry),
+            exception_handlers={404: _not_found, 405: _not_allowed},
+        )
+        super().__init__(app, port, host=host)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self._host, self._requested_port)
+        await super().start()
         log.info("metrics and health on :%d (/metrics, /healthz, /readyz)", self.port)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
 
     async def __aenter__(self) -> HealthServer:
         await self.start()
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readline(), 10)
-            while True:  # headers: read and ignored
-                line = await asyncio.wait_for(reader.readline(), 10)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-            parts = request.decode("latin-1").split()
-            method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-            status, ctype, body = await self._respond(method, target.split("?", 1)[0])
-            head = (
-                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
-                f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n"
-            )
-            writer.write(head.encode("latin-1") + (b"" if method == "HEAD" else body))
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
-        except Exception:
-            log.exception("health endpoint failed")
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _respond(self, method: str, path: str) -> tuple[int, str, bytes]:
-        text = "text/plain; charset=utf-8"
-        if method not in ("GET", "HEAD"):
-            return 405, text, b"only GET\n"
-        if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
-        broken = self._alive() if self._alive is not None else None
-        if path in ("/healthz", "/livez"):
-            if broken is not None:
-                return 503, text, f"not alive: {broken}\n".encode()
-            return 200, text, b"ok\n"
-        if path == "/readyz":
-            if broken is not None:
-                return 503, text, f"not ready: {broken}\n".encode()
-            if self._ready is None:
-                return 200, text, b"ready\n"
-            try:
-                problem = await asyncio.wait_for(self._ready(), _READY_TIMEOUT)
-            except TimeoutError:
-                problem = f"readiness check took longer than {_READY_TIMEOUT:g} s"
-            if problem is None:
-                return 200, text, b"ready\n"
-            return 503, text, f"not ready: {problem}\n".encode()
-        return 404, text, b"not found: try /metrics, /healthz or /readyz\n"

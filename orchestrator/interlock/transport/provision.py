@@ -43,6 +43,7 @@ _API_WAIT_S: Final = 5.0
 DUPLICATE_WINDOW_S: Final = 120.0
 DEAD_LETTER_MAX_AGE_S: Final = 14 * 86400.0
 WORKERS_TTL_S: Final = 15.0
+DELIVERIES_MAX_AGE_S: Final = 7 * 86400.0
 MAX_BATCH: Final = 1000  # the server's limit on messages in one atomic batch
 
 # JetStream API error codes (nats-server errors.json).
@@ -142,6 +143,10 @@ def desired_configs(
         _bucket(s.runs_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
         _bucket(s.secrets_bucket, replicas, history=1),
+        _bucket(s.webhooks_bucket, replicas, history=16),
+        _bucket(s.http_tokens_bucket, replicas, history=1),
+        # A delivery is remembered for its webhook's replay window, at most this long.
+        _bucket(s.deliveries_bucket, replicas, history=1, ttl_s=DELIVERIES_MAX_AGE_S),
     ]
 
 

@@ -81,6 +81,21 @@ class Subjects:
         return f"{self._bucket_base}_correlation"
 
     @property
+    def webhooks_bucket(self) -> str:
+        """Webhook definitions (``kind: Webhook``), read by the HTTP gateway."""
+        return f"{self._bucket_base}_webhooks"
+
+    @property
+    def deliveries_bucket(self) -> str:
+        """Webhook deliveries already taken and what they were answered (replay guard)."""
+        return f"{self._bucket_base}_deliveries"
+
+    @property
+    def http_tokens_bucket(self) -> str:
+        """The HTTP gateway's bearer tokens, stored hashed, with their role."""
+        return f"{self._bucket_base}_http_tokens"
+
+    @property
     def runs_bucket(self) -> str:
         """Derived run index (workflow, status); rebuildable from the logs."""
         return f"{self._bucket_base}_runs"

@@ -1,0 +1,176 @@
+"""``interlock gateway`` (the HTTP gateway process) and ``interlock tokens`` (its callers)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, print_json
+from interlock.cli.runtime_cmds import (
+    _env_int,
+    _logging,
+    _signals,
+    add_connection_flags,
+    options,
+    with_client,
+)
+from interlock.transport.connection import connect
+from interlock.transport.errors import ConnectionFailed
+
+if TYPE_CHECKING:
+    Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+DEFAULT_HTTP_PORT = 8480
+
+
+def add_parsers(sub: Sub) -> None:
+    p = sub.add_parser(
+        "gateway",
+        help="serve CloudEvents over HTTP, signed webhooks and the REST API",
+        description="The HTTP gateway: a NATS client like any other, run as many as needed.",
+    )
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help=f"port (env INTERLOCK_HTTP_PORT; default {DEFAULT_HTTP_PORT}; 0: any free port)",
+    )
+    p.add_argument(
+        "--host",
+        default="0.0.0.0",  # noqa: S104 - a gateway is reached from outside
+        help="address to listen on (default 0.0.0.0)",
+    )
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help="ask no credentials (development; only with --host 127.0.0.1 or ::1)",
+    )
+    p.add_argument(
+        "--max-body",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="largest request body taken (default 1048576)",
+    )
+    p.add_argument("--log-level", default="info")
+    add_connection_flags(p)
+    p.set_defaults(func=cmd_gateway)
+
+    p = sub.add_parser("tokens", help="bearer tokens of the HTTP gateway's callers")
+    tsub = p.add_subparsers(dest="tokens_command", metavar="COMMAND")
+    tsub.required = True
+    q = tsub.add_parser("create", help="issue a token (printed once; stored hashed)")
+    q.add_argument("name", help="who holds it (letters, digits, '_', '.', '-')")
+    q.add_argument("--role", required=True, choices=["operator", "publisher", "reader"])
+    q.add_argument(
+        "--events",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="publisher: event types it may post (NATS wildcards: com.github.*, com.acme.>)",
+    )
+    q.add_argument("--json", action="store_true")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_tokens_create))
+    q = tsub.add_parser("list", help="tokens by name and role (never the tokens)")
+    q.add_argument("--json", action="store_true")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_tokens_list))
+    q = tsub.add_parser("revoke", help="revoke the token of NAME (takes effect within 5 s)")
+    q.add_argument("name")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_tokens_revoke))
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from interlock.gateway.app import DEFAULT_MAX_BODY, serve_gateway
+    from interlock.transport.httpserver import is_loopback
+
+    _logging(args.log_level)
+    port = _env_int(args.http_port, "INTERLOCK_HTTP_PORT", DEFAULT_HTTP_PORT)
+    if args.open and not is_loopback(args.host):
+        raise CliError(
+            f"--open asks no credentials, so it listens on loopback only; add --host 127.0.0.1 "
+            f"(not {args.host})"
+        )
+    opts = options(args)
+    if opts.name is None:
+        opts.name = "interlock gateway"
+
+    async def go() -> None:
+        nc = await connect(opts)
+        stop = asyncio.Event()
+        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        try:
+            with _signals(stop.set):
+                task = asyncio.create_task(
+                    serve_gateway(
+                        nc,
+                        opts.subjects,
+                        host=args.host,
+                        port=port,
+                        open_mode=args.open,
+                        max_body=args.max_body or DEFAULT_MAX_BODY,
+                        stop=stop,
+                        started=started,
+                    )
+                )
+                done, _ = await asyncio.wait(
+                    [task, started],  # type: ignore[type-var]
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if started in done:
+                    print(f"HTTP gateway at {started.result()}", flush=True)
+                await task
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(go())
+    except ConnectionFailed as exc:
+        raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{port}: {exc.strerror or exc}") from exc
+    return EXIT_OK
+
+
+async def cmd_tokens_create(client: Any, args: argparse.Namespace) -> int:
+    from interlock.gateway.auth import Tokens
+
+    tokens = Tokens(client.js, client.subjects)
+    try:
+        token = await tokens.issue(args.name, args.role, args.events)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    if args.json:
+        print_json({"name": args.name, "role": args.role, "events": args.events, "token": token})
+    else:
+        print(token)
+    return EXIT_OK
+
+
+async def cmd_tokens_list(client: Any, args: argparse.Namespace) -> int:
+    from interlock.gateway.auth import Tokens
+
+    items = [
+        {k: v for k, v in item.items() if k != "key"}
+        for item in await Tokens(client.js, client.subjects).list()
+    ]
+    if args.json:
+        print_json(items)
+        return EXIT_OK
+    for item in items:
+        events = " ".join(item.get("events") or [])
+        print(f"{item['name']:<24} {item['role']:<10} {events}".rstrip())
+    return EXIT_OK
+
+
+async def cmd_tokens_revoke(client: Any, args: argparse.Namespace) -> int:
+    from interlock.gateway.auth import Tokens
+
+    gone = await Tokens(client.js, client.subjects).revoke(args.name)
+    if not gone:
+        raise CliError(f"no token named {args.name!r}", EXIT_FAILED)
+    print(f"revoked {args.name}")
+    return EXIT_OK

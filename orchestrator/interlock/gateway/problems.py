@@ -1,0 +1,78 @@
+"""Errors as RFC 9457 problem details (``application/problem+json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+PROBLEM_TYPE = "application/problem+json"
+_BASE = "https://interlock.io/problems/"
+
+
+class Problem(Exception):
+    """An HTTP error answered with a problem body.
+
+    Args:
+        status: the HTTP status.
+        slug: a short machine-readable name; the problem ``type`` is a URI built from it.
+        detail: what is wrong, for a person, naming the offending part.
+        headers: extra response headers (``WWW-Authenticate`` for a 401).
+        extra: more members of the problem object (``errors``, ``index``...).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        detail: str,
+        *,
+        title: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+        self.detail = detail
+        self.title = title or slug.replace("-", " ").capitalize()
+        self.headers = headers or {}
+        self.extra = extra
+
+    def body(self, instance: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": _BASE + self.slug,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if instance:
+            out["instance"] = instance
+        out.update(self.extra)
+        return out
+
+    def response(self, instance: str | None = None) -> Response:
+        return Response(
+            msgspec.json.encode(self.body(instance)),
+            status_code=self.status,
+            media_type=PROBLEM_TYPE,
+            headers=self.headers,
+        )
+
+
+async def problem_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.response(request.url.path)
+
+
+async def http_error_handler(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 as problem bodies."""
+    status = int(getattr(exc, "status_code", 500))
+    slug = {404: "not-found", 405: "method-not-allowed"}.get(status, "http-error")
+    detail = str(getattr(exc, "detail", "") or slug)
+    if status == 404:
+        detail = f"no such resource: {request.url.path} (see /openapi.json)"
+    headers = dict(getattr(exc, "headers", None) or {})
+    return Problem(status, slug, detail, headers=headers).response(request.url.path)

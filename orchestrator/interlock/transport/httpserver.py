@@ -1,0 +1,144 @@
+"""Serving an ASGI app from inside a running process: uvicorn on a socket bound up front.
+
+Every HTTP listener of Interlock (the health and metrics endpoints of each process, and the
+gateway) runs through :class:`HttpServer`. The socket is bound before uvicorn starts, so a
+port in use fails at once with ``OSError`` and port 0 has its real number as soon as
+:meth:`HttpServer.start` returns. uvicorn runs as a task on the process's own event loop:
+it installs no signal handlers (the process owns SIGINT/SIGTERM) and leaves the logging
+configuration alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+log = logging.getLogger("interlock.http")
+
+_START_TIMEOUT_S = 10.0
+_STOP_TIMEOUT_S = 5.0
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The process owns its signals; stopping is ``HttpServer.stop``.
+        yield
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free port)."""
+    family = socket.AF_INET
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).version == 6:
+            family = socket.AF_INET6
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class HttpServer:
+    """An ASGI ``app`` served by uvicorn on ``host:port`` until :meth:`stop`.
+
+    Args:
+        app: the ASGI application.
+        port: the TCP port (0: any free port; see :attr:`port` once started).
+        host: the address to listen on.
+    """
+
+    def __init__(self, app: Any, port: int, *, host: str = "127.0.0.1") -> None:
+        self.app = app
+        self.host = host
+        self._requested_port = port
+        self._sock: socket.socket | None = None
+        self._bound_port: int | None = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        return self._requested_port if self._bound_port is None else self._bound_port
+
+    @property
+    def url(self) -> str:
+        host = self.host
+        if host in ("0.0.0.0", "::"):  # noqa: S104 - naming it, not binding it
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind and start serving; raises ``OSError`` when the port cannot be had."""
+        self._sock = bind(self.host, self._requested_port)
+        self._bound_port = int(self._sock.getsockname()[1])
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=int(_STOP_TIMEOUT_S),
+        )
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _START_TIMEOUT_S
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+                raise OSError(f"HTTP server on {self.url} stopped while starting")
+            if loop.time() > deadline:
+                await self.stop()
+                raise OSError(f"HTTP server on {self.url} did not start")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        server, task, sock = self._server, self._task, self._sock
+        self._server, self._task = None, None
+        if server is not None and task is not None:
+            server.should_exit = True
+            try:
+                await asyncio.wait_for(asyncio.shield(task), _STOP_TIMEOUT_S + 1)
+            except TimeoutError:
+                server.force_exit = True
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            except Exception:
+                log.exception("HTTP server on port %d failed", self.port)
+        if sock is not None:
+            sock.close()
+            self._sock = None
+
+    async def __aenter__(self) -> HttpServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

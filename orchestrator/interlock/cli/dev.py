@@ -16,6 +16,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 import interlock_agents
+from interlock.auth.dev import DevAuth, prepare
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.service import Orchestrator
@@ -30,11 +31,27 @@ log = logging.getLogger("interlock.dev")
 REFERENCE = ("echo", "http-fetch", "command")
 
 
+def reference_capabilities() -> list[str]:
+    """The capabilities the reference agents serve (what their credentials allow)."""
+    caps: list[str] = []
+    for name in REFERENCE:
+        caps += load_worker(name).capabilities
+    return list(dict.fromkeys(caps))
+
+
 async def start_stack(
-    url: str, *, prefix: str = "il", agents: bool = True
+    url: str, *, prefix: str = "il", agents: bool = True, auth: DevAuth | None = None
 ) -> tuple[Orchestrator, list[Worker], list[asyncio.Task[None]], Client]:
-    """Orchestrator plus reference agent workers against ``url`` (AgentDefs applied)."""
-    opts = ConnectOptions.resolve(url, prefix=prefix)
+    """Orchestrator plus reference agent workers against ``url`` (AgentDefs applied).
+
+    With ``auth``, the orchestrator and the agents connect with their own credentials.
+    """
+    opts = ConnectOptions.resolve(
+        url, prefix=prefix, creds_file=str(auth.orchestrator) if auth else None
+    )
+    agent_opts = ConnectOptions.resolve(
+        url, prefix=prefix, creds_file=str(auth.agents) if auth else None
+    )
     nc = await connect(opts)
     client = InterlockClient(nc, opts.subjects)
     await client.ensure_provisioned()
@@ -50,7 +67,7 @@ async def start_stack(
         for name in REFERENCE:
             worker = load_worker(name)
             workers.append(worker)
-            tasks.append(asyncio.create_task(worker.run(opts)))
+            tasks.append(asyncio.create_task(worker.run(agent_opts)))
     return orchestrator, workers, tasks, nc
 
 
@@ -121,9 +138,22 @@ async def _start_gateway(
     return task
 
 
-def run_dev(data_dir: Path, port: int, *, agents: bool = True, http_port: int | None = 8480) -> int:
+def secure(data_dir: Path, prefix: str = "il") -> DevAuth:
+    """Keys, server configuration and role credentials in ``data_dir`` (see interlock.auth.dev)."""
+    return prepare(data_dir, Subjects(prefix), reference_capabilities())
+
+
+def run_dev(
+    data_dir: Path,
+    port: int,
+    *,
+    agents: bool = True,
+    http_port: int | None = 8480,
+    insecure: bool = False,
+) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = EmbeddedNats(data_dir, port=port)
+    auth = None if insecure else secure(data_dir)
+    server = EmbeddedNats(data_dir, port=port, args=auth.server_args if auth else ())
     try:
         server.start()
     except (NatsServerNotFound, NatsServerFailed) as exc:
@@ -131,9 +161,18 @@ def run_dev(data_dir: Path, port: int, *, agents: bool = True, http_port: int | 
         return 2
     print(f"NATS (JetStream) at {server.url}, data in {data_dir}", flush=True)
     print(f"export INTERLOCK_URL={server.url}", flush=True)
+    if auth is not None:
+        print(
+            f"authentication on: credentials in {auth.creds_dir} (the CLI run from "
+            f"{data_dir.resolve().parent} uses operator.creds; elsewhere "
+            f"export INTERLOCK_CREDS={auth.operator.resolve()})",
+            flush=True,
+        )
+    else:
+        print("authentication OFF (--insecure): anyone who reaches the port may do anything")
 
     async def main() -> None:
-        stack = await start_stack(server.url, agents=agents)
+        stack = await start_stack(server.url, agents=agents, auth=auth)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

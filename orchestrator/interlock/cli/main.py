@@ -7,7 +7,14 @@ import sys
 from collections.abc import Sequence
 
 from interlock import __version__
-from interlock.cli import dialect_cmds, gateway_cmds, manifests, replay_cmds, runtime_cmds
+from interlock.cli import (
+    creds,
+    dialect_cmds,
+    gateway_cmds,
+    manifests,
+    replay_cmds,
+    runtime_cmds,
+)
 from interlock.cli.common import CliError, InvalidInput, err
 
 
@@ -25,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cmds.add_parsers(sub)
     runtime_cmds.add_process_parsers(sub)
     gateway_cmds.add_parsers(sub)
+    creds.add_parsers(sub)
     return parser
 
 

@@ -58,10 +58,27 @@ def add_connection_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
 
 
-def options(args: argparse.Namespace) -> ConnectOptions:
+def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOptions:
+    """Connection options from the flags and environment. For the operator's commands
+    (``operator``), with no credentials given, the ones ``interlock dev`` wrote under
+    ``.interlock/creds/`` in this directory."""
+    creds_file = args.creds_file
+    if operator and not (
+        creds_file
+        or args.nkey_seed_file
+        or args.user
+        or args.token
+        or any(
+            os.environ.get(v)
+            for v in ("INTERLOCK_CREDS", "INTERLOCK_NKEY", "INTERLOCK_USER", "INTERLOCK_TOKEN")
+        )
+    ):
+        from interlock.auth.dev import default_operator_creds
+
+        creds_file = default_operator_creds()
     return ConnectOptions.resolve(
         args.server,
-        creds_file=args.creds_file,
+        creds_file=creds_file,
         nkey_seed_file=args.nkey_seed_file,
         user=args.user,
         password=args.password,
@@ -614,6 +631,12 @@ def add_process_parsers(sub: Sub) -> None:
         help="HTTP gateway port on 127.0.0.1 (default 8480; 0: any free port)",
     )
     p.add_argument("--no-http", action="store_true", help="do not start the HTTP gateway")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no authentication: anyone who reaches the port may do anything "
+        "(default: credentials per role under DATA_DIR/creds)",
+    )
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=cmd_dev)
 
@@ -695,7 +718,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--ack-wait must be positive, got {args.ack_wait}", EXIT_USAGE)
     try:
         asyncio.run(
-            serve(options(args), metrics_port=port, replicas=replicas, ack_wait=args.ack_wait)
+            serve(
+                options(args, operator=False),
+                metrics_port=port,
+                replicas=replicas,
+                ack_wait=args.ack_wait,
+            )
         )
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
@@ -710,7 +738,9 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         from interlock.runtime.health import DEFAULT_AGENT_PORT
 
         port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
-        asyncio.run(run_agent(args.target, options(args), args.concurrency, port or None))
+        asyncio.run(
+            run_agent(args.target, options(args, operator=False), args.concurrency, port or None)
+        )
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     except (LookupError, ImportError, AttributeError) as exc:
@@ -727,6 +757,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         args.port,
         agents=not args.no_agents,
         http_port=None if args.no_http else args.http_port,
+        insecure=args.insecure,
     )
 
 

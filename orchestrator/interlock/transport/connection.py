@@ -43,6 +43,7 @@ _ENV: dict[str, str] = {
     "tls_cert": "INTERLOCK_TLS_CERT",
     "tls_key": "INTERLOCK_TLS_KEY",
     "prefix": "INTERLOCK_PREFIX",
+    "inbox_prefix": "INTERLOCK_INBOX_PREFIX",
 }
 _AUTH_ERRORS = ("authorization violation", "authentication", "user authentication expired")
 
@@ -65,6 +66,9 @@ class ConnectOptions:
     tls_key: str | None = None
     name: str | None = None
     prefix: str = DEFAULT_PREFIX
+    inbox_prefix: str | None = None
+    """Reply subjects' prefix; with a creds file, ``_INBOX.<its user's public key>`` (the
+    only inbox Interlock's credentials may subscribe to)."""
     connect_wait: float = 5.0
     """Seconds to keep trying the first connection before giving up."""
 
@@ -202,6 +206,9 @@ async def connect(
         "user_credentials": opts.creds_file,
         "nkeys_seed": opts.nkey_seed_file,
     }
+    inbox = opts.inbox_prefix or _creds_inbox(opts.creds_file)
+    if inbox is not None:
+        kwargs["inbox_prefix"] = inbox
     if tls is not None:
         kwargs["tls"] = tls
     if closed_cb is not None:
@@ -258,6 +265,18 @@ def _check_auth_files(opts: ConnectOptions, where: str) -> None:
             f"cannot connect to NATS at {where}: credentials and nkey seeds need the "
             "'nkeys' package (pip install 'nats-py[nkeys]')"
         )
+
+
+def _creds_inbox(creds_file: str | None) -> str | None:
+    if creds_file is None:
+        return None
+    from interlock.auth.jwt import creds_user
+    from interlock.auth.roles import inbox_prefix
+
+    try:
+        return inbox_prefix(creds_user(creds_file))
+    except (OSError, ValueError, KeyError):
+        return None  # not one of ours: the default inbox prefix
 
 
 def _is_auth_error(exc: Exception) -> bool:

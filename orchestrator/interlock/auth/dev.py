@@ -1,0 +1,106 @@
+"""Authentication for one machine (``interlock dev``, ``make demo``): keys made once and
+kept in the data directory, a server configuration trusting them, and one creds file per
+role the stack runs with.
+
+    <data>/keys/           operator, account and system keys (see ``keys``)
+    <data>/jwt/            the server's account resolver (updates pushed at run time)
+    <data>/auth.conf       the server configuration fragment
+    <data>/creds/operator.creds      the CLI's (found from the data directory's parent)
+    <data>/creds/orchestrator.creds  `interlock serve`
+    <data>/creds/agents.creds        the reference agents (their capabilities only)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlock.auth import jwt
+from interlock.auth.keys import KeyStore
+from interlock.auth.roles import Role
+from interlock.transport.subjects import Subjects
+
+__all__ = ["DEFAULT_DATA_DIR", "DevAuth", "default_operator_creds", "prepare"]
+
+DEFAULT_DATA_DIR = ".interlock"
+
+
+@dataclass(frozen=True)
+class DevAuth:
+    keys: KeyStore
+    config: Path
+    creds_dir: Path
+
+    @property
+    def server_args(self) -> list[str]:
+        """nats-server flags that load the auth configuration."""
+        return ["-c", str(self.config)]
+
+    @property
+    def operator(self) -> Path:
+        return self.creds_dir / "operator.creds"
+
+    @property
+    def orchestrator(self) -> Path:
+        return self.creds_dir / "orchestrator.creds"
+
+    @property
+    def agents(self) -> Path:
+        return self.creds_dir / "agents.creds"
+
+
+def prepare(
+    data_dir: str | os.PathLike[str], subjects: Subjects, capabilities: Iterable[str]
+) -> DevAuth:
+    """Keys (made on first use, kept after), the server configuration, and the creds of
+    the orchestrator, the operator and agents serving ``capabilities``.
+
+    The creds are signed again on every call with the permissions of this version, for the
+    same user keys: a creds file copied elsewhere keeps working, and permissions follow
+    upgrades.
+    """
+    data = Path(data_dir)
+    keys = KeyStore(data / "keys").ensure()
+    creds_dir = data / "creds"
+    creds_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(creds_dir, 0o700)
+    roles = {
+        "orchestrator": Role("orchestrator"),
+        "operator": Role("operator"),
+        "agents": Role("agent", capabilities=tuple(capabilities)),
+    }
+    for file_name, role in roles.items():
+        path = creds_dir / f"{file_name}.creds"
+        seed = None
+        if path.exists():
+            try:
+                seed = jwt.parse_creds(path.read_text())[1]
+            except ValueError:
+                seed = None
+        name = f"dev-{file_name}"
+        if seed is not None and _revoked(keys, seed):
+            seed = None  # a revoked dev user gets a new key
+        text, _record = keys.issue(role, subjects, name=name, seed=seed)
+        jwt.write_secret(path, text)
+    resolver = data / "jwt"
+    resolver.mkdir(parents=True, exist_ok=True)
+    config = data / "auth.conf"
+    jwt.write_secret(config, keys.server_config(resolver.resolve()))
+    return DevAuth(keys=keys, config=config, creds_dir=creds_dir)
+
+
+def _revoked(keys: KeyStore, seed: str) -> bool:
+    try:
+        public = jwt.read_key(seed).public_key
+    except Exception:
+        return True
+    return public in keys.revocations()
+
+
+def default_operator_creds(cwd: str | os.PathLike[str] | None = None) -> str | None:
+    """``.interlock/creds/operator.creds`` under ``cwd`` when it is there (the CLI run from
+    the directory ``interlock dev`` runs in uses it), else ``None``."""
+    path = Path(cwd or Path.cwd()) / DEFAULT_DATA_DIR / "creds" / "operator.creds"
+    return str(path) if path.is_file() else None

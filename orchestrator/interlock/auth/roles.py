@@ -1,0 +1,254 @@
+"""Who may publish and subscribe to what: the one place the roles' NATS permissions live.
+
+Each role is a template: given the installation's names (``Subjects``, from the prefix), the
+user's public key (its private reply inbox) and the role's parameters (capabilities, event
+patterns), it yields the allow and deny lists that go into the user's JWT. The server
+enforces them; nothing here is checked by Interlock itself. The wire layout they follow is
+in docs/architecture.md ("Trust boundary").
+
+Replies: nats-py draws reply subjects (JetStream publish acks, API answers, pull-request
+deliveries) from its inbox prefix. Every credential Interlock issues subscribes only to its
+own ``_INBOX.<user public key>.>``, and clients connecting with a creds file use that prefix
+(``inbox_prefix``), so no party can read another's replies (say, the orchestrator's reads of
+run logs or of the secrets bucket).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from interlock.transport.subjects import Subjects
+
+__all__ = [
+    "ROLES",
+    "Permissions",
+    "Role",
+    "agent",
+    "capability_token",
+    "inbox_prefix",
+    "operator",
+    "orchestrator",
+    "permissions_for",
+    "publisher",
+    "system",
+    "validate_event_pattern",
+]
+
+ROLES = ("orchestrator", "operator", "agent", "publisher")
+JS_API = "$JS.API"
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """Allow and deny lists for publishing and subscribing (NATS user JWT ``pub``/``sub``)."""
+
+    pub_allow: tuple[str, ...] = ()
+    pub_deny: tuple[str, ...] = ()
+    sub_allow: tuple[str, ...] = ()
+    sub_deny: tuple[str, ...] = ()
+    responses: bool = False
+    """May publish one reply to the reply subject of a request it received."""
+
+    def claims(self) -> dict[str, object]:
+        """The ``pub``/``sub``/``resp`` members of a user JWT's ``nats`` claims."""
+        out: dict[str, object] = {
+            "pub": _lists(self.pub_allow, self.pub_deny),
+            "sub": _lists(self.sub_allow, self.sub_deny),
+        }
+        if self.responses:
+            out["resp"] = {"max": 1, "ttl": 0}
+        return out
+
+
+@dataclass(frozen=True)
+class Role:
+    """A role and its parameters, as ``creds issue`` takes them."""
+
+    name: str
+    capabilities: tuple[str, ...] = field(default=())
+    events: tuple[str, ...] = field(default=())
+
+    def describe(self) -> str:
+        if self.name == "agent":
+            return f"agent for {', '.join(self.capabilities)}"
+        if self.name == "publisher":
+            return f"publisher of {', '.join(self.events)}"
+        return self.name
+
+
+def _lists(allow: Sequence[str], deny: Sequence[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    if allow:
+        out["allow"] = list(dict.fromkeys(allow))
+    if deny:
+        out["deny"] = list(dict.fromkeys(deny))
+    return out
+
+
+def inbox_prefix(user_public_key: str) -> str:
+    """The reply-subject prefix of a user: ``_INBOX.<its public key>``."""
+    return f"_INBOX.{user_public_key}"
+
+
+def capability_token(capability: str) -> str:
+    """A capability name as one subject token (``review.deep`` -> ``review_deep``): the
+    suffix of its consumer name and the first token of its workers-bucket keys."""
+    return _UNSAFE.sub("_", capability)
+
+
+def _kv_stream(bucket: str) -> str:
+    return f"KV_{bucket}"
+
+
+def secrets_bucket(subjects: Subjects) -> str:
+    """The KV bucket only the orchestrator may read (the attempt-token key lives there)."""
+    name = getattr(subjects, "secrets_bucket", None)
+    return name if isinstance(name, str) else f"{subjects.runs_bucket.rsplit('_', 1)[0]}_secrets"
+
+
+def _no_secrets(subjects: Subjects) -> tuple[str, ...]:
+    """Every JetStream API subject naming the secrets bucket's stream, and its KV subjects.
+
+    API subjects name the stream as their 5th or 6th token (``STREAM.INFO.<s>``,
+    ``STREAM.MSG.GET.<s>``, ``DIRECT.GET.<s>.<subject>``, ``CONSUMER.CREATE.<s>.<c>.<f>``,
+    ``CONSUMER.DURABLE.CREATE.<s>.<c>``, ...)."""
+    stream = _kv_stream(secrets_bucket(subjects))
+    return (
+        f"$KV.{secrets_bucket(subjects)}.>",
+        f"{JS_API}.*.*.{stream}",
+        f"{JS_API}.*.*.{stream}.>",
+        f"{JS_API}.*.*.*.{stream}",
+        f"{JS_API}.*.*.*.{stream}.>",
+    )
+
+
+def orchestrator(subjects: Subjects, user: str) -> Permissions:
+    """Everything Interlock needs: its subjects, the JetStream API, KV and object buckets."""
+    p = subjects.prefix
+    return Permissions(
+        pub_allow=(f"{p}.>", f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>"),
+        sub_allow=(f"{p}.>", f"{inbox_prefix(user)}.>"),
+        responses=True,
+    )
+
+
+def operator(subjects: Subjects, user: str) -> Permissions:
+    """The CLI's reads and admin: apply (definition buckets), start/cancel (run logs),
+    signal and emit (events), logs, dead letters, and the JetStream API, except the secrets
+    bucket. Task requests, answers and timers stay with the orchestrator and the agents."""
+    p = subjects.prefix
+    return Permissions(
+        pub_allow=(
+            f"{p}.events.>",
+            f"{p}.runs.>",
+            f"{p}.dlq.>",
+            f"{JS_API}.>",
+            "$JS.ACK.>",
+            "$JS.FC.>",
+            "$KV.>",
+            "$O.>",
+        ),
+        pub_deny=(f"{p}.timers.>", f"{p}.cap.>", f"{p}.results.>", *_no_secrets(subjects)),
+        sub_allow=(f"{inbox_prefix(user)}.>",),
+    )
+
+
+def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permissions:
+    """Take tasks of its capabilities through their (orchestrator-made) durable consumers,
+    answer them, hear their cancel notices, heartbeat under their keys, read the AgentDefs,
+    dead-letter its own bad tasks. Nothing else: no run logs, timers, events, other
+    capabilities, stream or consumer administration."""
+    p = subjects.prefix
+    tasks = subjects.tasks_stream
+    workers, agents = subjects.workers_bucket, subjects.agents_bucket
+    pub: list[str] = [
+        # Reading the AgentDefs: the bucket's info, direct gets and a watch (an ordered
+        # consumer, acknowledged by flow-control replies) over it.
+        f"{JS_API}.STREAM.INFO.{_kv_stream(agents)}",
+        f"{JS_API}.DIRECT.GET.{_kv_stream(agents)}.>",
+        f"{JS_API}.CONSUMER.CREATE.{_kv_stream(agents)}",
+        f"{JS_API}.CONSUMER.CREATE.{_kv_stream(agents)}.>",
+        f"$JS.FC.{_kv_stream(agents)}.>",
+        # Heartbeats: the workers bucket's info and puts under its capabilities' keys.
+        f"{JS_API}.STREAM.INFO.{_kv_stream(workers)}",
+    ]
+    sub: list[str] = [f"{inbox_prefix(user)}.>"]
+    caps = list(dict.fromkeys(capabilities))
+    if not caps:
+        raise ValueError("an agent credential needs at least one capability")
+    for cap in caps:
+        validate_capability(cap)
+        durable = f"cap_{capability_token(cap)}"
+        # One token after the capability (the run id, or a reason): ``review.*`` does not
+        # reach the answers of a capability ``review.deep``.
+        pub += [
+            f"{JS_API}.CONSUMER.INFO.{tasks}.{durable}",
+            f"{JS_API}.CONSUMER.MSG.NEXT.{tasks}.{durable}",
+            f"$JS.ACK.{tasks}.{durable}.>",
+            f"{p}.results.{cap}.*",
+            f"{p}.dlq.agent.{cap}.*",
+            f"$KV.{workers}.{capability_token(cap)}.*",
+        ]
+        sub.append(f"{p}.control.{cap}.*")
+    return Permissions(pub_allow=tuple(pub), sub_allow=tuple(sub))
+
+
+def publisher(subjects: Subjects, user: str, patterns: Iterable[str]) -> Permissions:
+    """Publish CloudEvents whose types match ``patterns`` (NATS wildcards over the type's
+    dot-separated words), with JetStream acks; nothing else."""
+    pats = list(dict.fromkeys(patterns))
+    if not pats:
+        raise ValueError("a publisher credential needs at least one event type pattern")
+    for pattern in pats:
+        validate_event_pattern(pattern)
+    return Permissions(
+        pub_allow=tuple(subjects.event(pattern) for pattern in pats),
+        sub_allow=(f"{inbox_prefix(user)}.>",),
+    )
+
+
+def system(user: str) -> Permissions:
+    """The system-account user ``creds revoke`` pushes account updates with."""
+    return Permissions(
+        pub_allow=("$SYS.REQ.CLAIMS.UPDATE", "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE"),
+        sub_allow=(f"{inbox_prefix(user)}.>",),
+    )
+
+
+def permissions_for(role: Role, subjects: Subjects, user: str) -> Permissions:
+    """The permissions of ``role`` for the user with public key ``user``."""
+    if role.name == "orchestrator":
+        return orchestrator(subjects, user)
+    if role.name == "operator":
+        return operator(subjects, user)
+    if role.name == "agent":
+        return agent(subjects, user, role.capabilities)
+    if role.name == "publisher":
+        return publisher(subjects, user, role.events)
+    raise ValueError(f"unknown role {role.name!r}; expected one of {', '.join(ROLES)}")
+
+
+def validate_capability(name: str) -> None:
+    """A capability name: dot-separated words (letters, digits, ``_`` and ``-``)."""
+    if not name or not all(_TOKEN.match(word) for word in name.split(".")):
+        raise ValueError(
+            f"capability name {name!r} must be dot-separated words of letters, digits, _ and -"
+        )
+
+
+def validate_event_pattern(pattern: str) -> None:
+    """An event type pattern: dot-separated words, ``*`` for one word, ``>`` last for the rest."""
+    words = pattern.split(".")
+    for i, word in enumerate(words):
+        if word == ">" and i == len(words) - 1:
+            continue
+        if word == "*" or _TOKEN.match(word):
+            continue
+        raise ValueError(
+            f"event type pattern {pattern!r}: {word!r} is not a word, '*' or a final '>'"
+        )

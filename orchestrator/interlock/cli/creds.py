@@ -1,0 +1,221 @@
+"""``interlock creds``: the installation's keys, credentials per role, and revocation."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from interlock.cli.common import EXIT_OK, CliError, print_json
+
+if TYPE_CHECKING:
+    from interlock.auth.keys import KeyStore
+
+KEYS_ENV = "INTERLOCK_KEYS"
+DEFAULT_KEYS = os.path.join(".interlock", "keys")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "creds",
+        help="keys, credentials per role, revocation (NATS decentralized auth)",
+        description="Issue and revoke credentials for the orchestrator, operators, agents "
+        "and event publishers. Keys live in --keys (env INTERLOCK_KEYS; default "
+        ".interlock/keys, where `interlock dev` makes them).",
+    )
+    creds_sub = p.add_subparsers(dest="creds_command", metavar="COMMAND")
+    creds_sub.required = True
+
+    def keys_flag(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--keys", help=f"keys directory (env {KEYS_ENV}; default {DEFAULT_KEYS})")
+
+    q = creds_sub.add_parser("init", help="make the operator, account and system keys")
+    keys_flag(q)
+    q.set_defaults(func=cmd_init)
+
+    q = creds_sub.add_parser(
+        "server-config", help="print the nats-server configuration that trusts these keys"
+    )
+    keys_flag(q)
+    q.add_argument(
+        "--resolver-dir",
+        default="/data/jwt",
+        help="where the server keeps account JWTs (default /data/jwt)",
+    )
+    q.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    q.set_defaults(func=cmd_server_config)
+
+    q = creds_sub.add_parser(
+        "issue",
+        help="credentials for a role",
+        description="Write a creds file for ROLE. It works at once on a running "
+        "installation: the servers check it against the account key.",
+    )
+    q.add_argument("role", choices=["orchestrator", "operator", "agent", "publisher"])
+    q.add_argument(
+        "--capability",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="agent: a capability it serves (repeat for several)",
+    )
+    q.add_argument(
+        "--events",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="publisher: event types it may publish, '*' one word, '>' the rest "
+        "(repeat for several), e.g. 'acme.>'",
+    )
+    q.add_argument("--name", help="a name to list and revoke it by (default from the role)")
+    q.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
+    q.add_argument("-o", "--output", metavar="FILE", required=True, help="the creds file")
+    q.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    keys_flag(q)
+    q.set_defaults(func=cmd_issue)
+
+    q = creds_sub.add_parser(
+        "revoke",
+        help="revoke credentials; servers refuse and disconnect them at once",
+        description="Revoke credentials (by name, user public key or creds file): the "
+        "account JWT is re-signed with them revoked and pushed to the server, which "
+        "disconnects their clients and refuses them from then on.",
+    )
+    q.add_argument("who", nargs="+", help="a name, a user public key (U...) or a creds file")
+    q.add_argument("--server", "-s", help="NATS URL(s) (env INTERLOCK_URL)")
+    q.add_argument(
+        "--no-push", action="store_true", help="only re-sign the account JWT (push it later)"
+    )
+    keys_flag(q)
+    q.set_defaults(func=cmd_revoke)
+
+    q = creds_sub.add_parser("push", help="push the account JWT to the server again")
+    q.add_argument("--server", "-s", help="NATS URL(s) (env INTERLOCK_URL)")
+    keys_flag(q)
+    q.set_defaults(func=cmd_push)
+
+    q = creds_sub.add_parser("list", help="credentials issued from these keys")
+    q.add_argument("--json", action="store_true")
+    keys_flag(q)
+    q.set_defaults(func=cmd_list)
+
+
+def _store(args: argparse.Namespace, *, create: bool = False) -> KeyStore:
+    from interlock.auth.keys import KeyStore
+
+    store = KeyStore(args.keys or os.environ.get(KEYS_ENV) or DEFAULT_KEYS)
+    if not create and not store.exists:
+        raise CliError(
+            f"no keys in {store.dir}: run `interlock dev` once, or "
+            f"`interlock creds init --keys {store.dir}`"
+        )
+    return store
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    store = _store(args, create=True)
+    existed = store.exists
+    store.ensure()
+    what = "keys already in" if existed else "made operator, account and system keys in"
+    print(f"{what} {store.dir}")
+    print(f"account {store.account_public_key}")
+    return EXIT_OK
+
+
+def cmd_server_config(args: argparse.Namespace) -> int:
+    from interlock.auth.jwt import write_secret
+
+    text = _store(args).server_config(args.resolver_dir)
+    if args.output:
+        write_secret(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_issue(args: argparse.Namespace) -> int:
+    from interlock.auth.jwt import write_secret
+    from interlock.auth.roles import Role
+    from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
+
+    if args.role == "agent" and not args.capability:
+        raise CliError("an agent credential needs at least one --capability")
+    if args.role != "agent" and args.capability:
+        raise CliError("--capability is for agent credentials")
+    if args.role == "publisher" and not args.events:
+        raise CliError("a publisher credential needs at least one --events pattern")
+    if args.role != "publisher" and args.events:
+        raise CliError("--events is for publisher credentials")
+    if os.path.exists(args.output) and not args.force:
+        raise CliError(f"{args.output} exists (--force replaces it)")
+    store = _store(args)
+    role = Role(args.role, capabilities=tuple(args.capability), events=tuple(args.events))
+    prefix = args.prefix or os.environ.get("INTERLOCK_PREFIX") or DEFAULT_PREFIX
+    try:
+        text, record = store.issue(role, Subjects(prefix), name=args.name)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        write_secret(args.output, text)
+    except OSError as exc:
+        raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from exc
+    print(f"{role.describe()}: {record.name} ({record.public_key}) -> {args.output}")
+    return EXIT_OK
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    store = _store(args)
+    keys: list[str] = []
+    for who in args.who:
+        if who.startswith("U") and len(who) == 56 and not os.path.exists(who):
+            keys.append(who)
+            continue
+        try:
+            found = store.find(who)
+        except (OSError, ValueError) as exc:
+            raise CliError(f"{who}: {exc}") from exc
+        if not found:
+            raise CliError(f"{who}: no credential issued from {store.dir} has this name or key")
+        keys += [i.public_key for i in found]
+    try:
+        store.revoke(keys)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"revoked {len(keys)} user(s) in {store.dir / 'account.jwt'}")
+    if args.no_push:
+        print("not pushed: run `interlock creds push` to tell the servers")
+        return EXIT_OK
+    return _push(args, store)
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    return _push(args, _store(args))
+
+
+def _push(args: argparse.Namespace, store: KeyStore) -> int:
+    from interlock.auth.push import PushFailed, push_account
+    from interlock.transport.connection import ConnectionFailed, ConnectOptions
+
+    opts = ConnectOptions.resolve(args.server)
+    try:
+        message = asyncio.run(push_account(opts, store))
+    except (PushFailed, ConnectionFailed) as exc:
+        raise CliError(f"{exc} (the account JWT is saved; `interlock creds push` retries)") from exc
+    print(f"pushed to {opts.display_servers()}: {message}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    issued = _store(args).issued()
+    if args.json:
+        print_json([i.as_json() for i in issued])
+        return EXIT_OK
+    for i in issued:
+        scope = ", ".join(i.capabilities or i.events)
+        when = datetime.fromtimestamp(i.issued_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        state = " REVOKED" if i.revoked_at is not None else ""
+        print(f"{i.name:<28} {i.role:<12} {i.public_key} {when}{state} {scope}".rstrip())
+    return EXIT_OK

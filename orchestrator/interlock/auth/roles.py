@@ -173,6 +173,7 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
         f"{JS_API}.DIRECT.GET.{_kv_stream(agents)}.>",
         f"{JS_API}.CONSUMER.CREATE.{_kv_stream(agents)}",
         f"{JS_API}.CONSUMER.CREATE.{_kv_stream(agents)}.>",
+        f"{JS_API}.CONSUMER.INFO.{_kv_stream(agents)}.*",
         f"$JS.FC.{_kv_stream(agents)}.>",
         # Heartbeats: the workers bucket's info and puts under its capabilities' keys.
         f"{JS_API}.STREAM.INFO.{_kv_stream(workers)}",

@@ -1,0 +1,203 @@
+"""Each party can do only its own part, enforced by NATS: the attacks of a rogue agent, a
+rogue event publisher and an anonymous client are refused by the server (a permission
+violation or an authentication failure) and the run logs stay as they were; the allowed
+paths work with the same credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+import pytest_asyncio
+from nats.errors import Error as NatsError
+
+from interlock.auth import jwt
+from interlock.auth.push import push_account
+from interlock.auth.roles import Role
+from interlock.core import events as ev
+from interlock.core.engine import derive_run_id
+from interlock.runtime.cloudevents_nats import CloudEvent, encode_structured
+from interlock.runtime.connection import ConnectOptions
+from interlock.runtime.runs import utc_now
+
+from .conftest import SUBJECTS, Refusals, Secured, plain_client
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+RUNS = SUBJECTS.runs_stream
+TASKS = SUBJECTS.tasks_stream
+
+# (what, publish or subscribe, subject for a given run id)
+ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
+    ("append to a run log", "pub", lambda run: SUBJECTS.run(run)),
+    ("fire a timer", "pub", lambda run: f"il.timers.fired.{run}"),
+    ("schedule a timer", "pub", lambda run: f"il.timers.schedule.{run}-t"),
+    ("inject a task", "pub", lambda run: SUBJECTS.capability("echo")),
+    ("answer another capability", "pub", lambda run: f"il.results.held.{run}"),
+    ("purge the run logs", "pub", lambda run: f"$JS.API.STREAM.PURGE.{RUNS}"),
+    ("delete the run logs", "pub", lambda run: f"$JS.API.STREAM.DELETE.{RUNS}"),
+    ("change the tasks stream", "pub", lambda run: f"$JS.API.STREAM.UPDATE.{TASKS}"),
+    ("create a consumer", "pub", lambda run: f"$JS.API.CONSUMER.CREATE.{RUNS}"),
+    ("create a durable", "pub", lambda run: f"$JS.API.CONSUMER.DURABLE.CREATE.{TASKS}.thief"),
+    ("delete a consumer", "pub", lambda run: f"$JS.API.CONSUMER.DELETE.{TASKS}.cap_echo"),
+    ("take echo's tasks", "pub", lambda run: f"$JS.API.CONSUMER.MSG.NEXT.{TASKS}.cap_echo"),
+    ("read a run log", "pub", lambda run: f"$JS.API.DIRECT.GET.{RUNS}.{SUBJECTS.run(run)}"),
+    ("read a log message", "pub", lambda run: f"$JS.API.STREAM.MSG.GET.{RUNS}"),
+    ("write a workflow", "pub", lambda run: f"$KV.{SUBJECTS.workflows_bucket}.latest.x.y"),
+    ("read the secrets", "pub", lambda run: f"$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.k"),
+    ("dead-letter as the orchestrator", "pub", lambda run: "il.dlq.unknown_run"),
+    ("listen to run logs", "sub", lambda run: "il.runs.>"),
+    ("listen to tasks", "sub", lambda run: "il.cap.>"),
+    ("listen to answers", "sub", lambda run: "il.results.>"),
+    ("listen to others' replies", "sub", lambda run: "_INBOX.>"),
+    ("listen to echo's cancel notices", "sub", lambda run: "il.control.echo.*"),
+]
+
+ROGUES = {
+    "agent": Role("agent", capabilities=("mallory",)),
+    "publisher": Role("publisher", events=("acme.order.>",)),
+}
+
+
+async def log_bytes(secured: Secured, run_id: str) -> list[bytes]:
+    return [msgspec.json.encode(r) for r in await secured.operator.read(run_id)]
+
+
+async def awaited_run(secured: Secured) -> str:
+    """A run of ``guarded`` whose action (capability ``held``) is awaited."""
+    run_id = await secured.operator.start("guarded", {})
+    async for record in secured.operator.follow(run_id, idle_timeout=10):
+        if isinstance(record, ev.ActionRequested):
+            return run_id
+    raise AssertionError("the run never requested its action")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def target(secured: Secured) -> str:
+    return await awaited_run(secured)
+
+
+@pytest.mark.parametrize("role", sorted(ROGUES))
+@pytest.mark.parametrize(("what", "how", "subject_of"), ATTACKS, ids=[a[0] for a in ATTACKS])
+async def test_refused_by_nats(
+    secured: Secured,
+    target: str,
+    role: str,
+    what: str,
+    how: str,
+    subject_of: Callable[[str], str],
+) -> None:
+    creds = secured.issued.get(f"rogue-{role}") or secured.issue(ROGUES[role], f"rogue-{role}")
+    before = await log_bytes(secured, target)
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    subject = subject_of(target)
+    try:
+        if how == "pub":
+            forged = {"run_id": target, "type": "io.interlock.run.completed", "forged": True}
+            await nc.publish(subject, json.dumps(forged).encode(), reply=nc.new_inbox())
+            await nc.flush()
+            await refusals.wait_for("permissions violation", "publish", subject)
+        else:
+            await nc.subscribe(subject)
+            await nc.flush()
+            await refusals.wait_for("permissions violation", "subscription", subject)
+    finally:
+        await nc.close()
+    assert await log_bytes(secured, target) == before, f"{what} changed the run log"
+
+
+async def test_agents_publish_no_events_and_publishers_only_theirs(secured: Secured) -> None:
+    for role, subject in (
+        ("agent", "il.events.acme.order.placed"),
+        ("publisher", "il.events.acme.invoice.paid"),
+        ("publisher", "il.events.acme"),
+    ):
+        creds = secured.issued.get(f"rogue-{role}") or secured.issue(ROGUES[role], f"rogue-{role}")
+        refusals = Refusals()
+        nc = await plain_client(secured.url, creds, refusals)
+        try:
+            await nc.publish(subject, b"{}")
+            await nc.flush()
+            await refusals.wait_for("permissions violation", "publish", subject)
+        finally:
+            await nc.close()
+
+
+async def test_anonymous_and_forged_credentials_are_refused(
+    secured: Secured, tmp_path: Path
+) -> None:
+    with pytest.raises(NatsError, match="(?i)authorization violation"):
+        await nats.connect(secured.url, allow_reconnect=False, connect_timeout=5)
+    # A credential signed by an account key the operator never signed: refused too.
+    rogue_account = jwt.new_key("account")
+    user = jwt.new_key("user")
+    token = jwt.encode(rogue_account, user.public_key, "self-made", {"type": "user"})
+    creds = tmp_path / "self-made.creds"
+    jwt.write_creds(creds, token, user.seed)
+    with pytest.raises(NatsError, match="(?i)authorization violation"):
+        await nats.connect(
+            secured.url, user_credentials=str(creds), allow_reconnect=False, connect_timeout=5
+        )
+
+
+async def test_an_agent_serves_its_capability_and_a_publisher_starts_runs(secured: Secured) -> None:
+    """The reference agents (their own creds) serve echo; a publisher issued while
+    everything runs starts a run with its event; the run completes."""
+    creds = secured.issue(Role("publisher", events=("acme.echo.*",)), "acme-echo")
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    event = CloudEvent(
+        id="echo-1",
+        source="https://acme.example/shop",
+        type="acme.echo.requested",
+        time=utc_now(),
+        datacontenttype="application/json",
+        data={},
+    )
+    try:
+        headers, payload = encode_structured(event)
+        await nc.jetstream().publish(SUBJECTS.event(event.type), payload, headers=headers)
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    definition, _ = await secured.operator.registry.latest("echoing")
+    run_id = derive_run_id(definition, event.source, event.id)
+    state = await secured.operator.wait(run_id, timeout=30)
+    assert state.status == "completed"
+    assert state.outputs == {"said": "hello"}
+
+
+async def test_a_revoked_credential_is_disconnected_and_refused(secured: Secured) -> None:
+    creds = secured.issue(Role("publisher", events=("acme.revoked.>",)), "soon-revoked")
+    refusals = Refusals()
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    nc = await nats.connect(
+        secured.url,
+        user_credentials=str(creds),
+        error_cb=refusals.on_error,
+        closed_cb=on_closed,
+        allow_reconnect=False,
+        connect_timeout=5,
+    )
+    ack = await nc.jetstream().publish("il.events.acme.revoked.x", b"{}")
+    assert ack.seq > 0
+    user = jwt.creds_user(creds)
+    secured.auth.keys.revoke([user])
+    await push_account(ConnectOptions.resolve(secured.url), secured.auth.keys)
+    await asyncio.wait_for(closed.wait(), 10)
+    await refusals.wait_for("revoked")
+    with pytest.raises(NatsError, match="(?i)revoked|authorization violation"):
+        await nats.connect(
+            secured.url, user_credentials=str(creds), allow_reconnect=False, connect_timeout=5
+        )
+    assert user in secured.auth.keys.revocations()

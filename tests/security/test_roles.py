@@ -14,6 +14,7 @@ import msgspec
 import nats
 import pytest
 import pytest_asyncio
+from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 from nats.errors import Error as NatsError
 
 from interlock.auth import jwt
@@ -21,11 +22,11 @@ from interlock.auth.push import push_account
 from interlock.auth.roles import Role
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
-from interlock.runtime.cloudevents_nats import CloudEvent, encode_structured
-from interlock.runtime.connection import ConnectOptions
 from interlock.runtime.runs import utc_now
+from interlock.transport.cloudevents import CloudEvent, encode_structured
+from interlock.transport.connection import ConnectOptions
 
-from .conftest import SUBJECTS, Refusals, Secured, plain_client
+__all__ = ["secured", "secured_server"]  # fixtures
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -49,7 +50,7 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("read a run log", "pub", lambda run: f"$JS.API.DIRECT.GET.{RUNS}.{SUBJECTS.run(run)}"),
     ("read a log message", "pub", lambda run: f"$JS.API.STREAM.MSG.GET.{RUNS}"),
     ("write a workflow", "pub", lambda run: f"$KV.{SUBJECTS.workflows_bucket}.latest.x.y"),
-    ("read the secrets", "pub", lambda run: f"$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.k"),
+    ("read the secrets", "pub", lambda run: "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.k"),
     ("dead-letter as the orchestrator", "pub", lambda run: "il.dlq.unknown_run"),
     ("listen to run logs", "sub", lambda run: "il.runs.>"),
     ("listen to tasks", "sub", lambda run: "il.cap.>"),
@@ -132,7 +133,7 @@ async def test_agents_publish_no_events_and_publishers_only_theirs(secured: Secu
 async def test_anonymous_and_forged_credentials_are_refused(
     secured: Secured, tmp_path: Path
 ) -> None:
-    with pytest.raises(NatsError, match="(?i)authorization violation"):
+    with pytest.raises(NatsError, match=r"(?i)authorization violation"):
         await nats.connect(secured.url, allow_reconnect=False, connect_timeout=5)
     # A credential signed by an account key the operator never signed: refused too.
     rogue_account = jwt.new_key("account")
@@ -140,7 +141,7 @@ async def test_anonymous_and_forged_credentials_are_refused(
     token = jwt.encode(rogue_account, user.public_key, "self-made", {"type": "user"})
     creds = tmp_path / "self-made.creds"
     jwt.write_creds(creds, token, user.seed)
-    with pytest.raises(NatsError, match="(?i)authorization violation"):
+    with pytest.raises(NatsError, match=r"(?i)authorization violation"):
         await nats.connect(
             secured.url, user_credentials=str(creds), allow_reconnect=False, connect_timeout=5
         )
@@ -196,7 +197,7 @@ async def test_a_revoked_credential_is_disconnected_and_refused(secured: Secured
     await push_account(ConnectOptions.resolve(secured.url), secured.auth.keys)
     await asyncio.wait_for(closed.wait(), 10)
     await refusals.wait_for("revoked")
-    with pytest.raises(NatsError, match="(?i)revoked|authorization violation"):
+    with pytest.raises(NatsError, match=r"(?i)revoked|authorization violation"):
         await nats.connect(
             secured.url, user_credentials=str(creds), allow_reconnect=False, connect_timeout=5
         )

@@ -18,11 +18,11 @@ from nats.aio.client import Client
 from interlock.auth.dev import DevAuth
 from interlock.auth.jwt import creds_user
 from interlock.auth.roles import Role, inbox_prefix
+from interlock.cli.dev import secure, start_stack, stop_stack
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.connection import ConnectOptions, connect
-from interlock.runtime.devstack import secure, start_stack, stop_stack
 from interlock.runtime.embedded import EmbeddedNats
-from interlock.runtime.subjects import Subjects
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.subjects import Subjects
 
 SUBJECTS = Subjects("il")
 

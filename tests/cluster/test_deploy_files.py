@@ -38,6 +38,8 @@ def test_compose_services_and_their_files() -> None:
     for name, service in services.items():
         for volume in service.get("volumes", []):
             source = volume.split(":", 1)[0]
+            if source == "./secrets" or source.startswith("./secrets/"):
+                continue  # made by the `creds` setup step
             if source.startswith("."):
                 assert (DEPLOY / source).resolve().exists(), f"{name}: {source}"
     build = services["orchestrator"]["build"]
@@ -113,3 +115,53 @@ def test_dockerfile_copies_what_the_package_needs() -> None:
         if line.startswith("COPY ") and "--from" not in line:
             for source in line.split()[1:-1]:
                 assert (REPO / source).exists(), source
+
+
+def test_every_party_has_its_own_credential() -> None:
+    """NATS trusts the installation's keys; the orchestrator and each agent get only their
+    own creds, from the setup step that issues them (compose) or a Secret (Kubernetes)."""
+    services = compose()["services"]
+    assert services["nats-1"]["command"] == ["-c", "/etc/nats/secured.conf"]
+    setup = services["creds"]
+    assert setup["profiles"] == ["setup"]
+    script = setup["command"][0]
+    secrets = compose()["secrets"]
+    for name in ("orchestrator", "agent-echo", "agent-http-fetch"):
+        secret = name.replace("-", "_") + "_creds"
+        assert services[name]["secrets"] == [secret], name
+        assert services[name]["environment"]["INTERLOCK_CREDS"] == f"/run/secrets/{secret}"
+        assert secrets[secret]["file"] == f"./secrets/{name}.creds"
+        assert f"issue {name} " in script, name
+    parser = build_parser()
+    for line in script.splitlines():
+        line = line.strip()
+        if line.startswith("issue ") and "()" not in line:
+            words = line.replace("'", "").split()[2:]
+            args = parser.parse_args(["creds", "issue", *words, "-o", "x.creds"])
+            assert args.func.__name__ == "cmd_issue"
+    deployments = {d["metadata"]["name"]: d for d in manifests() if d["kind"] == "Deployment"}
+    for name, deployment in deployments.items():
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["INTERLOCK_CREDS"] == "/var/run/interlock/nats.creds", name
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "nats-creds"]
+        assert volume["secret"]["secretName"] == f"{name}-creds"
+
+
+def test_secured_nats_config_is_valid(tmp_path: Path) -> None:
+    """The nodes' secured.conf with an auth.conf from `interlock creds server-config`."""
+    from interlock.auth.keys import KeyStore
+
+    keys = KeyStore(tmp_path / "keys").ensure()
+    for name in ("cluster.conf", "secured.conf"):
+        (tmp_path / name).write_text((DEPLOY / "nats" / name).read_text())
+    (tmp_path / "auth.conf").write_text(keys.server_config(tmp_path / "jwt"))
+    done = subprocess.run(
+        [nats_server_binary(), "-c", str(tmp_path / "secured.conf"), "-t"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"NATS_SERVER_NAME": "nats-1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

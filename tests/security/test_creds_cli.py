@@ -1,0 +1,106 @@
+"""`interlock creds` as a user types it, against a real nats-server that trusts its keys:
+issue works at once (no restart), revoke disconnects and refuses, the CLI run where
+`interlock dev` keeps its data uses the operator's credential by itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.errors import Error as NatsError
+
+from interlock.auth.dev import prepare
+from interlock.auth.jwt import creds_user
+from interlock.auth.roles import inbox_prefix
+from interlock.runtime.embedded import EmbeddedNats
+from interlock.transport.subjects import Subjects
+
+INTERLOCK = str(Path(sys.executable).with_name("interlock"))
+
+
+def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_") and k != "NATS_URL"
+    }
+    environ.update(env)
+    return subprocess.run(
+        [INTERLOCK, *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture
+def installation(tmp_path: Path) -> Iterator[tuple[EmbeddedNats, Path]]:
+    """A server set up as `interlock dev` does it, in ``tmp_path/.interlock``."""
+    data = tmp_path / ".interlock"
+    auth = prepare(data, Subjects("il"), ["echo"])
+    server = EmbeddedNats(data, args=auth.server_args)
+    server.start()
+    try:
+        yield server, tmp_path
+    finally:
+        server.stop()
+
+
+async def test_issue_list_revoke(installation: tuple[EmbeddedNats, Path]) -> None:
+    server, home = installation
+    keys = str(home / ".interlock" / "keys")
+    # The operator's CLI provisions the streams.
+    assert cli("runs", cwd=home, INTERLOCK_URL=server.url).returncode == 0
+    done = cli("creds", "issue", "agent", "-o", "x.creds", "--keys", keys, cwd=home)
+    assert done.returncode == 2
+    assert "at least one --capability" in done.stderr
+    done = cli(
+        "creds", "issue", "publisher", "--events", "acme.>", "--name", "acme",
+        "-o", "acme.creds", "--keys", keys, cwd=home,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    creds = home / "acme.creds"
+    assert creds.stat().st_mode & 0o077 == 0
+
+    # Works at once on the running server, within its pattern only.
+    nc = await nats.connect(
+        server.url,
+        user_credentials=str(creds),
+        inbox_prefix=inbox_prefix(creds_user(creds)),
+        allow_reconnect=False,
+    )
+    try:
+        ack = await nc.jetstream().publish("il.events.acme.order.placed", b"{}")
+        assert ack.stream == "IL_EVENTS"
+    finally:
+        await nc.close()
+
+    listed = json.loads(cli("creds", "list", "--json", "--keys", keys, cwd=home).stdout)
+    assert [i["name"] for i in listed if i["role"] == "publisher"] == ["acme"]
+
+    done = cli("creds", "revoke", "acme", "--server", server.url, "--keys", keys, cwd=home)
+    assert done.returncode == 0, done.stderr
+    assert "pushed" in done.stdout
+    with pytest.raises(NatsError, match=r"(?i)revoked|authorization violation"):
+        await nats.connect(server.url, user_credentials=str(creds), allow_reconnect=False)
+    listed = json.loads(cli("creds", "list", "--json", "--keys", keys, cwd=home).stdout)
+    assert next(i for i in listed if i["name"] == "acme")["revoked_at"] > 0
+
+
+def test_the_cli_uses_the_operator_credential_of_interlock_dev(
+    installation: tuple[EmbeddedNats, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    server, home = installation
+    done = cli("runs", "--json", cwd=home, INTERLOCK_URL=server.url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+    # Elsewhere, without credentials: refused, with the reason.
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    done = cli("runs", cwd=elsewhere, INTERLOCK_URL=server.url)
+    assert done.returncode == 2
+    assert "refused the credentials" in done.stderr
+    # INTERLOCK_CREDS from anywhere.
+    operator = str(home / ".interlock" / "creds" / "operator.creds")
+    done = cli("runs", cwd=elsewhere, INTERLOCK_URL=server.url, INTERLOCK_CREDS=operator)
+    assert done.returncode == 0, done.stderr

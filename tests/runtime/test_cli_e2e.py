@@ -444,8 +444,13 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
     data_dir.mkdir()
     (tmp_path / "hello.yaml").write_text(HELLO)
     dev, url = start_dev(data_dir)
+    operator = str(data_dir / "creds" / "operator.creds")
     try:
-        env = cli_env(url, "il")
+        # Authentication is on: without a credential the CLI is refused.
+        refused = run_cli("runs", env=cli_env(url, "il"), cwd=tmp_path)
+        assert refused.returncode == 2
+        assert "refused the credentials" in refused.stderr
+        env = cli_env(url, "il", INTERLOCK_CREDS=operator)
         applied = run_cli("apply", str(tmp_path / "hello.yaml"), env=env)
         assert applied.returncode == 0, applied.stderr
         done = run_cli(
@@ -462,7 +467,8 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
 
     dev, url = start_dev(data_dir)
     try:
-        env = cli_env(url, "il")
+        # The keys and credentials were kept: the same operator credential still works.
+        env = cli_env(url, "il", INTERLOCK_CREDS=operator)
         result = run_cli("result", run_id, env=env)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == {"echoed": "dev"}

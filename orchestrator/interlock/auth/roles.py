@@ -112,19 +112,28 @@ def secrets_bucket(subjects: Subjects) -> str:
 
 
 def _no_secrets(subjects: Subjects) -> tuple[str, ...]:
-    """Every JetStream API subject naming the secrets bucket's stream, and its KV subjects.
-
-    API subjects name the stream as their 5th or 6th token (``STREAM.INFO.<s>``,
-    ``STREAM.MSG.GET.<s>``, ``DIRECT.GET.<s>.<subject>``, ``CONSUMER.CREATE.<s>.<c>.<f>``,
+    """The JetStream API subjects that read, change or remove the secrets bucket's stream,
+    and its KV subjects. Left allowed: ``STREAM.INFO`` and ``STREAM.CREATE`` (the CLI
+    provisions an installation's streams and buckets before the orchestrator first runs;
+    an empty bucket holds nothing). API subjects name the stream as their 5th or 6th token
+    (``STREAM.MSG.GET.<s>``, ``DIRECT.GET.<s>.<subject>``, ``CONSUMER.CREATE.<s>.<c>.<f>``,
     ``CONSUMER.DURABLE.CREATE.<s>.<c>``, ...)."""
-    stream = _kv_stream(secrets_bucket(subjects))
+    bucket = secrets_bucket(subjects)
+    stream = _kv_stream(bucket)
+    five = [f"{JS_API}.STREAM.{op}.{stream}" for op in _STREAM_OPS]
+    five += [f"{JS_API}.CONSUMER.{op}.{stream}" for op in _CONSUMER_OPS]
     return (
-        f"$KV.{secrets_bucket(subjects)}.>",
-        f"{JS_API}.*.*.{stream}",
+        f"$KV.{bucket}.>",
+        *five,
+        f"{JS_API}.DIRECT.GET.{stream}",
         f"{JS_API}.*.*.{stream}.>",
         f"{JS_API}.*.*.*.{stream}",
         f"{JS_API}.*.*.*.{stream}.>",
     )
+
+
+_STREAM_OPS = ("UPDATE", "DELETE", "PURGE", "SNAPSHOT", "RESTORE")
+_CONSUMER_OPS = ("CREATE", "DELETE", "INFO", "NAMES", "LIST")
 
 
 def orchestrator(subjects: Subjects, user: str) -> Permissions:

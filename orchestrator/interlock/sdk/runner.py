@@ -67,7 +67,7 @@ async def run_agent(
             (None or 0: no endpoint). Tracing follows the ``OTEL_*`` variables.
     """
     from interlock.transport.connection import connect
-    from interlock.transport.health import HealthServer, nats_readiness
+    from interlock.transport.health import HealthServer
     from interlock.transport.tracing import tracer_provider_from_env
 
     from .metrics import PrometheusObserver
@@ -88,12 +88,15 @@ async def run_agent(
         options = dataclasses.replace(options, name=f"interlock agent {worker.name}")
     nc = await connect(options)
     taking_tasks = asyncio.Event()
-    nats_ready = nats_readiness(nc, options.subjects)
 
     async def ready() -> str | None:
+        # Taking tasks proves its consumers (and so the TASKS stream) exist; an agent's
+        # credentials allow it no look at the other streams and buckets.
         if not taking_tasks.is_set():
             return "worker not yet taking tasks"
-        return await nats_ready()
+        if not nc.is_connected:
+            return "not connected to NATS"
+        return None
 
     server = HealthServer(metrics_port, ready=ready) if metrics_port else None
     if server is not None:

@@ -20,13 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from interlock.transport.subjects import Subjects
+from interlock.transport.tasks import capability_token, consumer_name
 
 __all__ = [
     "ROLES",
     "Permissions",
     "Role",
     "agent",
-    "capability_token",
     "inbox_prefix",
     "operator",
     "orchestrator",
@@ -40,7 +40,6 @@ ROLES = ("orchestrator", "operator", "agent", "publisher")
 JS_API = "$JS.API"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
 
 
 @dataclass(frozen=True)
@@ -95,20 +94,13 @@ def inbox_prefix(user_public_key: str) -> str:
     return f"_INBOX.{user_public_key}"
 
 
-def capability_token(capability: str) -> str:
-    """A capability name as one subject token (``review.deep`` -> ``review_deep``): the
-    suffix of its consumer name and the first token of its workers-bucket keys."""
-    return _UNSAFE.sub("_", capability)
-
-
 def _kv_stream(bucket: str) -> str:
     return f"KV_{bucket}"
 
 
 def secrets_bucket(subjects: Subjects) -> str:
-    """The KV bucket only the orchestrator may read (the attempt-token key lives there)."""
-    name = getattr(subjects, "secrets_bucket", None)
-    return name if isinstance(name, str) else f"{subjects.runs_bucket.rsplit('_', 1)[0]}_secrets"
+    """The KV bucket only the orchestrator may read (the task-token key lives there)."""
+    return subjects.secrets_bucket
 
 
 def _no_secrets(subjects: Subjects) -> tuple[str, ...]:
@@ -193,7 +185,7 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
         raise ValueError("an agent credential needs at least one capability")
     for cap in caps:
         validate_capability(cap)
-        durable = f"cap_{capability_token(cap)}"
+        durable = consumer_name(cap)
         # One token after the capability (the run id, or a reason): ``review.*`` does not
         # reach the answers of a capability ``review.deep``.
         pub += [

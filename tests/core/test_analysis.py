@@ -350,3 +350,20 @@ def test_read_paths_of_guards() -> None:
     assert read_paths("size(states.review.output.items) > 0") == (
         ("states", "review", "output", "items"),
     )
+
+
+def test_a_run_that_changed_versions_is_explained_by_each_in_its_turn() -> None:
+    forked = analysis.fork(
+        golden("code-review-fix-failed"),
+        9,
+        run_id="r-fork",
+        definition=NEW_FIX_INPUT,
+        version=2,
+        now="2026-04-01T10:00:00Z",
+    )
+    assert analysis.versions_named(forked) == [1, 2]
+    # The history was decided by version 1, what follows the fork by version 2.
+    assert analysis.explain(forked, NEW_FIX_INPUT)["reproduces"] is False
+    both = analysis.explain(forked, NEW_FIX_INPUT, versions={1: ORIGINAL, 2: NEW_FIX_INPUT})
+    assert both["reproduces"] is True
+    assert both["waiting"]["answers"][0]["capability"] == "echo"

@@ -221,7 +221,9 @@ async def test_migrate_moves_the_runs_that_agree_and_they_complete_on_the_new_ve
         # What would move the migrated run now, asked of the server.
         explained = await run_cli(["explain", high, "--json"], nats_url, subjects)
         assert explained.returncode == 0, explained.stderr
-        waiting = json.loads(explained.stdout)["waiting"]
+        explanation = json.loads(explained.stdout)
+        assert explanation["reproduces"] is True
+        waiting = explanation["waiting"]
         assert waiting["state"] == "approval"
         assert waiting["events"][0]["type"] == "approval.granted"
 

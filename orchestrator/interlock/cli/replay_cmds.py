@@ -7,6 +7,7 @@ Each works on exported logs (``--file``) with manifest files alone, or against a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,17 +165,6 @@ def read_log(path: str) -> list[ev.AnyRecord]:
     return records
 
 
-def read_logs(paths: Sequence[str]) -> list[list[ev.AnyRecord]]:
-    """Every log in ``paths``: files, or folders of ``*.jsonl`` files."""
-    files: list[str] = []
-    for path in paths:
-        if Path(path).is_dir():
-            files += sorted(str(p) for p in Path(path).glob("*.jsonl"))
-        else:
-            files.append(path)
-    return [read_log(f) for f in files]
-
-
 def manifest(path: str, agents: Sequence[str], name: str | None = None) -> Definition:
     """The one workflow in a manifest file, linked with the AgentDefs given."""
     compiled = compile_sources(read_sources([path]), agent_sources=read_sources(list(agents)))
@@ -248,16 +238,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
         replaying = _replaying(client)
         if a.workflow:
             definition = replaying.registry.link(manifest(a.workflow, a.agents))
-        else:
-            definition = await replaying.ran(records)
-        return _explain(records, definition, a)
+            return _explain(records, definition, a)
+        from interlock.runtime.registry import UnknownWorkflow
+
+        definition = await replaying.ran(records)
+        # A run that moved between versions is explained with each version in its turn.
+        state = fold(records)
+        versions = {}
+        for number in analysis.versions_named(records):
+            with contextlib.suppress(UnknownWorkflow):
+                versions[number] = await replaying.definition(
+                    state.namespace, state.workflow, number
+                )
+        return _explain(records, definition, a, versions)
 
     return runtime_cmds.with_client(body)(args)
 
 
-def _explain(records: list[ev.AnyRecord], definition: Definition, args: argparse.Namespace) -> int:
+def _explain(
+    records: list[ev.AnyRecord],
+    definition: Definition,
+    args: argparse.Namespace,
+    versions: dict[int, Definition] | None = None,
+) -> int:
     try:
-        report = analysis.explain(records, definition, at=args.at)
+        report = analysis.explain(records, definition, at=args.at, versions=versions)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     if args.json:
@@ -410,36 +415,68 @@ def _end(end: dict[str, Any]) -> str:
 def cmd_shadow(args: argparse.Namespace) -> int:
     candidate = manifest(args.candidate, args.agents, args.workflow)
     if not _online(args):
-        logs = [r for r in read_logs(args.file) if _of_workflow(r, args.workflow)]
-        logs = _select(logs, args.runs, args.since)
-        return _report_shadow(analysis.shadow(logs, candidate, label=args.candidate), args)
+        # Which logs, chosen from their first lines; then read and replayed one at a time.
+        chosen = _select(
+            [(p, first) for p, first in _headed(args.file) if _started_of(first, args.workflow)],
+            args.runs,
+            args.since,
+        )
+        summary = analysis.Shadow(candidate, label=args.candidate)
+        for path, _ in chosen:
+            summary.add(read_log(path))
+        return _report_shadow(summary.summary(), args)
 
     async def body(client: Any, a: argparse.Namespace) -> int:
         listed = await client.list_runs(a.workflow)
         if a.since:
             listed = [r for r in listed if str(r.get("started_at", "")) >= a.since]
         if a.runs is not None:
-            listed = listed[-a.runs :]
-        logs = [await client.read(r["run_id"]) for r in listed]
-        linked = _replaying(client)
-        await linked._capabilities()
-        definition = linked.registry.link(candidate)
-        return _report_shadow(analysis.shadow(logs, definition, label=a.candidate), a)
+            listed = listed[-a.runs :] if a.runs else []
+        replaying = _replaying(client)
+        await replaying.load_capabilities()
+        summary = analysis.Shadow(replaying.registry.link(candidate), label=a.candidate)
+        for run in listed:
+            summary.add(await client.read(run["run_id"]))
+        return _report_shadow(summary.summary(), a)
 
     return runtime_cmds.with_client(body)(args)
 
 
-def _of_workflow(records: Sequence[ev.AnyRecord], ref: str) -> bool:
-    state = fold(records)
-    return ref in (state.workflow, f"{state.namespace}/{state.workflow}")
+def _headed(paths: Sequence[str]) -> list[tuple[str, ev.AnyRecord]]:
+    """Each log file in ``paths`` (files, or folders of ``*.jsonl``) with its first record."""
+    files: list[str] = []
+    for path in paths:
+        if Path(path).is_dir():
+            files += sorted(str(p) for p in Path(path).glob("*.jsonl"))
+        else:
+            files.append(path)
+    out = []
+    for path in files:
+        try:
+            with Path(path).open("rb") as handle:
+                first = handle.readline()
+        except OSError as exc:
+            raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        try:
+            out.append((path, ev.decode(first)))
+        except Exception as exc:
+            raise CliError(f"{path}: not a run log: {exc}", EXIT_FAILED) from exc
+    return out
+
+
+def _started_of(first: ev.AnyRecord, ref: str) -> bool:
+    if not isinstance(first, ev.RunStarted):
+        return False
+    d = first.data
+    return ref in (d.workflow, f"{d.namespace}/{d.workflow}")
 
 
 def _select(
-    logs: list[list[ev.AnyRecord]], runs: int | None, since: str | None
-) -> list[list[ev.AnyRecord]]:
-    logs = sorted(logs, key=lambda r: r[0].time)
+    logs: list[tuple[str, ev.AnyRecord]], runs: int | None, since: str | None
+) -> list[tuple[str, ev.AnyRecord]]:
+    logs = sorted(logs, key=lambda item: item[1].time)
     if since:
-        logs = [r for r in logs if r[0].time >= since]
+        logs = [item for item in logs if item[1].time >= since]
     if runs is not None:
         logs = logs[-runs:] if runs else []
     return logs
@@ -590,10 +627,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         if not Path(args.to).is_file():
             raise CliError("offline, --to takes a manifest file")
         definition = manifest(args.to, args.agents, args.workflow)
-        logs = [r for r in read_logs(args.file) if _of_workflow(r, args.workflow)]
-        target = fold(logs[0]).version + 1 if logs else 1
+        chosen = [p for p, first in _headed(args.file) if _started_of(first, args.workflow)]
         moved, stayed = [], []
-        for records in logs:
+        for path in chosen:
+            records = read_log(path)
+            target = fold(records).version + 1
             made, report = analysis.migration(records, definition, version=target, now=_now())
             state = fold(records)
             base = {

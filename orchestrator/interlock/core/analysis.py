@@ -23,7 +23,7 @@ docs/debugging.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -762,13 +762,16 @@ def explain(
     definition: Definition,
     *,
     at: int | None = None,
+    versions: Mapping[int, Definition] | None = None,
 ) -> dict[str, Any]:
     """Why the run went where it went: for each step, its input, every ``on`` entry that
     was weighed with the values its guard read, the entry that fired (or why none did), and
     what ``set`` and ``outputs`` produced; for a running run, what would move it now.
 
     ``definition`` must be the one the run ran (its version); when re-driving it does not
-    give the recorded records, ``reproduces`` is false and says where.
+    give the recorded records, ``reproduces`` is false and says where. A run that moved
+    between versions (a migration, a fork onto another version) is explained step by step
+    with the version in force at each step when ``versions`` has it.
     """
     if not records:
         raise ValueError("an empty log")
@@ -779,8 +782,10 @@ def explain(
     explained: list[dict[str, Any]] = []
     mismatch: dict[str, Any] | None = None
     for step in steps(records):
-        # Each step is weighed from the recorded state, whatever this definition did before.
+        # Each step is weighed from the recorded state, whatever this definition did before,
+        # by the version in force then.
         drive.state = recorded
+        drive.definition = (versions or {}).get(version_of(step, recorded), definition)
         outcome = _run_step(drive, step, recorded)
         if mismatch is None:
             for k in range(max(len(step.records), len(outcome.records))):
@@ -810,6 +815,26 @@ def explain(
         out["waiting"] = waiting(definition, final)
     else:
         out["end"] = _end(final)
+    return out
+
+
+def version_of(step: Step, before: RunState) -> int:
+    """The version of the workflow that made a step's decision."""
+    head = step.head
+    if isinstance(head, ev.RunStarted | ev.RunForked | ev.RunMigrated):
+        return head.data.version
+    return before.version
+
+
+def versions_named(records: Iterable[ev.AnyRecord]) -> list[int]:
+    """Every version of its workflow a log says the run was on, in order."""
+    out: list[int] = []
+    for record in records:
+        if (
+            isinstance(record, ev.RunStarted | ev.RunForked | ev.RunMigrated)
+            and record.data.version not in out
+        ):
+            out.append(record.data.version)
     return out
 
 
@@ -921,36 +946,41 @@ def waiting(definition: Definition, state: RunState) -> dict[str, Any]:
 # --- shadow: a candidate over many runs ---------------------------------------------------
 
 
-def shadow(
-    logs: Iterable[Sequence[ev.AnyRecord]],
-    candidate: Definition,
-    *,
-    version: int = 0,
-    label: str = "",
-) -> dict[str, Any]:
-    """Replay every log against ``candidate``; count how many agree, how many would end the
-    same, and group the divergent ones by where and why, with one example of each group."""
-    total = agree = same_end = 0
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-    errors: list[dict[str, Any]] = []
-    for records in logs:
+RUNS_LISTED = 50
+"""How many run ids a shadow group lists (its ``count`` counts them all)."""
+
+
+class Shadow:
+    """Replays runs against a candidate one at a time (so only one log is held at once)
+    and keeps the summary: how many agree, how many would end the same, and the divergent
+    ones grouped by where and why, with one example of each group."""
+
+    def __init__(self, candidate: Definition, *, version: int = 0, label: str = "") -> None:
+        self.candidate = candidate
+        self.version = version
+        self.label = label
+        self.total = self.agree = self.same_end = 0
+        self.groups: dict[tuple[str, str], dict[str, Any]] = {}
+        self.errors: list[dict[str, Any]] = []
+
+    def add(self, records: Sequence[ev.AnyRecord]) -> None:
         if not records:
-            continue
-        total += 1
+            return
+        self.total += 1
         try:
-            report = replay(records, candidate, version=version, label=label)
+            report = replay(records, self.candidate, version=self.version, label=self.label)
         except Exception as exc:  # a log this version cannot re-drive is reported, not fatal
-            errors.append({"run_id": records[0].subject, "error": str(exc)})
-            continue
-        agree += report["agree"]
-        same_end += report["same_end"]
+            self.errors.append({"run_id": records[0].subject, "error": str(exc)})
+            return
+        self.agree += report["agree"]
+        self.same_end += report["same_end"]
         found = report["divergence"]
         if found is None:
-            continue
+            return
         key = (found["kind"], found["group"])
-        group = groups.get(key)
+        group = self.groups.get(key)
         if group is None:
-            group = groups[key] = {
+            group = self.groups[key] = {
                 "kind": found["kind"],
                 "where": {
                     "state": found["state"],
@@ -971,23 +1001,40 @@ def shadow(
             }
         group["count"] += 1
         group["same_end"] += report["same_end"]
-        group["runs"].append(report["run_id"])
-    ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["why"]))
-    return {
-        "candidate": {
-            "name": candidate.name,
-            "namespace": candidate.namespace,
-            "version": version or None,
-            "spec_hash": candidate.spec_hash,
-            "label": label or None,
-        },
-        "runs": total,
-        "agree": agree,
-        "diverge": total - agree - len(errors),
-        "same_end": same_end,
-        "groups": ordered,
-        "errors": errors,
-    }
+        if len(group["runs"]) < RUNS_LISTED:
+            group["runs"].append(report["run_id"])
+
+    def summary(self) -> dict[str, Any]:
+        ordered = sorted(self.groups.values(), key=lambda g: (-g["count"], g["why"]))
+        return {
+            "candidate": {
+                "name": self.candidate.name,
+                "namespace": self.candidate.namespace,
+                "version": self.version or None,
+                "spec_hash": self.candidate.spec_hash,
+                "label": self.label or None,
+            },
+            "runs": self.total,
+            "agree": self.agree,
+            "diverge": self.total - self.agree - len(self.errors),
+            "same_end": self.same_end,
+            "groups": ordered,
+            "errors": self.errors,
+        }
+
+
+def shadow(
+    logs: Iterable[Sequence[ev.AnyRecord]],
+    candidate: Definition,
+    *,
+    version: int = 0,
+    label: str = "",
+) -> dict[str, Any]:
+    """Replay every log against ``candidate`` (see :class:`Shadow`)."""
+    summary = Shadow(candidate, version=version, label=label)
+    for records in logs:
+        summary.add(records)
+    return summary.summary()
 
 
 # --- fork and migrate ----------------------------------------------------------------------

@@ -44,18 +44,18 @@ class Replaying:
         self.clock = clock
         self._loaded = False
 
-    async def _capabilities(self) -> None:
+    async def load_capabilities(self) -> None:
         if not self._loaded:
             await self.registry.load()
             self._loaded = True
 
     async def definition(self, namespace: str, name: str, version: int) -> Definition:
         """A version of a workflow as the orchestrator runs it (linked with its AgentDefs)."""
-        await self._capabilities()
+        await self.load_capabilities()
         return self.registry.link(await self.registry.definition(namespace, name, version))
 
     async def latest(self, ref: str) -> tuple[Definition, int]:
-        await self._capabilities()
+        await self.load_capabilities()
         definition, version = await self.registry.latest(ref)
         return self.registry.link(definition), version
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 SUITES = {
     "core": "bench.core_bench",
     "runtime": "bench.runtime_bench",
+    "replay": "bench.replay_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

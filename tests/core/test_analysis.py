@@ -367,3 +367,16 @@ def test_a_run_that_changed_versions_is_explained_by_each_in_its_turn() -> None:
     both = analysis.explain(forked, NEW_FIX_INPUT, versions={1: ORIGINAL, 2: NEW_FIX_INPUT})
     assert both["reproduces"] is True
     assert both["waiting"]["answers"][0]["capability"] == "echo"
+
+
+def test_redrive_writes_the_recorded_log_with_its_own_definition() -> None:
+    for log in LOGS:
+        records = ev.decode_lines(log.read_bytes())
+        again = analysis.redrive(records, ORIGINAL, version=1)
+        assert [r.id for r in again] == [r.id for r in records]
+        for new, old in zip(again, records, strict=True):
+            data = new.data
+            if isinstance(data, ev.ActionCompletedData | ev.ActionFailedData):
+                # These logs predate the answer's source in the record.
+                data = msgspec.structs.replace(data, source=None)
+            assert data == old.data, (log.stem, old.id)

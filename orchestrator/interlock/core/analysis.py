@@ -379,6 +379,18 @@ def _start(drive: _Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Outc
     return Outcome(list(records), checks)
 
 
+def redrive(
+    records: Sequence[ev.AnyRecord], definition: Definition, *, version: int = 0
+) -> list[ev.AnyRecord]:
+    """The log ``definition`` writes from a recorded run's inputs, nothing compared."""
+    drive = _Drive(definition, version)
+    recorded = RunState()
+    for step in steps(records):
+        drive.take(_run_step(drive, step, recorded).records)
+        recorded = fold(step.records, recorded)
+    return drive.log
+
+
 # --- comparing records -------------------------------------------------------------------
 
 _VERSIONED = (ev.RunStarted, ev.RunForked, ev.RunMigrated)

@@ -33,6 +33,7 @@ __all__ = [
     "permissions_for",
     "publisher",
     "system",
+    "templates",
     "validate_event_pattern",
 ]
 
@@ -140,14 +141,14 @@ def orchestrator(subjects: Subjects, user: str) -> Permissions:
 
 def operator(subjects: Subjects, user: str) -> Permissions:
     """The CLI's reads and admin: apply (definition buckets), start/cancel (run logs),
-    signal and emit (events), logs, dead letters, and the JetStream API, except the secrets
-    bucket. Task requests, answers and timers stay with the orchestrator and the agents."""
+    signal and emit (events), logs, dead letters (read and redrive through the API), and the
+    JetStream API, except the secrets bucket. Task requests, answers, timers and dead
+    letters are written by the orchestrator and the agents only."""
     p = subjects.prefix
     return Permissions(
         pub_allow=(
             f"{p}.events.>",
             f"{p}.runs.>",
-            f"{p}.dlq.>",
             f"{JS_API}.>",
             "$JS.ACK.>",
             "$JS.FC.>",
@@ -233,6 +234,39 @@ def permissions_for(role: Role, subjects: Subjects, user: str) -> Permissions:
     if role.name == "publisher":
         return publisher(subjects, user, role.events)
     raise ValueError(f"unknown role {role.name!r}; expected one of {', '.join(ROLES)}")
+
+
+def templates(subjects: Subjects) -> dict[str, Permissions]:
+    """Every role's permissions with placeholders, for contracts and docs: ``{capability}``
+    (an agent's capability), ``{capability_token}`` (the same as one token), ``{events}``
+    (a publisher's event-type pattern) and ``{user}`` (the user's public key)."""
+    # A capability with a dot tells its name (``CAPA.BILITY``) from its token (``CAPA_BILITY``).
+    user, cap, token, events = "USERKEY", "CAPA.BILITY", "CAPA_BILITY", "EVENTS"
+
+    def fill(perms: Permissions) -> Permissions:
+        def sub(items: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(
+                i.replace(user, "{user}")
+                .replace(token, "{capability_token}")
+                .replace(cap, "{capability}")
+                .replace(events, "{events}")
+                for i in items
+            )
+
+        return Permissions(
+            sub(perms.pub_allow),
+            sub(perms.pub_deny),
+            sub(perms.sub_allow),
+            sub(perms.sub_deny),
+            perms.responses,
+        )
+
+    return {
+        "orchestrator": fill(orchestrator(subjects, user)),
+        "operator": fill(operator(subjects, user)),
+        "agent": fill(agent(subjects, user, [cap])),
+        "publisher": fill(publisher(subjects, user, [events])),
+    }
 
 
 def validate_capability(name: str) -> None:

@@ -1,0 +1,51 @@
+"""The roles' permissions follow the wire layout (docs/architecture.md, "Trust boundary")."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlock.auth.roles import agent, publisher, templates, validate_event_pattern
+from interlock.transport.subjects import Subjects
+
+
+def test_templates_follow_the_layout() -> None:
+    roles = templates(Subjects("il"))
+    agent_pub = set(roles["agent"].pub_allow)
+    assert {
+        "$JS.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_{capability_token}",
+        "$JS.ACK.IL_TASKS.cap_{capability_token}.>",
+        "il.results.{capability}.*",
+        "il.dlq.agent.{capability}.*",
+        "$KV.il_workers.{capability_token}.*",
+    } <= agent_pub
+    # Agents never manage the tasks stream or its consumers, nor touch logs and timers.
+    assert not [s for s in agent_pub if "IL_TASKS" in s and ("CREATE" in s or "DELETE" in s)]
+    assert not [
+        s for s in agent_pub if s.startswith(("il.runs", "il.timers", "il.cap", "il.events"))
+    ]
+    assert set(roles["agent"].sub_allow) == {"_INBOX.{user}.>", "il.control.{capability}.*"}
+    assert roles["publisher"].pub_allow == ("il.events.{events}",)
+    assert roles["publisher"].sub_allow == ("_INBOX.{user}.>",)
+    operator = roles["operator"]
+    assert {"il.timers.>", "il.cap.>", "il.results.>", "$KV.il_secrets.>"} <= set(operator.pub_deny)
+    assert "$JS.API.>" in operator.pub_allow
+
+
+def test_a_capability_with_dots_reaches_only_its_own_answers() -> None:
+    perms = agent(Subjects("il"), "UKEY", ["review.deep"])
+    assert "il.results.review.deep.*" in perms.pub_allow
+    assert "$JS.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_review_deep" in perms.pub_allow
+
+
+@pytest.mark.parametrize("bad", ["", "a..b", "a.>.b", "a b", "a.b*", ">x"])
+def test_bad_event_patterns_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="event type pattern"):
+        validate_event_pattern(bad)
+    with pytest.raises(ValueError):
+        publisher(Subjects("il"), "UKEY", [bad])
+
+
+@pytest.mark.parametrize("bad", [[], ["a.>"], ["a b"], [""]])
+def test_bad_capabilities_are_refused(bad: list[str]) -> None:
+    with pytest.raises(ValueError):
+        agent(Subjects("il"), "UKEY", bad)

@@ -204,3 +204,33 @@ async def test_a_revoked_credential_is_disconnected_and_refused(secured: Secured
             secured.url, user_credentials=str(creds), allow_reconnect=False, connect_timeout=5
         )
     assert user in secured.auth.keys.revocations()
+
+
+OPERATOR_REFUSED = [
+    "il.timers.fired.{run}",
+    "il.cap.echo",
+    "il.results.held.{run}",
+    "$KV.il_secrets.task-token-key",
+    "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.task-token-key",
+    "$JS.API.STREAM.MSG.GET.KV_il_secrets",
+    "$JS.API.CONSUMER.CREATE.KV_il_secrets",
+    "$JS.API.CONSUMER.DURABLE.CREATE.KV_il_secrets.peek",
+    "$JS.API.STREAM.PURGE.KV_il_secrets",
+]
+
+
+@pytest.mark.parametrize("pattern", OPERATOR_REFUSED)
+async def test_the_operator_writes_no_timers_tasks_or_answers_and_reads_no_secrets(
+    secured: Secured, target: str, pattern: str
+) -> None:
+    before = await log_bytes(secured, target)
+    refusals = Refusals()
+    nc = await plain_client(secured.url, secured.auth.operator, refusals)
+    subject = pattern.format(run=target)
+    try:
+        await nc.publish(subject, b"{}", reply=nc.new_inbox())
+        await nc.flush()
+        await refusals.wait_for("permissions violation", "publish", subject)
+    finally:
+        await nc.close()
+    assert await log_bytes(secured, target) == before

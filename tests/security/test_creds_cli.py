@@ -104,3 +104,22 @@ def test_the_cli_uses_the_operator_credential_of_interlock_dev(
     operator = str(home / ".interlock" / "creds" / "operator.creds")
     done = cli("runs", cwd=elsewhere, INTERLOCK_URL=server.url, INTERLOCK_CREDS=operator)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_agent_worker_refuses_a_credential_missing_its_capabilities(
+    installation: tuple[EmbeddedNats, Path],
+) -> None:
+    server, home = installation
+    keys = str(home / ".interlock" / "keys")
+    done = cli(
+        "creds", "issue", "agent", "--capability", "echo", "-o", "e.creds", "--keys", keys, cwd=home
+    )
+    assert done.returncode == 0, done.stderr
+    # The echo worker serves echo and review.
+    done = cli(
+        "agent", "run", "echo", "--creds", "e.creds", "--metrics-port", "0",
+        cwd=home, INTERLOCK_URL=server.url,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "also serves review" in done.stderr
+    assert "--capability echo --capability review" in done.stderr

@@ -165,3 +165,14 @@ def creds_user(path: str | os.PathLike[str]) -> str:
     with open(path, encoding="utf-8") as f:
         user_jwt, _seed = parse_creds(f.read())
     return str(decode_claims(user_jwt)["sub"])
+
+
+def creds_capabilities(path: str | os.PathLike[str]) -> set[str] | None:
+    """The capabilities an agent creds file issued by Interlock allows (its ``capability:``
+    tags); ``None`` for any other credential."""
+    with open(path, encoding="utf-8") as f:
+        user_jwt, _seed = parse_creds(f.read())
+    tags = decode_claims(user_jwt).get("nats", {}).get("tags") or []
+    if "role:agent" not in tags:
+        return None
+    return {t.removeprefix("capability:") for t in tags if t.startswith("capability:")}

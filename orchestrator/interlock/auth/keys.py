@@ -216,7 +216,7 @@ class KeyStore:
             "subs": -1,
             "data": -1,
             "payload": -1,
-            "tags": [f"role:{role.name}"],
+            "tags": [f"role:{role.name}", *(f"capability:{c}" for c in role.capabilities)],
         }
         token = jwt.encode(account, user.public_key, label, nats)
         record = Issued(

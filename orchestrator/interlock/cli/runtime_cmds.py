@@ -738,14 +738,38 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         from interlock.runtime.health import DEFAULT_AGENT_PORT
 
         port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
-        asyncio.run(
-            run_agent(args.target, options(args, operator=False), args.concurrency, port or None)
-        )
+        opts = options(args, operator=False)
+        _check_agent_creds(args.target, opts.creds_file)
+        asyncio.run(run_agent(args.target, opts, args.concurrency, port or None))
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     except (LookupError, ImportError, AttributeError) as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK
+
+
+def _check_agent_creds(target: str, creds_file: str | None) -> None:
+    """An agent credential must allow every capability the worker serves: refuse at once,
+    naming what is missing, rather than serve half and wait forever for the rest."""
+    if creds_file is None:
+        return
+    from interlock.auth.jwt import creds_capabilities
+    from interlock.sdk.runner import load_worker
+
+    try:
+        allowed = creds_capabilities(creds_file)
+    except (OSError, ValueError):
+        return  # not readable here: the connection reports it
+    if allowed is None:
+        return  # not an agent credential of Interlock's (the server decides)
+    serves = load_worker(target).capabilities
+    missing = [c for c in serves if c not in allowed]
+    if missing:
+        raise CliError(
+            f"{creds_file} allows capabilities {', '.join(sorted(allowed)) or 'none'}; "
+            f"{target} also serves {', '.join(missing)}: issue a credential with "
+            + " ".join(f"--capability {c}" for c in serves)
+        )
 
 
 def cmd_dev(args: argparse.Namespace) -> int:

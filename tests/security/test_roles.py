@@ -23,8 +23,9 @@ from interlock.auth.roles import Role, inbox_prefix
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.runtime.runs import utc_now
-from interlock.transport.cloudevents import CloudEvent, encode_structured
+from interlock.transport.cloudevents import CloudEvent, encode_binary, encode_structured
 from interlock.transport.connection import ConnectOptions
+from interlock.transport.tasks import TOKEN_HEADER, answer_event
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
@@ -233,4 +234,48 @@ async def test_the_operator_writes_no_timers_tasks_or_answers_and_reads_no_secre
         await refusals.wait_for("permissions violation", "publish", subject)
     finally:
         await nc.close()
+    assert await log_bytes(secured, target) == before
+
+
+async def test_an_agent_answering_its_capability_without_the_task_token_is_dead_lettered(
+    secured: Secured, target: str
+) -> None:
+    """What NATS lets through (an agent of ``held`` answering on ``il.results.held.<run>``)
+    the orchestrator checks: without the task's token the answer never reaches the log."""
+    creds = secured.issued.get("held-agent") or secured.issue(
+        Role("agent", capabilities=("held",)), "held-agent"
+    )
+    records = await secured.operator.read(target)
+    requested = next(r for r in records if isinstance(r, ev.ActionRequested))
+    before = await log_bytes(secured, target)
+    letters_before = len(await secured.operator.dead_letters("answer-token"))
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    try:
+        for n, token in enumerate((None, "AAAAforgedAAAA")):
+            answer = answer_event(
+                run_id=target,
+                action_id=requested.data.action_id,
+                attempt=requested.data.attempt,
+                event_id=f"forged-{n}",
+                source="mallory",
+                type="task.completed",
+                data={"forged": True},
+                time=utc_now(),
+            )
+            headers, payload = encode_binary(answer)
+            if token is not None:
+                headers[TOKEN_HEADER] = token
+            ack = await nc.jetstream().publish(
+                SUBJECTS.result("held", target), payload, headers=headers
+            )
+            assert ack.seq > 0  # NATS took it: the subject is this agent's own
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+    while len(await secured.operator.dead_letters("answer-token")) < letters_before + 2:
+        assert loop.time() < deadline, "the forged answers were not dead-lettered"
+        await asyncio.sleep(0.1)
     assert await log_bytes(secured, target) == before

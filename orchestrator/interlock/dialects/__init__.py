@@ -16,7 +16,7 @@ from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.source import Document, load_documents
-from interlock.dialects import ctxmesh, synapse, workfile
+from interlock.dialects import ctxmesh, kxm, kxm_runtime, synapse, workfile
 from interlock.dialects.base import Lowered, Note
 from interlock.dialects.jsonpos import load_json, looks_like_json
 
@@ -31,7 +31,19 @@ def _registry() -> dict[str, tuple[Callable[[Any], bool], Lower]]:
         "ctxmesh": (ctxmesh.detect, ctxmesh.lower),
         "workfile": (workfile.detect, workfile.lower),
         "synapse": (synapse.detect, synapse.lower),
+        "kxm": (_kxm_detect, _kxm_lower),
     }
+
+
+def _kxm_detect(data: Any) -> bool:
+    return kxm.detect(data) or kxm_runtime.detect(data)
+
+
+def _kxm_lower(doc: Document, diags: list[Diagnostic]) -> Lowered | None:
+    """Both kxm forms: the webhook definitions (a JSON array) and a Runtime workflow."""
+    if isinstance(doc.data, dict):
+        return kxm_runtime.lower(doc, diags)
+    return kxm.lower(doc, diags)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,212 @@
+"""kxm definitions load as written: the webhook definitions (a JSON array) and Runtime
+workflows (kxm.workflow.v1), each with the hub's and the Runtime's rules."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+from dialect_support import FIXTURES, converted_matches, errors_of, run_cli
+
+from interlock.core.source import load_documents
+from interlock.dialects import prepare
+
+WEBHOOKS = FIXTURES / "kxm-workflows.json"
+RUNTIME = FIXTURES / "kxm-bug-fix.yaml"
+
+
+@pytest.mark.parametrize("path", [WEBHOOKS, RUNTIME], ids=lambda p: p.name)
+def test_each_example_validates_and_converts(path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = run_cli(["validate", str(path)], capsys)
+    assert code == 0, err
+    converted_matches(path, capsys)
+
+
+def test_the_webhook_definition_lowers_to_stages_with_their_rules() -> None:
+    prepared = prepare([(str(WEBHOOKS), WEBHOOKS.read_text())])
+    wf = prepared.documents[0].data
+    assert wf["metadata"]["name"] == "jira-development"
+    assert wf["spec"]["triggers"] == [
+        {
+            "event": "kxm.webhook.jira-development",
+            "filter": {
+                "$kxmevent": "jira:issue_updated",
+                "issue.fields.status.name": "In Progress",
+            },
+        }
+    ]
+    states = wf["spec"]["states"]
+    assert set(states) == {
+        "plan", "plan-wait", "plan-peers", "implement", "implement-wait",
+        "implement-escalated", "ci", "ci-wait", "completed", "failed",
+    }  # fmt: skip
+    peers = states["plan-peers"]["parallel"]
+    assert [a["capability"] for a in peers["actions"]] == [
+        "kxm.reviewer-claude",
+        "kxm.reviewer-grok",
+    ]
+    assert states["plan"]["actions"][0]["timeout"] == "86400000ms"
+    caps = prepared.agents[0].data["spec"]["capabilities"]
+    assert [c["name"] for c in caps] == [
+        "kxm.coordinator",
+        "kxm.reviewer-claude",
+        "kxm.reviewer-grok",
+    ]
+
+
+def definitions() -> list[dict[str, Any]]:
+    return json.loads(WEBHOOKS.read_text())
+
+
+def broken(change: Any) -> list[str]:
+    data = definitions()
+    change(data[0])
+    return errors_of("w.json", json.dumps(data, indent=2))
+
+
+def _set(path: list[Any], value: Any) -> Any:
+    def change(d: dict[str, Any]) -> None:
+        target = d
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return change
+
+
+WEBHOOK_RULES = [
+    ("forward target", _set(["stages", 0, "on", "passed"], "ci"), "kxm.forward-target"),
+    ("unknown stage", _set(["stages", 0, "on", "passed"], "deploy"), "kxm.unknown-stage"),
+    ("back-edge without budget", lambda d: d.pop("maxTransitions"), "kxm.back-edge-budget"),
+    ("both secrets", _set(["secret"], "x" * 20), "kxm.secret"),
+    ("short secret", lambda d: (d.pop("secretEnv"), d.update(secret="short")), "kxm.invalid-value"),
+    ("policy key", _set(["stages", 0, "requiredEvidence"], ["approved plan"]), "kxm.policy-key"),
+    (
+        "target eligible",
+        _set(
+            ["stages", 0, "evidencePolicies", "peer reviews", "eligibleAgents"],
+            ["coordinator", "reviewer-grok"],
+        ),
+        "kxm.invalid-value",
+    ),
+    (
+        "minProducers",
+        _set(["stages", 0, "evidencePolicies", "peer reviews", "minProducers"], 3),
+        "kxm.invalid-value",
+    ),
+    (
+        "degradation",
+        _set(["stages", 0, "evidencePolicies", "peer reviews", "degradation"], {"minProducers": 2}),
+        "kxm.invalid-value",
+    ),
+    (
+        "unknown policy field",
+        _set(["stages", 0, "evidencePolicies", "peer reviews", "quorum"], 2),
+        "kxm.unknown-key",
+    ),
+    (
+        "accepted statuses",
+        _set(["stages", 0, "evidencePolicies", "peer reviews", "acceptedStatuses"], ["read"]),
+        "kxm.invalid-value",
+    ),
+    (
+        "duplicate evidence",
+        _set(["stages", 1, "requiredEvidence"], ["diff", " DIFF "]),
+        "kxm.duplicate-evidence",
+    ),
+    ("maxAttempts", _set(["stages", 1, "maxAttempts"], 21), "kxm.invalid-value"),
+    ("ttl", _set(["ttlMs"], 10), "kxm.invalid-value"),
+    ("area", _set(["stages", 1, "area"], "ops"), "kxm.invalid-value"),
+    ("requirePlanHash", _set(["requirePlanHash"], ["deploy"]), "kxm.unknown-stage"),
+    ("planHash key", _set(["planHash", "evidenceKey"], "diff"), "kxm.unknown-evidence"),
+    ("no instructions", lambda d: d["stages"][1].pop("instructions"), "kxm.missing-field"),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "change", "rule"), WEBHOOK_RULES, ids=[r[0] for r in WEBHOOK_RULES]
+)
+def test_each_hub_rule_refuses_a_definition_that_breaks_it(
+    what: str, change: Any, rule: str
+) -> None:
+    errors = broken(change)
+    assert errors, what
+    assert any(f": {rule}: " in e for e in errors), errors
+    assert all(e.startswith("w.json:") and int(e.split(":")[1]) > 1 for e in errors), errors
+
+
+def test_duplicate_ids_and_unknown_fields() -> None:
+    data = definitions()
+    data[0]["somethingNew"] = 1  # unknown fields are ignored
+    data.append(copy.deepcopy(data[0]))
+    errors = errors_of("w.json", json.dumps(data, indent=2))
+    assert len(errors) == 1
+    assert ": kxm.duplicate-id: " in errors[0]
+
+
+def runtime() -> dict[str, Any]:
+    documents, _ = load_documents(RUNTIME.read_text(), "bug-fix.yaml")  # `on` stays "on"
+    return copy.deepcopy(documents[0].data)
+
+
+RUNTIME_RULES = [
+    (
+        "gate outcome impossible",
+        ["steps", 2, "on"],
+        {"passed": "review", "failed": "implement"},
+        "kxm.gate-outcome-impossible",
+    ),
+    (
+        "gate outcome renamed",
+        ["steps", 2, "on"],
+        {
+            "passed": "review",
+            "implementation_failure": {"target": "implement", "maxTransitions": 1},
+        },
+        "kxm.gate-outcome-renamed",
+    ),
+    (
+        "back-edge needs its budget",
+        ["steps", 2, "on", "implementation-failure"],
+        "implement",
+        "kxm.back-edge-budget",
+    ),
+    ("terminal needs a status", ["steps", 4, "on", "approved"], "$terminal", "kxm.terminal-status"),
+    ("unknown step", ["steps", 1, "on", "done"], "deploy", "kxm.unknown-step"),
+    ("unknown kind", ["steps", 1, "kind"], "script", "kxm.invalid-value"),
+    ("reserved kind", ["steps", 1, "kind"], "workflow", "kxm.reserved"),
+    ("bad join", ["steps", 3, "join"], "majority", "kxm.invalid-value"),
+    ("schema", ["schema"], "kxm.workflow.v2", "kxm.invalid-value"),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "path", "value", "rule"), RUNTIME_RULES, ids=[r[0] for r in RUNTIME_RULES]
+)
+def test_each_runtime_rule_refuses_a_file_that_breaks_it(
+    what: str, path: list[Any], value: Any, rule: str
+) -> None:
+    data = runtime()
+    _set(path, value)(data)
+    errors = errors_of("bug-fix.yaml", yaml.safe_dump(data, sort_keys=False), "kxm")
+    assert any(f": {rule}: " in e for e in errors), errors
+
+
+def test_on_is_required_on_every_step() -> None:
+    data = runtime()
+    del data["steps"][4]["on"]
+    errors = errors_of("bug-fix.yaml", yaml.safe_dump(data, sort_keys=False))
+    assert any("kxm.missing-field: on is required on every step" in e for e in errors), errors
+
+
+def test_limits_become_the_deadline_and_a_cost_budget() -> None:
+    prepared = prepare([("bug-fix.yaml", RUNTIME.read_text())])
+    spec = prepared.documents[0].data["spec"]
+    assert spec["deadline"] == {"after": "3600000ms"}
+    assert spec["context"]["cost"] == 0
+    implement = spec["states"]["implement"]
+    assert implement["on"][0]["goto"] == "over_budget"
+    assert spec["states"]["review"]["parallel"]["completion"] == "all_settled"

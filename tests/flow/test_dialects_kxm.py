@@ -1,0 +1,339 @@
+"""kxm webhook workflow definitions run as written, end to end on a real nats-server: the
+seed's `jira-development` definition (a JSON array, applied as it is, and its `interlock
+convert` output), started by its webhook event, its coordinator and peer reviewers
+scripted, its waits released by signals."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flow_support import (
+    REPO,
+    ScriptedAgents,
+    ScriptedStack,
+    eventually,
+    of,
+    path,
+    worker_orchestrator,
+)
+
+from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
+from interlock.runtime.runs import utc_now
+from interlock.sdk import AgentError, TaskContext
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+
+FIXTURE = REPO / "tests" / "dialects" / "fixtures" / "kxm-workflows.json"
+COORDINATOR = "kxm.coordinator"
+REVIEWERS = ["kxm.reviewer-claude", "kxm.reviewer-grok"]
+PAYLOAD = {
+    "issue": {"key": "PAY-7", "fields": {"summary": "Refunds", "status": {"name": "In Progress"}}}
+}
+
+
+class Agents(ScriptedAgents):
+    """The coordinator answers each stage from a queue a test fills; reviewers reply."""
+
+    def __init__(self) -> None:
+        super().__init__([COORDINATOR, *REVIEWERS])
+        self.queue: defaultdict[str, list[Any]] = defaultdict(list)
+        self.asked: list[tuple[str, int]] = []
+        self.prompts: list[str] = []
+        self.silent: set[str] = set()
+
+    async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        if capability == COORDINATOR:
+            self.asked.append((inp["stage"], inp["attempt"]))
+            self.prompts.append(inp["prompt"])
+            return self.queue[inp["stage"]].pop(0)
+        if capability in self.silent:
+            raise AgentError("no reply")
+        return {"status": "replied", "review": f"ok from {capability}"}
+
+
+Stack = ScriptedStack[Agents]
+
+
+@pytest.fixture(params=["as-written", "converted"])
+def files(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> list[Path]:
+    if request.param == "as-written":
+        return [FIXTURE]
+    assert interlock_main(["convert", str(FIXTURE), "-o", str(tmp_path)]) == 0
+    capsys.readouterr()
+    return [tmp_path / "jira-development.yaml"]
+
+
+@pytest.fixture
+async def stack(nats_url: str, subjects: Subjects, files: list[Path]) -> AsyncIterator[Stack]:
+    agents = Agents()
+    async with worker_orchestrator(
+        nats_url, subjects, files, agents, worker="kxm", concurrency=4
+    ) as (client, timers, _):
+        yield Stack(client, timers, agents, source="test://kxm")
+
+
+async def start(stack: Stack, payload: dict[str, Any] = PAYLOAD, delivery: str = "d-1") -> str:
+    await stack.client.emit(
+        CloudEvent(
+            id=delivery,
+            source="https://jira.example",
+            type="kxm.webhook.jira-development",
+            time=utc_now(),
+            datacontenttype="application/json",
+            data=payload,
+            extensions={"kxmevent": "jira:issue_updated"},
+        )
+    )
+    runs: list[dict[str, Any]] = []
+
+    async def started() -> bool:
+        runs[:] = await stack.client.list_runs("jira-development")
+        return bool(runs)
+
+    await eventually(started, "a run started by the webhook")
+    return str(runs[0]["run_id"])
+
+
+async def signal(
+    stack: Stack, run_id: str, key: str, status: str, evidence: dict[str, str], id: str
+) -> None:
+    data = {"signal": key, "status": status, "summary": status, "evidence": evidence}
+    await stack.send("kxm.signal", data, id=id, run_id=run_id)
+
+
+PLAN = {"status": "passed", "evidence": {"approved plan": "plan v1"}}
+DIFF = {"status": "passed", "evidence": {"diff": "+refunds"}}
+WAIT = {"wait": "ci", "summary": "waiting for CI"}
+
+
+async def test_the_definition_runs_to_completion(stack: Stack) -> None:
+    stack.agents.queue["plan"] = [PLAN]
+    stack.agents.queue["implement"] = [DIFF]
+    stack.agents.queue["ci"] = [WAIT]
+    run_id = await start(stack)
+    await stack.in_state(run_id, "ci-wait")
+    # A passed signal without the required evidence is refused: the run keeps waiting.
+    await signal(stack, run_id, "ci", "passed", {}, id="s1")
+    await signal(stack, run_id, "ci", "passed", {"github.check:ci": "green"}, id="s2")
+    state = await stack.finished(run_id)
+    assert state.status == "completed"
+    assert state.outputs["stages"] == {"plan": "passed", "implement": "passed", "ci": "passed"}
+    assert state.outputs["evidence"]["ci"] == {"github.check:ci": "green"}
+    assert stack.agents.prompts[0] == "Deliver PAY-7: Refunds"
+    assert path(await stack.records(run_id)) == [
+        "plan", "plan-peers", "implement", "ci", "ci-wait", "completed",
+    ]  # fmt: skip
+
+
+async def test_a_delivery_that_does_not_match_the_filter_starts_nothing(stack: Stack) -> None:
+    other = {"issue": {"key": "PAY-8", "fields": {"summary": "x", "status": {"name": "To Do"}}}}
+    stack.agents.queue["plan"] = [PLAN]
+    await stack.client.emit(
+        CloudEvent(
+            id="d-0", source="https://jira.example", type="kxm.webhook.jira-development",
+            time=utc_now(), datacontenttype="application/json", data=other,
+            extensions={"kxmevent": "jira:issue_updated"},
+        )
+    )  # fmt: skip
+    run_id = await start(stack, delivery="d-2")
+    assert len(await stack.client.list_runs("jira-development")) == 1
+    assert stack.agents.prompts[0] == "Deliver PAY-7: Refunds"
+    await stack.client.cancel(run_id)
+
+
+async def test_a_refused_checkpoint_does_not_consume_an_attempt(stack: Stack) -> None:
+    stack.agents.queue["plan"] = [
+        {"status": "passed", "evidence": {}},  # refused: no "approved plan"
+        {"status": "warning", "evidence": {"approved plan": "draft"}},  # attempt 1 used
+        PLAN,
+    ]
+    stack.agents.queue["implement"] = [DIFF]
+    stack.agents.queue["ci"] = [WAIT]
+    run_id = await start(stack)
+    await stack.in_state(run_id, "ci-wait")
+    assert stack.agents.asked[:3] == [("plan", 1), ("plan", 1), ("plan", 2)]
+    await stack.client.cancel(run_id)
+
+
+async def test_too_few_peer_replies_refuse_the_stage(stack: Stack) -> None:
+    stack.agents.silent.add("kxm.reviewer-grok")
+    stack.agents.queue["plan"] = [PLAN, PLAN]
+    run_id = await start(stack)
+    await eventually(lambda: len(stack.agents.asked) >= 2, "the plan asked again")
+    assert stack.agents.asked[:2] == [("plan", 1), ("plan", 1)]
+    records = await stack.records(run_id)
+    sources = {c.source for c in of(records, ev.ActionCompleted) if c.source}
+    assert sources  # who replied is recorded
+    await stack.client.cancel(run_id)
+
+
+async def test_failed_ci_loops_back_until_the_edge_budget_fails_the_run(stack: Stack) -> None:
+    stack.agents.queue["plan"] = [PLAN]
+    stack.agents.queue["implement"] = [DIFF, DIFF, DIFF]
+    stack.agents.queue["ci"] = [WAIT, WAIT, WAIT]
+    run_id = await start(stack)
+    for n in range(3):
+        await stack.run_until(
+            run_id,
+            lambda s, n=n: s.state == "ci-wait" and len(stack.agents.asked) == 3 + 2 * n,
+            f"wait #{n + 1} for CI",
+        )
+        await signal(stack, run_id, "ci", "failed", {}, id=f"f{n}")
+    state = await stack.finished(run_id)
+    assert state.status == "failed"
+    assert "transition_budget_exhausted" in state.outputs["reason"]
+    # Each back-edge entered implement afresh: its attempts start again at 1.
+    assert [a for a in stack.agents.asked if a[0] == "implement"] == [("implement", 1)] * 3
+
+
+async def test_a_wait_expires_after_24_hours(stack: Stack) -> None:
+    stack.agents.queue["plan"] = [PLAN]
+    stack.agents.queue["implement"] = [DIFF]
+    stack.agents.queue["ci"] = [WAIT]
+    run_id = await start(stack)
+    await stack.in_state(run_id, "ci-wait")
+    await stack.advance(run_id, 24 * 3600 - 1)
+    assert (await stack.client.state(run_id)).state == "ci-wait"
+    await stack.advance(run_id, 2)
+    state = await stack.finished(run_id)
+    assert state.status == "failed"
+    assert state.outputs["reason"] == "stage ci: the wait expired"
+
+
+async def test_implement_escalates_and_a_signal_resumes_it(stack: Stack) -> None:
+    stack.agents.queue["plan"] = [PLAN]
+    stack.agents.queue["implement"] = [
+        {"status": "failed", "evidence": {}},
+        {"status": "failed", "evidence": {}},
+        DIFF,
+    ]
+    stack.agents.queue["ci"] = [WAIT]
+    run_id = await start(stack)
+    await stack.in_state(run_id, "implement-escalated")
+    await signal(stack, run_id, "audit_escalation", "passed", {}, id="esc")
+    await stack.in_state(run_id, "ci-wait")
+    assert [a for a in stack.agents.asked if a[0] == "implement"] == [
+        ("implement", 1), ("implement", 2), ("implement", 3),
+    ]  # fmt: skip
+    await stack.client.cancel(run_id)
+
+
+# --- the Runtime form (kxm.workflow.v1) -----------------------------------------------------
+
+RUNTIME = REPO / "tests" / "dialects" / "fixtures" / "kxm-bug-fix.yaml"
+
+
+class RuntimeAgents(ScriptedAgents):
+    def __init__(self) -> None:
+        super().__init__(["kxm.gate", "kxm.implementer", "kxm.critic-a", "kxm.critic-b"])
+        self.gates: defaultdict[str, list[bool]] = defaultdict(list)
+        self.implement: list[Any] = []
+        self.steps: list[str] = []
+
+    async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        self.steps.append(inp["step"])
+        if capability == "kxm.gate":
+            return {"ok": self.gates[inp["gate"]].pop(0)}
+        if capability == "kxm.implementer":
+            return self.implement.pop(0)
+        return {"review": "fine"}
+
+
+RuntimeStack = ScriptedStack[RuntimeAgents]
+
+
+@pytest.fixture(params=["as-written", "converted"])
+async def runtime(
+    request: pytest.FixtureRequest,
+    nats_url: str,
+    subjects: Subjects,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> AsyncIterator[RuntimeStack]:
+    path = RUNTIME
+    if request.param == "converted":
+        assert interlock_main(["convert", str(RUNTIME), "-o", str(tmp_path)]) == 0
+        capsys.readouterr()
+        path = tmp_path / "kxm-bug-fix.yaml"
+    agents = RuntimeAgents()
+    async with worker_orchestrator(
+        nats_url, subjects, [path], agents, worker="kxm-runtime", concurrency=4
+    ) as (client, timers, _):
+        yield RuntimeStack(client, timers, agents, source="test://kxm")
+
+
+FIX = {"outcome": "done", "evidence": {"diff": "+fix"}, "cost": 1.5}
+
+
+async def test_runtime_workflow_runs_every_step_kind(runtime: RuntimeStack) -> None:
+    runtime.agents.gates["repro"] = [False]  # the reproduction fails: confirmed
+    runtime.agents.gates["tests"] = [True]
+    runtime.agents.implement = [{"outcome": "done", "evidence": {}}, FIX]  # first is refused
+    run_id = await runtime.client.start("kxm-bug-fix", {})
+    await runtime.in_state(run_id, "approve")
+    await runtime.send("kxm.approval", {"outcome": "approved"}, id="ok", run_id=run_id)
+    state = await runtime.finished(run_id)
+    assert state.status == "completed"
+    assert state.outputs == {"status": "completed", "outcome": "approved"}
+    assert runtime.agents.steps == [
+        "reproduce",
+        "implement",
+        "implement",
+        "verify",
+        "review",
+        "review",
+    ]
+    assert state.context["cost"] == 1.5
+
+
+async def test_a_rejection_ends_the_run_cancelled(runtime: RuntimeStack) -> None:
+    runtime.agents.gates["repro"] = [False]
+    runtime.agents.gates["tests"] = [True]
+    runtime.agents.implement = [FIX]
+    run_id = await runtime.client.start("kxm-bug-fix", {})
+    await runtime.in_state(run_id, "approve")
+    await runtime.send("kxm.approval", {"outcome": "rejected"}, id="no", run_id=run_id)
+    state = await runtime.finished(run_id)
+    assert state.status == "failed"
+    assert state.error is not None
+    assert state.error.error_class == "cancelled"
+
+
+async def test_failing_tests_loop_back_within_the_edge_budget(runtime: RuntimeStack) -> None:
+    runtime.agents.gates["repro"] = [False]
+    runtime.agents.gates["tests"] = [False, False, False]
+    runtime.agents.implement = [FIX, FIX, FIX]
+    run_id = await runtime.client.start("kxm-bug-fix", {})
+    state = await runtime.finished(run_id)
+    assert state.status == "failed"
+    assert state.outputs["reason"] == (
+        "transition_budget_exhausted: verify -> implement (implementation-failure)"
+    )
+    assert runtime.agents.steps.count("implement") == 3
+
+
+async def test_the_model_cost_budget_is_summed_from_answers(runtime: RuntimeStack) -> None:
+    runtime.agents.gates["repro"] = [False]
+    runtime.agents.gates["tests"] = [False, True]
+    runtime.agents.implement = [FIX, {**FIX, "cost": 4.0}]
+    run_id = await runtime.client.start("kxm-bug-fix", {})
+    state = await runtime.finished(run_id)
+    assert state.status == "failed"
+    assert state.error is not None
+    assert state.error.error_class == "budget_exceeded"
+    assert state.outputs["reason"] == "maxModelCost 5 exceeded at implement"
+
+
+async def test_a_missing_reproduction_fails_the_run(runtime: RuntimeStack) -> None:
+    runtime.agents.gates["repro"] = [True]  # the bug does not reproduce
+    run_id = await runtime.client.start("kxm-bug-fix", {})
+    state = await runtime.finished(run_id)
+    assert state.status == "failed"
+    assert state.outputs["reason"] == "reproduce: repro-missing (failed)"

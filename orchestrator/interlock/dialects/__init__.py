@@ -117,7 +117,14 @@ def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> P
                     doc.diag((), "dialect", f"this document is not a {kind} workflow file")
                 )
                 continue
-            lowered = lower(doc, out.diagnostics)
+            try:
+                lowered = lower(doc, out.diagnostics)
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+                # A shape no rule foresaw: refuse the document clearly rather than crash.
+                out.diagnostics.append(
+                    doc.diag((), f"{kind}.unreadable", f"cannot read this {kind} file: {exc}")
+                )
+                continue
             if lowered is None:
                 continue
             out.lowered.append(lowered)

@@ -399,7 +399,8 @@ def _expressions(i: int, step: dict[str, Any]) -> list[tuple[Path, str]]:
     ):
         if isinstance(value, str):
             out.append(((*path, "input", key), value))
-    for j, branch in enumerate(step.get("branches") or []):
+    branches = step.get("branches") or []
+    for j, branch in enumerate(branches if isinstance(branches, list) else []):
         if isinstance(branch, dict) and isinstance(branch.get("when"), str):
             out.append(((*path, "branches", j, "when"), branch["when"]))
     spec = step.get("map")

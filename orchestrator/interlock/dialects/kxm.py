@@ -220,7 +220,7 @@ def _definition(check: Checker, item: dict[str, Any], i: int, path: Path) -> Def
     if "requirePlanHash" in item:
         listed = check.items(item["requirePlanHash"], (*path, "requirePlanHash"), "requirePlanHash")
         for k, stage_id in enumerate(listed or []):
-            if stage_id not in order:
+            if not isinstance(stage_id, str) or stage_id not in order:
                 check.error(
                     (*path, "requirePlanHash", k), "unknown-stage", f"unknown stage {stage_id!r}"
                 )

@@ -250,7 +250,7 @@ def _check_step(
     if kind == "gate":
         check.string(step, "gate", path, required=True, min_len=1)
         expect = step.get("expect", "pass")
-        if expect not in GATE_OUTCOMES:
+        if not isinstance(expect, str) or expect not in GATE_OUTCOMES:
             check.error((*path, "expect"), "invalid-value", "expect must be pass or fail")
         else:
             produced = GATE_OUTCOMES[expect]
@@ -280,7 +280,21 @@ def _check_step(
                         key="on" in step,
                     )
     check.integer(step, "timeoutMs", path, lo=1)
-    for j, entry in enumerate(step.get("requiredEvidence") or []):
+    check.string(step, "agent", path, min_len=1)
+    check.string(step, "prompt", path)
+    check.string(step, "signalKey", path, min_len=1)
+    if "assignments" in step:
+        listed = check.items(step["assignments"], (*path, "assignments"), "assignments") or []
+        for j, entry in enumerate(listed):
+            apath: Path = (*path, "assignments", j)
+            if check.mapping(entry, apath, "an assignment") is not None:
+                check.string(entry, "agent", apath, required=True, min_len=1)
+                check.integer(entry, "count", apath, lo=1)
+    evidence = step.get("requiredEvidence") or []
+    if not isinstance(evidence, list):
+        check.error((*path, "requiredEvidence"), "wrong-type", "requiredEvidence must be a list")
+        evidence = []
+    for j, entry in enumerate(evidence):
         epath: Path = (*path, "requiredEvidence", j)
         if check.mapping(entry, epath, "an evidence requirement") is None:
             continue
@@ -513,6 +527,7 @@ def _lower_step(
             a["agent"]
             for a in step.get("assignments") or []
             if isinstance(a, dict) and a.get("agent")
+            for _ in range(a.get("count", 1))
         ]
         if agents:
             state["parallel"] = {

@@ -162,7 +162,8 @@ def parse(src: Document, diags: list[Diagnostic]) -> Workflow | None:
             check.error((*path, "id"), "duplicate-step", f"duplicate step id {step_id!r}")
             continue
         step = Step(step_id, title or "", i, task_class, description)
-        for j, dep in enumerate(item.get("depends_on") or []):
+        deps = item.get("depends_on") or []
+        for j, dep in enumerate(deps if isinstance(deps, list) else []):
             dpath: Path = (*path, "depends_on", j)
             if isinstance(dep, str):
                 step.depends_on.append(Edge(dep, None, dpath))

@@ -165,7 +165,7 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
                     key=True,
                 )
         initial = data.get("initial")
-        if "initial" in data and initial not in states:
+        if "initial" in data and (not isinstance(initial, str) or initial not in states):
             check.error(("initial",), "unknown-state", f"initial {initial!r} names no state")
     outputs = data.get("outputs") or {}
     if check.mapping(outputs, ("outputs",), "outputs") is not None:
@@ -615,14 +615,19 @@ def _lower_states(
         if works:
             state["actions"] = [_action(wf, out, (*base, "actions", 0), body, spath, recovery)]
         on: list[dict[str, Any]] = []
-        entries = body.get("on") or []
-        if isinstance(entries, dict):
-            entries = [
-                {"event": k, "goto": v} if isinstance(v, str) else {"event": k, **v}
-                for k, v in entries.items()
-            ]
-        for j, entry in enumerate(entries):
-            epath: Path = (*spath, "on", j if isinstance(body.get("on"), list) else entry["event"])
+        raw_on = body.get("on") or []
+        entries: list[tuple[Path, Any]] = []
+        if isinstance(raw_on, dict):
+            for key, value in raw_on.items():
+                target = {"goto": value} if isinstance(value, str) else value
+                if isinstance(target, dict):
+                    target = {"event": key, **target}
+                entries.append(((*spath, "on", key), target))
+        elif isinstance(raw_on, list):
+            entries = [((*spath, "on", j), entry) for j, entry in enumerate(raw_on)]
+        else:
+            wf.check.error((*spath, "on"), "wrong-type", "on must be a list or a mapping")
+        for epath, entry in entries:
             if wf.check.mapping(entry, epath, "a transition") is None:
                 continue
             wf.check.unknown_keys(
@@ -644,7 +649,7 @@ def _lower_states(
             out.at((*base, "on", len(on)), epath)
             on.append(transition)
         if "next" in body:
-            if body["next"] not in states:
+            if not isinstance(body["next"], str) or body["next"] not in states:
                 wf.check.error(
                     (*spath, "next"), "unknown-state", f"next {body['next']!r} names no state"
                 )
@@ -653,7 +658,7 @@ def _lower_states(
         if "timeout" in body and isinstance(body["timeout"], dict):
             timeout = body["timeout"]
             state["timeout"] = {"after": timeout.get("after"), "goto": timeout.get("goto")}
-            if timeout.get("goto") not in states:
+            if not isinstance(timeout.get("goto"), str) or timeout["goto"] not in states:
                 wf.check.error((*spath, "timeout"), "unknown-state", "timeout.goto names no state")
             out.at((*base, "timeout"), (*spath, "timeout"))
             if state.get("actions"):

@@ -31,13 +31,17 @@ def test_the_webhook_definition_lowers_to_stages_with_their_rules() -> None:
     assert wf["metadata"]["name"] == "jira-development"
     assert wf["spec"]["triggers"] == [
         {
-            "event": "kxm.webhook.jira-development",
-            "filter": {
-                "$kxmevent": "jira:issue_updated",
-                "issue.fields.status.name": "In Progress",
-            },
+            "event": "kxm.jira-development.jira_issue_updated",
+            "filter": {"issue.fields.status.name": "In Progress"},
         }
     ]
+    webhook = prepared.documents[1].data
+    assert webhook["kind"] == "Webhook"
+    assert webhook["spec"]["type"] == {"field": "webhookEvent", "prefix": "kxm.jira-development."}
+    assert webhook["spec"]["signals"] == {
+        "prefix": "kxm.jira-development.signal.",
+        "secret": {"env": "WORKFLOW_SIGNAL_SECRET"},
+    }
     states = wf["spec"]["states"]
     assert set(states) == {
         "plan", "plan-wait", "plan-peers", "implement", "implement-wait",

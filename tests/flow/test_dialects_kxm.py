@@ -5,11 +5,16 @@ scripted, its waits released by signals."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import nats
 import pytest
 from flow_support import (
     REPO,
@@ -23,9 +28,11 @@ from flow_support import (
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
+from interlock.gateway.app import Gateway
 from interlock.runtime.runs import utc_now
 from interlock.sdk import AgentError, TaskContext
 from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.httpserver import HttpServer
 from interlock.transport.subjects import Subjects
 
 FIXTURE = REPO / "tests" / "dialects" / "fixtures" / "kxm-workflows.json"
@@ -84,11 +91,10 @@ async def start(stack: Stack, payload: dict[str, Any] = PAYLOAD, delivery: str =
         CloudEvent(
             id=delivery,
             source="https://jira.example",
-            type="kxm.webhook.jira-development",
+            type="kxm.jira-development.jira_issue_updated",
             time=utc_now(),
             datacontenttype="application/json",
             data=payload,
-            extensions={"kxmevent": "jira:issue_updated"},
         )
     )
     runs: list[dict[str, Any]] = []
@@ -121,7 +127,9 @@ async def test_the_definition_runs_to_completion(stack: Stack) -> None:
     await stack.in_state(run_id, "ci-wait")
     # A passed signal without the required evidence is refused: the run keeps waiting.
     await signal(stack, run_id, "ci", "passed", {}, id="s1")
-    await signal(stack, run_id, "ci", "passed", {"github.check:ci": "green"}, id="s2")
+    # As the gateway sends it: the signal's key (the stage's id) in the event type.
+    data = {"status": "passed", "evidence": {"github.check:ci": "green"}}
+    await stack.send("kxm.jira-development.signal.ci", data, id="s2", run_id=run_id)
     state = await stack.finished(run_id)
     assert state.status == "completed"
     assert state.outputs["stages"] == {"plan": "passed", "implement": "passed", "ci": "passed"}
@@ -137,9 +145,8 @@ async def test_a_delivery_that_does_not_match_the_filter_starts_nothing(stack: S
     stack.agents.queue["plan"] = [PLAN]
     await stack.client.emit(
         CloudEvent(
-            id="d-0", source="https://jira.example", type="kxm.webhook.jira-development",
+            id="d-0", source="https://jira.example", type="kxm.jira-development.jira_issue_updated",
             time=utc_now(), datacontenttype="application/json", data=other,
-            extensions={"kxmevent": "jira:issue_updated"},
         )
     )  # fmt: skip
     run_id = await start(stack, delivery="d-2")
@@ -337,3 +344,67 @@ async def test_a_missing_reproduction_fails_the_run(runtime: RuntimeStack) -> No
     state = await runtime.finished(run_id)
     assert state.status == "failed"
     assert state.outputs["reason"] == "reproduce: repro-missing (failed)"
+
+
+# --- through the HTTP gateway: a signed Jira delivery starts it, a signed signal releases it --
+
+
+def _jira(body: bytes, delivery: str, secret: str) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-Atlassian-Webhook-Identifier": delivery,
+        "X-Hub-Signature": f"sha256={digest}",
+    }
+
+
+async def test_signed_webhooks_start_and_signal_the_definition(
+    nats_url: str, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JIRA_WEBHOOK_SECRET", "jira start secret")
+    monkeypatch.setenv("WORKFLOW_SIGNAL_SECRET", "jira signal secret")
+    agents = Agents()
+    agents.queue["plan"] = [PLAN]
+    agents.queue["implement"] = [DIFF]
+    agents.queue["ci"] = [WAIT]
+    async with worker_orchestrator(
+        nats_url, subjects, [FIXTURE], agents, worker="kxm", concurrency=4
+    ) as (client, timers, _):
+        stack = Stack(client, timers, agents)
+        nc = await nats.connect(nats_url)
+        gateway = Gateway(nc, subjects)
+        await gateway.start()
+        server = HttpServer(gateway.app, 0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, timeout=10.0) as http:
+                body = json.dumps({"webhookEvent": "jira:issue_updated", **PAYLOAD}).encode()
+                forged = await http.post(
+                    "/webhooks/jira-development", content=body, headers=_jira(body, "j-0", "nope")
+                )
+                assert forged.status_code == 401
+                r = await http.post(
+                    "/webhooks/jira-development",
+                    content=body,
+                    headers=_jira(body, "j-1", "jira start secret"),
+                )
+                assert r.status_code == 202, r.text
+                run_id = r.json()["events"][0]["runs"][0]["run_id"]
+                await stack.in_state(run_id, "ci-wait")
+                signal_body = json.dumps(
+                    {"status": "passed", "summary": "green", "evidence": {"github.check:ci": "ok"}}
+                ).encode()
+                path = f"/webhooks/jira-development/runs/{run_id}/signals/ci"
+                r = await http.post(
+                    path,
+                    content=signal_body,
+                    headers=_jira(signal_body, "s-1", "jira signal secret"),
+                )
+                assert r.status_code == 202, r.text
+            state = await stack.finished(run_id)
+            assert state.status == "completed"
+            assert state.outputs["evidence"]["ci"] == {"github.check:ci": "ok"}
+        finally:
+            await server.stop()
+            await gateway.stop()
+            await nc.close()

@@ -17,9 +17,10 @@ enforces becomes transitions and guards the engine evaluates:
 - ``on`` transitions, forward-only targets, back-edges and the three transition budgets
   (edge, stage, definition; only declared transitions count) are guards over counters in
   the run's context; an exhausted budget fails the run (``transition_budget_exhausted``);
-- a checkpoint with ``wait`` parks the stage until a ``kxm.signal`` event (the signed
-  signal the HTTP gateway verifies, ``data.signal`` naming its key) checkpoints it; a wait
-  expires after 24 hours and fails the run.
+- a checkpoint with ``wait`` parks the stage until its signal: through the HTTP gateway
+  (each definition implies a ``kind: Webhook``: starts are ``kxm.<id>.<event>``, signals
+  ``kxm.<id>.signal.<key>``) or a ``kxm.signal`` event naming its key; a wait expires after
+  24 hours and fails the run.
 
 The hub's load-time rules are checked with rule ids ``kxm.<rule>``.
 """
@@ -39,10 +40,25 @@ DIALECT = "kxm"
 TERMINAL = "$terminal"
 SOURCES = ("jira", "github", "generic")
 AREAS = ("harness", "gates", "implementation", "workflow", "documentation", "security", "other")
-START_EVENT = "kxm.webhook"
-"""Start deliveries arrive as CloudEvents of type ``kxm.webhook.<id>``."""
 SIGNAL_EVENT = "kxm.signal"
-"""Signed signals arrive as CloudEvents of this type, ``data.signal`` naming the key."""
+"""A signal sent straight to a run (``interlock signal``): ``data.signal`` names its key."""
+EVENT_HEADERS = {"jira": ("field", "webhookEvent"), "github": ("header", "X-GitHub-Event")}
+"""Where each source's deliveries name their event; a generic sender uses ``X-KXM-Event``."""
+_NOT_IN_TYPE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def start_type(definition_id: str, event: str | None) -> str:
+    """The CloudEvent type of a delivery that starts a run: ``kxm.<id>.<event>`` (the
+    event as the gateway writes it into a type), or ``kxm.<id>.delivery`` without one."""
+    suffix = _NOT_IN_TYPE.sub("_", event).strip(".") if event else "delivery"
+    return f"kxm.{_dns(definition_id)}.{suffix}"
+
+
+def signal_type(definition_id: str, key: str) -> str:
+    """The CloudEvent type of a signal through the gateway: ``kxm.<id>.signal.<key>``."""
+    return f"kxm.{_dns(definition_id)}.signal.{_NOT_IN_TYPE.sub('_', key).strip('.')}"
+
+
 ESCALATION = "audit_escalation"
 WAIT = "24h"
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -108,6 +124,8 @@ class Definition:
     repro: tuple[str, str] | None = None
     require_plan: list[str] = field(default_factory=list)
     stages: list[Stage] = field(default_factory=list)
+    secret_env: str | None = None
+    signal_secret_env: str | None = None
 
 
 # --- checks ---------------------------------------------------------------------------------
@@ -233,6 +251,7 @@ def _definition(check: Checker, item: dict[str, Any], i: int, path: Path) -> Def
     return Definition(
         str(def_id), i, str(source), str(project), str(target), str(prompt), event, flt, ttl,
         budget, plan_hash, repro, require, stages,
+        item.get("secretEnv"), item.get("signalSecretEnv"),
     )  # fmt: skip
 
 
@@ -647,29 +666,41 @@ class _Lower:
                     "goto": "failed",
                     "set": {"reason": f"stage {s.id}: escalation not cleared"},
                 },
-                "on": [self.edge(SIGNAL_EVENT, f'data.signal == "{ESCALATION}"', name, {})],
+                "on": [
+                    self.edge(signal_type(self.d.id, ESCALATION), None, name, {}),
+                    self.edge(SIGNAL_EVENT, f'data.signal == "{ESCALATION}"', name, {}),
+                ],
             }
         if s.policies:
             self.peers(s)
 
     def wait_state(self, s: Stage) -> None:
+        """Park the stage until its signal: through the gateway (the key in the event type;
+        a stage waits under its own id there) or sent to the run as ``kxm.signal`` (the key
+        in ``data.signal``, any key the coordinator chose)."""
         name = self.names[s.id]
-        matches = f'data.signal == {_ctx("wait:" + s.id)} && "status" in data'
-        route = [
-            _matches_route("workflow.stage", _q(s.id)),
-            _matches_route("workflow.signal", "data.signal"),
-            _matches_route("workflow.run", "run.id"),
-        ]
-        evidence = '("evidence" in data ? data.evidence : {})'
-        complete = _has(evidence, s.evidence, _ctx(f"evidence:{s.id}"))
-        passed = " && ".join(
-            [matches, *[f"({r})" for r in route], 'data.status == "passed"', complete]
-        )
-        on = self.pass_route(s, SIGNAL_EVENT, passed, evidence)
-        outcome = '("outcome" in data ? data.outcome : data.status)'
-        for entry in self.not_passed(s, SIGNAL_EVENT, "data.status", outcome, name):
-            entry["guard"] = _and(matches, *[f"({r})" for r in route], entry.get("guard"))
-            on.append(entry)
+        on: list[dict[str, Any]] = []
+        for event, key_test in (
+            (signal_type(self.d.id, s.id), None),
+            (SIGNAL_EVENT, f"data.signal == {_ctx('wait:' + s.id)}"),
+        ):
+            signal_key = _q(s.id) if key_test is None else "data.signal"
+            matches = _and(key_test, '"status" in data')
+            route = [
+                _matches_route("workflow.stage", _q(s.id)),
+                _matches_route("workflow.signal", signal_key),
+                _matches_route("workflow.run", "run.id"),
+            ]
+            evidence = '("evidence" in data ? data.evidence : {})'
+            complete = _has(evidence, s.evidence, _ctx(f"evidence:{s.id}"))
+            passed = " && ".join(
+                [str(matches), *[f"({r})" for r in route], 'data.status == "passed"', complete]
+            )
+            on += self.pass_route(s, event, passed, evidence)
+            outcome = '("outcome" in data ? data.outcome : data.status)'
+            for entry in self.not_passed(s, event, "data.status", outcome, name):
+                entry["guard"] = _and(matches, *[f"({r})" for r in route], entry.get("guard"))
+                on.append(entry)
         self.states[f"{name}-wait"] = {
             "description": f"{s.id}: waiting for its signal",
             "timeout": {
@@ -724,6 +755,44 @@ def _matches_route(key: str, expected: str) -> str:
         f'!("evidence" in data) || !("{key}" in data.evidence)'
         f' || data.evidence["{key}"] == {expected}'
     )
+
+
+def _webhook(d: Definition, out: Lowering) -> dict[str, Any] | None:
+    """The gateway's ``kind: Webhook`` for a definition: POST /webhooks/<id>, signed."""
+    name = _dns(d.id)
+    if d.secret_env is None:
+        out.note(
+            ("metadata",),
+            f"{d.id}: an inline secret cannot go into a Webhook (secrets are read from the "
+            "environment or a file): no Webhook is implied; write one with secret: {env: ...}",
+        )
+        return None
+    prefix = f"kxm.{name}."
+    if d.event is None:
+        event_type: dict[str, Any] = {"value": "delivery", "prefix": prefix}
+    else:
+        where, key = EVENT_HEADERS.get(d.source, ("header", "X-KXM-Event"))
+        event_type = {where: key, "prefix": prefix}
+    spec: dict[str, Any] = {
+        "scheme": "standard" if d.source == "generic" else "github",
+        "secret": {"env": d.secret_env},
+        "source": f"kxm://{_dns(d.project)}/{name}",
+        "type": event_type,
+    }
+    if d.source == "jira":
+        spec["signature_header"] = "X-Hub-Signature"
+        spec["id"] = {"header": "X-Atlassian-Webhook-Identifier"}
+    signals: dict[str, Any] = {"prefix": f"{prefix}signal."}
+    if d.signal_secret_env:
+        signals["secret"] = {"env": d.signal_secret_env}
+    spec["signals"] = signals
+    spec["description"] = f"kxm webhook workflow definition {d.id} (project {d.project})"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Webhook",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def _evidence_value(evidence: str, key: str) -> str:
@@ -789,14 +858,9 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
             context[f"transitions:{s.id}"] = 0
             for edge in s.on.values():
                 context[f"edge:{s.id}:{edge.outcome}"] = 0
-        trigger: dict[str, Any] = {"event": f"{START_EVENT}.{_dns(d.id)}"}
-        flt: dict[str, Any] = {}
-        if d.event:
-            flt["$kxmevent"] = d.event
+        trigger: dict[str, Any] = {"event": start_type(d.id, d.event)}
         if d.filter:
-            flt[d.filter[0]] = d.filter[1]
-        if flt:
-            trigger["filter"] = flt
+            trigger["filter"] = {d.filter[0]: d.filter[1]}
         name = _dns(d.id)
         out.at(("metadata",), (d.index, "id"))
         out.at(("spec", "triggers"), (d.index,))
@@ -804,9 +868,9 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
             out.note(("metadata", "name"), f"id {d.id!r} -> {name} (a DNS label)")
         out.note(
             ("spec", "triggers"),
-            f"a signed POST /v1/webhooks/{d.id} arrives (through the gateway, which checks the "
-            f"signature) as a CloudEvent {trigger['event']} whose data is the payload and whose "
-            "extension kxmevent is the delivery's event; the payload becomes the run's inputs",
+            f"a signed POST /webhooks/{name} (the Webhook below, checked by the gateway) "
+            f"arrives as a CloudEvent {trigger['event']} whose data is the payload: the run's "
+            "inputs; a delivery of another event has another type and starts nothing",
         )
         out.note(
             ("spec", "context"),
@@ -835,6 +899,22 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
             },
         }
         lowered.workflows.append(out.finish(native, lowered))
+        hook = Lowering(src, DIALECT)
+        hook.at((), (d.index,))
+        webhook = _webhook(d, hook)
+        if webhook is not None:
+            hook.note(
+                ("spec", "scheme"),
+                "jira and github sign the body (HMAC-SHA256); a generic sender's KXM contract "
+                "binds a timestamp and a delivery id, as the Standard Webhooks scheme does",
+            )
+            hook.note(
+                ("spec", "signals"),
+                f"POST /webhooks/{_dns(d.id)}/runs/<run>/signals/<key>: a stage waiting under "
+                "its own id takes the signal; any other key can be sent to the run as a "
+                "kxm.signal event naming it (data.signal)",
+            )
+            lowered.workflows.append(hook.finish(webhook, lowered))
     agent = Lowering(src, DIALECT)
     agent.note(
         ("metadata",),

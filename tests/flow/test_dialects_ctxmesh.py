@@ -4,6 +4,7 @@ output, reach the same outcome with scripted agents."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,37 @@ async def test_triage_then_answer_passes_the_topic_on(stack: Stack) -> None:
     state = await stack.finished(run_id)
     assert state.outputs == {"step": "answer", "output": {"answer": "42"}}
     assert stack.agents.inputs["answer-agent"] == [{"topic": "billing"}]
+
+
+async def test_interlock_apply_takes_the_file_as_written(
+    nats_url: str,
+    subjects: Subjects,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("INTERLOCK_URL", nats_url)
+    monkeypatch.setenv("INTERLOCK_PREFIX", subjects.prefix)
+    # A real contract for one of the agents, applied first, is not replaced by the implied one.
+    real = tmp_path / "registry.yaml"
+    real.write_text(
+        "apiVersion: interlock.io/v1\nkind: AgentDef\n"
+        "metadata: {name: triage, namespace: my-team}\n"
+        "spec: {capabilities: [{name: triage-agent, timeout_seconds: 5}]}\n"
+    )
+    fixture = FIXTURES / "ctxmesh-support-flow.yaml"
+    code = await asyncio.to_thread(interlock_main, ["apply", str(real)])
+    assert code == 0
+    code = await asyncio.to_thread(interlock_main, ["apply", str(fixture)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "applied  workflow my-team/support-flow (version 1)" in out
+    assert "agentdef my-team/billing-agent" in out
+    assert "agentdef my-team/triage-agent" not in out
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(fixture.read_text().replace("to: billing", "to: nowhere"))
+    code = await asyncio.to_thread(interlock_main, ["apply", str(broken)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"{broken}:23:15: ctxmesh.unknown-step: to 'nowhere' names no step" in err
+    assert "nothing was applied" in err

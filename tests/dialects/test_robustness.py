@@ -61,6 +61,8 @@ def test_a_mangled_example_gets_diagnostics_not_a_crash(data: st.DataObject) -> 
     mangled = json.loads(json.dumps(original))
     for _ in range(data.draw(st.integers(1, 3))):
         places = [p for p in _places(mangled) if p]
+        if not places:
+            break
         place = data.draw(st.sampled_from(places))
         parent = mangled
         for key in place[:-1]:

@@ -37,6 +37,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
+from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import Compiled
 from interlock.core.definition import Definition, resolve_inputs
@@ -47,9 +48,17 @@ from interlock.runtime.client import (
     InterlockClient,
     RunExists,
     UnknownDeadLetter,
+    new_run_id,
 )
 from interlock.runtime.flow import to_incoming
 from interlock.runtime.registry import Applied, UnknownWorkflow, bucket_values
+from interlock.runtime.replaying import (
+    Replaying,
+    RunExistsAlready,
+    compile_manifest,
+    in_flight,
+    select_runs,
+)
 from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
 from interlock.runtime.waiting import RunWatcher, UnknownRunError
 from interlock.transport.cloudevents import CloudEvent, from_dict
@@ -560,6 +569,95 @@ class Client:
         if last is not None and (datetime.now(UTC) - last).total_seconds() < 10:
             return True
         return not (info.num_pending or info.num_ack_pending)
+
+    # -- debugging by replay (docs/debugging.md; each returns the report documented there) --
+
+    def _replaying(self) -> Replaying:
+        return Replaying(self._ops.log, self._ops.registry, self._ops.runs.clock)
+
+    async def _candidate(self, manifest: str | Path | tuple[str, str]) -> Definition:
+        name, text = (
+            manifest
+            if isinstance(manifest, tuple)
+            else (str(manifest), await asyncio.to_thread(_read_text, manifest))
+        )
+        return compile_manifest(name, text)
+
+    async def explain(self, run_id: str, *, at: int | None = None) -> dict[str, Any]:
+        """Why the run went where it went, step by step; what would move it now."""
+        return await self._replaying().explain(await self.records(run_id), at=at)
+
+    async def replay(
+        self, run_id: str, against: int | str | Path | tuple[str, str]
+    ) -> dict[str, Any]:
+        """What another definition would have done with the run's recorded inputs:
+        ``against`` is a version (``3``, ``"code-review@3"``), a manifest file or a
+        ``(name, text)`` pair. ``report["agree"]`` is true when the logs agree."""
+        records = await self.records(run_id)
+        replaying = self._replaying()
+        if isinstance(against, int) or (isinstance(against, str) and "@" in against):
+            definition, version, label = await replaying.named(records, against)
+        else:
+            await replaying.load_capabilities()
+            definition = self._ops.registry.link(await self._candidate(against))
+            version, label = 0, against[0] if isinstance(against, tuple) else str(against)
+        return analysis.replay(records, definition, version=version, label=label)
+
+    async def shadow(
+        self,
+        workflow: str,
+        candidate: str | Path | tuple[str, str],
+        *,
+        runs: int | None = None,
+        since: str | None = None,
+    ) -> dict[str, Any]:
+        """Recorded runs of ``workflow`` replayed against a candidate manifest, grouped by
+        where and why they would diverge."""
+        definition = await self._candidate(candidate)
+        chosen = select_runs(await self._ops.list_runs(workflow), runs, since)
+        label = candidate[0] if isinstance(candidate, tuple) else str(candidate)
+        return await self._replaying().shadow(chosen, definition, label=label)
+
+    async def fork(
+        self,
+        run_id: str,
+        at: int,
+        *,
+        version: int | None = None,
+        fork_id: str | None = None,
+    ) -> str:
+        """A new run from the first ``at`` records of ``run_id``, going on live (on
+        ``version`` when given); returns its id. The original is not touched.
+
+        Raises:
+            analysis.NotPossible: ``at`` ends no decision of a running run, or the state
+                the run was in is not in that version.
+            RunExists: ``fork_id`` names a run that exists.
+        """
+        records = await self.records(run_id)
+        replaying = self._replaying()
+        definition = None
+        if version is not None:
+            state = fold(records)
+            definition = await replaying.definition(state.namespace, state.workflow, version)
+        new = fork_id or new_run_id()
+        check_run_id(new)
+        try:
+            forked = await replaying.fork(
+                records, at, run_id=new, definition=definition, version=version
+            )
+        except RunExistsAlready:
+            raise RunExists(new) from None
+        return forked.run_id
+
+    async def migrate(self, workflow: str, to: int, *, dry_run: bool = False) -> dict[str, Any]:
+        """Move the running runs of ``workflow`` onto version ``to`` where their logs agree
+        with it so far (each with a ``run.migrated`` record); the others are listed."""
+        namespace, _, name = workflow.rpartition("/")
+        replaying = self._replaying()
+        definition = await replaying.definition(namespace or "default", name, to)
+        running = in_flight(await self._ops.list_runs(workflow, "running"), to)
+        return await replaying.migrate(running, definition, to, dry_run=dry_run)
 
     # -- dead letters ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nats
 
+from interlock import Client
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
@@ -241,3 +242,36 @@ async def test_migrate_moves_the_runs_that_agree_and_they_complete_on_the_new_ve
         differ = await run_cli(["replay", low, "--against", "2", "--json"], nats_url, subjects)
         assert differ.returncode == 1
         assert json.loads(differ.stdout)["divergence"]["kind"] == "guard"
+
+
+async def test_the_client_offers_the_same_reports(
+    nats_url: str, subjects: Subjects, tmp_path: Path
+) -> None:
+    async with stack(nats_url, subjects) as ops:
+        client = Client(await nats.connect(nats_url), subjects, owns_connection=True)
+        try:
+            origin = await client.start(
+                "code-review", {"repository": "acme/app", "pr": 4, "score": 1}
+            )
+            await ops.wait(origin, WAIT)
+            before = await raw(ops, origin)
+            explained = await client.explain(origin, at=5)
+            assert explained["steps"][0]["checks"][0]["reads"] == {"result.score": 1}
+            assert (await client.replay(origin, 1))["agree"] is True
+            fixed = variant(
+                tmp_path, "one-fix.yaml", ("guard: context.fixes < 3", "guard: context.fixes < 1")
+            )
+            shadow = await client.shadow("code-review", fixed)
+            assert (shadow["runs"], shadow["agree"]) == (1, 0)
+            assert shadow["groups"][0]["kind"] == "guard"
+            (applied,) = [a for a in await client.apply([fixed]) if a.kind == "Workflow"]
+            forked = await client.fork(origin, 4, version=applied.version, fork_id="r-client-fork")
+            state = await ops.wait(forked, WAIT)
+            assert state.outputs is not None
+            assert state.outputs["reason"] == "score 3 after 1 fixes"
+            plan = await client.migrate("code-review", applied.version, dry_run=True)
+            assert plan["moved"] == []
+            assert plan["stayed"] == []  # nothing is running
+            assert await raw(ops, origin) == before
+        finally:
+            await client.close()

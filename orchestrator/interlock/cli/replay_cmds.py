@@ -7,7 +7,6 @@ Each works on exported logs (``--file``) with manifest files alone, or against a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -204,20 +203,14 @@ async def _against(
     is_file: bool,
 ) -> tuple[Definition, int, str]:
     """A definition named on the command line: a file, WORKFLOW@VERSION or VERSION."""
-    from interlock.runtime.replaying import parse_version
-
-    state = fold(records)
     if is_file:
-        definition = manifest(value, agents, state.workflow)
+        definition = manifest(value, agents, fold(records).workflow)
+        await replaying.load_capabilities()
         return replaying.registry.link(definition), 0, value
-    name, _, version_text = value.rpartition("@")
-    version = parse_version(version_text)
-    if version is None:
-        raise CliError(f"{value}: not a file, WORKFLOW@VERSION or VERSION")
-    ref = name or f"{state.namespace}/{state.workflow}"
-    namespace, _, short = ref.rpartition("/")
-    definition = await replaying.definition(namespace or "default", short, version)
-    return definition, version, f"{namespace or 'default'}/{short}@{version}"
+    try:
+        return await replaying.named(records, value)
+    except ValueError as exc:
+        raise CliError(f"{value}: not a file, WORKFLOW@VERSION or VERSION") from exc
 
 
 # -- explain ----------------------------------------------------------------------------------
@@ -239,32 +232,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if a.workflow:
             definition = replaying.registry.link(manifest(a.workflow, a.agents))
             return _explain(records, definition, a)
-        from interlock.runtime.registry import UnknownWorkflow
-
-        definition = await replaying.ran(records)
-        # A run that moved between versions is explained with each version in its turn.
-        state = fold(records)
-        versions = {}
-        for number in analysis.versions_named(records):
-            with contextlib.suppress(UnknownWorkflow):
-                versions[number] = await replaying.definition(
-                    state.namespace, state.workflow, number
-                )
-        return _explain(records, definition, a, versions)
+        try:
+            report = await replaying.explain(records, at=a.at)
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
+        return _print_explain(report, a)
 
     return runtime_cmds.with_client(body)(args)
 
 
-def _explain(
-    records: list[ev.AnyRecord],
-    definition: Definition,
-    args: argparse.Namespace,
-    versions: dict[int, Definition] | None = None,
-) -> int:
+def _explain(records: list[ev.AnyRecord], definition: Definition, args: argparse.Namespace) -> int:
     try:
-        report = analysis.explain(records, definition, at=args.at, versions=versions)
+        report = analysis.explain(records, definition, at=args.at)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    return _print_explain(report, args)
+
+
+def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return EXIT_OK
@@ -427,17 +412,11 @@ def cmd_shadow(args: argparse.Namespace) -> int:
         return _report_shadow(summary.summary(), args)
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        listed = await client.list_runs(a.workflow)
-        if a.since:
-            listed = [r for r in listed if str(r.get("started_at", "")) >= a.since]
-        if a.runs is not None:
-            listed = listed[-a.runs :] if a.runs else []
-        replaying = _replaying(client)
-        await replaying.load_capabilities()
-        summary = analysis.Shadow(replaying.registry.link(candidate), label=a.candidate)
-        for run in listed:
-            summary.add(await client.read(run["run_id"]))
-        return _report_shadow(summary.summary(), a)
+        from interlock.runtime.replaying import select_runs
+
+        chosen = select_runs(await client.list_runs(a.workflow), a.runs, a.since)
+        summary = await _replaying(client).shadow(chosen, candidate, label=a.candidate)
+        return _report_shadow(summary, a)
 
     return runtime_cmds.with_client(body)(args)
 
@@ -657,7 +636,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return _report_migrate(summary, args)
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        from interlock.runtime.replaying import parse_version
+        from interlock.runtime.replaying import in_flight, parse_version
 
         version = parse_version(a.to)
         if version is None:
@@ -665,11 +644,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         replaying = _replaying(client)
         namespace, _, name = a.workflow.rpartition("/")
         definition = await replaying.definition(namespace or "default", name, version)
-        running = [
-            r["run_id"]
-            for r in await client.list_runs(a.workflow, "running")
-            if int(r.get("version", 0)) != version
-        ]
+        running = in_flight(await client.list_runs(a.workflow, "running"), version)
         summary = await replaying.migrate(running, definition, version, dry_run=a.dry_run)
         return _report_migrate(summary, a)
 

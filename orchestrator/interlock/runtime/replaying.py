@@ -9,12 +9,14 @@ moved meanwhile is checked again).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from interlock.core import analysis
 from interlock.core import events as ev
+from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
 from interlock.core.state import fold
 from interlock.runtime.logstore import RunLog
@@ -63,6 +65,46 @@ class Replaying:
         """The definition a run is on (the version its log names)."""
         state = fold(records)
         return await self.definition(state.namespace, state.workflow, state.version)
+
+    async def explain(
+        self, records: Sequence[ev.AnyRecord], *, at: int | None = None
+    ) -> dict[str, Any]:
+        """``analysis.explain`` with the version the run is on, each step weighed by the
+        version in force when it was decided."""
+        state = fold(records)
+        definition = await self.ran(records)
+        versions: dict[int, Definition] = {}
+        for number in analysis.versions_named(records):
+            with contextlib.suppress(UnknownWorkflow):
+                versions[number] = await self.definition(state.namespace, state.workflow, number)
+        return analysis.explain(records, definition, at=at, versions=versions)
+
+    async def named(
+        self, records: Sequence[ev.AnyRecord], ref: str | int
+    ) -> tuple[Definition, int, str]:
+        """A stored version named as ``3``, ``v3`` or ``[ns/]name@3`` (default: the run's
+        workflow), with its number and a label."""
+        state = fold(records)
+        text = str(ref)
+        name, _, number_text = text.rpartition("@")
+        number = parse_version(number_text)
+        if number is None:
+            raise ValueError(f"{text!r}: not VERSION or WORKFLOW@VERSION")
+        namespace, _, short = (name or f"{state.namespace}/{state.workflow}").rpartition("/")
+        namespace = namespace or "default"
+        definition = await self.definition(namespace, short, number)
+        return definition, number, f"{namespace}/{short}@{number}"
+
+    async def shadow(
+        self, run_ids: Iterable[str], candidate: Definition, *, label: str = ""
+    ) -> dict[str, Any]:
+        """``analysis.shadow`` over stored runs, read and replayed one at a time."""
+        await self.load_capabilities()
+        summary = analysis.Shadow(self.registry.link(candidate), label=label)
+        for run_id in run_ids:
+            records, _ = await self.log.read(run_id)
+            summary.add(records)
+        return summary.summary()
 
     async def fork(
         self,
@@ -140,6 +182,38 @@ class Replaying:
         return {"run_id": run_id, "reason": "the run kept moving; try again"}
 
 
+def select_runs(
+    listed: Sequence[dict[str, Any]], runs: int | None = None, since: str | None = None
+) -> list[str]:
+    """Run ids from the run index (oldest first): started at or after ``since``, the
+    ``runs`` most recent."""
+    chosen = sorted(listed, key=lambda r: str(r.get("started_at", "")))
+    if since:
+        chosen = [r for r in chosen if str(r.get("started_at", "")) >= since]
+    if runs is not None:
+        chosen = chosen[-runs:] if runs > 0 else []
+    return [str(r["run_id"]) for r in chosen]
+
+
+def in_flight(listed: Sequence[dict[str, Any]], version: int) -> list[str]:
+    """Run ids from the run index that are running on another version than ``version``."""
+    return [
+        str(r["run_id"])
+        for r in listed
+        if r.get("status") == "running" and int(r.get("version", 0)) != version
+    ]
+
+
+def compile_manifest(name: str, text: str) -> Definition:
+    """The one workflow of a manifest; ValueError naming each problem (file:line:col)."""
+    compiled = compile_sources([(name, text)])
+    if not compiled.ok:
+        raise ValueError("\n".join(str(d) for d in compiled.diagnostics))
+    if len(compiled.workflows) != 1:
+        raise ValueError(f"{name}: holds {len(compiled.workflows)} workflows, not one")
+    return compiled.workflows[0]
+
+
 def parse_version(text: str) -> int | None:
     """``3`` or ``v3`` as a version number, else None."""
     digits = text[1:] if text[:1] in ("v", "V") else text
@@ -151,5 +225,8 @@ __all__ = [
     "Replaying",
     "RunExistsAlready",
     "UnknownWorkflow",
+    "compile_manifest",
+    "in_flight",
     "parse_version",
+    "select_runs",
 ]

@@ -3,26 +3,30 @@ and manifest files, no server."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from interlock.cli.main import main
 from interlock.core import events as ev
 from interlock.core.state import fold
 
 ROOT = Path(__file__).resolve().parents[1]
-INTERLOCK = Path(sys.executable).parent / "interlock"
 GOLDEN = ROOT / "tests" / "golden"
 WORKFLOW = GOLDEN / "code-review.yaml"
 
 
 def interlock(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(INTERLOCK), *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    """The command as typed, run in this process (these need no server; a subprocess per
+    call would cost a second of start-up each)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def log(name: str) -> str:

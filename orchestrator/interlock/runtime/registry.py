@@ -234,6 +234,19 @@ class Registry:
         _, agents = await self._kv()
         return {key: json.loads(value) for key, value in (await bucket_values(agents)).items()}
 
+    async def current_agents(self) -> None:
+        """Make the AgentDefs known here current before a run is started with them.
+
+        A registry that watches the buckets (the orchestrator's) is kept current by its
+        watchers; one that does not (a CLI or another client that starts a run) reads the
+        AgentDefs now. Either way a run started here links the same defaults (timeouts,
+        retries) into its first actions as a run the orchestrator starts from a trigger.
+        """
+        if self._watchers:
+            return
+        for name, spec in (await self.agent_specs()).items():
+            self._learn_agent(name, spec)
+
     def link(self, definition: Definition) -> Definition:
         """``definition`` with each action's unset timeout and retries taken from the
         AgentDef of its capability (see :func:`interlock.core.definition.link`)."""

@@ -201,7 +201,12 @@ class Runs:
         traceparent: str | None = None,
         parent: ev.ParentRef | None = None,
     ) -> tuple[bool, list[ev.AnyRecord]]:
-        """Start a run; (False, []) when a run with this id exists already."""
+        """Start a run; (False, []) when a run with this id exists already.
+
+        Every start goes through here (``interlock start``, a trigger, a child run), with
+        the AgentDefs made current first: the first state's actions get their capability's
+        defaults however the run was started."""
+        await self.registry.current_agents()
         definition = self._link(definition)
         resolved, problems = resolve_inputs(definition, inputs)
         if problems:

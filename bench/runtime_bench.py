@@ -149,7 +149,7 @@ class RunWatcher:
     resolves a future when a run's terminal record goes by."""
 
     def __init__(self, subjects: Subjects) -> None:
-        self._prefix = subjects.run("")
+        self._prefix = subjects.runs_all[:-1]  # "<prefix>.runs."
         self._waiting: dict[str, asyncio.Future[bool]] = {}
         self.records = 0
         self.batches = 0

@@ -461,7 +461,7 @@ async def test_an_action_that_never_answers_times_out_and_fails_the_run(stack: S
     async def on_notice(msg: Msg) -> None:
         notices.append(decode_message(msg.headers, msg.data))
 
-    control = await stack.client.nc.subscribe(stack.client.subjects.control("*", ">"), cb=on_notice)
+    control = await stack.client.nc.subscribe(stack.client.subjects.control_all, cb=on_notice)
     run_id = await stack.start("price-quote", {"sku": "SKU-2"})
     agents = stack.agents
     await eventually(lambda: agents.calls.total() == 1, "attempt 1 at the agent")

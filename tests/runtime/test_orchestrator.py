@@ -656,7 +656,7 @@ async def test_cancelling_a_run_tells_agents_about_its_action_in_flight(
         async def on_notice(msg: Msg) -> None:
             notices.put_nowait(msg)
 
-        control = await stack.client.nc.subscribe(subjects.control("*", ">"), cb=on_notice)
+        control = await stack.client.nc.subscribe(subjects.control_all, cb=on_notice)
         run_id = await stack.client.start("slow", {})
         action_id = await asyncio.wait_for(stack.recorder.slow_started.get(), TIMEOUT)
 

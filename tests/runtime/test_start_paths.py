@@ -13,8 +13,8 @@ import pytest
 from helpers import TIMEOUT, cli_env, connect, run_cli, running_stack, yaml
 
 from interlock.core import events as ev
-from interlock.transport.subjects import Subjects
 from interlock.sdk import TaskContext, Worker
+from interlock.transport.subjects import Subjects
 
 TIMED_AGENT = yaml(
     """\
@@ -89,7 +89,9 @@ def _shape(records: list[ev.AnyRecord]) -> list[tuple[Any, ...]]:
         if isinstance(r, ev.ActionRequested):
             d = r.data
             retry = None if d.retry is None else msgspec.to_builtins(d.retry)
-            out.append((type(r).__name__, d.state, d.index, d.item, d.capability, d.timeout_s, retry))
+            out.append(
+                (type(r).__name__, d.state, d.index, d.item, d.capability, d.timeout_s, retry)
+            )
         else:
             out.append((type(r).__name__,))
     return out

@@ -41,6 +41,7 @@ def test_public_names_are_pinned() -> None:
         "schema_error",
         "agent_error",
         "platform_error",
+        "payload_too_large",
     ]
     assert interlock.sdk.RetryableError("x").retryable is True
     assert interlock.sdk.AgentError("x").retryable is False

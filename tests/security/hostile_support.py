@@ -18,9 +18,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
-from helpers import INTERLOCK, cli_env, connect
+from helpers import (
+    INTERLOCK,
+    TIMEOUT,
+    DeadLetters,
+    Stack,
+    cli_env,
+    connect,
+    eventually,
+    run_cli,
+    running_stack,
+    yaml,
+)
 
-__all__ = ["cli_env", "connect"]
+__all__ = [
+    "TIMEOUT",
+    "DeadLetters",
+    "Stack",
+    "cli_env",
+    "connect",
+    "eventually",
+    "run_cli",
+    "running_stack",
+    "yaml",
+]
 
 MEMORY_CAP = 1024 * 1024 * 1024
 """Address space a CLI process may use (a bare ``interlock validate`` takes ~300 MB)."""
@@ -105,3 +126,33 @@ def huge_manifest(path: Path, size: int = 50 * 1024 * 1024) -> Path:
             left -= len(chunk)
         f.write(tail)
     return path
+
+
+ECHO_FLOW = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: bystander
+spec:
+  initial_state: work
+  states:
+    work:
+      actions:
+        - capability: echo
+          input: {n: 1}
+      on:
+        - {event: task.completed, goto: done}
+    done:
+      type: terminal
+      outputs:
+        n: "$.states.work.output.n"
+"""
+"""An unrelated run that must complete while something hostile is going on."""
+
+
+async def bystander_completes(stack: Stack) -> None:
+    """Start the unrelated ``bystander`` run and see it complete (within ``TIMEOUT``)."""
+    run_id = await stack.client.start("bystander", {})
+    state = await stack.wait(run_id)
+    assert state.status == "completed", state
+    assert state.outputs == {"n": 1}

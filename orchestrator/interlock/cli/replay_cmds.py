@@ -43,7 +43,7 @@ def add_parsers(sub: Sub) -> None:
         "values its guard read, the entry that fired or why none did, and what `set` and "
         "`outputs` produced; for a running run, what would move it now.",
     )
-    p.add_argument("run_id", nargs="?", help="the run (online)")
+    p.add_argument("run_id", nargs="?", type=runtime_cmds.run_id_arg, help="the run (online)")
     p.add_argument("--file", help="a JSONL export of the run (offline)")
     p.add_argument(
         "--workflow",
@@ -66,7 +66,7 @@ def add_parsers(sub: Sub) -> None:
         "another definition and report the first record where the logs diverge and why. "
         "Exit 0 when they agree, 1 when they diverge.",
     )
-    p.add_argument("run_id", nargs="?")
+    p.add_argument("run_id", nargs="?", type=runtime_cmds.run_id_arg)
     p.add_argument("--file", help="a JSONL export (no server needed)")
     p.add_argument(
         "--against",
@@ -112,7 +112,7 @@ def add_parsers(sub: Sub) -> None:
         "(marked as a fork of it), then enters the state the run was in at SEQ again, "
         "optionally on another version. The original is not touched.",
     )
-    p.add_argument("run_id", nargs="?")
+    p.add_argument("run_id", nargs="?", type=runtime_cmds.run_id_arg)
     p.add_argument("--at", type=int, required=True, metavar="SEQ")
     p.add_argument(
         "--workflow",

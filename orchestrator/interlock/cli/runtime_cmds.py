@@ -29,6 +29,7 @@ from interlock.cli.common import (
 )
 from interlock.cli.timeline import describe, replay_lines
 from interlock.core import events as ev
+from interlock.core.ids import InvalidRunId, check_run_id
 from interlock.core.state import RunState, fold
 from interlock.core.vocabulary import FINISHED
 from interlock.dialects import prepare
@@ -126,6 +127,8 @@ def with_client(
             raise CliError(str(exc), EXIT_FAILED) from exc
         except RunExists as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
+        except InvalidRunId as exc:
+            raise CliError(str(exc)) from exc
         except MaxPayloadError as exc:
             raise CliError(
                 f"a message is larger than the server accepts ({exc or 'max_payload'})",
@@ -133,6 +136,14 @@ def with_client(
             ) from exc
 
     return run
+
+
+def run_id_arg(value: str) -> str:
+    """A RUN_ID argument: refused before anything connects when it is no run id."""
+    try:
+        return check_run_id(value)
+    except InvalidRunId as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parsers(sub: Sub) -> None:
@@ -146,7 +157,7 @@ def add_parsers(sub: Sub) -> None:
     p = sub.add_parser("start", help="start a run of a workflow")
     p.add_argument("workflow", help="NAME or NAMESPACE/NAME")
     p.add_argument("--input", "-i", help="inputs as JSON or @file")
-    p.add_argument("--run-id", help="use this run id (default: a new one)")
+    p.add_argument("--run-id", type=run_id_arg, help="use this run id (default: a new one)")
     p.add_argument("--wait", action="store_true", help="wait for the run and print its result")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait with --wait")
     p.add_argument("--json", action="store_true")
@@ -165,7 +176,7 @@ def add_parsers(sub: Sub) -> None:
     p.set_defaults(func=with_client(cmd_emit))
 
     p = sub.add_parser("signal", help="send a named event to one run (e.g. an approval)")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=run_id_arg)
     p.add_argument("name", help="the event type the run waits for, e.g. approval.granted")
     p.add_argument("--data", help="data as JSON or @file")
     p.add_argument("--source", default="interlock://cli", help="the CloudEvent source")
@@ -187,14 +198,14 @@ def add_parsers(sub: Sub) -> None:
     p.set_defaults(func=with_client(cmd_agents))
 
     p = sub.add_parser("logs", help="a run's timeline")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=run_id_arg)
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
     p.add_argument("--json", action="store_true", help="JSONL CloudEvents")
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_logs))
 
     p = sub.add_parser("result", help="a run's outputs")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=run_id_arg)
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=None)
     p.add_argument("--json", action="store_true", help="the whole result as JSON")
@@ -202,14 +213,14 @@ def add_parsers(sub: Sub) -> None:
     p.set_defaults(func=with_client(cmd_result))
 
     p = sub.add_parser("cancel", help="cancel a run")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=run_id_arg)
     p.add_argument("--reason", default="cancelled by user")
     p.add_argument("--json", action="store_true")
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_cancel))
 
     p = sub.add_parser("export", help="write a run's log as JSONL CloudEvents")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=run_id_arg)
     p.add_argument("-o", "--output", help="file (default stdout)")
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_export))

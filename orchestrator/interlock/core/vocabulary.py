@@ -39,6 +39,8 @@ class ErrorClass(StrEnum):
     """An expression the run needed (a map's ``over``, an output) failed."""
     WORKFLOW_FAILED = "workflow_failed"
     """The workflow itself ended the run as failed (a ``fail:`` terminal state)."""
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    """An answer too large to carry in one message, or to record in the run's log."""
 
 
 ERROR_CLASSES: tuple[str, ...] = tuple(ErrorClass)

@@ -8,12 +8,14 @@ the orchestrator's relay acts on what they appended.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import secrets
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy, RawStreamMsg
@@ -23,13 +25,14 @@ from interlock.core import events as ev
 from interlock.core.compiler import Compiled, compile_sources
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.engine import cancel
+from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.source import Document
 from interlock.core.state import RunState, fold
 from interlock.dialects import declares_any
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry, bucket_values
 from interlock.runtime.runs import Runs, UnknownRun
-from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
@@ -182,7 +185,13 @@ class InterlockClient:
     # -- events and agents ----------------------------------------------------------------
 
     async def emit(self, event: CloudEvent) -> int:
-        """Publish a CloudEvent as an external system would; returns its stream sequence."""
+        """Publish a CloudEvent as an external system would; returns its stream sequence.
+
+        Raises ValueError (nothing is published) for a type that cannot be a subject or a
+        ``runid`` extension that is no run id."""
+        check_event_type(event.type)
+        if "runid" in event.extensions:
+            check_run_id(event.extensions["runid"])
         headers, payload = encode_binary(event)
         headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
         ack = await self.js.publish(self.subjects.event(event.type), payload, headers=headers)
@@ -284,16 +293,26 @@ class DeadLetter:
         return {k: v for k, v in self.headers.items() if not k.startswith(_DEAD_LETTER)}
 
     def to_json(self) -> dict[str, Any]:
-        try:
-            data: Any = json.loads(self.data)
-        except ValueError:
-            data = self.data.decode("utf-8", "replace")
-        return {
+        """The letter as one JSON object. Its payload is ``data`` when it is JSON that
+        nests no deeper than events may (what a hostile sender sent must not stop the
+        listing), else ``data`` as text when it is UTF-8, else ``data_base64``."""
+        body: dict[str, Any] = {
             "seq": self.seq,
             "time": self.time,
             "reason": self.reason,
             "detail": self.detail,
             "subject": self.subject,
             "headers": self.original_headers,
-            "data": data,
         }
+        try:
+            data: Any = msgspec.json.decode(self.data)
+            if too_deep(data):
+                raise ValueError("too deep")
+        except (ValueError, RecursionError):
+            try:
+                data = self.data.decode("utf-8")
+            except UnicodeDecodeError:
+                body["data_base64"] = base64.b64encode(self.data).decode("ascii")
+                return body
+        body["data"] = data
+        return body

@@ -68,6 +68,22 @@ async def read_subject(
         await sub.unsubscribe()
 
 
+RECORD_HEADROOM = 4 * 1024
+"""Room kept below the server's payload limit for an append's headers."""
+
+
+class RecordsTooLarge(ValueError):
+    """One decision's records do not fit in one NATS message; nothing was appended."""
+
+    def __init__(self, run_id: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"run {run_id}: the records take {size:,} bytes; the server takes at most "
+            f"{limit:,} in one message"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class RunLog:
     """The run-log port over JetStream."""
 
@@ -118,9 +134,13 @@ class RunLog:
     ) -> int:
         """Append one decision's records as one message; returns its stream sequence.
 
-        Raises AppendConflict when the log moved past ``expected_last_seq``.
+        Raises AppendConflict when the log moved past ``expected_last_seq``, and
+        RecordsTooLarge (before sending anything) when they do not fit in one message.
         """
         payload = ev.encode_batch(records)
+        limit = self._nc.max_payload - RECORD_HEADROOM
+        if len(payload) > limit:
+            raise RecordsTooLarge(run_id, len(payload), limit)
         return await append_batch(
             self._nc, self._subjects.run(run_id), [(_HEADERS, payload)], expected_last_seq
         )

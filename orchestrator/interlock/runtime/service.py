@@ -42,10 +42,11 @@ from interlock.core.engine import (
     trigger_inputs,
 )
 from interlock.core.expr import ExpressionError
+from interlock.core.ids import InvalidRunId
 from interlock.core.state import RunState
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
 from interlock.runtime.flow import ControlFlow, to_incoming
-from interlock.runtime.logstore import RunLog
+from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry, UnknownWorkflow
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
@@ -54,6 +55,7 @@ from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.consuming import (
     ConsumerMismatch,
+    dead_letter_data,
     dead_letter_headers,
     ensure_consumer,
     until_done,
@@ -324,6 +326,18 @@ class Orchestrator:
         try:
             await handler(msg)
             await msg.ack()
+        except (RecordsTooLarge, InvalidRunId) as exc:
+            # Another delivery would fail the same way: dead-letter it at once.
+            reason = "too-large" if isinstance(exc, RecordsTooLarge) else "bad-run-id"
+            log.warning("%s: dead-lettering (%s): %s", where, reason, exc)
+            try:
+                await self._dead_letter(msg, reason, str(exc))
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await msg.nak(delay=30.0)
+                return
+            with contextlib.suppress(Exception):
+                await msg.ack()
         except Exception as exc:
             if delivered >= MAX_DELIVERIES:
                 log.error("%s: dead-lettering after %d attempts: %s", where, delivered, exc)
@@ -351,8 +365,9 @@ class Orchestrator:
             headers["Nats-Msg-Id"] = f"{where}.{digest}"
         self.counters[f"dead_lettered:{reason}"] += 1
         self.observers.dead_lettered(reason)
+        data = dead_letter_data(msg.data, headers, self.nc.max_payload)
         try:
-            await self.js.publish(self.subjects.dead_letter(reason), msg.data, headers=headers)
+            await self.js.publish(self.subjects.dead_letter(reason), data, headers=headers)
         except Exception as exc:
             # Raised on: the message is acked only once its dead letter is stored.
             log.error("could not dead-letter a message (%s): %s", reason, exc)
@@ -364,6 +379,16 @@ class Orchestrator:
     # -- ingress --------------------------------------------------------------------------
 
     async def _on_ingress(self, msg: Msg) -> None:
+        # An external event is copied into the logs of the runs it reaches: one larger
+        # than a quarter of the server's payload limit could not be recorded.
+        limit = self.nc.max_payload // 4
+        if len(msg.data) > limit:
+            await self._dead_letter(
+                msg,
+                "too-large",
+                f"the event takes {len(msg.data):,} bytes; events take at most {limit:,}",
+            )
+            return
         try:
             event = self._decode(msg)
         except InvalidCloudEvent as exc:
@@ -450,6 +475,15 @@ class Orchestrator:
                     records = await self.runs.apply(run_id, decision)
             except (UnknownRun, UnknownWorkflow):
                 return False
+            except RecordsTooLarge as exc:
+                if not answer or incoming.type == "task.failed":
+                    raise
+                # The answer cannot be recorded: the attempt fails with that reason, now,
+                # instead of the run waiting for an answer that never lands.
+                failed = too_large_answer(incoming, str(exc))
+                records = await self.runs.apply(
+                    run_id, lambda definition, state: decide(definition, state, failed, now)
+                )
         return bool(records)
 
     # -- results --------------------------------------------------------------------------
@@ -782,3 +816,16 @@ def _index_update(current: dict[str, Any], record: ev.AnyRecord) -> None:
     elif isinstance(record, ev.RunCancelled):
         current["status"] = "cancelled"
     current["updated_at"] = record.time
+
+
+def too_large_answer(incoming: Incoming, why: str) -> Incoming:
+    """The ``task.failed`` (class ``payload_too_large``) that stands for an answer too
+    large to record."""
+    return Incoming(
+        type="task.failed",
+        source=incoming.source,
+        id=incoming.id,
+        data={"error": {"class": "payload_too_large", "message": why}},
+        time=incoming.time,
+        extensions=incoming.extensions,
+    )

@@ -23,9 +23,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from interlock.transport.consuming import ensure_consumer, until_done
+from interlock.core.ids import is_run_id
+from interlock.transport.consuming import (
+    dead_letter_data,
+    dead_letter_headers,
+    ensure_consumer,
+    until_done,
+)
 from interlock.transport.jetstream import jetstream
 from interlock.transport.pulling import BatchReader
 from interlock.transport.subjects import Subjects
@@ -81,6 +88,33 @@ class ManualClock:
         return self._now
 
 
+MAX_TIMER_MESSAGE = 4096
+"""A fired timer's body is ``{"run_id", "timer_id"}``: a few hundred bytes."""
+
+
+def read_fired(subject: str, data: bytes) -> tuple[str, str]:
+    """The (run id, timer id) of a fired-timer message on ``subject``; ValueError (with
+    why) for anything else: too large, not JSON, ids missing or malformed, or a run id
+    other than the one its subject names."""
+    if len(data) > MAX_TIMER_MESSAGE:
+        raise ValueError(f"a fired timer takes {len(data):,} bytes, at most {MAX_TIMER_MESSAGE}")
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"a fired timer is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ValueError("a fired timer is a JSON object")
+    run_id, timer_id = body.get("run_id"), body.get("timer_id")
+    if not is_run_id(run_id):
+        raise ValueError(f"a fired timer's run_id is no run id: {run_id!r}")
+    if not isinstance(timer_id, str) or not timer_id or len(timer_id) > 512:
+        raise ValueError(f"a fired timer's timer_id is missing or malformed: {timer_id!r}")
+    if subject.rsplit(".", 1)[-1] != run_id:
+        raise ValueError(f"a fired timer for run {run_id} on the subject of another: {subject}")
+    assert isinstance(run_id, str)
+    return run_id, timer_id
+
+
 class JetStreamTimers:
     """Timers as JetStream scheduled messages."""
 
@@ -126,13 +160,37 @@ class JetStreamTimers:
             async for msgs in batches:
                 for msg in msgs:
                     try:
-                        body = json.loads(msg.data)
-                        await deliver(str(body["run_id"]), str(body["timer_id"]))
+                        run_id, timer_id = read_fired(msg.subject, msg.data)
+                    except ValueError as exc:
+                        # Another delivery would not make it readable: dead-letter it at
+                        # once, so junk never holds up the timers of every run.
+                        await self._dead_letter(msg, str(exc))
+                        continue
+                    try:
+                        await deliver(run_id, timer_id)
                         await msg.ack()
                     except Exception as exc:
                         log.warning("timers: delivery failed, will retry: %s", exc)
                         with contextlib.suppress(Exception):
                             await msg.nak(delay=1)
+
+    async def _dead_letter(self, msg: Msg, detail: str) -> None:
+        reason = "bad-timer"
+        headers = dead_letter_headers(msg, reason, detail)
+        with contextlib.suppress(Exception):
+            meta = msg.metadata
+            headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
+        data = dead_letter_data(msg.data, headers, self._nc.max_payload)
+        try:
+            await self._js.publish(self._subjects.dead_letter(reason), data, headers=headers)
+        except Exception as exc:
+            log.error("timers: could not dead-letter a message: %s", exc)
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=5)
+            return
+        log.warning("timers: dead-lettered a message on %s: %s", msg.subject, detail)
+        with contextlib.suppress(Exception):
+            await msg.term()
 
     async def _ensure_consumer(self) -> None:
         """Create the ``timers`` consumer if it is missing, trying again while JetStream

@@ -18,6 +18,8 @@ class ErrorClass(StrEnum):
     """The handler failed (raised)."""
     PLATFORM_ERROR = "platform_error"
     """The worker itself failed around the handler."""
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    """The handler's answer is larger than the NATS server accepts in one message."""
 
 
 class AgentError(Exception):

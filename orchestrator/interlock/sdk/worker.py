@@ -39,6 +39,7 @@ from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.consuming import (
     STREAM_NOT_FOUND,
     ConsumerMismatch,
+    dead_letter_data,
     dead_letter_headers,
     ensure_consumer,
 )
@@ -603,6 +604,23 @@ class Worker:
             result = result_event(
                 request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
             )
+            size, limit = _answer_size(result), js._nc.max_payload - ANSWER_HEADROOM
+            if size > limit:
+                # It could never be sent: fail the attempt now, with the reason in the log,
+                # rather than let the run wait for an answer until its timeout.
+                result_type, data = failure(
+                    ErrorClass.PAYLOAD_TOO_LARGE,
+                    f"the answer of {cap.name} takes {size:,} bytes; the NATS server accepts "
+                    f"at most {limit:,} in one message",
+                )
+                log.error("%s: %s", request.action_id, data["error"]["message"])
+                result = result_event(
+                    request,
+                    worker_name=self.name,
+                    type=result_type,
+                    data=data,
+                    now=datetime.now(UTC),
+                )
             subject = subjects.result(cap.name, request.run_id)
             if await self._publish(js, subject, result, request.token):
                 ticker.cancel()
@@ -800,9 +818,10 @@ class Worker:
         with contextlib.suppress(Exception):
             meta = msg.metadata
             headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
+        data = dead_letter_data(msg.data, headers, js._nc.max_payload)
         try:
             subject = subjects.agent_dead_letter(capability, reason)
-            await js.publish(subject, msg.data, headers=headers, timeout=5)
+            await js.publish(subject, data, headers=headers, timeout=5)
         except Exception as exc:
             # Not stored anywhere else yet: keep it (another attempt later), never drop it.
             log.error("could not dead-letter a message (%s): %s", reason, exc)
@@ -954,6 +973,15 @@ def _delivery_count(msg: Msg) -> int:
         return deliveries(msg)
     except ValueError:
         return 1
+
+
+ANSWER_HEADROOM = 8 * 1024
+"""Room kept below the server's payload limit for an answer's headers."""
+
+
+def _answer_size(event: CloudEvent) -> int:
+    headers, payload = encode_result(event)
+    return len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items())
 
 
 async def _keep_alive(msg: Msg, interval: float) -> None:

@@ -41,6 +41,8 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
+from interlock.core.ids import InvalidRunId, is_run_id
+
 __all__ = [
     "SPECVERSION",
     "STRUCTURED_CONTENT_TYPE",
@@ -74,6 +76,47 @@ _RFC3339 = re.compile(
 )
 
 
+MAX_DEPTH: Final = 64
+"""Deepest nesting of objects and arrays accepted in an event (its data, or the whole
+structured-mode object); deeper is refused with reason ``too-deep`` before anything
+recursive (CEL, the log's encoder) sees it."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests deeper than ``limit`` (walked level by level, no recursion)."""
+    level = [value]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for node in level:
+            children = node.values() if type(node) is dict else node
+            if type(node) is dict or type(node) is list:
+                below += [c for c in children if type(c) is list or type(c) is dict]
+        level = below
+    return False
+
+
+def _json(payload: bytes, what: str) -> Any:
+    """``payload`` decoded as JSON, refused when it nests beyond ``MAX_DEPTH``."""
+    try:
+        value = msgspec.json.decode(payload)
+    except RecursionError:
+        value = None
+        deep = True
+    else:
+        # Fewer opening brackets than the limit cannot nest beyond it: most events
+        # are not walked at all.
+        deep = payload.count(b"[") + payload.count(b"{") > MAX_DEPTH and too_deep(value)
+    if deep:
+        raise InvalidCloudEvent(
+            "too-deep", f"{what} nests deeper than {MAX_DEPTH} levels ({len(payload):,} bytes)"
+        )
+    return value
+
+
 class InvalidCloudEvent(ValueError):
     """A message that is not a valid CloudEvent 1.0.
 
@@ -81,7 +124,8 @@ class InvalidCloudEvent(ValueError):
         reason: a short machine-readable slug (``missing-attribute``, ``bad-specversion``,
             ``bad-attribute``, ``bad-extension-name``, ``bad-time``, ``bad-json``,
             ``bad-header-encoding``, ``undecodable-data``, ``unencodable-data``,
-            ``unsupported-content-type``), fit for a metric label or a dead-letter subject.
+            ``unsupported-content-type``, ``too-deep``, ``bad-run-id``), fit for a metric
+            label or a dead-letter subject.
     """
 
     def __init__(self, reason: str, message: str) -> None:
@@ -273,7 +317,7 @@ def from_dict(obj: Any) -> CloudEvent:
 
 def _decode_structured(payload: bytes) -> CloudEvent:
     try:
-        obj = msgspec.json.decode(payload)
+        obj = _json(payload, "the structured CloudEvent")
     except msgspec.DecodeError as exc:
         raise InvalidCloudEvent(
             "bad-json", f"structured CloudEvent payload is not valid JSON: {exc}"
@@ -312,7 +356,7 @@ def _decode_data(content_type: str | None, payload: bytes, event_id: str | None)
     kind = _media_kind(content_type)
     if kind == "json":
         try:
-            return msgspec.json.decode(payload)
+            return _json(payload, f"event {event_id!r}: data")
         except msgspec.DecodeError as exc:
             raise InvalidCloudEvent(
                 "undecodable-data",
@@ -320,7 +364,7 @@ def _decode_data(content_type: str | None, payload: bytes, event_id: str | None)
             ) from exc
     if kind == "absent":
         try:
-            return msgspec.json.decode(payload)
+            return _json(payload, f"event {event_id!r}: data")
         except msgspec.DecodeError:
             pass
         try:
@@ -411,6 +455,10 @@ def _build(attrs: dict[str, str], extensions: dict[str, str], data: Any) -> Clou
     for name, value in extensions.items():
         _check_extension_name(name)
         _check_string(name, value)
+    if "runid" in extensions and not is_run_id(extensions["runid"]):
+        raise InvalidCloudEvent(
+            "bad-run-id", f"extension 'runid' is no run id: {InvalidRunId(extensions['runid'])}"
+        )
     time = attrs.get("time")
     if time is not None:
         _check_time(time)

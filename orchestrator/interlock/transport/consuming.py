@@ -114,3 +114,22 @@ def dead_letter_headers(msg: Msg, reason: str, detail: str) -> dict[str, str]:
     headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
     headers["Interlock-Dead-Letter-Subject"] = msg.subject
     return headers
+
+
+DEAD_LETTER_KEPT = 16 * 1024
+"""Bytes of a message kept in its dead letter when the whole would not fit in one."""
+_HEADER_ROOM = 8 * 1024
+
+
+def dead_letter_data(data: bytes, headers: dict[str, str], max_payload: int) -> bytes:
+    """What a dead letter keeps of a message's ``data``: all of it when it fits in one
+    NATS message beside the dead-letter headers, else its first ``DEAD_LETTER_KEPT`` bytes,
+    with ``Interlock-Dead-Letter-Truncated`` (the original size) added to ``headers``.
+
+    A message near the server's payload limit would otherwise make the dead letter itself
+    too large to publish, and its consumer would keep it (and retry it) forever."""
+    room = max_payload - _HEADER_ROOM - sum(len(k) + len(v) + 4 for k, v in headers.items())
+    if len(data) <= room:
+        return data
+    headers["Interlock-Dead-Letter-Truncated"] = str(len(data))
+    return data[:DEAD_LETTER_KEPT]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from interlock.core.ids import check_run_id
+
 DEFAULT_PREFIX = "il"
 
 
@@ -114,7 +116,8 @@ class Subjects:
         return f"{self.prefix}.events.>"
 
     def run(self, run_id: str) -> str:
-        return f"{self.prefix}.runs.{run_id}"
+        """A run's log; ``run_id`` is checked (a wildcard or a dot would name other runs)."""
+        return f"{self.prefix}.runs.{check_run_id(run_id)}"
 
     @property
     def runs_all(self) -> str:
@@ -129,7 +132,7 @@ class Subjects:
 
     def result(self, capability: str, run_id: str) -> str:
         """Where an agent of ``capability`` answers a task of run ``run_id``."""
-        return f"{self.prefix}.results.{capability}.{run_id}"
+        return f"{self.prefix}.results.{capability}.{check_run_id(run_id)}"
 
     def results_of(self, capability: str) -> str:
         """Every answer of ``capability`` (what an agent of it may publish)."""
@@ -171,7 +174,7 @@ class Subjects:
         return f"{self.prefix}.timers.schedule.{timer_id}"
 
     def timer_fired(self, run_id: str) -> str:
-        return f"{self.prefix}.timers.fired.{run_id}"
+        return f"{self.prefix}.timers.fired.{check_run_id(run_id)}"
 
     @property
     def timers_all(self) -> str:
@@ -185,7 +188,12 @@ class Subjects:
     def control(self, capability: str, run_id: str) -> str:
         """Cancellation notices to the agents of ``capability`` working for a run (core
         NATS, not stored)."""
-        return f"{self.prefix}.control.{capability}.{run_id}"
+        return f"{self.prefix}.control.{capability}.{check_run_id(run_id)}"
+
+    @property
+    def control_all(self) -> str:
+        """Cancellation notices of every capability and run."""
+        return f"{self.prefix}.control.>"
 
     def controls_of(self, capability: str) -> str:
         """Every cancellation notice for ``capability`` (what its agents subscribe to)."""

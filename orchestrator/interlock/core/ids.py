@@ -1,0 +1,60 @@
+"""Run ids: what one may be, checked wherever an id enters (the CLI, the client, events'
+``runid`` extension, timer messages) before it becomes part of a NATS subject.
+
+A run id is one subject token: letters, digits, ``_`` and ``-``, at most 128 characters.
+That keeps ``bad.id.>``, ``*`` and ``>`` (which would address many runs at once, or a
+wildcard subject) from ever naming a run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+RUN_ID_MAX: Final = 128
+RUN_ID_RULE: Final = f"letters, digits, '_' and '-', 1 to {RUN_ID_MAX} characters"
+_RUN_ID = re.compile(rf"[A-Za-z0-9_-]{{1,{RUN_ID_MAX}}}")
+
+
+class InvalidRunId(ValueError):
+    """A run id that breaks :data:`RUN_ID_RULE`."""
+
+    def __init__(self, value: object) -> None:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:80])
+        super().__init__(f"invalid run id {shown}: a run id is {RUN_ID_RULE}")
+
+
+def is_run_id(value: object) -> bool:
+    return isinstance(value, str) and _RUN_ID.fullmatch(value) is not None
+
+
+def check_run_id(value: object) -> str:
+    """``value`` when it is a valid run id; raises :class:`InvalidRunId` otherwise."""
+    if not is_run_id(value):
+        raise InvalidRunId(value)
+    assert isinstance(value, str)
+    return value
+
+
+EVENT_TYPE_RULE: Final = "dot-separated words of letters, digits, '_' and '-'"
+_EVENT_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+EVENT_TYPE_MAX: Final = 255
+
+
+class InvalidEventType(ValueError):
+    """An event type that cannot be a subject's tail (``il.events.<type>``)."""
+
+    def __init__(self, value: object) -> None:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:80])
+        super().__init__(f"invalid event type {shown}: an event type is {EVENT_TYPE_RULE}")
+
+
+def check_event_type(value: object) -> str:
+    """``value`` when it can be published as ``<prefix>.events.<value>``."""
+    if (
+        not isinstance(value, str)
+        or len(value) > EVENT_TYPE_MAX
+        or _EVENT_TYPE.fullmatch(value) is None
+    ):
+        raise InvalidEventType(value)
+    return value

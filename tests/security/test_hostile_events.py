@@ -1,0 +1,123 @@
+"""Hostile CloudEvents at ingress: nested 10,000 levels deep (both content modes), larger
+than an event may be, or carrying ``data_base64``, are dead-lettered at once (one delivery,
+no retries) with their reason; ``interlock dead-letters list --json`` lists them all; an
+unrelated run completes meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+
+from hostile_support import (
+    ECHO_FLOW,
+    TIMEOUT,
+    DeadLetters,
+    bystander_completes,
+    cli_env,
+    run_cli,
+    running_stack,
+)
+
+from interlock.transport.subjects import Subjects
+
+DEPTH = 10_000
+
+
+def _structured(event_id: str, **fields: object) -> tuple[dict[str, str], bytes]:
+    body = {"specversion": "1.0", "id": event_id, "source": "hostile", "type": "com.hostile"}
+    body.update(fields)
+    return {"Content-Type": "application/cloudevents+json"}, json.dumps(body).encode()
+
+
+def _deep_structured() -> tuple[dict[str, str], bytes]:
+    head, _ = _structured("deep-structured")
+    body = (
+        b'{"specversion":"1.0","id":"deep-structured","source":"hostile",'
+        b'"type":"com.hostile","data":' + b"[" * DEPTH + b"]" * DEPTH + b"}"
+    )
+    return head, body
+
+
+def _deep_binary() -> tuple[dict[str, str], bytes]:
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "deep-binary",
+        "ce-source": "hostile",
+        "ce-type": "com.hostile",
+        "Content-Type": "application/json",
+    }
+    return headers, b'{"a":' * DEPTH + b"1" + b"}" * DEPTH
+
+
+def _oversized(size: int) -> tuple[dict[str, str], bytes]:
+    return _structured("oversized", data={"blob": "x" * size})
+
+
+def _base64_letter() -> tuple[dict[str, str], bytes]:
+    # Valid data_base64 (not UTF-8 once decoded), but no ``type``: refused, and its letter
+    # holds a payload that is JSON with binary inside.
+    headers, _ = _structured("b64")
+    body = {
+        "specversion": "1.0",
+        "id": "b64",
+        "source": "hostile",
+        "data_base64": base64.b64encode(bytes(range(256))).decode(),
+    }
+    return headers, json.dumps(body).encode()
+
+
+def _binary_junk() -> tuple[dict[str, str], bytes]:
+    """A payload that is neither JSON nor UTF-8 (its letter is listed as data_base64)."""
+    return {"Content-Type": "application/cloudevents+json"}, bytes(range(256)) * 4
+
+
+async def test_hostile_events_are_dead_lettered_at_once(nats_url: str, subjects: Subjects) -> None:
+    async with running_stack(nats_url, subjects, [ECHO_FLOW]) as stack:
+        quarter = stack.client.nc.max_payload // 4
+        sent = {
+            "deep-structured": _deep_structured(),
+            "deep-binary": _deep_binary(),
+            "oversized": _oversized(quarter + 1024),
+            "b64": _base64_letter(),
+            "junk": _binary_junk(),
+        }
+        expected = {
+            "deep-structured": "too-deep",
+            "deep-binary": "too-deep",
+            "oversized": "too-large",
+            "b64": "missing-attribute",
+            "junk": "bad-json",
+        }
+        started = time.monotonic()
+        async with DeadLetters(stack.js, subjects) as letters:
+            for headers, payload in sent.values():
+                await stack.js.publish(subjects.event("com.hostile"), payload, headers=headers)
+            got = [await letters.next() for _ in sent]
+            # Meanwhile, and after: an unrelated run goes through.
+            await bystander_completes(stack)
+            elapsed = time.monotonic() - started
+        reasons = sorted(m.headers.get("Interlock-Dead-Letter-Reason", "") for m in got)
+        assert reasons == sorted(expected.values())
+        # At once: the old path retried ten times over minutes before dead-lettering.
+        assert elapsed < TIMEOUT
+        assert stack.orchestrator.counters["dead_lettered:processing-failed"] == 0
+        info = await stack.js.consumer_info(subjects.events_stream, "ingress")
+        assert info.num_redelivered == 0
+
+        env = cli_env(nats_url, subjects.prefix)
+        listed = await asyncio.to_thread(run_cli, "dead-letters", "list", "--json", env=env)
+        assert listed.returncode == 0, listed.stderr
+        assert "Traceback" not in listed.stderr
+        rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert sorted(r["reason"] for r in rows) == sorted(expected.values())
+        junk = next(r for r in rows if r["reason"] == "bad-json")
+        assert base64.b64decode(junk["data_base64"]) == sent["junk"][1]
+        deep = next(r for r in rows if r["reason"] == "too-deep")
+        assert isinstance(deep["data"], str)  # kept as text, not decoded into a stack overflow
+        table = await asyncio.to_thread(run_cli, "dead-letters", "list", env=env)
+        assert table.returncode == 0, table.stderr
+        for seq in (r["seq"] for r in rows):
+            shown = await asyncio.to_thread(run_cli, "dead-letters", "show", str(seq), env=env)
+            assert shown.returncode == 0, shown.stderr

@@ -21,6 +21,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.definition import Definition
 from interlock.core.state import RunState, fold
+from interlock.transport.cloudevents import too_deep
 
 __all__ = [
     "AgentView",
@@ -578,7 +579,9 @@ def dead_letter_view(
     if data:
         try:
             value = json.loads(data)
-        except ValueError:
+            if too_deep(value):  # what a hostile sender nested must not stop a listing
+                raise ValueError("nested too deep")
+        except (ValueError, RecursionError):
             try:
                 value = data.decode("utf-8")
             except UnicodeDecodeError:

@@ -71,6 +71,9 @@ class Registry:
         # taken into account; ``sync`` waits on it.
         self._revisions: dict[str, int] = {}
         self._changed = asyncio.Condition()
+        self._agents_lock = asyncio.Lock()
+        self._agents_read: int | None = None
+        """The agents bucket's last sequence when ``current_agents`` last read it."""
 
     async def _kv(self) -> tuple[KeyValue, KeyValue]:
         if self._workflows is None or self._agents is None:
@@ -244,8 +247,15 @@ class Registry:
         """
         if self._watchers:
             return
-        for name, spec in (await self.agent_specs()).items():
-            self._learn_agent(name, spec)
+        async with self._agents_lock:  # concurrent starts share one read
+            bucket = self._subjects.agents_bucket
+            info = await self._js.stream_info(f"KV_{bucket}")
+            last = info.state.last_seq
+            if self._agents_read == last:
+                return  # nothing applied since the last read: one request, no consumer
+            for name, spec in (await self.agent_specs()).items():
+                self._learn_agent(name, spec)
+            self._agents_read = last
 
     def link(self, definition: Definition) -> Definition:
         """``definition`` with each action's unset timeout and retries taken from the

@@ -57,7 +57,7 @@ class RunWatcher:
         self._subjects = subjects
         self._log = log
         self._recheck = recheck
-        self._prefix = subjects.run("")
+        self._prefix = subjects.runs_all[:-1]  # "<prefix>.runs."
         self._listeners: dict[str, list[Listener]] = {}
         self._sub: Subscription | None = None
         self._subscribing: asyncio.Lock = asyncio.Lock()

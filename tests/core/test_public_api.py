@@ -190,6 +190,7 @@ def test_error_classes_are_defined_once_in_documented_order() -> None:
         "platform_error",
         "expression_error",
         "workflow_failed",
+        "payload_too_large",
     )
     assert tuple(ErrorClass) == ERROR_CLASSES
     assert {"timeout", "platform_error"} == RETRYABLE

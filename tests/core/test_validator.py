@@ -45,6 +45,7 @@ RULES = {
     "terminal-transitions",
     "outputs-non-terminal",
     "cel-compile",
+    "cel-cost",
     "unknown-state-ref",
     "no-output-ref",
     "bad-duration",

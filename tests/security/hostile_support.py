@@ -19,8 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
 from helpers import (
+    ECHO_MANIFEST,
     INTERLOCK,
     TIMEOUT,
+    Background,
     DeadLetters,
     Stack,
     cli_env,
@@ -32,7 +34,9 @@ from helpers import (
 )
 
 __all__ = [
+    "ECHO_MANIFEST",
     "TIMEOUT",
+    "Background",
     "DeadLetters",
     "Stack",
     "cli_env",

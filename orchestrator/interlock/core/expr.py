@@ -4,6 +4,16 @@ knows celpy.
 Everything is compiled once, when a manifest is loaded. Evaluation converts only the
 top-level variables an expression references, since converting an activation to CEL values
 costs more than evaluating a small guard.
+
+What an expression may cost is bounded twice. Statically, a comprehension (``all``,
+``exists``, ``exists_one``, ``map``, ``filter``) inside the body of another is refused when
+the expression is compiled (:class:`CostError`, rule ``cel-cost``): its cost is the product
+of the lists' sizes, which the inputs choose. At run time every evaluation has a budget of
+``STEP_BUDGET`` steps (nodes of the expression visited, counted by the interpreter, so the
+count is the same on every machine and every replay); an evaluation that runs out stops
+with an :class:`ExpressionError`, recorded like any other (a ``guard.failed``, or the run
+failing with ``expression_error``). A guard costs about 60 steps; ``all`` over 600 items
+about 10,000.
 """
 
 from __future__ import annotations
@@ -22,6 +32,11 @@ from interlock.core.vocabulary import InterlockError
 if TYPE_CHECKING:
     import celpy
     import lark
+
+STEP_BUDGET = 20_000
+"""Steps one evaluation may take (about half a second of celpy on a busy 2-core machine)."""
+
+COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 
 VARIABLES = frozenset({"event", "data", "result", "context", "inputs", "states", "run"})
 """Names an expression may read; loop and map constructs add their own item variable."""
@@ -43,6 +58,15 @@ class CompileError(InterlockError):
         return self.message
 
 
+@dataclass(frozen=True, slots=True)
+class CostError(CompileError):
+    """A CEL expression whose cost cannot be bounded before it runs (rule ``cel-cost``)."""
+
+
+class BudgetExceeded(Exception):
+    """Raised inside the interpreter when an evaluation has used up its steps."""
+
+
 @functools.cache
 def _cel() -> SimpleNamespace:
     """celpy, imported on first use: commands that compile no CEL (most of the CLI) do
@@ -52,10 +76,33 @@ def _cel() -> SimpleNamespace:
     from celpy import celtypes
     from celpy.adapter import json_to_cel
     from celpy.celparser import CELParseError
-    from celpy.evaluation import CELEvalError
+    from celpy.evaluation import CELEvalError, Evaluator
+
+    class Budgeted(Evaluator):
+        """celpy's interpreter, counting every node it visits against a budget shared
+        with the evaluators of nested macros."""
+
+        def __init__(self, ast: Any, activation: Any, budget: list[int]) -> None:
+            super().__init__(ast, activation)
+            self._budget = budget
+
+        def sub_evaluator(self, ast: Any) -> Budgeted:
+            return Budgeted(ast, self.activation, self._budget)
+
+        def _visit_tree(self, tree: Any) -> Any:
+            self._budget[0] -= 1
+            if self._budget[0] < 0:
+                raise BudgetExceeded
+            return super()._visit_tree(tree)
+
+    class BudgetedRunner(celpy.InterpretedRunner):
+        def evaluate(self, context: Any) -> Any:
+            evaluator = Budgeted(self.ast, self.new_activation(), [STEP_BUDGET])
+            return evaluator.evaluate(context)
 
     return SimpleNamespace(
         celpy=celpy,
+        runner=BudgetedRunner,
         lark=lark,
         celtypes=celtypes,
         json_to_cel=json_to_cel,
@@ -68,7 +115,7 @@ def _cel() -> SimpleNamespace:
 def _env() -> celpy.Environment:
     """Built on first use: it costs about half a second, which commands that compile no
     CEL should not pay."""
-    env: celpy.Environment = _cel().celpy.Environment()
+    env: celpy.Environment = _cel().celpy.Environment(runner_class=_cel().runner)
     return env
 
 
@@ -82,6 +129,26 @@ def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
                     names.add(str(child))
                     break
     return frozenset(names)
+
+
+def _nested_comprehension(tree: lark.Tree[lark.Token]) -> lark.Token | None:
+    """The method token of a comprehension found inside another comprehension's body."""
+    for node in tree.iter_subtrees():
+        if node.data != "member_dot_arg" or len(node.children) < 3:
+            continue
+        method = node.children[1]
+        if str(method) not in COMPREHENSIONS:
+            continue
+        body = node.children[2]
+        if not isinstance(body, _cel().lark.Tree):
+            continue
+        for inner in body.iter_subtrees():
+            if inner.data == "member_dot_arg" and len(inner.children) >= 2:
+                token = inner.children[1]
+                if str(token) in COMPREHENSIONS:
+                    found: lark.Token = token
+                    return found
+    return None
 
 
 _MACRO_BINDERS = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_]\w*)\s*,")
@@ -188,6 +255,14 @@ class Expression:
             raise CompileError(f"CEL does not compile: {first.strip()!r}", line, col) from exc
         except Exception as exc:  # celpy raises a few other types on odd input
             raise CompileError(f"CEL does not compile: {exc}", 1, 1) from exc
+        nested = _nested_comprehension(tree)
+        if nested is not None:
+            raise CostError(
+                f"{str(nested)!r} inside another comprehension: the cost is the product of "
+                "the lists' sizes (split it into steps, or compute it in an action)",
+                int(getattr(nested, "line", None) or 1),
+                int(getattr(nested, "column", None) or 1),
+            )
         names = _referenced_names(tree)
         bound = frozenset(_MACRO_BINDERS.findall(source))
         unknown = sorted(names - VARIABLES - extra - bound)
@@ -215,6 +290,11 @@ class Expression:
                 name: json_to_cel(activation[name]) for name in self.names if name in activation
             }
             value = self._program.evaluate(cel_activation)
+        except BudgetExceeded:
+            raise ExpressionError(
+                f"evaluation stopped after {STEP_BUDGET:,} steps (its budget): "
+                "the expression costs too much on these values"
+            ) from None
         except Exception as exc:
             raise ExpressionError(_describe(exc)) from exc
         if isinstance(value, _cel().CELEvalError):

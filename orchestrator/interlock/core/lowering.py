@@ -41,6 +41,7 @@ from interlock.core.expr import (
     VARIABLES,
     CompiledValue,
     CompileError,
+    CostError,
     Expression,
     ValueProblem,
     compile_value,
@@ -218,7 +219,10 @@ class WorkflowLowering:
     def _cel_error(self, path: Path, error: CompileError, offset: int = 0) -> None:
         span = self.doc.where(path)
         line, col = _inner_position(span, error.line, error.col + offset)
-        self.diags.append(Diagnostic(self.doc.path, line, col, "cel-compile", error.message))
+        if isinstance(error, CostError):
+            self.diags.append(Diagnostic(self.doc.path, line, col, "cel-cost", error.message))
+        else:
+            self.diags.append(Diagnostic(self.doc.path, line, col, "cel-compile", error.message))
 
     def _state(self, name: str, state: model.State) -> StateDef:
         base: Path = ("spec", "states", name)

@@ -8,14 +8,18 @@ change each: a guard, a state's name, an action's input).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
-from interlock.core.definition import Definition
+from interlock.core.definition import Definition, resolve_inputs
+from interlock.core.engine import TIMER_FIRED, Incoming, decide, start
 from interlock.core.expr import read_paths
 from interlock.core.state import fold
 
@@ -380,3 +384,80 @@ def test_redrive_writes_the_recorded_log_with_its_own_definition() -> None:
                 # These logs predate the answer's source in the record.
                 data = msgspec.structs.replace(data, source=None)
             assert data == old.data, (log.stem, old.id)
+
+
+# --- properties: random runs of the golden workflow ---------------------------------------
+
+_move = st.one_of(
+    st.tuples(st.just("answer"), st.integers(0, 11)),
+    st.tuples(st.just("fail"), st.sampled_from(["timeout", "agent_error", "schema_error"])),
+    st.tuples(st.just("event"), st.sampled_from(["alice", "mallory", None, "deny"])),
+    st.tuples(st.just("timer"), st.integers(0, 3)),
+)
+
+
+def _random_run(moves: list[tuple[str, Any]]) -> list[ev.AnyRecord]:
+    """A run of the golden workflow driven by ``moves`` through the engine, as it is live."""
+    inputs, _ = resolve_inputs(ORIGINAL, {"repository": "acme/app", "pr": 1})
+    log = list(start(ORIGINAL, run_id="r-prop", inputs=inputs, now="2026-03-01T09:00:00Z"))
+    state = fold(log)
+    for n, (kind, value) in enumerate(moves, start=1):
+        now = f"2026-03-01T09:{n // 60:02d}:{n % 60:02d}Z"
+        if kind in ("answer", "fail") and state.pending:
+            action_id = sorted(state.pending)[0]
+            data: Any = (
+                {"score": value, "summary": f"s{value}"}
+                if kind == "answer"
+                else {"error": {"class": value, "message": "no"}}
+            )
+            incoming = Incoming(
+                type="task.completed" if kind == "answer" else "task.failed",
+                source="interlock://agent/prop",
+                id=f"a-{n}",
+                data=data,
+                extensions={"actionid": action_id},
+            )
+        elif kind == "event":
+            incoming = Incoming(
+                type="approval.denied" if value == "deny" else "approval.granted",
+                source="urn:prop",
+                id=f"e-{n}",
+                data={} if value in (None, "deny") else {"approver": value},
+            )
+        elif kind == "timer" and state.timers:
+            timers = sorted(state.timers)
+            timer_id = timers[value % len(timers)]
+            incoming = Incoming(
+                type=TIMER_FIRED, source="t", id=timer_id, extensions={"timerid": timer_id}
+            )
+        else:
+            continue
+        out = decide(ORIGINAL, state, incoming, now)
+        log.extend(out)
+        state = fold(out, state)
+    return log
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_move, min_size=1, max_size=25))
+def test_any_run_replays_against_its_own_definition_and_diverges_only_where_it_differs(
+    moves: list[tuple[str, Any]],
+) -> None:
+    log = _random_run(moves)
+    same = analysis.replay(log, ORIGINAL)
+    assert same["agree"], same["divergence"]
+    assert analysis.explain(log, ORIGINAL)["reproduces"] is True
+    assert analysis.redrive(log, ORIGINAL) == log
+    stricter = analysis.replay(log, STRICTER_GUARD)
+    found = stricter["divergence"]
+    again = analysis.redrive(log, STRICTER_GUARD)
+    event("diverged" if found is not None else "agreed")
+    if found is None:
+        assert [ev.encode(r) for r in again][1:] == [ev.encode(r) for r in log][1:]
+        return
+    # Everything before the first divergence is what the log holds, and the divergence is
+    # a guard weighed on a score of 8 (the only score the two guards disagree on).
+    seq = found["seq"]
+    assert [ev.encode(r) for r in again[1 : seq - 1]] == [ev.encode(r) for r in log[1 : seq - 1]]
+    assert found["kind"] == "guard"
+    assert found["guard"]["reads"] == {"result.score": 8}

@@ -30,6 +30,9 @@ from interlock.core.compiler import (
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition, link
 from interlock.transport.subjects import Subjects
 
+_CLOSE_WAIT = 2.0
+"""Seconds :meth:`Registry.close` waits for its watchers to end."""
+
 log = logging.getLogger("interlock.registry")
 
 
@@ -67,6 +70,7 @@ class Registry:
         self._capabilities: dict[str, CapabilityDef] = {}
         self._learners: list[Callable[[list[str]], None]] = []
         self._watchers: list[asyncio.Task[None]] = []
+        self._kv_watchers: list[Any] = []
         # The highest revision (stream sequence) of each bucket that the watchers have
         # taken into account; ``sync`` waits on it.
         self._revisions: dict[str, int] = {}
@@ -355,16 +359,22 @@ class Registry:
                 self._changed.notify_all()
 
     async def close(self) -> None:
+        """Stop following the buckets. Bounded: the watchers are stopped (their
+        subscriptions end) before their tasks are cancelled, and a task that still does not
+        end is left behind rather than waited for."""
+        for watcher in self._kv_watchers:
+            with contextlib.suppress(Exception):  # the connection may be closed already
+                await watcher.stop()
         for task in self._watchers:
             task.cancel()
-        for task in self._watchers:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._watchers:
+            await asyncio.wait(self._watchers, timeout=_CLOSE_WAIT)
 
     async def _watch_workflows(self, kv: KeyValue) -> None:
         # Every key, not only the latest.* pointers: ``sync`` compares the revision seen
         # with the bucket's last one, whatever key that is.
         watcher = await kv.watchall()
+        self._kv_watchers.append(watcher)
         async for entry in watcher:
             if entry is None:
                 continue
@@ -380,6 +390,7 @@ class Registry:
 
     async def _watch_agents(self, kv: KeyValue) -> None:
         watcher = await kv.watchall()
+        self._kv_watchers.append(watcher)
         async for entry in watcher:
             if entry is None:
                 continue

@@ -699,7 +699,7 @@ async def test_the_run_index_never_goes_back(nats_url: str, subjects: Subjects) 
 
         before = await eventually(completed, what="the run indexed as completed")
         # What a redelivery after a crash hands the relay: the run's first records, again.
-        await stack.orchestrator._index_run(run_id, (await stack.records(run_id))[:2])
+        await stack.orchestrator.index.update(run_id, (await stack.records(run_id))[:2])
 
         assert await stack.client.list_runs() == before
         assert before[0]["state"] == "merge"

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -28,6 +29,7 @@ from interlock.core.compiler import (
     compile_workflow_data,
 )
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition, link
+from interlock.runtime.schemas import CapabilitySchemas, compile_schemas
 from interlock.transport.subjects import Subjects
 
 _CLOSE_WAIT = 2.0
@@ -68,6 +70,7 @@ class Registry:
         self._compiled: dict[tuple[str, str, int], Definition] = {}
         self._latest: dict[tuple[str, str], int] = {}
         self._capabilities: dict[str, CapabilityDef] = {}
+        self._schemas: dict[str, CapabilitySchemas] = {}
         self._learners: list[Callable[[list[str]], None]] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._kv_watchers: list[Any] = []
@@ -165,7 +168,7 @@ class Registry:
             pass
         revision = await agents.put(agent.name, body)
         for cap in agent.capabilities.values():
-            self._capabilities[cap.name] = cap
+            self._know_capability(cap)
         return Applied("AgentDef", agent.namespace, agent.name, revision, True)
 
     async def apply_webhook(self, webhook: WebhookDefinition) -> Applied:
@@ -269,6 +272,20 @@ class Registry:
     def capability(self, name: str) -> CapabilityDef | None:
         return self._capabilities.get(name)
 
+    def schemas(self, name: str) -> CapabilitySchemas | None:
+        """The capability's schemas, compiled when its AgentDef was learnt."""
+        return self._schemas.get(name)
+
+    def _know_capability(self, cap: CapabilityDef) -> None:
+        if self._capabilities.get(cap.name) == cap and cap.name in self._schemas:
+            return  # the same AgentDef again: its schemas are compiled already
+        self._capabilities[cap.name] = cap
+        try:
+            self._schemas[cap.name] = compile_schemas(cap.input_schema, cap.output_schema)
+        except jsonschema.SchemaError as exc:
+            log.warning("capability %s: invalid schema, not checked: %s", cap.name, exc)
+            self._schemas[cap.name] = CapabilitySchemas()
+
     def known_capabilities(self) -> set[str]:
         return set(self._capabilities)
 
@@ -312,7 +329,8 @@ class Registry:
         except Exception as exc:
             log.warning("agent definition %s is not valid: %s", name, exc)
             return
-        self._capabilities.update(agent.capabilities)
+        for cap in agent.capabilities.values():
+            self._know_capability(cap)
         for learner in self._learners:
             learner(list(agent.capabilities))
 

@@ -17,17 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
-from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 
-import jsonschema
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import BadRequestError, KeyNotFoundError
+from nats.js.errors import BadRequestError
 
 from interlock.core import events as ev
 from interlock.core.analysis import acted_on
@@ -49,7 +45,9 @@ from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry, UnknownWorkflow
+from interlock.runtime.runindex import RunIndex
 from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
+from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
@@ -57,12 +55,12 @@ from interlock.transport.consuming import (
     ConsumerMismatch,
     dead_letter_data,
     dead_letter_headers,
+    durable_reader,
     ensure_consumer,
-    until_done,
+    in_progress,
 )
-from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
-from interlock.transport.provision import append_batch, provision
+from interlock.transport.provision import provision
 from interlock.transport.pulling import BatchReader, deliveries
 from interlock.transport.subjects import Subjects
 
@@ -78,35 +76,6 @@ FETCH_BATCH = 128
 DISPATCH_CHECK_AGE_S = 60.0
 """An action request read later than this after it was appended is checked against the
 run's log before it is published: the capability stream's dedupe window is two minutes."""
-
-
-_validators: dict[int, tuple[Mapping[str, Any], Any]] = {}
-
-
-_SIMPLE_TYPES: dict[str, type] = {"object": dict, "array": list, "string": str, "boolean": bool}
-"""Schemas that are only a type, checked without jsonschema (most output schemas)."""
-
-
-def _validate(instance: Any, schema: Mapping[str, Any]) -> None:
-    """``jsonschema.validate`` with the schema checked and compiled once, not per call
-    (checking it against the meta-schema was most of the cost)."""
-    kind = schema.get("type") if len(schema) == 1 else None
-    simple = _SIMPLE_TYPES.get(kind) if isinstance(kind, str) else None
-    if simple is not None:  # {"type": "object"} and the like: no validator needed
-        if isinstance(instance, simple):
-            return
-        raise jsonschema.ValidationError(f"{instance!r} is not of type {kind!r}")
-    cached = _validators.get(id(schema))
-    if cached is None or cached[0] is not schema:
-        plain = dict(schema)
-        cls = jsonschema.validators.validator_for(plain)
-        cls.check_schema(plain)
-        if len(_validators) > 1024:  # schemas of AgentDefs re-applied many times over
-            _validators.clear()
-        cached = _validators[id(schema)] = (schema, cls(plain))
-    error = jsonschema.exceptions.best_match(cached[1].iter_errors(instance))
-    if error is not None:
-        raise error
 
 
 class Orchestrator:
@@ -149,10 +118,7 @@ class Orchestrator:
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
-        self._index: Any = None
-        # Index entries as this process last wrote them, with their revisions: the next
-        # update of a run is a compare-and-set on that revision, with no read first.
-        self._index_known: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+        self.index = RunIndex(nc, subjects)
         self.answers = Answers(self.js, subjects)
         self._task_consumers: set[str] = set()
         """Capabilities whose consumer this process has made sure of."""
@@ -177,7 +143,7 @@ class Orchestrator:
         for capability in sorted(self.registry.known_capabilities()):
             await self._ensure_task_consumer(capability)
         await self.registry.watch()
-        self._index = await self.js.key_value(self.subjects.runs_bucket)
+        await self.index.start()
         s = self.subjects
         self._tasks = [
             asyncio.create_task(
@@ -252,62 +218,22 @@ class Orchestrator:
         self, stream: str, subject: str, durable: str, size: int, max_ack_pending: int
     ) -> BatchReader:
         """The durable consumer, made sure of, read in batches of up to ``size``."""
-
-        async def ensure() -> None:
-            await until_done(
-                lambda: self._ensure_consumer(
-                    stream, subject, durable, max_ack_pending=max_ack_pending
-                ),
-                self._stopping,
-                durable,
-                log,
-            )
-
-        await ensure()
-        return BatchReader(
+        return await durable_reader(
             self.nc,
+            self.js,
             stream=stream,
-            consumer=durable,
-            filter_subject=subject,
+            subject=subject,
+            durable=durable,
             size=size,
-            ensure=ensure,
-        )
-
-    async def _ensure_consumer(
-        self, stream: str, subject: str, durable: str, *, max_ack_pending: int
-    ) -> None:
-        """Create the durable pull consumer, or bring its settings up to date.
-
-        Every message is acked on its own (explicit ack policy): with "ack all", one
-        process acking a later message would ack those another process (since killed)
-        had taken and not yet handled, and they would be lost.
-        """
-        config = ConsumerConfig(
-            durable_name=durable,
-            filter_subject=subject,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self.ack_wait,
             max_ack_pending=max_ack_pending,
-            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.ack_wait,
+            stopping=self._stopping,
+            log=log,
         )
-        await ensure_consumer(self.js, stream, config, update=True, log=log)
 
-    @contextlib.asynccontextmanager
-    async def _working(self, msgs: Sequence[Msg]) -> AsyncIterator[None]:
+    def _working(self, msgs: Sequence[Msg]) -> contextlib.AbstractAsyncContextManager[None]:
         """While a batch is handled, tell JetStream it is (a slow batch is not redelivered)."""
-
-        async def progress() -> None:
-            while True:
-                await asyncio.sleep(self.ack_wait / 3)
-                for msg in msgs:
-                    with contextlib.suppress(Exception):
-                        await msg.in_progress()
-
-        ticker = asyncio.create_task(progress())
-        try:
-            yield
-        finally:
-            ticker.cancel()
+        return in_progress(msgs, self.ack_wait / 3)
 
     async def _registry_synced(self) -> None:
         """Know every workflow applied before the events just fetched were published."""
@@ -510,12 +436,13 @@ class Orchestrator:
         if pending is None:
             return incoming  # not awaited: decide ignores it
         capability = self.registry.capability(pending.capability)
-        if capability is None or not capability.output_schema:
+        schemas = self.registry.schemas(pending.capability)
+        if capability is None or schemas is None or schemas.output is None:
             return incoming
         try:
-            _validate(incoming.data, capability.output_schema)
-        except jsonschema.ValidationError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+            schemas.output.check(incoming.data)
+        except SchemaMismatch as exc:
+            where = exc.where
             data = {
                 "error": {
                     "class": "schema_error",
@@ -610,9 +537,7 @@ class Orchestrator:
             effect = self.flow.effect(record)
             if effect is not None:
                 await effect
-        indexed: list[ev.AnyRecord] = [r for r in records if isinstance(r, _INDEXED)]
-        if indexed:
-            await self._index_run(run_id, indexed)
+        await self.index.update(run_id, records)
 
     def _older_than(self, time: str, seconds: float) -> bool:
         try:
@@ -642,11 +567,12 @@ class Orchestrator:
         deadline = d.deadline
         if deadline is None and capability is not None and capability.timeout_s:
             deadline = plus_seconds(record.time, capability.timeout_s)
-        if capability is not None and capability.input_schema:
+        schemas = self.registry.schemas(d.capability)
+        if capability is not None and schemas is not None and schemas.input is not None:
             try:
-                _validate(d.input, capability.input_schema)
-            except jsonschema.ValidationError as exc:
-                where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+                schemas.input.check(d.input)
+            except SchemaMismatch as exc:
+                where = exc.where
                 await self.answer_failed(
                     record,
                     "schema_error",
@@ -705,117 +631,6 @@ class Orchestrator:
             # allows one per subject): dispatch all the same, and say so once.
             log.error("capability %s: cannot create its consumer: %s", capability, exc)
         self._task_consumers.add(capability)
-
-    async def _index_run(self, key: str, records: list[ev.AnyRecord]) -> None:
-        """Keep the run index (``interlock runs``) in step with the log; rebuildable.
-
-        Records can come again, and out of order (a redelivery after a crash, another
-        replica): each entry remembers the log position it reflects and moves only
-        forward, and is written with compare-and-set.
-        """
-        ordered = sorted(records, key=_position)
-        known = self._index_known.pop(key, None)
-        for attempt in range(10):
-            current: dict[str, Any]
-            revision: int | None
-            if attempt == 0 and known is not None:
-                current, revision = dict(known[0]), known[1]
-            elif attempt == 0 and _position(ordered[0]) == 1:
-                current, revision = {"run_id": key}, None  # a new run: create, no read
-            else:
-                try:
-                    entry = await self._index.get(key)
-                    current, revision = json.loads(entry.value or b"{}"), entry.revision
-                except KeyNotFoundError as exc:
-                    # Never written, or deleted by hand: then write over the tombstone.
-                    tombstone = getattr(exc, "entry", None)
-                    current = {"run_id": key}
-                    revision = tombstone.revision if tombstone is not None else None
-            changed = False
-            for record in ordered:
-                position = _position(record)
-                if position <= int(current.get("seq", 0)):
-                    continue
-                _index_update(current, record)
-                current["seq"] = position
-                changed = True
-            if not changed:
-                if revision is not None:
-                    self._remember_index(key, current, revision)
-                return
-            body = json.dumps(current).encode()
-            try:
-                # A compare-and-set put, straight on the bucket's stream (what KeyValue.update
-                # does, without its per-call key check and JSON acknowledgement parsing).
-                revision = await append_batch(
-                    self.nc, f"$KV.{self.subjects.runs_bucket}.{key}", [({}, body)], revision or 0
-                )
-            except AppendConflict:
-                continue  # written meanwhile: read again
-            self._remember_index(key, current, revision)
-            return
-        raise RuntimeError(f"run index entry {key}: too many concurrent writers")
-
-    def _remember_index(self, key: str, current: dict[str, Any], revision: int) -> None:
-        if current.get("status") in ("completed", "failed", "cancelled"):
-            return  # no further update is expected
-        self._index_known[key] = (current, revision)
-        if len(self._index_known) > _INDEX_KNOWN:
-            self._index_known.popitem(last=False)
-
-
-_INDEX_KNOWN = 4_096
-
-
-def _position(record: ev.AnyRecord) -> int:
-    """A record's position in its run's log (its id is ``<run id>:<position>``)."""
-    try:
-        return int(record.id.rsplit(":", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
-_INDEXED = (
-    ev.RunStarted,
-    ev.StateEntered,
-    ev.RunCompleted,
-    ev.RunFailed,
-    ev.RunCancelled,
-    ev.RunForked,
-    ev.RunMigrated,
-)
-
-
-def _index_update(current: dict[str, Any], record: ev.AnyRecord) -> None:
-    if isinstance(record, ev.RunStarted):
-        current.update(
-            workflow=record.data.workflow,
-            namespace=record.data.namespace,
-            version=record.data.version,
-            status="running",
-            started_at=record.time,
-        )
-    elif isinstance(record, ev.StateEntered):
-        current["state"] = record.data.state
-    elif isinstance(record, ev.RunForked):
-        current["version"] = record.data.version
-        current["forked_from"] = {
-            "run_id": record.data.origin_run_id,
-            "seq": record.data.origin_seq,
-        }
-    elif isinstance(record, ev.RunMigrated):
-        current["version"] = record.data.version
-    elif isinstance(record, ev.RunCompleted):
-        current["status"] = "completed"
-    elif isinstance(record, ev.RunFailed):
-        current["status"] = "failed"
-        current["error"] = {
-            "class": record.data.error.error_class,
-            "message": record.data.error.message,
-        }
-    elif isinstance(record, ev.RunCancelled):
-        current["status"] = "cancelled"
-    current["updated_at"] = record.time
 
 
 def too_large_answer(incoming: Incoming, why: str) -> Incoming:

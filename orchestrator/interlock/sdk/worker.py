@@ -22,11 +22,10 @@ import socket
 import time
 import typing
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -44,7 +43,7 @@ from interlock.transport.consuming import (
     ensure_consumer,
 )
 from interlock.transport.jetstream import jetstream
-from interlock.transport.pulling import PullConsumer, SlotPool, deliveries
+from interlock.transport.pulling import PullConsumer, SlotPool
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 from interlock.transport.tasks import (
     BadNotice,
@@ -61,35 +60,27 @@ from interlock.transport.tasks import (
 )
 
 from .cancels import CancelMemory, parse_time
-from .context import TASK_COMPLETED, TASK_FAILED, Emit, TaskContext
-from .errors import AgentError, ErrorClass
+from .context import TASK_COMPLETED, TASK_FAILED
+from .errors import ErrorClass
+from .execution import (
+    CANCEL_CLEANUP,
+    Abandon,
+    Capability,
+    Handler,
+    InFlight,
+    execute,
+    inspect_handler,
+)
 from .observe import Outcome, WorkerObserver
 from .schemas import AgentDefCatalog, CapabilityContract, Schema
 
 log = logging.getLogger("interlock.sdk")
 
-Handler = Callable[..., Awaitable[Any]]
 H = TypeVar("H", bound=Handler)
 
 _JS_API = "$JS.API"
-# How long a handler gets to finish after being cancelled before we answer without it.
-_CANCEL_CLEANUP = 5.0
 # How long to wait for the AgentDefs in the agents bucket before taking the first task.
 _AGENTDEFS_WAIT = 2.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Capability:
-    name: str
-    handler: Handler
-    input_type: type | None
-    takes_context: bool
-    contract: CapabilityContract
-    description: str | None
-
-
-class _Abandon(Exception):
-    """The task is handed back unanswered (worker stopping)."""
 
 
 class _CreateRefused(Exception):
@@ -115,21 +106,6 @@ class _Lifecycle:
         self.force = asyncio.Event()
         self.ready = asyncio.Event()
         self.done = asyncio.Event()
-
-
-class _InFlight:
-    __slots__ = ("attempt", "reason", "task")
-
-    def __init__(self, attempt: int) -> None:
-        self.attempt = attempt
-        self.reason: str | None = None  # "cancelled" | "timeout" | "shutdown"
-        self.task: asyncio.Task[Any] | None = None
-
-    def stop(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-        if self.task is not None:
-            self.task.cancel()
 
 
 class Worker:
@@ -175,9 +151,9 @@ class Worker:
         self.pull_expires = pull_expires
         self._observers = list(observers)
         self._handler_log = logging.getLogger(f"interlock.agent.{name}")
-        self._capabilities: dict[str, _Capability] = {}
+        self._capabilities: dict[str, Capability] = {}
         self._catalog = AgentDefCatalog()
-        self._flights: dict[str, list[_InFlight]] = {}
+        self._flights: dict[str, list[InFlight]] = {}
         # Notices for tasks not taken yet: they may still wait in the work queue.
         self._cancels = CancelMemory()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -243,8 +219,8 @@ class Worker:
         def register(fn: H) -> H:
             if not inspect.iscoroutinefunction(typing.cast(Any, fn)):
                 raise TypeError(f"the handler of {name!r} must be an async function")
-            input_type, takes_context = _inspect_handler(fn, name)
-            self._capabilities[name] = _Capability(
+            input_type, takes_context = inspect_handler(fn, name)
+            self._capabilities[name] = Capability(
                 name=name,
                 handler=fn,
                 input_type=input_type,
@@ -440,11 +416,11 @@ class Worker:
         for flights in self._flights.values():
             for flight in flights:
                 flight.stop("shutdown")
-        _done, pending = await asyncio.wait(set(self._tasks), timeout=_CANCEL_CLEANUP)
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=CANCEL_CLEANUP)
         await _cancel(pending)
 
     async def _bind(
-        self, js: JetStreamContext, subjects: Subjects, cap: _Capability
+        self, js: JetStreamContext, subjects: Subjects, cap: Capability
     ) -> ConsumerInfo | None:
         """Bind to the capability's durable consumer; wait for it (and the TASKS stream).
 
@@ -530,7 +506,7 @@ class Worker:
         nc: Client,
         js: JetStreamContext,
         subjects: Subjects,
-        cap: _Capability,
+        cap: Capability,
         info: ConsumerInfo,
         pool: SlotPool,
     ) -> PullConsumer:
@@ -564,7 +540,7 @@ class Worker:
         self,
         js: JetStreamContext,
         subjects: Subjects,
-        cap: _Capability,
+        cap: Capability,
         msg: Msg,
         pool: SlotPool,
         interval: float,
@@ -586,14 +562,22 @@ class Worker:
                 return
             action_id = request.action_id
             self._notify_started(cap.name, action_id)
-            flight = _InFlight(request.attempt)
+            flight = InFlight(request.attempt)
             if self._cancels.covers(action_id, request.attempt, parse_time(request.event.time)):
                 log.info("%s was cancelled before it was taken; not running it", action_id)
                 flight.stop("cancelled")
             self._flights.setdefault(action_id, []).append(flight)
             try:
-                result_type, data = await self._execute(cap, request, msg, flight)
-            except _Abandon:
+                result_type, data = await execute(
+                    cap,
+                    self._contract(cap),
+                    request,
+                    msg,
+                    flight,
+                    worker=self.name,
+                    handler_log=self._handler_log,
+                )
+            except Abandon:
                 await _nak(msg)
                 return
             finally:
@@ -647,132 +631,7 @@ class Worker:
                 cap.name, action_id, outcome, error_class, time.monotonic() - started
             )
 
-    async def _execute(
-        self, cap: _Capability, request: TaskRequest, msg: Msg, flight: _InFlight
-    ) -> tuple[str, Any]:
-        """Validate, run the handler, validate its output: the result's (type, data)."""
-        if flight.reason is not None:  # cancelled before the handler started
-            return self._stopped(flight, request, cap)
-        if request.deadline_problem:
-            log.warning(
-                "task %s: %s; running without one", request.action_id, request.deadline_problem
-            )
-        now = datetime.now(UTC)
-        if request.deadline is not None and now >= request.deadline:
-            return failure(
-                ErrorClass.TIMEOUT,
-                f"deadline {rfc3339(request.deadline)} had passed when the task was received",
-                retryable=True,
-            )
-        contract = self._contract(cap)
-        data = request.event.data
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            return failure(
-                ErrorClass.SCHEMA_ERROR,
-                f"the input of {cap.name!r} must be a JSON object, got {type(data).__name__}",
-                retryable=False,
-            )
-        mismatch = _schema_mismatch("input", cap.name, contract.input, contract.origin, data)
-        if mismatch is not None:
-            return mismatch
-        argument: Any = data
-        if cap.input_type is not None:
-            try:
-                argument = msgspec.convert(data, cap.input_type)
-            except msgspec.ValidationError as exc:
-                return failure(
-                    ErrorClass.SCHEMA_ERROR,
-                    f"input does not fit {cap.input_type.__name__}: {exc}",
-                    retryable=False,
-                )
-        ctx = TaskContext(
-            event=request.event,
-            run_id=request.run_id,
-            action_id=request.action_id,
-            attempt=request.attempt,
-            capability=cap.name,
-            deadline=request.deadline,
-            worker=self.name,
-            delivery=_delivery_count(msg),
-            progress=msg.in_progress,
-            logger=logging.LoggerAdapter(
-                self._handler_log, {"run_id": request.run_id, "action_id": request.action_id}
-            ),
-        )
-        call = cap.handler(argument, ctx) if cap.takes_context else cap.handler(argument)
-        task: asyncio.Task[Any] = asyncio.ensure_future(call)
-        flight.task = task
-        timeout = None
-        if request.deadline is not None:
-            timeout = max((request.deadline - datetime.now(UTC)).total_seconds(), 0.0)
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-        if not done:
-            flight.stop("timeout")
-        if not task.done():
-            done, _ = await asyncio.wait({task}, timeout=_CANCEL_CLEANUP)
-            if not done:
-                log.warning("the %s handler ignores cancellation; answering without it", cap.name)
-        if flight.reason is not None and not (flight.reason == "shutdown" and _succeeded(task)):
-            return self._stopped(flight, request, cap)
-        if task.cancelled():
-            return failure(ErrorClass.CANCELLED, "the handler was cancelled", retryable=True)
-        error = task.exception()
-        if isinstance(error, AgentError):
-            return failure(
-                ErrorClass.AGENT_ERROR, error.message, retryable=error.retryable, code=error.code
-            )
-        if error is not None:
-            log.error("%s handler failed on %s", cap.name, request.action_id, exc_info=error)
-            # An unexpected exception may well be transient: let the retry policy decide.
-            return failure(
-                ErrorClass.AGENT_ERROR, f"{type(error).__name__}: {error}", retryable=True
-            )
-        return self._output(cap, contract, task.result())
-
-    def _stopped(
-        self, flight: _InFlight, request: TaskRequest, cap: _Capability
-    ) -> tuple[str, Any]:
-        if flight.reason == "timeout":
-            assert request.deadline is not None
-            return failure(
-                ErrorClass.TIMEOUT,
-                f"{cap.name!r} did not finish before its deadline {rfc3339(request.deadline)}",
-                retryable=True,
-            )
-        if flight.reason == "cancelled":
-            return failure(ErrorClass.CANCELLED, "cancelled by the orchestrator", retryable=False)
-        raise _Abandon
-
-    def _output(
-        self, cap: _Capability, contract: CapabilityContract, value: Any
-    ) -> tuple[str, Any]:
-        result_type, data = (
-            (value.type, value.data) if isinstance(value, Emit) else (TASK_COMPLETED, value)
-        )
-        try:
-            data = msgspec.to_builtins(data)
-        except (TypeError, msgspec.EncodeError) as exc:
-            return failure(
-                ErrorClass.SCHEMA_ERROR,
-                f"the output of {cap.name!r} is not JSON-serialisable: {exc}",
-                retryable=False,
-            )
-        if data is None:
-            data = {}
-        if result_type == TASK_COMPLETED and not isinstance(data, dict):
-            return failure(
-                ErrorClass.SCHEMA_ERROR,
-                f"the output of {cap.name!r} must be a JSON object, got {type(data).__name__}",
-                retryable=False,
-            )
-        mismatch = _schema_mismatch("output", cap.name, contract.output, contract.origin, data)
-        if mismatch is not None:
-            return mismatch
-        return result_type, data
-
-    def _contract(self, cap: _Capability) -> CapabilityContract:
+    def _contract(self, cap: Capability) -> CapabilityContract:
         declared = self._catalog.get(cap.name)
         if declared is None:
             return cap.contract
@@ -924,55 +783,6 @@ class Worker:
                 observer.task_finished(capability, action_id, outcome, error_class, seconds)
             except Exception:
                 log.exception("observer %r failed", observer)
-
-
-def _schema_mismatch(
-    side: str, capability: str, schema: Schema | None, origin: str, data: Any
-) -> tuple[str, Any] | None:
-    """The schema-error result when ``data`` does not match the ``side`` (input or output)
-    schema of ``capability``; None when it does or there is no schema."""
-    if schema is None:
-        return None
-    problem = schema.problem(data)
-    if problem is None:
-        return None
-    return failure(
-        ErrorClass.SCHEMA_ERROR,
-        f"{side} does not match the {side} schema of {capability!r} ({origin}): {problem}",
-        retryable=False,
-    )
-
-
-def _inspect_handler(fn: Handler, name: str) -> tuple[type | None, bool]:
-    params = [
-        p
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if not params or len(params) > 2:
-        raise TypeError(f"the handler of {name!r} must take (input) or (input, ctx)")
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward references: treat the input as a dict
-        hints = {}
-    annotation = hints.get(params[0].name)
-    input_type: type | None = None
-    if isinstance(annotation, type) and (
-        issubclass(annotation, msgspec.Struct) or dataclasses.is_dataclass(annotation)
-    ):
-        input_type = annotation
-    return input_type, len(params) == 2
-
-
-def _succeeded(task: asyncio.Task[Any]) -> bool:
-    return task.done() and not task.cancelled() and task.exception() is None
-
-
-def _delivery_count(msg: Msg) -> int:
-    try:
-        return deliveries(msg)
-    except ValueError:
-        return 1
 
 
 ANSWER_HEADROOM = 8 * 1024

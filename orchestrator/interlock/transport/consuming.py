@@ -5,13 +5,17 @@ consumer through a JetStream outage, and write a dead letter for a message it ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import BadRequestError, NotFoundError
+
+from interlock.transport.pulling import BatchReader
 
 _log = logging.getLogger("interlock.consuming")
 
@@ -133,3 +137,66 @@ def dead_letter_data(data: bytes, headers: dict[str, str], max_payload: int) -> 
         return data
     headers["Interlock-Dead-Letter-Truncated"] = str(len(data))
     return data[:DEAD_LETTER_KEPT]
+
+
+async def durable_reader(
+    nc: Client,
+    js: JetStreamContext,
+    *,
+    stream: str,
+    subject: str,
+    durable: str,
+    size: int,
+    max_ack_pending: int,
+    ack_wait: float,
+    stopping: asyncio.Event,
+    log: logging.Logger,
+) -> BatchReader:
+    """A durable pull consumer, made sure of (now, and again whenever the pull finds it
+    gone), read in batches of up to ``size``.
+
+    Every message is acked on its own (explicit ack policy): with "ack all", one process
+    acking a later message would ack those another process (since killed) had taken and
+    not yet handled, and they would be lost.
+    """
+
+    async def ensure() -> None:
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=subject,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait,
+            max_ack_pending=max_ack_pending,
+            deliver_policy=DeliverPolicy.ALL,
+        )
+
+        async def attempt() -> None:
+            await ensure_consumer(js, stream, config, update=True, log=log)
+
+        await until_done(attempt, stopping, durable, log)
+
+    await ensure()
+    return BatchReader(
+        nc, stream=stream, consumer=durable, filter_subject=subject, size=size, ensure=ensure
+    )
+
+
+@contextlib.asynccontextmanager
+async def in_progress(msgs: Sequence[Msg], every: float) -> AsyncIterator[None]:
+    """While a batch is handled, tell JetStream it is, every ``every`` seconds (a slow
+    batch is not redelivered)."""
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(every)
+            for msg in msgs:
+                try:
+                    await msg.in_progress()
+                except Exception:
+                    _log.debug("progress ack failed", exc_info=True)
+
+    ticker = asyncio.create_task(progress())
+    try:
+        yield
+    finally:
+        ticker.cancel()

@@ -1,0 +1,157 @@
+"""The run index: a projection of the run logs into a KV bucket (``interlock runs``).
+
+One entry per run (workflow, version, status, state, times, error), derived from the
+records the relay reads and rebuildable from the logs at any time. Records can come again,
+and out of order (a redelivery after a crash, another replica): each entry remembers the
+log position it reflects and only moves forward, and is written with compare-and-set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from interlock.core import events as ev
+from interlock.core.vocabulary import FINISHED, RunStatus
+from interlock.transport.errors import AppendConflict
+from interlock.transport.jetstream import jetstream
+from interlock.transport.provision import append_batch
+from interlock.transport.subjects import Subjects
+
+_KNOWN = 4_096
+"""Entries remembered as last written (with their revisions), so the next update of a
+running run is a compare-and-set with no read first."""
+_WRITERS = 10
+"""Compare-and-set attempts before giving up on an entry."""
+
+INDEXED = (
+    ev.RunStarted,
+    ev.StateEntered,
+    ev.RunCompleted,
+    ev.RunFailed,
+    ev.RunCancelled,
+    ev.RunForked,
+    ev.RunMigrated,
+)
+"""The records an entry is made of; the others leave it as it is."""
+
+
+class RunIndex:
+    """The run index of one installation, written by the relay."""
+
+    def __init__(self, nc: Client, subjects: Subjects) -> None:
+        self._nc = nc
+        self._subjects = subjects
+        self._kv: KeyValue | None = None
+        self._known: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+
+    async def start(self) -> None:
+        self._kv = await jetstream(self._nc).key_value(self._subjects.runs_bucket)
+
+    async def update(self, run_id: str, records: list[ev.AnyRecord]) -> None:
+        """Bring the run's entry up to ``records`` (those of them it is made of)."""
+        indexed = [r for r in records if isinstance(r, INDEXED)]
+        if indexed:
+            await self._write(run_id, sorted(indexed, key=position))
+
+    async def _write(self, key: str, ordered: list[ev.AnyRecord]) -> None:
+        known = self._known.pop(key, None)
+        for attempt in range(_WRITERS):
+            if attempt == 0 and known is not None:
+                current, revision = dict(known[0]), known[1]
+            elif attempt == 0 and position(ordered[0]) == 1:
+                current, revision = {"run_id": key}, None  # a new run: create, no read
+            else:
+                current, revision = await self._read(key)
+            if not _apply(current, ordered):
+                if revision is not None:
+                    self._remember(key, current, revision)
+                return
+            body = json.dumps(current).encode()
+            try:
+                # A compare-and-set put, straight on the bucket's stream (what KeyValue.update
+                # does, without its per-call key check and JSON acknowledgement parsing).
+                revision = await append_batch(
+                    self._nc, f"$KV.{self._subjects.runs_bucket}.{key}", [({}, body)], revision or 0
+                )
+            except AppendConflict:
+                continue  # written meanwhile: read again
+            self._remember(key, current, revision)
+            return
+        raise RuntimeError(f"run index entry {key}: too many concurrent writers")
+
+    async def _read(self, key: str) -> tuple[dict[str, Any], int | None]:
+        assert self._kv is not None, "RunIndex.start() first"
+        try:
+            entry = await self._kv.get(key)
+        except KeyNotFoundError as exc:
+            # Never written, or deleted by hand: then write over the tombstone.
+            tombstone = getattr(exc, "entry", None)
+            return {"run_id": key}, (tombstone.revision if tombstone is not None else None)
+        current: dict[str, Any] = json.loads(entry.value or b"{}")
+        return current, entry.revision
+
+    def _remember(self, key: str, current: dict[str, Any], revision: int) -> None:
+        if current.get("status") in FINISHED:
+            return  # no further update is expected
+        self._known[key] = (current, revision)
+        if len(self._known) > _KNOWN:
+            self._known.popitem(last=False)
+
+
+def position(record: ev.AnyRecord) -> int:
+    """A record's position in its run's log (its id is ``<run id>:<position>``)."""
+    try:
+        return int(record.id.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _apply(current: dict[str, Any], ordered: list[ev.AnyRecord]) -> bool:
+    """Fold the records past the entry's position into it; whether anything changed."""
+    changed = False
+    for record in ordered:
+        at = position(record)
+        if at <= int(current.get("seq", 0)):
+            continue
+        _update(current, record)
+        current["seq"] = at
+        changed = True
+    return changed
+
+
+def _update(current: dict[str, Any], record: ev.AnyRecord) -> None:
+    if isinstance(record, ev.RunStarted):
+        current.update(
+            workflow=record.data.workflow,
+            namespace=record.data.namespace,
+            version=record.data.version,
+            status=str(RunStatus.RUNNING),
+            started_at=record.time,
+        )
+    elif isinstance(record, ev.StateEntered):
+        current["state"] = record.data.state
+    elif isinstance(record, ev.RunForked):
+        current["version"] = record.data.version
+        current["forked_from"] = {
+            "run_id": record.data.origin_run_id,
+            "seq": record.data.origin_seq,
+        }
+    elif isinstance(record, ev.RunMigrated):
+        current["version"] = record.data.version
+    elif isinstance(record, ev.RunCompleted):
+        current["status"] = str(RunStatus.COMPLETED)
+    elif isinstance(record, ev.RunFailed):
+        current["status"] = str(RunStatus.FAILED)
+        current["error"] = {
+            "class": record.data.error.error_class,
+            "message": record.data.error.message,
+        }
+    elif isinstance(record, ev.RunCancelled):
+        current["status"] = str(RunStatus.CANCELLED)
+    current["updated_at"] = record.time

@@ -1,0 +1,250 @@
+"""Executing one task: what a worker does between taking a request and answering it.
+
+Check the deadline and the input (the capability's schema, the handler's input type),
+run the handler within the deadline, stop it when the task is cancelled, and turn what it
+returned or raised into the answer's ``(type, data)``. The serving loop around it (pulling,
+acks, publishing the answer, cancel notices, heartbeats) is :mod:`interlock.sdk.worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+import typing
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from nats.aio.msg import Msg
+
+from interlock.transport.pulling import deliveries
+from interlock.transport.tasks import TaskRequest, failure, rfc3339
+
+from .context import TASK_COMPLETED, Emit, TaskContext
+from .errors import AgentError, ErrorClass
+from .schemas import CapabilityContract, Schema
+
+log = logging.getLogger("interlock.sdk")
+
+Handler = Callable[..., Awaitable[Any]]
+
+CANCEL_CLEANUP = 5.0
+"""How long a handler gets to finish after being cancelled before the answer goes
+without it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Capability:
+    """A registered capability: its handler and what the worker knows of it."""
+
+    name: str
+    handler: Handler
+    input_type: type | None
+    takes_context: bool
+    contract: CapabilityContract
+    description: str | None
+
+
+class Abandon(Exception):
+    """The task is handed back unanswered (worker stopping)."""
+
+
+class InFlight:
+    """One attempt being handled, and why it was stopped (if it was)."""
+
+    __slots__ = ("attempt", "reason", "task")
+
+    def __init__(self, attempt: int) -> None:
+        self.attempt = attempt
+        self.reason: str | None = None  # "cancelled" | "timeout" | "shutdown"
+        self.task: asyncio.Task[Any] | None = None
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        if self.task is not None:
+            self.task.cancel()
+
+
+async def execute(
+    cap: Capability,
+    contract: CapabilityContract,
+    request: TaskRequest,
+    msg: Msg,
+    flight: InFlight,
+    *,
+    worker: str,
+    handler_log: logging.Logger,
+) -> tuple[str, Any]:
+    """Validate the input, run the handler, validate its output: the answer's (type, data).
+
+    Raises:
+        Abandon: the worker is stopping and the handler did not finish: hand it back.
+    """
+    if flight.reason is not None:  # cancelled before the handler started
+        return stopped(flight, request, cap)
+    if request.deadline_problem:
+        log.warning("task %s: %s; running without one", request.action_id, request.deadline_problem)
+    now = datetime.now(UTC)
+    if request.deadline is not None and now >= request.deadline:
+        return failure(
+            ErrorClass.TIMEOUT,
+            f"deadline {rfc3339(request.deadline)} had passed when the task was received",
+            retryable=True,
+        )
+    data = request.event.data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return failure(
+            ErrorClass.SCHEMA_ERROR,
+            f"the input of {cap.name!r} must be a JSON object, got {type(data).__name__}",
+            retryable=False,
+        )
+    mismatch = schema_mismatch("input", cap.name, contract.input, contract.origin, data)
+    if mismatch is not None:
+        return mismatch
+    argument: Any = data
+    if cap.input_type is not None:
+        try:
+            argument = msgspec.convert(data, cap.input_type)
+        except msgspec.ValidationError as exc:
+            return failure(
+                ErrorClass.SCHEMA_ERROR,
+                f"input does not fit {cap.input_type.__name__}: {exc}",
+                retryable=False,
+            )
+    ctx = TaskContext(
+        event=request.event,
+        run_id=request.run_id,
+        action_id=request.action_id,
+        attempt=request.attempt,
+        capability=cap.name,
+        deadline=request.deadline,
+        worker=worker,
+        delivery=delivery_count(msg),
+        progress=msg.in_progress,
+        logger=logging.LoggerAdapter(
+            handler_log, {"run_id": request.run_id, "action_id": request.action_id}
+        ),
+    )
+    call = cap.handler(argument, ctx) if cap.takes_context else cap.handler(argument)
+    task: asyncio.Task[Any] = asyncio.ensure_future(call)
+    flight.task = task
+    timeout = None
+    if request.deadline is not None:
+        timeout = max((request.deadline - datetime.now(UTC)).total_seconds(), 0.0)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        flight.stop("timeout")
+    if not task.done():
+        done, _ = await asyncio.wait({task}, timeout=CANCEL_CLEANUP)
+        if not done:
+            log.warning("the %s handler ignores cancellation; answering without it", cap.name)
+    if flight.reason is not None and not (flight.reason == "shutdown" and succeeded(task)):
+        return stopped(flight, request, cap)
+    if task.cancelled():
+        return failure(ErrorClass.CANCELLED, "the handler was cancelled", retryable=True)
+    error = task.exception()
+    if isinstance(error, AgentError):
+        return failure(
+            ErrorClass.AGENT_ERROR, error.message, retryable=error.retryable, code=error.code
+        )
+    if error is not None:
+        log.error("%s handler failed on %s", cap.name, request.action_id, exc_info=error)
+        # An unexpected exception may well be transient: let the retry policy decide.
+        return failure(ErrorClass.AGENT_ERROR, f"{type(error).__name__}: {error}", retryable=True)
+    return output(cap, contract, task.result())
+
+
+def stopped(flight: InFlight, request: TaskRequest, cap: Capability) -> tuple[str, Any]:
+    """The answer of a task stopped before it finished (timed out, cancelled)."""
+    if flight.reason == "timeout":
+        assert request.deadline is not None
+        return failure(
+            ErrorClass.TIMEOUT,
+            f"{cap.name!r} did not finish before its deadline {rfc3339(request.deadline)}",
+            retryable=True,
+        )
+    if flight.reason == "cancelled":
+        return failure(ErrorClass.CANCELLED, "cancelled by the orchestrator", retryable=False)
+    raise Abandon
+
+
+def output(cap: Capability, contract: CapabilityContract, value: Any) -> tuple[str, Any]:
+    """The answer of a handler that returned ``value``."""
+    result_type, data = (
+        (value.type, value.data) if isinstance(value, Emit) else (TASK_COMPLETED, value)
+    )
+    try:
+        data = msgspec.to_builtins(data)
+    except (TypeError, msgspec.EncodeError) as exc:
+        return failure(
+            ErrorClass.SCHEMA_ERROR,
+            f"the output of {cap.name!r} is not JSON-serialisable: {exc}",
+            retryable=False,
+        )
+    if data is None:
+        data = {}
+    if result_type == TASK_COMPLETED and not isinstance(data, dict):
+        return failure(
+            ErrorClass.SCHEMA_ERROR,
+            f"the output of {cap.name!r} must be a JSON object, got {type(data).__name__}",
+            retryable=False,
+        )
+    mismatch = schema_mismatch("output", cap.name, contract.output, contract.origin, data)
+    if mismatch is not None:
+        return mismatch
+    return result_type, data
+
+
+def schema_mismatch(
+    side: str, capability: str, schema: Schema | None, origin: str, data: Any
+) -> tuple[str, Any] | None:
+    """The schema-error result when ``data`` does not match the ``side`` (input or output)
+    schema of ``capability``; None when it does or there is no schema."""
+    if schema is None:
+        return None
+    problem = schema.problem(data)
+    if problem is None:
+        return None
+    return failure(
+        ErrorClass.SCHEMA_ERROR,
+        f"{side} does not match the {side} schema of {capability!r} ({origin}): {problem}",
+        retryable=False,
+    )
+
+
+def inspect_handler(fn: Handler, name: str) -> tuple[type | None, bool]:
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if not params or len(params) > 2:
+        raise TypeError(f"the handler of {name!r} must take (input) or (input, ctx)")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: treat the input as a dict
+        hints = {}
+    annotation = hints.get(params[0].name)
+    input_type: type | None = None
+    if isinstance(annotation, type) and (
+        issubclass(annotation, msgspec.Struct) or dataclasses.is_dataclass(annotation)
+    ):
+        input_type = annotation
+    return input_type, len(params) == 2
+
+
+def succeeded(task: asyncio.Task[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
+def delivery_count(msg: Msg) -> int:
+    try:
+        return deliveries(msg)
+    except ValueError:
+        return 1

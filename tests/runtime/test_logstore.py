@@ -1,4 +1,5 @@
-"""The run-log store on a real JetStream: reads, appends and optimistic conflicts."""
+"""The run-log port's contract: reads, appends and optimistic conflicts, run against the
+JetStream store on a real server and against the in-memory twin alike."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from interlock.core import events as ev
-from interlock.runtime.logstore import RunLog
+from interlock.runtime.logstore import LogStore, MemoryRunLog, RunLog
 from interlock.transport.errors import AppendConflict
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
@@ -25,19 +26,23 @@ def entered(run_id: str, seq: int, state: str = "s") -> ev.StateEntered:
     )
 
 
-@pytest.fixture
-async def log(nc: Client, js: JetStreamContext, subjects: Subjects) -> RunLog:
+@pytest.fixture(params=["jetstream", "memory"])
+async def log(
+    request: pytest.FixtureRequest, nc: Client, js: JetStreamContext, subjects: Subjects
+) -> LogStore:
+    if request.param == "memory":
+        return MemoryRunLog()
     await provision(js, subjects)
     return RunLog(nc, subjects)
 
 
-async def test_reading_a_run_that_has_no_records(log: RunLog) -> None:
+async def test_reading_a_run_that_has_no_records(log: LogStore) -> None:
     assert await log.read("r-nothing") == ([], 0)
     assert await log.read_raw("r-nothing") == []
     assert await log.read("r-nothing", after=41) == ([], 41)
 
 
-async def test_append_then_read_round_trip(log: RunLog) -> None:
+async def test_append_then_read_round_trip(log: LogStore) -> None:
     first = [entered("r1", 1, "a"), entered("r1", 2, "b")]
     last = await log.append("r1", first, 0)
     # Another run's records interleave in the stream and must not show up in r1's log.
@@ -60,7 +65,7 @@ async def test_append_then_read_round_trip(log: RunLog) -> None:
     assert seq_after == last
 
 
-async def test_stale_expected_sequence_conflicts_and_stores_nothing(log: RunLog) -> None:
+async def test_stale_expected_sequence_conflicts_and_stores_nothing(log: LogStore) -> None:
     last = await log.append("r1", [entered("r1", 1)], 0)
     await log.append("r1", [entered("r1", 2)], last)
 
@@ -76,7 +81,7 @@ async def test_stale_expected_sequence_conflicts_and_stores_nothing(log: RunLog)
     assert [r.data.state for r in records] == ["s", "s"]  # type: ignore[union-attr]
 
 
-async def test_a_log_longer_than_one_read_batch_reads_back_in_order(log: RunLog) -> None:
+async def test_a_log_longer_than_one_read_batch_reads_back_in_order(log: LogStore) -> None:
     # One read request returns at most 1000 messages: 2500 decisions take three.
     total = 2500
     last = 0
@@ -95,7 +100,7 @@ async def test_a_log_longer_than_one_read_batch_reads_back_in_order(log: RunLog)
     assert [r.id for r in tail] == [f"rlong:{n}" for n in range(2001, total + 1)]
 
 
-async def test_the_leader_knows_the_last_record_of_a_run(log: RunLog) -> None:
+async def test_the_leader_knows_the_last_record_of_a_run(log: LogStore) -> None:
     assert await log.last_seq("nobody") == 0
     first = await log.append("r-last", [entered("r-last", 1)], 0)
     second = await log.append("r-last", [entered("r-last", 2)], first)

@@ -17,16 +17,51 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from typing import Protocol
 
 from nats.aio.client import Client
 
 from interlock.core import events as ev
+from interlock.transport.errors import AppendConflict
 from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
 
 _BATCH = 1000
 _TIMEOUT = 5.0
 _HEADERS = {"Content-Type": ev.BATCH_CONTENT_TYPE}
+
+
+class LogStore(Protocol):
+    """The run-log port: one ordered log per run, appended optimistically.
+
+    Positions are sequences of one stream shared by every run (increasing, with gaps
+    where other runs' appends went). Contract suite: ``tests/runtime/test_logstore.py``,
+    run against :class:`RunLog` (JetStream) and :class:`MemoryRunLog`.
+    """
+
+    async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
+        """(sequence, encoded batch) of every append to the run after ``after``."""
+        ...
+
+    async def last_seq(self, run_id: str) -> int:
+        """The sequence of the run's last append (0: no such run)."""
+        ...
+
+    async def read(
+        self, run_id: str, after: int = 0, *, consistent: bool = False
+    ) -> tuple[list[ev.AnyRecord], int]:
+        """The records after ``after`` and the sequence of the last append read."""
+        ...
+
+    async def append(
+        self, run_id: str, records: Sequence[ev.Record], expected_last_seq: int
+    ) -> int:
+        """Append one decision's records, all or nothing; its sequence.
+
+        Raises:
+            AppendConflict: the run's last append is not at ``expected_last_seq``.
+        """
+        ...
 
 
 class LogReadError(Exception):
@@ -144,3 +179,34 @@ class RunLog:
         return await append_batch(
             self._nc, self._subjects.run(run_id), [(_HEADERS, payload)], expected_last_seq
         )
+
+
+class MemoryRunLog:
+    """The run-log port in memory, for tests and tools that need no server."""
+
+    def __init__(self) -> None:
+        self._messages: list[tuple[str, int, bytes]] = []
+        self._last: dict[str, int] = {}
+
+    async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
+        return [(seq, data) for rid, seq, data in self._messages if rid == run_id and seq > after]
+
+    async def last_seq(self, run_id: str) -> int:
+        return self._last.get(run_id, 0)
+
+    async def read(
+        self, run_id: str, after: int = 0, *, consistent: bool = False
+    ) -> tuple[list[ev.AnyRecord], int]:
+        raw = await self.read_raw(run_id, after)
+        last = raw[-1][0] if raw else after
+        return [record for _, data in raw for record in ev.decode_batch(data)], last
+
+    async def append(
+        self, run_id: str, records: Sequence[ev.Record], expected_last_seq: int
+    ) -> int:
+        if self._last.get(run_id, 0) != expected_last_seq:
+            raise AppendConflict(f"runs.{run_id}", expected_last_seq)
+        seq = len(self._messages) + 1
+        self._messages.append((run_id, seq, ev.encode_batch(records)))
+        self._last[run_id] = seq
+        return seq

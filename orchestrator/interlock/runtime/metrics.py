@@ -34,7 +34,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from interlock.core import events as ev
-from interlock.runtime.logstore import RunLog
+from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import bucket_values
 from interlock.transport.subjects import Subjects
@@ -207,7 +207,7 @@ class RunTracker(OrchestratorObserver):
 
     def __init__(
         self,
-        run_log: RunLog | None,
+        run_log: LogStore | None,
         sinks: Sequence[RunSink] = (),
         *,
         capacity: int = 10_000,
@@ -682,7 +682,7 @@ class ClusterMetrics(Collector):
 
 
 def orchestrator_telemetry(
-    run_log: RunLog | None, registry: CollectorRegistry = REGISTRY, *extra: RunSink
+    run_log: LogStore | None, registry: CollectorRegistry = REGISTRY, *extra: RunSink
 ) -> tuple[RunTracker, OrchestratorMetrics]:
     """A run tracker feeding fresh orchestrator metrics (and ``extra`` sinks)."""
     metrics = OrchestratorMetrics(registry)

@@ -19,7 +19,7 @@ from interlock.core import events as ev
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import Incoming, start
 from interlock.core.state import RunState, fold
-from interlock.runtime.logstore import RunLog
+from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
 from interlock.runtime.timers import format_time
@@ -65,7 +65,7 @@ class Runs:
 
     def __init__(
         self,
-        log_store: RunLog,
+        log_store: LogStore,
         registry: Registry,
         *,
         clock: Callable[[], str] = utc_now,

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
-import json
 import logging
 import os
 import socket
@@ -36,11 +35,8 @@ from nats.js.api import ConsumerInfo
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.consuming import (
-    STREAM_NOT_FOUND,
-    ConsumerMismatch,
     dead_letter_data,
     dead_letter_headers,
-    ensure_consumer,
 )
 from interlock.transport.jetstream import jetstream
 from interlock.transport.pulling import PullConsumer, SlotPool
@@ -52,13 +48,12 @@ from interlock.transport.tasks import (
     consumer_name,
     encode_result,
     failure,
-    heartbeat_key,
     read_cancel,
     result_event,
     rfc3339,
-    task_consumer_config,
 )
 
+from .binding import bind
 from .cancels import CancelMemory, parse_time
 from .context import TASK_COMPLETED, TASK_FAILED
 from .errors import ErrorClass
@@ -71,6 +66,7 @@ from .execution import (
     execute,
     inspect_handler,
 )
+from .liveness import Heartbeats
 from .observe import Outcome, WorkerObserver
 from .schemas import AgentDefCatalog, CapabilityContract, Schema
 
@@ -81,21 +77,6 @@ H = TypeVar("H", bound=Handler)
 _JS_API = "$JS.API"
 # How long to wait for the AgentDefs in the agents bucket before taking the first task.
 _AGENTDEFS_WAIT = 2.0
-
-
-class _CreateRefused(Exception):
-    """Creating a capability's consumer failed: the orchestrator's job, then."""
-
-
-_CREATE_RETRY = 15.0
-"""Seconds between two attempts to create a missing consumer this worker was refused."""
-
-
-def _once(warned: set[str], message: str, *args: object) -> None:
-    """Log ``message`` once per binding loop."""
-    if message not in warned:
-        warned.add(message)
-        log.warning(message, *args)
 
 
 class _Lifecycle:
@@ -333,7 +314,14 @@ class Worker:
         pullers: list[asyncio.Task[Any]] = []
         consumers: list[PullConsumer] = []
         controls: list[Any] = []
-        keys = [heartbeat_key(c, self.instance_id) for c in self._capabilities]
+        heartbeats = Heartbeats(
+            js,
+            subjects.workers_bucket,
+            list(self._capabilities),
+            self.instance_id,
+            self._liveness,
+            self.heartbeat_interval,
+        )
         try:
             loaded = asyncio.Event()
             background.append(
@@ -350,10 +338,8 @@ class Worker:
                 await asyncio.wait_for(loaded.wait(), _AGENTDEFS_WAIT)
             except TimeoutError:
                 log.warning("AgentDefs not loaded after %.0fs; validating later", _AGENTDEFS_WAIT)
-            await self._beat(js, subjects.workers_bucket, keys, pool)
-            background.append(
-                asyncio.create_task(self._heartbeats(js, subjects.workers_bucket, keys, pool))
-            )
+            await heartbeats.beat()
+            background.append(asyncio.create_task(heartbeats.run()))
             for consumer in consumers:
                 await consumer.start()
                 pullers.append(asyncio.create_task(consumer.run()))
@@ -390,7 +376,7 @@ class Worker:
                     await control.unsubscribe()
                 except Exception:
                     log.debug("unsubscribing from control failed", exc_info=True)
-            await self._forget(js, subjects.workers_bucket, keys)
+            await heartbeats.forget()
             try:
                 await nc.flush(timeout=2)  # acks and naks are fire-and-forget publishes
             except Exception:
@@ -422,84 +408,14 @@ class Worker:
     async def _bind(
         self, js: JetStreamContext, subjects: Subjects, cap: Capability
     ) -> ConsumerInfo | None:
-        """Bind to the capability's durable consumer; wait for it (and the TASKS stream).
-
-        The orchestrator creates the consumer; a worker allowed to (no permissions set,
-        ``interlock dev --insecure``) creates it too when it is missing, one that is not
-        says so once and waits for it.
-        """
-        stop = self._lifecycle().stop
-        warned: set[str] = set()
-        create_after = 0.0
-        loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            try:
-                return await self._ensure_consumer(
-                    js, subjects, cap.name, create=loop.time() >= create_after
-                )
-            except nats.js.errors.NotFoundError as exc:
-                if exc.err_code == STREAM_NOT_FOUND:
-                    _once(
-                        warned,
-                        "stream %s does not exist yet (is the orchestrator provisioned?); waiting",
-                        subjects.tasks_stream,
-                    )
-                else:  # the consumer is missing and this worker may not create it
-                    _once(
-                        warned,
-                        "consumer %s on %s does not exist yet and this worker cannot create "
-                        "it; waiting for the orchestrator to create it",
-                        consumer_name(cap.name),
-                        subjects.tasks_stream,
-                    )
-            except _CreateRefused as exc:
-                create_after = loop.time() + _CREATE_RETRY
-                _once(
-                    warned,
-                    "consumer %s on %s does not exist yet and this worker may not create it "
-                    "(%s); waiting for the orchestrator to create it",
-                    consumer_name(cap.name),
-                    subjects.tasks_stream,
-                    exc,
-                )
-            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
-                log.warning("JetStream not available (%s); retrying", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
-        return None
-
-    async def _ensure_consumer(
-        self, js: JetStreamContext, subjects: Subjects, capability: str, *, create: bool = True
-    ) -> ConsumerInfo:
-        """The capability's consumer, created when missing if ``create``.
-
-        Raises:
-            nats.js.errors.NotFoundError: the consumer (not ``create``) or the stream is
-                missing.
-            _CreateRefused: creating the consumer failed (no permission, most likely).
-        """
-        config = task_consumer_config(
-            subjects, capability, ack_wait=self.ack_wait, max_deliver=self.max_deliver
+        return await bind(
+            js,
+            subjects,
+            cap.name,
+            self._lifecycle().stop,
+            ack_wait=self.ack_wait,
+            max_deliver=self.max_deliver,
         )
-        if not create:
-            info: ConsumerInfo = await js.consumer_info(
-                subjects.tasks_stream, consumer_name(capability)
-            )
-            return info
-        try:
-            return await ensure_consumer(js, subjects.tasks_stream, config)
-        except ConsumerMismatch as exc:
-            raise ConsumerMismatch(
-                f"{exc}: two capability names map to the same consumer name"
-            ) from None
-        except nats.js.errors.NotFoundError:
-            raise
-        except (nats.errors.TimeoutError, nats.js.errors.APIError) as exc:
-            # Without the right to create consumers, the request goes unanswered (the
-            # server refuses the publish) or is refused.
-            if isinstance(exc, nats.js.errors.ServiceUnavailableError):
-                raise
-            raise _CreateRefused(str(exc) or type(exc).__name__) from exc
 
     def _consumer(
         self,
@@ -713,19 +629,8 @@ class Worker:
 
     # --- liveness -----------------------------------------------------------------
 
-    async def _heartbeats(
-        self, js: JetStreamContext, bucket: str, keys: list[str], pool: SlotPool
-    ) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_interval)
-            await self._beat(js, bucket, keys, pool)
-
-    async def _beat(
-        self, js: JetStreamContext, bucket: str, keys: list[str], pool: SlotPool
-    ) -> None:
-        """One liveness record, under the key of each capability served (an agent may
-        write only its own capabilities' keys)."""
-        record = {
+    def _liveness(self) -> dict[str, Any]:
+        return {
             "name": self.name,
             "instance": self.instance_id,
             "capabilities": list(self._capabilities),
@@ -736,21 +641,6 @@ class Worker:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
-        value = json.dumps(record).encode()
-        try:
-            kv = await js.key_value(bucket)
-            for key in keys:
-                await kv.put(key, value)
-        except Exception as exc:
-            log.warning("heartbeat into %s failed: %s", bucket, exc)
-
-    async def _forget(self, js: JetStreamContext, bucket: str, keys: list[str]) -> None:
-        try:
-            kv = await js.key_value(bucket)
-            for key in keys:
-                await kv.delete(key)
-        except Exception as exc:
-            log.debug("removing the heartbeats %s failed: %s", keys, exc)
 
     # --- observers ----------------------------------------------------------------
 

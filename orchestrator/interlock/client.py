@@ -43,6 +43,7 @@ from interlock.core.compiler import Compiled
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import derive_run_id, matching_trigger, trigger_inputs
 from interlock.core.expr import ExpressionError
+from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import (
     InterlockClient,
@@ -143,7 +144,7 @@ def check_run_id(run_id: str) -> str:
 def _utc(value: datetime | str | None) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return format_time(value, "auto")
 
 
 class Client:

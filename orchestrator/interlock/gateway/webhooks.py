@@ -38,6 +38,7 @@ from nats.js.kv import KeyValue
 
 from interlock.core.compiler import WebhookDefinition
 from interlock.core.model import FromRequest, SecretRef
+from interlock.core.rfc3339 import format_time
 from interlock.gateway.problems import Problem
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
@@ -252,7 +253,7 @@ def to_event(
         source=webhook.source,
         type=event_type,
         subject=subject,
-        time=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        time=format_time(datetime.now(UTC), "auto"),
         datacontenttype=content_type,
         data=data,
         extensions=extensions,

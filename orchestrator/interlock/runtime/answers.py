@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 
 from interlock.core import events as ev
 from interlock.core.state import RunState
+from interlock.core.vocabulary import InterlockError
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
@@ -41,7 +42,7 @@ class AnswerKey:
     attempt: int
 
 
-class AnswerRefused(Exception):
+class AnswerRefused(InterlockError):
     """An answer the orchestrator does not append; dead-lettered with ``reason``."""
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -26,8 +26,10 @@ from interlock.core.compiler import Compiled, compile_sources
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.engine import cancel
 from interlock.core.ids import check_event_type, check_run_id
+from interlock.core.rfc3339 import format_time
 from interlock.core.source import Document
 from interlock.core.state import RunState, fold
+from interlock.core.vocabulary import InterlockError
 from interlock.dialects import declares_any
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry, bucket_values
@@ -38,7 +40,7 @@ from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 
 
-class RunExists(ValueError):
+class RunExists(ValueError, InterlockError):
     """A run with the requested id exists already (nothing was started)."""
 
     def __init__(self, run_id: str) -> None:
@@ -250,7 +252,7 @@ class InterlockClient:
         return letter, int(ack.seq)
 
 
-class UnknownDeadLetter(LookupError):
+class UnknownDeadLetter(LookupError, InterlockError):
     """No dead letter at that sequence."""
 
     def __init__(self, seq: int) -> None:
@@ -279,7 +281,7 @@ class DeadLetter:
         headers = {str(k): str(v) for k, v in (raw.headers or {}).items()}
         return cls(
             seq=int(raw.seq or 0),
-            time=raw.time.isoformat().replace("+00:00", "Z") if raw.time else "",
+            time=format_time(raw.time, "auto") if raw.time else "",
             reason=headers.get(_DEAD_LETTER + "Reason", ""),
             detail=headers.get(_DEAD_LETTER + "Detail", ""),
             subject=headers.get(_DEAD_LETTER + "Subject", ""),

@@ -22,6 +22,7 @@ from typing import Protocol
 from nats.aio.client import Client
 
 from interlock.core import events as ev
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.errors import AppendConflict
 from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
@@ -64,7 +65,7 @@ class LogStore(Protocol):
         ...
 
 
-class LogReadError(Exception):
+class LogReadError(InterlockError):
     """The server did not answer a read of a run log as expected."""
 
 

@@ -26,7 +26,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -34,6 +33,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from interlock.core import events as ev
+from interlock.core.rfc3339 import parse_time as parse_rfc3339
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import bucket_values
@@ -47,10 +47,10 @@ CATCH_UP_ATTEMPTS = 6
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400)
 
 
-def parse_time(text: str) -> float:
+def epoch_seconds(text: str) -> float:
     """Seconds since the epoch of a record's RFC 3339 ``time`` (0.0 when unreadable)."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(text).timestamp()
     except ValueError:
         return 0.0
 
@@ -489,7 +489,7 @@ def _workflow(run: RunView, record: ev.AnyRecord) -> str:
 
 
 def _elapsed(start: str, end: str) -> float:
-    return max(parse_time(end) - parse_time(start), 0.0)
+    return max(epoch_seconds(end) - epoch_seconds(start), 0.0)
 
 
 # --- what the server knows ------------------------------------------------------------
@@ -621,7 +621,7 @@ class ClusterMetrics(Collector):
         if current.get("status") != "running" or not current.get("state"):
             self._stays.pop(key, None)
             return
-        since = parse_time(str(current.get("updated_at") or current.get("started_at") or ""))
+        since = epoch_seconds(str(current.get("updated_at") or current.get("started_at") or ""))
         self._stays[key] = _Stay(str(current.get("workflow", "")), str(current["state"]), since)
 
     # -- collection ---------------------------------------------------------------------

@@ -29,6 +29,7 @@ from interlock.core.compiler import (
     compile_workflow_data,
 )
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition, link
+from interlock.core.vocabulary import InterlockError
 from interlock.runtime.schemas import CapabilitySchemas, compile_schemas
 from interlock.transport.subjects import Subjects
 
@@ -47,7 +48,7 @@ class Applied:
     changed: bool
 
 
-class UnknownWorkflow(LookupError):
+class UnknownWorkflow(LookupError, InterlockError):
     pass
 
 

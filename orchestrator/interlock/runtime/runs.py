@@ -18,11 +18,12 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import Incoming, start
+from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
+from interlock.core.vocabulary import InterlockError
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
-from interlock.runtime.timers import format_time
 from interlock.transport.errors import AppendConflict
 
 log = logging.getLogger("interlock.runs")
@@ -38,7 +39,7 @@ def utc_now() -> str:
     return format_time(datetime.now(UTC))
 
 
-class InvalidInputs(ValueError):
+class InvalidInputs(ValueError, InterlockError):
     """A run's inputs do not match the workflow's declared inputs; no run was created."""
 
     def __init__(self, workflow: str, problems: list[str]) -> None:
@@ -46,7 +47,7 @@ class InvalidInputs(ValueError):
         super().__init__(f"invalid inputs for workflow {workflow}: " + "; ".join(problems))
 
 
-class UnknownRun(LookupError):
+class UnknownRun(LookupError, InterlockError):
     pass
 
 

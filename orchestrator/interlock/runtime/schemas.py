@@ -14,11 +14,13 @@ from typing import Any
 
 import jsonschema
 
+from interlock.core.vocabulary import InterlockError
+
 _SIMPLE_TYPES: dict[str, type] = {"object": dict, "array": list, "string": str, "boolean": bool}
 """Schemas that are only a type, checked without jsonschema (most output schemas)."""
 
 
-class SchemaMismatch(ValueError):
+class SchemaMismatch(ValueError, InterlockError):
     """An instance does not match a schema; ``where`` is its JSON path (``(root)``)."""
 
     def __init__(self, where: str, message: str) -> None:

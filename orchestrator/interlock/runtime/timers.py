@@ -19,7 +19,7 @@ import heapq
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from nats.aio.client import Client
@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from interlock.core.ids import is_run_id
+from interlock.core.rfc3339 import format_time, parse_time
 from interlock.transport.consuming import (
     dead_letter_data,
     dead_letter_headers,
@@ -61,14 +62,6 @@ class Timers(Protocol):
     async def stop(self) -> None:
         """Stop delivering; timers not yet due stay scheduled (where durable)."""
         ...
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def format_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class ManualClock:

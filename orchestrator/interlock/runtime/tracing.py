@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from interlock.core import events as ev
-from interlock.runtime.metrics import RunTracker, RunView, Visit, parse_time
+from interlock.runtime.metrics import RunTracker, RunView, Visit, epoch_seconds
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.transport.subjects import Subjects
 from interlock.transport.tracing import (
@@ -62,7 +62,7 @@ DEFAULT_SUBJECTS = Subjects()
 
 
 def _ns(text: str) -> int:
-    seconds = parse_time(text)
+    seconds = epoch_seconds(text)
     return int(seconds * 1e9) if seconds else time.time_ns()
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from interlock.core import rfc3339
+
 DEFAULT_CAPACITY = 4096
 DEFAULT_TTL = 900.0
 
@@ -25,7 +27,7 @@ def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     try:
-        moment = datetime.fromisoformat(text)
+        moment = rfc3339.parse_time(text)
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from interlock.core import vocabulary
+from interlock.core.vocabulary import InterlockError
+
+__all__ = ["AgentError", "ErrorClass", "RetryableError"]
+
 
 class ErrorClass(StrEnum):
-    """The class of a failed task, as carried in ``task.failed`` data and matched by ``catch``."""
+    """The classes a worker's answers carry: the agent-side subset of the core's
+    :class:`~interlock.core.vocabulary.ErrorClass`, whose values they are."""
 
-    TIMEOUT = "timeout"
+    TIMEOUT = vocabulary.ErrorClass.TIMEOUT.value
     """The request's deadline passed before the handler finished."""
-    CANCELLED = "cancelled"
+    CANCELLED = vocabulary.ErrorClass.CANCELLED.value
     """The orchestrator cancelled the action while it ran."""
-    SCHEMA_ERROR = "schema_error"
+    SCHEMA_ERROR = vocabulary.ErrorClass.SCHEMA_ERROR.value
     """The input or the output did not match the capability's schema."""
-    AGENT_ERROR = "agent_error"
+    AGENT_ERROR = vocabulary.ErrorClass.AGENT_ERROR.value
     """The handler failed (raised)."""
-    PLATFORM_ERROR = "platform_error"
+    PLATFORM_ERROR = vocabulary.ErrorClass.PLATFORM_ERROR.value
     """The worker itself failed around the handler."""
     PAYLOAD_TOO_LARGE = "payload_too_large"
     """The handler's answer is larger than the NATS server accepts in one message."""
 
 
-class AgentError(Exception):
+class AgentError(InterlockError):
     """A handler failure, reported as ``task.failed`` with class ``agent_error``.
 
     Non-retryable by default: raise it for failures that another attempt would repeat

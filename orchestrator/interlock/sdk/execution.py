@@ -20,8 +20,9 @@ from typing import Any
 import msgspec
 from nats.aio.msg import Msg
 
+from interlock.core.rfc3339 import format_time
 from interlock.transport.pulling import deliveries
-from interlock.transport.tasks import TaskRequest, failure, rfc3339
+from interlock.transport.tasks import TaskRequest, failure
 
 from .context import TASK_COMPLETED, Emit, TaskContext
 from .errors import AgentError, ErrorClass
@@ -92,7 +93,7 @@ async def execute(
     if request.deadline is not None and now >= request.deadline:
         return failure(
             ErrorClass.TIMEOUT,
-            f"deadline {rfc3339(request.deadline)} had passed when the task was received",
+            f"deadline {format_time(request.deadline)} had passed when the task was received",
             retryable=True,
         )
     data = request.event.data
@@ -166,7 +167,7 @@ def stopped(flight: InFlight, request: TaskRequest, cap: Capability) -> tuple[st
         assert request.deadline is not None
         return failure(
             ErrorClass.TIMEOUT,
-            f"{cap.name!r} did not finish before its deadline {rfc3339(request.deadline)}",
+            f"{cap.name!r} did not finish before its deadline {format_time(request.deadline)}",
             retryable=True,
         )
     if flight.reason == "cancelled":

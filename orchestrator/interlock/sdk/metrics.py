@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from interlock.core.rfc3339 import parse_time
+
 from .observe import Outcome, WorkerObserver
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ class PrometheusObserver(WorkerObserver):
         if not event.time:
             return
         try:
-            requested = datetime.fromisoformat(event.time.replace("Z", "+00:00"))
+            requested = parse_time(event.time)
         except ValueError:
             return
         wait = (datetime.now(UTC) - requested).total_seconds()

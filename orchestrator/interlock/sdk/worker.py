@@ -32,6 +32,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 
+from interlock.core.rfc3339 import format_time
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.consuming import (
@@ -50,7 +51,6 @@ from interlock.transport.tasks import (
     failure,
     read_cancel,
     result_event,
-    rfc3339,
 )
 
 from .binding import bind
@@ -636,8 +636,8 @@ class Worker:
             "capabilities": list(self._capabilities),
             "concurrency": self._concurrency,
             "in_flight": len(self._tasks),
-            "started_at": rfc3339(self._started_at),
-            "heartbeat_at": rfc3339(datetime.now(UTC)),
+            "started_at": format_time(self._started_at),
+            "heartbeat_at": format_time(datetime.now(UTC)),
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }

@@ -42,6 +42,7 @@ from urllib.parse import quote, unquote
 import msgspec
 
 from interlock.core.ids import InvalidRunId, is_run_id
+from interlock.core.vocabulary import InterlockError
 
 __all__ = [
     "SPECVERSION",
@@ -117,7 +118,7 @@ def _json(payload: bytes, what: str) -> Any:
     return value
 
 
-class InvalidCloudEvent(ValueError):
+class InvalidCloudEvent(ValueError, InterlockError):
     """A message that is not a valid CloudEvent 1.0.
 
     Attributes:

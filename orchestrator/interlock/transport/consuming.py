@@ -15,6 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import BadRequestError, NotFoundError
 
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.pulling import BatchReader
 
 _log = logging.getLogger("interlock.consuming")
@@ -23,7 +24,7 @@ STREAM_NOT_FOUND = 10059
 """JetStream's error code for a missing stream (a missing consumer has another)."""
 
 
-class ConsumerMismatch(RuntimeError):
+class ConsumerMismatch(RuntimeError, InterlockError):
     """A durable consumer of that name exists with another filter subject."""
 
 

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from interlock.core.vocabulary import InterlockError
 
-class NatsServerNotFound(FileNotFoundError):
+
+class NatsServerNotFound(FileNotFoundError, InterlockError):
     """No ``nats-server`` binary could be found (or the one found is too old)."""
 
 
-class NatsServerFailed(RuntimeError):
+class NatsServerFailed(RuntimeError, InterlockError):
     """An embedded ``nats-server`` did not start, or stopped when it should be running."""
 
 
-class ConnectionFailed(Exception):
+class ConnectionFailed(InterlockError):
     """The NATS server could not be reached or refused the connection; names the URL."""
 
 
-class AppendConflict(Exception):
+class AppendConflict(InterlockError):
     """An optimistic append lost: the subject's last sequence was not the one expected.
 
     The caller re-reads the log and decides again. Nothing of the refused append is stored.

@@ -24,6 +24,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
@@ -52,7 +53,7 @@ _ERR_WRONG_LAST_SEQUENCE: Final = 10071
 _EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 
 
-class JetStreamAPIError(Exception):
+class JetStreamAPIError(InterlockError):
     """The JetStream API refused a request; carries the server's codes and description."""
 
     def __init__(self, what: str, error: dict[str, Any]) -> None:

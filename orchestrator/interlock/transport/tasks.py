@@ -43,6 +43,8 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from interlock.core.rfc3339 import format_time
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
 
@@ -123,11 +125,6 @@ def heartbeat_key(capability: str, instance: str) -> str:
 
 def agent_source(worker_name: str) -> str:
     return f"interlock://agent/{worker_name}"
-
-
-def rfc3339(moment: datetime) -> str:
-    """UTC, millisecond precision, ``Z`` suffix."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # --- tokens ---------------------------------------------------------------------------
@@ -241,14 +238,14 @@ def task_request(
         capability=capability,
         attempt=attempt,
         data=data,
-        time=rfc3339(now),
-        deadline=None if deadline is None else rfc3339(deadline),
+        time=format_time(now),
+        deadline=None if deadline is None else format_time(deadline),
         traceparent=traceparent,
         token=token,
     )
 
 
-class BadRequest(ValueError):
+class BadRequest(ValueError, InterlockError):
     """A task request that cannot be answered (no run id to answer to)."""
 
 
@@ -353,7 +350,7 @@ def result_event(
         source=agent_source(worker_name),
         type=type,
         data=data,
-        time=rfc3339(now),
+        time=format_time(now),
         traceparent=request.event.extensions.get(TRACEPARENT),
     )
 
@@ -409,7 +406,7 @@ class CancelNotice:
     time: str | None
 
 
-class BadNotice(ValueError):
+class BadNotice(ValueError, InterlockError):
     """A control message that is not a usable cancel notice."""
 
 

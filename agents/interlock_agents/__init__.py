@@ -47,7 +47,8 @@ def load_manifest(name: str) -> dict[str, Any]:
     """The parsed AgentDef manifest of the reference agent ``name``."""
     doc = yaml.safe_load(manifest_text(name))
     if not isinstance(doc, dict):
-        raise ValueError(f"the manifest of {name!r} is not a mapping")
+        # Bad content, not a bad call: callers catch ValueError.
+        raise ValueError(f"the manifest of {name!r} is not a mapping")  # noqa: TRY004
     return doc
 
 

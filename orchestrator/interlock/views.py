@@ -579,8 +579,9 @@ def dead_letter_view(
     if data:
         try:
             value = json.loads(data)
-            if too_deep(value):  # what a hostile sender nested must not stop a listing
-                raise ValueError("nested too deep")
+            # What a hostile sender nested must not stop a listing: shown as text below.
+            if too_deep(value):
+                raise ValueError("nested too deep")  # noqa: TRY301
         except (ValueError, RecursionError):
             try:
                 value = data.decode("utf-8")

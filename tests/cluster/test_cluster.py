@@ -213,7 +213,8 @@ async def until(probe: Any, what: str, within: float = WAIT, interval: float = 0
             value = await probe()
             if value:
                 return value
-        except Exception as exc:
+        # A probe during chaos: record and go on.
+        except Exception as exc:  # noqa: BLE001
             last = exc
         await asyncio.sleep(interval)
     raise AssertionError(f"not reached in {within}s: {what} (last error: {last})")
@@ -427,7 +428,8 @@ async def diagnose(js: Any, subjects: Subjects, run_ids: list[str]) -> str:
         try:
             entry = json.loads((await index.get(run_id)).value or b"{}")
             statuses[f"{entry.get('status')} in {entry.get('state')}"] += 1
-        except Exception as exc:
+        # A probe during chaos: record and go on.
+        except Exception as exc:  # noqa: BLE001
             statuses[type(exc).__name__] += 1
     lines += [f"{n} x {s}" for s, n in statuses.most_common(8)]
     return "\n".join(lines)

@@ -105,7 +105,8 @@ def decode_claims(token: str) -> dict[str, Any]:
     except (ValueError, json.JSONDecodeError) as exc:
         raise ValueError(f"not a NATS JWT: {exc}") from exc
     if not isinstance(claims, dict):
-        raise ValueError("not a NATS JWT: its claims are not an object")
+        # Bad content, not a bad call: callers catch ValueError.
+        raise ValueError("not a NATS JWT: its claims are not an object")  # noqa: TRY004
     return claims
 
 

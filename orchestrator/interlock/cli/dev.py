@@ -75,12 +75,15 @@ async def stop_stack(
     orchestrator: Orchestrator, workers: list[Worker], tasks: list[asyncio.Task[None]], nc: Client
 ) -> None:
     for worker in workers:
+        # Closing: a connection already gone leaves nothing to undo.
         with contextlib.suppress(Exception):
             await worker.stop()
     for task in tasks:
+        # Stopping: what ended the task was logged where it happened.
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(task, 10)
     await orchestrator.stop()
+    # Closing: a connection already gone leaves nothing to undo.
     with contextlib.suppress(Exception):
         await nc.close()
 
@@ -185,6 +188,7 @@ def run_dev(
         await stop.wait()
         print("stopping...", flush=True)
         if gateway is not None:
+            # Stopping: what ended the task was logged where it happened.
             with contextlib.suppress(Exception):
                 await gateway
         await stop_stack(*stack)

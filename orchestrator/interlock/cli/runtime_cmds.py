@@ -114,6 +114,7 @@ def with_client(
                 await provision(client.js, opts.subjects, replicas=replicas)
                 return await body(client, args)
             finally:
+                # Closing: a connection already gone leaves nothing to undo.
                 with contextlib.suppress(Exception):
                     await nc.close()
 

@@ -981,7 +981,8 @@ class Shadow:
         self.total += 1
         try:
             report = replay(records, self.candidate, version=self.version, label=self.label)
-        except Exception as exc:  # a log this version cannot re-drive is reported, not fatal
+        # A log this version cannot re-drive is reported, not fatal.
+        except Exception as exc:  # noqa: BLE001
             self.errors.append({"run_id": records[0].subject, "error": str(exc)})
             return
         self.agree += report["agree"]

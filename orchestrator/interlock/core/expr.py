@@ -520,7 +520,8 @@ def read_paths(source: str) -> tuple[tuple[str, ...], ...]:
     ``("result", "error", "class")``. A path ends where an index is not a literal."""
     try:
         tree = _env().compile(source)
-    except Exception:
+    # Celpy raises assorted errors: no paths.
+    except Exception:  # noqa: BLE001
         return ()
     found: list[tuple[str, ...]] = []
 

@@ -164,7 +164,8 @@ def load_json(text: str, path: str) -> tuple[Document | None, list[Diagnostic]]:
         doc.data, end = reader.value(start, (), 0)
         end = reader.skip(end)
         if end < len(text):
-            raise _Error(end, "extra data after the JSON value")
+            # The parser's own error, turned into a diagnostic just below.
+            raise _Error(end, "extra data after the JSON value")  # noqa: TRY301
     except _Error as exc:
         span = reader.span(min(exc.pos, len(text)))
         rule = "json-limit" if isinstance(exc, _Limit) else "json-syntax"

@@ -309,7 +309,8 @@ class DeadLetter:
         try:
             data: Any = msgspec.json.decode(self.data)
             if too_deep(data):
-                raise ValueError("too deep")
+                # Shown as text, like undecodable data, just below.
+                raise ValueError("too deep")  # noqa: TRY301
         except (ValueError, RecursionError):
             try:
                 data = self.data.decode("utf-8")

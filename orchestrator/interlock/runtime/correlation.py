@@ -61,12 +61,13 @@ class CorrelationIndex:
                     await kv.create(token, body)
                 else:
                     await kv.update(token, body, last=revision)
-                return
             except KeyWrongLastSequenceError:
                 continue
             except Exception as exc:  # create() on a key someone just made
                 if "wrong last sequence" not in str(exc).lower():
                     raise
+            else:
+                return
 
     async def remove(self, namespace: str, workflow: str, key: str, run_id: str) -> None:
         """Take a finished run out of the index (the key goes when no run is left)."""
@@ -83,9 +84,10 @@ class CorrelationIndex:
                     await kv.update(token, json.dumps(runs).encode(), last=entry.revision)
                 else:
                     await kv.delete(token, last=entry.revision)
-                return
             except KeyWrongLastSequenceError:
                 continue
+            else:
+                return
 
     async def runs(self, namespace: str, workflow: str, key: str) -> list[str]:
         kv = await self._bucket()

@@ -97,7 +97,8 @@ class OrchestratorInstrumentation:
                 await self.server.start()
             except OSError as exc:
                 # Telemetry must not keep the orchestrator from running.
-                log.error("cannot serve metrics on port %d: %s", self.server.port, exc)
+                # An expected failure: no traceback.
+                log.error("cannot serve metrics on port %d: %s", self.server.port, exc)  # noqa: TRY400
                 self.server = None
 
     async def stop(self) -> None:

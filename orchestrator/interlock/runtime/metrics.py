@@ -311,8 +311,8 @@ class RunTracker(OrchestratorObserver):
         for attempt in range(self._attempts):
             try:
                 await self._fold_log(run, before)
-                return
-            except Exception as exc:
+            # Telemetry must never stop the orchestrator.
+            except Exception as exc:  # noqa: BLE001
                 if attempt + 1 == self._attempts:
                     log.warning(
                         "telemetry: cannot read the log of run %s, reporting without its "
@@ -322,6 +322,8 @@ class RunTracker(OrchestratorObserver):
                     )
                     return
                 await asyncio.sleep(0.25 * 2**attempt)
+            else:
+                return
 
     async def _fold_log(self, run: RunView, before: int) -> None:
         """Apply, without reporting, the run's records logged before position ``before``."""
@@ -548,6 +550,7 @@ class ClusterMetrics(Collector):
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
+            # Stopping: what ended the task was logged where it happened.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
@@ -556,7 +559,8 @@ class ClusterMetrics(Collector):
         while True:
             try:
                 await self.poll()
-            except Exception as exc:
+            # Telemetry must never stop the orchestrator.
+            except Exception as exc:  # noqa: BLE001
                 log.warning("polling JetStream for metrics failed: %s", exc)
             await asyncio.sleep(self._interval)
 
@@ -605,11 +609,13 @@ class ClusterMetrics(Collector):
                             continue
                         self._index(entry.key, entry.value)
                 finally:
+                    # Closing: a connection already gone leaves nothing to undo.
                     with contextlib.suppress(Exception):
                         await watcher.stop()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            # Telemetry must never stop the orchestrator.
+            except Exception as exc:  # noqa: BLE001
                 log.warning("following the run index failed: %s", exc)
             await asyncio.sleep(self._interval)
 

@@ -148,12 +148,13 @@ class Registry:
             key = f"wf.{ns}.{name}.{version}"
             try:
                 await workflows.create(key, body)
-                return version
             except KeyWrongLastSequenceError:
                 taken = json.loads((await workflows.get(key)).value or b"{}")
                 if taken.get("spec_hash") == definition.spec_hash:
                     return version
                 version += 1
+            else:
+                return version
 
     async def apply_agent(self, agent: AgentDefinition) -> Applied:
         _, agents = await self._kv()
@@ -311,6 +312,7 @@ class Registry:
     async def load(self) -> None:
         """Read every latest workflow and every AgentDef (done once at start)."""
         for item in await self.workflows():
+            # One bad stored definition must not stop the others loading (logged there).
             with contextlib.suppress(Exception):
                 await self.definition(item["namespace"], item["name"], int(item["version"]))
                 self._latest[(item["namespace"], item["name"])] = int(item["version"])
@@ -327,7 +329,8 @@ class Registry:
                     "spec": spec,
                 }
             )
-        except Exception as exc:
+        # One bad definition must not stop the registry.
+        except Exception as exc:  # noqa: BLE001
             log.warning("agent definition %s is not valid: %s", name, exc)
             return
         for cap in agent.capabilities.values():
@@ -382,6 +385,7 @@ class Registry:
         subscriptions end) before their tasks are cancelled, and a task that still does not
         end is left behind rather than waited for."""
         for watcher in self._kv_watchers:
+            # Closing: a connection already gone leaves nothing to undo.
             with contextlib.suppress(Exception):  # the connection may be closed already
                 await watcher.stop()
         for task in self._watchers:
@@ -403,7 +407,8 @@ class Registry:
                     version = int(json.loads(entry.value)["version"])
                     await self.definition(ns, name, version)
                     self._latest[(ns, name)] = version
-                except Exception as exc:
+                # One bad definition must not stop the registry.
+                except Exception as exc:  # noqa: BLE001
                     log.warning("cannot load workflow %s: %s", entry.key, exc)
             await self._seen(self._subjects.workflows_bucket, entry.revision or 0)
 
@@ -414,6 +419,7 @@ class Registry:
             if entry is None:
                 continue
             if entry.value:
+                # One bad stored definition must not stop the others loading (logged there).
                 with contextlib.suppress(Exception):
                     self._learn_agent(entry.key, json.loads(entry.value))
             await self._seen(self._subjects.agents_bucket, entry.revision or 0)
@@ -431,6 +437,7 @@ async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
             if entry.value:
                 values[entry.key] = entry.value
     finally:
+        # Closing: a connection already gone leaves nothing to undo.
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]
     return values

@@ -168,6 +168,7 @@ class Orchestrator:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
+            # Stopping: what ended the task was logged where it happened.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.flow.stop()
@@ -239,7 +240,8 @@ class Orchestrator:
         """Know every workflow applied before the events just fetched were published."""
         try:
             await self.registry.sync()
-        except Exception as exc:  # route with what is known rather than not at all
+        # Route with what is known rather than not at all.
+        except Exception as exc:  # noqa: BLE001
             log.warning("ingress: registry sync failed: %s", exc)
 
     async def _guarded(
@@ -258,26 +260,34 @@ class Orchestrator:
             log.warning("%s: dead-lettering (%s): %s", where, reason, exc)
             try:
                 await self._dead_letter(msg, reason, str(exc))
-            except Exception:
+            # Not stored anywhere else yet: keep it, and try again later.
+            except Exception:  # noqa: BLE001
+                # Best effort: a message left unsettled comes again after its ack wait.
                 with contextlib.suppress(Exception):
                     await msg.nak(delay=30.0)
                 return
+            # Best effort: a message left unsettled comes again after its ack wait.
             with contextlib.suppress(Exception):
                 await msg.ack()
-        except Exception as exc:
+        # A consumer loop outlives any one message.
+        except Exception as exc:  # noqa: BLE001
             if delivered >= MAX_DELIVERIES:
-                log.error("%s: dead-lettering after %d attempts: %s", where, delivered, exc)
+                # The reason is the message: no traceback.
+                log.error("%s: dead-lettering after %d attempts: %s", where, delivered, exc)  # noqa: TRY400
                 try:
                     await self._dead_letter(msg, "processing-failed", str(exc))
-                except Exception:
+                # A consumer loop outlives any one message.
+                except Exception:  # noqa: BLE001
                     # Not stored anywhere else yet: keep it, and try again later.
                     with contextlib.suppress(Exception):
                         await msg.nak(delay=30.0)
                     return
+                # Best effort: a message left unsettled comes again after its ack wait.
                 with contextlib.suppress(Exception):
                     await msg.ack()
             else:
                 log.warning("%s: will retry (%d): %s", where, delivered, exc)
+                # Best effort: a message left unsettled comes again after its ack wait.
                 with contextlib.suppress(Exception):
                     # About two minutes in all before giving up: longer than a JetStream
                     # leader election (4-7 s) or a server restart.
@@ -285,6 +295,7 @@ class Orchestrator:
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
         headers = dead_letter_headers(msg, reason, detail)
+        # No JetStream metadata (a core message): no dedupe id, nothing else lost.
         with contextlib.suppress(Exception):  # a redelivered message is dead-lettered once
             where = f"{msg.metadata.stream}.{msg.metadata.sequence.stream}"
             digest = hashlib.sha256(f"{reason}\n{detail}".encode()).hexdigest()[:16]
@@ -296,7 +307,8 @@ class Orchestrator:
             await self.js.publish(self.subjects.dead_letter(reason), data, headers=headers)
         except Exception as exc:
             # Raised on: the message is acked only once its dead letter is stored.
-            log.error("could not dead-letter a message (%s): %s", reason, exc)
+            # The reason is the message: no traceback.
+            log.error("could not dead-letter a message (%s): %s", reason, exc)  # noqa: TRY400
             raise
 
     def _decode(self, msg: Msg) -> CloudEvent:
@@ -477,12 +489,16 @@ class Orchestrator:
         for msg in msgs:
             try:
                 batch = ev.decode_batch(msg.data)
-            except Exception as exc:
-                log.error("relay: undecodable run-log message on %s: %s", msg.subject, exc)
+            # A consumer loop outlives any one message.
+            except Exception as exc:  # noqa: BLE001
+                # The reason is the message: no traceback.
+                log.error("relay: undecodable run-log message on %s: %s", msg.subject, exc)  # noqa: TRY400
+                # Best effort: a message left unsettled comes again after its ack wait.
                 with contextlib.suppress(Exception):
                     await msg.ack()
                 continue
             if not batch:
+                # Best effort: a message left unsettled comes again after its ack wait.
                 with contextlib.suppress(Exception):
                     await msg.ack()
                 continue
@@ -503,13 +519,15 @@ class Orchestrator:
             if isinstance(outcome, BaseException):
                 log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
                 for msg in msgs_of[run_id]:
+                    # Best effort: a message left unsettled comes again after its ack wait.
                     with contextlib.suppress(Exception):
                         await msg.nak(delay=1)
                 continue
             try:
                 for msg in msgs_of[run_id]:
                     await msg.ack()
-            except Exception as exc:  # it comes again, and is reported then
+            # It comes again, and is reported then.
+            except Exception as exc:  # noqa: BLE001
                 log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
                 continue
             # Reported once done and acknowledged: a run whose effects failed here is
@@ -549,7 +567,8 @@ class Orchestrator:
         """The action attempts the run is waiting for, read from its log (None: unknown)."""
         try:
             entry = await self.runs.load(run_id, fresh=True)
-        except Exception as exc:  # dispatch without the check rather than stall
+        # Dispatch without the check rather than stall.
+        except Exception as exc:  # noqa: BLE001
             log.warning("relay: cannot read run %s to check its actions: %s", run_id, exc)
             return None
         if entry is None:
@@ -561,6 +580,7 @@ class Orchestrator:
         run_id = record.subject
         capability = self.registry.capability(d.capability)
         if capability is None:  # an AgentDef applied a moment ago, maybe
+            # Dispatch with what is known; an unknown capability is handled below.
             with contextlib.suppress(Exception):
                 await self.registry.sync(agents=True)
             capability = self.registry.capability(d.capability)
@@ -615,7 +635,8 @@ class Orchestrator:
         for capability in capabilities:
             try:
                 await self._ensure_task_consumer(capability)
-            except Exception as exc:
+            # Made again before the first dispatch: a failure here only logs.
+            except Exception as exc:  # noqa: BLE001
                 log.warning("cannot create the consumer of %s yet: %s", capability, exc)
 
     async def _ensure_task_consumer(self, capability: str) -> None:
@@ -629,7 +650,8 @@ class Orchestrator:
         except (ConsumerMismatch, BadRequestError) as exc:
             # Someone else's consumer takes this capability's tasks (a work-queue stream
             # allows one per subject): dispatch all the same, and say so once.
-            log.error("capability %s: cannot create its consumer: %s", capability, exc)
+            # The reason is the message: no traceback.
+            log.error("capability %s: cannot create its consumer: %s", capability, exc)  # noqa: TRY400
         self._task_consumers.add(capability)
 
 

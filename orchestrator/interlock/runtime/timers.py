@@ -96,7 +96,8 @@ def read_fired(subject: str, data: bytes) -> tuple[str, str]:
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"a fired timer is not JSON: {exc}") from None
     if not isinstance(body, dict):
-        raise ValueError("a fired timer is a JSON object")
+        # Bad content, not a bad call: callers catch ValueError.
+        raise ValueError("a fired timer is a JSON object")  # noqa: TRY004
     run_id, timer_id = body.get("run_id"), body.get("timer_id")
     if not is_run_id(run_id):
         raise ValueError(f"a fired timer's run_id is no run id: {run_id!r}")
@@ -135,6 +136,7 @@ class JetStreamTimers:
         self._stopping.set()
         if self._task is not None:
             self._task.cancel()
+            # Stopping: what ended the task was logged where it happened.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
@@ -162,8 +164,10 @@ class JetStreamTimers:
                     try:
                         await deliver(run_id, timer_id)
                         await msg.ack()
-                    except Exception as exc:
+                    # The timer is retried; the loop goes on.
+                    except Exception as exc:  # noqa: BLE001
                         log.warning("timers: delivery failed, will retry: %s", exc)
+                        # Best effort: a message left unsettled comes again after its ack wait.
                         with contextlib.suppress(Exception):
                             await msg.nak(delay=1)
 
@@ -176,8 +180,11 @@ class JetStreamTimers:
         data = dead_letter_data(msg.data, headers, self._nc.max_payload)
         try:
             await self._js.publish(self._subjects.dead_letter(reason), data, headers=headers)
-        except Exception as exc:
-            log.error("timers: could not dead-letter a message: %s", exc)
+        # Keep the message rather than lose it: it comes again.
+        except Exception as exc:  # noqa: BLE001
+            # The reason is the message: no traceback.
+            log.error("timers: could not dead-letter a message: %s", exc)  # noqa: TRY400
+            # Best effort: a message left unsettled comes again after its ack wait.
             with contextlib.suppress(Exception):
                 await msg.nak(delay=5)
             return

@@ -91,6 +91,7 @@ class RunWatcher:
     async def close(self) -> None:
         sub, self._sub = self._sub, None
         if sub is not None:
+            # Closing: a connection already gone leaves nothing to undo.
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 

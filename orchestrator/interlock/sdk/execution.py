@@ -229,7 +229,8 @@ def inspect_handler(fn: Handler, name: str) -> tuple[type | None, bool]:
         raise TypeError(f"the handler of {name!r} must take (input) or (input, ctx)")
     try:
         hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward references: treat the input as a dict
+    # Unresolvable forward references: treat the input as a dict.
+    except Exception:  # noqa: BLE001
         hints = {}
     annotation = hints.get(params[0].name)
     input_type: type | None = None

@@ -43,7 +43,8 @@ class Heartbeats:
             kv = await self._js.key_value(self._bucket)
             for key in self._keys:
                 await kv.put(key, value)
-        except Exception as exc:
+        # Liveness must never stop the worker.
+        except Exception as exc:  # noqa: BLE001
             log.warning("heartbeat into %s failed: %s", self._bucket, exc)
 
     async def run(self) -> None:
@@ -58,5 +59,6 @@ class Heartbeats:
             kv = await self._js.key_value(self._bucket)
             for key in self._keys:
                 await kv.delete(key)
-        except Exception as exc:
+        # Liveness must never stop the worker.
+        except Exception as exc:  # noqa: BLE001
             log.debug("removing the heartbeats %s failed: %s", self._keys, exc)

@@ -103,7 +103,8 @@ async def run_agent(
         try:
             await server.start()
         except OSError as exc:
-            log.error("cannot serve metrics on port %d: %s; running without", metrics_port, exc)
+            # An expected failure: no traceback.
+            log.error("cannot serve metrics on port %d: %s; running without", metrics_port, exc)  # noqa: TRY400
             server = None
 
     loop = asyncio.get_running_loop()
@@ -139,6 +140,7 @@ async def run_agent(
             loop.remove_signal_handler(sig)
         if server is not None:
             await server.stop()
+        # Closing: a connection already gone leaves nothing to undo.
         with contextlib.suppress(Exception):
             await nc.close()
         if provider is not None:

@@ -31,7 +31,8 @@ class Schema:
     def compile(cls, schema: Mapping[str, Any], *, where: str) -> Schema:
         """Compile ``schema``; raises ValueError naming ``where`` if it is not a valid schema."""
         if not isinstance(schema, Mapping):
-            raise ValueError(f"{where}: a JSON Schema is an object, not {type(schema).__name__}")
+            # Bad content, not a bad call: callers catch ValueError.
+            raise ValueError(f"{where}: a JSON Schema is an object, not {type(schema).__name__}")  # noqa: TRY004
         validator_cls = jsonschema.validators.validator_for(
             schema, default=jsonschema.Draft202012Validator
         )
@@ -128,7 +129,8 @@ class AgentDefCatalog:
             try:
                 kv = await js.key_value(bucket)
                 watcher = await kv.watchall()
-            except Exception as exc:  # the bucket does not exist yet, or NATS is reconnecting
+            # The bucket does not exist yet, or NATS is reconnecting.
+            except Exception as exc:  # noqa: BLE001
                 log.debug("agents bucket %r unavailable (%s); retrying", bucket, exc)
                 loaded.set()  # nothing to wait for: run with the decorator's schemas
                 await asyncio.sleep(delay)

@@ -100,5 +100,6 @@ class WorkerTracer(WorkerObserver):
         span.end()
         try:
             otel_context.detach(token)  # type: ignore[arg-type]
-        except Exception:
+        # Telemetry must never fail a task.
+        except Exception:  # noqa: BLE001
             log.debug("task span context was not current when the task finished")

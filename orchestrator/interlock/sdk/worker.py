@@ -565,11 +565,12 @@ class Worker:
         for attempt in range(1, 6):
             try:
                 await js.publish(subject, payload, headers=headers, timeout=5.0)
-                return True
             except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
                 log.warning("publishing result %s failed (attempt %d): %s", event.id, attempt, exc)
                 await asyncio.sleep(delay)
                 delay *= 2
+            else:
+                return True
         return False
 
     async def _reject(
@@ -590,6 +591,7 @@ class Worker:
         log.error("rejected a message on %s: %s", msg.subject, message)
         headers = dead_letter_headers(msg, reason, message)
         headers["Interlock-Dead-Letter-Worker"] = self.name
+        # No JetStream metadata (a core message): no dedupe id, nothing else lost.
         with contextlib.suppress(Exception):
             meta = msg.metadata
             headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
@@ -597,9 +599,12 @@ class Worker:
         try:
             subject = subjects.agent_dead_letter(capability, reason)
             await js.publish(subject, data, headers=headers, timeout=5)
-        except Exception as exc:
+        # Keep the message rather than lose it.
+        except Exception as exc:  # noqa: BLE001
             # Not stored anywhere else yet: keep it (another attempt later), never drop it.
-            log.error("could not dead-letter a message (%s): %s", reason, exc)
+            # The reason is the message: no traceback.
+            log.error("could not dead-letter a message (%s): %s", reason, exc)  # noqa: TRY400
+            # Best effort: a message left unsettled comes again after its ack wait.
             with contextlib.suppress(Exception):
                 await msg.nak(delay=30)
             return

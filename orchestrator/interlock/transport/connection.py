@@ -238,8 +238,10 @@ async def connect(
         if isinstance(failure, Exception) and not refused.is_set():
             last_error[:] = [failure]
         attempt.cancel()
+        # A failed attempt: its error was kept as the reason above.
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await attempt
+        # Closing: a connection already gone leaves nothing to undo.
         with contextlib.suppress(Exception):
             await nc.close()
         # An attempt that ended early for another reason than a refusal (the server closed

@@ -97,13 +97,14 @@ async def until_done(
     while True:
         try:
             await attempt()
-            return
         except Exception as exc:
             if stopping.is_set():
                 raise
             log.warning("%s: cannot subscribe yet (%s); retrying in %.1fs", name, exc, wait)
             await asyncio.sleep(wait)
             wait = min(wait * 2, 10.0)
+        else:
+            return
 
 
 def dead_letter_headers(msg: Msg, reason: str, detail: str) -> dict[str, str]:
@@ -193,7 +194,8 @@ async def in_progress(msgs: Sequence[Msg], every: float) -> AsyncIterator[None]:
             for msg in msgs:
                 try:
                     await msg.in_progress()
-                except Exception:
+                # A missed progress ack costs a redelivery.
+                except Exception:  # noqa: BLE001
                     _log.debug("progress ack failed", exc_info=True)
 
     ticker = asyncio.create_task(progress())

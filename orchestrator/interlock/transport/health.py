@@ -53,7 +53,8 @@ def nats_readiness(nc: object, subjects: Subjects) -> Readiness:
             return "not connected to NATS"
         try:
             missing = await check_ready(nc, subjects)  # type: ignore[arg-type]
-        except Exception as exc:
+        # Any failure is the readiness answer.
+        except Exception as exc:  # noqa: BLE001
             return f"cannot ask JetStream about streams: {exc}"
         if missing:
             return "missing streams or buckets: " + ", ".join(missing)

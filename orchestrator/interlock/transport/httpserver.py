@@ -128,6 +128,7 @@ class HttpServer:
             except TimeoutError:
                 server.force_exit = True
                 task.cancel()
+                # Stopping: what ended the task was logged where it happened.
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             except Exception:

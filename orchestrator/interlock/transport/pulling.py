@@ -204,7 +204,8 @@ class PullConsumer:
             except asyncio.CancelledError:
                 self._close(None)
                 raise
-            except Exception as exc:  # publish failed: connection closed or reconnecting
+            # Publish failed: connection closed or reconnecting.
+            except Exception as exc:  # noqa: BLE001
                 log.warning("pull request on %s failed: %s", self._consumer, exc)
                 self._close(None)
                 self._status = "error"
@@ -247,6 +248,7 @@ class PullConsumer:
                 await asyncio.wait_for(sub.drain(), DRAIN_TIMEOUT)
             except Exception:  # connection already closed: unacked messages are redelivered
                 log.debug("draining the pull subscription failed", exc_info=True)
+                # Closing: a connection already gone leaves nothing to undo.
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
 

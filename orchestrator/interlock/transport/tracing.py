@@ -174,24 +174,26 @@ def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter | None:
         or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     ).strip()
+    exporter: SpanExporter
     try:
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
                 OTLPSpanExporter as GrpcExporter,
             )
 
-            grpc: SpanExporter = GrpcExporter()
-            return grpc
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter as HttpExporter,
-        )
+            exporter = GrpcExporter()
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                OTLPSpanExporter as HttpExporter,
+            )
 
-        http: SpanExporter = HttpExporter()
-        return http
+            exporter = HttpExporter()
     except ImportError:
-        log.error(
+        # An expected failure: no traceback.
+        log.error(  # noqa: TRY400
             "tracing is configured (OTLP, %s) but the exporter is not installed: "
             "pip install 'interlock[otlp]'; running without tracing",
             protocol,
         )
         return None
+    return exporter

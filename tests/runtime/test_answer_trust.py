@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from helpers import TIMEOUT, running_stack, yaml
+from helpers import TIMEOUT, eventually, running_stack, yaml
 from nats.aio.msg import Msg
 
 from interlock.transport import tasks
@@ -193,11 +193,16 @@ async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
 async def test_task_consumers_are_made_by_the_orchestrator(
     nats_url: str, subjects: Subjects
 ) -> None:
-    """Every capability of the AgentDefs known at start has its consumer before any
-    worker runs; the token key outlives the orchestrator (a second one verifies it)."""
+    """Every capability of the registered AgentDefs gets its consumer without any worker
+    running; the token key outlives the orchestrator (a second one makes the same tokens)."""
     async with running_stack(nats_url, subjects, [FLAKY], worker=False) as stack:
-        names = {c.name for c in await stack.client.js.consumers_info(subjects.tasks_stream)}
-        assert {tasks.consumer_name(c) for c in ("echo", "strict", "liar", "slow")} <= names
+        wanted = {tasks.consumer_name(c) for c in ("echo", "strict", "liar", "slow")}
+
+        async def made() -> bool:
+            infos = await stack.client.js.consumers_info(subjects.tasks_stream)
+            return wanted <= {c.name for c in infos}
+
+        await eventually(made, what="the capability consumers")
         key = stack.orchestrator.answers.tokens.token("slow", "r", "r:1", 1)
     async with running_stack(nats_url, subjects, [FLAKY], worker=False) as stack:
         assert stack.orchestrator.answers.tokens.token("slow", "r", "r:1", 1) == key

@@ -148,6 +148,13 @@ def run_id_arg(value: str) -> str:
 
 
 def add_parsers(sub: Sub) -> None:
+    _add_write_parsers(sub)
+    _add_read_parsers(sub)
+    _add_dead_letter_parsers(sub)
+
+
+def _add_write_parsers(sub: Sub) -> None:
+    """apply, start, emit, signal: the commands that put something on the bus."""
     p = sub.add_parser("apply", help="validate and store Workflows and AgentDefs")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true")
@@ -186,6 +193,9 @@ def add_parsers(sub: Sub) -> None:
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_signal))
 
+
+def _add_read_parsers(sub: Sub) -> None:
+    """runs, agents, logs, result, cancel, export: the commands about runs."""
     p = sub.add_parser("runs", help="list runs")
     p.add_argument("--workflow", "-w")
     p.add_argument("--status", choices=["running", "completed", "failed", "cancelled"])
@@ -226,6 +236,8 @@ def add_parsers(sub: Sub) -> None:
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_export))
 
+
+def _add_dead_letter_parsers(sub: Sub) -> None:
     p = sub.add_parser(
         "dead-letters", help="messages that could not be handled: list, show, redrive"
     )

@@ -8,10 +8,17 @@ import dataclasses
 import importlib
 import logging
 import signal
+from typing import TYPE_CHECKING
 
 from interlock.transport.connection import ConnectOptions
 
 from .worker import Worker
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from interlock.transport.health import HealthServer
 
 log = logging.getLogger("interlock.sdk")
 
@@ -67,15 +74,47 @@ async def run_agent(
             (None or 0: no endpoint). Tracing follows the ``OTEL_*`` variables.
     """
     from interlock.transport.connection import connect
-    from interlock.transport.health import HealthServer
+
+    worker = load_worker(target)
+    if concurrency is not None:
+        worker.concurrency = concurrency
+    provider = _instrument(worker, options)
+    if options.name is None:
+        options = dataclasses.replace(options, name=f"interlock agent {worker.name}")
+    nc = await connect(options)
+    taking_tasks = asyncio.Event()
+    server = await _health_server(metrics_port, nc, taking_tasks)
+    installed = _stop_on_signals(worker)
+
+    async def mark_ready() -> None:
+        with contextlib.suppress(RuntimeError):
+            await worker.wait_ready()
+            taking_tasks.set()
+
+    marker = asyncio.create_task(mark_ready())
+    try:
+        await worker.run(nc, prefix=options.prefix)
+    finally:
+        marker.cancel()
+        loop = asyncio.get_running_loop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if server is not None:
+            await server.stop()
+        # Closing: a connection already gone leaves nothing to undo.
+        with contextlib.suppress(Exception):
+            await nc.close()
+        if provider is not None:
+            provider.shutdown()
+
+
+def _instrument(worker: Worker, options: ConnectOptions) -> TracerProvider | None:
+    """Prometheus metrics always; tracing when the ``OTEL_*`` variables ask for it."""
     from interlock.transport.tracing import tracer_provider_from_env
 
     from .metrics import PrometheusObserver
     from .tracing import WorkerTracer
 
-    worker = load_worker(target)
-    if concurrency is not None:
-        worker.concurrency = concurrency
     provider = tracer_provider_from_env(f"interlock-agent-{worker.name}")
     if provider is not None:
         from opentelemetry import trace
@@ -84,10 +123,17 @@ async def run_agent(
         trace.set_tracer_provider(provider)
         worker.add_observer(WorkerTracer(provider, worker.name, options.subjects))
     worker.add_observer(PrometheusObserver(worker.name))
-    if options.name is None:
-        options = dataclasses.replace(options, name=f"interlock agent {worker.name}")
-    nc = await connect(options)
-    taking_tasks = asyncio.Event()
+    return provider
+
+
+async def _health_server(
+    port: int | None, nc: Client, taking_tasks: asyncio.Event
+) -> HealthServer | None:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (None or 0: none)."""
+    from interlock.transport.health import HealthServer
+
+    if not port:
+        return None
 
     async def ready() -> str | None:
         # Taking tasks proves its consumers (and so the TASKS stream) exist; an agent's
@@ -98,15 +144,18 @@ async def run_agent(
             return "not connected to NATS"
         return None
 
-    server = HealthServer(metrics_port, ready=ready) if metrics_port else None
-    if server is not None:
-        try:
-            await server.start()
-        except OSError as exc:
-            # An expected failure: no traceback.
-            log.error("cannot serve metrics on port %d: %s; running without", metrics_port, exc)  # noqa: TRY400
-            server = None
+    server = HealthServer(port, ready=ready)
+    try:
+        await server.start()
+    except OSError as exc:
+        # An expected failure: no traceback.
+        log.error("cannot serve metrics on port %d: %s; running without", port, exc)  # noqa: TRY400
+        return None
+    return server
 
+
+def _stop_on_signals(worker: Worker) -> list[signal.Signals]:
+    """SIGINT and SIGTERM stop the worker (a second one: at once); the signals installed."""
     loop = asyncio.get_running_loop()
     received: list[int] = []
 
@@ -125,23 +174,4 @@ async def run_agent(
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, on_signal, int(sig))
             installed.append(sig)
-
-    async def mark_ready() -> None:
-        with contextlib.suppress(RuntimeError):
-            await worker.wait_ready()
-            taking_tasks.set()
-
-    marker = asyncio.create_task(mark_ready())
-    try:
-        await worker.run(nc, prefix=options.prefix)
-    finally:
-        marker.cancel()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        if server is not None:
-            await server.stop()
-        # Closing: a connection already gone leaves nothing to undo.
-        with contextlib.suppress(Exception):
-            await nc.close()
-        if provider is not None:
-            provider.shutdown()
+    return installed

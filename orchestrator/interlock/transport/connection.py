@@ -154,45 +154,123 @@ async def connect(
         tls = opts.ssl_context()
     except (OSError, ssl.SSLError) as exc:
         raise ConnectionFailed(f"cannot connect to NATS at {where}: bad TLS files: {exc}") from exc
+    connecting = _Connecting(where, error_cb, disconnected_cb, reconnected_cb)
+    kwargs = _client_options(opts, connecting, tls, closed_cb)
+    nc = await connecting.attempts(kwargs, opts.connect_wait)
+    if nc is not None:
+        return nc
+    raise connecting.failure(opts.connect_wait)
 
-    connecting = True
-    last_error: list[Exception] = []
-    refused = asyncio.Event()
 
-    async def on_error(exc: Exception) -> None:
-        if connecting:
+class _Connecting:
+    """The first connection's attempts, and the callbacks of the connection they make.
+
+    Until the first attempt succeeds, errors are kept as the reason to give (a refusal of
+    the credentials or of the certificate ends the attempts at once); afterwards they go
+    to the caller's callbacks, or to the log.
+    """
+
+    def __init__(
+        self,
+        where: str,
+        error_cb: ErrorCallback | None,
+        disconnected_cb: Callback | None,
+        reconnected_cb: Callback | None,
+    ) -> None:
+        self.where = where
+        self.connecting = True
+        self.last_error: Exception | None = None
+        self.refused = asyncio.Event()
+        self.nc: Client | None = None
+        self._error_cb = error_cb
+        self._disconnected_cb = disconnected_cb
+        self._reconnected_cb = reconnected_cb
+
+    async def on_error(self, exc: Exception) -> None:
+        if self.connecting:
             # A refusal is the reason, even when "connection reset" (the server closing
             # the connection after it) is reported just after.
-            if not refused.is_set():
-                last_error[:] = [exc]
+            if not self.refused.is_set():
+                self.last_error = exc
             # Retrying cannot fix refused credentials or an untrusted certificate.
             if _is_auth_error(exc) or isinstance(exc, ssl.SSLCertVerificationError):
-                refused.set()
+                self.refused.set()
             return
-        if error_cb is not None:
-            await error_cb(exc)
+        if self._error_cb is not None:
+            await self._error_cb(exc)
         else:
             log.warning("NATS error: %s", exc)
 
-    async def on_disconnected() -> None:
+    async def on_disconnected(self) -> None:
         # nats-py reports a deliberate close() as a disconnect too: that is no news.
-        if connecting or nc.is_closed:
+        if self.connecting or self.nc is None or self.nc.is_closed:
             return
-        log.warning("disconnected from NATS at %s; reconnecting", where)
-        if disconnected_cb is not None:
-            await disconnected_cb()
+        log.warning("disconnected from NATS at %s; reconnecting", self.where)
+        if self._disconnected_cb is not None:
+            await self._disconnected_cb()
 
-    async def on_reconnected() -> None:
-        log.info("reconnected to NATS at %s", where)
-        if reconnected_cb is not None:
-            await reconnected_cb()
+    async def on_reconnected(self) -> None:
+        log.info("reconnected to NATS at %s", self.where)
+        if self._reconnected_cb is not None:
+            await self._reconnected_cb()
 
+    async def attempts(self, kwargs: dict[str, Any], wait: float) -> Client | None:
+        """Try to connect until connected (the client), refused or ``wait`` s are up (None)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            nc = self.nc = Client()
+            attempt = asyncio.ensure_future(nc.connect(**kwargs))
+            gave_up = asyncio.ensure_future(self.refused.wait())
+            try:
+                await asyncio.wait(
+                    {attempt, gave_up},
+                    timeout=max(deadline - loop.time(), 0.0),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            except BaseException:
+                attempt.cancel()
+                raise
+            finally:
+                gave_up.cancel()
+            if attempt.done() and attempt.exception() is None:
+                self.connecting = False
+                return nc
+            failure = attempt.exception() if attempt.done() else None
+            if isinstance(failure, Exception) and not self.refused.is_set():
+                self.last_error = failure
+            await _abandon(attempt, nc)
+            # An attempt that ended early for another reason than a refusal (the server
+            # closed the connection before its "Authorization Violation" could be read,
+            # say) is tried again while there is time: the next one tells what is wrong.
+            if self.refused.is_set() or failure is None or loop.time() >= deadline:
+                return None
+            await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0.0)))
+
+    def failure(self, wait: float) -> ConnectionFailed:
+        """Why the first connection failed, naming the URL."""
+        error = self.last_error
+        reason = f": {error}" if error is not None else ""
+        if error is not None and _is_auth_error(error):
+            return ConnectionFailed(f"NATS at {self.where} refused the credentials{reason}")
+        return ConnectionFailed(
+            f"cannot connect to NATS at {self.where} (gave up after {wait:g} s){reason}"
+        )
+
+
+def _client_options(
+    opts: ConnectOptions,
+    connecting: _Connecting,
+    tls: ssl.SSLContext | None,
+    closed_cb: Callback | None,
+) -> dict[str, Any]:
+    """nats-py's ``connect`` arguments: reconnect forever once connected."""
     kwargs: dict[str, Any] = {
         "servers": opts.servers,
         "name": opts.name,
-        "error_cb": on_error,
-        "disconnected_cb": on_disconnected,
-        "reconnected_cb": on_reconnected,
+        "error_cb": connecting.on_error,
+        "disconnected_cb": connecting.on_disconnected,
+        "reconnected_cb": connecting.on_reconnected,
         "allow_reconnect": True,
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 1,
@@ -213,49 +291,18 @@ async def connect(
         kwargs["tls"] = tls
     if closed_cb is not None:
         kwargs["closed_cb"] = closed_cb
+    return kwargs
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + opts.connect_wait
-    while True:
-        nc = Client()
-        attempt = asyncio.ensure_future(nc.connect(**kwargs))
-        gave_up = asyncio.ensure_future(refused.wait())
-        try:
-            await asyncio.wait(
-                {attempt, gave_up},
-                timeout=max(deadline - loop.time(), 0.0),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        except BaseException:
-            attempt.cancel()
-            raise
-        finally:
-            gave_up.cancel()
-        if attempt.done() and attempt.exception() is None:
-            connecting = False
-            return nc
-        failure = attempt.exception() if attempt.done() else None
-        if isinstance(failure, Exception) and not refused.is_set():
-            last_error[:] = [failure]
-        attempt.cancel()
-        # A failed attempt: its error was kept as the reason above.
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await attempt
-        # Closing: a connection already gone leaves nothing to undo.
-        with contextlib.suppress(Exception):
-            await nc.close()
-        # An attempt that ended early for another reason than a refusal (the server closed
-        # the connection before its "Authorization Violation" could be read, say) is tried
-        # again while there is time: the next one tells what is really wrong.
-        if refused.is_set() or failure is None or loop.time() >= deadline:
-            break
-        await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0.0)))
-    reason = f": {last_error[0]}" if last_error else ""
-    if last_error and _is_auth_error(last_error[0]):
-        raise ConnectionFailed(f"NATS at {where} refused the credentials{reason}")
-    raise ConnectionFailed(
-        f"cannot connect to NATS at {where} (gave up after {opts.connect_wait:g} s){reason}"
-    )
+
+async def _abandon(attempt: asyncio.Future[None], nc: Client) -> None:
+    """Give up one connection attempt and whatever it opened."""
+    attempt.cancel()
+    # A failed attempt: its error was kept as the reason already.
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await attempt
+    # Closing: a connection already gone leaves nothing to undo.
+    with contextlib.suppress(Exception):
+        await nc.close()
 
 
 def _check_auth_files(opts: ConnectOptions, where: str) -> None:

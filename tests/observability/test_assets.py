@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 import interlock.sdk.metrics as agent_metrics
-from interlock.runtime.metrics import ClusterMetrics, OrchestratorMetrics
+from interlock.runtime.cluster_metrics import ClusterMetrics
+from interlock.runtime.metrics import OrchestratorMetrics
 from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]

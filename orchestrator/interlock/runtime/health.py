@@ -63,7 +63,8 @@ class OrchestratorInstrumentation:
         provider: TracerProvider | None = None,
         poll_interval: float = 10.0,
     ) -> None:
-        from interlock.runtime.metrics import ClusterMetrics, RunTracker, orchestrator_telemetry
+        from interlock.runtime.cluster_metrics import ClusterMetrics
+        from interlock.runtime.metrics import RunTracker, orchestrator_telemetry
         from interlock.runtime.tracing import orchestrator_tracer
 
         self.tracker: RunTracker

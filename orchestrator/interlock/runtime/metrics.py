@@ -9,8 +9,9 @@ Three parts:
   (another replica did, or it restarted) it reads the run's log to catch up, without
   emitting anything for those older records.
 - :class:`OrchestratorMetrics` counts and times what the records and the other hooks say.
-- :class:`ClusterMetrics` polls what only the server knows: consumer lag, requests waiting
-  per capability, live workers, and (from the run index) how long runs sit in a state.
+- :class:`~interlock.runtime.cluster_metrics.ClusterMetrics` (its own module) polls what
+  only the server knows: consumer lag, requests waiting per capability, live workers, and
+  (from the run index) how long runs sit in a state.
 
 Counters from several replicas add up (``sum`` in PromQL); the polled gauges describe the
 whole installation, so every replica reports the same value (``max`` in PromQL).
@@ -19,25 +20,18 @@ whole installation, so every replica reports the same value (``max`` in PromQL).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time as parse_rfc3339
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
-from interlock.runtime.registry import bucket_values
-from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")
 
@@ -492,199 +486,6 @@ def _workflow(run: RunView, record: ev.AnyRecord) -> str:
 
 def _elapsed(start: str, end: str) -> float:
     return max(epoch_seconds(end) - epoch_seconds(start), 0.0)
-
-
-# --- what the server knows ------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Stay:
-    workflow: str
-    state: str
-    since: float
-
-
-class ClusterMetrics(Collector):
-    """Gauges polled from JetStream: consumer lag, waiting requests, workers, stuck runs.
-
-    Args:
-        js: a JetStream context.
-        subjects: the installation's names.
-        capabilities: the capabilities workflows may request (for zero-worker gauges).
-        registry: where the gauges are registered (None: not registered).
-        interval: seconds between two polls.
-        clock: seconds since the epoch (tests pass a fixed one).
-    """
-
-    def __init__(
-        self,
-        js: Any,
-        subjects: Subjects,
-        *,
-        capabilities: Callable[[], Iterable[str]] = tuple,
-        registry: CollectorRegistry | None = REGISTRY,
-        interval: float = 10.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._js = js
-        self._subjects = subjects
-        self._capabilities = capabilities
-        self._interval = interval
-        self._clock = clock
-        self._lag: dict[tuple[str, str], tuple[int, int]] = {}
-        self._queued: dict[str, int] = {}
-        self._workers: dict[str, int] = {}
-        self._stays: dict[str, _Stay] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self.index_synced = asyncio.Event()
-        if registry is not None:
-            registry.register(self)
-
-    # -- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._poll_forever()), loop.create_task(self._follow())]
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            # Stopping: what ended the task was logged where it happened.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks = []
-
-    async def _poll_forever(self) -> None:
-        while True:
-            try:
-                await self.poll()
-            # Telemetry must never stop the orchestrator.
-            except Exception as exc:  # noqa: BLE001
-                log.warning("polling JetStream for metrics failed: %s", exc)
-            await asyncio.sleep(self._interval)
-
-    async def poll(self) -> None:
-        """Read consumer lag, waiting requests and live workers once."""
-        s = self._subjects
-        lag: dict[tuple[str, str], tuple[int, int]] = {}
-        for stream in (s.events_stream, s.results_stream, s.runs_stream, s.tasks_stream):
-            for info in await self._js.consumers_info(stream):
-                name = info.name or (info.config.durable_name if info.config else "") or ""
-                lag[(stream, name)] = (info.num_pending or 0, info.num_ack_pending or 0)
-        self._lag = lag
-        info = await self._js.stream_info(s.tasks_stream, subjects_filter=s.capabilities_all)
-        prefix = s.capability("")
-        self._queued = {
-            subject.removeprefix(prefix): count
-            for subject, count in (info.state.subjects or {}).items()
-        }
-        self._workers = await self._live_workers()
-
-    async def _live_workers(self) -> dict[str, int]:
-        kv = await self._js.key_value(self._subjects.workers_bucket)
-        counts: dict[str, int] = {}
-        seen: set[tuple[Any, Any]] = set()
-        for value in (await bucket_values(kv)).values():
-            with contextlib.suppress(ValueError, AttributeError):
-                record = json.loads(value)
-                worker = (record.get("name"), record.get("instance"))
-                if worker in seen:  # one key per capability it serves: count it once
-                    continue
-                seen.add(worker)
-                for capability in record.get("capabilities", []):
-                    counts[capability] = counts.get(capability, 0) + 1
-        return counts
-
-    async def _follow(self) -> None:
-        """Follow the run index (a KV bucket) to know which running run is in which state."""
-        while True:
-            try:
-                kv = await self._js.key_value(self._subjects.runs_bucket)
-                watcher = await kv.watchall()
-                try:
-                    async for entry in watcher:
-                        if entry is None:
-                            self.index_synced.set()
-                            continue
-                        self._index(entry.key, entry.value)
-                finally:
-                    # Closing: a connection already gone leaves nothing to undo.
-                    with contextlib.suppress(Exception):
-                        await watcher.stop()
-            except asyncio.CancelledError:
-                raise
-            # Telemetry must never stop the orchestrator.
-            except Exception as exc:  # noqa: BLE001
-                log.warning("following the run index failed: %s", exc)
-            await asyncio.sleep(self._interval)
-
-    def _index(self, key: str, value: bytes | None) -> None:
-        try:
-            current = json.loads(value or b"{}")
-        except ValueError:
-            current = {}
-        if current.get("status") != "running" or not current.get("state"):
-            self._stays.pop(key, None)
-            return
-        since = epoch_seconds(str(current.get("updated_at") or current.get("started_at") or ""))
-        self._stays[key] = _Stay(str(current.get("workflow", "")), str(current["state"]), since)
-
-    # -- collection ---------------------------------------------------------------------
-
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        return iter(self._families())
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        return iter(self._families())
-
-    def _families(self) -> list[GaugeMetricFamily]:
-        lag = GaugeMetricFamily(
-            "interlock_consumer_lag_messages",
-            "Messages of a stream not yet delivered to a durable consumer (num_pending)",
-            labels=["stream", "consumer"],
-        )
-        ack = GaugeMetricFamily(
-            "interlock_consumer_ack_pending_messages",
-            "Messages delivered to a durable consumer and not yet acknowledged",
-            labels=["stream", "consumer"],
-        )
-        for (stream, consumer), (pending, ack_pending) in sorted(self._lag.items()):
-            lag.add_metric([stream, consumer], pending)
-            ack.add_metric([stream, consumer], ack_pending)
-        in_flight = GaugeMetricFamily(
-            "interlock_actions_in_flight",
-            "Capability requests stored and not yet settled by a worker (work-queue messages)",
-            labels=["capability"],
-        )
-        workers = GaugeMetricFamily(
-            "interlock_capability_workers",
-            "Live agent worker processes serving a capability (heartbeats)",
-            labels=["capability"],
-        )
-        known = set(self._queued) | set(self._workers) | set(self._capabilities())
-        for capability in sorted(known):
-            in_flight.add_metric([capability], self._queued.get(capability, 0))
-            workers.add_metric([capability], self._workers.get(capability, 0))
-        active = GaugeMetricFamily(
-            "interlock_runs_active",
-            "Running runs by their current state (from the run index)",
-            labels=["workflow", "state"],
-        )
-        oldest = GaugeMetricFamily(
-            "interlock_runs_state_age_max_seconds",
-            "How long the running run that entered its current state first has been there",
-            labels=["workflow", "state"],
-        )
-        now = self._clock()
-        groups: dict[tuple[str, str], tuple[int, float]] = {}
-        for stay in list(self._stays.values()):
-            count, earliest = groups.get((stay.workflow, stay.state), (0, now))
-            groups[(stay.workflow, stay.state)] = (count + 1, min(earliest, stay.since))
-        for (workflow, state), (count, earliest) in sorted(groups.items()):
-            active.add_metric([workflow, state], count)
-            oldest.add_metric([workflow, state], max(now - earliest, 0.0))
-        return [lag, ack, in_flight, workers, active, oldest]
 
 
 def orchestrator_telemetry(

@@ -116,7 +116,7 @@ def _cycles() -> list[list[str]]:
 def test_the_graph_is_read() -> None:
     assert "interlock.transport.tasks" in MODULES
     assert "interlock.transport.tasks" in GRAPH["interlock.sdk.worker"]
-    assert "interlock.runtime.service" in GRAPH["interlock.cli.runtime_cmds"]
+    assert "interlock.runtime.service" in GRAPH["interlock.cli.process_cmds"]
 
 
 def test_no_module_cycle() -> None:

@@ -12,6 +12,7 @@ from interlock.cli import (
     dialect_cmds,
     gateway_cmds,
     manifests,
+    process_cmds,
     replay_cmds,
     runtime_cmds,
 )
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     dialect_cmds.add_parsers(sub)
     runtime_cmds.add_parsers(sub)
     replay_cmds.add_parsers(sub)
-    runtime_cmds.add_process_parsers(sub)
+    process_cmds.add_process_parsers(sub)
     gateway_cmds.add_parsers(sub)
     creds.add_parsers(sub)
     return parser

@@ -1,5 +1,6 @@
 """Commands that talk to a NATS server: apply, start, emit, runs, agents, logs, result,
-cancel, export, replay, serve, agent run, dev."""
+cancel, export, replay, dead-letters. (The long-running processes, serve, agent run and
+dev: :mod:`interlock.cli.process_cmds`.)"""
 
 from __future__ import annotations
 
@@ -596,73 +597,7 @@ def _replay(records: list[ev.AnyRecord], as_json: bool) -> int:
     return EXIT_OK if state.status in ("completed", "running") else EXIT_FAILED
 
 
-# -- processes --------------------------------------------------------------------------
-
-
-def add_process_parsers(sub: Sub) -> None:
-    p = sub.add_parser("serve", help="run the orchestrator")
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        help="serve /metrics, /healthz and /readyz on this port "
-        "(env INTERLOCK_METRICS_PORT; default 9464; 0: off)",
-    )
-    p.add_argument(
-        "--replicas",
-        type=int,
-        default=None,
-        help="stream replicas when provisioning: 3 on a JetStream cluster "
-        "(env INTERLOCK_REPLICAS; default 1)",
-    )
-    p.add_argument(
-        "--ack-wait",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="how long messages a killed orchestrator had taken wait before another "
-        "takes them (default 10)",
-    )
-    p.add_argument("--log-level", default="info")
-    add_connection_flags(p)
-    p.set_defaults(func=cmd_serve)
-
-    p = sub.add_parser("agent", help="agent workers")
-    agent_sub = p.add_subparsers(dest="agent_command", metavar="COMMAND")
-    agent_sub.required = True
-    run = agent_sub.add_parser("run", help="run one agent worker")
-    run.add_argument("target", help="a reference agent (echo, http-fetch, command) or module:attr")
-    run.add_argument("--concurrency", type=int, default=None)
-    run.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        help="serve /metrics, /healthz and /readyz on this port "
-        "(env INTERLOCK_METRICS_PORT; default 9465; 0: off)",
-    )
-    run.add_argument("--log-level", default="info")
-    add_connection_flags(run)
-    run.set_defaults(func=cmd_agent_run)
-
-    p = sub.add_parser("dev", help="embedded NATS, the orchestrator and the reference agents")
-    p.add_argument("--port", type=int, default=4222, help="NATS port (0: any free port)")
-    p.add_argument("--data-dir", default=".interlock", help="where NATS keeps its data")
-    p.add_argument("--no-agents", action="store_true", help="do not start the reference agents")
-    p.add_argument(
-        "--http-port",
-        type=int,
-        default=8480,
-        help="HTTP gateway port on 127.0.0.1 (default 8480; 0: any free port)",
-    )
-    p.add_argument("--no-http", action="store_true", help="do not start the HTTP gateway")
-    p.add_argument(
-        "--insecure",
-        action="store_true",
-        help="no authentication: anyone who reaches the port may do anything "
-        "(default: credentials per role under DATA_DIR/creds)",
-    )
-    p.add_argument("--log-level", default="info")
-    p.set_defaults(func=cmd_dev)
+# -- shared with the process and gateway commands ------------------------------------------
 
 
 def _logging(level: str) -> None:
@@ -684,39 +619,6 @@ def _signals(stop: Callable[[], None]) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-async def serve(
-    opts: ConnectOptions,
-    stop_event: asyncio.Event | None = None,
-    *,
-    metrics_port: int | None = None,
-    replicas: int = 1,
-    ack_wait: float | None = None,
-) -> None:
-    """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
-    serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables."""
-    from interlock.runtime.health import OrchestratorInstrumentation
-    from interlock.runtime.service import ACK_WAIT, Orchestrator
-    from interlock.transport.tracing import tracer_provider_from_env
-
-    nc = await connect(opts)
-    orchestrator = Orchestrator(nc, opts.subjects, replicas=replicas, ack_wait=ack_wait or ACK_WAIT)
-    telemetry = OrchestratorInstrumentation(
-        orchestrator,
-        port=metrics_port or None,
-        provider=tracer_provider_from_env("interlock-orchestrator"),
-    )
-    stop_event = stop_event or asyncio.Event()
-    try:
-        await orchestrator.start()
-        await telemetry.start()
-        with _signals(stop_event.set):
-            await stop_event.wait()
-    finally:
-        await orchestrator.stop()
-        await telemetry.stop()
-        await nc.close()
-
-
 def _env_int(value: int | None, var: str, default: int) -> int:
     """A flag's value, else the environment variable ``var``, else ``default``."""
     if value is not None:
@@ -728,85 +630,6 @@ def _env_int(value: int | None, var: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise CliError(f"{var} must be a whole number, got {raw!r}", EXIT_USAGE) from None
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    _logging(args.log_level)
-    from interlock.runtime.health import DEFAULT_SERVE_PORT
-
-    port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT)
-    replicas = _env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
-    if replicas < 1:
-        raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
-    if args.ack_wait is not None and args.ack_wait <= 0:
-        raise CliError(f"--ack-wait must be positive, got {args.ack_wait}", EXIT_USAGE)
-    try:
-        asyncio.run(
-            serve(
-                options(args, operator=False),
-                metrics_port=port,
-                replicas=replicas,
-                ack_wait=args.ack_wait,
-            )
-        )
-    except ConnectionFailed as exc:
-        raise CliError(str(exc)) from exc
-    return EXIT_OK
-
-
-def cmd_agent_run(args: argparse.Namespace) -> int:
-    from interlock.sdk.runner import run_agent
-
-    _logging(args.log_level)
-    try:
-        from interlock.runtime.health import DEFAULT_AGENT_PORT
-
-        port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
-        opts = options(args, operator=False)
-        _check_agent_creds(args.target, opts.creds_file)
-        asyncio.run(run_agent(args.target, opts, args.concurrency, port or None))
-    except ConnectionFailed as exc:
-        raise CliError(str(exc)) from exc
-    except (LookupError, ImportError, AttributeError) as exc:
-        raise CliError(str(exc)) from exc
-    return EXIT_OK
-
-
-def _check_agent_creds(target: str, creds_file: str | None) -> None:
-    """An agent credential must allow every capability the worker serves: refuse at once,
-    naming what is missing, rather than serve half and wait forever for the rest."""
-    if creds_file is None:
-        return
-    from interlock.auth.jwt import creds_capabilities
-    from interlock.sdk.runner import load_worker
-
-    try:
-        allowed = creds_capabilities(creds_file)
-    except (OSError, ValueError):
-        return  # not readable here: the connection reports it
-    if allowed is None:
-        return  # not an agent credential of Interlock's (the server decides)
-    serves = load_worker(target).capabilities
-    missing = [c for c in serves if c not in allowed]
-    if missing:
-        raise CliError(
-            f"{creds_file} allows capabilities {', '.join(sorted(allowed)) or 'none'}; "
-            f"{target} also serves {', '.join(missing)}: issue a credential with "
-            + " ".join(f"--capability {c}" for c in serves)
-        )
-
-
-def cmd_dev(args: argparse.Namespace) -> int:
-    from interlock.cli.dev import run_dev
-
-    _logging(args.log_level)
-    return run_dev(
-        Path(args.data_dir),
-        args.port,
-        agents=not args.no_agents,
-        http_port=None if args.no_http else args.http_port,
-        insecure=args.insecure,
-    )
 
 
 def dumps(value: Any) -> str:

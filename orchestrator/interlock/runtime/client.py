@@ -213,17 +213,21 @@ class InterlockClient:
     # -- dead letters ---------------------------------------------------------------------
 
     async def dead_letters(self, reason: str | None = None) -> list[DeadLetter]:
-        """The dead letters kept (oldest first), all or those of one ``reason``."""
+        """The dead letters kept (oldest first), all or those of one ``reason`` (the
+        orchestrator's and the agents' own, ``<prefix>.dlq.agent.<capability>.<reason>``)."""
         stream = self.subjects.dead_letter_stream
-        subject = self.subjects.dead_letter(reason) if reason else self.subjects.dead_letters_all
         found: list[DeadLetter] = []
         seq = 1
         while True:
             try:
-                raw = await self.js.get_msg(stream, seq, subject=subject, next=True)
+                raw = await self.js.get_msg(
+                    stream, seq, subject=self.subjects.dead_letters_all, next=True
+                )
             except NotFoundError:
                 return found
-            found.append(DeadLetter.of(raw))
+            letter = DeadLetter.of(raw)
+            if reason is None or letter.reason == reason:
+                found.append(letter)
             seq = int(raw.seq or seq) + 1
 
     async def dead_letter(self, seq: int) -> DeadLetter:

@@ -70,6 +70,14 @@ class InFlight:
             self.task.cancel()
 
 
+class _Refused(Exception):
+    """The task is answered without running the handler (the answer's type and data)."""
+
+    def __init__(self, answer: tuple[str, Any]) -> None:
+        super().__init__(answer[0])
+        self.answer = answer
+
+
 async def execute(
     cap: Capability,
     contract: CapabilityContract,
@@ -87,37 +95,10 @@ async def execute(
     """
     if flight.reason is not None:  # cancelled before the handler started
         return stopped(flight, request, cap)
-    if request.deadline_problem:
-        log.warning("task %s: %s; running without one", request.action_id, request.deadline_problem)
-    now = datetime.now(UTC)
-    if request.deadline is not None and now >= request.deadline:
-        return failure(
-            ErrorClass.TIMEOUT,
-            f"deadline {format_time(request.deadline)} had passed when the task was received",
-            retryable=True,
-        )
-    data = request.event.data
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        return failure(
-            ErrorClass.SCHEMA_ERROR,
-            f"the input of {cap.name!r} must be a JSON object, got {type(data).__name__}",
-            retryable=False,
-        )
-    mismatch = schema_mismatch("input", cap.name, contract.input, contract.origin, data)
-    if mismatch is not None:
-        return mismatch
-    argument: Any = data
-    if cap.input_type is not None:
-        try:
-            argument = msgspec.convert(data, cap.input_type)
-        except msgspec.ValidationError as exc:
-            return failure(
-                ErrorClass.SCHEMA_ERROR,
-                f"input does not fit {cap.input_type.__name__}: {exc}",
-                retryable=False,
-            )
+    try:
+        argument = _argument(cap, contract, request)
+    except _Refused as refused:
+        return refused.answer
     ctx = TaskContext(
         event=request.event,
         run_id=request.run_id,
@@ -135,16 +116,7 @@ async def execute(
     call = cap.handler(argument, ctx) if cap.takes_context else cap.handler(argument)
     task: asyncio.Task[Any] = asyncio.ensure_future(call)
     flight.task = task
-    timeout = None
-    if request.deadline is not None:
-        timeout = max((request.deadline - datetime.now(UTC)).total_seconds(), 0.0)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    if not done:
-        flight.stop("timeout")
-    if not task.done():
-        done, _ = await asyncio.wait({task}, timeout=CANCEL_CLEANUP)
-        if not done:
-            log.warning("the %s handler ignores cancellation; answering without it", cap.name)
+    await _run(task, request, flight, cap.name)
     if flight.reason is not None and not (flight.reason == "shutdown" and succeeded(task)):
         return stopped(flight, request, cap)
     if task.cancelled():
@@ -159,6 +131,64 @@ async def execute(
         # An unexpected exception may well be transient: let the retry policy decide.
         return failure(ErrorClass.AGENT_ERROR, f"{type(error).__name__}: {error}", retryable=True)
     return output(cap, contract, task.result())
+
+
+def _argument(cap: Capability, contract: CapabilityContract, request: TaskRequest) -> Any:
+    """The handler's argument: the input, checked (deadline, JSON object, schema, type).
+
+    Raises:
+        _Refused: with the answer to give instead of running the handler.
+    """
+    if request.deadline_problem:
+        log.warning("task %s: %s; running without one", request.action_id, request.deadline_problem)
+    if request.deadline is not None and datetime.now(UTC) >= request.deadline:
+        raise _Refused(
+            failure(
+                ErrorClass.TIMEOUT,
+                f"deadline {format_time(request.deadline)} had passed when the task was received",
+                retryable=True,
+            )
+        )
+    data = request.event.data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise _Refused(
+            failure(
+                ErrorClass.SCHEMA_ERROR,
+                f"the input of {cap.name!r} must be a JSON object, got {type(data).__name__}",
+                retryable=False,
+            )
+        )
+    mismatch = schema_mismatch("input", cap.name, contract.input, contract.origin, data)
+    if mismatch is not None:
+        raise _Refused(mismatch)
+    if cap.input_type is None:
+        return data
+    try:
+        return msgspec.convert(data, cap.input_type)
+    except msgspec.ValidationError as exc:
+        raise _Refused(
+            failure(
+                ErrorClass.SCHEMA_ERROR,
+                f"input does not fit {cap.input_type.__name__}: {exc}",
+                retryable=False,
+            )
+        ) from None
+
+
+async def _run(task: asyncio.Task[Any], request: TaskRequest, flight: InFlight, name: str) -> None:
+    """Let the handler run until its deadline (then stop it) and its clean-up is over."""
+    timeout = None
+    if request.deadline is not None:
+        timeout = max((request.deadline - datetime.now(UTC)).total_seconds(), 0.0)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        flight.stop("timeout")
+    if not task.done():
+        done, _ = await asyncio.wait({task}, timeout=CANCEL_CLEANUP)
+        if not done:
+            log.warning("the %s handler ignores cancellation; answering without it", name)
 
 
 def stopped(flight: InFlight, request: TaskRequest, cap: Capability) -> tuple[str, Any]:

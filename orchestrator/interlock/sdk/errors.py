@@ -24,7 +24,7 @@ class ErrorClass(StrEnum):
     """The handler failed (raised)."""
     PLATFORM_ERROR = vocabulary.ErrorClass.PLATFORM_ERROR.value
     """The worker itself failed around the handler."""
-    PAYLOAD_TOO_LARGE = "payload_too_large"
+    PAYLOAD_TOO_LARGE = vocabulary.ErrorClass.PAYLOAD_TOO_LARGE.value
     """The handler's answer is larger than the NATS server accepts in one message."""
 
 

@@ -5,7 +5,9 @@
 - ``schemas/workflow.schema.json`` and ``schemas/agentdef.schema.json``: the manifest
   kinds (from :func:`interlock.core.model.json_schema`);
 - ``runlog/<type>.schema.json``: one JSON Schema per run-log record type (from
-  :func:`interlock.core.events.data_schemas`), and ``runlog/catalogue.md`` listing them.
+  :func:`interlock.core.events.data_schemas`), and ``runlog/catalogue.md`` listing them;
+- ``asyncapi.yaml``: the NATS wire contract as an AsyncAPI 3 document (from
+  :mod:`interlock.contracts_wire`: subjects, roles, headers, payloads, the task consumer).
 
 Output is stable (sorted keys, two-space indent, trailing newline), so the files can be
 checked in and ``--check`` can tell when they drift from the code.
@@ -20,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from interlock import contracts_wire
 from interlock.core import events, model
 from interlock.core.vocabulary import ErrorClass
 
@@ -112,6 +115,7 @@ def generate() -> dict[str, str]:
     for record_type, schema in schemas.items():
         out[f"contracts/runlog/{record_type}.schema.json"] = _json(schema)
     out["contracts/runlog/catalogue.md"] = _catalogue(schemas)
+    out["contracts/asyncapi.yaml"] = contracts_wire.render()
     return out
 
 
@@ -158,7 +162,8 @@ def _default_root() -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m interlock.contracts_gen",
-        description="Write contracts/ (manifest and run-log JSON Schemas) from the code.",
+        description="Write contracts/ (manifest and run-log JSON Schemas, the AsyncAPI wire "
+        "contract) from the code.",
     )
     parser.add_argument(
         "--check",

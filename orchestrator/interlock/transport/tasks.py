@@ -6,7 +6,7 @@ subject, header or extension by hand.
 - A **request** is a binary-mode CloudEvent of type ``io.interlock.task.requested`` on
   ``<prefix>.cap.<capability>`` (the TASKS work-queue stream), read by every worker of the
   capability through the durable pull consumer ``cap_<capability>``. Its id is the action
-  id (``<run id>.<log position>``), its extensions carry ``runid``, ``actionid``,
+  id (``<run id>:<log position>``), its extensions carry ``runid``, ``actionid``,
   ``capability``, ``attempt`` and, when the action has one, ``deadline`` and
   ``traceparent``; its ``Nats-Msg-Id`` is ``<action id>.<attempt>``, so a re-dispatch of
   the same attempt is dropped by the stream.
@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
@@ -74,9 +75,63 @@ TRACEPARENT: Final = "traceparent"
 
 TASK_ACK_WAIT: Final = 30.0
 """Default ack wait of a capability's consumer (seconds); workers send progress acks."""
+TASK_MAX_ACK_PENDING: Final = 1000
+"""Tasks of one capability handed out and not yet acknowledged, over all its workers (the
+server's default, stated so the contract can say it)."""
 
 _CONSUMER_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _KV_KEY_UNSAFE = re.compile(r"[^-/_=.A-Za-z0-9]")
+
+
+# --- payloads (their JSON Schemas are published in contracts/asyncapi.yaml) ------------
+
+
+class TaskError(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Why a task failed: the ``error`` of a ``task.failed`` answer."""
+
+    error_class: str = msgspec.field(name="class")
+    """One of the error classes (``agent_error``, ``timeout``, ``schema_error``,
+    ``cancelled``, ...); a class the orchestrator does not know is taken as ``agent_error``
+    with that class as its ``code``."""
+    message: str
+    retryable: bool | None = None
+    """Whether the action's retry policy may try again (absent or false: only if the class
+    is ``timeout`` or ``platform_error``)."""
+    code: str | None = None
+    """A finer reason a workflow can route on (``result.error.code``)."""
+
+
+class TaskFailed(msgspec.Struct, kw_only=True):
+    """The data of a ``task.failed`` answer."""
+
+    error: TaskError
+
+
+class Heartbeat(msgspec.Struct, kw_only=True):
+    """The value of a worker's key in the workers bucket (JSON), rewritten every few seconds
+    (the bucket forgets a key not written for its TTL)."""
+
+    name: str
+    """The worker's name (``interlock agents`` lists one line per name and instance)."""
+    instance: str
+    """This process's id, unique among the worker's processes."""
+    capabilities: list[str]
+    """Every capability the process serves (it writes one key per capability)."""
+    concurrency: int
+    in_flight: int
+    started_at: str
+    """RFC 3339 UTC."""
+    heartbeat_at: str
+    """RFC 3339 UTC."""
+    host: str | None = None
+    pid: int | None = None
+
+
+class TimerBody(msgspec.Struct, kw_only=True):
+    """The payload of a timer, scheduled and fired."""
+
+    run_id: str
+    timer_id: str
 
 
 # --- names ----------------------------------------------------------------------------
@@ -115,6 +170,7 @@ def task_consumer_config(
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=ack_wait,
         max_deliver=max_deliver,
+        max_ack_pending=TASK_MAX_ACK_PENDING,
     )
 
 

@@ -439,7 +439,7 @@ def _messages() -> dict[str, Any]:
                 "required": ["Nats-Schedule", "Nats-Schedule-Target", _MSG_ID],
                 "properties": {
                     "Nats-Schedule": _string("`@at <RFC 3339 time>`."),
-                    "Nats-Schedule-Target": _string(f"`{s.timer_fired('<run id>')}`."),
+                    "Nats-Schedule-Target": _string(f"`{s.prefix}.timers.fired.<run id>`."),
                     _MSG_ID: _string("`timer:<timer id>`."),
                 },
             },

@@ -114,6 +114,7 @@ async function open() {
 
 const cancelled = new Map(); // action id -> {attempt, time, at}: recent cancel notices
 const running = new Map(); // action id -> [{attempt, abort}]
+const held = new Set(); // tasks taken and not yet answered
 let inFlight = 0;
 let stopping = false;
 const startedAt = now();
@@ -126,7 +127,7 @@ function covers(notice, attempt, requestedAt) {
   return attempt === 1 || (requestedAt && notice.time && requestedAt < notice.time);
 }
 
-// Step 3: cancel notices, on core NATS (not stored): subscribe before taking tasks.
+// Steps 2 and 7: cancel notices, on core NATS (not stored): subscribe before taking tasks.
 function onCancel(msg) {
   const h = readHeaders(msg);
   if (h["ce-type"] !== "io.interlock.task.cancel" || !h["ce-actionid"]) return;
@@ -145,7 +146,7 @@ function onCancel(msg) {
   }
 }
 
-// Step 7: heartbeats, one KV key per capability: a JetStream publish to $KV.<bucket>.<key>.
+// Step 8: heartbeats, one KV key per capability: a JetStream publish to $KV.<bucket>.<key>.
 async function heartbeat(js, capabilities, remove = false) {
   const value = {
     name: NAME,
@@ -169,7 +170,7 @@ async function heartbeat(js, capabilities, remove = false) {
   }
 }
 
-// Steps 4-6: one task: take it, keep it ours, run the handler, answer, then ack.
+// Steps 4-6: one task: read it, keep it ours (progress acks), run the handler, answer, ack.
 async function handle(js, capability, msg, ackWaitMs) {
   const h = readHeaders(msg);
   const runId = h["ce-runid"] ?? h["ce-subject"];
@@ -265,9 +266,10 @@ async function main() {
   const capabilities = Object.keys(HANDLERS);
   const nc = await open();
   const js = nc.jetstream();
+  // Step 2: cancel notices first.
   for (const cap of capabilities) nc.subscribe(`${PREFIX}.control.${cap}.*`, { callback: (_, m) => onCancel(m) });
 
-  // Step 2: bind to each capability's durable consumer (the orchestrator creates it).
+  // Step 3: bind to each capability's durable consumer (the orchestrator creates it).
   const consumers = [];
   for (const cap of capabilities) {
     const durable = `cap_${token(cap)}`;
@@ -312,10 +314,12 @@ async function main() {
       }
       for await (const msg of batch) {
         inFlight += 1;
+        held.add(msg);
         const work = handle(js, cap, msg, ackWaitMs)
           .catch((err) => log("internal error:", err))
           .finally(() => {
             inFlight -= 1;
+            held.delete(msg);
             tasks.delete(work);
             freed();
           });
@@ -325,6 +329,7 @@ async function main() {
   };
   const loops = consumers.map(pullLoop);
 
+  // Step 9: shut down cleanly.
   const stop = async () => {
     if (stopping) process.exit(1); // a second signal: leave at once (tasks come back)
     stopping = true;
@@ -332,6 +337,7 @@ async function main() {
     freed();
     clearInterval(beating);
     await Promise.race([Promise.all(tasks), sleep(GRACE_MS)]);
+    for (const msg of held) msg.nak(); // given up: another worker takes them at once
     await heartbeat(js, capabilities, true);
     await nc.drain();
     process.exit(0);

@@ -282,6 +282,50 @@ def test_a_failure_code_routes_before_catch_by_class(error: dict[str, str], via:
     assert run.state.outputs == {"via": via}
 
 
+CATCH_CODES = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: catch-codes}
+spec:
+  initial_state: ask
+  states:
+    ask:
+      actions: [{capability: search}]
+      on:
+        - {event: task.completed, goto: done}
+      catch:
+        - {codes: [tool_error, guardrail_denied], goto: fallback}
+        - {errors: [agent_error], codes: [""], goto: handoff}
+        - {errors: [timeout], goto: later}
+    done: {type: terminal}
+    fallback: {type: terminal, outputs: {via: fallback}}
+    handoff: {type: terminal, outputs: {via: handoff}}
+    later: {type: terminal, outputs: {via: later}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("error", "via"),
+    [
+        ({"class": "tool_error", "message": "down"}, "fallback"),
+        ({"class": "agent_error", "message": "down", "code": "guardrail_denied"}, "fallback"),
+        ({"class": "agent_error", "message": "plain"}, "handoff"),
+        ({"class": "timeout", "message": "slow"}, "later"),
+        ({"class": "agent_error", "message": "other", "code": "quota"}, None),
+    ],
+)
+def test_catch_by_failure_code(error: dict[str, str], via: str | None) -> None:
+    run = Run(compile_one(CATCH_CODES))
+    run.start()
+    run.answer({"error": error}, type="task.failed")
+    if via is None:
+        assert run.state.status == "failed"
+        assert run.state.error is not None
+        assert run.state.error.code == "quota"
+    else:
+        assert run.state.outputs == {"via": via}
+
+
 SEQUENTIAL = """\
 apiVersion: interlock.io/v1
 kind: Workflow

@@ -51,7 +51,7 @@ def test_support_flow_maps_branches_default_and_catch_codes() -> None:
         {"event": "task.completed", "goto": "general"},
     ]
     # ["tool_error", "*"]: "*" takes every failure.
-    assert spec["states"]["billing"]["on"][1] == {"event": "task.failed", "goto": "fallback"}
+    assert spec["states"]["billing"]["catch"] == [{"errors": ["*"], "goto": "fallback"}]
     agents = {a.data["metadata"]["name"]: a.data for a in prepared.agents}
     assert agents["triage-agent"]["spec"]["capabilities"][0]["output_schema"] == {
         "type": "object",
@@ -77,12 +77,11 @@ def test_catch_by_code_and_by_class() -> None:
 """
     )
     prepared = prepare([("c.yaml", text)])
-    on = prepared.documents[0].data["spec"]["states"]["a"]["on"]
-    assert [t.get("guard") for t in on[1:]] == [
-        'result.error.code in ["tool_error", "guardrail_denied"]',
-        'result.error["class"] in ["timeout"]',
-        'result.error["class"] == "agent_error" && result.error.code in ["", "agent_error"]',
-        None,
+    assert prepared.documents[0].data["spec"]["states"]["a"]["catch"] == [
+        {"codes": ["tool_error", "guardrail_denied"], "goto": "b"},
+        {"errors": ["timeout"], "goto": "b"},
+        {"errors": ["agent_error"], "codes": ["", "agent_error"], "goto": "b"},
+        {"errors": ["*"], "goto": "b"},
     ]
 
 

@@ -47,8 +47,12 @@ class CatchDef:
     errors: frozenset[str]
     goto: str
     set: tuple[tuple[str, CompiledValue], ...] = ()
+    codes: frozenset[str] = frozenset()
+    """When set, the failure's code must be one of these too."""
 
-    def matches(self, error_class: str) -> bool:
+    def matches(self, error_class: str, code: str = "") -> bool:
+        if self.codes and code not in self.codes:
+            return False
         return "*" in self.errors or error_class in self.errors
 
 

@@ -638,10 +638,11 @@ class _Step:
         if self.route(TASK_FAILED, event, failure):
             return
         for catch in self.current.catches:
-            if catch.matches(error.error_class):
-                self.check(
-                    catch, TASK_FAILED, "fired", reads={"result.error.class": error.error_class}
-                )
+            if catch.matches(error.error_class, error.code):
+                reads = {"result.error.class": error.error_class}
+                if catch.codes:
+                    reads["result.error.code"] = error.code
+                self.check(catch, TASK_FAILED, "fired", reads=reads)
                 self.move(
                     catch.goto, TASK_FAILED, event, -1, catch.set, self.activation(event, failure)
                 )

@@ -342,7 +342,12 @@ class WorkflowLowering:
                     f"unknown error class {error_class!r} (known: {', '.join(ERROR_CLASSES)}, *)",
                 )
         self._goto((*path, "goto"), catch.goto)
-        return CatchDef(frozenset(catch.errors), catch.goto, self._sets((*path, "set"), catch.set))
+        return CatchDef(
+            frozenset(catch.errors),
+            catch.goto,
+            self._sets((*path, "set"), catch.set),
+            frozenset(catch.codes),
+        )
 
     def _map(self, path: Path, spec: model.MapSpec | None) -> MapDef | None:
         if spec is None:

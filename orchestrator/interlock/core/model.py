@@ -113,9 +113,11 @@ class Action(_Strict, frozen=True, kw_only=True):
 
 
 class Catch(_Strict, frozen=True, kw_only=True):
-    """Where a failed action (after its retries) goes, by error class (``*``: any)."""
+    """Where a failed action (after its retries) goes, by error class (``*``: any) and,
+    with ``codes``, by the agent's own failure code (``tool_error``, ``guardrail_denied``)."""
 
     errors: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    codes: list[str] = []
     goto: str
     set: dict[str, Value] = {}
 

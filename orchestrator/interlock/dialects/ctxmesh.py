@@ -3,8 +3,8 @@
 Each step becomes a state; ``agentRef`` becomes the capability of the state's action (the
 AgentDef implied is named like the AgentDeployment and carries the step's
 ``outputSchema``); ``next``/``branches``/``default`` become ``task.completed`` transitions,
-``catch``/``onError`` ``task.failed`` transitions (so failure *codes* such as
-``tool_error`` route, not only classes), ``map`` and ``loop`` the native constructs, and
+``catch``/``onError`` ``catch`` entries (failure *codes* such as ``tool_error``
+route with ``codes``, not only classes), ``map`` and ``loop`` the native constructs, and
 the budget the native budget. CEL reads ctxmesh's variables (``input``,
 ``steps.<name>.output``), rewritten to the native ones (``inputs``, ``states.<name>.output``).
 
@@ -626,18 +626,20 @@ def _state(
         else:
             out.at((*base, "on", 0), (*path, "next") if "next" in step else path)
             on.append(_goto(ctx, step.get("next") or None, done, name))
+    catches: list[dict[str, Any]] = []
     for j, entry in enumerate(step.get("catch") or []):
-        out.at((*base, "on", len(on)), (*path, "catch", j))
-        on.append(_catch(entry["errors"], entry["next"]))
+        for native in _catch(entry["errors"], entry["next"]):
+            out.at((*base, "catch", len(catches)), (*path, "catch", j))
+            catches.append(native)
     if step.get("onError"):
-        out.at((*base, "on", len(on)), (*path, "onError"))
-        on.append({"event": "task.failed", "goto": step["onError"]})
-    if step.get("catch") or step.get("onError"):
+        out.at((*base, "catch", len(catches)), (*path, "onError"))
+        catches.append({"errors": ["*"], "goto": step["onError"]})
+    if catches:
+        state["catch"] = catches
         out.note(
-            (*base, "on"),
-            "catch/onError -> task.failed transitions, in order: a code that is an error class "
-            "matches result.error.class, any other (tool_error, guardrail_denied) the agent's "
-            "result.error.code",
+            (*base, "catch"),
+            "catch/onError, in order: a failure code that is an error class matches the class; "
+            "any other (tool_error, guardrail_denied) the agent's own code (codes)",
         )
     state["on"] = on
     return state
@@ -653,21 +655,21 @@ def _goto(ctx: _Ctx, target: str | None, done: str, name: str) -> dict[str, Any]
     }
 
 
-def _catch(errors: list[str], target: str) -> dict[str, Any]:
+def _catch(errors: list[str], target: str) -> list[dict[str, Any]]:
+    """One ctxmesh catch entry as native catch entries (tried in order, like its codes)."""
     if "*" in errors:
-        return {"event": "task.failed", "goto": target}
-    clauses = []
+        return [{"errors": ["*"], "goto": target}]
+    out: list[dict[str, Any]] = []
     classes = [e for e in errors if e in ERROR_CLASSES and e != "agent_error"]
     codes = [e for e in errors if e not in ERROR_CLASSES]
     if classes:
-        clauses.append(f'result.error["class"] in {_list(classes)}')
+        out.append({"errors": classes, "goto": target})
     if "agent_error" in errors:
-        clauses.append(
-            'result.error["class"] == "agent_error" && result.error.code in ["", "agent_error"]'
-        )
+        # ctxmesh's agent_error is a code of its own, apart from tool_error & co.
+        out.append({"errors": ["agent_error"], "codes": ["", "agent_error"], "goto": target})
     if codes:
-        clauses.append(f"result.error.code in {_list(codes)}")
-    return {"event": "task.failed", "guard": " || ".join(clauses), "goto": target}
+        out.append({"codes": codes, "goto": target})
+    return out
 
 
 def _list(items: list[str]) -> str:

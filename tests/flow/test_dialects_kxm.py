@@ -66,11 +66,18 @@ class Agents(ScriptedAgents):
 Stack = ScriptedStack[Agents]
 
 
-@pytest.fixture(params=["as-written", "converted"])
-def files(
-    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> list[Path]:
-    if request.param == "as-written":
+BOTH = pytest.mark.parametrize("form", ["as-written", "converted"])
+"""The round trip: the file as written and its `interlock convert` output, to one outcome."""
+
+
+@pytest.fixture
+def form() -> str:
+    return "as-written"
+
+
+@pytest.fixture
+def files(form: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[Path]:
+    if form == "as-written":
         return [FIXTURE]
     assert interlock_main(["convert", str(FIXTURE), "-o", str(tmp_path)]) == 0
     capsys.readouterr()
@@ -119,6 +126,7 @@ DIFF = {"status": "passed", "evidence": {"diff": "+refunds"}}
 WAIT = {"wait": "ci", "summary": "waiting for CI"}
 
 
+@BOTH
 async def test_the_definition_runs_to_completion(stack: Stack) -> None:
     stack.agents.queue["plan"] = [PLAN]
     stack.agents.queue["implement"] = [DIFF]
@@ -256,16 +264,16 @@ class RuntimeAgents(ScriptedAgents):
 RuntimeStack = ScriptedStack[RuntimeAgents]
 
 
-@pytest.fixture(params=["as-written", "converted"])
+@pytest.fixture
 async def runtime(
-    request: pytest.FixtureRequest,
+    form: str,
     nats_url: str,
     subjects: Subjects,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> AsyncIterator[RuntimeStack]:
     path = RUNTIME
-    if request.param == "converted":
+    if form == "converted":
         assert interlock_main(["convert", str(RUNTIME), "-o", str(tmp_path)]) == 0
         capsys.readouterr()
         path = tmp_path / "kxm-bug-fix.yaml"
@@ -279,6 +287,7 @@ async def runtime(
 FIX = {"outcome": "done", "evidence": {"diff": "+fix"}, "cost": 1.5}
 
 
+@BOTH
 async def test_runtime_workflow_runs_every_step_kind(runtime: RuntimeStack) -> None:
     runtime.agents.gates["repro"] = [False]  # the reproduction fails: confirmed
     runtime.agents.gates["tests"] = [True]

@@ -21,6 +21,7 @@ import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from node_support import ROOT, node_or_skip, npm_install
 
@@ -257,5 +258,7 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
             workers = [w for w in listed["workers"] if w["name"] == "greeter-js"]
             assert len(workers) == 1, listed
             assert workers[0]["capabilities"] == [CAPABILITY]
+            assert set(workers[0]) == set(tasks.Heartbeat.__struct_fields__)
+            msgspec.convert(workers[0], tasks.Heartbeat)  # the documented types
         finally:
             assert await worker.stop() == 0, "\n".join(worker.lines)

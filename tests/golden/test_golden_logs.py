@@ -1,9 +1,13 @@
-"""Golden run logs: recorded logs under version control must keep folding to the same state.
+"""Golden run logs: what the engine writes, and how each record folds, pinned byte for byte.
 
-Each ``<name>.jsonl`` (one CloudEvent per line) must fold to ``<name>.state.json`` byte for
-byte. The log under ``divergent/`` deliberately does not: its divergence must be detected
-and reported, naming the first field that differs. To record the logs again, or to refold
-them after a deliberate change of the state's shape, see ``record.py``.
+Each scenario of ``record.py`` is driven again in memory, through start/decide/cancel: the
+engine must write exactly the stored ``<name>.jsonl``, and folding the stored log must pass
+through exactly the stored ``states/<name>.jsonl`` (the state after each record) and end at
+``<name>.state.json``. A change to what the engine writes or how a record folds therefore
+shows as a golden file to re-record (``record.py``) and review, in a commit of its own.
+
+The log under ``divergent/`` deliberately does not fold to its stored state: its divergence
+must be detected and reported, naming the first field that differs.
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import record
 
 from interlock.core import events as ev
-from interlock.core.state import encode_state, fold
+from interlock.core.state import RunState, encode_state, evolve, fold
 
 HERE = Path(__file__).resolve().parent
-GOLDEN = sorted(HERE.glob("*.jsonl"))
+GOLDEN = sorted([*HERE.glob("*.jsonl"), *(HERE / "control-flow").glob("*.jsonl")])
 DIVERGENT = sorted((HERE / "divergent").glob("*.jsonl"))
+RERECORD = "if the change is meant, re-record with tests/golden/record.py and commit it alone"
 
 
 def _differences(folded: Any, expected: Any, path: str) -> list[str]:
@@ -45,14 +51,64 @@ def _differences(folded: Any, expected: Any, path: str) -> list[str]:
     return []
 
 
-def compare_replay(log: bytes, expected: bytes) -> list[str]:
-    """Fold a JSONL run log; name every field where the result differs from ``expected``
-    (first differing field first). Empty when the bytes are identical."""
-    folded = encode_state(fold(ev.decode_lines(log)))
+def compare_state(folded: bytes, expected: bytes) -> list[str]:
+    """Every field where an encoded state differs from ``expected`` (first differing field
+    first); empty when the bytes are identical."""
     if folded == expected.rstrip(b"\n"):
         return []
     found = _differences(json.loads(folded), json.loads(expected), "")
     return found or ["the folded state has the same values but different bytes (key order)"]
+
+
+def compare_replay(log: bytes, expected: bytes) -> list[str]:
+    """Fold a JSONL run log; name every field where the result differs from ``expected``."""
+    return compare_state(encode_state(fold(ev.decode_lines(log))), expected)
+
+
+# --- the engine's output --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", record.SCENARIOS)
+def test_the_engine_writes_the_recorded_log(name: str) -> None:
+    written = record.log_bytes(record.replay(name).log).splitlines()
+    stored = record.log_path(name).read_bytes().splitlines()
+    for position, (new, old) in enumerate(zip(written, stored, strict=False), start=1):
+        assert new == old, (
+            f"{name}: record {position} is not what was recorded ({RERECORD})\n"
+            f"  recorded: {old.decode()}\n  written:  {new.decode()}"
+        )
+    assert len(written) == len(stored), (
+        f"{name}: the engine wrote {len(written)} records, {len(stored)} were recorded"
+    )
+
+
+@pytest.mark.parametrize("name", record.SCENARIOS)
+def test_every_record_folds_to_the_recorded_state(name: str) -> None:
+    """The state after each record, not only the last: a field that goes wrong in the middle
+    of a run and is overwritten later shows here."""
+    records = ev.decode_lines(record.log_path(name).read_bytes())
+    expected = record.states_path(name).read_bytes().splitlines()
+    assert len(expected) == len(records)
+    state = RunState()
+    for position, (record_, stored) in enumerate(zip(records, expected, strict=True), start=1):
+        state = evolve(state, record_)
+        problems = compare_state(encode_state(state), stored)
+        assert problems == [], (
+            f"{name}: after record {position} ({ev.record_type(record_)}) the state differs "
+            f"({RERECORD}):\n" + "\n".join(problems)
+        )
+    assert expected[-1] == record.state_path(name).read_bytes().rstrip(b"\n")
+
+
+def test_every_golden_log_has_its_scenario() -> None:
+    assert sorted(p.stem for p in GOLDEN) == sorted(record.SCENARIOS)
+    for name in record.SCENARIOS:
+        assert record.log_path(name) in GOLDEN
+        assert record.state_path(name).exists()
+        assert record.states_path(name).exists()
+
+
+# --- the stored logs ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("log", GOLDEN, ids=[p.stem for p in GOLDEN])
@@ -76,14 +132,46 @@ def test_golden_log_is_well_formed(log: Path) -> None:
     assert all(r.subject == run_id for r in records)
 
 
+def _kinds() -> dict[str, set[str]]:
+    return {p.stem: {ev.record_type(r) for r in ev.decode_lines(p.read_bytes())} for p in GOLDEN}
+
+
 def test_the_golden_logs_cover_the_scenarios() -> None:
-    kinds = {p.stem: {ev.record_type(r) for r in ev.decode_lines(p.read_bytes())} for p in GOLDEN}
-    assert any(ev.PREFIX + "guard.failed" in k for k in kinds.values())
-    assert any(ev.PREFIX + "run.cancelled" in k for k in kinds.values())
-    assert any(ev.PREFIX + "run.failed" in k for k in kinds.values())
+    every = set().union(*_kinds().values())
+    for kind in (
+        "guard.failed",
+        "run.cancelled",
+        "run.failed",
+        "run.completed",
+        "map.started",
+        "map.completed",
+        "action.cancelled",
+        "event.received",
+        "timer.fired",
+    ):
+        assert ev.PREFIX + kind in every, kind
     merged = ev.decode_lines((HERE / "code-review-merged-fix-loop.jsonl").read_bytes())
     visits = [r.data.state for r in merged if isinstance(r, ev.StateEntered)]
     assert visits == ["review", "fix", "review", "approval", "merge", "merged"]
+
+
+def test_a_retried_parallel_branch_asks_its_own_capability_again() -> None:
+    """Branch 1 (capability ``test``) fails, is retried, and is requested again as ``test``
+    with its own input, not as branch 0's ``lint``."""
+    log = ev.decode_lines(record.log_path("control-flow-done").read_bytes())
+    asked = [
+        (r.data.item, r.data.capability, r.data.attempt, r.data.input)
+        for r in log
+        if isinstance(r, ev.ActionRequested) and r.data.state == "checks"
+    ]
+    assert asked == [
+        (0, "lint", 1, {"branch": 0}),
+        (1, "test", 1, {"branch": 1}),
+        (1, "test", 2, {"branch": 1}),
+    ]
+
+
+# --- a divergent log is reported ------------------------------------------------------
 
 
 @pytest.mark.parametrize("log", DIVERGENT, ids=[p.stem for p in DIVERGENT])
@@ -110,3 +198,12 @@ def test_compare_replay_reports_structure_changes() -> None:
     problems = compare_replay(log, json.dumps(renamed).encode())
     assert problems[0].startswith("stage: missing from the folded state")
     assert problems[1].startswith("state: not expected (the log folds to ")
+
+
+def test_a_changed_engine_output_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The byte comparison fails on a one-field change of what the engine writes."""
+    stored = (HERE / "code-review-cancelled.jsonl").read_bytes()
+    monkeypatch.setattr(ev, "SOURCE", "interlock://elsewhere")
+    written = record.log_bytes(record.replay("code-review-cancelled").log)
+    assert written != stored
+    assert written.replace(b"interlock://elsewhere", b"interlock://orchestrator") == stored

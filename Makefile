@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint typecheck unit demo bench clean contracts
+.PHONY: install test lint typecheck unit demo bench clean contracts mutation
 
 install: $(STAMP)
 
@@ -35,5 +35,12 @@ demo: install
 bench: install
 	$(BIN)/python -m bench
 
+# Mutation testing of the pure core: mutmut, one module at a time, one worker, against
+# tests/core and tests/golden. Slow (tens of minutes for the engine), so not part of `make test`.
+# MODULES="state expr" limits it to some modules of interlock.core.
+mutation: install
+	$(BIN)/python -m pip install --quiet 'mutmut==3.8.1'
+	$(BIN)/python tests/mutation/run.py $(MODULES)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .interlock
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .interlock .mutation

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -233,3 +234,20 @@ def test_rfc3339_writes_utc_with_z() -> None:
     assert format_time(plus_two, utc=False) == "2026-03-01T11:00:01.123+02:00"
     assert format_time(moment.replace(tzinfo=None)) == "2026-03-01T09:00:01.123Z"
     assert format_time(parse_time(format_time(moment))) == format_time(moment)
+
+
+def test_rfc3339_takes_a_naive_moment_as_utc_whatever_the_local_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        naive = datetime(2026, 3, 1, 9, 0, 1, tzinfo=UTC).replace(tzinfo=None)
+        assert format_time(naive) == "2026-03-01T09:00:01.000Z"
+        east = timezone(timedelta(hours=2))
+        assert format_time(datetime(2026, 3, 1, 9, 0, 1, tzinfo=east)) == (
+            "2026-03-01T07:00:01.000Z"
+        )
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -1,0 +1,147 @@
+"""Mutation testing of the pure core: mutmut, one core module at a time, against the core and
+golden tests, with one worker (the machines are small and shared).
+
+    make mutation                          # every module of interlock.core, one after another
+    make mutation MODULES="state engine"   # some of them
+
+mutmut mutates code under ``./``, ``src/`` or ``source/`` only, so each module runs in a
+staged copy of the tree under ``.mutation/<module>/`` (``src/interlock`` is the package,
+the rest is what the tests read). Each run prints the module's score, and
+``.mutation/scores.json`` keeps the last score of every module and its surviving mutants
+(mutmut's own output is in ``.mutation/<module>/mutmut.log``). To see one:
+``cd .mutation/<module> && ../../.venv/bin/mutmut show <name>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "orchestrator" / "interlock" / "core"
+WORK = ROOT / ".mutation"
+TESTS = ["tests/core", "tests/golden"]
+READ_BY_TESTS = ["contracts", "docs", "examples", "agents", "orchestrator"]
+KILLED = {1, 3}
+"""mutmut's exit codes of a killed mutant (a failing test; pytest's internal error)."""
+TIMEOUT = {36, -24, 24, 152, 255}
+"""A mutant whose tests ran out of time (an endless loop): detected, so counted as killed."""
+
+
+def modules() -> list[str]:
+    return sorted(p.stem for p in CORE.glob("*.py") if p.stem != "__init__")
+
+
+def stage(module: str) -> Path:
+    """A fresh copy of what the tests need, laid out as mutmut expects."""
+    here = WORK / module
+    if here.exists():
+        shutil.rmtree(here)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "orchestrator" / "interlock", here / "src" / "interlock", ignore=ignore)
+    for name in [*TESTS, *READ_BY_TESTS]:
+        shutil.copytree(ROOT / name, here / name, ignore=ignore)
+    shutil.copy2(ROOT / "tests" / "conftest.py", here / "tests" / "conftest.py")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pytest_options = project["tool"]["pytest"]["ini_options"]
+    lines = ["[tool.pytest.ini_options]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in pytest_options.items()]
+    lines += [
+        "",
+        "[tool.mutmut]",
+        'source_paths = ["src"]',
+        f'only_mutate = ["src/interlock/core/{module}.py"]',
+        f"pytest_add_cli_args_test_selection = {json.dumps(TESTS)}",
+        f"also_copy = {json.dumps(READ_BY_TESTS)}",
+        # The ordinary suite does not use these; mutants run with -p no:... to stay quiet.
+        'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-x"]',
+        "",
+    ]
+    (here / "pyproject.toml").write_text("\n".join(lines))
+    return here
+
+
+def score(here: Path, module: str) -> dict[str, object]:
+    meta = here / "mutants" / "src" / "interlock" / "core" / f"{module}.py.meta"
+    codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+    outcome: Counter[str] = Counter()
+    survivors = []
+    for name, code in sorted(codes.items()):
+        if code in KILLED or code in TIMEOUT:
+            outcome["killed"] += 1
+        elif code == 0:
+            outcome["survived"] += 1
+            survivors.append(name)
+        else:
+            outcome[f"exit {code}"] += 1
+            survivors.append(name)
+    total = sum(outcome.values())
+    return {
+        "mutants": total,
+        "killed": outcome["killed"],
+        "score": round(100 * outcome["killed"] / total, 1) if total else None,
+        "outcomes": dict(outcome),
+        "survivors": survivors,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="core modules (default: all)")
+    parser.add_argument("--min-score", type=float, default=90.0)
+    args = parser.parse_args(argv)
+    chosen = args.modules or modules()
+    unknown = sorted(set(chosen) - set(modules()))
+    if unknown:
+        parser.error(f"not core modules: {', '.join(unknown)} (known: {', '.join(modules())})")
+    mutmut = Path(sys.executable).with_name("mutmut")
+    WORK.mkdir(exist_ok=True)
+    scores_file = WORK / "scores.json"
+    scores = json.loads(scores_file.read_text()) if scores_file.exists() else {}
+    low = []
+    for module in chosen:
+        here = stage(module)
+        began = time.monotonic()
+        print(f"== {module}: mutmut in {here.relative_to(ROOT)}", flush=True)
+        with (here / "mutmut.log").open("w") as log:
+            done = subprocess.run(
+                [str(mutmut), "run", "--max-children", "1"],
+                cwd=here,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+        if done.returncode != 0:
+            print((here / "mutmut.log").read_text()[-3000:])
+            return done.returncode
+        result = score(here, module)
+        result["seconds"] = round(time.monotonic() - began)
+        scores[module] = result
+        scores_file.write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
+        print(
+            f"== {module}: {result['killed']}/{result['mutants']} killed, "
+            f"score {result['score']}%, {len(result['survivors'])} survivors "  # type: ignore[arg-type]
+            f"({result['seconds']} s)",
+            flush=True,
+        )
+        if result["score"] is not None and result["score"] < args.min_score:  # type: ignore[operator]
+            low.append(module)
+    print("\nmodule         mutants  killed  score")
+    for module in chosen:
+        r = scores[module]
+        print(f"{module:<14} {r['mutants']:>7} {r['killed']:>7}  {r['score']}%")
+    if low:
+        print(f"below {args.min_score}%: {', '.join(low)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

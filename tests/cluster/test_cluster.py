@@ -336,10 +336,6 @@ async def publish_acked(nc: Client, subjects: Subjects, event: CloudEvent) -> No
     await until(attempt, f"ack of {event.id}", within=30, interval=0.2)
 
 
-TRANSIENT = ("no stream stores this subject", "no acknowledgement", "no response from stream")
-"""What a JetStream failover looks like to a client: no leader yet for a stream."""
-
-
 async def dead_letters(js: Any, subjects: Subjects) -> list[dict[str, str]]:
     """The headers of every message on the dead-letter stream."""
     sub = await js.subscribe(subjects.dead_letters_all, ordered_consumer=True)
@@ -357,11 +353,12 @@ async def dead_letters(js: Any, subjects: Subjects) -> list[dict[str, str]]:
 async def settle(
     js: Any, subjects: Subjects, procs: list[Proc], run_ids: list[str], probe: Any, what: str
 ) -> None:
-    """Wait for ``probe``; on failure, print where things stand and classify the failure.
+    """Wait for ``probe``; on failure, print where things stand (the runs, the processes'
+    last lines, the dead letters) and fail.
 
-    One failure is known and reported as such: a message whose handling kept failing
-    while a stream had no leader is dead-lettered after the orchestrator's retries
-    (about 6 s) although a leader election takes 4-7 s. Anything else fails the test.
+    A failover is no excuse: a message whose handling fails while a stream has no leader is
+    retried for about two minutes before it is dead-lettered, far longer than a leader
+    election (4-7 s), so a message dead-lettered during the test is a failure like any other.
     """
     try:
         await until(probe, what, within=WAIT, interval=0.25)
@@ -369,18 +366,8 @@ async def settle(
         print(await diagnose(js, subjects, run_ids))
         for proc in procs:
             print(proc.tail(15))
-        letters = await dead_letters(js, subjects)
-        transient = [
-            h
-            for h in letters
-            if any(t in h.get("Interlock-Dead-Letter-Detail", "") for t in TRANSIENT)
-        ]
-        if transient:
-            pytest.xfail(
-                f"{len(transient)} message(s) dead-lettered during the failover "
-                f"({transient[0].get('Interlock-Dead-Letter-Detail', '')[:120]}): the "
-                "orchestrator gives up on transient JetStream errors after ~6 s"
-            )
+        for headers in await dead_letters(js, subjects):
+            print("dead letter:", headers.get("Interlock-Dead-Letter-Detail", headers))
         raise
 
 

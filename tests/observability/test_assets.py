@@ -197,7 +197,9 @@ def test_the_checker_catches_unknown_names() -> None:
 
 
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool is not installed (Debian: apt-get install prometheus)"
+)
 
 
 def promtool(*args: str) -> None:

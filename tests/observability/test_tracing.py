@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from interlock.core.engine import derive_run_id
-from interlock.sdk import Outcome, WorkerObserver
+from interlock.sdk import Outcome
 from interlock.sdk.tracing import WorkerTracer
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
@@ -215,10 +215,6 @@ async def test_a_restarted_orchestrator_continues_the_same_trace(
     assert check.start_time <= before[0].start_time
 
 
-@pytest.mark.skipif(
-    not hasattr(WorkerObserver, "task_received"),
-    reason="the SDK worker does not yet report decoded requests to observers",
-)
 async def test_sdk_worker_spans_join_the_run(nats_url: str, subjects: Subjects) -> None:
     from interlock.sdk import TaskContext, Worker
 

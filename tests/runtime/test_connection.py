@@ -105,8 +105,11 @@ async def test_user_and_password_are_passed_through(password_server: EmbeddedNat
     )
     nc = await connect(opts)
     try:
+        assert nc.is_connected
+        sub = await nc.subscribe("hello")
         await nc.publish("hello", b"x")
-        await nc.flush()
+        msg = await sub.next_msg(timeout=5)
+        assert msg.data == b"x"  # the server took this user's traffic both ways
     finally:
         await nc.close()
 

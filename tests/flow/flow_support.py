@@ -100,6 +100,33 @@ class ClockStack:
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
         return await self.client.read(run_id)
 
+    async def emit(self, event: CloudEvent) -> int:
+        """Publish an external event; returns its sequence in the events stream."""
+        return await self.client.emit(event)
+
+    async def consumed(self, stream: str, durable: str, seq: int) -> None:
+        """Wait until the orchestrator's consumer ``durable`` has acknowledged message
+        ``seq`` of ``stream`` and every one before it: it is done with them, whatever it
+        did (so a test can check that an event changed nothing without a sleep)."""
+        js = self.client.js
+
+        async def acked() -> bool:
+            info = await js.consumer_info(stream, durable)
+            return info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= seq
+
+        await eventually(acked, f"{durable} done with {stream} message {seq}")
+
+    async def ingested(self, seq: int) -> None:
+        """The orchestrator is done with external event ``seq`` (see :meth:`emit`)."""
+        await self.consumed(self.client.subjects.events_stream, "ingress", seq)
+
+    async def relayed(self) -> None:
+        """The relay is done with every run-log record appended so far (requests
+        dispatched, timers scheduled, parked events offered)."""
+        js = self.client.js
+        last = (await js.stream_info(self.client.subjects.runs_stream)).state.last_seq
+        await self.consumed(self.client.subjects.runs_stream, "relay", last)
+
 
 # --- scripted workflows end to end ----------------------------------------------------------
 
@@ -235,10 +262,11 @@ class ScriptedStack(ClockStack, Generic[AgentsT]):
         id: str,
         run_id: str | None = None,
         source: str | None = None,
-    ) -> None:
+    ) -> int:
         """An external CloudEvent: to one run (``runid``, as `interlock signal` sends it) or,
-        without ``run_id``, routed by triggers and correlation."""
-        await self.client.emit(
+        without ``run_id``, routed by triggers and correlation. Returns its sequence in the
+        events stream (for :meth:`ingested`)."""
+        return await self.client.emit(
             CloudEvent(
                 id=id,
                 source=self.source if source is None else source,

@@ -537,8 +537,8 @@ async def test_a_wait_expires_once_after_its_timeout(stack: Stack) -> None:
     [fired] = of(records, ev.TransitionFired)
     assert (fired.event_type, fired.to_state) == ("state.timeout", "expired")
     # An approval that comes too late changes nothing.
-    await stack.send("approval.granted", {"approver": "bob"}, run_id=run_id, id="late")
-    await asyncio.sleep(0.2)
+    late = await stack.send("approval.granted", {"approver": "bob"}, run_id=run_id, id="late")
+    await stack.ingested(late)
     assert len(await stack.records(run_id)) == len(records)
 
 
@@ -815,7 +815,7 @@ async def test_an_event_parked_while_its_run_starts_waiting_is_not_lost(
     await asyncio.wait_for(parking.wait(), WAIT)  # the run in `pack` did not take it
     release.set()
     await stack.in_state(run_id, "in_transit")
-    await asyncio.sleep(0.3)  # the relay has offered the parked events (none yet)
+    await stack.relayed()  # the relay has offered the parked events (none yet)
     proceed.set()
     state = await stack.run_until(run_id, lambda s: s.finished, "the parked event", wait=2.0)
     assert state.outputs == {"order": "O-race", "parcel": "P-race", "signed_by": "max"}

@@ -236,8 +236,22 @@ async def test_a_retry_backoff_survives_a_kill_and_fires_once(
                 await asyncio.sleep(0.05)
 
         orchestrator.kill()
-        # The backoffs come due while no orchestrator runs.
-        await asyncio.sleep(max(seconds_until(t.fire_at) for t in timers) + 1.5)
+        # The backoffs come due while no orchestrator runs: the server stores each fired
+        # timer on the run's subject of the timers stream.
+        for run_id in run_ids:
+
+            async def fired(run_id: str = run_id) -> bool:
+                with contextlib.suppress(NotFoundError):
+                    await client.js.get_last_msg(
+                        subjects.timers_stream, subjects.timer_fired(run_id)
+                    )
+                    return True
+                return False
+
+            deadline = time.monotonic() + WAIT + max(seconds_until(t.fire_at) for t in timers)
+            while not await fired():
+                assert time.monotonic() < deadline, f"the timer of {run_id} never fired"
+                await asyncio.sleep(0.05)
         orchestrator = Orchestrator(nats_url, subjects.prefix)
         await orchestrator.started()
         states = [await client.wait(r, WAIT) for r in run_ids]
@@ -273,7 +287,10 @@ async def test_a_map_fan_out_survives_a_kill_and_answers_each_item_once(
         orchestrator.kill()
         # The agent answers while no orchestrator runs: the answers wait in RESULTS.
         agent.release.set()
-        await asyncio.sleep(0.3)
+        deadline = time.monotonic() + WAIT
+        while (await client.js.stream_info(subjects.results_stream)).state.messages < 3:
+            assert time.monotonic() < deadline, "the agent's answers never reached RESULTS"
+            await asyncio.sleep(0.05)
         assert (await client.state(run_id)).status == "running"
         orchestrator = Orchestrator(nats_url, subjects.prefix)
         await orchestrator.started()

@@ -80,8 +80,9 @@ def types(records: list[ev.AnyRecord]) -> list[str]:
     return [ev.record_type(r).removeprefix(ev.PREFIX) for r in records]
 
 
-async def close_ticket(stack: Stack, ticket: str, event_id: str = "close-1") -> None:
-    await stack.client.emit(
+async def close_ticket(stack: Stack, ticket: str, event_id: str = "close-1") -> int:
+    """Publish the ticket's close event; returns its sequence in the events stream."""
+    return await stack.emit(
         CloudEvent(
             id=event_id,
             source="ops://tickets",
@@ -203,8 +204,7 @@ async def test_a_state_timeout_fires_once_after_its_wait(stack: Stack) -> None:
     records = await stack.records(run_id)
     assert types(records).count("timer.fired") == 1
     # A close event that comes too late changes nothing.
-    await close_ticket(stack, "T-9", "late")
-    await asyncio.sleep(0.2)
+    await stack.ingested(await close_ticket(stack, "T-9", "late"))
     assert len(await stack.records(run_id)) == len(records)
 
 
@@ -214,9 +214,8 @@ async def test_an_event_that_arrives_before_its_run_waits_is_kept_and_delivered(
     stack.fetch["mode"] = "flaky"  # holds the run in fetch until the clock moves
     run_id = await stack.client.start("ingest", {"regions": ["eu"], "ticket": "T-early"})
     await stack.run_until(run_id, lambda s: bool(s.timers) and not s.pending, "a retry timer")
-    await close_ticket(stack, "T-early", "early-close")
-    await asyncio.sleep(0.3)
-    assert (await stack.client.state(run_id)).state == "fetch"
+    await stack.ingested(await close_ticket(stack, "T-early", "early-close"))
+    assert (await stack.client.state(run_id)).state == "fetch"  # kept for later, not taken
     await stack.advance(run_id, 0.2)
     state = await stack.finished(run_id)
     assert state.outputs is not None

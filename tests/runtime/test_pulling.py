@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -39,6 +40,16 @@ async def consumer(nc: Client, subjects: Subjects, name: str) -> tuple[str, str]
         ConsumerConfig(durable_name=name, ack_policy=AckPolicy.EXPLICIT, ack_wait=30),
     )
     return stream, filter_subject
+
+
+async def consumer_state(nc: Client, stream: str, name: str, ready: Any, what: str) -> None:
+    """Wait until the consumer's info satisfies ``ready`` (the server has delivered what
+    a reader asked for): a condition to wait on, not a sleep."""
+    js = nc.jetstream()
+    deadline = asyncio.get_running_loop().time() + 5
+    while not ready(info := await js.consumer_info(stream, name)):
+        assert asyncio.get_running_loop().time() < deadline, f"{name}: never {what}: {info}"
+        await asyncio.sleep(0.02)
 
 
 def reader(nc: Client, stream: str, name: str, filter_subject: str, size: int) -> BatchReader:
@@ -88,7 +99,10 @@ async def test_stopping_hands_back_what_was_buffered(nc: Client, subjects: Subje
         for msg in msgs:
             await msg.ack()
         handled += len(msgs)
-        await asyncio.sleep(0.3)  # the others arrive meanwhile, and wait in the buffer
+        # The others arrive meanwhile (none is left at the server), and wait in the buffer.
+        await consumer_state(
+            nc, stream, "handback", lambda i: i.num_pending == 0, "delivered them all"
+        )
         stopping.set()
     assert handled < 5
     # A second reader gets the others at once (ack_wait is 30 s), delivered a second time.
@@ -131,7 +145,10 @@ async def test_a_reader_cancelled_mid_batch_stops_at_once_and_hands_messages_bac
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(got_batch.wait(), 5)
-    await asyncio.sleep(0.2)  # the rest of the messages land in the reader's buffer
+    # The reader's pull request is answered: what it asked for is in its buffer.
+    await consumer_state(
+        nc, stream, "cancelled", lambda i: i.num_waiting == 0, "answered the pull request"
+    )
     task.cancel()
     await asyncio.sleep(0)
     task.cancel()  # again, while it is cleaning up

@@ -63,6 +63,21 @@ class SummarizeOut(msgspec.Struct, frozen=True):
     length: int
 
 
+async def consumers_settled(wire: Any, capabilities: list[str]) -> list[Any]:
+    """Wait until no pull request of a worker is open on these capabilities' consumers
+    (the worker asks for no more work); their infos."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:
+        infos = [
+            await wire.js.consumer_info(wire.subjects.tasks_stream, consumer_name(c))
+            for c in capabilities
+        ]
+        if all(i.num_waiting == 0 for i in infos):
+            return infos
+        assert asyncio.get_running_loop().time() < deadline, f"pull requests left open: {infos}"
+        await asyncio.sleep(0.02)
+
+
 def error_of(event: Any) -> dict[str, Any]:
     assert event.type == "task.failed", event
     error: dict[str, Any] = event.data["error"]
@@ -498,8 +513,9 @@ async def test_never_more_handlers_than_the_concurrency_limit(wire, runner) -> N
     for n, run_id in enumerate(runs):
         await wire.publish_task("work" if n % 2 else "other", {"n": n}, run_id=run_id)
     await asyncio.wait_for(two_running.wait(), 5)
-    # Give an over-eager worker the time to start a third handler before the gate opens.
-    await asyncio.sleep(0.3)
+    # Slots are reserved before pulling: with both in use, the worker leaves no pull
+    # request open (an over-eager one keeps asking, and would start a third handler).
+    await consumers_settled(wire, ["work", "other"])
     assert worker.in_flight == 2
     gate.set()
     for n, run_id in enumerate(runs):
@@ -525,7 +541,7 @@ async def test_stop_waits_for_running_handlers(wire, runner, poll, nc: Client, s
     await wire.publish_task("job", {}, run_id=run_id)
     await asyncio.wait_for(started.wait(), 5)
     stopping = asyncio.create_task(worker.stop())
-    await asyncio.sleep(0.05)
+    await consumers_settled(wire, ["job"])  # stop took back its pull requests, and then:
     assert not stopping.done()  # still waiting for the handler
     gate.set()
     await asyncio.wait_for(stopping, 5)

@@ -1,0 +1,147 @@
+"""How each record folds, beyond what the engine's own logs exercise: every record moves
+``updated_at`` to its time, records about actions or timers the state no longer holds fold
+without error, and the fields of child runs, sub-workflow actions, forks and migrations
+reach the state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core_support import Run, compile_one
+from msgspec.structs import replace
+
+from interlock.core import events as ev
+from interlock.core.state import RunState, evolve, fold
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def test_every_record_moves_updated_at_to_its_own_time() -> None:
+    """The engine writes one time for all the records of a decision, so its logs cannot
+    tell a record that forgets to move ``updated_at``; these logs, one second per record,
+    can."""
+    for log in sorted([*GOLDEN.glob("*.jsonl"), *GOLDEN.glob("control-flow/*.jsonl")]):
+        records = ev.decode_lines(log.read_bytes())
+        state = RunState()
+        for i, record in enumerate(records):
+            moment = f"2027-01-01T00:{i // 60:02d}:{i % 60:02d}Z"
+            state = evolve(state, replace(record, time=moment))
+            assert state.updated_at == moment, (log.name, i, ev.record_type(record))
+            assert state.seq == i + 1
+
+
+ENVELOPE = {
+    "specversion": "1.0",
+    "source": ev.SOURCE,
+    "datacontenttype": "application/json",
+}
+
+
+def _record(cls: type[ev.Record], run_id: str, seq: int, data: object) -> ev.AnyRecord:
+    return cls(  # type: ignore[call-arg,return-value]
+        id=f"{run_id}:{seq}", subject=run_id, time="2027-01-01T00:00:00Z", data=data, **ENVELOPE
+    )
+
+
+def test_records_about_what_the_state_no_longer_holds_fold_quietly() -> None:
+    """A record for an action or a timer the state does not hold (a log cut and spliced by
+    a fork, a migration) changes the counters and nothing else."""
+    records = ev.decode_lines((GOLDEN / "code-review-cancelled.jsonl").read_bytes())
+    state = fold(records[:3])
+    strays = [
+        _record(
+            ev.ActionCompleted,
+            "r",
+            4,
+            ev.ActionCompletedData(
+                action_id="gone", state="review", index=0, result={}, event_type="task.completed"
+            ),
+        ),
+        _record(
+            ev.ActionFailed,
+            "r",
+            5,
+            ev.ActionFailedData(
+                action_id="gone",
+                state="review",
+                index=0,
+                error=ev.ErrorInfo(error_class="timeout", message="x"),
+            ),
+        ),
+        _record(ev.ActionCancelled, "r", 6, ev.ActionCancelledData(action_id="gone", state="x")),
+        _record(ev.TimerFired, "r", 7, ev.TimerFiredData(timer_id="gone")),
+    ]
+    after = fold(strays, state)
+    assert after.seq == state.seq + 4
+    assert after.pending == state.pending
+    assert after.timers == state.timers
+
+
+def test_a_child_run_keeps_its_parent_and_a_sub_workflow_action_its_workflow() -> None:
+    parent = ev.ParentRef(run_id="r-parent", action_id="r-parent:3", attempt=2)
+    child = Run(
+        compile_one(
+            """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: child}
+spec:
+  initial_state: call
+  states:
+    call:
+      actions: [{workflow: grandchild}]
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+        ),
+        run_id="r-child",
+    )
+    child.start(parent=parent)
+    assert child.state.parent == parent
+    [pending] = child.state.pending.values()
+    assert pending.workflow == "grandchild"
+    assert pending.capability == ""
+
+
+def test_a_fork_and_a_migration_move_the_run_to_their_version() -> None:
+    records = ev.decode_lines((GOLDEN / "code-review-cancelled.jsonl").read_bytes())
+    state = fold(records[:5])
+    forked = evolve(
+        state,
+        ev.RunForked(
+            **ENVELOPE,
+            id="f:6",
+            subject="f",
+            time="2027-01-01T00:00:06Z",
+            data=ev.RunForkedData(
+                origin_run_id=state.run_id,
+                origin_seq=5,
+                workflow=state.workflow,
+                version=7,
+                spec_hash="sha256:forked",
+                state=state.state,
+            ),
+        ),
+    )
+    assert (forked.seq, forked.updated_at) == (6, "2027-01-01T00:00:06Z")
+    assert (forked.version, forked.spec_hash) == (7, "sha256:forked")
+    assert forked.state == state.state
+    migrated = evolve(
+        forked,
+        ev.RunMigrated(
+            **ENVELOPE,
+            id="f:7",
+            subject="f",
+            time="2027-01-01T00:00:07Z",
+            data=ev.RunMigratedData(
+                from_version=7,
+                from_spec_hash="sha256:forked",
+                version=8,
+                spec_hash="sha256:migrated",
+                checked_through=6,
+            ),
+        ),
+    )
+    assert (migrated.seq, migrated.updated_at) == (7, "2027-01-01T00:00:07Z")
+    assert (migrated.version, migrated.spec_hash) == (8, "sha256:migrated")
+    assert migrated.context == forked.context

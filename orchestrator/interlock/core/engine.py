@@ -404,13 +404,15 @@ class _Step:
                 iteration=iteration,
             )
 
-    def action_def(self, pending: PendingAction) -> ActionDef:
+    def action_def(self, index: int, item: int | None) -> ActionDef:
+        """The current state's action at ``index`` (its only one for a loop, item ``item``'s
+        for a map or a parallel state)."""
         state = self.current
         if state.map is not None:
-            return state.map.action_for(pending.item)
+            return state.map.action_for(item)
         if state.loop is not None:
             return state.loop.action
-        return state.actions[pending.index]
+        return state.actions[index]
 
     # -- map -----------------------------------------------------------------------------
 
@@ -659,7 +661,7 @@ class _Step:
         if event.type == TASK_FAILED:
             self.action_failed(pending, _error_of(event.data), event)
             return
-        action = self.action_def(pending)
+        action = self.action_def(pending.index, pending.item)
         result = event.data
         writes: dict[str, Any] = {}
         if isinstance(result, dict) and pending.item is None:
@@ -807,16 +809,8 @@ class _Step:
             )
             return
         if timer.purpose == TimerPurpose.RETRY:
-            pending_like = PendingAction(
-                action_id=timer.action_id or "",
-                state=timer.state or state.name,
-                index=timer.index,
-                capability="",
-                item=timer.item,
-                iteration=timer.iteration,
-            )
             self.request(
-                self.action_def(pending_like),
+                self.action_def(timer.index, timer.item),
                 timer.index,
                 attempt=timer.attempt,
                 action_id=timer.action_id,

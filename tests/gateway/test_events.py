@@ -51,7 +51,13 @@ async def test_binary_mode_starts_the_run_it_names(gs: GatewayStack) -> None:
     [item] = body["events"]
     assert item["id"] == "b-1"
     assert item["duplicate"] is False
-    assert item["runs"] == [{"run_id": run_id, "workflow": "default/hello", "version": 1}]
+    [started] = item["started"]
+    assert started["run_id"] == run_id
+    assert (started["workflow"], started["namespace"], started["version"]) == (
+        "hello",
+        "default",
+        1,
+    )
     state = await gs.stack.wait(run_id)
     assert state.status == "completed"
     assert state.outputs == {"echoed": "binary"}
@@ -94,9 +100,9 @@ async def test_batched_mode_stores_each_and_says_what_each_starts(gs: GatewaySta
     assert r.status_code == 202, r.text
     one, two = r.json()["events"]
     assert [one["id"], two["id"]] == ["m-1", "m-2"]
-    assert len(one["runs"]) == 1
-    assert two["runs"] == []  # the trigger's filter wants lang en
-    state = await gs.stack.wait(one["runs"][0]["run_id"])
+    assert len(one["started"]) == 1
+    assert two["started"] == []  # the trigger's filter wants lang en
+    state = await gs.stack.wait(one["started"][0]["run_id"])
     assert state.outputs == {"echoed": "one"}
     assert await gs.stored_events() == 2
 
@@ -109,7 +115,9 @@ async def test_the_same_source_and_id_is_stored_once(gs: GatewayStack) -> None:
     assert first.status_code == again.status_code == 202
     assert first.json()["events"][0]["duplicate"] is False
     assert again.json()["events"][0]["duplicate"] is True
-    assert again.json()["events"][0]["runs"] == first.json()["events"][0]["runs"]
+    [run] = first.json()["events"][0]["started"]
+    [same] = again.json()["events"][0]["started"]
+    assert same["run_id"] == run["run_id"]
     assert await gs.stored_events() == 1
 
 

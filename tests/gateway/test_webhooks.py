@@ -160,8 +160,8 @@ async def test_github_signed_pull_request_starts_a_run(gs: GatewayStack) -> None
     [event] = answer["events"]
     assert event["type"] == "com.github.pull_request"
     assert event["source"] == "https://github.com/acme/payments"
-    [run] = event["runs"]
-    assert run["workflow"] == "default/review"
+    [run] = event["started"]
+    assert run["workflow"] == "review"
     state = await _until_state(gs, run["run_id"], "waiting")
     assert state.inputs == {"title": "Fix the thing #7"}
 
@@ -224,7 +224,7 @@ async def test_standard_webhooks_valid_invalid_replayed_and_stale(gs: GatewaySta
         [event] = ok.json()["events"]
         assert event["type"] == "com.stripe.invoice.paid"
         assert event["id"] == "msg_1"
-        assert [r["workflow"] for r in event["runs"]] == ["default/payment"]
+        assert [r["workflow"] for r in event["started"]] == ["payment"]
 
         replay = await http.post(
             "/webhooks/billing", content=body, headers=standard_headers(body, "msg_1")
@@ -257,7 +257,7 @@ async def test_a_signed_signal_moves_a_waiting_run(gs: GatewayStack) -> None:
     body = pull_request(9)
     async with gs.http(None) as http:
         r = await http.post("/webhooks/github", content=body, headers=github_headers(body, "d-9"))
-        run_id = r.json()["events"][0]["runs"][0]["run_id"]
+        run_id = r.json()["events"][0]["started"][0]["run_id"]
         await _until_state(gs, run_id, "waiting")
         signal = json.dumps({"status": "passed"}).encode()
         path = f"/webhooks/github/runs/{run_id}/signals/ci.passed"
@@ -266,7 +266,7 @@ async def test_a_signed_signal_moves_a_waiting_run(gs: GatewayStack) -> None:
         signed = github_headers(signal, "s-1", "signal secret")
         r = await http.post(path, content=signal, headers=signed)
         assert r.status_code == 202, r.text
-        assert r.json()["events"][0]["to_run"] == run_id
+        assert r.json()["events"][0]["run_id"] == run_id
     state = await gs.stack.wait(run_id)
     assert state.status == "completed"
     assert state.outputs == {"reviewed": "Fix the thing #9"}

@@ -115,16 +115,28 @@ async def ensure_dev_token(nc: Client, subjects: Subjects, data_dir: Path) -> Pa
 
 
 async def _start_gateway(
-    nc: Client, data_dir: Path, port: int, stop: asyncio.Event
+    url: str, auth: DevAuth | None, data_dir: Path, port: int, stop: asyncio.Event
 ) -> asyncio.Task[None] | None:
+    """The HTTP gateway on 127.0.0.1, on its own connection (the operator's credentials)."""
     from interlock.gateway.app import serve_gateway
 
-    subjects = Subjects()
+    opts = ConnectOptions.resolve(
+        url, creds_file=str(auth.operator) if auth else None, name="interlock gateway"
+    )
+    nc = await connect(opts)
+    subjects = opts.subjects
     token = await ensure_dev_token(nc, subjects, data_dir)
     started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve_gateway(nc, subjects, host="127.0.0.1", port=port, stop=stop, started=started)
-    )
+
+    async def serve() -> None:
+        try:
+            await serve_gateway(
+                nc, subjects, host="127.0.0.1", port=port, stop=stop, started=started
+            )
+        finally:
+            await nc.close()
+
+    task = asyncio.create_task(serve())
     done, _ = await asyncio.wait(
         [task, started],  # type: ignore[type-var]
         return_when=asyncio.FIRST_COMPLETED,
@@ -182,7 +194,7 @@ def run_dev(
             loop.add_signal_handler(sig, stop.set)
         gateway: asyncio.Task[None] | None = None
         if http_port is not None:
-            gateway = await _start_gateway(stack[3], data_dir, http_port, stop)
+            gateway = await _start_gateway(server.url, auth, data_dir, http_port, stop)
         names = ", ".join(REFERENCE) if agents else "none"
         print(f"orchestrator running; reference agents: {names}. Ctrl-C stops.", flush=True)
         await stop.wait()

@@ -17,12 +17,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from interlock import views
+from interlock.client import Client
+from interlock.core.names import DNS_LABEL
 from interlock.gateway import events as http_events
 from interlock.gateway import webhooks
 from interlock.gateway.auth import OPEN, Caller, Tokens
 from interlock.gateway.problems import Problem, http_error_handler, problem_handler
 from interlock.runtime.client import InterlockClient
-from interlock.transport.cloudevents import InvalidCloudEvent
+from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent
 from interlock.transport.health import health_routes, nats_readiness
 from interlock.transport.subjects import Subjects
 
@@ -63,6 +66,8 @@ class Gateway:
     ) -> None:
         self.nc = nc
         self.subjects = subjects
+        self.api = Client(nc, subjects)
+        """What the REST routes and /events go through: the same client as any program."""
         self.client = InterlockClient(nc, subjects)
         self.js = self.client.js
         self.registry = self.client.registry
@@ -74,20 +79,17 @@ class Gateway:
         self.app = build_app(self)
 
     async def start(self) -> None:
-        await self.registry.load()
-        await self.registry.watch()
+        """Nothing to prepare yet: the client follows the registry on first use."""
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
+            await self.api.close()
+        with contextlib.suppress(Exception):
             await self.registry.close()
 
-    async def registry_synced(self) -> None:
-        """Know every workflow applied before now (to say which runs an event starts)."""
-        try:
-            await self.registry.sync()
-        # Route with what is known rather than not at all.
-        except Exception as exc:  # noqa: BLE001
-            log.warning("registry sync failed: %s", exc)
+    async def emit(self, events: list[CloudEvent], wait: float) -> list[Any]:
+        """Store each event (in order) with ``Client.emit``: what each starts."""
+        return [views.to_builtins(await self.api.emit(e, wait=wait)) for e in events]
 
     # -- access ---------------------------------------------------------------------------
 
@@ -153,6 +155,8 @@ class Gateway:
 async def post_events(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     who = await gw.caller(request)
+    if who.role not in ("operator", "publisher"):
+        raise Problem(403, "forbidden", f"role {who.role} may not publish events")
     body = await gw.body(request)
     mode, events = http_events.parse_http(request.headers, body)
     refused = sorted({e.type for e in events if not who.may_publish(e.type)})
@@ -163,9 +167,15 @@ async def post_events(request: Request) -> Response:
             f"{who.name} ({who.role}) may not publish {', '.join(refused)}",
             types=refused,
         )
-    await gw.registry_synced()
-    accepted = await http_events.accept(gw.js, gw.subjects, gw.registry, events)
+    accepted = await gw.emit(events, _wait(request))
     return json_response({"mode": mode, "events": accepted}, 202)
+
+
+def _wait(request: Request) -> float:
+    """``?wait=SECONDS``: wait that long for the orchestrator to start the runs (default 0)."""
+    from interlock.gateway.rest import _seconds_param
+
+    return _seconds_param(request, "wait", 0.0)
 
 
 async def post_webhook(request: Request) -> Response:
@@ -177,6 +187,8 @@ async def post_webhook(request: Request) -> Response:
     if "run_id" in params:
         signal = (params["run_id"], params["signal"])
     body = await gw.body(request)
+    if not (DNS_LABEL.match(namespace) and DNS_LABEL.match(name)):
+        raise Problem(404, "unknown-webhook", f"no webhook {namespace}/{name}: not a name")
     webhook = await gw.registry.webhook(namespace, name)
     if webhook is None:
         raise Problem(404, "unknown-webhook", f"no webhook {namespace}/{name} is applied")
@@ -205,8 +217,7 @@ async def post_webhook(request: Request) -> Response:
     first = await gw.deliveries.answer(webhook, event.id)
     if first is not None:
         return json_response(first, 202, headers={"Interlock-Replayed": "true"})
-    await gw.registry_synced()
-    accepted = await http_events.accept(gw.js, gw.subjects, gw.registry, [event])
+    accepted = await gw.emit([event], _wait(request))
     answer = {"webhook": f"{namespace}/{name}", "delivery": event.id, "events": accepted}
     answer = await gw.deliveries.remember(webhook, event.id, answer)
     return json_response(answer, 202)

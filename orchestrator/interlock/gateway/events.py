@@ -11,39 +11,28 @@ The three content modes of the binding:
 Header and JSON rules are the same as the NATS binding's (percent-encoding, extension names,
 ``data``/``data_base64``), so the codec of ``interlock.transport.cloudevents`` reads
 them; the ``cloudevents`` SDK has no batched mode and rewrites ``time``, so the tests use
-it as the reference *sender* instead. Each event is stored as ``emit`` stores one (binary
-mode, ``Nats-Msg-Id`` = source + id, so a repeat within the stream's duplicate window is
-stored once).
-
-The orchestrator starts runs asynchronously, after the event is stored. What the gateway
-can say at once, and honestly, is which runs the event *starts*: a triggered run's id is
-derived from the workflow and the event's source and id (``derive_run_id``), so the ids
-of the workflows whose triggers match (read from the registry, as the orchestrator reads
-it) are the runs it started or will start; ``GET /runs/<id>`` finds each once it exists.
+it as the reference *sender* instead. Each event is then stored by ``Client.emit``, as a
+program or ``interlock emit`` stores one (``Nats-Msg-Id`` = source + id), which says which
+runs it starts: their ids are derived from the workflow and the event's source and id, so
+they are known before the orchestrator has started them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
-from nats.js import JetStreamContext
 
-from interlock.core.engine import TIMER_FIRED, derive_run_id, matching_trigger
+from interlock.core.engine import TIMER_FIRED
 from interlock.core.names import EVENT_TYPE
 from interlock.gateway.problems import Problem
-from interlock.runtime.flow import to_incoming
-from interlock.runtime.registry import Registry
 from interlock.transport.cloudevents import (
     STRUCTURED_CONTENT_TYPE,
     CloudEvent,
     InvalidCloudEvent,
     decode_message,
-    encode_binary,
     from_dict,
 )
-from interlock.transport.subjects import Subjects
 
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
 MAX_BATCH = 100
@@ -133,51 +122,3 @@ def check(event: CloudEvent) -> CloudEvent:
             "events from outside may not be timer firings or carry actionid, timerid or attempt",
         )
     return event
-
-
-def triggered_runs(registry: Registry, event: CloudEvent) -> list[dict[str, Any]]:
-    """The runs ``event`` starts: one per workflow whose trigger matches, its id derived."""
-    if event.extensions.get("runid"):
-        return []
-    incoming = to_incoming(event)
-    out = []
-    for definition, version in list(registry.triggered_by(event.type)):
-        if matching_trigger(definition, incoming) is None:
-            continue
-        out.append(
-            {
-                "run_id": derive_run_id(definition, event.source, event.id),
-                "workflow": f"{definition.namespace}/{definition.name}",
-                "version": version,
-            }
-        )
-    return out
-
-
-async def publish(js: JetStreamContext, subjects: Subjects, event: CloudEvent) -> tuple[int, bool]:
-    """Store ``event`` in the EVENTS stream; returns (stream sequence, was a duplicate)."""
-    headers, payload = encode_binary(event)
-    headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
-    ack = await js.publish(subjects.event(event.type), payload, headers=headers)
-    return int(ack.seq), bool(getattr(ack, "duplicate", False))
-
-
-async def accept(
-    js: JetStreamContext, subjects: Subjects, registry: Registry, events: list[CloudEvent]
-) -> list[dict[str, Any]]:
-    """Store every event (in order) and say, per event, where it went and what it starts."""
-    out = []
-    for event in events:
-        seq, duplicate = await publish(js, subjects, event)
-        item: dict[str, Any] = {
-            "id": event.id,
-            "source": event.source,
-            "type": event.type,
-            "seq": seq,
-            "duplicate": duplicate,
-            "runs": triggered_runs(registry, event),
-        }
-        if event.extensions.get("runid"):
-            item["to_run"] = event.extensions["runid"]
-        out.append(item)
-    return out

@@ -1,9 +1,419 @@
-"""The REST API over workflows and runs."""
+"""The REST API over workflows, runs, agents and dead letters.
+
+Every answer is a view of :mod:`interlock.views`, the shapes ``interlock.Client`` returns
+and ``interlock ... --output json`` prints, got through the same ``Client``: the CLI, a
+program and HTTP never disagree.
+"""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from interlock import views
+from interlock.core import events as ev
+from interlock.core.names import DNS_LABEL
+from interlock.gateway.problems import Problem
+
+if TYPE_CHECKING:
+    from interlock.gateway.app import Gateway
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+MAX_WAIT_S = 300.0
+SSE_KEEPALIVE_S = 15.0
+MAX_SEQ = (1 << 63) - 1
+
+
+class RunPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of runs, newest first; ``next_offset`` is null on the last page."""
+
+    runs: list[views.RunSummary]
+    next_offset: int | None = None
+
+
+class LogPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of a run's log (records as CloudEvent JSON objects), in order."""
+
+    records: list[dict[str, Any]]
+    next_offset: int | None = None
+    finished: bool = False
+
+
+WorkflowRef = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="NAME or NAMESPACE/NAME",
+    ),
+]
+RunId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+
+
+class StartRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Start a run of the newest version of ``workflow`` (``name`` or ``namespace/name``)."""
+
+    workflow: WorkflowRef
+    inputs: dict[str, Any] = {}
+    run_id: RunId | None = None
+
+
+class StartedResponse(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    workflow: str
+
+
+class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    reason: str = "cancelled by user"
+
+
+class CancelResponse(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    cancelled: bool
+    """False when the run had finished already."""
+
+
+class RedriveResponse(msgspec.Struct, frozen=True, kw_only=True):
+    seq: int
+    """The dead letter's sequence (gone now)."""
+    stored: int
+    """The sequence of the message published again."""
+
+
+def json_view(value: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(value), status_code=status, media_type="application/json")
+
+
+# -- reading the request -----------------------------------------------------------------
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Problem(400, "bad-parameter", f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise Problem(400, "bad-parameter", f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def _seconds_param(request: Request, name: str, default: float) -> float:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise Problem(400, "bad-parameter", f"{name} must be a number of seconds") from None
+    if not 0 <= value <= MAX_WAIT_S:
+        raise Problem(400, "bad-parameter", f"{name} must be from 0 to {MAX_WAIT_S:g} seconds")
+    return value
+
+
+async def _json_body(gw: Gateway, request: Request, kind: type[Any]) -> Any:
+    body = await gw.body(request)
+    if not body.strip():
+        body = b"{}"
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        raise Problem(400, "invalid-request", f"the JSON body: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise Problem(400, "invalid-request", f"the body is not valid JSON: {exc}") from exc
+
+
+def _name(request: Request) -> str:
+    params = request.path_params
+    for key in ("namespace", "name"):
+        if key in params and not DNS_LABEL.match(params[key]):
+            raise Problem(404, "not-found", f"no workflow: {params[key]!r} is not a name")
+    if "namespace" in params:
+        return f"{params['namespace']}/{params['name']}"
+    return str(params["name"])
+
+
+def _guard(
+    call: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """Map the client's errors to problems."""
+    from interlock.client import (
+        InvalidInputs,
+        InvalidRunId,
+        RunExists,
+        UnknownAgent,
+        UnknownDeadLetter,
+        UnknownRun,
+        UnknownWorkflow,
+    )
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await call(request)
+        except UnknownRun as exc:
+            raise Problem(404, "unknown-run", f"no run {exc.args[0]!r}") from exc
+        except (UnknownWorkflow, UnknownAgent, UnknownDeadLetter) as exc:
+            raise Problem(404, "not-found", str(exc)) from exc
+        except (InvalidInputs, InvalidRunId) as exc:
+            raise Problem(400, "invalid-request", str(exc)) from exc
+        except RunExists as exc:
+            raise Problem(409, "run-exists", str(exc)) from exc
+
+    return guarded
+
+
+# -- handlers ----------------------------------------------------------------------------
+
+
+def _gw(request: Request) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+async def list_workflows(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    return json_view(await gw.api.workflows())
+
+
+async def get_workflow(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    return json_view(await gw.api.workflow(_name(request)))
+
+
+async def list_agents(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    return json_view(await gw.api.agents())
+
+
+async def list_runs(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    status = request.query_params.get("status")
+    if status is not None and status not in ("running", "completed", "failed", "cancelled"):
+        raise Problem(
+            400, "bad-parameter", "status is one of running, completed, failed, cancelled"
+        )
+    limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = _int_param(request, "offset", 0, 0, 1 << 31)
+    found = await gw.api.runs(workflow=request.query_params.get("workflow"), status=status)
+    page = found[offset : offset + limit]
+    more = offset + limit < len(found)
+    return json_view(RunPage(runs=page, next_offset=offset + limit if more else None))
+
+
+async def start_run(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.operator(request, "start runs")
+    req: StartRequest = await _json_body(gw, request, StartRequest)
+    run_id = await gw.api.start(req.workflow, req.inputs, run_id=req.run_id)
+    response = json_view(StartedResponse(run_id=run_id, workflow=req.workflow), 201)
+    response.headers["Location"] = f"/runs/{run_id}"
+    return response
+
+
+async def get_run(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    return json_view(await gw.api.describe(request.path_params["run_id"]))
+
+
+async def get_result(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    run_id = request.path_params["run_id"]
+    timeout = _seconds_param(request, "timeout", 0.0)
+    if timeout <= 0:
+        return json_view(await gw.api.result(run_id))
+    try:
+        return json_view(await gw.api.result(run_id, wait=True, timeout=timeout))
+    except TimeoutError:
+        # Still running: say so, as without a wait (the caller polls again).
+        return json_view(await gw.api.result(run_id))
+
+
+async def get_log(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    run_id = request.path_params["run_id"]
+    limit = _int_param(request, "limit", 200, 1, 5000)
+    offset = _int_param(request, "offset", 0, 0, 1 << 31)
+    records = await gw.api.records(run_id)
+    page = records[offset : offset + limit]
+    more = offset + limit < len(records)
+    finished = any(ev.record_type(r) in ev.TERMINAL_TYPES for r in records)
+    return json_view(
+        LogPage(
+            records=[views.record_view(r) for r in page],
+            next_offset=offset + limit if more else None,
+            finished=finished,
+        )
+    )
+
+
+async def stream_log(request: Request) -> Response:
+    """The log as Server-Sent Events: every record (from ``offset``), then each new one,
+    until the run ends; ``id`` is the record's position, so a reconnecting EventSource
+    (``Last-Event-ID``) resumes where it left off."""
+    gw = _gw(request)
+    await gw.reader(request)
+    run_id = request.path_params["run_id"]
+    start = _int_param(request, "offset", 0, 0, 1 << 31)
+    last = request.headers.get("last-event-id", "")
+    if last.isdigit():
+        start = int(last) + 1
+    await gw.api.records(run_id)  # 404 now, before the stream starts
+
+    async def events() -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[ev.AnyRecord | None] = asyncio.Queue(maxsize=1000)
+
+        async def pump() -> None:
+            try:
+                async for record in gw.api.logs(run_id, follow=True):
+                    await queue.put(record)
+            finally:
+                await queue.put(None)
+
+        task = asyncio.create_task(pump())
+        position = 0
+        try:
+            while True:
+                try:
+                    record = await asyncio.wait_for(queue.get(), SSE_KEEPALIVE_S)
+                except TimeoutError:
+                    yield b": keep-alive\n\n"
+                    continue
+                if record is None:
+                    yield b"event: end\ndata: {}\n\n"
+                    return
+                if position >= start:
+                    data = msgspec.json.encode(views.record_view(record))
+                    kind = ev.record_type(record)
+                    yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
+                position += 1
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def cancel_run(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.operator(request, "cancel runs")
+    req: CancelRequest = await _json_body(gw, request, CancelRequest)
+    run_id = request.path_params["run_id"]
+    cancelled = await gw.api.cancel(run_id, req.reason)
+    return json_view(CancelResponse(run_id=run_id, cancelled=cancelled))
+
+
+async def signal_run(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.operator(request, "signal runs")
+    body = await gw.body(request)
+    try:
+        data = msgspec.json.decode(body) if body.strip() else None
+    except msgspec.DecodeError as exc:
+        raise Problem(400, "invalid-request", f"the body (the data) is not JSON: {exc}") from exc
+    wait = _seconds_param(request, "wait", 5.0)
+    result = await gw.api.signal(
+        request.path_params["run_id"],
+        request.path_params["name"],
+        data,
+        source="interlock://gateway",
+        wait=wait,
+    )
+    return json_view(result)
+
+
+async def list_dead_letters(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    return json_view(await gw.api.dead_letters(request.query_params.get("reason")))
+
+
+def _seq(request: Request) -> int:
+    raw = str(request.path_params["seq"])
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_SEQ:
+        raise Problem(
+            400, "bad-parameter", f"a dead letter's seq is a number from 1 to {MAX_SEQ}, not {raw}"
+        )
+    return int(raw)
+
+
+async def get_dead_letter(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.reader(request)
+    return json_view(await gw.api.dead_letter(_seq(request)))
+
+
+async def redrive_dead_letter(request: Request) -> Response:
+    gw = _gw(request)
+    await gw.operator(request, "redrive dead letters")
+    seq = _seq(request)
+    stored = await gw.api.redrive(seq)
+    return json_view(RedriveResponse(seq=seq, stored=stored))
+
+
+async def openapi(request: Request) -> Response:
+    from interlock.gateway.openapi import document
+
+    return json_view(document())
 
 
 def routes() -> list[BaseRoute]:
-    return []
+    get, post = ["GET"], ["POST"]
+    table: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
+        ("/openapi.json", openapi, get),
+        ("/workflows", list_workflows, get),
+        ("/workflows/{name}", get_workflow, get),
+        ("/workflows/{namespace}/{name}", get_workflow, get),
+        ("/agents", list_agents, get),
+        ("/runs", list_runs, get),
+        ("/runs", start_run, post),
+        ("/runs/{run_id}", get_run, get),
+        ("/runs/{run_id}/result", get_result, get),
+        ("/runs/{run_id}/log", get_log, get),
+        ("/runs/{run_id}/log/stream", stream_log, get),
+        ("/runs/{run_id}/cancel", cancel_run, post),
+        ("/runs/{run_id}/signals/{name}", signal_run, post),
+        ("/dead-letters", list_dead_letters, get),
+        ("/dead-letters/{seq}", get_dead_letter, get),
+        ("/dead-letters/{seq}/redrive", redrive_dead_letter, post),
+    ]
+    by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
+    for path, handler, methods in table:
+        for method in methods:
+            by_path.setdefault(path, {})[method] = _guard(handler)
+    return [
+        Route(path, _dispatch(handlers), methods=list(handlers))
+        for path, handlers in by_path.items()
+    ]
+
+
+def _dispatch(
+    handlers: dict[str, Callable[[Request], Awaitable[Response]]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """One route per path (so a 405 lists every method of the path), by method."""
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await handlers[method](request)
+
+    return dispatch

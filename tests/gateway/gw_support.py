@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
 from helpers import TIMEOUT, Stack, connect, running_stack, yaml
 
-from interlock.gateway.app import Gateway
+from interlock.gateway.app import build_app
+from interlock.gateway.service import Gateway
 from interlock.transport.httpserver import HttpServer
 from interlock.transport.subjects import Subjects
 
@@ -78,7 +79,7 @@ async def gateway_stack(
         nc = await connect(url)
         gateway = Gateway(nc, subjects, max_body=max_body)
         await gateway.start()
-        server = HttpServer(gateway.app, 0)
+        server = HttpServer(build_app(gateway), 0)
         await server.start()
         try:
             gs = GatewayStack(stack, gateway, server.url)

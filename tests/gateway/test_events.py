@@ -153,6 +153,17 @@ async def test_the_same_source_and_id_is_stored_once(gs: GatewayStack) -> None:
             "actionid",
         ),
         ({"Content-Type": "application/cloudevents-batch+json"}, b'{"a": 1}', "JSON array"),
+        (
+            {
+                "ce-specversion": "1.0",
+                "ce-id": "x",
+                "ce-source": "s",
+                "ce-type": "a.b",
+                "ce-runid": "no such/run",
+            },
+            b"",
+            "runid",
+        ),
     ],
 )
 async def test_an_invalid_event_gets_a_problem_naming_what_is_wrong(

@@ -84,7 +84,8 @@ def add_parsers(sub: Sub) -> None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    from interlock.gateway.app import DEFAULT_MAX_BODY, serve_gateway
+    from interlock.gateway.app import serve_gateway
+    from interlock.gateway.service import DEFAULT_MAX_BODY
     from interlock.transport.httpserver import is_loopback
 
     _logging(args.log_level)

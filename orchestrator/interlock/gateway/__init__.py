@@ -6,6 +6,7 @@ events, reads and appends run logs as the CLI does), so it runs as its own proce
 dev`` runs one in-process.
 """
 
-from interlock.gateway.app import Gateway, build_app
+from interlock.gateway.app import build_app
+from interlock.gateway.service import Gateway
 
 __all__ = ["Gateway", "build_app"]

@@ -23,7 +23,7 @@ from interlock.core.names import DNS_LABEL
 from interlock.gateway.problems import Problem
 
 if TYPE_CHECKING:
-    from interlock.gateway.app import Gateway
+    from interlock.gateway.service import Gateway
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -371,16 +371,9 @@ async def redrive_dead_letter(request: Request) -> Response:
     return json_view(RedriveResponse(seq=seq, stored=stored))
 
 
-async def openapi(request: Request) -> Response:
-    from interlock.gateway.openapi import document
-
-    return json_view(document())
-
-
 def routes() -> list[BaseRoute]:
     get, post = ["GET"], ["POST"]
     table: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
-        ("/openapi.json", openapi, get),
         ("/workflows", list_workflows, get),
         ("/workflows/{name}", get_workflow, get),
         ("/workflows/{namespace}/{name}", get_workflow, get),

@@ -1,0 +1,138 @@
+"""What the gateway's routes share: its NATS connection, the client, tokens, deliveries."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from prometheus_client import REGISTRY, CollectorRegistry
+from starlette.requests import Request
+
+from interlock import views
+from interlock.client import Client, check_run_id
+from interlock.gateway import webhooks
+from interlock.gateway.auth import OPEN, Caller, Tokens
+from interlock.gateway.problems import Problem
+from interlock.runtime.client import InterlockClient
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+
+log = logging.getLogger("interlock.gateway")
+
+DEFAULT_MAX_BODY = 1 << 20
+"""Largest request body taken by default (1 MiB, the default NATS max payload)."""
+
+
+class Gateway:
+    """What the routes share: the NATS connection, the registry, the token store.
+
+    Args:
+        nc: a connected NATS client (the gateway's own identity).
+        subjects: the installation's names.
+        open_mode: no credentials asked (every caller is an operator); the process serving
+            it must listen on loopback only.
+        max_body: the largest request body taken, in bytes (413 above it).
+    """
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        subjects: Subjects,
+        *,
+        open_mode: bool = False,
+        max_body: int = DEFAULT_MAX_BODY,
+        metrics: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.nc = nc
+        self.subjects = subjects
+        self.api = Client(nc, subjects)
+        """What the REST routes and /events go through: the same client as any program."""
+        self.client = InterlockClient(nc, subjects)
+        self.js = self.client.js
+        self.registry = self.client.registry
+        self.tokens = Tokens(self.js, subjects)
+        self.deliveries = webhooks.Deliveries(self.js, subjects)
+        self.open_mode = open_mode
+        self.max_body = max_body
+        self.metrics = metrics
+
+    async def start(self) -> None:
+        """Nothing to prepare yet: the client follows the registry on first use."""
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.api.close()
+        with contextlib.suppress(Exception):
+            await self.registry.close()
+
+    async def emit(self, events: list[CloudEvent], wait: float) -> list[Any]:
+        """Store each event (in order) with ``Client.emit``: what each starts."""
+        from interlock.client import InvalidRunId
+
+        for event in events:
+            run_id = event.extensions.get("runid")
+            if run_id is not None:
+                try:
+                    check_run_id(run_id)
+                except InvalidRunId as exc:
+                    raise Problem(400, "invalid-event", f"extension runid: {exc}") from exc
+        return [views.to_builtins(await self.api.emit(e, wait=wait)) for e in events]
+
+    # -- access ---------------------------------------------------------------------------
+
+    async def caller(self, request: Request) -> Caller:
+        """Who is calling (401 without a known bearer token)."""
+        if self.open_mode:
+            return OPEN
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Problem(
+                401,
+                "unauthenticated",
+                "send Authorization: Bearer <token> (interlock tokens create NAME --role ROLE)",
+                headers={"WWW-Authenticate": 'Bearer realm="interlock"'},
+            )
+        found = await self.tokens.caller(token.strip())
+        if found is None:
+            raise Problem(
+                401,
+                "unauthenticated",
+                "the bearer token is not known (revoked or never issued)",
+                headers={"WWW-Authenticate": 'Bearer realm="interlock", error="invalid_token"'},
+            )
+        return found
+
+    async def reader(self, request: Request) -> Caller:
+        who = await self.caller(request)
+        if not who.may_read:
+            raise Problem(403, "forbidden", f"role {who.role} may not read runs")
+        return who
+
+    async def operator(self, request: Request, what: str) -> Caller:
+        who = await self.caller(request)
+        if not who.may_operate:
+            raise Problem(403, "forbidden", f"role {who.role} may not {what}; operators may")
+        return who
+
+    async def body(self, request: Request) -> bytes:
+        """The request body, refused with 413 beyond ``max_body``."""
+        declared = request.headers.get("content-length")
+        too_large = Problem(
+            413,
+            "too-large",
+            f"the body is larger than {self.max_body} bytes",
+            max_bytes=self.max_body,
+        )
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)

@@ -1,0 +1,69 @@
+"""``interlock gateway`` and ``interlock tokens`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+
+import httpx
+from gw_support import TIMEOUT
+from helpers import cli_env, interlock_bg, run_cli
+
+
+def test_tokens_and_the_gateway_process(nats_url: str) -> None:
+    env = cli_env(nats_url, f"t{uuid.uuid4().hex[:12]}")
+    made = run_cli("tokens", "create", "ci", "--role", "publisher", env=env)
+    assert made.returncode == 1
+    assert "--events" in made.stderr
+    made = run_cli(
+        "tokens", "create", "ci", "--role", "publisher", "--events", "com.acme.>", env=env
+    )
+    assert made.returncode == 0, made.stderr
+    publisher = made.stdout.strip()
+    assert publisher.startswith("ilt_")
+    reader = run_cli("tokens", "create", "dash", "--role", "reader", env=env).stdout.strip()
+    listed = json.loads(run_cli("tokens", "list", "--json", env=env).stdout)
+    assert [(t["name"], t["role"], t["events"]) for t in listed] == [
+        ("ci", "publisher", ["com.acme.>"]),
+        ("dash", "reader", []),
+    ]
+    assert publisher not in json.dumps(listed)
+
+    gateway = interlock_bg("gateway", "--http-port", "0", "--host", "127.0.0.1", env=env)
+    try:
+        url = gateway.wait_for(r"HTTP gateway at (\S+)", timeout=30).group(1)
+        with httpx.Client(base_url=url, timeout=TIMEOUT) as http:
+            assert http.get("/runs").status_code == 401
+            ok = http.get("/runs", headers={"Authorization": f"Bearer {reader}"})
+            assert ok.status_code == 200, ok.text
+            assert ok.json() == {"runs": [], "next_offset": None}
+            event = {
+                "ce-specversion": "1.0",
+                "ce-id": "1",
+                "ce-source": "s",
+                "ce-type": "com.acme.built",
+                "Authorization": f"Bearer {publisher}",
+            }
+            assert http.post("/events", headers=event).status_code == 202
+            assert run_cli("tokens", "revoke", "ci", env=env).returncode == 0
+            assert run_cli("tokens", "revoke", "ci", env=env).returncode == 1
+    finally:
+        gateway.signal(signal.SIGTERM)
+        code = gateway.wait(30)
+    assert code == 0, gateway.output
+
+
+def test_open_mode_listens_on_loopback_only(nats_url: str) -> None:
+    env = cli_env(nats_url, f"t{uuid.uuid4().hex[:12]}")
+    refused = run_cli("gateway", "--open", "--host", "0.0.0.0", "--http-port", "0", env=env)
+    assert refused.returncode == 2
+    assert "loopback" in refused.stderr
+    gateway = interlock_bg("gateway", "--open", "--host", "127.0.0.1", "--http-port", "0", env=env)
+    try:
+        url = gateway.wait_for(r"HTTP gateway at (\S+)", timeout=30).group(1)
+        with httpx.Client(base_url=url, timeout=TIMEOUT) as http:
+            assert http.get("/workflows").status_code == 200
+    finally:
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(30) == 0, gateway.output

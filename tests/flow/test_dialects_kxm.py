@@ -28,7 +28,7 @@ from flow_support import (
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
-from interlock.gateway.app import Gateway
+from interlock.gateway import Gateway, build_app
 from interlock.runtime.runs import utc_now
 from interlock.sdk import AgentError, TaskContext
 from interlock.transport.cloudevents import CloudEvent
@@ -383,7 +383,7 @@ async def test_signed_webhooks_start_and_signal_the_definition(
         nc = await nats.connect(nats_url)
         gateway = Gateway(nc, subjects)
         await gateway.start()
-        server = HttpServer(gateway.app, 0)
+        server = HttpServer(build_app(gateway), 0)
         await server.start()
         try:
             async with httpx.AsyncClient(base_url=server.url, timeout=10.0) as http:
@@ -398,7 +398,7 @@ async def test_signed_webhooks_start_and_signal_the_definition(
                     headers=_jira(body, "j-1", "jira start secret"),
                 )
                 assert r.status_code == 202, r.text
-                run_id = r.json()["events"][0]["runs"][0]["run_id"]
+                run_id = r.json()["events"][0]["started"][0]["run_id"]
                 await stack.in_state(run_id, "ci-wait")
                 signal_body = json.dumps(
                     {"status": "passed", "summary": "green", "evidence": {"github.check:ci": "ok"}}

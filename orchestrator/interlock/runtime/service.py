@@ -23,7 +23,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.errors import BadRequestError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import BadRequestError, ServiceUnavailableError
 
 from interlock.core import events as ev
 from interlock.core.analysis import acted_on
@@ -136,12 +138,20 @@ class Orchestrator:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await provision(self.js, self.subjects, replicas=self.replicas)
-        await self.answers.load()
         self.registry.on_capabilities(self._capabilities_learnt)
-        await self.registry.load()
-        for capability in sorted(self.registry.known_capabilities()):
-            await self._ensure_task_consumer(capability)
+        wait = 0.5
+        while True:
+            try:
+                await self._prepare()
+                break
+            except (NatsTimeoutError, NoRespondersError, ServiceUnavailableError) as exc:
+                # JetStream is not answering yet (a server that just restarted, a leader
+                # election): try again rather than exit; anything else is raised.
+                if self._stopping.is_set():
+                    raise
+                log.warning("JetStream not ready (%s); starting again in %.1fs", exc, wait)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 5.0)
         await self.registry.watch()
         await self.index.start()
         s = self.subjects
@@ -162,6 +172,14 @@ class Orchestrator:
         ]
         self.flow.start()
         log.info("orchestrator started (prefix %s)", s.prefix)
+
+    async def _prepare(self) -> None:
+        """Streams, the token key, definitions and task consumers: each step idempotent."""
+        await provision(self.js, self.subjects, replicas=self.replicas)
+        await self.answers.load()
+        await self.registry.load()
+        for capability in sorted(self.registry.known_capabilities()):
+            await self._ensure_task_consumer(capability)
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import secrets
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
@@ -43,7 +42,7 @@ from interlock.core.compiler import Compiled
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import derive_run_id, matching_trigger, trigger_inputs
 from interlock.core.expr import ExpressionError
-from interlock.core.rfc3339 import format_time
+from interlock.core.ids import InvalidRunId, check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import (
     InterlockClient,
@@ -52,6 +51,7 @@ from interlock.runtime.client import (
     new_run_id,
 )
 from interlock.runtime.flow import to_incoming
+from interlock.runtime.logstore import LogReadError
 from interlock.runtime.registry import Applied, UnknownWorkflow, bucket_values
 from interlock.runtime.replaying import (
     Replaying,
@@ -85,7 +85,7 @@ from interlock.views import (
     summary_from_index,
     summary_of,
     workflow_detail,
-    workflow_summary,
+    workflow_summary_of,
 )
 
 __all__ = [
@@ -107,18 +107,6 @@ EMIT_WAIT_S = 5.0
 SIGNAL_WAIT_S = 5.0
 """How long ``signal`` waits to see what the run did with the event, by default."""
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-
-
-class InvalidRunId(ValueError):
-    """A run id must be one NATS subject token: letters, digits, ``_`` and ``-``."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            f"invalid run id {run_id!r}: use 1-128 letters, digits, '_' or '-' "
-            "(it is a NATS subject token)"
-        )
-
 
 class InvalidManifest(ValueError):
     """A manifest did not validate; nothing was applied. ``diagnostics`` says where and why."""
@@ -132,19 +120,6 @@ class InvalidManifest(ValueError):
 
 class UnknownAgent(LookupError):
     """No AgentDef by that name."""
-
-
-def check_run_id(run_id: str) -> str:
-    """``run_id`` if it can name a run, else :class:`InvalidRunId`."""
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-        raise InvalidRunId(str(run_id))
-    return run_id
-
-
-def _utc(value: datetime | str | None) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return format_time(value, "auto")
 
 
 class Client:
@@ -167,7 +142,6 @@ class Client:
         self._ops = InterlockClient(nc, self.subjects)
         self._watcher = RunWatcher(nc, self.subjects, self._ops.log)
         self._owns = owns_connection
-        self._registry_followed = False
 
     @classmethod
     async def connect(
@@ -188,12 +162,18 @@ class Client:
         options: ConnectOptions | None = None,
     ) -> Client:
         """Connect as the CLI does: arguments, else ``INTERLOCK_*`` variables, else defaults
-        (``nats://127.0.0.1:4222``, prefix ``il``).
+        (``nats://127.0.0.1:4222``, prefix ``il``, and with no credentials given, those
+        ``interlock dev`` wrote under ``.interlock/creds/`` in the current folder).
 
         Raises:
             ConnectionFailed: no server answered in time, or it refused the credentials.
         """
         if options is None:
+            if not (creds or nkey or user or token or _auth_in_environment()):
+                # As the CLI: run where `interlock dev` runs, use the operator's creds it wrote.
+                from interlock.auth.dev import default_operator_creds
+
+                creds = default_operator_creds()
             options = ConnectOptions.resolve(
                 server,
                 creds_file=_path(creds),
@@ -231,32 +211,49 @@ class Client:
 
     # -- definitions ----------------------------------------------------------------------
 
+    @property
+    def ops(self) -> InterlockClient:
+        """The operations underneath (what the CLI's ``apply`` uses with dialects)."""
+        return self._ops
+
     async def apply(
-        self, sources: Iterable[str | Path | tuple[str, str]], *, replicas: int = 1
+        self,
+        sources: Iterable[str | Path | tuple[str, str]],
+        *,
+        dialect: str | None = None,
+        replicas: int = 1,
     ) -> list[Applied]:
-        """Validate manifests (files, or ``(name, text)`` pairs) and store them.
+        """Validate manifests (files, or ``(name, text)`` pairs) and store them. Other
+        formats than the native manifest are detected and lowered as ``interlock apply``
+        does (``dialect`` forces one).
 
         Raises:
             InvalidManifest: any manifest is invalid; nothing was stored.
         """
+        from interlock.dialects import prepare
+
         pairs = [
             s if isinstance(s, tuple) else (str(s), await asyncio.to_thread(_read_text, s))
             for s in sources
         ]
+        prepared = prepare(pairs, dialect)
         await self.provision(replicas)
-        result = await self._ops.apply(pairs)
+        result = await self._ops.apply(
+            prepared.sources,
+            documents=prepared.documents,
+            implied_agents=prepared.agents,
+            diagnostics=prepared.diagnostics,
+        )
         if not result.compiled.ok:
             raise InvalidManifest(result.compiled)
         return result.applied
 
     async def workflows(self) -> list[WorkflowSummary]:
         """The newest version of every workflow applied, by namespace and name."""
-        out = []
-        for item in await self._registry_items():
-            definition, version = await self._ops.registry.latest(
-                f"{item['namespace']}/{item['name']}"
-            )
-            out.append(workflow_summary(definition, version))
+        out = [
+            workflow_summary_of(ns, name, version, spec_hash, manifest)
+            for (ns, name), (version, spec_hash, manifest) in (await self._catalog()).items()
+        ]
         return sorted(out, key=lambda w: (w.namespace, w.name))
 
     async def workflow(self, name: str) -> WorkflowDetail:
@@ -379,13 +376,16 @@ class Client:
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        raw = await self._ops.log.read_raw(run_id)
+        async with _no_stream_is_no_run(run_id):
+            raw = await self._ops.log.read_raw(run_id)
         if not raw:
             raise UnknownRun(run_id)
         records = [r for _, payload in raw for r in ev.decode_batch(payload)]
         state = fold(records)
         event_id = id or secrets.token_hex(8)
-        base = _SignalBase(run_id=run_id, type=name, id=event_id, state=state.state)
+        base = _SignalBase(
+            run_id=run_id, type=name, id=event_id, state=state.state, status=state.status
+        )
         if state.finished:
             return base.result("finished")
         definition = await self._definition_of(state)
@@ -433,7 +433,8 @@ class Client:
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        return await self._ops.cancel(run_id, reason)
+        async with _no_stream_is_no_run(run_id):
+            return await self._ops.cancel(run_id, reason)
 
     async def result(
         self,
@@ -451,7 +452,7 @@ class Client:
         """
         check_run_id(run_id)
         if not wait:
-            return run_result(await self._ops.read(run_id))
+            return run_result(await self.records(run_id))
         try:
             records = await self._watcher.finished(run_id, timeout)
         except UnknownRunError:
@@ -461,7 +462,7 @@ class Client:
     async def run(self, run_id: str) -> RunSummary:
         """One run's summary, folded from its log. Raises :class:`UnknownRun`."""
         check_run_id(run_id)
-        return summary_of(await self._ops.state(run_id))
+        return summary_of(fold(await self.records(run_id)))
 
     async def describe(self, run_id: str) -> RunDescription:
         """Everything about one run now: state, pending actions with attempts and deadlines,
@@ -471,7 +472,7 @@ class Client:
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        records = await self._ops.read(run_id)
+        records = await self.records(run_id)
         state = fold(records)
         return describe_run(records, await self._definition_of(state))
 
@@ -496,7 +497,8 @@ class Client:
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
         """The run's log: every record, in order. Raises :class:`UnknownRun`."""
         check_run_id(run_id)
-        return await self._ops.read(run_id)
+        async with _no_stream_is_no_run(run_id):
+            return await self._ops.read(run_id)
 
     async def state(self, run_id: str) -> RunState:
         """The run's state folded from its log (the engine's own view)."""
@@ -517,7 +519,7 @@ class Client:
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        records = await self._ops.read(run_id)
+        records = await self.records(run_id)
         shown = [r for r in records if since is None or r.time >= since]
         if tail is not None:
             shown = shown[-tail:] if tail > 0 else []
@@ -774,21 +776,41 @@ class Client:
         ack = await self._ops.js.publish(self.subjects.event(event.type), payload, headers=headers)
         return int(ack.seq), bool(ack.duplicate)
 
-    async def _would_start(self, event: CloudEvent) -> list[StartedRun]:
-        """The runs the orchestrator's ingress starts for ``event`` (its own rules)."""
-        registry = self._ops.registry
+    async def _catalog(self) -> dict[tuple[str, str], tuple[int, str, dict[str, Any]]]:
+        """(namespace, name) -> (newest version, spec hash, manifest) of every workflow
+        applied, from one pass over the workflows bucket (nothing is compiled)."""
         try:
-            if not self._registry_followed:
-                await registry.load()
-                await registry.watch()
-                self._registry_followed = True
-            else:
-                await registry.sync()
+            kv = await self._ops.js.key_value(self.subjects.workflows_bucket)
+            values = await bucket_values(kv)
         except (BucketNotFoundError, NotFoundError):
-            return []
+            return {}
+        out: dict[tuple[str, str], tuple[int, str, dict[str, Any]]] = {}
+        for key, value in values.items():
+            if not key.startswith("latest."):
+                continue
+            _, ns, name = key.split(".", 2)
+            pointer = json.loads(value)
+            version = int(pointer.get("version", 0))
+            stored = values.get(f"wf.{ns}.{name}.{version}")
+            manifest = json.loads(stored).get("manifest", {}) if stored else {}
+            out[(ns, name)] = (version, str(pointer.get("spec_hash", "")), manifest)
+        return out
+
+    async def _would_start(self, event: CloudEvent) -> list[StartedRun]:
+        """The runs the orchestrator's ingress starts for ``event`` (its own rules, over
+        the workflows applied now; only those with a trigger on its type are compiled)."""
+        registry = self._ops.registry
+        with contextlib.suppress(BucketNotFoundError, NotFoundError):
+            await self._ops.registry.load_agents()
         incoming = to_incoming(event)
         out = []
-        for definition, version in list(registry.triggered_by(event.type)):
+        for (ns, name), (version, _, manifest) in sorted((await self._catalog()).items()):
+            if not _triggers_on(manifest, event.type):
+                continue
+            try:
+                definition = await registry.definition(ns, name, version)
+            except Exception:  # noqa: BLE001, S112 - the orchestrator cannot load it either
+                continue
             trigger = matching_trigger(definition, incoming)
             if trigger is None:
                 continue
@@ -828,6 +850,7 @@ class _SignalBase:
     type: str
     id: str
     state: str
+    status: str
 
     def result(
         self,
@@ -844,6 +867,7 @@ class _SignalBase:
             id=self.id,
             outcome=outcome,
             state=state if state is not None else self.state,
+            status=self.status,
             to_state=to_state,
             guard_errors=guard_errors or [],
             waiting_for=waiting_for or [],
@@ -863,10 +887,37 @@ def _signal_outcome(batch: list[ev.AnyRecord], base: _SignalBase) -> SignalResul
     return base.result("declined", guard_errors=errors)
 
 
+@contextlib.asynccontextmanager
+async def _no_stream_is_no_run(run_id: str) -> AsyncIterator[None]:
+    """Where nothing was ever applied there is no runs stream (no JetStream responder
+    answers a direct get on it): that run does not exist."""
+    try:
+        yield
+    except LogReadError as exc:
+        if "503" in str(exc) or "stream not found" in str(exc):
+            raise UnknownRun(run_id) from None
+        raise
+
+
+def _triggers_on(manifest: Mapping[str, Any], event_type: str) -> bool:
+    spec = manifest.get("spec")
+    triggers = spec.get("triggers") if isinstance(spec, Mapping) else None
+    if not isinstance(triggers, list):
+        return False
+    return any(isinstance(t, Mapping) and t.get("event") == event_type for t in triggers)
+
+
 def _letter(d: Any) -> DeadLetterView:
     return dead_letter_view(
         d.seq, d.time, d.reason, d.detail, d.subject, d.original_headers, d.data
     )
+
+
+def _auth_in_environment() -> bool:
+    import os
+
+    names = ("INTERLOCK_CREDS", "INTERLOCK_NKEY", "INTERLOCK_USER", "INTERLOCK_TOKEN")
+    return any(os.environ.get(name) for name in names)
 
 
 def _read_text(path: str | Path) -> str:

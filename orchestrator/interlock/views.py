@@ -14,13 +14,15 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from interlock.core import events as ev
-from interlock.core.definition import Definition
 from interlock.core.state import RunState, fold
+
+if TYPE_CHECKING:
+    from interlock.core.definition import Definition
 from interlock.transport.cloudevents import too_deep
 
 __all__ = [
@@ -229,6 +231,8 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     time)."""
     state: str = ""
     """The state the run was in when the event arrived."""
+    status: str = "running"
+    """The run's status when the event was sent (or refused)."""
     to_state: str | None = None
     guard_errors: list[str] = []
     """Guards that failed to evaluate (they count as false)."""
@@ -461,6 +465,31 @@ def describe_run(
         correlation_key=state.correlation_key,
         parent_run=state.parent.run_id if state.parent is not None else None,
         trigger=state.trigger,
+    )
+
+
+def workflow_summary_of(
+    namespace: str, name: str, version: int, spec_hash: str, manifest: Mapping[str, Any]
+) -> WorkflowSummary:
+    """A summary from a stored manifest as it is (nothing compiled)."""
+    spec = manifest.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    metadata = manifest.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    description = spec.get("description") or metadata.get("description")
+    triggers = spec.get("triggers")
+    events = {
+        str(t["event"])
+        for t in (triggers if isinstance(triggers, list) else [])
+        if isinstance(t, Mapping) and "event" in t
+    }
+    return WorkflowSummary(
+        namespace=namespace,
+        name=name,
+        version=version,
+        spec_hash=spec_hash,
+        description=description if isinstance(description, str) else None,
+        triggers=sorted(events),
     )
 
 

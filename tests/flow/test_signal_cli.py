@@ -54,7 +54,7 @@ async def test_signal_approves_a_parked_run(nats_url: str, subjects: Subjects) -
             subjects.prefix,
         )
         assert done.returncode == 0, done.stderr
-        assert f"sent approval.granted to {run_id} (in state approval)" in done.stdout
+        assert f"approval.granted moved run {run_id} from approval to" in done.stdout
         state = await client.wait(run_id, 20)
         assert state.status == "completed"
         assert state.outputs is not None

@@ -273,14 +273,26 @@ def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: Installation) 
     inst.ok("apply", "echo.yaml", "hello.yaml")
     data = '{"lang": "en", "message": "from an event"}'
     out = inst.ok("emit", "com.example.greet", "--source", "/cli", "--id", "g1", "--data", data)
-    assert out.strip() == "emitted com.example.greet id=g1"
     run_id = inst.run_id_of_trigger("hello", "/cli", "g1")
+    assert out.splitlines() == [
+        "emitted com.example.greet id=g1",
+        f"started  {run_id}  default/hello v1",
+    ]
 
     assert json.loads(inst.ok("result", run_id, "--wait", "--timeout", "20")) == {
         "echoed": "from an event"
     }
     full = json.loads(inst.ok("result", run_id, "--json"))
-    assert full == {"run_id": run_id, "status": "completed", "outputs": {"echoed": "from an event"}}
+    assert full == {
+        "run_id": run_id,
+        "status": "completed",
+        "state": "done",
+        "outputs": {"echoed": "from an event"},
+        "error": None,
+        "reason": None,
+        "finished_at": full["finished_at"],
+    }
+    assert full["finished_at"].endswith("Z")
 
     timeline = inst.ok("logs", run_id).splitlines()
     assert "run started      default/hello v1" in timeline[0]
@@ -315,13 +327,14 @@ def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: Installation) 
 
 def test_agents_lists_the_running_echo_worker(inst: Installation) -> None:
     inst.ok("apply", "echo.yaml")
-    found = json.loads(inst.ok("agents", "--json"))
-    assert "echo" in found["agentdefs"]
-    workers = [w for w in found["workers"] if w["name"] == "echo"]
+    found = {a["name"]: a for a in json.loads(inst.ok("agents", "--json"))}
+    assert "echo" in found
+    workers = [w for w in found["echo"]["workers"] if w["name"] == "echo"]
     assert len(workers) == 1
     assert sorted(workers[0]["capabilities"]) == ["echo", "review"]
     table = inst.ok("agents")
-    assert re.search(r"^echo\s+echo\s+1$", table, re.MULTILINE)
+    assert re.search(r"^echo\s+echo\s+1\b", table, re.MULTILINE)
+    assert json.loads(inst.ok("get", "agent", "echo", "-o", "json")) == found["echo"]
 
 
 def test_result_exit_codes_and_cancel(inst: Installation) -> None:
@@ -595,10 +608,14 @@ def test_a_terminal_state_that_fails_ends_the_run_failed(inst: Installation) -> 
     expected = {
         "run_id": run_id,
         "status": "failed",
+        "state": "refused",
         "outputs": {"passed": False},
         "error": {"class": "workflow_failed", "message": "score 3 is below 5"},
+        "reason": None,
+        "finished_at": started["finished_at"],
     }
     assert started == expected
+    assert f"started {run_id}" in done.stderr
     assert json.loads(inst.cli("result", run_id, "--json").stdout) == expected
     # The run index is written by the relay just after the log: give it a moment.
     listed = ""

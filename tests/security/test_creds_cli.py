@@ -47,11 +47,16 @@ def installation(tmp_path: Path) -> Iterator[tuple[EmbeddedNats, Path]]:
         server.stop()
 
 
+ECHO = Path(__file__).resolve().parents[2] / "agents/interlock_agents/manifests/echo.yaml"
+
+
 async def test_issue_list_revoke(installation: tuple[EmbeddedNats, Path]) -> None:
     server, home = installation
     keys = str(home / ".interlock" / "keys")
-    # The operator's CLI provisions the streams.
+    # The operator's CLI provisions the streams when it applies (reading provisions nothing).
     assert cli("runs", cwd=home, INTERLOCK_URL=server.url).returncode == 0
+    applied = cli("apply", str(ECHO), cwd=home, INTERLOCK_URL=server.url)
+    assert applied.returncode == 0, applied.stderr
     done = cli("creds", "issue", "agent", "-o", "x.creds", "--keys", keys, cwd=home)
     assert done.returncode == 2
     assert "at least one --capability" in done.stderr

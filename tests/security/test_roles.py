@@ -279,3 +279,24 @@ async def test_an_agent_answering_its_capability_without_the_task_token_is_dead_
         assert loop.time() < deadline, "the forged answers were not dead-lettered"
         await asyncio.sleep(0.1)
     assert await log_bytes(secured, target) == before
+
+
+async def test_the_operators_client_waits_through_its_one_subscription(secured: Secured) -> None:
+    """``Client.result(wait=True)`` on operator credentials: the run-log subscription its
+    waits share is allowed (refused, the waits would fall back to reading each log every
+    second)."""
+    from interlock import Client
+
+    client = Client(secured.operator.nc, SUBJECTS)
+    run_id = await awaited_run(secured)
+    waiting = asyncio.ensure_future(client.result(run_id, wait=True, timeout=10))
+    for _ in range(500):  # the wait has read the log, and found the run going on
+        if client._watcher.watching and await client.result(run_id):
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await client.cancel(run_id, "no longer needed")
+    result = await waiting
+    assert (result.status, result.reason) == ("cancelled", "no longer needed")
+    assert client._watcher.hinted

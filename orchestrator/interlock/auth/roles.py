@@ -156,7 +156,9 @@ def operator(subjects: Subjects, user: str) -> Permissions:
             "$O.>",
         ),
         pub_deny=(f"{p}.timers.>", f"{p}.cap.>", f"{p}.results.>", *_no_secrets(subjects)),
-        sub_allow=(f"{inbox_prefix(user)}.>",),
+        # The run logs it may read anyway: the client's waits share one subscription on
+        # them (interlock.runtime.waiting) instead of a consumer per wait.
+        sub_allow=(f"{inbox_prefix(user)}.>", f"{p}.runs.>"),
     )
 
 

@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from interlock.core.source import MAX_BYTES, too_large
-
 EXIT_OK = 0
 EXIT_FAILED = 1
 """Invalid input, a failed or cancelled run."""
@@ -37,6 +35,8 @@ def read_sources(paths: list[str]) -> list[tuple[str, str]]:
     """Read manifest files (``-`` is standard input); unreadable files are usage errors.
 
     A file beyond the loader's size limit is refused before it is read whole."""
+    from interlock.core.source import MAX_BYTES, too_large
+
     out = []
     for path in paths:
         try:

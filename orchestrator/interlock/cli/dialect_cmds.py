@@ -13,13 +13,17 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err, print_json, read_sources
-from interlock.core.compiler import Compiled, compile_sources
-from interlock.dialects import DIALECTS, Prepared, load, prepare, synapse
-from interlock.dialects.emit import to_yaml
 
+if TYPE_CHECKING:
+    from interlock.core.compiler import Compiled
+    from interlock.dialects import Prepared, synapse
+
+DIALECTS = ("ctxmesh", "workfile", "synapse", "kxm")
+"""``interlock.dialects.DIALECTS``, named here so that building the parser loads none of
+them (a test keeps the two equal)."""
 DIALECT_CHOICES = ["auto", "native", *DIALECTS]
 
 
@@ -46,6 +50,9 @@ def compile_files(
 ) -> tuple[Compiled, Prepared]:
     """Validate files of any format. The AgentDefs a dialect file implies count as given
     unless ``agents`` are given: then those are the registry the workflows must use."""
+    from interlock.core.compiler import compile_sources
+    from interlock.dialects import prepare
+
     prepared = prepare(sources, dialect)
     documents = list(prepared.documents)
     if not agents:
@@ -85,6 +92,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from interlock.dialects.emit import to_yaml
+
     sources = read_sources(args.files)
     compiled, prepared = compile_files(sources, [], dialect_of(args))
     for diagnostic in compiled.diagnostics:
@@ -180,6 +189,8 @@ def add_synapse_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _synapse(path: str) -> synapse.Workflow:
+    from interlock.dialects import load, synapse
+
     ((name, text),) = read_sources([path])
     documents, errors, _ = load(text, name, "synapse")
     diagnostics = list(errors)
@@ -208,6 +219,8 @@ def _json_file(path: str | None, what: str, shape: type) -> Any:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from interlock.dialects import synapse
+
     workflow = _synapse(args.file)
     if args.json:
         print_json([task.declaration() for task in workflow.tasks])
@@ -217,6 +230,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from interlock.dialects import synapse
+
     workflow = _synapse(args.file)
     status = _json_file(args.status, "--status", dict) or {}
     evidence = _json_file(args.evidence, "--evidence", dict) or {}

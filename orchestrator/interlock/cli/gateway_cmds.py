@@ -139,7 +139,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 async def cmd_tokens_create(client: Any, args: argparse.Namespace) -> int:
     from interlock.gateway.auth import Tokens
 
-    tokens = Tokens(client.js, client.subjects)
+    tokens = Tokens(client.ops.js, client.subjects)
     try:
         token = await tokens.issue(args.name, args.role, args.events)
     except ValueError as exc:
@@ -156,7 +156,7 @@ async def cmd_tokens_list(client: Any, args: argparse.Namespace) -> int:
 
     items = [
         {k: v for k, v in item.items() if k != "key"}
-        for item in await Tokens(client.js, client.subjects).list()
+        for item in await Tokens(client.ops.js, client.subjects).list()
     ]
     if args.json:
         print_json(items)
@@ -170,7 +170,7 @@ async def cmd_tokens_list(client: Any, args: argparse.Namespace) -> int:
 async def cmd_tokens_revoke(client: Any, args: argparse.Namespace) -> int:
     from interlock.gateway.auth import Tokens
 
-    gone = await Tokens(client.js, client.subjects).revoke(args.name)
+    gone = await Tokens(client.ops.js, client.subjects).revoke(args.name)
     if not gone:
         raise CliError(f"no token named {args.name!r}", EXIT_FAILED)
     print(f"revoked {args.name}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -153,6 +155,10 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
     from interlock.sdk.runner import run_agent
 
     _logging(args.log_level)
+    if ":" in args.target and "" not in sys.path and os.getcwd() not in sys.path:
+        # `interlock agent run my_agents:worker` from the folder holding my_agents.py, as
+        # `python -m` would find it (the console script's sys.path has no current folder).
+        sys.path.insert(0, os.getcwd())
     try:
         from interlock.runtime.health import DEFAULT_AGENT_PORT
 

@@ -191,7 +191,7 @@ def _replaying(client: Any) -> Replaying:
     from interlock.runtime.replaying import Replaying
     from interlock.runtime.runs import utc_now
 
-    return Replaying(client.log, client.registry, utc_now)
+    return Replaying(client.ops.log, client.ops.registry, utc_now)
 
 
 async def _against(
@@ -227,7 +227,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        records = await client.read(a.run_id)
+        records = await client.ops.read(a.run_id)
         replaying = _replaying(client)
         if a.workflow:
             definition = replaying.registry.link(manifest(a.workflow, a.agents))
@@ -340,7 +340,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     against_is_file = Path(args.against).is_file()
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        records = await client.read(a.run_id)
+        records = await client.ops.read(a.run_id)
         definition, version, label = await _against(
             _replaying(client), records, a.against, a.agents, is_file=against_is_file
         )
@@ -414,7 +414,7 @@ def cmd_shadow(args: argparse.Namespace) -> int:
     async def body(client: Any, a: argparse.Namespace) -> int:
         from interlock.runtime.replaying import select_runs
 
-        chosen = select_runs(await client.list_runs(a.workflow), a.runs, a.since)
+        chosen = select_runs(await client.ops.list_runs(a.workflow), a.runs, a.since)
         summary = await _replaying(client).shadow(chosen, candidate, label=a.candidate)
         return _report_shadow(summary, a)
 
@@ -501,7 +501,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
         from interlock.runtime.replaying import RunExistsAlready, parse_version
 
         replaying = _replaying(client)
-        records = await client.read(a.run_id)
+        records = await client.ops.read(a.run_id)
         state = fold(records)
         definition: Definition | None = None
         version: int | None = None
@@ -511,7 +511,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
                 version = number
                 definition = await replaying.definition(state.namespace, state.workflow, number)
             else:
-                result = await client.apply(read_sources([a.workflow]))
+                result = await client.ops.apply(read_sources([a.workflow]))
                 if not result.compiled.ok:
                     for diagnostic in result.compiled.diagnostics:
                         err(str(diagnostic))
@@ -644,7 +644,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         replaying = _replaying(client)
         namespace, _, name = a.workflow.rpartition("/")
         definition = await replaying.definition(namespace or "default", name, version)
-        running = in_flight(await client.list_runs(a.workflow, "running"), version)
+        running = in_flight(await client.ops.list_runs(a.workflow, "running"), version)
         summary = await replaying.migrate(running, definition, version, dry_run=a.dry_run)
         return _report_migrate(summary, a)
 

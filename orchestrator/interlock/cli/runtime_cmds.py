@@ -1,6 +1,11 @@
-"""Commands that talk to a NATS server: apply, start, emit, runs, agents, logs, result,
-cancel, export, replay, dead-letters. (The long-running processes, serve, agent run and
-dev: :mod:`interlock.cli.process_cmds`.)"""
+"""Commands that talk to a NATS server: apply, start, emit, signal, runs, agents, logs,
+result, cancel, export, replay, dead-letters. (The long-running processes, serve, agent
+run and dev: :mod:`interlock.cli.process_cmds`.)
+
+Building the parser imports nothing heavy (``--help`` and shell completion run it): each
+command imports what it needs when it runs. Commands that only read never create streams
+or buckets; ``apply`` (and ``serve``) do.
+"""
 
 from __future__ import annotations
 
@@ -25,25 +30,24 @@ from interlock.cli.common import (
     CliError,
     err,
     load_json_arg,
-    print_json,
     read_sources,
 )
-from interlock.cli.timeline import describe, replay_lines
-from interlock.core import events as ev
+from interlock.cli.output import add_output_flags, dump, emit, output_format, print_table
 from interlock.core.ids import InvalidRunId, check_run_id
-from interlock.core.state import RunState, fold
-from interlock.core.vocabulary import FINISHED
-from interlock.dialects import prepare
-from interlock.runtime.client import RunExists
-from interlock.runtime.registry import UnknownWorkflow
-from interlock.runtime.runs import InvalidInputs, UnknownRun, utc_now
-from interlock.transport.cloudevents import CloudEvent
-from interlock.transport.connection import ConnectOptions, connect
-from interlock.transport.errors import ConnectionFailed
-from interlock.transport.provision import provision
 
 if TYPE_CHECKING:
+    from interlock.client import Client
+    from interlock.core import events as ev
+    from interlock.transport.connection import ConnectOptions
+    from interlock.views import RunResult
+
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+DEFAULT_WAIT_TIMEOUT = 300.0
+"""Seconds ``start --wait`` and ``result --wait`` wait by default (``--timeout 0``: no
+limit)."""
+NO_ORCHESTRATOR_AFTER_S = 2.0
+"""How long ``start --wait`` waits before it checks that an orchestrator takes the run."""
 
 
 def add_connection_flags(p: argparse.ArgumentParser) -> None:
@@ -78,6 +82,8 @@ def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOption
         from interlock.auth.dev import default_operator_creds
 
         creds_file = default_operator_creds()
+    from interlock.transport.connection import ConnectOptions
+
     return ConnectOptions.resolve(
         args.server,
         creds_file=creds_file,
@@ -95,39 +101,41 @@ def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOption
 def with_client(
     body: Callable[[Any, argparse.Namespace], Awaitable[int]],
 ) -> Callable[[argparse.Namespace], int]:
-    """Run ``body(client, args)`` connected; connection problems exit 2 with the reason."""
-    from nats.errors import MaxPayloadError
-
-    from interlock.runtime.client import InterlockClient
+    """Run ``body(client, args)`` with a connected :class:`interlock.Client`; connection
+    problems exit 2 with the reason, a missing run, workflow or agent exits 1."""
 
     def run(args: argparse.Namespace) -> int:
+        from nats.errors import MaxPayloadError
+
+        from interlock.client import (
+            Client,
+            InvalidInputs,
+            RunExists,
+            UnknownAgent,
+            UnknownRun,
+            UnknownWorkflow,
+        )
+        from interlock.transport.connection import connect
+        from interlock.transport.errors import ConnectionFailed
+
         async def go() -> int:
             opts = options(args)
             try:
                 nc = await connect(opts)
             except ConnectionFailed as exc:
                 raise CliError(str(exc)) from exc
+            client = Client(nc, opts.subjects, owns_connection=True)
             try:
-                client = InterlockClient(nc, opts.subjects)
-                # The same replica count as `serve`: provisioning with fewer would scale
-                # an R3 installation's streams down.
-                replicas = _env_int(None, "INTERLOCK_REPLICAS", 1)
-                await provision(client.js, opts.subjects, replicas=replicas)
                 return await body(client, args)
             finally:
-                # Closing: a connection already gone leaves nothing to undo.
                 with contextlib.suppress(Exception):
-                    await nc.close()
+                    await client.close()
 
         try:
             return asyncio.run(go())
         except UnknownRun as exc:
             raise CliError(f"no run {exc.args[0]!r}", EXIT_FAILED) from exc
-        except UnknownWorkflow as exc:
-            raise CliError(str(exc), EXIT_FAILED) from exc
-        except InvalidInputs as exc:
-            raise CliError(str(exc), EXIT_FAILED) from exc
-        except RunExists as exc:
+        except (UnknownWorkflow, UnknownAgent, InvalidInputs, RunExists) as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
         except InvalidRunId as exc:
             raise CliError(str(exc)) from exc
@@ -167,9 +175,18 @@ def _add_write_parsers(sub: Sub) -> None:
     p.add_argument("workflow", help="NAME or NAMESPACE/NAME")
     p.add_argument("--input", "-i", help="inputs as JSON or @file")
     p.add_argument("--run-id", type=run_id_arg, help="use this run id (default: a new one)")
-    p.add_argument("--wait", action="store_true", help="wait for the run and print its result")
-    p.add_argument("--timeout", type=float, default=None, help="seconds to wait with --wait")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the run and print its result (the run id goes to stderr at once)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_WAIT_TIMEOUT,
+        help=f"seconds to wait with --wait (default {DEFAULT_WAIT_TIMEOUT:g}; 0: no limit)",
+    )
+    add_output_flags(p, default="json")
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_start))
 
@@ -180,7 +197,14 @@ def _add_write_parsers(sub: Sub) -> None:
     p.add_argument("--id", help="the CloudEvent id (default: a new one)")
     p.add_argument("--subject", help="the CloudEvent subject")
     p.add_argument("--ext", action="append", default=[], metavar="K=V", help="extension attribute")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the runs it starts to appear (default 5; 0: do not wait)",
+    )
+    add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_emit))
 
@@ -190,37 +214,57 @@ def _add_write_parsers(sub: Sub) -> None:
     p.add_argument("--data", help="data as JSON or @file")
     p.add_argument("--source", default="interlock://cli", help="the CloudEvent source")
     p.add_argument("--id", help="the CloudEvent id (default: a new one)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the run to take it (default 5)",
+    )
+    add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_signal))
 
 
 def _add_read_parsers(sub: Sub) -> None:
     """runs, agents, logs, result, cancel, export: the commands about runs."""
-    p = sub.add_parser("runs", help="list runs")
+    p = sub.add_parser("runs", help="list runs, newest first")
     p.add_argument("--workflow", "-w")
     p.add_argument("--status", choices=["running", "completed", "failed", "cancelled"])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", "-n", type=int, default=None, help="at most this many")
+    add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_runs))
 
     p = sub.add_parser("agents", help="list AgentDefs and live agent workers")
-    p.add_argument("--json", action="store_true")
+    add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_agents))
 
     p = sub.add_parser("logs", help="a run's timeline")
     p.add_argument("run_id", type=run_id_arg)
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
-    p.add_argument("--json", action="store_true", help="JSONL CloudEvents")
+    p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N records")
+    p.add_argument(
+        "--since",
+        default=None,
+        metavar="WHEN",
+        help="only records from WHEN on: an RFC 3339 time, or an age such as 30s, 5m, 2h",
+    )
+    add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_logs))
 
     p = sub.add_parser("result", help="a run's outputs")
     p.add_argument("run_id", type=run_id_arg)
     p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout", type=float, default=None)
-    p.add_argument("--json", action="store_true", help="the whole result as JSON")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_WAIT_TIMEOUT,
+        help=f"seconds to wait with --wait (default {DEFAULT_WAIT_TIMEOUT:g}; 0: no limit)",
+    )
+    add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_result))
 
@@ -245,11 +289,12 @@ def _add_dead_letter_parsers(sub: Sub) -> None:
     dl = p.add_subparsers(dest="dead_letters_command", metavar="COMMAND", required=True)
     q = dl.add_parser("list", help="the dead letters kept, oldest first")
     q.add_argument("--reason", help="only this reason (e.g. processing-failed)")
-    q.add_argument("--json", action="store_true", help="one JSON object per letter")
+    add_output_flags(q)
     add_connection_flags(q)
     q.set_defaults(func=with_client(cmd_dead_letters_list))
     q = dl.add_parser("show", help="one dead letter: why, where from, headers and data")
     q.add_argument("seq", type=int, help="its sequence (from `dead-letters list`)")
+    add_output_flags(q, default="json")
     add_connection_flags(q)
     q.set_defaults(func=with_client(cmd_dead_letters_show))
     q = dl.add_parser(
@@ -267,9 +312,14 @@ def _add_dead_letter_parsers(sub: Sub) -> None:
 # -- commands ---------------------------------------------------------------------------
 
 
-async def cmd_apply(client: Any, args: argparse.Namespace) -> int:
+async def cmd_apply(client: Client, args: argparse.Namespace) -> int:
+    from interlock.dialects import prepare
+
+    # The same replica count as `serve`: provisioning with fewer would scale an R3
+    # installation's streams down.
+    await client.provision(replicas=_env_int(None, "INTERLOCK_REPLICAS", 1))
     prepared = prepare(read_sources(args.files), dialect_cmds.dialect_of(args))
-    result = await client.apply(
+    result = await client.ops.apply(
         prepared.sources,
         documents=prepared.documents,
         implied_agents=prepared.agents,
@@ -302,6 +352,10 @@ async def cmd_apply(client: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def print_json(value: Any) -> None:
+    sys.stdout.write(dump(value, "json"))
+
+
 def _json_option(value: str | None, what: str) -> Any:
     """``--input`` / ``--data``: text that is not JSON is invalid input (exit 1, as inputs
     that break the workflow's types are); an unreadable ``@file`` stays a usage error."""
@@ -313,57 +367,79 @@ def _json_option(value: str | None, what: str) -> Any:
         raise
 
 
-async def cmd_start(client: Any, args: argparse.Namespace) -> int:
+def _timeout(value: float | None) -> float | None:
+    if value is not None and value < 0:
+        raise CliError(f"--timeout must be 0 or more, got {value:g}")
+    return value if value else None
+
+
+async def cmd_start(client: Client, args: argparse.Namespace) -> int:
     inputs = _json_option(args.input, "--input")
     if inputs is None:
         inputs = {}
     if not isinstance(inputs, dict):
         raise CliError("--input must be a JSON object", EXIT_FAILED)
-    run_id = await client.start(args.workflow, inputs, args.run_id)
+    timeout = _timeout(args.timeout)
+    run_id = await client.start(args.workflow, inputs, run_id=args.run_id)
     if not args.wait:
-        if args.json:
-            print_json({"run_id": run_id})
-        else:
+        if output_format(args) == "table" or not (args.json or args.output):
             print(run_id)
+        else:
+            emit(args, {"run_id": run_id})
         return EXIT_OK
+    # The run id at once: Ctrl-C leaves the run going, and something to look it up by.
+    err(f"started {run_id}; waiting for it to end (Ctrl-C stops waiting, not the run)")
+    waiting = asyncio.ensure_future(client.result(run_id, wait=True, timeout=timeout))
     try:
-        state = await client.wait(run_id, args.timeout)
+        done, _ = await asyncio.wait({waiting}, timeout=NO_ORCHESTRATOR_AFTER_S)
+        if not done and await client.orchestrator_seen() is False:
+            err(
+                f"no orchestrator is taking runs on {args.server or 'this server'} "
+                f"(prefix {client.subjects.prefix}): the run stays at its start until one "
+                "runs (interlock serve, or interlock dev)"
+            )
+        result = await waiting
     except TimeoutError:
-        err(f"run {run_id} has not finished after {args.timeout}s")
-        print(run_id)
+        err(f"run {run_id} has not finished after {args.timeout:g}s")
+        emit(args, await client.result(run_id), lambda: print_json({"run_id": run_id}))
         return EXIT_NOT_FINISHED
-    return _print_result(state, args.json, with_id=True)
+    finally:
+        waiting.cancel()
+    return _show_result(args, result, whole=True)
 
 
-def _print_result(state: RunState, as_json: bool, with_id: bool = False) -> int:
-    code = EXIT_OK if state.status == "completed" else EXIT_FAILED
-    if state.status not in FINISHED:
-        code = EXIT_NOT_FINISHED
-    if as_json or with_id:
-        body: dict[str, Any] = {
-            "run_id": state.run_id,
-            "status": state.status,
-            "outputs": state.outputs,
-        }
-        if state.error is not None:
-            body["error"] = {"class": state.error.error_class, "message": state.error.message}
-        print_json(body)
+def _exit_code(result: RunResult) -> int:
+    if result.status == "completed":
+        return EXIT_OK
+    if result.status in ("failed", "cancelled"):
+        return EXIT_FAILED
+    return EXIT_NOT_FINISHED
+
+
+def _show_result(args: argparse.Namespace, result: RunResult, *, whole: bool = False) -> int:
+    """``whole``: the table form is the whole result too (``start --wait``)."""
+    code = _exit_code(result)
+    if whole or output_format(args) != "table":
+        emit(args, result, lambda: print_json(result))
         return code
-    if state.status == "completed":
-        print_json(state.outputs or {})
-    elif state.status in ("failed", "cancelled"):
-        if state.outputs:  # a terminal state that fails may still return outputs
-            print_json(state.outputs)
-        why = f": {state.error.error_class}: {state.error.message}" if state.error else ""
-        err(f"run {state.run_id} {state.status}{why}")
+    if result.status == "completed":
+        print_json(result.outputs or {})
+    elif result.status in ("failed", "cancelled"):
+        if result.outputs:  # a terminal state that fails may still return outputs
+            print_json(result.outputs)
+        if result.error is not None:
+            why = f": {result.error.error_class}: {result.error.message}"
+        elif result.reason:
+            why = f": {result.reason}"
+        else:
+            why = ""
+        err(f"run {result.run_id} {result.status}{why}")
     else:
-        err(f"run {state.run_id} is {state.status} (in state {state.state})")
+        err(f"run {result.run_id} is {result.status} (in state {result.state})")
     return code
 
 
-async def cmd_emit(client: Any, args: argparse.Namespace) -> int:
-    import secrets
-
+async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
     extensions: dict[str, str] = {}
     for item in args.ext:
         if "=" not in item:
@@ -371,101 +447,140 @@ async def cmd_emit(client: Any, args: argparse.Namespace) -> int:
         key, value = item.split("=", 1)
         extensions[key.strip().lower()] = value
     data = _json_option(args.data, "--data")
-    event = CloudEvent(
-        id=args.id or secrets.token_hex(8),
-        source=args.source,
-        type=args.type,
-        subject=args.subject,
-        time=utc_now(),
-        datacontenttype="application/json" if data is not None else None,
-        data=data,
-        extensions=extensions,
-    )
     try:
-        seq = await client.emit(event)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
-    if args.json:
-        print_json({"id": event.id, "type": event.type, "source": event.source, "seq": seq})
-    else:
-        print(f"emitted {event.type} id={event.id}")
-    return EXIT_OK
-
-
-async def cmd_signal(client: Any, args: argparse.Namespace) -> int:
-    import secrets
-
-    state = await client.state(args.run_id)
-    if state.finished:
-        raise CliError(f"run {args.run_id} is already {state.status}", EXIT_FAILED)
-    data = load_json_arg(args.data, "--data")
-    event = CloudEvent(
-        id=args.id or secrets.token_hex(8),
-        source=args.source,
-        type=args.name,
-        time=utc_now(),
-        datacontenttype="application/json" if data is not None else None,
-        data=data,
-        extensions={"runid": args.run_id},
-    )
-    try:
-        await client.emit(event)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
-    if args.json:
-        print_json({"run_id": args.run_id, "type": event.type, "id": event.id})
-    else:
-        print(f"sent {event.type} to {args.run_id} (in state {state.state})")
-    return EXIT_OK
-
-
-async def cmd_runs(client: Any, args: argparse.Namespace) -> int:
-    runs = await client.list_runs(args.workflow, args.status)
-    if args.json:
-        print_json(runs)
-        return EXIT_OK
-    if not runs:
-        print("no runs")
-        return EXIT_OK
-    print(f"{'RUN':26} {'WORKFLOW':28} {'STATUS':10} {'STATE':18} STARTED")
-    for r in runs:
-        name = f"{r.get('namespace', 'default')}/{r.get('workflow', '?')}"
-        print(
-            f"{r.get('run_id', ''):26} {name:28} {r.get('status', '?'):10} "
-            f"{r.get('state', ''):18} {r.get('started_at', '')}"
+        done = await client.emit(
+            type=args.type,
+            source=args.source,
+            id=args.id,
+            subject=args.subject,
+            data=data,
+            extensions=extensions,
+            wait=max(args.wait, 0.0),
         )
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+
+    def table() -> None:
+        dup = " (a duplicate: dropped)" if done.duplicate else ""
+        print(f"emitted {done.type} id={done.id}{dup}")
+        if done.run_id:
+            print(f"sent to run {done.run_id}")
+        for s in done.started:
+            how = (
+                "started before"
+                if s.existed
+                else "not started yet: no orchestrator took the event"
+                if s.pending
+                else "started"
+            )
+            print(f"{how}  {s.run_id}  {s.namespace}/{s.workflow} v{s.version}")
+        if not done.matched:
+            print(f"no trigger matches {done.type}: no run started")
+
+    emit(args, done, table)
     return EXIT_OK
 
 
-async def cmd_dead_letters_list(client: Any, args: argparse.Namespace) -> int:
+async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
+    data = _json_option(args.data, "--data")
+    told = await client.signal(
+        args.run_id, args.name, data, source=args.source, id=args.id, wait=max(args.wait, 0.0)
+    )
+    code = EXIT_OK if told.outcome == "moved" else EXIT_FAILED
+    if output_format(args) != "table":
+        emit(args, told)
+        return code
+    run, name = told.run_id, told.type
+    if told.outcome == "moved":
+        print(f"{name} moved run {run} from {told.state} to {told.to_state}")
+    elif told.outcome == "declined":
+        err(f"run {run} took {name} in state {told.state}, but no guard was true: it stays")
+    elif told.outcome == "finished":
+        err(f"run {run} is already {told.status} (in state {told.state}); nothing was sent")
+    elif told.outcome == "not-waiting":
+        waits = ", ".join(told.waiting_for) or "nothing"
+        err(
+            f"run {run} is in state {told.state}, which does not wait for {name} "
+            f"(it waits for: {waits}); nothing was sent"
+        )
+    else:
+        err(
+            f"sent {name} to {run}; no orchestrator took it within {args.wait:g}s (is one running?)"
+        )
+    for problem in told.guard_errors:
+        err(f"guard failed: {problem}")
+    return code
+
+
+async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 0:
+        raise CliError(f"--limit must be 0 or more, got {args.limit}")
+    runs = await client.runs(workflow=args.workflow, status=args.status, limit=args.limit)
+
+    def table() -> None:
+        if not runs:
+            print("no runs")
+            return
+        print_table(
+            ["RUN", "WORKFLOW", "STATUS", "STATE", "STARTED"],
+            [
+                (r.run_id, f"{r.namespace}/{r.workflow}", r.status, r.state, r.started_at)
+                for r in runs
+            ],
+        )
+
+    emit(args, runs, table)
+    return EXIT_OK
+
+
+async def cmd_dead_letters_list(client: Client, args: argparse.Namespace) -> int:
     letters = await client.dead_letters(args.reason)
-    if args.json:
-        for letter in letters:
-            print(json.dumps(letter.to_json(), separators=(",", ":")))
+    if output_format(args) == "json":
+        for letter in letters:  # one JSON object per line
+            print(json.dumps(_plain(letter), separators=(",", ":")))
         return EXIT_OK
-    if not letters:
-        print("no dead letters" + (f" with reason {args.reason}" if args.reason else ""))
-        return EXIT_OK
-    print(f"{'SEQ':>6} {'TIME':24} {'REASON':22} {'FROM':36} DETAIL")
-    for d in letters:
-        detail = d.detail if len(d.detail) <= 80 else d.detail[:77] + "..."
-        print(f"{d.seq:>6} {d.time:24} {d.reason:22} {d.subject:36} {detail}")
+
+    def table() -> None:
+        if not letters:
+            print("no dead letters" + (f" with reason {args.reason}" if args.reason else ""))
+            return
+        print_table(
+            ["SEQ", "TIME", "REASON", "FROM", "DETAIL"],
+            [
+                (
+                    d.seq,
+                    d.time,
+                    d.reason,
+                    d.subject,
+                    d.detail if len(d.detail) <= 80 else d.detail[:77] + "...",
+                )
+                for d in letters
+            ],
+        )
+
+    emit(args, letters, table)
     return EXIT_OK
 
 
-async def cmd_dead_letters_show(client: Any, args: argparse.Namespace) -> int:
-    from interlock.runtime.client import UnknownDeadLetter
+def _plain(value: Any) -> Any:
+    from interlock.cli.output import plain
+
+    return plain(value)
+
+
+async def cmd_dead_letters_show(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownDeadLetter
 
     try:
         letter = await client.dead_letter(args.seq)
     except UnknownDeadLetter as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
-    print_json(letter.to_json())
+    emit(args, letter, lambda: print_json(letter))
     return EXIT_OK
 
 
-async def cmd_dead_letters_redrive(client: Any, args: argparse.Namespace) -> int:
-    from interlock.runtime.client import UnknownDeadLetter
+async def cmd_dead_letters_redrive(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownDeadLetter
 
     if args.reason and not args.all:
         raise CliError("--reason goes with --all (name sequences, or --all --reason R)")
@@ -473,7 +588,8 @@ async def cmd_dead_letters_redrive(client: Any, args: argparse.Namespace) -> int
     failed = 0
     for seq in seqs:
         try:
-            letter, stored = await client.redrive(seq)
+            letter = await client.dead_letter(seq)
+            stored = await client.redrive(seq)
         except (UnknownDeadLetter, ValueError) as exc:
             failed += 1
             print(f"dead letter {seq}: {exc}", file=sys.stderr)
@@ -487,73 +603,111 @@ async def cmd_dead_letters_redrive(client: Any, args: argparse.Namespace) -> int
     return EXIT_FAILED if failed else EXIT_OK
 
 
-async def cmd_agents(client: Any, args: argparse.Namespace) -> int:
-    found = await client.agents()
-    if args.json:
-        print_json(found)
-        return EXIT_OK
-    live: dict[str, int] = {}
-    for w in found["workers"]:
-        for cap in w.get("capabilities", []):
-            live[cap] = live.get(cap, 0) + 1
-    print(f"{'AGENTDEF':24} {'CAPABILITY':24} WORKERS")
-    for name, spec in sorted(found["agentdefs"].items()):
-        for cap in spec.get("capabilities", []):
-            print(f"{name:24} {cap.get('name', ''):24} {live.get(cap.get('name'), 0)}")
-    for w in found["workers"]:
-        print(
-            f"worker {w.get('name')}/{w.get('instance')} pid={w.get('pid')} "
-            f"capabilities={','.join(w.get('capabilities', []))} in_flight={w.get('in_flight')}"
-        )
+async def cmd_agents(client: Client, args: argparse.Namespace) -> int:
+    agents = await client.agents()
+
+    def table() -> None:
+        rows = [
+            (a.name, c.name, c.workers, c.description or "") for a in agents for c in a.capabilities
+        ]
+        print_table(["AGENTDEF", "CAPABILITY", "WORKERS", "DESCRIPTION"], rows)
+        seen: set[str] = set()
+        for a in agents:
+            for w in a.workers:
+                if w.instance in seen:
+                    continue
+                seen.add(w.instance)
+                print(
+                    f"worker {w.name}/{w.instance} pid={w.pid} "
+                    f"capabilities={','.join(w.capabilities)} in_flight={w.in_flight}"
+                )
+
+    emit(args, agents, table)
     return EXIT_OK
 
 
-async def cmd_logs(client: Any, args: argparse.Namespace) -> int:
-    if args.follow:
-        await client.read(args.run_id)  # no such run: say so rather than wait forever
-        async for record in client.follow(args.run_id):
-            _print_record(record, args.json)
+def _since(value: str | None) -> str | None:
+    """``--since``: an RFC 3339 time as given, or an age (``30s``, ``5m``, ``2h``, ``1d``)
+    turned into the time that long ago."""
+    if value is None:
+        return None
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    age = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", value.strip())
+    if age is None:
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise CliError(
+                f"--since {value!r}: give an RFC 3339 time (2026-01-02T15:04:05Z) "
+                "or an age such as 30s, 5m, 2h, 1d"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+    else:
+        unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[age.group(2)]
+        moment = datetime.now(UTC) - timedelta(seconds=float(age.group(1)) * unit)
+    # Records carry UTC times with milliseconds: compare as text in the same form.
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def cmd_logs(client: Client, args: argparse.Namespace) -> int:
+    if args.tail is not None and args.tail < 0:
+        raise CliError(f"--tail must be 0 or more, got {args.tail}")
+    fmt = output_format(args)
+    records = client.logs(args.run_id, follow=args.follow, tail=args.tail, since=_since(args.since))
+    if fmt == "yaml":
+        from interlock.views import record_view
+
+        sys.stdout.write(dump([record_view(r) async for r in records], "yaml"))
         return EXIT_OK
-    for record in await client.read(args.run_id):
-        _print_record(record, args.json)
+    async for record in records:
+        _print_record(record, fmt == "json")
     return EXIT_OK
 
 
 def _print_record(record: ev.AnyRecord, as_json: bool) -> None:
     if as_json:
+        from interlock.core import events as ev
+
         sys.stdout.write(ev.encode(record).decode() + "\n")
     else:
+        from interlock.cli.timeline import describe
+
         sys.stdout.write(describe(record) + "\n")
     sys.stdout.flush()
 
 
-async def cmd_result(client: Any, args: argparse.Namespace) -> int:
+async def cmd_result(client: Client, args: argparse.Namespace) -> int:
     if args.wait:
-        await client.read(args.run_id)  # no such run: say so rather than wait forever
+        timeout = _timeout(args.timeout)
         try:
-            state = await client.wait(args.run_id, args.timeout)
+            result = await client.result(args.run_id, wait=True, timeout=timeout)
         except TimeoutError:
-            err(f"run {args.run_id} has not finished after {args.timeout}s")
+            err(f"run {args.run_id} has not finished after {args.timeout:g}s")
             return EXIT_NOT_FINISHED
     else:
-        state = await client.state(args.run_id)
-    return _print_result(state, args.json)
+        result = await client.result(args.run_id)
+    return _show_result(args, result)
 
 
-async def cmd_cancel(client: Any, args: argparse.Namespace) -> int:
+async def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
     done = await client.cancel(args.run_id, args.reason)
-    state = await client.state(args.run_id)
+    summary = await client.run(args.run_id)
     if args.json:
-        print_json({"run_id": args.run_id, "cancelled": done, "status": state.status})
+        print_json({"run_id": args.run_id, "cancelled": done, "status": summary.status})
     elif done:
         print(f"cancelled {args.run_id}")
     else:
-        err(f"run {args.run_id} is already {state.status}")
+        err(f"run {args.run_id} is already {summary.status}")
     return EXIT_OK if done else EXIT_FAILED
 
 
-async def cmd_export(client: Any, args: argparse.Namespace) -> int:
-    records = await client.read(args.run_id)
+async def cmd_export(client: Client, args: argparse.Namespace) -> int:
+    from interlock.core import events as ev
+
+    records = await client.records(args.run_id)
     lines = b"".join(ev.encode(record) + b"\n" for record in records)
     if args.output:
         _write_atomically(Path(args.output), lines)
@@ -571,6 +725,8 @@ def _write_atomically(target: Path, data: bytes) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from interlock.core import events as ev
+
     if args.file:
         try:
             data = Path(args.file).read_bytes()
@@ -584,17 +740,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not args.run_id:
         raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
 
-    async def fetch(client: Any, a: argparse.Namespace) -> int:
-        return _replay(await client.read(a.run_id), a.json)
+    async def fetch(client: Client, a: argparse.Namespace) -> int:
+        return _replay(await client.records(a.run_id), a.json)
 
     return with_client(fetch)(args)
 
 
 def _replay(records: list[ev.AnyRecord], as_json: bool) -> int:
+    """Every step of a log that folds exits 0, whatever became of the run (exit 1 is for a
+    file that is not a run log)."""
+    from interlock.cli.timeline import replay_lines
+
     for line in replay_lines(records, as_json):
         sys.stdout.write(line + "\n")
-    state = fold(records)
-    return EXIT_OK if state.status in ("completed", "running") else EXIT_FAILED
+    return EXIT_OK
 
 
 # -- shared with the process and gateway commands ------------------------------------------

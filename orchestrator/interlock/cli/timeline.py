@@ -31,18 +31,37 @@ def _what(r: ev.AnyRecord) -> str:
         return f"state entered    {r.data.state}"
     if isinstance(r, ev.ActionRequested):
         q = r.data
+        what = f"workflow {q.workflow}" if q.workflow else q.capability
+        item = f", item {q.item}" if q.item is not None else ""
+        step = f", iteration {q.iteration}" if q.iteration is not None else ""
         return (
-            f"action requested {q.capability} (#{q.index}, attempt {q.attempt}) "
+            f"action requested {what} (#{q.index}{item}{step}, attempt {q.attempt}) "
             f"input={_short(q.input)}"
         )
     if isinstance(r, ev.ActionCompleted):
         c = r.data
         kind = "" if c.event_type == "task.completed" else f" as {c.event_type}"
         by = f" by {c.source}" if c.source else ""
-        return f"action completed {c.state}#{c.index}{kind}{by} result={_short(c.result)}"
+        name = _action(c.state, c.index, c.item, c.iteration)
+        return f"action completed {name}{kind}{by} result={_short(c.result)}"
     if isinstance(r, ev.ActionFailed):
         f = r.data
-        return f"action failed    {f.state}#{f.index} {f.error.error_class}: {f.error.message}"
+        name = _action(f.state, f.index, f.item, f.iteration)
+        again = " (will retry)" if f.will_retry else ""
+        return f"action failed    {name} {f.error.error_class}: {f.error.message}{again}"
+    if isinstance(r, ev.ActionCancelled):
+        a = r.data
+        why = f": {a.reason}" if a.reason else ""
+        return f"action cancelled {a.action_id} in {a.state}{why}"
+    if isinstance(r, ev.MapStarted):
+        m = r.data
+        n = len(m.items)
+        return (
+            f"map started      {m.state} over {n} item{'s' if n != 1 else ''} "
+            f"(parallelism {m.parallelism}, completion {m.completion})"
+        )
+    if isinstance(r, ev.MapCompleted):
+        return f"map completed    {r.data.state} result={_short(r.data.result)}"
     if isinstance(r, ev.EventReceived):
         e = r.data.event
         return (
@@ -75,6 +94,16 @@ def _what(r: ev.AnyRecord) -> str:
     if isinstance(r, ev.RunMigrated):
         return f"run migrated     v{r.data.from_version} -> v{r.data.version}"
     return ev.record_type(r)
+
+
+def _action(state: str, index: int, item: int | None, iteration: int | None) -> str:
+    """How the timeline names an action: ``review#0``; a map's items by their position
+    (``count#2``); a loop's steps by iteration (``poll#0 iteration 3``)."""
+    if item is not None:
+        return f"{state}#{item}"
+    if iteration is not None:
+        return f"{state}#{index} iteration {iteration}"
+    return f"{state}#{index}"
 
 
 def _summary(state: RunState) -> dict[str, Any]:

@@ -316,6 +316,10 @@ class Registry:
             with contextlib.suppress(Exception):
                 await self.definition(item["namespace"], item["name"], int(item["version"]))
                 self._latest[(item["namespace"], item["name"])] = int(item["version"])
+        await self.load_agents()
+
+    async def load_agents(self) -> None:
+        """Read every AgentDef (their capabilities' timeouts and retries link into runs)."""
         for name, spec in (await self.agent_specs()).items():
             self._learn_agent(name, spec)
 

@@ -18,21 +18,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 from collections.abc import Callable, Iterator
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
 
 from interlock.core import events as ev
 from interlock.runtime.logstore import LogReadError, RunLog
 from interlock.transport.subjects import Subjects
 
+log = logging.getLogger("interlock.client")
+
 RECHECK_S = 30.0
 """How often a wait reads its run's log even without a hint (a missed hint costs at most
 this long)."""
 
+REFUSED_RECHECK_S = 1.0
+"""How often a wait reads its run's log when the subscription is refused."""
 _READERS = 32
 """Whole-log reads of finished runs at once, per watcher."""
 _TIMEOUT = 5.0
@@ -62,6 +68,9 @@ class RunWatcher:
         self._sub: Subscription | None = None
         self._subscribing: asyncio.Lock = asyncio.Lock()
         self._reading = asyncio.Semaphore(_READERS)
+        self.hinted = True
+        """Whether appends are seen as they happen (False: the server refused the
+        subscription, and waits poll)."""
 
     @property
     def watching(self) -> int:
@@ -84,8 +93,21 @@ class RunWatcher:
                 pending_msgs_limit=1_000_000,
                 pending_bytes_limit=512 * 1024 * 1024,
             )
-            # The server has the subscription once it answered a round trip after it.
+            # The server has the subscription once it answered a round trip after it (and
+            # has said so first if it refused it).
+            before = self._nc.last_error
             await self._nc.flush()
+            error = self._nc.last_error
+            if error is not before and self._subjects.runs_all in str(error):
+                log.warning(
+                    "not allowed to subscribe to %s (%s): waits read each run's log every "
+                    "%.0f s instead",
+                    self._subjects.runs_all,
+                    error,
+                    REFUSED_RECHECK_S,
+                )
+                self.hinted = False
+                self._recheck = min(self._recheck, REFUSED_RECHECK_S)
             self._sub = sub
 
     async def close(self) -> None:
@@ -184,9 +206,12 @@ class RunWatcher:
         holds its terminal record."""
         api = f"$JS.API.DIRECT.GET.{self._subjects.runs_stream}"
         body = json.dumps({"last_by_subj": self._subjects.run(run_id)}).encode()
-        reply = await self._nc.request(api, body, timeout=_TIMEOUT)
+        try:
+            reply = await self._nc.request(api, body, timeout=_TIMEOUT)
+        except NoRespondersError:
+            return None  # no runs stream here at all: nothing was ever applied
         status = (reply.headers or {}).get("Status")
-        if status == "404":
+        if status in ("404", "503"):  # no such run; no runs stream at all
             return None
         if status:
             raise LogReadError(f"reading the last record of {run_id}: status {status}")

@@ -1,0 +1,249 @@
+"""Looking things up: ``workflows``, ``get workflow|run|agent NAME``, ``describe run ID``,
+and ``delete workflow NAME``.
+
+They print the views of :mod:`interlock.views` (``--output json|yaml``) or tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err
+from interlock.cli.output import add_output_flags, emit, print_table
+from interlock.cli.runtime_cmds import add_connection_flags, print_json, run_id_arg, with_client
+
+if TYPE_CHECKING:
+    from interlock.client import Client
+    from interlock.views import AgentView, RunDescription, WorkflowDetail
+
+    Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def add_parsers(sub: Sub) -> None:
+    p = sub.add_parser("workflows", help="list the workflows applied (newest versions)")
+    add_output_flags(p)
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_workflows))
+
+    p = sub.add_parser("get", help="one workflow, run or agent")
+    kinds = p.add_subparsers(dest="get_kind", metavar="KIND", required=True)
+    for kind, what, func in (
+        ("workflow", "NAME or NAMESPACE/NAME", cmd_get_workflow),
+        ("run", "RUN_ID", cmd_get_run),
+        ("agent", "an AgentDef's NAME", cmd_get_agent),
+    ):
+        q = kinds.add_parser(kind, help=f"one {kind}: {what}")
+        q.add_argument(
+            "name",
+            metavar=what.split(" ")[-1] if kind == "agent" else what,
+            type=run_id_arg if kind == "run" else str,
+        )
+        add_output_flags(q, default="yaml" if kind == "workflow" else "table")
+        add_connection_flags(q)
+        q.set_defaults(func=with_client(func))
+
+    p = sub.add_parser("describe", help="everything about one run now")
+    kinds = p.add_subparsers(dest="describe_kind", metavar="KIND", required=True)
+    q = kinds.add_parser(
+        "run",
+        help="state, pending actions (attempts, deadlines), what it waits for, timers",
+    )
+    q.add_argument("run_id", metavar="RUN_ID", type=run_id_arg)
+    add_output_flags(q)
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_describe_run))
+
+    p = sub.add_parser("delete", help="stop a workflow from starting new runs")
+    kinds = p.add_subparsers(dest="delete_kind", metavar="KIND", required=True)
+    q = kinds.add_parser(
+        "workflow", help="runs in flight keep running their version; apply to bring it back"
+    )
+    q.add_argument("name", metavar="NAME", help="NAME or NAMESPACE/NAME")
+    q.add_argument("--json", action="store_true")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_delete_workflow))
+
+
+async def cmd_workflows(client: Client, args: argparse.Namespace) -> int:
+    found = await client.workflows()
+
+    def table() -> None:
+        if not found:
+            print("no workflows (interlock apply FILE)")
+            return
+        print_table(
+            ["WORKFLOW", "VERSION", "TRIGGERS", "DESCRIPTION"],
+            [
+                (
+                    f"{w.namespace}/{w.name}",
+                    w.version,
+                    ",".join(w.triggers) or "-",
+                    _one_line(w.description),
+                )
+                for w in found
+            ],
+        )
+
+    emit(args, found, table)
+    return EXIT_OK
+
+
+def _one_line(text: str | None, limit: int = 60) -> str:
+    line = " ".join((text or "").split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+async def cmd_get_workflow(client: Client, args: argparse.Namespace) -> int:
+    detail = await client.workflow(args.name)
+    emit(args, detail, lambda: _workflow_table(detail))
+    return EXIT_OK
+
+
+def _workflow_table(w: WorkflowDetail) -> None:
+    print(f"workflow     {w.namespace}/{w.name}")
+    print(f"version      {w.version} (stored: {', '.join(map(str, w.versions))})")
+    if w.description:
+        print(f"description  {_one_line(w.description, 200)}")
+    print(f"triggers     {', '.join(w.triggers) or '-'}")
+    inputs = ", ".join(
+        f"{name}: {spec.get('type', 'any')}{'' if spec.get('required') else '?'}"
+        for name, spec in w.inputs.items()
+    )
+    print(f"inputs       {inputs or '-'}")
+    print(f"states       {', '.join(w.states)} (starts in {w.initial_state})")
+
+
+async def cmd_get_run(client: Client, args: argparse.Namespace) -> int:
+    summary = await client.run(args.name)
+
+    def table() -> None:
+        print_table(
+            ["RUN", "WORKFLOW", "STATUS", "STATE", "STARTED", "UPDATED"],
+            [
+                (
+                    summary.run_id,
+                    f"{summary.namespace}/{summary.workflow} v{summary.version}",
+                    summary.status,
+                    summary.state,
+                    summary.started_at,
+                    summary.updated_at,
+                )
+            ],
+        )
+
+    emit(args, summary, table)
+    return EXIT_OK
+
+
+async def cmd_get_agent(client: Client, args: argparse.Namespace) -> int:
+    agent = await client.agent(args.name)
+    emit(args, agent, lambda: _agent_table(agent))
+    return EXIT_OK
+
+
+def _agent_table(a: AgentView) -> None:
+    print(f"agent  {a.name}")
+    print_table(
+        ["CAPABILITY", "WORKERS", "TIMEOUT", "RETRIES", "DESCRIPTION"],
+        [
+            (
+                c.name,
+                c.workers,
+                f"{c.timeout_s:g}s" if c.timeout_s is not None else "-",
+                c.max_retries if c.max_retries is not None else "-",
+                _one_line(c.description),
+            )
+            for c in a.capabilities
+        ],
+    )
+    for w in a.workers:
+        print(
+            f"worker {w.name}/{w.instance} host={w.host} pid={w.pid} "
+            f"in_flight={w.in_flight} capabilities={','.join(w.capabilities)}"
+        )
+
+
+async def cmd_describe_run(client: Client, args: argparse.Namespace) -> int:
+    described = await client.describe(args.run_id)
+    emit(args, described, lambda: _describe_table(described))
+    return EXIT_OK
+
+
+def _describe_table(d: RunDescription) -> None:
+    import json
+
+    def show(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+    print(f"run          {d.run_id}")
+    print(f"workflow     {d.namespace}/{d.workflow} v{d.version}")
+    status = d.status
+    if d.error is not None:
+        status += f" ({d.error.error_class}: {d.error.message})"
+    elif d.reason:
+        status += f" ({d.reason})"
+    print(f"status       {status}")
+    print(f"state        {d.state}")
+    print(f"started      {d.started_at}")
+    print(f"updated      {d.updated_at} ({d.records} records)")
+    if d.finished_at:
+        print(f"finished     {d.finished_at}")
+    if d.parent_run:
+        print(f"parent run   {d.parent_run}")
+    if d.correlation_key:
+        print(f"correlation  {d.correlation_key}")
+    if d.inputs:
+        print(f"inputs       {show(d.inputs)}")
+    if d.context:
+        print(f"context      {show(d.context)}")
+    if d.map is not None:
+        m = d.map
+        print(
+            f"map          {m.done} of {m.items} done, {m.failed} failed "
+            f"(parallelism {m.parallelism}, completion {m.completion})"
+        )
+    if d.pending:
+        print("\npending actions")
+        print_table(
+            ["ACTION", "CAPABILITY", "ATTEMPT", "REQUESTED", "DEADLINE"],
+            [
+                (
+                    p.action_id + (f" (item {p.item})" if p.item is not None else ""),
+                    p.capability,
+                    f"{p.attempt} of {p.max_attempts}",
+                    p.requested_at,
+                    p.deadline or "-",
+                )
+                for p in d.pending
+            ],
+        )
+    if d.waiting_for:
+        print("\nwaits for")
+        print_table(
+            ["EVENT", "KIND", "GUARD", "GOTO"],
+            [(w.event, w.kind, w.guard or "-", w.goto) for w in d.waiting_for],
+        )
+    if d.timers:
+        print("\ntimers")
+        print_table(
+            ["TIMER", "PURPOSE", "FIRES AT"],
+            [(t.timer_id, t.purpose, t.fire_at) for t in d.timers],
+        )
+    if d.outputs is not None:
+        print(f"\noutputs      {show(d.outputs)}")
+
+
+async def cmd_delete_workflow(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownWorkflow
+
+    try:
+        version = await client.delete_workflow(args.name)
+    except UnknownWorkflow as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    if args.json:
+        print_json({"workflow": args.name, "deleted_version": version})
+    else:
+        print(f"deleted workflow {args.name} (version {version}); runs in flight keep theirs")
+        err("apply it again to start new runs")
+    return EXIT_OK

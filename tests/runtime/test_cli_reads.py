@@ -1,0 +1,377 @@
+"""The commands people reach for to look around, as typed in a shell: workflows, get,
+describe, delete, --output, logs --tail/--since, runs --limit, signal outcomes, start --wait
+without an orchestrator, completion, and agent run from the folder of the module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml as pyyaml
+from helpers import ECHO_MANIFEST, REPO, cli_env, interlock_bg, run_cli, yaml
+
+from interlock.cli.timeline import describe
+from interlock.core import events as ev
+
+HELLO = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: hello
+      description: echo a message back
+    spec:
+      inputs:
+        message: {type: string, required: true}
+      triggers:
+        - event: com.example.hello
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: echo
+              input: {message: "{{ inputs.message }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+          outputs:
+            echoed: "$.states.work.output.message"
+    """
+)
+
+GATED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: gated
+    spec:
+      initial_state: review
+      states:
+        review:
+          type: human_in_the_loop
+          timeout: {after: 1h, goto: expired}
+          on:
+            - event: approval.granted
+              guard: 'data.score > 7'
+              goto: approved
+        approved:
+          type: terminal
+          outputs: {ok: true}
+        expired:
+          type: terminal
+    """
+)
+
+
+@dataclass
+class Inst:
+    env: dict[str, str]
+    files: Path
+
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> Any:
+        return run_cli(*args, env=env or self.env, cwd=self.files)
+
+    def ok(self, *args: str) -> str:
+        done = self.cli(*args)
+        assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+        return str(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inst]:
+    prefix = f"rd{uuid.uuid4().hex[:10]}"
+    env = cli_env(nats_url, prefix)
+    files = tmp_path_factory.mktemp("reads")
+    (files / "hello.yaml").write_text(HELLO)
+    (files / "gated.yaml").write_text(GATED)
+    (files / "echo.yaml").write_text(ECHO_MANIFEST.read_text())
+    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
+    agent = interlock_bg("agent", "run", "echo", "--metrics-port", "0", env=env)
+    try:
+        serve.wait_for("orchestrator started")
+        agent.wait_for("serving echo")
+        installation = Inst(env, files)
+        installation.ok("apply", "echo.yaml", "hello.yaml", "gated.yaml")
+        yield installation
+    finally:
+        codes = (serve.stop(), agent.stop())
+    assert codes == (0, 0), (serve.output, agent.output)
+
+
+def test_workflows_get_and_describe(inst: Inst) -> None:
+    table = inst.ok("workflows").splitlines()
+    assert table[0].split() == ["WORKFLOW", "VERSION", "TRIGGERS", "DESCRIPTION"]
+    assert any(line.split()[:3] == ["default/hello", "1", "com.example.hello"] for line in table)
+    listed = {w["name"]: w for w in json.loads(inst.ok("workflows", "-o", "json"))}
+    assert listed["hello"]["description"] == "echo a message back"
+    assert json.loads(inst.ok("workflows", "--json")) == list(listed.values())
+
+    detail = pyyaml.safe_load(inst.ok("get", "workflow", "hello"))  # YAML by default
+    assert (detail["version"], detail["versions"]) == (1, [1])
+    assert detail["manifest"]["metadata"]["name"] == "hello"
+    assert "inputs       message: string" in inst.ok("get", "workflow", "hello", "-o", "table")
+
+    run_id = inst.ok("start", "gated").strip()
+    got = json.loads(inst.ok("get", "run", run_id, "-o", "json"))
+    assert (got["run_id"], got["status"], got["state"]) == (run_id, "running", "review")
+
+    text = inst.ok("describe", "run", run_id)
+    assert "status       running" in text
+    assert "waits for" in text
+    assert "approval.granted  event  data.score > 7  approved" in text
+    assert "state-timeout" in text
+    described = pyyaml.safe_load(inst.ok("describe", "run", run_id, "-o", "yaml"))
+    assert described["waiting_for"] == [
+        {
+            "event": "approval.granted",
+            "kind": "event",
+            "goto": "approved",
+            "guard": "data.score > 7",
+        }
+    ]
+    assert [t["purpose"] for t in described["timers"]] == ["state-timeout"]
+
+    missing = inst.cli("describe", "run", "r-no-such-run")
+    assert missing.returncode == 1
+    assert "no run 'r-no-such-run'" in missing.stderr
+    bad = inst.cli("get", "run", "a.b")
+    assert bad.returncode == 2
+    assert "invalid run id" in bad.stderr
+    assert inst.cli("get", "agent", "nobody").returncode == 1
+    assert json.loads(inst.ok("get", "agent", "echo", "-o", "json"))["name"] == "echo"
+
+
+def test_signal_says_what_the_run_did(inst: Inst) -> None:
+    run_id = inst.ok("start", "gated").strip()
+    low = inst.cli("signal", run_id, "approval.granted", "--data", '{"score": 3}')
+    assert low.returncode == 1
+    assert f"run {run_id} took approval.granted in state review, but no guard was true" in (
+        low.stderr
+    )
+    other = inst.cli("signal", run_id, "merge.done")
+    assert other.returncode == 1
+    assert "which does not wait for merge.done (it waits for: approval.granted)" in other.stderr
+    told = json.loads(
+        inst.ok("signal", run_id, "approval.granted", "--data", '{"score": 9}', "-o", "json")
+    )
+    assert (told["outcome"], told["state"], told["to_state"]) == ("moved", "review", "approved")
+    done = inst.cli("signal", run_id, "approval.granted")
+    assert done.returncode == 1
+    assert "already completed" in done.stderr
+
+
+def test_logs_tail_since_runs_limit_and_the_result_of_a_cancelled_run(inst: Inst) -> None:
+    first = json.loads(inst.ok("start", "hello", "-i", '{"message": "one"}', "--wait"))
+    assert first["status"] == "completed"
+    run_id = first["run_id"]
+    every = inst.ok("logs", run_id).splitlines()
+    assert inst.ok("logs", run_id, "--tail", "2").splitlines() == every[-2:]
+    assert inst.ok("logs", run_id, "--tail", "0") == ""
+    assert inst.ok("logs", run_id, "--since", "1h").splitlines() == every
+    assert inst.ok("logs", run_id, "--since", "2999-01-01T00:00:00Z") == ""
+    assert inst.cli("logs", run_id, "--since", "yesterday").returncode == 2
+    as_yaml = pyyaml.safe_load(inst.ok("logs", run_id, "-o", "yaml"))
+    assert [r["type"] for r in as_yaml][-1] == "io.interlock.run.completed"
+    lines = inst.ok("logs", run_id, "--output", "json").splitlines()
+    assert json.loads(lines[0])["type"] == "io.interlock.run.started"
+
+    gated = inst.ok("start", "gated").strip()
+    assert inst.ok("cancel", gated, "--reason", "not today").strip() == f"cancelled {gated}"
+    result = inst.cli("result", gated, "--json")
+    assert result.returncode == 1
+    body = json.loads(result.stdout)
+    assert (body["status"], body["reason"]) == ("cancelled", "not today")
+    plain = inst.cli("result", gated)
+    assert f"run {gated} cancelled: not today" in plain.stderr
+
+    exported = inst.files / "cancelled.jsonl"
+    inst.ok("export", gated, "-o", str(exported))
+    replay = inst.cli("replay", "--file", str(exported))
+    assert replay.returncode == 0, replay.stderr  # 1 is only for "not a run log"
+    assert "run cancelled    not today" in replay.stdout
+
+    newest = json.loads(inst.ok("runs", "--limit", "1", "-o", "json"))
+    for _ in range(50):  # the run index is written by the relay just after the log
+        if newest and newest[0]["run_id"] == gated:
+            break
+        newest = json.loads(inst.ok("runs", "--limit", "1", "-o", "json"))
+    assert [r["run_id"] for r in newest] == [gated]
+    assert len(json.loads(inst.ok("runs", "-o", "json"))) >= 2
+
+
+def test_delete_workflow_keeps_runs_in_flight(inst: Inst) -> None:
+    (inst.files / "doomed.yaml").write_text(GATED.replace("name: gated", "name: doomed"))
+    inst.ok("apply", "doomed.yaml")
+    in_flight = inst.ok("start", "doomed").strip()
+    out = inst.ok("delete", "workflow", "doomed")
+    assert out.startswith("deleted workflow doomed (version 1)")
+    refused = inst.cli("start", "doomed")
+    assert refused.returncode == 1
+    assert "is not applied" in refused.stderr
+    assert "doomed" not in inst.ok("workflows")
+    moved = inst.ok("signal", in_flight, "approval.granted", "--data", '{"score": 8}')
+    assert "moved" in moved
+    assert inst.cli("delete", "workflow", "doomed").returncode == 1
+    inst.ok("apply", "doomed.yaml")
+    assert inst.ok("start", "doomed").strip()
+
+
+def test_start_wait_without_an_orchestrator_says_so(nats_url: str, tmp_path: Path) -> None:
+    env = cli_env(nats_url, f"no{uuid.uuid4().hex[:10]}")
+    (tmp_path / "gated.yaml").write_text(GATED)
+    assert run_cli("apply", "gated.yaml", env=env, cwd=tmp_path).returncode == 0
+    done = run_cli("start", "gated", "--wait", "--timeout", "3", env=env, cwd=tmp_path)
+    assert done.returncode == 3
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("started r")
+    assert any("no orchestrator is taking runs" in line for line in lines), done.stderr
+    assert json.loads(done.stdout)["status"] == "running"
+
+
+def test_read_commands_provision_nothing(nats_url: str, tmp_path: Path) -> None:
+    env = cli_env(nats_url, f"ro{uuid.uuid4().hex[:10]}")
+    assert run_cli("runs", env=env).stdout.strip() == "no runs"
+    assert run_cli("workflows", "-o", "json", env=env).stdout.strip() == "[]"
+    assert run_cli("agents", "-o", "json", env=env).stdout.strip() == "[]"
+    assert run_cli("dead-letters", "list", env=env).stdout.strip() == "no dead letters"
+    missing = run_cli("describe", "run", "r1", env=env)
+    assert (missing.returncode, "no run 'r1'" in missing.stderr) == (1, True)
+    streams = run_cli("apply", "--help", env=env)  # and nothing was created meanwhile:
+    assert streams.returncode == 0
+    import asyncio
+
+    import nats
+
+    async def stream_names() -> list[str]:
+        nc = await nats.connect(nats_url)
+        try:
+            return [s.config.name or "" for s in await nc.jetstream().streams_info()]
+        finally:
+            await nc.close()
+
+    prefix = env["INTERLOCK_PREFIX"].upper()
+    assert [n for n in asyncio.run(stream_names()) if prefix in n] == []
+
+
+def test_completion_scripts(tmp_path: Path) -> None:
+    script = run_cli("completion", "bash", env=cli_env("nats://127.0.0.1:1", "x")).stdout
+    (tmp_path / "interlock.bash").write_text(script)
+    probe = textwrap.dedent(
+        """\
+        source ./interlock.bash
+        COMP_WORDS=(interlock descr); COMP_CWORD=1; _shtab_interlock; echo "${COMPREPLY[@]}"
+        COMP_WORDS=(interlock get ""); COMP_CWORD=2; _shtab_interlock; echo "${COMPREPLY[@]}"
+        COMP_WORDS=(interlock runs --li); COMP_CWORD=2; _shtab_interlock; echo "${COMPREPLY[@]}"
+        """
+    )
+    ran = subprocess.run(
+        ["bash", "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    described, kinds, limit = ran.stdout.splitlines()
+    assert described.split() == ["describe"]
+    assert sorted(kinds.split()) == ["agent", "run", "workflow"]
+    assert limit.split() == ["--limit"]
+    zsh = run_cli("completion", "zsh", env=cli_env("nats://127.0.0.1:1", "x")).stdout
+    assert zsh.startswith("#compdef interlock")
+    assert "describe" in zsh
+
+
+def test_agent_run_finds_the_module_in_the_current_folder(tmp_path: Path) -> None:
+    (tmp_path / "my_agents.py").write_text(
+        "from interlock.sdk import Worker\nworker = Worker('mine')\n"
+    )
+    env = cli_env("nats://127.0.0.1:1", "x", INTERLOCK_METRICS_PORT="0")
+    env.pop("PYTHONPATH", None)
+    done = run_cli("agent", "run", "my_agents:worker", env=env, cwd=tmp_path)
+    # It got as far as connecting (nothing listens there), so the module was found.
+    assert "cannot import" not in done.stderr, done.stderr
+    assert "cannot connect to NATS at nats://127.0.0.1:1" in done.stderr
+    assert done.returncode == 2
+
+
+def test_the_timeline_names_map_items_and_map_records() -> None:
+    common = {"specversion": "1.0", "source": "s", "subject": "r1", "time": "t"}
+    started = ev.MapStarted(
+        id="r1:5",
+        datacontenttype="application/json",
+        data=ev.MapStartedData(state="count", items=[1, 2, 3], parallelism=2),
+        **common,
+    )
+    item = ev.ActionCompleted(
+        id="r1:9",
+        datacontenttype="application/json",
+        data=ev.ActionCompletedData(action_id="r1:7", state="count", index=0, item=2, result=3),
+        **common,
+    )
+    done = ev.MapCompleted(
+        id="r1:12",
+        datacontenttype="application/json",
+        data=ev.MapCompletedData(state="count", result=[1, 2, 3]),
+        **common,
+    )
+    assert "map started      count over 3 items (parallelism 2, completion all)" in (
+        describe(started)
+    )
+    assert "action completed count#2 result=3" in describe(item)
+    assert "map completed    count result=[1,2,3]" in describe(done)
+
+
+def test_the_broken_example_of_the_cli_docs_says_what_the_docs_say() -> None:
+    done = run_cli(
+        "validate", "examples/invalid/broken.yaml", env=cli_env("nats://127.0.0.1:1", "x"), cwd=REPO
+    )
+    assert done.returncode == 1
+    doc = (REPO / "docs" / "cli.md").read_text()
+    shown = doc.split("$ interlock validate examples/invalid/broken.yaml\n", 1)[1]
+    assert shown.split("```", 1)[0] == done.stderr
+
+
+def test_the_command_table_matches_the_command_modules() -> None:
+    """``interlock --help`` lists the commands from main.COMMANDS without importing their
+    modules: the table must say what the modules declare."""
+    import argparse
+    import importlib
+
+    main = importlib.import_module("interlock.cli.main")  # (interlock.cli.main is the function)
+    for index, (module, adder) in enumerate(main.ADDERS):
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        getattr(importlib.import_module(f"interlock.cli.{module}"), adder)(sub)
+        declared = {a.dest: a.help for a in sub._choices_actions}
+        tabled = {name: text for name, (i, text) in main.COMMANDS.items() if i == index}
+        assert declared == tabled, f"main.COMMANDS is out of step with {module}.{adder}"
+    full = main.build_parser()
+    [commands] = [a for a in full._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(commands.choices) == [*main.COMMANDS, "completion"]
+
+
+def test_help_imports_no_command_module() -> None:
+    probe = (
+        "import sys\n"
+        "from interlock.cli.main import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('nats', 'celpy', 'interlock.cli.runtime_cmds',"
+        " 'interlock.core.compiler', 'interlock.dialects') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert ran.stderr.strip().splitlines()[-1] == "[]", ran.stderr
+    assert "describe    everything about one run now" in ran.stdout
+
+
+def test_the_dialect_names_of_the_cli_are_the_dialects() -> None:
+    from interlock.cli.dialect_cmds import DIALECTS as NAMED
+    from interlock.dialects import DIALECTS
+
+    assert tuple(NAMED) == tuple(DIALECTS)

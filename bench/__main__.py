@@ -10,6 +10,7 @@ SUITES = {
     "core": "bench.core_bench",
     "runtime": "bench.runtime_bench",
     "replay": "bench.replay_bench",
+    "client": "bench.client_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

@@ -1,0 +1,148 @@
+"""``python -m bench client``: what the client and the CLI cost, against baselines measured
+in the same run.
+
+- Waiting: N runs waited on at once from one connection, ended by cancelling them. The
+  client's waits (one subscription shared by all) against the old way, one ordered
+  JetStream consumer per wait (``InterlockClient.wait``): the server's consumers while they
+  wait, how many waits failed, and the time from the first cancel to the last result.
+- The CLI: CPU time (user + system) of ``interlock --help`` and of read commands, as a
+  ratio to ``python -c pass`` and to importing nats-py alone (what any command that talks
+  to NATS pays), best of ``--repeat`` runs (the machines are shared: the best run is the
+  least disturbed one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+GATED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: gated}
+spec:
+  initial_state: review
+  states:
+    review:
+      type: human_in_the_loop
+      on:
+        - {event: approval.granted, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def _waits(url: str, n: int, old_way: bool) -> dict[str, Any]:
+    import nats
+
+    from interlock import Client
+    from interlock.runtime.client import InterlockClient
+    from interlock.transport.subjects import Subjects
+
+    subjects = Subjects(f"bw{os.getpid()}{'o' if old_way else 'n'}")
+    nc = await nats.connect(url)
+    client = Client(nc, subjects)
+    await client.apply([("gated.yaml", GATED)])
+    gate = asyncio.Semaphore(100)
+
+    async def bounded(make: Callable[[], Awaitable[Any]]) -> Any:
+        async with gate:
+            return await make()
+
+    run_ids = await asyncio.gather(
+        *(bounded(lambda i=i: client.start("gated", run_id=f"b{i}")) for i in range(n))
+    )
+    old = InterlockClient(nc, subjects)
+    waits = [
+        asyncio.ensure_future(
+            old.wait(r, timeout=300) if old_way else client.result(r, wait=True, timeout=300)
+        )
+        for r in run_ids
+    ]
+    await asyncio.sleep(2.0)  # every wait set up (or refused)
+    consumers = (await nc.jetstream().stream_info(subjects.runs_stream)).state.consumer_count
+    started = time.perf_counter()
+    await asyncio.gather(*(bounded(lambda r=r: client.cancel(r)) for r in run_ids))
+    outcomes = await asyncio.gather(*waits, return_exceptions=True)
+    elapsed = time.perf_counter() - started
+    failed = sum(1 for o in outcomes if isinstance(o, BaseException))
+    await nc.close()
+    return {"consumers": consumers, "failed": failed, "seconds": elapsed}
+
+
+def _cpu(argv: list[str], env: dict[str, str], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(argv, env=env, capture_output=True, check=False)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = min(best, used)
+    return best
+
+
+def _cli(url: str, repeat: int) -> list[tuple[str, float]]:
+    python = sys.executable
+    interlock = str(Path(python).with_name("interlock"))
+    env = {**os.environ, "INTERLOCK_URL": url, "INTERLOCK_PREFIX": f"bc{os.getpid()}"}
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "gated.yaml").write_text(GATED)
+        subprocess.run([interlock, "apply", f"{folder}/gated.yaml"], env=env, check=True)
+        run_id = subprocess.run(
+            [interlock, "start", "gated"], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    cases = [
+        ("python -c pass", [python, "-c", "pass"]),
+        ("import nats-py", [python, "-c", "import nats.aio.client, nats.js"]),
+        ("interlock --help", [interlock, "--help"]),
+        ("interlock runs", [interlock, "runs"]),
+        ("interlock result RUN", [interlock, "result", run_id]),
+        ("interlock get run RUN", [interlock, "get", "run", run_id]),
+        ("interlock logs RUN", [interlock, "logs", run_id]),
+    ]
+    return [(name, _cpu(argv, env, repeat)) for name, argv in cases]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench client")
+    parser.add_argument("--waits", type=int, default=2_000, help="runs waited on at once")
+    parser.add_argument("--repeat", type=int, default=10, help="runs of each CLI command")
+    args = parser.parse_args(argv)
+
+    from interlock.runtime.embedded import EmbeddedNats
+
+    with tempfile.TemporaryDirectory() as data:
+        server = EmbeddedNats(Path(data))
+        server.start()
+        try:
+            for old_way, label in ((True, "a consumer per wait"), (False, "interlock.Client")):
+                got = asyncio.run(_waits(server.url, args.waits, old_way))
+                print(
+                    f"{args.waits} waits, {label:20}: {got['consumers']:5} consumers, "
+                    f"{got['failed']:5} failed, last result {got['seconds']:.2f} s after "
+                    "the first cancel",
+                    flush=True,
+                )
+            cpu = _cli(server.url, args.repeat)
+        finally:
+            server.stop()
+    floor, nats_floor = cpu[0][1], cpu[1][1]
+    for name, seconds in cpu:
+        print(
+            f"{name:24} cpu {seconds * 1000:6.0f} ms  "
+            f"x{seconds / floor:5.1f} python  x{seconds / nats_floor:4.1f} nats-py import"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,7 +42,7 @@ from interlock.core.compiler import Compiled
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import derive_run_id, matching_trigger, trigger_inputs
 from interlock.core.expr import ExpressionError
-from interlock.core.ids import InvalidRunId, check_run_id
+from interlock.core.ids import InvalidRunId, check_event_type, check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import (
     InterlockClient,
@@ -329,6 +329,7 @@ class Client:
         not started by then is marked ``pending``.
         """
         ce = self._event(event, type, source, data, id, subject, extensions)
+        check_event_type(ce.type)  # before anything is published or looked up
         run_id = ce.extensions.get("runid")
         started: list[StartedRun] = []
         if run_id:
@@ -755,7 +756,7 @@ class Client:
             return event
         if event is not None:
             return from_dict(dict(event))
-        if not type_ or not source:
+        if type_ is None or not source:
             raise ValueError("emit needs an event, or type= and source=")
         return CloudEvent(
             id=id_ or secrets.token_hex(8),

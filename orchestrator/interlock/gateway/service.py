@@ -11,7 +11,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.requests import Request
 
 from interlock import views
-from interlock.client import Client, check_run_id
+from interlock.client import Client
+from interlock.core.ids import check_run_id
 from interlock.gateway import webhooks
 from interlock.gateway.auth import OPEN, Caller, Tokens
 from interlock.gateway.problems import Problem

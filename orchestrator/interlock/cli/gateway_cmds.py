@@ -139,6 +139,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 async def cmd_tokens_create(client: Any, args: argparse.Namespace) -> int:
     from interlock.gateway.auth import Tokens
 
+    await client.provision()  # a write: the tokens bucket may not be there yet
     tokens = Tokens(client.ops.js, client.subjects)
     try:
         token = await tokens.issue(args.name, args.role, args.events)
@@ -152,12 +153,15 @@ async def cmd_tokens_create(client: Any, args: argparse.Namespace) -> int:
 
 
 async def cmd_tokens_list(client: Any, args: argparse.Namespace) -> int:
+    from nats.js.errors import NotFoundError
+
     from interlock.gateway.auth import Tokens
 
-    items = [
-        {k: v for k, v in item.items() if k != "key"}
-        for item in await Tokens(client.ops.js, client.subjects).list()
-    ]
+    try:  # a read: nothing is created, and no bucket yet means no token yet
+        found = await Tokens(client.ops.js, client.subjects).list()
+    except NotFoundError:
+        found = []
+    items = [{k: v for k, v in item.items() if k != "key"} for item in found]
     if args.json:
         print_json(items)
         return EXIT_OK
@@ -170,6 +174,7 @@ async def cmd_tokens_list(client: Any, args: argparse.Namespace) -> int:
 async def cmd_tokens_revoke(client: Any, args: argparse.Namespace) -> int:
     from interlock.gateway.auth import Tokens
 
+    await client.provision()  # a write, like create
     gone = await Tokens(client.ops.js, client.subjects).revoke(args.name)
     if not gone:
         raise CliError(f"no token named {args.name!r}", EXIT_FAILED)

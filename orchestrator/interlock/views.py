@@ -256,7 +256,9 @@ class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
     pid: int | None = None
     host: str | None = None
     in_flight: int | None = None
+    concurrency: int | None = None
     started_at: str | None = None
+    heartbeat_at: str | None = None
 
 
 class AgentView(msgspec.Struct, frozen=True, kw_only=True):
@@ -589,7 +591,9 @@ def worker_view(w: Mapping[str, Any]) -> WorkerView:
         pid=pid if isinstance(pid, int) else None,
         host=w.get("host") if isinstance(w.get("host"), str) else None,
         in_flight=in_flight if isinstance(in_flight, int) else None,
+        concurrency=w.get("concurrency") if isinstance(w.get("concurrency"), int) else None,
         started_at=w.get("started_at") if isinstance(w.get("started_at"), str) else None,
+        heartbeat_at=w.get("heartbeat_at") if isinstance(w.get("heartbeat_at"), str) else None,
     )
 
 

@@ -255,7 +255,7 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
             )
             assert code == 0, out
             listed = json.loads(out)
-            workers = [w for w in listed["workers"] if w["name"] == "greeter-js"]
+            workers = [w for a in listed for w in a["workers"] if w["name"] == "greeter-js"]
             assert len(workers) == 1, listed
             assert workers[0]["capabilities"] == [CAPABILITY]
             assert set(workers[0]) == set(tasks.Heartbeat.__struct_fields__)

@@ -182,6 +182,16 @@ class Checker:
             )
 
 
+def agent_def(name: str, capabilities: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """The native AgentDef a converted file implies: one capability per (name, description)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AgentDef",
+        "metadata": {"name": name},
+        "spec": {"capabilities": [{"name": c, "description": d} for c, d in capabilities]},
+    }
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "null"

@@ -34,7 +34,7 @@ from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.source import Document, Path
-from interlock.dialects.base import API_VERSION, Checker, Lowered, Lowering
+from interlock.dialects.base import API_VERSION, Checker, Lowered, Lowering, agent_def
 
 DIALECT = "kxm"
 TERMINAL = "$terminal"
@@ -923,16 +923,7 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     )
     lowered.agents.append(
         agent.finish(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "AgentDef",
-                "metadata": {"name": "kxm-agents"},
-                "spec": {
-                    "capabilities": [
-                        {"name": c, "description": f"kxm agent {c[4:]}"} for c in capabilities
-                    ]
-                },
-            },
+            agent_def("kxm-agents", ((c, f"kxm agent {c[4:]}") for c in capabilities)),
             lowered,
         )
     )

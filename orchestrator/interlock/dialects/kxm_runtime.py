@@ -21,7 +21,7 @@ from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.source import Document, Path
-from interlock.dialects.base import API_VERSION, Checker, Lowered, Lowering
+from interlock.dialects.base import API_VERSION, Checker, Lowered, Lowering, agent_def
 
 DIALECT = "kxm"
 SCHEMA = "kxm.workflow.v1"
@@ -171,16 +171,10 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     agent.note(("metadata",), "implied by the steps' agents, gates and coordinator")
     lowered.agents.append(
         agent.finish(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "AgentDef",
-                "metadata": {"name": f"{name}-agents"[:63].strip("-")},
-                "spec": {
-                    "capabilities": [
-                        {"name": c, "description": f"kxm {c[4:]}"} for c in capabilities
-                    ]
-                },
-            },
+            agent_def(
+                f"{name}-agents"[:63].strip("-"),
+                ((c, f"kxm {c[4:]}") for c in capabilities),
+            ),
             lowered,
         )
     )

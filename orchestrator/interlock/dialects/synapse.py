@@ -33,7 +33,7 @@ from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.source import Document, Path
-from interlock.dialects.base import API_VERSION, Checker, Lowered, Lowering
+from interlock.dialects.base import API_VERSION, Checker, Lowered, Lowering, agent_def
 
 DIALECT = "synapse"
 PREDICATES = (
@@ -540,24 +540,18 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     )
     lowered.agents.append(
         agent.finish(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "AgentDef",
-                "metadata": {"name": f"{name}-agents"[:63].strip("-")},
-                "spec": {
-                    "capabilities": [
-                        {
-                            "name": c,
-                            "description": (
-                                "any synapse task without a class"
-                                if c == ANYONE
-                                else f"synapse task_class {c}"
-                            ),
-                        }
-                        for c in capabilities
-                    ]
-                },
-            },
+            agent_def(
+                f"{name}-agents"[:63].strip("-"),
+                (
+                    (
+                        c,
+                        "any synapse task without a class"
+                        if c == ANYONE
+                        else f"synapse task_class {c}",
+                    )
+                    for c in capabilities
+                ),
+            ),
             lowered,
         )
     )

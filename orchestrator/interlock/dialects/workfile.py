@@ -35,6 +35,7 @@ from interlock.dialects.base import (
     Lowered,
     Lowering,
     Name,
+    agent_def,
     check_cel,
     rewrite_cel,
     top_level_names,
@@ -679,16 +680,7 @@ def _agents(wf: _Wf, name: str, states: dict[str, Any], lowered: Lowered) -> lis
         return []
     low = Lowering(wf.src, DIALECT)
     low.note(("metadata",), "implied by the agents and tools the Workfile names")
-    data = {
-        "apiVersion": API_VERSION,
-        "kind": "AgentDef",
-        "metadata": {"name": f"{name}-agents"[:63]},
-        "spec": {
-            "capabilities": [
-                {"name": c, "description": f"used by Workfile {name}"} for c in capabilities
-            ]
-        },
-    }
+    data = agent_def(f"{name}-agents"[:63], ((c, f"used by Workfile {name}") for c in capabilities))
     return [low.finish(data, lowered)]
 
 

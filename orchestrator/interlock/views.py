@@ -20,6 +20,7 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
+from interlock.core.vocabulary import FINISHED
 
 if TYPE_CHECKING:
     from interlock.core.definition import Definition
@@ -181,7 +182,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def finished(self) -> bool:
-        return self.status in ("completed", "failed", "cancelled")
+        return self.status in FINISHED
 
 
 class StartedRun(msgspec.Struct, frozen=True, kw_only=True):

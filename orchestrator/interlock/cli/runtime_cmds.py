@@ -34,6 +34,7 @@ from interlock.cli.common import (
 )
 from interlock.cli.output import add_output_flags, dump, emit, output_format, print_table
 from interlock.core.ids import InvalidRunId, check_run_id
+from interlock.core.vocabulary import RECORDED
 
 if TYPE_CHECKING:
     from interlock.client import Client
@@ -230,7 +231,7 @@ def _add_read_parsers(sub: Sub) -> None:
     """runs, agents, logs, result, cancel, export: the commands about runs."""
     p = sub.add_parser("runs", help="list runs, newest first")
     p.add_argument("--workflow", "-w")
-    p.add_argument("--status", choices=["running", "completed", "failed", "cancelled"])
+    p.add_argument("--status", choices=RECORDED)
     p.add_argument("--limit", "-n", type=int, default=None, help="at most this many")
     add_output_flags(p)
     add_connection_flags(p)

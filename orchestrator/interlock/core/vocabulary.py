@@ -62,6 +62,8 @@ class RunStatus(StrEnum):
 
 
 FINISHED: frozenset[str] = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+RECORDED: tuple[str, ...] = tuple(s.value for s in RunStatus if s is not RunStatus.NEW)
+"""The statuses of a run whose log holds anything, in order: what run listings filter by."""
 """The statuses of a finished run."""
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from interlock import __version__, views
+from interlock.core.vocabulary import RECORDED
 from interlock.gateway import rest
 
 _REF = "#/components/schemas/{name}"
@@ -181,7 +182,7 @@ def document() -> dict[str, Any]:
             _param(
                 "status",
                 "query",
-                {"enum": ["running", "completed", "failed", "cancelled"]},
+                {"enum": list(RECORDED)},
                 "Only this status.",
             ),
             _LIMIT,

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from interlock import views
 from interlock.core import events as ev
 from interlock.core.names import DNS_LABEL
+from interlock.core.vocabulary import RECORDED
 from interlock.gateway.problems import Problem
 
 if TYPE_CHECKING:
@@ -201,10 +202,8 @@ async def list_runs(request: Request) -> Response:
     gw = _gw(request)
     await gw.reader(request)
     status = request.query_params.get("status")
-    if status is not None and status not in ("running", "completed", "failed", "cancelled"):
-        raise Problem(
-            400, "bad-parameter", "status is one of running, completed, failed, cancelled"
-        )
+    if status is not None and status not in RECORDED:
+        raise Problem(400, "bad-parameter", f"status is one of {', '.join(RECORDED)}")
     limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(request, "offset", 0, 0, 1 << 31)
     found = await gw.api.runs(workflow=request.query_params.get("workflow"), status=status)

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from interlock.core.compiler import (
     WebhookDefinition,
@@ -429,19 +430,58 @@ class Registry:
             await self._seen(self._subjects.agents_bucket, entry.revision or 0)
 
 
+_READ_TIMEOUT = 5.0
+"""Seconds :func:`bucket_values` waits for the next value before it gives up."""
+
+
 async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
     """Every key of a KV bucket with its current value, read in one pass (one ordered
-    consumer over the bucket's last values, not one request per key)."""
+    consumer over the bucket's last values, not one request per key).
+
+    The read ends at the bucket's newest record, looked up before the watch starts: the
+    watcher's own "nothing pending" marker comes from a pending count the server can
+    report before every value has been delivered, and a read that stopped there would
+    miss keys (a workflow just applied reported as unknown). Deletes are read too, so the
+    newest record is seen even when it removed its key.
+    """
+    newest = await _newest_revision(kv)
+    if newest is None:
+        return {}
     values: dict[str, bytes] = {}
-    watcher = await kv.watchall(ignore_deletes=True)
+    watcher = await kv.watchall()
     try:
-        async for entry in watcher:
-            if entry is None:  # the initial values are all here
-                break
-            if entry.value:
+        while True:
+            try:
+                entry = await watcher.updates(timeout=_READ_TIMEOUT)  # type: ignore[no-untyped-call]
+            except nats.errors.TimeoutError:
+                # The newest record went away (aged out) before the watch reached it,
+                # or the server stopped answering: what was read is all there is.
+                latest = await _newest_revision(kv)
+                if latest is None or latest <= newest:
+                    return values
+                newest = latest
+                continue
+            if entry is None:
+                continue
+            if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
+                values.pop(entry.key, None)
+            else:
                 values[entry.key] = entry.value
+            if entry.revision is not None and entry.revision >= newest:
+                return values
     finally:
         # Closing: a connection already gone leaves nothing to undo.
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]
-    return values
+
+
+async def _newest_revision(kv: KeyValue) -> int | None:
+    """The stream sequence of the bucket's newest stored record (None when it is empty)."""
+    # KeyValue keeps its JetStream context, stream and subject prefix private; the read
+    # needs all three (a last-by-subject lookup over the whole bucket).
+    js: JetStreamContext = kv._js
+    try:
+        last = await js.get_last_msg(kv._stream, f"{kv._pre}>")
+    except NotFoundError:
+        return None
+    return last.seq

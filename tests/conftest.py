@@ -12,11 +12,17 @@ from collections.abc import AsyncIterator, Iterator
 
 import nats
 import pytest
+from hypothesis import HealthCheck, settings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport.subjects import Subjects
+
+# Property tests check behaviour, not speed: on a shared machine generating inputs can be
+# slow, and a health check or deadline tripping on that says nothing about the code.
+settings.register_profile("interlock", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("interlock")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,135 @@
+"""What arrives at a run from outside, and what it starts: the incoming CloudEvent, the
+triggers that start runs, the run id a trigger derives, and correlation keys. Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from interlock.core.definition import Definition, TriggerDef
+from interlock.core.expr import ExpressionError, render
+
+TASK_COMPLETED = "task.completed"
+TASK_FAILED = "task.failed"
+
+TIMER_FIRED = "io.interlock.timer.fired"
+"""The type of the incoming event that tells a run one of its timers is due (extension
+``timerid``)."""
+
+
+class Incoming(msgspec.Struct, frozen=True, kw_only=True):
+    """A CloudEvent arriving at a run: an agent's answer or an external event.
+
+    An agent's answer carries the ``actionid`` extension of the request it answers.
+    """
+
+    type: str
+    source: str
+    id: str
+    data: Any = None
+    time: str | None = None
+    subject: str | None = None
+    extensions: dict[str, str] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structured-mode CloudEvent, as recorded in the log."""
+        out: dict[str, Any] = {"specversion": "1.0", "id": self.id, "source": self.source}
+        out["type"] = self.type
+        if self.subject is not None:
+            out["subject"] = self.subject
+        if self.time is not None:
+            out["time"] = self.time
+        out.update(self.extensions)
+        out["data"] = self.data
+        return out
+
+
+def derive_run_id(definition: Definition, source: str, event_id: str) -> str:
+    """The run a trigger event starts: the same event never starts a second run."""
+    key = f"{definition.namespace}/{definition.name}\n{source}\n{event_id}"
+    return "r" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+# --- triggers -------------------------------------------------------------------------
+
+
+def _lookup(event: Incoming, path: tuple[str, ...]) -> tuple[bool, Any]:
+    if path[0].startswith("$"):
+        # $source, $subject, $type, $id or an extension ($runid...): CloudEvent attributes.
+        name = path[0][1:]
+        attrs = event.to_dict()
+        if name == "data" or name not in attrs:
+            return False, None
+        node: Any = attrs[name]
+        rest = path[1:]
+    else:
+        node, rest = event.data, path
+    for key in rest:
+        if not isinstance(node, dict) or key not in node:
+            return False, None
+        node = node[key]
+    return True, node
+
+
+def _filter_matches(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, list) and not isinstance(actual, list):
+        return any(_filter_matches(e, actual) for e in expected)
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return expected is actual
+    return bool(expected == actual)
+
+
+def trigger_matches(trigger: TriggerDef, event: Incoming) -> bool:
+    """The event's type is the trigger's and every filter entry matches."""
+    if trigger.event != event.type:
+        return False
+    for path, expected in trigger.filter:
+        found, actual = _lookup(event, path)
+        if not found or not _filter_matches(expected, actual):
+            return False
+    return True
+
+
+def matching_trigger(definition: Definition, event: Incoming) -> TriggerDef | None:
+    """The first of the workflow's triggers the event fires, if any."""
+    for trigger in definition.triggers:
+        if trigger_matches(trigger, event):
+            return trigger
+    return None
+
+
+def trigger_inputs(trigger: TriggerDef, event: Incoming) -> dict[str, Any]:
+    """Run inputs from a trigger event: its ``input`` mapping, else the event's data."""
+    if trigger.input is not None:
+        rendered = render(trigger.input, {"event": event.to_dict(), "data": event.data})
+        return rendered if isinstance(rendered, dict) else {}
+    return dict(event.data) if isinstance(event.data, dict) else {}
+
+
+def correlation_key(definition: Definition, inputs: Mapping[str, Any]) -> str | None:
+    """The key a run of ``definition`` with ``inputs`` is correlated by (None: none)."""
+    if definition.correlation is None:
+        return None
+    try:
+        value = render(definition.correlation.key, {"inputs": dict(inputs), "context": {}})
+    except ExpressionError:
+        return None
+    return None if value is None else str(value)
+
+
+def event_correlation_key(definition: Definition, event: Incoming) -> str | None:
+    """The correlation key an event carries for ``definition`` (None: it carries none)."""
+    if definition.correlation is None:
+        return None
+    expression = definition.correlation.events.get(event.type)
+    if expression is None:
+        return None
+    try:
+        value = expression.evaluate({"event": event.to_dict(), "data": event.data})
+    except ExpressionError:
+        return None
+    return None if value is None else str(value)

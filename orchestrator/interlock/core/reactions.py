@@ -1,0 +1,182 @@
+"""How a run reacts to what arrives: an agent's answer, a failure, a due timer. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interlock.core import events as ev
+from interlock.core.definition import StateDef
+from interlock.core.expr import ExpressionError, is_literal_true
+from interlock.core.fanout import FanOut
+from interlock.core.incoming import TASK_COMPLETED, TASK_FAILED, Incoming
+from interlock.core.state import PendingAction
+from interlock.core.step import backoff_seconds, error_of, plus_seconds, seconds_text
+from interlock.core.vocabulary import RETRYABLE, ErrorClass, TimerPurpose
+
+
+class Reactions(FanOut):
+    """The whole decision: every kind of state, and what each arrival does to it."""
+
+    __slots__ = ()
+
+    def action_answered(self, pending: PendingAction, event: Incoming) -> None:
+        if event.type == TASK_FAILED:
+            self.action_failed(pending, error_of(event.data), event)
+            return
+        action = self.action_def(pending.index, pending.item)
+        result = event.data
+        writes: dict[str, Any] = {}
+        if isinstance(result, dict) and pending.item is None:
+            writes = {ctx: result.get(key) for key, ctx in action.output}
+        self.emit(
+            ev.ActionCompleted,
+            ev.ActionCompletedData(
+                action_id=pending.action_id,
+                state=pending.state,
+                index=pending.index,
+                result=result,
+                event_type=event.type,
+                event_id=event.id,
+                context_writes=writes,
+                item=pending.item,
+                iteration=pending.iteration,
+                source=event.source,
+            ),
+        )
+        state = self.current
+        if pending.item is not None and state.map is not None:
+            self.map_item_done(state)
+            return
+        if pending.iteration is not None and state.loop is not None:
+            self.loop_step(state, pending, result, event)
+            return
+        if event.type != TASK_COMPLETED and self.route(event.type, event, result):
+            return
+        if pending.index + 1 < len(state.actions):
+            self.request(state.actions[pending.index + 1], pending.index + 1)
+            return
+        self.route(TASK_COMPLETED, event, result)
+
+    def loop_step(
+        self, state: StateDef, pending: PendingAction, result: Any, event: Incoming
+    ) -> None:
+        loop = state.loop
+        assert loop is not None
+        assert pending.iteration is not None
+        act = self.activation(event, result, {"iteration": pending.iteration})
+        try:
+            done = loop.until.evaluate(act)
+        except ExpressionError as exc:
+            self.guard_failed(state, -1, "loop.until", loop.until.source, str(exc))
+            done = False
+        if is_literal_true(done):
+            self.route(TASK_COMPLETED, event, result)
+            return
+        if pending.iteration >= loop.max_iterations:
+            self.failed(
+                ev.ErrorInfo(
+                    error_class=ErrorClass.BUDGET_EXCEEDED,
+                    message=f"loop {state.name!r} did not finish in "
+                    f"max_iterations ({loop.max_iterations})",
+                ),
+                event,
+            )
+            return
+        self.request(loop.action, 0, iteration=pending.iteration + 1)
+
+    def action_failed(
+        self, pending: PendingAction, error: ev.ErrorInfo, event: Incoming | None
+    ) -> None:
+        retry = pending.retry
+        will_retry = (
+            retry is not None
+            and pending.attempt < retry.max_attempts
+            and (error.retryable or error.error_class in RETRYABLE)
+        )
+        self.emit(
+            ev.ActionFailed,
+            ev.ActionFailedData(
+                action_id=pending.action_id,
+                state=pending.state,
+                index=pending.index,
+                error=error,
+                attempt=pending.attempt,
+                event_id=None if event is None else event.id,
+                item=pending.item,
+                iteration=pending.iteration,
+                will_retry=will_retry,
+                source=None if event is None else event.source,
+            ),
+        )
+        if will_retry:
+            assert retry is not None
+            wait = backoff_seconds(retry, pending.attempt, pending.action_id)
+            self.schedule(
+                TimerPurpose.RETRY,
+                plus_seconds(self.now, wait),
+                state=pending.state,
+                action_id=pending.action_id,
+                attempt=pending.attempt + 1,
+                index=pending.index,
+                item=pending.item,
+                iteration=pending.iteration,
+                retry=retry,
+            )
+            return
+        state = self.current
+        if pending.item is not None and state.map is not None:
+            self.map_item_done(state)
+            return
+        self.failed(error, event)
+
+    def timer_fired(self, timer: ev.TimerScheduledData) -> None:
+        self.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
+        state = self.current
+        if timer.purpose == TimerPurpose.RUN_DEADLINE:
+            deadline = self.definition.deadline
+            if deadline is None:
+                return
+            if deadline.goto is None:
+                self.fail_run(
+                    ErrorClass.TIMEOUT,
+                    f"the run did not finish within {seconds_text(deadline.after_s)}",
+                )
+            else:
+                self.move(deadline.goto, "run.deadline", None, -1, deadline.set, self.activation())
+            return
+        if timer.purpose == TimerPurpose.STATE_TIMEOUT:
+            if state.timeout is not None:
+                self.move(
+                    state.timeout.goto,
+                    "state.timeout",
+                    None,
+                    -1,
+                    state.timeout.set,
+                    self.activation(),
+                )
+            return
+        if timer.purpose == TimerPurpose.ACTION_TIMEOUT:
+            pending = self.state.pending.get(timer.action_id or "")
+            if pending is None or pending.attempt != timer.attempt:
+                return
+            seconds = "" if pending.deadline is None else f" (deadline {pending.deadline})"
+            self.action_failed(
+                pending,
+                ev.ErrorInfo(
+                    error_class=ErrorClass.TIMEOUT,
+                    message=f"no answer from {pending.capability or pending.workflow}{seconds}",
+                    retryable=True,
+                ),
+                None,
+            )
+            return
+        if timer.purpose == TimerPurpose.RETRY:
+            self.request(
+                self.action_def(timer.index, timer.item),
+                timer.index,
+                attempt=timer.attempt,
+                action_id=timer.action_id,
+                item=timer.item,
+                iteration=timer.iteration,
+                retry=timer.retry,
+            )

@@ -1,0 +1,254 @@
+"""Entering states, asking for their work, and leaving them: the transitions of a run.
+
+Pure; :class:`Transitions` adds to :class:`~interlock.core.step.Step` what every kind of
+state does. A state's first work is asked for by :meth:`Transitions.start_work`, which the
+layers above extend with the kinds of state they know (a map, a parallel state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interlock.core import events as ev
+from interlock.core.definition import ActionDef, StateDef
+from interlock.core.expr import ExpressionError, is_literal_true, read_values, render
+from interlock.core.incoming import TASK_FAILED, Incoming
+from interlock.core.step import Step, error_json, plus_seconds, retry_info, to_text
+from interlock.core.vocabulary import ErrorClass, TimerPurpose
+
+
+class Transitions(Step):
+    """A decision that can enter, leave and route between states."""
+
+    __slots__ = ()
+
+    # -- entering a state and asking for work ------------------------------------------
+
+    def enter(self, name: str) -> None:
+        self.emit(ev.StateEntered, ev.StateEnteredData(state=name))
+        state = self.current
+        if state.terminal:
+            self.complete(state)
+            return
+        if state.timeout is not None:
+            self.schedule(
+                TimerPurpose.STATE_TIMEOUT,
+                plus_seconds(self.now, state.timeout.after_s),
+                state=name,
+            )
+        self.start_work(state)
+
+    def start_work(self, state: StateDef) -> None:
+        """Ask for a state's first work: its loop's first iteration or its first action."""
+        if state.loop is not None:
+            self.request(state.loop.action, 0, iteration=1)
+        elif state.actions:
+            self.request(state.actions[0], 0)
+
+    def complete(self, state: StateDef) -> None:
+        outputs: dict[str, Any] = {}
+        act = self.activation()
+        for key, value in state.outputs or ():
+            try:
+                outputs[key] = render(value, act)
+            except ExpressionError as exc:
+                self.fail_run(
+                    ErrorClass.EXPRESSION_ERROR, f"output {key!r} of state {state.name!r}: {exc}"
+                )
+                return
+        if state.fail is not None:
+            try:
+                message = render(state.fail.message, act)
+            except ExpressionError as exc:
+                self.fail_run(
+                    ErrorClass.EXPRESSION_ERROR, f"fail message of state {state.name!r}: {exc}"
+                )
+                return
+            error = ev.ErrorInfo(
+                error_class=state.fail.error_class,
+                message=message if isinstance(message, str) else to_text(message),
+            )
+            self.emit(
+                ev.RunFailed,
+                ev.RunFailedData(
+                    state=state.name, error=error, outputs=outputs, parent=self.state.parent
+                ),
+            )
+            return
+        self.emit(
+            ev.RunCompleted,
+            ev.RunCompletedData(state=state.name, outputs=outputs, parent=self.state.parent),
+        )
+
+    def request(
+        self,
+        action: ActionDef,
+        index: int,
+        *,
+        attempt: int = 1,
+        action_id: str | None = None,
+        item: int | None = None,
+        iteration: int | None = None,
+        retry: ev.RetryInfo | None = None,
+    ) -> None:
+        state = self.current
+        budget = self.definition.budget
+        if self.state.actions >= budget.max_actions:
+            self.fail_run(
+                ErrorClass.BUDGET_EXCEEDED,
+                f"more than budget.max_actions ({budget.max_actions}) actions",
+            )
+            return
+        extra: dict[str, Any] = {}
+        if item is not None and state.map is not None and self.state.map is not None:
+            extra = {"index": item}
+            if state.map.item:  # a map's item variable (a parallel state has none)
+                extra[state.map.item] = self.state.map.items[item]
+        if iteration is not None:
+            extra = {"iteration": iteration}
+        try:
+            payload = render(action.input, self.activation(extra=extra))
+        except ExpressionError as exc:
+            self.fail_run(
+                ErrorClass.EXPRESSION_ERROR,
+                f"input of action {index} in state {state.name!r}: {exc}",
+            )
+            return
+        action_id = action_id or self.next_id
+        deadline = None if action.timeout_s is None else plus_seconds(self.now, action.timeout_s)
+        self.emit(
+            ev.ActionRequested,
+            ev.ActionRequestedData(
+                action_id=action_id,
+                state=state.name,
+                index=index,
+                capability=action.capability,
+                input=payload,
+                attempt=attempt,
+                timeout_s=action.timeout_s,
+                deadline=deadline,
+                retry=retry if attempt > 1 else retry_info(action.retry),
+                workflow=action.workflow,
+                item=item,
+                iteration=iteration,
+            ),
+            # The run's trace context travels with each request, so any replica that
+            # dispatches it continues the run's trace.
+            traceparent=self.state.traceparent,
+        )
+        if deadline is not None:
+            self.schedule(
+                TimerPurpose.ACTION_TIMEOUT,
+                deadline,
+                state=state.name,
+                action_id=action_id,
+                attempt=attempt,
+                index=index,
+                item=item,
+                iteration=iteration,
+            )
+
+    def action_def(self, index: int, item: int | None) -> ActionDef:
+        """The current state's action at ``index`` (its only one for a loop, item ``item``'s
+        for a map or a parallel state)."""
+        state = self.current
+        if state.map is not None:
+            return state.map.action_for(item)
+        if state.loop is not None:
+            return state.loop.action
+        return state.actions[index]
+
+    # -- leaving a state -----------------------------------------------------------------
+
+    def move(
+        self,
+        to: str,
+        event_type: str,
+        event: Incoming | None,
+        index: int,
+        sets: tuple[tuple[str, Any], ...],
+        act: dict[str, Any],
+    ) -> None:
+        budget = self.definition.budget
+        if self.state.transitions >= budget.max_transitions:
+            self.fail_run(
+                ErrorClass.BUDGET_EXCEEDED,
+                f"more than budget.max_transitions ({budget.max_transitions}) transitions",
+            )
+            return
+        writes: dict[str, Any] = {}
+        for key, value_def in sets:
+            try:
+                writes[key] = render(value_def, act)
+            except ExpressionError as exc:
+                self.fail_run(ErrorClass.EXPRESSION_ERROR, f"set {key!r} on {event_type}: {exc}")
+                return
+        self.cancel_pending(f"left state {self.state.state!r} on {event_type}")
+        self.emit(
+            ev.TransitionFired,
+            ev.TransitionFiredData(
+                from_state=self.state.state,
+                to_state=to,
+                event_type=event_type,
+                event_id=None if event is None else event.id,
+                transition=index,
+                set=writes,
+            ),
+        )
+        self.enter(to)
+
+    def route(self, event_type: str, event: Incoming | None, result: Any = None) -> bool:
+        """Fire the first transition of the current state that the event takes."""
+        state = self.current
+        candidates = state.transitions_for(event_type)
+        if not candidates:
+            return False
+        act = self.activation(event, result)
+        for t in candidates:
+            if t.guard is not None:
+                reads = {} if self.trace is None else read_values(t.guard, act)
+                try:
+                    value = t.guard.evaluate(act)
+                except ExpressionError as exc:
+                    self.check(t, event_type, "error", error=str(exc), reads=reads)
+                    self.guard_failed(state, t.index, event_type, t.guard.source, str(exc))
+                    continue
+                if not is_literal_true(value):
+                    outcome = "false" if value is False else "not_boolean"
+                    self.check(t, event_type, outcome, value=value, reads=reads)
+                    if not isinstance(value, bool):
+                        self.guard_failed(
+                            state,
+                            t.index,
+                            event_type,
+                            t.guard.source,
+                            f"guard gave {type(value).__name__} {value!r}, not a boolean",
+                        )
+                    continue
+                self.check(t, event_type, "fired", value=value, reads=reads)
+            else:
+                self.check(t, event_type, "fired")
+            self.move(t.goto, event_type, event, t.index, t.set, act)
+            return True
+        return False
+
+    def failed(self, error: ev.ErrorInfo, event: Incoming | None) -> None:
+        """A state's work failed for good: ``on: task.failed``, then ``catch``, else the run."""
+        failure = {"error": error_json(error)}
+        if self.route(TASK_FAILED, event, failure):
+            return
+        for catch in self.current.catches:
+            if catch.matches(error.error_class, error.code):
+                reads = {"result.error.class": error.error_class}
+                if catch.codes:
+                    reads["result.error.code"] = error.code
+                self.check(catch, TASK_FAILED, "fired", reads=reads)
+                self.move(
+                    catch.goto, TASK_FAILED, event, -1, catch.set, self.activation(event, failure)
+                )
+                return
+        self.cancel_pending(f"run failed: {error.error_class}")
+        self.emit(
+            ev.RunFailed,
+            ev.RunFailedData(state=self.state.state, error=error, parent=self.state.parent),
+        )

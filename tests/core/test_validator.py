@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from core_support import MANIFESTS, ROOT
 
-from interlock.core import lowering
+from interlock.core import lowering_scope
 from interlock.core.compiler import compile_sources
 from interlock.core.diagnostics import Diagnostic
 
@@ -75,6 +75,8 @@ def _emitted_rules() -> set[str]:
         "names.py",
         "structure.py",
         "lowering.py",
+        "lowering_scope.py",
+        "lowering_states.py",
         "rules.py",
         "source.py",
     ):
@@ -379,12 +381,12 @@ def test_the_init_template_validates() -> None:
     [("250ms", 0.25), ("30s", 30), ("30m", 1800), ("1h", 3600), ("1h30m", 5400), ("1d", 86400)],
 )
 def test_durations(text: str, seconds: float) -> None:
-    assert lowering.parse_duration(text) == seconds
+    assert lowering_scope.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "30", "m", "30 minutes", "-1s", "1w", "1.5.2s"])
 def test_malformed_durations(text: str) -> None:
-    assert lowering.parse_duration(text) is None
+    assert lowering_scope.parse_duration(text) is None
 
 
 def test_a_zero_duration_is_an_error() -> None:

@@ -22,7 +22,8 @@ import msgspec
 from interlock.core import model
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
 from interlock.core.diagnostics import Diagnostic, ManifestError
-from interlock.core.lowering import lower_workflow, parse_duration
+from interlock.core.lowering import lower_workflow
+from interlock.core.lowering_scope import parse_duration
 from interlock.core.names import CAPABILITY_NAME, check_metadata
 from interlock.core.source import Document, Path, load_documents
 from interlock.core.structure import check_structure

@@ -27,7 +27,7 @@ from typing import Any
 
 from interlock.core.definition import known_type
 from interlock.core.diagnostics import Diagnostic
-from interlock.core.lowering import parse_duration
+from interlock.core.lowering_scope import parse_duration
 from interlock.core.source import Document, Path, Span
 from interlock.dialects.base import (
     API_VERSION,

@@ -182,13 +182,29 @@ class Checker:
             )
 
 
-def agent_def(name: str, capabilities: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    """The native AgentDef a converted file implies: one capability per (name, description)."""
+def agent_def(
+    name: str,
+    capabilities: Iterable[tuple[str, str]],
+    *,
+    namespace: str | None = None,
+    output_schemas: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The native AgentDef a converted file implies: one capability per (name, description),
+    with its output JSON Schema when ``output_schemas`` has one under its name."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    declared = []
+    for capability, description in capabilities:
+        entry: dict[str, Any] = {"name": capability, "description": description}
+        if output_schemas is not None and capability in output_schemas:
+            entry["output_schema"] = output_schemas[capability]
+        declared.append(entry)
     return {
         "apiVersion": API_VERSION,
         "kind": "AgentDef",
-        "metadata": {"name": name},
-        "spec": {"capabilities": [{"name": c, "description": d} for c, d in capabilities]},
+        "metadata": metadata,
+        "spec": {"capabilities": declared},
     }
 
 

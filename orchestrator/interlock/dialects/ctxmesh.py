@@ -26,6 +26,7 @@ from interlock.dialects.base import (
     Lowered,
     Lowering,
     Name,
+    agent_def,
     check_cel,
     rewrite_cel,
     template,
@@ -722,31 +723,21 @@ def _agents(
         low = Lowering(ctx.src, DIALECT)
         index = next(i for _, (i, s) in ctx.steps.items() if s.get("agentRef") == agent)
         low.at((), ("spec", "steps", index, "agentRef"))
-        capability: dict[str, Any] = {
-            "name": agent,
-            "description": f"ctxmesh AgentDeployment {agent}",
-        }
+        description = f"ctxmesh AgentDeployment {agent}"
+        schema: dict[str, Any] = {}
         if len(found) == 1:
-            capability["output_schema"] = found[0]
+            schema[agent] = found[0]
         elif found:
-            capability["output_schema"] = {"anyOf": found}
+            schema[agent] = {"anyOf": found}
             low.note(
                 ("spec", "capabilities", 0, "output_schema"),
                 "steps using this agent declare different outputSchemas: an answer must "
                 "match one of them",
             )
-        metadata: dict[str, Any] = {"name": agent}
-        if namespace:
-            metadata["namespace"] = namespace
         low.note(
             ("metadata",),
             f"implied by agentRef {agent}: the capability is named like the AgentDeployment",
         )
-        data = {
-            "apiVersion": API_VERSION,
-            "kind": "AgentDef",
-            "metadata": metadata,
-            "spec": {"capabilities": [capability]},
-        }
+        data = agent_def(agent, [(agent, description)], namespace=namespace, output_schemas=schema)
         out.append(low.finish(data, lowered))
     return out

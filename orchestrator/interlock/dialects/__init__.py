@@ -16,7 +16,7 @@ from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.source import Document, load_documents
-from interlock.dialects import ctxmesh, kxm, kxm_runtime, synapse, workfile
+from interlock.dialects import ctxmesh, kxm, kxm_runtime, synapse, synapse_lower, workfile
 from interlock.dialects.base import Lowered, Note
 from interlock.dialects.jsonpos import load_json, looks_like_json
 
@@ -30,7 +30,7 @@ def _registry() -> dict[str, tuple[Callable[[Any], bool], Lower]]:
     return {
         "ctxmesh": (ctxmesh.detect, ctxmesh.lower),
         "workfile": (workfile.detect, workfile.lower),
-        "synapse": (synapse.detect, synapse.lower),
+        "synapse": (synapse.detect, synapse_lower.lower),
         "kxm": (_kxm_detect, _kxm_lower),
     }
 

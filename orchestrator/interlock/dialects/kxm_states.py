@@ -1,0 +1,413 @@
+"""kxm stages lowered to native states: the hub's checkpoints, attempts, refusals, waits,
+escalations, peer replies and transition budgets, written as transitions and CEL guards over
+counters kept in the run's context. :mod:`interlock.dialects.kxm` puts the states of one
+definition into a workflow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from interlock.core.source import Path
+from interlock.dialects.base import Lowering
+from interlock.dialects.kxm_check import TERMINAL, Definition, Edge, Stage, normalize
+
+SIGNAL_EVENT = "kxm.signal"
+"""A signal sent straight to a run (``interlock signal``): ``data.signal`` names its key."""
+ESCALATION = "audit_escalation"
+WAIT = "24h"
+_NOT_IN_TYPE = re.compile(r"[^A-Za-z0-9_.-]")
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
+
+
+def start_type(definition_id: str, event: str | None) -> str:
+    """The CloudEvent type of a delivery that starts a run: ``kxm.<id>.<event>`` (the
+    event as the gateway writes it into a type), or ``kxm.<id>.delivery`` without one."""
+    suffix = _NOT_IN_TYPE.sub("_", event).strip(".") if event else "delivery"
+    return f"kxm.{dns_label(definition_id)}.{suffix}"
+
+
+def signal_type(definition_id: str, key: str) -> str:
+    """The CloudEvent type of a signal through the gateway: ``kxm.<id>.signal.<key>``."""
+    return f"kxm.{dns_label(definition_id)}.signal.{_NOT_IN_TYPE.sub('_', key).strip('.')}"
+
+
+def _q(text: str) -> str:
+    return json.dumps(text)
+
+
+def context_ref(key: str) -> str:
+    return f"context[{_q(key)}]"
+
+
+def capability(name: str) -> str:
+    return "kxm." + (re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "agent")
+
+
+def dns_label(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-") or "kxm"
+
+
+def _state(stage: Stage) -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", stage.id)
+    return name if name[:1].isalpha() else f"s_{name}"
+
+
+def _prompt(template: str) -> str:
+    """``{{dotted.path}}`` from the payload (the run's inputs); a missing value is empty."""
+
+    def each(match: re.Match[str]) -> str:
+        parts = match.group(1).split(".")
+        tests = []
+        for n in range(len(parts)):
+            parent = "inputs" + "".join(f"[{_q(p)}]" for p in parts[:n])
+            tests.append(f"{_q(parts[n])} in {parent}")
+        value = "inputs" + "".join(f"[{_q(p)}]" for p in parts)
+        return "{{ " + f'({" && ".join(tests)}) ? {value} : ""' + " }}"
+
+    return _PLACEHOLDER.sub(each, template)
+
+
+def _has(evidence: str, keys: list[str], *also: str) -> str:
+    """CEL: every key is a non-empty string in ``evidence`` (or in one of ``also``)."""
+    clauses = []
+    for key in keys:
+        spellings = sorted({key, normalize(key)})
+        sources = [evidence, *also]
+        options = [
+            f'({_q(k)} in {src} && {src}[{_q(k)}] != "")' for src in sources for k in spellings
+        ]
+        clauses.append("(" + " || ".join(options) + ")")
+    return " && ".join(clauses) if clauses else "true"
+
+
+class StageLowering:
+    def __init__(self, definition: Definition, out: Lowering) -> None:
+        self.d = definition
+        self.out = out
+        self.states: dict[str, Any] = {}
+        self.names = {s.id: _state(s) for s in definition.stages}
+        self.ids = {s.id: k for k, s in enumerate(definition.stages)}
+
+    # counters and statuses in the context
+    def attempts(self, s: Stage) -> str:
+        return context_ref(f"attempts:{s.id}")
+
+    def pass_route(
+        self, s: Stage, event: str, guard: str | None, evidence: str
+    ) -> list[dict[str, Any]]:
+        """The transitions taken when ``s`` passes."""
+        writes: dict[str, Any] = {f"status:{s.id}": "passed"}
+        if self.d.plan_hash and self.d.plan_hash[0] == s.id:
+            writes["plan"] = "{{ " + _evidence_value(evidence, self.d.plan_hash[1]) + " }}"
+        if self.d.repro and self.d.repro[0] == s.id:
+            writes["repro"] = "{{ " + _evidence_value(evidence, self.d.repro[1]) + " }}"
+        writes[f"evidence:{s.id}"] = "{{ " + evidence + " }}"
+        edge = s.on.get("passed")
+        if edge is not None:
+            return self.declared(s, edge, event, guard, writes)
+        # Default: the first stage still pending, in definition order.
+        out = []
+        for other in self.d.stages:
+            if other.id == s.id:
+                continue
+            cond = f'{context_ref("status:" + other.id)} != "passed"'
+            out.append(
+                self.edge(
+                    event, _and(guard, cond), self.names[other.id], {**writes, **self.reset(other)}
+                )
+            )
+        out.append(self.edge(event, guard, "completed", writes))
+        return out
+
+    def reset(self, s: Stage) -> dict[str, Any]:
+        """Entering a stage resets its attempts and evidence."""
+        return {f"attempts:{s.id}": 0, f"status:{s.id}": "in_progress", f"evidence:{s.id}": {}}
+
+    def edge(
+        self, event: str, guard: str | None, goto: str, writes: dict[str, Any]
+    ) -> dict[str, Any]:
+        entry: dict[str, Any] = {"event": event}
+        if guard:
+            entry["guard"] = guard
+        entry["goto"] = goto
+        if writes:
+            entry["set"] = writes
+        return entry
+
+    def declared(
+        self, s: Stage, edge: Edge, event: str, guard: str | None, writes: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """A declared transition, with the budgets it counts against."""
+        counters = [
+            ("transitions", self.d.budget),
+            (f"transitions:{s.id}", s.budget),
+            (f"edge:{s.id}:{edge.outcome}", edge.budget),
+        ]
+        within = [f"{context_ref(k)} < {n}" for k, n in counters if n is not None]
+        bump = {k: "{{ " + context_ref(k) + " + 1 }}" for k, _ in counters}
+        if edge.target == TERMINAL:
+            goto, extra = "completed", {}
+        else:
+            target = self.d.stages[self.ids[edge.target]]
+            goto, extra = self.names[target.id], self.reset(target)
+            if edge.outcome != "passed":
+                extra[f"status:{s.id}"] = "pending"
+        out = [self.edge(event, _and(guard, *within), goto, {**writes, **bump, **extra})]
+        if within:
+            reason = f"transition_budget_exhausted: {s.id} -> {edge.target} ({edge.outcome})"
+            out.append(self.edge(event, guard, "failed", {"reason": reason}))
+        return out
+
+    def not_passed(
+        self, s: Stage, event: str, status: str, outcome: str, origin: str
+    ) -> list[dict[str, Any]]:
+        """A warning/failed checkpoint (or signal): a declared transition while attempts
+        remain, else another attempt, an escalation, or the run fails."""
+        used = f"{self.attempts(s)} + 1"
+        remain = f"{used} < {s.max_attempts}"
+        is_not_passed = f'{status} != "passed"'
+        out: list[dict[str, Any]] = []
+        for key, edge in s.on.items():
+            if key == "passed":
+                continue
+            out += self.declared(
+                s,
+                edge,
+                event,
+                _and(is_not_passed, f"{outcome} == {_q(key)}", remain),
+                {f"attempts:{s.id}": "{{ " + used + " }}"},
+            )
+        if s.auto_resume is not None:
+            out.append(
+                self.edge(
+                    event,
+                    _and(is_not_passed, remain, f"{used} >= {s.auto_resume}"),
+                    f"{self.names[s.id]}-escalated",
+                    {f"attempts:{s.id}": "{{ " + used + " }}"},
+                )
+            )
+        out.append(
+            self.edge(
+                event,
+                _and(is_not_passed, remain),
+                self.names[s.id],
+                {f"attempts:{s.id}": "{{ " + used + " }}"},
+            )
+        )
+        out.append(
+            self.edge(
+                event,
+                is_not_passed,
+                "failed",
+                {"reason": f"stage {s.id}: the last of {s.max_attempts} attempts did not pass"},
+            )
+        )
+        return out
+
+    def stage(self, s: Stage) -> None:
+        name = self.names[s.id]
+        base: Path = ("spec", "states", name)
+        self.out.at(base, (self.d.index, "stages", s.index))
+        evidence = "result.evidence"
+        has_evidence = '"evidence" in result'
+        complete = _has(
+            evidence,
+            [k for k in s.evidence if normalize(k) not in {normalize(p.key) for p in s.policies}],
+            context_ref(f"evidence:{s.id}"),
+        )
+        gates = ['result.status == "passed"', has_evidence, complete]
+        refused_why = []
+        if s.id in self.d.require_plan:
+            gates.append("context.plan != null")
+            refused_why.append("plan_hash_required")
+        if self.d.repro and self.d.repro[0] != s.id:
+            key = self.d.repro[1]
+            gates.append(
+                f"(!({_q(key)} in result.evidence) || context.repro == null"
+                f" || result.evidence[{_q(key)}] == context.repro)"
+            )
+        action = self.action(s)
+        on: list[dict[str, Any]] = []
+        # A wait: park the stage until its signal.
+        on.append(
+            self.edge(
+                "task.completed",
+                '"wait" in result',
+                f"{name}-wait",
+                {
+                    f"wait:{s.id}": "{{ result.wait }}",
+                    f"evidence:{s.id}": "{{ " + has_evidence + " ? result.evidence : {} }}",
+                },
+            )
+        )
+        passed = " && ".join(gates)
+        if s.policies:
+            on.append(
+                self.edge(
+                    "task.completed",
+                    passed,
+                    f"{name}-peers",
+                    {f"evidence:{s.id}": "{{ result.evidence }}"},
+                )
+            )
+        else:
+            on += self.pass_route(s, "task.completed", passed, evidence)
+        # Refused: a passed checkpoint missing evidence consumes no attempt.
+        on.append(
+            self.edge(
+                "task.completed",
+                'result.status == "passed"',
+                name,
+                {"refused": f"stage {s.id}: workflow_evidence_incomplete"},
+            )
+        )
+        outcome = '("outcome" in result ? result.outcome : result.status)'
+        on += self.not_passed(s, "task.completed", "result.status", outcome, name)
+        self.states[name] = {"description": s.label, "actions": [action], "on": on}
+        if s.area:
+            self.states[name]["x-area"] = s.area
+        self.wait_state(s)
+        if s.auto_resume is not None:
+            self.escalation_state(s)
+        if s.policies:
+            self.peers(s)
+
+    def action(self, s: Stage) -> dict[str, Any]:
+        """The request to the coordinator for one attempt of ``s``."""
+        action_input: dict[str, Any] = {
+            "run": "{{ run.id }}",
+            "workflow": self.d.id,
+            "stage": s.id,
+            "label": s.label,
+            "instructions": s.instructions,
+            "requiredEvidence": s.evidence,
+            "attempt": "{{ " + self.attempts(s) + " + 1 }}",
+            "maxAttempts": s.max_attempts,
+            "prompt": _prompt(self.d.prompt),
+        }
+        if s.area:
+            action_input["area"] = s.area
+        action: dict[str, Any] = {"capability": capability(self.d.target), "input": action_input}
+        if self.d.ttl_ms:
+            action["timeout"] = f"{self.d.ttl_ms}ms"
+        return action
+
+    def escalation_state(self, s: Stage) -> None:
+        """After ``autoResumeLimit`` attempts without passing: wait for the escalation signal."""
+        name = self.names[s.id]
+        self.states[f"{name}-escalated"] = {
+            "type": "human_in_the_loop",
+            "description": f"{s.id}: {s.auto_resume} attempts without passing; "
+            f"waiting for {ESCALATION}",
+            "timeout": {
+                "after": WAIT,
+                "goto": "failed",
+                "set": {"reason": f"stage {s.id}: escalation not cleared"},
+            },
+            "on": [
+                self.edge(signal_type(self.d.id, ESCALATION), None, name, {}),
+                self.edge(SIGNAL_EVENT, f'data.signal == "{ESCALATION}"', name, {}),
+            ],
+        }
+
+    def wait_state(self, s: Stage) -> None:
+        """Park the stage until its signal: through the gateway (the key in the event type;
+        a stage waits under its own id there) or sent to the run as ``kxm.signal`` (the key
+        in ``data.signal``, any key the coordinator chose)."""
+        name = self.names[s.id]
+        on: list[dict[str, Any]] = []
+        for event, key_test in (
+            (signal_type(self.d.id, s.id), None),
+            (SIGNAL_EVENT, f"data.signal == {context_ref('wait:' + s.id)}"),
+        ):
+            signal_key = _q(s.id) if key_test is None else "data.signal"
+            matches = _and(key_test, '"status" in data')
+            route = [
+                _matches_route("workflow.stage", _q(s.id)),
+                _matches_route("workflow.signal", signal_key),
+                _matches_route("workflow.run", "run.id"),
+            ]
+            evidence = '("evidence" in data ? data.evidence : {})'
+            complete = _has(evidence, s.evidence, context_ref(f"evidence:{s.id}"))
+            passed = " && ".join(
+                [str(matches), *[f"({r})" for r in route], 'data.status == "passed"', complete]
+            )
+            on += self.pass_route(s, event, passed, evidence)
+            outcome = '("outcome" in data ? data.outcome : data.status)'
+            for entry in self.not_passed(s, event, "data.status", outcome, name):
+                entry["guard"] = _and(matches, *[f"({r})" for r in route], entry.get("guard"))
+                on.append(entry)
+        self.states[f"{name}-wait"] = {
+            "description": f"{s.id}: waiting for its signal",
+            "timeout": {
+                "after": WAIT,
+                "goto": "failed",
+                "set": {"reason": f"stage {s.id}: the wait expired"},
+            },
+            "on": on,
+        }
+
+    def peers(self, s: Stage) -> None:
+        name = self.names[s.id]
+        actions: list[dict[str, Any]] = []
+        counts = []
+        for policy in s.policies:
+            first = len(actions)
+            for agent in policy.agents:
+                actions.append(
+                    {
+                        "capability": capability(agent),
+                        "input": {
+                            "run": "{{ run.id }}",
+                            "workflow": self.d.id,
+                            "stage": s.id,
+                            "requirement": policy.key,
+                            "attempt": "{{ " + self.attempts(s) + " + 1 }}",
+                            "evidence": "{{ " + context_ref(f"evidence:{s.id}") + " }}",
+                        },
+                    }
+                )
+            items = ", ".join(f"result[{k}]" for k in range(first, len(actions)))
+            counts.append(
+                f'[{items}].filter(r, r.status == "completed").size() >= {policy.min_producers}'
+            )
+        quorum = " && ".join(counts)
+        on = self.pass_route(s, "task.completed", quorum, context_ref(f"evidence:{s.id}"))
+        on.append(
+            self.edge(
+                "task.completed", None, name, {"refused": f"stage {s.id}: too few peer replies"}
+            )
+        )
+        self.states[f"{name}-peers"] = {
+            "description": f"{s.id}: peer replies for " + ", ".join(p.key for p in s.policies),
+            "parallel": {"completion": "all_settled", "actions": actions},
+            "on": on,
+        }
+
+
+def _matches_route(key: str, expected: str) -> str:
+    """A signal's ``workflow.*`` evidence, when present, must match the route."""
+    return (
+        f'!("evidence" in data) || !("{key}" in data.evidence)'
+        f' || data.evidence["{key}"] == {expected}'
+    )
+
+
+def _evidence_value(evidence: str, key: str) -> str:
+    spellings = sorted({key, normalize(key)})
+    value = "null"
+    for k in reversed(spellings):
+        value = f"({_q(k)} in {evidence} ? {evidence}[{_q(k)}] : {value})"
+    return value
+
+
+def _and(*parts: str | None) -> str | None:
+    present = [p for p in parts if p]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    return " && ".join(f"({p})" for p in present)

@@ -36,7 +36,30 @@ TIMEOUT = {36, -24, 24, 152, 255}
 
 
 def modules() -> list[str]:
-    return sorted(p.stem for p in CORE.glob("*.py") if p.stem != "__init__")
+    """Every module of the core, dotted below it (``state``, ``engine.step`` in a package);
+    a package's ``__init__`` counts as a module only when it is more than re-exports."""
+    found = []
+    for path in sorted(CORE.rglob("*.py")):
+        if path.name == "__init__.py" and (path.parent == CORE or "def " not in path.read_text()):
+            continue
+        relative = path.relative_to(CORE).with_suffix("")
+        found.append(".".join(relative.parts))
+    return found
+
+
+def expand(names: list[str]) -> list[str]:
+    """Module names as given, a package standing for all its modules (``engine``)."""
+    known = modules()
+    chosen = []
+    for name in names:
+        inside = [m for m in known if m.startswith(name + ".")]
+        chosen.extend([name] if name in known else inside or [name])
+    return chosen
+
+
+def source_of(module: str) -> str:
+    """The path mutmut mutates for a dotted core module, relative to the staged tree."""
+    return "src/interlock/core/" + module.replace(".", "/") + ".py"
 
 
 def stage(module: str) -> Path:
@@ -57,7 +80,7 @@ def stage(module: str) -> Path:
         "",
         "[tool.mutmut]",
         'source_paths = ["src"]',
-        f'only_mutate = ["src/interlock/core/{module}.py"]',
+        f"only_mutate = {json.dumps([source_of(module)])}",
         f"pytest_add_cli_args_test_selection = {json.dumps(TESTS)}",
         f"also_copy = {json.dumps(READ_BY_TESTS)}",
         # The ordinary suite does not use these; mutants run with -p no:... to stay quiet.
@@ -69,7 +92,7 @@ def stage(module: str) -> Path:
 
 
 def score(here: Path, module: str) -> dict[str, object]:
-    meta = here / "mutants" / "src" / "interlock" / "core" / f"{module}.py.meta"
+    meta = here / "mutants" / (source_of(module) + ".meta")
     codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
     outcome: Counter[str] = Counter()
     survivors = []
@@ -97,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", help="core modules (default: all)")
     parser.add_argument("--min-score", type=float, default=90.0)
     args = parser.parse_args(argv)
-    chosen = args.modules or modules()
+    chosen = expand(args.modules) if args.modules else modules()
     unknown = sorted(set(chosen) - set(modules()))
     if unknown:
         parser.error(f"not core modules: {', '.join(unknown)} (known: {', '.join(modules())})")
@@ -118,10 +141,12 @@ def main(argv: list[str] | None = None) -> int:
                 stderr=subprocess.STDOUT,
                 check=False,
             )
-        if done.returncode != 0:
+        result = score(here, module)
+        if done.returncode != 0 and result["mutants"]:
             print((here / "mutmut.log").read_text()[-3000:])
             return done.returncode
-        result = score(here, module)
+        # mutmut stops with an error when it made no mutant at all (a module of enums and
+        # constants, which it leaves alone): nothing to score, go on with the next module.
         result["seconds"] = round(time.monotonic() - began)
         scores[module] = result
         scores_file.write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
@@ -136,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmodule         mutants  killed  score")
     for module in chosen:
         r = scores[module]
-        print(f"{module:<14} {r['mutants']:>7} {r['killed']:>7}  {r['score']}%")
+        shown = f"{r['score']}%" if r["mutants"] else "no mutants"
+        print(f"{module:<14} {r['mutants']:>7} {r['killed']:>7}  {shown}")
     if low:
         print(f"below {args.min_score}%: {', '.join(low)}")
         return 1

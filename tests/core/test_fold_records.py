@@ -70,11 +70,31 @@ def test_records_about_what_the_state_no_longer_holds_fold_quietly() -> None:
         ),
         _record(ev.ActionCancelled, "r", 6, ev.ActionCancelledData(action_id="gone", state="x")),
         _record(ev.TimerFired, "r", 7, ev.TimerFiredData(timer_id="gone")),
+        # An item of a map the run is no longer in.
+        _record(
+            ev.ActionCompleted,
+            "r",
+            8,
+            ev.ActionCompletedData(action_id="gone", state="fan", index=0, result=1, item=2),
+        ),
+        _record(
+            ev.ActionFailed,
+            "r",
+            9,
+            ev.ActionFailedData(
+                action_id="gone",
+                state="fan",
+                index=0,
+                item=3,
+                error=ev.ErrorInfo(error_class="timeout", message="x"),
+            ),
+        ),
     ]
     after = fold(strays, state)
-    assert after.seq == state.seq + 4
+    assert after.seq == state.seq + 6
     assert after.pending == state.pending
     assert after.timers == state.timers
+    assert after.map is None
 
 
 def test_a_child_run_keeps_its_parent_and_a_sub_workflow_action_its_workflow() -> None:
@@ -145,3 +165,37 @@ def test_a_fork_and_a_migration_move_the_run_to_their_version() -> None:
     assert (migrated.seq, migrated.updated_at) == (7, "2027-01-01T00:00:07Z")
     assert (migrated.version, migrated.spec_hash) == (8, "sha256:migrated")
     assert migrated.context == forked.context
+
+
+def test_a_finished_run_holds_no_pending_action_and_no_timer_however_it_ended() -> None:
+    """Whatever the log held in flight when the run ended (the engine cancels first, a log
+    from elsewhere need not), a finished run waits for nothing: no action, no timer."""
+    records = ev.decode_lines((GOLDEN / "code-review-cancelled.jsonl").read_bytes())
+    state = fold(records[:9])
+    assert state.pending
+    assert state.timers
+    error = ev.ErrorInfo(error_class="agent_error", message="x")
+    endings = [
+        _record(ev.RunCompleted, "r", 10, ev.RunCompletedData(state="done")),
+        _record(ev.RunFailed, "r", 10, ev.RunFailedData(state="fix", error=error)),
+        _record(ev.RunCancelled, "r", 10, ev.RunCancelledData(state="fix")),
+    ]
+    for ending, status in zip(endings, ["completed", "failed", "cancelled"], strict=True):
+        after = evolve(state, ending)
+        assert (after.status, after.finished) == (status, True)
+        assert (after.pending, after.timers) == ({}, {})
+
+
+def test_an_item_requested_outside_a_map_folds_as_a_plain_pending_action() -> None:
+    """``map.started`` is what starts counting items: an item's request without one (a log
+    spliced by a fork) is awaited like any action and starts no map."""
+    records = ev.decode_lines((GOLDEN / "code-review-cancelled.jsonl").read_bytes())
+    state = fold(records[:7])
+    assert state.map is None
+    request = ev.ActionRequestedData(
+        action_id="r:8", state=state.state, index=0, capability="fan.out", item=4
+    )
+    after = evolve(state, _record(ev.ActionRequested, "r", 8, request))
+    assert after.map is None
+    assert after.pending["r:8"].item == 4
+    assert after.next_action == 1

@@ -1,7 +1,8 @@
 """The validator: one failing manifest per rule, each error at its exact line and column.
 
-Every file in manifests/invalid/ starts with ``# expect: LINE:COL RULE`` and must give
-exactly that one diagnostic.
+Every file in manifests/invalid/ starts with ``# expect: LINE:COL RULE: MESSAGE`` and must
+give exactly that one diagnostic, message included (``{path}`` stands for the file's path):
+the message is what the author reads to fix the file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from interlock.core.compiler import compile_sources
 from interlock.core.diagnostics import Diagnostic
 
 INVALID = sorted((MANIFESTS / "invalid").glob("*.yaml"))
-EXPECT = re.compile(r"^# expect: (\d+):(\d+) ([a-z-]+)$")
+EXPECT = re.compile(r"^# expect: (\d+):(\d+) ([a-z-]+): (.+)$")
 
 RULES = {
     "action-target",
@@ -106,16 +107,16 @@ def test_every_rule_the_compiler_emits_is_covered() -> None:
 def test_invalid_manifest(path: Path) -> None:
     text = path.read_text()
     match = EXPECT.match(text.splitlines()[0])
-    assert match, f"{path.name}: first line must be '# expect: LINE:COL RULE'"
-    line, col, rule = int(match[1]), int(match[2]), match[3]
+    assert match, f"{path.name}: first line must be '# expect: LINE:COL RULE: MESSAGE'"
+    line, col, rule, message = int(match[1]), int(match[2]), match[3], match[4]
     assert rule == path.stem
     found = compile_sources([(str(path), text)]).diagnostics
     assert [(d.rule, d.line, d.col) for d in found] == [(rule, line, col)], "\n".join(
         str(d) for d in found
     )
     assert found[0].path == str(path)
-    assert found[0].message
-    assert str(found[0]).startswith(f"{path}:{line}:{col}: {rule}: ")
+    assert found[0].message == message.replace("{path}", str(path))
+    assert str(found[0]) == f"{path}:{line}:{col}: {rule}: {found[0].message}"
 
 
 def test_x_keys_are_accepted_everywhere_an_author_writes() -> None:

@@ -229,7 +229,12 @@ def test_map_all_fails_fast_and_cancels_the_rest() -> None:
     assert types(records) == ["action.failed", "action.cancelled", "run.failed"]
     assert run.state.status == RunStatus.FAILED
     assert run.state.error is not None
-    assert run.state.error.message == "item 0 of map 'lint' failed: lint crashed"
+    assert run.state.error == ev.ErrorInfo(
+        error_class="agent_error", message="item 0 of map 'lint' failed: lint crashed"
+    )
+    cancelled = records[1]
+    assert isinstance(cancelled, ev.ActionCancelled)
+    assert cancelled.data.reason == "map failed fast"
 
 
 def test_map_any_takes_the_first_success() -> None:
@@ -239,7 +244,8 @@ def test_map_any_takes_the_first_success() -> None:
     run.answer(failure("agent_error"), type="task.failed", action_id=first)
     records = run.answer({"n": "b"}, action_id=second)
     assert "map.completed" in types(records)
-    assert "action.cancelled" in types(records)  # the third item was in flight
+    [cancelled] = [r for r in records if isinstance(r, ev.ActionCancelled)]
+    assert cancelled.data.reason == "map completed (any)"  # the third item was in flight
     assert run.state.outputs == {"lint": {"n": "b"}}
 
 
@@ -599,3 +605,38 @@ def test_parallel_with_actions_too_is_a_state_kind_error() -> None:
     )
     compiled = compile_sources([("p.yaml", text % "all")])
     assert [d.rule for d in compiled.diagnostics] == ["state-kind"]
+
+
+def test_an_item_waiting_for_its_retry_takes_exactly_one_slot() -> None:
+    run = Run(compile_one(RETRIED_MAP.replace("parallelism: 2", "parallelism: 3")), run_id="m")
+    run.start()
+    first, second, _third = list(run.state.pending)
+    assert types(run.answer(failure("platform_error"), type="task.failed", action_id=first)) == [
+        "action.failed",
+        "timer.scheduled",
+    ]
+    # Two in flight and one waiting: the freed slot is taken by the fourth item.
+    assert types(run.answer({"ok": 1}, action_id=second)) == [
+        "action.completed",
+        "action.requested",
+    ]
+    assert sorted(p.item for p in run.state.pending.values()) == [2, 3]  # type: ignore[type-var]
+
+
+def test_a_map_out_of_action_budget_fails_the_run_once() -> None:
+    definition = compile_one(
+        MAP.replace("max_fan_out: 4", "max_fan_out: 4, max_actions: 1") % "all"
+    )
+    run = Run(definition, run_id="m")
+    assert types(run.start())[2:] == [
+        "map.started",
+        "action.requested",
+        "action.cancelled",
+        "run.failed",
+    ]
+    assert run.state.error == ev.ErrorInfo(
+        error_class="budget_exceeded", message="more than budget.max_actions (1) actions"
+    )
+    cancelled = run.log[-2]
+    assert isinstance(cancelled, ev.ActionCancelled)
+    assert cancelled.data.reason == "run failed: budget_exceeded"

@@ -259,3 +259,37 @@ def test_derive_run_id_is_stable(triggered: Any) -> None:
     assert derive_run_id(elsewhere, "https://github.com/zynax-io/zynax", "delivery-1") != run_id
     assert len(run_id) == 25
     assert run_id.isalnum()
+
+
+def test_a_path_or_attribute_the_event_lacks_does_not_match_even_null() -> None:
+    """Documented: a path that does not exist does not match, nor an attribute the event
+    does not carry, and ``$data`` is no attribute; so a filter on ``null`` matches only a
+    value that is there and null."""
+    definition = compile_one(
+        TRIGGERS.replace(
+            """    - event: com.example.ping
+""",
+            """    - event: com.example.ping
+      filter: {closed_at: null}
+    - event: com.example.ping
+      filter: {$subject: null}
+    - event: com.example.ping
+      filter: {$data.priority: 1}
+    - event: com.example.ping
+      filter: {$subject.x: "42"}
+""",
+        )
+    )
+    null_path, null_attribute, dollar_data, into_text = definition.triggers[2:6]
+
+    def ping(data: Any) -> Incoming:
+        return Incoming(type="com.example.ping", source="s", id="1", data=data)
+
+    assert trigger_matches(null_path, ping({"closed_at": None}))
+    assert not trigger_matches(null_path, ping({}))
+    assert not trigger_matches(null_path, ping({"closed_at": 0}))
+    assert not trigger_matches(null_attribute, ping({}))  # the event has no subject
+    assert not trigger_matches(dollar_data, ping({"priority": 1}))
+    # An attribute is text: a path into it finds nothing.
+    subject = Incoming(type="com.example.ping", source="s", id="1", subject="42")
+    assert not trigger_matches(into_text, subject)

@@ -20,7 +20,8 @@ from interlock.core import events as ev
 from interlock.core.state import RunState
 from interlock.dialects import prepare
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.runs import UnknownRun, utc_now
+from interlock.runtime.errors import UnknownRun
+from interlock.runtime.runs import utc_now
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker

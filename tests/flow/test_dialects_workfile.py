@@ -118,7 +118,7 @@ async def test_expense_approval_denied_has_no_transfer(stack: Stack) -> None:
 
 
 async def test_a_required_input_is_checked_before_the_run_starts(stack: Stack) -> None:
-    from interlock.runtime.runs import InvalidInputs
+    from interlock.runtime.errors import InvalidInputs
 
     with pytest.raises(InvalidInputs):
         await stack.client.start("inbox-triage", {"sender": "x@y.z"})

@@ -39,8 +39,8 @@ from interlock.core.engine import derive_run_id
 from interlock.core.state import event_key
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.correlation import CorrelationIndex
+from interlock.runtime.errors import InvalidInputs
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import InvalidInputs
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, RetryableError, TaskContext

@@ -29,8 +29,8 @@ from flow_support import (
 
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
+from interlock.runtime.errors import InvalidInputs
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import InvalidInputs
 from interlock.sdk import AgentError, RetryableError, TaskContext
 from interlock.transport.subjects import Subjects
 

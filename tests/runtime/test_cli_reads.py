@@ -375,3 +375,59 @@ def test_the_dialect_names_of_the_cli_are_the_dialects() -> None:
     from interlock.dialects import DIALECTS
 
     assert tuple(NAMED) == tuple(DIALECTS)
+
+
+READ_PROBE = """\
+import json, sys
+from nats.js import JetStreamContext
+from nats.js.manager import JetStreamManager
+
+writes = []
+def record(name, real):
+    async def call(self, *args, **kwargs):
+        writes.append(name)
+        return await real(self, *args, **kwargs)
+    return call
+for cls, name in ((JetStreamManager, "add_stream"), (JetStreamManager, "update_stream"),
+                  (JetStreamManager, "delete_stream"), (JetStreamContext, "create_key_value")):
+    setattr(cls, name, record(name, getattr(cls, name)))
+
+from interlock.cli.main import main
+code = main(sys.argv[1:])
+heavy = ("interlock.core.compiler", "interlock.core.engine", "interlock.core.expr",
+         "interlock.core.definition", "interlock.core.analysis", "interlock.dialects",
+         "interlock.runtime.flow", "interlock.runtime.replaying", "jsonschema", "celpy")
+print(json.dumps({"code": code, "heavy": [m for m in heavy if m in sys.modules],
+                  "writes": writes}), file=sys.stderr)
+"""
+
+
+def test_read_commands_load_no_compiler_and_provision_nothing(inst: Inst) -> None:
+    """What keeps ``interlock runs`` and the other reads fast: they import neither the
+    compiler, the expression language, the engine nor the dialects, and they create or
+    change no stream or bucket (only ``apply`` and ``serve`` provision)."""
+    run_id = inst.ok("start", "gated").strip()
+    for command in (
+        ["runs"],
+        ["runs", "-o", "json"],
+        ["workflows"],
+        ["get", "run", run_id],
+        ["get", "agent", "echo", "-o", "json"],
+        ["result", run_id],
+        ["logs", run_id],
+        ["agents"],
+        ["dead-letters", "list"],
+    ):
+        ran = subprocess.run(
+            [sys.executable, "-c", READ_PROBE, *command],
+            env=inst.env,
+            cwd=inst.files,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        probe = json.loads(ran.stderr.strip().splitlines()[-1])
+        assert probe["code"] in (0, 3), (command, ran.stderr)  # 3: `result` of a running run
+        assert probe["heavy"] == [], (command, probe)
+        assert probe["writes"] == [], (command, probe)

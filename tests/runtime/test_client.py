@@ -11,6 +11,7 @@ from helpers import TIMEOUT, connect, running_stack, yaml
 
 import interlock
 from interlock import Client, SyncClient
+from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
 from interlock.views import RunDescription, record_view, to_builtins
 
@@ -360,4 +361,42 @@ async def test_5000_concurrent_waits_cost_one_subscription(
         results = await asyncio.gather(*waits)
         assert [r.status for r in results] == ["cancelled"] * n
         assert [r.reason for r in results] == [f"reason {r}" for r in run_ids]
+        assert client._watcher.watching == 0
+
+
+@pytest.mark.timeout(120)
+async def test_following_many_logs_costs_one_subscription(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """``logs(follow=True)`` on 300 runs at once (what ``interlock logs --follow`` and the
+    gateway's SSE stream do): no JetStream consumer, the client's one subscription; each
+    follower gets its own run's records, in order, and stops when its run ends."""
+    n = 300
+    async with await Client.connect(nats_url, prefix=subjects.prefix) as client:
+        await client.apply([("gated.yaml", GATED)])
+        run_ids = [await client.start("gated", {}, run_id=f"f{i}") for i in range(n)]
+
+        async def follow(run_id: str) -> list[str]:
+            return [ev.record_type(r) async for r in client.logs(run_id, follow=True)]
+
+        follows = [asyncio.create_task(follow(r)) for r in run_ids]
+        for _ in range(1_000):  # every follower has read its log once and is waiting
+            if client._watcher.watching == n and len(client.nc._subs) <= 3:
+                break
+            await asyncio.sleep(0.02)
+        assert client._watcher.watching == n
+        watcher_nc = await connect(nats_url)
+        try:
+            info = await watcher_nc.jetstream().stream_info(subjects.runs_stream)
+            assert info.state.consumer_count == 0
+            assert len(client.nc._subs) <= 3
+        finally:
+            await watcher_nc.close()
+        for run_id in run_ids:
+            assert await client.cancel(run_id, "enough")
+        seen = await asyncio.wait_for(asyncio.gather(*follows), TIMEOUT * 3)
+        started = ev.record_type((await client.records(run_ids[0]))[0])
+        for types in seen:
+            assert types[0] == started
+            assert types[-1] == "io.interlock.run.cancelled"
         assert client._watcher.watching == 0

@@ -27,9 +27,10 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from interlock.core import events as ev
 from interlock.core.engine import Incoming, decide, derive_run_id
 from interlock.runtime.client import InterlockClient
+from interlock.runtime.errors import InvalidInputs
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Registry
-from interlock.runtime.runs import InvalidInputs, Runs
+from interlock.runtime.runs import Runs
 from interlock.transport.cloudevents import (
     CloudEvent,
     decode_message,

@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from interlock.core.vocabulary import InterlockError
+
 RUN_ID_MAX: Final = 128
 RUN_ID_RULE: Final = f"letters, digits, '_' and '-', 1 to {RUN_ID_MAX} characters"
 _RUN_ID = re.compile(rf"[A-Za-z0-9_-]{{1,{RUN_ID_MAX}}}")
 
 
-class InvalidRunId(ValueError):
+class InvalidRunId(ValueError, InterlockError):
     """A run id that breaks :data:`RUN_ID_RULE`."""
 
     def __init__(self, value: object) -> None:
@@ -41,7 +43,7 @@ _EVENT_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 EVENT_TYPE_MAX: Final = 255
 
 
-class InvalidEventType(ValueError):
+class InvalidEventType(ValueError, InterlockError):
     """An event type that cannot be a subject's tail (``il.events.<type>``)."""
 
     def __init__(self, value: object) -> None:

@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from interlock.runtime.answers import AnswerRefused
     from interlock.runtime.embedded import EmbeddedNats
+    from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
     from interlock.runtime.health import OrchestratorInstrumentation
     from interlock.runtime.logstore import LogStore, MemoryRunLog, RunLog
-    from interlock.runtime.registry import UnknownWorkflow
-    from interlock.runtime.runs import InvalidInputs, UnknownRun
     from interlock.runtime.service import Orchestrator
     from interlock.runtime.timers import ClockTimers, JetStreamTimers, ManualClock, Timers
     from interlock.transport.connection import ConnectOptions, connect
@@ -49,9 +48,9 @@ _HOME: dict[str, str] = {
     "RunLog": "interlock.runtime.logstore",
     "MemoryRunLog": "interlock.runtime.logstore",
     "AnswerRefused": "interlock.runtime.answers",
-    "InvalidInputs": "interlock.runtime.runs",
-    "UnknownRun": "interlock.runtime.runs",
-    "UnknownWorkflow": "interlock.runtime.registry",
+    "InvalidInputs": "interlock.runtime.errors",
+    "UnknownRun": "interlock.runtime.errors",
+    "UnknownWorkflow": "interlock.runtime.errors",
     "ConnectOptions": "interlock.transport.connection",
     "connect": "interlock.transport.connection",
     "Subjects": "interlock.transport.subjects",

@@ -13,7 +13,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from nats.aio.client import Client as NatsClient
@@ -22,29 +22,24 @@ from nats.js.api import DeliverPolicy, RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from interlock.core import events as ev
-from interlock.core.compiler import Compiled, compile_sources
-from interlock.core.diagnostics import Diagnostic
-from interlock.core.engine import cancel
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
-from interlock.core.source import Document
 from interlock.core.state import RunState, fold
-from interlock.core.vocabulary import InterlockError
-from interlock.dialects import declares_any
+from interlock.runtime.errors import RunExists, UnknownDeadLetter, UnknownRun
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry, bucket_values
-from interlock.runtime.runs import Runs, UnknownRun
+from interlock.runtime.runs import Runs
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream
-from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 
+if TYPE_CHECKING:
+    from interlock.core.compiler import Compiled
+    from interlock.core.diagnostics import Diagnostic
+    from interlock.core.source import Document
 
-class RunExists(ValueError, InterlockError):
-    """A run with the requested id exists already (nothing was started)."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} exists already; nothing was started")
+# The compiler, the dialects and the engine are imported by the operations that need them
+# (apply, cancel), so that reading runs and workflows does not load them.
 
 
 def new_run_id() -> str:
@@ -70,6 +65,8 @@ class InterlockClient:
         self.runs = Runs(self.log, self.registry, cache_size=0)
 
     async def ensure_provisioned(self) -> None:
+        from interlock.transport.provision import provision
+
         await provision(self.js, self.subjects)
 
     # -- definitions ----------------------------------------------------------------------
@@ -88,6 +85,9 @@ class InterlockClient:
         the AgentDefs those imply: each is applied only when the registry knows none of its
         capabilities yet (a real AgentDef already applied is never replaced by one
         implied). ``diagnostics`` found before (by a dialect) refuse the whole apply."""
+        from interlock.core.compiler import compile_sources
+        from interlock.dialects import declares_any
+
         await self.registry.load()
         known = self.registry.known_capabilities()
         implied = [d for d in implied_agents if not declares_any(d, known)]
@@ -161,6 +161,8 @@ class InterlockClient:
         return await asyncio.wait_for(finished(), timeout)
 
     async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
+        from interlock.core.engine import cancel
+
         records = await self.runs.apply(
             run_id, lambda d, s: cancel(d, s, reason=reason, now=self.runs.clock())
         )
@@ -254,14 +256,6 @@ class InterlockClient:
         ack = await self.js.publish(letter.subject, letter.data, headers=letter.original_headers)
         await self.js.delete_msg(self.subjects.dead_letter_stream, seq)
         return letter, int(ack.seq)
-
-
-class UnknownDeadLetter(LookupError, InterlockError):
-    """No dead letter at that sequence."""
-
-    def __init__(self, seq: int) -> None:
-        super().__init__(f"no dead letter at sequence {seq}")
-        self.seq = seq
 
 
 _DEAD_LETTER = "Interlock-Dead-Letter-"

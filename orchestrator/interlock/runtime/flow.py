@@ -31,8 +31,9 @@ from interlock.core.engine import (
 from interlock.core.state import RunState
 from interlock.runtime.answers import Answers
 from interlock.runtime.correlation import CorrelationIndex
-from interlock.runtime.registry import Registry, UnknownWorkflow
-from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun
+from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
+from interlock.runtime.registry import Registry
+from interlock.runtime.runs import Runs
 from interlock.runtime.timers import Timers
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent

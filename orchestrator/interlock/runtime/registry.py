@@ -15,24 +15,24 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from interlock.core.compiler import (
-    WebhookDefinition,
-    compile_agent_data,
-    compile_webhook_data,
-    compile_workflow_data,
-)
-from interlock.core.definition import AgentDefinition, CapabilityDef, Definition, link
-from interlock.core.vocabulary import InterlockError
-from interlock.runtime.schemas import CapabilitySchemas, compile_schemas
+from interlock.runtime.errors import UnknownWorkflow
 from interlock.transport.subjects import Subjects
+
+if TYPE_CHECKING:
+    from interlock.core.compiler import WebhookDefinition
+    from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
+    from interlock.runtime.schemas import CapabilitySchemas
+
+# The compiler (and jsonschema) are imported where a definition is compiled or a schema
+# checked, not above: a program that only lists workflows or reads runs through the
+# registry (the CLI's read commands) does not load them.
 
 _CLOSE_WAIT = 2.0
 """Seconds :meth:`Registry.close` waits for its watchers to end."""
@@ -47,10 +47,6 @@ class Applied:
     name: str
     version: int
     changed: bool
-
-
-class UnknownWorkflow(LookupError, InterlockError):
-    pass
 
 
 def _split(ref: str) -> tuple[str, str]:
@@ -199,6 +195,8 @@ class Registry:
             return None
         if not entry.value:
             return None
+        from interlock.core.compiler import compile_webhook_data
+
         return compile_webhook_data(json.loads(entry.value), f"<webhook {namespace}/{name}>")
 
     # -- reading -------------------------------------------------------------------------
@@ -216,6 +214,8 @@ class Registry:
                 f"workflow {namespace}/{name} version {version} is not applied"
             ) from None
         body = json.loads(entry.value or b"{}")
+        from interlock.core.compiler import compile_workflow_data
+
         definition = compile_workflow_data(body["manifest"], f"<{namespace}/{name}@{version}>")
         self._compiled[key] = definition
         return definition
@@ -270,6 +270,8 @@ class Registry:
     def link(self, definition: Definition) -> Definition:
         """``definition`` with each action's unset timeout and retries taken from the
         AgentDef of its capability (see :func:`interlock.core.definition.link`)."""
+        from interlock.core.definition import link
+
         return link(definition, self._capabilities)
 
     def capability(self, name: str) -> CapabilityDef | None:
@@ -283,6 +285,10 @@ class Registry:
         if self._capabilities.get(cap.name) == cap and cap.name in self._schemas:
             return  # the same AgentDef again: its schemas are compiled already
         self._capabilities[cap.name] = cap
+        import jsonschema
+
+        from interlock.runtime.schemas import CapabilitySchemas, compile_schemas
+
         try:
             self._schemas[cap.name] = compile_schemas(cap.input_schema, cap.output_schema)
         except jsonschema.SchemaError as exc:
@@ -325,6 +331,8 @@ class Registry:
             self._learn_agent(name, spec)
 
     def _learn_agent(self, name: str, spec: dict[str, Any]) -> None:
+        from interlock.core.compiler import compile_agent_data
+
         try:
             agent = compile_agent_data(
                 {

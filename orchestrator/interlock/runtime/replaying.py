@@ -19,8 +19,9 @@ from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
 from interlock.core.state import fold
+from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.logstore import RunLog
-from interlock.runtime.registry import Registry, UnknownWorkflow
+from interlock.runtime.registry import Registry
 from interlock.transport.errors import AppendConflict
 
 MIGRATE_ATTEMPTS = 5

@@ -13,18 +13,20 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
-from interlock.core.definition import Definition, resolve_inputs
-from interlock.core.engine import Incoming, start
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
-from interlock.core.vocabulary import InterlockError
+from interlock.runtime.errors import InvalidInputs, UnknownRun
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
 from interlock.transport.errors import AppendConflict
+
+if TYPE_CHECKING:
+    from interlock.core.definition import Definition
+    from interlock.core.engine import Incoming
 
 log = logging.getLogger("interlock.runs")
 
@@ -39,18 +41,6 @@ def utc_now() -> str:
     return format_time(datetime.now(UTC))
 
 
-class InvalidInputs(ValueError, InterlockError):
-    """A run's inputs do not match the workflow's declared inputs; no run was created."""
-
-    def __init__(self, workflow: str, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(f"invalid inputs for workflow {workflow}: " + "; ".join(problems))
-
-
-class UnknownRun(LookupError, InterlockError):
-    pass
-
-
 @dataclass(slots=True)
 class Entry:
     state: RunState
@@ -58,7 +48,7 @@ class Entry:
     definition: Definition
 
 
-Decision = Callable[[Definition, RunState], Sequence[ev.AnyRecord]]
+Decision = Callable[["Definition", RunState], Sequence[ev.AnyRecord]]
 
 
 class Runs:
@@ -207,6 +197,10 @@ class Runs:
         Every start goes through here (``interlock start``, a trigger, a child run), with
         the AgentDefs made current first: the first state's actions get their capability's
         defaults however the run was started."""
+        # The engine is loaded by what starts runs, not by every reader of this module.
+        from interlock.core.definition import resolve_inputs
+        from interlock.core.engine import start
+
         await self.registry.current_agents()
         definition = self._link(definition)
         resolved, problems = resolve_inputs(definition, inputs)

@@ -43,12 +43,13 @@ from interlock.core.expr import ExpressionError
 from interlock.core.ids import InvalidRunId
 from interlock.core.state import RunState
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
+from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
-from interlock.runtime.registry import Registry, UnknownWorkflow
+from interlock.runtime.registry import Registry
 from interlock.runtime.runindex import RunIndex
-from interlock.runtime.runs import InvalidInputs, Runs, UnknownRun, utc_now
+from interlock.runtime.runs import Runs, utc_now
 from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.transport import tasks

@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -28,6 +28,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 
 from interlock.core import events as ev
+from interlock.core.vocabulary import InterlockError
 from interlock.runtime.logstore import LogReadError, RunLog
 from interlock.transport.subjects import Subjects
 
@@ -46,7 +47,7 @@ _TIMEOUT = 5.0
 _TERMINAL_MARKERS = tuple(t.encode() for t in ev.TERMINAL_TYPES)
 
 
-class UnknownRunError(LookupError):
+class UnknownRunError(LookupError, InterlockError):
     """No run with that id (its log is empty)."""
 
 
@@ -181,6 +182,26 @@ class RunWatcher:
         async with self._reading:
             records, _ = await self._log.read(run_id)
         return records
+
+    async def follow(self, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """(stream sequence, payload) of each message appended to the run's log after
+        sequence ``after``, in order and as it is appended, until the one that ends the
+        run. Each hint (or, without one, every ``recheck`` seconds) reads what is new by
+        direct gets: following any number of runs costs no consumer."""
+        await self.start()
+        hint = asyncio.Event()
+        with self.listening(run_id, lambda _: hint.set()):
+            while True:
+                hint.clear()  # before reading: an append during the read sets it again
+                async with self._reading:
+                    fresh = await self._log.read_raw(run_id, after)
+                for seq, payload in fresh:
+                    after = seq
+                    yield seq, payload
+                    if _ended(payload):
+                        return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(hint.wait(), self._recheck * random.uniform(0.8, 1.2))
 
     async def exists(self, run_id: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Whether the run's log has a record, waiting up to ``timeout`` seconds for one

@@ -1,0 +1,97 @@
+"""What is applied: workflows and their versions, AgentDefs and the workers serving them,
+read from the buckets as stored (listing compiles nothing)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+
+from interlock.runtime.errors import UnknownWorkflow
+from interlock.runtime.registry import bucket_values
+
+if TYPE_CHECKING:
+    from interlock.core.definition import Definition
+    from interlock.core.state import RunState
+    from interlock.runtime.client import InterlockClient
+
+Catalog = dict[tuple[str, str], tuple[int, str, dict[str, Any]]]
+
+
+async def catalog(ops: InterlockClient) -> Catalog:
+    """(namespace, name) -> (newest version, spec hash, manifest) of every workflow
+    applied, from one pass over the workflows bucket (nothing is compiled)."""
+    try:
+        kv = await ops.js.key_value(ops.subjects.workflows_bucket)
+        values = await bucket_values(kv)
+    except (BucketNotFoundError, NotFoundError):
+        return {}
+    out: Catalog = {}
+    for key, value in values.items():
+        if not key.startswith("latest."):
+            continue
+        _, ns, name = key.split(".", 2)
+        pointer = json.loads(value)
+        version = int(pointer.get("version", 0))
+        stored = values.get(f"wf.{ns}.{name}.{version}")
+        manifest = json.loads(stored).get("manifest", {}) if stored else {}
+        out[(ns, name)] = (version, str(pointer.get("spec_hash", "")), manifest)
+    return out
+
+
+async def latest(ops: InterlockClient, name: str) -> tuple[Definition, int]:
+    """The newest version of workflow ``name``, compiled. Raises :class:`UnknownWorkflow`."""
+    try:
+        return await ops.registry.latest(name)
+    except (BucketNotFoundError, NotFoundError):
+        raise UnknownWorkflow(f"workflow {name} is not applied (interlock apply FILE)") from None
+
+
+async def versions(ops: InterlockClient, namespace: str, name: str) -> list[int]:
+    """Every version of ``namespace/name`` stored, oldest first."""
+    kv = await ops.js.key_value(ops.subjects.workflows_bucket)
+    prefix = f"wf.{namespace}.{name}."
+    found: list[int] = []
+    watcher = await kv.watch(f"{prefix}*", ignore_deletes=True, meta_only=True)
+    try:
+        async for entry in watcher:
+            if entry is None:  # every stored version has been seen
+                break
+            tail = entry.key[len(prefix) :]
+            if tail.isdigit():
+                found.append(int(tail))
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]
+    return sorted(found)
+
+
+async def agent_data(
+    ops: InterlockClient,
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Every AgentDef's spec by name, and the live workers (one entry per process)."""
+    try:
+        specs = await ops.registry.agent_specs()
+    except (BucketNotFoundError, NotFoundError):
+        specs = {}
+    try:
+        kv = await ops.js.key_value(ops.subjects.workers_bucket)
+        values = list((await bucket_values(kv)).values())
+    except (BucketNotFoundError, NotFoundError):
+        values = []
+    # A worker heartbeats under one key per capability: list each process once.
+    workers: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for value in values:
+        record = json.loads(value)
+        workers.setdefault((record.get("name"), record.get("instance")), record)
+    return specs, list(workers.values())
+
+
+async def definition_of(ops: InterlockClient, state: RunState) -> Definition | None:
+    """The definition a run runs (compiled), or None when it is not stored any more."""
+    try:
+        return await ops.registry.definition(state.namespace, state.workflow, state.version)
+    except (UnknownWorkflow, KeyNotFoundError, BucketNotFoundError, NotFoundError):
+        return None

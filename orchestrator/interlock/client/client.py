@@ -1,0 +1,541 @@
+"""The asynchronous client (see :mod:`interlock.client`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from nats.aio.client import Client as NatsClient
+from nats.js.errors import BucketNotFoundError, NotFoundError
+
+from interlock.client import catalog, debugging, emitting, signalling
+from interlock.client.errors import (
+    InvalidManifest,
+    UnknownAgent,
+    UnknownRun,
+    no_stream_is_no_run,
+)
+from interlock.core import events as ev
+from interlock.core.ids import check_event_type, check_run_id
+from interlock.core.state import RunState, fold
+from interlock.runtime.client import InterlockClient, new_run_id
+from interlock.runtime.registry import Applied
+from interlock.runtime.waiting import RunWatcher, UnknownRunError
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
+from interlock.views import (
+    AgentView,
+    DeadLetterView,
+    EmitResult,
+    RunDescription,
+    RunResult,
+    RunSummary,
+    SignalResult,
+    StartedRun,
+    WorkflowDetail,
+    WorkflowSummary,
+    agent_view,
+    dead_letter_view,
+    describe_run,
+    run_result,
+    summary_from_index,
+    summary_of,
+    workflow_detail,
+    workflow_summary_of,
+)
+
+if TYPE_CHECKING:
+    from interlock.runtime.client import DeadLetter
+
+# What loads the compiler, the dialects or the engine (apply, emit, signal, describe and the
+# debugging calls) imports it when called: a program that only reads runs never loads them.
+
+EMIT_WAIT_S = 5.0
+"""How long ``emit`` waits for the runs it starts to be in the log, by default."""
+SIGNAL_WAIT_S = 5.0
+"""How long ``signal`` waits to see what the run did with the event, by default."""
+
+
+class Client:
+    """Workflows, runs, events, agents and dead letters of one installation.
+
+    Build it with :meth:`connect` (or around a connection you hold: ``Client(nc)``), and
+    close it with :meth:`close` or ``async with``.
+    """
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        subjects: Subjects | None = None,
+        *,
+        prefix: str | None = None,
+        owns_connection: bool = False,
+    ) -> None:
+        self.nc = nc
+        self.subjects = subjects if subjects is not None else Subjects(prefix or DEFAULT_PREFIX)
+        self._ops = InterlockClient(nc, self.subjects)
+        self._watcher = RunWatcher(nc, self.subjects, self._ops.log)
+        self._owns = owns_connection
+
+    @classmethod
+    async def connect(
+        cls,
+        server: str | list[str] | None = None,
+        *,
+        creds: str | Path | None = None,
+        nkey: str | Path | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        prefix: str | None = None,
+        name: str | None = None,
+        connect_wait: float | None = None,
+        options: ConnectOptions | None = None,
+    ) -> Client:
+        """Connect as the CLI does: arguments, else ``INTERLOCK_*`` variables, else defaults
+        (``nats://127.0.0.1:4222``, prefix ``il``, and with no credentials given, those
+        ``interlock dev`` wrote under ``.interlock/creds/`` in the current folder).
+
+        Raises:
+            ConnectionFailed: no server answered in time, or it refused the credentials.
+        """
+        if options is None:
+            if not (creds or nkey or user or token or _auth_in_environment()):
+                # As the CLI: run where `interlock dev` runs, use the operator's creds it wrote.
+                from interlock.auth.dev import default_operator_creds
+
+                creds = default_operator_creds()
+            options = ConnectOptions.resolve(
+                server,
+                creds_file=_path(creds),
+                nkey_seed_file=_path(nkey),
+                user=user,
+                password=password,
+                token=token,
+                tls_ca=_path(tls_ca),
+                tls_cert=_path(tls_cert),
+                tls_key=_path(tls_key),
+                prefix=prefix,
+                name=name or "interlock-client",
+                connect_wait=connect_wait,
+            )
+        nc = await connect(options)
+        return cls(nc, options.subjects, owns_connection=True)
+
+    async def close(self) -> None:
+        """Stop watching, and close the connection if :meth:`connect` opened it."""
+        await self._watcher.close()
+        await self._ops.registry.close()
+        if self._owns:
+            with contextlib.suppress(Exception):
+                await self.nc.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def provision(self, replicas: int = 1) -> None:
+        """Create the streams and buckets (``apply`` does it; ``serve`` too)."""
+        from interlock.transport.provision import provision
+
+        await provision(self._ops.js, self.subjects, replicas=replicas)
+
+    # -- definitions ----------------------------------------------------------------------
+
+    @property
+    def ops(self) -> InterlockClient:
+        """The operations underneath (what the CLI's ``apply`` uses with dialects)."""
+        return self._ops
+
+    async def apply(
+        self,
+        sources: Iterable[str | Path | tuple[str, str]],
+        *,
+        dialect: str | None = None,
+        replicas: int = 1,
+    ) -> list[Applied]:
+        """Validate manifests (files, or ``(name, text)`` pairs) and store them. Other
+        formats than the native manifest are detected and lowered as ``interlock apply``
+        does (``dialect`` forces one).
+
+        Raises:
+            InvalidManifest: any manifest is invalid; nothing was stored.
+        """
+        from interlock.dialects import prepare
+
+        pairs = [
+            s if isinstance(s, tuple) else (str(s), await asyncio.to_thread(debugging.read_text, s))
+            for s in sources
+        ]
+        prepared = prepare(pairs, dialect)
+        await self.provision(replicas)
+        result = await self._ops.apply(
+            prepared.sources,
+            documents=prepared.documents,
+            implied_agents=prepared.agents,
+            diagnostics=prepared.diagnostics,
+        )
+        if not result.compiled.ok:
+            raise InvalidManifest(result.compiled)
+        return result.applied
+
+    async def workflows(self) -> list[WorkflowSummary]:
+        """The newest version of every workflow applied, by namespace and name."""
+        applied = await catalog.catalog(self._ops)
+        out = [
+            workflow_summary_of(ns, name, version, spec_hash, manifest)
+            for (ns, name), (version, spec_hash, manifest) in applied.items()
+        ]
+        return sorted(out, key=lambda w: (w.namespace, w.name))
+
+    async def workflow(self, name: str) -> WorkflowDetail:
+        """One workflow (``name`` or ``namespace/name``): its versions and newest manifest.
+
+        Raises:
+            UnknownWorkflow: not applied (or deleted).
+        """
+        definition, version = await catalog.latest(self._ops, name)
+        versions = await catalog.versions(self._ops, definition.namespace, definition.name)
+        return workflow_detail(definition, version, versions or [version])
+
+    async def delete_workflow(self, name: str) -> int:
+        """Stop ``name`` from starting new runs; returns the version that was newest.
+
+        Its versions stay stored: runs in flight keep running the version they started
+        with, and their logs keep folding. Applying it again makes it startable again.
+
+        Raises:
+            UnknownWorkflow: not applied (or already deleted).
+        """
+        definition, version = await catalog.latest(self._ops, name)
+        kv = await self._ops.js.key_value(self.subjects.workflows_bucket)
+        await kv.delete(f"latest.{definition.namespace}.{definition.name}")
+        return version
+
+    async def agents(self) -> list[AgentView]:
+        """Every AgentDef with the live workers of its capabilities."""
+        specs, workers = await catalog.agent_data(self._ops)
+        return [agent_view(name, spec, workers) for name, spec in sorted(specs.items())]
+
+    async def agent(self, name: str) -> AgentView:
+        """One AgentDef. Raises :class:`UnknownAgent` when none has that name."""
+        specs, workers = await catalog.agent_data(self._ops)
+        if name not in specs:
+            raise UnknownAgent(f"no AgentDef named {name!r} (interlock apply FILE)")
+        return agent_view(name, specs[name], workers)
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def start(
+        self, workflow: str, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
+    ) -> str:
+        """Start a run of the newest version of ``workflow``; returns its run id.
+
+        Raises:
+            UnknownWorkflow: not applied. InvalidInputs: the inputs break its declared
+            inputs. RunExists: ``run_id`` names a run already. InvalidRunId.
+        """
+        if run_id is not None:
+            check_run_id(run_id)
+        return await self._ops.start(workflow, dict(inputs or {}), run_id)
+
+    async def emit(
+        self,
+        event: CloudEvent | Mapping[str, Any] | None = None,
+        *,
+        type: str | None = None,
+        source: str | None = None,
+        data: Any = None,
+        id: str | None = None,
+        subject: str | None = None,
+        extensions: Mapping[str, str] | None = None,
+        wait: float = EMIT_WAIT_S,
+    ) -> EmitResult:
+        """Publish a CloudEvent as an external system would, and say what it starts.
+
+        Give a :class:`CloudEvent`, a structured-mode JSON object, or ``type=``,
+        ``source=`` and ``data=`` (``id`` defaults to a new one, ``time`` to now). The
+        runs it starts are worked out with the orchestrator's own trigger rules over the
+        workflows applied now; ``started`` is empty when no trigger matched. It then waits
+        up to ``wait`` seconds for the orchestrator to start them (0: do not wait); a run
+        not started by then is marked ``pending``.
+        """
+        ce = emitting.build_event(event, type, source, data, id, subject, extensions)
+        check_event_type(ce.type)  # before anything is published or looked up
+        run_id = ce.extensions.get("runid")
+        started: list[StartedRun] = []
+        if run_id:
+            check_run_id(run_id)
+        else:
+            started = await emitting.would_start(self._ops, ce)
+        ack_seq, duplicate = await emitting.publish(self._ops, ce)
+        if wait > 0 and started:
+            found = await asyncio.gather(
+                *(self._watcher.exists(s.run_id, wait) for s in started if not s.existed)
+            )
+            fresh = iter(found)
+            started = [
+                s if s.existed or next(fresh) else msgspec.structs.replace(s, pending=True)
+                for s in started
+            ]
+        return EmitResult(
+            id=ce.id,
+            type=ce.type,
+            source=ce.source,
+            seq=ack_seq,
+            duplicate=duplicate,
+            started=started,
+            run_id=run_id,
+        )
+
+    async def signal(
+        self,
+        run_id: str,
+        name: str,
+        data: Any = None,
+        *,
+        source: str = "interlock://client",
+        id: str | None = None,
+        wait: float = SIGNAL_WAIT_S,
+    ) -> SignalResult:
+        """Send the event ``name`` to one run and say what the run did with it.
+
+        Not sent when the run has finished or its state does not wait for ``name`` (the
+        run would drop it): ``outcome`` says so. Otherwise the outcome is ``moved``, or
+        ``declined`` when no guard was true, or ``unanswered`` when no orchestrator took it
+        within ``wait`` seconds.
+
+        Raises:
+            UnknownRun: no such run.
+        """
+        check_run_id(run_id)
+        signal = signalling.Signal(run_id, name, data, source, id or secrets.token_hex(8))
+        return await signalling.send(self._ops, self._watcher, signal, wait)
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
+        """Cancel a running run; False when it had finished already.
+
+        Raises:
+            UnknownRun: no such run.
+        """
+        check_run_id(run_id)
+        async with no_stream_is_no_run(run_id):
+            return await self._ops.cancel(run_id, reason)
+
+    async def result(
+        self,
+        run_id: str,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> RunResult:
+        """How the run ended: ``status``, ``outputs``, ``error`` (class, message), a cancelled
+        run's ``reason``. Without ``wait`` a running run answers at once with status
+        ``running``; with it, once the run has finished.
+
+        Raises:
+            UnknownRun: no such run. TimeoutError: still running after ``timeout`` seconds.
+        """
+        check_run_id(run_id)
+        if not wait:
+            return run_result(await self.records(run_id))
+        try:
+            records = await self._watcher.finished(run_id, timeout)
+        except UnknownRunError:
+            raise UnknownRun(run_id) from None
+        return run_result(records)
+
+    async def run(self, run_id: str) -> RunSummary:
+        """One run's summary, folded from its log. Raises :class:`UnknownRun`."""
+        check_run_id(run_id)
+        return summary_of(fold(await self.records(run_id)))
+
+    async def describe(self, run_id: str) -> RunDescription:
+        """Everything about one run now: state, pending actions with attempts and deadlines,
+        what it waits for (events and guards), timers, outputs, error.
+
+        Raises:
+            UnknownRun: no such run.
+        """
+        check_run_id(run_id)
+        records = await self.records(run_id)
+        state = fold(records)
+        return describe_run(records, await catalog.definition_of(self._ops, state))
+
+    async def runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunSummary]:
+        """Runs from the run index, newest first: all, or of one ``workflow`` (``name`` or
+        ``namespace/name``) and/or ``status``; at most ``limit``."""
+        try:
+            items = await self._ops.list_runs(workflow, status)
+        except (BucketNotFoundError, NotFoundError):
+            return []
+        items.reverse()
+        if limit is not None:
+            items = items[: max(limit, 0)]
+        return [summary_from_index(i) for i in items]
+
+    async def records(self, run_id: str) -> list[ev.AnyRecord]:
+        """The run's log: every record, in order. Raises :class:`UnknownRun`."""
+        check_run_id(run_id)
+        async with no_stream_is_no_run(run_id):
+            return await self._ops.read(run_id)
+
+    async def state(self, run_id: str) -> RunState:
+        """The run's state folded from its log (the engine's own view)."""
+        return fold(await self.records(run_id))
+
+    async def logs(
+        self,
+        run_id: str,
+        *,
+        follow: bool = False,
+        tail: int | None = None,
+        since: str | None = None,
+    ) -> AsyncIterator[ev.AnyRecord]:
+        """The run's records in order: the last ``tail`` of them, or those at or after
+        ``since`` (RFC 3339); with ``follow``, then each new one until the run ends.
+
+        Raises:
+            UnknownRun: no such run.
+        """
+        check_run_id(run_id)
+        async with no_stream_is_no_run(run_id):
+            raw = await self._ops.log.read_raw(run_id)
+        if not raw:
+            raise UnknownRun(run_id)
+        records = [r for _, payload in raw for r in ev.decode_batch(payload)]
+        shown = [r for r in records if since is None or r.time >= since]
+        if tail is not None:
+            shown = shown[-tail:] if tail > 0 else []
+        for record in shown:
+            yield record
+        if not follow or fold(records).finished:
+            return
+        # Following shares the client's one subscription on the run logs with every wait
+        # and every other follow: N runs followed cost the server no consumer at all.
+        async for _, payload in self._watcher.follow(run_id, after=raw[-1][0]):
+            for record in ev.decode_batch(payload):
+                yield record
+
+    async def orchestrator_seen(self) -> bool | None:
+        """Whether an orchestrator reads the run logs: True (it is waiting for work or took
+        some in the last 10 s), False (none ever ran here, or none takes the records
+        waiting for it), None (cannot tell: not allowed to look)."""
+        try:
+            info = await self._ops.js.consumer_info(self.subjects.runs_stream, "relay")
+        except NotFoundError:
+            return False
+        # A probe: any failure means 'unknown'.
+        except Exception:  # noqa: BLE001
+            return None
+        if info.num_waiting:
+            return True
+        last = info.delivered.last_active if info.delivered is not None else None
+        if last is not None and (datetime.now(UTC) - last).total_seconds() < 10:
+            return True
+        return not (info.num_pending or info.num_ack_pending)
+
+    # -- debugging by replay (docs/debugging.md; each returns the report documented there) --
+
+    async def explain(self, run_id: str, *, at: int | None = None) -> dict[str, Any]:
+        """Why the run went where it went, step by step; what would move it now."""
+        return await debugging.explain(self._ops, await self.records(run_id), at)
+
+    async def replay(
+        self, run_id: str, against: int | str | Path | tuple[str, str]
+    ) -> dict[str, Any]:
+        """What another definition would have done with the run's recorded inputs:
+        ``against`` is a version (``3``, ``"code-review@3"``), a manifest file or a
+        ``(name, text)`` pair. ``report["agree"]`` is true when the logs agree."""
+        return await debugging.replay(self._ops, await self.records(run_id), against)
+
+    async def shadow(
+        self,
+        workflow: str,
+        candidate: str | Path | tuple[str, str],
+        *,
+        runs: int | None = None,
+        since: str | None = None,
+    ) -> dict[str, Any]:
+        """Recorded runs of ``workflow`` replayed against a candidate manifest, grouped by
+        where and why they would diverge."""
+        return await debugging.shadow(self._ops, workflow, candidate, runs, since)
+
+    async def fork(
+        self,
+        run_id: str,
+        at: int,
+        *,
+        version: int | None = None,
+        fork_id: str | None = None,
+    ) -> str:
+        """A new run from the first ``at`` records of ``run_id``, going on live (on
+        ``version`` when given); returns its id. The original is not touched.
+
+        Raises:
+            analysis.NotPossible: ``at`` ends no decision of a running run, or the state
+                the run was in is not in that version.
+            RunExists: ``fork_id`` names a run that exists.
+        """
+        records = await self.records(run_id)
+        return await debugging.fork(self._ops, records, at, version, fork_id or new_run_id())
+
+    async def migrate(self, workflow: str, to: int, *, dry_run: bool = False) -> dict[str, Any]:
+        """Move the running runs of ``workflow`` onto version ``to`` where their logs agree
+        with it so far (each with a ``run.migrated`` record); the others are listed."""
+        return await debugging.migrate(self._ops, workflow, to, dry_run=dry_run)
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    async def dead_letters(self, reason: str | None = None) -> list[DeadLetterView]:
+        """The dead letters kept, oldest first (all, or of one ``reason``)."""
+        try:
+            letters = await self._ops.dead_letters(reason)
+        except NotFoundError:
+            return []
+        return [_letter(d) for d in letters]
+
+    async def dead_letter(self, seq: int) -> DeadLetterView:
+        """One dead letter. Raises :class:`UnknownDeadLetter`."""
+        return _letter(await self._ops.dead_letter(seq))
+
+    async def redrive(self, seq: int) -> int:
+        """Publish a dead letter again where it came from, then drop it; returns the new
+        message's stream sequence. Raises :class:`UnknownDeadLetter`."""
+        _, stored = await self._ops.redrive(seq)
+        return stored
+
+
+def _letter(d: DeadLetter) -> DeadLetterView:
+    return dead_letter_view(
+        d.seq, d.time, d.reason, d.detail, d.subject, d.original_headers, d.data
+    )
+
+
+def _auth_in_environment() -> bool:
+    import os
+
+    names = ("INTERLOCK_CREDS", "INTERLOCK_NKEY", "INTERLOCK_USER", "INTERLOCK_TOKEN")
+    return any(os.environ.get(name) for name in names)
+
+
+def _path(value: str | Path | None) -> str | None:
+    return None if value is None else str(value)

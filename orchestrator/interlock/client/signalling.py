@@ -1,0 +1,143 @@
+"""Sending a named event to one run, and finding out what the run did with it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from interlock.client.catalog import definition_of
+from interlock.client.emitting import publish
+from interlock.client.errors import no_stream_is_no_run
+from interlock.core import events as ev
+from interlock.core.state import fold
+from interlock.runtime.errors import UnknownRun
+from interlock.runtime.runs import utc_now
+from interlock.transport.cloudevents import CloudEvent
+from interlock.views import SignalResult
+
+if TYPE_CHECKING:
+    from interlock.runtime.client import InterlockClient
+    from interlock.runtime.waiting import RunWatcher
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """One event for one run: ``name`` with ``data``, from ``source``, with id ``id``."""
+
+    run_id: str
+    name: str
+    data: Any
+    source: str
+    id: str
+
+
+async def send(
+    ops: InterlockClient, watcher: RunWatcher, signal: Signal, wait: float
+) -> SignalResult:
+    """Send ``signal`` unless the run would drop it, and wait up to ``wait`` seconds for
+    the decision that took it (see :meth:`interlock.Client.signal`)."""
+    run_id = signal.run_id
+    async with no_stream_is_no_run(run_id):
+        raw = await ops.log.read_raw(run_id)
+    if not raw:
+        raise UnknownRun(run_id)
+    state = fold([r for _, payload in raw for r in ev.decode_batch(payload)])
+    base = _SignalBase(
+        run_id=run_id, type=signal.name, id=signal.id, state=state.state, status=state.status
+    )
+    if state.finished:
+        return base.result("finished")
+    definition = await definition_of(ops, state)
+    takes = definition.states[state.state].transitions_for(signal.name) if definition else ()
+    if definition is not None and not takes:
+        waits = sorted({t.event for t in definition.states[state.state].transitions})
+        return base.result("not-waiting", waiting_for=waits)
+    ce = CloudEvent(
+        id=signal.id,
+        source=signal.source,
+        type=signal.name,
+        time=utc_now(),
+        datacontenttype="application/json" if signal.data is not None else None,
+        data=signal.data,
+        extensions={"runid": run_id},
+    )
+    hint = asyncio.Event()
+    marker = signal.id.encode()
+
+    def on_append(payload: bytes) -> None:
+        if marker in payload:
+            hint.set()
+
+    await watcher.start()
+    after = raw[-1][0]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    with watcher.listening(run_id, on_append):
+        await publish(ops, ce)
+        while True:
+            found = await _decision_on(ops, run_id, after, signal.id)
+            if found is not None:
+                return _outcome(found, base)
+            left = deadline - loop.time()
+            if left <= 0:
+                return base.result("unanswered")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hint.wait(), min(left, 1.0))
+            hint.clear()
+
+
+async def _decision_on(
+    ops: InterlockClient, run_id: str, after: int, event_id: str
+) -> list[ev.AnyRecord] | None:
+    """The decision (one log message) that took the event ``event_id``, if any yet."""
+    for _, payload in await ops.log.read_raw(run_id, after):
+        batch = ev.decode_batch(payload)
+        for record in batch:
+            if isinstance(record, ev.EventReceived) and record.data.event.get("id") == event_id:
+                return batch
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _SignalBase:
+    run_id: str
+    type: str
+    id: str
+    state: str
+    status: str
+
+    def result(
+        self,
+        outcome: str,
+        *,
+        state: str | None = None,
+        to_state: str | None = None,
+        guard_errors: list[str] | None = None,
+        waiting_for: list[str] | None = None,
+    ) -> SignalResult:
+        return SignalResult(
+            run_id=self.run_id,
+            type=self.type,
+            id=self.id,
+            outcome=outcome,
+            state=state if state is not None else self.state,
+            status=self.status,
+            to_state=to_state,
+            guard_errors=guard_errors or [],
+            waiting_for=waiting_for or [],
+        )
+
+
+def _outcome(batch: list[ev.AnyRecord], base: _SignalBase) -> SignalResult:
+    errors = [f"{r.data.guard}: {r.data.error}" for r in batch if isinstance(r, ev.GuardFailed)]
+    for record in batch:
+        if isinstance(record, ev.TransitionFired) and record.data.event_id == base.id:
+            return base.result(
+                "moved",
+                state=record.data.from_state,
+                to_state=record.data.to_state,
+                guard_errors=errors,
+            )
+    return base.result("declined", guard_errors=errors)

@@ -1,0 +1,41 @@
+"""What the runtime raises when asked for something that is not there or not allowed.
+
+Defined apart from the modules that raise them so that a program catching them (the
+client, the CLI, the gateway) imports no more than these classes: the registry and the run
+manager that raise them load the compiler and the engine.
+"""
+
+from __future__ import annotations
+
+from interlock.core.vocabulary import InterlockError
+
+
+class UnknownWorkflow(LookupError, InterlockError):
+    """No workflow by that name is applied (or it was deleted)."""
+
+
+class UnknownRun(LookupError, InterlockError):
+    """No run with that id."""
+
+
+class InvalidInputs(ValueError, InterlockError):
+    """A run's inputs do not match the workflow's declared inputs; no run was created."""
+
+    def __init__(self, workflow: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"invalid inputs for workflow {workflow}: " + "; ".join(problems))
+
+
+class RunExists(ValueError, InterlockError):
+    """A run with the requested id exists already (nothing was started)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} exists already; nothing was started")
+
+
+class UnknownDeadLetter(LookupError, InterlockError):
+    """No dead letter at that sequence."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(f"no dead letter at sequence {seq}")
+        self.seq = seq

@@ -31,6 +31,7 @@ from interlock.core import events as ev
 from interlock.core.analysis import acted_on
 from interlock.core.definition import Definition
 from interlock.core.engine import (
+    TASK_FAILED,
     TIMER_FIRED,
     Incoming,
     decide,
@@ -42,6 +43,7 @@ from interlock.core.engine import (
 from interlock.core.expr import ExpressionError
 from interlock.core.ids import InvalidRunId
 from interlock.core.state import RunState
+from interlock.core.vocabulary import ErrorClass
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
@@ -433,7 +435,7 @@ class Orchestrator:
             except (UnknownRun, UnknownWorkflow):
                 return False
             except RecordsTooLarge as exc:
-                if not answer or incoming.type == "task.failed":
+                if not answer or incoming.type == TASK_FAILED:
                     raise
                 # The answer cannot be recorded: the attempt fails with that reason, now,
                 # instead of the run waiting for an answer that never lands.
@@ -460,7 +462,7 @@ class Orchestrator:
 
     def _check_output(self, incoming: Incoming, state: RunState) -> Incoming:
         """An answer whose data break the capability's output_schema fails as schema_error."""
-        if incoming.type == "task.failed":
+        if incoming.type == TASK_FAILED:
             return incoming
         # The capability is the one the run asked for, whatever the answer claims.
         pending = state.pending.get(incoming.extensions.get("actionid", ""))
@@ -476,13 +478,13 @@ class Orchestrator:
             where = exc.where
             data = {
                 "error": {
-                    "class": "schema_error",
+                    "class": ErrorClass.SCHEMA_ERROR,
                     "message": f"output of {capability.name} does not match its output_schema "
                     f"at {where}: {exc.message}",
                 }
             }
             return Incoming(
-                type="task.failed",
+                type=TASK_FAILED,
                 source=incoming.source,
                 id=incoming.id,
                 data=data,
@@ -614,7 +616,7 @@ class Orchestrator:
                 where = exc.where
                 await self.answer_failed(
                     record,
-                    "schema_error",
+                    ErrorClass.SCHEMA_ERROR,
                     f"input of {d.capability} does not match its input_schema at {where}: "
                     f"{exc.message}",
                 )
@@ -678,10 +680,10 @@ def too_large_answer(incoming: Incoming, why: str) -> Incoming:
     """The ``task.failed`` (class ``payload_too_large``) that stands for an answer too
     large to record."""
     return Incoming(
-        type="task.failed",
+        type=TASK_FAILED,
         source=incoming.source,
         id=incoming.id,
-        data={"error": {"class": "payload_too_large", "message": why}},
+        data={"error": {"class": ErrorClass.PAYLOAD_TOO_LARGE, "message": why}},
         time=incoming.time,
         extensions=incoming.extensions,
     )

@@ -500,7 +500,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every measurement against one fresh embedded server; the results as a dict."""
     with tempfile.TemporaryDirectory(prefix="interlock-bench-") as tmp:
         workdir = Path(tmp)
-        server = EmbeddedNats(workdir / "nats")
+        server_args: tuple[str, ...] = ()
+        if args.fsync == "always":
+            # Flags given with -c override the file: only the sync interval comes from it.
+            config = workdir / "fsync.conf"
+            config.write_text("jetstream {\n  sync_interval: always\n}\n")
+            server_args = ("-c", str(config))
+        server = EmbeddedNats(workdir / "nats", args=server_args)
         server.start()
         stack = Stack(
             server.url, workdir, args.in_process, args.concurrency, server.pid, args.orchestrators
@@ -549,6 +555,7 @@ async def _measure(url: str, stack: Stack, args: argparse.Namespace) -> dict[str
                 "platform": platform.platform(),
             },
             "stack": "in-process" if args.in_process else "subprocesses",
+            "fsync": args.fsync,
             "worker_concurrency": args.concurrency,
             "orchestrators": 1 if args.in_process else args.orchestrators,
             "baseline": baseline.as_dict(),
@@ -656,7 +663,10 @@ def table(results: dict[str, Any]) -> str:
         )
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
-    lines = [f"Interlock runtime benchmark ({results['stack']}, {results['total_seconds']:.0f} s)"]
+    fsync = ", fsync every write" if results.get("fsync") == "always" else ""
+    lines = [
+        f"Interlock runtime benchmark ({results['stack']}{fsync}, {results['total_seconds']:.0f} s)"
+    ]
     lines += [f"  {a:<{width}}  {b:>{value_width}}  {c}" for a, b, c in rows]
     return "\n".join(lines)
 
@@ -680,6 +690,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="orchestrator replicas (subprocesses); memory is measured on the first",
+    )
+    p.add_argument(
+        "--fsync",
+        choices=["default", "always"],
+        default="default",
+        help="always: the server fsyncs every write (sync_interval: always)",
     )
     p.add_argument(
         "--in-process",

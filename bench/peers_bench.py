@@ -1,0 +1,225 @@
+"""Peers comparison: the "approval" workload on Interlock beside raw NATS and other engines.
+
+Runs the harness in ``bench/peers`` (one driver per system, each with its own virtualenv
+made by ``bench/peers/install.sh``) round by round, then prints every system's p50, p99 and
+runs/s as ratios to raw NATS of the same round, and Interlock's stream writes per run.
+Peers that are not installed under ``$PEERS`` are skipped with a note; raw NATS is needed
+for the ratios. Interlock runs from this checkout's venv (``sys.executable``);
+``--baseline-venv`` also runs another checkout's venv beside it, as ``interlock-base``.
+
+    python -m bench peers                        # nats-raw, interlock, their fsync twins, restate
+    python -m bench peers --only "nats-raw interlock" --rounds "r1 r2"
+    PEERS=/path/to/peers python -m bench peers --baseline-venv /path/to/other/.venv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent / "peers"
+DEFAULT_ONLY = "nats-raw interlock nats-raw-fsync interlock-fsync restate"
+RESTATE_BIN = "restate-node/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server"
+TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    python: Path
+    script: str
+    args: tuple[str, ...] = ()
+    needs: tuple[Path, ...] = ()
+
+    def missing(self) -> str | None:
+        for path in (self.python, *self.needs):
+            if not path.exists():
+                return f"{path} not found"
+        return None
+
+
+def systems(peers: Path, interlock: Path, baseline: Path | None) -> list[System]:
+    """Every system the harness knows, in the order a round runs them."""
+    nats = peers / "venv-nats/bin/python"
+    restate = peers / "venv-restate/bin/python"
+    found = [
+        System("nats-raw", nats, "nats_raw.py"),
+        System("interlock", interlock, "interlock_bench.py"),
+        System("nats-raw-fsync", nats, "nats_raw.py", ("--fsync", "always")),
+        System("interlock-fsync", interlock, "interlock_bench.py", ("--fsync", "always")),
+        System("dbos", peers / "venv-dbos/bin/python", "dbos_sqlite.py"),
+        System("dbos-sync", peers / "venv-dbos/bin/python", "dbos_sqlite.py", ("--mode", "sync")),
+        System("restate", restate, "restate_bench.py", (), (peers / RESTATE_BIN,)),
+        System("temporal", peers / "venv-temporal/bin/python", "temporal_bench.py"),
+    ]
+    if baseline is not None:
+        python = baseline / "bin/python"
+        base = ("--system", "interlock-base")
+        found.insert(2, System("interlock-base", python, "interlock_bench.py", base))
+        fsync = (*base, "--fsync", "always")
+        found.insert(5, System("interlock-base-fsync", python, "interlock_bench.py", fsync))
+    return found
+
+
+def isolate() -> list[str]:
+    """A fresh network namespace with loopback only, where allowed (restate-server asks
+    the internet for its latest version at every start)."""
+    if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
+        return ["unshare", "--net", "--", "bash", "-c", 'ip link set lo up && exec "$@"', "x"]
+    return []
+
+
+def run_one(system: System, label: str, results: Path, peers: Path, extra: list[str]) -> bool:
+    env = dict(os.environ, PEERS=str(peers), PEERS_RESULTS=str(results))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    cmd = [*isolate(), str(system.python), system.script, *system.args, "--label", label, *extra]
+    print(f"=== {time.strftime('%H:%M:%S')} {system.name} {label}", flush=True)
+    try:
+        done = subprocess.run(
+            cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        print(f"    timed out after {TIMEOUT_S} s")
+        return False
+    for line in done.stdout.splitlines():
+        if line.startswith(("sequential", "throughput")):
+            print("    " + line)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-8:]
+        print("    failed:\n      " + "\n      ".join(tail))
+        return False
+    return True
+
+
+def load(results: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for path in sorted(results.glob("*.json")):
+        data = json.loads(path.read_text())
+        out[(data["system"], data["label"])] = data
+    return out
+
+
+def writes_per_run(result: dict[str, Any]) -> float | None:
+    streams = result.get("durable_records", {}).get("streams")
+    if not streams:
+        return None
+    return sum(s["writes_per_run"] for n, s in streams.items() if not n.startswith("KV_il_w"))
+
+
+def table(found: dict[tuple[str, str], dict[str, Any]], order: list[str]) -> str:
+    head = "| system | round | p50 ms | p99 ms | runs/s | p50 x NATS | p99 x NATS | runs/s / NATS |"
+    lines = [head + " writes/run |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    labels = sorted({label for _, label in found})
+    for label in labels:
+        base = found.get(("nats-raw", label))
+        for name in order:
+            r = found.get((name, label))
+            if r is None:
+                continue
+
+            def ratio(key: str, r: dict[str, Any] = r, base: dict[str, Any] | None = base) -> str:
+                return f"{r[key] / base[key]:.2f}" if base and base[key] else "-"
+
+            writes = writes_per_run(r)
+            lines.append(
+                f"| {name} | {label} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+                f"{r['runs_per_s']:,.0f} | {ratio('p50_ms')} | {ratio('p99_ms')} | "
+                f"{ratio('runs_per_s')} | {'-' if writes is None else f'{writes:.2f}'} |"
+            )
+    return "\n".join(lines)
+
+
+def goals(found: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """The performance goals, judged per round on the same round's figures."""
+    out = []
+    for label in sorted({label for _, label in found}):
+        raw = found.get(("nats-raw", label))
+        il = found.get(("interlock", label))
+        fs = found.get(("interlock-fsync", label))
+        rs = found.get(("restate", label))
+        if raw and il:
+            tp = il["runs_per_s"] / raw["runs_per_s"]
+            p50 = il["p50_ms"] / raw["p50_ms"]
+            p99 = il["p99_ms"] / raw["p99_ms"]
+            out.append(
+                f"{label}: defaults: runs/s {tp:.2f} of raw NATS (goal >= 0.3: {_met(tp >= 0.3)}), "
+                f"p50 {p50:.2f}x (goal <= 2.5: {_met(p50 <= 2.5)}), "
+                f"p99 {p99:.2f}x (goal <= 3: {_met(p99 <= 3)})"
+            )
+        if fs and rs:
+            tp = fs["runs_per_s"] / rs["runs_per_s"]
+            p50 = fs["p50_ms"] / rs["p50_ms"]
+            out.append(
+                f"{label}: fsync every write: runs/s {tp:.2f}x Restate's "
+                f"(goal > 1: {_met(tp > 1)}), p50 {p50:.2f}x Restate's (goal < 1: {_met(p50 < 1)})"
+            )
+    return out
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench peers", description=__doc__.split("\n")[0])
+    p.add_argument("--only", default=os.environ.get("ONLY", DEFAULT_ONLY), help="systems to run")
+    p.add_argument("--rounds", default=os.environ.get("ROUNDS", "r1"), help="round labels")
+    p.add_argument(
+        "--peers",
+        default=os.environ.get("PEERS", str(Path(tempfile.gettempdir()) / "peers")),
+        help="where bench/peers/install.sh installed the peers ($PEERS)",
+    )
+    p.add_argument("--results", help="folder for the per-run JSON files (default: a temp dir)")
+    p.add_argument("--baseline-venv", type=Path, help="another checkout's venv, run beside")
+    p.add_argument("--quick", action="store_true", help="fewer runs (a smoke test of the harness)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench peers``: run the installed peers, print the ratios."""
+    args = parser().parse_args(argv)
+    peers = Path(args.peers)
+    only = args.only.split()
+    every = systems(peers, Path(sys.executable), args.baseline_venv)
+    order = [s.name for s in every]
+    if args.baseline_venv is not None:
+        only += [f"interlock-base{n[len('interlock') :]}" for n in only if n.startswith("interl")]
+    chosen = [s for s in every if s.name in only]
+    runnable = []
+    for system in chosen:
+        why = system.missing()
+        if why:
+            print(f"skipping {system.name}: {why} (bench/peers/install.sh installs it)")
+        else:
+            runnable.append(system)
+    if not any(s.name == "nats-raw" for s in runnable):
+        print("peers: raw NATS is not installed, so there is nothing to compare with; skipped")
+        return 0
+    extra = ["--warmup", "5", "--seq", "50", "--tp-runs", "400"] if args.quick else []
+    with tempfile.TemporaryDirectory(prefix="interlock-peers-") as tmp:
+        results = Path(args.results or tmp)
+        results.mkdir(parents=True, exist_ok=True)
+        failed = 0
+        for label in args.rounds.split():
+            for system in runnable:
+                failed += not run_one(system, label, results, peers, extra)
+        found = load(results)
+    print()
+    print(table(found, order))
+    print()
+    for line in goals(found):
+        print(line)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -142,7 +142,13 @@ async def test_a_finished_run_forked_onto_a_fix_completes_and_the_original_is_un
         assert (marker.data.origin_run_id, marker.data.origin_seq) == (origin, 4)
         # The original: not one byte changed.
         assert await raw(client, origin) == before
-        listed = {r["run_id"]: r for r in await client.list_runs("code-review")}
+        # The relay indexes the fork (behind the run: within about two seconds).
+        deadline = asyncio.get_running_loop().time() + WAIT
+        while True:
+            listed = {r["run_id"]: r for r in await client.list_runs("code-review")}
+            if "r-forked" in listed or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
         assert listed["r-forked"]["forked_from"] == {"run_id": origin, "seq": 4}
         # Forking again onto the same id is refused; so is a cut in mid-decision.
         again = await run_cli(

@@ -10,6 +10,7 @@ import httpx
 import msgspec
 import pytest
 from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack, yaml
+from helpers import eventually
 
 from interlock import views
 from interlock.client import Client
@@ -64,8 +65,12 @@ async def test_start_then_wait_for_the_result_and_read_it_back(gs: GatewayStack)
         assert r.json() == same_as(await client.describe(run_id))
         assert r.json()["status"] == "completed"
 
-        listed = (await http.get("/runs", params={"workflow": "hello"})).json()
-        assert [run["run_id"] for run in listed["runs"]] == [run_id]
+        async def indexed() -> object:
+            listed = (await http.get("/runs", params={"workflow": "hello"})).json()
+            return listed if [run["run_id"] for run in listed["runs"]] == [run_id] else None
+
+        # The run index is written behind the run (within a few tens of milliseconds).
+        listed = await eventually(indexed, what="the run listed")
         assert listed["next_offset"] is None
         assert listed["runs"] == same_as(await client.runs(workflow="hello"))
         assert (await http.get("/runs", params={"status": "failed"})).json()["runs"] == []

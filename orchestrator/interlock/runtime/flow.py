@@ -135,7 +135,7 @@ class ControlFlow:
         await self.timers.schedule(record.subject, record.data.timer_id, record.data.fire_at)
 
     async def timer_due(self, run_id: str, timer_id: str) -> None:
-        if self._known_stale(run_id, timer_id):
+        if self.known_stale(run_id, timer_id):
             return
         event = Incoming(
             type=TIMER_FIRED,
@@ -146,7 +146,7 @@ class ControlFlow:
         )
         await self._deliver(run_id, event)
 
-    def _known_stale(self, run_id: str, timer_id: str) -> bool:
+    def known_stale(self, run_id: str, timer_id: str) -> bool:
         """Whether the cached state proves the timer is gone (taken, or its state left).
 
         Most timers are action deadlines that the answer beat; deciding on them would read

@@ -7,9 +7,10 @@ Three durable pull consumers, all stateless to restart:
 - results: agents' answers on ``<prefix>.results.>`` are decided on by their run.
 - relay (the outbox): every appended run-log record is read back from the RUNS stream and
   acted on: action requests are published to capability subjects with a deterministic
-  ``Nats-Msg-Id``, cancellations are told to agents, the run index is kept up to date.
-  Effects follow the log, never precede it, so a crash anywhere re-does them without
-  duplicates.
+  ``Nats-Msg-Id``, cancellations are told to agents, and the run index is written behind
+  the runs (:mod:`writebehind`: once for a short run, with the deadlines the answers beat
+  never scheduled). Effects follow the log, never precede it, so a crash anywhere re-does
+  them without duplicates.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -42,18 +44,21 @@ from interlock.core.engine import (
 )
 from interlock.core.expr import ExpressionError
 from interlock.core.ids import InvalidRunId
+from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass
+from interlock.runtime import writebehind
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
-from interlock.runtime.runindex import RunIndex
+from interlock.runtime.runindex import INDEXED, RunIndex
 from interlock.runtime.runs import Runs, utc_now
 from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.timers import JetStreamTimers, Timers
+from interlock.runtime.writebehind import WriteBehind
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.consuming import (
@@ -98,6 +103,7 @@ class Orchestrator:
         timers: Timers | None = None,
         ack_wait: float = ACK_WAIT,
         task_ack_wait: float = tasks.TASK_ACK_WAIT,
+        index_hold: float = writebehind.HOLD,
     ) -> None:
         self.observers = Observers(observers)
         self.ack_wait = ack_wait
@@ -136,6 +142,17 @@ class Orchestrator:
             clock=clock,
             deliver=self.deliver,
             answers=self.answers,
+        )
+        self.behind = WriteBehind(
+            self.index,
+            self.observers.relayed,
+            # Timers whose scheduling is a stream write wait for the flush; others (the
+            # in-memory adapter tests advance by hand) are scheduled at once.
+            schedule=(
+                self._schedule_timer if isinstance(self.flow.timers, JetStreamTimers) else None
+            ),
+            stale=self.flow.known_stale,
+            hold=index_hold,
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -192,6 +209,7 @@ class Orchestrator:
             # Stopping: what ended the task was logged where it happened.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.behind.stop()
         await self.flow.stop()
         await self.registry.close()
 
@@ -544,6 +562,11 @@ class Orchestrator:
                     with contextlib.suppress(Exception):
                         await msg.nak(delay=1)
                 continue
+            acted, timers = outcome
+            if self.behind.holds(run_id) or timers or any(isinstance(r, INDEXED) for r in acted):
+                # Acknowledged once the run's index entry is written (write-behind).
+                self.behind.add(run_id, acted, by_run[run_id], msgs_of[run_id], timers)
+                continue
             try:
                 for msg in msgs_of[run_id]:
                     await msg.ack()
@@ -557,13 +580,17 @@ class Orchestrator:
 
     async def _effects(
         self, run_id: str, records: list[ev.AnyRecord], *, redelivered: bool = False
-    ) -> None:
+    ) -> tuple[list[ev.AnyRecord], list[ev.TimerScheduled]]:
+        """Do the effects of a run's records, in log order: the records acted on, and the
+        timers left to the write-behind."""
         records = acted_on(records)  # a fork's copied history is not acted on again
         stale = redelivered or any(
             isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
             for r in records
         )
         awaited = await self._still_awaited(run_id) if stale else None
+        deferred: list[ev.TimerScheduled] = []
+        now: datetime | None = None
         for record in records:
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 d = record.data
@@ -573,10 +600,18 @@ class Orchestrator:
                     # again once the dedupe window has passed would do the work twice.
                     continue
                 await self._dispatch(record)
+            elif isinstance(record, ev.TimerScheduled):
+                now = now or parse_time(self.clock())
+                if self.behind.defers(record, now):
+                    deferred.append(record)  # scheduled at the flush, if still needed
+                    continue
             effect = self.flow.effect(record)
             if effect is not None:
                 await effect
-        await self.index.update(run_id, records)
+        return records, deferred
+
+    async def _schedule_timer(self, record: ev.TimerScheduled) -> None:
+        await self.flow.timers.schedule(record.subject, record.data.timer_id, record.data.fire_at)
 
     def _older_than(self, time: str, seconds: float) -> bool:
         try:

@@ -1,0 +1,214 @@
+"""The relay's write-behind: run-index entries written once for short runs, not per record,
+and action deadlines that the answer beats never scheduled at all.
+
+Writing a run's index entry at every record the relay reads costs one stream write per
+start, state change and end; most runs start and end within a fraction of a second, and
+only their last entry is ever read. So the relay hands each run's records here once their
+other effects are done, and their messages are acknowledged only after the entry that
+reflects them is written:
+
+- a run that has finished is written at the next flush (a few tens of milliseconds);
+- a run still going is written once it has been held ``hold`` seconds (a run waiting for
+  a person, a long task), then again at most every ``hold`` seconds while it changes.
+
+A run that starts and ends within ``hold`` is written once. Timers due well after
+``hold`` (an action's deadline, mostly) wait with the run's messages too, and are scheduled
+at the flush only if the run still holds them: a deadline the answer beat costs no write
+when it is set and none when it would have fired. Nothing is lost in a crash: the messages
+not yet acknowledged come again to whichever process relays next, and their entry (which
+only moves forward, see :mod:`runindex`) and timers are written then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from nats.aio.msg import Msg
+
+from interlock.core import events as ev
+from interlock.core.rfc3339 import parse_time
+from interlock.runtime.runindex import RunIndex
+
+log = logging.getLogger("interlock.orchestrator")
+
+HOLD = 2.0
+"""Seconds a running run's index changes are held before they are written."""
+MARGIN = 2.0
+"""Seconds a deferred timer is at least due after ``hold`` (a flush may be slow)."""
+TICK = 0.02
+"""Seconds between flushes while something is held (finished runs wait at most this)."""
+FINISHING = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
+
+Done = Callable[[str, list[ev.AnyRecord]], None]
+"""Called with a run and the records whose messages were just acknowledged."""
+Schedule = Callable[[ev.TimerScheduled], Awaitable[None]]
+"""Schedules a timer (its durable write)."""
+Stale = Callable[[str, str], bool]
+"""Whether the run (first argument) is known to no longer hold the timer (second)."""
+
+
+@dataclass
+class _Held:
+    since: float
+    records: list[ev.AnyRecord] = field(default_factory=list)
+    """The records the relay acted on (what the index entry is made of)."""
+    reported: list[ev.AnyRecord] = field(default_factory=list)
+    """Every record of the held messages (what observers are told once acknowledged)."""
+    msgs: list[Msg] = field(default_factory=list)
+    timers: list[ev.TimerScheduled] = field(default_factory=list)
+    """Timers to schedule at the flush, unless the run no longer holds them by then."""
+    finished: bool = False
+
+
+class WriteBehind:
+    """Holds relayed run-log messages until their run's index entry is written."""
+
+    def __init__(
+        self,
+        index: RunIndex,
+        done: Done,
+        *,
+        schedule: Schedule | None = None,
+        stale: Stale | None = None,
+        hold: float = HOLD,
+        tick: float = TICK,
+    ) -> None:
+        self._index = index
+        self._done = done
+        self._schedule = schedule
+        self._stale = stale
+        self.hold = hold
+        self.tick = tick
+        self._held: dict[str, _Held] = {}
+        """In the order runs were first held (the oldest first)."""
+        self._finishing: set[str] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def holding(self) -> int:
+        """Runs whose messages are held."""
+        return len(self._held)
+
+    def holds(self, run_id: str) -> bool:
+        """Whether messages of the run are held (later ones join them, in order)."""
+        return run_id in self._held
+
+    def defers(self, record: ev.TimerScheduled, now: datetime) -> bool:
+        """Whether the timer may wait for the flush: it is due well after ``hold``."""
+        if self._schedule is None:
+            return False
+        try:
+            fire_at = parse_time(record.data.fire_at)
+            return fire_at - now > timedelta(seconds=self.hold + MARGIN)
+        except (ValueError, TypeError):  # unreadable or naive: schedule it now
+            return False
+
+    def add(
+        self,
+        run_id: str,
+        records: Sequence[ev.AnyRecord],
+        reported: Sequence[ev.AnyRecord],
+        msgs: Sequence[Msg],
+        timers: Sequence[ev.TimerScheduled] = (),
+    ) -> None:
+        """Hold a run's messages (their other effects done) until its entry is written
+        and ``timers`` are scheduled."""
+        held = self._held.get(run_id)
+        if held is None:
+            held = self._held[run_id] = _Held(time.monotonic())
+            if len(self._held) == 1:
+                self._wake.set()
+        held.records.extend(records)
+        held.reported.extend(reported)
+        held.msgs.extend(msgs)
+        held.timers.extend(timers)
+        if not held.finished and any(isinstance(r, FINISHING) for r in records):
+            held.finished = True
+            self._finishing.add(run_id)
+            self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _next_due(self) -> float | None:
+        """Seconds until some entry is due (None: nothing is held)."""
+        if self._finishing:
+            return 0.0
+        for held in self._held.values():
+            return max(0.0, held.since + self.hold - time.monotonic())
+        return None
+
+    async def _run(self) -> None:
+        while True:
+            wait = self._next_due()
+            if wait is None or wait > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                continue
+            await asyncio.sleep(self.tick)  # let a few more finish: one flush writes them all
+            try:
+                await self.flush()
+            # A failed flush leaves its messages unacknowledged: they come again.
+            except Exception as exc:  # noqa: BLE001
+                log.warning("relay: write-behind flush failed: %s", exc)
+
+    async def flush(self, *, everything: bool = False) -> None:
+        """Write the entries that are due (all of them with ``everything``), then
+        acknowledge their messages."""
+        now = time.monotonic()
+        due = list(self._finishing)
+        for run_id, held in self._held.items():
+            if not everything and now - held.since < self.hold:
+                break  # the rest were held later still
+            if not held.finished:
+                due.append(run_id)
+        self._finishing.clear()
+        if not due:
+            return
+        taken = [(run_id, self._held.pop(run_id)) for run_id in due]
+        outcomes = await asyncio.gather(
+            *(self._settle(run_id, held) for run_id, held in taken),
+            return_exceptions=True,
+        )
+        for (run_id, held), outcome in zip(taken, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning(
+                    "relay: run index entry of %s not written, will redo: %s", run_id, outcome
+                )
+                for msg in held.msgs:
+                    # Best effort: a message left unsettled comes again after its ack wait.
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=1)
+                continue
+            try:
+                for msg in held.msgs:
+                    await msg.ack()
+            # It comes again, and is reported then.
+            except Exception as exc:  # noqa: BLE001
+                log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
+                continue
+            self._done(run_id, held.reported)
+
+    async def _settle(self, run_id: str, held: _Held) -> None:
+        for timer in held.timers:
+            if self._stale is not None and self._stale(run_id, timer.data.timer_id):
+                continue  # answered (or its state left) before it was ever scheduled
+            assert self._schedule is not None
+            await self._schedule(timer)
+        await self._index.update(run_id, held.records)
+
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Write and acknowledge what is held (best effort: what is not comes again)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.flush(everything=True), timeout)

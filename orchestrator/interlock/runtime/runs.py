@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("interlock.runs")
 
 MAX_ATTEMPTS = 20
+APPENDED_KEPT = 4_096
+"""Appends whose records stay at hand until the relay reads them back (it then need not
+decode them), with ``keep_appended``: a bound, for the ones another replica relays."""
 FINISHED_CACHE = 2_048
 """Finished runs whose state stays at hand: the relay's effects of a run's last records and
 late answers or timers find them without reading the log again."""
@@ -62,6 +65,7 @@ class Runs:
         clock: Callable[[], str] = utc_now,
         cache_size: int = 10_000,
         observer: OrchestratorObserver | None = None,
+        keep_appended: bool = False,
     ) -> None:
         self.observer = observer or OrchestratorObserver()
         self.log = log_store
@@ -74,7 +78,21 @@ class Runs:
             int, tuple[Definition, tuple[str, ...], tuple[Any, ...], Definition]
         ] = {}
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._appended: OrderedDict[int, list[ev.AnyRecord]] = OrderedDict()
+        self._keep_appended = keep_appended
         self.conflicts = 0
+
+    def _appended_now(self, seq: int, records: Sequence[ev.AnyRecord]) -> None:
+        if not self._keep_appended:
+            return
+        self._appended[seq] = list(records)
+        if len(self._appended) > APPENDED_KEPT:
+            self._appended.popitem(last=False)
+
+    def appended(self, seq: int) -> list[ev.AnyRecord] | None:
+        """The records this process appended at stream sequence ``seq``, once (None: not
+        appended here, or asked for already)."""
+        return self._appended.pop(seq, None)
 
     @contextlib.asynccontextmanager
     async def locked(self, run_id: str) -> AsyncIterator[None]:
@@ -177,6 +195,7 @@ class Runs:
                 self.forget(run_id)
                 continue
             self._remember(run_id, Entry(fold(records, entry.state), last, entry.definition))
+            self._appended_now(last, records)
             self.observer.appended(run_id, records)
             return records
         raise RuntimeError(f"run {run_id}: gave up after {MAX_ATTEMPTS} conflicting appends")
@@ -221,5 +240,6 @@ class Runs:
         except AppendConflict:
             return False, []
         self._remember(run_id, Entry(fold(records), last, definition))
+        self._appended_now(last, records)
         self.observer.appended(run_id, records)
         return True, records

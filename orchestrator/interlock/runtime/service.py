@@ -71,7 +71,7 @@ from interlock.transport.consuming import (
 )
 from interlock.transport.jetstream import jetstream
 from interlock.transport.provision import provision
-from interlock.transport.pulling import BatchReader, deliveries
+from interlock.transport.pulling import BatchReader, deliveries, stream_sequence
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.orchestrator")
@@ -123,6 +123,7 @@ class Orchestrator:
             clock=clock,
             cache_size=cache_size,
             observer=self.observers,
+            keep_appended=True,  # the relay reads them back
         )
         self.clock = clock
         self.counters: Counter[str] = Counter()
@@ -527,7 +528,8 @@ class Orchestrator:
         again: set[str] = set()
         for msg in msgs:
             try:
-                batch = ev.decode_batch(msg.data)
+                # Appended by this process: its records are at hand, no need to decode.
+                batch = self.runs.appended(stream_sequence(msg)) or ev.decode_batch(msg.data)
             # A consumer loop outlives any one message.
             except Exception as exc:  # noqa: BLE001
                 # The reason is the message: no traceback.

@@ -320,6 +320,19 @@ async def _nak(msg: Msg) -> None:
         log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)
 
 
+def stream_sequence(msg: Msg) -> int:
+    """The stream sequence of a JetStream message, from its reply subject (0: unknown)."""
+    reply = msg.reply
+    if not reply or not reply.startswith("$JS.ACK."):
+        return 0
+    tokens = reply.split(".")
+    if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+        return int(tokens[5])
+    if len(tokens) >= 11:  # with <domain>.<account hash> after ACK, and a trailing token
+        return int(tokens[7])
+    return 0
+
+
 def deliveries(msg: Msg) -> int:
     """How many times JetStream has delivered ``msg`` (1 the first time).
 

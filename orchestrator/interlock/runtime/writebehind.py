@@ -7,7 +7,9 @@ only their last entry is ever read. So the relay hands each run's records here o
 other effects are done, and their messages are acknowledged only after the entry that
 reflects them is written:
 
-- a run that has finished is written at the next flush (a few tens of milliseconds);
+- a run that has finished, or that waits for something from outside (an event, a person,
+  a timer: no action of its own in flight), is written at the next flush (a few tens of
+  milliseconds);
 - a run still going is written once it has been held ``hold`` seconds (a run waiting for
   a person, a long task), then again at most every ``hold`` seconds while it changes.
 
@@ -42,7 +44,8 @@ HOLD = 2.0
 MARGIN = 2.0
 """Seconds a deferred timer is at least due after ``hold`` (a flush may be slow)."""
 TICK = 0.02
-"""Seconds between flushes while something is held (finished runs wait at most this)."""
+"""Seconds between flushes while something is held (finished or waiting runs wait at most
+this)."""
 FINISHING = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
 
 Done = Callable[[str, list[ev.AnyRecord]], None]
@@ -64,6 +67,7 @@ class _Held:
     timers: list[ev.TimerScheduled] = field(default_factory=list)
     """Timers to schedule at the flush, unless the run no longer holds them by then."""
     finished: bool = False
+    """Finished or waiting: written at the next flush."""
 
 
 class WriteBehind:
@@ -129,7 +133,9 @@ class WriteBehind:
         held.reported.extend(reported)
         held.msgs.extend(msgs)
         held.timers.extend(timers)
-        if not held.finished and any(isinstance(r, FINISHING) for r in records):
+        if not held.finished and (
+            any(isinstance(r, FINISHING) for r in records) or waits_outside(records)
+        ):
             held.finished = True
             self._finishing.add(run_id)
             self._wake.set()
@@ -212,3 +218,15 @@ class WriteBehind:
                 await self._task
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.flush(everything=True), timeout)
+
+
+def waits_outside(records: Sequence[ev.AnyRecord]) -> bool:
+    """Whether these records leave the run in a state that requested no action: it waits
+    for an event, a person or a timer, likely longer than the hold."""
+    waiting = False
+    for record in records:
+        if isinstance(record, ev.StateEntered):
+            waiting = True
+        elif isinstance(record, ev.ActionRequested):
+            waiting = False
+    return waiting

@@ -1,0 +1,114 @@
+"""How records and guard checks read, in JSON and in one line of text, in what the
+analyses return (the shapes are documented in docs/debugging.md). Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from interlock.core import events as ev
+from interlock.core.engine import (
+    GuardCheck,
+)
+from interlock.core.expr import ABSENT
+
+
+def short(value: Any) -> str:
+    """A value as compact JSON, cut at 120 characters."""
+    text = msgspec.json.encode(value).decode()
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def record_json(record: ev.AnyRecord) -> dict[str, Any]:
+    """A record as JSON (its CloudEvent, structured mode)."""
+    out: dict[str, Any] = msgspec.to_builtins(record)
+    return out
+
+
+def summarize(record: ev.AnyRecord) -> str:
+    """One line saying what a record means."""
+    d: Any = record.data
+    kind = ev.record_type(record).removeprefix(ev.PREFIX)
+    if isinstance(record, ev.RunStarted):
+        return f"{kind} {d.workflow} v{d.version}"
+    if isinstance(record, ev.StateEntered):
+        return f"{kind} {d.state}"
+    if isinstance(record, ev.ActionRequested):
+        target = d.workflow or d.capability
+        return f"{kind} {target} input={short(d.input)}" + (
+            f" (attempt {d.attempt})" if d.attempt > 1 else ""
+        )
+    if isinstance(record, ev.ActionCompleted):
+        return f"{kind} {d.action_id} result={short(d.result)}"
+    if isinstance(record, ev.ActionFailed):
+        return f"{kind} {d.action_id} {d.error.error_class}: {d.error.message}"
+    if isinstance(record, ev.EventReceived):
+        return f"{kind} {d.event.get('type')} id={d.event.get('id')}"
+    if isinstance(record, ev.GuardFailed):
+        return f"{kind} {d.state} on[{d.transition}] `{d.guard}`: {d.error}"
+    if isinstance(record, ev.TransitionFired):
+        sets = f" set={short(d.set)}" if d.set else ""
+        return f"{kind} {d.from_state} -> {d.to_state} on {d.event_type}{sets}"
+    if isinstance(record, ev.TimerScheduled):
+        return f"{kind} {d.purpose} at {d.fire_at}"
+    if isinstance(record, ev.TimerFired):
+        return f"{kind} {d.purpose or d.timer_id}"
+    if isinstance(record, ev.RunCompleted):
+        return f"{kind} in {d.state} outputs={short(d.outputs)}"
+    if isinstance(record, ev.RunFailed):
+        return f"{kind} {d.error.error_class}: {d.error.message}"
+    if isinstance(record, ev.RunCancelled):
+        return f"{kind}: {d.reason}"
+    if isinstance(record, ev.RunForked):
+        return f"{kind} from {d.origin_run_id} at {d.origin_seq}, v{d.version}, state {d.state}"
+    if isinstance(record, ev.RunMigrated):
+        return f"{kind} v{d.from_version} -> v{d.version}"
+    if isinstance(record, ev.ActionCancelled):
+        return f"{kind} {d.action_id}: {d.reason}"
+    return kind
+
+
+def record_line(position: int, record: ev.AnyRecord) -> dict[str, Any]:
+    """A record as a line of a report: its position, type and summary."""
+    return {"seq": position, "type": ev.record_type(record), "summary": summarize(record)}
+
+
+def check_json(check: GuardCheck) -> dict[str, Any]:
+    """A guard check as JSON."""
+    out: dict[str, Any] = {
+        "state": check.state,
+        "event_type": check.event_type,
+        "entry": check.transition,
+        "goto": check.goto,
+        "guard": check.guard,
+        "outcome": check.outcome,
+    }
+    if check.guard is not None and check.outcome in ("fired", "false", "not_boolean"):
+        out["value"] = check.value
+    if check.error is not None:
+        out["error"] = check.error
+    if check.reads:
+        out["reads"] = check.reads
+    return out
+
+
+def check_text(check: GuardCheck) -> str:
+    """``result.score > 7``: result.score = 6, so false."""
+    where = "catch" if check.transition < 0 else f"on[{check.transition}]"
+    if check.guard is None:
+        return f"{where} {check.event_type} -> {check.goto}: no guard, fired"
+    reads = ", ".join(
+        f"{k} is absent" if v == ABSENT else f"{k} = {short(v)}" for k, v in check.reads.items()
+    )
+    reads = f" ({reads})" if reads else ""
+    if check.outcome == "fired":
+        verdict = "true, fired"
+    elif check.outcome == "false":
+        verdict = "false"
+    elif check.outcome == "error":
+        verdict = f"error: {check.error} (fail-closed)"
+    else:
+        verdict = f"{short(check.value)}, not a boolean (fail-closed)"
+    return f"{where} {check.event_type} -> {check.goto}: `{check.guard}`{reads}: {verdict}"

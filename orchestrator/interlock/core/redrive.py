@@ -1,0 +1,380 @@
+"""A run's log cut into steps and re-driven through the engine. Pure.
+
+Each external input a run took (its trigger and inputs, an agent's answer, an external
+event, a due timer, a cancellation, a fork or a migration) begins one *step*: the records
+one decision appended. :func:`redrive` feeds those inputs, in log order, through
+:func:`~interlock.core.engine.decide` with a definition, mapping the ids the recorded run
+used onto the ones the re-drive makes, so the analyses in :mod:`interlock.core.analysis`,
+:mod:`interlock.core.replay` and :mod:`interlock.core.fork` can compare the two logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgspec.structs import replace
+
+from interlock.core import events as ev
+from interlock.core.definition import Definition, resolve_inputs
+from interlock.core.engine import (
+    TASK_FAILED,
+    TIMER_FIRED,
+    GuardCheck,
+    Incoming,
+    cancel,
+    decide,
+    matching_trigger,
+    migrate,
+    resume_fork,
+    start,
+    trigger_inputs,
+)
+from interlock.core.state import RunState, evolve, fold
+from interlock.core.vocabulary import RunStatus
+
+REPLAY_SOURCE = "interlock://replay"
+
+
+START = "start"
+
+
+ANSWER = "answer"
+
+
+EVENT = "event"
+
+
+TIMER = "timer"
+
+
+CANCEL = "cancel"
+
+
+FORK = "fork"
+
+
+MIGRATE = "migrate"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The records one decision appended, and the input that caused it."""
+
+    kind: str
+    first: int
+    """Log position (1-based) of the step's first record."""
+    records: tuple[ev.AnyRecord, ...]
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.records) - 1
+
+    @property
+    def head(self) -> ev.AnyRecord:
+        return self.records[0]
+
+
+def _starts_step(record: ev.AnyRecord, previous: ev.AnyRecord | None) -> str | None:
+    if isinstance(record, ev.RunStarted):
+        return START
+    if isinstance(record, ev.EventReceived):
+        return EVENT
+    if isinstance(record, ev.ActionCompleted):
+        return ANSWER
+    if isinstance(record, ev.ActionFailed):
+        # A timeout's failure is part of the timer's step; an agent's failure is an answer.
+        if record.data.event_id is None and isinstance(previous, ev.TimerFired):
+            return None
+        return ANSWER
+    if isinstance(record, ev.TimerFired):
+        return TIMER
+    if isinstance(record, ev.RunCancelled):
+        return CANCEL
+    if isinstance(record, ev.RunForked):
+        return FORK
+    if isinstance(record, ev.RunMigrated):
+        return MIGRATE
+    return None
+
+
+def steps(records: Sequence[ev.AnyRecord]) -> list[Step]:
+    """Cut a log into the decisions that appended it, each with the input behind it.
+
+    A record of a type this version does not know to begin a decision stays with the step
+    before it.
+    """
+    out: list[Step] = []
+    current: list[ev.AnyRecord] = []
+    kind = START
+    first = 1
+    previous: ev.AnyRecord | None = None
+    for position, record in enumerate(records, start=1):
+        begins = _starts_step(record, previous)
+        if begins is not None and current:
+            out.append(Step(kind, first, tuple(current)))
+            current = []
+        if begins is not None:
+            kind, first = begins, position
+        current.append(record)
+        previous = record
+    if current:
+        out.append(Step(kind, first, tuple(current)))
+    return out
+
+
+def boundaries(records: Sequence[ev.AnyRecord]) -> list[int]:
+    """The log positions after which a decision was complete (where a fork may start)."""
+    return [s.last for s in steps(records)]
+
+
+def _answer(step: Step) -> Incoming:
+    head = step.head
+    if isinstance(head, ev.ActionCompleted):
+        d = head.data
+        return Incoming(
+            type=d.event_type,
+            source=d.source or REPLAY_SOURCE,
+            id=d.event_id or head.id,
+            data=d.result,
+            time=head.time,
+            extensions={"actionid": d.action_id},
+        )
+    assert isinstance(head, ev.ActionFailed)
+    f = head.data
+    error: dict[str, Any] = {"class": f.error.error_class, "message": f.error.message}
+    if f.error.retryable:
+        error["retryable"] = True
+    if f.error.code:
+        error["code"] = f.error.code
+    return Incoming(
+        type=TASK_FAILED,
+        source=f.source or REPLAY_SOURCE,
+        id=f.event_id or head.id,
+        data={"error": error},
+        time=head.time,
+        extensions={"actionid": f.action_id},
+    )
+
+
+_EVENT_ATTRIBUTES = ("specversion", "id", "source", "type", "subject", "time", "data")
+
+
+def event_of(copy: dict[str, Any]) -> Incoming:
+    """The incoming event an ``event.received`` record (or a run's trigger) holds a copy of."""
+    return Incoming(
+        type=str(copy.get("type", "")),
+        source=str(copy.get("source", "")),
+        id=str(copy.get("id", "")),
+        data=copy.get("data"),
+        time=copy.get("time"),
+        subject=copy.get("subject"),
+        extensions={k: str(v) for k, v in copy.items() if k not in _EVENT_ATTRIBUTES},
+    )
+
+
+def describe_input(step: Step) -> dict[str, Any]:
+    """The input behind a step, as JSON."""
+    head = step.head
+    out: dict[str, Any] = {"kind": step.kind}
+    if isinstance(head, ev.RunStarted):
+        out["inputs"] = head.data.inputs
+        if head.data.trigger is not None:
+            out["trigger"] = {k: head.data.trigger.get(k) for k in ("type", "source", "id")}
+    elif isinstance(head, ev.ActionCompleted | ev.ActionFailed):
+        incoming = _answer(step)
+        out.update(
+            type=incoming.type, id=incoming.id, action_id=head.data.action_id, data=incoming.data
+        )
+        if head.data.source:
+            out["source"] = head.data.source
+    elif isinstance(head, ev.EventReceived):
+        copy = head.data.event
+        out.update(type=copy.get("type"), id=copy.get("id"), source=copy.get("source"))
+        out["data"] = copy.get("data")
+    elif isinstance(head, ev.TimerFired):
+        out.update(timer_id=head.data.timer_id, purpose=head.data.purpose)
+    elif isinstance(head, ev.RunCancelled):
+        out["reason"] = head.data.reason
+    elif isinstance(head, ev.RunForked):
+        out.update(origin_run_id=head.data.origin_run_id, origin_seq=head.data.origin_seq)
+    elif isinstance(head, ev.RunMigrated):
+        out.update(from_version=head.data.from_version, version=head.data.version)
+    return out
+
+
+@dataclass(slots=True)
+class Drive:
+    """The new run a definition makes of a recorded run's inputs."""
+
+    definition: Definition
+    version: int
+    state: RunState = field(default_factory=RunState)
+    log: list[ev.AnyRecord] = field(default_factory=list)
+    ids: dict[str, str] = field(default_factory=dict)
+    """Recorded action and timer ids -> the new run's, once the two logs have drifted."""
+
+    def take(self, records: list[ev.AnyRecord]) -> None:
+        for record in records:
+            self.state = evolve(self.state, record)
+        self.log.extend(records)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the definition did with one recorded step."""
+
+    records: list[ev.AnyRecord]
+    checks: list[GuardCheck]
+    not_taken: str | None = None
+    """Why the input changed nothing in the new run (it was not awaited there)."""
+
+
+def _pending_key(p: Any) -> tuple[Any, ...]:
+    return (p.state, p.index, p.item, p.iteration)
+
+
+def _map_action(drive: Drive, recorded: RunState, action_id: str) -> str | None:
+    """The new run's action that stands for a recorded one (same state, position, item)."""
+    mapped = drive.ids.get(action_id, action_id)
+    old = recorded.pending.get(action_id)
+    found = drive.state.pending.get(mapped)
+    if found is not None and (old is None or _pending_key(found) == _pending_key(old)):
+        return mapped
+    if old is None:
+        return None
+    for pending in drive.state.pending.values():
+        if _pending_key(pending) == _pending_key(old):
+            drive.ids[action_id] = pending.action_id
+            return pending.action_id
+    return None
+
+
+def _map_timer(drive: Drive, recorded: RunState, timer_id: str) -> str | None:
+    mapped = drive.ids.get(timer_id, timer_id)
+    if mapped in drive.state.timers:
+        return mapped
+    old = recorded.timers.get(timer_id)
+    if old is None:
+        return None
+    action_id = None if old.action_id is None else drive.ids.get(old.action_id, old.action_id)
+    for new in drive.state.timers.values():
+        if (
+            new.purpose == old.purpose
+            and new.state == old.state
+            and new.index == old.index
+            and new.item == old.item
+            and new.iteration == old.iteration
+            and new.attempt == old.attempt
+            and (old.action_id is None or new.action_id == action_id)
+        ):
+            drive.ids[timer_id] = new.timer_id
+            return new.timer_id
+    return None
+
+
+def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
+    """Feed one recorded step's input to the new run. ``recorded``: the recorded run's
+    state before the step."""
+    checks: list[GuardCheck] = []
+    head = step.head
+    now = head.time
+    d = drive.definition
+    if isinstance(head, ev.RunStarted):
+        return _start(drive, head, checks)
+    if drive.state.status != RunStatus.RUNNING:
+        return Outcome([], checks, f"the new run has already ended ({drive.state.status})")
+    if isinstance(head, ev.ActionCompleted | ev.ActionFailed):
+        action_id = _map_action(drive, recorded, head.data.action_id)
+        if action_id is None:
+            old = recorded.pending.get(head.data.action_id)
+            what = (
+                f"{old.capability or old.workflow} (state {old.state!r}, action {old.index})"
+                if old is not None
+                else head.data.action_id
+            )
+            return Outcome(
+                [],
+                checks,
+                f"the answer of {what} is not awaited: the new run is in state "
+                f"{drive.state.state!r}",
+            )
+        incoming = _answer(step)
+        incoming = replace(incoming, extensions={"actionid": action_id})
+        return Outcome(decide(d, drive.state, incoming, now, trace=checks), checks)
+    if isinstance(head, ev.EventReceived):
+        incoming = event_of(head.data.event)
+        records = decide(d, drive.state, incoming, now, trace=checks)
+        if not records:
+            return Outcome(
+                [], checks, f"state {drive.state.state!r} has no `on` entry for {incoming.type}"
+            )
+        return Outcome(records, checks)
+    if isinstance(head, ev.TimerFired):
+        timer_id = _map_timer(drive, recorded, head.data.timer_id)
+        if timer_id is None:
+            return Outcome(
+                [],
+                checks,
+                f"the {head.data.purpose or 'timer'} timer is not set in the new run "
+                f"(state {drive.state.state!r})",
+            )
+        incoming = Incoming(
+            type=TIMER_FIRED, source=REPLAY_SOURCE, id=timer_id, extensions={"timerid": timer_id}
+        )
+        return Outcome(decide(d, drive.state, incoming, now, trace=checks), checks)
+    if isinstance(head, ev.RunCancelled):
+        return Outcome(cancel(d, drive.state, reason=head.data.reason, now=now), checks)
+    if isinstance(head, ev.RunForked):
+        records = resume_fork(
+            d,
+            drive.state,
+            origin_run_id=head.data.origin_run_id,
+            origin_seq=head.data.origin_seq,
+            version=drive.version,
+            now=now,
+        )
+        return Outcome(records, checks)
+    if isinstance(head, ev.RunMigrated):
+        return Outcome(migrate(d, drive.state, version=drive.version, now=now), checks)
+    return Outcome([], checks, f"no input of type {ev.record_type(head)} to re-drive")
+
+
+def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Outcome:
+    d = drive.definition
+    data = head.data
+    trigger = None if data.trigger is None else event_of(data.trigger)
+    given: dict[str, Any] = dict(data.inputs)
+    if trigger is not None:
+        found = matching_trigger(d, trigger)
+        if found is None:
+            return Outcome([], checks, f"no trigger of the workflow takes {trigger.type} any more")
+        given = trigger_inputs(found, trigger)
+    inputs, problems = resolve_inputs(d, given)
+    if problems:
+        return Outcome([], checks, "the inputs are no longer valid: " + "; ".join(problems))
+    records = start(
+        d,
+        run_id=head.subject,
+        inputs=inputs,
+        now=head.time,
+        version=drive.version if drive.version else data.version,
+        trigger=trigger,
+        traceparent=head.traceparent,
+        parent=data.parent,
+        trace=checks,
+    )
+    return Outcome(list(records), checks)
+
+
+def redrive(
+    records: Sequence[ev.AnyRecord], definition: Definition, *, version: int = 0
+) -> list[ev.AnyRecord]:
+    """The log ``definition`` writes from a recorded run's inputs, nothing compared."""
+    drive = Drive(definition, version)
+    recorded = RunState()
+    for step in steps(records):
+        drive.take(run_step(drive, step, recorded).records)
+        recorded = fold(step.records, recorded)
+    return drive.log

@@ -1,0 +1,379 @@
+"""The messages of the NATS wire contract, for the AsyncAPI document: each message's
+headers and payload as JSON Schema, and examples that are the encoders' own output for a
+set of sample values (a run, an action, a capability, a worker). The channels that carry
+them are in :mod:`interlock.contracts_channels`; the document is
+:mod:`interlock.contracts_wire`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from interlock.contracts_examples import SUBJECTS, Examples, examples
+from interlock.core.events import BATCH_CONTENT_TYPE
+from interlock.core.vocabulary import ErrorClass
+from interlock.transport import tasks
+from interlock.transport.cloudevents import STRUCTURED_CONTENT_TYPE
+
+
+def _struct_schema(struct: type) -> dict[str, Any]:
+    """A msgspec Struct's JSON Schema, inlined (no ``$defs``)."""
+    schema: dict[str, Any] = msgspec.json.schema(struct)
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.rsplit("/", 1)[-1]])
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return inline(schema)  # type: ignore[no-any-return]
+
+
+def _string(description: str, **more: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **more}
+
+
+_ATTEMPT = _string("The attempt number, 1 for the first.", pattern="^[1-9][0-9]*$")
+
+
+def _ce_headers(
+    description: str,
+    required: Mapping[str, dict[str, Any]],
+    optional: Mapping[str, dict[str, Any]] = {},
+) -> dict[str, Any]:
+    """The headers of a binary-mode CloudEvent: the ``ce-`` attributes plus others."""
+    props: dict[str, Any] = {
+        "ce-specversion": {"type": "string", "const": "1.0"},
+        "ce-id": _string("The event id (percent-encoded, as every ce- value)."),
+        "ce-source": _string("A URI-reference naming the sender."),
+        "ce-type": _string("The event type."),
+    }
+    props.update(required)
+    props.update(optional)
+    return {
+        "type": "object",
+        "description": description,
+        "required": list(
+            dict.fromkeys(["ce-specversion", "ce-id", "ce-source", "ce-type", *required])
+        ),
+        "properties": props,
+    }
+
+
+_JSON_CT = {"Content-Type": _string("Mirrors ce-datacontenttype.", const=tasks.JSON)}
+_MSG_ID = tasks.MSG_ID_HEADER
+_CE_DATA_CT = {"ce-datacontenttype": _string("The data's media type.", const=tasks.JSON)}
+_TRACE = {
+    f"ce-{tasks.TRACEPARENT}": _string("W3C trace context of the run's trace."),
+    tasks.TRACEPARENT: _string("The same trace context as a plain header."),
+}
+
+
+def _example(name: str, headers: dict[str, str], payload: bytes) -> dict[str, Any]:
+    text = payload.decode()
+    body: Any = msgspec.json.decode(payload) if text else None
+    out: dict[str, Any] = {"name": name, "headers": headers}
+    if body is not None:
+        out["payload"] = body
+    return out
+
+
+def _answer_headers() -> dict[str, Any]:
+    """The headers of an agent's answer (any of its three kinds)."""
+    answer_ext = {
+        f"ce-{tasks.RUN_ID}": _string("The run, as in the request (must equal the subject's)."),
+        f"ce-{tasks.ACTION_ID}": _string("The request's ce-actionid."),
+        f"ce-{tasks.ATTEMPT}": _ATTEMPT
+        | {
+            "description": "The request's ce-attempt. Required: an answer without it is "
+            "dead-lettered (answer-incomplete), so no answer is taken for another attempt."
+        },
+        tasks.TOKEN_HEADER: _string(
+            "The request's Interlock-Token, echoed unchanged. Required: without it, or with "
+            "one that does not verify for this capability, run, action and attempt, the "
+            "answer is dead-lettered (answer-token)."
+        ),
+        _MSG_ID: _string(
+            "`<ce-source>:<ce-id>`: an answer sent twice (say, after a lost publish ack) "
+            "is stored once."
+        ),
+    }
+    return _ce_headers(
+        "Binary-mode CloudEvent (structured mode is accepted too). ce-id is "
+        "`<actionid>.<attempt>.result`; ce-source `interlock://agent/<worker name>`; "
+        "ce-subject the run id.",
+        answer_ext,
+        {"ce-subject": _string("The run id."), "ce-time": _string("RFC 3339.")}
+        | _CE_DATA_CT
+        | _JSON_CT
+        | _TRACE,
+    )
+
+
+def messages() -> dict[str, Any]:
+    """Every message of the contract, by name."""
+    ex = examples()
+    return {
+        "InboundEvent": _inbound_event(ex),
+        "RunLogBatch": _run_log_batch(),
+        "TaskRequest": _task_request(ex),
+        "TaskCompleted": _task_completed(ex),
+        "TaskEmitted": _task_emitted(ex),
+        "TaskFailed": _task_failed(ex),
+        "CancelNotice": _cancel_notice(ex),
+        "Heartbeat": _heartbeat(ex),
+        "TimerSchedule": _timer_schedule(),
+        "TimerFired": _timer_fired(),
+        "DeadLetter": _dead_letter(),
+    }
+
+
+def _inbound_event(ex: Examples) -> dict[str, Any]:
+    return {
+        "name": "InboundEvent",
+        "title": "An event from outside",
+        "summary": "Any CloudEvent 1.0, binary or structured mode, published with "
+        "JetStream. Its subject's last tokens are its type.",
+        "description": "Starts the runs of workflows that trigger on its type, goes to "
+        "the runs correlated with it, or (with a `runid` extension) to that run. "
+        "`Nats-Msg-Id` `<source>:<id>` makes a repeat a no-op within the stream's "
+        "duplicate window. Events carrying `actionid` or `timerid`, or of type "
+        "`io.interlock.timer.fired`, are refused (dead letter `reserved-attribute`).",
+        "headers": {
+            "type": "object",
+            "properties": {
+                "ce-specversion": {"const": "1.0"},
+                "ce-runid": _string("Deliver to this run only."),
+                "Content-Type": _string(
+                    f"`{STRUCTURED_CONTENT_TYPE}` for structured mode; otherwise "
+                    "binary mode (the ce- headers)."
+                ),
+                _MSG_ID: _string("`<source>:<id>` (recommended): dedupe."),
+            },
+        },
+        "payload": {},
+        "examples": [_example("binary mode", ex.event_headers, ex.event_payload)],
+    }
+
+
+def _run_log_batch() -> dict[str, Any]:
+    runlog_refs = [{"$ref": f"runlog/{record}.schema.json"} for record in _record_types()]
+    return {
+        "name": "RunLogBatch",
+        "title": "Records of a run log",
+        "contentType": BATCH_CONTENT_TYPE,
+        "summary": "One decision's records, appended atomically: a JSON array of "
+        "run-log records (CloudEvents, structured mode).",
+        "description": "Appended with `Nats-Expected-Last-Subject-Sequence` (optimistic "
+        "concurrency). The record types are listed in runlog/catalogue.md.",
+        "headers": {
+            "type": "object",
+            "properties": {"Content-Type": {"const": BATCH_CONTENT_TYPE}},
+        },
+        "payload": {"type": "array", "minItems": 1, "items": {"oneOf": runlog_refs}},
+    }
+
+
+def _task_request(ex: Examples) -> dict[str, Any]:
+    return {
+        "name": "TaskRequest",
+        "title": "A task for a capability",
+        "summary": f"Binary-mode CloudEvent of type `{tasks.TASK_REQUESTED}`; the "
+        "payload is the action's rendered input (a JSON object).",
+        "description": "ce-id is the action id (`<run id>:<log position>`); "
+        "`Nats-Msg-Id` `<actionid>.<attempt>` makes a repeated dispatch of one attempt "
+        "a no-op. A retry is a new message with the next ce-attempt and a new token.",
+        "headers": _ce_headers(
+            "ce- values are percent-encoded (CloudEvents NATS binding).",
+            {
+                "ce-type": {"const": tasks.TASK_REQUESTED},
+                "ce-subject": _string("The run id."),
+                f"ce-{tasks.RUN_ID}": _string("The run id (answer to this run)."),
+                f"ce-{tasks.ACTION_ID}": _string("The action id, echoed in the answer."),
+                f"ce-{tasks.CAPABILITY}": _string("The capability asked for."),
+                f"ce-{tasks.ATTEMPT}": _ATTEMPT,
+                tasks.TOKEN_HEADER: _string(
+                    "base64url (unpadded) HMAC-SHA256, under a key only the orchestrator "
+                    "holds, of `<capability>\\n<run id>\\n<action id>\\n<attempt>`. "
+                    "Opaque to workers: echo it in the answer."
+                ),
+                _MSG_ID: _string("`<actionid>.<attempt>`."),
+            },
+            {
+                "ce-time": _string("When this attempt was requested (RFC 3339)."),
+                f"ce-{tasks.DEADLINE}": _string(
+                    "When the orchestrator stops waiting for this attempt (RFC 3339 UTC); "
+                    "absent when the action has no timeout. Past it, answer task.failed "
+                    "with class timeout."
+                ),
+            }
+            | _CE_DATA_CT
+            | _JSON_CT
+            | _TRACE,
+        ),
+        "payload": {
+            "type": "object",
+            "description": "The action's input; the capability's AgentDef input_schema says more.",
+        },
+        "examples": [_example("attempt 2", ex.req_headers, ex.req_payload)],
+    }
+
+
+def _task_completed(ex: Examples) -> dict[str, Any]:
+    answer_headers = _answer_headers()
+    return {
+        "name": "TaskCompleted",
+        "title": "A task done",
+        "summary": f"ce-type `{tasks.TASK_COMPLETED}`; the payload is the result.",
+        "headers": answer_headers
+        | {"properties": answer_headers["properties"] | {"ce-type": {"const": "task.completed"}}},
+        "payload": {
+            "type": "object",
+            "description": "The result (checked against the AgentDef's output_schema: "
+            "a mismatch fails the action as schema_error).",
+        },
+        "examples": [_example("completed", ex.completed_headers, ex.completed_payload)],
+    }
+
+
+def _task_emitted(ex: Examples) -> dict[str, Any]:
+    answer_headers = _answer_headers()
+    return {
+        "name": "TaskEmitted",
+        "title": "A task done, answered with an event type of the agent's choosing",
+        "summary": "Any ce-type other than the reserved ones; the workflow's `on` "
+        "matches it (e.g. `review.approved`).",
+        "headers": answer_headers,
+        "payload": {"description": "Any JSON value."},
+        "examples": [_example("emitted", ex.emitted_headers, ex.emitted_payload)],
+    }
+
+
+def _task_failed(ex: Examples) -> dict[str, Any]:
+    answer_headers = _answer_headers()
+    return {
+        "name": "TaskFailed",
+        "title": "A task failed",
+        "summary": f"ce-type `{tasks.TASK_FAILED}`, with the error's class, message, "
+        "whether it may be retried, and an optional code.",
+        "headers": answer_headers
+        | {"properties": answer_headers["properties"] | {"ce-type": {"const": "task.failed"}}},
+        "payload": _struct_schema(tasks.TaskFailed),
+        "x-error-classes": [str(c) for c in ErrorClass],
+        "examples": [_example("failed", ex.failed_headers, ex.failed_payload)],
+    }
+
+
+def _cancel_notice(ex: Examples) -> dict[str, Any]:
+    return {
+        "name": "CancelNotice",
+        "title": "Stop working on an action",
+        "summary": f"Binary-mode CloudEvent of type `{tasks.TASK_CANCEL}`, no payload.",
+        "description": "With ce-attempt: that attempt only (a timed-out attempt). "
+        "Without: every attempt of the action requested before ce-time. Not stored: a "
+        "worker that was not listening never hears it, and a task still queued when the "
+        "notice came is taken later; a worker should remember recent notices (by action "
+        "id) and answer such a task `cancelled` at once.",
+        "headers": _ce_headers(
+            "ce- values are percent-encoded.",
+            {
+                "ce-type": {"const": tasks.TASK_CANCEL},
+                f"ce-{tasks.RUN_ID}": _string("The run."),
+                f"ce-{tasks.ACTION_ID}": _string("The action to stop."),
+            },
+            {
+                f"ce-{tasks.ATTEMPT}": _ATTEMPT,
+                "ce-time": _string("When the notice was decided (RFC 3339)."),
+                "ce-subject": _string("The run id."),
+            },
+        ),
+        "payload": {"description": "Empty."},
+        "examples": [_example("one attempt", ex.cancel_headers, ex.cancel_payload)],
+    }
+
+
+def _heartbeat(ex: Examples) -> dict[str, Any]:
+    return {
+        "name": "Heartbeat",
+        "title": "A worker is alive",
+        "contentType": tasks.JSON,
+        "summary": "A KV put: a JetStream publish of the JSON value to "
+        "`$KV.<workers bucket>.<key>`.",
+        "payload": _struct_schema(tasks.Heartbeat),
+        "examples": [
+            {"name": "one worker", "payload": msgspec.to_builtins(ex.beat)},
+        ],
+    }
+
+
+def _timer_schedule() -> dict[str, Any]:
+    return {
+        "name": "TimerSchedule",
+        "title": "A durable timer set",
+        "contentType": tasks.JSON,
+        "summary": "A JetStream scheduled message (nats-server 2.12): the server "
+        "publishes it to its target subject when due.",
+        "headers": {
+            "type": "object",
+            "required": ["Nats-Schedule", "Nats-Schedule-Target", _MSG_ID],
+            "properties": {
+                "Nats-Schedule": _string("`@at <RFC 3339 time>`."),
+                "Nats-Schedule-Target": _string(f"`{SUBJECTS.prefix}.timers.fired.<run id>`."),
+                _MSG_ID: _string("`timer:<timer id>`."),
+            },
+        },
+        "payload": _struct_schema(tasks.TimerBody),
+    }
+
+
+def _timer_fired() -> dict[str, Any]:
+    return {
+        "name": "TimerFired",
+        "title": "A durable timer went off",
+        "contentType": tasks.JSON,
+        "payload": _struct_schema(tasks.TimerBody),
+    }
+
+
+def _dead_letter() -> dict[str, Any]:
+    return {
+        "name": "DeadLetter",
+        "title": "A message refused",
+        "summary": "The refused message's payload, its headers (less the `Nats-` ones) and why.",
+        "headers": {
+            "type": "object",
+            "required": [
+                "Interlock-Dead-Letter-Reason",
+                "Interlock-Dead-Letter-Detail",
+                "Interlock-Dead-Letter-Subject",
+            ],
+            "properties": {
+                "Interlock-Dead-Letter-Reason": _string(
+                    "A slug, also the subject's last token (answer-token, "
+                    "answer-incomplete, answer-stale-attempt, bad-json, ...)."
+                ),
+                "Interlock-Dead-Letter-Detail": _string(
+                    "A sentence for people (at most 1000 characters)."
+                ),
+                "Interlock-Dead-Letter-Subject": _string("Where the message was sent."),
+                "Interlock-Dead-Letter-Worker": _string(
+                    "On an agent's own dead letters: the worker's name."
+                ),
+            },
+        },
+        "payload": {"description": "The refused message's payload, unchanged."},
+    }
+
+
+def _record_types() -> list[str]:
+    from interlock.core import events
+
+    return list(events.data_schemas())

@@ -28,10 +28,6 @@ LONG_MODULES: dict[str, str] = {
         "the public Worker class with its documented lifecycle; execution, binding and "
         "liveness are out already"
     ),
-    "core/expr.py": (
-        "not split yet: the one module that knows celpy (compiling, the cost bound, the "
-        "evaluation budget, values and templates)"
-    ),
     "client.py": "not split yet: the operator's client, every operation in one class",
     "views.py": "not split yet: every view the client returns, with its JSON and text forms",
     "cli/runtime_cmds.py": "not split yet: the commands that drive runs and agents",

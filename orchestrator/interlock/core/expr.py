@@ -1,352 +1,68 @@
-"""CEL expressions, ``{{ cel }}`` templates and ``$.states`` references: the only place that
-knows celpy.
+"""CEL expressions, ``{{ cel }}`` templates and ``$.states`` references, as the manifest
+language writes values.
 
-Everything is compiled once, when a manifest is loaded. Evaluation converts only the
-top-level variables an expression references, since converting an activation to CEL values
-costs more than evaluating a small guard.
-
-What an expression may cost is bounded twice. Statically, a comprehension (``all``,
-``exists``, ``exists_one``, ``map``, ``filter``) inside the body of another is refused when
-the expression is compiled (:class:`CostError`, rule ``cel-cost``): its cost is the product
-of the lists' sizes, which the inputs choose. At run time every evaluation has a budget of
-``STEP_BUDGET`` steps (nodes of the expression visited, counted by the interpreter, so the
-count is the same on every machine and every replay); an evaluation that runs out stops
-with an :class:`ExpressionError`, recorded like any other (a ``guard.failed``, or the run
-failing with ``expression_error``). A guard costs about 60 steps; ``all`` over 600 items
-about 10,000.
+A value in ``input``, ``set`` or ``outputs`` is a literal, a ``{{ cel }}`` template (a whole
+string that is one expression keeps the expression's type) or a ``$.states.<s>.output.<k>``
+reference; it is compiled once, when a manifest is loaded, and rendered against a run's
+variables. The expressions themselves (compiling, their cost bounds, evaluating) are in
+:mod:`interlock.core.cel`, the only module that knows celpy; this module is also where
+callers find them.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from interlock.core.rfc3339 import format_time
-from interlock.core.vocabulary import InterlockError
-
-if TYPE_CHECKING:
-    import celpy
-    import lark
-
-STEP_BUDGET = 20_000
-"""Steps one evaluation may take (about half a second of celpy on a busy 2-core machine)."""
-
-COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-
-VARIABLES = frozenset({"event", "data", "result", "context", "inputs", "states", "run"})
-"""Names an expression may read; loop and map constructs add their own item variable."""
-
-
-class ExpressionError(InterlockError):
-    """An expression failed to compile or to evaluate."""
-
-
-@dataclass(frozen=True, slots=True)
-class CompileError(InterlockError):
-    """A CEL expression does not compile: ``line``/``col`` are 1-based, inside the source."""
-
-    message: str
-    line: int
-    col: int
-
-    def __str__(self) -> str:
-        return self.message
-
-
-@dataclass(frozen=True, slots=True)
-class CostError(CompileError):
-    """A CEL expression whose cost cannot be bounded before it runs (rule ``cel-cost``)."""
-
-
-class BudgetExceeded(Exception):
-    """Raised inside the interpreter when an evaluation has used up its steps."""
-
-
-@functools.cache
-def _cel() -> SimpleNamespace:
-    """celpy, imported on first use: commands that compile no CEL (most of the CLI) do
-    not pay for importing it."""
-    import celpy
-    import lark
-    from celpy import celtypes
-    from celpy.adapter import json_to_cel
-    from celpy.celparser import CELParseError
-    from celpy.evaluation import CELEvalError, Evaluator
-
-    class Budgeted(Evaluator):
-        """celpy's interpreter, counting every node it visits against a budget shared
-        with the evaluators of nested macros."""
-
-        def __init__(self, ast: Any, activation: Any, budget: list[int]) -> None:
-            super().__init__(ast, activation)
-            self._budget = budget
-
-        def sub_evaluator(self, ast: Any) -> Budgeted:
-            return Budgeted(ast, self.activation, self._budget)
-
-        def _visit_tree(self, tree: Any) -> Any:
-            self._budget[0] -= 1
-            if self._budget[0] < 0:
-                raise BudgetExceeded
-            return super()._visit_tree(tree)
-
-    class BudgetedRunner(celpy.InterpretedRunner):
-        def evaluate(self, context: Any) -> Any:
-            evaluator = Budgeted(self.ast, self.new_activation(), [STEP_BUDGET])
-            return evaluator.evaluate(context)
-
-    return SimpleNamespace(
-        celpy=celpy,
-        runner=BudgetedRunner,
-        lark=lark,
-        celtypes=celtypes,
-        json_to_cel=json_to_cel,
-        CELParseError=CELParseError,
-        CELEvalError=CELEvalError,
-    )
-
-
-@functools.cache
-def _env() -> celpy.Environment:
-    """Built on first use: it costs about half a second, which commands that compile no
-    CEL should not pay."""
-    env: celpy.Environment = _cel().celpy.Environment(runner_class=_cel().runner)
-    return env
-
-
-def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
-    """Top-level identifiers an expression reads (``result`` in ``result.score > 7``)."""
-    names: set[str] = set()
-    for node in tree.iter_subtrees():
-        if node.data == "ident":  # ident_arg is a function call (size, has, int...)
-            for child in node.children:
-                if isinstance(child, _cel().lark.Token) and child.type == "IDENT":
-                    names.add(str(child))
-                    break
-    return frozenset(names)
-
-
-def _nested_comprehension(tree: lark.Tree[lark.Token]) -> lark.Token | None:
-    """The method token of a comprehension found inside another comprehension's body."""
-    for node in tree.iter_subtrees():
-        if node.data != "member_dot_arg" or len(node.children) < 3:
-            continue
-        method = node.children[1]
-        if str(method) not in COMPREHENSIONS:
-            continue
-        body = node.children[2]
-        if not isinstance(body, _cel().lark.Tree):
-            continue
-        for inner in body.iter_subtrees():
-            if inner.data == "member_dot_arg" and len(inner.children) >= 2:
-                token = inner.children[1]
-                if str(token) in COMPREHENSIONS:
-                    found: lark.Token = token
-                    return found
-    return None
-
-
-_MACRO_BINDERS = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_]\w*)\s*,")
-
-
-_PATH = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
-_FAST_PATH = re.compile(rf"^\s*({_PATH})\s*$")
-_FAST_COMPARE = re.compile(
-    rf"^\s*({_PATH})\s*(==|!=|<=|>=|<|>)\s*"
-    r"(-?\d+\.\d+|-?\d+(?![\d.eEu])|\"[^\"\\]*\"|'[^'\\]*'|true|false)\s*$"
+from interlock.core.cel import (
+    ABSENT,
+    COMPREHENSIONS,
+    STEP_BUDGET,
+    VARIABLES,
+    BudgetExceeded,
+    CompileError,
+    CostError,
+    Expression,
+    ExpressionError,
+    is_literal_true,
+    read_paths,
+    read_values,
+    to_json,
 )
-_INT64 = (-(2**63), 2**63 - 1)
-_MISS = object()
-_COMPARE = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 
-
-def _literal(text: str) -> Any:
-    if text in ("true", "false"):
-        return text == "true"
-    if text[0] in "\"'":
-        return text[1:-1]
-    return float(text) if "." in text else int(text)
-
-
-def _plain(value: Any) -> bool:
-    """A value whose CEL form converts back to itself (so a lookup may skip CEL)."""
-    if isinstance(value, bool) or value is None or isinstance(value, str | float):
-        return True
-    if isinstance(value, int):
-        return _INT64[0] <= value <= _INT64[1]
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    return False
-
-
-class _Fast:
-    """The two shapes most expressions have, ``a.b.c`` and ``a.b op literal``, evaluated
-    without CEL when the values make the answer certain to be CEL's own (same types on
-    both sides of a comparison, a value present at every step of a path). Anything else
-    falls back to CEL, which also produces the errors."""
-
-    __slots__ = ("literal", "op", "path")
-
-    def __init__(self, path: tuple[str, ...], op: str | None = None, literal: Any = None):
-        self.path = path
-        self.op = op
-        self.literal = literal
-
-    def evaluate(self, activation: Mapping[str, Any]) -> Any:
-        if self.path[0] not in activation:
-            return _MISS
-        node = activation[self.path[0]]
-        if not _plain(node):
-            return _MISS  # CEL converts the whole variable, and would refuse it
-        for key in self.path[1:]:
-            if not isinstance(node, dict) or key not in node:
-                return _MISS
-            node = node[key]
-        if self.op is None:
-            return node
-        literal = self.literal
-        if type(node) is not type(literal):
-            return _MISS  # mixed types: CEL decides (and may refuse)
-        if isinstance(literal, bool) and self.op not in ("==", "!="):
-            return _MISS
-        return _COMPARE[self.op](node, literal)
-
-
-def _fast_form(source: str, names: frozenset[str]) -> _Fast | None:
-    match = _FAST_PATH.match(source)
-    if match:
-        path = tuple(match.group(1).split("."))
-        return _Fast(path) if path[0] in names else None
-    match = _FAST_COMPARE.match(source)
-    if match:
-        path = tuple(match.group(1).split("."))
-        if path[0] in names:
-            return _Fast(path, match.group(2), _literal(match.group(3)))
-    return None
-
-
-class Expression:
-    """A compiled CEL expression."""
-
-    __slots__ = ("_fast", "_program", "names", "source")
-
-    def __init__(self, source: str, extra: frozenset[str] = frozenset()) -> None:
-        self.source = source
-        try:
-            tree = _env().compile(source)
-        except _cel().CELParseError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-            line = int(getattr(exc, "line", None) or 1)
-            col = int(getattr(exc, "column", None) or 1)
-            raise CompileError(f"CEL does not compile: {first.strip()!r}", line, col) from exc
-        except Exception as exc:  # celpy raises a few other types on odd input
-            raise CompileError(f"CEL does not compile: {exc}", 1, 1) from exc
-        nested = _nested_comprehension(tree)
-        if nested is not None:
-            raise CostError(
-                f"{str(nested)!r} inside another comprehension: the cost is the product of "
-                "the lists' sizes (split it into steps, or compute it in an action)",
-                int(getattr(nested, "line", None) or 1),
-                int(getattr(nested, "column", None) or 1),
-            )
-        names = _referenced_names(tree)
-        bound = frozenset(_MACRO_BINDERS.findall(source))
-        unknown = sorted(names - VARIABLES - extra - bound)
-        if unknown:
-            known = ", ".join(sorted(VARIABLES | extra))
-            raise CompileError(
-                f"unknown variable {unknown[0]!r} in CEL (known: {known})",
-                1,
-                max(1, source.find(unknown[0]) + 1),
-            )
-        self.names = names & (VARIABLES | extra)
-        self._program = _env().program(tree)
-        self._fast = _fast_form(source, self.names)
-
-    def evaluate(self, activation: Mapping[str, Any]) -> Any:
-        """Evaluate over plain JSON-like values; returns plain JSON-like values."""
-        if self._fast is not None:
-            value = self._fast.evaluate(activation)
-            if value is not _MISS:
-                return value
-        try:
-            # Inside the try: converting can fail too (an integer beyond 64 bits, say).
-            json_to_cel = _cel().json_to_cel
-            cel_activation = {
-                name: json_to_cel(activation[name]) for name in self.names if name in activation
-            }
-            value = self._program.evaluate(cel_activation)
-        except BudgetExceeded:
-            raise ExpressionError(
-                f"evaluation stopped after {STEP_BUDGET:,} steps (its budget): "
-                "the expression costs too much on these values"
-            ) from None
-        except Exception as exc:
-            raise ExpressionError(_describe(exc)) from exc
-        if isinstance(value, _cel().CELEvalError):
-            raise ExpressionError(_describe(value))
-        return to_json(value)
-
-    def __repr__(self) -> str:
-        return f"Expression({self.source!r})"
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, _cel().CELEvalError) and exc.args:
-        return str(exc.args[0])
-    return str(exc) or type(exc).__name__
-
-
-def to_json(value: Any) -> Any:
-    """Turn a CEL value into a plain JSON value."""
-    celtypes = _cel().celtypes
-    if value is None or isinstance(value, celtypes.NullType):
-        return None
-    if isinstance(value, celtypes.BoolType):
-        return bool(value)
-    if isinstance(value, celtypes.IntType | celtypes.UintType):
-        return int(value)
-    if isinstance(value, celtypes.DoubleType):
-        return float(value)
-    if isinstance(value, celtypes.StringType):
-        return str(value)
-    if isinstance(value, celtypes.BytesType):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, celtypes.ListType):
-        return [to_json(v) for v in value]
-    if isinstance(value, celtypes.MapType):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, celtypes.TimestampType):
-        return format_time(value, "auto", utc=False)
-    if isinstance(value, celtypes.DurationType):
-        return f"{value.total_seconds()}s"
-    if isinstance(value, bool | int | float | str | list | dict):
-        return value
-    return str(value)
-
-
-def is_literal_true(value: Any) -> bool:
-    """A guard fires only on a literal boolean ``true``."""
-    return value is True
-
-
-# --- values: literals, templates and references ----------------------------------------
+__all__ = [
+    "ABSENT",
+    "COMPREHENSIONS",
+    "STEP_BUDGET",
+    "VARIABLES",
+    "BudgetExceeded",
+    "CompileError",
+    "CompiledValue",
+    "CostError",
+    "Expression",
+    "ExpressionError",
+    "Interpolation",
+    "Literal",
+    "Mapping_",
+    "Reference",
+    "Sequence_",
+    "Template",
+    "ValueProblem",
+    "compile_value",
+    "expressions",
+    "is_literal_true",
+    "read_paths",
+    "read_values",
+    "references",
+    "render",
+    "to_json",
+]
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+
+
 _REFERENCE = re.compile(r"^\$\.states\.([A-Za-z0-9_-]+)\.output((?:\.[A-Za-z0-9_-]+)*)$")
 
 
@@ -511,95 +227,3 @@ def _text(value: Any) -> str:
 
 
 # --- what an expression reads (for explanations) ---------------------------------------
-
-
-@functools.cache
-def read_paths(source: str) -> tuple[tuple[str, ...], ...]:
-    """The variable paths an expression reads, outermost first and in source order:
-    ``result.score > 7 && result.error['class'] == 'x'`` reads ``("result", "score")`` and
-    ``("result", "error", "class")``. A path ends where an index is not a literal."""
-    try:
-        tree = _env().compile(source)
-    # Celpy raises assorted errors: no paths.
-    except Exception:  # noqa: BLE001
-        return ()
-    found: list[tuple[str, ...]] = []
-
-    def path_of(node: Any) -> tuple[str, ...] | None:
-        lark_mod = _cel().lark
-        if not isinstance(node, lark_mod.Tree):
-            return None
-        if node.data == "member" and len(node.children) == 1:
-            return path_of(node.children[0])
-        if node.data == "primary" and len(node.children) == 1:
-            child = node.children[0]
-            if isinstance(child, lark_mod.Tree) and child.data == "ident":
-                token = child.children[0]
-                return (str(token),)
-            return None
-        if node.data == "member_dot" and len(node.children) == 2:
-            base = path_of(node.children[0])
-            name = node.children[1]
-            if base is not None and isinstance(name, lark_mod.Token):
-                return (*base, str(name))
-            return None
-        if node.data == "member_index" and len(node.children) == 2:
-            base = path_of(node.children[0])
-            key = _string_literal(node.children[1])
-            if base is not None and key is not None:
-                return (*base, key)
-            return base
-        return None
-
-    def walk(node: Any) -> None:
-        lark_mod = _cel().lark
-        if not isinstance(node, lark_mod.Tree):
-            return
-        if node.data in ("member", "member_dot", "member_index"):
-            path = path_of(node)
-            if path is not None:
-                if path not in found:
-                    found.append(path)
-                if node.data == "member_index":
-                    walk(node.children[1])
-                return
-        for child in node.children:
-            walk(child)
-
-    walk(tree)
-    return tuple(p for p in found if p[0] in VARIABLES or len(p) > 1)
-
-
-def _string_literal(node: Any) -> str | None:
-    """The text of a string literal expression (``'class'``), else None."""
-    lark_mod = _cel().lark
-    while isinstance(node, lark_mod.Tree) and len(node.children) == 1:
-        node = node.children[0]
-    if isinstance(node, lark_mod.Tree) and node.data == "literal":
-        node = node.children[0]
-    if isinstance(node, lark_mod.Token) and node.type in ("STRING_LIT", "MLSTRING_LIT"):
-        text = str(node)
-        if len(text) >= 2 and text[0] in "\"'" and text[-1] == text[0]:
-            return text[1:-1]
-    return None
-
-
-ABSENT = "<absent>"
-"""How an explanation shows a path that the activation does not have."""
-
-
-def read_values(expression: Expression, activation: Mapping[str, Any]) -> dict[str, Any]:
-    """Each path the expression reads, dotted, with its value in ``activation``."""
-    out: dict[str, Any] = {}
-    for path in read_paths(expression.source):
-        if path[0] not in activation:
-            continue
-        node: Any = activation[path[0]]
-        for key in path[1:]:
-            if isinstance(node, dict) and key in node:
-                node = node[key]
-            else:
-                node = ABSENT
-                break
-        out[".".join(path)] = node
-    return out

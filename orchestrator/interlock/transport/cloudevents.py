@@ -28,23 +28,35 @@ Extension attributes are kept as their canonical string form (``dict[str, str]``
 how binary mode carries them anyway, and it keeps a record identical across both modes.
 A ``traceparent`` extension is also sent as a plain ``traceparent`` header, and a received
 ``traceparent``/``tracestate`` header fills the extension when no ``ce-`` header carries it.
+
+The event itself and the rules its attributes follow are in
+:mod:`interlock.transport.cloudevents_model`; this module is where callers find both.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-from datetime import datetime
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
 import msgspec
 
-from interlock.core.ids import InvalidRunId, is_run_id
-from interlock.core.vocabulary import InterlockError
+from interlock.transport.cloudevents_model import (
+    CORE_ATTRS,
+    MAX_DEPTH,
+    OPTIONAL_ATTRS,
+    SPECVERSION,
+    CloudEvent,
+    InvalidCloudEvent,
+    build_event,
+    check_extension_name,
+    decode_json,
+    from_dict,
+    too_deep,
+)
 
 __all__ = [
+    "MAX_DEPTH",
     "SPECVERSION",
     "STRUCTURED_CONTENT_TYPE",
     "CloudEvent",
@@ -53,131 +65,27 @@ __all__ = [
     "encode_binary",
     "encode_structured",
     "from_dict",
+    "too_deep",
 ]
 
-SPECVERSION: Final = "1.0"
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
 
+
 _CE_PREFIX: Final = "ce-"
+
+
 _CONTENT_TYPE: Final = "content-type"
-_OPTIONAL_ATTRS: Final = ("subject", "time", "datacontenttype", "dataschema")
-_REQUIRED_ATTRS: Final = ("id", "source", "type")
-_CORE_ATTRS: Final = frozenset(("specversion", *_REQUIRED_ATTRS, *_OPTIONAL_ATTRS))
-_RESERVED_NAMES: Final = _CORE_ATTRS | {"data", "data_base64"}
+
+
 _TRACE_HEADERS: Final = ("traceparent", "tracestate")
 
 # Printable ASCII except space, double quote and percent stays as is (binding §3.1.3.2).
+
+
 _HEADER_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
+
+
 _PLAIN_HEADER = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*")
-_EXTENSION_NAME = re.compile(r"[a-z0-9]+")
-# Control characters are not allowed in CloudEvents strings (spec "Type System").
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_RFC3339 = re.compile(
-    r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})",
-)
-
-
-MAX_DEPTH: Final = 64
-"""Deepest nesting of objects and arrays accepted in an event (its data, or the whole
-structured-mode object); deeper is refused with reason ``too-deep`` before anything
-recursive (CEL, the log's encoder) sees it."""
-
-
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether ``value`` nests deeper than ``limit`` (walked level by level, no recursion)."""
-    level = [value]
-    depth = 0
-    while level:
-        depth += 1
-        if depth > limit:
-            return True
-        below: list[Any] = []
-        for node in level:
-            children = node.values() if type(node) is dict else node
-            if type(node) is dict or type(node) is list:
-                below += [c for c in children if type(c) is list or type(c) is dict]
-        level = below
-    return False
-
-
-def _json(payload: bytes, what: str) -> Any:
-    """``payload`` decoded as JSON, refused when it nests beyond ``MAX_DEPTH``."""
-    try:
-        value = msgspec.json.decode(payload)
-    except RecursionError:
-        value = None
-        deep = True
-    else:
-        # Fewer opening brackets than the limit cannot nest beyond it: most events
-        # are not walked at all.
-        deep = payload.count(b"[") + payload.count(b"{") > MAX_DEPTH and too_deep(value)
-    if deep:
-        raise InvalidCloudEvent(
-            "too-deep", f"{what} nests deeper than {MAX_DEPTH} levels ({len(payload):,} bytes)"
-        )
-    return value
-
-
-class InvalidCloudEvent(ValueError, InterlockError):
-    """A message that is not a valid CloudEvent 1.0.
-
-    Attributes:
-        reason: a short machine-readable slug (``missing-attribute``, ``bad-specversion``,
-            ``bad-attribute``, ``bad-extension-name``, ``bad-time``, ``bad-json``,
-            ``bad-header-encoding``, ``undecodable-data``, ``unencodable-data``,
-            ``unsupported-content-type``, ``too-deep``, ``bad-run-id``), fit for a metric
-            label or a dead-letter subject.
-    """
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class CloudEvent(msgspec.Struct, kw_only=True, frozen=True):
-    """One CloudEvent 1.0.
-
-    ``data`` is a JSON value, ``str`` or ``bytes`` (``None``: no data). ``extensions``
-    holds extension attributes such as ``runid``, ``actionid`` or ``traceparent``, each in
-    its canonical string form. Construction does not validate; ``decode_message`` and
-    ``from_dict`` do, and the encoders check extension names.
-    """
-
-    specversion: str = SPECVERSION
-    id: str
-    source: str
-    type: str
-    subject: str | None = None
-    time: str | None = None
-    datacontenttype: str | None = None
-    dataschema: str | None = None
-    data: Any = None
-    extensions: dict[str, str] = {}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The structured-mode JSON object: extensions flattened, bytes as ``data_base64``."""
-        obj: dict[str, Any] = {
-            "specversion": self.specversion,
-            "id": self.id,
-            "source": self.source,
-            "type": self.type,
-        }
-        for name in _OPTIONAL_ATTRS:
-            value = getattr(self, name)
-            if value is not None:
-                obj[name] = value
-        for name, value in self.extensions.items():
-            _check_extension_name(name)
-            obj[name] = value
-        data = self.data
-        if isinstance(data, bytes | bytearray | memoryview):
-            obj["data_base64"] = base64.b64encode(data).decode("ascii")
-        elif data is not None:
-            obj["data"] = data
-        return obj
-
-
-# --- encoding -------------------------------------------------------------------------
 
 
 def encode_structured(event: CloudEvent) -> tuple[dict[str, str], bytes]:
@@ -204,12 +112,12 @@ def encode_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
         "ce-source": _quote(event.source),
         "ce-type": _quote(event.type),
     }
-    for name in _OPTIONAL_ATTRS:
+    for name in OPTIONAL_ATTRS:
         value = getattr(event, name)
         if value is not None:
             headers[_CE_PREFIX + name] = _quote(value)
     for name, value in event.extensions.items():
-        _check_extension_name(name)
+        check_extension_name(name)
         headers[_CE_PREFIX + name] = _quote(value)
     ct = event.datacontenttype
     if (
@@ -279,46 +187,9 @@ def decode_message(headers: dict[str, str] | None, payload: bytes) -> CloudEvent
     return _decode_structured(payload)
 
 
-def from_dict(obj: Any) -> CloudEvent:
-    """Validate a structured-mode JSON object (as from ``to_dict``) into a CloudEvent."""
-    if not isinstance(obj, dict):
-        raise InvalidCloudEvent(
-            "bad-json", f"a structured CloudEvent is a JSON object, not {_json_kind(obj)}"
-        )
-    attrs: dict[str, str] = {}
-    extensions: dict[str, str] = {}
-    for name, value in obj.items():
-        if name in ("data", "data_base64") or value is None:
-            continue
-        if name in _CORE_ATTRS:
-            if not isinstance(value, str):
-                raise InvalidCloudEvent(
-                    "bad-attribute", f"attribute {name!r} must be a string, not {_json_kind(value)}"
-                )
-            attrs[name] = value
-        else:
-            extensions[name] = _extension_string(name, value)
-    data = obj.get("data")
-    encoded = obj.get("data_base64")
-    if encoded is not None:
-        if data is not None:
-            raise InvalidCloudEvent(
-                "undecodable-data", "the event carries both 'data' and 'data_base64'"
-            )
-        if not isinstance(encoded, str):
-            raise InvalidCloudEvent("undecodable-data", "'data_base64' must be a string")
-        try:
-            data = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise InvalidCloudEvent(
-                "undecodable-data", f"'data_base64' is not valid base64: {exc}"
-            ) from exc
-    return _build(attrs, extensions, data)
-
-
 def _decode_structured(payload: bytes) -> CloudEvent:
     try:
-        obj = _json(payload, "the structured CloudEvent")
+        obj = decode_json(payload, "the structured CloudEvent")
     except msgspec.DecodeError as exc:
         raise InvalidCloudEvent(
             "bad-json", f"structured CloudEvent payload is not valid JSON: {exc}"
@@ -334,7 +205,7 @@ def _decode_binary(lowered: dict[str, str], payload: bytes) -> CloudEvent:
             continue
         name = key[len(_CE_PREFIX) :]
         value = _unquote(key, raw)
-        if name in _CORE_ATTRS:
+        if name in CORE_ATTRS:
             attrs[name] = value
         elif name in ("data", "data_base64"):
             raise InvalidCloudEvent(
@@ -348,7 +219,7 @@ def _decode_binary(lowered: dict[str, str], payload: bytes) -> CloudEvent:
         if name not in extensions and name in lowered:
             extensions[name] = _unquote(name, lowered[name])
     data = _decode_data(attrs.get("datacontenttype"), payload, attrs.get("id"))
-    return _build(attrs, extensions, data)
+    return build_event(attrs, extensions, data)
 
 
 def _decode_data(content_type: str | None, payload: bytes, event_id: str | None) -> Any:
@@ -357,7 +228,7 @@ def _decode_data(content_type: str | None, payload: bytes, event_id: str | None)
     kind = _media_kind(content_type)
     if kind == "json":
         try:
-            return _json(payload, f"event {event_id!r}: data")
+            return decode_json(payload, f"event {event_id!r}: data")
         except msgspec.DecodeError as exc:
             raise InvalidCloudEvent(
                 "undecodable-data",
@@ -365,7 +236,7 @@ def _decode_data(content_type: str | None, payload: bytes, event_id: str | None)
             ) from exc
     if kind == "absent":
         try:
-            return _json(payload, f"event {event_id!r}: data")
+            return decode_json(payload, f"event {event_id!r}: data")
         except msgspec.DecodeError:
             pass
         try:
@@ -407,110 +278,3 @@ def _unquote(key: str, raw: str) -> str:
             "bad-header-encoding",
             f"header {key!r}: percent-encoded value is not valid UTF-8: {raw!r}",
         ) from exc
-
-
-def _extension_string(name: str, value: Any) -> str:
-    # JSON booleans and integers are the other extension types; keep their canonical string.
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    raise InvalidCloudEvent(
-        "bad-attribute",
-        f"extension attribute {name!r} must be a string, boolean or integer, "
-        f"not {_json_kind(value)}",
-    )
-
-
-def _check_extension_name(name: str) -> None:
-    if not _EXTENSION_NAME.fullmatch(name):
-        raise InvalidCloudEvent(
-            "bad-extension-name",
-            f"extension attribute name {name!r} must be lowercase letters and digits only",
-        )
-    if name in _RESERVED_NAMES:
-        raise InvalidCloudEvent(
-            "bad-extension-name",
-            f"{name!r} is a core attribute name and cannot be an extension",
-        )
-
-
-def _build(attrs: dict[str, str], extensions: dict[str, str], data: Any) -> CloudEvent:
-    specversion = attrs.get("specversion")
-    if specversion is None:
-        raise InvalidCloudEvent("missing-attribute", "required attribute 'specversion' is missing")
-    if specversion != SPECVERSION:
-        raise InvalidCloudEvent(
-            "bad-specversion",
-            f"specversion must be {SPECVERSION!r}, got {specversion!r}",
-        )
-    for name in _REQUIRED_ATTRS:
-        if not attrs.get(name):
-            raise InvalidCloudEvent(
-                "missing-attribute", f"required attribute {name!r} is missing or empty"
-            )
-    for name, value in attrs.items():
-        _check_string(name, value)
-    for name, value in extensions.items():
-        _check_extension_name(name)
-        _check_string(name, value)
-    if "runid" in extensions and not is_run_id(extensions["runid"]):
-        raise InvalidCloudEvent(
-            "bad-run-id", f"extension 'runid' is no run id: {InvalidRunId(extensions['runid'])}"
-        )
-    time = attrs.get("time")
-    if time is not None:
-        _check_time(time)
-    return CloudEvent(
-        specversion=specversion,
-        id=attrs["id"],
-        source=attrs["source"],
-        type=attrs["type"],
-        subject=attrs.get("subject"),
-        time=time,
-        datacontenttype=attrs.get("datacontenttype"),
-        dataschema=attrs.get("dataschema"),
-        data=data,
-        extensions=extensions,
-    )
-
-
-def _check_string(name: str, value: str) -> None:
-    if _CONTROL_CHARS.search(value):
-        raise InvalidCloudEvent(
-            "bad-attribute", f"attribute {name!r} contains a control character: {value!r}"
-        )
-
-
-def _check_time(value: str) -> None:
-    match = _RFC3339.fullmatch(value)
-    ok = match is not None
-    if match is not None:
-        date, hour_minute, second, _fraction, offset = match.groups()
-        # Python has no leap second; a :60 is valid RFC 3339, so check it as :59.
-        second = "59" if second == "60" else second
-        offset = "+00:00" if offset in ("Z", "z") else offset
-        try:
-            datetime.fromisoformat(f"{date}T{hour_minute}:{second}{offset}")
-        except ValueError:
-            ok = False
-    if not ok:
-        raise InvalidCloudEvent(
-            "bad-time", f"attribute 'time' must be an RFC 3339 timestamp, got {value!r}"
-        )
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if value is None:
-        return "null"
-    return type(value).__name__

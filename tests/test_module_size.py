@@ -39,9 +39,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "gateway/openapi.py:document": "not split yet: the REST API's OpenAPI document as data",
     "cli/replay_cmds.py:add_parsers": "not split yet: the argument parsers of five commands",
     "cli/creds.py:add_parsers": "not split yet: the argument parsers of the creds commands",
-    "sdk/worker.py:Worker._process": (
-        "not split yet: one task from delivery to ack, each outcome's acknowledgement"
-    ),
 }
 """Functions over ``MAX_FUNCTION_LINES`` lines (``module:qualified.name``), and why."""
 

@@ -501,26 +501,9 @@ class Worker:
                 flights.remove(flight)
                 if not flights:
                     self._flights.pop(action_id, None)
-            result = result_event(
-                request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
+            result, result_type, data = self._answer(
+                request, cap.name, result_type, data, js._nc.max_payload - ANSWER_HEADROOM
             )
-            size, limit = _answer_size(result), js._nc.max_payload - ANSWER_HEADROOM
-            if size > limit:
-                # It could never be sent: fail the attempt now, with the reason in the log,
-                # rather than let the run wait for an answer until its timeout.
-                result_type, data = failure(
-                    ErrorClass.PAYLOAD_TOO_LARGE,
-                    f"the answer of {cap.name} takes {size:,} bytes; the NATS server accepts "
-                    f"at most {limit:,} in one message",
-                )
-                log.error("%s: %s", request.action_id, data["error"]["message"])
-                result = result_event(
-                    request,
-                    worker_name=self.name,
-                    type=result_type,
-                    data=data,
-                    now=datetime.now(UTC),
-                )
             subject = subjects.result(cap.name, request.run_id)
             if await self._publish(js, subject, result, request.token):
                 ticker.cancel()
@@ -546,6 +529,29 @@ class Worker:
             self._notify_finished(
                 cap.name, action_id, outcome, error_class, time.monotonic() - started
             )
+
+    def _answer(
+        self, request: TaskRequest, capability: str, result_type: str, data: Any, limit: int
+    ) -> tuple[CloudEvent, str, Any]:
+        """The answer event, or a payload_too_large failure when it would be over ``limit``
+        bytes: it could never be sent, so the attempt fails now, with the reason in the log,
+        rather than let the run wait for an answer until its timeout."""
+        result = result_event(
+            request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
+        )
+        size = _answer_size(result)
+        if size <= limit:
+            return result, result_type, data
+        result_type, data = failure(
+            ErrorClass.PAYLOAD_TOO_LARGE,
+            f"the answer of {capability} takes {size:,} bytes; the NATS server accepts "
+            f"at most {limit:,} in one message",
+        )
+        log.error("%s: %s", request.action_id, data["error"]["message"])
+        result = result_event(
+            request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
+        )
+        return result, result_type, data
 
     def _contract(self, cap: Capability) -> CapabilityContract:
         declared = self._catalog.get(cap.name)

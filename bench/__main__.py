@@ -11,6 +11,7 @@ SUITES = {
     "runtime": "bench.runtime_bench",
     "replay": "bench.replay_bench",
     "client": "bench.client_bench",
+    "gateway": "bench.gateway_bench",
     "peers": "bench.peers_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""

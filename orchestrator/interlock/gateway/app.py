@@ -11,6 +11,7 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -18,6 +19,7 @@ from starlette.routing import Route
 from interlock.core.names import DNS_LABEL
 from interlock.gateway import events as http_events
 from interlock.gateway import webhooks
+from interlock.gateway.metrics import RequestMetrics
 from interlock.gateway.problems import Problem, http_error_handler, problem_handler
 from interlock.gateway.service import DEFAULT_MAX_BODY, Gateway
 from interlock.transport.cloudevents import InvalidCloudEvent
@@ -141,6 +143,7 @@ def build_app(gw: Gateway) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
+        middleware=[Middleware(RequestMetrics, routes=routes, registry=gw.metrics)],
         exception_handlers={
             Problem: problem_handler,
             HTTPException: http_error_handler,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -172,35 +173,58 @@ def _guard(
     return guarded
 
 
+# -- access ------------------------------------------------------------------------------
+
+Handler = Callable[[Request], Awaitable[Response]]
+GatewayHandler = Callable[[Request, "Gateway"], Awaitable[Response]]
+
+
+def _checked(
+    handler: GatewayHandler, check: Callable[[Gateway, Request], Awaitable[object]]
+) -> Handler:
+    @functools.wraps(handler)
+    async def call(request: Request) -> Response:
+        gw: Gateway = request.app.state.gateway
+        await check(gw, request)
+        return await handler(request, gw)
+
+    return call
+
+
+def reads(handler: GatewayHandler) -> Handler:
+    """A handler readers and operators may call (401/403 for others), given the gateway."""
+    return _checked(handler, lambda gw, request: gw.reader(request))
+
+
+def operates(what: str) -> Callable[[GatewayHandler], Handler]:
+    """A handler only operators may call; the 403 says the caller may not ``what``."""
+
+    def wrap(handler: GatewayHandler) -> Handler:
+        return _checked(handler, lambda gw, request: gw.operator(request, what))
+
+    return wrap
+
+
 # -- handlers ----------------------------------------------------------------------------
 
 
-def _gw(request: Request) -> Gateway:
-    gw: Gateway = request.app.state.gateway
-    return gw
-
-
-async def list_workflows(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def list_workflows(request: Request, gw: Gateway) -> Response:
     return json_view(await gw.api.workflows())
 
 
-async def get_workflow(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def get_workflow(request: Request, gw: Gateway) -> Response:
     return json_view(await gw.api.workflow(_name(request)))
 
 
-async def list_agents(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def list_agents(request: Request, gw: Gateway) -> Response:
     return json_view(await gw.api.agents())
 
 
-async def list_runs(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def list_runs(request: Request, gw: Gateway) -> Response:
     status = request.query_params.get("status")
     if status is not None and status not in RECORDED:
         raise Problem(400, "bad-parameter", f"status is one of {', '.join(RECORDED)}")
@@ -212,9 +236,8 @@ async def list_runs(request: Request) -> Response:
     return json_view(RunPage(runs=page, next_offset=offset + limit if more else None))
 
 
-async def start_run(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.operator(request, "start runs")
+@operates("start runs")
+async def start_run(request: Request, gw: Gateway) -> Response:
     req: StartRequest = await _json_body(gw, request, StartRequest)
     run_id = await gw.api.start(req.workflow, req.inputs, run_id=req.run_id)
     response = json_view(StartedResponse(run_id=run_id, workflow=req.workflow), 201)
@@ -222,15 +245,13 @@ async def start_run(request: Request) -> Response:
     return response
 
 
-async def get_run(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def get_run(request: Request, gw: Gateway) -> Response:
     return json_view(await gw.api.describe(request.path_params["run_id"]))
 
 
-async def get_result(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def get_result(request: Request, gw: Gateway) -> Response:
     run_id = request.path_params["run_id"]
     timeout = _seconds_param(request, "timeout", 0.0)
     if timeout <= 0:
@@ -242,9 +263,8 @@ async def get_result(request: Request) -> Response:
         return json_view(await gw.api.result(run_id))
 
 
-async def get_log(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def get_log(request: Request, gw: Gateway) -> Response:
     run_id = request.path_params["run_id"]
     limit = _int_param(request, "limit", 200, 1, 5000)
     offset = _int_param(request, "offset", 0, 0, 1 << 31)
@@ -261,12 +281,11 @@ async def get_log(request: Request) -> Response:
     )
 
 
-async def stream_log(request: Request) -> Response:
+@reads
+async def stream_log(request: Request, gw: Gateway) -> Response:
     """The log as Server-Sent Events: every record (from ``offset``), then each new one,
     until the run ends; ``id`` is the record's position, so a reconnecting EventSource
     (``Last-Event-ID``) resumes where it left off."""
-    gw = _gw(request)
-    await gw.reader(request)
     run_id = request.path_params["run_id"]
     start = _int_param(request, "offset", 0, 0, 1 << 31)
     last = request.headers.get("last-event-id", "")
@@ -313,18 +332,16 @@ async def stream_log(request: Request) -> Response:
     )
 
 
-async def cancel_run(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.operator(request, "cancel runs")
+@operates("cancel runs")
+async def cancel_run(request: Request, gw: Gateway) -> Response:
     req: CancelRequest = await _json_body(gw, request, CancelRequest)
     run_id = request.path_params["run_id"]
     cancelled = await gw.api.cancel(run_id, req.reason)
     return json_view(CancelResponse(run_id=run_id, cancelled=cancelled))
 
 
-async def signal_run(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.operator(request, "signal runs")
+@operates("signal runs")
+async def signal_run(request: Request, gw: Gateway) -> Response:
     body = await gw.body(request)
     try:
         data = msgspec.json.decode(body) if body.strip() else None
@@ -341,9 +358,8 @@ async def signal_run(request: Request) -> Response:
     return json_view(result)
 
 
-async def list_dead_letters(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def list_dead_letters(request: Request, gw: Gateway) -> Response:
     return json_view(await gw.api.dead_letters(request.query_params.get("reason")))
 
 
@@ -356,15 +372,13 @@ def _seq(request: Request) -> int:
     return int(raw)
 
 
-async def get_dead_letter(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.reader(request)
+@reads
+async def get_dead_letter(request: Request, gw: Gateway) -> Response:
     return json_view(await gw.api.dead_letter(_seq(request)))
 
 
-async def redrive_dead_letter(request: Request) -> Response:
-    gw = _gw(request)
-    await gw.operator(request, "redrive dead letters")
+@operates("redrive dead letters")
+async def redrive_dead_letter(request: Request, gw: Gateway) -> Response:
     seq = _seq(request)
     stored = await gw.api.redrive(seq)
     return json_view(RedriveResponse(seq=seq, stored=stored))

@@ -35,7 +35,7 @@ demo: install
 bench: install
 	$(BIN)/python -m bench
 
-# Mutation testing of the pure core: mutmut, one module at a time, one worker, against
+# Mutation testing of the pure core: mutmut, one run over the chosen modules, one worker, against
 # tests/core and tests/golden. Slow (tens of minutes for the engine), so not part of `make test`.
 # MODULES="state expr" limits it to some modules of interlock.core.
 mutation: install

@@ -133,3 +133,42 @@ def test_a_correlation_key_may_come_from_the_events_attributes_and_null_is_no_ke
     assert event_correlation_key(definition, lost) is None
     numbered = Incoming(type="parcel.lost", source="s", id="4", data={"ref": 42})
     assert event_correlation_key(definition, numbered) == "42"
+
+
+PARENT = ev.ParentRef(run_id="r-parent", action_id="r-parent:3", attempt=2)
+
+
+def test_a_child_runs_end_names_its_parent_however_it_ends() -> None:
+    """The parent's action is answered from the child's last record: completed, failed by
+    a ``fail`` state, failed by the engine (an expression, a budget) or cancelled."""
+
+    def child(n: object = 1) -> Run:
+        run = Run(compile_one(REVIEW), run_id="child")
+        run.start({"n": n}, parent=PARENT)
+        return run
+
+    completed = child()
+    completed.answer({"ok": True})
+    failed = child()
+    failed.answer({"ok": False})
+    broken = child()
+    broken.answer({"ok": "yes"})  # the guard fails closed, the second entry is taken
+    cancelled = child()
+    cancelled.cancel("no longer needed")
+    ends = [run.log[-1] for run in (completed, failed, broken, cancelled)]
+    assert [type(r) for r in ends] == [ev.RunCompleted, ev.RunFailed, ev.RunFailed, ev.RunCancelled]
+    assert [r.data.parent for r in ends] == [PARENT] * 4  # type: ignore[union-attr]
+    assert [r.data.state for r in ends] == ["done", "rejected", "rejected", "review"]  # type: ignore[union-attr]
+    # Failed by the engine: an output that cannot be rendered.
+    broken_output = compile_one(
+        REVIEW.replace(
+            "done: {type: terminal}", 'done: {type: terminal, outputs: {x: "{{ inputs.n.a }}"}}'
+        )
+    )
+    engine_failed = Run(broken_output, run_id="child")
+    engine_failed.start({"n": 1}, parent=PARENT)
+    engine_failed.answer({"ok": True})
+    end = engine_failed.log[-1]
+    assert isinstance(end, ev.RunFailed)
+    assert (end.data.state, end.data.parent) == ("done", PARENT)
+    assert end.data.error.error_class == "expression_error"

@@ -1,15 +1,18 @@
-"""Mutation testing of the pure core: mutmut, one core module at a time, against the core and
+"""Mutation testing of the pure core: mutmut on the core modules, against the core and
 golden tests, with one worker (the machines are small and shared).
 
-    make mutation                          # every module of interlock.core, one after another
+    make mutation                          # every module of interlock.core
     make mutation MODULES="state engine"   # some of them
+    .venv/bin/python tests/mutation/run.py --score-only   # the last run's scores again
 
-mutmut mutates code under ``./``, ``src/`` or ``source/`` only, so each module runs in a
-staged copy of the tree under ``.mutation/<module>/`` (``src/interlock`` is the package,
-the rest is what the tests read). Each run prints the module's score, and
-``.mutation/scores.json`` keeps the last score of every module and its surviving mutants
-(mutmut's own output is in ``.mutation/<module>/mutmut.log``). To see one:
-``cd .mutation/<module> && ../../.venv/bin/mutmut show <name>``.
+mutmut mutates code under ``./``, ``src/`` or ``source/`` only, so the run happens in a
+staged copy of the tree under ``.mutation/run/`` (``src/interlock`` is the package, the
+rest is what the tests read). All the chosen modules go through one mutmut run, so its
+stats and clean runs of the test selection are paid once. It prints each module's score,
+and ``.mutation/scores.json`` keeps the last score of every module and its surviving
+mutants (mutmut's own output is in ``.mutation/run/mutmut.log``; ``--score-only`` reads the
+scores of a run still going, too). To see a survivor:
+``cd .mutation/run && ../../.venv/bin/mutmut show <name>``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -62,9 +64,9 @@ def source_of(module: str) -> str:
     return "src/interlock/core/" + module.replace(".", "/") + ".py"
 
 
-def stage(module: str) -> Path:
+def stage(chosen: list[str]) -> Path:
     """A fresh copy of what the tests need, laid out as mutmut expects."""
-    here = WORK / module
+    here = WORK / "run"
     if here.exists():
         shutil.rmtree(here)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -80,7 +82,7 @@ def stage(module: str) -> Path:
         "",
         "[tool.mutmut]",
         'source_paths = ["src"]',
-        f"only_mutate = {json.dumps([source_of(module)])}",
+        f"only_mutate = {json.dumps([source_of(module) for module in chosen])}",
         f"pytest_add_cli_args_test_selection = {json.dumps(TESTS)}",
         f"also_copy = {json.dumps(READ_BY_TESTS)}",
         # The ordinary suite does not use these; mutants run with -p no:... to stay quiet.
@@ -119,50 +121,53 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="core modules (default: all)")
     parser.add_argument("--min-score", type=float, default=90.0)
+    parser.add_argument(
+        "--score-only",
+        action="store_true",
+        help="only read the scores of the last run (finished or not) again",
+    )
     args = parser.parse_args(argv)
     chosen = expand(args.modules) if args.modules else modules()
     unknown = sorted(set(chosen) - set(modules()))
     if unknown:
         parser.error(f"not core modules: {', '.join(unknown)} (known: {', '.join(modules())})")
-    mutmut = Path(sys.executable).with_name("mutmut")
     WORK.mkdir(exist_ok=True)
-    scores_file = WORK / "scores.json"
-    scores = json.loads(scores_file.read_text()) if scores_file.exists() else {}
-    low = []
-    for module in chosen:
-        here = stage(module)
-        began = time.monotonic()
-        print(f"== {module}: mutmut in {here.relative_to(ROOT)}", flush=True)
+    here = WORK / "run"
+    if not args.score_only:
+        # One mutmut run for all the modules: its stats and clean runs of the whole test
+        # selection, which take minutes, are paid once.
+        stage(chosen)
+        print(f"== mutmut on {', '.join(chosen)} in {here.relative_to(ROOT)}", flush=True)
         with (here / "mutmut.log").open("w") as log:
             done = subprocess.run(
-                [str(mutmut), "run", "--max-children", "1"],
+                [str(Path(sys.executable).with_name("mutmut")), "run", "--max-children", "1"],
                 cwd=here,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 check=False,
             )
-        result = score(here, module)
-        if done.returncode != 0 and result["mutants"]:
+        # mutmut stops with an error when it made no mutant at all (modules of enums and
+        # constants, which it leaves alone): then there is nothing to score.
+        if done.returncode != 0 and any(score(here, m)["mutants"] for m in chosen):
             print((here / "mutmut.log").read_text()[-3000:])
             return done.returncode
-        # mutmut stops with an error when it made no mutant at all (a module of enums and
-        # constants, which it leaves alone): nothing to score, go on with the next module.
-        result["seconds"] = round(time.monotonic() - began)
-        scores[module] = result
-        scores_file.write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
-        print(
-            f"== {module}: {result['killed']}/{result['mutants']} killed, "
-            f"score {result['score']}%, {len(result['survivors'])} survivors "  # type: ignore[arg-type]
-            f"({result['seconds']} s)",
-            flush=True,
-        )
-        if result["score"] is not None and result["score"] < args.min_score:  # type: ignore[operator]
-            low.append(module)
-    print("\nmodule         mutants  killed  score")
+    scores_file = WORK / "scores.json"
+    scores = json.loads(scores_file.read_text()) if scores_file.exists() else {}
+    low = []
+    print("\nmodule               mutants  killed  score   survivors")
     for module in chosen:
-        r = scores[module]
+        r = score(here, module)
+        scores[module] = r
         shown = f"{r['score']}%" if r["mutants"] else "no mutants"
-        print(f"{module:<14} {r['mutants']:>7} {r['killed']:>7}  {shown}")
+        pending = r["outcomes"].get("exit None", 0)  # type: ignore[attr-defined]
+        note = f" ({pending} not run yet)" if pending else ""
+        print(
+            f"{module:<20} {r['mutants']:>7} {r['killed']:>7}  {shown:<7} "
+            f"{len(r['survivors'])}{note}"  # type: ignore[arg-type]
+        )
+        if r["score"] is not None and r["score"] < args.min_score:  # type: ignore[operator]
+            low.append(module)
+    scores_file.write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
     if low:
         print(f"below {args.min_score}%: {', '.join(low)}")
         return 1

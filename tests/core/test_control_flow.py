@@ -8,7 +8,7 @@ from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
-from interlock.core.definition import CapabilityDef, link
+from interlock.core.definition import CapabilityDef, RetryPolicy, link
 from interlock.core.engine import (
     Incoming,
     backoff_seconds,
@@ -640,3 +640,36 @@ def test_a_map_out_of_action_budget_fails_the_run_once() -> None:
     cancelled = run.log[-2]
     assert isinstance(cancelled, ev.ActionCancelled)
     assert cancelled.data.reason == "run failed: budget_exceeded"
+
+
+def test_link_reaches_the_actions_of_maps_loops_and_parallel_states_only_where_unset() -> None:
+    capabilities = {
+        "lint": CapabilityDef("lint", timeout_s=7, max_retries=1),
+        "status": CapabilityDef("status", timeout_s=9),  # no retries: no policy
+        "test": CapabilityDef("test", timeout_s=11, max_retries=4),
+        "fetch": CapabilityDef("fetch", timeout_s=5, max_retries=2),
+    }
+    mapped = link(compile_one(MAP % "all"), capabilities).states["lint"].map
+    assert mapped is not None
+    assert (mapped.action.timeout_s, mapped.action.retry) == (7, RetryPolicy(max_attempts=2))
+    looped = link(compile_one(LOOP), capabilities).states["poll"].loop
+    assert looped is not None
+    assert (looped.action.timeout_s, looped.action.retry) == (9, None)
+    parallel = link(compile_one(PARALLEL % "all"), capabilities).states["checks"].map
+    assert parallel is not None
+    assert [(b.capability, b.timeout_s, b.retry) for b in parallel.branches] == [
+        ("lint", 7, RetryPolicy(max_attempts=2)),
+        ("test", 11, RetryPolicy(max_attempts=5)),
+        ("scan", None, None),  # no AgentDef known for it: left as written
+    ]
+    # A policy written in the manifest stays; a child workflow's action takes nothing.
+    [explicit] = link(compile_one(FETCH), capabilities).states["fetch"].actions
+    assert explicit.retry is not None
+    assert (explicit.timeout_s, explicit.retry.max_attempts) == (30, 3)
+    child = compile_one(
+        FETCH.replace("- capability: fetch", "- workflow: fetch").replace(
+            "          timeout: 30s\n", ""
+        )
+    )
+    [untouched] = link(child, capabilities).states["fetch"].actions
+    assert untouched.timeout_s is None

@@ -537,3 +537,26 @@ def test_empty_file_has_nothing_to_report() -> None:
     assert compiled.ok
     assert compiled.workflows == []
     assert compiled.agents == []
+
+
+def test_a_wrong_type_names_what_was_expected_and_what_was_given() -> None:
+    """The message says the expected types in the manifest's words (a mapping, a list),
+    the alternatives of a union joined with "or", and null never among them."""
+    found = diagnostics(
+        """\
+        apiVersion: interlock.io/v1
+        kind: AgentDef
+        metadata: {name: a, version: [1]}
+        spec:
+          capabilities:
+            - {name: echo, input_schema: [1], description: {a: 1}}
+            - {name: other, output_schema: text, description: 7}
+        """
+    )
+    assert [f"{d.line}:{d.col} {d.rule}: {d.message}" for d in found] == [
+        "3:30 wrong-type: metadata.version must be string or integer or number, got list",
+        "6:34 wrong-type: spec.capabilities.0.input_schema must be a mapping, got list",
+        "6:52 wrong-type: spec.capabilities.0.description must be string, got mapping",
+        "7:36 wrong-type: spec.capabilities.1.output_schema must be a mapping, got string",
+        "7:55 wrong-type: spec.capabilities.1.description must be string, got int",
+    ]

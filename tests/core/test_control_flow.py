@@ -673,3 +673,10 @@ def test_link_reaches_the_actions_of_maps_loops_and_parallel_states_only_where_u
     )
     [untouched] = link(child, capabilities).states["fetch"].actions
     assert untouched.timeout_s is None
+
+
+def test_the_capabilities_a_workflow_needs_include_its_maps_loops_and_parallel_actions() -> None:
+    assert compile_one(MAP % "all").capabilities() == {"lint"}
+    assert compile_one(LOOP).capabilities() == {"status"}
+    assert compile_one(PARALLEL % "all").capabilities() == {"lint", "test", "scan"}
+    assert compile_one(FETCH).capabilities() == {"fetch"}

@@ -199,3 +199,17 @@ def test_an_item_requested_outside_a_map_folds_as_a_plain_pending_action() -> No
     assert after.map is None
     assert after.pending["r:8"].item == 4
     assert after.next_action == 1
+
+
+def test_a_stored_batch_decodes_from_bytes_or_text_whitespace_and_all() -> None:
+    """A decision is stored as a JSON array of records; one record alone (an object) is
+    read too, and so is text that starts with whitespace."""
+    records = ev.decode_lines((GOLDEN / "code-review-cancelled.jsonl").read_bytes())
+    batch = ev.encode_batch(records[:3])
+    assert ev.decode_batch(batch) == records[:3]
+    assert ev.decode_batch(b" \n" + batch + b"\n") == records[:3]
+    assert ev.decode_batch(batch.decode()) == records[:3]
+    assert ev.decode_batch("\t" + batch.decode()) == records[:3]
+    single = ev.encode(records[0])
+    assert ev.decode_batch(single) == [records[0]]
+    assert ev.decode_batch(single.decode() + " ") == [records[0]]

@@ -560,3 +560,55 @@ def test_a_wrong_type_names_what_was_expected_and_what_was_given() -> None:
         "7:36 wrong-type: spec.capabilities.1.output_schema must be a mapping, got string",
         "7:55 wrong-type: spec.capabilities.1.description must be string, got int",
     ]
+
+
+def test_errors_inside_optional_sections_name_the_section_and_the_rest_is_still_checked() -> None:
+    """``map`` and ``timeout`` are optional: an error inside one is reported at the key
+    that is wrong in it, not as "the section is not null"; unknown keys are dropped so the
+    rules of the state machine still run on the rest of the document."""
+    states = """\
+        apiVersion: interlock.io/v1
+        kind: Workflow
+        metadata: {name: w}
+        spec:
+          initial_state: work
+          states:
+            work:
+              %s
+              timeout: %s
+              on: [{event: task.completed, goto: done, when: now}]
+            orphan: {on: [{event: x, goto: done}]}
+            done: {type: terminal}
+        """
+    missing = diagnostics(
+        states % ('map: {over: "[1]", action: {capability: echo}}', "{after: 5s}")
+    )
+    assert [f"{d.line}:{d.col} {d.rule}: {d.message}" for d in missing] == [
+        "8:12 missing-field: spec.states.work.map: 'as' is a required property",
+        "9:16 missing-field: spec.states.work.timeout: 'goto' is a required property",
+        "10:48 unknown-key: unknown key 'when' in spec.states.work.on.0 "
+        "(allowed: description, event, goto, guard, set)",
+    ]
+    unknown = diagnostics(
+        states
+        % (
+            'map: {over: "[1]", as: x, action: {capability: echo, colour: red}, extra: 1}',
+            "{after: 5s, goto: done}",
+        )
+    )
+    assert [f"{d.line}:{d.col} {d.rule}" for d in unknown] == [
+        "8:60 unknown-key",
+        "8:74 unknown-key",
+        "10:48 unknown-key",
+        "11:5 unreachable-state",
+    ]
+    assert "'colour' in spec.states.work.map.action (allowed: capability," in unknown[0].message
+    assert unknown[1].message == (
+        "unknown key 'extra' in spec.states.work.map "
+        "(allowed: action, as, completion, over, parallelism)"
+    )
+    wrong = diagnostics(states % ("actions: [{capability: echo}]", "{after: 5, goto: done}"))
+    first = wrong[0]
+    assert f"{first.line}:{first.col} {first.message}" == (
+        "9:24 spec.states.work.timeout.after must be string, got int"
+    )

@@ -40,6 +40,7 @@ __all__ = [
     "SignalResult",
     "StartedRun",
     "TimerView",
+    "TransitionView",
     "WaitView",
     "WorkerView",
     "WorkflowDetail",
@@ -283,6 +284,22 @@ class WorkflowSummary(msgspec.Struct, frozen=True, kw_only=True):
     """The event types that start it."""
 
 
+class TransitionView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One way out of a state, for drawing the state machine: an ``on`` entry
+    (``on[index]``), a ``catch`` of error classes or a state ``timeout`` (the run's
+    deadline is not drawn: it leaves every state)."""
+
+    from_state: str = msgspec.field(name="from")
+    to_state: str = msgspec.field(name="to")
+    kind: str
+    """``on``, ``catch`` or ``timeout``."""
+    event: str = ""
+    """The event an ``on`` entry waits for; the error classes of a ``catch``."""
+    guard: str | None = None
+    index: int | None = None
+    """An ``on`` entry's position in its state (``transition`` in the log's records)."""
+
+
 class WorkflowDetail(msgspec.Struct, frozen=True, kw_only=True):
     """One workflow: its versions and the newest manifest (``interlock get workflow``)."""
 
@@ -297,6 +314,10 @@ class WorkflowDetail(msgspec.Struct, frozen=True, kw_only=True):
     states: list[str] = []
     initial_state: str = ""
     manifest: dict[str, Any] = {}
+    kinds: dict[str, str] = {}
+    """Each state's kind (``task``, ``terminal``, ``human_in_the_loop``, ``map``...)."""
+    transitions: list[TransitionView] = []
+    """Every way from one state to another (what a diagram draws)."""
 
 
 class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):
@@ -539,7 +560,36 @@ def workflow_detail(
         states=list(definition.states),
         initial_state=definition.initial_state,
         manifest=_plain(definition.manifest),
+        kinds={name: state.kind for name, state in definition.states.items()},
+        transitions=transitions_of(definition),
     )
+
+
+def transitions_of(definition: Definition) -> list[TransitionView]:
+    """Every edge of the state machine, state by state in the manifest's order."""
+    out: list[TransitionView] = []
+    for name, state in definition.states.items():
+        for t in state.transitions:
+            guard = t.guard.source if t.guard is not None else None
+            out.append(
+                TransitionView(
+                    from_state=name,
+                    to_state=t.goto,
+                    kind="on",
+                    event=t.event,
+                    guard=guard,
+                    index=t.index,
+                )
+            )
+        for c in state.catches:
+            out.append(
+                TransitionView(
+                    from_state=name, to_state=c.goto, kind="catch", event=",".join(sorted(c.errors))
+                )
+            )
+        if state.timeout is not None:
+            out.append(TransitionView(from_state=name, to_state=state.timeout.goto, kind="timeout"))
+    return out
 
 
 def _plain(value: Any) -> Any:

@@ -118,6 +118,7 @@ async def _start_gateway(
     url: str, auth: DevAuth | None, data_dir: Path, port: int, stop: asyncio.Event
 ) -> asyncio.Task[None] | None:
     """The HTTP gateway on 127.0.0.1, on its own connection (the operator's credentials)."""
+    from interlock.console import ConsoleConfig
     from interlock.gateway.app import serve_gateway
 
     opts = ConnectOptions.resolve(
@@ -131,7 +132,13 @@ async def _start_gateway(
     async def serve() -> None:
         try:
             await serve_gateway(
-                nc, subjects, host="127.0.0.1", port=port, stop=stop, started=started
+                nc,
+                subjects,
+                host="127.0.0.1",
+                port=port,
+                console=ConsoleConfig.from_environment(),
+                stop=stop,
+                started=started,
             )
         finally:
             await nc.close()
@@ -150,6 +157,7 @@ async def _start_gateway(
     url = started.result()
     print(f"HTTP gateway at {url} (operator token in {token})", flush=True)
     print(f"export INTERLOCK_HTTP={url}", flush=True)
+    print(f"web console at {url}/ui/ (sign in with that token)", flush=True)
     return task
 
 

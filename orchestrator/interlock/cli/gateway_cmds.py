@@ -53,6 +53,14 @@ def add_parsers(sub: Sub) -> None:
         metavar="BYTES",
         help="largest request body taken (default 1048576)",
     )
+    p.add_argument("--no-console", action="store_true", help="do not serve the web console at /ui/")
+    p.add_argument(
+        "--trace-url",
+        default=None,
+        metavar="TEMPLATE",
+        help="the console's link to a run's trace, with {trace_id} and {run_id} "
+        "(env INTERLOCK_TRACE_URL)",
+    )
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
     p.set_defaults(func=cmd_gateway)
@@ -84,6 +92,7 @@ def add_parsers(sub: Sub) -> None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
+    from interlock.console import ConsoleConfig
     from interlock.gateway.app import serve_gateway
     from interlock.gateway.service import DEFAULT_MAX_BODY
     from interlock.transport.httpserver import is_loopback
@@ -98,6 +107,11 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     opts = options(args)
     if opts.name is None:
         opts.name = "interlock gateway"
+    console = None
+    if not args.no_console:
+        console = ConsoleConfig.from_environment()
+        if args.trace_url:
+            console = ConsoleConfig(trace_url=args.trace_url)
 
     async def go() -> None:
         nc = await connect(opts)
@@ -113,6 +127,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
                         port=port,
                         open_mode=args.open,
                         max_body=args.max_body or DEFAULT_MAX_BODY,
+                        console=console,
                         stop=stop,
                         started=started,
                     )

@@ -19,6 +19,7 @@ from interlock.client.errors import (
     InvalidManifest,
     UnknownAgent,
     UnknownRun,
+    UnknownWorkflow,
     no_stream_is_no_run,
 )
 from interlock.core import events as ev
@@ -200,13 +201,23 @@ class Client:
         ]
         return sorted(out, key=lambda w: (w.namespace, w.name))
 
-    async def workflow(self, name: str) -> WorkflowDetail:
-        """One workflow (``name`` or ``namespace/name``): its versions and newest manifest.
+    async def workflow(self, name: str, version: int | None = None) -> WorkflowDetail:
+        """One workflow (``name`` or ``namespace/name``): its versions and the manifest of
+        ``version`` (default: the newest).
 
         Raises:
-            UnknownWorkflow: not applied (or deleted).
+            UnknownWorkflow: not applied (or deleted), or no such version stored.
         """
-        definition, version = await catalog.latest(self._ops, name)
+        if version is not None:
+            namespace, _, short = name.rpartition("/")
+            try:
+                definition = await self._ops.registry.definition(
+                    namespace or "default", short, version
+                )
+            except (BucketNotFoundError, NotFoundError):
+                raise UnknownWorkflow(f"workflow {name} version {version} is not applied") from None
+        else:
+            definition, version = await catalog.latest(self._ops, name)
         versions = await catalog.versions(self._ops, definition.namespace, definition.name)
         return workflow_detail(definition, version, versions or [version])
 

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from interlock.console import ConsoleConfig
 from interlock.core.names import DNS_LABEL
 from interlock.gateway import events as http_events
 from interlock.gateway import webhooks
@@ -129,7 +130,12 @@ async def openapi(request: Request) -> Response:
     return json_response(document())
 
 
-def build_app(gw: Gateway) -> Starlette:
+DEFAULT_CONSOLE = ConsoleConfig()
+
+
+def build_app(gw: Gateway, console: ConsoleConfig | None = DEFAULT_CONSOLE) -> Starlette:
+    """The gateway's routes; with ``console``, the web console at ``/ui/`` too."""
+    from interlock import console as web_console
     from interlock.gateway import rest
 
     routes = [
@@ -141,6 +147,8 @@ def build_app(gw: Gateway) -> Starlette:
         Route("/openapi.json", openapi, methods=["GET"]),
         *rest.routes(),
     ]
+    if console is not None:
+        routes += web_console.routes(console)
     app = Starlette(
         routes=routes,
         middleware=[Middleware(RequestMetrics, routes=routes, registry=gw.metrics)],
@@ -165,17 +173,19 @@ async def serve_gateway(
     port: int,
     open_mode: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
+    console: ConsoleConfig | None = DEFAULT_CONSOLE,
     stop: asyncio.Event,
     started: asyncio.Future[str] | None = None,
 ) -> None:
-    """Serve the gateway on ``host:port`` until ``stop`` is set."""
+    """Serve the gateway on ``host:port`` until ``stop`` is set (with the web console at
+    ``/ui/`` unless ``console`` is None)."""
     from interlock.transport.httpserver import HttpServer, is_loopback
 
     if open_mode and not is_loopback(host):
         raise ValueError(f"open mode listens on loopback only, not on {host}")
     gateway = Gateway(nc, subjects, open_mode=open_mode, max_body=max_body)
     await gateway.start()
-    server = HttpServer(build_app(gateway), port, host=host)
+    server = HttpServer(build_app(gateway, console), port, host=host)
     try:
         await server.start()
         log.info("HTTP gateway on %s%s", server.url, " (open: no credentials)" if open_mode else "")

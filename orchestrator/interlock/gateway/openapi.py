@@ -95,6 +95,12 @@ _SEQ = _param(
     {"type": "integer", "minimum": 1, "maximum": rest.MAX_SEQ},
     "A dead letter's sequence.",
 )
+_VERSION = _param(
+    "version",
+    "query",
+    {"type": "integer", "minimum": 1, "maximum": 1 << 31},
+    "A stored version (default: the newest).",
+)
 _READ: list[dict[str, list[str]]] = [{"bearer": []}]
 
 
@@ -185,6 +191,18 @@ def document() -> dict[str, Any]:
                 {"enum": list(RECORDED)},
                 "Only this status.",
             ),
+            _param(
+                "since",
+                "query",
+                {"type": "string"},
+                "Only runs started at or after this RFC 3339 UTC time (or date).",
+            ),
+            _param(
+                "until",
+                "query",
+                {"type": "string"},
+                "Only runs started before this RFC 3339 UTC time (or date).",
+            ),
             _LIMIT,
             _OFFSET,
         ],
@@ -248,9 +266,9 @@ def document() -> dict[str, Any]:
         },
         "/workflows/{name}": {
             "get": _op(
-                "One workflow: its versions and newest manifest",
+                "One workflow: its versions and a version's manifest (default the newest)",
                 {"200": _json(_ref("WorkflowDetail"))},
-                params=[_WORKFLOW_NAME],
+                params=[_WORKFLOW_NAME, _VERSION],
                 tag="workflows",
                 errors=(401, 403, 404),
             )
@@ -259,7 +277,7 @@ def document() -> dict[str, Any]:
             "get": _op(
                 "One workflow of a namespace",
                 {"200": _json(_ref("WorkflowDetail"))},
-                params=[_NAMESPACE, _WORKFLOW_NAME],
+                params=[_NAMESPACE, _WORKFLOW_NAME, _VERSION],
                 tag="workflows",
                 errors=(401, 403, 404),
             )
@@ -331,6 +349,42 @@ def document() -> dict[str, Any]:
                     **_errors(400, 401, 403, 404),
                 },
             }
+        },
+        "/runs/{run_id}/explain": {
+            "get": _op(
+                "Why the run went where it went, step by step (each guard weighed, with the "
+                "values it read), and what would move it now (interlock explain --json)",
+                {"200": _json({"type": "object"})},
+                params=[
+                    _RUN_ID,
+                    _param(
+                        "at",
+                        "query",
+                        {"type": "integer", "minimum": 1, "maximum": 1 << 31},
+                        "Explain only the step holding this record (1-based).",
+                    ),
+                ],
+                tag="runs",
+                errors=(400, 401, 403, 404),
+            )
+        },
+        "/runs/{run_id}/replay": {
+            "get": _op(
+                "What another stored version would have done with the run's recorded "
+                "inputs (interlock replay --json); nothing is written",
+                {"200": _json({"type": "object"})},
+                params=[
+                    _RUN_ID,
+                    _param(
+                        "against",
+                        "query",
+                        {"type": "string", "pattern": "^([0-9]+|[-a-z0-9/]+@[0-9]+)$"},
+                        "A version (3) or WORKFLOW@VERSION.",
+                    ),
+                ],
+                tag="runs",
+                errors=(400, 401, 403, 404),
+            )
         },
         "/runs/{run_id}/cancel": {
             "post": _op(

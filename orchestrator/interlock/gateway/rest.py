@@ -215,7 +215,10 @@ async def list_workflows(request: Request, gw: Gateway) -> Response:
 
 @reads
 async def get_workflow(request: Request, gw: Gateway) -> Response:
-    return json_view(await gw.api.workflow(_name(request)))
+    version = None
+    if "version" in request.query_params:
+        version = _int_param(request, "version", 1, 1, 1 << 31)
+    return json_view(await gw.api.workflow(_name(request), version))
 
 
 @reads
@@ -231,6 +234,14 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
     limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(request, "offset", 0, 0, 1 << 31)
     found = await gw.api.runs(workflow=request.query_params.get("workflow"), status=status)
+    since, until = request.query_params.get("since"), request.query_params.get("until")
+    if since or until:
+        # RFC 3339 UTC times compare as text; a date alone ("2026-12-01") works too.
+        found = [
+            r
+            for r in found
+            if (not since or r.started_at >= since) and (not until or r.started_at < until)
+        ]
     page = found[offset : offset + limit]
     more = offset + limit < len(found)
     return json_view(RunPage(runs=page, next_offset=offset + limit if more else None))
@@ -332,6 +343,38 @@ async def stream_log(request: Request, gw: Gateway) -> Response:
     )
 
 
+@reads
+async def explain_run(request: Request, gw: Gateway) -> Response:
+    """Why the run went where it went, step by step (every guard weighed, with the values
+    it read), and what would move it now: ``interlock explain --json``."""
+    at = None
+    if "at" in request.query_params:
+        at = _int_param(request, "at", 1, 1, 1 << 31)
+    try:
+        return json_view(await gw.api.explain(request.path_params["run_id"], at=at))
+    except ValueError as exc:
+        raise Problem(400, "bad-parameter", str(exc)) from exc
+
+
+@reads
+async def replay_run(request: Request, gw: Gateway) -> Response:
+    """What another version would have done with the run's recorded inputs
+    (``interlock replay RUN_ID --against VERSION --json``); nothing is written."""
+    raw = request.query_params.get("against", "")
+    # Only stored versions: a bare string would name a manifest file on this host.
+    against: int | str
+    if raw.isdigit():
+        against = int(raw)
+    elif "@" in raw:
+        against = raw
+    else:
+        raise Problem(400, "bad-parameter", "against is a version (3) or WORKFLOW@VERSION")
+    try:
+        return json_view(await gw.api.replay(request.path_params["run_id"], against))
+    except ValueError as exc:
+        raise Problem(400, "bad-parameter", str(exc)) from exc
+
+
 @operates("cancel runs")
 async def cancel_run(request: Request, gw: Gateway) -> Response:
     req: CancelRequest = await _json_body(gw, request, CancelRequest)
@@ -397,6 +440,8 @@ def routes() -> list[BaseRoute]:
         ("/runs/{run_id}/result", get_result, get),
         ("/runs/{run_id}/log", get_log, get),
         ("/runs/{run_id}/log/stream", stream_log, get),
+        ("/runs/{run_id}/explain", explain_run, get),
+        ("/runs/{run_id}/replay", replay_run, get),
         ("/runs/{run_id}/cancel", cancel_run, post),
         ("/runs/{run_id}/signals/{name}", signal_run, post),
         ("/dead-letters", list_dead_letters, get),

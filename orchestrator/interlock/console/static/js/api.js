@@ -1,0 +1,134 @@
+// The gateway's REST API and its live log stream, with the caller's bearer token.
+// Everything the console shows comes through here.
+
+const KEY = "interlock.token";
+// The console is served at <gateway>/ui/; the API is the gateway's root.
+export const BASE = new URL("../", document.baseURI);
+
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem?.detail || problem?.title || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem || {};
+  }
+}
+
+export function token() {
+  return sessionStorage.getItem(KEY) || "";
+}
+
+export function setToken(value) {
+  if (value) sessionStorage.setItem(KEY, value);
+  else sessionStorage.removeItem(KEY);
+}
+
+function headers(extra) {
+  const out = { Accept: "application/json", ...extra };
+  const t = token();
+  if (t) out.Authorization = `Bearer ${t}`;
+  return out;
+}
+
+export function url(path, params) {
+  const u = new URL(path.replace(/^\//, ""), BASE);
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v !== undefined && v !== null && v !== "") u.searchParams.set(k, v);
+  }
+  return u;
+}
+
+// GET (or another method with a JSON body); the decoded answer, or an ApiError.
+export async function api(path, { params, method = "GET", body, signal } = {}) {
+  const init = { method, headers: headers(), signal };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const r = await fetch(url(path, params), init);
+  const text = await r.text();
+  let data = null;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = { detail: text };
+    }
+  }
+  if (!r.ok) {
+    const err = new ApiError(r.status, data);
+    if (r.status === 401) document.dispatchEvent(new CustomEvent("interlock:unauthenticated"));
+    throw err;
+  }
+  return data;
+}
+
+// The run's log as Server-Sent Events from `offset`: onRecord(record, position) for each
+// record, onEnd() when the run has ended. EventSource cannot send a bearer token, so the
+// stream is read with fetch; a dropped connection is resumed from the last position.
+export function follow(runId, offset, { onRecord, onEnd }) {
+  const abort = new AbortController();
+  let next = offset;
+  let tries = 0;
+  async function read() {
+    const r = await fetch(url(`/runs/${encodeURIComponent(runId)}/log/stream`, { offset: next }), {
+      headers: headers({ Accept: "text/event-stream" }),
+      signal: abort.signal,
+    });
+    if (!r.ok) throw new ApiError(r.status, null);
+    tries = 0;
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return false;
+      buffer += value;
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        let id = null;
+        let kind = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("id: ")) id = Number(line.slice(4));
+          else if (line.startsWith("event: ")) kind = line.slice(7);
+          else if (line.startsWith("data: ")) data.push(line.slice(6));
+        }
+        if (kind === "end") {
+          onEnd?.();
+          return true;
+        }
+        if (id !== null && data.length) {
+          next = id + 1;
+          onRecord(JSON.parse(data.join("\n")), id);
+        }
+      }
+    }
+  }
+  (async () => {
+    while (!abort.signal.aborted) {
+      try {
+        if (await read()) return;
+      } catch (e) {
+        if (abort.signal.aborted) return;
+        if (e instanceof ApiError && e.status < 500) return;
+      }
+      tries += 1;
+      await new Promise((done) => setTimeout(done, Math.min(500 * 2 ** tries, 10000)));
+    }
+  })();
+  return () => abort.abort();
+}
+
+let settings = null;
+export async function config() {
+  if (settings === null) {
+    try {
+      const r = await fetch(new URL("config.json", document.baseURI));
+      settings = r.ok ? await r.json() : {};
+    } catch {
+      settings = {};
+    }
+  }
+  return settings;
+}

@@ -1,0 +1,166 @@
+// Runs: the run index as a table, filtered, paged, refreshed live.
+import { api, ApiError } from "./api.js";
+import { add, between, duration, errorBox, h, status, table, timeCell } from "./dom.js";
+
+const STATUSES = ["running", "completed", "failed", "cancelled"];
+const LIMIT = 50;
+const REFRESH_MS = 3000;
+
+export async function runsPage(root, _arg, params, current) {
+  const workflows = await api("/workflows");
+  const filters = {
+    workflow: params.get("workflow") || "",
+    status: params.get("status") || "",
+    since: params.get("since") || "",
+    until: params.get("until") || "",
+    offset: Number(params.get("offset") || 0),
+  };
+
+  const select = (name, label, options) =>
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: `f-${name}` }, label),
+      h(
+        "select",
+        { id: `f-${name}`, name },
+        h("option", { value: "" }, "any"),
+        options.map((o) => h("option", { value: o, selected: filters[name] === o }, o)),
+      ),
+    );
+  const dateField = (name, label) =>
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: `f-${name}` }, label),
+      h("input", { id: `f-${name}`, name, type: "date", value: filters[name].slice(0, 10) }),
+    );
+  const names = workflows.map((w) => (w.namespace === "default" ? w.name : `${w.namespace}/${w.name}`));
+  const form = h(
+    "form",
+    { class: "filters", role: "search", "aria-label": "Filter runs" },
+    select("workflow", "Workflow", names),
+    select("status", "Status", STATUSES),
+    dateField("since", "Started on or after"),
+    dateField("until", "Started before"),
+  );
+  const search = h(
+    "form",
+    { class: "filters", role: "search", "aria-label": "Find a run by id" },
+    h(
+      "div",
+      { class: "field grow" },
+      h("label", { for: "run-id" }, "Run id"),
+      h("input", { id: "run-id", name: "run", type: "search", placeholder: "r8dafb…", spellcheck: "false" }),
+    ),
+    h("button", { type: "submit" }, "Open run"),
+  );
+  const searchNote = h("p", { class: "note", role: "status" });
+  search.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const id = search.elements.run.value.trim();
+    if (!id) return;
+    try {
+      await api(`/runs/${encodeURIComponent(id)}`);
+      location.hash = `#/runs/${encodeURIComponent(id)}`;
+    } catch (e) {
+      searchNote.textContent = e instanceof ApiError && e.status === 404 ? `No run ${id}.` : e.message;
+    }
+  });
+  const live = h("input", { id: "live", type: "checkbox", checked: true });
+  const listing = h("div", { id: "runs-listing" });
+  const pager = h("nav", { class: "pager", "aria-label": "Pages of runs" });
+  add(root, 
+    h("div", { class: "title-row" }, h("h1", {}, "Runs"), h("label", { class: "live" }, live, " Live updates")),
+    form,
+    search,
+    searchNote,
+    listing,
+    pager,
+  );
+
+  let inFlight = null;
+  async function load() {
+    inFlight?.abort();
+    inFlight = new AbortController();
+    const query = {
+      workflow: filters.workflow,
+      status: filters.status,
+      since: filters.since,
+      until: filters.until,
+      limit: LIMIT,
+      offset: filters.offset || undefined,
+    };
+    let page;
+    try {
+      page = await api("/runs", { params: query, signal: inFlight.signal });
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      listing.replaceChildren(errorBox(e));
+      return;
+    }
+    if (!current()) return;
+    const now = Date.now();
+    const rows = page.runs.map((r) => [
+      h("a", { href: `#/runs/${encodeURIComponent(r.run_id)}`, class: "mono" }, r.run_id),
+      r.namespace === "default" ? r.workflow : `${r.namespace}/${r.workflow}`,
+      `v${r.version}`,
+      status(r.status),
+      r.state,
+      timeCell(r.started_at),
+      duration(r.status === "running" ? now - new Date(r.started_at).getTime() : between(r.started_at, r.updated_at)),
+    ]);
+    listing.replaceChildren(
+      table("!Runs, newest first", ["Run", "Workflow", "Version", "Status", "State", "Started", "Duration"], rows, {
+        empty: "No runs match.",
+      }),
+    );
+    const first = filters.offset + 1;
+    const last = filters.offset + page.runs.length;
+    pager.replaceChildren(
+      h(
+        "button",
+        { type: "button", disabled: filters.offset === 0, onclick: () => go(Math.max(0, filters.offset - LIMIT)) },
+        "← Newer",
+      ),
+      h("span", { role: "status" }, page.runs.length ? `Runs ${first}–${last}` : ""),
+      h(
+        "button",
+        { type: "button", disabled: page.next_offset === null, onclick: () => go(page.next_offset) },
+        "Older →",
+      ),
+    );
+  }
+
+  function remember() {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
+    const text = q.toString();
+    history.replaceState(null, "", `#/runs${text ? `?${text}` : ""}`);
+  }
+
+  function go(offset) {
+    filters.offset = offset;
+    remember();
+    load();
+  }
+
+  form.addEventListener("change", () => {
+    const data = new FormData(form);
+    filters.workflow = data.get("workflow") || "";
+    filters.status = data.get("status") || "";
+    filters.since = data.get("since") || "";
+    filters.until = data.get("until") || "";
+    go(0);
+  });
+  form.addEventListener("submit", (ev) => ev.preventDefault());
+
+  await load();
+  const timer = setInterval(() => {
+    if (live.checked && document.visibilityState === "visible") load();
+  }, REFRESH_MS);
+  return () => {
+    clearInterval(timer);
+    inFlight?.abort();
+  };
+}

@@ -1,0 +1,129 @@
+// Workflows: each one's versions, triggers, diagram, and a diff of two versions' manifests.
+import "../vendor/diff/diff.min.js";
+import { api } from "./api.js";
+import { diagram } from "./diagram.js";
+import { add, errorBox, h, json, table } from "./dom.js";
+
+export async function workflowsPage(root) {
+  const workflows = await api("/workflows");
+  const rows = workflows.map((w) => {
+    const ref = `${w.namespace}/${w.name}`;
+    return [
+      h("a", { href: `#/workflows/${ref}` }, w.namespace === "default" ? w.name : ref),
+      `v${w.version}`,
+      w.triggers.length ? w.triggers.map((t) => h("code", { class: "chip" }, t)) : "—",
+      w.description || "",
+      h("a", { href: `#/runs?workflow=${encodeURIComponent(w.namespace === "default" ? w.name : ref)}` }, "runs"),
+    ];
+  });
+  add(root, 
+    h("h1", {}, "Workflows"),
+    table("!Workflows", ["Workflow", "Newest", "Triggers", "Description", ""], rows, { empty: "No workflow is applied (interlock apply FILE)." }),
+  );
+}
+
+// Manifests as YAML-like text for a line diff: keys sorted, one value per line.
+function lines(value, indent = "") {
+  if (Array.isArray(value)) {
+    if (!value.length) return ["[]"];
+    return value.flatMap((v) => {
+      const inner = lines(v, `${indent}  `);
+      return [`${indent}- ${inner[0].trimStart()}`, ...inner.slice(1)];
+    });
+  }
+  if (value && typeof value === "object") {
+    const keys = Object.keys(value).sort();
+    if (!keys.length) return [`${indent}{}`];
+    return keys.flatMap((k) => {
+      const v = value[k];
+      if (v && typeof v === "object" && (Array.isArray(v) ? v.length : Object.keys(v).length)) {
+        return [`${indent}${k}:`, ...lines(v, `${indent}  `)];
+      }
+      return [`${indent}${k}: ${JSON.stringify(v)}`];
+    });
+  }
+  return [`${indent}${JSON.stringify(value)}`];
+}
+
+export function manifestText(manifest) {
+  return `${lines(manifest).join("\n")}\n`;
+}
+
+function diffView(older, newer, a, b) {
+  const parts = globalThis.Diff.diffLines(manifestText(older), manifestText(newer));
+  let added = 0;
+  let removed = 0;
+  const rows = [];
+  for (const p of parts) {
+    const sign = p.added ? "+" : p.removed ? "-" : " ";
+    if (p.added) added += p.count;
+    if (p.removed) removed += p.count;
+    const text = p.value.replace(/\n$/, "").split("\n");
+    // Unchanged runs longer than 6 lines keep 3 lines of context each side.
+    const shown = !p.added && !p.removed && text.length > 6 ? [...text.slice(0, 3), null, ...text.slice(-3)] : text;
+    for (const line of shown) {
+      if (line === null) rows.push(h("span", { class: "diff-gap" }, "  …\n"));
+      else rows.push(h(p.added ? "ins" : p.removed ? "del" : "span", {}, `${sign} ${line}\n`));
+    }
+  }
+  return [
+    h("p", { role: "status" }, added || removed ? `v${a} → v${b}: ${added} lines added, ${removed} removed.` : `v${a} and v${b} have the same manifest.`),
+    h("pre", { class: "diff", tabindex: "0", "aria-label": `Manifest diff v${a} to v${b}` }, rows),
+  ];
+}
+
+export async function workflowPage(root, ref, params) {
+  const [ns, name] = ref.includes("/") ? ref.split("/", 2) : ["default", ref];
+  const base = `/workflows/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
+  const version = params.get("version") || undefined;
+  const detail = await api(base, { params: { version } });
+  const label = ns === "default" ? name : `${ns}/${name}`;
+  const versionLinks = detail.versions.map((v) =>
+    h("a", { href: `#/workflows/${ns}/${name}?version=${v}`, "aria-current": v === detail.version ? "page" : null, class: "chip" }, `v${v}`),
+  );
+  const inputs = Object.entries(detail.inputs).map(([k, v]) => [h("code", {}, k), v.type, v.required ? "yes" : "no", v.default === undefined ? "" : JSON.stringify(v.default)]);
+
+  const older = h("select", { id: "diff-a", name: "a" }, detail.versions.map((v) => h("option", { value: v, selected: v === detail.versions[Math.max(0, detail.versions.length - 2)] }, `v${v}`)));
+  const newer = h("select", { id: "diff-b", name: "b" }, detail.versions.map((v) => h("option", { value: v, selected: v === detail.versions[detail.versions.length - 1] }, `v${v}`)));
+  const diffOut = h("div", { class: "diff-out" });
+  const diffForm = h(
+    "form",
+    {
+      class: "filters",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        try {
+          const [x, y] = await Promise.all([
+            api(base, { params: { version: older.value } }),
+            api(base, { params: { version: newer.value } }),
+          ]);
+          diffOut.replaceChildren(...diffView(x.manifest, y.manifest, older.value, newer.value));
+        } catch (e) {
+          diffOut.replaceChildren(errorBox(e));
+        }
+      },
+    },
+    h("div", { class: "field" }, h("label", { for: "diff-a" }, "From"), older),
+    h("div", { class: "field" }, h("label", { for: "diff-b" }, "To"), newer),
+    h("button", { type: "submit" }, "Show diff"),
+  );
+
+  add(root, 
+    h("div", { class: "title-row" }, h("h1", {}, "Workflow ", h("span", { class: "mono" }, label)), h("span", { class: "chip" }, `v${detail.version}`)),
+    detail.description ? h("p", {}, detail.description) : null,
+    h("dl", { class: "meta" },
+      h("dt", {}, "Versions"), h("dd", {}, versionLinks),
+      h("dt", {}, "Triggers"), h("dd", {}, detail.triggers.length ? detail.triggers.map((t) => h("code", { class: "chip" }, t)) : "none (started by hand)"),
+      h("dt", {}, "Spec hash"), h("dd", {}, h("code", {}, detail.spec_hash.slice(0, 16))),
+      h("dt", {}, "Runs"), h("dd", {}, h("a", { href: `#/runs?workflow=${encodeURIComponent(label)}` }, "runs of this workflow")),
+    ),
+    h("h2", {}, "Inputs"),
+    table("!Inputs", ["Input", "Type", "Required", "Default"], inputs, { empty: "No declared inputs." }),
+    h("h2", {}, "Diagram"),
+    h("div", { class: "diagram-box" }, diagram(detail)),
+    h("h2", {}, "Manifest"),
+    json(detail.manifest, `v${detail.version}`),
+    h("h2", {}, "Compare versions"),
+    detail.versions.length > 1 ? [diffForm, diffOut] : h("p", { class: "muted" }, "Only one version is stored."),
+  );
+}

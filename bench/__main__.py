@@ -13,6 +13,7 @@ SUITES = {
     "client": "bench.client_bench",
     "gateway": "bench.gateway_bench",
     "peers": "bench.peers_bench",
+    "console": "bench.console_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

@@ -249,6 +249,10 @@ class CapabilityView(msgspec.Struct, frozen=True, kw_only=True):
     max_retries: int | None = None
     workers: int = 0
     """Live workers serving it."""
+    queued: int | None = None
+    """Task requests waiting for a worker (None: its queue is not there yet)."""
+    in_progress: int | None = None
+    """Task requests delivered to a worker and not yet acknowledged."""
 
 
 class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
@@ -602,10 +606,15 @@ def _plain(value: Any) -> Any:
 
 
 def agent_view(
-    name: str, spec: Mapping[str, Any], workers: Sequence[Mapping[str, Any]]
+    name: str,
+    spec: Mapping[str, Any],
+    workers: Sequence[Mapping[str, Any]],
+    queues: Mapping[str, tuple[int, int]] | None = None,
 ) -> AgentView:
     """An AgentDef's stored spec and the heartbeats of live workers (all of them: those
-    serving none of its capabilities are left out)."""
+    serving none of its capabilities are left out); ``queues``: (waiting, in progress)
+    task requests per capability."""
+    queues = queues or {}
     caps = [c for c in spec.get("capabilities", []) if isinstance(c, Mapping)]
     names = {str(c.get("name", "")) for c in caps}
     live = [w for w in workers if names & set(w.get("capabilities", []))]
@@ -618,6 +627,10 @@ def agent_view(
                 timeout_s=_seconds(c.get("timeout_seconds")),
                 max_retries=c.get("max_retries"),
                 workers=sum(1 for w in live if c.get("name") in w.get("capabilities", [])),
+                queued=queues[str(c.get("name"))][0] if str(c.get("name")) in queues else None,
+                in_progress=(
+                    queues[str(c.get("name"))][1] if str(c.get("name")) in queues else None
+                ),
             )
             for c in caps
         ],

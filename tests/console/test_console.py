@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from console_support import ARTIFACTS, DOCS_SHOTS, chromium, playwright_or_skip
 from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack, yaml
 
 from interlock.transport.subjects import Subjects
+
+PORTS = Path(__file__).resolve().parents[2] / "examples" / "ports"
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
 
@@ -75,6 +78,35 @@ BROKEN = yaml(
           type: terminal
     """
 )
+
+
+def _stages(n: int) -> str:
+    """A workflow of ``n`` states: a line of steps, each able to go on, go back or fail."""
+    steps = [f"s{i:02d}" for i in range(1, n - 1)]
+    lines = [
+        "apiVersion: interlock.io/v1",
+        "kind: Workflow",
+        "metadata: {name: stages}",
+        "spec:",
+        f"  initial_state: {steps[0]}",
+        "  states:",
+    ]
+    for i, step in enumerate(steps):
+        following = steps[i + 1] if i + 1 < len(steps) else "done"
+        lines += [
+            f"    {step}:",
+            "      type: human_in_the_loop",
+            "      on:",
+            f"        - {{event: step.done, goto: {following}}}",
+            "        - {event: step.failed, goto: failed}",
+        ]
+        if i % 3 == 2:
+            lines.append(f"        - {{event: step.redo, goto: {steps[i - 2]}}}")
+    lines += ["    done: {type: terminal}", "    failed: {type: terminal}"]
+    return "\n".join(lines) + "\n"
+
+
+STAGES = _stages(20)
 
 
 @dataclass
@@ -154,6 +186,11 @@ async def console(nats_url: str) -> AsyncIterator[Console]:
             await wait_status(gs, c.runs["cancelled"], "cancelled")
         # Runs so far ran v1; v2 only changes a guard (for the diff and the replay).
         await gs.stack.apply(REVIEW_V2)
+        await gs.stack.apply(
+            (PORTS / "kxm-agents.yaml").read_text(),
+            (PORTS / "kxm-jira-development.yaml").read_text(),
+            STAGES,
+        )
         try:
             yield c
         finally:
@@ -309,4 +346,40 @@ async def test_a_dead_letter_is_shown_and_redriven(console: Console) -> None:
     await page.get_by_role("heading", name="Dead letters").wait_for()
     async with gs.http() as http:
         assert (await http.get(f"/dead-letters/{seq}")).status_code == 404
+    assert page.errors == []
+
+
+OVERLAPS = """(svg) => {
+  const boxes = [...svg.querySelectorAll('.node rect, .edge-label')]
+    .map(e => [e.closest('[data-state]')?.dataset.state || e.textContent,
+               e.getBoundingClientRect()]);
+  const out = [];
+  for (let i = 0; i < boxes.length; i++)
+    for (let j = i + 1; j < boxes.length; j++) {
+      const [a, p] = boxes[i], [b, q] = boxes[j];
+      const apart = p.left >= q.right - 1 || q.left >= p.right - 1
+        || p.top >= q.bottom - 1 || q.top >= p.bottom - 1;
+      if (!apart)
+        out.push(a + ' / ' + b);
+    }
+  return out;
+}"""
+
+
+async def test_large_diagrams_stay_readable(console: Console) -> None:
+    """The most involved ported workflow (kxm's) and one of 20 states."""
+    page = await console.page()
+    for name, states in (("kxm-jira-development", 7), ("stages", 20)):
+        await page.goto(f"{console.url}#/workflows/default/{name}")
+        svg = page.get_by_role("group", name=f"State diagram of {name}")
+        await svg.wait_for()
+        assert await svg.locator(".node").count() == states
+        # No state box or edge label covers another; text is drawn at its full size (the
+        # diagram scrolls in its box rather than shrinking).
+        assert await svg.evaluate(OVERLAPS) == [], name
+        size = await svg.locator(".edge-label").first.evaluate(
+            "e => e.getBoundingClientRect().height"
+        )
+        assert size >= 11, name
+        await shot(page, f"workflow-{name}", docs=name.startswith("kxm"))
     assert page.errors == []

@@ -87,7 +87,7 @@ async def test_versions_explain_replay_and_time_filter(gs: GatewayStack) -> None
         report = (await http.get(f"/runs/{run_id}/replay", params={"against": "2"})).json()
         assert report["agree"] is False
         assert report["replayed_end"] != report["recorded_end"]
-        for bad in ("", "../../etc/passwd", "/etc/passwd"):
+        for bad in ("", "0", "gate@1", "../../etc/passwd", "/etc/passwd"):
             r = await http.get(f"/runs/{run_id}/replay", params={"against": bad})
             assert r.status_code == 400, bad
         assert (await http.get("/runs/nope/explain")).status_code == 404

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
@@ -87,6 +88,27 @@ async def agent_data(
         record = json.loads(value)
         workers.setdefault((record.get("name"), record.get("instance")), record)
     return specs, list(workers.values())
+
+
+async def queues(
+    ops: InterlockClient, specs: Iterable[Mapping[str, Any]]
+) -> dict[str, tuple[int, int]]:
+    """(waiting, in progress) task requests of each capability of ``specs`` whose consumer
+    exists (the orchestrator makes it on its first request)."""
+    from interlock.transport.tasks import consumer_name
+
+    out: dict[str, tuple[int, int]] = {}
+    for spec in specs:
+        for cap in spec.get("capabilities", []):
+            name = str(cap.get("name", "")) if isinstance(cap, Mapping) else ""
+            if not name or name in out:
+                continue
+            try:
+                info = await ops.js.consumer_info(ops.subjects.tasks_stream, consumer_name(name))
+            except (NotFoundError, ValueError):
+                continue
+            out[name] = (int(info.num_pending or 0), int(info.num_ack_pending or 0))
+    return out
 
 
 async def definition_of(ops: InterlockClient, state: RunState) -> Definition | None:

@@ -236,16 +236,19 @@ class Client:
         return version
 
     async def agents(self) -> list[AgentView]:
-        """Every AgentDef with the live workers of its capabilities."""
+        """Every AgentDef with the live workers of its capabilities and their queues."""
         specs, workers = await catalog.agent_data(self._ops)
-        return [agent_view(name, spec, workers) for name, spec in sorted(specs.items())]
+        queues = await catalog.queues(self._ops, specs.values())
+        return [agent_view(name, spec, workers, queues) for name, spec in sorted(specs.items())]
 
     async def agent(self, name: str) -> AgentView:
         """One AgentDef. Raises :class:`UnknownAgent` when none has that name."""
         specs, workers = await catalog.agent_data(self._ops)
         if name not in specs:
             raise UnknownAgent(f"no AgentDef named {name!r} (interlock apply FILE)")
-        return agent_view(name, specs[name], workers)
+        return agent_view(
+            name, specs[name], workers, await catalog.queues(self._ops, [specs[name]])
+        )
 
     # -- runs -----------------------------------------------------------------------------
 

@@ -270,7 +270,7 @@ def document() -> dict[str, Any]:
                 {"200": _json(_ref("WorkflowDetail"))},
                 params=[_WORKFLOW_NAME, _VERSION],
                 tag="workflows",
-                errors=(401, 403, 404),
+                errors=(400, 401, 403, 404),
             )
         },
         "/workflows/{namespace}/{name}": {
@@ -279,7 +279,7 @@ def document() -> dict[str, Any]:
                 {"200": _json(_ref("WorkflowDetail"))},
                 params=[_NAMESPACE, _WORKFLOW_NAME, _VERSION],
                 tag="workflows",
-                errors=(401, 403, 404),
+                errors=(400, 401, 403, 404),
             )
         },
         "/agents": {
@@ -375,12 +375,15 @@ def document() -> dict[str, Any]:
                 {"200": _json({"type": "object"})},
                 params=[
                     _RUN_ID,
-                    _param(
-                        "against",
-                        "query",
-                        {"type": "string", "pattern": "^([0-9]+|[-a-z0-9/]+@[0-9]+)$"},
-                        "A version (3) or WORKFLOW@VERSION.",
-                    ),
+                    {
+                        **_param(
+                            "against",
+                            "query",
+                            {"type": "integer", "minimum": 1, "maximum": 1 << 31},
+                            "A stored version of the run's workflow.",
+                        ),
+                        "required": True,
+                    },
                 ],
                 tag="runs",
                 errors=(400, 401, 403, 404),
@@ -455,6 +458,7 @@ def document() -> dict[str, Any]:
             ("GetResult", "get", "/runs/{run_id}/result"),
             ("GetLog", "get", "/runs/{run_id}/log"),
             ("Cancel", "post", "/runs/{run_id}/cancel"),
+            ("Explain", "get", "/runs/{run_id}/explain"),
         )
     }
     paths["/runs"]["post"]["responses"]["201"]["links"] = run_links

@@ -358,17 +358,12 @@ async def explain_run(request: Request, gw: Gateway) -> Response:
 
 @reads
 async def replay_run(request: Request, gw: Gateway) -> Response:
-    """What another version would have done with the run's recorded inputs
-    (``interlock replay RUN_ID --against VERSION --json``); nothing is written."""
-    raw = request.query_params.get("against", "")
-    # Only stored versions: a bare string would name a manifest file on this host.
-    against: int | str
-    if raw.isdigit():
-        against = int(raw)
-    elif "@" in raw:
-        against = raw
-    else:
-        raise Problem(400, "bad-parameter", "against is a version (3) or WORKFLOW@VERSION")
+    """What another stored version of its workflow would have done with the run's recorded
+    inputs (``interlock replay RUN_ID --against VERSION --json``); nothing is written."""
+    if "against" not in request.query_params:
+        raise Problem(400, "bad-parameter", "against: a stored version of the run's workflow")
+    # A number only: Client.replay takes a string as a manifest file on this host.
+    against = _int_param(request, "against", 1, 1, 1 << 31)
     try:
         return json_view(await gw.api.replay(request.path_params["run_id"], against))
     except ValueError as exc:

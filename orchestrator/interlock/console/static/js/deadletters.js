@@ -2,11 +2,17 @@
 import { api } from "./api.js";
 import { add, ask, h, json, table, timeCell, toast } from "./dom.js";
 
+// Whether a dead letter is about a capability: its subject names it (a task request, an
+// answer) or its reason does (an agent's own dead letters).
+export function names(letter, capability) {
+  return `.${letter.subject}.`.includes(`.${capability}.`) || `.${letter.reason}.`.includes(`.${capability}.`);
+}
+
 export async function deadLettersPage(root, _arg, params) {
   const reason = params.get("reason") || "";
   const capability = params.get("capability") || "";
   let letters = await api("/dead-letters", { params: { reason } });
-  if (capability) letters = letters.filter((d) => d.subject.split(".").includes(capability) || d.reason.includes(capability));
+  if (capability) letters = letters.filter((d) => names(d, capability));
   const rows = letters
     .slice()
     .reverse()

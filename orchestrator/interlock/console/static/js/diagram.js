@@ -10,6 +10,36 @@ const EDGE_CHAR = 6.4; // 11px edge labels
 let serial = 0;
 const PLAIN = new Set(["normal", "task", ""]); // kinds not written under the name
 
+// A smooth path through dagre's edge points: a uniform cubic B-spline, ending on the last
+// point (the arrowhead), as d3's curveBasis draws it.
+function basis(points) {
+  const f = (v) => v.toFixed(1);
+  if (points.length < 3) return points.map((p, i) => `${i ? "L" : "M"}${f(p.x)},${f(p.y)}`).join(" ");
+  const [first, ...rest] = points;
+  let out = `M${f(first.x)},${f(first.y)}`;
+  let [x0, y0, x1, y1] = [first.x, first.y, first.x, first.y];
+  const curve = (x, y) => {
+    out += ` C${f((2 * x0 + x1) / 3)},${f((2 * y0 + y1) / 3)} ${f((x0 + 2 * x1) / 3)},${f((y0 + 2 * y1) / 3)} ${f((x0 + 4 * x1 + x) / 6)},${f((y0 + 4 * y1 + y) / 6)}`;
+  };
+  rest.forEach((p, i) => {
+    if (i === 1) out += ` L${f((5 * x0 + x1) / 6)},${f((5 * y0 + y1) / 6)}`;
+    if (i >= 1) curve(p.x, p.y);
+    [x0, y0, x1, y1] = [x1, y1, p.x, p.y];
+  });
+  curve(x1, y1);
+  out += ` L${f(x1)},${f(y1)}`;
+  return out;
+}
+
+// A transition back into its own state: a loop off the node's right side around the place
+// dagre kept for its label.
+function selfLoop(n, label) {
+  const right = n.x + n.width / 2;
+  const reach = Math.max(label.x - label.width / 2, right + 18);
+  const f = (v) => v.toFixed(1);
+  return `M${f(right)},${f(n.y - 7)} C${f(reach)},${f(n.y - 30)} ${f(reach)},${f(n.y + 30)} ${f(right + 1)},${f(n.y + 7)}`;
+}
+
 export function edgeLabel(t) {
   if (t.kind === "catch") return `catch ${t.event}`;
   if (t.kind === "timeout") return "timeout";
@@ -104,7 +134,7 @@ export function diagram(detail, marks = {}) {
   for (const e of g.edges()) {
     const data = g.edge(e);
     const isTaken = data.start ? visited.size > 0 : taken.has(data.key);
-    const d = data.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
+    const d = e.v === e.w ? selfLoop(g.node(e.v), data) : basis(data.points);
     const edge = s(
       "g",
       {

@@ -1,0 +1,279 @@
+"""``python -m bench console``: how fast the web console's pages render, in headless
+Chromium, against a real stack with a large run index and a long run log.
+
+Set-up: a nats-server, the orchestrator, an echo worker and the gateway on a socket; one
+real run of a loop workflow whose log holds ``--records`` records (5,000 by default), and
+the run index filled up to ``--runs`` entries (10,000 by default; the extra entries are
+written to the index bucket in the shape the orchestrator writes).
+
+Measured, best and median of ``--rounds`` page loads each (a fresh tab each time):
+
+- the runs page: from navigation to the first page of 50 runs in the table;
+- the run page: from navigation to the last of its records in the timeline (diagram,
+  timeline and "waiting for" drawn), and to the guards from ``explain`` shown;
+- the baseline in the same run: the same API answers fetched by the same browser without
+  drawing anything (``fetch`` of ``/runs?limit=50``, and of the description and the whole
+  log), so the ratio says what the console adds to what the API costs.
+
+The target is under 1 s for each page. Needs Chromium (``apt-get install chromium``) and
+Playwright (``pip install -e '.[dev]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+TARGET_S = 1.0
+
+LOOPER = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: looper}
+spec:
+  budget: {max_actions: 100000, max_transitions: 100000}
+  initial_state: poll
+  states:
+    poll:
+      loop:
+        until: iteration >= ITERATIONS
+        max_iterations: ITERATIONS
+        action:
+          capability: echo
+          input: {iteration: "{{ iteration }}"}
+      on:
+        - {event: task.completed, guard: "result.iteration > 0", goto: done}
+    done:
+      type: terminal
+      outputs: {last: "$.states.poll.output.iteration"}
+"""
+AGENT = """\
+apiVersion: interlock.io/v1
+kind: AgentDef
+metadata: {name: bench}
+spec:
+  capabilities:
+    - name: echo
+"""
+
+
+async def _fill_index(js: Any, bucket: str, n: int) -> None:
+    kv = await js.key_value(bucket)
+    statuses = ("completed", "failed", "cancelled", "running")
+    base = time.time() - n
+    batch = 500
+    for start in range(0, n, batch):
+        puts = []
+        for i in range(start, min(start + batch, n)):
+            run_id = f"rbench{i:019d}"
+            at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(base + i))
+            entry = {
+                "run_id": run_id,
+                "workflow": "looper",
+                "namespace": "default",
+                "version": 1,
+                "status": statuses[i % 4],
+                "state": "done" if i % 4 != 3 else "poll",
+                "started_at": f"{at}.000Z",
+                "updated_at": f"{at}.500Z",
+                "seq": 3,
+            }
+            puts.append(kv.put(run_id, json.dumps(entry).encode()))
+        await asyncio.gather(*puts)
+
+
+async def _stack(url: str, records: int, runs: int) -> dict[str, Any]:
+    """Everything up; the long run finished; the index filled."""
+    import nats
+
+    from interlock.client import Client
+    from interlock.gateway.app import build_app
+    from interlock.gateway.service import Gateway
+    from interlock.runtime.client import InterlockClient
+    from interlock.runtime.service import Orchestrator
+    from interlock.sdk import TaskContext, Worker
+    from interlock.transport.httpserver import HttpServer
+    from interlock.transport.subjects import Subjects
+
+    subjects = Subjects(prefix=f"b{uuid.uuid4().hex[:8]}")
+    conns = [await nats.connect(url) for _ in range(4)]
+    ops = InterlockClient(conns[0], subjects)
+    await ops.ensure_provisioned()
+    looper = LOOPER.replace("ITERATIONS", str(max(1, (records - 4) // 2)))
+    applied = await ops.apply([("looper.yaml", looper), ("agent.yaml", AGENT)])
+    applied.compiled.raise_for_errors()
+    orchestrator = Orchestrator(conns[1], subjects)
+    await orchestrator.start()
+    worker = Worker("bench", concurrency=8)
+
+    @worker.capability("echo")
+    async def echo(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        return inp
+
+    worker_task = asyncio.create_task(worker.run(conns[2], prefix=subjects.prefix))
+    await worker.wait_ready()
+    gateway = Gateway(conns[3], subjects)
+    await gateway.start()
+    server = HttpServer(build_app(gateway), 0)
+    await server.start()
+    token = await gateway.tokens.issue("bench", "operator")
+    client = Client(conns[0], subjects)
+    started = time.perf_counter()
+    run_id = await client.start("looper", {})
+    await client.result(run_id, wait=True, timeout=600)
+    made = time.perf_counter() - started
+    log = await client.records(run_id)
+    await _fill_index(ops.js, subjects.runs_bucket, runs - 1)
+    listed = len(await client.runs())
+
+    async def stop() -> None:
+        await server.stop()
+        await gateway.stop()
+        await worker.stop(force=True)
+        await worker_task
+        await orchestrator.stop()
+        for nc in conns:
+            await nc.close()
+
+    return {
+        "url": server.url,
+        "token": token,
+        "run_id": run_id,
+        "records": len(log),
+        "runs": listed,
+        "made_s": made,
+        "stop": stop,
+    }
+
+
+async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str, list[float]]:
+    from playwright.async_api import async_playwright
+
+    out: dict[str, list[float]] = {
+        "runs page": [],
+        "runs API (fetch)": [],
+        "run page": [],
+        "run page + guards": [],
+        "run API (fetch)": [],
+    }
+    ui = f"{env['url']}/ui/"
+    run_id = env["run_id"]
+    last = env["records"]
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        context.set_default_timeout(60_000)
+        await context.add_init_script(
+            f"sessionStorage.setItem('interlock.token', {env['token']!r})"
+        )
+        warm = await context.new_page()
+        await warm.goto(ui)
+        await warm.locator("#runs-listing tbody tr").first.wait_for()
+        await warm.close()
+        for _ in range(rounds):
+            page = await context.new_page()
+            t0 = time.perf_counter()
+            await page.goto(f"{ui}#/runs")
+            await page.locator("#runs-listing tbody tr:nth-child(50)").wait_for()
+            out["runs page"].append(time.perf_counter() - t0)
+            fetched = await page.evaluate(
+                """async (token) => {
+                  const t0 = performance.now();
+                  const h = {headers: {Authorization: 'Bearer ' + token}};
+                  const r = await fetch('/runs?limit=50', h);
+                  await r.json();
+                  return (performance.now() - t0) / 1000;
+                }""",
+                env["token"],
+            )
+            out["runs API (fetch)"].append(fetched)
+            await page.close()
+
+            page = await context.new_page()
+            explained = asyncio.ensure_future(
+                page.wait_for_response(lambda r: r.url.endswith("/explain"), timeout=120_000)
+            )
+            t0 = time.perf_counter()
+            await page.goto(f"{ui}#/runs/{run_id}")
+            await page.locator(f"#rec-{last}").wait_for(state="attached")
+            out["run page"].append(time.perf_counter() - t0)
+            await explained
+            await page.locator(".guards").first.wait_for(state="attached")
+            out["run page + guards"].append(time.perf_counter() - t0)
+            fetched = await page.evaluate(
+                """async ([token, id]) => {
+                  const h = {headers: {Authorization: 'Bearer ' + token}};
+                  const t0 = performance.now();
+                  await Promise.all([
+                    fetch('/runs/' + id, h).then(r => r.json()),
+                    fetch('/runs/' + id + '/log?limit=5000', h).then(r => r.json()),
+                  ]);
+                  return (performance.now() - t0) / 1000;
+                }""",
+                [env["token"], run_id],
+            )
+            out["run API (fetch)"].append(fetched)
+            await page.close()
+        await browser.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench console", description=__doc__)
+    parser.add_argument("--runs", type=int, default=10_000, help="entries in the run index")
+    parser.add_argument("--records", type=int, default=5_000, help="records of the long run")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        print("no chromium: apt-get install chromium", file=sys.stderr)
+        return 2
+
+    from interlock.runtime.embedded import EmbeddedNats
+
+    async def go(url: str) -> tuple[dict[str, Any], dict[str, list[float]]]:
+        env = await _stack(url, args.records, args.runs)
+        try:
+            return env, await _measure(env, chromium, args.rounds)
+        finally:
+            await env["stop"]()
+
+    with tempfile.TemporaryDirectory() as data:
+        server = EmbeddedNats(Path(data))
+        server.start()
+        try:
+            env, got = asyncio.run(go(server.url))
+        finally:
+            server.stop()
+    summary = {
+        name: {"best_s": min(v), "median_s": statistics.median(v)} for name, v in got.items()
+    }
+    if args.json:
+        print(json.dumps({"runs": env["runs"], "records": env["records"], "pages": summary}))
+        return 0
+    print(
+        f"run index: {env['runs']} runs; long run: {env['records']} records "
+        f"(made by the engine in {env['made_s']:.1f} s); {args.rounds} rounds, fresh tab each"
+    )
+    for name, s in summary.items():
+        print(f"{name:20} best {s['best_s'] * 1000:7.0f} ms  median {s['median_s'] * 1000:7.0f} ms")
+    pairs = (("runs page", "runs API (fetch)"), ("run page", "run API (fetch)"))
+    for page, api in pairs:
+        ratio = summary[page]["median_s"] / summary[api]["median_s"]
+        verdict = "under" if summary[page]["median_s"] < TARGET_S else "OVER"
+        print(f"{page}: x{ratio:.1f} the API's own time; {verdict} the {TARGET_S:g} s target")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -199,14 +199,23 @@ async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str,
             await page.close()
 
             page = await context.new_page()
-            explained = asyncio.ensure_future(
-                page.wait_for_response(lambda r: r.url.endswith("/explain"), timeout=120_000)
-            )
-            t0 = time.perf_counter()
-            await page.goto(f"{ui}#/runs/{run_id}")
-            await page.locator(f"#rec-{last}").wait_for(state="attached")
-            out["run page"].append(time.perf_counter() - t0)
-            await explained
+            async with page.expect_response(
+                lambda r: r.url.endswith("/explain"), timeout=300_000
+            ) as explained:
+                t0 = time.perf_counter()
+                await page.goto(f"{ui}#/runs/{run_id}")
+                await page.locator(f"#rec-{last}").wait_for(state="attached")
+                out["run page"].append(time.perf_counter() - t0)
+                marks = await page.evaluate(
+                    """() => Object.fromEntries(performance.getEntriesByType('mark')
+                         .map(m => [m.name, m.startTime / 1000]))"""
+                )
+                for name, a, b in (
+                    ("  fetching", "run:start", "run:fetched"),
+                    ("  building", "run:fetched", "run:built"),
+                ):
+                    out.setdefault(name, []).append(marks[b] - marks[a])
+            await explained.value
             await page.locator(".guards").first.wait_for(state="attached")
             out["run page + guards"].append(time.perf_counter() - t0)
             fetched = await page.evaluate(

@@ -123,7 +123,7 @@ class Console:
     async def page(self, width: int = 1280, height: int = 800) -> Any:
         """A signed-in page (the operator's token in this tab's session storage)."""
         context = await self.browser.new_context(viewport={"width": width, "height": height})
-        context.set_default_timeout(TIMEOUT * 1000)
+        context.set_default_timeout(TIMEOUT * 3000)
         token = self.gs.tokens["operator"]
         await context.add_init_script(f"sessionStorage.setItem('interlock.token', {token!r})")
         page = await context.new_page()
@@ -138,7 +138,10 @@ async def shot(page: Any, name: str, *, docs: bool = False) -> None:
     await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
     if docs and os.environ.get("INTERLOCK_DOCS_SCREENSHOTS") == "1":
         DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(DOCS_SHOTS / f"{name}.png"))
+        height = await page.evaluate("document.documentElement.scrollHeight")
+        width = page.viewport_size["width"]
+        clip = {"x": 0, "y": 0, "width": width, "height": min(height, 1500)}
+        await page.screenshot(path=str(DOCS_SHOTS / f"{name}.png"), full_page=True, clip=clip)
 
 
 async def wait_status(gs: GatewayStack, run_id: str, want: str, state: str | None = None) -> None:

@@ -62,7 +62,10 @@ async def replay(
         await replaying.load_capabilities()
         definition = ops.registry.link(await candidate(against))
         version, label = 0, label_of(against)
-    return analysis.replay(records, definition, version=version, label=label)
+    # Re-deciding a long log is seconds of CPU: off the event loop (see Replaying.explain).
+    return await asyncio.to_thread(
+        analysis.replay, records, definition, version=version, label=label
+    )
 
 
 async def shadow(

@@ -233,7 +233,7 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
         raise Problem(400, "bad-parameter", f"status is one of {', '.join(RECORDED)}")
     limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(request, "offset", 0, 0, 1 << 31)
-    found = await gw.api.runs(workflow=request.query_params.get("workflow"), status=status)
+    found = await gw.run_list.runs(workflow=request.query_params.get("workflow"), status=status)
     since, until = request.query_params.get("since"), request.query_params.get("until")
     if since or until:
         # RFC 3339 UTC times compare as text; a date alone ("2026-12-01") works too.

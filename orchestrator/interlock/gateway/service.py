@@ -16,6 +16,7 @@ from interlock.core.ids import check_run_id
 from interlock.gateway import webhooks
 from interlock.gateway.auth import OPEN, Caller, Tokens
 from interlock.gateway.problems import Problem
+from interlock.gateway.runlist import RunList
 from interlock.runtime.client import InterlockClient
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
@@ -54,6 +55,8 @@ class Gateway:
         self.js = self.client.js
         self.registry = self.client.registry
         self.tokens = Tokens(self.js, subjects)
+        self.run_list = RunList(self.js, subjects)
+        """The run index in memory, for ``GET /runs``."""
         self.deliveries = webhooks.Deliveries(self.js, subjects)
         self.open_mode = open_mode
         self.max_body = max_body
@@ -63,6 +66,7 @@ class Gateway:
         """Nothing to prepare yet: the client follows the registry on first use."""
 
     async def stop(self) -> None:
+        await self.run_list.stop()
         with contextlib.suppress(Exception):
             await self.api.close()
         with contextlib.suppress(Exception):

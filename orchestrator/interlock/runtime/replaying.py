@@ -9,6 +9,7 @@ moved meanwhile is checked again).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -78,7 +79,11 @@ class Replaying:
         for number in analysis.versions_named(records):
             with contextlib.suppress(UnknownWorkflow):
                 versions[number] = await self.definition(state.namespace, state.workflow, number)
-        return analysis.explain(records, definition, at=at, versions=versions)
+        # Re-deciding a long log is seconds of CPU: off the event loop, so a process that
+        # serves others meanwhile (the HTTP gateway) keeps answering them.
+        return await asyncio.to_thread(
+            analysis.explain, records, definition, at=at, versions=versions
+        )
 
     async def named(
         self, records: Sequence[ev.AnyRecord], ref: str | int

@@ -33,7 +33,9 @@ function traceLink(template, runId, records) {
 
 export async function runPage(root, runId, _params, current) {
   const path = `/runs/${encodeURIComponent(runId)}`;
+  performance.mark("run:start");
   const [first, settings, records] = await Promise.all([api(path), config(), wholeLog(runId)]);
+  performance.mark("run:fetched");
   let desc = first;
   let detail = null;
   try {
@@ -50,6 +52,7 @@ export async function runPage(root, runId, _params, current) {
   const visitsPanel = h("div", { class: "visits", "aria-live": "polite" });
   const timeline = new Timeline();
   records.forEach((r, i) => timeline.add(r, i + 1));
+  performance.mark("run:timeline");
 
   function drawHeader() {
     header.replaceChildren(h("h1", {}, "Run ", h("span", { class: "mono" }, desc.run_id)), status(desc.status));
@@ -300,6 +303,7 @@ export async function runPage(root, runId, _params, current) {
       json(desc.context, "context")),
     h("section", { "aria-labelledby": "replay-h" }, h("h2", { id: "replay-h" }, "Replay"), replayBox),
   );
+  performance.mark("run:built");
   explain();
 
   let stop = null;

@@ -6,8 +6,18 @@ const STATUSES = ["running", "completed", "failed", "cancelled"];
 const LIMIT = 50;
 const REFRESH_MS = 3000;
 
+function queryOf(filters) {
+  return {
+    workflow: filters.workflow,
+    status: filters.status,
+    since: filters.since,
+    until: filters.until,
+    limit: LIMIT,
+    offset: filters.offset || undefined,
+  };
+}
+
 export async function runsPage(root, _arg, params, current) {
-  const workflows = await api("/workflows");
   const filters = {
     workflow: params.get("workflow") || "",
     status: params.get("status") || "",
@@ -15,6 +25,9 @@ export async function runsPage(root, _arg, params, current) {
     until: params.get("until") || "",
     offset: Number(params.get("offset") || 0),
   };
+  // The table's first page and the workflow filter's choices, asked for together.
+  const firstAsked = api("/runs", { params: queryOf(filters) });
+  const workflowsAsked = api("/workflows");
 
   const select = (name, label, options) =>
     h(
@@ -35,6 +48,7 @@ export async function runsPage(root, _arg, params, current) {
       h("label", { for: `f-${name}` }, label),
       h("input", { id: `f-${name}`, name, type: "date", value: filters[name].slice(0, 10) }),
     );
+  const workflows = await workflowsAsked;
   const names = workflows.map((w) => (w.namespace === "default" ? w.name : `${w.namespace}/${w.name}`));
   const form = h(
     "form",
@@ -80,20 +94,12 @@ export async function runsPage(root, _arg, params, current) {
   );
 
   let inFlight = null;
-  async function load() {
+  async function load(asked) {
     inFlight?.abort();
     inFlight = new AbortController();
-    const query = {
-      workflow: filters.workflow,
-      status: filters.status,
-      since: filters.since,
-      until: filters.until,
-      limit: LIMIT,
-      offset: filters.offset || undefined,
-    };
     let page;
     try {
-      page = await api("/runs", { params: query, signal: inFlight.signal });
+      page = await (asked || api("/runs", { params: queryOf(filters), signal: inFlight.signal }));
     } catch (e) {
       if (e.name === "AbortError") return;
       listing.replaceChildren(errorBox(e));
@@ -155,7 +161,7 @@ export async function runsPage(root, _arg, params, current) {
   });
   form.addEventListener("submit", (ev) => ev.preventDefault());
 
-  await load();
+  await load(firstAsked);
   const timer = setInterval(() => {
     if (live.checked && document.visibilityState === "visible") load();
   }, REFRESH_MS);

@@ -1,0 +1,64 @@
+"""The gateway's in-memory run index against the bucket it watches (a real nats-server):
+a listing is never older than the bucket was when it was asked for, and lists what
+``Client.runs`` lists, in the same order."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack
+
+from interlock.client import Client
+from interlock.transport.subjects import Subjects
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+async def gs(nats_url: str, subjects: Subjects):  # type: ignore[no-untyped-def]
+    async with gateway_stack(nats_url, subjects, [HELLO]) as stack:
+        yield stack
+
+
+def entry(run_id: str, status: str, started_at: str) -> bytes:
+    return json.dumps(
+        {
+            "run_id": run_id,
+            "workflow": "hello",
+            "namespace": "default",
+            "version": 1,
+            "status": status,
+            "state": "work",
+            "started_at": started_at,
+            "updated_at": started_at,
+        }
+    ).encode()
+
+
+async def test_listing_follows_every_write_of_the_bucket(gs: GatewayStack) -> None:
+    client = Client(gs.stack.client.nc, gs.stack.subjects)
+    listed = gs.gateway.run_list
+    assert await listed.runs() == []
+    async with gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "hello", "inputs": {"message": "x"}})
+        run_id = r.json()["run_id"]
+        await http.get(f"/runs/{run_id}/result", params={"timeout": TIMEOUT})
+    kv = await gs.stack.js.key_value(gs.stack.subjects.runs_bucket)
+    # Written straight into the bucket, then listed at once: each write is seen.
+    for i in range(20):
+        await kv.put(
+            f"rmade{i:02d}", entry(f"rmade{i:02d}", "running", f"2026-01-01T00:00:{i:02d}Z")
+        )
+        got = await listed.runs(status="running")
+        assert got[0].run_id == f"rmade{i:02d}"
+    await kv.put("rmade05", entry("rmade05", "failed", "2026-01-01T00:00:05Z"))
+    assert [r.run_id for r in await listed.runs(status="failed")] == ["rmade05"]
+    await kv.delete("rmade06")
+    assert "rmade06" not in [r.run_id for r in await listed.runs()]
+    mine = msgspec.to_builtins(await listed.runs())
+    assert mine == msgspec.to_builtins(await client.runs())
+    assert msgspec.to_builtins(await listed.runs(workflow="default/hello", status="failed")) == (
+        msgspec.to_builtins(await client.runs(workflow="default/hello", status="failed"))
+    )

@@ -185,6 +185,13 @@ async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str,
             await page.goto(f"{ui}#/runs")
             await page.locator("#runs-listing tbody tr:nth-child(50)").wait_for()
             out["runs page"].append(time.perf_counter() - t0)
+            slowest = await page.evaluate(
+                """() => performance.getEntriesByType('resource')
+                     .map(e => [e.duration / 1000, new URL(e.name).pathname])
+                     .sort((a, b) => b[0] - a[0]).slice(0, 3)"""
+            )
+            for seconds, name in slowest:
+                out.setdefault(f"  {name}", []).append(seconds)
             fetched = await page.evaluate(
                 """async (token) => {
                   const t0 = performance.now();

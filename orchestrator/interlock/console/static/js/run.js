@@ -7,15 +7,25 @@ import { Timeline } from "./timeline.js";
 
 const PAGE = 5000;
 
-async function wholeLog(runId) {
-  const records = [];
-  let offset = 0;
-  for (;;) {
-    const page = await api(`/runs/${encodeURIComponent(runId)}/log`, { params: { limit: PAGE, offset } });
-    records.push(...page.records);
-    if (page.next_offset === null) return records;
-    offset = page.next_offset;
+// The whole log: the first page at once, the others as soon as the run's description
+// (asked for at the same time) says how many records there are, all at the same time.
+async function wholeLog(runId, described) {
+  const page = (offset) =>
+    api(`/runs/${encodeURIComponent(runId)}/log`, { params: { limit: PAGE, offset } });
+  const first = page(0);
+  const { records: count } = await described;
+  const rest = [];
+  for (let offset = PAGE; offset < count; offset += PAGE) rest.push(page(offset));
+  const pages = await Promise.all([first, ...rest]);
+  const records = pages.flatMap((p) => p.records);
+  // Records appended meanwhile: the pages after the counted ones.
+  let next = pages[pages.length - 1].next_offset;
+  while (next !== null) {
+    const more = await page(next);
+    records.push(...more.records);
+    next = more.next_offset;
   }
+  return records;
 }
 
 function workflowPath(desc) {
@@ -34,15 +44,23 @@ function traceLink(template, runId, records) {
 export async function runPage(root, runId, _params, current) {
   const path = `/runs/${encodeURIComponent(runId)}`;
   performance.mark("run:start");
-  const [first, settings, records] = await Promise.all([api(path), config(), wholeLog(runId)]);
+  const described = api(path);
+  // The workflow version the run is on (for the diagram), asked for once the description
+  // names it, while the log is still coming.
+  const drawn = described.then((d) =>
+    api(workflowPath(d), { params: { version: d.version } }).catch((e) => {
+      if (e instanceof ApiError && e.status === 404) return null;
+      throw e;
+    }),
+  );
+  const [first, settings, records, detail] = await Promise.all([
+    described,
+    config(),
+    wholeLog(runId, described),
+    drawn,
+  ]);
   performance.mark("run:fetched");
   let desc = first;
-  let detail = null;
-  try {
-    detail = await api(workflowPath(desc), { params: { version: desc.version } });
-  } catch (e) {
-    if (!(e instanceof ApiError && e.status === 404)) throw e;
-  }
 
   const header = h("div", { class: "title-row" });
   const meta = h("dl", { class: "meta" });

@@ -57,6 +57,13 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "version named, entering `state` again.",
     "run.migrated": "The run moved onto another version of its workflow (`interlock "
     "migrate`), whose replay agreed with its log through `checked_through`.",
+    "dag.started": "A DAG state began: its steps (each after those it depends on), "
+    "parallelism and completion; each step's action is requested, with its `step`, as soon "
+    "as what it depends on allows.",
+    "step.skipped": "A DAG step will never run: a step it depends on ended otherwise than "
+    "its edge asks (a branch not taken), with the reason.",
+    "dag.completed": "A DAG state finished: each step by name with its status (completed, "
+    "failed, skipped) and its output or error.",
 }
 """One line per record type, keyed by the type without the ``io.interlock.`` prefix."""
 

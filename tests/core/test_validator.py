@@ -28,6 +28,9 @@ RULES = {
     "map-output",
     "fail-non-terminal",
     "state-kind",
+    "dag-self-dependency",
+    "dag-unknown-step",
+    "dag-cycle",
     "unknown-error-class",
     "yaml-syntax",
     "yaml-limit",
@@ -78,6 +81,7 @@ def _emitted_rules() -> set[str]:
         "lowering.py",
         "lowering_scope.py",
         "lowering_states.py",
+        "lowering_dag.py",
         "rules.py",
         "source.py",
     ):

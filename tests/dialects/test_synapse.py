@@ -106,31 +106,40 @@ def test_plan_refuses_bad_files_with_exit_2(tmp_path, capsys) -> None:  # type: 
     assert "synapse.self-dependency" in err
 
 
-def test_lowering_runs_independent_steps_together_and_branches_on_outcome() -> None:
+def test_lowering_is_one_dag_each_task_a_step_with_its_edges() -> None:
     ingest = prepare([("i.json", (FIXTURES / "synapse-ingest.json").read_text())])
     spec = ingest.documents[0].data["spec"]
-    assert spec["initial_state"] == "shard"
-    shard = spec["states"]["shard"]
-    assert shard["parallel"]["completion"] == "all_settled"
-    assert [a["input"]["task"] for a in shard["parallel"]["actions"]] == [
+    assert spec["initial_state"] == "run"
+    dag = spec["states"]["run"]["dag"]
+    assert dag["completion"] == "all_settled"
+    assert list(dag["steps"]) == ["shard-us", "shard-eu", "shard-apac", "merge"]
+    assert [s["action"]["input"]["task"] for s in dag["steps"].values()] == [
         "ingest/shard#us",
         "ingest/shard#eu",
         "ingest/shard#apac",
+        "ingest/merge",
+    ]
+    # A plain edge is satisfied by any end of the task it waits for.
+    assert dag["steps"]["merge"]["depends_on"] == [
+        {"step": f"shard-{r}", "on": "ended"} for r in ("us", "eu", "apac")
     ]
     text = json.dumps(
         {
             "name": "diamond",
             "steps": [
                 {"id": "a", "title": "A"},
-                {"id": "b", "title": "B", "depends_on": ["a"], "task_class": "x"},
-                {"id": "c", "title": "C", "depends_on": ["a"]},
-                {"id": "d", "title": "D", "depends_on": ["b", "c"]},
+                {"id": "b", "title": "B", "depends_on": [{"step": "a", "on": "done"}]},
+                {"id": "c", "title": "C", "depends_on": [{"step": "a", "on": "cancelled"}]},
+                {"id": "d", "title": "D", "depends_on": ["b", "c"], "task_class": "x"},
             ],
         }
     )
     states = prepare([("d.json", text)]).documents[0].data["spec"]["states"]
-    assert list(states) == ["a", "b_c", "d", "complete"]
-    assert [x["capability"] for x in states["b_c"]["parallel"]["actions"]] == ["x", "task"]
+    assert list(states) == ["run", "complete"]
+    steps = states["run"]["dag"]["steps"]
+    assert steps["b"]["depends_on"] == ["a"]
+    assert steps["c"]["depends_on"] == [{"step": "a", "on": ["failed", "skipped"]}]
+    assert steps["d"]["action"]["capability"] == "x"
 
 
 BROKEN = [

@@ -20,7 +20,25 @@ def _short(value: Any, limit: int = 120) -> str:
 def describe(record: ev.AnyRecord) -> str:
     """``time  seq  what happened``."""
     seq = record.id.rsplit(":", 1)[-1]
-    return f"{record.time}  #{seq:>3}  {_what(record)}"
+    return f"{record.time}  #{seq:>3}  {_what_dag(record) or _what(record)}"
+
+
+def _what_dag(r: ev.AnyRecord) -> str | None:
+    """A DAG state's records, and the name of the step an action belongs to."""
+    if isinstance(r, ev.DagStarted):
+        d = r.data
+        return (
+            f"dag started      {d.state}: {', '.join(d.steps)} "
+            f"(parallelism {d.parallelism}, completion {d.completion})"
+        )
+    if isinstance(r, ev.StepSkipped):
+        return f"step skipped     {r.data.state}.{r.data.step}: {r.data.reason}"
+    if isinstance(r, ev.DagCompleted):
+        return f"dag completed    {r.data.state} result={_short(r.data.result)}"
+    step = getattr(r.data, "step", None)
+    if isinstance(r, ev.ActionRequested | ev.ActionCompleted | ev.ActionFailed) and step:
+        return f"{_what(r)} [step {step}]"
+    return None
 
 
 def _what(r: ev.AnyRecord) -> str:

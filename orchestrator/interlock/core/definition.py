@@ -82,6 +82,51 @@ class MapDef:
         return self.action
 
 
+ENDED = frozenset({"completed", "failed", "skipped"})
+"""How a DAG step can end."""
+
+
+@dataclass(frozen=True, slots=True)
+class DagEdge:
+    """A step waits for ``step`` to end; it runs only if that step ended one of ``on``."""
+
+    step: str
+    on: frozenset[str] = frozenset({"completed"})
+
+
+@dataclass(frozen=True, slots=True)
+class DagStep:
+    name: str
+    action: ActionDef
+    depends_on: tuple[DagEdge, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DagDef:
+    """Steps that run as soon as the steps they depend on have ended as their edges ask,
+    at most ``parallelism`` at once; ``steps`` are in an order where each follows the steps
+    it depends on."""
+
+    steps: tuple[DagStep, ...]
+    parallelism: int = 8
+    completion: str = "all"
+
+    def step(self, name: str) -> DagStep:
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+    def handles_failure(self, name: str) -> bool:
+        """Whether a step's failure is a branch the DAG takes: some step depends on it with
+        an edge that a failure satisfies (so under ``completion: all`` it is not fatal)."""
+        return any(
+            edge.step == name and "failed" in edge.on
+            for step in self.steps
+            for edge in step.depends_on
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class LoopDef:
     until: Expression
@@ -124,10 +169,16 @@ class StateDef:
     map: MapDef | None = None
     loop: LoopDef | None = None
     fail: FailDef | None = None
+    dag: DagDef | None = None
 
     @property
     def produces_output(self) -> bool:
-        return bool(self.actions) or self.map is not None or self.loop is not None
+        return (
+            bool(self.actions)
+            or self.map is not None
+            or self.loop is not None
+            or self.dag is not None
+        )
 
     @property
     def terminal(self) -> bool:
@@ -200,6 +251,8 @@ class Definition:
                 out.extend(state.map.branches or (state.map.action,))
             if state.loop is not None:
                 out.append(state.loop.action)
+            if state.dag is not None:
+                out.extend(step.action for step in state.dag.steps)
         return out
 
     def capabilities(self) -> frozenset[str]:
@@ -257,6 +310,12 @@ def link(definition: Definition, capabilities: Mapping[str, CapabilityDef]) -> D
             loop=None
             if state.loop is None
             else replace(state.loop, action=linked(state.loop.action)),
+            dag=None
+            if state.dag is None
+            else replace(
+                state.dag,
+                steps=tuple(replace(s, action=linked(s.action)) for s in state.dag.steps),
+            ),
         )
     return replace(definition, states=states)
 

@@ -83,6 +83,8 @@ class ActionRequestedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     """The item's position, for an action of a map state."""
     iteration: int | None = None
     """The iteration (1-based), for an action of a loop state."""
+    step: str | None = None
+    """The step's name, for an action of a DAG state."""
 
 
 class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -99,6 +101,7 @@ class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     iteration: int | None = None
     source: str | None = None
     """Who answered: the answer's CloudEvent ``source`` (a worker of the SDK says its name)."""
+    step: str | None = None
 
 
 class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -114,6 +117,7 @@ class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     """True when another attempt follows (after a backoff timer)."""
     source: str | None = None
     """Who answered with the failure (None: a timeout or the platform, not an answer)."""
+    step: str | None = None
 
 
 class ActionCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -134,6 +138,32 @@ class MapCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     state: str
     result: Any = None
     """``all``: the outputs in input order; ``any``: the first successful output."""
+
+
+class DagStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A DAG state began: its steps (in an order where each follows those it depends on)
+    run as soon as what they depend on allows, at most ``parallelism`` at once."""
+
+    state: str
+    steps: list[str] = []
+    parallelism: int = 1
+    completion: str = "all"
+
+
+class StepSkippedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A DAG step that will never run: a step it depends on ended otherwise than its edge
+    asks (a branch not taken)."""
+
+    state: str
+    step: str
+    reason: str = ""
+
+
+class DagCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str
+    result: Any = None
+    """Each step by name: its ``status`` (completed, failed, skipped) and its ``output`` or
+    ``error``."""
 
 
 class EventReceivedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -171,6 +201,7 @@ class TimerScheduledData(msgspec.Struct, frozen=True, kw_only=True, omit_default
     iteration: int | None = None
     retry: RetryInfo | None = None
     """For a ``retry`` timer: the policy to request the next attempt under."""
+    step: str | None = None
 
 
 class TimerFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -282,6 +313,18 @@ class MapCompleted(Record, tag=PREFIX + "map.completed", frozen=True):
     data: MapCompletedData
 
 
+class DagStarted(Record, tag=PREFIX + "dag.started", frozen=True):
+    data: DagStartedData
+
+
+class StepSkipped(Record, tag=PREFIX + "step.skipped", frozen=True):
+    data: StepSkippedData
+
+
+class DagCompleted(Record, tag=PREFIX + "dag.completed", frozen=True):
+    data: DagCompletedData
+
+
 class EventReceived(Record, tag=PREFIX + "event.received", frozen=True):
     data: EventReceivedData
 
@@ -341,6 +384,9 @@ AnyRecord = (
     | RunCancelled
     | RunForked
     | RunMigrated
+    | DagStarted
+    | StepSkipped
+    | DagCompleted
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__

@@ -22,6 +22,7 @@ from interlock.core.definition import (
     TransitionDef,
 )
 from interlock.core.expr import VARIABLES, CompileError, Expression
+from interlock.core.lowering_dag import lower_dag
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.names import (
     CAPABILITY_NAME,
@@ -73,6 +74,7 @@ class StateLowering(LoweringScope):
             or self._parallel((*base, "parallel"), state.parallel),
             loop=self._loop((*base, "loop"), state.loop),
             fail=fail,
+            dag=lower_dag(self, (*base, "dag"), state.dag),
         )
 
     def _check_shape(self, base: Path, name: str, state: model.State) -> None:
@@ -90,20 +92,20 @@ class StateLowering(LoweringScope):
             self.error(
                 (*base, "on"), "terminal-transitions", f"terminal state {name!r} has transitions"
             )
-        for what in ("actions", "map", "loop", "parallel", "catch", "timeout"):
+        for what in ("actions", "map", "loop", "parallel", "dag", "catch", "timeout"):
             if terminal and getattr(state, what):
                 self.error(
                     (*base, what),
                     "terminal-transitions",
                     f"terminal state {name!r} has {what} (a terminal state ends the run)",
                 )
-        kinds = [k for k in ("actions", "map", "loop", "parallel") if getattr(state, k)]
+        kinds = [k for k in ("actions", "map", "loop", "parallel", "dag") if getattr(state, k)]
         if len(kinds) > 1:
             self.error(
                 (*base, kinds[1]),
                 "state-kind",
                 f"state {name!r} has {' and '.join(kinds)}: a state runs actions, a map, a "
-                "loop or parallel actions, not several",
+                "loop, parallel actions or a dag, not several",
             )
         if state.outputs is not None and not terminal:
             self.error(

@@ -162,6 +162,37 @@ class MapSpec(_Strict, frozen=True, kw_only=True):
     completion: Literal["all", "any", "all_settled"] = "all"
 
 
+Outcome = Literal["completed", "failed", "skipped", "ended"]
+
+
+class DagEdgeSpec(_Strict, frozen=True, kw_only=True):
+    """A dependency on ``step`` that holds only when it ended one of ``on`` (``ended``: any
+    of completed, failed, skipped); otherwise the dependent step is skipped."""
+
+    step: str
+    on: Outcome | list[Outcome] = "completed"
+
+
+class DagStepSpec(_Strict, frozen=True, kw_only=True):
+    """One step of a DAG: its action starts as soon as every step it depends on has ended
+    as the edge asks (a plain name: completed)."""
+
+    depends_on: list[str | DagEdgeSpec] = []
+    action: Action
+    description: str | None = None
+
+
+class DagSpec(_Strict, frozen=True, kw_only=True):
+    """Steps that start as soon as what they depend on allows, at most ``parallelism`` at
+    once, with no barrier between them; ``all`` fails the state when a step fails and no
+    step depends on that failure, ``all_settled`` runs every step that can run whatever
+    their outcomes."""
+
+    steps: Annotated[dict[str, DagStepSpec], msgspec.Meta(min_length=1)]
+    parallelism: Annotated[int, msgspec.Meta(ge=1)] = 8
+    completion: Literal["all", "all_settled"] = "all"
+
+
 class LoopSpec(_Strict, frozen=True, kw_only=True):
     """Repeat ``action`` until ``until`` (CEL over ``result``) is true, at most
     ``max_iterations`` times (then the state fails with budget_exceeded)."""
@@ -195,6 +226,7 @@ class State(_Strict, frozen=True, kw_only=True):
     map: MapSpec | None = None
     loop: LoopSpec | None = None
     parallel: ParallelSpec | None = None
+    dag: DagSpec | None = None
     on: list[Transition] = []
     catch: list[Catch] = []
     timeout: StateTimeout | None = None

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from interlock.core import events as ev
+from interlock.core.dag import Dag
 from interlock.core.definition import StateDef
 from interlock.core.expr import ExpressionError, is_literal_true
-from interlock.core.fanout import FanOut
 from interlock.core.incoming import TASK_COMPLETED, TASK_FAILED, Incoming
 from interlock.core.state import PendingAction
 from interlock.core.step import backoff_seconds, error_of, plus_seconds, seconds_text
 from interlock.core.vocabulary import RETRYABLE, ErrorClass, TimerPurpose
 
 
-class Reactions(FanOut):
+class Reactions(Dag):
     """The whole decision: every kind of state, and what each arrival does to it."""
 
     __slots__ = ()
@@ -23,7 +23,7 @@ class Reactions(FanOut):
         if event.type == TASK_FAILED:
             self.action_failed(pending, error_of(event.data), event)
             return
-        action = self.action_def(pending.index, pending.item)
+        action = self.action_def(pending.index, pending.item, pending.step)
         result = event.data
         writes: dict[str, Any] = {}
         if isinstance(result, dict) and pending.item is None:
@@ -41,11 +41,15 @@ class Reactions(FanOut):
                 item=pending.item,
                 iteration=pending.iteration,
                 source=event.source,
+                step=pending.step,
             ),
         )
         state = self.current
         if pending.item is not None and state.map is not None:
             self.map_item_done(state)
+            return
+        if pending.step is not None and state.dag is not None:
+            self.advance_dag(state, state.dag)
             return
         if pending.iteration is not None and state.loop is not None:
             self.loop_step(state, pending, result, event)
@@ -106,6 +110,7 @@ class Reactions(FanOut):
                 iteration=pending.iteration,
                 will_retry=will_retry,
                 source=None if event is None else event.source,
+                step=pending.step,
             ),
         )
         if will_retry:
@@ -121,11 +126,15 @@ class Reactions(FanOut):
                 item=pending.item,
                 iteration=pending.iteration,
                 retry=retry,
+                step=pending.step,
             )
             return
         state = self.current
         if pending.item is not None and state.map is not None:
             self.map_item_done(state)
+            return
+        if pending.step is not None and state.dag is not None:
+            self.dag_step_failed(state, pending.step, error)
             return
         self.failed(error, event)
 
@@ -172,11 +181,12 @@ class Reactions(FanOut):
             return
         if timer.purpose == TimerPurpose.RETRY:
             self.request(
-                self.action_def(timer.index, timer.item),
+                self.action_def(timer.index, timer.item, timer.step),
                 timer.index,
                 attempt=timer.attempt,
                 action_id=timer.action_id,
                 item=timer.item,
                 iteration=timer.iteration,
                 retry=timer.retry,
+                step=timer.step,
             )

@@ -90,6 +90,7 @@ class Transitions(Step):
         item: int | None = None,
         iteration: int | None = None,
         retry: ev.RetryInfo | None = None,
+        step: str | None = None,
     ) -> None:
         state = self.current
         budget = self.definition.budget
@@ -99,15 +100,8 @@ class Transitions(Step):
                 f"more than budget.max_actions ({budget.max_actions}) actions",
             )
             return
-        extra: dict[str, Any] = {}
-        if item is not None and state.map is not None and self.state.map is not None:
-            extra = {"index": item}
-            if state.map.item:  # a map's item variable (a parallel state has none)
-                extra[state.map.item] = self.state.map.items[item]
-        if iteration is not None:
-            extra = {"iteration": iteration}
         try:
-            payload = render(action.input, self.activation(extra=extra))
+            payload = render(action.input, self.activation(extra=self.variables(item, iteration)))
         except ExpressionError as exc:
             self.fail_run(
                 ErrorClass.EXPRESSION_ERROR,
@@ -131,6 +125,7 @@ class Transitions(Step):
                 workflow=action.workflow,
                 item=item,
                 iteration=iteration,
+                step=step,
             ),
             # The run's trace context travels with each request, so any replica that
             # dispatches it continues the run's trace.
@@ -146,12 +141,28 @@ class Transitions(Step):
                 index=index,
                 item=item,
                 iteration=iteration,
+                step=step,
             )
 
-    def action_def(self, index: int, item: int | None) -> ActionDef:
-        """The current state's action at ``index`` (its only one for a loop, item ``item``'s
-        for a map or a parallel state)."""
+    def variables(self, item: int | None, iteration: int | None) -> dict[str, Any]:
+        """What an action's input may read besides the run's own values: a map item and
+        its index, or a loop's iteration (a layer above adds a DAG's steps)."""
         state = self.current
+        if item is not None and state.map is not None and self.state.map is not None:
+            extra: dict[str, Any] = {"index": item}
+            if state.map.item:  # a map's item variable (a parallel state has none)
+                extra[state.map.item] = self.state.map.items[item]
+            return extra
+        if iteration is not None:
+            return {"iteration": iteration}
+        return {}
+
+    def action_def(self, index: int, item: int | None, step: str | None = None) -> ActionDef:
+        """The current state's action at ``index`` (its only one for a loop, item ``item``'s
+        for a map or a parallel state, step ``step``'s for a DAG)."""
+        state = self.current
+        if state.dag is not None and step is not None:
+            return state.dag.step(step).action
         if state.map is not None:
             return state.map.action_for(item)
         if state.loop is not None:

@@ -43,6 +43,119 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     workflow = parse(src, diags)
     if workflow is None:
         return None
+    if any(step.requires for step in workflow.steps):
+        return _lower_staged(src, workflow)
+    return _lower_dag(src, workflow)
+
+
+DAG_STATE = "run"
+
+
+def _lower_dag(src: Document, workflow: Workflow) -> Lowered:
+    """The workflow as one DAG state: each compiled task a step that starts as soon as its
+    dependencies have ended as its edges ask, as the board's ready/blocked derivation does."""
+    lowered = Lowered(DIALECT, src, extra={"workflow": workflow})
+    out = Lowering(src, DIALECT)
+    names = _step_names(workflow)
+    base: Path = ("spec", "states", DAG_STATE)
+    out.at(base, ("steps",))
+    steps: dict[str, Any] = {}
+    capabilities: list[str] = []
+    for task in workflow.tasks:
+        step = next(s for s in workflow.steps if s.id == task.step)
+        name = names[task.id]
+        spath: Path = (*base, "dag", "steps", name)
+        out.at(spath, ("steps", step.index))
+        capability = _capability(task.task_class)
+        if capability not in capabilities:
+            capabilities.append(capability)
+        action_input: dict[str, Any] = {"task": task.id, "title": task.title}
+        if task.description:
+            action_input["description"] = task.description
+        if task.item is not None:
+            action_input["item"] = task.item
+        entry: dict[str, Any] = {"action": {"capability": capability, "input": action_input}}
+        if task.depends_on:
+            entry["depends_on"] = [_dag_edge(names[d], on) for d, on in task.depends_on]
+            by_step = {e.step: e.path for e in step.depends_on}
+            for j, (dep, _) in enumerate(task.depends_on):
+                dep_step = next(x.step for x in workflow.tasks if x.id == dep)
+                out.at((*spath, "depends_on", j), by_step.get(dep_step, ("steps", step.index)))
+        steps[name] = entry
+        if task.task_class is None:
+            out.note(
+                spath, f"{task.id} has no task_class (it can go to anyone): capability {ANYONE}"
+            )
+        elif capability != task.task_class:
+            out.note(spath, f"task_class {task.task_class!r} -> capability {capability}")
+    parallelism = min(len(steps), 64)
+    states: dict[str, Any] = {
+        DAG_STATE: {
+            "description": workflow.name,
+            "dag": {"parallelism": parallelism, "completion": "all_settled", "steps": steps},
+            "on": [{"event": "task.completed", "goto": "complete"}],
+        },
+        "complete": {"type": "terminal", "outputs": _dag_result(workflow, names)},
+    }
+    out.note(
+        (*base, "dag"),
+        "a plain depends_on waits for any end of the step (on: ended); {on: done} is on: "
+        "completed and {on: cancelled} on: [failed, skipped] (a retired task counts as "
+        "cancelled); completion all_settled: a cancelled task never stops the others",
+    )
+    spec: dict[str, Any] = {"initial_state": DAG_STATE, "states": states}
+    return _finish(src, workflow, lowered, out, spec, capabilities)
+
+
+def _dag_edge(step: str, on: str | None) -> Any:
+    if on is None:
+        return {"step": step, "on": "ended"}
+    if on == "done":
+        return step
+    return {"step": step, "on": ["failed", "skipped"]}
+
+
+def _step_names(workflow: Workflow) -> dict[str, str]:
+    """A DAG step name for each task id (``release/build`` -> ``build``,
+    ``ingest/shard#us`` -> ``shard-us``), unique and a valid name."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for task in workflow.tasks:
+        raw = task.step if task.item is None else f"{task.step}-{task.item}"
+        name = re.sub(r"[^A-Za-z0-9_-]+", "_", raw)
+        if not name or not name[0].isalpha():
+            name = "s_" + name
+        name = name[:60]
+        base, n = name, 2
+        while name in taken:
+            name = f"{base}_{n}"
+            n += 1
+        taken.add(name)
+        names[task.id] = name
+    return names
+
+
+def _dag_result(workflow: Workflow, names: dict[str, str]) -> dict[str, Any]:
+    """synapse's run result from the DAG's: each task done, cancelled or skipped."""
+    status = {
+        t.id: f"states.{DAG_STATE}.output[{_str(names[t.id])}].status" for t in workflow.tasks
+    }
+    seed = '{"completed": "done", "failed": "cancelled", "skipped": "skipped"}'
+    listed = ", ".join(status.values())
+    return {
+        "complete": True,
+        "timed_out": False,
+        "state": {
+            "done": "{{ [" + listed + '].filter(s, s != "skipped").size() }}',
+            "skipped": "{{ [" + listed + '].filter(s, s == "skipped").size() }}',
+        },
+        "tasks": {tid: "{{ " + seed + "[" + s + "] }}" for tid, s in status.items()},
+    }
+
+
+def _lower_staged(src: Document, workflow: Workflow) -> Lowered:
+    """A workflow with evidence requirements: stages, each step with ``requires`` behind a
+    state that waits for the evidence."""
     lowered = Lowered(DIALECT, src, extra={"workflow": workflow})
     out = Lowering(src, DIALECT)
     stages = _stages(workflow)
@@ -59,10 +172,6 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
         # dependencies come first), so entry is always a stage; kept for safety.
         initial = names[0]
     out.at(("spec", "initial_state"), ("steps",))
-    name = re.sub(r"[^a-z0-9-]+", "-", workflow.name.lower()).strip("-")[:63].strip("-") or "wf"
-    if name != workflow.name:
-        out.note(("metadata", "name"), f"name {workflow.name!r} -> {name} (a DNS label)")
-    out.at(("metadata", "name"), ("name",))
     spec: dict[str, Any] = {
         "context": {t.id: "pending" for t in workflow.tasks},
         "initial_state": initial,
@@ -71,17 +180,33 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     fan = max(len(s) for s in (_stage_tasks(workflow, st) for st in stages))
     if fan > 64:
         spec["budget"] = {"max_fan_out": fan}
+    out.note(
+        ("spec", "context"),
+        "each task's status, by compiled task id: pending, then done, cancelled or skipped "
+        "(a branch not taken)",
+    )
+    return _finish(src, workflow, lowered, out, spec, capabilities)
+
+
+def _finish(
+    src: Document,
+    workflow: Workflow,
+    lowered: Lowered,
+    out: Lowering,
+    spec: dict[str, Any],
+    capabilities: list[str],
+) -> Lowered:
+    """The native workflow around ``spec``, and the AgentDef its task classes imply."""
+    name = re.sub(r"[^a-z0-9-]+", "-", workflow.name.lower()).strip("-")[:63].strip("-") or "wf"
+    if name != workflow.name:
+        out.note(("metadata", "name"), f"name {workflow.name!r} -> {name} (a DNS label)")
+    out.at(("metadata", "name"), ("name",))
     native = {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
         "metadata": {"name": name, "annotations": {"synapse.name": workflow.name}},
         "spec": spec,
     }
-    out.note(
-        ("spec", "context"),
-        "each task's status, by compiled task id: pending, then done, cancelled or skipped "
-        "(a branch not taken)",
-    )
     lowered.workflows.append(out.finish(native, lowered))
     lowered.agents.append(_agents(src, lowered, name, capabilities))
     return lowered

@@ -64,6 +64,11 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "its edge asks (a branch not taken), with the reason.",
     "dag.completed": "A DAG state finished: each step by name with its status (completed, "
     "failed, skipped) and its output or error.",
+    "evidence.recorded": "An evidence event arrived (a type the workflow's `evidence.events` "
+    "names): a full copy, kept whatever state the run is in; its data "
+    "(`{subject: {predicate: value}}`) is what evidence gates read.",
+    "gate.checked": "A DAG step's evidence gate was checked: `proven` (the step starts now) "
+    "or not (the step is held; `missing` names the predicates not proven).",
 }
 """One line per record type, keyed by the type without the ``io.interlock.`` prefix."""
 

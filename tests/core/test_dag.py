@@ -219,3 +219,76 @@ def test_the_budget_on_actions_applies_to_dag_steps() -> None:
     assert run.state.status == RunStatus.FAILED
     assert run.state.error is not None
     assert run.state.error.error_class == ErrorClass.BUDGET_EXCEEDED
+
+
+GATED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: gated}
+spec:
+  evidence: {events: [release.evidence]}
+  initial_state: ship
+  states:
+    ship:
+      dag:
+        steps:
+          test: {action: {capability: ci.test}}
+          publish:
+            depends_on: [test]
+            requires: {receipt: verified, approval: true}
+            subject: release/publish
+            action: {capability: release.publish}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+
+def _evidence(run: Run, data: object, event_id: str) -> list[ev.AnyRecord]:
+    return run.send("release.evidence", data, event_id=event_id)
+
+
+def test_a_gated_step_is_held_until_the_evidence_proves_every_predicate() -> None:
+    run = Run(compile_one(GATED))
+    run.start()
+    run.answer({}, action_id=_pending(run)["test"])
+    held = run.log[-1]
+    assert isinstance(held, ev.GateChecked)
+    assert (held.data.step, held.data.proven) == ("publish", False)
+    assert held.data.missing == ["receipt", "approval"]
+    assert _pending(run) == {}
+    # A wrong value and an empty one prove nothing (fail-closed).
+    records = _evidence(run, {"release/publish": {"receipt": "forged", "approval": ""}}, "e1")
+    assert types(records) == ["evidence.recorded"]
+    assert _pending(run) == {}
+    records = _evidence(run, {"release/publish": {"receipt": "verified", "approval": "o"}}, "e2")
+    assert types(records) == ["evidence.recorded", "gate.checked", "action.requested"]
+    assert sorted(_pending(run)) == ["publish"]
+    run.answer({}, action_id=_pending(run)["publish"])
+    assert run.state.status == RunStatus.COMPLETED
+    assert encode_state(fold(run.log)) == encode_state(run.state)
+
+
+def test_evidence_that_arrives_before_the_gate_is_checked_is_kept_and_counts() -> None:
+    run = Run(compile_one(GATED))
+    run.start()
+    proof = {"release/publish": {"receipt": "verified", "approval": "owner"}}
+    assert types(_evidence(run, proof, "early")) == ["evidence.recorded"]
+    assert run.state.evidence == proof
+    run.answer({}, action_id=_pending(run)["test"])
+    checked = [r for r in run.log if isinstance(r, ev.GateChecked)]
+    assert [(c.data.proven, c.data.missing) for c in checked] == [(True, [])]
+    assert sorted(_pending(run)) == ["publish"]
+
+
+def test_evidence_is_recorded_once_per_event() -> None:
+    run = Run(compile_one(GATED))
+    run.start()
+    assert types(_evidence(run, {"x": {"a": "b"}}, "same")) == ["evidence.recorded"]
+    assert _evidence(run, {"x": {"a": "c"}}, "same") == []
+    assert run.state.evidence == {"x": {"a": "b"}}
+
+
+def test_a_gate_nothing_could_open_is_refused() -> None:
+    text = GATED.replace("  evidence: {events: [release.evidence]}\n", "")
+    diags = compile_sources([("g.yaml", text)]).diagnostics
+    assert [(d.rule, d.line) for d in diags] == [("gate-without-evidence", 13)]

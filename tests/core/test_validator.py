@@ -31,6 +31,7 @@ RULES = {
     "dag-self-dependency",
     "dag-unknown-step",
     "dag-cycle",
+    "gate-without-evidence",
     "unknown-error-class",
     "yaml-syntax",
     "yaml-limit",

@@ -4,6 +4,7 @@ scripted worker serving the task classes and `task` (unclassified steps)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -11,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import REPO, ScriptedAgents, ScriptedStack, of, worker_orchestrator
+from flow_support import (
+    REPO,
+    WAIT,
+    ScriptedAgents,
+    ScriptedStack,
+    eventually,
+    of,
+    worker_orchestrator,
+)
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
@@ -29,11 +38,14 @@ class Agents(ScriptedAgents):
         super().__init__(["ci", "release", "task"])
         self.tasks: list[tuple[str, str]] = []
         self.cancel: set[str] = set()
+        self.hold: dict[str, asyncio.Event] = {}
 
     def received(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> None:
         self.tasks.append((capability, inp["task"]))
 
     async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        if inp["task"] in self.hold:
+            await asyncio.wait_for(self.hold[inp["task"]].wait(), WAIT)
         if inp["task"] in self.cancel:
             raise AgentError(f"{inp['task']} cancelled")
         return {"task": inp["task"]}
@@ -119,10 +131,18 @@ async def test_conditional_edges_branch_on_the_outcome(
         assert state.outputs["state"] == {"done": 2, "skipped": 1}
 
 
+async def _held(stack: Stack, run_id: str, step: str) -> None:
+    async def held() -> bool:
+        records = await stack.records(run_id)
+        return any(r.step == step and not r.proven for r in of(records, ev.GateChecked))
+
+    await eventually(held, f"{step} held by its evidence gate")
+
+
 async def test_publish_waits_until_the_evidence_proves_every_predicate(stack_for: Factory) -> None:
     async with stack_for("synapse-release-evidence.json") as stack:
         run_id = await stack.client.start("release", {})
-        await stack.in_state(run_id, "publish-evidence")
+        await _held(stack, run_id, "publish")
         partial = {"release/publish": {"receipt": "verified", "policy": "pass"}}
         await stack.send("synapse.evidence", partial, id="e1", run_id=run_id)
         await stack.send("synapse.evidence", EVIDENCE, id="e2", run_id=run_id)
@@ -130,9 +150,29 @@ async def test_publish_waits_until_the_evidence_proves_every_predicate(stack_for
         assert state.outputs["tasks"] == {"release/test": "done", "release/publish": "done"}
         records = await stack.records(run_id)
         # Both snapshots are recorded; only the second proved the predicates.
-        assert [r.event["id"] for r in of(records, ev.EventReceived)] == ["e1", "e2"]
+        assert [r.event["id"] for r in of(records, ev.EvidenceRecorded)] == ["e1", "e2"]
+        checks = [(r.proven, r.missing) for r in of(records, ev.GateChecked)]
+        assert checks == [(False, ["receipt", "policy", "approval"]), (True, [])]
         assert ("release", "release/publish") not in stack.agents.tasks
         assert stack.agents.tasks[-1] == ("task", "release/publish")
+
+
+async def test_evidence_sent_before_the_step_is_active_still_counts(stack_for: Factory) -> None:
+    async with stack_for("synapse-release-evidence.json") as stack:
+        proceed = asyncio.Event()
+        stack.agents.hold["release/test"] = proceed
+        run_id = await stack.client.start("release", {})
+        await stack.send("synapse.evidence", EVIDENCE, id="early", run_id=run_id)
+
+        async def kept() -> bool:
+            return bool(of(await stack.records(run_id), ev.EvidenceRecorded))
+
+        await eventually(kept, "the early evidence recorded")
+        proceed.set()
+        state = await stack.finished(run_id)
+        assert state.outputs["tasks"] == {"release/test": "done", "release/publish": "done"}
+        checks = [(r.proven, r.missing) for r in of(await stack.records(run_id), ev.GateChecked)]
+        assert checks == [(True, [])]
 
 
 async def test_fan_out_runs_the_shards_together_and_joins_them(stack_for: Factory) -> None:

@@ -51,7 +51,8 @@ async def send(
         return base.result("finished")
     definition = await definition_of(ops, state)
     takes = definition.states[state.state].transitions_for(signal.name) if definition else ()
-    if definition is not None and not takes:
+    # Evidence is kept whatever state the run is in (a gate reads it when checked).
+    if definition is not None and not takes and signal.name not in definition.evidence_events:
         waits = sorted({t.event for t in definition.states[state.state].transitions})
         return base.result("not-waiting", waiting_for=waits)
     ce = CloudEvent(

@@ -49,27 +49,11 @@ class Dag(FanOut):
         self.advance_dag(state, spec)
 
     def advance_dag(self, state: StateDef, spec: DagDef) -> None:
-        """Skip the steps that can no longer run and request the ones that can (up to
-        ``parallelism`` in flight); finish when every step has ended."""
+        """Skip the steps that can no longer run, hold the ones whose evidence gate is
+        not open yet, and request the ones that can run (up to ``parallelism`` in
+        flight); finish when every step has ended."""
         while self.running and self.state.dag is not None:
-            progress = self.state.dag
-            acted = False
-            for step in spec.steps:
-                if step.name in progress.status:
-                    continue
-                verdict, reason = _readiness(step, progress)
-                if verdict == "skip":
-                    self.emit(
-                        ev.StepSkipped,
-                        ev.StepSkippedData(state=state.name, step=step.name, reason=reason),
-                    )
-                    acted = True
-                    break
-                if verdict == "ready" and progress.running < spec.parallelism:
-                    self.request(step.action, 0, step=step.name)
-                    acted = True
-                    break
-            if not acted:
+            if not any(self.next_dag_move(state, spec, step) for step in spec.steps):
                 break
         final = self.state.dag
         if (
@@ -80,6 +64,40 @@ class Dag(FanOut):
             result = final.view()
             self.emit(ev.DagCompleted, ev.DagCompletedData(state=state.name, result=result))
             self.route(TASK_COMPLETED, None, result)
+
+    def next_dag_move(self, state: StateDef, spec: DagDef, step: DagStep) -> bool:
+        """Move ``step`` on if it can (skip, hold or request it); whether it moved."""
+        progress = self.state.dag
+        assert progress is not None
+        status = progress.status.get(step.name)
+        if status not in (None, "held"):
+            return False
+        verdict, reason = _readiness(step, progress)
+        if verdict == "skip":
+            self.emit(
+                ev.StepSkipped, ev.StepSkippedData(state=state.name, step=step.name, reason=reason)
+            )
+            return True
+        if verdict == "wait" or progress.running >= spec.parallelism:
+            return False
+        if step.gate is not None:
+            missing = step.gate.missing(self.state.evidence)
+            if missing and status == "held":
+                return False  # still held; what it misses was recorded when it was held
+            self.emit(
+                ev.GateChecked,
+                ev.GateCheckedData(
+                    state=state.name,
+                    step=step.name,
+                    subject=step.gate.subject,
+                    proven=not missing,
+                    missing=missing,
+                ),
+            )
+            if missing:
+                return True
+        self.request(step.action, 0, step=step.name)
+        return True
 
     def dag_step_failed(self, state: StateDef, step: str, error: ev.ErrorInfo) -> None:
         """A step failed for good: under ``completion: all`` that fails the state unless

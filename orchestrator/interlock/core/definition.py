@@ -95,10 +95,34 @@ class DagEdge:
 
 
 @dataclass(frozen=True, slots=True)
+class GateDef:
+    """Evidence a step needs before it starts: for ``subject``, each predicate with the
+    value it must have (``True``: any non-empty value)."""
+
+    subject: str
+    requires: tuple[tuple[str, str | bool], ...]
+
+    def missing(self, evidence: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+        """The predicates the evidence does not prove (empty: the gate is open).
+        Fail-closed: no evidence, another value or an empty one proves nothing."""
+        proofs = (evidence or {}).get(self.subject, {})
+        out: list[str] = []
+        for predicate, wanted in self.requires:
+            value = proofs.get(predicate)
+            if wanted is True:
+                if value is None or value == "" or value is False:
+                    out.append(predicate)
+            elif value != wanted:
+                out.append(predicate)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class DagStep:
     name: str
     action: ActionDef
     depends_on: tuple[DagEdge, ...] = ()
+    gate: GateDef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +266,8 @@ class Definition:
     budget: BudgetDef = BudgetDef()
     correlation: CorrelationDef | None = None
     deadline: DeadlineDef | None = None
+    evidence_events: frozenset[str] = frozenset()
+    """Event types the run records as evidence whenever they arrive."""
 
     def all_actions(self) -> list[ActionDef]:
         out: list[ActionDef] = []

@@ -133,11 +133,25 @@ def decide(
         return step.out
     if event_key(event.source, event.id) in state.seen:
         return []
+    if event.type in definition.evidence_events:
+        _evidence(step, event)
+        return step.out
     if not definition.states[state.state].transitions_for(event.type):
         return []
     step.emit(ev.EventReceived, ev.EventReceivedData(event=event.to_dict()))
     step.route(event.type, event, None)
     return step.out
+
+
+def _evidence(step: Reactions, event: Incoming) -> None:
+    """Keep an evidence event whatever state the run is in; then route it like any event
+    (a state may wait for it), or let a DAG's held steps see it."""
+    step.emit(ev.EvidenceRecorded, ev.EvidenceRecordedData(event=event.to_dict()))
+    current = step.current
+    if step.route(event.type, event, None):
+        return
+    if current.dag is not None and step.running and step.state.dag is not None:
+        step.advance_dag(current, current.dag)
 
 
 def cancel(definition: Definition, state: RunState, *, reason: str, now: str) -> list[ev.AnyRecord]:

@@ -159,6 +159,26 @@ class StepSkippedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     reason: str = ""
 
 
+class EvidenceRecordedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An evidence event arrived (one of the types the workflow's ``evidence.events``
+    names): kept whatever state the run is in, so it counts whenever a gate is checked."""
+
+    event: dict[str, Any]
+    """A full copy of the CloudEvent; its data (``{subject: {predicate: value}}``) is
+    merged into what the run has proven."""
+
+
+class GateCheckedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A DAG step's evidence gate was checked: ``proven`` (the step starts now), or not
+    (the step is held until evidence proves ``missing``)."""
+
+    state: str
+    step: str
+    subject: str
+    proven: bool = False
+    missing: list[str] = []
+
+
 class DagCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: str
     result: Any = None
@@ -325,6 +345,14 @@ class DagCompleted(Record, tag=PREFIX + "dag.completed", frozen=True):
     data: DagCompletedData
 
 
+class EvidenceRecorded(Record, tag=PREFIX + "evidence.recorded", frozen=True):
+    data: EvidenceRecordedData
+
+
+class GateChecked(Record, tag=PREFIX + "gate.checked", frozen=True):
+    data: GateCheckedData
+
+
 class EventReceived(Record, tag=PREFIX + "event.received", frozen=True):
     data: EventReceivedData
 
@@ -387,6 +415,8 @@ AnyRecord = (
     | DagStarted
     | StepSkipped
     | DagCompleted
+    | EvidenceRecorded
+    | GateChecked
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__

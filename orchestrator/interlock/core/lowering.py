@@ -29,6 +29,7 @@ from interlock.core.definition import (
 )
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.expr import Expression
+from interlock.core.lowering_dag import check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
 from interlock.core.names import EVENT_TYPE, INPUT_NAME, check_metadata
@@ -75,6 +76,7 @@ class WorkflowLowering(LoweringScope):
         correlation = self._correlation()
         deadline = self._deadline()
         check_graph(spec, self.error)
+        check_gates(self.error, spec)
         check_references(states, deadline, self.error)
         if len(self.diags) != before:
             return None
@@ -94,6 +96,7 @@ class WorkflowLowering(LoweringScope):
             budget=self.budget,
             correlation=correlation,
             deadline=deadline,
+            evidence_events=frozenset(spec.evidence.events if spec.evidence else ()),
         )
 
     def _deadline(self) -> DeadlineDef | None:

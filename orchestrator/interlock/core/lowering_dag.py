@@ -1,7 +1,8 @@
 """Lowering a DAG state's ``dag`` block to a :class:`DagDef`, with the graph's own rules:
 a step may not depend on itself (``dag-self-dependency``) or on a step the DAG does not
 declare (``dag-unknown-step``), and the dependencies may not form a cycle (``dag-cycle``,
-naming a step on it): a cycle would wait forever.
+naming a step on it): a cycle would wait forever. :func:`check_gates` refuses a step
+whose evidence gate nothing could ever open (``gate-without-evidence``).
 """
 
 from __future__ import annotations
@@ -9,8 +10,17 @@ from __future__ import annotations
 from typing import Protocol
 
 from interlock.core import model
-from interlock.core.definition import ENDED, ActionDef, BudgetDef, DagDef, DagEdge, DagStep
+from interlock.core.definition import (
+    ENDED,
+    ActionDef,
+    BudgetDef,
+    DagDef,
+    DagEdge,
+    DagStep,
+    GateDef,
+)
 from interlock.core.names import STATE_NAME
+from interlock.core.rules import Report
 from interlock.core.source import Path
 
 STEPS_VARIABLE = frozenset({"steps"})
@@ -76,7 +86,10 @@ def lower_dag(scope: DagScope, path: Path, spec: model.DagSpec | None) -> DagDef
             else:
                 edges.append(edge)
         action = scope._action((*spath, "action"), step.action, STEPS_VARIABLE)
-        steps[name] = DagStep(name, action, tuple(edges))
+        gate = None
+        if step.requires:
+            gate = GateDef(step.subject or name, tuple(step.requires.items()))
+        steps[name] = DagStep(name, action, tuple(edges), gate)
     if broken:
         return None
     order = _order(steps)
@@ -133,3 +146,19 @@ def _on_cycle(steps: dict[str, DagStep]) -> str:
         seen.append(node)
         node = next(e.step for e in steps[node].depends_on if e.step not in placed)
     return node
+
+
+def check_gates(error: Report, spec: model.WorkflowSpec) -> None:
+    """A DAG step that requires evidence in a workflow that declares no evidence events
+    could never start: refused (``gate-without-evidence``)."""
+    if spec.evidence is not None:
+        return
+    for state_name, state in spec.states.items():
+        for name, step in (state.dag.steps if state.dag else {}).items():
+            if step.requires:
+                error(
+                    ("spec", "states", state_name, "dag", "steps", name, "requires"),
+                    "gate-without-evidence",
+                    f"step {name!r} requires evidence but the workflow declares no "
+                    "evidence.events: its gate could never open",
+                )

@@ -175,10 +175,22 @@ class DagEdgeSpec(_Strict, frozen=True, kw_only=True):
 
 class DagStepSpec(_Strict, frozen=True, kw_only=True):
     """One step of a DAG: its action starts as soon as every step it depends on has ended
-    as the edge asks (a plain name: completed)."""
+    as the edge asks (a plain name: completed) and the evidence proves what it
+    ``requires``."""
 
     depends_on: list[str | DagEdgeSpec] = []
     action: Action
+    requires: Annotated[
+        dict[str, str | bool],
+        msgspec.Meta(
+            description="Evidence gate: predicate -> the value the evidence must show for "
+            "the step's subject (true: any non-empty value)."
+        ),
+    ] = {}
+    subject: Annotated[
+        str | None,
+        msgspec.Meta(description="Whose evidence the gate reads (default: the step's name)."),
+    ] = None
     description: str | None = None
 
 
@@ -242,6 +254,13 @@ class Budget(_Strict, frozen=True, kw_only=True):
     max_fan_out: Annotated[int, msgspec.Meta(ge=1)] = 64
 
 
+class EvidenceSpec(_Strict, frozen=True, kw_only=True):
+    """Event types whose data is evidence (``{subject: {predicate: value}}``): recorded
+    whenever one arrives, whatever state the run is in, and read by evidence gates."""
+
+    events: Annotated[list[str], msgspec.Meta(min_length=1)]
+
+
 class Correlate(_Strict, frozen=True, kw_only=True):
     """How later events reach a run without naming it: ``key`` (a template over the run's
     inputs, computed when it starts) and, per event type, a CEL expression giving the same
@@ -261,6 +280,7 @@ class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     budget: Budget = Budget()
     correlate: Correlate | None = None
     deadline: RunDeadline | None = None
+    evidence: EvidenceSpec | None = None
 
 
 class Workflow(_Strict, frozen=True, kw_only=True):

@@ -45,9 +45,9 @@ class MapProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
 
 class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A DAG state's steps and how far each got: ``running`` (asked for, or waiting for a
-    retry), then ``completed``, ``failed`` or ``skipped``; a step not in ``status`` has not
-    started."""
+    """A DAG state's steps and how far each got: ``held`` (its dependencies allow it but
+    its evidence gate does not yet), ``running`` (asked for, or waiting for a retry), then
+    ``completed``, ``failed`` or ``skipped``; a step not in ``status`` has not started."""
 
     steps: list[str] = []
     parallelism: int = 1
@@ -58,6 +58,7 @@ class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
     @property
     def running(self) -> int:
+        """Steps in flight (asked for, or waiting for a retry); a held step is not."""
         return sum(1 for s in self.status.values() if s == "running")
 
     def view(self) -> dict[str, dict[str, Any]]:
@@ -115,6 +116,9 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     correlation_key: str | None = None
     parent: ev.ParentRef | None = None
     dag: DagProgress | None = None
+    evidence: dict[str, dict[str, Any]] | None = None
+    """What evidence events have proven, by subject then predicate (the latest value of
+    each); kept across states, so evidence sent before a gate is checked still counts."""
 
     @property
     def finished(self) -> bool:
@@ -287,6 +291,27 @@ def _dag_completed(s: RunState, r: ev.DagCompleted) -> RunState:
     return replace(s, seq=s.seq + 1, updated_at=r.time, states=states, result=r.data.result)
 
 
+def _evidence_recorded(s: RunState, r: ev.EvidenceRecorded) -> RunState:
+    event = r.data.event
+    seen = dict(s.seen)
+    seen[event_key(str(event.get("source", "")), str(event.get("id", "")))] = None
+    evidence = dict(s.evidence or {})
+    data = event.get("data")
+    if isinstance(data, dict):
+        for subject, proofs in data.items():
+            if isinstance(proofs, dict):
+                evidence[str(subject)] = {**evidence.get(str(subject), {}), **proofs}
+    return replace(s, seq=s.seq + 1, updated_at=r.time, seen=seen, evidence=evidence)
+
+
+def _gate_checked(s: RunState, r: ev.GateChecked) -> RunState:
+    dag = s.dag
+    if dag is not None:
+        status = "held" if not r.data.proven else dag.status.get(r.data.step, "held")
+        dag = replace(dag, status={**dag.status, r.data.step: status})
+    return replace(s, seq=s.seq + 1, updated_at=r.time, dag=dag)
+
+
 def _timer_scheduled(s: RunState, r: ev.TimerScheduled) -> RunState:
     timers = {**s.timers, r.data.timer_id: r.data}
     return replace(s, seq=s.seq + 1, updated_at=r.time, timers=timers)
@@ -381,6 +406,8 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.DagStarted: _dag_started,
     ev.StepSkipped: _step_skipped,
     ev.DagCompleted: _dag_completed,
+    ev.EvidenceRecorded: _evidence_recorded,
+    ev.GateChecked: _gate_checked,
 }
 
 
@@ -405,16 +432,17 @@ def event_key(source: str, event_id: str) -> str:
 
 _state_encoder = msgspec.json.Encoder()
 
-_LATER_FIELDS = ("dag",)
+_LATER_FIELDS = ("dag", "evidence")
 """Fields added to RunState after states were first pinned (tests/golden): left out of
 the canonical bytes while unset, so a run that does not use them encodes as before."""
 
 
 def encode_state(state: RunState) -> bytes:
     """Canonical bytes of a state (the replay guarantee compares these)."""
-    if all(getattr(state, name) is None for name in _LATER_FIELDS):
-        fields = msgspec.structs.asdict(state)
-        for name in _LATER_FIELDS:
-            del fields[name]
-        return _state_encoder.encode(fields)
-    return _state_encoder.encode(state)
+    unset = [name for name in _LATER_FIELDS if getattr(state, name) is None]
+    if not unset:
+        return _state_encoder.encode(state)
+    fields = msgspec.structs.asdict(state)
+    for name in unset:
+        del fields[name]
+    return _state_encoder.encode(fields)

@@ -32,6 +32,7 @@ RULES = {
     "dag-unknown-step",
     "dag-cycle",
     "gate-without-evidence",
+    "quorum-unreachable",
     "unknown-error-class",
     "yaml-syntax",
     "yaml-limit",

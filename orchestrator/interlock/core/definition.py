@@ -74,6 +74,8 @@ class MapDef:
     parallelism: int = 8
     completion: str = "all"
     branches: tuple[ActionDef, ...] = ()
+    at_least: int = 0
+    """For ``completion: at_least``: how many distinct producers must answer."""
 
     def action_for(self, item: int | None) -> ActionDef:
         """The action an item runs: its branch's in a parallel state, else the map's."""

@@ -132,6 +132,8 @@ class MapStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     items: list[Any] = []
     parallelism: int = 1
     completion: str = "all"
+    at_least: int = 0
+    """For ``completion: at_least`` (a quorum): how many distinct producers must answer."""
 
 
 class MapCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -61,6 +61,7 @@ class FanOut(Transitions):
                 items=items,
                 parallelism=spec.parallelism,
                 completion=spec.completion,
+                at_least=spec.at_least,
             ),
         )
         if not items:
@@ -85,6 +86,36 @@ class FanOut(Transitions):
                 return
             self.request(spec.action_for(progress.next), 0, item=progress.next)
 
+    def quorum_done(self, state: StateDef, progress: MapProgress, item: str, whole: str) -> bool:
+        """``completion: at_least``: done once enough distinct producers have answered
+        (each counted once, whatever number of items it answered); failed once that can
+        no longer happen. Whether the state's work is over."""
+        producers = sorted(set(progress.sources.values()))
+        if len(producers) >= progress.at_least:
+            self.cancel_pending(f"{whole} reached its quorum")
+            result = [
+                {"item": i, "source": progress.sources.get(i), "output": progress.results[i]}
+                for i in sorted(progress.results)
+            ]
+            self.finish_map(state, result)
+            return True
+        ended = len(progress.results) + len(progress.failed)
+        if len(producers) + len(progress.items) - ended >= progress.at_least:
+            return False
+        self.cancel_pending(f"{whole} cannot reach its quorum")
+        last = progress.failed[max(progress.failed)] if progress.failed else None
+        self.failed(
+            ev.ErrorInfo(
+                error_class=last.error_class if last else ErrorClass.AGENT_ERROR,
+                message=f"{whole} {state.name!r} needs {progress.at_least} distinct "
+                f"producers, {len(producers)} answered"
+                + (f"; last {item} failure: {last.message}" if last else ""),
+                code="quorum_not_met",
+            ),
+            None,
+        )
+        return True
+
     def finish_map(self, state: StateDef, result: Any) -> None:
         self.emit(ev.MapCompleted, ev.MapCompletedData(state=state.name, result=result))
         self.route(TASK_COMPLETED, None, result)
@@ -97,7 +128,10 @@ class FanOut(Transitions):
         total = len(progress.items)
         # How failures name what failed: an item of a map, or an action of a parallel state.
         item, whole = ("action", "parallel") if state.map.branches else ("item", "map")
-        if progress.completion == "any":
+        if progress.completion == "at_least":
+            if self.quorum_done(state, progress, item, whole):
+                return
+        elif progress.completion == "any":
             winners = sorted(progress.results)
             if winners:
                 self.cancel_pending(f"{whole} completed (any)")

@@ -187,7 +187,8 @@ class StateLowering(LoweringScope):
             )
         if over is None:
             return None
-        return MapDef(over, spec.as_, action, parallelism, spec.completion)
+        completion, at_least = _completion(spec.completion)
+        return MapDef(over, spec.as_, action, parallelism, completion, at_least=at_least)
 
     def _parallel(self, path: Path, spec: model.ParallelSpec | None) -> MapDef | None:
         """A parallel state runs on the map's machinery: one item per branch."""
@@ -213,8 +214,22 @@ class StateLowering(LoweringScope):
                     "map it in a transition's set",
                     key=True,
                 )
+        completion, at_least = _completion(spec.completion)
+        if at_least > len(branches):
+            self.error(
+                (*path, "completion", "at_least"),
+                "quorum-unreachable",
+                f"completion at_least {at_least} is more than the {len(branches)} parallel "
+                "actions could ever answer",
+            )
         return MapDef(
-            None, "", branches[0], len(branches), spec.completion, branches=tuple(branches)
+            None,
+            "",
+            branches[0],
+            len(branches),
+            completion,
+            branches=tuple(branches),
+            at_least=at_least,
         )
 
     def _loop(self, path: Path, spec: model.LoopSpec | None) -> LoopDef | None:
@@ -292,3 +307,11 @@ class StateLowering(LoweringScope):
                 self._cel_error((*path, "guard"), exc)
         sets = tuple((k, self._value((*path, "set", k), v)) for k, v in t.set.items())
         return TransitionDef(index, t.event, t.goto, guard, sets)
+
+
+def _completion(spec: model.Completion) -> tuple[str, int]:
+    """A map's or parallel state's completion as the engine reads it: its name, and the
+    quorum's size (0 when not a quorum)."""
+    if isinstance(spec, model.Quorum):
+        return "at_least", spec.at_least
+    return spec, 0

@@ -130,13 +130,23 @@ class StateTimeout(_Strict, frozen=True, kw_only=True):
     set: dict[str, Value] = {}
 
 
+class Quorum(_Strict, frozen=True, kw_only=True):
+    """Done once ``at_least`` distinct producers (the ``source`` of each answer) have
+    answered successfully; the rest are cancelled. Fails when that can no longer happen."""
+
+    at_least: Annotated[int, msgspec.Meta(ge=1)]
+
+
+Completion = Literal["all", "any", "all_settled"] | Quorum
+
+
 class ParallelSpec(_Strict, frozen=True, kw_only=True):
     """Run every action at once (each its own capability and input); ``all`` waits for
     every one (results in order, the first failure fails the state), ``any`` takes the
     first success, ``all_settled`` waits for every one whatever its outcome."""
 
     actions: Annotated[list[Action], msgspec.Meta(min_length=1)]
-    completion: Literal["all", "any", "all_settled"] = "all"
+    completion: Completion = "all"
 
 
 class RunDeadline(_Strict, frozen=True, kw_only=True):
@@ -159,7 +169,7 @@ class MapSpec(_Strict, frozen=True, kw_only=True):
     )
     action: Action
     parallelism: Annotated[int, msgspec.Meta(ge=1)] = 8
-    completion: Literal["all", "any", "all_settled"] = "all"
+    completion: Completion = "all"
 
 
 Outcome = Literal["completed", "failed", "skipped", "ended"]

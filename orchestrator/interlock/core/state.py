@@ -42,6 +42,9 @@ class MapProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """The next item to request."""
     results: dict[int, Any] = {}
     failed: dict[int, ev.ErrorInfo] = {}
+    at_least: int = 0
+    sources: dict[int, str] = {}
+    """Who answered each completed item (the answer's ``source``), for a quorum."""
 
 
 class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -207,14 +210,10 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
     pending = dict(s.pending)
     pending.pop(d.action_id, None)
     if d.item is not None and s.map is not None:
-        results = {**s.map.results, d.item: d.result}
-        return replace(
-            s,
-            seq=s.seq + 1,
-            updated_at=r.time,
-            pending=pending,
-            map=replace(s.map, results=results),
-        )
+        progress = replace(s.map, results={**s.map.results, d.item: d.result})
+        if s.map.at_least and d.source is not None:
+            progress = replace(progress, sources={**s.map.sources, d.item: d.source})
+        return replace(s, seq=s.seq + 1, updated_at=r.time, pending=pending, map=progress)
     if d.step is not None and s.dag is not None:
         dag = replace(
             s.dag,
@@ -264,7 +263,9 @@ def _action_cancelled(s: RunState, r: ev.ActionCancelled) -> RunState:
 
 def _map_started(s: RunState, r: ev.MapStarted) -> RunState:
     d = r.data
-    progress = MapProgress(items=d.items, parallelism=d.parallelism, completion=d.completion)
+    progress = MapProgress(
+        items=d.items, parallelism=d.parallelism, completion=d.completion, at_least=d.at_least
+    )
     return replace(s, seq=s.seq + 1, updated_at=r.time, map=progress)
 
 

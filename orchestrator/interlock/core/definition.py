@@ -165,6 +165,8 @@ class BudgetDef:
     max_transitions: int = 1000
     max_actions: int = 1000
     max_fan_out: int = 64
+    max_cost: float | None = None
+    """The most the run may spend, summed from the ``cost`` each answer reports."""
 
 
 @dataclass(frozen=True, slots=True)

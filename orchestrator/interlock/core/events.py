@@ -102,6 +102,8 @@ class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     source: str | None = None
     """Who answered: the answer's CloudEvent ``source`` (a worker of the SDK says its name)."""
     step: str | None = None
+    cost: float | None = None
+    """What the answer reports it cost (its result's ``cost``), summed into the run's."""
 
 
 class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

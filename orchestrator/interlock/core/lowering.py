@@ -52,7 +52,10 @@ class WorkflowLowering(LoweringScope):
         self.wf = msgspec.convert(doc.data, model.Workflow)
         spec = self.wf.spec
         budget = BudgetDef(
-            spec.budget.max_transitions, spec.budget.max_actions, spec.budget.max_fan_out
+            spec.budget.max_transitions,
+            spec.budget.max_actions,
+            spec.budget.max_fan_out,
+            spec.budget.max_cost,
         )
         super().__init__(doc, diags, capabilities, spec.states, budget)
 

@@ -262,6 +262,17 @@ class Budget(_Strict, frozen=True, kw_only=True):
     max_transitions: Annotated[int, msgspec.Meta(ge=1)] = 1000
     max_actions: Annotated[int, msgspec.Meta(ge=1)] = 1000
     max_fan_out: Annotated[int, msgspec.Meta(ge=1)] = 64
+    max_cost: (
+        Annotated[
+            float,
+            msgspec.Meta(
+                gt=0,
+                description="The most the run may spend: the sum of the `cost` each answer "
+                "reports; the answer that takes it over fails its state (budget_exceeded).",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class EvidenceSpec(_Strict, frozen=True, kw_only=True):

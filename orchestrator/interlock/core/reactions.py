@@ -42,8 +42,12 @@ class Reactions(Dag):
                 iteration=pending.iteration,
                 source=event.source,
                 step=pending.step,
+                # Only a workflow with a cost budget counts costs: others write as before.
+                cost=None if self.definition.budget.max_cost is None else _cost(result),
             ),
         )
+        if self.over_cost_budget(event):
+            return
         state = self.current
         if pending.item is not None and state.map is not None:
             self.map_item_done(state)
@@ -60,6 +64,24 @@ class Reactions(Dag):
             self.request(state.actions[pending.index + 1], pending.index + 1)
             return
         self.route(TASK_COMPLETED, event, result)
+
+    def over_cost_budget(self, event: Incoming) -> bool:
+        """Whether the answer just recorded took the run over ``budget.max_cost``: then its
+        state fails with ``budget_exceeded`` (code ``max_cost``), routed like any failure."""
+        limit = self.definition.budget.max_cost
+        spent = self.state.cost
+        if limit is None or spent is None or spent <= limit:
+            return False
+        self.cancel_pending(f"budget.max_cost ({limit:g}) exceeded")
+        self.failed(
+            ev.ErrorInfo(
+                error_class=ErrorClass.BUDGET_EXCEEDED,
+                message=f"spent {spent:g}, more than budget.max_cost ({limit:g})",
+                code="max_cost",
+            ),
+            event,
+        )
+        return True
 
     def loop_step(
         self, state: StateDef, pending: PendingAction, result: Any, event: Incoming
@@ -190,3 +212,12 @@ class Reactions(Dag):
                 retry=timer.retry,
                 step=timer.step,
             )
+
+
+def _cost(result: Any) -> float | None:
+    """The cost an answer reports: its result's ``cost``, when a number."""
+    if isinstance(result, dict):
+        cost = result.get("cost")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            return float(cost)
+    return None

@@ -122,6 +122,8 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     evidence: dict[str, dict[str, Any]] | None = None
     """What evidence events have proven, by subject then predicate (the latest value of
     each); kept across states, so evidence sent before a gate is checked still counts."""
+    cost: float | None = None
+    """The sum of the ``cost`` the answers reported (None: none reported any)."""
 
     @property
     def finished(self) -> bool:
@@ -207,6 +209,8 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
 
 def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
     d = r.data
+    if d.cost is not None:
+        s = replace(s, cost=(s.cost or 0.0) + d.cost)
     pending = dict(s.pending)
     pending.pop(d.action_id, None)
     if d.item is not None and s.map is not None:
@@ -433,7 +437,7 @@ def event_key(source: str, event_id: str) -> str:
 
 _state_encoder = msgspec.json.Encoder()
 
-_LATER_FIELDS = ("dag", "evidence")
+_LATER_FIELDS = ("dag", "evidence", "cost")
 """Fields added to RunState after states were first pinned (tests/golden): left out of
 the canonical bytes while unset, so a run that does not use them encodes as before."""
 

@@ -150,6 +150,8 @@ class Step:
                 "state": s.state,
             },
         }
+        if self.definition.budget.max_cost is not None:
+            act["run"]["cost"] = s.cost or 0.0  # only where a cost budget counts it
         if event is not None:
             act["event"] = event.to_dict()
             act["data"] = event.data

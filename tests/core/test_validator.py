@@ -33,6 +33,7 @@ RULES = {
     "dag-cycle",
     "gate-without-evidence",
     "quorum-unreachable",
+    "required-step-bypass",
     "unknown-error-class",
     "yaml-syntax",
     "yaml-limit",

@@ -33,7 +33,7 @@ from interlock.core.lowering_dag import check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
 from interlock.core.names import EVENT_TYPE, INPUT_NAME, check_metadata
-from interlock.core.rules import check_graph, check_references
+from interlock.core.rules import check_graph, check_references, check_required
 from interlock.core.source import Document, Path
 
 
@@ -79,6 +79,7 @@ class WorkflowLowering(LoweringScope):
         correlation = self._correlation()
         deadline = self._deadline()
         check_graph(spec, self.error)
+        check_required(spec, self.error)
         check_gates(self.error, spec)
         check_references(states, deadline, self.error)
         if len(self.diags) != before:

@@ -254,6 +254,13 @@ class State(_Strict, frozen=True, kw_only=True):
     timeout: StateTimeout | None = None
     outputs: dict[str, Value] | None = None
     fail: Fail | None = None
+    required: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Every run that completes must pass through this state (an "
+            "approval, a gate): a path around it is refused (required-step-bypass)."
+        ),
+    ] = False
 
 
 class Budget(_Strict, frozen=True, kw_only=True):

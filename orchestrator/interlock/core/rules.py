@@ -73,6 +73,29 @@ def check_graph(spec: model.WorkflowSpec, error: Report) -> None:
             )
 
 
+def check_required(spec: model.WorkflowSpec, error: Report) -> None:
+    """No run completes without passing a ``required`` state: with the state taken out of
+    the graph, no terminal state that completes the run (one without ``fail``) may be
+    reachable from the initial state."""
+    states = spec.states
+    if spec.initial_state not in states:
+        return
+    edges = _edges(spec)
+    completing = {n for n, s in states.items() if s.type == TERMINAL and s.fail is None}
+    for name, state in states.items():
+        if not state.required or name == spec.initial_state:
+            continue
+        around = {k: v - {name} for k, v in edges.items() if k != name}
+        bypass = sorted(_reach({spec.initial_state}, around) & completing)
+        if bypass:
+            error(
+                ("spec", "states", name, "required"),
+                "required-step-bypass",
+                f"state {name!r} is required, but a run can complete in {bypass[0]!r} "
+                f"without passing it",
+            )
+
+
 def check_references(
     states: Mapping[str, StateDef], deadline: DeadlineDef | None, error: Report
 ) -> None:

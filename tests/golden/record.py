@@ -6,7 +6,9 @@
 Each scenario drives one of the golden workflows through start/decide/cancel with a fixed
 clock: ``code-review.yaml`` here (a copy of examples/code-review.yaml) and
 ``control-flow/control-flow.yaml`` (parallel actions, a map, a loop, a human wait,
-correlation, a run deadline), both frozen so that re-recording gives the same logs. Beside
+correlation, a run deadline) and ``constructs/constructs.yaml`` (a quorum, a DAG with an
+evidence gate and a failure branch, a cost budget), all frozen so that re-recording gives
+the same logs. Beside
 its workflow, each scenario has
 
 - ``<name>.jsonl``: the run log, one CloudEvent per line (``events.encode``);
@@ -96,29 +98,43 @@ class Recorder:
             )
         )
 
-    def pending(self, item: int | None = None) -> str:
-        """The awaited action (of map or parallel item ``item``)."""
-        found = [a for a, p in self.state.pending.items() if item is None or p.item == item]
+    def pending(self, item: int | None = None, step: str | None = None) -> str:
+        """The awaited action (of map or parallel item ``item``, of DAG step ``step``)."""
+        found = [
+            a
+            for a, p in self.state.pending.items()
+            if (item is None or p.item == item) and (step is None or p.step == step)
+        ]
         assert found, (item, self.state.pending)
         return found[0]
 
     def answer(
-        self, data: Any, event_type: str = "task.completed", item: int | None = None
+        self,
+        data: Any,
+        event_type: str = "task.completed",
+        item: int | None = None,
+        *,
+        step: str | None = None,
+        source: str = "interlock://agent/echo",
     ) -> None:
         self.answers += 1
         event = Incoming(
             type=event_type,
-            source="interlock://agent/echo",
+            source=source,
             id=f"answer-{self.answers}",
             data=data,
             time=self.now(),
-            extensions={"actionid": self.pending(item)},
+            extensions={"actionid": self.pending(item, step)},
         )
         self.take(decide(self.definition, self.state, event, event.time or ""))
 
     def fail(self, error_class: str, message: str, *, item: int | None = None, **more: Any) -> None:
         error = {"class": error_class, "message": message, **more}
         self.answer({"error": error}, "task.failed", item)
+
+    def fail_step(self, step: str, message: str) -> None:
+        error = {"class": "agent_error", "message": message}
+        self.answer({"error": error}, "task.failed", step=step)
 
     def send(self, event_type: str, data: Any, event_id: str) -> None:
         event = Incoming(
@@ -285,6 +301,48 @@ def nobody_closed(r: Recorder) -> None:
     r.fire(TimerPurpose.STATE_TIMEOUT)
 
 
+# --- constructs/constructs.yaml -------------------------------------------------------
+
+CONSTRUCTS = "constructs/constructs.yaml"
+
+
+def quorum(r: Recorder, run_id: str) -> None:
+    """Start; reviewers a and c answer (two distinct producers): b is cancelled."""
+    r.start(run_id, {})
+    r.answer({"verdict": "ok"}, item=0, source="interlock://agent/a")
+    r.answer({"verdict": "ok"}, item=2, source="interlock://agent/c")
+
+
+def shipped(r: Recorder) -> None:
+    r.start("r-golden-constructs-shipped", {})
+    # The evidence comes first, before the DAG even starts: it is kept and counts later.
+    r.send("release.evidence", {"release": {"receipt": "verified"}}, "evidence-1")
+    r.answer({"verdict": "ok"}, item=0, source="interlock://agent/a")
+    r.answer({"verdict": "ok"}, item=2, source="interlock://agent/c")
+    r.answer({"wheel": "app.whl", "cost": 1.5}, step="build")
+    r.answer({"passed": 12, "cost": 2}, step="test")  # publish still waits for lint
+    r.answer({"clean": True}, step="lint")
+    r.answer({"url": "https://example.com/app"}, step="publish")
+
+
+def rolled_back(r: Recorder) -> None:
+    quorum(r, "r-golden-constructs-rolled-back")
+    r.answer({"wheel": "app.whl"}, step="build")
+    r.fail_step("test", "3 tests failed")  # a branch: publish is skipped, rollback runs
+    r.answer({"clean": True}, step="lint")
+    r.answer({"rolled_back": True}, step="rollback")
+
+
+def held_then_over_budget(r: Recorder) -> None:
+    quorum(r, "r-golden-constructs-over-budget")
+    r.answer({"wheel": "app.whl", "cost": 4}, step="build")
+    r.answer({"clean": True}, step="lint")
+    r.answer({"passed": 12, "cost": 1}, step="test")  # publish is held: no evidence yet
+    r.send("release.evidence", {"release": {"receipt": "pending"}}, "evidence-1")
+    r.send("release.evidence", {"release": {"receipt": "verified"}}, "evidence-2")
+    r.answer({"url": "https://example.com/app", "cost": 6}, step="publish")  # 11 > 10
+
+
 @dataclass(frozen=True)
 class Scenario:
     workflow: str
@@ -311,6 +369,9 @@ SCENARIOS: dict[str, Scenario] = {
     "control-flow-loop-stuck": Scenario(CONTROL_FLOW, loop_stuck),
     "control-flow-parallel-failed": Scenario(CONTROL_FLOW, parallel_failed),
     "control-flow-nobody-closed": Scenario(CONTROL_FLOW, nobody_closed),
+    "constructs-shipped": Scenario(CONSTRUCTS, shipped),
+    "constructs-rolled-back": Scenario(CONSTRUCTS, rolled_back),
+    "constructs-over-budget": Scenario(CONSTRUCTS, held_then_over_budget),
 }
 
 

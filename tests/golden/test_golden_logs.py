@@ -23,7 +23,13 @@ from interlock.core import events as ev
 from interlock.core.state import RunState, encode_state, evolve, fold
 
 HERE = Path(__file__).resolve().parent
-GOLDEN = sorted([*HERE.glob("*.jsonl"), *(HERE / "control-flow").glob("*.jsonl")])
+GOLDEN = sorted(
+    [
+        *HERE.glob("*.jsonl"),
+        *(HERE / "control-flow").glob("*.jsonl"),
+        *(HERE / "constructs").glob("*.jsonl"),
+    ]
+)
 DIVERGENT = sorted((HERE / "divergent").glob("*.jsonl"))
 RERECORD = "if the change is meant, re-record with tests/golden/record.py and commit it alone"
 

@@ -118,6 +118,12 @@ def _apply(current: dict[str, Any], ordered: list[ev.AnyRecord]) -> bool:
     for record in ordered:
         at = position(record)
         if at <= int(current.get("seq", 0)):
+            # Written already, except a run's start read after its later records (its
+            # message came again after a crash while the later ones were written): the
+            # entry would otherwise never name its workflow, and listings would miss it.
+            if isinstance(record, ev.RunStarted) and "workflow" not in current:
+                _started(current, record, status=current.get("status"))
+                changed = True
             continue
         _update(current, record)
         current["seq"] = at
@@ -125,15 +131,19 @@ def _apply(current: dict[str, Any], ordered: list[ev.AnyRecord]) -> bool:
     return changed
 
 
+def _started(current: dict[str, Any], record: ev.RunStarted, status: str | None) -> None:
+    current.update(
+        workflow=record.data.workflow,
+        namespace=record.data.namespace,
+        version=record.data.version,
+        status=status or str(RunStatus.RUNNING),
+        started_at=record.time,
+    )
+
+
 def _update(current: dict[str, Any], record: ev.AnyRecord) -> None:
     if isinstance(record, ev.RunStarted):
-        current.update(
-            workflow=record.data.workflow,
-            namespace=record.data.namespace,
-            version=record.data.version,
-            status=str(RunStatus.RUNNING),
-            started_at=record.time,
-        )
+        _started(current, record, status=None)
     elif isinstance(record, ev.StateEntered):
         current["state"] = record.data.state
     elif isinstance(record, ev.RunForked):

@@ -142,16 +142,23 @@ def _inbound_event(ex: Examples) -> dict[str, Any]:
         "title": "An event from outside",
         "summary": "Any CloudEvent 1.0, binary or structured mode, published with "
         "JetStream. Its subject's last tokens are its type.",
-        "description": "Starts the runs of workflows that trigger on its type, goes to "
-        "the runs correlated with it, or (with a `runid` extension) to that run. "
+        "description": "On `<prefix>.events.<type>`: starts the runs of workflows "
+        "that trigger on its type and goes to the runs correlated with it. On "
+        "`<prefix>.events.@run.<run_id>.<type>` (which publishers may not publish): goes "
+        "to that run only. Its type must be its subject's (dead letter `type-mismatch`); "
+        "a `runid` extension is honoured only on a run's subject and must name it "
+        "(elsewhere dead letter `runid-refused`, else `runid-mismatch`). "
         "`Nats-Msg-Id` `<source>:<id>` makes a repeat a no-op within the stream's "
         "duplicate window. Events carrying `actionid` or `timerid`, or of type "
-        "`io.interlock.timer.fired`, are refused (dead letter `reserved-attribute`).",
+        "`io.interlock.timer.fired`, `task.completed` or `task.failed`, are refused "
+        "(dead letter `reserved-attribute`).",
         "headers": {
             "type": "object",
             "properties": {
                 "ce-specversion": {"const": "1.0"},
-                "ce-runid": _string("Deliver to this run only."),
+                "ce-runid": _string(
+                    "Only on a run's subject (`@run.<run_id>`), which it must name."
+                ),
                 "Content-Type": _string(
                     f"`{STRUCTURED_CONTENT_TYPE}` for structured mode; otherwise "
                     "binary mode (the ce- headers)."

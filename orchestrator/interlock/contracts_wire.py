@@ -74,6 +74,12 @@ def _operations() -> dict[str, Any]:
             "send", "inboundEvents", "A publisher, the gateway or the operator sends an event."
         ),
         "ingestEvents": op("receive", "inboundEvents", "The orchestrator takes events."),
+        "signalRun": op(
+            "send", "addressedEvents", "The operator or the gateway sends an event to one run."
+        ),
+        "ingestSignals": op(
+            "receive", "addressedEvents", "The orchestrator takes events for one run."
+        ),
         "appendRunLog": op("send", "runLog", "The orchestrator appends a decision's records."),
         "readRunLog": op("receive", "runLog", "The orchestrator and the operator read logs."),
         "dispatchTask": op("send", "taskRequests", "The orchestrator dispatches a task."),

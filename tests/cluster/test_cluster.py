@@ -520,7 +520,9 @@ async def test_cluster_survives_a_node_loss_and_replicas_never_double_apply(
                     headers, payload = encode_binary(event)
                     headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
                     sends.append(
-                        opener.publish(subjects.event("gate.open"), payload, headers=headers)
+                        opener.publish(
+                            subjects.addressed(run_id, "gate.open"), payload, headers=headers
+                        )
                     )
             await asyncio.gather(*sends)
 

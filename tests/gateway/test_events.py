@@ -249,6 +249,23 @@ async def test_credentials_and_roles(gs: GatewayStack) -> None:
         assert r.status_code == 403
         assert "org.other.thing" in r.json()["detail"]
         assert await gs.stored_events() == 0
+        # A publisher reaches runs by triggers and correlation, never one run by its id.
+        to_run = SdkEvent(
+            attributes={
+                "id": "p-3",
+                "source": "s",
+                "type": ok.headers["ce-type"],
+                "specversion": "1.0",
+                "runid": "r-some-run",
+            }
+        )
+        to_run_msg = sdk_http.to_binary(to_run, JSONFormat())
+        r = await publisher.post(
+            "/events", headers=dict(to_run_msg.headers), content=to_run_msg.body
+        )
+        assert r.status_code == 403
+        assert "may not address a run" in r.json()["detail"]
+        assert await gs.stored_events() == 0
         r = await publisher.post("/events", headers=dict(ok.headers), content=ok.body)
         assert r.status_code == 202
     await gs.gateway.tokens.revoke("ci")

@@ -113,10 +113,12 @@ def push(
 
 
 async def publish(stack: Stack, event: CloudEvent, *, structured: bool = False) -> int:
-    """Publish as an external system does (dedupe id = source + id); the stream sequence."""
+    """Publish as an external system does (dedupe id = source + id), or, with a ``runid``,
+    as the operator signals a run (on the run's own subject); the stream sequence."""
     headers, payload = encode_structured(event) if structured else encode_binary(event)
     headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
-    ack = await stack.js.publish(stack.subjects.event(event.type), payload, headers=headers)
+    subject = stack.subjects.inbound(event.type, event.extensions.get("runid"))
+    ack = await stack.js.publish(subject, payload, headers=headers)
     return int(ack.seq)
 
 

@@ -64,6 +64,21 @@ MANIFESTS = textwrap.dedent(
     apiVersion: interlock.io/v1
     kind: Workflow
     metadata:
+      name: awaiting
+    spec:
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on:
+            - event: acme.order.approved
+              goto: done
+        done:
+          type: terminal
+    ---
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
       name: echoing
     spec:
       triggers:

@@ -34,7 +34,7 @@ def test_the_asyncapi_parser_finds_no_error() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "valid AsyncAPI 3.0.0: 10 channels" in done.stdout
+    assert "valid AsyncAPI 3.0.0: 11 channels" in done.stdout
 
 
 def test_the_validator_rejects_a_broken_document(tmp_path: Any) -> None:

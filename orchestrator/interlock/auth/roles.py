@@ -205,7 +205,8 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
 
 def publisher(subjects: Subjects, user: str, patterns: Iterable[str]) -> Permissions:
     """Publish CloudEvents whose types match ``patterns`` (NATS wildcards over the type's
-    dot-separated words), with JetStream acks; nothing else."""
+    dot-separated words), with JetStream acks; nothing else: not the subjects of events
+    addressed to one run."""
     pats = list(dict.fromkeys(patterns))
     if not pats:
         raise ValueError("a publisher credential needs at least one event type pattern")
@@ -213,6 +214,9 @@ def publisher(subjects: Subjects, user: str, patterns: Iterable[str]) -> Permiss
         validate_event_pattern(pattern)
     return Permissions(
         pub_allow=tuple(subjects.event(pattern) for pattern in pats),
+        # Events addressed to one run: even a publisher of every type (``>``) may not
+        # steer a run by its id (interlock.runtime.addressing).
+        pub_deny=(subjects.addressed_all,),
         sub_allow=(f"{inbox_prefix(user)}.>",),
     )
 

@@ -52,7 +52,9 @@ async def publish(ops: InterlockClient, event: CloudEvent) -> tuple[int, bool]:
     sequence, whether the stream had it already)."""
     headers, payload = encode_binary(event)
     headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
-    ack = await ops.js.publish(ops.subjects.event(event.type), payload, headers=headers)
+    # An event for one run goes on that run's subject (publishers may not publish there).
+    subject = ops.subjects.inbound(event.type, event.extensions.get("runid"))
+    ack = await ops.js.publish(subject, payload, headers=headers)
     return int(ack.seq), bool(ack.duplicate)
 
 

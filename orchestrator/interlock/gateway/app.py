@@ -57,6 +57,13 @@ async def post_events(request: Request) -> Response:
             f"{who.name} ({who.role}) may not publish {', '.join(refused)}",
             types=refused,
         )
+    if not who.may_operate and any("runid" in e.extensions for e in events):
+        # As on NATS: a publisher's events reach runs by triggers and correlation only.
+        raise Problem(
+            403,
+            "forbidden",
+            f"{who.name} ({who.role}) may not address a run (extension runid); operators may",
+        )
     accepted = await gw.emit(events, _wait(request))
     return json_response({"mode": mode, "events": accepted}, 202)
 

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 
 import msgspec
 
-from interlock.core.engine import TIMER_FIRED
 from interlock.core.names import EVENT_TYPE
 from interlock.gateway.problems import Problem
+from interlock.runtime.addressing import RESERVED_TYPES
 from interlock.transport.cloudevents import (
     STRUCTURED_CONTENT_TYPE,
     CloudEvent,
@@ -116,9 +116,10 @@ def check(event: CloudEvent) -> CloudEvent:
             f"type {event.type!r} cannot be routed: dot-separated words of letters, digits, "
             "'_' or '-'",
         )
-    if event.type == TIMER_FIRED or any(k in event.extensions for k in _RESERVED_EXTENSIONS):
+    if event.type in RESERVED_TYPES or any(k in event.extensions for k in _RESERVED_EXTENSIONS):
         raise InvalidCloudEvent(
             "reserved-attribute",
-            "events from outside may not be timer firings or carry actionid, timerid or attempt",
+            "events from outside may not carry actionid, timerid or attempt, nor be of the "
+            f"types of answers and timers ({', '.join(RESERVED_TYPES)})",
         )
     return event

@@ -198,7 +198,8 @@ class InterlockClient:
             check_run_id(event.extensions["runid"])
         headers, payload = encode_binary(event)
         headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
-        ack = await self.js.publish(self.subjects.event(event.type), payload, headers=headers)
+        subject = self.subjects.inbound(event.type, event.extensions.get("runid"))
+        ack = await self.js.publish(subject, payload, headers=headers)
         return int(ack.seq)
 
     async def agents(self) -> dict[str, Any]:

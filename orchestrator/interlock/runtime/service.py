@@ -34,7 +34,6 @@ from interlock.core.analysis import acted_on
 from interlock.core.definition import Definition
 from interlock.core.engine import (
     TASK_FAILED,
-    TIMER_FIRED,
     Incoming,
     decide,
     derive_run_id,
@@ -48,6 +47,7 @@ from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass
 from interlock.runtime import writebehind
+from interlock.runtime.addressing import Refused, admit
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
@@ -372,20 +372,15 @@ class Orchestrator:
         except InvalidCloudEvent as exc:
             await self._dead_letter(msg, exc.reason, str(exc))
             return
-        if (
-            event.type == TIMER_FIRED
-            or "actionid" in event.extensions
-            or ("timerid" in event.extensions)
-        ):
-            # Only agents' answers (on the results subjects) and the timers may speak for
-            # an action or a timer; from outside, that would be forging one.
-            await self._dead_letter(
-                msg, "reserved-attribute", "external events may not carry actionid or timerid"
-            )
+        try:
+            # What the event may reach is what its subject (whose publishers NATS checks)
+            # allows: see interlock.runtime.addressing.
+            event, run_id = admit(self.subjects, msg.subject, event)
+        except Refused as exc:
+            await self._dead_letter(msg, exc.reason, exc.detail)
             return
         incoming = to_incoming(event)
         self.counters["events_received"] += 1
-        run_id = event.extensions.get("runid")
         if run_id:
             delivered = await self.deliver(run_id, incoming)
             if not delivered:

@@ -12,6 +12,12 @@ from interlock.core.ids import check_run_id
 
 DEFAULT_PREFIX = "il"
 
+ADDRESSED = "@run"
+"""The events subject's token that marks an event addressed to one run:
+``<prefix>.events.@run.<run_id>.<type>``. ``@`` is no character of an event type, so no
+type's subject can be one; publishers' permissions deny it (only the operator, the gateway
+and the orchestrator may address a run)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Subjects:
@@ -114,6 +120,31 @@ class Subjects:
     @property
     def events_all(self) -> str:
         return f"{self.prefix}.events.>"
+
+    def addressed(self, run_id: str, event_type: str) -> str:
+        """Where an event for run ``run_id`` only (a signal) is published."""
+        return f"{self.prefix}.events.{ADDRESSED}.{check_run_id(run_id)}.{event_type}"
+
+    @property
+    def addressed_all(self) -> str:
+        """Every event addressed to a run (what publishers may not publish)."""
+        return f"{self.prefix}.events.{ADDRESSED}.>"
+
+    def inbound(self, event_type: str, run_id: str | None = None) -> str:
+        """Where an event of ``event_type`` is published: addressed to ``run_id`` when given,
+        else on its type's subject."""
+        return self.event(event_type) if run_id is None else self.addressed(run_id, event_type)
+
+    def inbound_route(self, subject: str) -> tuple[str | None, str] | None:
+        """(run id or None, event type) an events subject names; None when it is none."""
+        head = f"{self.prefix}.events."
+        if not subject.startswith(head):
+            return None
+        tail = subject[len(head) :]
+        if tail.startswith(f"{ADDRESSED}."):
+            run_id, _, event_type = tail[len(ADDRESSED) + 1 :].partition(".")
+            return run_id, event_type
+        return None, tail
 
     def run(self, run_id: str) -> str:
         """A run's log; ``run_id`` is checked (a wildcard or a dot would name other runs)."""

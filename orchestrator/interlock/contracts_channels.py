@@ -152,7 +152,8 @@ def _run_channels() -> dict[str, Any]:
         "runLog": _channel(
             f"{p}.runs.{{run_id}}",
             "A run's log, the truth about it: never a work queue, written only by the "
-            "orchestrator (and the operator's CLI for start and cancel).",
+            "orchestrator (and, for start and cancel, the operator's CLI and the HTTP "
+            "gateway).",
             ["RunLogBatch"],
             {"run_id": run_desc},
             sample=s.run(RUN),

@@ -48,7 +48,7 @@ def test_compose_services_and_their_files() -> None:
 
 def test_compose_interlock_settings() -> None:
     services = compose()["services"]
-    for name in ("orchestrator", "agent-echo", "agent-http-fetch"):
+    for name in ("orchestrator", "gateway", "agent-echo", "agent-http-fetch"):
         env = services[name]["environment"]
         assert env["INTERLOCK_REPLICAS"] == "3", name
         urls = env["INTERLOCK_URL"].split(",")
@@ -61,6 +61,9 @@ def test_compose_interlock_settings() -> None:
     for name in ("orchestrator", "agent-echo", "agent-http-fetch"):
         args = parser.parse_args(services[name]["command"])
         assert args.metrics_port in (DEFAULT_SERVE_PORT, DEFAULT_AGENT_PORT)
+    gateway = parser.parse_args(services["gateway"]["command"])
+    assert f"{gateway.http_port}:{gateway.http_port}" in services["gateway"]["ports"]
+    assert str(gateway.http_port) in services["gateway"]["healthcheck"]["test"][-1]
 
 
 def test_nats_cluster_config_is_valid() -> None:
@@ -82,7 +85,11 @@ def test_kubernetes_manifests() -> None:
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
     deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
     # Orchestrator and agents are scaled separately.
-    assert set(deployments) == {"interlock-orchestrator", "interlock-agent-echo"}
+    assert set(deployments) == {
+        "interlock-orchestrator",
+        "interlock-gateway",
+        "interlock-agent-echo",
+    }
     assert ("ConfigMap", "interlock") in kinds
     config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
     assert config["INTERLOCK_REPLICAS"] == "3"
@@ -95,6 +102,9 @@ def test_kubernetes_manifests() -> None:
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/port"] == str(port)
         args = parser.parse_args(container["args"])
+        if name == "interlock-gateway":  # health and metrics on its HTTP port
+            assert args.http_port == port, name
+            continue
         assert args.metrics_port == port, name
         selector = deployment["spec"]["selector"]["matchLabels"]
         labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -126,7 +136,7 @@ def test_every_party_has_its_own_credential() -> None:
     assert setup["profiles"] == ["setup"]
     script = setup["command"][0]
     secrets = compose()["secrets"]
-    for name in ("orchestrator", "agent-echo", "agent-http-fetch"):
+    for name in ("orchestrator", "gateway", "agent-echo", "agent-http-fetch"):
         secret = name.replace("-", "_") + "_creds"
         assert services[name]["secrets"] == [secret], name
         assert services[name]["environment"]["INTERLOCK_CREDS"] == f"/run/secrets/{secret}"

@@ -1,6 +1,7 @@
 """End to end as a user does it: ``interlock dev``, ``interlock apply`` of a workflow and a
 ``kind: Webhook``, then ``curl`` posts a GitHub-style signed ``pull_request`` webhook and
-the workflow runs to completion (read back with ``curl`` too)."""
+the workflow runs to completion (read back with ``curl`` too); a signed signal moves a
+waiting run. The gateway runs on its own credentials (role ``gateway``)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,21 @@ MANIFESTS = yaml(
       source: https://github.com/acme/payments
       type: {header: X-GitHub-Event, prefix: com.github.}
       subject: {field: pull_request.html_url}
+      signals: {prefix: com.github.}
+    ---
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: merge-gate
+    spec:
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on:
+            - {event: com.github.approved, goto: merged}
+        merged:
+          type: terminal
     """
 )
 
@@ -146,6 +162,32 @@ def test_curl_posts_a_signed_pull_request_and_the_workflow_completes(tmp_path: P
         assert json.loads(again) == json.loads(first)
         runs = run_cli("runs", "--json", env=cli_env(nats, "il"), cwd=tmp_path)
         assert len(json.loads(runs.stdout)) == 1, runs.stdout
+
+        # A signed signal to one run: the gateway (on its own credentials, role gateway)
+        # publishes it on the run's subject, which no publisher may.
+        assert (data_dir / "creds" / "gateway.creds").is_file()
+        started = run_cli(
+            "start", "merge-gate", "--run-id", "gate-1", env=cli_env(nats, "il"), cwd=tmp_path
+        )
+        assert started.returncode == 0, started.stderr
+        approval = json.dumps({"by": "ana"})
+        signed = hmac.new(SECRET.encode(), approval.encode(), hashlib.sha256).hexdigest()
+        status, text = curl(
+            f"{http}/webhooks/github/runs/gate-1/signals/approved",
+            "-H",
+            "Content-Type: application/json",
+            "-H",
+            "X-GitHub-Delivery: 0b8c1f0e-cc79-11e3-81ab-4c9367dc0958",
+            "-H",
+            f"X-Hub-Signature-256: sha256={signed}",
+            "--data-binary",
+            approval,
+        )
+        assert status == 202, text
+        status, text = curl(
+            f"{http}/runs/gate-1/result?timeout=30", "-H", f"Authorization: Bearer {token}"
+        )
+        assert json.loads(text)["status"] == "completed", text
     finally:
         dev.signal(signal.SIGINT)
         code = dev.wait(30)

@@ -25,7 +25,20 @@ def test_templates_follow_the_layout() -> None:
     ]
     assert set(roles["agent"].sub_allow) == {"_INBOX.{user}.>", "il.control.{capability}.*"}
     assert roles["publisher"].pub_allow == ("il.events.{events}",)
+    assert roles["publisher"].pub_deny == ("il.events.@run.>",)
     assert roles["publisher"].sub_allow == ("_INBOX.{user}.>",)
+    gateway = roles["gateway"]
+    assert {"il.events.>", "il.runs.>"} <= set(gateway.pub_allow)
+    # No stream administration, no durable consumers, nothing of the orchestrator's own.
+    assert not [
+        s
+        for s in gateway.pub_allow
+        if s.startswith(("il.cap", "il.results", "il.timers", "il.dlq", "$KV.il_secrets"))
+        or any(op in s for op in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "PURGE"))
+        or "DURABLE" in s
+        or ("CONSUMER" in s and ("IL_RUNS" in s or "IL_TASKS" in s or "IL_EVENTS" in s))
+    ]
+    assert "$KV.il_secrets.>" in gateway.pub_deny
     operator = roles["operator"]
     assert {"il.timers.>", "il.cap.>", "il.results.>", "$KV.il_secrets.>"} <= set(operator.pub_deny)
     assert "$JS.API.>" in operator.pub_allow

@@ -65,7 +65,9 @@ def test_channels_say_who_may_publish_as_the_roles_do() -> None:
     assert "agent" in perms["taskRequests"]["readThroughJetStream"]
     assert perms["answers"]["publish"] == ["orchestrator", "agent"]
     assert perms["cancelNotices"]["subscribe"] == ["orchestrator", "agent"]
-    assert perms["runLog"]["publish"] == ["orchestrator", "operator"]
+    # Start and cancel append to a run's log: the CLI's and the HTTP gateway's.
+    assert perms["runLog"]["publish"] == ["orchestrator", "operator", "gateway"]
+    assert perms["addressedEvents"]["publish"] == ["orchestrator", "operator", "gateway"]
     assert perms["timerSchedules"]["publish"] == ["orchestrator"]
     assert "publisher" in perms["inboundEvents"]["publish"]
     assert "agent" in perms["heartbeats"]["publish"]

@@ -7,6 +7,7 @@ role the stack runs with.
     <data>/auth.conf       the server configuration fragment
     <data>/creds/operator.creds      the CLI's (found from the data directory's parent)
     <data>/creds/orchestrator.creds  `interlock serve`
+    <data>/creds/gateway.creds       the HTTP gateway (role ``gateway``)
     <data>/creds/agents.creds        the reference agents (their capabilities only)
 """
 
@@ -47,6 +48,10 @@ class DevAuth:
         return self.creds_dir / "orchestrator.creds"
 
     @property
+    def gateway(self) -> Path:
+        return self.creds_dir / "gateway.creds"
+
+    @property
     def agents(self) -> Path:
         return self.creds_dir / "agents.creds"
 
@@ -55,7 +60,7 @@ def prepare(
     data_dir: str | os.PathLike[str], subjects: Subjects, capabilities: Iterable[str]
 ) -> DevAuth:
     """Keys (made on first use, kept after), the server configuration, and the creds of
-    the orchestrator, the operator and agents serving ``capabilities``.
+    the orchestrator, the operator, the HTTP gateway and agents serving ``capabilities``.
 
     The creds are signed again on every call with the permissions of this version, for the
     same user keys: a creds file copied elsewhere keeps working, and permissions follow
@@ -69,6 +74,7 @@ def prepare(
     roles = {
         "orchestrator": Role("orchestrator"),
         "operator": Role("operator"),
+        "gateway": Role("gateway"),
         "agents": Role("agent", capabilities=tuple(capabilities)),
     }
     for file_name, role in roles.items():

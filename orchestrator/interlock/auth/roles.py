@@ -27,6 +27,7 @@ __all__ = [
     "Permissions",
     "Role",
     "agent",
+    "gateway",
     "inbox_prefix",
     "operator",
     "orchestrator",
@@ -37,7 +38,7 @@ __all__ = [
     "validate_event_pattern",
 ]
 
-ROLES = ("orchestrator", "operator", "agent", "publisher")
+ROLES = ("orchestrator", "operator", "gateway", "agent", "publisher")
 JS_API = "$JS.API"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -162,6 +163,56 @@ def operator(subjects: Subjects, user: str) -> Permissions:
     )
 
 
+def gateway(subjects: Subjects, user: str) -> Permissions:
+    """The HTTP gateway: what its routes do for their (token- or signature-checked)
+    callers, and nothing more. It publishes events (a run's own subject included: signals
+    and webhooks' signals), appends to run logs (``POST /runs`` and cancel, as the CLI
+    does), reads logs, the run index, definitions, workers and dead letters, removes a dead
+    letter it redrives, reads its callers' tokens and the webhooks, and writes the
+    deliveries it has answered (the webhook replay guard). Not: stream or consumer
+    administration beyond reading (no durable consumer, no purge, delete or update), task
+    requests, answers, timers, dead letters of its own, definitions, tokens or secrets."""
+    p = subjects.prefix
+    s = subjects
+    pub: list[str] = [
+        f"{p}.events.>",
+        f"{p}.runs.>",
+        f"{JS_API}.INFO",
+        # Readiness: every stream and bucket exists.
+        f"{JS_API}.STREAM.INFO.*",
+        # Reads of logs, dead letters and KV values (the secrets bucket's are denied).
+        f"{JS_API}.DIRECT.GET.>",
+        f"{JS_API}.STREAM.MSG.GET.*",
+        f"{JS_API}.STREAM.MSG.DELETE.{s.dead_letter_stream}",
+        f"$KV.{s.deliveries_bucket}.>",
+        "$JS.FC.>",
+    ]
+    # Buckets it lists in one pass (an ordered consumer over their last values): ephemeral
+    # consumers on those KV streams only, never on RUNS, EVENTS or TASKS, where the
+    # orchestrator's durables are.
+    for bucket in (
+        s.workflows_bucket,
+        s.agents_bucket,
+        s.workers_bucket,
+        s.runs_bucket,
+        s.webhooks_bucket,
+        s.http_tokens_bucket,
+    ):
+        stream = _kv_stream(bucket)
+        pub += [
+            f"{JS_API}.CONSUMER.CREATE.{stream}",
+            f"{JS_API}.CONSUMER.CREATE.{stream}.>",
+            f"{JS_API}.CONSUMER.INFO.{stream}.*",
+        ]
+    return Permissions(
+        pub_allow=tuple(pub),
+        pub_deny=_no_secrets(subjects),
+        # Run logs as they are appended: the client's waits and live logs share one
+        # subscription on them (interlock.runtime.waiting).
+        sub_allow=(f"{inbox_prefix(user)}.>", f"{p}.runs.>"),
+    )
+
+
 def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permissions:
     """Take tasks of its capabilities through their (orchestrator-made) durable consumers,
     answer them, hear their cancel notices, heartbeat under their keys, read the AgentDefs,
@@ -235,6 +286,8 @@ def permissions_for(role: Role, subjects: Subjects, user: str) -> Permissions:
         return orchestrator(subjects, user)
     if role.name == "operator":
         return operator(subjects, user)
+    if role.name == "gateway":
+        return gateway(subjects, user)
     if role.name == "agent":
         return agent(subjects, user, role.capabilities)
     if role.name == "publisher":
@@ -270,6 +323,7 @@ def templates(subjects: Subjects) -> dict[str, Permissions]:
     return {
         "orchestrator": fill(orchestrator(subjects, user)),
         "operator": fill(operator(subjects, user)),
+        "gateway": fill(gateway(subjects, user)),
         "agent": fill(agent(subjects, user, [cap])),
         "publisher": fill(publisher(subjects, user, [events])),
     }

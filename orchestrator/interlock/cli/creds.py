@@ -54,7 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Write a creds file for ROLE. It works at once on a running "
         "installation: the servers check it against the account key.",
     )
-    q.add_argument("role", choices=["orchestrator", "operator", "agent", "publisher"])
+    q.add_argument("role", choices=["orchestrator", "operator", "gateway", "agent", "publisher"])
     q.add_argument(
         "--capability",
         action="append",

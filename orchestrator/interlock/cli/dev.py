@@ -117,16 +117,22 @@ async def ensure_dev_token(nc: Client, subjects: Subjects, data_dir: Path) -> Pa
 async def _start_gateway(
     url: str, auth: DevAuth | None, data_dir: Path, port: int, stop: asyncio.Event
 ) -> asyncio.Task[None] | None:
-    """The HTTP gateway on 127.0.0.1, on its own connection (the operator's credentials)."""
+    """The HTTP gateway on 127.0.0.1, on its own connection and credentials (role
+    ``gateway``); its operator token is issued with the operator's."""
     from interlock.console import ConsoleConfig
     from interlock.gateway.app import serve_gateway
 
+    admin_opts = ConnectOptions.resolve(url, creds_file=str(auth.operator) if auth else None)
+    admin = await connect(admin_opts)
+    try:
+        token = await ensure_dev_token(admin, admin_opts.subjects, data_dir)
+    finally:
+        await admin.close()
     opts = ConnectOptions.resolve(
-        url, creds_file=str(auth.operator) if auth else None, name="interlock gateway"
+        url, creds_file=str(auth.gateway) if auth else None, name="interlock gateway"
     )
     nc = await connect(opts)
     subjects = opts.subjects
-    token = await ensure_dev_token(nc, subjects, data_dir)
     started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def serve() -> None:

@@ -14,6 +14,7 @@ SUITES = {
     "gateway": "bench.gateway_bench",
     "peers": "bench.peers_bench",
     "console": "bench.console_bench",
+    "guard": "bench.guard_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

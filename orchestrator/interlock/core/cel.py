@@ -151,13 +151,22 @@ def _nested_comprehension(tree: lark.Tree[lark.Token]) -> lark.Token | None:
     return None
 
 
+def _has_comprehension(tree: lark.Tree[lark.Token]) -> bool:
+    return any(
+        node.data == "member_dot_arg"
+        and len(node.children) >= 3
+        and str(node.children[1]) in COMPREHENSIONS
+        for node in tree.iter_subtrees()
+    )
+
+
 _MACRO_BINDERS = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_]\w*)\s*,")
 
 
 class Expression:
     """A compiled CEL expression."""
 
-    __slots__ = ("_fast", "_program", "names", "source")
+    __slots__ = ("_fast", "_program", "loops", "names", "source")
 
     def __init__(self, source: str, extra: frozenset[str] = frozenset()) -> None:
         self.source = source
@@ -178,6 +187,9 @@ class Expression:
                 int(getattr(nested, "line", None) or 1),
                 int(getattr(nested, "column", None) or 1),
             )
+        self.loops = _has_comprehension(tree)
+        """Its cost grows with the values it meets (a comprehension walks a list): up to
+        its whole step budget, where any other expression costs a few steps."""
         names = _referenced_names(tree)
         bound = frozenset(_MACRO_BINDERS.findall(source))
         unknown = sorted(names - VARIABLES - extra - bound)

@@ -5,12 +5,13 @@ Every dialect compiles to these classes; the engine reads nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from interlock.core.expr import CompiledValue, Expression
+from interlock.core.expr import CompiledValue, Expression, Literal
 
 NORMAL = "normal"
 TERMINAL = "terminal"
@@ -425,3 +426,30 @@ def _json_type(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
+
+
+def may_loop(definition: Definition) -> bool:
+    """Whether any expression of ``definition`` has a comprehension, the one construct
+    whose cost grows with the values it meets (bounded by each evaluation's step budget,
+    which still makes it the slow kind): the shell evaluates such a workflow's decisions
+    away from the loop that serves every other run."""
+    return any(e.loops for e in _expressions(definition))
+
+
+def _expressions(value: Any) -> Iterator[Expression]:
+    if isinstance(value, Expression):
+        yield value
+    elif isinstance(value, Literal | str | int | float | bool) or value is None:
+        return
+    elif isinstance(value, Definition):
+        for name in ("states", "triggers", "correlation", "deadline"):
+            yield from _expressions(getattr(value, name))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _expressions(getattr(value, f.name))
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _expressions(item)
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _expressions(item)

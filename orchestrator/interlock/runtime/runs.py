@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,12 @@ MAX_ATTEMPTS = 20
 APPENDED_KEPT = 4_096
 """Appends whose records stay at hand until the relay reads them back (it then need not
 decode them), with ``keep_appended``: a bound, for the ones another replica relays."""
+OFF_LOOP_SWITCH_S = 0.0005
+"""How long the thread of a costly decision may hold the interpreter while the event loop
+waits for it (CPython's default, 5 ms, is paid at every I/O step of every other run: with
+a costly decision going on, a short run took 38 times its quiet latency at 5 ms, 9 times at
+1 ms, twice at 0.5 ms; ``python -m bench guard``). It only matters while two threads want
+the interpreter, so it costs nothing the rest of the time."""
 FINISHED_CACHE = 2_048
 """Finished runs whose state stays at hand: the relay's effects of a run's last records and
 late answers or timers find them without reading the log again."""
@@ -81,6 +89,35 @@ class Runs:
         self._appended: OrderedDict[int, list[ev.AnyRecord]] = OrderedDict()
         self._keep_appended = keep_appended
         self.conflicts = 0
+        self._loops: dict[int, tuple[Definition, bool]] = {}
+        # One thread: a costly decision never holds up the loop, and several hold up at
+        # most each other and the loop's share of the interpreter, never all of it.
+        self._off_loop = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlock-cel")
+
+    async def _decide(
+        self,
+        decision: Callable[[Definition, Any], Sequence[ev.AnyRecord]],
+        definition: Definition,
+        state: Any,
+    ) -> Sequence[ev.AnyRecord]:
+        """``decision(definition, state)``: here, or, for a workflow whose expressions may
+        loop (:func:`may_loop`: a comprehension can take up to its whole step budget, a
+        good half second), on a thread of its own, so that the runs of every other
+        workflow go on meanwhile. The decision is the same pure function either way: the
+        same records, on replay too."""
+        found = self._loops.get(id(definition))
+        if found is None or found[0] is not definition:
+            if len(self._loops) >= 1024:  # definitions linked again over time
+                self._loops.clear()
+            from interlock.core.definition import may_loop
+
+            found = self._loops[id(definition)] = (definition, may_loop(definition))
+        if not found[1]:
+            return decision(definition, state)
+        if sys.getswitchinterval() > OFF_LOOP_SWITCH_S:
+            sys.setswitchinterval(OFF_LOOP_SWITCH_S)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._off_loop, decision, definition, state)
 
     def _appended_now(self, seq: int, records: Sequence[ev.AnyRecord]) -> None:
         if not self._keep_appended:
@@ -178,7 +215,7 @@ class Runs:
             entry = await self.load(run_id, fresh=attempt > 0)
             if entry is None:
                 raise UnknownRun(run_id)
-            records = list(decision(entry.definition, entry.state))
+            records = list(await self._decide(decision, entry.definition, entry.state))
             if not records:
                 # "Nothing to do" may only mean that the cached copy is behind the log (another
                 # replica, or the CLI, appended since): an answer to an action requested there
@@ -225,15 +262,22 @@ class Runs:
         resolved, problems = resolve_inputs(definition, inputs)
         if problems:
             raise InvalidInputs(f"{definition.namespace}/{definition.name}", problems)
-        records = start(
-            definition,
-            run_id=run_id,
-            inputs=resolved,
-            now=self.clock(),
-            version=version,
-            trigger=trigger,
-            traceparent=traceparent,
-            parent=parent,
+        now = self.clock()
+        records = list(
+            await self._decide(
+                lambda d, _: start(
+                    d,
+                    run_id=run_id,
+                    inputs=resolved,
+                    now=now,
+                    version=version,
+                    trigger=trigger,
+                    traceparent=traceparent,
+                    parent=parent,
+                ),
+                definition,
+                None,
+            )
         )
         try:
             last = await self.log.append(run_id, records, 0)

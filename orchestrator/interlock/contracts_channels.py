@@ -136,19 +136,7 @@ def _run_channels() -> dict[str, Any]:
             delivery="Stored; publish with JetStream and wait for the ack. Read by the "
             "orchestrator's durable consumer `ingress`.",
         ),
-        "addressedEvents": _channel(
-            f"{p}.events.@run.{{run_id}}.{{type}}",
-            "CloudEvents for one run (signals): `interlock signal`, the gateway's signal "
-            "endpoint and signed webhooks' signals. Publishers may not publish here: an "
-            "external system reaches runs only through triggers and correlation keys.",
-            ["InboundEvent"],
-            {"run_id": run_desc, "type": "The event's type."},
-            sample=s.addressed(RUN, EVENT_TYPE),
-            read_api=_stream_reads(s.events_stream),
-            stream=s.events_stream,
-            delivery="Stored in the events stream; read by the orchestrator's durable "
-            "consumer `ingress` with every other inbound event.",
-        ),
+        "addressedEvents": _addressed_channel(),
         "runLog": _channel(
             f"{p}.runs.{{run_id}}",
             "A run's log, the truth about it: never a work queue, written only by the "
@@ -274,3 +262,21 @@ def _worker_channels() -> dict[str, Any]:
             delivery="Stored (the same stream as the orchestrator's dead letters).",
         ),
     }
+
+
+def _addressed_channel() -> dict[str, Any]:
+    """Events for one run (signals): a channel of its own, since publishers may not use it."""
+    s = SUBJECTS
+    return _channel(
+        f"{s.prefix}.events.@run.{{run_id}}.{{type}}",
+        "CloudEvents for one run (signals): `interlock signal`, the gateway's signal "
+        "endpoint and signed webhooks' signals. Publishers may not publish here: an "
+        "external system reaches runs only through triggers and correlation keys.",
+        ["InboundEvent"],
+        {"run_id": "The run id (one subject token).", "type": "The event's type."},
+        sample=s.addressed(RUN, EVENT_TYPE),
+        read_api=_stream_reads(s.events_stream),
+        stream=s.events_stream,
+        delivery="Stored in the events stream; read by the orchestrator's durable "
+        "consumer `ingress` with every other inbound event.",
+    )

@@ -186,6 +186,8 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
         f"{JS_API}.STREAM.MSG.DELETE.{s.dead_letter_stream}",
         f"$KV.{s.deliveries_bucket}.>",
         "$JS.FC.>",
+        # Queue depth per capability (GET /agents): the task consumers' info, read only.
+        f"{JS_API}.CONSUMER.INFO.{s.tasks_stream}.*",
     ]
     # Buckets it lists in one pass (an ordered consumer over their last values): ephemeral
     # consumers on those KV streams only, never on RUNS, EVENTS or TASKS, where the

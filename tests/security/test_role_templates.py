@@ -29,6 +29,8 @@ def test_templates_follow_the_layout() -> None:
     assert roles["publisher"].sub_allow == ("_INBOX.{user}.>",)
     gateway = roles["gateway"]
     assert {"il.events.>", "il.runs.>"} <= set(gateway.pub_allow)
+    # The queue depth GET /agents reports is read from the task consumers' info: read-only.
+    assert "$JS.API.CONSUMER.INFO.IL_TASKS.*" in gateway.pub_allow
     # No stream administration, no durable consumers, nothing of the orchestrator's own.
     assert not [
         s
@@ -36,7 +38,11 @@ def test_templates_follow_the_layout() -> None:
         if s.startswith(("il.cap", "il.results", "il.timers", "il.dlq", "$KV.il_secrets"))
         or any(op in s for op in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "PURGE"))
         or "DURABLE" in s
-        or ("CONSUMER" in s and ("IL_RUNS" in s or "IL_TASKS" in s or "IL_EVENTS" in s))
+        or (
+            "CONSUMER" in s
+            and s != "$JS.API.CONSUMER.INFO.IL_TASKS.*"
+            and ("IL_RUNS" in s or "IL_TASKS" in s or "IL_EVENTS" in s)
+        )
     ]
     assert "$KV.il_secrets.>" in gateway.pub_deny
     operator = roles["operator"]

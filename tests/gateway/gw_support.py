@@ -13,7 +13,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
-from helpers import TIMEOUT, Stack, connect, running_stack, yaml
+from helpers import HELLO, TIMEOUT, Stack, connect, running_stack, yaml
 
 from interlock.gateway.app import build_app
 from interlock.gateway.service import Gateway
@@ -21,33 +21,6 @@ from interlock.transport.httpserver import HttpServer
 from interlock.transport.subjects import Subjects
 
 __all__ = ["HELLO", "TIMEOUT", "GatewayStack", "gateway_stack", "yaml"]
-
-HELLO = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: hello
-    spec:
-      inputs:
-        message: {type: string, required: true}
-      triggers:
-        - event: com.example.greet
-          filter: {lang: en}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: echo
-              input: {message: "{{ inputs.message }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-          outputs:
-            echoed: "$.states.work.output.message"
-    """
-)
 
 
 @dataclass

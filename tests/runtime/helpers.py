@@ -18,8 +18,9 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,37 @@ waits until released (or cancelled)."""
 
 def yaml(text: str) -> str:
     return textwrap.dedent(text)
+
+
+HELLO = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: hello
+      description: echo a message back
+    spec:
+      inputs:
+        message: {type: string, required: true}
+      triggers:
+        - event: com.example.greet
+          filter: {lang: en}
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: echo
+              input: {message: "{{ inputs.message }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+          outputs:
+            echoed: "$.states.work.output.message"
+    """
+)
+"""The workflow most tests run: one ``echo`` action; started by hand or by a
+``com.example.greet`` event whose data has ``lang: en``."""
 
 
 # --- the test agent ----------------------------------------------------------------------
@@ -425,3 +457,55 @@ def slow_worker() -> Worker:
         return {}
 
     return worker
+
+
+# --- an installation driven through the CLI ------------------------------------------------
+
+STARTUP_TIMEOUT = 60.0
+"""Upper bound for a background ``interlock`` process to start (imports on a busy machine)."""
+
+
+@dataclass
+class Installation:
+    """An orchestrator and the echo agent as processes, and the CLI run against them from
+    a folder of manifests, as a user runs it."""
+
+    url: str
+    prefix: str
+    env: dict[str, str]
+    files: Path
+
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.prefix)
+
+    def cli(self, *args: str, env: Mapping[str, str] | None = None) -> Any:
+        return run_cli(*args, env=env or self.env, cwd=self.files)
+
+    def ok(self, *args: str) -> str:
+        done = self.cli(*args)
+        assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+        return str(done.stdout)
+
+
+@contextlib.contextmanager
+def cli_installation(
+    url: str, files: Path, manifests: Mapping[str, str], *, tag: str = "cli"
+) -> Iterator[Installation]:
+    """``interlock serve`` and ``interlock agent run echo`` under a prefix of their own,
+    with ``manifests`` (file name -> text) and ``echo.yaml`` written into ``files``; both
+    must stop cleanly at the end."""
+    prefix = f"{tag}{uuid.uuid4().hex[:10]}"
+    env = cli_env(url, prefix)
+    for name, text in manifests.items():
+        (files / name).write_text(text)
+    (files / "echo.yaml").write_text(ECHO_MANIFEST.read_text())
+    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
+    agent = interlock_bg("agent", "run", "echo", "--metrics-port", "0", env=env)
+    try:
+        serve.wait_for("orchestrator started", STARTUP_TIMEOUT)
+        agent.wait_for("serving echo", STARTUP_TIMEOUT)
+        yield Installation(url, prefix, env, files)
+    finally:
+        codes = (serve.stop(), agent.stop())
+    assert codes == (0, 0), (serve.output, agent.output)

@@ -13,7 +13,6 @@ import json
 import re
 import signal
 import socket
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,12 @@ from typing import Any
 
 import pytest
 from helpers import (
-    ECHO_MANIFEST,
+    HELLO,
     TIMEOUT,
     Background,
+    Installation,
     cli_env,
+    cli_installation,
     connect,
     interlock_bg,
     run_cli,
@@ -33,34 +34,6 @@ from helpers import (
 
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
-from interlock.transport.subjects import Subjects
-
-HELLO = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: hello
-    spec:
-      inputs:
-        message: {type: string, required: true}
-      triggers:
-        - event: com.example.greet
-          filter: {lang: en}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: echo
-              input: {message: "{{ inputs.message }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-          outputs:
-            echoed: "$.states.work.output.message"
-    """
-)
 
 PARKED = yaml(
     """\
@@ -133,24 +106,8 @@ def closed_port_url() -> str:
 
 
 @dataclass
-class Installation:
-    url: str
-    prefix: str
-    env: dict[str, str]
-    files: Path
+class CliInstallation(Installation):
     unreachable_serve: Background
-
-    @property
-    def subjects(self) -> Subjects:
-        return Subjects(self.prefix)
-
-    def cli(self, *args: str) -> Any:
-        return run_cli(*args, env=self.env, cwd=self.files)
-
-    def ok(self, *args: str) -> str:
-        done = self.cli(*args)
-        assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
-        return str(done.stdout)
 
     def run_id_of_trigger(self, workflow: str, source: str, event_id: str) -> str:
         async def lookup() -> str:
@@ -180,38 +137,29 @@ class Installation:
 
 
 @pytest.fixture(scope="module")
-def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
-    prefix = f"cli{uuid.uuid4().hex[:10]}"
-    env = cli_env(nats_url, prefix)
+def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliInstallation]:
     files = tmp_path_factory.mktemp("cli")
-    for name, text in (
-        ("hello.yaml", HELLO),
-        ("parked.yaml", PARKED),
-        ("failing.yaml", FAILING),
-        ("invalid.yaml", INVALID),
-    ):
-        (files / name).write_text(text)
-    (files / "echo.yaml").write_text(ECHO_MANIFEST.read_text())
+    manifests = {
+        "hello.yaml": HELLO,
+        "parked.yaml": PARKED,
+        "failing.yaml": FAILING,
+        "invalid.yaml": INVALID,
+    }
     # Started first: it takes the connect timeout (5 s) to give up, meanwhile the rest runs.
     unreachable = interlock_bg(
-        "serve", "--server", closed_port_url(), "--metrics-port", "0", env=env
+        "serve", "--server", closed_port_url(), "--metrics-port", "0", env=cli_env(nats_url, "u")
     )
-    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
-    agent = interlock_bg("agent", "run", "echo", "--metrics-port", "0", env=env)
     try:
-        serve.wait_for("orchestrator started")
-        agent.wait_for("serving echo")
-        yield Installation(nats_url, prefix, env, files, unreachable)
+        with cli_installation(nats_url, files, manifests) as base:
+            yield CliInstallation(base.url, base.prefix, base.env, base.files, unreachable)
     finally:
-        codes = (serve.stop(), agent.stop())
         unreachable.stop()
-    assert codes == (0, 0), (serve.output, agent.output)
 
 
 # --- apply -------------------------------------------------------------------------------
 
 
-def test_apply_valid_then_unchanged_then_invalid(inst: Installation) -> None:
+def test_apply_valid_then_unchanged_then_invalid(inst: CliInstallation) -> None:
     out = inst.ok("apply", "echo.yaml", "hello.yaml", "parked.yaml", "failing.yaml")
     assert "applied  workflow default/hello (version 1)" in out
     assert "applied  workflow default/parked (version 1)" in out
@@ -237,7 +185,7 @@ def test_apply_valid_then_unchanged_then_invalid(inst: Installation) -> None:
 # --- start, result, logs -----------------------------------------------------------------
 
 
-def test_start_wait_prints_the_result(inst: Installation) -> None:
+def test_start_wait_prints_the_result(inst: CliInstallation) -> None:
     done = inst.cli("start", "hello", "--input", '{"message": "hi"}', "--wait", "--timeout", "20")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -257,7 +205,7 @@ def test_start_wait_prints_the_result(inst: Installation) -> None:
     ids=["mistyped", "missing", "not-json", "not-an-object"],
 )
 def test_start_with_bad_input_exits_1_and_creates_no_run(
-    inst: Installation, given: str, message: str
+    inst: CliInstallation, given: str, message: str
 ) -> None:
     inst.ok("apply", "echo.yaml", "hello.yaml")
     _, before = inst.stored()
@@ -269,7 +217,7 @@ def test_start_with_bad_input_exits_1_and_creates_no_run(
     assert inst.stored()[1] == before
 
 
-def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: Installation) -> None:
+def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: CliInstallation) -> None:
     inst.ok("apply", "echo.yaml", "hello.yaml")
     data = '{"lang": "en", "message": "from an event"}'
     out = inst.ok("emit", "com.example.greet", "--source", "/cli", "--id", "g1", "--data", data)
@@ -325,7 +273,7 @@ def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: Installation) 
     assert table.splitlines()[0].split()[:4] == ["RUN", "WORKFLOW", "STATUS", "STATE"]
 
 
-def test_agents_lists_the_running_echo_worker(inst: Installation) -> None:
+def test_agents_lists_the_running_echo_worker(inst: CliInstallation) -> None:
     inst.ok("apply", "echo.yaml")
     found = {a["name"]: a for a in json.loads(inst.ok("agents", "--json"))}
     assert "echo" in found
@@ -345,7 +293,7 @@ def test_agents_lists_the_running_echo_worker(inst: Installation) -> None:
     )
 
 
-def test_result_exit_codes_and_cancel(inst: Installation) -> None:
+def test_result_exit_codes_and_cancel(inst: CliInstallation) -> None:
     inst.ok("apply", "echo.yaml", "parked.yaml", "failing.yaml")
 
     failing = inst.ok("start", "failing").strip()
@@ -377,7 +325,7 @@ def test_result_exit_codes_and_cancel(inst: Installation) -> None:
         assert "no run 'r-no-such-run'" in missing.stderr
 
 
-def test_an_emitted_event_reaches_a_parked_run(inst: Installation) -> None:
+def test_an_emitted_event_reaches_a_parked_run(inst: CliInstallation) -> None:
     inst.ok("apply", "parked.yaml")
     parked = inst.ok("start", "parked").strip()
     inst.ok(
@@ -390,13 +338,15 @@ def test_an_emitted_event_reaches_a_parked_run(inst: Installation) -> None:
     assert "event received   approval.granted from /people" in inst.ok("logs", parked)
 
 
-def test_starting_a_workflow_that_is_not_applied(inst: Installation) -> None:
+def test_starting_a_workflow_that_is_not_applied(inst: CliInstallation) -> None:
     done = inst.cli("start", "never-applied")
     assert done.returncode == 1
     assert "workflow default/never-applied is not applied" in done.stderr
 
 
-def test_export_then_replay_the_file_without_a_server(inst: Installation, tmp_path: Path) -> None:
+def test_export_then_replay_the_file_without_a_server(
+    inst: CliInstallation, tmp_path: Path
+) -> None:
     inst.ok("apply", "echo.yaml", "hello.yaml")
     run_id = json.loads(
         inst.ok("start", "hello", "--input", '{"message": "saved"}', "--wait", "--timeout", "20")
@@ -425,7 +375,7 @@ def test_export_then_replay_the_file_without_a_server(inst: Installation, tmp_pa
     assert "not a run log" in junk.stderr
 
 
-def test_serve_against_an_unreachable_server_exits_2(inst: Installation) -> None:
+def test_serve_against_an_unreachable_server_exits_2(inst: CliInstallation) -> None:
     process = inst.unreachable_serve
     process.proc.wait(TIMEOUT)
     url = process.argv[process.argv.index("--server") + 1]
@@ -523,7 +473,7 @@ spec:
 
 
 def test_a_dead_letter_is_listed_shown_and_redriven_once_the_cause_is_fixed(
-    inst: Installation,
+    inst: CliInstallation,
 ) -> None:
     (inst.files / "strict.yaml").write_text(STRICT % "required: true")
     inst.ok("apply", "strict.yaml")
@@ -606,7 +556,7 @@ spec:
 """
 
 
-def test_a_terminal_state_that_fails_ends_the_run_failed(inst: Installation) -> None:
+def test_a_terminal_state_that_fails_ends_the_run_failed(inst: CliInstallation) -> None:
     (inst.files / "gate.yaml").write_text(GATE)
     inst.ok("apply", "echo.yaml", "gate.yaml")
     done = inst.cli("start", "gate", "--input", '{"score": 3}', "--wait", "--timeout", "20")

@@ -10,43 +10,14 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml as pyyaml
-from helpers import ECHO_MANIFEST, REPO, cli_env, interlock_bg, run_cli, yaml
+from helpers import HELLO, REPO, Installation, cli_env, cli_installation, run_cli, yaml
 
 from interlock.cli.timeline import describe
 from interlock.core import events as ev
-
-HELLO = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: hello
-      description: echo a message back
-    spec:
-      inputs:
-        message: {type: string, required: true}
-      triggers:
-        - event: com.example.hello
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: echo
-              input: {message: "{{ inputs.message }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-          outputs:
-            echoed: "$.states.work.output.message"
-    """
-)
 
 GATED = yaml(
     """\
@@ -73,45 +44,19 @@ GATED = yaml(
 )
 
 
-@dataclass
-class Inst:
-    env: dict[str, str]
-    files: Path
-
-    def cli(self, *args: str, env: dict[str, str] | None = None) -> Any:
-        return run_cli(*args, env=env or self.env, cwd=self.files)
-
-    def ok(self, *args: str) -> str:
-        done = self.cli(*args)
-        assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
-        return str(done.stdout)
-
-
 @pytest.fixture(scope="module")
-def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inst]:
-    prefix = f"rd{uuid.uuid4().hex[:10]}"
-    env = cli_env(nats_url, prefix)
+def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
     files = tmp_path_factory.mktemp("reads")
-    (files / "hello.yaml").write_text(HELLO)
-    (files / "gated.yaml").write_text(GATED)
-    (files / "echo.yaml").write_text(ECHO_MANIFEST.read_text())
-    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
-    agent = interlock_bg("agent", "run", "echo", "--metrics-port", "0", env=env)
-    try:
-        serve.wait_for("orchestrator started")
-        agent.wait_for("serving echo")
-        installation = Inst(env, files)
+    manifests = {"hello.yaml": HELLO, "gated.yaml": GATED}
+    with cli_installation(nats_url, files, manifests, tag="rd") as installation:
         installation.ok("apply", "echo.yaml", "hello.yaml", "gated.yaml")
         yield installation
-    finally:
-        codes = (serve.stop(), agent.stop())
-    assert codes == (0, 0), (serve.output, agent.output)
 
 
-def test_workflows_get_and_describe(inst: Inst) -> None:
+def test_workflows_get_and_describe(inst: Installation) -> None:
     table = inst.ok("workflows").splitlines()
     assert table[0].split() == ["WORKFLOW", "VERSION", "TRIGGERS", "DESCRIPTION"]
-    assert any(line.split()[:3] == ["default/hello", "1", "com.example.hello"] for line in table)
+    assert any(line.split()[:3] == ["default/hello", "1", "com.example.greet"] for line in table)
     listed = {w["name"]: w for w in json.loads(inst.ok("workflows", "-o", "json"))}
     assert listed["hello"]["description"] == "echo a message back"
     assert json.loads(inst.ok("workflows", "--json")) == list(listed.values())
@@ -151,7 +96,7 @@ def test_workflows_get_and_describe(inst: Inst) -> None:
     assert json.loads(inst.ok("get", "agent", "echo", "-o", "json"))["name"] == "echo"
 
 
-def test_signal_says_what_the_run_did(inst: Inst) -> None:
+def test_signal_says_what_the_run_did(inst: Installation) -> None:
     run_id = inst.ok("start", "gated").strip()
     low = inst.cli("signal", run_id, "approval.granted", "--data", '{"score": 3}')
     assert low.returncode == 1
@@ -170,7 +115,7 @@ def test_signal_says_what_the_run_did(inst: Inst) -> None:
     assert "already completed" in done.stderr
 
 
-def test_logs_tail_since_runs_limit_and_the_result_of_a_cancelled_run(inst: Inst) -> None:
+def test_logs_tail_since_runs_limit_and_the_result_of_a_cancelled_run(inst: Installation) -> None:
     first = json.loads(inst.ok("start", "hello", "-i", '{"message": "one"}', "--wait"))
     assert first["status"] == "completed"
     run_id = first["run_id"]
@@ -209,7 +154,7 @@ def test_logs_tail_since_runs_limit_and_the_result_of_a_cancelled_run(inst: Inst
     assert len(json.loads(inst.ok("runs", "-o", "json"))) >= 2
 
 
-def test_delete_workflow_keeps_runs_in_flight(inst: Inst) -> None:
+def test_delete_workflow_keeps_runs_in_flight(inst: Installation) -> None:
     (inst.files / "doomed.yaml").write_text(GATED.replace("name: gated", "name: doomed"))
     inst.ok("apply", "doomed.yaml")
     in_flight = inst.ok("start", "doomed").strip()
@@ -402,7 +347,7 @@ print(json.dumps({"code": code, "heavy": [m for m in heavy if m in sys.modules],
 """
 
 
-def test_read_commands_load_no_compiler_and_provision_nothing(inst: Inst) -> None:
+def test_read_commands_load_no_compiler_and_provision_nothing(inst: Installation) -> None:
     """What keeps ``interlock runs`` and the other reads fast: they import neither the
     compiler, the expression language, the engine nor the dialects, and they create or
     change no stream or bucket (only ``apply`` and ``serve`` provision)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 from interlock.auth import jwt
 from interlock.auth.roles import Role, permissions_for, system
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.subjects import Subjects
 
 __all__ = ["AUTH_ERRORS", "Issued", "KeyStore", "KeysMissing"]
@@ -47,7 +48,7 @@ _UNLIMITED = {
 _JETSTREAM = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
 
 
-class KeysMissing(Exception):
+class KeysMissing(InterlockError):
     """The keys directory has no (readable) keys."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from interlock.auth.keys import KeyStore
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.connection import ConnectOptions, connect
 
 __all__ = ["PushFailed", "push_account"]
@@ -12,7 +13,7 @@ __all__ = ["PushFailed", "push_account"]
 UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
 
 
-class PushFailed(Exception):
+class PushFailed(InterlockError):
     """The server did not take the account update."""
 
 

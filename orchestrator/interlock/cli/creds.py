@@ -28,18 +28,29 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     creds_sub = p.add_subparsers(dest="creds_command", metavar="COMMAND")
     creds_sub.required = True
+    _add_setup(creds_sub)
+    _add_issue(creds_sub)
+    _add_revocation(creds_sub)
+    q = creds_sub.add_parser("list", help="credentials issued from these keys")
+    q.add_argument("--json", action="store_true")
+    _keys_flag(q)
+    q.set_defaults(func=cmd_list)
 
-    def keys_flag(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--keys", help=f"keys directory (env {KEYS_ENV}; default {DEFAULT_KEYS})")
 
+def _keys_flag(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--keys", help=f"keys directory (env {KEYS_ENV}; default {DEFAULT_KEYS})")
+
+
+def _add_setup(creds_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``init`` and ``server-config``."""
     q = creds_sub.add_parser("init", help="make the operator, account and system keys")
-    keys_flag(q)
+    _keys_flag(q)
     q.set_defaults(func=cmd_init)
 
     q = creds_sub.add_parser(
         "server-config", help="print the nats-server configuration that trusts these keys"
     )
-    keys_flag(q)
+    _keys_flag(q)
     q.add_argument(
         "--resolver-dir",
         default="/data/jwt",
@@ -48,6 +59,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     q.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     q.set_defaults(func=cmd_server_config)
 
+
+def _add_issue(creds_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q = creds_sub.add_parser(
         "issue",
         help="credentials for a role",
@@ -74,9 +87,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     q.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
     q.add_argument("-o", "--output", metavar="FILE", required=True, help="the creds file")
     q.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
-    keys_flag(q)
+    _keys_flag(q)
     q.set_defaults(func=cmd_issue)
 
+
+def _add_revocation(creds_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``revoke`` and ``push``."""
     q = creds_sub.add_parser(
         "revoke",
         help="revoke credentials; servers refuse and disconnect them at once",
@@ -89,18 +105,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     q.add_argument(
         "--no-push", action="store_true", help="only re-sign the account JWT (push it later)"
     )
-    keys_flag(q)
+    _keys_flag(q)
     q.set_defaults(func=cmd_revoke)
 
     q = creds_sub.add_parser("push", help="push the account JWT to the server again")
     q.add_argument("--server", "-s", help="NATS URL(s) (env INTERLOCK_URL)")
-    keys_flag(q)
+    _keys_flag(q)
     q.set_defaults(func=cmd_push)
-
-    q = creds_sub.add_parser("list", help="credentials issued from these keys")
-    q.add_argument("--json", action="store_true")
-    keys_flag(q)
-    q.set_defaults(func=cmd_list)
 
 
 def _store(args: argparse.Namespace, *, create: bool = False) -> KeyStore:

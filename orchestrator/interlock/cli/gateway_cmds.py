@@ -7,12 +7,12 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, print_json
-from interlock.cli.runtime_cmds import (
-    _env_int,
-    _logging,
-    _signals,
+from interlock.cli.connecting import (
     add_connection_flags,
+    env_int,
     options,
+    setup_logging,
+    stop_on_signals,
     with_client,
 )
 from interlock.transport.connection import connect
@@ -97,8 +97,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from interlock.gateway.service import DEFAULT_MAX_BODY
     from interlock.transport.httpserver import is_loopback
 
-    _logging(args.log_level)
-    port = _env_int(args.http_port, "INTERLOCK_HTTP_PORT", DEFAULT_HTTP_PORT)
+    setup_logging(args.log_level)
+    port = env_int(args.http_port, "INTERLOCK_HTTP_PORT", DEFAULT_HTTP_PORT)
     if args.open and not is_loopback(args.host):
         raise CliError(
             f"--open asks no credentials, so it listens on loopback only; add --host 127.0.0.1 "
@@ -118,7 +118,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         try:
-            with _signals(stop.set):
+            with stop_on_signals(stop.set):
                 task = asyncio.create_task(
                     serve_gateway(
                         nc,

@@ -14,12 +14,12 @@ from interlock.cli.common import (
     EXIT_USAGE,
     CliError,
 )
-from interlock.cli.runtime_cmds import (
-    _env_int,
-    _logging,
-    _signals,
+from interlock.cli.connecting import (
     add_connection_flags,
+    env_int,
     options,
+    setup_logging,
+    stop_on_signals,
 )
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import ConnectionFailed
@@ -119,7 +119,7 @@ async def serve(
     try:
         await orchestrator.start()
         await telemetry.start()
-        with _signals(stop_event.set):
+        with stop_on_signals(stop_event.set):
             await stop_event.wait()
     finally:
         await orchestrator.stop()
@@ -128,11 +128,11 @@ async def serve(
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    _logging(args.log_level)
+    setup_logging(args.log_level)
     from interlock.runtime.health import DEFAULT_SERVE_PORT
 
-    port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT)
-    replicas = _env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
+    port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT)
+    replicas = env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
     if replicas < 1:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
     if args.ack_wait is not None and args.ack_wait <= 0:
@@ -154,7 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_agent_run(args: argparse.Namespace) -> int:
     from interlock.sdk.runner import run_agent
 
-    _logging(args.log_level)
+    setup_logging(args.log_level)
     if ":" in args.target and "" not in sys.path and os.getcwd() not in sys.path:
         # `interlock agent run my_agents:worker` from the folder holding my_agents.py, as
         # `python -m` would find it (the console script's sys.path has no current folder).
@@ -162,7 +162,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
     try:
         from interlock.runtime.health import DEFAULT_AGENT_PORT
 
-        port = _env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
+        port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
         opts = options(args, operator=False)
         _check_agent_creds(args.target, opts.creds_file)
         asyncio.run(run_agent(args.target, opts, args.concurrency, port or None))
@@ -200,7 +200,7 @@ def _check_agent_creds(target: str, creds_file: str | None) -> None:
 def cmd_dev(args: argparse.Namespace) -> int:
     from interlock.cli.dev import run_dev
 
-    _logging(args.log_level)
+    setup_logging(args.log_level)
     return run_dev(
         Path(args.data_dir),
         args.port,

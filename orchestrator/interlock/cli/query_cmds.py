@@ -10,8 +10,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err
+from interlock.cli.connecting import add_connection_flags, print_json, run_id_arg, with_client
 from interlock.cli.output import add_output_flags, emit, print_table
-from interlock.cli.runtime_cmds import add_connection_flags, print_json, run_id_arg, with_client
 
 if TYPE_CHECKING:
     from interlock.client import Client

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interlock.cli import runtime_cmds
+from interlock.cli import connecting, read_cmds
 from interlock.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: Sub) -> None:
+    _add_explain(sub)
+    _add_replay(sub)
+    _add_shadow(sub)
+    _add_fork(sub)
+    _add_migrate(sub)
+
+
+def _add_explain(sub: Sub) -> None:
     p = sub.add_parser(
         "explain",
         help="why a run went where it went: each guard weighed and the values it read",
@@ -43,7 +51,7 @@ def add_parsers(sub: Sub) -> None:
         "values its guard read, the entry that fired or why none did, and what `set` and "
         "`outputs` produced; for a running run, what would move it now.",
     )
-    p.add_argument("run_id", nargs="?", type=runtime_cmds.run_id_arg, help="the run (online)")
+    p.add_argument("run_id", nargs="?", type=connecting.run_id_arg, help="the run (online)")
     p.add_argument("--file", help="a JSONL export of the run (offline)")
     p.add_argument(
         "--workflow",
@@ -54,9 +62,11 @@ def add_parsers(sub: Sub) -> None:
     p.add_argument("--agents", nargs="+", default=[], metavar="FILE", help="AgentDef files")
     p.add_argument("--at", type=int, metavar="SEQ", help="only the step holding record SEQ")
     p.add_argument("--json", action="store_true")
-    runtime_cmds.add_connection_flags(p)
+    connecting.add_connection_flags(p)
     p.set_defaults(func=cmd_explain)
 
+
+def _add_replay(sub: Sub) -> None:
     p = sub.add_parser(
         "replay",
         help="fold a run's log step by step; with --against, what another definition "
@@ -66,7 +76,7 @@ def add_parsers(sub: Sub) -> None:
         "another definition and report the first record where the logs diverge and why. "
         "Exit 0 when they agree, 1 when they diverge.",
     )
-    p.add_argument("run_id", nargs="?", type=runtime_cmds.run_id_arg)
+    p.add_argument("run_id", nargs="?", type=connecting.run_id_arg)
     p.add_argument("--file", help="a JSONL export (no server needed)")
     p.add_argument(
         "--against",
@@ -79,9 +89,11 @@ def add_parsers(sub: Sub) -> None:
         action="store_true",
         help="JSON (one object per step without --against, the report with it)",
     )
-    runtime_cmds.add_connection_flags(p)
+    connecting.add_connection_flags(p)
     p.set_defaults(func=cmd_replay)
 
+
+def _add_shadow(sub: Sub) -> None:
     p = sub.add_parser(
         "shadow",
         help="replay recorded runs against a candidate manifest, grouped by divergence",
@@ -102,9 +114,11 @@ def add_parsers(sub: Sub) -> None:
         help="JSONL exports, or folders of them (offline)",
     )
     p.add_argument("--json", action="store_true")
-    runtime_cmds.add_connection_flags(p)
+    connecting.add_connection_flags(p)
     p.set_defaults(func=cmd_shadow)
 
+
+def _add_fork(sub: Sub) -> None:
     p = sub.add_parser(
         "fork",
         help="a new run from the first SEQ records of another, continuing live",
@@ -112,7 +126,7 @@ def add_parsers(sub: Sub) -> None:
         "(marked as a fork of it), then enters the state the run was in at SEQ again, "
         "optionally on another version. The original is not touched.",
     )
-    p.add_argument("run_id", nargs="?", type=runtime_cmds.run_id_arg)
+    p.add_argument("run_id", nargs="?", type=connecting.run_id_arg)
     p.add_argument("--at", type=int, required=True, metavar="SEQ")
     p.add_argument(
         "--workflow",
@@ -124,9 +138,11 @@ def add_parsers(sub: Sub) -> None:
     p.add_argument("-o", "--output", help="with --file: where to write the fork's log")
     p.add_argument("--agents", nargs="+", default=[], metavar="FILE", help="AgentDef files")
     p.add_argument("--json", action="store_true")
-    runtime_cmds.add_connection_flags(p)
+    connecting.add_connection_flags(p)
     p.set_defaults(func=cmd_fork)
 
+
+def _add_migrate(sub: Sub) -> None:
     p = sub.add_parser(
         "migrate",
         help="move running runs onto another version where their logs agree with it",
@@ -143,7 +159,7 @@ def add_parsers(sub: Sub) -> None:
     p.add_argument("--file", nargs="+", metavar="PATH", help="JSONL exports (offline, dry run)")
     p.add_argument("--agents", nargs="+", default=[], metavar="FILE", help="AgentDef files")
     p.add_argument("--json", action="store_true")
-    runtime_cmds.add_connection_flags(p)
+    connecting.add_connection_flags(p)
     p.set_defaults(func=cmd_migrate)
 
 
@@ -238,7 +254,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from exc
         return _print_explain(report, a)
 
-    return runtime_cmds.with_client(body)(args)
+    return connecting.with_client(body)(args)
 
 
 def _explain(records: list[ev.AnyRecord], definition: Definition, args: argparse.Namespace) -> int:
@@ -328,7 +344,7 @@ def _step_title(step: dict[str, Any]) -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     if not args.against:
-        return runtime_cmds.cmd_replay(args)
+        return read_cmds.cmd_replay(args)
     if not _online(args):
         records = read_log(args.file)
         if not Path(args.against).is_file():
@@ -347,7 +363,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report = analysis.replay(records, definition, version=version, label=label)
         return _report_replay(report, a)
 
-    return runtime_cmds.with_client(body)(args)
+    return connecting.with_client(body)(args)
 
 
 def _report_replay(report: dict[str, Any], args: argparse.Namespace) -> int:
@@ -418,7 +434,7 @@ def cmd_shadow(args: argparse.Namespace) -> int:
         summary = await _replaying(client).shadow(chosen, candidate, label=a.candidate)
         return _report_shadow(summary, a)
 
-    return runtime_cmds.with_client(body)(args)
+    return connecting.with_client(body)(args)
 
 
 def _headed(paths: Sequence[str]) -> list[tuple[str, ev.AnyRecord]]:
@@ -533,7 +549,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
             raise CliError(str(exc), EXIT_FAILED) from exc
         return _report_fork(a.run_id, a.at, forked.run_id, forked.version, forked.records, a)
 
-    return runtime_cmds.with_client(body)(args)
+    return connecting.with_client(body)(args)
 
 
 def _fork_offline(args: argparse.Namespace, run_id: str) -> int:
@@ -557,7 +573,7 @@ def _fork_offline(args: argparse.Namespace, run_id: str) -> int:
         raise CliError(str(exc), EXIT_FAILED) from exc
     lines = b"".join(ev.encode(r) + b"\n" for r in made)
     if args.output:
-        runtime_cmds._write_atomically(Path(args.output), lines)
+        read_cmds.write_atomically(Path(args.output), lines)
     elif not args.json:
         sys.stdout.buffer.write(lines)
         return EXIT_OK
@@ -648,7 +664,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         summary = await replaying.migrate(running, definition, version, dry_run=a.dry_run)
         return _report_migrate(summary, a)
 
-    return runtime_cmds.with_client(body)(args)
+    return connecting.with_client(body)(args)
 
 
 def _report_migrate(summary: dict[str, Any], args: argparse.Namespace) -> int:

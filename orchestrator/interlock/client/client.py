@@ -1,4 +1,9 @@
-"""The asynchronous client (see :mod:`interlock.client`)."""
+"""The asynchronous client (see :mod:`interlock.client`).
+
+Longer than the other modules on purpose: it is the public facade, one method per call with
+the docstring a user reads; the work behind each call is in the modules beside it
+(:mod:`.catalog`, :mod:`.emitting`, :mod:`.signalling`, :mod:`.debugging`).
+"""
 
 from __future__ import annotations
 
@@ -42,6 +47,8 @@ from interlock.views import (
     StartedRun,
     WorkflowDetail,
     WorkflowSummary,
+)
+from interlock.views.build import (
     agent_view,
     dead_letter_view,
     describe_run,

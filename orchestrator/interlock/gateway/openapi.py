@@ -2,7 +2,8 @@
 
 Response and request schemas are generated from the msgspec types the handlers encode
 (``interlock.views`` and the request types of :mod:`interlock.gateway.rest`), so the
-document describes what is sent, not what was meant to be.
+document describes what is sent, not what was meant to be; the paths are built in
+:mod:`interlock.gateway.openapi_paths`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from typing import Any
 import msgspec
 
 from interlock import __version__, views
-from interlock.core.vocabulary import RECORDED
 from interlock.gateway import rest
-
-_REF = "#/components/schemas/{name}"
+from interlock.gateway.openapi_paths import REF, all_paths, ref
 
 _TYPES: list[Any] = [
     views.WorkflowSummary,
@@ -35,96 +34,6 @@ _TYPES: list[Any] = [
     rest.CancelResponse,
     rest.RedriveResponse,
 ]
-
-
-def _ref(name: str) -> dict[str, Any]:
-    return {"$ref": _REF.format(name=name)}
-
-
-def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-_PROBLEM = {"$ref": "#/components/responses/Problem"}
-
-
-def _errors(*codes: int) -> dict[str, Any]:
-    return {str(code): _PROBLEM for code in codes}
-
-
-def _param(name: str, where: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": where,
-        "required": where == "path",
-        "schema": schema,
-        "description": description,
-    }
-
-
-_RUN_ID = _param(
-    "run_id", "path", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"}, "A run id."
-)
-_LIMIT = _param(
-    "limit",
-    "query",
-    {"type": "integer", "minimum": 1, "maximum": rest.MAX_LIMIT},
-    f"How many (default {rest.DEFAULT_LIMIT}).",
-)
-_OFFSET = _param(
-    "offset",
-    "query",
-    {"type": "integer", "minimum": 0, "maximum": 1 << 31},
-    "Where the page starts (``next_offset`` of the page before).",
-)
-_WORKFLOW_NAME = _param(
-    "name",
-    "path",
-    {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
-    "A workflow name.",
-)
-_NAMESPACE = _param(
-    "namespace",
-    "path",
-    {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
-    "A namespace.",
-)
-_SEQ = _param(
-    "seq",
-    "path",
-    {"type": "integer", "minimum": 1, "maximum": rest.MAX_SEQ},
-    "A dead letter's sequence.",
-)
-_VERSION = _param(
-    "version",
-    "query",
-    {"type": "integer", "minimum": 1, "maximum": 1 << 31},
-    "A stored version (default: the newest).",
-)
-_READ: list[dict[str, list[str]]] = [{"bearer": []}]
-
-
-def _op(
-    summary: str,
-    responses: dict[str, Any],
-    *,
-    params: list[dict[str, Any]] | None = None,
-    body: dict[str, Any] | None = None,
-    tag: str,
-    errors: tuple[int, ...] = (401, 403),
-) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "summary": summary,
-        "tags": [tag],
-        "security": _READ,
-        "responses": {**responses, **_errors(*errors)},
-    }
-    if params:
-        op["parameters"] = params
-    if body is not None:
-        op["requestBody"] = body
-    return op
-
 
 _CLOUDEVENT = {
     "type": "object",
@@ -153,7 +62,7 @@ _ACCEPTED = {
         "mode": {"enum": ["binary", "structured", "batched"]},
         "webhook": {"type": "string"},
         "delivery": {"type": "string"},
-        "events": {"type": "array", "items": _ref("EmitResult")},
+        "events": {"type": "array", "items": ref("EmitResult")},
     },
 }
 
@@ -165,286 +74,9 @@ def _operation_id(method: str, path: str) -> str:
 
 @cache
 def document() -> dict[str, Any]:
-    (_, components) = msgspec.json.schema_components(_TYPES, ref_template=_REF)
-    components["Problem"] = {
-        "type": "object",
-        "description": "An RFC 9457 problem.",
-        "required": ["type", "title", "status", "detail"],
-        "properties": {
-            "type": {"type": "string"},
-            "title": {"type": "string"},
-            "status": {"type": "integer"},
-            "detail": {"type": "string"},
-            "instance": {"type": "string"},
-        },
-    }
-    components["CloudEvent"] = _CLOUDEVENT
-    components["Accepted"] = _ACCEPTED
-    runs_list = _op(
-        "Runs, newest first (filter by workflow and status; paginated)",
-        {"200": _json(_ref("RunPage"))},
-        params=[
-            _param("workflow", "query", {"type": "string"}, "NAME or NAMESPACE/NAME."),
-            _param(
-                "status",
-                "query",
-                {"enum": list(RECORDED)},
-                "Only this status.",
-            ),
-            _param(
-                "since",
-                "query",
-                {"type": "string"},
-                "Only runs started at or after this RFC 3339 UTC time (or date).",
-            ),
-            _param(
-                "until",
-                "query",
-                {"type": "string"},
-                "Only runs started before this RFC 3339 UTC time (or date).",
-            ),
-            _LIMIT,
-            _OFFSET,
-        ],
-        tag="runs",
-        errors=(400, 401, 403),
-    )
-    start = _op(
-        "Start a run of the newest version of a workflow (operator)",
-        {"201": _json(_ref("StartedResponse"), "Started")},
-        body={"required": True, "content": {"application/json": {"schema": _ref("StartRequest")}}},
-        tag="runs",
-        errors=(400, 401, 403, 404, 409, 413),
-    )
-    paths: dict[str, Any] = {
-        "/events": {
-            "post": {
-                "summary": "CloudEvents over HTTP: binary, structured or batched mode",
-                "tags": ["events"],
-                "security": _READ,
-                "parameters": [
-                    _param("ce-specversion", "header", {"type": "string"}, "Binary mode."),
-                    _param("ce-id", "header", {"type": "string"}, "Binary mode."),
-                    _param("ce-source", "header", {"type": "string"}, "Binary mode."),
-                    _param("ce-type", "header", {"type": "string"}, "Binary mode."),
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/cloudevents+json": {"schema": _ref("CloudEvent")},
-                        "application/cloudevents-batch+json": {
-                            "schema": {"type": "array", "items": _ref("CloudEvent")}
-                        },
-                        "application/json": {"schema": {}},
-                    },
-                },
-                "responses": {
-                    "202": _json(_ref("Accepted"), "Stored; the runs each event starts"),
-                    **_errors(400, 401, 403, 413, 415),
-                },
-            }
-        },
-        "/webhooks/{name}": {
-            "post": {
-                "summary": "A signed webhook (a kind: Webhook says how it is checked)",
-                "tags": ["events"],
-                "security": [],
-                "parameters": [_WORKFLOW_NAME],
-                "requestBody": {"content": {"application/json": {"schema": {}}}},
-                "responses": {
-                    "202": _json(_ref("Accepted"), "Stored, or a delivery seen before"),
-                    **_errors(400, 401, 404, 413, 503),
-                },
-            }
-        },
-        "/workflows": {
-            "get": _op(
-                "Workflows (newest version of each)",
-                {"200": _json({"type": "array", "items": _ref("WorkflowSummary")})},
-                tag="workflows",
-            )
-        },
-        "/workflows/{name}": {
-            "get": _op(
-                "One workflow: its versions and a version's manifest (default the newest)",
-                {"200": _json(_ref("WorkflowDetail"))},
-                params=[_WORKFLOW_NAME, _VERSION],
-                tag="workflows",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/workflows/{namespace}/{name}": {
-            "get": _op(
-                "One workflow of a namespace",
-                {"200": _json(_ref("WorkflowDetail"))},
-                params=[_NAMESPACE, _WORKFLOW_NAME, _VERSION],
-                tag="workflows",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/agents": {
-            "get": _op(
-                "AgentDefs and their live workers",
-                {"200": _json({"type": "array", "items": _ref("AgentView")})},
-                tag="agents",
-            )
-        },
-        "/runs": {"get": runs_list, "post": start},
-        "/runs/{run_id}": {
-            "get": _op(
-                "One run: status, state, pending actions, what it waits for, outputs, error",
-                {"200": _json(_ref("RunDescription"))},
-                params=[_RUN_ID],
-                tag="runs",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/runs/{run_id}/result": {
-            "get": _op(
-                "How the run ended; with timeout, wait up to that long (long poll)",
-                {"200": _json(_ref("RunResult"))},
-                params=[
-                    _RUN_ID,
-                    _param(
-                        "timeout",
-                        "query",
-                        {"type": "number", "minimum": 0, "maximum": rest.MAX_WAIT_S},
-                        "Seconds to wait for the end (status running when it has not).",
-                    ),
-                ],
-                tag="runs",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/runs/{run_id}/log": {
-            "get": _op(
-                "The run's log, a page of records in order",
-                {"200": _json(_ref("LogPage"))},
-                params=[
-                    _RUN_ID,
-                    _param(
-                        "limit",
-                        "query",
-                        {"type": "integer", "minimum": 1, "maximum": 5000},
-                        "How many records (default 200).",
-                    ),
-                    _OFFSET,
-                ],
-                tag="runs",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/runs/{run_id}/log/stream": {
-            "get": {
-                "summary": "The run's log live, as Server-Sent Events, until the run ends",
-                "tags": ["runs"],
-                "security": _READ,
-                "parameters": [_RUN_ID, _OFFSET],
-                "responses": {
-                    "200": {
-                        "description": "event: <record type>, id: <position>, data: the "
-                        "record; a last event 'end'",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-                    },
-                    **_errors(400, 401, 403, 404),
-                },
-            }
-        },
-        "/runs/{run_id}/explain": {
-            "get": _op(
-                "Why the run went where it went, step by step (each guard weighed, with the "
-                "values it read), and what would move it now (interlock explain --json)",
-                {"200": _json({"type": "object"})},
-                params=[
-                    _RUN_ID,
-                    _param(
-                        "at",
-                        "query",
-                        {"type": "integer", "minimum": 1, "maximum": 1 << 31},
-                        "Explain only the step holding this record (1-based).",
-                    ),
-                ],
-                tag="runs",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/runs/{run_id}/replay": {
-            "get": _op(
-                "What another stored version would have done with the run's recorded "
-                "inputs (interlock replay --json); nothing is written",
-                {"200": _json({"type": "object"})},
-                params=[
-                    _RUN_ID,
-                    {
-                        **_param(
-                            "against",
-                            "query",
-                            {"type": "integer", "minimum": 1, "maximum": 1 << 31},
-                            "A stored version of the run's workflow.",
-                        ),
-                        "required": True,
-                    },
-                ],
-                tag="runs",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/runs/{run_id}/cancel": {
-            "post": _op(
-                "Cancel a run (operator)",
-                {"200": _json(_ref("CancelResponse"))},
-                params=[_RUN_ID],
-                body={"content": {"application/json": {"schema": _ref("CancelRequest")}}},
-                tag="runs",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/runs/{run_id}/signals/{name}": {
-            "post": _op(
-                "Send the event NAME to one run and say what it did (operator)",
-                {"200": _json(_ref("SignalResult"))},
-                params=[
-                    _RUN_ID,
-                    _param("name", "path", {"type": "string"}, "The event type."),
-                    _param(
-                        "wait",
-                        "query",
-                        {"type": "number", "minimum": 0, "maximum": rest.MAX_WAIT_S},
-                        "Seconds to wait for the run's decision (default 5).",
-                    ),
-                ],
-                body={"content": {"application/json": {"schema": {}}}},
-                tag="runs",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/dead-letters": {
-            "get": _op(
-                "Dead letters kept, oldest first",
-                {"200": _json({"type": "array", "items": _ref("DeadLetterView")})},
-                params=[_param("reason", "query", {"type": "string"}, "Only this reason.")],
-                tag="dead letters",
-            )
-        },
-        "/dead-letters/{seq}": {
-            "get": _op(
-                "One dead letter",
-                {"200": _json(_ref("DeadLetterView"))},
-                params=[_SEQ],
-                tag="dead letters",
-                errors=(400, 401, 403, 404),
-            )
-        },
-        "/dead-letters/{seq}/redrive": {
-            "post": _op(
-                "Publish a dead letter again where it came from, then drop it (operator)",
-                {"200": _json(_ref("RedriveResponse"))},
-                params=[_SEQ],
-                tag="dead letters",
-                errors=(400, 401, 403, 404),
-            )
-        },
-    }
+    """The OpenAPI 3.1 document of the gateway, from the types its routes answer with."""
+    paths = all_paths()
+    components = _components()
     for path, ops in paths.items():
         for method, op in ops.items():
             op["operationId"] = _operation_id(method, path)
@@ -476,9 +108,28 @@ def document() -> dict[str, Any]:
             "responses": {
                 "Problem": {
                     "description": "An RFC 9457 problem",
-                    "content": {"application/problem+json": {"schema": _ref("Problem")}},
+                    "content": {"application/problem+json": {"schema": ref("Problem")}},
                 }
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def _components() -> dict[str, Any]:
+    (_, components) = msgspec.json.schema_components(_TYPES, ref_template=REF)
+    components["Problem"] = {
+        "type": "object",
+        "description": "An RFC 9457 problem.",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "instance": {"type": "string"},
+        },
+    }
+    components["CloudEvent"] = _CLOUDEVENT
+    components["Accepted"] = _ACCEPTED
+    return components

@@ -8,11 +8,13 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from interlock.core.vocabulary import InterlockError
+
 PROBLEM_TYPE = "application/problem+json"
 _BASE = "https://interlock.io/problems/"
 
 
-class Problem(Exception):
+class Problem(InterlockError):
     """An HTTP error answered with a problem body.
 
     Args:

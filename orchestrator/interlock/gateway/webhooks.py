@@ -39,6 +39,7 @@ from nats.js.kv import KeyValue
 from interlock.core.compiler import WebhookDefinition
 from interlock.core.model import FromRequest, SecretRef
 from interlock.core.rfc3339 import format_time
+from interlock.core.vocabulary import InterlockError
 from interlock.gateway.problems import Problem
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
@@ -51,7 +52,7 @@ STANDARD_SIGNATURE = "webhook-signature"
 _NOT_IN_TYPE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-class SecretUnavailable(RuntimeError):
+class SecretUnavailable(RuntimeError, InterlockError):
     """The gateway cannot read a webhook's secret (a deployment mistake, not the caller's)."""
 
 

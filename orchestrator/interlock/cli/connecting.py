@@ -1,0 +1,169 @@
+"""Connecting a command to NATS, and what the commands that run processes share: the
+connection flags (each with its ``INTERLOCK_*`` variable), a connected client for one
+command, logging and signal handling."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from interlock.cli.common import EXIT_FAILED, EXIT_USAGE, CliError
+from interlock.cli.output import dump
+from interlock.core.ids import InvalidRunId, check_run_id
+
+if TYPE_CHECKING:
+    from interlock.transport.connection import ConnectOptions
+
+
+def add_connection_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection (flags override INTERLOCK_* variables)")
+    g.add_argument("--server", "-s", help="NATS URL(s) (env INTERLOCK_URL; nats://127.0.0.1:4222)")
+    g.add_argument("--creds", dest="creds_file", help="NATS credentials file")
+    g.add_argument("--nkey", dest="nkey_seed_file", help="NKey seed file")
+    g.add_argument("--user", help="user name")
+    g.add_argument("--password", help="password")
+    g.add_argument("--token", help="auth token")
+    g.add_argument("--tls-ca", dest="tls_ca", help="CA certificate (PEM)")
+    g.add_argument("--tls-cert", dest="tls_cert", help="client certificate (PEM)")
+    g.add_argument("--tls-key", dest="tls_key", help="client key (PEM)")
+    g.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
+
+
+def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOptions:
+    """Connection options from the flags and environment. For the operator's commands
+    (``operator``), with no credentials given, the ones ``interlock dev`` wrote under
+    ``.interlock/creds/`` in this directory."""
+    creds_file = args.creds_file
+    if operator and not (
+        creds_file
+        or args.nkey_seed_file
+        or args.user
+        or args.token
+        or any(
+            os.environ.get(v)
+            for v in ("INTERLOCK_CREDS", "INTERLOCK_NKEY", "INTERLOCK_USER", "INTERLOCK_TOKEN")
+        )
+    ):
+        from interlock.auth.dev import default_operator_creds
+
+        creds_file = default_operator_creds()
+    from interlock.transport.connection import ConnectOptions
+
+    return ConnectOptions.resolve(
+        args.server,
+        creds_file=creds_file,
+        nkey_seed_file=args.nkey_seed_file,
+        user=args.user,
+        password=args.password,
+        token=args.token,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        prefix=args.prefix,
+    )
+
+
+def with_client(
+    body: Callable[[Any, argparse.Namespace], Awaitable[int]],
+) -> Callable[[argparse.Namespace], int]:
+    """Run ``body(client, args)`` with a connected :class:`interlock.Client`; connection
+    problems exit 2 with the reason, a missing run, workflow or agent exits 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        from nats.errors import MaxPayloadError
+
+        from interlock.client import (
+            Client,
+            InvalidInputs,
+            RunExists,
+            UnknownAgent,
+            UnknownRun,
+            UnknownWorkflow,
+        )
+        from interlock.transport.connection import connect
+        from interlock.transport.errors import ConnectionFailed
+
+        async def go() -> int:
+            opts = options(args)
+            try:
+                nc = await connect(opts)
+            except ConnectionFailed as exc:
+                raise CliError(str(exc)) from exc
+            client = Client(nc, opts.subjects, owns_connection=True)
+            try:
+                return await body(client, args)
+            finally:
+                with contextlib.suppress(Exception):
+                    await client.close()
+
+        try:
+            return asyncio.run(go())
+        except UnknownRun as exc:
+            raise CliError(f"no run {exc.args[0]!r}", EXIT_FAILED) from exc
+        except (UnknownWorkflow, UnknownAgent, InvalidInputs, RunExists) as exc:
+            raise CliError(str(exc), EXIT_FAILED) from exc
+        except InvalidRunId as exc:
+            raise CliError(str(exc)) from exc
+        except MaxPayloadError as exc:
+            raise CliError(
+                f"a message is larger than the server accepts ({exc or 'max_payload'})",
+                EXIT_FAILED,
+            ) from exc
+
+    return run
+
+
+def run_id_arg(value: str) -> str:
+    """A RUN_ID argument: refused before anything connects when it is no run id."""
+    try:
+        return check_run_id(value)
+    except InvalidRunId as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(dump(value, "json"))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def env_int(value: int | None, var: str, default: int) -> int:
+    """A flag's value, else the environment variable ``var``, else ``default``."""
+    if value is not None:
+        return value
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise CliError(f"{var} must be a whole number, got {raw!r}", EXIT_USAGE) from None

@@ -1,0 +1,294 @@
+"""Commands that read what an installation holds: runs, logs, results, exports, agents
+and dead letters (with ``redrive``, the one write on dead letters). None of them creates a
+stream or a bucket, and none loads the compiler."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interlock.cli.common import EXIT_FAILED, EXIT_NOT_FINISHED, EXIT_OK, EXIT_USAGE, CliError, err
+from interlock.cli.connecting import print_json, with_client
+from interlock.cli.output import dump, emit, output_format, print_table
+
+if TYPE_CHECKING:
+    from interlock.client import Client
+    from interlock.core import events as ev
+    from interlock.views import RunResult
+
+
+async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 0:
+        raise CliError(f"--limit must be 0 or more, got {args.limit}")
+    runs = await client.runs(workflow=args.workflow, status=args.status, limit=args.limit)
+
+    def table() -> None:
+        if not runs:
+            print("no runs")
+            return
+        print_table(
+            ["RUN", "WORKFLOW", "STATUS", "STATE", "STARTED"],
+            [
+                (r.run_id, f"{r.namespace}/{r.workflow}", r.status, r.state, r.started_at)
+                for r in runs
+            ],
+        )
+
+    emit(args, runs, table)
+    return EXIT_OK
+
+
+async def cmd_dead_letters_list(client: Client, args: argparse.Namespace) -> int:
+    letters = await client.dead_letters(args.reason)
+    if output_format(args) == "json":
+        for letter in letters:  # one JSON object per line
+            print(json.dumps(_plain(letter), separators=(",", ":")))
+        return EXIT_OK
+
+    def table() -> None:
+        if not letters:
+            print("no dead letters" + (f" with reason {args.reason}" if args.reason else ""))
+            return
+        print_table(
+            ["SEQ", "TIME", "REASON", "FROM", "DETAIL"],
+            [
+                (
+                    d.seq,
+                    d.time,
+                    d.reason,
+                    d.subject,
+                    d.detail if len(d.detail) <= 80 else d.detail[:77] + "...",
+                )
+                for d in letters
+            ],
+        )
+
+    emit(args, letters, table)
+    return EXIT_OK
+
+
+def _plain(value: Any) -> Any:
+    from interlock.cli.output import plain
+
+    return plain(value)
+
+
+async def cmd_dead_letters_show(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownDeadLetter
+
+    try:
+        letter = await client.dead_letter(args.seq)
+    except UnknownDeadLetter as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    emit(args, letter, lambda: print_json(letter))
+    return EXIT_OK
+
+
+async def cmd_dead_letters_redrive(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownDeadLetter
+
+    if args.reason and not args.all:
+        raise CliError("--reason goes with --all (name sequences, or --all --reason R)")
+    seqs = [d.seq for d in await client.dead_letters(args.reason)] if args.all else args.seq
+    failed = 0
+    for seq in seqs:
+        try:
+            letter = await client.dead_letter(seq)
+            stored = await client.redrive(seq)
+        except (UnknownDeadLetter, ValueError) as exc:
+            failed += 1
+            print(f"dead letter {seq}: {exc}", file=sys.stderr)
+            continue
+        if args.json:
+            print(json.dumps({"seq": seq, "subject": letter.subject, "stored_seq": stored}))
+        else:
+            print(f"redrove {seq} ({letter.reason}) to {letter.subject}")
+    if not seqs and not args.json:
+        print("no dead letters to redrive")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+async def cmd_agents(client: Client, args: argparse.Namespace) -> int:
+    agents = await client.agents()
+
+    def table() -> None:
+        rows = [
+            (a.name, c.name, c.workers, c.description or "") for a in agents for c in a.capabilities
+        ]
+        print_table(["AGENTDEF", "CAPABILITY", "WORKERS", "DESCRIPTION"], rows)
+        seen: set[str] = set()
+        for a in agents:
+            for w in a.workers:
+                if w.instance in seen:
+                    continue
+                seen.add(w.instance)
+                print(
+                    f"worker {w.name}/{w.instance} pid={w.pid} "
+                    f"capabilities={','.join(w.capabilities)} in_flight={w.in_flight}"
+                )
+
+    emit(args, agents, table)
+    return EXIT_OK
+
+
+def _since(value: str | None) -> str | None:
+    """``--since``: an RFC 3339 time as given, or an age (``30s``, ``5m``, ``2h``, ``1d``)
+    turned into the time that long ago."""
+    if value is None:
+        return None
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    age = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", value.strip())
+    if age is None:
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise CliError(
+                f"--since {value!r}: give an RFC 3339 time (2026-01-02T15:04:05Z) "
+                "or an age such as 30s, 5m, 2h, 1d"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+    else:
+        unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[age.group(2)]
+        moment = datetime.now(UTC) - timedelta(seconds=float(age.group(1)) * unit)
+    # Records carry UTC times with milliseconds: compare as text in the same form.
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def cmd_logs(client: Client, args: argparse.Namespace) -> int:
+    if args.tail is not None and args.tail < 0:
+        raise CliError(f"--tail must be 0 or more, got {args.tail}")
+    fmt = output_format(args)
+    records = client.logs(args.run_id, follow=args.follow, tail=args.tail, since=_since(args.since))
+    if fmt == "yaml":
+        from interlock.views import record_view
+
+        sys.stdout.write(dump([record_view(r) async for r in records], "yaml"))
+        return EXIT_OK
+    async for record in records:
+        _print_record(record, fmt == "json")
+    return EXIT_OK
+
+
+def _print_record(record: ev.AnyRecord, as_json: bool) -> None:
+    if as_json:
+        from interlock.core import events as ev
+
+        sys.stdout.write(ev.encode(record).decode() + "\n")
+    else:
+        from interlock.cli.timeline import describe
+
+        sys.stdout.write(describe(record) + "\n")
+    sys.stdout.flush()
+
+
+async def cmd_result(client: Client, args: argparse.Namespace) -> int:
+    if args.wait:
+        timeout = wait_timeout(args.timeout)
+        try:
+            result = await client.result(args.run_id, wait=True, timeout=timeout)
+        except TimeoutError:
+            err(f"run {args.run_id} has not finished after {args.timeout:g}s")
+            return EXIT_NOT_FINISHED
+    else:
+        result = await client.result(args.run_id)
+    return show_result(args, result)
+
+
+async def cmd_export(client: Client, args: argparse.Namespace) -> int:
+    from interlock.core import events as ev
+
+    records = await client.records(args.run_id)
+    lines = b"".join(ev.encode(record) + b"\n" for record in records)
+    if args.output:
+        write_atomically(Path(args.output), lines)
+        err(f"wrote {len(records)} records to {args.output}")
+    else:
+        sys.stdout.buffer.write(lines)
+    return EXIT_OK
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write beside the target, then rename: never a half-written export."""
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from interlock.core import events as ev
+
+    if args.file:
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise CliError(f"{args.file}: cannot read: {exc.strerror}") from exc
+        try:
+            records = ev.decode_lines(data)
+        except Exception as exc:
+            raise CliError(f"{args.file}: not a run log: {exc}", EXIT_FAILED) from exc
+        return _replay(records, args.json)
+    if not args.run_id:
+        raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
+
+    async def fetch(client: Client, a: argparse.Namespace) -> int:
+        return _replay(await client.records(a.run_id), a.json)
+
+    return with_client(fetch)(args)
+
+
+def _replay(records: list[ev.AnyRecord], as_json: bool) -> int:
+    """Every step of a log that folds exits 0, whatever became of the run (exit 1 is for a
+    file that is not a run log)."""
+    from interlock.cli.timeline import replay_lines
+
+    for line in replay_lines(records, as_json):
+        sys.stdout.write(line + "\n")
+    return EXIT_OK
+
+
+def exit_code(result: RunResult) -> int:
+    if result.status == "completed":
+        return EXIT_OK
+    if result.status in ("failed", "cancelled"):
+        return EXIT_FAILED
+    return EXIT_NOT_FINISHED
+
+
+def show_result(args: argparse.Namespace, result: RunResult, *, whole: bool = False) -> int:
+    """``whole``: the table form is the whole result too (``start --wait``)."""
+    code = exit_code(result)
+    if whole or output_format(args) != "table":
+        emit(args, result, lambda: print_json(result))
+        return code
+    if result.status == "completed":
+        print_json(result.outputs or {})
+    elif result.status in ("failed", "cancelled"):
+        if result.outputs:  # a terminal state that fails may still return outputs
+            print_json(result.outputs)
+        if result.error is not None:
+            why = f": {result.error.error_class}: {result.error.message}"
+        elif result.reason:
+            why = f": {result.reason}"
+        else:
+            why = ""
+        err(f"run {result.run_id} {result.status}{why}")
+    else:
+        err(f"run {result.run_id} is {result.status} (in state {result.state})")
+    return code
+
+
+def wait_timeout(value: float | None) -> float | None:
+    if value is not None and value < 0:
+        raise CliError(f"--timeout must be 0 or more, got {value:g}")
+    return value if value else None
+
+
+DEFAULT_WAIT_TIMEOUT = 300.0
+"""Seconds ``start --wait`` and ``result --wait`` wait by default (``--timeout 0``: no
+limit)."""

@@ -1,0 +1,297 @@
+"""The shapes of :mod:`interlock.views`: one msgspec Struct per thing shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from interlock.core import events as ev
+from interlock.core.vocabulary import FINISHED
+
+TASK_EVENTS = frozenset({"task.completed", "task.failed"})
+"""Transition events that an agent's answer (not an outside system) brings."""
+
+
+class ErrorView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Why an action or a run failed: its class (``timeout``, ``agent_error``...)."""
+
+    error_class: str = msgspec.field(name="class")
+    message: str
+    code: str = ""
+
+    @classmethod
+    def of(cls, error: ev.ErrorInfo | None) -> ErrorView | None:
+        if error is None:
+            return None
+        return cls(error_class=error.error_class, message=error.message, code=error.code)
+
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a run list (``interlock runs``, ``GET /runs``)."""
+
+    run_id: str
+    workflow: str
+    namespace: str = "default"
+    version: int = 0
+    status: str
+    """``running``, ``completed``, ``failed`` or ``cancelled``."""
+    state: str = ""
+    """The state the run is in (or ended in)."""
+    started_at: str = ""
+    updated_at: str = ""
+    error: ErrorView | None = None
+
+
+class PendingActionView(msgspec.Struct, frozen=True, kw_only=True):
+    """An action the run has asked for and not yet had answered."""
+
+    action_id: str
+    state: str
+    capability: str
+    """The capability asked (or ``workflow:<name>`` for a child workflow)."""
+    attempt: int
+    max_attempts: int
+    requested_at: str
+    deadline: str | None = None
+    """When the attempt times out (None: no timeout)."""
+    item: int | None = None
+    """A map item's position."""
+    iteration: int | None = None
+    """A loop's iteration."""
+
+
+class WaitView(msgspec.Struct, frozen=True, kw_only=True):
+    """A transition out of the current state: the event that takes it, its guard, where it
+    goes."""
+
+    event: str
+    kind: str
+    """``answer`` (an agent's answer: task.completed / task.failed), ``event`` (an event
+    sent to the run: ``interlock signal``, or ``emit`` with a ``runid``), or ``correlated``
+    (an event that reaches the run by its correlation key)."""
+    goto: str
+    guard: str | None = None
+    """The CEL guard; the transition fires only when it is ``true``."""
+
+
+class TimerView(msgspec.Struct, frozen=True, kw_only=True):
+    timer_id: str
+    purpose: str
+    """``action-timeout``, ``retry``, ``state-timeout`` or ``run-deadline``."""
+    fire_at: str
+    state: str | None = None
+    action_id: str | None = None
+
+
+class MapView(msgspec.Struct, frozen=True, kw_only=True):
+    """A map state's progress."""
+
+    items: int
+    done: int
+    failed: int
+    parallelism: int
+    completion: str
+
+
+class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything about one run now (``interlock describe run``, ``GET /runs/{id}``)."""
+
+    run_id: str
+    workflow: str
+    namespace: str
+    version: int
+    spec_hash: str
+    status: str
+    state: str
+    started_at: str
+    updated_at: str
+    finished_at: str | None = None
+    records: int
+    """How many records the run's log holds."""
+    inputs: dict[str, Any] = {}
+    context: dict[str, Any] = {}
+    pending: list[PendingActionView] = []
+    waiting_for: list[WaitView] = []
+    """What the current state waits for (empty once the run has finished)."""
+    timers: list[TimerView] = []
+    map: MapView | None = None
+    outputs: dict[str, Any] | None = None
+    error: ErrorView | None = None
+    reason: str | None = None
+    """A cancelled run's reason."""
+    correlation_key: str | None = None
+    parent_run: str | None = None
+    trigger: dict[str, Any] | None = None
+    """The CloudEvent that started the run, when a trigger did."""
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How a run ended, or that it has not (``interlock result``, ``GET /runs/{id}/result``)."""
+
+    run_id: str
+    status: str
+    state: str = ""
+    outputs: dict[str, Any] | None = None
+    error: ErrorView | None = None
+    reason: str | None = None
+    """A cancelled run's reason."""
+    finished_at: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class StartedRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A run an emitted event starts (or had started before: ``existed``)."""
+
+    run_id: str
+    workflow: str
+    namespace: str = "default"
+    version: int = 0
+    existed: bool = False
+    """The event was seen before: the run it started then is the one named."""
+    pending: bool = False
+    """Not in the log yet when ``emit`` answered: no orchestrator had taken the event (is
+    one running?). It starts when one does."""
+
+
+class EmitResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What publishing an event did."""
+
+    id: str
+    type: str
+    source: str
+    seq: int
+    """The event's sequence in the events stream."""
+    duplicate: bool = False
+    """An event with this source and id was published before; this one was dropped."""
+    started: list[StartedRun] = []
+    """The runs its triggers start (worked out with the orchestrator's own rules)."""
+    run_id: str | None = None
+    """The run the event was addressed to (its ``runid`` extension), if any."""
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.started) or self.run_id is not None
+
+
+class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run did with an event sent to it (``interlock signal``)."""
+
+    run_id: str
+    type: str
+    id: str
+    outcome: str
+    """``moved`` (a transition fired), ``declined`` (the run took the event but no guard was
+    true), ``not-waiting`` (the run's state does not wait for it: not sent), ``finished``
+    (the run has ended: not sent) or ``unanswered`` (sent, and no orchestrator took it in
+    time)."""
+    state: str = ""
+    """The state the run was in when the event arrived."""
+    status: str = "running"
+    """The run's status when the event was sent (or refused)."""
+    to_state: str | None = None
+    guard_errors: list[str] = []
+    """Guards that failed to evaluate (they count as false)."""
+    waiting_for: list[str] = []
+    """For ``not-waiting``: the events the state does wait for."""
+
+
+class CapabilityView(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str | None = None
+    timeout_s: float | None = None
+    max_retries: int | None = None
+    workers: int = 0
+    """Live workers serving it."""
+    queued: int | None = None
+    """Task requests waiting for a worker (None: its queue is not there yet)."""
+    in_progress: int | None = None
+    """Task requests delivered to a worker and not yet acknowledged."""
+
+
+class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    instance: str
+    capabilities: list[str] = []
+    pid: int | None = None
+    host: str | None = None
+    in_flight: int | None = None
+    concurrency: int | None = None
+    started_at: str | None = None
+    heartbeat_at: str | None = None
+
+
+class AgentView(msgspec.Struct, frozen=True, kw_only=True):
+    """An AgentDef and the live workers of its capabilities."""
+
+    name: str
+    capabilities: list[CapabilityView] = []
+    workers: list[WorkerView] = []
+    spec: dict[str, Any] = {}
+
+
+class WorkflowSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow's newest version (``interlock workflows``, ``GET /workflows``)."""
+
+    namespace: str
+    name: str
+    version: int
+    spec_hash: str = ""
+    description: str | None = None
+    triggers: list[str] = []
+    """The event types that start it."""
+
+
+class TransitionView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One way out of a state, for drawing the state machine: an ``on`` entry
+    (``on[index]``), a ``catch`` of error classes or a state ``timeout`` (the run's
+    deadline is not drawn: it leaves every state)."""
+
+    from_state: str = msgspec.field(name="from")
+    to_state: str = msgspec.field(name="to")
+    kind: str
+    """``on``, ``catch`` or ``timeout``."""
+    event: str = ""
+    """The event an ``on`` entry waits for; the error classes of a ``catch``."""
+    guard: str | None = None
+    index: int | None = None
+    """An ``on`` entry's position in its state (``transition`` in the log's records)."""
+
+
+class WorkflowDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """One workflow: its versions and the newest manifest (``interlock get workflow``)."""
+
+    namespace: str
+    name: str
+    version: int
+    versions: list[int]
+    spec_hash: str = ""
+    description: str | None = None
+    triggers: list[str] = []
+    inputs: dict[str, Any] = {}
+    states: list[str] = []
+    initial_state: str = ""
+    manifest: dict[str, Any] = {}
+    kinds: dict[str, str] = {}
+    """Each state's kind (``task``, ``terminal``, ``human_in_the_loop``, ``map``...)."""
+    transitions: list[TransitionView] = []
+    """Every way from one state to another (what a diagram draws)."""
+
+
+class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):
+    """A message that could not be handled, with why (``interlock dead-letters``)."""
+
+    seq: int
+    time: str
+    reason: str
+    detail: str
+    subject: str
+    """Where it was first published (a redrive publishes it there again)."""
+    headers: dict[str, str] = {}
+    data: Any = None
+    """The message's data: JSON when it is JSON, else text when it is UTF-8."""
+    data_base64: str | None = None
+    """The message's data when it is neither JSON nor UTF-8 text."""

@@ -546,9 +546,15 @@ async def test_a_wait_expires_once_after_its_timeout(stack: Stack) -> None:
 
 
 async def test_map_all_joins_the_results_in_input_order(stack: Stack) -> None:
+    last_requested = asyncio.Event()
+
     async def fetch(inp: dict[str, Any], ctx: TaskContext) -> Any:
+        # The first item answers only once the last one is requested: with parallelism 2,
+        # b and c have finished by then, so the items finish out of input order.
+        if inp["url"] == "d":
+            last_requested.set()
         if inp["url"] == "a":
-            await asyncio.sleep(0.2)  # the first item finishes last
+            await asyncio.wait_for(last_requested.wait(), WAIT)
         return {"url": inp["url"], "position": inp["position"]}
 
     stack.agents.script("page.fetch", fetch)

@@ -290,11 +290,11 @@ async def test_the_operators_client_waits_through_its_one_subscription(secured: 
     client = Client(secured.operator.nc, SUBJECTS)
     run_id = await awaited_run(secured)
     waiting = asyncio.ensure_future(client.result(run_id, wait=True, timeout=10))
-    for _ in range(500):  # the wait has read the log, and found the run going on
-        if client._watcher.watching and await client.result(run_id):
-            break
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+    while not client._watcher.watching:  # the wait has read the log, found the run going on
+        assert loop.time() < deadline, "the wait never subscribed to the run log"
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.2)
     assert not waiting.done()
     await client.cancel(run_id, "no longer needed")
     result = await waiting

@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from interlock import views
+from interlock.client import debugging
 from interlock.core import events as ev
 from interlock.core.names import DNS_LABEL
 from interlock.core.vocabulary import RECORDED
@@ -258,7 +259,7 @@ async def start_run(request: Request, gw: Gateway) -> Response:
 
 @reads
 async def get_run(request: Request, gw: Gateway) -> Response:
-    return json_view(await gw.api.describe(request.path_params["run_id"]))
+    return json_view(await gw.run_logs.describe(request.path_params["run_id"]))
 
 
 @reads
@@ -279,17 +280,9 @@ async def get_log(request: Request, gw: Gateway) -> Response:
     run_id = request.path_params["run_id"]
     limit = _int_param(request, "limit", 200, 1, 5000)
     offset = _int_param(request, "offset", 0, 0, 1 << 31)
-    records = await gw.api.records(run_id)
-    page = records[offset : offset + limit]
-    more = offset + limit < len(records)
-    finished = any(ev.record_type(r) in ev.TERMINAL_TYPES for r in records)
-    return json_view(
-        LogPage(
-            records=[views.record_view(r) for r in page],
-            next_offset=offset + limit if more else None,
-            finished=finished,
-        )
-    )
+    cached = await gw.run_logs.log(run_id)
+    # The page's records as they are kept (their JSON): the shape of LogPage.
+    return Response(cached.page(offset, limit), media_type="application/json")
 
 
 @reads
@@ -302,7 +295,7 @@ async def stream_log(request: Request, gw: Gateway) -> Response:
     last = request.headers.get("last-event-id", "")
     if last.isdigit():
         start = int(last) + 1
-    await gw.api.records(run_id)  # 404 now, before the stream starts
+    await gw.run_logs.log(run_id)  # 404 now, before the stream starts
 
     async def events() -> AsyncIterator[bytes]:
         queue: asyncio.Queue[ev.AnyRecord | None] = asyncio.Queue(maxsize=1000)
@@ -350,8 +343,9 @@ async def explain_run(request: Request, gw: Gateway) -> Response:
     at = None
     if "at" in request.query_params:
         at = _int_param(request, "at", 1, 1, 1 << 31)
+    cached = await gw.run_logs.log(request.path_params["run_id"])
     try:
-        return json_view(await gw.api.explain(request.path_params["run_id"], at=at))
+        return json_view(await debugging.explain(gw.api.ops, list(cached.records), at))
     except ValueError as exc:
         raise Problem(400, "bad-parameter", str(exc)) from exc
 
@@ -364,8 +358,9 @@ async def replay_run(request: Request, gw: Gateway) -> Response:
         raise Problem(400, "bad-parameter", "against: a stored version of the run's workflow")
     # A number only: Client.replay takes a string as a manifest file on this host.
     against = _int_param(request, "against", 1, 1, 1 << 31)
+    cached = await gw.run_logs.log(request.path_params["run_id"])
     try:
-        return json_view(await gw.api.replay(request.path_params["run_id"], against))
+        return json_view(await debugging.replay(gw.api.ops, list(cached.records), against))
     except ValueError as exc:
         raise Problem(400, "bad-parameter", str(exc)) from exc
 

@@ -17,6 +17,7 @@ from interlock.gateway import webhooks
 from interlock.gateway.auth import OPEN, Caller, Tokens
 from interlock.gateway.problems import Problem
 from interlock.gateway.runlist import RunList
+from interlock.gateway.runlogs import RunLogs
 from interlock.runtime.client import InterlockClient
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
@@ -57,6 +58,8 @@ class Gateway:
         self.tokens = Tokens(self.js, subjects)
         self.run_list = RunList(self.js, subjects)
         """The run index in memory, for ``GET /runs``."""
+        self.run_logs = RunLogs(self.api.ops)
+        """The logs read recently, for a run's description, log pages and explanation."""
         self.deliveries = webhooks.Deliveries(self.js, subjects)
         self.open_mode = open_mode
         self.max_body = max_body

@@ -122,11 +122,14 @@ def _waits(definition: Definition | None, state: RunState) -> list[WaitView]:
 
 
 def describe_run(
-    records: Sequence[ev.AnyRecord], definition: Definition | None = None
+    records: Sequence[ev.AnyRecord],
+    definition: Definition | None = None,
+    *,
+    state: RunState | None = None,
 ) -> RunDescription:
     """Everything about a run from its log (and the definition it runs, for what it waits
-    for; without it ``waiting_for`` is empty)."""
-    state = fold(records)
+    for; without it ``waiting_for`` is empty). ``state``: the log folded already."""
+    state = state if state is not None else fold(records)
     finished_at, reason = _ending(records)
     pending = [
         PendingActionView(

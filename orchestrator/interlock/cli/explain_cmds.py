@@ -1,0 +1,190 @@
+"""``interlock explain`` and ``interlock replay --against``: one run's log read against a
+definition, to say why it went where it went or where another definition would part from it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from interlock.cli import connecting, read_cmds
+from interlock.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, print_json
+from interlock.cli.replay_inputs import (
+    definition_against,
+    end_text,
+    is_online,
+    manifest,
+    read_log,
+    replaying_of,
+)
+from interlock.core import analysis
+from interlock.core import events as ev
+from interlock.core.definition import Definition
+from interlock.core.state import fold
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    if not is_online(args):
+        if not args.workflow:
+            raise CliError("with --file, give the manifest the run ran: --workflow FILE")
+        records = read_log(args.file)
+        definition = manifest(args.workflow, args.agents, fold(records).workflow)
+        return _explain(records, definition, args)
+    if not args.run_id:
+        raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
+
+    async def body(client: Any, a: argparse.Namespace) -> int:
+        records = await client.ops.read(a.run_id)
+        replaying = replaying_of(client)
+        if a.workflow:
+            definition = replaying.registry.link(manifest(a.workflow, a.agents))
+            return _explain(records, definition, a)
+        try:
+            report = await replaying.explain(records, at=a.at)
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
+        return _print_explain(report, a)
+
+    return connecting.with_client(body)(args)
+
+
+def _explain(records: list[ev.AnyRecord], definition: Definition, args: argparse.Namespace) -> int:
+    try:
+        report = analysis.explain(records, definition, at=args.at)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    return _print_explain(report, args)
+
+
+def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
+    if args.json:
+        print_json(report)
+        return EXIT_OK
+    out = sys.stdout.write
+    w = report["workflow"]
+    out(
+        f"run {report['run_id']} ({w['namespace']}/{w['name']} v{w['version']}): "
+        f"{report['status']}\n"
+    )
+    if not report["reproduces"]:
+        m = report["mismatch"]
+        out(
+            f"note: this definition does not reproduce record {m['seq']} ({m['reason']}); "
+            "explanations from there on are of the definition given\n"
+        )
+    for step in report["steps"]:
+        out("\n" + _step_title(step) + "\n")
+        for line in step["explanation"]:
+            out(f"  {line}\n")
+        fired = step["fired"]
+        if fired is not None:
+            sets = f", set {analysis.short(fired['set'])}" if fired["set"] else ""
+            out(f"  => on[{fired['entry']}] fired: {fired['from']} -> {fired['to']}{sets}\n")
+        elif step["input"]["kind"] != "start":
+            out(f"  => no transition: {step['why_none']}\n")
+        if step.get("context_writes"):
+            out(f"  context writes: {analysis.short(step['context_writes'])}\n")
+        if step.get("outputs"):
+            out(f"  outputs: {analysis.short(step['outputs'])}\n")
+        for line in step["records"]:
+            out(f"    #{line['seq']:<3} {line['summary']}\n")
+    waiting = report.get("waiting")
+    if waiting is not None:
+        if args.at is not None and report["steps"]:
+            out(
+                f"\nafter record {report['steps'][-1]['last']} the run waited in state "
+                f"{waiting['state']}; it would move on:\n"
+            )
+        else:
+            out(f"\nwaiting in state {waiting['state']}; it moves on:\n")
+        for answer in waiting["answers"]:
+            out(
+                f"  an answer of {answer['capability']} (action {answer['action_id']}, "
+                f"attempt {answer['attempt']}): {', '.join(answer['accepts'])}\n"
+            )
+        for event in waiting["events"]:
+            for entry in event["entries"]:
+                guard = f" if `{entry['guard']}`" if entry["guard"] else ""
+                out(f"  event {event['type']}{guard} -> {entry['goto']}\n")
+        for timer in waiting["timers"]:
+            goto = f" -> {timer['goto']}" if timer.get("goto") else ""
+            out(f"  timer {timer['purpose']} at {timer['fire_at']}{goto}\n")
+    return EXIT_OK
+
+
+def _step_title(step: dict[str, Any]) -> str:
+    span = f"#{step['seq']}" + (f"-{step['last']}" if step["last"] != step["seq"] else "")
+    inp = step["input"]
+    where = f" in {step['state']}" if step["state"] else ""
+    if inp["kind"] == "start":
+        return f"{span} start, inputs {analysis.short(inp['inputs'])}"
+    if inp["kind"] == "answer":
+        return (
+            f"{span} answer {inp['type']} to {inp['action_id']}{where}: "
+            f"{analysis.short(inp['data'])}"
+        )
+    if inp["kind"] == "event":
+        return f"{span} event {inp['type']} id={inp['id']}{where}: {analysis.short(inp['data'])}"
+    if inp["kind"] == "timer":
+        return f"{span} timer {inp['purpose']}{where}"
+    return f"{span} {inp['kind']}{where}"
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if not args.against:
+        return read_cmds.cmd_replay(args)
+    if not is_online(args):
+        records = read_log(args.file)
+        if not Path(args.against).is_file():
+            raise CliError("offline, --against takes a manifest file")
+        definition = manifest(args.against, args.agents, fold(records).workflow)
+        return _report_replay(analysis.replay(records, definition, label=args.against), args)
+    if not args.run_id:
+        raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
+    against_is_file = Path(args.against).is_file()
+
+    async def body(client: Any, a: argparse.Namespace) -> int:
+        records = await client.ops.read(a.run_id)
+        definition, version, label = await definition_against(
+            replaying_of(client), records, a.against, a.agents, is_file=against_is_file
+        )
+        report = analysis.replay(records, definition, version=version, label=label)
+        return _report_replay(report, a)
+
+    return connecting.with_client(body)(args)
+
+
+def _report_replay(report: dict[str, Any], args: argparse.Namespace) -> int:
+    code = EXIT_OK if report["agree"] else EXIT_FAILED
+    if args.json:
+        print_json(report)
+        return code
+    out = sys.stdout.write
+    against = report["against"]
+    name = against["label"] or f"{against['namespace']}/{against['name']}"
+    if report["agree"]:
+        out(f"run {report['run_id']}: its {report['records']} records agree with {name}\n")
+        return code
+    d = report["divergence"]
+    out(f"run {report['run_id']} diverges from {name} at record {d['seq']} ({d['kind']})\n")
+    out(f"  {d['reason']}\n")
+    if d["recorded"] is not None:
+        out(f"  recorded: {analysis.summarize(ev.decode(_encode(d['recorded'])))}\n")
+    if d["replayed"] is not None:
+        out(f"  now:      {analysis.summarize(ev.decode(_encode(d['replayed'])))}\n")
+    if report["continuation"]:
+        out("the new run goes on, as far as the recorded inputs allow:\n")
+        for line in report["continuation"]:
+            out(f"    #{line['seq']:<3} {line['summary']}\n")
+    for skip in report["skipped"]:
+        out(f"  input of record {skip['seq']} not taken: {skip['reason']}\n")
+    out(f"recorded end: {end_text(report['recorded_end'])}\n")
+    out(f"new end:      {end_text(report['replayed_end'])}\n")
+    return code
+
+
+def _encode(value: Any) -> bytes:
+    import json
+
+    return json.dumps(value).encode()

@@ -2,9 +2,10 @@
 in the same run.
 
 - Waiting: N runs waited on at once from one connection, ended by cancelling them. The
-  client's waits (one subscription shared by all) against the old way, one ordered
-  JetStream consumer per wait (``InterlockClient.wait``): the server's consumers while they
-  wait, how many waits failed, and the time from the first cancel to the last result.
+  client's waits (one subscription shared by all) against the naive way, one ordered
+  JetStream consumer per wait (:func:`_consumer_wait`, written here as the baseline): the
+  server's consumers while they wait, how many waits failed, and the time from the first
+  cancel to the last result.
 - The CLI: CPU time (user + system) of ``interlock --help`` and of read commands, as a
   ratio to ``python -c pass`` and to importing nats-py alone (what any command that talks
   to NATS pays), best of ``--repeat`` runs (the machines are shared: the best run is the
@@ -41,11 +42,32 @@ spec:
 """
 
 
+async def _consumer_wait(js: Any, subjects: Any, run_id: str) -> str:
+    """The baseline: a run's log through an ordered consumer of its own, until it ends."""
+    from nats.js.api import DeliverPolicy
+
+    from interlock.core import events as ev
+
+    sub = await js.subscribe(
+        subjects.run(run_id),
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+        stream=subjects.runs_stream,
+    )
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=300)
+            for record in ev.decode_batch(msg.data):
+                if ev.record_type(record) in ev.TERMINAL_TYPES:
+                    return ev.record_type(record)
+    finally:
+        await sub.unsubscribe()
+
+
 async def _waits(url: str, n: int, old_way: bool) -> dict[str, Any]:
     import nats
 
     from interlock import Client
-    from interlock.runtime.client import InterlockClient
     from interlock.transport.subjects import Subjects
 
     subjects = Subjects(f"bw{os.getpid()}{'o' if old_way else 'n'}")
@@ -61,10 +83,10 @@ async def _waits(url: str, n: int, old_way: bool) -> dict[str, Any]:
     run_ids = await asyncio.gather(
         *(bounded(lambda i=i: client.start("gated", run_id=f"b{i}")) for i in range(n))
     )
-    old = InterlockClient(nc, subjects)
+    js = nc.jetstream()
     waits = [
         asyncio.ensure_future(
-            old.wait(r, timeout=300) if old_way else client.result(r, wait=True, timeout=300)
+            _consumer_wait(js, subjects, r) if old_way else client.result(r, wait=True, timeout=300)
         )
         for r in run_ids
     ]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from helpers import TIMEOUT, connect, running_stack, yaml
@@ -12,6 +15,7 @@ from helpers import TIMEOUT, connect, running_stack, yaml
 import interlock
 from interlock import Client, SyncClient
 from interlock.core import events as ev
+from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport.subjects import Subjects
 from interlock.views import RunDescription, record_view, to_builtins
 
@@ -318,18 +322,58 @@ async def test_sync_client(nats_url: str, subjects: Subjects) -> None:
         assert types[-1] == "io.interlock.run.completed"
 
 
+@pytest.fixture(scope="module")
+def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    """A nats-server of its own with the monitoring endpoints on: what it counts of a
+    connection's subscriptions and of the account's consumers is read from the server."""
+    server = EmbeddedNats(tmp_path_factory.mktemp("monitored"), args=("-m", "-1"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def server_counts(server: EmbeddedNats, client: Client) -> tuple[int, int]:
+    """(subscriptions the server holds for ``client``'s connection, JetStream consumers
+    of the whole account), both as the server reports them."""
+    url = f"{server.monitor_url}/connz?subs=1&cid={client.nc.client_id}"
+
+    def fetch() -> dict[str, Any]:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return dict(json.load(answer))
+
+    [conn] = (await asyncio.to_thread(fetch))["connections"]
+    watcher_nc = await connect(server.url)
+    try:
+        account = await watcher_nc.jetstream().account_info()
+    finally:
+        await watcher_nc.close()
+    return int(conn["subscriptions"]), int(account.consumers)
+
+
+async def wait_until(check: Callable[[], bool]) -> None:
+    for _ in range(2_000):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    assert check()
+
+
 @pytest.mark.timeout(300)
 async def test_5000_concurrent_waits_cost_one_subscription(
-    nats_url: str, subjects: Subjects
+    monitored: EmbeddedNats, subjects: Subjects
 ) -> None:
-    """5,000 waits from one client at once: no JetStream consumer, one subscription.
+    """5,000 ``result(wait=True)`` calls from one client at once, plus 1,000 waits of the
+    operations underneath on the same runs: the server holds no more JetStream consumers
+    than before and a handful of subscriptions for the client, however many wait.
 
     The runs wait for a human (no orchestrator is needed to start or cancel them: both are
     appends by the client), so the waits are all in flight together; cancelling every run
     ends every wait, each with its run's own result.
     """
     n = 5_000
-    async with await Client.connect(nats_url, prefix=subjects.prefix) as client:
+    async with await Client.connect(monitored.url, prefix=subjects.prefix) as client:
         await client.apply([("gated.yaml", GATED)])
         gate = asyncio.Semaphore(200)
 
@@ -338,20 +382,14 @@ async def test_5000_concurrent_waits_cost_one_subscription(
                 return await client.start("gated", {}, run_id=f"w{i}")
 
         run_ids = await asyncio.gather(*(start(i) for i in range(n)))
+        subs_before, consumers_before = await server_counts(monitored, client)
         waits = [asyncio.create_task(client.result(r, wait=True, timeout=240)) for r in run_ids]
-        await asyncio.sleep(0)  # every wait registered and reading its log
-        watcher_nc = await connect(nats_url)
-        try:
-            for _ in range(1_000):
-                if client._watcher.watching == n:
-                    break
-                await asyncio.sleep(0.05)
-            assert client._watcher.watching == n
-            info = await watcher_nc.jetstream().stream_info(subjects.runs_stream)
-            assert info.state.consumer_count == 0
-            assert len(client.nc._subs) <= 3
-        finally:
-            await watcher_nc.close()
+        ops_waits = [asyncio.create_task(client.ops.wait(r, 240)) for r in run_ids[:1_000]]
+        await wait_until(lambda: client._watcher.watching == n)
+        subs, consumers = await server_counts(monitored, client)
+        assert consumers == consumers_before
+        assert subs <= subs_before + 1  # the watcher's one subscription
+        assert subs <= 4
 
         async def cancel(run_id: str) -> bool:
             async with gate:
@@ -361,37 +399,46 @@ async def test_5000_concurrent_waits_cost_one_subscription(
         results = await asyncio.gather(*waits)
         assert [r.status for r in results] == ["cancelled"] * n
         assert [r.reason for r in results] == [f"reason {r}" for r in run_ids]
+        states = await asyncio.gather(*ops_waits)
+        assert [s.status for s in states] == ["cancelled"] * 1_000
         assert client._watcher.watching == 0
 
 
 @pytest.mark.timeout(120)
 async def test_following_many_logs_costs_one_subscription(
-    nats_url: str, subjects: Subjects
+    monitored: EmbeddedNats, subjects: Subjects
 ) -> None:
     """``logs(follow=True)`` on 300 runs at once (what ``interlock logs --follow`` and the
-    gateway's SSE stream do): no JetStream consumer, the client's one subscription; each
-    follower gets its own run's records, in order, and stops when its run ends."""
+    gateway's SSE stream do), and the operations' own ``follow`` on 100 of them: no
+    JetStream consumer, the client's one subscription; each follower gets its own run's
+    records, in order, and stops when its run ends."""
     n = 300
-    async with await Client.connect(nats_url, prefix=subjects.prefix) as client:
+    async with await Client.connect(monitored.url, prefix=subjects.prefix) as client:
         await client.apply([("gated.yaml", GATED)])
         run_ids = [await client.start("gated", {}, run_id=f"f{i}") for i in range(n)]
+        subs_before, consumers_before = await server_counts(monitored, client)
 
         async def follow(run_id: str) -> list[str]:
             return [ev.record_type(r) async for r in client.logs(run_id, follow=True)]
 
+        async def ops_follow(run_id: str) -> list[str]:
+            return [ev.record_type(r) async for r in client.ops.follow(run_id)]
+
         follows = [asyncio.create_task(follow(r)) for r in run_ids]
-        for _ in range(1_000):  # every follower has read its log once and is waiting
-            if client._watcher.watching == n and len(client.nc._subs) <= 3:
+        follows += [asyncio.create_task(ops_follow(r)) for r in run_ids[:100]]
+        await wait_until(lambda: client._watcher.watching == n)
+        # While followers read their logs, each read holds a reply subscription (32 at
+        # most at once); once all of them have read, the watcher's one is left.
+        seen_subs: list[int] = []
+        for _ in range(200):
+            subs, consumers = await server_counts(monitored, client)
+            assert consumers == consumers_before
+            seen_subs.append(subs)
+            if subs <= subs_before + 1:
                 break
-            await asyncio.sleep(0.02)
-        assert client._watcher.watching == n
-        watcher_nc = await connect(nats_url)
-        try:
-            info = await watcher_nc.jetstream().stream_info(subjects.runs_stream)
-            assert info.state.consumer_count == 0
-            assert len(client.nc._subs) <= 3
-        finally:
-            await watcher_nc.close()
+            await asyncio.sleep(0.05)
+        assert seen_subs[-1] <= subs_before + 1, seen_subs
+        assert max(seen_subs) <= subs_before + 1 + 32, seen_subs
         for run_id in run_ids:
             assert await client.cancel(run_id, "enough")
         seen = await asyncio.wait_for(asyncio.gather(*follows), TIMEOUT * 3)

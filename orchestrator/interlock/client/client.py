@@ -32,7 +32,7 @@ from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.registry import Applied
-from interlock.runtime.waiting import RunWatcher, UnknownRunError
+from interlock.runtime.waiting import UnknownRunError
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
@@ -89,7 +89,7 @@ class Client:
         self.nc = nc
         self.subjects = subjects if subjects is not None else Subjects(prefix or DEFAULT_PREFIX)
         self._ops = InterlockClient(nc, self.subjects)
-        self._watcher = RunWatcher(nc, self.subjects, self._ops.log)
+        self._watcher = self._ops.watcher
         self._owns = owns_connection
 
     @classmethod

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import secrets
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -17,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from nats.aio.client import Client as NatsClient
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import DeliverPolicy, RawStreamMsg
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from interlock.core import events as ev
@@ -29,6 +29,7 @@ from interlock.runtime.errors import RunExists, UnknownDeadLetter, UnknownRun
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry, bucket_values
 from interlock.runtime.runs import Runs
+from interlock.runtime.waiting import RunWatcher, UnknownRunError
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
@@ -63,6 +64,8 @@ class InterlockClient:
         self.registry = Registry(self.js, subjects)
         self.log = RunLog(nc, subjects)
         self.runs = Runs(self.log, self.registry, cache_size=0)
+        self.watcher = RunWatcher(nc, subjects, self.log)
+        """The one subscription every wait and follow of this client shares."""
 
     async def ensure_provisioned(self) -> None:
         from interlock.transport.provision import provision
@@ -125,40 +128,39 @@ class InterlockClient:
         return fold(await self.read(run_id))
 
     async def follow(
-        self, run_id: str, *, until_finished: bool = True, idle_timeout: float | None = None
+        self, run_id: str, *, idle_timeout: float | None = None
     ) -> AsyncIterator[ev.AnyRecord]:
-        """Every record of the run in order, then new ones as they are appended."""
-        sub = await self.js.subscribe(
-            self.subjects.run(run_id),
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-            stream=self.subjects.runs_stream,
-        )
+        """Every record of the run in order, then each new one as it is appended, until the
+        one that ends the run, or until nothing new came for ``idle_timeout`` seconds (a
+        run not started yet is waited for). Shares the client's one subscription on the
+        run logs (:class:`RunWatcher`): no JetStream consumer."""
+        appended = aiter(self.watcher.follow(run_id))
         try:
             while True:
                 try:
-                    msg = await sub.next_msg(timeout=idle_timeout or 3600.0)
-                except NatsTimeoutError:
-                    if idle_timeout is not None:
-                        return
-                    continue
-                finished = False
-                for record in ev.decode_batch(msg.data):
-                    yield record
-                    finished = finished or ev.record_type(record) in ev.TERMINAL_TYPES
-                if until_finished and finished:
+                    _, payload = await asyncio.wait_for(anext(appended), idle_timeout)
+                except (StopAsyncIteration, TimeoutError):
                     return
+                for record in ev.decode_batch(payload):
+                    yield record
         finally:
-            await sub.unsubscribe()
+            await appended.aclose()  # type: ignore[attr-defined]
 
     async def wait(self, run_id: str, timeout: float | None = None) -> RunState:  # noqa: ASYNC109
-        """The run's state once it has finished (raises TimeoutError after ``timeout``)."""
+        """The run's state once it has finished (a run not started yet is waited for).
 
-        async def finished() -> RunState:
-            records = [r async for r in self.follow(run_id)]
-            return fold(records)
-
-        return await asyncio.wait_for(finished(), timeout)
+        Raises:
+            TimeoutError: it has not started and finished within ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = math.inf if timeout is None else loop.time() + timeout
+        if not await self.watcher.exists(run_id, deadline - loop.time()):
+            raise TimeoutError(f"run {run_id} has not started after {timeout}s")
+        left = None if timeout is None else max(deadline - loop.time(), 0.0)
+        try:
+            return fold(await self.watcher.finished(run_id, left))
+        except UnknownRunError:
+            raise UnknownRun(run_id) from None
 
     async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
         from interlock.core.engine import cancel

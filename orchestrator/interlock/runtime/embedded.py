@@ -126,6 +126,9 @@ class EmbeddedNats:
         self._port: int | None = None
         self._log_offset = 0
         self.log_path: Path | None = None
+        self.monitor_url: str | None = None
+        """``http://host:port`` of the monitoring endpoints, when ``args`` turn them on
+        (``-m -1`` picks a free port)."""
 
     # --- properties ------------------------------------------------------------------
     @property
@@ -257,6 +260,7 @@ class EmbeddedNats:
                 )
             port = _read_port(ports_file)
             if port is not None and _accepts_clients(self.host, port):
+                self.monitor_url = _read_monitor_url(ports_file)
                 return port
             if time.monotonic() > deadline:
                 raise NatsServerFailed(
@@ -290,6 +294,13 @@ def _read_port(ports_file: Path) -> int | None:
         return int(url.rsplit(":", 1)[1])
     except (OSError, ValueError, KeyError, IndexError):
         # Not written yet, or caught half-written.
+        return None
+
+
+def _read_monitor_url(ports_file: Path) -> str | None:
+    try:
+        return str(json.loads(ports_file.read_text())["monitoring"][0])
+    except (OSError, ValueError, KeyError, IndexError):
         return None
 
 

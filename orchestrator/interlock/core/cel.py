@@ -46,6 +46,10 @@ class ExpressionError(InterlockError):
     """An expression failed to compile or to evaluate."""
 
 
+class OverBudget(ExpressionError):
+    """An evaluation stopped at its step budget: the values it met cost too much."""
+
+
 @dataclass(frozen=True, slots=True)
 class CompileError(InterlockError):
     """A CEL expression does not compile: ``line``/``col`` are 1-based, inside the source."""
@@ -218,7 +222,7 @@ class Expression:
             }
             value = self._program.evaluate(cel_activation)
         except BudgetExceeded:
-            raise ExpressionError(
+            raise OverBudget(
                 f"evaluation stopped after {STEP_BUDGET:,} steps (its budget): "
                 "the expression costs too much on these values"
             ) from None

@@ -433,7 +433,13 @@ def may_loop(definition: Definition) -> bool:
     whose cost grows with the values it meets (bounded by each evaluation's step budget,
     which still makes it the slow kind): the shell evaluates such a workflow's decisions
     away from the loop that serves every other run."""
-    return any(e.loops for e in _expressions(definition))
+    return loops(definition)
+
+
+def loops(value: Any) -> bool:
+    """Whether an expression in ``value`` (a definition, a trigger's ``input``, one
+    expression...) has a comprehension."""
+    return any(e.loops for e in _expressions(value))
 
 
 def _expressions(value: Any) -> Iterator[Expression]:

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from interlock.core.definition import Definition, TriggerDef
-from interlock.core.expr import ExpressionError, render
+from interlock.core.expr import ExpressionError, OverBudget, render
 
 TASK_COMPLETED = "task.completed"
 TASK_FAILED = "task.failed"
@@ -46,6 +46,30 @@ class Incoming(msgspec.Struct, frozen=True, kw_only=True):
         out.update(self.extensions)
         out["data"] = self.data
         return out
+
+
+HEAVY_VALUES = 2_000
+"""Values (items of lists and objects, counted through every level) from which an event or
+an input is heavy: turning them into CEL values costs in proportion to their number (an
+event of 256 KB, the most an external event may take, converts in about a second on a busy
+machine), so an evaluation over a heavy value is done away from the orchestrator's event
+loop (see ``Runs.evaluate``)."""
+
+
+def heavy_value(value: Any, limit: int = HEAVY_VALUES) -> bool:
+    """Whether ``value`` holds at least ``limit`` values; stops counting there, so asking
+    costs at most ``limit`` steps."""
+    left = limit
+    pending = [value]
+    while pending:
+        node = pending.pop()
+        if not isinstance(node, dict | list):
+            continue
+        left -= len(node)
+        if left <= 0:
+            return True
+        pending.extend(node.values() if isinstance(node, dict) else node)
+    return False
 
 
 def derive_run_id(definition: Definition, source: str, event_id: str) -> str:
@@ -122,7 +146,12 @@ def correlation_key(definition: Definition, inputs: Mapping[str, Any]) -> str | 
 
 
 def event_correlation_key(definition: Definition, event: Incoming) -> str | None:
-    """The correlation key an event carries for ``definition`` (None: it carries none)."""
+    """The correlation key an event carries for ``definition`` (None: it carries none).
+
+    Raises:
+        OverBudget: the key's expression ran out of its step budget on this event (a key
+            that is missing or of the wrong type is no key; this one is refused).
+    """
     if definition.correlation is None:
         return None
     expression = definition.correlation.events.get(event.type)
@@ -130,6 +159,8 @@ def event_correlation_key(definition: Definition, event: Incoming) -> str | None
         return None
     try:
         value = expression.evaluate({"event": event.to_dict(), "data": event.data})
+    except OverBudget:
+        raise
     except ExpressionError:
         return None
     return None if value is None else str(value)

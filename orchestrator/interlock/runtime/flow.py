@@ -22,17 +22,13 @@ from nats.aio.client import Client
 
 from interlock.core import events as ev
 from interlock.core.definition import Definition
-from interlock.core.engine import (
-    TIMER_FIRED,
-    Incoming,
-    cancel,
-    event_correlation_key,
-)
+from interlock.core.engine import TIMER_FIRED, Incoming, cancel
 from interlock.core.state import RunState
 from interlock.runtime.answers import Answers
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.registry import Registry
+from interlock.runtime.routing import correlation_keys
 from interlock.runtime.runs import Runs
 from interlock.runtime.timers import Timers
 from interlock.transport import tasks
@@ -307,13 +303,20 @@ class ControlFlow:
         for event in parked:
             await self._deliver(record.subject, to_incoming(event))
 
-    async def route_correlated(self, event: CloudEvent) -> bool:
+    async def route_correlated(self, event: CloudEvent) -> tuple[bool, list[str]]:
         """Deliver an event to the runs its correlation key names; park it when none takes
-        it. True when some workflow correlates events of its type."""
+        it. Gives whether some workflow correlates events of its type, and why the keys
+        that could not be computed were refused (their expression ran out of budget)."""
         incoming = to_incoming(event)
         correlated = False
-        for definition, _ in list(self._registry.correlating(event.type)):
-            key = event_correlation_key(definition, incoming)
+        refused: list[str] = []
+        keys = await correlation_keys(
+            list(self._registry.correlating(event.type)), incoming, self._runs
+        )
+        for found in keys:
+            definition, key = found.definition, found.key
+            if found.error is not None:
+                refused.append(found.error)
             if key is None:
                 continue
             correlated = True
@@ -328,7 +331,7 @@ class ControlFlow:
             # for parked events before this one was there. Offer it once more.
             for run_id in await self.correlation.runs(definition.namespace, definition.name, key):
                 await self._deliver(run_id, incoming)
-        return correlated
+        return correlated, refused
 
 
 def to_incoming(event: CloudEvent) -> Incoming:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import format_time
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from interlock.core.engine import Incoming
 
 log = logging.getLogger("interlock.runs")
+T = TypeVar("T")
 
 MAX_ATTEMPTS = 20
 APPENDED_KEPT = 4_096
@@ -94,17 +95,29 @@ class Runs:
         # most each other and the loop's share of the interpreter, never all of it.
         self._off_loop = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlock-cel")
 
+    async def evaluate(self, work: Callable[[], T]) -> T:
+        """``work()`` on the thread kept for costly evaluations, so the runs the event loop
+        serves go on meanwhile (one thread: several costly evaluations hold up at most each
+        other and the loop's share of the interpreter, never all of it)."""
+        if sys.getswitchinterval() > OFF_LOOP_SWITCH_S:
+            sys.setswitchinterval(OFF_LOOP_SWITCH_S)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._off_loop, work)
+
     async def _decide(
         self,
         decision: Callable[[Definition, Any], Sequence[ev.AnyRecord]],
         definition: Definition,
         state: Any,
+        *,
+        heavy: bool = False,
     ) -> Sequence[ev.AnyRecord]:
         """``decision(definition, state)``: here, or, for a workflow whose expressions may
         loop (:func:`may_loop`: a comprehension can take up to its whole step budget, a
-        good half second), on a thread of its own, so that the runs of every other
-        workflow go on meanwhile. The decision is the same pure function either way: the
-        same records, on replay too."""
+        good half second) or on ``heavy`` values (an event of many values: converting
+        them for CEL costs in proportion), on a thread of its own, so that the runs of
+        every other workflow go on meanwhile. The decision is the same pure function
+        either way: the same records, on replay too."""
         found = self._loops.get(id(definition))
         if found is None or found[0] is not definition:
             if len(self._loops) >= 1024:  # definitions linked again over time
@@ -112,12 +125,9 @@ class Runs:
             from interlock.core.definition import may_loop
 
             found = self._loops[id(definition)] = (definition, may_loop(definition))
-        if not found[1]:
+        if not found[1] and not heavy:
             return decision(definition, state)
-        if sys.getswitchinterval() > OFF_LOOP_SWITCH_S:
-            sys.setswitchinterval(OFF_LOOP_SWITCH_S)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._off_loop, decision, definition, state)
+        return await self.evaluate(lambda: decision(definition, state))
 
     def _appended_now(self, seq: int, records: Sequence[ev.AnyRecord]) -> None:
         if not self._keep_appended:
@@ -208,14 +218,17 @@ class Runs:
         self._linked[id(definition)] = (definition, names, seen, linked)
         return linked
 
-    async def apply(self, run_id: str, decision: Decision) -> list[ev.AnyRecord]:
-        """Decide on the run's current state and append; on a lost race, re-read and retry."""
+    async def apply(
+        self, run_id: str, decision: Decision, *, heavy: bool = False
+    ) -> list[ev.AnyRecord]:
+        """Decide on the run's current state and append; on a lost race, re-read and retry.
+        ``heavy``: the decision meets many values (see :meth:`_decide`)."""
         for attempt in range(MAX_ATTEMPTS):
             from_cache = attempt == 0 and run_id in self._cache
             entry = await self.load(run_id, fresh=attempt > 0)
             if entry is None:
                 raise UnknownRun(run_id)
-            records = list(await self._decide(decision, entry.definition, entry.state))
+            records = list(await self._decide(decision, entry.definition, entry.state, heavy=heavy))
             if not records:
                 # "Nothing to do" may only mean that the cached copy is behind the log (another
                 # replica, or the CLI, appended since): an answer to an action requested there
@@ -256,6 +269,7 @@ class Runs:
         # The engine is loaded by what starts runs, not by every reader of this module.
         from interlock.core.definition import resolve_inputs
         from interlock.core.engine import start
+        from interlock.core.incoming import heavy_value
 
         await self.registry.current_agents()
         definition = self._link(definition)
@@ -277,6 +291,7 @@ class Runs:
                 ),
                 definition,
                 None,
+                heavy=heavy_value(inputs) or (trigger is not None and heavy_value(trigger.data)),
             )
         )
         try:

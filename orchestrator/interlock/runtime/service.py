@@ -37,12 +37,10 @@ from interlock.core.engine import (
     Incoming,
     decide,
     derive_run_id,
-    matching_trigger,
     plus_seconds,
-    trigger_inputs,
 )
-from interlock.core.expr import ExpressionError
 from interlock.core.ids import InvalidRunId
+from interlock.core.incoming import heavy_value
 from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass
@@ -54,6 +52,7 @@ from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
+from interlock.runtime.routing import starts
 from interlock.runtime.runindex import INDEXED, RunIndex
 from interlock.runtime.runs import Runs, utc_now
 from interlock.runtime.schemas import SchemaMismatch
@@ -63,6 +62,7 @@ from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.consuming import (
     ConsumerMismatch,
+    Overlap,
     dead_letter_data,
     dead_letter_headers,
     durable_reader,
@@ -83,6 +83,11 @@ orchestrator had taken wait before another process gets them. Slow batches send 
 acks, so this bounds recovery after a crash, not the time a batch may take."""
 """A message that fails this often is dead-lettered instead of retried forever."""
 FETCH_BATCH = 128
+SLOW_AFTER_S = 0.2
+"""A message still in hand this long after its batch was fetched is left to finish by
+itself while the next batch is fetched (a costly evaluation waiting for its thread)."""
+SLOW_HELD = 2 * FETCH_BATCH
+"""Messages of earlier batches a consumer loop may hold in hand so (beyond, it waits)."""
 DISPATCH_CHECK_AGE_S = 60.0
 """An action request read later than this after it was appended is checked against the
 run's log before it is published: the capability stream's dedupe window is two minutes."""
@@ -248,12 +253,20 @@ class Orchestrator:
         reader = await self._reader(stream, subject, durable, FETCH_BATCH, 10_000)
         # aclosing: the reader stops (and hands back what it holds) in this task, at once,
         # however the loop ends, not whenever the generator happens to be collected.
-        async with contextlib.aclosing(reader.batches(self._stopping)) as batches:
-            async for msgs in batches:
-                async with self._working(msgs):
-                    if before is not None:
-                        await before()
-                    await asyncio.gather(*(self._guarded(handler, m, durable) for m in msgs))
+        overlap = Overlap(limit=SLOW_HELD, after=SLOW_AFTER_S, every=self.ack_wait / 3)
+
+        async def guarded(msg: Msg) -> None:
+            await self._guarded(handler, msg, durable)
+
+        try:
+            async with contextlib.aclosing(reader.batches(self._stopping)) as batches:
+                async for msgs in batches:
+                    async with self._working(msgs):
+                        if before is not None:
+                            await before()
+                        await overlap.handle(msgs, guarded)
+        finally:
+            await overlap.close()
 
     async def _reader(
         self, stream: str, subject: str, durable: str, size: int, max_ack_pending: int
@@ -388,23 +401,19 @@ class Orchestrator:
                 self.observers.unrouted(event.type)
             return
         started = 0
-        for definition, version in list(self.registry.triggered_by(event.type)):
-            if matching_trigger(definition, incoming) is None:
+        found = await starts(list(self.registry.triggered_by(event.type)), incoming, self.runs)
+        for start in found:
+            if start.error is not None:
+                await self._dead_letter(msg, "bad-trigger-input", start.error)
                 continue
-            trigger = matching_trigger(definition, incoming)
-            assert trigger is not None
-            try:
-                inputs = trigger_inputs(trigger, incoming)
-            except ExpressionError as exc:
-                await self._dead_letter(msg, "bad-trigger-input", f"{definition.name}: {exc}")
-                continue
+            definition = start.definition
             run_id = derive_run_id(definition, event.source, event.id)
             try:
                 created, _ = await self.runs.start(
                     definition,
-                    version,
+                    start.version,
                     run_id,
-                    inputs,
+                    start.inputs,
                     trigger=incoming,
                     traceparent=event.extensions.get("traceparent"),
                 )
@@ -413,7 +422,10 @@ class Orchestrator:
                 continue
             started += 1
             self.counters["runs_started" if created else "triggers_duplicate"] += 1
-        if await self.flow.route_correlated(event):
+        correlated, refused = await self.flow.route_correlated(event)
+        for reason in refused:
+            await self._dead_letter(msg, "bad-correlation-key", reason)
+        if correlated:
             return
         if not started:
             self.counters["events_unrouted"] += 1
@@ -429,6 +441,8 @@ class Orchestrator:
         the capability's output schema.
         """
         now = self.clock()
+        # Converting many values for CEL costs in proportion: decided off the loop.
+        heavy = heavy_value(incoming.data)
 
         def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
             event = incoming
@@ -440,12 +454,12 @@ class Orchestrator:
         async with self.runs.locked(run_id):
             try:
                 try:
-                    records = await self.runs.apply(run_id, decision)
+                    records = await self.runs.apply(run_id, decision, heavy=heavy)
                 except AnswerRefused:
                     # The cached state may be behind the log (another replica dispatched
                     # the attempt): refuse only what the log itself does not await.
                     self.runs.forget(run_id)
-                    records = await self.runs.apply(run_id, decision)
+                    records = await self.runs.apply(run_id, decision, heavy=heavy)
             except (UnknownRun, UnknownWorkflow):
                 return False
             except RecordsTooLarge as exc:

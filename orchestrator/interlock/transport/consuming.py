@@ -203,3 +203,61 @@ async def in_progress(msgs: Sequence[Msg], every: float) -> AsyncIterator[None]:
         yield
     finally:
         ticker.cancel()
+
+
+class Overlap:
+    """Handles a batch's messages together, and lets the consumer loop fetch the next batch
+    while the slow ones of the last are still being handled.
+
+    A message still in hand ``after`` seconds (a costly evaluation waiting for its thread,
+    say) goes on by itself, with its own progress acks, and settles its message when done;
+    at most ``limit`` such messages at a time (beyond, the batch waits for its own, as any
+    batch did), so what is held stays bounded. One hostile message then holds up only its
+    own run, not every message published after it.
+    """
+
+    def __init__(self, *, limit: int, after: float, every: float) -> None:
+        self.limit = limit
+        self.after = after
+        self.every = every
+        self.slow = 0
+        """Messages of earlier batches still in hand."""
+        self._finishing: set[asyncio.Task[None]] = set()
+
+    async def handle(self, msgs: Sequence[Msg], handle: Callable[[Msg], Awaitable[None]]) -> None:
+        """``handle(msg)`` for each message (it settles the message and never raises);
+        returns once they are done, or once the slow ones are left to finish by themselves."""
+        tasks = {asyncio.ensure_future(handle(m)): m for m in msgs}
+        try:
+            _, slow = await asyncio.wait(tasks, timeout=self.after)
+            if slow and self.slow + len(slow) > self.limit:
+                await asyncio.wait(slow)
+                return
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
+        if not slow:
+            return
+        self.slow += len(slow)
+        finishing = asyncio.create_task(self._finish(slow, [tasks[t] for t in slow]))
+        self._finishing.add(finishing)
+        finishing.add_done_callback(self._finishing.discard)
+
+    async def _finish(self, slow: set[asyncio.Task[None]], msgs: Sequence[Msg]) -> None:
+        try:
+            async with in_progress(msgs, self.every):
+                await asyncio.wait(slow)
+        except asyncio.CancelledError:
+            for task in slow:
+                task.cancel()
+            raise
+        finally:
+            self.slow -= len(slow)
+
+    async def close(self) -> None:
+        """Stop what is still in hand (its messages come again after their ack wait)."""
+        finishing = list(self._finishing)
+        for task in finishing:
+            task.cancel()
+        await asyncio.gather(*finishing, return_exceptions=True)

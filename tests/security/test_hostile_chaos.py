@@ -3,8 +3,13 @@ SIGKILL at random moments and restarted, while runs are started both by ``interl
 start`` and by trigger events. Afterwards every run has completed exactly once, and no
 attempt of any action was applied twice.
 
+The installation is the shipped one, authentication on: each party on its own credential
+(the orchestrator's, the reference agents', the operator's for the CLI, a publisher's for
+the trigger events), so the answers go through the task-token check the whole time.
+
 The figures (runs, kills of each kind, retried attempts, time to drain) are printed; run
-``pytest -s tests/security/test_hostile_chaos.py`` to see them.
+``pytest -s tests/security/test_hostile_chaos.py`` to see them. ``CHAOS_SCALE=4`` (say)
+multiplies the runs and the time processes are killed for (``nice`` it: it is long).
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ import nats
 import pytest
 from hostile_support import ECHO_MANIFEST, Background, cli_env, run_cli, yaml
 
+from interlock.auth.jwt import creds_user
+from interlock.auth.roles import Role, inbox_prefix
+from interlock.cli.dev import secure
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
@@ -32,14 +40,15 @@ from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
 
-pytestmark = pytest.mark.timeout(400)
-
-CLI_RUNS = 16
+SCALE = float(os.environ.get("CHAOS_SCALE", "1"))
+CLI_RUNS = round(16 * SCALE)
 """Runs started with ``interlock start`` (one process each)."""
-TRIGGERED_RUNS = 48
+TRIGGERED_RUNS = round(48 * SCALE)
 """Runs started by trigger events published as an external system would."""
-CHAOS_S = 40.0
+CHAOS_S = 40.0 * SCALE
 """How long processes are being killed."""
+
+pytestmark = pytest.mark.timeout(400 * max(SCALE, 1.0))
 DRAIN_S = 120.0
 """How long every run has, after the last kill, to finish."""
 
@@ -99,10 +108,16 @@ class Installation:
     """nats-server, ``interlock serve`` and two echo agents, each killable and restartable."""
 
     def __init__(self, root: Path) -> None:
-        self.server = EmbeddedNats(root / "nats", port=_free_port())
-        self.server.start()
         self.prefix = "chaos"
-        self.env = cli_env(self.server.url, self.prefix)
+        self.auth = secure(root / "nats", self.prefix)
+        self.server = EmbeddedNats(root / "nats", port=_free_port(), args=self.auth.server_args)
+        self.server.start()
+        self.env = cli_env(self.server.url, self.prefix, INTERLOCK_CREDS=str(self.auth.operator))
+        self.publisher = root / "publisher.creds"
+        text, _ = self.auth.keys.issue(
+            Role("publisher", events=("com.example.>",)), Subjects(self.prefix), name="chaos"
+        )
+        self.publisher.write_text(text)
         self.procs: dict[str, Background | None] = {
             "serve": None,
             "agent-1": None,
@@ -119,7 +134,18 @@ class Installation:
         return [*base, "agent", "run", "echo", "--metrics-port", "0"]
 
     def start(self, name: str) -> None:
-        self.procs[name] = Background(self.argv(name), self.env)
+        creds = self.auth.orchestrator if name == "serve" else self.auth.agents
+        self.procs[name] = Background(self.argv(name), {**self.env, "INTERLOCK_CREDS": str(creds)})
+
+    async def connect(self, creds: Path) -> nats.NATS:
+        return await nats.connect(
+            self.server.url,
+            user_credentials=str(creds),
+            inbox_prefix=inbox_prefix(creds_user(creds)),
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            error_cb=_quiet,  # the server is down now and then: that is the point
+        )
 
     def kill(self, name: str) -> None:
         self.kills[name] += 1
@@ -213,12 +239,8 @@ async def test_runs_complete_exactly_once_through_kill_9_of_everything(
         assert applied.returncode == 0, applied.stderr
         for name in inst.procs:
             inst.start(name)
-        nc = await nats.connect(
-            inst.server.url,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.2,
-            error_cb=_quiet,  # the server is down now and then: that is the point
-        )
+        publisher = await inst.connect(inst.publisher)
+        nc = await inst.connect(inst.auth.operator)
         started = time.monotonic()
 
         async def chaos() -> None:
@@ -233,7 +255,7 @@ async def test_runs_complete_exactly_once_through_kill_9_of_everything(
 
         async def triggers() -> None:
             for n in range(TRIGGERED_RUNS):
-                await _publish_trigger(nc, subjects, n)
+                await _publish_trigger(publisher, subjects, n)
                 await asyncio.sleep(CHAOS_S * 0.8 / TRIGGERED_RUNS)
 
         async def cli_starts() -> None:
@@ -313,5 +335,6 @@ async def test_runs_complete_exactly_once_through_kill_9_of_everything(
             f"{drained:.1f} s after the last kill; every run completed exactly once"
         )
         await nc.close()
+        await publisher.close()
     finally:
         inst.close()

@@ -80,6 +80,31 @@ BROKEN = yaml(
 )
 
 
+LOOPER = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: looper
+    spec:
+      initial_state: poll
+      states:
+        poll:
+          loop:
+            until: iteration >= 120
+            max_iterations: 120
+            action:
+              capability: echo
+              input: {iteration: "{{ iteration }}"}
+          on:
+            - {event: task.completed, guard: "result.iteration > 0", goto: done}
+        done:
+          type: terminal
+    """
+)
+"""A run whose log is longer than the timeline draws at once (about 250 records)."""
+
+
 def _stages(n: int) -> str:
     """A workflow of ``n`` states: a line of steps, each able to go on, go back or fail."""
     steps = [f"s{i:02d}" for i in range(1, n - 1)]
@@ -114,7 +139,8 @@ class Console:
     gs: GatewayStack
     browser: Any
     runs: dict[str, str] = field(default_factory=dict)
-    """What each named run is: completed, failed, cancelled, waiting, to-cancel, to-signal."""
+    """What each named run is: completed, failed, cancelled, waiting, to-cancel, to-signal,
+    to-keyboard, long."""
 
     @property
     def url(self) -> str:
@@ -163,7 +189,7 @@ async def console(nats_url: str) -> AsyncIterator[Console]:
 
     subjects = Subjects(prefix=f"t{uuid.uuid4().hex[:12]}")
     async with (
-        gateway_stack(nats_url, subjects, [HELLO, REVIEW, BROKEN]) as gs,
+        gateway_stack(nats_url, subjects, [HELLO, REVIEW, BROKEN, LOOPER]) as gs,
         async_playwright() as pw,
     ):
         browser = await pw.chromium.launch(
@@ -180,7 +206,8 @@ async def console(nats_url: str) -> AsyncIterator[Console]:
 
             await wait_status(gs, await start("completed", "hello", {"message": "hi"}), "completed")
             await wait_status(gs, await start("failed", "broken", {}), "failed")
-            for name in ("waiting", "to-cancel", "to-signal", "cancelled"):
+            await wait_status(gs, await start("long", "looper", {}), "completed")
+            for name in ("waiting", "to-cancel", "to-signal", "to-keyboard", "cancelled"):
                 run_id = await start(name, "review", {"score": 5})
                 await wait_status(gs, run_id, "running", "approval")
             cancelled = c.runs["cancelled"]
@@ -385,4 +412,246 @@ async def test_large_diagrams_stay_readable(console: Console) -> None:
         )
         assert size >= 11, name
         await shot(page, f"workflow-{name}", docs=name.startswith("kxm"))
+    assert page.errors == []
+
+
+# -- accessibility: the keyboard, labels, contrast ----------------------------------------
+
+FOCUS_NAME = """() => {
+  const e = document.activeElement;
+  if (!e || e === document.body) return '';
+  const label = e.labels?.[0]?.textContent || e.getAttribute('aria-label') || '';
+  return [e.tagName.toLowerCase(), e.id || '', (label || e.textContent || '').trim().slice(0, 60)]
+    .join('|');
+}"""
+
+
+async def tab_until(page: Any, done: str, most: int = 80) -> list[str]:
+    """Press Tab until the focused element's description contains ``done``; the stops."""
+    stops: list[str] = []
+    for _ in range(most):
+        await page.keyboard.press("Tab")
+        stops.append(await page.evaluate(FOCUS_NAME))
+        if done in stops[-1]:
+            return stops
+    raise AssertionError(f"Tab never reached {done!r}: {stops}")
+
+
+async def test_the_keyboard_reaches_filters_rows_and_buttons(console: Console) -> None:
+    page = await console.page()
+    await page.goto(console.url)
+    await page.locator("#runs-listing table").wait_for()
+    target = console.runs["to-keyboard"]
+    stops = await tab_until(page, target)
+    # In reading order: the skip link, the sections, the filters, the run id box, the rows.
+    wanted = ["Skip to content", "|Runs", "f-workflow", "f-status", "f-since", "f-until", "run-id"]
+    at = [next(i for i, s in enumerate(stops) if w in s) for w in wanted]
+    assert at == sorted(at), stops
+    assert stops[-1].startswith("a|")
+    # Enter on a row's link opens the run.
+    await page.keyboard.press("Enter")
+    await page.get_by_role("heading", name=f"Run {target}").wait_for()
+    # The cancel button is reached from the keyboard; its confirmation is a dialog that
+    # Escape closes without cancelling, and that Enter on its button confirms.
+    await tab_until(page, "Cancel run…")
+    await page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog")
+    await dialog.wait_for()
+    assert await page.evaluate("document.activeElement.closest('dialog') !== null")
+    await page.keyboard.press("Escape")
+    await dialog.wait_for(state="detached")
+    async with console.gs.http() as http:
+        assert (await http.get(f"/runs/{target}")).json()["status"] == "running"
+    await page.locator("#cancel").focus()
+    await page.keyboard.press("Enter")
+    await dialog.wait_for()
+    # The dialog puts the focus on its first field.
+    assert await page.evaluate("document.activeElement.id") == "cancel-reason"
+    await page.keyboard.press("Control+A")
+    await page.keyboard.type("from the keyboard")
+    await tab_until(page, "|Cancel run", most=5)
+    await page.keyboard.press("Enter")
+    await page.locator("h1 + .status", has_text="cancelled").wait_for()
+    await wait_status(console.gs, target, "cancelled")
+    assert page.errors == []
+
+
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
+  .filter(e => e.getClientRects().length)
+  .filter(e => {
+    const named = (e.labels && e.labels.length) || e.getAttribute('aria-label')
+      || e.getAttribute('aria-labelledby') || e.textContent.trim();
+    return !named;
+  })
+  .map(e => e.outerHTML.slice(0, 120))"""
+
+CONTRAST = """() => {
+  const rgba = (c) => {
+    const m = /rgba?\\(([^)]+)\\)/.exec(c || '');
+    if (!m) return null;
+    const p = m[1].split(/[\\s,/]+/).filter(Boolean).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const over = (top, under) => {
+    const a = top[3];
+    return [0, 1, 2].map(i => top[i] * a + under[i] * (1 - a)).concat(1);
+  };
+  const lum = (c) => {
+    const [r, g, b] = c.slice(0, 3).map(v => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const ratio = (a, b) => {
+    const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p);
+    return (x + 0.05) / (y + 0.05);
+  };
+  // The colour behind an HTML element: its own and its ancestors' backgrounds, composed.
+  const behind = (el) => {
+    const layers = [];
+    for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+      const bg = rgba(getComputedStyle(e).backgroundColor);
+      if (bg && bg[3] > 0) {
+        layers.push(bg);
+        if (bg[3] >= 1) break;
+      }
+    }
+    return layers.reverse().reduce((under, top) => over(top, under), [255, 255, 255, 1]);
+  };
+  const fill = (el) => rgba(getComputedStyle(el).fill);
+  const failures = [];
+  let checked = 0;
+  for (const el of document.querySelectorAll('body *')) {
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !el.getClientRects().length) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility !== 'visible') continue;
+    if (el.closest('[disabled], .visually-hidden, title')) continue;
+    let opacity = 1;
+    for (let e = el; e && e.nodeType === 1; e = e.parentElement)
+      opacity *= Number(getComputedStyle(e).opacity);
+    if (opacity === 0) continue;
+    let fg, bg;
+    if (el instanceof SVGElement) {
+      fg = fill(el);
+      const node = el.closest('.node');
+      if (el.classList.contains('badge-text')) bg = fill(el.previousElementSibling);
+      else if (node) bg = over(fill(node.querySelector('rect')), behind(el.closest('svg')));
+      else bg = behind(el.closest('svg'));
+    } else {
+      fg = rgba(style.color);
+      bg = behind(el);
+    }
+    if (!fg || !bg) {
+      failures.push({text: el.textContent.trim().slice(0, 40), why: 'colour not read'});
+      continue;
+    }
+    fg = over([...fg.slice(0, 3), fg[3] * opacity], bg);
+    const size = parseFloat(style.fontSize);
+    const bold = Number(style.fontWeight) >= 700;
+    const large = size >= 24 || (bold && size >= 18.66);
+    const need = large ? 3 : 4.5;
+    const got = ratio(fg, bg);
+    checked += 1;
+    if (got < need) failures.push({
+      text: el.textContent.trim().slice(0, 40), cls: String(el.className?.baseVal ?? el.className),
+      fg: fg.map(Math.round).join(','), bg: bg.map(Math.round).join(','), ratio: got.toFixed(2),
+    });
+  }
+  return {checked, failures};
+}"""
+
+
+async def test_every_control_is_labelled_and_text_meets_contrast(console: Console) -> None:
+    """At a laptop's size and a phone's, on every page: each control has a name, and each
+    piece of text is at least 4.5:1 against what is behind it (3:1 when large),
+    computed from the colours the browser applied."""
+    pages = {
+        "runs": ("#/runs", "#runs-listing table"),
+        "run": (f"#/runs/{console.runs['waiting']}", ".guard"),
+        "failed run": (f"#/runs/{console.runs['failed']}", "svg .node.current"),
+        "workflow": ("#/workflows/default/review", "svg .node"),
+        "workflows": ("#/workflows", "main table"),
+        "agents": ("#/agents", "main table"),
+        "dead letters": ("#/dead-letters", "main h1"),
+    }
+    for width, height in ((1280, 800), (390, 844)):
+        page = await console.page(width=width, height=height)
+        for name, (where, ready) in pages.items():
+            await page.goto(f"{console.url}{where}")
+            await page.locator(ready).first.wait_for()
+            assert await page.evaluate(UNLABELLED) == [], (name, width)
+            got = await page.evaluate(CONTRAST)
+            assert got["failures"] == [], (name, width, got["failures"])
+            assert got["checked"] >= 5, (name, width, got)
+        # The check sees what it should: grey text on white (2.8:1) is caught.
+        await page.evaluate(
+            """() => {
+              const p = document.createElement('p');
+              p.textContent = 'too faint';
+              p.style.color = '#949494';
+              document.querySelector('main h1').after(p);
+            }"""
+        )
+        caught = (await page.evaluate(CONTRAST))["failures"]
+        assert [f["text"] for f in caught] == ["too faint"], caught
+        assert page.errors == []
+
+
+async def test_a_long_log_is_drawn_a_chunk_at_a_time(console: Console) -> None:
+    """The first 200 records at once; more as the reader scrolls or asks; the diagram and a
+    state's visits know every record from the start."""
+    page = await console.page()
+    run_id = console.runs["long"]
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    records = page.locator(".timeline .rec")
+    await page.locator("#rec-200").wait_for(state="attached")
+    assert await records.count() == 200
+    total = int(await page.locator(".meta dd").nth(5).inner_text())
+    assert total > 240
+    assert await page.locator("#timeline-all").inner_text() == f"Show all {total}"
+    # The run ended in a state whose records are not drawn yet: the diagram marks it.
+    svg = page.get_by_role("group", name="State diagram of looper")
+    assert await svg.locator(".node.current").get_attribute("data-state") == "done"
+    # Choosing that state and its visit draws the records up to it, and goes there.
+    await svg.locator(".node[data-state='done']").click()
+    await page.get_by_role("button", name="Visit 1").click()
+    visit = page.locator(".visit[data-state='done']")
+    await visit.wait_for()
+    assert await page.evaluate("document.activeElement.dataset.state") == "done"
+    assert await records.count() == total
+    assert await page.locator("#timeline-more").is_hidden()
+
+    # Scrolling to the end of what is drawn draws the next chunk.
+    await page.reload()
+    await page.locator("#rec-200").wait_for(state="attached")
+    await page.locator("#timeline-more").scroll_into_view_if_needed()
+    await page.locator(f"#rec-{total}").wait_for(state="attached")
+    assert page.errors == []
+
+
+async def test_runs_are_filtered_by_start_date_and_time(console: Console) -> None:
+    page = await console.page()
+    await page.goto(console.url)
+    await page.locator("#runs-listing table").wait_for()
+    async with console.gs.http() as http:
+        started = (await http.get(f"/runs/{console.runs['long']}")).json()["started_at"]
+    # To the second, in UTC as the table shows it: the run started in that second is in,
+    # from the next second on it is not.
+    second = started[:19]
+    await page.get_by_label("Started at or after (UTC)").fill(second)
+    await page.get_by_label("Started at or after (UTC)").dispatch_event("change")
+    link = page.get_by_role("link", name=console.runs["long"])
+    await link.wait_for()
+    assert f"since={second.replace(':', '%3A')}" in page.url
+    later = second[:-2] + f"{(int(second[-2:]) + 1) % 60:02d}"
+    if later.endswith("00"):
+        pytest.skip("the run started in a minute's last second")
+    await page.get_by_label("Started at or after (UTC)").fill(later)
+    await page.get_by_label("Started at or after (UTC)").dispatch_event("change")
+    await link.wait_for(state="detached")
+    await page.get_by_label("Started before (UTC)").fill(later)
+    await page.get_by_label("Started before (UTC)").dispatch_event("change")
+    await page.get_by_text("No runs match.").wait_for()
     assert page.errors == []

@@ -67,6 +67,10 @@ _OFFSET = _param(
     {"type": "integer", "minimum": 0, "maximum": 1 << 31},
     "Where the page starts (``next_offset`` of the page before).",
 )
+_INSTANT = {
+    "anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "format": "date"}]
+}
+"""An RFC 3339 time, or a date (its first instant, UTC)."""
 _WORKFLOW_NAME = _param(
     "name",
     "path",
@@ -213,14 +217,14 @@ def _run_paths() -> dict[str, Any]:
             _param(
                 "since",
                 "query",
-                {"type": "string"},
-                "Only runs started at or after this RFC 3339 UTC time (or date).",
+                _INSTANT,
+                "Only runs started at or after this RFC 3339 time (or date: its start, UTC).",
             ),
             _param(
                 "until",
                 "query",
-                {"type": "string"},
-                "Only runs started before this RFC 3339 UTC time (or date).",
+                _INSTANT,
+                "Only runs started before this RFC 3339 time (or date: its start, UTC).",
             ),
             _LIMIT,
             _OFFSET,

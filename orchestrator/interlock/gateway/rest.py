@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -121,6 +122,31 @@ def _seconds_param(request: Request, name: str, default: float) -> float:
     if not 0 <= value <= MAX_WAIT_S:
         raise Problem(400, "bad-parameter", f"{name} must be from 0 to {MAX_WAIT_S:g} seconds")
     return value
+
+
+def _time_param(request: Request, name: str) -> datetime | None:
+    """An RFC 3339 time (``2026-12-01T09:30:00Z``; without an offset: UTC; to the minute
+    or to the second) or a date alone (its first instant, UTC)."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.replace("z", "Z"))
+    except ValueError:
+        raise Problem(
+            400, "bad-parameter", f"{name} must be an RFC 3339 time or a date, got {raw!r}"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _started_between(started_at: str, since: datetime | None, until: datetime | None) -> bool:
+    try:
+        at = datetime.fromisoformat(started_at)
+    except ValueError:
+        return False
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (since is None or at >= since) and (until is None or at < until)
 
 
 async def _json_body(gw: Gateway, request: Request, kind: type[Any]) -> Any:
@@ -234,15 +260,10 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
         raise Problem(400, "bad-parameter", f"status is one of {', '.join(RECORDED)}")
     limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(request, "offset", 0, 0, 1 << 31)
+    since, until = _time_param(request, "since"), _time_param(request, "until")
     found = await gw.run_list.runs(workflow=request.query_params.get("workflow"), status=status)
-    since, until = request.query_params.get("since"), request.query_params.get("until")
     if since or until:
-        # RFC 3339 UTC times compare as text; a date alone ("2026-12-01") works too.
-        found = [
-            r
-            for r in found
-            if (not since or r.started_at >= since) and (not until or r.started_at < until)
-        ]
+        found = [r for r in found if _started_between(r.started_at, since, until)]
     page = found[offset : offset + limit]
     more = offset + limit < len(found)
     return json_view(RunPage(runs=page, next_offset=offset + limit if more else None))

@@ -65,6 +65,7 @@ export async function render() {
   }
   if (ticket !== shown) return;
   main.replaceChildren(root);
+  performance.mark(`${section}:shown`);
   document.title = `${root.querySelector("h1")?.textContent || "Interlock"} · Interlock`;
 }
 

@@ -69,7 +69,7 @@ export async function runPage(root, runId, _params, current) {
   const picture = h("div", { class: "diagram-box", tabindex: "-1" });
   const visitsPanel = h("div", { class: "visits", "aria-live": "polite" });
   const timeline = new Timeline();
-  records.forEach((r, i) => timeline.add(r, i + 1));
+  timeline.load(records);
   performance.mark("run:timeline");
 
   function drawHeader() {
@@ -175,7 +175,7 @@ export async function runPage(root, runId, _params, current) {
         ? h("ol", {}, visits.map((v) =>
             h("li", {},
               h("button", { type: "button", class: "link", onclick: () => {
-                const el = document.getElementById(v.id);
+                const el = timeline.revealGroup(v.id);
                 el.scrollIntoView({ block: "start" });
                 el.focus({ preventScroll: true });
               } }, `Visit ${v.n}`),
@@ -277,6 +277,7 @@ export async function runPage(root, runId, _params, current) {
       const report = await api(`${path}/explain`);
       if (ticket !== explainAsked || !current()) return;
       for (const step of report.steps) timeline.explain(step);
+      performance.mark("run:explained");
     } catch {
       // Without the definition (or on a log it cannot re-drive) the timeline has no guards.
     }
@@ -338,6 +339,7 @@ export async function runPage(root, runId, _params, current) {
   }
   return () => {
     stop?.();
+    timeline.stop();
     clearTimeout(pending);
   };
 }

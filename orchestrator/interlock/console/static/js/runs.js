@@ -6,12 +6,19 @@ const STATUSES = ["running", "completed", "failed", "cancelled"];
 const LIMIT = 50;
 const REFRESH_MS = 3000;
 
+// A time from a datetime-local field ("2026-12-01T09:30"), read as UTC as the table shows
+// times; a date alone (older links) is the start of that day.
+function utc(value) {
+  if (!value) return undefined;
+  return value.includes("T") ? `${value}Z` : value;
+}
+
 function queryOf(filters) {
   return {
     workflow: filters.workflow,
     status: filters.status,
-    since: filters.since,
-    until: filters.until,
+    since: utc(filters.since),
+    until: utc(filters.until),
     limit: LIMIT,
     offset: filters.offset || undefined,
   };
@@ -41,22 +48,41 @@ export async function runsPage(root, _arg, params, current) {
         options.map((o) => h("option", { value: o, selected: filters[name] === o }, o)),
       ),
     );
-  const dateField = (name, label) =>
+  // Date and time, in UTC (as every time on the page), to the second.
+  const timeField = (name, label) =>
     h(
       "div",
       { class: "field" },
       h("label", { for: `f-${name}` }, label),
-      h("input", { id: `f-${name}`, name, type: "date", value: filters[name].slice(0, 10) }),
+      h("input", {
+        id: `f-${name}`,
+        name,
+        type: "datetime-local",
+        step: 1,
+        value: filters[name] && !filters[name].includes("T") ? `${filters[name]}T00:00` : filters[name],
+      }),
     );
-  const workflows = await workflowsAsked;
-  const names = workflows.map((w) => (w.namespace === "default" ? w.name : `${w.namespace}/${w.name}`));
+  // The table does not wait for the workflow filter's choices: they are filled in when
+  // they come.
+  const workflowSelect = select("workflow", "Workflow", filters.workflow ? [filters.workflow] : []);
+  workflowsAsked
+    .then((workflows) => {
+      const names = workflows.map((w) => (w.namespace === "default" ? w.name : `${w.namespace}/${w.name}`));
+      const field = workflowSelect.querySelector("select");
+      const chosen = field.value;
+      field.replaceChildren(
+        h("option", { value: "" }, "any"),
+        [...new Set([...names, ...(chosen ? [chosen] : [])])].map((o) => h("option", { value: o, selected: chosen === o }, o)),
+      );
+    })
+    .catch(() => {});
   const form = h(
     "form",
     { class: "filters", role: "search", "aria-label": "Filter runs" },
-    select("workflow", "Workflow", names),
+    workflowSelect,
     select("status", "Status", STATUSES),
-    dateField("since", "Started on or after"),
-    dateField("until", "Started before"),
+    timeField("since", "Started at or after (UTC)"),
+    timeField("until", "Started before (UTC)"),
   );
   const search = h(
     "form",

@@ -118,70 +118,178 @@ export class Reading {
   }
 }
 
-// The timeline element; add(record, seq) appends one record (seq is 1-based).
+// Records drawn at once, and then at each step (scrolling near the end or "Show more").
+export const CHUNK = 200;
+
+// The timeline of a run. What the records say (the visits of each state, for the diagram)
+// is known for every record at once; their DOM is built a chunk at a time, the first chunk
+// at once and the next when the reader scrolls near the end of what is drawn (or asks for
+// it), so a 5,000-record log does not build 5,000 rows before the page shows.
 export class Timeline {
-  constructor() {
-    this.el = h("div", { class: "timeline" });
+  constructor({ chunk = CHUNK } = {}) {
+    this.chunk = chunk;
+    this.groupsEl = h("div", { class: "timeline-groups" });
+    this.status = h("span", { class: "muted", role: "status" });
+    this.moreButton = h("button", { type: "button", id: "timeline-more", onclick: () => this.showMore() }, "Show more");
+    this.allButton = h("button", { type: "button", id: "timeline-all", onclick: () => this.showAll() }, "Show all");
+    this.moreEl = h("div", { class: "timeline-more actions" }, this.status, this.moreButton, this.allButton);
+    this.el = h("div", { class: "timeline" }, this.groupsEl, this.moreEl);
     this.reading = new Reading();
-    this.visits = new Map(); // state -> [{n, group, entered, left}]
-    this.group = null;
-    this.list = null;
+    this.visits = new Map(); // state -> [{n, id, group, entered, left}]
+    this.groups = []; // {id, state, n, time}
+    this.records = []; // {r, seq, group}
+    this.lastState = null;
     this.count = 0;
-    this.groups = 0;
-    this.open("start", null, null);
+    this.shown = 0; // records drawn
+    this.drawnGroup = -1;
+    this.list = null;
+    this.checks = new Map(); // seq -> explain step, drawn with its record
+    this.observer = null;
+    this.updateMore();
   }
 
-  open(label, state, time) {
-    this.groups += 1;
-    const id = `visit-${this.groups}`;
+  openGroup(state, time) {
+    const index = this.groups.length;
+    const id = `visit-${index + 1}`;
     let n = 0;
     if (state !== null) {
       const seen = this.visits.get(state) || [];
       n = seen.length + 1;
-      seen.push({ n, id, entered: time, left: null });
+      seen.push({ n, id, group: index, entered: time, left: null });
       this.visits.set(state, seen);
+      this.lastState = state;
     }
-    const heading = h(
-      "h3",
-      {},
-      state === null ? "Start" : ["State ", code(state), n > 1 ? ` · visit ${n}` : ""],
-      time ? [" · ", timeCell(time)] : null,
-    );
-    this.list = h("ol", { class: "records" });
-    this.group = h("section", { class: "visit", id, tabindex: "-1", "data-state": state ?? "" }, heading, this.list);
-    this.el.append(this.group);
-    if (label !== "start") this.lastState = state;
+    this.groups.push({ id, state, n, time });
   }
 
-  add(r, seq) {
+  // What the record says, without drawing it.
+  note(r, seq) {
     this.count = seq;
     const kind = short(r.type);
-    if (kind === "state.entered") {
-      const prev = this.visits.get(this.lastState);
-      if (prev) prev[prev.length - 1].left = r.time;
-      this.open("state", r.data.state, r.time);
-    }
-    if (kind === "run.completed" || kind === "run.failed" || kind === "run.cancelled") {
+    if (!this.groups.length) this.openGroup(null, null);
+    if (kind === "state.entered" || kind === "run.completed" || kind === "run.failed" || kind === "run.cancelled") {
       const prev = this.visits.get(this.lastState);
       if (prev) prev[prev.length - 1].left = r.time;
     }
+    if (kind === "state.entered") this.openGroup(r.data.state, r.time);
+    this.records.push({ r, seq, group: this.groups.length - 1 });
+  }
+
+  // Every record of the log as first read: the first chunk drawn.
+  load(records) {
+    records.forEach((r, i) => this.note(r, i + 1));
+    this.drawTo(this.chunk);
+  }
+
+  // One more record (from the live stream): drawn at once when everything before it is.
+  add(r, seq) {
+    const drawnAll = this.shown === this.records.length;
+    this.note(r, seq);
+    if (drawnAll) this.drawTo(this.records.length);
+    else this.updateMore();
+  }
+
+  showMore() {
+    this.drawTo(this.shown + this.chunk);
+  }
+
+  showAll() {
+    this.drawTo(this.records.length);
+  }
+
+  // Draw records up to (and including) the one at position `seq`, and a chunk after it.
+  reveal(seq) {
+    if (seq > this.shown) this.drawTo(seq + this.chunk);
+  }
+
+  // Draw the records of a group (a state visit) and return its element.
+  revealGroup(id) {
+    const index = this.groups.findIndex((g) => g.id === id);
+    const first = this.records.find((x) => x.group === index);
+    if (first) this.reveal(first.seq);
+    return document.getElementById(id);
+  }
+
+  drawTo(n) {
+    const end = Math.min(n, this.records.length);
+    const fragment = document.createDocumentFragment();
+    let list = this.list;
+    for (; this.shown < end; this.shown += 1) {
+      const { r, seq, group } = this.records[this.shown];
+      if (group !== this.drawnGroup) {
+        this.drawnGroup = group;
+        const g = this.groups[group];
+        const heading = h(
+          "h3",
+          {},
+          g.state === null ? "Start" : ["State ", code(g.state), g.n > 1 ? ` · visit ${g.n}` : ""],
+          g.time ? [" · ", timeCell(g.time)] : null,
+        );
+        list = h("ol", { class: "records" });
+        fragment.append(h("section", { class: "visit", id: g.id, tabindex: "-1", "data-state": g.state ?? "" }, heading, list));
+      }
+      list.append(this.row(r, seq));
+    }
+    this.list = list;
+    this.groupsEl.append(fragment);
+    for (const [seq, step] of this.checks) if (seq <= this.shown) this.drawChecks(step);
+    this.updateMore();
+  }
+
+  row(r, seq) {
+    const kind = short(r.type);
+    const text = this.reading.describe(r);
     const offset = this.reading.start ? `+${duration(between(this.reading.start, r.time)) || "0 ms"}` : "";
-    const li = h(
+    return h(
       "li",
       { id: `rec-${seq}`, class: `rec rec-${kind.replaceAll(".", "-")}`, "data-type": kind },
       h("span", { class: "seq" }, `#${seq}`),
       h("span", { class: "when", title: r.time }, kind === "run.started" ? timeCell(r.time) : offset),
       h("span", { class: "kind" }, kind),
-      h("span", { class: "what" }, this.reading.describe(r)),
+      h("span", { class: "what" }, text),
     );
-    this.list.append(li);
+  }
+
+  updateMore() {
+    const left = this.records.length - this.shown;
+    this.moreEl.hidden = left <= 0;
+    if (left <= 0) {
+      this.observer?.disconnect();
+      this.observer = null;
+      return;
+    }
+    this.status.textContent = `Records 1–${this.shown} of ${this.records.length} shown.`;
+    this.moreButton.textContent = `Show ${Math.min(left, this.chunk)} more`;
+    this.allButton.textContent = `Show all ${this.records.length}`;
+    // Scrolling near the end of what is drawn draws the next chunk.
+    if (!this.observer && typeof IntersectionObserver === "function") {
+      this.observer = new IntersectionObserver(
+        (entries) => {
+          if (entries.some((e) => e.isIntersecting)) this.showMore();
+        },
+        { rootMargin: "600px 0px" },
+      );
+      this.observer.observe(this.moreEl);
+    }
+  }
+
+  stop() {
+    this.observer?.disconnect();
+    this.observer = null;
   }
 
   // Guards weighed for a step (from GET /runs/{id}/explain), under the record that was
-  // decided on.
+  // decided on (kept until that record is drawn).
   explain(step) {
-    const li = this.el.querySelector(`#rec-${step.seq}`);
-    if (!li || !step.checks?.length) return;
+    if (!step.checks?.length) return;
+    this.checks.set(step.seq, step);
+    if (step.seq <= this.shown) this.drawChecks(step);
+  }
+
+  drawChecks(step) {
+    const li = this.groupsEl.querySelector(`#rec-${step.seq}`);
+    if (!li) return;
+    this.checks.delete(step.seq);
     li.querySelector(".guards")?.remove();
     const items = (step.checks || []).map((c) => {
       const where = c.entry < 0 ? "catch" : `on[${c.entry}]`;

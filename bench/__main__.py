@@ -11,6 +11,7 @@ SUITES = {
     "runtime": "bench.runtime_bench",
     "replay": "bench.replay_bench",
     "client": "bench.client_bench",
+    "cli": "bench.cli_bench",
     "gateway": "bench.gateway_bench",
     "peers": "bench.peers_bench",
     "console": "bench.console_bench",

@@ -1,15 +1,13 @@
-"""``python -m bench client``: what the client and the CLI cost, against baselines measured
-in the same run.
+"""``python -m bench client``: what waiting on many runs costs the client, against a baseline
+measured in the same run.
 
 - Waiting: N runs waited on at once from one connection, ended by cancelling them. The
   client's waits (one subscription shared by all) against the naive way, one ordered
   JetStream consumer per wait (:func:`_consumer_wait`, written here as the baseline): the
   server's consumers while they wait, how many waits failed, and the time from the first
   cancel to the last result.
-- The CLI: CPU time (user + system) of ``interlock --help`` and of read commands, as a
-  ratio to ``python -c pass`` and to importing nats-py alone (what any command that talks
-  to NATS pays), best of ``--repeat`` runs (the machines are shared: the best run is the
-  least disturbed one).
+
+The CLI's own speed is ``python -m bench cli``.
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -101,43 +97,9 @@ async def _waits(url: str, n: int, old_way: bool) -> dict[str, Any]:
     return {"consumers": consumers, "failed": failed, "seconds": elapsed}
 
 
-def _cpu(argv: list[str], env: dict[str, str], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(argv, env=env, capture_output=True, check=False)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        best = min(best, used)
-    return best
-
-
-def _cli(url: str, repeat: int) -> list[tuple[str, float]]:
-    python = sys.executable
-    interlock = str(Path(python).with_name("interlock"))
-    env = {**os.environ, "INTERLOCK_URL": url, "INTERLOCK_PREFIX": f"bc{os.getpid()}"}
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / "gated.yaml").write_text(GATED)
-        subprocess.run([interlock, "apply", f"{folder}/gated.yaml"], env=env, check=True)
-        run_id = subprocess.run(
-            [interlock, "start", "gated"], env=env, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    cases = [
-        ("python -c pass", [python, "-c", "pass"]),
-        ("import nats-py", [python, "-c", "import nats.aio.client, nats.js"]),
-        ("interlock --help", [interlock, "--help"]),
-        ("interlock runs", [interlock, "runs"]),
-        ("interlock result RUN", [interlock, "result", run_id]),
-        ("interlock get run RUN", [interlock, "get", "run", run_id]),
-        ("interlock logs RUN", [interlock, "logs", run_id]),
-    ]
-    return [(name, _cpu(argv, env, repeat)) for name, argv in cases]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench client")
     parser.add_argument("--waits", type=int, default=2_000, help="runs waited on at once")
-    parser.add_argument("--repeat", type=int, default=10, help="runs of each CLI command")
     args = parser.parse_args(argv)
 
     from interlock.runtime.embedded import EmbeddedNats
@@ -154,15 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                     "the first cancel",
                     flush=True,
                 )
-            cpu = _cli(server.url, args.repeat)
         finally:
             server.stop()
-    floor, nats_floor = cpu[0][1], cpu[1][1]
-    for name, seconds in cpu:
-        print(
-            f"{name:24} cpu {seconds * 1000:6.0f} ms  "
-            f"x{seconds / floor:5.1f} python  x{seconds / nats_floor:4.1f} nats-py import"
-        )
     return 0
 
 

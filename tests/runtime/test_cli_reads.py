@@ -306,8 +306,9 @@ def test_help_imports_no_command_module() -> None:
         "import sys\n"
         "from interlock.cli.main import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('nats', 'celpy', 'interlock.cli.runtime_cmds',"
-        " 'interlock.core.compiler', 'interlock.dialects') if m in sys.modules]\n"
+        "heavy = [m for m in ('nats', 'nkeys', 'nacl', 'msgspec', 'celpy', 'yaml',"
+        " 'interlock.cli.runtime_cmds', 'interlock.core.compiler', 'interlock.dialects')"
+        " if m in sys.modules]\n"
         "print(heavy, file=sys.stderr)\n"
     )
     ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
@@ -341,7 +342,8 @@ from interlock.cli.main import main
 code = main(sys.argv[1:])
 heavy = ("interlock.core.compiler", "interlock.core.engine", "interlock.core.expr",
          "interlock.core.definition", "interlock.core.analysis", "interlock.dialects",
-         "interlock.runtime.flow", "interlock.runtime.replaying", "jsonschema", "celpy")
+         "interlock.runtime.flow", "interlock.runtime.replaying", "jsonschema", "celpy",
+         "yaml", "interlock.auth.keys", "interlock.auth.jwt", "nkeys", "nacl")
 print(json.dumps({"code": code, "heavy": [m for m in heavy if m in sys.modules],
                   "writes": writes}), file=sys.stderr)
 """
@@ -349,8 +351,9 @@ print(json.dumps({"code": code, "heavy": [m for m in heavy if m in sys.modules],
 
 def test_read_commands_load_no_compiler_and_provision_nothing(inst: Installation) -> None:
     """What keeps ``interlock runs`` and the other reads fast: they import neither the
-    compiler, the expression language, the engine nor the dialects, and they create or
-    change no stream or bucket (only ``apply`` and ``serve`` provision)."""
+    compiler, the expression language, the engine nor the dialects, nor (connecting
+    without credentials) the key handling (nkeys, PyNaCl), and they create or change no
+    stream or bucket (only ``apply`` and ``serve`` provision)."""
     run_id = inst.ok("start", "gated").strip()
     for command in (
         ["runs"],

@@ -17,11 +17,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from interlock.auth import jwt
-from interlock.auth.keys import KeyStore
-from interlock.auth.roles import Role
-from interlock.transport.subjects import Subjects
+if TYPE_CHECKING:
+    from interlock.auth.keys import KeyStore
+    from interlock.transport.subjects import Subjects
+
+# Keys, JWTs and roles (nkeys, PyNaCl) are imported by what makes credentials: a read
+# command that only looks for the operator's creds file (default_operator_creds) loads
+# none of them.
 
 __all__ = ["DEFAULT_DATA_DIR", "DevAuth", "default_operator_creds", "prepare"]
 
@@ -66,6 +70,10 @@ def prepare(
     same user keys: a creds file copied elsewhere keeps working, and permissions follow
     upgrades.
     """
+    from interlock.auth import jwt
+    from interlock.auth.keys import KeyStore
+    from interlock.auth.roles import Role
+
     data = Path(data_dir)
     keys = KeyStore(data / "keys").ensure()
     creds_dir = data / "creds"
@@ -98,6 +106,8 @@ def prepare(
 
 
 def _revoked(keys: KeyStore, seed: str) -> bool:
+    from interlock.auth import jwt
+
     try:
         public = jwt.read_key(seed).public_key
     # An unreadable seed is as good as revoked.

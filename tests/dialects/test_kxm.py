@@ -52,6 +52,15 @@ def test_the_webhook_definition_lowers_to_stages_with_their_rules() -> None:
         "kxm.reviewer-claude",
         "kxm.reviewer-grok",
     ]
+    assert states["plan-peers"]["parallel"]["completion"] == {"at_least": 2}
+    assert states["plan-peers"]["catch"] == [
+        {
+            "errors": ["*"],
+            "codes": ["quorum_not_met"],
+            "goto": "plan",
+            "set": {"refused": "stage plan: too few peer replies"},
+        }
+    ]
     assert states["plan"]["actions"][0]["timeout"] == "86400000ms"
     caps = prepared.agents[0].data["spec"]["capabilities"]
     assert [c["name"] for c in caps] == [
@@ -210,7 +219,56 @@ def test_limits_become_the_deadline_and_a_cost_budget() -> None:
     prepared = prepare([("bug-fix.yaml", RUNTIME.read_text())])
     spec = prepared.documents[0].data["spec"]
     assert spec["deadline"] == {"after": "3600000ms"}
-    assert spec["context"]["cost"] == 0
+    assert spec["budget"]["max_cost"] == 5  # limits.maxModelCost: the native cost budget
+    assert "cost" not in spec["context"]
     implement = spec["states"]["implement"]
-    assert implement["on"][0]["goto"] == "over_budget"
-    assert spec["states"]["review"]["parallel"]["completion"] == "all_settled"
+    assert implement["on"][0] == {
+        "event": "task.failed",
+        "guard": 'result.error.code == "max_cost"',
+        "goto": "over_budget",
+        "set": {"reason": "maxModelCost 5 exceeded at implement"},
+    }
+    # Two distinct critics: a native quorum of distinct producers.
+    assert spec["states"]["review"]["parallel"]["completion"] == {"at_least": 2}
+
+
+def test_each_evidence_policy_is_a_quorum_of_its_own_in_turn() -> None:
+    data = definitions()
+    plan = data[0]["stages"][0]
+    plan["requiredEvidence"].append("security review")
+    plan["evidencePolicies"]["security review"] = {
+        "kind": "peer-reply",
+        "minProducers": 1,
+        "eligibleAgents": ["security-bot"],
+    }
+    prepared = prepare([("w.json", json.dumps(data))])
+    assert not prepared.diagnostics
+    states = prepared.documents[0].data["spec"]["states"]
+    first, second = states["plan-peers"], states["plan-peers-2"]
+    assert first["parallel"]["completion"] == {"at_least": 2}
+    assert [t["goto"] for t in first["on"]] == ["plan-peers-2"]
+    assert second["parallel"]["completion"] == {"at_least": 1}
+    assert [a["capability"] for a in second["parallel"]["actions"]] == ["kxm.security-bot"]
+    assert second["on"][0]["goto"] == "implement"
+    assert second["catch"][0]["goto"] == "plan"
+
+
+@pytest.mark.parametrize(
+    ("agents", "completion"),
+    [
+        (["critic-a", "critic-b", "critic-c"], {"at_least": 2}),
+        (["critic-a", "critic-a"], "all_settled"),
+    ],
+)
+def test_a_quorum_join_counts_producers_only_when_the_agents_differ(
+    agents: list[str], completion: Any
+) -> None:
+    data = runtime()
+    review = data["steps"][3]
+    review["agents"] = agents
+    prepared = prepare([("bug-fix.yaml", yaml.safe_dump(data, sort_keys=False))])
+    state = prepared.documents[0].data["spec"]["states"]["review"]
+    assert state["parallel"]["completion"] == completion
+    passed = next(t for t in state["on"] if t["event"] == "task.completed")
+    counted = "size() >= 2" in passed.get("guard", "")
+    assert counted == (completion == "all_settled")

@@ -228,6 +228,28 @@ async def worker_orchestrator(
             await asyncio.wait_for(task, WAIT)
 
 
+@contextlib.asynccontextmanager
+async def own_workers(
+    nats_url: str, subjects: Subjects, agents: ScriptedAgents, capabilities: Iterable[str]
+) -> AsyncIterator[None]:
+    """Each of ``capabilities`` served by a worker of its own, named after it, so its
+    answers come from its own ``source`` (the distinct producers a quorum counts), and
+    answered by ``agents`` like the rest."""
+    async with contextlib.AsyncExitStack() as stack:
+        for capability in capabilities:
+            worker = Worker(capability.replace(".", "-"), concurrency=1, heartbeat_interval=60)
+            worker.capability(capability)(agents._handler(capability))
+            task = asyncio.create_task(worker.run(nats_url, prefix=subjects.prefix))
+            stack.push_async_callback(_stopped, worker, task)
+            await asyncio.wait_for(worker.wait_ready(), WAIT)
+        yield
+
+
+async def _stopped(worker: Worker, task: asyncio.Task[None]) -> None:
+    await worker.stop(force=True)
+    await asyncio.wait_for(task, WAIT)
+
+
 class ScriptedStack(ClockStack, Generic[AgentsT]):
     """A :class:`ClockStack` with the agents that answer its runs' actions, and external
     events sent from ``source``."""

@@ -22,6 +22,7 @@ from flow_support import (
     ScriptedStack,
     eventually,
     of,
+    own_workers,
     path,
     worker_orchestrator,
 )
@@ -44,10 +45,11 @@ PAYLOAD = {
 
 
 class Agents(ScriptedAgents):
-    """The coordinator answers each stage from a queue a test fills; reviewers reply."""
+    """The coordinator answers each stage from a queue a test fills; reviewers reply, each
+    from a worker of its own (distinct producers)."""
 
     def __init__(self) -> None:
-        super().__init__([COORDINATOR, *REVIEWERS])
+        super().__init__([COORDINATOR])
         self.queue: defaultdict[str, list[Any]] = defaultdict(list)
         self.asked: list[tuple[str, int]] = []
         self.prompts: list[str] = []
@@ -87,9 +89,14 @@ def files(form: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects, files: list[Path]) -> AsyncIterator[Stack]:
     agents = Agents()
-    async with worker_orchestrator(
-        nats_url, subjects, files, agents, worker="kxm", concurrency=4
-    ) as (client, timers, _):
+    async with (
+        worker_orchestrator(nats_url, subjects, files, agents, worker="kxm", concurrency=4) as (
+            client,
+            timers,
+            _,
+        ),
+        own_workers(nats_url, subjects, agents, REVIEWERS),
+    ):
         yield Stack(client, timers, agents, source="test://kxm")
 
 
@@ -243,11 +250,12 @@ async def test_implement_escalates_and_a_signal_resumes_it(stack: Stack) -> None
 # --- the Runtime form (kxm.workflow.v1) -----------------------------------------------------
 
 RUNTIME = REPO / "tests" / "dialects" / "fixtures" / "kxm-bug-fix.yaml"
+CRITICS = ["kxm.critic-a", "kxm.critic-b"]
 
 
 class RuntimeAgents(ScriptedAgents):
     def __init__(self) -> None:
-        super().__init__(["kxm.gate", "kxm.implementer", "kxm.critic-a", "kxm.critic-b"])
+        super().__init__(["kxm.gate", "kxm.implementer"])  # each critic: its own worker
         self.gates: defaultdict[str, list[bool]] = defaultdict(list)
         self.implement: list[Any] = []
         self.steps: list[str] = []
@@ -278,9 +286,12 @@ async def runtime(
         capsys.readouterr()
         path = tmp_path / "kxm-bug-fix.yaml"
     agents = RuntimeAgents()
-    async with worker_orchestrator(
-        nats_url, subjects, [path], agents, worker="kxm-runtime", concurrency=4
-    ) as (client, timers, _):
+    async with (
+        worker_orchestrator(
+            nats_url, subjects, [path], agents, worker="kxm-runtime", concurrency=4
+        ) as (client, timers, _),
+        own_workers(nats_url, subjects, agents, CRITICS),
+    ):
         yield RuntimeStack(client, timers, agents, source="test://kxm")
 
 
@@ -306,7 +317,7 @@ async def test_runtime_workflow_runs_every_step_kind(runtime: RuntimeStack) -> N
         "review",
         "review",
     ]
-    assert state.context["cost"] == 1.5
+    assert state.cost == 1.5  # run.cost, summed by the engine from each answer
 
 
 async def test_a_rejection_ends_the_run_cancelled(runtime: RuntimeStack) -> None:
@@ -376,9 +387,14 @@ async def test_signed_webhooks_start_and_signal_the_definition(
     agents.queue["plan"] = [PLAN]
     agents.queue["implement"] = [DIFF]
     agents.queue["ci"] = [WAIT]
-    async with worker_orchestrator(
-        nats_url, subjects, [FIXTURE], agents, worker="kxm", concurrency=4
-    ) as (client, timers, _):
+    async with (
+        worker_orchestrator(nats_url, subjects, [FIXTURE], agents, worker="kxm", concurrency=4) as (
+            client,
+            timers,
+            _,
+        ),
+        own_workers(nats_url, subjects, agents, REVIEWERS),
+    ):
         stack = Stack(client, timers, agents)
         nc = await nats.connect(nats_url)
         gateway = Gateway(nc, subjects)

@@ -12,8 +12,8 @@ enforces becomes transitions and guards the engine evaluates:
   the last attempt that does not pass fails the run; ``autoResumeLimit`` escalates to a wait
   for the ``audit_escalation`` signal;
 - peer-reply evidence policies ask every eligible agent (capability ``kxm.<agent>``, one per
-  agent, so producers are distinct) at once, for that attempt, and pass only with at least
-  ``minProducers`` replies;
+  agent) at once, for that attempt, as a quorum (``completion: {at_least: minProducers}``
+  of distinct producers); a quorum out of reach refuses the checkpoint;
 - ``on`` transitions, forward-only targets, back-edges and the three transition budgets
   (edge, stage, definition; only declared transitions count) are guards over counters in
   the run's context; an exhausted budget fails the run (``transition_budget_exhausted``);

@@ -7,7 +7,8 @@ agents at once and joins them (``all``, ``all-settled``, ``quorum``, ``first-suc
 ``approval`` waits for a ``kxm.approval`` event and ``wait`` for a ``kxm.signal``; ``$terminal``
 ends the run with its ``terminalStatus``. Back-edges count against their own and the
 workflow's ``maxTransitions``, ``maxRunDurationMs`` is the run's deadline, and
-``maxModelCost`` is a budget summed from the ``cost`` each agent reports.
+``maxModelCost`` is the native cost budget (``budget.max_cost``), summed by the engine
+from the ``cost`` each agent reports; a ``quorum`` join is a native quorum.
 
 The Runtime's load-time rules are checked with rule ids ``kxm.<rule>`` (``kxm.gate-outcome-
 impossible``, ``kxm.gate-outcome-renamed``, ``kxm.back-edge-budget``...).
@@ -63,7 +64,7 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     out = Lowering(src, DIALECT)
     states: dict[str, Any] = {}
     capabilities: list[str] = []
-    context: dict[str, Any] = {"cost": 0, "transitions": 0, "_limit": checked.budget or 0}
+    context: dict[str, Any] = {"transitions": 0, "_limit": checked.budget or 0}
     for i, step in enumerate(steps):
         _Step(out, step, i, checked, capabilities, context).lower(states)
     context.pop("_limit")
@@ -71,7 +72,7 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     _terminals(states)
     spec: dict[str, Any] = {
         "context": context,
-        "budget": {"max_transitions": 2000, "max_actions": 2000},
+        "budget": _budget(checked),
         "initial_state": _state(steps[0]["id"]),
         "states": states,
     }
@@ -106,16 +107,24 @@ def _limits(out: Lowering, checked: Checked, spec: dict[str, Any]) -> None:
             ("spec", "deadline"), "limits.maxRunDurationMs: the run fails with timeout after it"
         )
     if cost is not None:
+        out.at(("spec", "budget", "max_cost"), ("limits", "maxModelCost"))
         out.note(
-            ("spec", "context", "cost"),
+            ("spec", "budget", "max_cost"),
             f"limits.maxModelCost {cost} {checked.limits.get('currency', '')}: the sum of the "
-            "`cost` each agent answers with; the answer that takes it over fails the run "
-            "(budget_exceeded)",
+            "`cost` each agent answers with (run.cost); the answer that takes it over fails "
+            "the run (budget_exceeded)",
         )
     if budget is not None:
         out.note(
             ("spec", "context", "transitions"), f"limits.maxTransitions {budget}: back-edges taken"
         )
+
+
+def _budget(checked: Checked) -> dict[str, Any]:
+    budget: dict[str, Any] = {"max_transitions": 2000, "max_actions": 2000}
+    if checked.cost is not None:
+        budget["max_cost"] = checked.cost
+    return budget
 
 
 def _stem(path: str) -> str:
@@ -279,15 +288,14 @@ class _Step:
         self.name = _state(step["id"])
         self.outcomes = outcomes(step)
         self.timeout = step.get("timeoutMs") or checked.agent_time
-        spent = '(("cost" in result) ? double(result.cost) : 0.0)'
-        self.cost_writes: dict[str, Any] = {}
         self.cost_guard: list[dict[str, Any]] = []
         if self.cost is not None:
-            self.cost_writes = {"cost": "{{ double(context.cost) + " + spent + " }}"}
+            # The answer that takes run.cost over budget.max_cost fails the state with
+            # code max_cost: the run fails, whatever the step's failed outcome says.
             self.cost_guard = [
                 {
-                    "event": "task.completed",
-                    "guard": f"double(context.cost) + {spent} > {float(self.cost)}",
+                    "event": "task.failed",
+                    "guard": 'result.error.code == "max_cost"',
                     "goto": "over_budget",
                     "set": {"reason": f"maxModelCost {self.cost} exceeded at {step['id']}"},
                 }
@@ -303,13 +311,12 @@ class _Step:
         if kind in ("agent", "workflow"):
             self.agent(state)
         elif kind == "moa":
+            agents = [str(a) for a in step["agents"]]
             state["parallel"] = {
-                "completion": _completion(step),
-                "actions": [self.action(a) for a in step["agents"]],
+                "completion": _completion(step, agents),
+                "actions": [self.action(a) for a in agents],
             }
-            state["on"] = self.cost_guard + _joined(
-                step, self.i, self.ids, self.context, self.cost_writes
-            )
+            state["on"] = self.cost_guard + _joined(step, self.i, self.ids, self.context, agents)
         elif kind == "gate":
             self.gate(state)
         elif kind == "approval":
@@ -375,12 +382,10 @@ class _Step:
         ]
         if agents:
             state["parallel"] = {
-                "completion": _completion(step),
+                "completion": _completion(step, agents),
                 "actions": [self.action(a) for a in agents],
             }
-            state["on"] = self.cost_guard + _joined(
-                step, self.i, self.ids, self.context, self.cost_writes
-            )
+            state["on"] = self.cost_guard + _joined(step, self.i, self.ids, self.context, agents)
             return
         state["actions"] = [self.action(step.get("agent") or self.coordinator or "agent")]
         outcome = '(("outcome" in result) ? result.outcome : "failed")'
@@ -402,7 +407,7 @@ class _Step:
                     "set": {"refused": f"{step['id']}: evidence incomplete"},
                 }
             )
-        on += self.edges("task.completed", outcome, writes=self.cost_writes)
+        on += self.edges("task.completed", outcome)
         on += self.edges("task.failed", '"failed"')
         state["on"] = on
 
@@ -426,8 +431,10 @@ class _Step:
         )
 
 
-def _completion(step: dict[str, Any]) -> str:
+def _completion(step: dict[str, Any], agents: list[str]) -> Any:
     join = step.get("join", "all")
+    if join == "quorum" and len(set(agents)) == len(agents):
+        return {"at_least": int(step["quorum"])}  # distinct agents: distinct producers
     return {
         "all": "all",
         "first-success": "any",
@@ -437,22 +444,14 @@ def _completion(step: dict[str, Any]) -> str:
 
 
 def _joined(
-    step: dict[str, Any],
-    i: int,
-    ids: dict[str, int],
-    context: dict[str, Any],
-    writes: dict[str, Any],
+    step: dict[str, Any], i: int, ids: dict[str, int], context: dict[str, Any], agents: list[str]
 ) -> list[dict[str, Any]]:
-    """A parallel step's outcome: passed when the join holds, else failed."""
-    join = step.get("join", "all")
-    if join == "quorum":
+    """A parallel step's outcome: passed when the join holds, else failed (a quorum out of
+    reach fails the state)."""
+    outcome = '"passed"'
+    if not isinstance(_completion(step, agents), dict) and step.get("join") == "quorum":
+        # The same agent assigned more than once: count the answers, not the producers.
         ok = f'result.filter(r, r.status == "completed").size() >= {int(step["quorum"])}'
         outcome = f'({ok} ? "passed" : "failed")'
-    elif join == "all-settled":
-        outcome = '"passed"'
-    else:
-        outcome = '"passed"'
-    writes = {**writes}
-    writes.pop("cost", None)  # a list result carries no single cost
-    on = _edges(step, i, ids, "task.completed", outcome, context, writes=writes)
+    on = _edges(step, i, ids, "task.completed", outcome, context)
     return on + _edges(step, i, ids, "task.failed", '"failed"', context)

@@ -351,41 +351,46 @@ class StageLowering:
         }
 
     def peers(self, s: Stage) -> None:
+        """Each evidence policy is a quorum of its eligible agents (one capability each, so
+        their answers come from distinct producers), asked at once for this attempt, one
+        policy after another; a quorum out of reach refuses the checkpoint."""
         name = self.names[s.id]
-        actions: list[dict[str, Any]] = []
-        counts = []
-        for policy in s.policies:
-            first = len(actions)
-            for agent in policy.agents:
-                actions.append(
+        states = [f"{name}-peers"] + [f"{name}-peers-{k + 1}" for k in range(1, len(s.policies))]
+        for k, policy in enumerate(s.policies):
+            actions = [
+                {
+                    "capability": capability(agent),
+                    "input": {
+                        "run": "{{ run.id }}",
+                        "workflow": self.d.id,
+                        "stage": s.id,
+                        "requirement": policy.key,
+                        "attempt": "{{ " + self.attempts(s) + " + 1 }}",
+                        "evidence": "{{ " + context_ref(f"evidence:{s.id}") + " }}",
+                    },
+                }
+                for agent in policy.agents
+            ]
+            if k + 1 < len(states):
+                on = [self.edge("task.completed", None, states[k + 1], {})]
+            else:
+                on = self.pass_route(s, "task.completed", None, context_ref(f"evidence:{s.id}"))
+            self.states[states[k]] = {
+                "description": f"{s.id}: {policy.min_producers} peer replies for {policy.key}",
+                "parallel": {
+                    "completion": {"at_least": policy.min_producers},
+                    "actions": actions,
+                },
+                "on": on,
+                "catch": [
                     {
-                        "capability": capability(agent),
-                        "input": {
-                            "run": "{{ run.id }}",
-                            "workflow": self.d.id,
-                            "stage": s.id,
-                            "requirement": policy.key,
-                            "attempt": "{{ " + self.attempts(s) + " + 1 }}",
-                            "evidence": "{{ " + context_ref(f"evidence:{s.id}") + " }}",
-                        },
+                        "errors": ["*"],
+                        "codes": ["quorum_not_met"],
+                        "goto": name,
+                        "set": {"refused": f"stage {s.id}: too few peer replies"},
                     }
-                )
-            items = ", ".join(f"result[{k}]" for k in range(first, len(actions)))
-            counts.append(
-                f'[{items}].filter(r, r.status == "completed").size() >= {policy.min_producers}'
-            )
-        quorum = " && ".join(counts)
-        on = self.pass_route(s, "task.completed", quorum, context_ref(f"evidence:{s.id}"))
-        on.append(
-            self.edge(
-                "task.completed", None, name, {"refused": f"stage {s.id}: too few peer replies"}
-            )
-        )
-        self.states[f"{name}-peers"] = {
-            "description": f"{s.id}: peer replies for " + ", ".join(p.key for p in s.policies),
-            "parallel": {"completion": "all_settled", "actions": actions},
-            "on": on,
-        }
+                ],
+            }
 
 
 def _matches_route(key: str, expected: str) -> str:

@@ -32,6 +32,7 @@ RULES = {
     "dag-unknown-step",
     "dag-cycle",
     "gate-without-evidence",
+    "gate-placement",
     "quorum-unreachable",
     "required-step-bypass",
     "unknown-error-class",

@@ -272,3 +272,45 @@ def test_a_quorum_join_counts_producers_only_when_the_agents_differ(
     passed = next(t for t in state["on"] if t["event"] == "task.completed")
     counted = "size() >= 2" in passed.get("guard", "")
     assert counted == (completion == "all_settled")
+
+
+def test_required_evidence_is_the_stage_gate() -> None:
+    prepared = prepare([(str(WEBHOOKS), WEBHOOKS.read_text())])
+    states = prepared.documents[0].data["spec"]["states"]
+    answered = '("evidence" in result ? result.evidence : {})'
+    when = '!("wait" in result) && result.status == "passed"'
+    # "peer reviews" is for the peers alone: the gate requires the rest.
+    assert states["plan"]["gate"] == {
+        "requires": {"approved plan": True},
+        "evidence": ['context["evidence:plan"]', answered],
+        "when": when,
+    }
+    # requirePlanHash: the captured plan is one more predicate, from the run, not the answer.
+    assert states["implement"]["gate"] == {
+        "requires": {"diff": True, "$planHash": True},
+        "evidence": ['context["evidence:implement"]', answered, '{"$planHash": context.plan}'],
+        "when": when,
+    }
+    # No refusal edge is left: the gate refuses.
+    assert not any("refused" in t.get("set", {}) for t in states["implement"]["on"])
+
+
+def test_a_key_as_written_is_proven_by_its_normalized_spelling() -> None:
+    data = definitions()
+    data[0]["stages"][1]["requiredEvidence"] = ["The  Diff"]
+    prepared = prepare([("w.json", json.dumps(data))])
+    gate = prepared.documents[0].data["spec"]["states"]["implement"]["gate"]
+    assert gate["requires"] == {"The  Diff": True, "$planHash": True}
+    assert gate["evidence"][1:3] == [
+        '"the diff" in context["evidence:implement"] ? '
+        '{"The  Diff": context["evidence:implement"]["the diff"]} : {}',
+        '"the diff" in ("evidence" in result ? result.evidence : {}) ? '
+        '{"The  Diff": ("evidence" in result ? result.evidence : {})["the diff"]} : {}',
+    ]
+
+
+def test_a_stage_without_required_evidence_has_no_gate() -> None:
+    data = definitions()
+    data[0]["stages"][2]["requiredEvidence"] = []
+    prepared = prepare([("w.json", json.dumps(data))])
+    assert "gate" not in prepared.documents[0].data["spec"]["states"]["ci"]

@@ -181,6 +181,11 @@ async def test_a_refused_checkpoint_does_not_consume_an_attempt(stack: Stack) ->
     run_id = await start(stack)
     await stack.in_state(run_id, "ci-wait")
     assert stack.agents.asked[:3] == [("plan", 1), ("plan", 1), ("plan", 2)]
+    checks = [
+        (c.state, c.proven, c.missing) for c in of(await stack.records(run_id), ev.GateChecked)
+    ]
+    assert checks[0] == ("plan", False, ["approved plan"])  # the refusal, in the log
+    assert ("plan", True, []) in checks
     await stack.client.cancel(run_id)
 
 

@@ -121,6 +121,17 @@ class GateDef:
 
 
 @dataclass(frozen=True, slots=True)
+class StateGateDef:
+    """Evidence the answer that completes a state must prove (when ``when`` holds): the
+    ``evidence`` expressions, merged in order over what the run has proven for the gate's
+    subject, must prove ``gate.requires``; otherwise the answer is refused."""
+
+    gate: GateDef
+    evidence: tuple[Expression, ...] = ()
+    when: Expression | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DagStep:
     name: str
     action: ActionDef
@@ -199,6 +210,7 @@ class StateDef:
     loop: LoopDef | None = None
     fail: FailDef | None = None
     dag: DagDef | None = None
+    gate: StateGateDef | None = None
 
     @property
     def produces_output(self) -> bool:

@@ -173,14 +173,17 @@ class EvidenceRecordedData(msgspec.Struct, frozen=True, kw_only=True, omit_defau
 
 
 class GateCheckedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A DAG step's evidence gate was checked: ``proven`` (the step starts now), or not
-    (the step is held until evidence proves ``missing``)."""
+    """An evidence gate was checked. A DAG step's (``step``): ``proven`` (the step starts
+    now), or not (the step is held until evidence proves ``missing``). A state's, on the
+    answer ``action_id`` that completed its actions: ``proven`` (the state passes), or not
+    (the answer is refused and the action asked again, at the same attempt)."""
 
     state: str
-    step: str
+    step: str = ""
     subject: str
     proven: bool = False
     missing: list[str] = []
+    action_id: str = ""
 
 
 class DagCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

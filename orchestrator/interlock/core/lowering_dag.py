@@ -150,10 +150,18 @@ def _on_cycle(steps: dict[str, DagStep]) -> str:
 
 def check_gates(error: Report, spec: model.WorkflowSpec) -> None:
     """A DAG step that requires evidence in a workflow that declares no evidence events
-    could never start: refused (``gate-without-evidence``)."""
+    could never start, and a state gate that reads no evidence from its answers could
+    never pass: refused (``gate-without-evidence``)."""
     if spec.evidence is not None:
         return
     for state_name, state in spec.states.items():
+        if state.gate is not None and not state.gate.evidence:
+            error(
+                ("spec", "states", state_name, "gate"),
+                "gate-without-evidence",
+                f"state {state_name!r} has a gate that reads no evidence (gate.evidence) "
+                "and the workflow declares no evidence.events: it could never pass",
+            )
         for name, step in (state.dag.steps if state.dag else {}).items():
             if step.requires:
                 error(

@@ -14,10 +14,12 @@ from interlock.core.definition import (
     ActionDef,
     CatchDef,
     FailDef,
+    GateDef,
     LoopDef,
     MapDef,
     RetryPolicy,
     StateDef,
+    StateGateDef,
     TimeoutDef,
     TransitionDef,
 )
@@ -75,7 +77,28 @@ class StateLowering(LoweringScope):
             loop=self._loop((*base, "loop"), state.loop),
             fail=fail,
             dag=lower_dag(self, (*base, "dag"), state.dag),
+            gate=self._gate((*base, "gate"), name, state),
         )
+
+    def _gate(self, path: Path, name: str, state: model.State) -> StateGateDef | None:
+        """A state's evidence gate: on the answer that completes its ``actions``."""
+        spec = state.gate
+        if spec is None:
+            return None
+        if not state.actions:
+            self.error(
+                path,
+                "gate-placement",
+                f"state {name!r} has a gate but no actions: a gate checks the answer that "
+                "completes a state's actions (a DAG step takes requires)",
+                key=True,
+            )
+        evidence = tuple(
+            self._expression((*path, "evidence", i), text) for i, text in enumerate(spec.evidence)
+        )
+        when = None if spec.when is None else self._expression((*path, "when"), spec.when)
+        gate = GateDef(spec.subject or name, tuple(spec.requires.items()))
+        return StateGateDef(gate, tuple(e for e in evidence if e is not None), when)
 
     def _check_shape(self, base: Path, name: str, state: model.State) -> None:
         """The state's name, and what a state of its type may declare."""

@@ -241,6 +241,37 @@ class Fail(_Strict, frozen=True, kw_only=True):
     error_class: str = msgspec.field(name="class", default=ErrorClass.WORKFLOW_FAILED)
 
 
+class StateGate(_Strict, frozen=True, kw_only=True):
+    """Evidence a state's answer must prove before the state passes: checked on the answer
+    that completes the state's actions (when ``when`` holds); an answer that does not prove
+    every predicate is refused and the last action is asked again, at the same attempt."""
+
+    requires: Annotated[
+        dict[str, str | bool],
+        msgspec.Meta(
+            min_length=1,
+            description="predicate -> the value the evidence must show (true: any non-empty "
+            "value).",
+        ),
+    ]
+    evidence: Annotated[
+        list[CelExpression],
+        msgspec.Meta(
+            description="CEL expressions over the answer (result) and the run, each giving "
+            "a map of predicate to value; merged in order over what evidence events have "
+            "proven for the subject."
+        ),
+    ] = []
+    subject: Annotated[
+        str | None,
+        msgspec.Meta(description="Whose recorded evidence counts too (default: the state's name)."),
+    ] = None
+    when: Annotated[
+        CelExpression | None,
+        msgspec.Meta(description="The answers the gate checks (default: every answer)."),
+    ] = None
+
+
 class State(_Strict, frozen=True, kw_only=True):
     type: Literal["normal", "terminal", "human_in_the_loop"] = "normal"
     description: str | None = None
@@ -249,6 +280,7 @@ class State(_Strict, frozen=True, kw_only=True):
     loop: LoopSpec | None = None
     parallel: ParallelSpec | None = None
     dag: DagSpec | None = None
+    gate: StateGate | None = None
     on: list[Transition] = []
     catch: list[Catch] = []
     timeout: StateTimeout | None = None

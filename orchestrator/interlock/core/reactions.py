@@ -6,7 +6,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.dag import Dag
-from interlock.core.definition import StateDef
+from interlock.core.definition import StateDef, StateGateDef
 from interlock.core.expr import ExpressionError, is_literal_true
 from interlock.core.incoming import TASK_COMPLETED, TASK_FAILED, Incoming
 from interlock.core.state import PendingAction
@@ -63,7 +63,61 @@ class Reactions(Dag):
         if pending.index + 1 < len(state.actions):
             self.request(state.actions[pending.index + 1], pending.index + 1)
             return
+        if state.gate is not None and self.refused(state, state.gate, pending, event, result):
+            return
         self.route(TASK_COMPLETED, event, result)
+
+    def refused(
+        self,
+        state: StateDef,
+        gate: StateGateDef,
+        pending: PendingAction,
+        event: Incoming,
+        result: Any,
+    ) -> bool:
+        """Check the state's evidence gate on the answer that completes its actions (when
+        ``when`` holds; a ``when`` that errors checks it: fail-closed). Not proven: the
+        answer is refused and the action asked again at the same attempt, so a refusal
+        costs no attempt (each request still counts against ``budget.max_actions``)."""
+        act = self.activation(event, result)
+        if gate.when is not None:
+            try:
+                applies = gate.when.evaluate(act)
+            except ExpressionError as exc:
+                self.guard_failed(state, -1, "gate.when", gate.when.source, str(exc))
+                applies = True
+            if applies is not True:
+                return False
+        subject = gate.gate.subject
+        proofs = dict((self.state.evidence or {}).get(subject, {}))
+        for expression in gate.evidence:
+            try:
+                value = expression.evaluate(act)
+            except ExpressionError as exc:  # proves nothing
+                self.guard_failed(state, -1, "gate.evidence", expression.source, str(exc))
+                continue
+            if isinstance(value, dict):
+                proofs.update({str(k): v for k, v in value.items()})
+        missing = gate.gate.missing({subject: proofs})
+        self.emit(
+            ev.GateChecked,
+            ev.GateCheckedData(
+                state=state.name,
+                subject=subject,
+                proven=not missing,
+                missing=missing,
+                action_id=pending.action_id,
+            ),
+        )
+        if not missing:
+            return False
+        self.request(
+            self.action_def(pending.index, None),
+            pending.index,
+            attempt=pending.attempt,
+            retry=pending.retry,
+        )
+        return True
 
     def over_cost_budget(self, event: Incoming) -> bool:
         """Whether the answer just recorded took the run over ``budget.max_cost``: then its

@@ -311,7 +311,7 @@ def _evidence_recorded(s: RunState, r: ev.EvidenceRecorded) -> RunState:
 
 def _gate_checked(s: RunState, r: ev.GateChecked) -> RunState:
     dag = s.dag
-    if dag is not None:
+    if dag is not None and r.data.step:
         status = "held" if not r.data.proven else dag.status.get(r.data.step, "held")
         dag = replace(dag, status={**dag.status, r.data.step: status})
     return replace(s, seq=s.seq + 1, updated_at=r.time, dag=dag)

@@ -18,6 +18,10 @@ SIGNAL_EVENT = "kxm.signal"
 """A signal sent straight to a run (``interlock signal``): ``data.signal`` names its key."""
 ESCALATION = "audit_escalation"
 WAIT = "24h"
+ANSWERED = '("evidence" in result ? result.evidence : {})'
+"""The evidence a checkpoint carries (none: an empty map)."""
+PLAN_HASH = "$planHash"
+"""The gate's own predicate for ``requirePlanHash``: the plan's value, captured."""
 _NOT_IN_TYPE = re.compile(r"[^A-Za-z0-9_.-]")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
 
@@ -90,6 +94,7 @@ class StageLowering:
         self.states: dict[str, Any] = {}
         self.names = {s.id: _state(s) for s in definition.stages}
         self.ids = {s.id: k for k, s in enumerate(definition.stages)}
+        self.gated = False
 
     # counters and statuses in the context
     def attempts(self, s: Stage) -> str:
@@ -211,23 +216,13 @@ class StageLowering:
         name = self.names[s.id]
         base: Path = ("spec", "states", name)
         self.out.at(base, (self.d.index, "stages", s.index))
-        evidence = "result.evidence"
-        has_evidence = '"evidence" in result'
-        complete = _has(
-            evidence,
-            [k for k in s.evidence if normalize(k) not in {normalize(p.key) for p in s.policies}],
-            context_ref(f"evidence:{s.id}"),
-        )
-        gates = ['result.status == "passed"', has_evidence, complete]
-        refused_why = []
-        if s.id in self.d.require_plan:
-            gates.append("context.plan != null")
-            refused_why.append("plan_hash_required")
+        evidence = ANSWERED
+        gates = ['result.status == "passed"']
         if self.d.repro and self.d.repro[0] != s.id:
             key = self.d.repro[1]
             gates.append(
-                f"(!({_q(key)} in result.evidence) || context.repro == null"
-                f" || result.evidence[{_q(key)}] == context.repro)"
+                f"(!({_q(key)} in {evidence}) || context.repro == null"
+                f" || {evidence}[{_q(key)}] == context.repro)"
             )
         action = self.action(s)
         on: list[dict[str, Any]] = []
@@ -237,10 +232,7 @@ class StageLowering:
                 "task.completed",
                 '"wait" in result',
                 f"{name}-wait",
-                {
-                    f"wait:{s.id}": "{{ result.wait }}",
-                    f"evidence:{s.id}": "{{ " + has_evidence + " ? result.evidence : {} }}",
-                },
+                {f"wait:{s.id}": "{{ result.wait }}", f"evidence:{s.id}": "{{ " + evidence + " }}"},
             )
         )
         passed = " && ".join(gates)
@@ -250,23 +242,36 @@ class StageLowering:
                     "task.completed",
                     passed,
                     f"{name}-peers",
-                    {f"evidence:{s.id}": "{{ result.evidence }}"},
+                    {f"evidence:{s.id}": "{{ " + evidence + " }}"},
                 )
             )
         else:
             on += self.pass_route(s, "task.completed", passed, evidence)
-        # Refused: a passed checkpoint missing evidence consumes no attempt.
-        on.append(
-            self.edge(
-                "task.completed",
-                'result.status == "passed"',
-                name,
-                {"refused": f"stage {s.id}: workflow_evidence_incomplete"},
+        if len(gates) > 1:
+            # Refused: a passed checkpoint that weakens the reproduction costs no attempt.
+            on.append(
+                self.edge(
+                    "task.completed",
+                    'result.status == "passed"',
+                    name,
+                    {"refused": f"stage {s.id}: weakened_reproduction"},
+                )
             )
-        )
         outcome = '("outcome" in result ? result.outcome : result.status)'
         on += self.not_passed(s, "task.completed", "result.status", outcome, name)
-        self.states[name] = {"description": s.label, "actions": [action], "on": on}
+        self.states[name] = {"description": s.label, "actions": [action]}
+        gate = self.gate(s)
+        if gate is not None:
+            self.states[name]["gate"] = gate
+            if not self.gated:  # said once, at the first gate
+                self.gated = True
+                self.out.note(
+                    (*base, "gate"),
+                    "requiredEvidence: a passed checkpoint missing a key is refused "
+                    "(workflow_evidence_incomplete; gate.checked in the log) and the stage "
+                    "asked again without consuming an attempt",
+                )
+        self.states[name]["on"] = on
         if s.area:
             self.states[name]["x-area"] = s.area
         self.wait_state(s)
@@ -274,6 +279,32 @@ class StageLowering:
             self.escalation_state(s)
         if s.policies:
             self.peers(s)
+
+    def gate(self, s: Stage) -> dict[str, Any] | None:
+        """The stage's evidence gate: on a ``passed`` checkpoint, every required key (but
+        those only peer replies satisfy) non-empty in the checkpoint or in what the stage's
+        wait call sent, and the plan hash captured where ``requirePlanHash`` asks for it."""
+        policy_keys = {normalize(p.key) for p in s.policies}
+        keys = [k for k in s.evidence if normalize(k) not in policy_keys]
+        requires: dict[str, Any] = dict.fromkeys(keys, True)
+        sources = [context_ref(f"evidence:{s.id}"), ANSWERED]
+        aliases = [  # the normalized spelling proves the key as written
+            f"{_q(normalize(key))} in {src} ? {{{_q(key)}: {src}[{_q(normalize(key))}]}} : {{}}"
+            for key in keys
+            if normalize(key) != key
+            for src in sources
+        ]
+        evidence = [sources[0], *aliases, sources[1]]
+        if s.id in self.d.require_plan:
+            requires[PLAN_HASH] = True
+            evidence.append(f"{{{_q(PLAN_HASH)}: context.plan}}")
+        if not requires:
+            return None
+        return {
+            "requires": requires,
+            "evidence": evidence,
+            "when": '!("wait" in result) && result.status == "passed"',
+        }
 
     def action(self, s: Stage) -> dict[str, Any]:
         """The request to the coordinator for one attempt of ``s``."""

@@ -412,6 +412,7 @@ kind: Workflow
 metadata: {name: loop}
 spec:
   context: {fixes: 0}
+  budget: {max_transitions: 1000}   # the review -> fix -> review loop is bounded by it
   initial_state: review
   states:
     review:

@@ -33,6 +33,8 @@ RULES = {
     "dag-cycle",
     "gate-without-evidence",
     "gate-placement",
+    "unknown-budget",
+    "unbounded-cycle",
     "quorum-unreachable",
     "required-step-bypass",
     "unknown-error-class",
@@ -595,7 +597,7 @@ def test_errors_inside_optional_sections_name_the_section_and_the_rest_is_still_
         "8:12 missing-field: spec.states.work.map: 'as' is a required property",
         "9:16 missing-field: spec.states.work.timeout: 'goto' is a required property",
         "10:48 unknown-key: unknown key 'when' in spec.states.work.on.0 "
-        "(allowed: description, event, goto, guard, set)",
+        "(allowed: budget, description, event, goto, guard, set)",
     ]
     unknown = diagnostics(
         states

@@ -314,3 +314,34 @@ def test_a_stage_without_required_evidence_has_no_gate() -> None:
     data[0]["stages"][2]["requiredEvidence"] = []
     prepared = prepare([("w.json", json.dumps(data))])
     assert "gate" not in prepared.documents[0].data["spec"]["states"]["ci"]
+
+
+def test_transition_budgets_are_edge_budgets_of_the_declared_transitions() -> None:
+    prepared = prepare([(str(WEBHOOKS), WEBHOOKS.read_text())])
+    spec = prepared.documents[0].data["spec"]
+    assert spec["budget"]["edges"] == {"run": 6, "stage:ci": 2, "edge:ci:failed": 2}
+    assert not any(k.startswith(("transitions", "edge:")) for k in spec["context"])
+    back = [
+        t
+        for state in ("ci", "ci-wait")
+        for t in spec["states"][state]["on"]
+        if t["goto"] == "implement"
+    ]
+    assert len(back) == 3  # the checkpoint, and the signal both ways
+    assert all(t["budget"] == ["run", "stage:ci", "edge:ci:failed"] for t in back)
+    # A forward declared edge counts against the run's budget alone.
+    forward = [t for t in spec["states"]["plan-peers"]["on"] if t["goto"] == "implement"]
+    assert [t["budget"] for t in forward] == [["run"]]
+
+
+def test_runtime_back_edges_count_against_their_own_and_the_run_budget() -> None:
+    prepared = prepare([("bug-fix.yaml", RUNTIME.read_text())])
+    spec = prepared.documents[0].data["spec"]
+    assert spec["budget"]["edges"] == {
+        "edge:verify:implementation-failure": 2,
+        "run": 4,
+        "edge:review:failed": 1,
+    }
+    back = [t for t in spec["states"]["verify"]["on"] if t["goto"] == "implement"]
+    assert [t["budget"] for t in back] == [["edge:verify:implementation-failure", "run"]]
+    assert "transitions" not in spec["context"]

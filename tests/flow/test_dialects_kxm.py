@@ -215,7 +215,16 @@ async def test_failed_ci_loops_back_until_the_edge_budget_fails_the_run(stack: S
         await signal(stack, run_id, "ci", "failed", {}, id=f"f{n}")
     state = await stack.finished(run_id)
     assert state.status == "failed"
-    assert "transition_budget_exhausted" in state.outputs["reason"]
+    # Six declared transitions (the definition's maxTransitions) are spent, and so are the
+    # stage's and the edge's two back-edges: the third failure fails the run.
+    assert state.error is not None
+    assert state.error.error_class == "budget_exceeded"
+    assert state.error.message == (
+        "more than budget.edges.run (6) transitions: ci-wait -> implement on kxm.signal"
+    )
+    records = await stack.records(run_id)
+    spent = [t.budget for t in of(records, ev.TransitionFired) if t.budget]
+    assert spent.count(["run", "stage:ci", "edge:ci:failed"]) == 2
     # Each back-edge entered implement afresh: its attempts start again at 1.
     assert [a for a in stack.agents.asked if a[0] == "implement"] == [("implement", 1)] * 3
 
@@ -345,8 +354,11 @@ async def test_failing_tests_loop_back_within_the_edge_budget(runtime: RuntimeSt
     run_id = await runtime.client.start("kxm-bug-fix", {})
     state = await runtime.finished(run_id)
     assert state.status == "failed"
-    assert state.outputs["reason"] == (
-        "transition_budget_exhausted: verify -> implement (implementation-failure)"
+    assert state.error is not None
+    assert state.error.error_class == "budget_exceeded"
+    assert state.error.message == (
+        "more than budget.edges.edge:verify:implementation-failure (2) transitions: "
+        "verify -> implement on task.completed"
     )
     assert runtime.agents.steps.count("implement") == 3
 

@@ -50,6 +50,8 @@ class CatchDef:
     set: tuple[tuple[str, CompiledValue], ...] = ()
     codes: frozenset[str] = frozenset()
     """When set, the failure's code must be one of these too."""
+    budget: tuple[str, ...] = ()
+    """The edge budgets it counts against."""
 
     def matches(self, error_class: str, code: str = "") -> bool:
         if self.codes and code not in self.codes:
@@ -179,6 +181,8 @@ class BudgetDef:
     max_fan_out: int = 64
     max_cost: float | None = None
     """The most the run may spend, summed from the ``cost`` each answer reports."""
+    edges: Mapping[str, int] = field(default_factory=dict)
+    """Named edge budgets: how often the transitions naming one may fire, altogether."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,8 @@ class TransitionDef:
     goto: str
     guard: Expression | None = None
     set: tuple[tuple[str, CompiledValue], ...] = ()
+    budget: tuple[str, ...] = ()
+    """The edge budgets it counts against."""
 
 
 @dataclass(frozen=True, slots=True)

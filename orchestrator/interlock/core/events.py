@@ -213,6 +213,8 @@ class TransitionFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     event_id: str | None = None
     transition: int = 0
     set: dict[str, Any] = {}
+    budget: list[str] = []
+    """The edge budgets (``spec.budget.edges``) this transition spent one of."""
 
 
 class TimerScheduledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

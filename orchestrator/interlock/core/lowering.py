@@ -33,7 +33,7 @@ from interlock.core.lowering_dag import check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
 from interlock.core.names import EVENT_TYPE, INPUT_NAME, check_metadata
-from interlock.core.rules import check_graph, check_references, check_required
+from interlock.core.rules import check_cycles, check_graph, check_references, check_required
 from interlock.core.source import Document, Path
 
 
@@ -56,6 +56,7 @@ class WorkflowLowering(LoweringScope):
             spec.budget.max_actions,
             spec.budget.max_fan_out,
             spec.budget.max_cost,
+            dict(spec.budget.edges),
         )
         super().__init__(doc, diags, capabilities, spec.states, budget)
 
@@ -79,6 +80,8 @@ class WorkflowLowering(LoweringScope):
         correlation = self._correlation()
         deadline = self._deadline()
         check_graph(spec, self.error)
+        if self._cycles_need_budgets():
+            check_cycles(spec, self.error)
         check_required(spec, self.error)
         check_gates(self.error, spec)
         check_references(states, deadline, self.error)
@@ -102,6 +105,16 @@ class WorkflowLowering(LoweringScope):
             deadline=deadline,
             evidence_events=frozenset(spec.evidence.events if spec.evidence else ()),
         )
+
+    def _cycles_need_budgets(self) -> bool:
+        """Whether a cycle must declare its budget: not when the workflow declares its run's
+        ``budget.max_transitions`` (that bounds every cycle, as the author chose), nor in a
+        zynax.io/v1 manifest (which runs as written, under the default run budget)."""
+        if self.wf.apiVersion == "zynax.io/v1":
+            return False
+        spec = self.doc.data.get("spec") if isinstance(self.doc.data, dict) else None
+        budget = spec.get("budget") if isinstance(spec, dict) else None
+        return not (isinstance(budget, dict) and "max_transitions" in budget)
 
     def _deadline(self) -> DeadlineDef | None:
         spec = self.wf.spec.deadline

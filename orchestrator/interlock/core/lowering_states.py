@@ -174,7 +174,21 @@ class StateLowering(LoweringScope):
             catch.goto,
             self._sets((*path, "set"), catch.set),
             frozenset(catch.codes),
+            self._budgets((*path, "budget"), catch.budget),
         )
+
+    def _budgets(self, path: Path, names: list[str]) -> tuple[str, ...]:
+        """The edge budgets an edge counts against: each declared in spec.budget.edges."""
+        for i, name in enumerate(names):
+            if name not in self.budget.edges:
+                declared = ", ".join(self.budget.edges) or "none"
+                self.error(
+                    (*path, i),
+                    "unknown-budget",
+                    f"edge budget {name!r} is not declared in spec.budget.edges "
+                    f"(declared: {declared})",
+                )
+        return tuple(dict.fromkeys(names))
 
     def _map(self, path: Path, spec: model.MapSpec | None) -> MapDef | None:
         if spec is None:
@@ -329,7 +343,8 @@ class StateLowering(LoweringScope):
             except CompileError as exc:
                 self._cel_error((*path, "guard"), exc)
         sets = tuple((k, self._value((*path, "set", k), v)) for k, v in t.set.items())
-        return TransitionDef(index, t.event, t.goto, guard, sets)
+        budget = self._budgets((*path, "budget"), t.budget)
+        return TransitionDef(index, t.event, t.goto, guard, sets, budget)
 
 
 def _completion(spec: model.Completion) -> tuple[str, int]:

@@ -120,6 +120,7 @@ class Catch(_Strict, frozen=True, kw_only=True):
     codes: list[str] = []
     goto: str
     set: dict[str, Value] = {}
+    budget: EdgeBudgets = []
 
 
 class StateTimeout(_Strict, frozen=True, kw_only=True):
@@ -224,6 +225,15 @@ class LoopSpec(_Strict, frozen=True, kw_only=True):
     action: Action
 
 
+EdgeBudgets = Annotated[
+    list[str],
+    msgspec.Meta(
+        description="Edge budgets (declared in spec.budget.edges) this edge counts against: "
+        "when one is spent, the edge firing again fails the run (budget_exceeded)."
+    ),
+]
+
+
 class Transition(_Strict, frozen=True, kw_only=True):
     """An edge keyed by a CloudEvent type; the first whose event matches and guard holds fires."""
 
@@ -231,6 +241,7 @@ class Transition(_Strict, frozen=True, kw_only=True):
     goto: str
     guard: CelExpression | None = None
     set: dict[str, Value] = {}
+    budget: EdgeBudgets = []
     description: str | None = None
 
 
@@ -301,6 +312,14 @@ class Budget(_Strict, frozen=True, kw_only=True):
     max_transitions: Annotated[int, msgspec.Meta(ge=1)] = 1000
     max_actions: Annotated[int, msgspec.Meta(ge=1)] = 1000
     max_fan_out: Annotated[int, msgspec.Meta(ge=1)] = 64
+    edges: Annotated[
+        dict[str, Annotated[int, msgspec.Meta(ge=1)]],
+        msgspec.Meta(
+            description="Named edge budgets: how many times, in one run, the transitions "
+            "and catches that name one (their `budget`) may fire altogether: per edge (one "
+            "names it), per state (its exits name it), or over a cycle's back-edges."
+        ),
+    ] = {}
     max_cost: (
         Annotated[
             float,

@@ -147,6 +147,67 @@ def check_references(
         check(("spec", "deadline", "set", key), value)
 
 
+_OWN_OUTCOMES = ("task.completed", "task.failed")
+
+
+def _unstoppable(spec: model.WorkflowSpec) -> dict[str, list[tuple[str, Path]]]:
+    """Per state, the edges the run takes on its own at once, with nothing to stop it going
+    round again: an unguarded ``on`` edge keyed by the state's own outcome (a state with
+    work), or a ``catch``; neither counting against an edge budget. (A state timeout waits
+    its time each round, which a run deadline bounds.)"""
+    out: dict[str, list[tuple[str, Path]]] = {}
+    for name, state in spec.states.items():
+        base: Path = ("spec", "states", name)
+        works = bool(state.actions or state.map or state.loop or state.parallel or state.dag)
+        edges: list[tuple[str, Path]] = []
+        if works:
+            for i, t in enumerate(state.on):
+                if t.event in _OWN_OUTCOMES and t.guard is None and not t.budget:
+                    edges.append((t.goto, (*base, "on", i)))
+            for i, c in enumerate(state.catch):
+                if not c.budget:
+                    edges.append((c.goto, (*base, "catch", i)))
+        out[name] = [(goto, path) for goto, path in edges if goto in spec.states]
+    return out
+
+
+def check_cycles(spec: model.WorkflowSpec, error: Report) -> None:
+    """A cycle of states the run goes round on its own outcomes alone (no guard, no event
+    from outside) could end only by spending the run's whole transition budget: one of its
+    edges must count against an edge budget, or the workflow must declare its
+    ``budget.max_transitions`` (``unbounded-cycle``, at the edge closing the cycle). Call
+    it only for a workflow that declares no run budget."""
+    edges = _unstoppable(spec)
+    done: set[str] = set()
+    for root in spec.states:
+        if root in done:
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        on_path = {root}
+        while stack:
+            node, k = stack[-1]
+            if k == len(edges[node]):
+                stack.pop()
+                on_path.discard(node)
+                done.add(node)
+                continue
+            stack[-1] = (node, k + 1)
+            goto, path = edges[node][k]
+            if goto in on_path:
+                error(
+                    path,
+                    "unbounded-cycle",
+                    f"{node!r} -> {goto!r} closes a cycle the run goes round on its own "
+                    "outcomes (unguarded, nothing from outside): only the run's transition "
+                    "budget would end it: count one of its edges against an edge budget "
+                    "(budget: [name], declared in spec.budget.edges), or declare "
+                    "budget.max_transitions",
+                )
+            elif goto not in done:
+                stack.append((goto, 0))
+                on_path.add(goto)
+
+
 def _reach(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
     seen = set(start)
     queue = deque(start)

@@ -124,6 +124,8 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     each); kept across states, so evidence sent before a gate is checked still counts."""
     cost: float | None = None
     """The sum of the ``cost`` the answers reported (None: none reported any)."""
+    spent: dict[str, int] | None = None
+    """Transitions fired per edge budget (None: none spent)."""
 
     @property
     def finished(self) -> bool:
@@ -337,8 +339,18 @@ def _event_received(s: RunState, r: ev.EventReceived) -> RunState:
 
 def _transition_fired(s: RunState, r: ev.TransitionFired) -> RunState:
     context = {**s.context, **r.data.set} if r.data.set else s.context
+    spent = s.spent
+    if r.data.budget:
+        spent = dict(spent or {})
+        for name in r.data.budget:
+            spent[name] = spent.get(name, 0) + 1
     return replace(
-        s, seq=s.seq + 1, updated_at=r.time, context=context, transitions=s.transitions + 1
+        s,
+        seq=s.seq + 1,
+        updated_at=r.time,
+        context=context,
+        transitions=s.transitions + 1,
+        spent=spent,
     )
 
 
@@ -437,7 +449,7 @@ def event_key(source: str, event_id: str) -> str:
 
 _state_encoder = msgspec.json.Encoder()
 
-_LATER_FIELDS = ("dag", "evidence", "cost")
+_LATER_FIELDS = ("dag", "evidence", "cost", "spent")
 """Fields added to RunState after states were first pinned (tests/golden): left out of
 the canonical bytes while unset, so a run that does not use them encodes as before."""
 

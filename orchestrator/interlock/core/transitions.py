@@ -179,8 +179,19 @@ class Transitions(Step):
         index: int,
         sets: tuple[tuple[str, Any], ...],
         act: dict[str, Any],
+        budgets: tuple[str, ...] = (),
     ) -> None:
         budget = self.definition.budget
+        spent = self.state.spent or {}
+        for name in budgets:
+            limit = budget.edges.get(name, 0)
+            if spent.get(name, 0) >= limit:
+                self.fail_run(
+                    ErrorClass.BUDGET_EXCEEDED,
+                    f"more than budget.edges.{name} ({limit}) transitions: "
+                    f"{self.state.state} -> {to} on {event_type}",
+                )
+                return
         if self.state.transitions >= budget.max_transitions:
             self.fail_run(
                 ErrorClass.BUDGET_EXCEEDED,
@@ -204,6 +215,7 @@ class Transitions(Step):
                 event_id=None if event is None else event.id,
                 transition=index,
                 set=writes,
+                budget=list(budgets),
             ),
         )
         self.enter(to)
@@ -239,7 +251,7 @@ class Transitions(Step):
                 self.check(t, event_type, "fired", value=value, reads=reads)
             else:
                 self.check(t, event_type, "fired")
-            self.move(t.goto, event_type, event, t.index, t.set, act)
+            self.move(t.goto, event_type, event, t.index, t.set, act, t.budget)
             return True
         return False
 
@@ -255,7 +267,13 @@ class Transitions(Step):
                     reads["result.error.code"] = error.code
                 self.check(catch, TASK_FAILED, "fired", reads=reads)
                 self.move(
-                    catch.goto, TASK_FAILED, event, -1, catch.set, self.activation(event, failure)
+                    catch.goto,
+                    TASK_FAILED,
+                    event,
+                    -1,
+                    catch.set,
+                    self.activation(event, failure),
+                    catch.budget,
                 )
                 return
         self.cancel_pending(f"run failed: {error.error_class}")

@@ -14,9 +14,10 @@ enforces becomes transitions and guards the engine evaluates:
 - peer-reply evidence policies ask every eligible agent (capability ``kxm.<agent>``, one per
   agent) at once, for that attempt, as a quorum (``completion: {at_least: minProducers}``
   of distinct producers); a quorum out of reach refuses the checkpoint;
-- ``on`` transitions, forward-only targets, back-edges and the three transition budgets
-  (edge, stage, definition; only declared transitions count) are guards over counters in
-  the run's context; an exhausted budget fails the run (``transition_budget_exhausted``);
+- ``on`` transitions, forward-only targets and back-edges are transitions; the three
+  transition budgets (edge, stage, definition; only declared transitions count) are edge
+  budgets (``spec.budget.edges``) the declared transitions count against; an exhausted
+  budget fails the run (``budget_exceeded``);
 - a checkpoint with ``wait`` parks the stage until its signal: through the HTTP gateway
   (each definition implies a ``kind: Webhook``: starts are ``kxm.<id>.<event>``, signals
   ``kxm.<id>.signal.<key>``) or a ``kxm.signal`` event naming its key; a wait expires after
@@ -158,7 +159,7 @@ def _workflow(src: Document, d: Definition, lowered: Lowered, capabilities: list
         "spec": {
             "context": _context(d),
             "triggers": [trigger],
-            "budget": {"max_transitions": 2000, "max_actions": 2000, "max_fan_out": 64},
+            "budget": _budget(low.budgets),
             "initial_state": low.names[d.stages[0].id],
             "states": low.states,
         },
@@ -174,17 +175,20 @@ def _context(d: Definition) -> dict[str, Any]:
         "refused": "",
         "plan": None,
         "repro": None,
-        "transitions": 0,
     }
     for k, s in enumerate(d.stages):
         context[f"attempts:{s.id}"] = 0
         context[f"status:{s.id}"] = "in_progress" if k == 0 else "pending"
         context[f"evidence:{s.id}"] = {}
         context[f"wait:{s.id}"] = ""
-        context[f"transitions:{s.id}"] = 0
-        for edge in s.on.values():
-            context[f"edge:{s.id}:{edge.outcome}"] = 0
     return context
+
+
+def _budget(edges: dict[str, int]) -> dict[str, Any]:
+    budget: dict[str, Any] = {"max_transitions": 2000, "max_actions": 2000, "max_fan_out": 64}
+    if edges:
+        budget["edges"] = edges
+    return budget
 
 
 def _notes(out: Lowering, d: Definition, name: str, start: str) -> None:
@@ -200,13 +204,14 @@ def _notes(out: Lowering, d: Definition, name: str, start: str) -> None:
     )
     out.note(
         ("spec", "context"),
-        "the hub's bookkeeping, kept in the run: attempts, status and evidence per stage, the "
-        "signal key a stage waits for, and the transition counters the budgets read",
+        "the hub's bookkeeping, kept in the run: attempts, status and evidence per stage, and "
+        "the signal key a stage waits for",
     )
     out.note(
         ("spec", "budget"),
         "every attempt, refusal and wait is a transition here; kxm's maxTransitions budgets "
-        "(declared transitions only) are the guards on the context counters",
+        "(definition, stage, edge) are the edge budgets its declared transitions count "
+        "against: spent, the run fails (budget_exceeded)",
     )
 
 

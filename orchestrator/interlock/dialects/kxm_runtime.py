@@ -64,15 +64,16 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     out = Lowering(src, DIALECT)
     states: dict[str, Any] = {}
     capabilities: list[str] = []
-    context: dict[str, Any] = {"transitions": 0, "_limit": checked.budget or 0}
+    context: dict[str, Any] = {"_limit": checked.budget or 0}
     for i, step in enumerate(steps):
         _Step(out, step, i, checked, capabilities, context).lower(states)
     context.pop("_limit")
+    edges = context.pop("_edges", {})
     context.update({"outcome": "", "reason": "", "refused": ""})
     _terminals(states)
     spec: dict[str, Any] = {
         "context": context,
-        "budget": _budget(checked),
+        "budget": _budget(checked, edges),
         "initial_state": _state(steps[0]["id"]),
         "states": states,
     }
@@ -114,16 +115,21 @@ def _limits(out: Lowering, checked: Checked, spec: dict[str, Any]) -> None:
             "`cost` each agent answers with (run.cost); the answer that takes it over fails "
             "the run (budget_exceeded)",
         )
-    if budget is not None:
+    if budget is not None and "edges" in spec["budget"]:
         out.note(
-            ("spec", "context", "transitions"), f"limits.maxTransitions {budget}: back-edges taken"
+            ("spec", "budget", "edges"),
+            f"limits.maxTransitions {budget} (run) and each back-edge's own maxTransitions: "
+            "edge budgets the back-edges count against; spent, the run fails "
+            "(budget_exceeded)",
         )
 
 
-def _budget(checked: Checked) -> dict[str, Any]:
+def _budget(checked: Checked, edges: dict[str, int]) -> dict[str, Any]:
     budget: dict[str, Any] = {"max_transitions": 2000, "max_actions": 2000}
     if checked.cost is not None:
         budget["max_cost"] = checked.cost
+    if edges:
+        budget["edges"] = edges
     return budget
 
 
@@ -187,6 +193,8 @@ def _edges(
             item: dict[str, Any] = {"event": event, "goto": entry["target"], "set": entry["set"]}
             if guard:
                 item["guard"] = guard
+            if entry.get("budget"):
+                item["budget"] = entry["budget"]
             out.append(item)
         if constant is not None and not any(e.get("guard") for e in goto(key)):
             return out
@@ -198,6 +206,8 @@ def _edges(
             item = {"event": event, "goto": entry["target"], "set": entry["set"]}
             if fallback:
                 item["guard"] = fallback
+            if entry.get("budget"):
+                item["budget"] = entry["budget"]
             out.append(item)
     else:
         item = {
@@ -240,27 +250,12 @@ def _goto(
             }
         ]
     if ids[target] <= i:
-        counter = f"edge:{step['id']}:{key}"
-        context[counter] = 0
-        within = (
-            f"{_ctx(counter)} < {edge['maxTransitions']}"
-            f" && context.transitions < {context['_limit']}"
-        )
-        return [
-            {
-                "target": _state(target),
-                "guard": within,
-                "set": {
-                    **sets,
-                    counter: "{{ " + _ctx(counter) + " + 1 }}",
-                    "transitions": "{{ context.transitions + 1 }}",
-                },
-            },
-            {
-                "target": "over_budget",
-                "set": {"reason": f"transition_budget_exhausted: {step['id']} -> {target} ({key})"},
-            },
-        ]
+        # A back-edge: its own budget and the run's (limits.maxTransitions).
+        edges = context.setdefault("_edges", {})
+        name = f"edge:{step['id']}:{key}"
+        edges[name] = int(edge["maxTransitions"])
+        edges["run"] = int(context["_limit"])
+        return [{"target": _state(target), "set": sets, "budget": [name, "run"]}]
     return [{"target": _state(target), "set": sets}]
 
 

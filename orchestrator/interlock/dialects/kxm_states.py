@@ -95,6 +95,8 @@ class StageLowering:
         self.names = {s.id: _state(s) for s in definition.stages}
         self.ids = {s.id: k for k, s in enumerate(definition.stages)}
         self.gated = False
+        self.budgets: dict[str, int] = {}
+        """The edge budgets the declared transitions count against, with their limits."""
 
     # counters and statuses in the context
     def attempts(self, s: Stage) -> str:
@@ -132,7 +134,12 @@ class StageLowering:
         return {f"attempts:{s.id}": 0, f"status:{s.id}": "in_progress", f"evidence:{s.id}": {}}
 
     def edge(
-        self, event: str, guard: str | None, goto: str, writes: dict[str, Any]
+        self,
+        event: str,
+        guard: str | None,
+        goto: str,
+        writes: dict[str, Any],
+        budget: list[str] | None = None,
     ) -> dict[str, Any]:
         entry: dict[str, Any] = {"event": event}
         if guard:
@@ -140,19 +147,26 @@ class StageLowering:
         entry["goto"] = goto
         if writes:
             entry["set"] = writes
+        if budget:
+            entry["budget"] = budget
         return entry
 
     def declared(
         self, s: Stage, edge: Edge, event: str, guard: str | None, writes: dict[str, Any]
     ) -> list[dict[str, Any]]:
-        """A declared transition, with the budgets it counts against."""
-        counters = [
-            ("transitions", self.d.budget),
-            (f"transitions:{s.id}", s.budget),
-            (f"edge:{s.id}:{edge.outcome}", edge.budget),
+        """A declared transition, counting against the edge budgets kxm gives it: the
+        definition's (``run``), its stage's (``stage:<id>``) and its own
+        (``edge:<id>:<outcome>``); only declared transitions count."""
+        budgets = [
+            (name, n)
+            for name, n in (
+                ("run", self.d.budget),
+                (f"stage:{s.id}", s.budget),
+                (f"edge:{s.id}:{edge.outcome}", edge.budget),
+            )
+            if n is not None
         ]
-        within = [f"{context_ref(k)} < {n}" for k, n in counters if n is not None]
-        bump = {k: "{{ " + context_ref(k) + " + 1 }}" for k, _ in counters}
+        self.budgets.update(budgets)
         if edge.target == TERMINAL:
             goto, extra = "completed", {}
         else:
@@ -160,11 +174,7 @@ class StageLowering:
             goto, extra = self.names[target.id], self.reset(target)
             if edge.outcome != "passed":
                 extra[f"status:{s.id}"] = "pending"
-        out = [self.edge(event, _and(guard, *within), goto, {**writes, **bump, **extra})]
-        if within:
-            reason = f"transition_budget_exhausted: {s.id} -> {edge.target} ({edge.outcome})"
-            out.append(self.edge(event, guard, "failed", {"reason": reason}))
-        return out
+        return [self.edge(event, guard, goto, {**writes, **extra}, [n for n, _ in budgets])]
 
     def not_passed(
         self, s: Stage, event: str, status: str, outcome: str, origin: str

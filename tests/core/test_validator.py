@@ -35,6 +35,7 @@ RULES = {
     "gate-placement",
     "unknown-budget",
     "unbounded-cycle",
+    "gate-outcome-impossible",
     "quorum-unreachable",
     "required-step-bypass",
     "unknown-error-class",
@@ -88,6 +89,7 @@ def _emitted_rules() -> set[str]:
         "lowering_scope.py",
         "lowering_states.py",
         "lowering_dag.py",
+        "outcomes.py",
         "rules.py",
         "source.py",
     ):

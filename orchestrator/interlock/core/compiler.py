@@ -104,10 +104,16 @@ def compile_sources(
     for agent in out.agents:
         capabilities.update(agent.capabilities)
     out.capabilities_checked = bool(capabilities)
+    outputs = {
+        name: cap.output_schema
+        for agent in out.agents
+        for name, cap in agent.capabilities.items()
+        if cap.output_schema
+    }
     seen: dict[tuple[str, str], Document] = {}
     for doc in workflow_docs:
         definition = lower_workflow(
-            doc, out.diagnostics, capabilities if out.capabilities_checked else None
+            doc, out.diagnostics, capabilities if out.capabilities_checked else None, outputs
         )
         if definition is None:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -33,6 +34,7 @@ from interlock.core.lowering_dag import check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
 from interlock.core.names import EVENT_TYPE, INPUT_NAME, check_metadata
+from interlock.core.outcomes import check_outcomes
 from interlock.core.rules import check_cycles, check_graph, check_references, check_required
 from interlock.core.source import Document, Path
 
@@ -47,8 +49,13 @@ class WorkflowLowering(LoweringScope):
     """One workflow document to a :class:`Definition`, every problem reported on the way."""
 
     def __init__(
-        self, doc: Document, diags: list[Diagnostic], capabilities: set[str] | None
+        self,
+        doc: Document,
+        diags: list[Diagnostic],
+        capabilities: set[str] | None,
+        outputs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
+        self.outputs = outputs or {}
         self.wf = msgspec.convert(doc.data, model.Workflow)
         spec = self.wf.spec
         budget = BudgetDef(
@@ -82,6 +89,7 @@ class WorkflowLowering(LoweringScope):
         check_graph(spec, self.error)
         if self._cycles_need_budgets():
             check_cycles(spec, self.error)
+        check_outcomes(spec, self.outputs, self.error)
         check_required(spec, self.error)
         check_gates(self.error, spec)
         check_references(states, deadline, self.error)
@@ -187,7 +195,11 @@ class WorkflowLowering(LoweringScope):
 
 
 def lower_workflow(
-    doc: Document, diags: list[Diagnostic], capabilities: set[str] | None
+    doc: Document,
+    diags: list[Diagnostic],
+    capabilities: set[str] | None,
+    outputs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Definition | None:
-    """The workflow's definition, or None when ``diags`` got a problem."""
-    return WorkflowLowering(doc, diags, capabilities).run()
+    """The workflow's definition, or None when ``diags`` got a problem. ``outputs``: the
+    output schema of each capability known (``gate-outcome-impossible`` reads them)."""
+    return WorkflowLowering(doc, diags, capabilities, outputs).run()

@@ -1,0 +1,83 @@
+"""gate-outcome-impossible: a task.completed transition whose guard waits for a value the
+state's capability never answers (its output schema's enum or const) is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlock.core.compiler import compile_sources
+
+WORKFLOW = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: verify}
+spec:
+  initial_state: verify
+  states:
+    verify:
+      actions: [{capability: prepare}, {capability: tests.run}]
+      on:
+        - {event: task.completed, guard: %s, goto: done}
+        - {event: task.completed, goto: done}
+    done: {type: terminal}
+---
+apiVersion: interlock.io/v1
+kind: AgentDef
+metadata: {name: gate}
+spec:
+  capabilities:
+    - {name: prepare, output_schema: {properties: {outcome: {const: ready}}}}
+    - name: tests.run
+      output_schema:
+        type: object
+        properties:
+          outcome: {enum: [passed, implementation-failure]}
+          verdict: {const: checked}
+          notes: {type: string}
+"""
+
+
+def _rules(guard: str) -> list[str]:
+    return [d.rule for d in compile_sources([("v.yaml", WORKFLOW % guard)]).diagnostics]
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        """'result.outcome == "failed"'""",
+        """'"failed" == result.outcome'""",
+        """"result.outcome == 'failed'\"""",
+        """'result.verdict == "unchecked"'""",
+        """'result.notes != "" && result.outcome == "ready"'""",  # prepare's, not the last's
+    ],
+)
+def test_a_value_the_capability_never_answers_is_refused(guard: str) -> None:
+    assert _rules(guard) == ["gate-outcome-impossible"]
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        """'result.outcome == "implementation-failure"'""",
+        """'result.verdict == "checked"'""",
+        """'result.notes == "anything"'""",  # no enum: any value
+        """'result.outcome != "failed"'""",  # only == is read
+        """'result.score == "high"'""",  # a field the schema does not name
+    ],
+)
+def test_a_value_it_may_answer_is_accepted(guard: str) -> None:
+    assert _rules(guard) == []
+
+
+def test_without_the_agentdef_nothing_is_known() -> None:
+    text = WORKFLOW.split("---")[0] % """'result.outcome == "failed"'"""
+    assert compile_sources([("v.yaml", text)]).diagnostics == []
+
+
+def test_other_events_are_not_the_capabilitys_answers() -> None:
+    text = (WORKFLOW % """'result.outcome == "passed"'""").replace(
+        "{event: task.completed, goto: done}\n",
+        "{event: task.completed, goto: done}\n"
+        "        - {event: review.done, guard: 'data.outcome == \"failed\"', goto: done}\n",
+    )
+    assert compile_sources([("v.yaml", text)]).diagnostics == []

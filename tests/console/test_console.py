@@ -347,6 +347,9 @@ async def test_agents_page_lists_capabilities_and_live_workers(console: Console)
     text = await caps.inner_text()
     assert "echo" in text
     assert "liar" in text
+    # The broken run's answer from liar failed its attempt: counted against liar.
+    liar = caps.locator("tr", has=page.locator("code", has_text="liar"))
+    assert "1 failed attempt" in await liar.inner_text()
     workers = page.get_by_role("table", name="Live workers of testagent")
     assert await workers.locator("tbody tr").count() >= 1
     await shot(page, "agents", docs=True)
@@ -654,4 +657,19 @@ async def test_runs_are_filtered_by_start_date_and_time(console: Console) -> Non
     await page.get_by_label("Started before (UTC)").fill(later)
     await page.get_by_label("Started before (UTC)").dispatch_event("change")
     await page.get_by_text("No runs match.").wait_for()
+    assert page.errors == []
+
+
+async def test_the_runs_page_follows_the_run_index_live(console: Console) -> None:
+    page = await console.page()
+    async with page.expect_response(lambda r: r.url.endswith("/live/runs")) as streamed:
+        await page.goto(console.url)
+        await page.locator("#runs-listing table").wait_for()
+    assert (await streamed.value).status == 200
+    async with console.gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "hello", "inputs": {"message": "live"}})
+        run_id = r.json()["run_id"]
+    # The new run shows up (and then as completed) without the page being loaded again.
+    row = page.locator("#runs-listing tr", has=page.get_by_role("link", name=run_id))
+    await row.locator(".status", has_text="completed").wait_for()
     assert page.errors == []

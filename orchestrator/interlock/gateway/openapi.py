@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from interlock import __version__, views
-from interlock.gateway import rest
+from interlock.gateway import failures, rest
 from interlock.gateway.openapi_paths import REF, all_paths, ref
 
 _TYPES: list[Any] = [
@@ -33,6 +33,7 @@ _TYPES: list[Any] = [
     rest.CancelRequest,
     rest.CancelResponse,
     rest.RedriveResponse,
+    failures.FailureReport,
 ]
 
 _CLOUDEVENT = {

@@ -23,6 +23,7 @@ def all_paths() -> dict[str, Any]:
         **_run_debug_paths(),
         **_run_control_paths(),
         **_dead_letter_paths(),
+        **_live_paths(),
     }
 
 
@@ -414,5 +415,35 @@ def _dead_letter_paths() -> dict[str, Any]:
                 tag="dead letters",
                 errors=(400, 401, 403, 404),
             )
+        },
+    }
+
+
+def _live_paths() -> dict[str, Any]:
+    return {
+        "/agents/failures": {
+            "get": _op(
+                "Failed attempts per capability in the last hour (since the gateway started, "
+                "when later), with the last failure of each",
+                {"200": _json(ref("FailureReport"))},
+                tag="agents",
+                errors=(401, 403),
+            )
+        },
+        "/live/runs": {
+            "get": {
+                "summary": "The run index's changes, as Server-Sent Events (never ends)",
+                "tags": ["runs"],
+                "security": _READ,
+                "responses": {
+                    "200": {
+                        "description": "event: ready (following: list now), run (data: a "
+                        "RunSummary written), gone (data: {run_id}), reset (changes were "
+                        "missed: list again; the stream ends)",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(401, 403),
+                },
+            }
         },
     }

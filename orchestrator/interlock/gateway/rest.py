@@ -254,6 +254,11 @@ async def list_agents(request: Request, gw: Gateway) -> Response:
 
 
 @reads
+async def agent_failures(request: Request, gw: Gateway) -> Response:
+    return json_view(gw.failures.report())
+
+
+@reads
 async def list_runs(request: Request, gw: Gateway) -> Response:
     status = request.query_params.get("status")
     if status is not None and status not in RECORDED:
@@ -439,6 +444,8 @@ async def redrive_dead_letter(request: Request, gw: Gateway) -> Response:
 
 
 def routes() -> list[BaseRoute]:
+    from interlock.gateway import live
+
     get, post = ["GET"], ["POST"]
     table: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
         ("/workflows", list_workflows, get),
@@ -458,6 +465,8 @@ def routes() -> list[BaseRoute]:
         ("/dead-letters", list_dead_letters, get),
         ("/dead-letters/{seq}", get_dead_letter, get),
         ("/dead-letters/{seq}/redrive", redrive_dead_letter, post),
+        ("/live/runs", reads(live.stream_runs), get),
+        ("/agents/failures", agent_failures, get),
     ]
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for path, handler, methods in table:

@@ -29,6 +29,11 @@ log = logging.getLogger("interlock.gateway")
 
 CATCH_UP_S = 5.0
 """Longest wait for the watch to reach the bucket's newest revision."""
+WATCH_QUEUE = 1000
+"""Changes held for one follower of ``changes`` before it is told it fell behind."""
+
+Changes = asyncio.Queue[tuple[str, dict[str, Any] | None] | None]
+"""What a follower of the run index is given (see :meth:`RunList.follow`)."""
 
 
 class RunList:
@@ -42,6 +47,7 @@ class RunList:
         self._applied = 0
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._watchers: set[Changes] = set()
 
     async def runs(
         self, *, workflow: str | None = None, status: str | None = None
@@ -96,17 +102,46 @@ class RunList:
                     continue
                 if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
                     self._items.pop(entry.key, None)
+                    self._tell(entry.key, None)
                 else:
                     try:
                         self._items[entry.key] = json.loads(entry.value)
                     except ValueError:
                         log.warning("run index entry %s is not JSON: left out", entry.key)
+                    else:
+                        self._tell(entry.key, self._items[entry.key])
                 if entry.revision is not None:
                     self._applied = max(self._applied, entry.revision)
                 self._moved.set()
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()  # type: ignore[no-untyped-call]
+
+    def _tell(self, key: str, item: dict[str, Any] | None) -> None:
+        for queue in list(self._watchers):
+            try:
+                queue.put_nowait((key, item))
+            except asyncio.QueueFull:
+                # A watcher that does not keep up is told once, and left to list again.
+                self._watchers.discard(queue)
+                queue.get_nowait()
+                queue.put_nowait(None)
+
+    async def follow(self) -> Changes:
+        """A queue of each run index entry written from now on (the watch caught up
+        first): (run id, the entry) or (run id, None) when deleted; None once, when the
+        follower fell behind (``WATCH_QUEUE`` changes not taken) and was dropped. Give it
+        back with :meth:`unfollow`."""
+        await self.runs()
+        if self._kv is not None and (self._task is None or self._task.done()):
+            # An empty index is not watched by runs(): watch it now.
+            self._task = asyncio.create_task(self._follow())
+        queue: Changes = asyncio.Queue(WATCH_QUEUE)
+        self._watchers.add(queue)
+        return queue
+
+    def unfollow(self, queue: Changes) -> None:
+        self._watchers.discard(queue)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -15,6 +15,7 @@ from interlock.client import Client
 from interlock.core.ids import check_run_id
 from interlock.gateway import webhooks
 from interlock.gateway.auth import OPEN, Caller, Tokens
+from interlock.gateway.failures import Failures
 from interlock.gateway.problems import Problem
 from interlock.gateway.runlist import RunList
 from interlock.gateway.runlogs import RunLogs
@@ -60,16 +61,20 @@ class Gateway:
         """The run index in memory, for ``GET /runs``."""
         self.run_logs = RunLogs(self.api.ops)
         """The logs read recently, for a run's description, log pages and explanation."""
+        self.failures = Failures(nc, subjects, self.run_logs)
+        """Failed attempts per capability, for ``GET /agents/failures``."""
         self.deliveries = webhooks.Deliveries(self.js, subjects)
         self.open_mode = open_mode
         self.max_body = max_body
         self.metrics = metrics
 
     async def start(self) -> None:
-        """Nothing to prepare yet: the client follows the registry on first use."""
+        """Start counting failed attempts (the client follows the registry on first use)."""
+        await self.failures.start()
 
     async def stop(self) -> None:
         await self.run_list.stop()
+        await self.failures.stop()
         with contextlib.suppress(Exception):
             await self.api.close()
         with contextlib.suppress(Exception):

@@ -4,15 +4,26 @@ import { names } from "./deadletters.js";
 import { add, h, table, timeCell } from "./dom.js";
 
 export async function agentsPage(root) {
-  const [agents, letters] = await Promise.all([api("/agents"), api("/dead-letters")]);
+  const [agents, letters, failed] = await Promise.all([
+    api("/agents"),
+    api("/dead-letters"),
+    // Failed attempts per capability (an older gateway has no such endpoint: none shown).
+    api("/agents/failures").catch(() => ({ capabilities: [], since: null })),
+  ]);
+  const failures = new Map(failed.capabilities.map((f) => [f.capability, f]));
   add(root, h("h1", {}, "Agents"));
+  if (failed.since) {
+    const hours = failed.window_s / 3600;
+    add(root, h("p", { class: "hint" }, `Recent failures: the failed attempts of the last ${hours === 1 ? "hour" : `${hours} hours`} (counted since `, timeCell(failed.since), "), and the dead letters naming the capability."));
+  }
   if (!agents.length) {
     add(root, h("p", { class: "muted" }, "No AgentDef is applied."));
     return;
   }
   for (const agent of agents) {
     const caps = agent.capabilities.map((c) => {
-      const failures = letters.filter((d) => names(d, c.name));
+      const dead = letters.filter((d) => names(d, c.name));
+      const attempts = failures.get(c.name);
       return [
         h("code", {}, c.name),
         c.description || "",
@@ -21,7 +32,18 @@ export async function agentsPage(root) {
         c.in_progress == null ? "—" : String(c.in_progress),
         c.timeout_s == null ? "—" : `${c.timeout_s} s`,
         c.max_retries == null ? "—" : String(c.max_retries),
-        failures.length ? h("a", { href: `#/dead-letters?capability=${encodeURIComponent(c.name)}` }, `${failures.length} dead letters`) : "none",
+        attempts || dead.length
+          ? [
+              attempts
+                ? h("span", { class: "failures", title: `last: ${attempts.last.error}: ${attempts.last.message}` },
+                    `${attempts.failed} failed attempt${attempts.failed === 1 ? "" : "s"}, last `,
+                    h("a", { href: `#/runs/${encodeURIComponent(attempts.last.run_id)}` }, attempts.last.error),
+                    " ", timeCell(attempts.last.at))
+                : null,
+              attempts && dead.length ? h("br") : null,
+              dead.length ? h("a", { href: `#/dead-letters?capability=${encodeURIComponent(c.name)}` }, `${dead.length} dead letters`) : null,
+            ]
+          : "none",
       ];
     });
     const workers = agent.workers.map((w) => [

@@ -62,15 +62,15 @@ export async function api(path, { params, method = "GET", body, signal } = {}) {
   return data;
 }
 
-// The run's log as Server-Sent Events from `offset`: onRecord(record, position) for each
-// record, onEnd() when the run has ended. EventSource cannot send a bearer token, so the
-// stream is read with fetch; a dropped connection is resumed from the last position.
-export function follow(runId, offset, { onRecord, onEnd }) {
+// Server-Sent Events from `path`, read with fetch (EventSource cannot send a bearer
+// token): onEvent(kind, data, id) for each event. A dropped connection is opened again
+// (with backoff), from `resume()`'s parameters; an event for which onEvent returns true
+// ends the stream for good. Returns a function that stops it.
+function stream(path, resume, onEvent) {
   const abort = new AbortController();
-  let next = offset;
   let tries = 0;
   async function read() {
-    const r = await fetch(url(`/runs/${encodeURIComponent(runId)}/log/stream`, { offset: next }), {
+    const r = await fetch(url(path, resume()), {
       headers: headers({ Accept: "text/event-stream" }),
       signal: abort.signal,
     });
@@ -94,14 +94,8 @@ export function follow(runId, offset, { onRecord, onEnd }) {
           else if (line.startsWith("event: ")) kind = line.slice(7);
           else if (line.startsWith("data: ")) data.push(line.slice(6));
         }
-        if (kind === "end") {
-          onEnd?.();
-          return true;
-        }
-        if (id !== null && data.length) {
-          next = id + 1;
-          onRecord(JSON.parse(data.join("\n")), id);
-        }
+        if (!data.length) continue;
+        if (onEvent(kind, JSON.parse(data.join("\n")), id)) return true;
       }
     }
   }
@@ -118,6 +112,33 @@ export function follow(runId, offset, { onRecord, onEnd }) {
     }
   })();
   return () => abort.abort();
+}
+
+// The run's log from `offset`: onRecord(record, position) for each record, onEnd() when
+// the run has ended; a dropped connection resumes after the last position.
+export function follow(runId, offset, { onRecord, onEnd }) {
+  let next = offset;
+  return stream(`/runs/${encodeURIComponent(runId)}/log/stream`, () => ({ offset: next }), (kind, data, id) => {
+    if (kind === "end") {
+      onEnd?.();
+      return true;
+    }
+    if (id !== null) {
+      next = id + 1;
+      onRecord(data, id);
+    }
+    return false;
+  });
+}
+
+// The run index's changes (GET /live/runs): onChange(kind, data) for "ready" (following:
+// list now), "run" (a RunSummary written), "gone" ({run_id}) and "reset" (changes were
+// missed: list again; the stream reconnects by itself).
+export function watchRuns(onChange) {
+  return stream("/live/runs", () => ({}), (kind, data) => {
+    onChange(kind, data);
+    return false;
+  });
 }
 
 let settings = null;

@@ -1,10 +1,11 @@
-// Runs: the run index as a table, filtered, paged, refreshed live.
-import { api, ApiError } from "./api.js";
+// Runs: the run index as a table, filtered, paged, kept live by the run index's stream.
+import { api, ApiError, watchRuns } from "./api.js";
 import { add, between, duration, errorBox, h, status, table, timeCell } from "./dom.js";
 
 const STATUSES = ["running", "completed", "failed", "cancelled"];
 const LIMIT = 50;
-const REFRESH_MS = 3000;
+// After a change, the page is listed again at most this often.
+const RELIST_MS = 500;
 
 // A time from a datetime-local field ("2026-12-01T09:30"), read as UTC as the table shows
 // times; a date alone (older links) is the start of that day.
@@ -142,11 +143,14 @@ export async function runsPage(root, _arg, params, current) {
       timeCell(r.started_at),
       duration(r.status === "running" ? now - new Date(r.started_at).getTime() : between(r.started_at, r.updated_at)),
     ]);
+    // A row link that had the keyboard focus keeps it across a new listing.
+    const focused = listing.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
     listing.replaceChildren(
       table("!Runs, newest first", ["Run", "Workflow", "Version", "Status", "State", "Started", "Duration"], rows, {
         empty: "No runs match.",
       }),
     );
+    if (focused) listing.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
     const first = filters.offset + 1;
     const last = filters.offset + page.runs.length;
     pager.replaceChildren(
@@ -188,11 +192,31 @@ export async function runsPage(root, _arg, params, current) {
   form.addEventListener("submit", (ev) => ev.preventDefault());
 
   await load(firstAsked);
-  const timer = setInterval(() => {
-    if (live.checked && document.visibilityState === "visible") load();
-  }, REFRESH_MS);
+
+  // Live: the gateway says when the run index changes (GET /live/runs); the page shown is
+  // listed again then (once per burst of changes), not on a timer.
+  let stopLive = null;
+  let relist = null;
+  let lastListed = 0;
+  function changed() {
+    if (relist) return;
+    const wait = Math.max(0, lastListed + RELIST_MS - Date.now());
+    relist = setTimeout(() => {
+      relist = null;
+      lastListed = Date.now();
+      if (current()) load();
+    }, wait);
+  }
+  function goLive() {
+    stopLive?.();
+    // "ready" too: what changed between the first listing and the stream's start.
+    stopLive = live.checked ? watchRuns(changed) : null;
+  }
+  live.addEventListener("change", goLive);
+  goLive();
   return () => {
-    clearInterval(timer);
+    stopLive?.();
+    clearTimeout(relist);
     inFlight?.abort();
   };
 }

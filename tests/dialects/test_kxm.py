@@ -345,3 +345,11 @@ def test_runtime_back_edges_count_against_their_own_and_the_run_budget() -> None
     back = [t for t in spec["states"]["verify"]["on"] if t["goto"] == "implement"]
     assert [t["budget"] for t in back] == [["edge:verify:implementation-failure", "run"]]
     assert "transitions" not in spec["context"]
+
+
+def test_a_passing_signal_on_a_stage_with_peer_policies_goes_to_the_peers() -> None:
+    prepared = prepare([(str(WEBHOOKS), WEBHOOKS.read_text())])
+    wait = prepared.documents[0].data["spec"]["states"]["plan-wait"]
+    passing = [t for t in wait["on"] if t["goto"] not in ("plan", "plan-wait", "failed")]
+    assert {t["goto"] for t in passing} == {"plan-peers"}
+    assert all("peer reviews" not in t["guard"] for t in passing)

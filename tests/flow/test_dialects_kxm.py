@@ -450,3 +450,19 @@ async def test_signed_webhooks_start_and_signal_the_definition(
             await server.stop()
             await gateway.stop()
             await nc.close()
+
+
+async def test_a_signal_passing_a_stage_with_a_peer_policy_still_asks_the_peers(
+    stack: Stack,
+) -> None:
+    stack.agents.queue["plan"] = [{"wait": "plan-ok", "summary": "waiting for sign-off"}]
+    stack.agents.queue["implement"] = [DIFF]
+    stack.agents.queue["ci"] = [WAIT]
+    run_id = await start(stack)
+    await stack.in_state(run_id, "plan-wait")
+    # A "peer reviews" string does not satisfy the peer-reply key: the reviewers do.
+    evidence = {"approved plan": "v2", "peer reviews": "trust me"}
+    await signal(stack, run_id, "plan-ok", "passed", evidence, id="p1")
+    await stack.in_state(run_id, "ci-wait")
+    assert path(await stack.records(run_id))[:4] == ["plan", "plan-wait", "plan-peers", "implement"]
+    await stack.client.cancel(run_id)

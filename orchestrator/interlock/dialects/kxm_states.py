@@ -290,12 +290,17 @@ class StageLowering:
         if s.policies:
             self.peers(s)
 
+    def plain_keys(self, s: Stage) -> list[str]:
+        """The stage's required keys that evidence strings satisfy (not the peer-reply
+        ones, which only the peers' replies do)."""
+        policy_keys = {normalize(p.key) for p in s.policies}
+        return [k for k in s.evidence if normalize(k) not in policy_keys]
+
     def gate(self, s: Stage) -> dict[str, Any] | None:
         """The stage's evidence gate: on a ``passed`` checkpoint, every required key (but
         those only peer replies satisfy) non-empty in the checkpoint or in what the stage's
         wait call sent, and the plan hash captured where ``requirePlanHash`` asks for it."""
-        policy_keys = {normalize(p.key) for p in s.policies}
-        keys = [k for k in s.evidence if normalize(k) not in policy_keys]
+        keys = self.plain_keys(s)
         requires: dict[str, Any] = dict.fromkeys(keys, True)
         sources = [context_ref(f"evidence:{s.id}"), ANSWERED]
         aliases = [  # the normalized spelling proves the key as written
@@ -372,11 +377,16 @@ class StageLowering:
                 _matches_route("workflow.run", "run.id"),
             ]
             evidence = '("evidence" in data ? data.evidence : {})'
-            complete = _has(evidence, s.evidence, context_ref(f"evidence:{s.id}"))
+            complete = _has(evidence, self.plain_keys(s), context_ref(f"evidence:{s.id}"))
             passed = " && ".join(
                 [str(matches), *[f"({r})" for r in route], 'data.status == "passed"', complete]
             )
-            on += self.pass_route(s, event, passed, evidence)
+            if s.policies:
+                # Peer-reply keys are for the peers alone: a passing signal asks them next.
+                writes = {f"evidence:{s.id}": "{{ " + evidence + " }}"}
+                on.append(self.edge(event, passed, f"{name}-peers", writes))
+            else:
+                on += self.pass_route(s, event, passed, evidence)
             outcome = '("outcome" in data ? data.outcome : data.status)'
             for entry in self.not_passed(s, event, "data.status", outcome, name):
                 entry["guard"] = _and(matches, *[f"({r})" for r in route], entry.get("guard"))

@@ -151,7 +151,7 @@ def _add_read_parsers(sub: Sub) -> None:
         "--since",
         default=None,
         metavar="WHEN",
-        help="only records from WHEN on: an RFC 3339 time, or an age such as 30s, 5m, 2h",
+        help="only records from WHEN on: an RFC 3339 time, or an age such as 30s, 5m, 2h, 1d",
     )
     add_output_flags(p)
     add_connection_flags(p)

@@ -19,7 +19,6 @@ from interlock.gateway.failures import Failures
 from interlock.gateway.problems import Problem
 from interlock.gateway.runlist import RunList
 from interlock.gateway.runlogs import RunLogs
-from interlock.runtime.client import InterlockClient
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 
@@ -53,7 +52,8 @@ class Gateway:
         self.subjects = subjects
         self.api = Client(nc, subjects)
         """What the REST routes and /events go through: the same client as any program."""
-        self.client = InterlockClient(nc, subjects)
+        self.client = self.api.ops
+        """The operations underneath ``api`` (one registry and one run-log watcher)."""
         self.js = self.client.js
         self.registry = self.client.registry
         self.tokens = Tokens(self.js, subjects)
@@ -76,9 +76,7 @@ class Gateway:
         await self.run_list.stop()
         await self.failures.stop()
         with contextlib.suppress(Exception):
-            await self.api.close()
-        with contextlib.suppress(Exception):
-            await self.registry.close()
+            await self.api.close()  # its registry too
 
     async def emit(self, events: list[CloudEvent], wait: float) -> list[Any]:
         """Store each event (in order) with ``Client.emit``: what each starts."""

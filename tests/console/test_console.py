@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from console_support import ARTIFACTS, DOCS_SHOTS, chromium, playwright_or_skip
-from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack, yaml
+from gw_support import (
+    HELLO,
+    REVIEW,
+    REVIEW_V2,
+    TIMEOUT,
+    GatewayStack,
+    gateway_stack,
+    wait_status,
+    yaml,
+)
 
 from interlock.transport.subjects import Subjects
 
@@ -26,39 +35,6 @@ PORTS = Path(__file__).resolve().parents[2] / "examples" / "ports"
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
 
-REVIEW = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: review
-    spec:
-      description: A score above 7 merges at once; anything else waits for a person.
-      inputs:
-        score: {type: integer, required: true}
-      initial_state: scoring
-      states:
-        scoring:
-          actions:
-            - capability: echo
-              input: {score: "{{ inputs.score }}"}
-          on:
-            - {event: task.completed, guard: "result.score > 7", goto: merged}
-            - {event: task.completed, goto: approval}
-        approval:
-          type: human_in_the_loop
-          on:
-            - {event: approval.granted, goto: merged}
-            - {event: approval.denied, goto: rejected}
-        merged:
-          type: terminal
-          outputs: {merged: true}
-        rejected:
-          type: terminal
-          outputs: {merged: false}
-    """
-)
-REVIEW_V2 = REVIEW.replace("result.score > 7", "result.score >= 7")
 BROKEN = yaml(
     """\
     apiVersion: interlock.io/v1
@@ -168,17 +144,6 @@ async def shot(page: Any, name: str, *, docs: bool = False) -> None:
         width = page.viewport_size["width"]
         clip = {"x": 0, "y": 0, "width": width, "height": min(height, 1500)}
         await page.screenshot(path=str(DOCS_SHOTS / f"{name}.png"), full_page=True, clip=clip)
-
-
-async def wait_status(gs: GatewayStack, run_id: str, want: str, state: str | None = None) -> None:
-    async with gs.http() as http:
-        deadline = asyncio.get_running_loop().time() + TIMEOUT
-        while True:
-            got = (await http.get(f"/runs/{run_id}")).json()
-            if got["status"] == want and (state is None or got["state"] == state):
-                return
-            assert asyncio.get_running_loop().time() < deadline, got
-            await asyncio.sleep(0.05)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

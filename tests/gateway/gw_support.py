@@ -3,6 +3,7 @@ uvicorn on a real socket, and callers holding a token of each role."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Iterable
@@ -20,7 +21,52 @@ from interlock.gateway.service import Gateway
 from interlock.transport.httpserver import HttpServer
 from interlock.transport.subjects import Subjects
 
-__all__ = ["HELLO", "TIMEOUT", "GatewayStack", "gateway_stack", "yaml"]
+__all__ = [
+    "HELLO",
+    "REVIEW",
+    "REVIEW_V2",
+    "TIMEOUT",
+    "GatewayStack",
+    "gateway_stack",
+    "wait_status",
+    "yaml",
+]
+
+REVIEW = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: review
+    spec:
+      description: A score above 7 merges at once; anything else waits for a person.
+      inputs:
+        score: {type: integer, required: true}
+      initial_state: scoring
+      states:
+        scoring:
+          actions:
+            - capability: echo
+              input: {score: "{{ inputs.score }}"}
+          on:
+            - {event: task.completed, guard: "result.score > 7", goto: merged}
+            - {event: task.completed, goto: approval}
+        approval:
+          type: human_in_the_loop
+          on:
+            - {event: approval.granted, goto: merged}
+            - {event: approval.denied, goto: rejected}
+        merged:
+          type: terminal
+          outputs: {merged: true}
+        rejected:
+          type: terminal
+          outputs: {merged: false}
+    """
+)
+"""A score over 7 merges at once; any other waits in ``approval`` for a person."""
+REVIEW_V2 = REVIEW.replace("result.score > 7", "result.score >= 7")
+"""Version 2 of ``review``: only the guard differs (a score of 7 now merges)."""
 
 
 @dataclass
@@ -66,3 +112,15 @@ async def gateway_stack(
             await server.stop()
             await gateway.stop()
             await nc.close()
+
+
+async def wait_status(gs: GatewayStack, run_id: str, want: str, state: str | None = None) -> None:
+    """Until the run has status ``want`` (and is in ``state``, when given)."""
+    async with gs.http() as http:
+        deadline = asyncio.get_running_loop().time() + TIMEOUT
+        while True:
+            got = (await http.get(f"/runs/{run_id}")).json()
+            if got["status"] == want and (state is None or got["state"] == state):
+                return
+            assert asyncio.get_running_loop().time() < deadline, got
+            await asyncio.sleep(0.05)

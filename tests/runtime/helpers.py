@@ -107,6 +107,35 @@ HELLO = yaml(
 """The workflow most tests run: one ``echo`` action; started by hand or by a
 ``com.example.greet`` event whose data has ``lang: en``."""
 
+GATED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: gated
+    spec:
+      initial_state: review
+      states:
+        review:
+          type: human_in_the_loop
+          timeout: {after: 1h, goto: expired}
+          on:
+            - event: approval.granted
+              guard: 'data.score > 7'
+              goto: approved
+            - {event: approval.denied, goto: denied}
+        approved:
+          type: terminal
+          outputs: {ok: true}
+        denied:
+          type: terminal
+        expired:
+          type: terminal
+    """
+)
+"""A run that waits for a person: ``approval.granted`` with a score over 7 approves it,
+``approval.denied`` ends it, and after an hour it expires."""
+
 
 # --- the test agent ----------------------------------------------------------------------
 

@@ -14,34 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml as pyyaml
-from helpers import HELLO, REPO, Installation, cli_env, cli_installation, run_cli, yaml
+from helpers import GATED, HELLO, REPO, Installation, cli_env, cli_installation, run_cli
 
 from interlock.cli.timeline import describe
 from interlock.core import events as ev
-
-GATED = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: gated
-    spec:
-      initial_state: review
-      states:
-        review:
-          type: human_in_the_loop
-          timeout: {after: 1h, goto: expired}
-          on:
-            - event: approval.granted
-              guard: 'data.score > 7'
-              goto: approved
-        approved:
-          type: terminal
-          outputs: {ok: true}
-        expired:
-          type: terminal
-    """
-)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +58,8 @@ def test_workflows_get_and_describe(inst: Installation) -> None:
             "kind": "event",
             "goto": "approved",
             "guard": "data.score > 7",
-        }
+        },
+        {"event": "approval.denied", "kind": "event", "goto": "denied", "guard": None},
     ]
     assert [t["purpose"] for t in described["timers"]] == ["state-timeout"]
 
@@ -105,7 +82,10 @@ def test_signal_says_what_the_run_did(inst: Installation) -> None:
     )
     other = inst.cli("signal", run_id, "merge.done")
     assert other.returncode == 1
-    assert "which does not wait for merge.done (it waits for: approval.granted)" in other.stderr
+    assert (
+        "which does not wait for merge.done (it waits for: approval.denied, approval.granted)"
+        in other.stderr
+    )
     told = json.loads(
         inst.ok("signal", run_id, "approval.granted", "--data", '{"score": 9}', "-o", "json")
     )

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers import TIMEOUT, connect, running_stack, yaml
+from helpers import GATED, TIMEOUT, connect, running_stack, yaml
 
 import interlock
 from interlock import Client, SyncClient
@@ -45,33 +45,6 @@ ECHO_FLOW = yaml(
           type: terminal
           outputs:
             echoed: "$.states.work.output.message"
-    """
-)
-
-GATED = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: gated
-    spec:
-      initial_state: review
-      states:
-        review:
-          type: human_in_the_loop
-          timeout: {after: 1h, goto: expired}
-          on:
-            - event: approval.granted
-              guard: 'data.score > 7'
-              goto: approved
-            - {event: approval.denied, goto: denied}
-        approved:
-          type: terminal
-          outputs: {ok: true}
-        denied:
-          type: terminal
-        expired:
-          type: terminal
     """
 )
 

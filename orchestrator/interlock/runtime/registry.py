@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from interlock.runtime.errors import UnknownWorkflow
@@ -484,12 +484,11 @@ async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
 
 
 async def _newest_revision(kv: KeyValue) -> int | None:
-    """The stream sequence of the bucket's newest stored record (None when it is empty)."""
-    # KeyValue keeps its JetStream context, stream and subject prefix private; the read
-    # needs all three (a last-by-subject lookup over the whole bucket).
-    js: JetStreamContext = kv._js
-    try:
-        last = await js.get_last_msg(kv._stream, f"{kv._pre}>")
-    except NotFoundError:
-        return None
-    return last.seq
+    """The stream sequence of the bucket's newest stored record (None when it is empty).
+
+    Every record of a bucket is on its stream's subjects, so the stream's last sequence is
+    the newest record's revision; the bucket's status (a stream info request, which binding
+    the bucket already makes) holds it.
+    """
+    state = (await kv.status()).stream_info.state
+    return state.last_seq if state.messages else None

@@ -28,10 +28,6 @@ LONG_MODULES: dict[str, str] = {
         "the public Worker class with its documented lifecycle; execution, binding and "
         "liveness are out already"
     ),
-    "client/client.py": (
-        "the public Client: one documented method per call, each a few lines over the "
-        "modules that do the work (catalog, debugging, emitting, signalling)"
-    ),
 }
 """Modules over ``MAX_MODULE_LINES`` lines (paths under orchestrator/interlock), and why."""
 

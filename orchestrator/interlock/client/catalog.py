@@ -1,5 +1,5 @@
 """What is applied: workflows and their versions, AgentDefs and the workers serving them,
-read from the buckets as stored (listing compiles nothing)."""
+read from the buckets as stored (listing compiles nothing), and a workflow deleted."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
+from interlock.client.errors import UnknownAgent
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.registry import bucket_values
+from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
+from interlock.views.build import agent_view, workflow_detail, workflow_summary_of
 
 if TYPE_CHECKING:
     from interlock.core.definition import Definition
@@ -40,6 +43,52 @@ async def catalog(ops: InterlockClient) -> Catalog:
         manifest = json.loads(stored).get("manifest", {}) if stored else {}
         out[(ns, name)] = (version, str(pointer.get("spec_hash", "")), manifest)
     return out
+
+
+async def workflows(ops: InterlockClient) -> list[WorkflowSummary]:
+    """The newest version of every workflow applied, by namespace and name."""
+    applied = await catalog(ops)
+    out = [
+        workflow_summary_of(ns, name, version, spec_hash, manifest)
+        for (ns, name), (version, spec_hash, manifest) in applied.items()
+    ]
+    return sorted(out, key=lambda w: (w.namespace, w.name))
+
+
+async def workflow(ops: InterlockClient, name: str, version: int | None) -> WorkflowDetail:
+    """Workflow ``name`` with its versions and the manifest of ``version`` (the newest by
+    default). Raises :class:`UnknownWorkflow`."""
+    if version is not None:
+        namespace, _, short = name.rpartition("/")
+        try:
+            definition = await ops.registry.definition(namespace or "default", short, version)
+        except (BucketNotFoundError, NotFoundError):
+            raise UnknownWorkflow(f"workflow {name} version {version} is not applied") from None
+    else:
+        definition, version = await latest(ops, name)
+    stored = await versions(ops, definition.namespace, definition.name)
+    return workflow_detail(definition, version, stored or [version])
+
+
+async def delete_workflow(ops: InterlockClient, name: str) -> int:
+    """Drop the pointer to the newest version of ``name`` (its versions stay stored);
+    returns that version. Raises :class:`UnknownWorkflow`."""
+    definition, version = await latest(ops, name)
+    kv = await ops.js.key_value(ops.subjects.workflows_bucket)
+    await kv.delete(f"latest.{definition.namespace}.{definition.name}")
+    return version
+
+
+async def agents(ops: InterlockClient, name: str | None = None) -> list[AgentView]:
+    """Every AgentDef (or the one named ``name``) with the live workers of its capabilities
+    and their queues. Raises :class:`UnknownAgent` when ``name`` names none."""
+    specs, workers = await agent_data(ops)
+    if name is not None:
+        if name not in specs:
+            raise UnknownAgent(f"no AgentDef named {name!r} (interlock apply FILE)")
+        specs = {name: specs[name]}
+    depths = await queues(ops, specs.values())
+    return [agent_view(n, spec, workers, depths) for n, spec in sorted(specs.items())]
 
 
 async def latest(ops: InterlockClient, name: str) -> tuple[Definition, int]:

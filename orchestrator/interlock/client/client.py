@@ -1,8 +1,8 @@
 """The asynchronous client (see :mod:`interlock.client`).
 
-Longer than the other modules on purpose: it is the public facade, one method per call with
-the docstring a user reads; the work behind each call is in the modules beside it
-(:mod:`.catalog`, :mod:`.emitting`, :mod:`.signalling`, :mod:`.debugging`).
+The public facade: one method per call, with the docstring a user reads; the work behind
+each call is in the modules beside it (:mod:`.catalog` what is applied, :mod:`.reading`
+runs and dead letters, :mod:`.emitting`, :mod:`.signalling`, :mod:`.debugging`).
 """
 
 from __future__ import annotations
@@ -11,24 +11,19 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import msgspec
 from nats.aio.client import Client as NatsClient
-from nats.js.errors import BucketNotFoundError, NotFoundError
 
-from interlock.client import catalog, debugging, emitting, signalling
+from interlock.client import catalog, debugging, emitting, reading, signalling
 from interlock.client.errors import (
     InvalidManifest,
-    UnknownAgent,
     UnknownRun,
-    UnknownWorkflow,
     no_stream_is_no_run,
 )
 from interlock.core import events as ev
-from interlock.core.ids import check_event_type, check_run_id
+from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.registry import Applied
@@ -44,23 +39,14 @@ from interlock.views import (
     RunResult,
     RunSummary,
     SignalResult,
-    StartedRun,
     WorkflowDetail,
     WorkflowSummary,
 )
 from interlock.views.build import (
-    agent_view,
-    dead_letter_view,
     describe_run,
     run_result,
-    summary_from_index,
     summary_of,
-    workflow_detail,
-    workflow_summary_of,
 )
-
-if TYPE_CHECKING:
-    from interlock.runtime.client import DeadLetter
 
 # What loads the compiler, the dialects or the engine (apply, emit, signal, describe and the
 # debugging calls) imports it when called: a program that only reads runs never loads them.
@@ -201,12 +187,7 @@ class Client:
 
     async def workflows(self) -> list[WorkflowSummary]:
         """The newest version of every workflow applied, by namespace and name."""
-        applied = await catalog.catalog(self._ops)
-        out = [
-            workflow_summary_of(ns, name, version, spec_hash, manifest)
-            for (ns, name), (version, spec_hash, manifest) in applied.items()
-        ]
-        return sorted(out, key=lambda w: (w.namespace, w.name))
+        return await catalog.workflows(self._ops)
 
     async def workflow(self, name: str, version: int | None = None) -> WorkflowDetail:
         """One workflow (``name`` or ``namespace/name``): its versions and the manifest of
@@ -215,18 +196,7 @@ class Client:
         Raises:
             UnknownWorkflow: not applied (or deleted), or no such version stored.
         """
-        if version is not None:
-            namespace, _, short = name.rpartition("/")
-            try:
-                definition = await self._ops.registry.definition(
-                    namespace or "default", short, version
-                )
-            except (BucketNotFoundError, NotFoundError):
-                raise UnknownWorkflow(f"workflow {name} version {version} is not applied") from None
-        else:
-            definition, version = await catalog.latest(self._ops, name)
-        versions = await catalog.versions(self._ops, definition.namespace, definition.name)
-        return workflow_detail(definition, version, versions or [version])
+        return await catalog.workflow(self._ops, name, version)
 
     async def delete_workflow(self, name: str) -> int:
         """Stop ``name`` from starting new runs; returns the version that was newest.
@@ -237,25 +207,16 @@ class Client:
         Raises:
             UnknownWorkflow: not applied (or already deleted).
         """
-        definition, version = await catalog.latest(self._ops, name)
-        kv = await self._ops.js.key_value(self.subjects.workflows_bucket)
-        await kv.delete(f"latest.{definition.namespace}.{definition.name}")
-        return version
+        return await catalog.delete_workflow(self._ops, name)
 
     async def agents(self) -> list[AgentView]:
         """Every AgentDef with the live workers of its capabilities and their queues."""
-        specs, workers = await catalog.agent_data(self._ops)
-        queues = await catalog.queues(self._ops, specs.values())
-        return [agent_view(name, spec, workers, queues) for name, spec in sorted(specs.items())]
+        return await catalog.agents(self._ops)
 
     async def agent(self, name: str) -> AgentView:
         """One AgentDef. Raises :class:`UnknownAgent` when none has that name."""
-        specs, workers = await catalog.agent_data(self._ops)
-        if name not in specs:
-            raise UnknownAgent(f"no AgentDef named {name!r} (interlock apply FILE)")
-        return agent_view(
-            name, specs[name], workers, await catalog.queues(self._ops, [specs[name]])
-        )
+        [agent] = await catalog.agents(self._ops, name)
+        return agent
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -294,32 +255,7 @@ class Client:
         not started by then is marked ``pending``.
         """
         ce = emitting.build_event(event, type, source, data, id, subject, extensions)
-        check_event_type(ce.type)  # before anything is published or looked up
-        run_id = ce.extensions.get("runid")
-        started: list[StartedRun] = []
-        if run_id:
-            check_run_id(run_id)
-        else:
-            started = await emitting.would_start(self._ops, ce)
-        ack_seq, duplicate = await emitting.publish(self._ops, ce)
-        if wait > 0 and started:
-            found = await asyncio.gather(
-                *(self._watcher.exists(s.run_id, wait) for s in started if not s.existed)
-            )
-            fresh = iter(found)
-            started = [
-                s if s.existed or next(fresh) else msgspec.structs.replace(s, pending=True)
-                for s in started
-            ]
-        return EmitResult(
-            id=ce.id,
-            type=ce.type,
-            source=ce.source,
-            seq=ack_seq,
-            duplicate=duplicate,
-            started=started,
-            run_id=run_id,
-        )
+        return await emitting.emit(self._ops, ce, wait)
 
     async def signal(
         self,
@@ -404,14 +340,7 @@ class Client:
     ) -> list[RunSummary]:
         """Runs from the run index, newest first: all, or of one ``workflow`` (``name`` or
         ``namespace/name``) and/or ``status``; at most ``limit``."""
-        try:
-            items = await self._ops.list_runs(workflow, status)
-        except (BucketNotFoundError, NotFoundError):
-            return []
-        items.reverse()
-        if limit is not None:
-            items = items[: max(limit, 0)]
-        return [summary_from_index(i) for i in items]
+        return await reading.runs(self._ops, workflow, status, limit)
 
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
         """The run's log: every record, in order. Raises :class:`UnknownRun`."""
@@ -438,41 +367,14 @@ class Client:
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        async with no_stream_is_no_run(run_id):
-            raw = await self._ops.log.read_raw(run_id)
-        if not raw:
-            raise UnknownRun(run_id)
-        records = [r for _, payload in raw for r in ev.decode_batch(payload)]
-        shown = [r for r in records if since is None or r.time >= since]
-        if tail is not None:
-            shown = shown[-tail:] if tail > 0 else []
-        for record in shown:
+        async for record in reading.logs(self._ops, run_id, follow=follow, tail=tail, since=since):
             yield record
-        if not follow or fold(records).finished:
-            return
-        # Following shares the client's one subscription on the run logs with every wait
-        # and every other follow: N runs followed cost the server no consumer at all.
-        async for _, payload in self._watcher.follow(run_id, after=raw[-1][0]):
-            for record in ev.decode_batch(payload):
-                yield record
 
     async def orchestrator_seen(self) -> bool | None:
         """Whether an orchestrator reads the run logs: True (it is waiting for work or took
         some in the last 10 s), False (none ever ran here, or none takes the records
         waiting for it), None (cannot tell: not allowed to look)."""
-        try:
-            info = await self._ops.js.consumer_info(self.subjects.runs_stream, "relay")
-        except NotFoundError:
-            return False
-        # A probe: any failure means 'unknown'.
-        except Exception:  # noqa: BLE001
-            return None
-        if info.num_waiting:
-            return True
-        last = info.delivered.last_active if info.delivered is not None else None
-        if last is not None and (datetime.now(UTC) - last).total_seconds() < 10:
-            return True
-        return not (info.num_pending or info.num_ack_pending)
+        return await reading.orchestrator_seen(self._ops)
 
     # -- debugging by replay (docs/debugging.md; each returns the report documented there) --
 
@@ -528,27 +430,17 @@ class Client:
 
     async def dead_letters(self, reason: str | None = None) -> list[DeadLetterView]:
         """The dead letters kept, oldest first (all, or of one ``reason``)."""
-        try:
-            letters = await self._ops.dead_letters(reason)
-        except NotFoundError:
-            return []
-        return [_letter(d) for d in letters]
+        return await reading.dead_letters(self._ops, reason)
 
     async def dead_letter(self, seq: int) -> DeadLetterView:
         """One dead letter. Raises :class:`UnknownDeadLetter`."""
-        return _letter(await self._ops.dead_letter(seq))
+        return reading.letter_view(await self._ops.dead_letter(seq))
 
     async def redrive(self, seq: int) -> int:
         """Publish a dead letter again where it came from, then drop it; returns the new
         message's stream sequence. Raises :class:`UnknownDeadLetter`."""
         _, stored = await self._ops.redrive(seq)
         return stored
-
-
-def _letter(d: DeadLetter) -> DeadLetterView:
-    return dead_letter_view(
-        d.seq, d.time, d.reason, d.detail, d.subject, d.original_headers, d.data
-    )
 
 
 def _auth_in_environment() -> bool:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from interlock.client.catalog import catalog
+from interlock.core.ids import check_event_type, check_run_id
 from interlock.runtime.runs import utc_now
 from interlock.transport.cloudevents import CloudEvent, encode_binary, from_dict
-from interlock.views import StartedRun
+from interlock.views import EmitResult, StartedRun
 
 if TYPE_CHECKING:
     from interlock.runtime.client import InterlockClient
@@ -107,3 +110,34 @@ def _triggers_on(manifest: Mapping[str, Any], event_type: str) -> bool:
     if not isinstance(triggers, list):
         return False
     return any(isinstance(t, Mapping) and t.get("event") == event_type for t in triggers)
+
+
+async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
+    """Publish ``ce`` and say which runs it starts, waiting up to ``wait`` seconds for
+    the orchestrator to start them (see ``Client.emit``)."""
+    check_event_type(ce.type)  # before anything is published or looked up
+    run_id = ce.extensions.get("runid")
+    started: list[StartedRun] = []
+    if run_id:
+        check_run_id(run_id)
+    else:
+        started = await would_start(ops, ce)
+    ack_seq, duplicate = await publish(ops, ce)
+    if wait > 0 and started:
+        found = await asyncio.gather(
+            *(ops.watcher.exists(s.run_id, wait) for s in started if not s.existed)
+        )
+        fresh = iter(found)
+        started = [
+            s if s.existed or next(fresh) else msgspec.structs.replace(s, pending=True)
+            for s in started
+        ]
+    return EmitResult(
+        id=ce.id,
+        type=ce.type,
+        source=ce.source,
+        seq=ack_seq,
+        duplicate=duplicate,
+        started=started,
+        run_id=run_id,
+    )

@@ -1,0 +1,96 @@
+"""Reading runs and dead letters for :class:`~interlock.client.Client`: the run index, a
+run's log (and following it on the client's one subscription), whether an orchestrator
+reads the run logs, and the dead letters kept."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from nats.js.errors import BucketNotFoundError, NotFoundError
+
+from interlock.client.errors import UnknownRun, no_stream_is_no_run
+from interlock.core import events as ev
+from interlock.core.state import fold
+from interlock.views import DeadLetterView, RunSummary
+from interlock.views.build import dead_letter_view, summary_from_index
+
+if TYPE_CHECKING:
+    from interlock.runtime.client import DeadLetter, InterlockClient
+
+
+async def runs(
+    ops: InterlockClient, workflow: str | None, status: str | None, limit: int | None
+) -> list[RunSummary]:
+    """Runs from the run index, newest first (none when there is no index yet)."""
+    try:
+        items = await ops.list_runs(workflow, status)
+    except (BucketNotFoundError, NotFoundError):
+        return []
+    items.reverse()
+    if limit is not None:
+        items = items[: max(limit, 0)]
+    return [summary_from_index(i) for i in items]
+
+
+async def logs(
+    ops: InterlockClient,
+    run_id: str,
+    *,
+    follow: bool,
+    tail: int | None,
+    since: str | None,
+) -> AsyncIterator[ev.AnyRecord]:
+    """The records of ``run_id`` chosen by ``tail`` or ``since``; with ``follow``, then
+    each new one until the run ends."""
+    async with no_stream_is_no_run(run_id):
+        raw = await ops.log.read_raw(run_id)
+    if not raw:
+        raise UnknownRun(run_id)
+    records = [r for _, payload in raw for r in ev.decode_batch(payload)]
+    shown = [r for r in records if since is None or r.time >= since]
+    if tail is not None:
+        shown = shown[-tail:] if tail > 0 else []
+    for record in shown:
+        yield record
+    if not follow or fold(records).finished:
+        return
+    # Following shares the client's one subscription on the run logs with every wait
+    # and every other follow: N runs followed cost the server no consumer at all.
+    async for _, payload in ops.watcher.follow(run_id, after=raw[-1][0]):
+        for record in ev.decode_batch(payload):
+            yield record
+
+
+async def orchestrator_seen(ops: InterlockClient) -> bool | None:
+    """Whether an orchestrator reads the run logs (see ``Client.orchestrator_seen``)."""
+    try:
+        info = await ops.js.consumer_info(ops.subjects.runs_stream, "relay")
+    except NotFoundError:
+        return False
+    # A probe: any failure means 'unknown'.
+    except Exception:  # noqa: BLE001
+        return None
+    if info.num_waiting:
+        return True
+    last = info.delivered.last_active if info.delivered is not None else None
+    if last is not None and (datetime.now(UTC) - last).total_seconds() < 10:
+        return True
+    return not (info.num_pending or info.num_ack_pending)
+
+
+async def dead_letters(ops: InterlockClient, reason: str | None) -> list[DeadLetterView]:
+    """The dead letters kept, oldest first (none when there is no dead-letter stream)."""
+    try:
+        letters = await ops.dead_letters(reason)
+    except NotFoundError:
+        return []
+    return [letter_view(d) for d in letters]
+
+
+def letter_view(d: DeadLetter) -> DeadLetterView:
+    """A dead letter as the client shows it."""
+    return dead_letter_view(
+        d.seq, d.time, d.reason, d.detail, d.subject, d.original_headers, d.data
+    )

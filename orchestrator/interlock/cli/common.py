@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from interlock.core import events as ev
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -29,6 +32,21 @@ class InvalidInput(CliError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_FAILED)
+
+
+def read_records(path: str) -> list[ev.AnyRecord]:
+    """The records of an exported run log (``interlock export``: JSONL CloudEvents); a
+    file that cannot be read is a usage error, one that is not a log a failure."""
+    from interlock.core import events as ev
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return ev.decode_lines(data)
+    except Exception as exc:
+        raise CliError(f"{path}: not a run log: {exc}", EXIT_FAILED) from exc
 
 
 def read_sources(paths: list[str]) -> list[tuple[str, str]]:

@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interlock.cli.common import EXIT_FAILED, EXIT_NOT_FINISHED, EXIT_OK, EXIT_USAGE, CliError, err
+from interlock.cli.common import (
+    EXIT_FAILED,
+    EXIT_NOT_FINISHED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    err,
+    read_records,
+)
 from interlock.cli.connecting import print_json, with_client
 from interlock.cli.output import dump, emit, output_format, print_table
 
@@ -221,18 +229,8 @@ def write_atomically(target: Path, data: bytes) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from interlock.core import events as ev
-
     if args.file:
-        try:
-            data = Path(args.file).read_bytes()
-        except OSError as exc:
-            raise CliError(f"{args.file}: cannot read: {exc.strerror}") from exc
-        try:
-            records = ev.decode_lines(data)
-        except Exception as exc:
-            raise CliError(f"{args.file}: not a run log: {exc}", EXIT_FAILED) from exc
-        return _replay(records, args.json)
+        return _replay(read_records(args.file), args.json)
     if not args.run_id:
         raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
 

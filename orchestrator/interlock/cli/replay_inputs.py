@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interlock.cli.common import EXIT_FAILED, CliError, err, read_sources
+from interlock.cli.common import EXIT_FAILED, CliError, err, read_records, read_sources
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
@@ -22,14 +22,7 @@ if TYPE_CHECKING:
 
 def read_log(path: str) -> list[ev.AnyRecord]:
     """The records of an exported log (``interlock export``); a clear error when it is none."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        records = ev.decode_lines(data)
-    except Exception as exc:
-        raise CliError(f"{path}: not a run log: {exc}", EXIT_FAILED) from exc
+    records = read_records(path)
     if not records:
         raise CliError(f"{path}: an empty log", EXIT_FAILED)
     return records

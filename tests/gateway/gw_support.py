@@ -14,7 +14,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
-from helpers import HELLO, TIMEOUT, Stack, connect, running_stack, yaml
+from helpers import HELLO, PARKED, TIMEOUT, Stack, connect, running_stack, yaml
 
 from interlock.gateway.app import build_app
 from interlock.gateway.service import Gateway
@@ -23,6 +23,7 @@ from interlock.transport.subjects import Subjects
 
 __all__ = [
     "HELLO",
+    "PARKED",
     "REVIEW",
     "REVIEW_V2",
     "TIMEOUT",

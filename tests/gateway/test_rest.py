@@ -9,7 +9,7 @@ import json
 import httpx
 import msgspec
 import pytest
-from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack, yaml
+from gw_support import HELLO, PARKED, TIMEOUT, GatewayStack, gateway_stack
 from helpers import eventually
 
 from interlock import views
@@ -17,25 +17,6 @@ from interlock.client import Client
 from interlock.transport.subjects import Subjects
 
 pytestmark = pytest.mark.asyncio
-
-PARKED = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: parked
-    spec:
-      initial_state: waiting
-      states:
-        waiting:
-          type: human_in_the_loop
-          on:
-            - {event: approval.granted, goto: done}
-        done:
-          type: terminal
-          outputs: {approved: true}
-    """
-)
 
 
 @pytest.fixture

@@ -136,6 +136,26 @@ GATED = yaml(
 """A run that waits for a person: ``approval.granted`` with a score over 7 approves it,
 ``approval.denied`` ends it, and after an hour it expires."""
 
+PARKED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: parked
+    spec:
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on:
+            - {event: approval.granted, goto: done}
+        done:
+          type: terminal
+          outputs: {approved: true}
+    """
+)
+"""A run that waits, with no timeout, until ``approval.granted`` completes it."""
+
 
 # --- the test agent ----------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from helpers import (
     HELLO,
+    PARKED,
     TIMEOUT,
     Background,
     Installation,
@@ -34,24 +35,6 @@ from helpers import (
 
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
-
-PARKED = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: parked
-    spec:
-      initial_state: waiting
-      states:
-        waiting:
-          type: human_in_the_loop
-          on:
-            - {event: approval.granted, goto: done}
-        done:
-          type: terminal
-    """
-)
 
 # The echo capability's input_schema wants an object: this run fails with schema_error.
 FAILING = yaml(

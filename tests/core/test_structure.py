@@ -84,3 +84,27 @@ spec:
     done: {type: terminal}
 """
     assert found(unnamed) == ["m.yaml:3:18: wrong-type: metadata.name must be string, got null"]
+
+
+def test_a_mapping_where_text_is_expected_is_dropped_whole() -> None:
+    """The wrong value goes, not just its keys: what is left decodes, so the rules run."""
+    text = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: w}
+spec:
+  initial_state: work
+  states:
+    work:
+      description: {text: 1}
+      actions: [{capability: echo}]
+      on: [{event: task.completed, goto: nowhere}]
+    done: {type: terminal}
+"""
+    assert found(text) == [
+        "m.yaml:7:5: no-terminal-path: no terminal state can be reached from state 'work' "
+        "(it has no transitions)",
+        "m.yaml:8:20: wrong-type: spec.states.work.description must be string, got mapping",
+        "m.yaml:10:42: unknown-goto: goto 'nowhere' is not a state (states: work, done)",
+        "m.yaml:11:5: unreachable-state: state 'done' cannot be reached from initial state 'work'",
+    ]

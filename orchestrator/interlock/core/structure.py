@@ -134,10 +134,9 @@ def _schema_diagnostics(doc: Document, error: jsonschema.ValidationError) -> lis
     if validator == "type" or (validator == "anyOf" and _is_type_union(error)):
         expected = _expected_types(error)
         got = type(error.instance).__name__ if error.instance is not None else "null"
-        got = {"dict": "mapping", "list": "list", "str": "string"}.get(got, got)
+        got = {"dict": "mapping", "str": "string"}.get(got, got)
         return [doc.diag(path, "wrong-type", f"{where} must be {expected}, got {got}")]
-    if validator in ("enum", "const"):
-        return [doc.diag(path, "invalid-value", f"{where}: {error.message}")]
+    # Anything else (enum, const, minimum, pattern...): jsonschema's own words, at the value.
     return [doc.diag(path, "invalid-value", f"{where}: {error.message}")]
 
 

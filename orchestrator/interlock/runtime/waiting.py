@@ -7,10 +7,12 @@ that run, so a program waiting on 5,000 runs costs the server one subscription a
 JetStream consumer at all (a consumer per wait hits the server's limit of 1,000 consumers).
 
 What the subscription says is a hint, never the answer: a message also reaches subscribers
-when the stream refuses it (an optimistic append that lost its race), and a subscription
-misses what was published while the connection was down. So a wait always reads the run's
-log itself (by direct gets, from where it last read) when it starts, when a hint says the
-run may have ended, and every ``recheck`` seconds in case a hint was missed.
+when the stream refuses it (an optimistic append that lost its race), a subscription
+misses what was published while the connection was down, and a subscriber may see a
+message before the stream has stored it. So a wait always reads the run's log itself (by
+direct gets, from where it last read) when it starts, when a hint says the run may have
+moved (again a few times soon after, while the hinted message is not readable yet), and
+every ``recheck`` seconds in case a hint was missed.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ this long)."""
 
 REFUSED_RECHECK_S = 1.0
 """How often a wait reads its run's log when the subscription is refused."""
+HINT_RETRIES_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+"""When a hinted message is not in the log yet, how long to wait before each re-read (the
+stream stores a message a moment after subscribers see it; a refused append never
+appears, so the re-reads stop after these and the ``recheck`` takes over)."""
 _READERS = 32
 """Whole-log reads of finished runs at once, per watcher."""
 _TIMEOUT = 5.0
@@ -162,20 +168,27 @@ class RunWatcher:
 
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        retries = iter(HINT_RETRIES_S)
         with self.listening(run_id, on_append):
             last = await self._last(run_id)
             if last is None:
                 raise UnknownRunError(run_id)
             while not _ended(last):
-                wait = self._recheck * random.uniform(0.8, 1.2)
+                # A terminal hint whose message is not readable yet: read again soon.
+                soon = next(retries, None) if hint.is_set() else None
+                wait = soon if soon is not None else self._recheck * random.uniform(0.8, 1.2)
+                if soon is None:
+                    hint.clear()
                 if deadline is not None:
                     left = deadline - loop.time()
                     if left <= 0:
                         raise TimeoutError(f"run {run_id} has not finished after {timeout}s")
                     wait = min(wait, left)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(hint.wait(), wait)
-                hint.clear()
+                if soon is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(hint.wait(), wait)
+                else:
+                    await asyncio.sleep(wait)
                 last = await self._last(run_id) or b""
         # A finished run's log no longer changes: read it whole, a few runs at a time
         # (each read holds a reply subscription while it lasts).
@@ -190,18 +203,34 @@ class RunWatcher:
         direct gets: following any number of runs costs no consumer."""
         await self.start()
         hint = asyncio.Event()
-        with self.listening(run_id, lambda _: hint.set()):
+        hinted: list[bytes] = []  # the newest hinted payload not yet read back
+
+        def on_append(data: bytes) -> None:
+            hinted[:] = [data]
+            hint.set()
+
+        retries: Iterator[float] = iter(HINT_RETRIES_S)
+        with self.listening(run_id, on_append):
             while True:
                 hint.clear()  # before reading: an append during the read sets it again
                 async with self._reading:
                     fresh = await self._log.read_raw(run_id, after)
                 for seq, payload in fresh:
                     after = seq
+                    if hinted and hinted[0] == payload:
+                        hinted.clear()
                     yield seq, payload
                     if _ended(payload):
                         return
+                if not hinted:
+                    retries = iter(HINT_RETRIES_S)
+                wait = next(retries, None) if hinted else None
+                if wait is None:  # nothing hinted unread, or its re-reads are spent
+                    hinted.clear()
+                    retries = iter(HINT_RETRIES_S)
+                    wait = self._recheck * random.uniform(0.8, 1.2)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(hint.wait(), self._recheck * random.uniform(0.8, 1.2))
+                    await asyncio.wait_for(hint.wait(), wait)
 
     async def exists(self, run_id: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Whether the run's log has a record, waiting up to ``timeout`` seconds for one

@@ -19,6 +19,7 @@ import pytest
 import pytest_asyncio
 from console_support import ARTIFACTS, DOCS_SHOTS, chromium, playwright_or_skip
 from gw_support import (
+    BROKEN,
     HELLO,
     REVIEW,
     REVIEW_V2,
@@ -34,26 +35,6 @@ from interlock.transport.subjects import Subjects
 PORTS = Path(__file__).resolve().parents[2] / "examples" / "ports"
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
-
-BROKEN = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: broken
-    spec:
-      initial_state: ask
-      states:
-        ask:
-          actions:
-            - capability: liar
-              input: {}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-    """
-)
 
 
 LOOPER = yaml(

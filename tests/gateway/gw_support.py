@@ -68,6 +68,26 @@ REVIEW = yaml(
 """A score over 7 merges at once; any other waits in ``approval`` for a person."""
 REVIEW_V2 = REVIEW.replace("result.score > 7", "result.score >= 7")
 """Version 2 of ``review``: only the guard differs (a score of 7 now merges)."""
+BROKEN = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: broken
+    spec:
+      initial_state: ask
+      states:
+        ask:
+          actions:
+            - capability: liar
+              input: {}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+"""Asks ``liar``, whose answer breaks its declared output schema: one failed attempt."""
 
 
 @dataclass

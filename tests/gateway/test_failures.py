@@ -9,32 +9,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from gw_support import TIMEOUT, GatewayStack, gateway_stack, yaml
+from gw_support import BROKEN, TIMEOUT, GatewayStack, gateway_stack, yaml
 
 from interlock.gateway.failures import Failures
 from interlock.transport.subjects import Subjects
 
 pytestmark = pytest.mark.asyncio
 
-BROKEN = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: broken
-    spec:
-      initial_state: ask
-      states:
-        ask:
-          actions:
-            - capability: liar
-              input: {}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-    """
-)
 SLOW = yaml(
     """\
     apiVersion: interlock.io/v1

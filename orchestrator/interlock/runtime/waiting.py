@@ -222,8 +222,6 @@ class RunWatcher:
                     yield seq, payload
                     if _ended(payload):
                         return
-                if not hinted:
-                    retries = iter(HINT_RETRIES_S)
                 wait = next(retries, None) if hinted else None
                 if wait is None:  # nothing hinted unread, or its re-reads are spent
                     hinted.clear()

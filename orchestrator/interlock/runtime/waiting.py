@@ -168,27 +168,26 @@ class RunWatcher:
 
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        retries = iter(HINT_RETRIES_S)
+        pace = _Pace(self._recheck)
         with self.listening(run_id, on_append):
             last = await self._last(run_id)
             if last is None:
                 raise UnknownRunError(run_id)
             while not _ended(last):
                 # A terminal hint whose message is not readable yet: read again soon.
-                soon = next(retries, None) if hint.is_set() else None
-                wait = soon if soon is not None else self._recheck * random.uniform(0.8, 1.2)
-                if soon is None:
+                wait, soon = pace.next(unread_hint=hint.is_set())
+                if not soon:
                     hint.clear()
                 if deadline is not None:
                     left = deadline - loop.time()
                     if left <= 0:
                         raise TimeoutError(f"run {run_id} has not finished after {timeout}s")
                     wait = min(wait, left)
-                if soon is None:
+                if soon:
+                    await asyncio.sleep(wait)
+                else:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(hint.wait(), wait)
-                else:
-                    await asyncio.sleep(wait)
                 last = await self._last(run_id) or b""
         # A finished run's log no longer changes: read it whole, a few runs at a time
         # (each read holds a reply subscription while it lasts).
@@ -209,7 +208,7 @@ class RunWatcher:
             hinted[:] = [data]
             hint.set()
 
-        retries: Iterator[float] = iter(HINT_RETRIES_S)
+        pace = _Pace(self._recheck)
         with self.listening(run_id, on_append):
             while True:
                 hint.clear()  # before reading: an append during the read sets it again
@@ -222,11 +221,9 @@ class RunWatcher:
                     yield seq, payload
                     if _ended(payload):
                         return
-                wait = next(retries, None) if hinted else None
-                if wait is None:  # nothing hinted unread, or its re-reads are spent
+                wait, soon = pace.next(unread_hint=bool(hinted))
+                if not soon:  # nothing hinted unread, or its re-reads are spent
                     hinted.clear()
-                    retries = iter(HINT_RETRIES_S)
-                    wait = self._recheck * random.uniform(0.8, 1.2)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(hint.wait(), wait)
 
@@ -264,6 +261,24 @@ class RunWatcher:
         if status:
             raise LogReadError(f"reading the last record of {run_id}: status {status}")
         return reply.data
+
+
+class _Pace:
+    """When a wait or follow reads its run's log again: soon after a hint whose message
+    was not readable yet (``HINT_RETRIES_S``), else at the next hint or after about
+    ``recheck`` seconds (jittered, so many waits do not read at once)."""
+
+    def __init__(self, recheck: float) -> None:
+        self._recheck = recheck
+        self._retries: Iterator[float] = iter(HINT_RETRIES_S)
+
+    def next(self, *, unread_hint: bool) -> tuple[float, bool]:
+        """(seconds to wait, whether it is a re-read soon after a hint)."""
+        soon = next(self._retries, None) if unread_hint else None
+        if soon is not None:
+            return soon, True
+        self._retries = iter(HINT_RETRIES_S)  # the next hint gets its re-reads again
+        return self._recheck * random.uniform(0.8, 1.2), False
 
 
 def _ended(payload: bytes) -> bool:

@@ -128,6 +128,14 @@ def test_all_settled_runs_every_step_that_can_run_whatever_the_outcomes() -> Non
     text = RELEASE.replace("parallelism: 4", "parallelism: 4\n        completion: all_settled")
     run = Run(compile_one(text))
     run.start()
+    [started] = [r for r in run.log if isinstance(r, ev.DagStarted)]
+    assert started.data == ev.DagStartedData(
+        state="ship",
+        steps=["build", "lint", "test", "deploy", "rollback"],
+        parallelism=4,
+        completion="all_settled",
+    )
+    assert b'"completion":"all_settled"' in ev.encode(started)
     run.answer(
         {"error": {"class": "agent_error", "message": "no compiler"}},
         type="task.failed",
@@ -292,3 +300,33 @@ def test_a_gate_nothing_could_open_is_refused() -> None:
     text = GATED.replace("  evidence: {events: [release.evidence]}\n", "")
     diags = compile_sources([("g.yaml", text)]).diagnostics
     assert [(d.rule, d.line) for d in diags] == [("gate-without-evidence", 13)]
+
+
+def test_a_gated_step_without_dependencies_is_checked_when_the_dag_starts() -> None:
+    text = GATED.replace("            depends_on: [test]\n", "")
+    run = Run(compile_one(text))
+    records = run.start()
+    assert types(records) == [
+        "run.started",
+        "state.entered",
+        "dag.started",
+        "action.requested",
+        "gate.checked",
+    ]
+    held = records[-1]
+    assert isinstance(held, ev.GateChecked)
+    assert held.data == ev.GateCheckedData(
+        state="ship",
+        step="publish",
+        subject="release/publish",
+        proven=False,
+        missing=["receipt", "approval"],
+    )
+    assert sorted(_pending(run)) == ["test"]
+    proof = {"release/publish": {"receipt": "verified", "approval": "owner"}}
+    assert types(_evidence(run, proof, "e1")) == [
+        "evidence.recorded",
+        "gate.checked",
+        "action.requested",
+    ]
+    assert sorted(_pending(run)) == ["publish", "test"]

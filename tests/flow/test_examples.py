@@ -473,6 +473,9 @@ async def test_an_action_that_never_answers_times_out_and_fails_the_run(stack: S
     await eventually(lambda: agents.calls.total() == 2, "attempt 2 at the agent")
     await stack.advance(run_id, 5)
     await eventually(lambda: len(agents.cancelled) == 2, "attempt 2 stopped")
+    # The worker and this subscription each get the notice on their own connection: the
+    # worker stopping says nothing about this callback having run yet.
+    await eventually(lambda: len(notices) == 2, "both cancel notices seen here too")
     await control.unsubscribe()
     # Each notice names its attempt, so a worker that remembers it skips that attempt only.
     assert [(n.type, n.extensions.get("attempt")) for n in notices] == [

@@ -262,8 +262,6 @@ def shards(cancelled: str | None = None) -> Handler:
         if inp["task"] == "ingest/merge":
             return {"merged": [s["region"] for s in inp["shards"] if s["status"] == "done"]}
         region = inp["task"].removeprefix("ingest/shard#")
-        if region == "us":
-            await asyncio.sleep(0.1)  # the first shard finishes last
         if region == cancelled:
             raise AgentError(f"{region} source offline")
         return {"rows": len(region)}

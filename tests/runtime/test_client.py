@@ -399,15 +399,23 @@ async def test_following_many_logs_costs_one_subscription(
 
         follows = [asyncio.create_task(follow(r)) for r in run_ids]
         follows += [asyncio.create_task(ops_follow(r)) for r in run_ids[:100]]
-        await wait_until(lambda: client._watcher.watching == n)
+        # Every follower listens: a `logs` follower only once its first read of the whole
+        # log (a reply subscription of its own, outside the watcher's bound) is done, so
+        # the reads left are the watcher's. Counting runs watched is not enough: runs
+        # f0-f99 are watched as soon as their `ops.follow` listens.
+        watcher = client._watcher
+        await wait_until(lambda: sum(map(len, watcher._listeners.values())) == n + 100)
+        assert watcher.watching == n
         # While followers read their logs, each read holds a reply subscription (32 at
         # most at once); once all of them have read, the watcher's one is left.
         seen_subs: list[int] = []
-        for _ in range(200):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while True:
             subs, consumers = await server_counts(monitored, client)
             assert consumers == consumers_before
             seen_subs.append(subs)
-            if subs <= subs_before + 1:
+            if subs <= subs_before + 1 or loop.time() > deadline:
                 break
             await asyncio.sleep(0.05)
         assert seen_subs[-1] <= subs_before + 1, seen_subs

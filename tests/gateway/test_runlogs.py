@@ -9,10 +9,11 @@ import asyncio
 
 import msgspec
 import pytest
-from gw_support import TIMEOUT, GatewayStack, gateway_stack, yaml
+from gw_support import TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
 
 from interlock import views
 from interlock.client import Client, UnknownRun
+from interlock.core import events as ev
 from interlock.gateway.rest import LogPage
 from interlock.gateway.runlogs import RunLogs
 from interlock.transport.subjects import Subjects
@@ -45,9 +46,34 @@ GATE = yaml(
 )
 
 
+LOOP = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: loop
+    spec:
+      initial_state: poll
+      states:
+        poll:
+          loop:
+            until: iteration >= 20
+            max_iterations: 20
+            action:
+              capability: echo
+              input: {iteration: "{{ iteration }}"}
+          on:
+            - {event: task.completed, guard: "result.iteration > 0", goto: done}
+        done:
+          type: terminal
+    """
+)
+"""A run of about 45 records in about 22 messages."""
+
+
 @pytest.fixture
 async def gs(nats_url: str, subjects: Subjects):  # type: ignore[no-untyped-def]
-    async with gateway_stack(nats_url, subjects, [GATE]) as stack:
+    async with gateway_stack(nats_url, subjects, [GATE, LOOP]) as stack:
         yield stack
 
 
@@ -134,3 +160,59 @@ async def test_memory_kept_is_bounded(gs: GatewayStack) -> None:
     with pytest.raises(UnknownRun):
         await logs.log("rnosuchrun")
     assert await asyncio.wait_for(logs.describe(one), TIMEOUT)
+
+
+def _page(
+    records: list[ev.AnyRecord], offset: int, limit: int, more: bool, finished: bool
+) -> object:
+    page = LogPage(
+        records=[views.record_view(r) for r in records[offset : offset + limit]],
+        next_offset=offset + limit if more else None,
+        finished=finished,
+    )
+    return msgspec.to_builtins(page)
+
+
+async def test_a_page_near_the_start_of_a_log_not_kept_reads_only_its_head(
+    gs: GatewayStack,
+) -> None:
+    client = Client(gs.stack.client.nc, gs.stack.subjects)
+    long_run = await client.start("loop", {})
+    await wait_status(gs, long_run, "completed")
+    records = await client.records(long_run)
+    messages = await _messages(gs, long_run)
+    assert messages > 20
+
+    logs = RunLogs(gs.gateway.api.ops)
+    got = msgspec.json.decode(await logs.page(long_run, 2, 5))
+    assert got == _page(records, 2, 5, more=True, finished=True)
+    # Enough messages to fill the page and know that more follow: offset + limit + 1.
+    assert logs.head_reads == 8
+    # The whole log was read behind the page, once; the pages after come from it.
+    await asyncio.wait_for(logs.log(long_run), TIMEOUT)
+    assert logs.reads == messages
+    whole = msgspec.json.decode(await logs.page(long_run, 0, 1000))
+    assert whole == _page(records, 0, 1000, more=False, finished=True)
+    assert logs.head_reads == 8
+
+    # A running run's head: not finished, whether the page holds all of it or not.
+    waiting = await _waiting_run(gs, client)
+    so_far = await client.records(waiting)
+    fresh = RunLogs(gs.gateway.api.ops)
+    first = msgspec.json.decode(await fresh.page(waiting, 0, 1))
+    assert first == _page(so_far, 0, 1, more=True, finished=False)
+    fresh.forget()
+    everything = msgspec.json.decode(await fresh.page(waiting, 0, 200))
+    assert everything == _page(so_far, 0, 200, more=False, finished=False)
+    # Past its end: no records, nothing more.
+    fresh.forget()
+    beyond = msgspec.json.decode(await fresh.page(waiting, 100, 5))
+    assert beyond == _page(so_far, 100, 5, more=False, finished=False)
+    # Beyond the head's reach: the whole log, read and kept.
+    fresh.forget()
+    far = msgspec.json.decode(await fresh.page(long_run, 996, 5))
+    assert far == _page(records, 996, 5, more=False, finished=True)
+    with pytest.raises(UnknownRun):
+        await fresh.page("rnosuchrun", 0, 5)
+    await logs.stop()
+    await fresh.stop()

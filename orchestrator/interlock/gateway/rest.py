@@ -306,9 +306,8 @@ async def get_log(request: Request, gw: Gateway) -> Response:
     run_id = request.path_params["run_id"]
     limit = _int_param(request, "limit", 200, 1, 5000)
     offset = _int_param(request, "offset", 0, 0, 1 << 31)
-    cached = await gw.run_logs.log(run_id)
     # The page's records as they are kept (their JSON): the shape of LogPage.
-    return Response(cached.page(offset, limit), media_type="application/json")
+    return Response(await gw.run_logs.page(run_id, offset, limit), media_type="application/json")
 
 
 @reads

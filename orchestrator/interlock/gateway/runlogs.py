@@ -13,11 +13,23 @@ Memory is bounded: at most ``max_records`` records are kept over all runs, the l
 recently used run's log dropped first; a log longer than that is read and served but not
 kept. The records are kept as the bytes the log page sends (their CloudEvent JSON), so a
 page of records is the bytes of its records joined, with no re-encoding.
+
+The first read of a long log costs its whole length (about a second for 2,500 messages
+on a busy machine), but a page near its start needs only its first messages: a log page
+of a run not kept yet, within the first ``HEAD_RECORDS`` records, is answered from a
+bounded read of the log's head (each message holds at least one record, so
+``offset + limit + 1`` messages are enough to fill the page and know whether more
+follow) and the log's last message (whether the run ended), while the whole log is read
+into the cache behind it for the answers after. A page that shows a long run's first
+records does not wait for the whole log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -29,9 +41,31 @@ from interlock.core import events as ev
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient
+from interlock.runtime.logstore import LogReadError, read_subject
+
+log = logging.getLogger("interlock.gateway")
 
 MAX_RECORDS = 200_000
 """Records kept over all runs by default (a few hundred MB at most for large records)."""
+HEAD_RECORDS = 1000
+"""A page of a log not kept yet that ends within this many records is read from its head."""
+_TIMEOUT = 5.0
+_ENDINGS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
+
+
+def page_json(encoded: list[bytes], next_offset: int | None, finished: bool) -> bytes:
+    """The JSON of a log page (``LogPage``) from its records' JSON."""
+    return b"".join(
+        (
+            b'{"records":[',
+            b",".join(encoded),
+            b'],"next_offset":',
+            b"null" if next_offset is None else str(next_offset).encode(),
+            b',"finished":',
+            b"true" if finished else b"false",
+            b"}",
+        )
+    )
 
 
 @dataclass
@@ -56,17 +90,7 @@ class CachedLog:
         """The JSON of ``GET /runs/{id}/log?offset=&limit=`` from the records kept."""
         end = offset + limit
         more = end < len(self.encoded)
-        return b"".join(
-            (
-                b'{"records":[',
-                b",".join(self.encoded[offset:end]),
-                b'],"next_offset":',
-                str(end).encode() if more else b"null",
-                b',"finished":',
-                b"true" if self.finished else b"false",
-                b"}",
-            )
-        )
+        return page_json(self.encoded[offset:end], end if more else None, self.finished)
 
 
 @dataclass
@@ -83,12 +107,20 @@ class RunLogs:
         self._max = max_records
         self._kept: OrderedDict[str, CachedLog] = OrderedDict()
         self._locks: dict[str, _Lock] = {}
+        self._behind: dict[str, asyncio.Task[None]] = {}
         self.reads = 0
-        """Messages read from the stream so far (what the cache saves shows here)."""
+        """Messages read from the stream into the kept logs so far (what the cache saves
+        shows here)."""
+        self.head_reads = 0
+        """Messages read for pages answered from a log's head."""
 
     @property
     def kept_records(self) -> int:
         return sum(len(c.records) for c in self._kept.values())
+
+    def forget(self) -> None:
+        """Drop every kept log (the next answers read their logs again, as after a start)."""
+        self._kept.clear()
 
     async def log(self, run_id: str) -> CachedLog:
         """The run's log up to date: what was kept, and the messages appended since.
@@ -103,7 +135,7 @@ class RunLogs:
         held.users += 1
         try:
             async with held.lock:
-                cached = self._kept.pop(run_id, None) or CachedLog(run_id)
+                cached = self._kept.get(run_id) or CachedLog(run_id)
                 async with no_stream_is_no_run(run_id):
                     raw = await self._ops.log.read_raw(run_id, after=cached.last_seq)
                 if not raw and not cached.records:
@@ -124,8 +156,10 @@ class RunLogs:
 
     def _keep(self, cached: CachedLog) -> None:
         if len(cached.records) > self._max:
+            self._kept.pop(cached.run_id, None)
             return
         self._kept[cached.run_id] = cached
+        self._kept.move_to_end(cached.run_id)
         total = self.kept_records
         while total > self._max and self._kept:
             _, dropped = self._kept.popitem(last=False)
@@ -140,3 +174,71 @@ class RunLogs:
         described = views.describe_run(cached.records, definition, state=cached.state)
         cached.described = (cached.last_seq, described)
         return described
+
+    async def page(self, run_id: str, offset: int, limit: int) -> bytes:
+        """``GET /runs/{id}/log?offset=&limit=``: from the kept log, or, for a page near
+        the start of a log not kept yet, from a bounded read of its head (the whole log is
+        read behind it).
+
+        Raises:
+            UnknownRun: no such run.
+        """
+        check_run_id(run_id)
+        if run_id not in self._kept and offset + limit <= HEAD_RECORDS:
+            return await self._head_page(run_id, offset, limit)
+        return (await self.log(run_id)).page(offset, limit)
+
+    async def _head_page(self, run_id: str, offset: int, limit: int) -> bytes:
+        ops = self._ops
+        stream, subject = ops.subjects.runs_stream, ops.subjects.run(run_id)
+        wanted = offset + limit
+        async with no_stream_is_no_run(run_id):
+            raw = await read_subject(ops.nc, stream, subject, limit=wanted + 1)
+        if not raw:
+            raise UnknownRun(run_id)
+        self.head_reads += len(raw)
+        self._read_behind(run_id)
+        records = [r for _, payload in raw for r in ev.decode_batch(payload)]
+        whole = len(raw) <= wanted
+        last = raw[-1][1] if whole else await self._last_message(stream, subject)
+        finished = last is not None and any(isinstance(r, _ENDINGS) for r in ev.decode_batch(last))
+        more = len(records) > wanted or not whole
+        return page_json(
+            [ev.encode(r) for r in records[offset:wanted]], wanted if more else None, finished
+        )
+
+    async def _last_message(self, stream: str, subject: str) -> bytes | None:
+        """The payload of the subject's last message (None: it has none)."""
+        api = f"$JS.API.DIRECT.GET.{stream}"
+        body = json.dumps({"last_by_subj": subject}).encode()
+        msg = await self._ops.nc.request(api, body, timeout=_TIMEOUT)
+        status = (msg.headers or {}).get("Status")
+        if status == "404":
+            return None
+        if status:
+            raise LogReadError(f"reading the last message of {subject}: status {status}")
+        return msg.data
+
+    def _read_behind(self, run_id: str) -> None:
+        """Read the whole log into the cache in the background (once at a time per run)."""
+        if run_id in self._behind:
+            return
+
+        async def read() -> None:
+            try:
+                await self.log(run_id)
+            except Exception:  # the next answer reads it again
+                log.debug("reading the log of %s behind a page failed", run_id, exc_info=True)
+            finally:
+                self._behind.pop(run_id, None)
+
+        self._behind[run_id] = asyncio.create_task(read())
+
+    async def stop(self) -> None:
+        """Stop the reads started behind pages."""
+        tasks = list(self._behind.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -70,10 +70,11 @@ class LogReadError(InterlockError):
 
 
 async def read_subject(
-    nc: Client, stream: str, subject: str, after: int = 0
+    nc: Client, stream: str, subject: str, after: int = 0, *, limit: int | None = None
 ) -> list[tuple[int, bytes]]:
-    """(stream sequence, payload) of every message of ``subject`` after sequence ``after``,
-    by batched direct gets (the stream needs ``allow_direct``)."""
+    """(stream sequence, payload) of every message of ``subject`` after sequence ``after``
+    (the first ``limit`` of them when given), by batched direct gets (the stream needs
+    ``allow_direct``)."""
     api = f"$JS.API.DIRECT.GET.{stream}"
     out: list[tuple[int, bytes]] = []
     start = after + 1
@@ -81,7 +82,10 @@ async def read_subject(
     sub = await nc.subscribe(inbox)
     try:
         while True:
-            request = {"seq": start, "next_by_subj": subject, "batch": _BATCH}
+            batch = _BATCH if limit is None else min(_BATCH, limit - len(out))
+            if batch <= 0:
+                return out
+            request = {"seq": start, "next_by_subj": subject, "batch": batch}
             await nc.publish(api, json.dumps(request).encode(), reply=inbox)
             got = 0
             while True:
@@ -98,7 +102,7 @@ async def read_subject(
                 out.append((seq, msg.data))
                 start = seq + 1
                 got += 1
-            if got < _BATCH:
+            if got < batch:
                 return out
     finally:
         await sub.unsubscribe()

@@ -1,24 +1,29 @@
 // A run: its diagram, what it waits for now (and buttons to move it), outputs or error, and
 // the timeline of its log, kept live by the log stream while it runs.
+//
+// The page is drawn in two steps. First, from the log's first page (which the gateway
+// answers from the log's head, without reading the rest): the run's workflow and start,
+// the diagram of its version and the timeline's first records. Then, once the run's
+// description (its log folded, which needs the whole log) and the rest of the log arrive:
+// its status and state, the path it took on the diagram, what it waits for, its outputs
+// or error, and the rest of the timeline. A long log's first paint does not wait for it.
 import { api, ApiError, config, follow } from "./api.js";
 import { diagram, takenEdges } from "./diagram.js";
 import { add, ask, between, duration, errorBox, h, json, status, table, timeCell, toast } from "./dom.js";
-import { Timeline } from "./timeline.js";
+import { CHUNK, PREFIX, Timeline } from "./timeline.js";
 
 const PAGE = 5000;
 
-// The whole log: the first page at once, the others as soon as the run's description
-// (asked for at the same time) says how many records there are, all at the same time.
-async function wholeLog(runId, described) {
+// The log after its first `from` records: the pages the description (asked for at the
+// same time) counts, all at once, then any appended meanwhile.
+async function restOfLog(runId, described, from) {
   const page = (offset) =>
     api(`/runs/${encodeURIComponent(runId)}/log`, { params: { limit: PAGE, offset } });
-  const first = page(0);
   const { records: count } = await described;
-  const rest = [];
-  for (let offset = PAGE; offset < count; offset += PAGE) rest.push(page(offset));
-  const pages = await Promise.all([first, ...rest]);
+  const asked = [];
+  for (let offset = from; offset < Math.max(count, from + 1); offset += PAGE) asked.push(page(offset));
+  const pages = await Promise.all(asked);
   const records = pages.flatMap((p) => p.records);
-  // Records appended meanwhile: the pages after the counted ones.
   let next = pages[pages.length - 1].next_offset;
   while (next !== null) {
     const more = await page(next);
@@ -26,6 +31,14 @@ async function wholeLog(runId, described) {
     next = more.next_offset;
   }
   return records;
+}
+
+// What the run's first record says about it (null when it does not start with one).
+function startOf(records) {
+  const first = records[0];
+  if (!first || first.type !== `${PREFIX}run.started`) return null;
+  const d = first.data || {};
+  return { run_id: first.subject, workflow: d.workflow, namespace: d.namespace || "default", version: d.version ?? 1, started_at: first.time };
 }
 
 function workflowPath(desc) {
@@ -45,22 +58,13 @@ export async function runPage(root, runId, _params, current) {
   const path = `/runs/${encodeURIComponent(runId)}`;
   performance.mark("run:start");
   const described = api(path);
-  // The workflow version the run is on (for the diagram), asked for once the description
-  // names it, while the log is still coming.
-  const drawn = described.then((d) =>
-    api(workflowPath(d), { params: { version: d.version } }).catch((e) => {
-      if (e instanceof ApiError && e.status === 404) return null;
-      throw e;
-    }),
-  );
-  const [first, settings, records, detail] = await Promise.all([
-    described,
-    config(),
-    wholeLog(runId, described),
-    drawn,
-  ]);
+  described.catch(() => {}); // awaited below; a failure is shown there
+  const [head, settings] = await Promise.all([api(`${path}/log`, { params: { limit: CHUNK } }), config()]);
   performance.mark("run:fetched");
-  let desc = first;
+  let desc = null;
+  // What the page knows of the run before its description: from the log's first record.
+  const start = startOf(head.records);
+  let records = head.records;
 
   const header = h("div", { class: "title-row" });
   const meta = h("dl", { class: "meta" });
@@ -69,29 +73,36 @@ export async function runPage(root, runId, _params, current) {
   const picture = h("div", { class: "diagram-box", tabindex: "-1" });
   const visitsPanel = h("div", { class: "visits", "aria-live": "polite" });
   const timeline = new Timeline();
-  timeline.load(records);
-  performance.mark("run:timeline");
+  timeline.load(records, { complete: head.next_offset === null });
+  const inputs = h("div");
+  const replayBox = h("div", { class: "replay" });
+  now.hidden = true;
+  ending.hidden = true;
 
   function drawHeader() {
-    header.replaceChildren(h("h1", {}, "Run ", h("span", { class: "mono" }, desc.run_id)), status(desc.status));
-    const wf = desc.namespace === "default" ? desc.workflow : `${desc.namespace}/${desc.workflow}`;
+    const known = desc || start || { run_id: runId };
+    header.replaceChildren(
+      h("h1", {}, "Run ", h("span", { class: "mono" }, known.run_id || runId)),
+      desc ? status(desc.status) : h("span", { class: "muted", id: "run-reading" }, "reading its log…"),
+    );
+    const wf = known.namespace === "default" ? known.workflow : `${known.namespace}/${known.workflow}`;
     const items = [
-      ["Workflow", h("a", { href: `#/workflows/${desc.namespace}/${desc.workflow}?version=${desc.version}` }, `${wf} v${desc.version}`)],
-      ["State", h("code", {}, desc.state || "—")],
-      ["Started", timeCell(desc.started_at)],
-      desc.finished_at ? ["Finished", timeCell(desc.finished_at)] : null,
-      ["Duration", duration(between(desc.started_at, desc.finished_at || new Date().toISOString()))],
-      ["Records", String(desc.records)],
-      desc.parent_run ? ["Parent run", h("a", { href: `#/runs/${encodeURIComponent(desc.parent_run)}` }, desc.parent_run)] : null,
-      desc.correlation_key ? ["Correlation key", h("code", {}, desc.correlation_key)] : null,
+      known.workflow ? ["Workflow", h("a", { href: `#/workflows/${known.namespace}/${known.workflow}?version=${known.version}` }, `${wf} v${known.version}`)] : null,
+      desc ? ["State", h("code", {}, desc.state || "—")] : null,
+      known.started_at ? ["Started", timeCell(known.started_at)] : null,
+      desc?.finished_at ? ["Finished", timeCell(desc.finished_at)] : null,
+      desc ? ["Duration", duration(between(desc.started_at, desc.finished_at || new Date().toISOString()))] : null,
+      desc ? ["Records", String(desc.records)] : null,
+      desc?.parent_run ? ["Parent run", h("a", { href: `#/runs/${encodeURIComponent(desc.parent_run)}` }, desc.parent_run)] : null,
+      desc?.correlation_key ? ["Correlation key", h("code", {}, desc.correlation_key)] : null,
     ];
-    const trace = traceLink(settings.trace_url, desc.run_id, records);
+    const trace = traceLink(settings.trace_url, runId, records);
     if (trace) items.push(["Trace", trace]);
     meta.replaceChildren(...items.filter(Boolean).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
 
   function drawNow() {
-    if (desc.status !== "running") {
+    if (!desc || desc.status !== "running") {
       now.replaceChildren();
       now.hidden = true;
       return;
@@ -128,6 +139,7 @@ export async function runPage(root, runId, _params, current) {
 
   function drawEnding() {
     const parts = [];
+    if (!desc) return;
     if (desc.outputs && Object.keys(desc.outputs).length) {
       parts.push(h("h2", { id: "end-h" }, "Outputs"), h("pre", { class: "outputs", tabindex: "0" }, JSON.stringify(desc.outputs, null, 2)));
     }
@@ -149,19 +161,43 @@ export async function runPage(root, runId, _params, current) {
   }
 
   let seen = [...records];
+  // The workflow version the diagram draws (undefined: not asked for yet; null: not stored).
+  let detail;
+  let detailOf = null;
+  async function fetchDetail(of) {
+    const key = `${of.namespace}/${of.workflow}@${of.version}`;
+    if (detailOf === key) return;
+    detailOf = key;
+    try {
+      detail = await api(workflowPath(of), { params: { version: of.version } });
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 404)) throw e;
+      detail = null;
+    }
+  }
+
   function drawDiagram() {
-    if (!detail) {
-      picture.replaceChildren(h("p", { class: "muted" }, `Version ${desc.version} of ${desc.workflow} is not stored: no diagram.`));
+    const of = desc || start;
+    if (detail === undefined) {
+      picture.replaceChildren(h("p", { class: "muted" }, "Drawing the diagram…"));
       return;
     }
+    if (!detail) {
+      picture.replaceChildren(h("p", { class: "muted" }, `Version ${of.version} of ${of.workflow} is not stored: no diagram.`));
+      return;
+    }
+    // Before the description, the workflow alone: the run's path is drawn once its whole
+    // log is in.
     picture.replaceChildren(
-      diagram(detail, {
-        visited: visitedOf(),
-        taken: takenEdges(detail, seen),
-        current: desc.state,
-        currentStatus: desc.status,
-        onSelect: showVisits,
-      }),
+      diagram(detail, desc
+        ? {
+            visited: visitedOf(),
+            taken: takenEdges(detail, seen),
+            current: desc.state,
+            currentStatus: desc.status,
+            onSelect: showVisits,
+          }
+        : { onSelect: showVisits }),
     );
   }
 
@@ -238,8 +274,8 @@ export async function runPage(root, runId, _params, current) {
     }
   }
 
-  const replayBox = h("div", { class: "replay" });
   function drawReplay() {
+    if (!desc) return;
     if (!detail || detail.versions.length < 2) {
       replayBox.replaceChildren(h("p", { class: "muted" }, "No other stored version to replay this run against."));
       return;
@@ -301,12 +337,15 @@ export async function runPage(root, runId, _params, current) {
     }, 150);
   }
 
+  function drawInputs() {
+    if (desc) inputs.replaceChildren(json(desc.inputs, "inputs"), json(desc.context, "context"));
+    else inputs.replaceChildren(h("p", { class: "muted" }, "Reading the run's log…"));
+  }
+
   drawHeader();
-  drawNow();
-  drawEnding();
   drawDiagram();
-  drawReplay();
-  add(root, 
+  drawInputs();
+  add(root,
     header,
     meta,
     now,
@@ -316,28 +355,64 @@ export async function runPage(root, runId, _params, current) {
       h("p", { class: "hint" }, "Visited states are shaded, taken transitions drawn bold, the current state outlined. Choose a state to list its visits."),
       h("div", { class: "diagram-row" }, picture, visitsPanel)),
     h("section", { "aria-labelledby": "timeline-h" }, h("h2", { id: "timeline-h" }, "Timeline"), timeline.el),
-    h("section", { "aria-labelledby": "inputs-h" },
-      h("h2", { id: "inputs-h" }, "Inputs and context"),
-      json(desc.inputs, "inputs"),
-      json(desc.context, "context")),
+    h("section", { "aria-labelledby": "inputs-h" }, h("h2", { id: "inputs-h" }, "Inputs and context"), inputs),
     h("section", { "aria-labelledby": "replay-h" }, h("h2", { id: "replay-h" }, "Replay"), replayBox),
   );
   performance.mark("run:built");
-  explain();
 
   let stop = null;
-  if (desc.status === "running") {
-    stop = follow(runId, records.length, {
-      onRecord: (r, position) => {
-        if (!current() || position < seen.length) return;
-        seen.push(r);
-        timeline.add(r, position + 1);
-        refresh();
-      },
-      onEnd: refresh,
-    });
-  }
+  let closed = false;
+  const live = () => !closed && current();
+  // The diagram of the version the run started on, while the rest is read.
+  const drawn = start
+    ? fetchDetail(start).then(() => {
+        if (live() && !desc) drawDiagram();
+      })
+    : Promise.resolve();
+  drawn.catch(() => {});
+
+  // The rest: the description, the rest of the log, the diagram's version if it moved.
+  (async () => {
+    let rest = [];
+    try {
+      const more = head.next_offset === null ? Promise.resolve([]) : restOfLog(runId, described, head.next_offset);
+      [desc, rest] = await Promise.all([described, more]);
+      await drawn.catch(() => {});
+      await fetchDetail(desc);
+    } catch (e) {
+      if (!live()) return;
+      header.querySelector("#run-reading")?.remove();
+      now.hidden = false;
+      now.replaceChildren(errorBox(e));
+      return;
+    }
+    if (!live()) return;
+    records = records.concat(rest);
+    seen = [...records];
+    timeline.extend(rest);
+    drawHeader();
+    drawNow();
+    drawEnding();
+    drawDiagram();
+    drawReplay();
+    drawInputs();
+    performance.mark("run:complete");
+    explain();
+    if (desc.status === "running") {
+      stop = follow(runId, records.length, {
+        onRecord: (r, position) => {
+          if (!current() || position < seen.length) return;
+          seen.push(r);
+          timeline.add(r, position + 1);
+          refresh();
+        },
+        onEnd: refresh,
+      });
+    }
+  })();
+
   return () => {
+    closed = true;
     stop?.();
     timeline.stop();
     clearTimeout(pending);

@@ -145,6 +145,7 @@ export class Timeline {
     this.list = null;
     this.checks = new Map(); // seq -> explain step, drawn with its record
     this.observer = null;
+    this.complete = true; // false while only the log's first records are known
     this.updateMore();
   }
 
@@ -175,10 +176,21 @@ export class Timeline {
     this.records.push({ r, seq, group: this.groups.length - 1 });
   }
 
-  // Every record of the log as first read: the first chunk drawn.
-  load(records) {
+  // The log as first read (the whole log, or its first records when `complete` is false
+  // and the rest comes with extend): the first chunk drawn.
+  load(records, { complete = true } = {}) {
+    this.complete = complete;
     records.forEach((r, i) => this.note(r, i + 1));
     this.drawTo(this.chunk);
+  }
+
+  // The rest of a log whose first records were loaded: known at once, drawn as asked.
+  extend(records) {
+    this.complete = true;
+    const drawnAll = this.shown === this.records.length && this.shown < this.chunk;
+    for (const r of records) this.note(r, this.records.length + 1);
+    if (drawnAll) this.drawTo(this.chunk);
+    else this.updateMore();
   }
 
   // One more record (from the live stream): drawn at once when everything before it is.
@@ -252,8 +264,10 @@ export class Timeline {
 
   updateMore() {
     const left = this.records.length - this.shown;
-    this.moreEl.hidden = left <= 0;
+    this.moreEl.hidden = left <= 0 && this.complete;
+    this.moreButton.hidden = this.allButton.hidden = left <= 0;
     if (left <= 0) {
+      this.status.textContent = this.complete ? "" : `Records 1–${this.shown} shown; reading the rest of the log…`;
       this.observer?.disconnect();
       this.observer = null;
       return;

@@ -128,6 +128,7 @@ def messages() -> dict[str, Any]:
         "TaskCompleted": _task_completed(ex),
         "TaskEmitted": _task_emitted(ex),
         "TaskFailed": _task_failed(ex),
+        "AnswerReply": _answer_reply(),
         "CancelNotice": _cancel_notice(ex),
         "Heartbeat": _heartbeat(ex),
         "TimerSchedule": _timer_schedule(),
@@ -347,6 +348,32 @@ def _timer_fired() -> dict[str, Any]:
         "title": "A durable timer went off",
         "contentType": tasks.JSON,
         "payload": _struct_schema(tasks.TimerBody),
+    }
+
+
+def _answer_reply() -> dict[str, Any]:
+    return {
+        "name": "AnswerReply",
+        "title": "What became of an answer sent by request",
+        "summary": "No payload; the outcome is a header.",
+        "headers": {
+            "type": "object",
+            "required": [tasks.ANSWER_HEADER],
+            "properties": {
+                tasks.ANSWER_HEADER: {
+                    "type": "string",
+                    "enum": [tasks.ANSWER_RECORDED, tasks.ANSWER_REFUSED, tasks.ANSWER_FAILED],
+                    "description": f"`{tasks.ANSWER_RECORDED}`: in the run's log (or for a "
+                    f"run the orchestrator does not know: ignored). `{tasks.ANSWER_REFUSED}`: "
+                    "dead-lettered, sending it again changes nothing. "
+                    f"`{tasks.ANSWER_FAILED}`: not taken now; publish it to the results "
+                    "stream.",
+                },
+                tasks.ANSWER_REASON_HEADER: _string(
+                    "With `refused`: the dead letter's reason (answer-token, ...)."
+                ),
+            },
+        },
     }
 
 

@@ -51,7 +51,8 @@ def _consumer() -> dict[str, Any]:
             "acks": f"$JS.ACK.{SUBJECTS.tasks_stream}.cap_{{capability_token}}.>",
         },
         "acks": {
-            "+ACK": "after the answer is stored (its publish acknowledged)",
+            "+ACK": "after the answer is safe: a reply `recorded` or `refused` to its "
+            "request, or its publish to the results stream acknowledged",
             "+WPI": "progress: restarts the ack wait; send one every ackWait/3 while working",
             "-NAK": "hand the task back for redelivery (shutting down, or the answer could "
             "not be published)",
@@ -89,10 +90,25 @@ def _operations() -> dict[str, Any]:
             "A worker pulls tasks of its capability from the shared durable consumer.",
             **{"x-interlock-consumer": _consumer()},
         ),
+        "requestAnswer": op(
+            "send",
+            "answerRequests",
+            "A worker answers a task by request: echo ce-runid, ce-actionid, ce-attempt "
+            "and the Interlock-Token header; on a reply `recorded` or `refused`, "
+            "acknowledge the task; on no reply, no responders or `failed`, sendAnswer.",
+            reply={"channel": {"$ref": "#/channels/answerReplies"}},
+        ),
+        "serveAnswers": op(
+            "receive",
+            "answerRequests",
+            "The orchestrator checks an answer, appends it (or dead-letters it), then replies.",
+            reply={"channel": {"$ref": "#/channels/answerReplies"}},
+        ),
         "sendAnswer": op(
             "send",
             "answers",
-            "A worker answers a task: echo ce-runid, ce-actionid, ce-attempt and the "
+            "A worker answers a task through the results stream (when its request got no "
+            "reply, or always): echo ce-runid, ce-actionid, ce-attempt and the "
             "Interlock-Token header; then acknowledge the task.",
         ),
         "takeAnswers": op(

@@ -1,10 +1,12 @@
 """Answers the orchestrator refuses: forged ones never reach a run's log.
 
-An agent of a capability may publish on ``<prefix>.results.<capability>.*`` (NATS
-permissions say so); everything else is checked by the orchestrator before it appends: the
-answer must echo the per-attempt ``Interlock-Token`` of the request it answers, name that
-request's run, action and attempt, and the run must still await that attempt. Each refused
-answer is dead-lettered with its reason; the log is unchanged. Real nats-server, no agent
+An agent of a capability may answer on ``<prefix>.results.<capability>.*`` (the results
+stream) and ``<prefix>.answer.<capability>.*`` (a request the orchestrator replies to once
+the answer is in the log); NATS permissions say so. Everything else is checked by the
+orchestrator before it appends: the answer must echo the per-attempt ``Interlock-Token``
+of the request it answers, name that request's run, action and attempt, and the run must
+still await that attempt. Each refused answer is dead-lettered with its reason (told in the
+reply to a request); the log is unchanged. Real nats-server, no agent
 process: the test reads the requests and writes the answers by hand, as an attacker would.
 """
 
@@ -88,15 +90,38 @@ def answer_for(
     )
 
 
-async def publish(stack: Any, subject: str, event: CloudEvent, token: str | None) -> None:
+WAYS = ["stream", "request"]
+"""How an answer is sent: published to the results stream, or requested on the answer
+subject (the orchestrator replies with what became of it)."""
+
+
+async def send(
+    stack: Any, way: str, subject: str, event: CloudEvent, token: str | None
+) -> dict[str, str] | None:
+    """Send an answer on ``subject`` (a results subject; its answer twin for a request);
+    the reply's headers (None: published to the stream)."""
     headers, payload = tasks.encode_result(event, token=token)
-    await stack.client.js.publish(subject, payload, headers=headers)
+    if way == "stream":
+        await stack.client.js.publish(subject, payload, headers=headers)
+        return None
+    where = stack.subjects.answered(subject)
+    assert where is not None
+    answer_subject = stack.subjects.answer(*where)
+    reply = await stack.client.nc.request(answer_subject, payload, headers=headers, timeout=TIMEOUT)
+    assert reply.headers is not None
+    return dict(reply.headers)
 
 
+@pytest.mark.parametrize("way", WAYS)
 async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
-    nats_url: str, subjects: Subjects
+    nats_url: str, subjects: Subjects, way: str
 ) -> None:
     async with running_stack(nats_url, subjects, [FLAKY], worker=False) as stack:
+
+        async def publish(subject: str, event: CloudEvent, token: str | None) -> None:
+            reply = await send(stack, way, subject, event, token)
+            assert reply is None or reply[tasks.ANSWER_HEADER] == tasks.ANSWER_RECORDED
+
         requests = Requests()
         tap = await stack.client.nc.subscribe(subjects.capabilities_all, cb=requests.on_msg)
         letters = await stack.client.js.subscribe(subjects.dead_letters_all, ordered_consumer=True)
@@ -108,10 +133,17 @@ async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
             nonlocal forged
             forged += 1  # each its own id: the results stream drops a repeated one
             event = msgspec.structs.replace(event, id=f"{event.id}.{forged}")
-            await publish(stack, subject, event, token)
+            reply = await send(stack, way, subject, event, token)
             letter = await letters.next_msg(timeout=TIMEOUT)
             assert letter.headers is not None
-            assert letter.headers["Interlock-Dead-Letter-Subject"] == subject
+            if reply is not None:  # told why, once the dead letter is stored
+                assert reply[tasks.ANSWER_HEADER] == tasks.ANSWER_REFUSED
+                reason = letter.headers["Interlock-Dead-Letter-Reason"]
+                assert reply[tasks.ANSWER_REASON_HEADER] == reason
+            where = stack.subjects.answered(subject)
+            assert where is not None
+            sent_on = subject if way == "stream" else stack.subjects.answer(*where)
+            assert letter.headers["Interlock-Dead-Letter-Subject"] == sent_on
             return letter.headers["Interlock-Dead-Letter-Reason"]
 
         run_a = await stack.client.start("flaky", {})
@@ -154,7 +186,7 @@ async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
             event_type=tasks.TASK_FAILED,
             data={"error": {"class": "agent_error", "message": "flaky", "retryable": True}},
         )
-        await publish(stack, subjects.result("slow", run_a), failed, token_a)
+        await publish(subjects.result("slow", run_a), failed, token_a)
         retry, retry_head = await requests.next(run_a)
         assert retry.extensions["attempt"] == "2"
         assert retry_head[tasks.TOKEN_HEADER] not in (token_a, token_b)
@@ -173,13 +205,12 @@ async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
 
         # The genuine answer to attempt 2 completes the run; run B is untouched meanwhile.
         await publish(
-            stack,
             subjects.result("slow", run_a),
             answer_for(retry),
             retry_head[tasks.TOKEN_HEADER],
         )
         assert (await stack.wait(run_a)).status == "completed"
-        await publish(stack, subjects.result("slow", run_b), answer_for(req_b), token_b)
+        await publish(subjects.result("slow", run_b), answer_for(req_b), token_b)
         assert (await stack.wait(run_b)).status == "completed"
         # An answer to an action the run no longer awaits.
         again = answer_for(retry, suffix="again")

@@ -148,6 +148,7 @@ REFUSED = [
     ("take echo's tasks", "pub", f"$JS.API.CONSUMER.MSG.NEXT.{TASKS}.cap_echo"),
     ("inject a task", "pub", "il.cap.echo"),
     ("answer a task", "pub", "il.results.held.{run}"),
+    ("answer a task by request", "pub", "il.answer.held.{run}"),
     ("fire a timer", "pub", "il.timers.fired.{run}"),
     ("dead-letter as the orchestrator", "pub", "il.dlq.unknown_run"),
     ("write a workflow", "pub", f"$KV.{SUBJECTS.workflows_bucket}.latest.default.x"),
@@ -155,6 +156,7 @@ REFUSED = [
     ("read the secrets", "pub", "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.task-token-key"),
     ("listen to tasks", "sub", "il.cap.>"),
     ("listen to answers", "sub", "il.results.>"),
+    ("take answer requests", "sub", "il.answer.>"),
     ("listen to others' replies", "sub", "_INBOX.>"),
 ]
 

@@ -15,6 +15,7 @@ def test_templates_follow_the_layout() -> None:
         "$JS.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_{capability_token}",
         "$JS.ACK.IL_TASKS.cap_{capability_token}.>",
         "il.results.{capability}.*",
+        "il.answer.{capability}.*",
         "il.dlq.agent.{capability}.*",
         "$KV.il_workers.{capability_token}.*",
     } <= agent_pub
@@ -35,7 +36,9 @@ def test_templates_follow_the_layout() -> None:
     assert not [
         s
         for s in gateway.pub_allow
-        if s.startswith(("il.cap", "il.results", "il.timers", "il.dlq", "$KV.il_secrets"))
+        if s.startswith(
+            ("il.cap", "il.results", "il.answer", "il.timers", "il.dlq", "$KV.il_secrets")
+        )
         or any(op in s for op in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "PURGE"))
         or "DURABLE" in s
         or (
@@ -53,6 +56,7 @@ def test_templates_follow_the_layout() -> None:
 def test_a_capability_with_dots_reaches_only_its_own_answers() -> None:
     perms = agent(Subjects("il"), "UKEY", ["review.deep"])
     assert "il.results.review.deep.*" in perms.pub_allow
+    assert "il.answer.review.deep.*" in perms.pub_allow
     assert "$JS.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_review_deep" in perms.pub_allow
 
 

@@ -25,7 +25,13 @@ from interlock.core.engine import derive_run_id
 from interlock.runtime.runs import utc_now
 from interlock.transport.cloudevents import CloudEvent, encode_binary, encode_structured
 from interlock.transport.connection import ConnectOptions
-from interlock.transport.tasks import TOKEN_HEADER, answer_event
+from interlock.transport.tasks import (
+    ANSWER_HEADER,
+    ANSWER_REASON_HEADER,
+    ANSWER_REFUSED,
+    TOKEN_HEADER,
+    answer_event,
+)
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
@@ -41,6 +47,7 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("schedule a timer", "pub", lambda run: f"il.timers.schedule.{run}-t"),
     ("inject a task", "pub", lambda run: SUBJECTS.capability("echo")),
     ("answer another capability", "pub", lambda run: f"il.results.held.{run}"),
+    ("answer another capability by request", "pub", lambda run: SUBJECTS.answer("held", run)),
     ("purge the run logs", "pub", lambda run: f"$JS.API.STREAM.PURGE.{RUNS}"),
     ("delete the run logs", "pub", lambda run: f"$JS.API.STREAM.DELETE.{RUNS}"),
     ("change the tasks stream", "pub", lambda run: f"$JS.API.STREAM.UPDATE.{TASKS}"),
@@ -56,6 +63,7 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("listen to run logs", "sub", lambda run: "il.runs.>"),
     ("listen to tasks", "sub", lambda run: "il.cap.>"),
     ("listen to answers", "sub", lambda run: "il.results.>"),
+    ("take answer requests", "sub", lambda run: SUBJECTS.answers_all),
     ("listen to others' replies", "sub", lambda run: "_INBOX.>"),
     ("listen to echo's cancel notices", "sub", lambda run: "il.control.echo.*"),
 ]
@@ -211,6 +219,7 @@ OPERATOR_REFUSED = [
     "il.timers.fired.{run}",
     "il.cap.echo",
     "il.results.held.{run}",
+    "il.answer.held.{run}",
     "$KV.il_secrets.task-token-key",
     "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.task-token-key",
     "$JS.API.STREAM.MSG.GET.KV_il_secrets",
@@ -278,6 +287,48 @@ async def test_an_agent_answering_its_capability_without_the_task_token_is_dead_
     while len(await secured.operator.dead_letters("answer-token")) < letters_before + 2:
         assert loop.time() < deadline, "the forged answers were not dead-lettered"
         await asyncio.sleep(0.1)
+    assert await log_bytes(secured, target) == before
+
+
+async def test_an_agent_requesting_an_answer_without_the_task_token_is_told_it_is_refused(
+    secured: Secured, target: str
+) -> None:
+    """The same answer by request on ``il.answer.held.<run>``: NATS lets the agent of
+    ``held`` send it (the reply comes to its own inbox), the orchestrator refuses it, says
+    so in the reply once it is dead-lettered, and the log is unchanged."""
+    creds = secured.issued.get("held-agent") or secured.issue(
+        Role("agent", capabilities=("held",)), "held-agent"
+    )
+    records = await secured.operator.read(target)
+    requested = next(r for r in records if isinstance(r, ev.ActionRequested))
+    before = await log_bytes(secured, target)
+    letters_before = len(await secured.operator.dead_letters("answer-token"))
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    try:
+        answer = answer_event(
+            run_id=target,
+            action_id=requested.data.action_id,
+            attempt=requested.data.attempt,
+            event_id="forged-by-request",
+            source="mallory",
+            type="task.completed",
+            data={"forged": True},
+            time=utc_now(),
+        )
+        headers, payload = encode_binary(answer)
+        headers[TOKEN_HEADER] = "AAAAforgedAAAA"
+        reply = await nc.request(
+            SUBJECTS.answer("held", target), payload, headers=headers, timeout=15
+        )
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    assert reply.headers is not None
+    assert reply.headers[ANSWER_HEADER] == ANSWER_REFUSED
+    assert reply.headers[ANSWER_REASON_HEADER] == "answer-token"
+    # Replied to once dead-lettered.
+    assert len(await secured.operator.dead_letters("answer-token")) == letters_before + 1
     assert await log_bytes(secured, target) == before
 
 

@@ -34,7 +34,7 @@ def test_the_asyncapi_parser_finds_no_error() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "valid AsyncAPI 3.0.0: 11 channels" in done.stdout
+    assert "valid AsyncAPI 3.0.0: 13 channels" in done.stdout
 
 
 def test_the_validator_rejects_a_broken_document(tmp_path: Any) -> None:
@@ -64,6 +64,9 @@ def test_channels_say_who_may_publish_as_the_roles_do() -> None:
     assert perms["taskRequests"]["publish"] == ["orchestrator"]
     assert "agent" in perms["taskRequests"]["readThroughJetStream"]
     assert perms["answers"]["publish"] == ["orchestrator", "agent"]
+    # Answers by request: sent by the agents of the capability, served by the orchestrator.
+    assert perms["answerRequests"]["publish"] == ["orchestrator", "agent"]
+    assert perms["answerRequests"]["subscribe"] == ["orchestrator"]
     assert perms["cancelNotices"]["subscribe"] == ["orchestrator", "agent"]
     # Start and cancel append to a run's log: the CLI's and the HTTP gateway's.
     assert perms["runLog"]["publish"] == ["orchestrator", "operator", "gateway"]

@@ -217,8 +217,9 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
 
 def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permissions:
     """Take tasks of its capabilities through their (orchestrator-made) durable consumers,
-    answer them, hear their cancel notices, heartbeat under their keys, read the AgentDefs,
-    dead-letter its own bad tasks. Nothing else: no run logs, timers, events, other
+    answer them (by request, the reply coming to its own inbox, or to the results stream),
+    hear their cancel notices, heartbeat under their keys, read the AgentDefs, dead-letter
+    its own bad tasks. Nothing else: no run logs, timers, events, other
     capabilities, stream or consumer administration."""
     p = subjects.prefix
     tasks = subjects.tasks_stream
@@ -248,6 +249,7 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
             f"{JS_API}.CONSUMER.INFO.{tasks}.{durable}",
             f"{JS_API}.CONSUMER.MSG.NEXT.{tasks}.{durable}",
             f"$JS.ACK.{tasks}.{durable}.>",
+            f"{p}.answer.{cap}.*",
             f"{p}.results.{cap}.*",
             f"{p}.dlq.agent.{cap}.*",
             f"$KV.{workers}.{capability_token(cap)}.*",

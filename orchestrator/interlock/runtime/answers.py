@@ -1,8 +1,10 @@
-"""Answers: what the orchestrator lets into a run's log from the results stream.
+"""Answers: what the orchestrator lets into a run's log, by request or from the results stream.
 
 An answer is appended only when it speaks for an attempt the run is still waiting for,
-from the capability that attempt was dispatched to. NATS permissions let an agent publish
-answers only on ``<prefix>.results.<its capability>.*``; what they cannot say (which run,
+from the capability that attempt was dispatched to. NATS permissions let an agent send
+answers only on ``<prefix>.answer.<its capability>.*`` (a request the orchestrator
+replies to once the answer is in the log) and ``<prefix>.results.<its capability>.*``
+(the results stream, the way that needs no orchestrator up); what they cannot say (which run,
 action and attempt) the orchestrator checks here, before anything is appended:
 
 1. the subject names a capability and a run, and the answer's ``runid`` (if any) is that
@@ -78,7 +80,8 @@ class Answers:
         where = self._subjects.answered(subject)
         if where is None:
             raise AnswerRefused(
-                "answer-subject", f"{subject!r} is not <prefix>.results.<capability>.<run id>"
+                "answer-subject",
+                f"{subject!r} is not <prefix>.results|answer.<capability>.<run id>",
             )
         capability, run_id = where
         ext = event.extensions

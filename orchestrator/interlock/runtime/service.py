@@ -1,10 +1,12 @@
 """``interlock serve``: the orchestrator.
 
-Three durable pull consumers, all stateless to restart:
+Three durable pull consumers and one request service, all stateless to restart:
 
 - ingress: CloudEvents on ``<prefix>.events.>`` start runs (triggers) or reach the run
   named by their ``runid`` extension. Invalid messages go to the dead-letter stream.
-- results: agents' answers on ``<prefix>.results.>`` are decided on by their run.
+- answers: agents' answers, by request on ``<prefix>.answer.>`` (:mod:`answering`: replied
+  to once in the run's log) or from the results stream on ``<prefix>.results.>`` (the way
+  that works while no orchestrator is up), are checked and decided on by their run.
 - relay (the outbox): every appended run-log record is read back from the RUNS stream and
   acted on: action requests are published to capability subjects with a deterministic
   ``Nats-Msg-Id``, cancellations are told to agents, and the run index is written behind
@@ -46,6 +48,7 @@ from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass
 from interlock.runtime import writebehind
 from interlock.runtime.addressing import Refused, admit
+from interlock.runtime.answering import AnswerDesk, Outcome
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
@@ -137,6 +140,7 @@ class Orchestrator:
         self._stopping = asyncio.Event()
         self.index = RunIndex(nc, subjects)
         self.answers = Answers(self.js, subjects)
+        self.desk = AnswerDesk(nc, subjects, self._take_answer)
         self._task_consumers: set[str] = set()
         """Capabilities whose consumer this process has made sure of."""
         self.flow = ControlFlow(
@@ -196,6 +200,7 @@ class Orchestrator:
             ),
             asyncio.create_task(self._relay()),
         ]
+        await self.desk.start()
         self.flow.start()
         log.info("orchestrator started (prefix %s)", s.prefix)
 
@@ -209,6 +214,7 @@ class Orchestrator:
 
     async def stop(self) -> None:
         self._stopping.set()
+        await self.desk.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -476,17 +482,24 @@ class Orchestrator:
     # -- results --------------------------------------------------------------------------
 
     async def _on_result(self, msg: Msg) -> None:
+        await self._take_answer(msg)
+
+    async def _take_answer(self, msg: Msg) -> Outcome:
+        """Check an agent's answer (from the results stream or a request) and decide on it;
+        a refused one is dead-lettered with its reason. Raises when it cannot be taken now."""
         try:
             event = self._decode(msg)
         except InvalidCloudEvent as exc:
             await self._dead_letter(msg, exc.reason, str(exc))
-            return
+            return tasks.ANSWER_REFUSED, exc.reason
         try:
             key = self.answers.key_of(msg.subject, event, msg.headers)
             await self.deliver(key.run_id, to_incoming(event), answer=key)
         except AnswerRefused as exc:
             log.warning("refused an answer on %s: %s", msg.subject, exc.detail)
             await self._dead_letter(msg, exc.reason, exc.detail)
+            return tasks.ANSWER_REFUSED, exc.reason
+        return tasks.ANSWER_RECORDED, None
 
     def _check_output(self, incoming: Incoming, state: RunState) -> Incoming:
         """An answer whose data break the capability's output_schema fails as schema_error."""

@@ -3,7 +3,9 @@
 Handlers return or raise; the worker alone decides ack, nak and term:
 
 - an answerable request always gets a result CloudEvent (completed, emitted or failed),
-  and is acked only once JetStream has stored that result;
+  and is acked only once that result is safe: recorded in the run's log (the orchestrator
+  said so in its reply to the answer request) or stored in the results stream (when the
+  orchestrator did not reply in time, or is down);
 - a request that cannot be answered (not a CloudEvent, no run id) is dead-lettered and
   terminated;
 - a request still running when the worker stops is handed back (nak) for another worker.
@@ -43,6 +45,10 @@ from interlock.transport.jetstream import jetstream
 from interlock.transport.pulling import PullConsumer, SlotPool
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 from interlock.transport.tasks import (
+    ANSWER_FAILED,
+    ANSWER_HEADER,
+    ANSWER_REASON_HEADER,
+    ANSWER_REFUSED,
     BadNotice,
     BadRequest,
     TaskRequest,
@@ -77,6 +83,9 @@ H = TypeVar("H", bound=Handler)
 _JS_API = "$JS.API"
 # How long to wait for the AgentDefs in the agents bucket before taking the first task.
 _AGENTDEFS_WAIT = 2.0
+# After an answer request got no reply in time, answers go to the results stream for this
+# long (each request that times out costs its task that wait).
+_DIRECT_AFTER_TIMEOUT = 10.0
 
 
 class _Lifecycle:
@@ -103,6 +112,9 @@ class Worker:
         max_deliver: the consumer's redelivery limit (-1: unlimited).
         pull_expires: seconds a pull request stays open on the server.
         observers: hooks told about every task (see :class:`WorkerObserver`).
+        answer_timeout: seconds to wait for the orchestrator's reply to an answer request
+            before publishing the answer to the results stream instead (0: always publish
+            to the stream).
     """
 
     def __init__(
@@ -117,6 +129,7 @@ class Worker:
         max_deliver: int = -1,
         pull_expires: float = 5.0,
         observers: Iterable[WorkerObserver] = (),
+        answer_timeout: float = 2.0,
     ) -> None:
         if not name or not name.strip():
             raise ValueError("a worker needs a name")
@@ -130,6 +143,9 @@ class Worker:
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.max_deliver = max_deliver
         self.pull_expires = pull_expires
+        self.answer_timeout = answer_timeout
+        self._direct_until = 0.0
+        """Until this monotonic time answers skip the request (one timed out)."""
         self._observers = list(observers)
         self._handler_log = logging.getLogger(f"interlock.agent.{name}")
         self._capabilities: dict[str, Capability] = {}
@@ -504,8 +520,7 @@ class Worker:
             result, result_type, data = self._answer(
                 request, cap.name, result_type, data, js._nc.max_payload - ANSWER_HEADROOM
             )
-            subject = subjects.result(cap.name, request.run_id)
-            if await self._publish(js, subject, result, request.token):
+            if await self._send(js, subjects, cap.name, request.run_id, result, request.token):
                 ticker.cancel()
                 await msg.ack()
                 if result_type == TASK_COMPLETED:
@@ -563,16 +578,58 @@ class Worker:
             origin=declared.origin if cap.contract.input is None else cap.contract.origin,
         )
 
-    async def _publish(
-        self, js: JetStreamContext, subject: str, event: Any, token: str | None
+    async def _send(
+        self,
+        js: JetStreamContext,
+        subjects: Subjects,
+        capability: str,
+        run_id: str,
+        event: CloudEvent,
+        token: str | None,
     ) -> bool:
+        """Send an answer: by request (the orchestrator replies once it is in the run's log,
+        or dead-lettered), else to the results stream. True once it is safe."""
         headers, payload = encode_result(event, token=token)
+        if self.answer_timeout > 0 and time.monotonic() >= self._direct_until:
+            subject = subjects.answer(capability, run_id)
+            try:
+                reply = await js._nc.request(
+                    subject, payload, timeout=self.answer_timeout, headers=headers
+                )
+            except nats.errors.NoRespondersError:
+                pass  # no orchestrator up: the stream keeps the answer until one is
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.info(
+                    "no reply to answer %s (%s); sending it to the results stream", event.id, exc
+                )
+                self._direct_until = time.monotonic() + _DIRECT_AFTER_TIMEOUT
+            else:
+                said = reply.headers or {}
+                status = said.get(ANSWER_HEADER)
+                if status == ANSWER_REFUSED:
+                    reason = said.get(ANSWER_REASON_HEADER)
+                    log.warning("answer %s refused and dead-lettered (%s)", event.id, reason)
+                # Recorded, or refused and dead-lettered: sending it again changes nothing.
+                if status is not None and status != ANSWER_FAILED:
+                    return True
+        return await self._publish(
+            js, subjects.result(capability, run_id), headers, payload, event.id
+        )
+
+    async def _publish(
+        self,
+        js: JetStreamContext,
+        subject: str,
+        headers: dict[str, str],
+        payload: bytes,
+        event_id: str,
+    ) -> bool:
         delay = 0.2
         for attempt in range(1, 6):
             try:
                 await js.publish(subject, payload, headers=headers, timeout=5.0)
             except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
-                log.warning("publishing result %s failed (attempt %d): %s", event.id, attempt, exc)
+                log.warning("publishing result %s failed (attempt %d): %s", event_id, attempt, exc)
                 await asyncio.sleep(delay)
                 delay *= 2
             else:

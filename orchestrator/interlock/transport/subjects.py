@@ -169,10 +169,28 @@ class Subjects:
         """Every answer of ``capability`` (what an agent of it may publish)."""
         return f"{self.prefix}.results.{capability}.*"
 
+    def answer(self, capability: str, run_id: str) -> str:
+        """Where an agent of ``capability`` answers a task of run ``run_id`` by request and
+        reply (core NATS, not stored: the orchestrator replies once the answer is in the
+        run's log)."""
+        return f"{self.prefix}.answer.{capability}.{check_run_id(run_id)}"
+
+    def answers_of(self, capability: str) -> str:
+        """Every answer request of ``capability`` (what an agent of it may publish)."""
+        return f"{self.prefix}.answer.{capability}.*"
+
+    @property
+    def answers_all(self) -> str:
+        """Every answer request (what the orchestrator alone subscribes to)."""
+        return f"{self.prefix}.answer.>"
+
     def answered(self, subject: str) -> tuple[str, str] | None:
-        """(capability, run id) of an answer's subject; None when it is not one."""
-        head = f"{self.prefix}.results."
-        if not subject.startswith(head):
+        """(capability, run id) of an answer's subject (``results`` or ``answer``); None
+        when it is neither."""
+        for head in (f"{self.prefix}.results.", f"{self.prefix}.answer."):
+            if subject.startswith(head):
+                break
+        else:
             return None
         capability, _, run_id = subject[len(head) :].rpartition(".")
         if not capability or not run_id:

@@ -21,6 +21,8 @@ subject, header or extension by hand.
   ``<source>:<id>``, so an answer sent twice is stored once. The orchestrator appends it
   only if it answers an attempt the run still awaits, of that capability, and the token
   verifies (:mod:`interlock.runtime.answers`).
+- An answer is best sent first as a core-NATS **request** on ``<prefix>.answer.<capability>.
+  <run id>``, replied to once appended (:data:`ANSWER_HEADER`); else as above.
 - A **cancel notice** is a core-NATS CloudEvent of type ``io.interlock.task.cancel`` on
   ``<prefix>.control.<capability>.<run id>``, naming an action and optionally one attempt.
 - A worker's **heartbeat** is a key ``<capability token>.<instance>`` of the workers
@@ -65,6 +67,13 @@ WORKFLOW_CAPABILITY: Final = "_workflow"
 """The capability token answers to a child-workflow action travel under (the platform's
 own answers: no agent is ever asked for such an action)."""
 JSON: Final = "application/json"
+ANSWER_HEADER: Final = "Interlock-Answer"
+"""The reply to an answer request: recorded (in the log), refused (dead-lettered, reason in
+``Interlock-Answer-Reason``) or failed (no reply, no responders too: the results stream)."""
+ANSWER_REASON_HEADER: Final = "Interlock-Answer-Reason"
+ANSWER_RECORDED: Final = "recorded"
+ANSWER_REFUSED: Final = "refused"
+ANSWER_FAILED: Final = "failed"
 
 RUN_ID: Final = "runid"
 ACTION_ID: Final = "actionid"

@@ -1,0 +1,106 @@
+"""Answers by request and reply: the orchestrator's side of ``<prefix>.answer.>``.
+
+An agent sends its answer as a core-NATS request; the orchestrator checks it exactly as an
+answer read from the results stream (:mod:`interlock.runtime.answers`), appends it to the
+run's log, and replies only once that append is acknowledged. The agent acknowledges its
+task after the reply, so an answer is stored once (in the log) instead of twice (results
+stream, then log), and reaches its run at once instead of at the results consumer's next
+fetch. Nothing here is the only way in: an agent that gets no reply, or ``failed``,
+publishes the same answer to the results stream, which works with no orchestrator up.
+
+Every orchestrator replica subscribes in one queue group, so each request reaches one of
+them. Requests are handled concurrently (different runs in parallel; one run's answers
+wait for each other on its lock), at most ``limit`` at a time: beyond that the
+subscription's queue holds them, and an agent that waits too long sends its answer the
+other way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from interlock.transport import tasks
+from interlock.transport.subjects import Subjects
+
+log = logging.getLogger("interlock.answering")
+
+QUEUE = "interlock-orchestrator"
+"""The queue group every orchestrator replica serves answer requests in."""
+IN_FLIGHT = 1024
+"""Answer requests handled at once by one orchestrator."""
+
+Outcome = tuple[str, str | None]
+"""The reply's ``Interlock-Answer`` value, and for ``refused`` the dead letter's reason."""
+
+
+class AnswerDesk:
+    """Serves answer requests with ``handle`` (which never raises for a refused answer: it
+    dead-letters it and says ``refused``)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        handle: Callable[[Msg], Awaitable[Outcome]],
+        *,
+        limit: int = IN_FLIGHT,
+    ) -> None:
+        self._nc = nc
+        self._subjects = subjects
+        self._handle = handle
+        self._slots = asyncio.Semaphore(limit)
+        self._sub: Subscription | None = None
+        self._working: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(
+            self._subjects.answers_all, queue=QUEUE, cb=self._on_request
+        )
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """No new request is taken; those in hand get ``grace`` seconds (an agent that gets
+        no reply sends its answer to the results stream)."""
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+        if self._working:
+            _, late = await asyncio.wait(set(self._working), timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def _on_request(self, msg: Msg) -> None:
+        # The subscription calls back one message at a time: each is handled in a task of
+        # its own, so a slow append does not hold up the answers of other runs.
+        await self._slots.acquire()
+        task = asyncio.create_task(self._answer(msg))
+        self._working.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._working.discard(task)
+        self._slots.release()
+
+    async def _answer(self, msg: Msg) -> None:
+        try:
+            status, reason = await self._handle(msg)
+        # Whatever went wrong, the agent still has the answer: it sends it the other way.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("answer on %s not taken (sent to the results stream): %s", msg.subject, exc)
+            status, reason = tasks.ANSWER_FAILED, None
+        if not msg.reply:
+            return  # published, not requested: nobody to tell
+        headers = {tasks.ANSWER_HEADER: status}
+        if reason:
+            headers[tasks.ANSWER_REASON_HEADER] = reason
+        # The agent that gets no reply sends the answer to the results stream.
+        with contextlib.suppress(Exception):
+            await self._nc.publish(msg.reply, b"", headers=headers)

@@ -8,7 +8,8 @@ import textwrap
 import msgspec
 
 from interlock.core.compiler import compile_sources
-from interlock.views.build import transitions_of, workflow_detail
+from interlock.views.build import workflow_detail
+from interlock.views.outline import transitions_of
 
 EDGES = textwrap.dedent(
     """\

@@ -333,7 +333,8 @@ def test_read_commands_load_no_compiler_and_provision_nothing(inst: Installation
     """What keeps ``interlock runs`` and the other reads fast: they import neither the
     compiler, the expression language, the engine nor the dialects, nor (connecting
     without credentials) the key handling (nkeys, PyNaCl), and they create or change no
-    stream or bucket (only ``apply`` and ``serve`` provision)."""
+    stream or bucket (only ``apply`` and ``serve`` provision). ``describe run`` and ``get
+    workflow`` read the outline stored beside the manifest instead of compiling it."""
     run_id = inst.ok("start", "gated").strip()
     for command in (
         ["runs"],
@@ -345,6 +346,10 @@ def test_read_commands_load_no_compiler_and_provision_nothing(inst: Installation
         ["logs", run_id],
         ["agents"],
         ["dead-letters", "list"],
+        ["describe", "run", run_id],
+        ["describe", "run", run_id, "-o", "json"],
+        ["get", "workflow", "gated", "-o", "json"],
+        ["get", "workflow", "gated", "-o", "table"],
     ):
         ran = subprocess.run(
             [sys.executable, "-c", READ_PROBE, *command],
@@ -359,3 +364,48 @@ def test_read_commands_load_no_compiler_and_provision_nothing(inst: Installation
         assert probe["code"] in (0, 3), (command, ran.stderr)  # 3: `result` of a running run
         assert probe["heavy"] == [], (command, probe)
         assert probe["writes"] == [], (command, probe)
+
+
+def test_a_version_stored_without_an_outline_is_described_alike(inst: Installation) -> None:
+    """Versions stored before outlines were (the manifest alone) are compiled to describe
+    them: ``get workflow`` and ``describe run`` answer as for a version applied now."""
+    import asyncio
+
+    import nats
+
+    from interlock.core.compiler import compile_sources
+
+    legacy = GATED.replace("name: gated", "name: legacy")
+    [definition] = compile_sources([("legacy.yaml", legacy)]).workflows
+
+    async def store_as_before() -> None:
+        nc = await nats.connect(inst.url)
+        try:
+            kv = await nc.jetstream().key_value(inst.subjects.workflows_bucket)
+            body = {
+                "version": 1,
+                "spec_hash": definition.spec_hash,
+                "manifest": dict(definition.manifest),
+            }
+            await kv.create("wf.default.legacy.1", json.dumps(body).encode())
+            pointer = {"version": 1, "spec_hash": definition.spec_hash}
+            await kv.create("latest.default.legacy", json.dumps(pointer).encode())
+        finally:
+            await nc.close()
+
+    asyncio.run(store_as_before())
+    old = json.loads(inst.ok("get", "workflow", "legacy", "-o", "json"))
+    new = json.loads(inst.ok("get", "workflow", "gated", "-o", "json"))
+    for key in ("name", "spec_hash", "manifest"):
+        del old[key], new[key]
+    assert old == new
+    assert new["kinds"]["review"] == "human_in_the_loop"
+
+    waits = []
+    for name in ("legacy", "gated"):
+        run_id = inst.ok("start", name).strip()
+        described = json.loads(inst.ok("describe", "run", run_id, "-o", "json"))
+        assert described["state"] == "review"
+        waits.append(described["waiting_for"])
+    assert waits[0] == waits[1]
+    assert [w["event"] for w in waits[0]] == ["approval.granted", "approval.denied"]

@@ -17,9 +17,10 @@ Waiting scales: every wait of one client shares one subscription on the run logs
 cost the server one subscription, not 5,000 consumers; ``logs(..., follow=True)`` shares it
 too.
 
-Reading runs and workflows loads neither the compiler nor the engine: the calls that
-compile (``apply``, ``emit``, ``signal``, ``describe``, the debugging calls) import them
-when first called, so a program (or ``interlock runs``) that only reads starts fast.
+Reading runs and workflows (``describe`` and ``workflow`` included: they read the outline
+stored when the workflow was applied) loads neither the compiler nor the engine: the calls
+that compile (``apply``, ``emit``, ``signal``, the debugging calls) import them when first
+called, so a program (or ``interlock runs``) that only reads starts fast.
 """
 
 from __future__ import annotations

@@ -14,12 +14,13 @@ from interlock.client.errors import UnknownAgent
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.registry import bucket_values
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
-from interlock.views.build import agent_view, workflow_detail, workflow_summary_of
+from interlock.views.build import agent_view, workflow_detail_of, workflow_summary_of
 
 if TYPE_CHECKING:
     from interlock.core.definition import Definition
     from interlock.core.state import RunState
     from interlock.runtime.client import InterlockClient
+    from interlock.views.outline import WorkflowOutline
 
 Catalog = dict[tuple[str, str], tuple[int, str, dict[str, Any]]]
 
@@ -58,25 +59,38 @@ async def workflows(ops: InterlockClient) -> list[WorkflowSummary]:
 async def workflow(ops: InterlockClient, name: str, version: int | None) -> WorkflowDetail:
     """Workflow ``name`` with its versions and the manifest of ``version`` (the newest by
     default). Raises :class:`UnknownWorkflow`."""
-    if version is not None:
-        namespace, _, short = name.rpartition("/")
-        try:
-            definition = await ops.registry.definition(namespace or "default", short, version)
-        except (BucketNotFoundError, NotFoundError):
+    try:
+        if version is not None:
+            namespace, _, short = name.rpartition("/")
+            found = await ops.registry.stored(namespace or "default", short, version)
+        else:
+            found = await ops.registry.stored_latest(name)
+    except (BucketNotFoundError, NotFoundError):
+        if version is not None:
             raise UnknownWorkflow(f"workflow {name} version {version} is not applied") from None
-    else:
-        definition, version = await latest(ops, name)
-    stored = await versions(ops, definition.namespace, definition.name)
-    return workflow_detail(definition, version, stored or [version])
+        raise UnknownWorkflow(f"workflow {name} is not applied (interlock apply FILE)") from None
+    stored = await versions(ops, found.namespace, found.name)
+    return workflow_detail_of(
+        found.namespace,
+        found.name,
+        found.version,
+        stored or [found.version],
+        spec_hash=found.spec_hash,
+        manifest=found.manifest,
+        outline=found.outline,
+    )
 
 
 async def delete_workflow(ops: InterlockClient, name: str) -> int:
     """Drop the pointer to the newest version of ``name`` (its versions stay stored);
     returns that version. Raises :class:`UnknownWorkflow`."""
-    definition, version = await latest(ops, name)
+    try:
+        found = await ops.registry.stored_latest(name)
+    except (BucketNotFoundError, NotFoundError):
+        raise UnknownWorkflow(f"workflow {name} is not applied (interlock apply FILE)") from None
     kv = await ops.js.key_value(ops.subjects.workflows_bucket)
-    await kv.delete(f"latest.{definition.namespace}.{definition.name}")
-    return version
+    await kv.delete(f"latest.{found.namespace}.{found.name}")
+    return found.version
 
 
 async def agents(ops: InterlockClient, name: str | None = None) -> list[AgentView]:
@@ -89,14 +103,6 @@ async def agents(ops: InterlockClient, name: str | None = None) -> list[AgentVie
         specs = {name: specs[name]}
     depths = await queues(ops, specs.values())
     return [agent_view(n, spec, workers, depths) for n, spec in sorted(specs.items())]
-
-
-async def latest(ops: InterlockClient, name: str) -> tuple[Definition, int]:
-    """The newest version of workflow ``name``, compiled. Raises :class:`UnknownWorkflow`."""
-    try:
-        return await ops.registry.latest(name)
-    except (BucketNotFoundError, NotFoundError):
-        raise UnknownWorkflow(f"workflow {name} is not applied (interlock apply FILE)") from None
 
 
 async def versions(ops: InterlockClient, namespace: str, name: str) -> list[int]:
@@ -158,6 +164,16 @@ async def queues(
                 continue
             out[name] = (int(info.num_pending or 0), int(info.num_ack_pending or 0))
     return out
+
+
+async def outline_of_run(ops: InterlockClient, state: RunState) -> WorkflowOutline | None:
+    """The outline of the definition a run runs, or None when it is not stored any more
+    (compiles nothing: see :mod:`interlock.views.outline`)."""
+    try:
+        stored = await ops.registry.stored(state.namespace, state.workflow, state.version)
+    except (UnknownWorkflow, KeyNotFoundError, BucketNotFoundError, NotFoundError):
+        return None
+    return stored.outline
 
 
 async def definition_of(ops: InterlockClient, state: RunState) -> Definition | None:

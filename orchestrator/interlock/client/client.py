@@ -48,8 +48,8 @@ from interlock.views.build import (
     summary_of,
 )
 
-# What loads the compiler, the dialects or the engine (apply, emit, signal, describe and the
-# debugging calls) imports it when called: a program that only reads runs never loads them.
+# What loads the compiler, the dialects or the engine (apply, emit, signal and the debugging
+# calls) imports it when called: a program that only reads never loads them.
 
 EMIT_WAIT_S = 5.0
 """How long ``emit`` waits for the runs it starts to be in the log, by default."""
@@ -329,7 +329,7 @@ class Client:
         check_run_id(run_id)
         records = await self.records(run_id)
         state = fold(records)
-        return describe_run(records, await catalog.definition_of(self._ops, state))
+        return describe_run(records, await catalog.outline_of_run(self._ops, state), state=state)
 
     async def runs(
         self,

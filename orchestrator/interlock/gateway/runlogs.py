@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from interlock import views
 from interlock.client import UnknownRun
-from interlock.client.catalog import definition_of
+from interlock.client.catalog import outline_of_run
 from interlock.client.errors import no_stream_is_no_run
 from interlock.core import events as ev
 from interlock.core.ids import check_run_id
@@ -170,8 +170,8 @@ class RunLogs:
         cached = await self.log(run_id)
         if cached.described is not None and cached.described[0] == cached.last_seq:
             return cached.described[1]
-        definition = await definition_of(self._ops, cached.state)
-        described = views.describe_run(cached.records, definition, state=cached.state)
+        outline = await outline_of_run(self._ops, cached.state)
+        described = views.describe_run(cached.records, outline, state=cached.state)
         cached.described = (cached.last_seq, described)
         return described
 

@@ -1,7 +1,9 @@
 """Workflow and AgentDef registry in JetStream KV.
 
 Workflows are versioned: ``wf.<namespace>.<name>.<version>`` holds each version's manifest
-(never overwritten) and ``latest.<namespace>.<name>`` names the newest. Applying a changed
+(never overwritten; JSON ``{"version", "spec_hash", "manifest", "outline"}``, the outline
+being what readers show without compiling, see :mod:`interlock.views.outline`) and
+``latest.<namespace>.<name>`` names the newest. Applying a changed
 manifest makes a new version; runs keep the version they started with because a run's
 first record names it. AgentDefs are stored by name as their spec (what agent workers read
 to validate their input and output).
@@ -13,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from interlock.core.compiler import WebhookDefinition
     from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
     from interlock.runtime.schemas import CapabilitySchemas
+    from interlock.views.outline import WorkflowOutline
 
 # The compiler (and jsonschema) are imported where a definition is compiled or a schema
 # checked, not above: a program that only lists workflows or reads runs through the
@@ -38,6 +41,18 @@ _CLOSE_WAIT = 2.0
 """Seconds :meth:`Registry.close` waits for its watchers to end."""
 
 log = logging.getLogger("interlock.registry")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWorkflow:
+    """One stored version of a workflow: its manifest as applied and its outline."""
+
+    namespace: str
+    name: str
+    version: int
+    spec_hash: str
+    manifest: Mapping[str, Any]
+    outline: WorkflowOutline
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +81,7 @@ class Registry:
         self._workflows: KeyValue | None = None
         self._agents: KeyValue | None = None
         self._compiled: dict[tuple[str, str, int], Definition] = {}
+        self._stored: dict[tuple[str, str, int], StoredWorkflow] = {}
         self._latest: dict[tuple[str, str], int] = {}
         self._capabilities: dict[str, CapabilityDef] = {}
         self._schemas: dict[str, CapabilitySchemas] = {}
@@ -132,7 +148,10 @@ class Registry:
         a concurrent apply of other content is skipped, never overwritten. The same content
         found there (an apply that stopped before moving the pointer) is taken over.
         """
+        from interlock.views.outline import encode_outline, outline_of
+
         ns, name = definition.namespace, definition.name
+        outline = encode_outline(outline_of(definition))
         version = first
         while True:
             body = json.dumps(
@@ -140,6 +159,7 @@ class Registry:
                     "version": version,
                     "spec_hash": definition.spec_hash,
                     "manifest": dict(definition.manifest),
+                    "outline": outline,
                 }
             ).encode()
             key = f"wf.{ns}.{name}.{version}"
@@ -206,33 +226,90 @@ class Registry:
         found = self._compiled.get(key)
         if found is not None:
             return found
-        workflows, _ = await self._kv()
+        body = await self._stored_body(namespace, name, version)
+        return self._compile(namespace, name, version, body)
+
+    def _compile(self, namespace: str, name: str, version: int, body: dict[str, Any]) -> Definition:
+        from interlock.core.compiler import compile_workflow_data
+
+        definition = compile_workflow_data(body["manifest"], f"<{namespace}/{name}@{version}>")
+        self._compiled[(namespace, name, version)] = definition
+        return definition
+
+    async def _stored_body(self, namespace: str, name: str, version: int) -> dict[str, Any]:
+        if self._workflows is None:  # a reader needs no handle on the agents bucket
+            self._workflows = await self._js.key_value(self._subjects.workflows_bucket)
         try:
-            entry = await workflows.get(f"wf.{namespace}.{name}.{version}")
+            entry = await self._workflows.get(f"wf.{namespace}.{name}.{version}")
         except KeyNotFoundError:
             raise UnknownWorkflow(
                 f"workflow {namespace}/{name} version {version} is not applied"
             ) from None
-        body = json.loads(entry.value or b"{}")
-        from interlock.core.compiler import compile_workflow_data
+        body: dict[str, Any] = json.loads(entry.value or b"{}")
+        return body
 
-        definition = compile_workflow_data(body["manifest"], f"<{namespace}/{name}@{version}>")
-        self._compiled[key] = definition
-        return definition
+    async def stored(self, namespace: str, name: str, version: int) -> StoredWorkflow:
+        """Version ``version`` of a workflow as stored, with its outline, compiling
+        nothing (unless it was stored without an outline, by an older version)."""
+        key = (namespace, name, version)
+        found = self._stored.get(key)
+        if found is not None:
+            return found
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            return self._keep_stored(key, compiled.spec_hash, compiled.manifest, compiled)
+        body = await self._stored_body(namespace, name, version)
+        from interlock.views.outline import decode_outline
+
+        outline = decode_outline(body.get("outline"))
+        if outline is None:
+            compiled = self._compile(namespace, name, version, body)
+            return self._keep_stored(key, compiled.spec_hash, compiled.manifest, compiled)
+        manifest = body.get("manifest")
+        return self._keep_stored(
+            key,
+            str(body.get("spec_hash", "")),
+            manifest if isinstance(manifest, dict) else {},
+            outline,
+        )
+
+    def _keep_stored(
+        self,
+        key: tuple[str, str, int],
+        spec_hash: str,
+        manifest: Mapping[str, Any],
+        source: Definition | WorkflowOutline,
+    ) -> StoredWorkflow:
+        from interlock.views.outline import WorkflowOutline, outline_of
+
+        outline = source if isinstance(source, WorkflowOutline) else outline_of(source)
+        stored = StoredWorkflow(*key, spec_hash=spec_hash, manifest=manifest, outline=outline)
+        self._stored[key] = stored
+        return stored
+
+    async def stored_latest(self, ref: str) -> StoredWorkflow:
+        """The newest version of ``ns/name`` (or ``name``) as :meth:`stored` reads it."""
+        ns, name = _split(ref)
+        return await self.stored(ns, name, await self._latest_version(ns, name))
 
     async def latest(self, ref: str) -> tuple[Definition, int]:
         """The newest version of ``ns/name`` (or ``name`` in namespace default)."""
         ns, name = _split(ref)
-        workflows, _ = await self._kv()
+        version = await self._latest_version(ns, name)
+        return await self.definition(ns, name, version), version
+
+    async def _latest_version(self, ns: str, name: str) -> int:
+        if self._workflows is None:
+            self._workflows = await self._js.key_value(self._subjects.workflows_bucket)
         try:
-            entry = await workflows.get(f"latest.{ns}.{name}")
+            entry = await self._workflows.get(f"latest.{ns}.{name}")
         except KeyNotFoundError:
             raise UnknownWorkflow(
                 f"workflow {ns}/{name} is not applied (interlock apply FILE)"
             ) from None
         version = int(json.loads(entry.value or b"{}")["version"])
         self._latest[(ns, name)] = version
-        return await self.definition(ns, name, version), version
+        return version
 
     async def workflows(self) -> list[dict[str, Any]]:
         workflows, _ = await self._kv()

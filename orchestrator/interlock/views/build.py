@@ -13,6 +13,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
 from interlock.transport.cloudevents import too_deep
+from interlock.views.outline import WorkflowOutline, description_of, outline_of
 from interlock.views.shapes import (
     TASK_EVENTS,
     AgentView,
@@ -25,7 +26,6 @@ from interlock.views.shapes import (
     RunResult,
     RunSummary,
     TimerView,
-    TransitionView,
     WaitView,
     WorkerView,
     WorkflowDetail,
@@ -103,33 +103,36 @@ def run_result(records: Sequence[ev.AnyRecord], state: RunState | None = None) -
     )
 
 
-def _waits(definition: Definition | None, state: RunState) -> list[WaitView]:
-    if definition is None or state.finished or state.state not in definition.states:
+def _waits(outline: WorkflowOutline | None, state: RunState) -> list[WaitView]:
+    if outline is None or state.finished or state.state not in outline.kinds:
         return []
-    current = definition.states[state.state]
-    correlated = set(definition.correlation.events) if definition.correlation else set()
+    correlated = set(outline.correlated)
     out = []
-    for t in current.transitions:
+    for t in outline.transitions:
+        if t.from_state != state.state or t.kind != "on":
+            continue
         if t.event in TASK_EVENTS:
             kind = "answer"
         elif t.event in correlated:
             kind = "correlated"
         else:
             kind = "event"
-        guard = t.guard.source if t.guard is not None else None
-        out.append(WaitView(event=t.event, kind=kind, goto=t.goto, guard=guard))
+        out.append(WaitView(event=t.event, kind=kind, goto=t.to_state, guard=t.guard))
     return out
 
 
 def describe_run(
     records: Sequence[ev.AnyRecord],
-    definition: Definition | None = None,
+    definition: WorkflowOutline | Definition | None = None,
     *,
     state: RunState | None = None,
 ) -> RunDescription:
-    """Everything about a run from its log (and the definition it runs, for what it waits
-    for; without it ``waiting_for`` is empty). ``state``: the log folded already."""
+    """Everything about a run from its log (and the outline of the definition it runs, or
+    that definition, for what it waits for; without either ``waiting_for`` is empty).
+    ``state``: the log folded already."""
     state = state if state is not None else fold(records)
+    if definition is not None and not isinstance(definition, WorkflowOutline):
+        definition = outline_of(definition)
     finished_at, reason = _ending(records)
     pending = [
         PendingActionView(
@@ -223,73 +226,53 @@ def workflow_summary(definition: Definition, version: int) -> WorkflowSummary:
         name=definition.name,
         version=version,
         spec_hash=definition.spec_hash,
-        description=_description(definition),
+        description=description_of(definition),
         triggers=sorted({t.event for t in definition.triggers}),
     )
-
-
-def _description(definition: Definition) -> str | None:
-    """``spec.description``, else ``metadata.description``."""
-    if definition.description:
-        return definition.description
-    metadata = definition.manifest.get("metadata")
-    found = metadata.get("description") if isinstance(metadata, Mapping) else None
-    return found if isinstance(found, str) else None
 
 
 def workflow_detail(
     definition: Definition, version: int, versions: Iterable[int]
 ) -> WorkflowDetail:
-    inputs = {
-        i.name: {
-            "type": i.type,
-            "required": i.required,
-            **({"default": i.default} if i.has_default else {}),
-        }
-        for i in definition.inputs
-    }
-    return WorkflowDetail(
-        namespace=definition.namespace,
-        name=definition.name,
-        version=version,
-        versions=sorted(versions),
+    """The detail of a compiled workflow (see :func:`workflow_detail_of`)."""
+    return workflow_detail_of(
+        definition.namespace,
+        definition.name,
+        version,
+        versions,
         spec_hash=definition.spec_hash,
-        description=_description(definition),
-        triggers=sorted({t.event for t in definition.triggers}),
-        inputs=inputs,
-        states=list(definition.states),
-        initial_state=definition.initial_state,
-        manifest=_plain(definition.manifest),
-        kinds={name: state.kind for name, state in definition.states.items()},
-        transitions=transitions_of(definition),
+        manifest=definition.manifest,
+        outline=outline_of(definition),
     )
 
 
-def transitions_of(definition: Definition) -> list[TransitionView]:
-    """Every edge of the state machine, state by state in the manifest's order."""
-    out: list[TransitionView] = []
-    for name, state in definition.states.items():
-        for t in state.transitions:
-            guard = t.guard.source if t.guard is not None else None
-            out.append(
-                TransitionView(
-                    from_state=name,
-                    to_state=t.goto,
-                    kind="on",
-                    event=t.event,
-                    guard=guard,
-                    index=t.index,
-                )
-            )
-        for c in state.catches:
-            out.append(
-                TransitionView(
-                    from_state=name, to_state=c.goto, kind="catch", event=",".join(sorted(c.errors))
-                )
-            )
-        if state.timeout is not None:
-            out.append(TransitionView(from_state=name, to_state=state.timeout.goto, kind="timeout"))
-    return out
+def workflow_detail_of(
+    namespace: str,
+    name: str,
+    version: int,
+    versions: Iterable[int],
+    *,
+    spec_hash: str,
+    manifest: Mapping[str, Any],
+    outline: WorkflowOutline,
+) -> WorkflowDetail:
+    """The detail of a stored workflow version from its manifest and outline (nothing
+    compiled)."""
+    return WorkflowDetail(
+        namespace=namespace,
+        name=name,
+        version=version,
+        versions=sorted(versions),
+        spec_hash=spec_hash,
+        description=outline.description,
+        triggers=list(outline.triggers),
+        inputs=dict(outline.inputs),
+        states=list(outline.kinds),
+        initial_state=outline.initial_state,
+        manifest=_plain(manifest),
+        kinds=dict(outline.kinds),
+        transitions=list(outline.transitions),
+    )
 
 
 def _plain(value: Any) -> Any:

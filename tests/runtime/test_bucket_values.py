@@ -8,7 +8,7 @@ import uuid
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 
-from interlock.runtime.registry import bucket_values
+from interlock.runtime.buckets import bucket_values
 
 
 async def _bucket(js: JetStreamContext, history: int = 1):

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from interlock.client.errors import UnknownAgent
+from interlock.runtime.buckets import bucket_values
 from interlock.runtime.errors import UnknownWorkflow
-from interlock.runtime.registry import bucket_values
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
 from interlock.views.build import agent_view, workflow_detail_of, workflow_summary_of
 

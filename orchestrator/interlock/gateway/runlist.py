@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from interlock.runtime.registry import _newest_revision
+from interlock.runtime.buckets import newest_revision
 from interlock.transport.subjects import Subjects
 from interlock.views import RunSummary, summary_from_index
 
@@ -57,7 +57,7 @@ class RunList:
         try:
             if self._kv is None:
                 self._kv = await self._js.key_value(self._subjects.runs_bucket)
-            newest = await _newest_revision(self._kv)
+            newest = await newest_revision(self._kv)
         except (BucketNotFoundError, NotFoundError):
             return []
         if newest is None:

@@ -25,9 +25,10 @@ from interlock.core import events as ev
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
+from interlock.runtime.buckets import bucket_values
 from interlock.runtime.errors import RunExists, UnknownDeadLetter, UnknownRun
 from interlock.runtime.logstore import RunLog
-from interlock.runtime.registry import Applied, Registry, bucket_values
+from interlock.runtime.registry import Applied, Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.waiting import RunWatcher, UnknownRunError
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep

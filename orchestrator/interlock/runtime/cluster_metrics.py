@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from interlock.runtime.buckets import bucket_values
 from interlock.runtime.metrics import epoch_seconds
-from interlock.runtime.registry import bucket_values
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")

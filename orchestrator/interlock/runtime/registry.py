@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 
+from interlock.runtime.buckets import bucket_values
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.transport.subjects import Subjects
 
@@ -251,41 +251,26 @@ class Registry:
     async def stored(self, namespace: str, name: str, version: int) -> StoredWorkflow:
         """Version ``version`` of a workflow as stored, with its outline, compiling
         nothing (unless it was stored without an outline, by an older version)."""
+        from interlock.views.outline import decode_outline, outline_of
+
         key = (namespace, name, version)
         found = self._stored.get(key)
-        if found is not None:
-            return found
-        compiled = self._compiled.get(key)
-        if compiled is not None:
-            return self._keep_stored(key, compiled.spec_hash, compiled.manifest, compiled)
-        body = await self._stored_body(namespace, name, version)
-        from interlock.views.outline import decode_outline
-
-        outline = decode_outline(body.get("outline"))
-        if outline is None:
-            compiled = self._compile(namespace, name, version, body)
-            return self._keep_stored(key, compiled.spec_hash, compiled.manifest, compiled)
-        manifest = body.get("manifest")
-        return self._keep_stored(
-            key,
-            str(body.get("spec_hash", "")),
-            manifest if isinstance(manifest, dict) else {},
-            outline,
-        )
-
-    def _keep_stored(
-        self,
-        key: tuple[str, str, int],
-        spec_hash: str,
-        manifest: Mapping[str, Any],
-        source: Definition | WorkflowOutline,
-    ) -> StoredWorkflow:
-        from interlock.views.outline import WorkflowOutline, outline_of
-
-        outline = source if isinstance(source, WorkflowOutline) else outline_of(source)
-        stored = StoredWorkflow(*key, spec_hash=spec_hash, manifest=manifest, outline=outline)
-        self._stored[key] = stored
-        return stored
+        if found is None:
+            compiled = self._compiled.get(key)
+            body = {} if compiled is not None else await self._stored_body(*key)
+            outline = decode_outline(body.get("outline"))
+            if outline is None:
+                compiled = compiled or self._compile(namespace, name, version, body)
+                body = {"spec_hash": compiled.spec_hash, "manifest": compiled.manifest}
+                outline = outline_of(compiled)
+            manifest = body.get("manifest")
+            found = self._stored[key] = StoredWorkflow(
+                *key,
+                spec_hash=str(body.get("spec_hash", "")),
+                manifest=manifest if isinstance(manifest, Mapping) else {},
+                outline=outline,
+            )
+        return found
 
     async def stored_latest(self, ref: str) -> StoredWorkflow:
         """The newest version of ``ns/name`` (or ``name``) as :meth:`stored` reads it."""
@@ -513,59 +498,3 @@ class Registry:
                 with contextlib.suppress(Exception):
                     self._learn_agent(entry.key, json.loads(entry.value))
             await self._seen(self._subjects.agents_bucket, entry.revision or 0)
-
-
-_READ_TIMEOUT = 5.0
-"""Seconds :func:`bucket_values` waits for the next value before it gives up."""
-
-
-async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
-    """Every key of a KV bucket with its current value, read in one pass (one ordered
-    consumer over the bucket's last values, not one request per key).
-
-    The read ends at the bucket's newest record, looked up before the watch starts: the
-    watcher's own "nothing pending" marker comes from a pending count the server can
-    report before every value has been delivered, and a read that stopped there would
-    miss keys (a workflow just applied reported as unknown). Deletes are read too, so the
-    newest record is seen even when it removed its key.
-    """
-    newest = await _newest_revision(kv)
-    if newest is None:
-        return {}
-    values: dict[str, bytes] = {}
-    watcher = await kv.watchall()
-    try:
-        while True:
-            try:
-                entry = await watcher.updates(timeout=_READ_TIMEOUT)  # type: ignore[no-untyped-call]
-            except nats.errors.TimeoutError:
-                # The newest record went away (aged out) before the watch reached it,
-                # or the server stopped answering: what was read is all there is.
-                latest = await _newest_revision(kv)
-                if latest is None or latest <= newest:
-                    return values
-                newest = latest
-                continue
-            if entry is None:
-                continue
-            if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
-                values.pop(entry.key, None)
-            else:
-                values[entry.key] = entry.value
-            if entry.revision is not None and entry.revision >= newest:
-                return values
-    finally:
-        # Closing: a connection already gone leaves nothing to undo.
-        with contextlib.suppress(Exception):
-            await watcher.stop()  # type: ignore[no-untyped-call]
-
-
-async def _newest_revision(kv: KeyValue) -> int | None:
-    """The stream sequence of the bucket's newest stored record (None when it is empty).
-
-    Every record of a bucket is on its stream's subjects, so the stream's last sequence is
-    the newest record's revision; the bucket's status (a stream info request, which binding
-    the bucket already makes) holds it.
-    """
-    state = (await kv.status()).stream_info.state
-    return state.last_seq if state.messages else None

@@ -1,0 +1,63 @@
+"""Reading a KV bucket whole: every key's current value in one pass."""
+
+from __future__ import annotations
+
+import contextlib
+
+import nats.errors
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+_READ_TIMEOUT = 5.0
+"""Seconds :func:`bucket_values` waits for the next value before it gives up."""
+
+
+async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
+    """Every key of a KV bucket with its current value, read in one pass (one ordered
+    consumer over the bucket's last values, not one request per key).
+
+    The read ends at the bucket's newest record, looked up before the watch starts: the
+    watcher's own "nothing pending" marker comes from a pending count the server can
+    report before every value has been delivered, and a read that stopped there would
+    miss keys (a workflow just applied reported as unknown). Deletes are read too, so the
+    newest record is seen even when it removed its key.
+    """
+    newest = await newest_revision(kv)
+    if newest is None:
+        return {}
+    values: dict[str, bytes] = {}
+    watcher = await kv.watchall()
+    try:
+        while True:
+            try:
+                entry = await watcher.updates(timeout=_READ_TIMEOUT)  # type: ignore[no-untyped-call]
+            except nats.errors.TimeoutError:
+                # The newest record went away (aged out) before the watch reached it,
+                # or the server stopped answering: what was read is all there is.
+                latest = await newest_revision(kv)
+                if latest is None or latest <= newest:
+                    return values
+                newest = latest
+                continue
+            if entry is None:
+                continue
+            if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
+                values.pop(entry.key, None)
+            else:
+                values[entry.key] = entry.value
+            if entry.revision is not None and entry.revision >= newest:
+                return values
+    finally:
+        # Closing: a connection already gone leaves nothing to undo.
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]
+
+
+async def newest_revision(kv: KeyValue) -> int | None:
+    """The stream sequence of the bucket's newest stored record (None when it is empty).
+
+    Every record of a bucket is on its stream's subjects, so the stream's last sequence is
+    the newest record's revision; the bucket's status (a stream info request, which binding
+    the bucket already makes) holds it.
+    """
+    state = (await kv.status()).stream_info.state
+    return state.last_seq if state.messages else None

@@ -11,6 +11,7 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml as pyyaml
@@ -409,3 +410,89 @@ def test_a_version_stored_without_an_outline_is_described_alike(inst: Installati
         waits.append(described["waiting_for"])
     assert waits[0] == waits[1]
     assert [w["event"] for w in waits[0]] == ["approval.granted", "approval.denied"]
+
+
+def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Every JetStream API request a read command makes, as the server sees it (a
+    subscription on ``$JS.API.>`` beside the command): it reads the streams and buckets it
+    shows and nothing else, checks no other stream or bucket, creates or changes none, and
+    makes a handful of requests, not one per stream."""
+    import asyncio
+
+    import nats
+
+    prefix = f"rq{uuid.uuid4().hex[:10]}"
+    env = cli_env(nats_url, prefix)
+    (tmp_path / "gated.yaml").write_text(GATED)
+    assert run_cli("apply", "gated.yaml", env=env, cwd=tmp_path).returncode == 0
+    run_id = run_cli("start", "gated", env=env, cwd=tmp_path).stdout.strip()
+
+    async def requests_of(*args: str) -> list[str]:
+        """``$JS.API.<kind> <stream>`` of each request ``interlock ARGS`` made (all of this
+        prefix's come from it: no orchestrator runs here)."""
+        nc = await nats.connect(nats_url)
+        seen: list[str] = []
+
+        async def keep(msg: Any) -> None:
+            seen.append(msg.subject)
+
+        try:
+            await nc.subscribe("$JS.API.>", cb=keep)
+            await nc.flush()
+            done = await asyncio.to_thread(run_cli, *args, env=env, cwd=tmp_path)
+            assert done.returncode in (0, 3), (args, done.stderr)  # 3: a running run's result
+            await nc.flush()  # what the server routed to us before the command ended
+        finally:
+            await nc.close()
+        ours = []
+        for subject in seen:
+            words = subject.removeprefix("$JS.API.").split(".")
+            streams = [w for w in words if prefix in w.lower()]
+            if streams:
+                kind = ".".join(w for w in words[:2] if w not in streams)
+                ours.append(f"{kind} {streams[0].lower().replace(prefix, 'P')}")
+            elif len(words) <= 2:  # an account-wide request ($JS.API.INFO, STREAM.NAMES)
+                ours.append(".".join(words))
+        return sorted(ours)
+
+    async def every() -> dict[str, list[str]]:
+        return {
+            "runs": await requests_of("runs"),
+            "workflows": await requests_of("workflows"),
+            "get run": await requests_of("get", "run", run_id),
+            "logs": await requests_of("logs", run_id),
+            "result": await requests_of("result", run_id),
+            "describe run": await requests_of("describe", "run", run_id),
+            "get workflow": await requests_of("get", "workflow", "gated", "-o", "json"),
+        }
+
+    made = asyncio.run(every())
+    # The bucket handle's STREAM.INFO (nats-py's key_value), a bucket read whole as an
+    # ordered consumer (CONSUMER.CREATE, INFO) up to its newest record (STREAM.INFO: the
+    # empty run index here needs no consumer), a run's log and a version by direct gets.
+    assert made == {
+        "runs": ["STREAM.INFO kv_P_runs"] * 2,
+        "workflows": [
+            "CONSUMER.CREATE kv_P_workflows",
+            "CONSUMER.INFO kv_P_workflows",
+            "STREAM.INFO kv_P_workflows",
+            "STREAM.INFO kv_P_workflows",
+        ],
+        "get run": ["DIRECT.GET P_runs"],
+        "logs": ["DIRECT.GET P_runs"],
+        "result": ["DIRECT.GET P_runs"],
+        "describe run": [
+            "DIRECT.GET P_runs",
+            "DIRECT.GET kv_P_workflows",
+            "STREAM.INFO kv_P_workflows",
+        ],
+        "get workflow": [
+            "CONSUMER.CREATE kv_P_workflows",
+            "CONSUMER.INFO kv_P_workflows",
+            "DIRECT.GET kv_P_workflows",
+            "DIRECT.GET kv_P_workflows",
+            "STREAM.INFO kv_P_workflows",
+        ],
+    }

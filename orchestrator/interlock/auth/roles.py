@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from interlock.transport.subjects import Subjects
+from interlock.transport.subjects import Subjects, inbox_prefix
 from interlock.transport.tasks import capability_token, consumer_name
 
 __all__ = [
@@ -89,11 +89,6 @@ def _lists(allow: Sequence[str], deny: Sequence[str]) -> dict[str, list[str]]:
     if deny:
         out["deny"] = list(dict.fromkeys(deny))
     return out
-
-
-def inbox_prefix(user_public_key: str) -> str:
-    """The reply-subject prefix of a user: ``_INBOX.<its public key>``."""
-    return f"_INBOX.{user_public_key}"
 
 
 def _kv_stream(bucket: str) -> str:

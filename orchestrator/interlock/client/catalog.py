@@ -107,7 +107,7 @@ async def agents(ops: InterlockClient, name: str | None = None) -> list[AgentVie
 
 async def versions(ops: InterlockClient, namespace: str, name: str) -> list[int]:
     """Every version of ``namespace/name`` stored, oldest first."""
-    kv = await ops.js.key_value(ops.subjects.workflows_bucket)
+    kv = await ops.registry.workflows_kv()
     prefix = f"wf.{namespace}.{name}."
     found: list[int] = []
     watcher = await kv.watch(f"{prefix}*", ignore_deletes=True, meta_only=True)

@@ -2,11 +2,11 @@
 
 Workflows are versioned: ``wf.<namespace>.<name>.<version>`` holds each version's manifest
 (never overwritten; JSON ``{"version", "spec_hash", "manifest", "outline"}``, the outline
-being what readers show without compiling, see :mod:`interlock.views.outline`) and
-``latest.<namespace>.<name>`` names the newest. Applying a changed
-manifest makes a new version; runs keep the version they started with because a run's
-first record names it. AgentDefs are stored by name as their spec (what agent workers read
-to validate their input and output).
+what readers show without compiling: :mod:`interlock.views.outline`) and
+``latest.<namespace>.<name>`` names the newest. Applying a changed manifest makes a new
+version; runs keep the version they started with because a run's first record names it.
+AgentDefs are stored by name as their spec (what agent workers read to validate their
+input and output).
 """
 
 from __future__ import annotations
@@ -96,11 +96,16 @@ class Registry:
         self._agents_read: int | None = None
         """The agents bucket's last sequence when ``current_agents`` last read it."""
 
-    async def _kv(self) -> tuple[KeyValue, KeyValue]:
-        if self._workflows is None or self._agents is None:
+    async def workflows_kv(self) -> KeyValue:
+        """The workflows bucket (a reader needs no handle on the agents bucket)."""
+        if self._workflows is None:
             self._workflows = await self._js.key_value(self._subjects.workflows_bucket)
+        return self._workflows
+
+    async def _kv(self) -> tuple[KeyValue, KeyValue]:
+        if self._agents is None:
             self._agents = await self._js.key_value(self._subjects.agents_bucket)
-        return self._workflows, self._agents
+        return await self.workflows_kv(), self._agents
 
     # -- writing -------------------------------------------------------------------------
 
@@ -237,16 +242,13 @@ class Registry:
         return definition
 
     async def _stored_body(self, namespace: str, name: str, version: int) -> dict[str, Any]:
-        if self._workflows is None:  # a reader needs no handle on the agents bucket
-            self._workflows = await self._js.key_value(self._subjects.workflows_bucket)
         try:
-            entry = await self._workflows.get(f"wf.{namespace}.{name}.{version}")
+            entry = await (await self.workflows_kv()).get(f"wf.{namespace}.{name}.{version}")
         except KeyNotFoundError:
             raise UnknownWorkflow(
                 f"workflow {namespace}/{name} version {version} is not applied"
             ) from None
-        body: dict[str, Any] = json.loads(entry.value or b"{}")
-        return body
+        return dict(json.loads(entry.value or b"{}"))
 
     async def stored(self, namespace: str, name: str, version: int) -> StoredWorkflow:
         """Version ``version`` of a workflow as stored, with its outline, compiling
@@ -284,10 +286,8 @@ class Registry:
         return await self.definition(ns, name, version), version
 
     async def _latest_version(self, ns: str, name: str) -> int:
-        if self._workflows is None:
-            self._workflows = await self._js.key_value(self._subjects.workflows_bucket)
         try:
-            entry = await self._workflows.get(f"latest.{ns}.{name}")
+            entry = await (await self.workflows_kv()).get(f"latest.{ns}.{name}")
         except KeyNotFoundError:
             raise UnknownWorkflow(
                 f"workflow {ns}/{name} is not applied (interlock apply FILE)"

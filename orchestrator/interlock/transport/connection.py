@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from nats.aio.client import Client
 
 from interlock.transport.errors import ConnectionFailed
-from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
+from interlock.transport.subjects import DEFAULT_PREFIX, Subjects, inbox_prefix
 
 __all__ = ["DEFAULT_URL", "ConnectOptions", "ConnectionFailed", "connect"]
 
@@ -319,8 +319,8 @@ def _check_auth_files(opts: ConnectOptions, where: str) -> None:
 def _creds_inbox(creds_file: str | None) -> str | None:
     if creds_file is None:
         return None
+    # The roles' permissions (interlock.auth.roles) are not needed to name the inbox.
     from interlock.auth.jwt import creds_user
-    from interlock.auth.roles import inbox_prefix
 
     try:
         return inbox_prefix(creds_user(creds_file))

@@ -247,3 +247,9 @@ class Subjects:
     def controls_of(self, capability: str) -> str:
         """Every cancellation notice for ``capability`` (what its agents subscribe to)."""
         return f"{self.prefix}.control.{capability}.*"
+
+
+def inbox_prefix(user_public_key: str) -> str:
+    """The reply-subject prefix of a user: ``_INBOX.<its public key>`` (the only inbox the
+    credentials Interlock issues may subscribe to; see :mod:`interlock.auth.roles`)."""
+    return f"_INBOX.{user_public_key}"

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from interlock.core.expr import CompileError, Expression, read_paths
+from interlock.core.expr import ABSENT, CompileError, Expression, read_paths, read_values
+
+
+@pytest.fixture(autouse=True)
+def _uncached() -> None:
+    """``read_paths`` keeps what it found per source: each test computes it afresh."""
+    read_paths.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -16,9 +22,18 @@ from interlock.core.expr import CompileError, Expression, read_paths
         ),
         (
             'inputs.m["a"].b + size(data.list[inputs.k])',
-            (("inputs", "m", "a", "b"), ("data", "list")),
+            (("inputs", "m", "a", "b"), ("data", "list"), ("inputs", "k")),
         ),
-        ("result.error[inputs.k] == 1", (("result", "error"),)),
+        ("result.error[inputs.k] == 1", (("result", "error"), ("inputs", "k"))),
+        ("result.error[inputs.k]['class']", (("result", "error"), ("inputs", "k"))),
+        ('result.a["b"]["c"].d', (("result", "a", "b", "c", "d"),)),
+        ("result['''multi''']", (("result", "multi"),)),
+        ('result["""multi"""] == 1', (("result", "multi"),)),
+        ("result['']", (("result", ""),)),
+        ("result[1] || result[b'a']", (("result",),)),
+        ("result['a' + 'b']", (("result",),)),
+        ("[result.a, result.a, inputs]", (("result", "a"), ("inputs",))),
+        ("x.y == x", (("x", "y"),)),
         ("1 +", ()),
     ],
 )
@@ -36,3 +51,15 @@ def test_a_syntax_error_names_its_line_and_column() -> None:
         2,
         3,
     )
+
+
+def test_read_values_shows_each_path_of_the_variables_given() -> None:
+    expression = Expression("result.score > 7 || inputs.m['a'].b == 1 || inputs.gone.x")
+    activation = {"inputs": {"m": {"a": {"b": 2}}}}
+    assert read_values(expression, activation) == {"inputs.m.a.b": 2, "inputs.gone.x": ABSENT}
+    assert read_values(expression, {"result": {"score": 8}}) == {"result.score": 8}
+    assert read_values(expression, {"result": {"score": [1]}, "inputs": {"m": 3}}) == {
+        "result.score": [1],
+        "inputs.m.a.b": ABSENT,
+        "inputs.gone.x": ABSENT,
+    }

@@ -31,7 +31,7 @@ spec:
       output_schema:
         type: object
         properties:
-          outcome: {enum: [passed, implementation-failure]}
+          outcome: {enum: [passed, implementation-failure, 'say "hi"']}
           verdict: {const: checked}
           notes: {type: string}
 """
@@ -49,6 +49,9 @@ def _rules(guard: str) -> list[str]:
         """"result.outcome == 'failed'\"""",
         """'result.verdict == "unchecked"'""",
         """'result.notes != "" && result.outcome == "ready"'""",  # prepare's, not the last's
+        """"result.outcome == 'say \\"bye\\"'\"""",
+        # A text JSON cannot read is passed over, and the comparisons after it still read.
+        """'result.outcome == "\\x41" || result.outcome == "failed"'""",
     ],
 )
 def test_a_value_the_capability_never_answers_is_refused(guard: str) -> None:
@@ -63,6 +66,9 @@ def test_a_value_the_capability_never_answers_is_refused(guard: str) -> None:
         """'result.notes == "anything"'""",  # no enum: any value
         """'result.outcome != "failed"'""",  # only == is read
         """'result.score == "high"'""",  # a field the schema does not name
+        """"result.outcome == 'passed'\"""",
+        """"'passed' == result.outcome\"""",
+        """"result.outcome == 'say \\"hi\\"'\"""",
     ],
 )
 def test_a_value_it_may_answer_is_accepted(guard: str) -> None:
@@ -79,5 +85,14 @@ def test_other_events_are_not_the_capabilitys_answers() -> None:
         "{event: task.completed, goto: done}\n",
         "{event: task.completed, goto: done}\n"
         "        - {event: review.done, guard: 'data.outcome == \"failed\"', goto: done}\n",
+    )
+    assert compile_sources([("v.yaml", text)]).diagnostics == []
+
+
+def test_a_schema_that_names_no_fields_allows_any_value() -> None:
+    text = (
+        (WORKFLOW % """'result.outcome == "failed"'""")
+        .replace("[{capability: prepare}, {capability: tests.run}]", "[{capability: prepare}]")
+        .replace("{properties: {outcome: {const: ready}}}", "{type: object}")
     )
     assert compile_sources([("v.yaml", text)]).diagnostics == []

@@ -282,7 +282,8 @@ def is_literal_true(value: Any) -> bool:
 def read_paths(source: str) -> tuple[tuple[str, ...], ...]:
     """The variable paths an expression reads, outermost first and in source order:
     ``result.score > 7 && result.error['class'] == 'x'`` reads ``("result", "score")`` and
-    ``("result", "error", "class")``. A path ends where an index is not a literal."""
+    ``("result", "error", "class")``. A path ends where an index is not a literal
+    (``result.error[inputs.k].x`` reads ``result.error``, and ``inputs.k``)."""
     try:
         tree = _env().compile(source)
     # Celpy raises assorted errors: no paths.
@@ -290,7 +291,9 @@ def read_paths(source: str) -> tuple[tuple[str, ...], ...]:
         return ()
     found: list[tuple[str, ...]] = []
 
-    def path_of(node: Any) -> tuple[str, ...] | None:
+    def path_of(node: Any) -> tuple[tuple[str, ...], bool] | None:
+        """The path ``node`` reads and whether it goes on past its end (False once an
+        index that is not a literal ended it: ``result.error[k].x`` reads ``result.error``)."""
         lark_mod = _cel().lark
         if not isinstance(node, lark_mod.Tree):
             return None
@@ -300,39 +303,51 @@ def read_paths(source: str) -> tuple[tuple[str, ...], ...]:
             child = node.children[0]
             if isinstance(child, lark_mod.Tree) and child.data == "ident":
                 token = child.children[0]
-                return (str(token),)
+                return (str(token),), True
             return None
         if node.data == "member_dot" and len(node.children) == 2:
             base = path_of(node.children[0])
             name = node.children[1]
-            if base is not None and isinstance(name, lark_mod.Token):
-                return (*base, str(name))
-            return None
+            if base is None or not isinstance(name, lark_mod.Token):
+                return None
+            return ((*base[0], str(name)), True) if base[1] else base
         if node.data == "member_index" and len(node.children) == 2:
             base = path_of(node.children[0])
+            if base is None:
+                return None
             key = _string_literal(node.children[1])
-            if base is not None and key is not None:
-                return (*base, key)
-            return base
+            return ((*base[0], key), True) if base[1] and key is not None else (base[0], False)
         return None
+
+    def indexes(node: Any) -> list[Any]:
+        """The index expressions along a path (``inputs.k`` in ``result.error[inputs.k]``)."""
+        out = []
+        while isinstance(node, _cel().lark.Tree) and node.data in _PATH_NODES:
+            if node.data == "member_index":
+                out.append(node.children[1])
+            node = node.children[0]
+        return out
 
     def walk(node: Any) -> None:
         lark_mod = _cel().lark
         if not isinstance(node, lark_mod.Tree):
             return
-        if node.data in ("member", "member_dot", "member_index"):
-            path = path_of(node)
-            if path is not None:
-                if path not in found:
-                    found.append(path)
-                if node.data == "member_index":
-                    walk(node.children[1])
+        if node.data in _PATH_NODES:
+            found_path = path_of(node)
+            if found_path is not None:
+                if found_path[0] not in found:
+                    found.append(found_path[0])
+                for index in reversed(indexes(node)):
+                    walk(index)
                 return
         for child in node.children:
             walk(child)
 
     walk(tree)
     return tuple(p for p in found if p[0] in VARIABLES or len(p) > 1)
+
+
+_PATH_NODES = ("member", "member_dot", "member_index")
 
 
 def _string_literal(node: Any) -> str | None:
@@ -344,8 +359,9 @@ def _string_literal(node: Any) -> str | None:
         node = node.children[0]
     if isinstance(node, lark_mod.Token) and node.type in ("STRING_LIT", "MLSTRING_LIT"):
         text = str(node)
-        if len(text) >= 2 and text[0] in "\"'" and text[-1] == text[0]:
-            return text[1:-1]
+        for quote in ('"""', "'''", '"', "'"):
+            if len(text) >= 2 * len(quote) and text.startswith(quote) and text.endswith(quote):
+                return text[len(quote) : -len(quote)]
     return None
 
 

@@ -96,3 +96,38 @@ def test_a_schema_that_names_no_fields_allows_any_value() -> None:
         .replace("{properties: {outcome: {const: ready}}}", "{type: object}")
     )
     assert compile_sources([("v.yaml", text)]).diagnostics == []
+
+
+def test_states_and_entries_that_cannot_tell_are_passed_over_not_the_rest() -> None:
+    """A state without actions, one whose capability has no output schema, and an entry on
+    another event come first; the impossible guard after them is still found."""
+    text = (
+        (WORKFLOW % """'result.outcome == "failed"'""")
+        .replace(
+            "  initial_state: verify\n  states:\n",
+            "  initial_state: intake\n"
+            "  states:\n"
+            "    intake:\n"
+            "      on: [{event: order.placed, goto: prep}]\n"
+            "    prep:\n"
+            "      actions: [{capability: free.form}]\n"
+            "      on: [{event: task.completed, guard: 'result.outcome == \"x\"', goto: verify}]\n",
+        )
+        .replace(
+            "        - {event: task.completed, guard:",
+            "        - {event: review.done, goto: done}\n        - {event: task.completed, guard:",
+        )
+        .replace(
+            "    - {name: prepare,",
+            "    - {name: free.form}\n    - {name: prepare,",
+        )
+    )
+    diags = compile_sources([("v.yaml", text)]).diagnostics
+    assert [(d.rule, d.message) for d in diags] == [
+        (
+            "gate-outcome-impossible",
+            "transition 1 of state 'verify' waits for result.outcome == \"failed\", which "
+            "capability 'tests.run' never answers (its output schema allows \"passed\", "
+            '"implementation-failure", "say \\"hi\\"")',
+        )
+    ]

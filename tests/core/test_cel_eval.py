@@ -1,0 +1,148 @@
+"""What an expression may cost, and how its failures read: the step budget, the
+comprehension found inside another (refused when compiled), the errors of evaluation and
+of converting the values, and the CEL values a result comes back from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from interlock.core.expr import (
+    STEP_BUDGET,
+    CompileError,
+    CostError,
+    Expression,
+    ExpressionError,
+    OverBudget,
+)
+
+
+def test_an_evaluation_that_runs_out_of_steps_stops_with_over_budget() -> None:
+    costly = Expression("inputs.xs.all(x, x >= 0)")
+    assert costly.loops
+    assert costly.evaluate({"inputs": {"xs": list(range(600))}}) is True
+    with pytest.raises(OverBudget) as caught:
+        costly.evaluate({"inputs": {"xs": list(range(2_000))}})
+    assert str(caught.value) == (
+        f"evaluation stopped after {STEP_BUDGET:,} steps (its budget): "
+        "the expression costs too much on these values"
+    )
+    assert isinstance(caught.value, ExpressionError)
+
+
+def test_the_budget_is_per_evaluation() -> None:
+    costly = Expression("inputs.xs.all(x, x >= 0)")
+    half = {"inputs": {"xs": list(range(600))}}
+    for _ in range(3):  # 3 x 600 items: more than one budget in all
+        assert costly.evaluate(half) is True
+
+
+@pytest.mark.parametrize(
+    ("source", "word", "col"),
+    [
+        ("inputs.xs.all(x, inputs.ys.exists(y, y == x))", "exists", 28),
+        ("inputs.xs.map(x, [x].filter(y, y > 0))", "filter", 22),
+        ("inputs.xs.exists(x, inputs.ys.all(y, y > x))", "all", 31),
+        ("inputs.xs.filter(x, x.ys.exists_one(y, y))", "exists_one", 26),
+        ("inputs.xs.all(x,\n  inputs.ys.map(y, y))", "map", 13),
+    ],
+)
+def test_a_comprehension_inside_another_is_refused_at_its_place(
+    source: str, word: str, col: int
+) -> None:
+    with pytest.raises(CostError) as caught:
+        Expression(source)
+    assert caught.value.message == (
+        f"{word!r} inside another comprehension: the cost is the product of the lists' "
+        "sizes (split it into steps, or compute it in an action)"
+    )
+    assert caught.value.col == col
+    assert caught.value.line == source[: source.find(word)].count("\n") + 1
+
+
+@pytest.mark.parametrize(
+    ("source", "loops"),
+    [
+        ("inputs.xs.filter(x, x > 0).all(y, y > 1)", True),  # one after the other
+        ("inputs.xs.all(x, size(x) > 0)", True),
+        ("inputs.xs.exists_one(x, x > 0)", True),
+        ("inputs.xs.map(x, x.all)", True),  # a field named like a macro
+        ("size(inputs.xs) > 0", False),
+        ("inputs.all == inputs.map", False),
+        ("has(inputs.filter)", False),
+    ],
+)
+def test_comprehensions_side_by_side_are_allowed(source: str, loops: bool) -> None:
+    assert Expression(source).loops is loops
+
+
+def test_names_are_the_variables_an_expression_reads() -> None:
+    assert Expression("inputs.a + size(result.b)").names == frozenset({"inputs", "result"})
+    assert Expression("inputs.xs.all(x, x > 0)").names == frozenset({"inputs"})
+    assert Expression("item.n > 1", frozenset({"item"})).names == frozenset({"item"})
+    assert Expression("1 + 2").names == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("source", "activation", "message"),
+    [
+        ("inputs.n / 0", {"inputs": {"n": 1}}, "divide by zero"),
+        ("inputs.x + 1", {"inputs": {"x": 2**64}}, "overflow"),
+        ("inputs.missing", {"inputs": {}}, "no such member in mapping: 'missing'"),
+        ("int(inputs.s)", {"inputs": {"s": "x"}}, ""),
+    ],
+)
+def test_a_failed_evaluation_is_an_expression_error(
+    source: str, activation: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ExpressionError) as caught:
+        Expression(source).evaluate(activation)
+    assert not isinstance(caught.value, OverBudget)
+    assert message in str(caught.value)
+    assert str(caught.value)
+
+
+def test_a_variable_not_given_is_an_error_not_a_null() -> None:
+    with pytest.raises(ExpressionError):
+        Expression("result.x == 1").evaluate({"inputs": {}})
+    with pytest.raises(ExpressionError):
+        Expression("result == null").evaluate({"inputs": {}})
+
+
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [
+        ("1u + 2u", 3),
+        ("-7", -7),
+        ("2.5 * 2.0", 5.0),
+        ("true && !false", True),
+        ("null", None),
+        ("'a' + 'b'", "ab"),
+        ("b'hi'", "aGk="),
+        ("[1, [2u], {'k': null}]", [1, [2], {"k": None}]),
+        ("{1: 'a', 'b': 2.0}", {"1": "a", "b": 2.0}),
+        ('duration("1m30s")', "90.0s"),
+        ('timestamp("2026-03-01T09:00:00Z")', "2026-03-01T09:00:00Z"),
+    ],
+)
+def test_results_come_back_as_plain_json(source: str, value: Any) -> None:
+    got = Expression(source).evaluate({})
+    assert got == value
+    assert type(got) is type(value)
+
+
+def test_a_cel_type_comes_back_as_text() -> None:
+    assert isinstance(Expression("type(1)").evaluate({}), str)
+
+
+def test_an_expression_shows_its_source() -> None:
+    assert repr(Expression("inputs.a > 1")) == "Expression('inputs.a > 1')"
+    assert Expression(" inputs.a ").source == " inputs.a "
+
+
+def test_a_compile_error_reads_as_its_message() -> None:
+    with pytest.raises(CompileError) as caught:
+        Expression("inputs.a +")
+    assert str(caught.value) == caught.value.message
+    assert caught.value.message.startswith("CEL does not compile: ")

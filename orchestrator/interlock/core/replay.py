@@ -78,7 +78,8 @@ def _differences(recorded: Any, replayed: Any, path: str = "") -> list[str]:
                 out.extend(_differences(recorded[key], replayed[key], where))
         return out
     if recorded != replayed or type(recorded) is not type(replayed):
-        return [f"{path}: recorded {short(recorded)}, now {short(replayed)}"]
+        where = f"{path}: " if path else ""  # two whole records: no path to name
+        return [f"{where}recorded {short(recorded)}, now {short(replayed)}"]
     return []
 
 

@@ -1,0 +1,91 @@
+"""What replay says when a definition writes other records than the log holds: which
+record, which fields (dotted, recorded and now), and the group it counts under."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock.core import analysis
+from interlock.core import events as ev
+from interlock.core.compiler import compile_sources
+from interlock.core.definition import Definition
+from interlock.core.replay import comparable
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+WORKFLOW = (GOLDEN / "code-review.yaml").read_text()
+
+
+def changed(old: str, new: str) -> Definition:
+    assert old in WORKFLOW, old
+    result = compile_sources([("code-review.yaml", WORKFLOW.replace(old, new))])
+    result.raise_for_errors()
+    return result.workflows[0]
+
+
+def golden(name: str) -> list[ev.AnyRecord]:
+    return ev.decode_lines((GOLDEN / f"{name}.jsonl").read_bytes())
+
+
+def divergence(log: str, old: str, new: str) -> dict[str, Any]:
+    report = analysis.replay(golden(log), changed(old, new))
+    assert report["agree"] is False
+    found: dict[str, Any] = report["divergence"]
+    return found
+
+
+def test_an_output_computed_otherwise_is_named_with_both_values() -> None:
+    d = divergence(
+        "code-review-merged-fix-loop",
+        'approver: "{{ context.approver }}"',
+        "approver: \"{{ context.approver + '!' }}\"",
+    )
+    assert (d["seq"], d["kind"]) == (27, "record")
+    assert d["differences"] == ['data.outputs.approver: recorded "alice", now "alice!"']
+    assert d["reason"] == (
+        'run.completed differs: data.outputs.approver: recorded "alice", now "alice!"'
+    )
+    assert d["group"] == "run.completed in state 'merge' differs"
+
+
+@pytest.mark.parametrize(
+    ("new", "difference"),
+    [
+        ("        merged: false\n        extra: 1\n", "data.outputs.extra: not recorded, now 1"),
+        ("", "data.outputs.merged: recorded false, now absent"),
+    ],
+)
+def test_an_output_added_or_dropped_is_named(new: str, difference: str) -> None:
+    d = divergence("code-review-rejected", "        merged: false\n", new)
+    assert (d["seq"], d["kind"]) == (38, "record")
+    assert d["differences"] == [difference]
+    assert d["reason"] == f"run.completed differs: {difference}"
+
+
+def test_a_record_the_definition_no_longer_writes_is_named() -> None:
+    d = divergence(
+        "code-review-approval-expired",
+        "      timeout:\n        after: 72h\n        goto: rejected\n"
+        "        set:\n          reason: no approval within 72h\n",
+        "",
+    )
+    assert (d["seq"], d["kind"]) == (8, "record")
+    assert d["reason"] == (
+        "the new definition does not write timer.scheduled state-timeout at "
+        "2026-03-04T09:00:02.000Z"
+    )
+    [difference] = d["differences"]
+    assert difference.startswith('recorded {"type":"io.interlock.timer.scheduled"')
+    assert difference.endswith(", now null")
+
+
+def test_records_compare_without_what_names_the_version() -> None:
+    started = golden("code-review-rejected")[0]
+    assert isinstance(started, ev.RunStarted)
+    value = comparable(started, started)
+    assert "spec_hash" not in value["data"]
+    assert "version" not in value["data"]
+    assert value["data"]["workflow"] == "code-review"
+    assert comparable(None, started) is None

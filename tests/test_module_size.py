@@ -24,6 +24,10 @@ LONG_MODULES: dict[str, str] = {
         "the orchestrator's three consumer loops and dispatch share its message handling and "
         "dead-letter path; its separable parts (run index, answers, schemas) are out already"
     ),
+    "core/events.py": (
+        "the run log's schema: one Struct per record type and its payload, kept in one "
+        "place because contracts/runlog is generated from it and read as one catalogue"
+    ),
     "sdk/worker.py": (
         "the public Worker class with its documented lifecycle; execution, binding and "
         "liveness are out already"

@@ -53,7 +53,14 @@ class Dag(FanOut):
         not open yet, and request the ones that can run (up to ``parallelism`` in
         flight); finish when every step has ended."""
         while self.running and self.state.dag is not None:
-            if not any(self.next_dag_move(state, spec, step) for step in spec.steps):
+            moved: bool | None = False
+            for step in spec.steps:
+                moved = self.next_dag_move(state, spec, step)
+                if moved is not False:
+                    break
+            if moved is None:
+                return  # not asked for (refused by a spawn budget): decided on already
+            if not moved:
                 break
         final = self.state.dag
         if (
@@ -65,8 +72,9 @@ class Dag(FanOut):
             self.emit(ev.DagCompleted, ev.DagCompletedData(state=state.name, result=result))
             self.route(TASK_COMPLETED, None, result)
 
-    def next_dag_move(self, state: StateDef, spec: DagDef, step: DagStep) -> bool:
-        """Move ``step`` on if it can (skip, hold or request it); whether it moved."""
+    def next_dag_move(self, state: StateDef, spec: DagDef, step: DagStep) -> bool | None:
+        """Move ``step`` on if it can (skip, hold or request it); whether it moved (None:
+        a spawn budget refused it, and its failure has been decided on)."""
         progress = self.state.dag
         assert progress is not None
         status = progress.status.get(step.name)
@@ -96,8 +104,7 @@ class Dag(FanOut):
             )
             if missing:
                 return True
-        self.request(step.action, 0, step=step.name)
-        return True
+        return True if self.request(step.action, 0, step=step.name) else None
 
     def dag_step_failed(self, state: StateDef, step: str, error: ev.ErrorInfo) -> None:
         """A step failed for good: under ``completion: all`` that fails the state unless

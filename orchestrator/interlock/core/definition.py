@@ -183,6 +183,10 @@ class BudgetDef:
     """The most the run may spend, summed from the ``cost`` each answer reports."""
     edges: Mapping[str, int] = field(default_factory=dict)
     """Named edge budgets: how often the transitions naming one may fire, altogether."""
+    max_spawn_depth: int | None = None
+    """How deep below this run actions may be spawned (its own are at depth 1)."""
+    max_total_spawns: int | None = None
+    """Spawns (actions requested) this run and its child runs may make, altogether."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from interlock.core.incoming import (
     trigger_matches,
 )
 from interlock.core.reactions import Reactions
+from interlock.core.spawn import spawn_budget
 from interlock.core.state import RunState, event_key
 from interlock.core.step import GuardCheck, backoff_seconds, plus_seconds
 from interlock.core.vocabulary import RunStatus, TimerPurpose
@@ -68,11 +69,13 @@ def start(
     trigger: Incoming | None = None,
     traceparent: str | None = None,
     parent: ev.ParentRef | None = None,
+    spawn: ev.SpawnBudget | None = None,
     trace: list[GuardCheck] | None = None,
 ) -> list[ev.AnyRecord]:
     """The first records of a new run: started, then the initial state entered.
 
     ``inputs`` must already be resolved (see :func:`interlock.core.definition.resolve_inputs`).
+    ``spawn`` is what a parent handed a child run (its depth and the tree's spawn budgets).
     ``trace``, when given, receives every guard weighed (it changes no record).
     """
     step = Reactions(definition, RunState(), now, trace=trace)
@@ -89,6 +92,7 @@ def start(
             trigger=None if trigger is None else trigger.to_dict(),
             correlation_key=correlation_key(definition, inputs),
             parent=parent,
+            spawn=spawn_budget(definition, spawn),
         ),
         traceparent=traceparent,
     )
@@ -166,6 +170,7 @@ def cancel(definition: Definition, state: RunState, *, reason: str, now: str) ->
             reason=reason,
             cancelled_actions=list(state.pending),
             parent=state.parent,
+            spawns=step.spawns_spent(),
         ),
     )
     return step.out

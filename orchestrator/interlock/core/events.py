@@ -39,6 +39,16 @@ class ParentRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     attempt: int = 1
 
 
+class SpawnBudget(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A run's depth in its tree of runs (its actions are spawns at ``depth + 1``), the
+    deepest spawn allowed (counted from the root) and the spawns it and its child runs may
+    still make (see docs/language.md, spawn budgets)."""
+
+    depth: int = 0
+    max_depth: int | None = None
+    allowance: int | None = None
+
+
 class RetryInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     max_attempts: int = 1
     initial_s: float = 1.0
@@ -60,6 +70,8 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """The run's correlation key (``correlate.key``), when the workflow declares one."""
     parent: ParentRef | None = None
     """Set on a child run: the parent's action that this run answers."""
+    spawn: SpawnBudget | None = None
+    """A child run's, or a run with spawn budgets (narrowed by its own)."""
 
 
 class StateEnteredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -85,6 +97,8 @@ class ActionRequestedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     """The iteration (1-based), for an action of a loop state."""
     step: str | None = None
     """The step's name, for an action of a DAG state."""
+    spawn: SpawnBudget | None = None
+    """For a ``workflow`` action: what the child run is handed (reserved until it ends)."""
 
 
 class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -104,6 +118,8 @@ class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     step: str | None = None
     cost: float | None = None
     """What the answer reports it cost (its result's ``cost``), summed into the run's."""
+    spawns: int | None = None
+    """For a ``workflow`` action under a spawn allowance: the spawns its child run made."""
 
 
 class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -120,6 +136,8 @@ class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     source: str | None = None
     """Who answered with the failure (None: a timeout or the platform, not an answer)."""
     step: str | None = None
+    spawns: int | None = None
+    """For a ``workflow`` action under a spawn allowance: the spawns its child run made."""
 
 
 class ActionCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -243,6 +261,8 @@ class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     outputs: dict[str, Any] = {}
     parent: ParentRef | None = None
     """Copied from the run's start: where a child run's end is reported."""
+    spawns: int | None = None
+    """Under a spawn allowance: what the run and its children spent (told to the parent)."""
 
 
 class RunFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -252,6 +272,8 @@ class RunFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """What a terminal state with ``fail`` returns with its failure."""
     parent: ParentRef | None = None
     """Copied from the run's start: where a child run's end is reported."""
+    spawns: int | None = None
+    """Under a spawn allowance: what the run and its children spent (told to the parent)."""
 
 
 class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -261,6 +283,8 @@ class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     """Actions in flight when the run was cancelled; their agents are told to stop."""
     parent: ParentRef | None = None
     """Copied from the run's start: where a child run's end is reported."""
+    spawns: int | None = None
+    """Under a spawn allowance: what the run and its children spent (told to the parent)."""
 
 
 class RunForkedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

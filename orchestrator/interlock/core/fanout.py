@@ -84,7 +84,8 @@ class FanOut(Transitions):
             busy = len(self.state.pending) + waiting
             if progress.next >= len(progress.items) or busy >= spec.parallelism:
                 return
-            self.request(spec.action_for(progress.next), 0, item=progress.next)
+            if not self.request(spec.action_for(progress.next), 0, item=progress.next):
+                return  # refused, and its failure decided on: that went on with the map
 
     def quorum_done(self, state: StateDef, progress: MapProgress, item: str, whole: str) -> bool:
         """``completion: at_least``: done once enough distinct producers have answered

@@ -19,6 +19,9 @@ TASK_FAILED = "task.failed"
 TIMER_FIRED = "io.interlock.timer.fired"
 """The type of the incoming event that tells a run one of its timers is due (extension
 ``timerid``)."""
+SPAWNS_EXTENSION = "spawns"
+"""The extension of a child run's end (its parent's answer): the spawns it made under the
+allowance it was handed."""
 
 
 class Incoming(msgspec.Struct, frozen=True, kw_only=True):

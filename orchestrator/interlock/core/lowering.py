@@ -64,6 +64,8 @@ class WorkflowLowering(LoweringScope):
             spec.budget.max_fan_out,
             spec.budget.max_cost,
             dict(spec.budget.edges),
+            spec.budget.max_spawn_depth,
+            spec.budget.max_total_spawns,
         )
         super().__init__(doc, diags, capabilities, spec.states, budget)
 

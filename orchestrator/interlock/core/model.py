@@ -331,6 +331,33 @@ class Budget(_Strict, frozen=True, kw_only=True):
         ]
         | None
     ) = None
+    max_spawn_depth: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                ge=0,
+                description="How deep spawns may nest below a run: its own actions are spawns "
+                "at depth 1, a child run's actions at depth 2 and so on; a deeper one fails "
+                "its action (budget_exceeded, code max_spawn_depth). A child run keeps the "
+                "tighter of its parent's limit and its own.",
+            ),
+        ]
+        | None
+    ) = None
+    max_total_spawns: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                ge=1,
+                description="Spawns (actions requested: every attempt, map item, loop "
+                "iteration and child run) that a run and all its child runs may make "
+                "altogether; the one over it fails its action (budget_exceeded, code "
+                "max_total_spawns). A child run is handed what is left, reserved until it "
+                "ends; then only what it spent stays charged.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class EvidenceSpec(_Strict, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ from interlock.core import events as ev
 from interlock.core.dag import Dag
 from interlock.core.definition import StateDef, StateGateDef
 from interlock.core.expr import ExpressionError, is_literal_true
-from interlock.core.incoming import TASK_COMPLETED, TASK_FAILED, Incoming
+from interlock.core.incoming import SPAWNS_EXTENSION, TASK_COMPLETED, TASK_FAILED, Incoming
 from interlock.core.state import PendingAction
 from interlock.core.step import backoff_seconds, error_of, plus_seconds, seconds_text
 from interlock.core.vocabulary import RETRYABLE, ErrorClass, TimerPurpose
@@ -44,6 +44,7 @@ class Reactions(Dag):
                 step=pending.step,
                 # Only a workflow with a cost budget counts costs: others write as before.
                 cost=None if self.definition.budget.max_cost is None else _cost(result),
+                spawns=_spawns(pending, event),
             ),
         )
         if self.over_cost_budget(event):
@@ -187,6 +188,7 @@ class Reactions(Dag):
                 will_retry=will_retry,
                 source=None if event is None else event.source,
                 step=pending.step,
+                spawns=None if event is None else _spawns(pending, event),
             ),
         )
         if will_retry:
@@ -266,6 +268,15 @@ class Reactions(Dag):
                 retry=timer.retry,
                 step=timer.step,
             )
+
+
+def _spawns(pending: PendingAction, event: Incoming) -> int | None:
+    """What a child run reports it spent of its spawn allowance (extension ``spawns`` of
+    its end, which only the orchestrator answers a ``workflow`` action with)."""
+    if pending.workflow is None:
+        return None
+    value = event.extensions.get(SPAWNS_EXTENSION, "")
+    return int(value) if value.isdigit() and len(value) < 10 else None
 
 
 def _cost(result: Any) -> float | None:

@@ -14,6 +14,7 @@ import msgspec
 from msgspec.structs import replace
 
 from interlock.core import events as ev
+from interlock.core.spawn import SpawnProgress
 from interlock.core.vocabulary import FINISHED, RunStatus, TimerPurpose
 
 
@@ -126,6 +127,8 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     """The sum of the ``cost`` the answers reported (None: none reported any)."""
     spent: dict[str, int] | None = None
     """Transitions fired per edge budget (None: none spent)."""
+    spawn: SpawnProgress | None = None
+    """The run's depth and spawn allowance (None: a root run without spawn budgets)."""
 
     @property
     def finished(self) -> bool:
@@ -150,6 +153,7 @@ def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
         trigger=d.trigger,
         correlation_key=d.correlation_key,
         parent=d.parent,
+        spawn=SpawnProgress.of(d.spawn),
     )
 
 
@@ -197,6 +201,10 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
     dag = s.dag
     if d.step is not None and dag is not None:
         dag = replace(dag, status={**dag.status, d.step: "running"})
+    spawn = s.spawn
+    if spawn is not None:
+        reserved = None if d.spawn is None else d.spawn.allowance
+        spawn = spawn.charge(f"{d.action_id}#{d.attempt}", reserved)
     return replace(
         s,
         seq=s.seq + 1,
@@ -206,6 +214,7 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
         actions=s.actions + 1,
         map=progress,
         dag=dag,
+        spawn=spawn,
     )
 
 
@@ -213,6 +222,9 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
     d = r.data
     if d.cost is not None:
         s = replace(s, cost=(s.cost or 0.0) + d.cost)
+    if d.spawns is not None and s.spawn is not None and d.action_id in s.pending:
+        key = f"{d.action_id}#{s.pending[d.action_id].attempt}"
+        s = replace(s, spawn=s.spawn.settle(key, d.spawns))
     pending = dict(s.pending)
     pending.pop(d.action_id, None)
     if d.item is not None and s.map is not None:
@@ -246,11 +258,18 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
 
 def _action_failed(s: RunState, r: ev.ActionFailed) -> RunState:
     d = r.data
+    if d.spawns is not None and s.spawn is not None:
+        s = replace(s, spawn=s.spawn.settle(f"{d.action_id}#{d.attempt}", d.spawns))
     pending = dict(s.pending)
     pending.pop(d.action_id, None)
     progress = s.map
     if d.item is not None and progress is not None and not d.will_retry:
-        progress = replace(progress, failed={**progress.failed, d.item: d.error})
+        # An item refused before it was requested (a spawn budget) is done with too.
+        progress = replace(
+            progress,
+            failed={**progress.failed, d.item: d.error},
+            next=max(progress.next, d.item + 1),
+        )
     dag = s.dag
     if d.step is not None and dag is not None and not d.will_retry:
         dag = replace(
@@ -449,7 +468,7 @@ def event_key(source: str, event_id: str) -> str:
 
 _state_encoder = msgspec.json.Encoder()
 
-_LATER_FIELDS = ("dag", "evidence", "cost", "spent")
+_LATER_FIELDS = ("dag", "evidence", "cost", "spent", "spawn")
 """Fields added to RunState after states were first pinned (tests/golden): left out of
 the canonical bytes while unset, so a run that does not use them encodes as before."""
 

@@ -183,6 +183,12 @@ class Step:
                 ),
             )
 
+    def spawns_spent(self) -> int | None:
+        """What a run under a spawn allowance reports to its parent when it ends: the
+        spawns charged so far (a child run whose end it did not see counts whole)."""
+        spawn = self.state.spawn
+        return None if spawn is None or spawn.allowance is None else spawn.used
+
     def fail_run(self, error_class: str, message: str) -> None:
         self.cancel_pending(f"run failed: {error_class}")
         self.emit(
@@ -191,6 +197,7 @@ class Step:
                 state=self.state.state,
                 error=ev.ErrorInfo(error_class=error_class, message=message),
                 parent=self.state.parent,
+                spawns=self.spawns_spent(),
             ),
         )
 

@@ -13,6 +13,7 @@ from interlock.core import events as ev
 from interlock.core.definition import ActionDef, StateDef
 from interlock.core.expr import ExpressionError, is_literal_true, read_values, render
 from interlock.core.incoming import TASK_FAILED, Incoming
+from interlock.core.state import PendingAction
 from interlock.core.step import Step, error_json, plus_seconds, retry_info, to_text
 from interlock.core.vocabulary import ErrorClass, TimerPurpose
 
@@ -71,13 +72,22 @@ class Transitions(Step):
             self.emit(
                 ev.RunFailed,
                 ev.RunFailedData(
-                    state=state.name, error=error, outputs=outputs, parent=self.state.parent
+                    state=state.name,
+                    error=error,
+                    outputs=outputs,
+                    parent=self.state.parent,
+                    spawns=self.spawns_spent(),
                 ),
             )
             return
         self.emit(
             ev.RunCompleted,
-            ev.RunCompletedData(state=state.name, outputs=outputs, parent=self.state.parent),
+            ev.RunCompletedData(
+                state=state.name,
+                outputs=outputs,
+                parent=self.state.parent,
+                spawns=self.spawns_spent(),
+            ),
         )
 
     def request(
@@ -91,7 +101,9 @@ class Transitions(Step):
         iteration: int | None = None,
         retry: ev.RetryInfo | None = None,
         step: str | None = None,
-    ) -> None:
+    ) -> bool:
+        """Ask for an action; False when not (the run failed, or a spawn budget refused
+        it and its failure is decided on already: the caller must not go on)."""
         state = self.current
         budget = self.definition.budget
         if self.state.actions >= budget.max_actions:
@@ -99,7 +111,7 @@ class Transitions(Step):
                 ErrorClass.BUDGET_EXCEEDED,
                 f"more than budget.max_actions ({budget.max_actions}) actions",
             )
-            return
+            return False
         try:
             payload = render(action.input, self.activation(extra=self.variables(item, iteration)))
         except ExpressionError as exc:
@@ -107,30 +119,30 @@ class Transitions(Step):
                 ErrorClass.EXPRESSION_ERROR,
                 f"input of action {index} in state {state.name!r}: {exc}",
             )
-            return
+            return False
         action_id = action_id or self.next_id
         deadline = None if action.timeout_s is None else plus_seconds(self.now, action.timeout_s)
-        self.emit(
-            ev.ActionRequested,
-            ev.ActionRequestedData(
-                action_id=action_id,
-                state=state.name,
-                index=index,
-                capability=action.capability,
-                input=payload,
-                attempt=attempt,
-                timeout_s=action.timeout_s,
-                deadline=deadline,
-                retry=retry if attempt > 1 else retry_info(action.retry),
-                workflow=action.workflow,
-                item=item,
-                iteration=iteration,
-                step=step,
-            ),
-            # The run's trace context travels with each request, so any replica that
-            # dispatches it continues the run's trace.
-            traceparent=self.state.traceparent,
+        data = ev.ActionRequestedData(
+            action_id=action_id,
+            state=state.name,
+            index=index,
+            capability=action.capability,
+            input=payload,
+            attempt=attempt,
+            timeout_s=action.timeout_s,
+            deadline=deadline,
+            retry=retry if attempt > 1 else retry_info(action.retry),
+            workflow=action.workflow,
+            item=item,
+            iteration=iteration,
+            step=step,
+            spawn=None if action.workflow is None else self.handed_down(item),
         )
+        if self.spawn_refused(data):
+            return False
+        # The run's trace context travels with each request, so any replica that
+        # dispatches it continues the run's trace.
+        self.emit(ev.ActionRequested, data, traceparent=self.state.traceparent)
         if deadline is not None:
             self.schedule(
                 TimerPurpose.ACTION_TIMEOUT,
@@ -143,6 +155,47 @@ class Transitions(Step):
                 iteration=iteration,
                 step=step,
             )
+        return True
+
+    def spawn_refused(self, d: ev.ActionRequestedData) -> bool:
+        """Whether the run's spawn budgets refuse the action about to be asked for: then
+        it is not asked for, and fails as if it had been (routed like any failure)."""
+        refusal = None if self.state.spawn is None else self.state.spawn.refusal()
+        if refusal is None:
+            return False
+        would_be = PendingAction(
+            action_id=d.action_id,
+            state=d.state,
+            index=d.index,
+            capability=d.capability,
+            attempt=d.attempt,
+            retry=d.retry,
+            workflow=d.workflow,
+            item=d.item,
+            iteration=d.iteration,
+            step=d.step,
+        )
+        self.action_failed(would_be, refusal, None)
+        return True
+
+    def handed_down(self, item: int | None) -> ev.SpawnBudget:
+        """What a ``workflow`` action hands its child run (see :mod:`spawn`): for a map's
+        item, an even share with the items not yet asked for."""
+        spawn = self.state.spawn
+        if spawn is None:
+            return ev.SpawnBudget(depth=1)
+        progress = self.state.map
+        sharing = 1
+        if item is not None and progress is not None:
+            sharing += max(0, len(progress.items) - max(progress.next, item + 1))
+        return spawn.handed_down(sharing)
+
+    def action_failed(
+        self, pending: PendingAction, error: ev.ErrorInfo, event: Incoming | None
+    ) -> None:
+        """An action failed (with a retry to come, or for good); decided by the layer that
+        knows every kind of state."""
+        raise NotImplementedError
 
     def variables(self, item: int | None, iteration: int | None) -> dict[str, Any]:
         """What an action's input may read besides the run's own values: a map item and
@@ -279,5 +332,10 @@ class Transitions(Step):
         self.cancel_pending(f"run failed: {error.error_class}")
         self.emit(
             ev.RunFailed,
-            ev.RunFailedData(state=self.state.state, error=error, parent=self.state.parent),
+            ev.RunFailedData(
+                state=self.state.state,
+                error=error,
+                parent=self.state.parent,
+                spawns=self.spawns_spent(),
+            ),
         )

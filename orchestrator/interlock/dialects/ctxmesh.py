@@ -124,24 +124,23 @@ def _lower(
 
 
 def _budget(out: Lowering, budget: dict[str, int], native_spec: dict[str, Any]) -> None:
-    """ctxmesh's budget as the native one (maxSpawnDepth has no counterpart: a note)."""
+    """ctxmesh's SpawnBudget as the native budgets: each node launch is a spawn."""
     native_budget: dict[str, int] = {}
     if "maxFanOut" in budget:
         native_budget["max_fan_out"] = budget["maxFanOut"]
         out.at(("spec", "budget", "max_fan_out"), ("spec", "budget", "maxFanOut"))
-    if "maxTotalSpawns" in budget:
-        native_budget["max_actions"] = budget["maxTotalSpawns"]
-        out.at(("spec", "budget", "max_actions"), ("spec", "budget", "maxTotalSpawns"))
-        out.note(
-            ("spec", "budget"),
-            "maxTotalSpawns -> max_actions: every node launch (retries, map items and loop "
-            "iterations included) counts",
-        )
     if "maxSpawnDepth" in budget:
+        native_budget["max_spawn_depth"] = budget["maxSpawnDepth"]
+        out.at(("spec", "budget", "max_spawn_depth"), ("spec", "budget", "maxSpawnDepth"))
+    if "maxTotalSpawns" in budget:
+        native_budget["max_total_spawns"] = budget["maxTotalSpawns"]
+        out.at(("spec", "budget", "max_total_spawns"), ("spec", "budget", "maxTotalSpawns"))
+    if "maxSpawnDepth" in budget or "maxTotalSpawns" in budget:
         out.note(
             ("spec", "budget"),
-            f"maxSpawnDepth {budget['maxSpawnDepth']}: a workflow's nodes are actions of one "
-            "run (depth 1); nothing here spawns deeper",
+            "a spawn is a node launch (retries, map items and loop iterations included), "
+            "at depth 1 below this run; run as a child run, its launches count against "
+            "the spawn budgets of the tree it runs in",
         )
     if native_budget:
         native_spec["budget"] = native_budget

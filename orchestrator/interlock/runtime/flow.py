@@ -18,11 +18,13 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
+from msgspec.structs import replace
 from nats.aio.client import Client
 
 from interlock.core import events as ev
 from interlock.core.definition import Definition
 from interlock.core.engine import TIMER_FIRED, Incoming, cancel
+from interlock.core.incoming import SPAWNS_EXTENSION
 from interlock.core.state import RunState
 from interlock.runtime.answers import Answers
 from interlock.runtime.correlation import CorrelationIndex
@@ -253,6 +255,7 @@ class ControlFlow:
                 inputs,
                 traceparent=record.traceparent,
                 parent=parent,
+                spawn=d.spawn,
             )
         except InvalidInputs as exc:
             await self._answers.failed(record, "schema_error", str(exc))
@@ -265,7 +268,7 @@ class ControlFlow:
             event_type, data = tasks.TASK_COMPLETED, dict(record.data.outputs)
         elif isinstance(record, ev.RunFailed):
             error = record.data.error
-            event_type, data = tasks.failure(error.error_class, error.message)
+            event_type, data = tasks.failure(error.error_class, error.message, code=error.code)
         else:
             event_type, data = tasks.failure("cancelled", record.data.reason)
         event = tasks.answer_event(
@@ -278,6 +281,9 @@ class ControlFlow:
             data=data,
             time=record.time,
         )
+        if record.data.spawns is not None:  # what the child spent of its spawn allowance
+            spawns = {SPAWNS_EXTENSION: str(record.data.spawns)}
+            event = replace(event, extensions={**event.extensions, **spawns})
         # The parent's action is a child-workflow call, answered under that capability.
         await self._answers.publish("", event)
 

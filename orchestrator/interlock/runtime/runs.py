@@ -260,6 +260,7 @@ class Runs:
         trigger: Incoming | None = None,
         traceparent: str | None = None,
         parent: ev.ParentRef | None = None,
+        spawn: ev.SpawnBudget | None = None,
     ) -> tuple[bool, list[ev.AnyRecord]]:
         """Start a run; (False, []) when a run with this id exists already.
 
@@ -288,6 +289,7 @@ class Runs:
                     trigger=trigger,
                     traceparent=traceparent,
                     parent=parent,
+                    spawn=spawn,
                 ),
                 definition,
                 None,

@@ -151,3 +151,53 @@ def test_a_gate_that_reads_no_evidence_is_refused() -> None:
 
 def test_a_gate_expression_that_does_not_compile_is_refused() -> None:
     assert _rules(GATED.replace("when: result.status", "when: result.status ==")) == ["cel-compile"]
+
+
+WAITING = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: release}
+spec:
+  initial_state: approval
+  states:
+    approval:
+      type: human_in_the_loop
+      gate:
+        requires: {ticket: true, risk: low}
+        evidence: ['"evidence" in data ? data.evidence : {}']
+        when: data.decision == "approve"
+      on:
+        - {event: release.decided, guard: data.decision == "approve", goto: shipped}
+        - {event: release.decided, goto: held}
+    shipped: {type: terminal}
+    held: {type: terminal}
+"""
+
+
+def test_a_gate_on_a_waiting_state_refuses_the_event_and_the_state_waits_on() -> None:
+    run = Run(compile_one(WAITING))
+    run.start()
+    refused = run.send(
+        "release.decided", {"decision": "approve", "evidence": {"risk": "high"}}, event_id="e-1"
+    )
+    assert types(refused) == ["event.received", "gate.checked"]
+    checked = refused[-1]
+    assert isinstance(checked, ev.GateChecked)
+    assert (checked.data.proven, checked.data.missing) == (False, ["ticket", "risk"])
+    assert run.state.state == "approval"
+    taken = run.send(
+        "release.decided",
+        {"decision": "approve", "evidence": {"ticket": "T-9", "risk": "low"}},
+        event_id="e-2",
+    )
+    assert types(taken)[:2] == ["event.received", "gate.checked"]
+    assert run.state.state == "shipped"
+    assert encode_state(fold(run.log)) == encode_state(run.state)
+
+
+def test_a_waiting_states_gate_checks_only_what_when_selects() -> None:
+    run = Run(compile_one(WAITING))
+    run.start()
+    out = run.send("release.decided", {"decision": "hold"}, event_id="e-1")
+    assert types(out) == ["event.received", "transition.fired", "state.entered", "run.completed"]
+    assert run.state.state == "held"

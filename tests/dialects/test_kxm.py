@@ -353,3 +353,103 @@ def test_a_passing_signal_on_a_stage_with_peer_policies_goes_to_the_peers() -> N
     passing = [t for t in wait["on"] if t["goto"] not in ("plan", "plan-wait", "failed")]
     assert {t["goto"] for t in passing} == {"plan-peers"}
     assert all("peer reviews" not in t["guard"] for t in passing)
+
+
+def _two_stages() -> list[dict[str, Any]]:
+    """A reproduction confirmed by its stage (the oracle), then a fix that waits for CI."""
+    return [
+        {
+            "id": "bug", "project": "p", "target": "coordinator", "secretEnv": "S",
+            "promptTemplate": "Fix {{issue.key}}",
+            "reproOracle": {"stageId": "reproduce", "evidenceKey": "repro"},
+            "stages": [
+                {"id": "reproduce", "instructions": "Reproduce.", "requiredEvidence": ["repro"]},
+                {"id": "fix", "instructions": "Fix, then wait for CI.",
+                 "requiredEvidence": ["diff", "ci"]},
+            ],
+        }
+    ]  # fmt: skip
+
+
+class _Driven:
+    """One run of a lowered definition, decided by the pure core (no NATS)."""
+
+    def __init__(self, data: list[dict[str, Any]]) -> None:
+        from interlock.core.compiler import compile_sources
+        from interlock.core.engine import start
+        from interlock.core.state import fold
+
+        prepared = prepare([("bug.json", json.dumps(data))])
+        compiled = compile_sources(prepared.sources, documents=prepared.documents)
+        assert compiled.ok, compiled.diagnostics
+        self.definition = compiled.workflows[0]
+        self.log = start(self.definition, run_id="r-1", inputs={}, now="2026-01-01T00:00:00Z")
+        self.state = fold(self.log)
+        self.n = 0
+
+    def deliver(self, kind: str, data: Any, **extensions: str) -> list[Any]:
+        from interlock.core.engine import Incoming, decide
+        from interlock.core.state import fold
+
+        self.n += 1
+        if not extensions:
+            extensions = {"actionid": next(iter(self.state.pending))}
+        incoming = Incoming(type=kind, source="test", id=f"e-{self.n}", data=data,
+                            extensions=extensions)  # fmt: skip
+        out = decide(self.definition, self.state, incoming, f"2026-01-01T00:00:{self.n:02d}Z")
+        self.log += out
+        self.state = fold(out, self.state)
+        return out
+
+
+def _checked(records: list[Any]) -> list[tuple[str, bool, list[str]]]:
+    from interlock.core import events as ev
+
+    return [
+        (r.data.state, r.data.proven, r.data.missing)
+        for r in records
+        if isinstance(r, ev.GateChecked)
+    ]
+
+
+def test_a_weakened_reproduction_is_refused_by_the_gate_at_no_cost_of_an_attempt() -> None:
+    run = _Driven(_two_stages())
+    run.deliver("task.completed", {"status": "passed", "evidence": {"repro": "crash on 0"}})
+    assert run.state.state == "fix"
+    assert run.state.context["repro"] == "crash on 0"
+    weaker = {"status": "passed", "evidence": {"diff": "+x", "ci": "ok", "repro": "no crash"}}
+    out = run.deliver("task.completed", weaker)
+    assert _checked(out) == [("fix", False, ["$reproOracle"])]
+    assert run.state.state == "fix"  # asked again, same attempt, no transition
+    (pending,) = run.state.pending.values()
+    assert pending.attempt == 1
+    kept = {"status": "passed", "evidence": {"diff": "+x", "ci": "ok", "repro": "crash on 0"}}
+    out = run.deliver("task.completed", kept)
+    assert _checked(out) == [("fix", True, [])]
+    assert run.state.status == "completed"
+
+
+def test_a_signal_releasing_a_wait_is_checked_by_the_wait_states_gate() -> None:
+    run = _Driven(_two_stages())
+    run.deliver("task.completed", {"status": "passed", "evidence": {"repro": "crash on 0"}})
+    run.deliver("task.completed", {"wait": "ci", "evidence": {"diff": "+x"}})
+    assert run.state.state == "fix-wait"
+    # Passed, but without "ci": not taken, and the log says what it missed.
+    out = run.deliver("kxm.bug.signal.fix", {"status": "passed", "evidence": {}}, runid="r-1")
+    assert _checked(out) == [("fix-wait", False, ["ci"])]
+    assert run.state.state == "fix-wait"
+    # A weakened reproduction in a signal is refused the same way.
+    weaker = {"status": "passed", "evidence": {"ci": "green", "repro": "no crash"}}
+    out = run.deliver("kxm.signal", {"signal": "ci", **weaker}, runid="r-1")
+    assert _checked(out) == [("fix-wait", False, ["$reproOracle"])]
+    # A failed signal is not gated: it takes an attempt as before.
+    out = run.deliver("kxm.signal", {"signal": "ci", "status": "failed"}, runid="r-1")
+    assert _checked(out) == []
+    assert run.state.state == "fix"
+    run.deliver("task.completed", {"wait": "ci", "evidence": {"diff": "+y"}})
+    out = run.deliver("kxm.bug.signal.fix", {"status": "passed", "evidence": {"ci": "green"}},
+                      runid="r-1")  # fmt: skip
+    assert _checked(out) == [("fix-wait", True, [])]
+    assert run.state.status == "completed"
+    assert run.state.outputs is not None
+    assert run.state.outputs["evidence"]["fix"] == {"ci": "green"}

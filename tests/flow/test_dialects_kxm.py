@@ -150,9 +150,14 @@ async def test_the_definition_runs_to_completion(stack: Stack) -> None:
     assert state.outputs["stages"] == {"plan": "passed", "implement": "passed", "ci": "passed"}
     assert state.outputs["evidence"]["ci"] == {"github.check:ci": "green"}
     assert stack.agents.prompts[0] == "Deliver PAY-7: Refunds"
-    assert path(await stack.records(run_id)) == [
+    records = await stack.records(run_id)
+    assert path(records) == [
         "plan", "plan-peers", "implement", "ci", "ci-wait", "completed",
     ]  # fmt: skip
+    # The wait's gate said why the first signal was not taken.
+    checked = [(g.state, g.proven, g.missing) for g in of(records, ev.GateChecked)]
+    assert ("ci-wait", False, ["github.check:ci"]) in checked
+    assert ("ci-wait", True, []) in checked
 
 
 async def test_a_delivery_that_does_not_match_the_filter_starts_nothing(stack: Stack) -> None:

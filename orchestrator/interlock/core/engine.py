@@ -140,9 +140,13 @@ def decide(
     if event.type in definition.evidence_events:
         _evidence(step, event)
         return step.out
-    if not definition.states[state.state].transitions_for(event.type):
+    current = definition.states[state.state]
+    if not current.transitions_for(event.type):
         return []
     step.emit(ev.EventReceived, ev.EventReceivedData(event=event.to_dict()))
+    gate = None if current.actions else current.gate
+    if gate is not None and step.event_refused(current, gate, event):
+        return step.out  # not taken: the state goes on waiting
     step.route(event.type, event, None)
     return step.out
 

@@ -194,7 +194,8 @@ class GateCheckedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     """An evidence gate was checked. A DAG step's (``step``): ``proven`` (the step starts
     now), or not (the step is held until evidence proves ``missing``). A state's, on the
     answer ``action_id`` that completed its actions: ``proven`` (the state passes), or not
-    (the answer is refused and the action asked again, at the same attempt)."""
+    (the answer is refused and the action asked again, at the same attempt); a state's
+    without actions, on the external event just received: not proven, it is not taken."""
 
     state: str
     step: str = ""

@@ -85,12 +85,15 @@ class StateLowering(LoweringScope):
         spec = state.gate
         if spec is None:
             return None
-        if not state.actions:
+        waits = [t for t in state.on if t.event not in ("task.completed", "task.failed")]
+        kind = state.map or state.parallel or state.loop or state.dag
+        if not state.actions and (not waits or kind):
             self.error(
                 path,
                 "gate-placement",
-                f"state {name!r} has a gate but no actions: a gate checks the answer that "
-                "completes a state's actions (a DAG step takes requires)",
+                f"state {name!r} has a gate but no actions and takes no event from outside: "
+                "a gate checks the answer that completes a state's actions, or the event "
+                "a state without actions takes (a DAG step takes requires)",
                 key=True,
             )
         evidence = tuple(

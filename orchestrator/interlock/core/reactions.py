@@ -80,7 +80,28 @@ class Reactions(Dag):
         ``when`` holds; a ``when`` that errors checks it: fail-closed). Not proven: the
         answer is refused and the action asked again at the same attempt, so a refusal
         costs no attempt (each request still counts against ``budget.max_actions``)."""
-        act = self.activation(event, result)
+        missing = self.gate_missing(state, gate, self.activation(event, result), pending.action_id)
+        if not missing:
+            return False
+        self.request(
+            self.action_def(pending.index, None),
+            pending.index,
+            attempt=pending.attempt,
+            retry=pending.retry,
+        )
+        return True
+
+    def event_refused(self, state: StateDef, gate: StateGateDef, event: Incoming) -> bool:
+        """Check the gate of a state without actions on the external event it is about to
+        take (when ``when`` holds). Not proven: the event is not taken, and the state goes
+        on waiting."""
+        return bool(self.gate_missing(state, gate, self.activation(event, None), ""))
+
+    def gate_missing(
+        self, state: StateDef, gate: StateGateDef, act: dict[str, Any], action_id: str
+    ) -> list[str]:
+        """What the gate misses (recorded as ``gate.checked``); empty when it is proven or
+        ``when`` says it does not apply."""
         if gate.when is not None:
             try:
                 applies = gate.when.evaluate(act)
@@ -88,7 +109,7 @@ class Reactions(Dag):
                 self.guard_failed(state, -1, "gate.when", gate.when.source, str(exc))
                 applies = True
             if applies is not True:
-                return False
+                return []
         subject = gate.gate.subject
         proofs = dict((self.state.evidence or {}).get(subject, {}))
         for expression in gate.evidence:
@@ -107,18 +128,10 @@ class Reactions(Dag):
                 subject=subject,
                 proven=not missing,
                 missing=missing,
-                action_id=pending.action_id,
+                action_id=action_id,
             ),
         )
-        if not missing:
-            return False
-        self.request(
-            self.action_def(pending.index, None),
-            pending.index,
-            attempt=pending.attempt,
-            retry=pending.retry,
-        )
-        return True
+        return missing
 
     def over_cost_budget(self, event: Incoming) -> bool:
         """Whether the answer just recorded took the run over ``budget.max_cost``: then its

@@ -20,8 +20,13 @@ ESCALATION = "audit_escalation"
 WAIT = "24h"
 ANSWERED = '("evidence" in result ? result.evidence : {})'
 """The evidence a checkpoint carries (none: an empty map)."""
+SIGNALLED = '("evidence" in data ? data.evidence : {})'
+"""The evidence a signal carries (none: an empty map)."""
 PLAN_HASH = "$planHash"
 """The gate's own predicate for ``requirePlanHash``: the plan's value, captured."""
+REPRO = "$reproOracle"
+"""The gate's own predicate for ``reproOracle``: missing when a checkpoint cites the
+oracle's key with another value than the one confirmed (kxm's ``weakened_reproduction``)."""
 _NOT_IN_TYPE = re.compile(r"[^A-Za-z0-9_.-]")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
 
@@ -72,19 +77,6 @@ def _prompt(template: str) -> str:
         return "{{ " + f'({" && ".join(tests)}) ? {value} : ""' + " }}"
 
     return _PLACEHOLDER.sub(each, template)
-
-
-def _has(evidence: str, keys: list[str], *also: str) -> str:
-    """CEL: every key is a non-empty string in ``evidence`` (or in one of ``also``)."""
-    clauses = []
-    for key in keys:
-        spellings = sorted({key, normalize(key)})
-        sources = [evidence, *also]
-        options = [
-            f'({_q(k)} in {src} && {src}[{_q(k)}] != "")' for src in sources for k in spellings
-        ]
-        clauses.append("(" + " || ".join(options) + ")")
-    return " && ".join(clauses) if clauses else "true"
 
 
 class StageLowering:
@@ -227,13 +219,6 @@ class StageLowering:
         base: Path = ("spec", "states", name)
         self.out.at(base, (self.d.index, "stages", s.index))
         evidence = ANSWERED
-        gates = ['result.status == "passed"']
-        if self.d.repro and self.d.repro[0] != s.id:
-            key = self.d.repro[1]
-            gates.append(
-                f"(!({_q(key)} in {evidence}) || context.repro == null"
-                f" || {evidence}[{_q(key)}] == context.repro)"
-            )
         action = self.action(s)
         on: list[dict[str, Any]] = []
         # A wait: park the stage until its signal.
@@ -245,7 +230,7 @@ class StageLowering:
                 {f"wait:{s.id}": "{{ result.wait }}", f"evidence:{s.id}": "{{ " + evidence + " }}"},
             )
         )
-        passed = " && ".join(gates)
+        passed = 'result.status == "passed"'
         if s.policies:
             on.append(
                 self.edge(
@@ -257,16 +242,6 @@ class StageLowering:
             )
         else:
             on += self.pass_route(s, "task.completed", passed, evidence)
-        if len(gates) > 1:
-            # Refused: a passed checkpoint that weakens the reproduction costs no attempt.
-            on.append(
-                self.edge(
-                    "task.completed",
-                    'result.status == "passed"',
-                    name,
-                    {"refused": f"stage {s.id}: weakened_reproduction"},
-                )
-            )
         outcome = '("outcome" in result ? result.outcome : result.status)'
         on += self.not_passed(s, "task.completed", "result.status", outcome, name)
         self.states[name] = {"description": s.label, "actions": [action]}
@@ -296,13 +271,15 @@ class StageLowering:
         policy_keys = {normalize(p.key) for p in s.policies}
         return [k for k in s.evidence if normalize(k) not in policy_keys]
 
-    def gate(self, s: Stage) -> dict[str, Any] | None:
-        """The stage's evidence gate: on a ``passed`` checkpoint, every required key (but
-        those only peer replies satisfy) non-empty in the checkpoint or in what the stage's
-        wait call sent, and the plan hash captured where ``requirePlanHash`` asks for it."""
+    def gate(self, s: Stage, answered: str = ANSWERED) -> dict[str, Any] | None:
+        """The stage's evidence gate on a ``passed`` checkpoint (``answered``: the
+        evidence it carries): every required key (but those only peer replies satisfy)
+        non-empty in the checkpoint or in what the stage's wait call sent, the plan hash
+        captured where ``requirePlanHash`` asks for it, and the reproduction not weakened
+        (the oracle's key, when cited, with the value it was confirmed with)."""
         keys = self.plain_keys(s)
         requires: dict[str, Any] = dict.fromkeys(keys, True)
-        sources = [context_ref(f"evidence:{s.id}"), ANSWERED]
+        sources = [context_ref(f"evidence:{s.id}"), answered]
         aliases = [  # the normalized spelling proves the key as written
             f"{_q(normalize(key))} in {src} ? {{{_q(key)}: {src}[{_q(normalize(key))}]}} : {{}}"
             for key in keys
@@ -313,6 +290,14 @@ class StageLowering:
         if s.id in self.d.require_plan:
             requires[PLAN_HASH] = True
             evidence.append(f"{{{_q(PLAN_HASH)}: context.plan}}")
+        if self.d.repro and self.d.repro[0] != s.id:
+            key = _q(self.d.repro[1])
+            requires[REPRO] = True
+            kept = (
+                f"!({key} in {answered}) || context.repro == null"
+                f" || {answered}[{key}] == context.repro"
+            )
+            evidence.append(f'{{{_q(REPRO)}: ({kept}) ? "kept" : ""}}')
         if not requires:
             return None
         return {
@@ -376,10 +361,9 @@ class StageLowering:
                 _matches_route("workflow.signal", signal_key),
                 _matches_route("workflow.run", "run.id"),
             ]
-            evidence = '("evidence" in data ? data.evidence : {})'
-            complete = _has(evidence, self.plain_keys(s), context_ref(f"evidence:{s.id}"))
+            evidence = SIGNALLED
             passed = " && ".join(
-                [str(matches), *[f"({r})" for r in route], 'data.status == "passed"', complete]
+                [str(matches), *[f"({r})" for r in route], 'data.status == "passed"']
             )
             if s.policies:
                 # Peer-reply keys are for the peers alone: a passing signal asks them next.
@@ -400,6 +384,16 @@ class StageLowering:
             },
             "on": on,
         }
+        gate = self.gate(s, SIGNALLED)
+        if gate is not None:
+            # A passing signal for this wait is checked like a passing checkpoint; refused,
+            # it is not taken (gate.checked records what it missed) and the stage waits on.
+            mine = (
+                f"event.type == {_q(signal_type(self.d.id, s.id))} || "
+                f'("signal" in data && data.signal == {context_ref("wait:" + s.id)})'
+            )
+            gate["when"] = f'({mine}) && "status" in data && data.status == "passed"'
+            self.states[f"{name}-wait"]["gate"] = gate
 
     def peers(self, s: Stage) -> None:
         """Each evidence policy is a quorum of its eligible agents (one capability each, so

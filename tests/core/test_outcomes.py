@@ -34,6 +34,8 @@ spec:
           outcome: {enum: [passed, implementation-failure, 'say "hi"']}
           verdict: {const: checked}
           notes: {type: string}
+          score: {type: integer, minimum: 0, maximum: 10}
+          ratio: {type: number, exclusiveMaximum: 1}
 """
 
 
@@ -50,8 +52,17 @@ def _rules(guard: str) -> list[str]:
         """'result.verdict == "unchecked"'""",
         """'result.notes != "" && result.outcome == "ready"'""",  # prepare's, not the last's
         """"result.outcome == 'say \\"bye\\"'\"""",
-        # A text JSON cannot read is passed over, and the comparisons after it still read.
+        # CEL's escapes are read: "\x41" is "A", which is never answered either.
         """'result.outcome == "\\x41" || result.outcome == "failed"'""",
+        """'result.outcome in ["failed", "error"]'""",
+        """'result.outcome == "failed" || result.verdict == "unchecked"'""",
+        """'result.verdict != "checked" && result.outcome != "passed"'""",
+        """'!(result.verdict in ["checked", "other"])'""",
+        """'(result.outcome == "passed" && result.verdict != "checked") || result.outcome == ""'""",
+        """'result.score > 10'""",
+        """'result.score >= 11 || result.score < 0'""",
+        """'result.ratio >= 1.0'""",
+        """'result.score == 12 && result.notes == "x"'""",
     ],
 )
 def test_a_value_the_capability_never_answers_is_refused(guard: str) -> None:
@@ -64,11 +75,22 @@ def test_a_value_the_capability_never_answers_is_refused(guard: str) -> None:
         """'result.outcome == "implementation-failure"'""",
         """'result.verdict == "checked"'""",
         """'result.notes == "anything"'""",  # no enum: any value
-        """'result.outcome != "failed"'""",  # only == is read
-        """'result.score == "high"'""",  # a field the schema does not name
+        """'result.outcome != "failed"'""",  # "failed" is never answered: always holds
+        """'result.score == "high"'""",  # a number compared with a text: not judged
         """"result.outcome == 'passed'\"""",
         """"'passed' == result.outcome\"""",
         """"result.outcome == 'say \\"hi\\"'\"""",
+        """'result.level == "high"'""",  # a field the schema does not name
+        """'result.outcome in ["failed", "passed"]'""",
+        """'result.outcome == "failed" || result.notes == "x"'""",  # notes: any string
+        """'result.outcome == "failed" || inputs.force'""",  # not read: may hold
+        """'result.outcome == "failed" || true'""",  # a literal alone is not read
+        """'size(result.notes) > 0 && result.outcome == "failed"'""",  # a function: not read
+        """'result.outcome != "passed" && result.verdict == "checked"'""",
+        """'result.score > 9'""",
+        """'result.score >= 0 && result.score <= 10'""",
+        """'result.ratio < 1.0'""",
+        """'result.score > 5 && result.score < 3'""",  # correlated ranges: not judged
     ],
 )
 def test_a_value_it_may_answer_is_accepted(guard: str) -> None:
@@ -126,8 +148,8 @@ def test_states_and_entries_that_cannot_tell_are_passed_over_not_the_rest() -> N
     assert [(d.rule, d.message) for d in diags] == [
         (
             "gate-outcome-impossible",
-            "transition 1 of state 'verify' waits for result.outcome == \"failed\", which "
-            "capability 'tests.run' never answers (its output schema allows \"passed\", "
-            '"implementation-failure", "say \\"hi\\"")',
+            "transition 1 of state 'verify' waits for result.outcome == \"failed\", which no "
+            "answer of capability 'tests.run' can satisfy (its output schema allows "
+            'result.outcome: "passed", "implementation-failure", "say \\"hi\\"")',
         )
     ]

@@ -301,3 +301,21 @@ def test_agents_given_are_the_registry(tmp_path, capsys) -> None:  # type: ignor
     assert (
         f"{path}:17:17: unknown-capability: no AgentDef declares capability 'answer-agent'" in err
     )
+
+
+def test_retries_retry_any_failure_before_catch() -> None:
+    text = STEPS.format(
+        steps="""
+    - name: a
+      agentRef: worker
+      retries: 2
+      catch:
+        - errors: [tool_error]
+          next: b
+    - name: b
+      agentRef: worker
+"""
+    )
+    prepared = prepare([("c.yaml", text)])
+    action = prepared.documents[0].data["spec"]["states"]["a"]["actions"][0]
+    assert action["retry"] == {"max_attempts": 3, "errors": ["*"]}

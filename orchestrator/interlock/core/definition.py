@@ -25,6 +25,8 @@ class RetryPolicy:
     multiplier: float = 2.0
     max_s: float = 60.0
     jitter: bool = True
+    errors: tuple[str, ...] = ()
+    """Error classes retried too, though not retryable (``*``: any failure)."""
 
 
 NO_RETRY = RetryPolicy()

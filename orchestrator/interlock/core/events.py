@@ -55,6 +55,8 @@ class RetryInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     multiplier: float = 2.0
     max_s: float = 60.0
     jitter: bool = True
+    errors: list[str] = []
+    """Error classes retried too, though not retryable (``*``: any failure)."""
 
 
 class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -163,6 +163,16 @@ class StateLowering(LoweringScope):
         message = self._value((*base, "fail", "message"), state.fail.message)
         return FailDef(state.fail.error_class, message)
 
+    def _retried(self, path: Path, errors: list[str]) -> tuple[str, ...]:
+        for i, error_class in enumerate(errors):
+            if error_class != "*" and error_class not in ERROR_CLASSES:
+                self.error(
+                    (*path, i),
+                    "unknown-error-class",
+                    f"unknown error class {error_class!r} (known: {', '.join(ERROR_CLASSES)}, *)",
+                )
+        return tuple(errors)
+
     def _catch(self, path: Path, catch: model.Catch) -> CatchDef:
         for i, error_class in enumerate(catch.errors):
             if error_class != "*" and error_class not in ERROR_CLASSES:
@@ -320,6 +330,7 @@ class StateLowering(LoweringScope):
                 multiplier=b.multiplier,
                 max_s=self._duration((*path, "retry", "backoff", "max"), b.max) or 60.0,
                 jitter=b.jitter,
+                errors=self._retried((*path, "retry", "errors"), action.retry.errors),
             )
         return ActionDef(
             capability=action.capability or "",

@@ -90,10 +90,13 @@ class Backoff(_Strict, frozen=True, kw_only=True):
 
 class Retry(_Strict, frozen=True, kw_only=True):
     """Attempts of an action that fails with a retryable error (timeout, platform_error, or
-    an error the agent marked retryable)."""
+    an error the agent marked retryable), or with one of ``errors``."""
 
     max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 3
     backoff: Backoff = Backoff()
+    errors: Annotated[
+        list[str], msgspec.Meta(description="Classes retried too, retryable or not (`*`: any).")
+    ] = []
 
 
 class Action(_Strict, frozen=True, kw_only=True):

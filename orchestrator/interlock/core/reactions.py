@@ -185,7 +185,12 @@ class Reactions(Dag):
         will_retry = (
             retry is not None
             and pending.attempt < retry.max_attempts
-            and (error.retryable or error.error_class in RETRYABLE)
+            and (
+                error.retryable
+                or error.error_class in RETRYABLE
+                or "*" in retry.errors
+                or error.error_class in retry.errors
+            )
         )
         self.emit(
             ev.ActionFailed,

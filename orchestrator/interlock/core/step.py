@@ -48,6 +48,7 @@ def retry_info(policy: RetryPolicy | None) -> ev.RetryInfo | None:
         multiplier=policy.multiplier,
         max_s=policy.max_s,
         jitter=policy.jitter,
+        errors=list(policy.errors),
     )
 
 

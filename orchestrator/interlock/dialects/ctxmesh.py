@@ -174,12 +174,12 @@ def _action(ctx: Scope, out: Lowering, base: Path, i: int, step: dict[str, Any])
         out.note((*base, "input"), "the step maps no input: the agent gets an empty object")
     retries = step.get("retries", 0)
     if retries:
-        action["retry"] = {"max_attempts": retries + 1}
+        action["retry"] = {"max_attempts": retries + 1, "errors": ["*"]}
         out.at((*base, "retry"), (*path, "retries"))
         out.note(
             (*base, "retry"),
-            f"retries: {retries} -> {retries + 1} attempts; only retryable failures (timeout, "
-            "platform_error, or marked retryable by the agent) are retried",
+            f"retries: {retries} -> {retries + 1} attempts, after any failure (errors: *), "
+            "as ctxmesh retries a node before its catch/onError",
         )
     return action
 

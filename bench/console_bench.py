@@ -225,7 +225,9 @@ async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str,
         "run page, first load: complete": [],
         "run page, whole timeline": [],
         "run page + guards": [],
+        "Show all: click to the next 200": [],
         "Show all: click to the last record": [],
+        "Show all: longest task blocking the page": [],
         "run API (fetch)": [],
         "run API (fetch), first read": [],
     }
@@ -304,12 +306,27 @@ async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str,
             await page.wait_for_function("performance.getEntriesByName('run:explained').length > 0")
             out["run page + guards"].append(time.perf_counter() - t0)
             # Every record drawn ("Show all"), from the same navigation.
+            # The longest the page was blocked meanwhile (tasks over 50 ms).
+            await page.evaluate(
+                """() => {
+                  window.__longest = 0;
+                  new PerformanceObserver((list) => {
+                    for (const e of list.getEntries()) {
+                      window.__longest = Math.max(window.__longest, e.duration);
+                    }
+                  }).observe({ type: "longtask" });
+                }"""
+            )
             clicked = time.perf_counter()
             if last > FIRST_DRAWN:
                 await page.locator("#timeline-all").click()
+            await page.locator(f"#rec-{FIRST_DRAWN * 2}").wait_for(state="attached")
+            out["Show all: click to the next 200"].append(time.perf_counter() - clicked)
             await page.locator(f"#rec-{last}").wait_for(state="attached")
             out["run page, whole timeline"].append(time.perf_counter() - t0)
             out["Show all: click to the last record"].append(time.perf_counter() - clicked)
+            longest = await page.evaluate("window.__longest")
+            out["Show all: longest task blocking the page"].append(longest / 1000)
             out["run API (fetch)"].append(await _fetch_run(page, env))
             await page.close()
         await browser.close()

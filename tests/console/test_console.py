@@ -49,8 +49,8 @@ LOOPER = yaml(
       states:
         poll:
           loop:
-            until: iteration >= 120
-            max_iterations: 120
+            until: iteration >= 220
+            max_iterations: 220
             action:
               capability: echo
               input: {iteration: "{{ iteration }}"}
@@ -60,7 +60,8 @@ LOOPER = yaml(
           type: terminal
     """
 )
-"""A run whose log is longer than the timeline draws at once (about 250 records)."""
+"""A run whose log is longer than the timeline draws at once and than "Show all" draws in
+its first step (about 445 records)."""
 
 
 def _stages(n: int) -> str:
@@ -561,7 +562,7 @@ async def test_a_long_log_is_drawn_a_chunk_at_a_time(console: Console) -> None:
     await page.locator("#rec-200").wait_for(state="attached")
     assert await records.count() == 200
     total = int(await page.locator(".meta dd").nth(5).inner_text())
-    assert total > 240
+    assert total > 440
     assert await page.locator("#timeline-all").inner_text() == f"Show all {total}"
     # The run ended in a state whose records are not drawn yet: the diagram marks it.
     svg = page.get_by_role("group", name="State diagram of looper")
@@ -580,7 +581,22 @@ async def test_a_long_log_is_drawn_a_chunk_at_a_time(console: Console) -> None:
     await page.reload()
     await page.locator("#rec-200").wait_for(state="attached")
     await page.locator("#timeline-more").scroll_into_view_if_needed()
+    await page.locator("#rec-400").wait_for(state="attached")
+    await page.locator("#timeline-more").scroll_into_view_if_needed()
     await page.locator(f"#rec-{total}").wait_for(state="attached")
+
+    # "Show all": the next chunk at once, the rest a batch per frame, each record once.
+    assert page.errors == []
+    page = await console.page()
+    records = page.locator(".timeline .rec")
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    await page.locator("#rec-200").wait_for(state="attached")
+    # (Clicked where it is: scrolling to it would draw the next chunk by itself.)
+    await page.locator("#timeline-all").dispatch_event("click")
+    await page.locator(f"#rec-{total}").wait_for(state="attached")
+    ids = await records.evaluate_all("rows => rows.map(r => r.id)")
+    assert ids == [f"rec-{n}" for n in range(1, total + 1)]
+    assert await page.locator("#timeline-more").is_hidden()
     assert page.errors == []
 
 

@@ -120,6 +120,11 @@ export class Reading {
 
 // Records drawn at once, and then at each step (scrolling near the end or "Show more").
 export const CHUNK = 200;
+// "Show all": records drawn per step, and the work done per animation frame.
+const BATCH = 50;
+const FRAME_MS = 10;
+// Records per block of a visit's list (each block is laid out only when on screen).
+const BLOCK = 100;
 
 // The timeline of a run. What the records say (the visits of each state, for the diagram)
 // is known for every record at once; their DOM is built a chunk at a time, the first chunk
@@ -205,8 +210,26 @@ export class Timeline {
     this.drawTo(this.shown + this.chunk);
   }
 
+  // Every record: the next chunk at once, the rest a batch per animation frame (about
+  // 10 ms of work each), so a 5,000-record log never blocks the page while it is drawn.
   showAll() {
-    this.drawTo(this.records.length);
+    this.drawTo(this.shown + this.chunk);
+    if (this.filling || this.shown >= this.records.length) return;
+    this.filling = true;
+    this.updateMore();
+    const step = () => {
+      if (!this.filling) return;
+      const until = performance.now() + FRAME_MS;
+      while (this.shown < this.records.length && performance.now() < until) this.drawTo(this.shown + BATCH, { quiet: true });
+      if (this.shown < this.records.length) {
+        this.frame = requestAnimationFrame(step);
+        this.updateMore();
+        return;
+      }
+      this.filling = false;
+      this.updateMore();
+    };
+    this.frame = requestAnimationFrame(step);
   }
 
   // Draw records up to (and including) the one at position `seq`, and a chunk after it.
@@ -222,8 +245,9 @@ export class Timeline {
     return document.getElementById(id);
   }
 
-  drawTo(n) {
+  drawTo(n, { quiet = false } = {}) {
     const end = Math.min(n, this.records.length);
+    if (end <= this.shown) return;
     const fragment = document.createDocumentFragment();
     let list = this.list;
     for (; this.shown < end; this.shown += 1) {
@@ -237,15 +261,27 @@ export class Timeline {
           g.state === null ? "Start" : ["State ", code(g.state), g.n > 1 ? ` · visit ${g.n}` : ""],
           g.time ? [" · ", timeCell(g.time)] : null,
         );
-        list = h("ol", { class: "records" });
-        fragment.append(h("section", { class: "visit", id: g.id, tabindex: "-1", "data-state": g.state ?? "" }, heading, list));
+        list = h("ol", { class: this.listClass() });
+        this.section = h("section", { class: "visit", id: g.id, tabindex: "-1", "data-state": g.state ?? "" }, heading, list);
+        fragment.append(this.section);
+      } else if (list.childElementCount >= BLOCK) {
+        // A long visit's records in blocks: past the first chunk, the browser lays out
+        // and paints only the blocks on screen (content-visibility), so each step of
+        // "Show all" costs what it adds, not what is already drawn.
+        list = h("ol", { class: this.listClass() });
+        if (this.section.isConnected) fragment.append(list);
+        else this.section.append(list);
       }
       list.append(this.row(r, seq));
     }
     this.list = list;
     this.groupsEl.append(fragment);
     for (const [seq, step] of this.checks) if (seq <= this.shown) this.drawChecks(step);
-    this.updateMore();
+    if (!quiet) this.updateMore();
+  }
+
+  listClass() {
+    return this.shown >= this.chunk ? "records far" : "records";
   }
 
   row(r, seq) {
@@ -272,7 +308,9 @@ export class Timeline {
       this.observer = null;
       return;
     }
-    this.status.textContent = `Records 1–${this.shown} of ${this.records.length} shown.`;
+    this.status.textContent = this.filling
+      ? `Drawing records: 1–${this.shown} of ${this.records.length} shown…`
+      : `Records 1–${this.shown} of ${this.records.length} shown.`;
     this.moreButton.textContent = `Show ${Math.min(left, this.chunk)} more`;
     this.allButton.textContent = `Show all ${this.records.length}`;
     // Scrolling near the end of what is drawn draws the next chunk.
@@ -290,6 +328,8 @@ export class Timeline {
   stop() {
     this.observer?.disconnect();
     this.observer = null;
+    this.filling = false;
+    if (this.frame) cancelAnimationFrame(this.frame);
   }
 
   // Guards weighed for a step (from GET /runs/{id}/explain), under the record that was

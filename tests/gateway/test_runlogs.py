@@ -216,3 +216,64 @@ async def test_a_page_near_the_start_of_a_log_not_kept_reads_only_its_head(
         await fresh.page("rnosuchrun", 0, 5)
     await logs.stop()
     await fresh.stop()
+
+
+async def test_the_log_stream_starts_from_the_kept_log_and_the_last_seen_position(
+    gs: GatewayStack,
+) -> None:
+    client = Client(gs.stack.client.nc, gs.stack.subjects)
+    run_id = await _waiting_run(gs, client)
+    log = gs.gateway.client.log
+    read_from: list[int] = []
+    read_raw = log.read_raw
+
+    async def counted(run: str, after: int = 0) -> list[tuple[int, bytes]]:
+        if run == run_id:
+            read_from.append(after)
+        got: list[tuple[int, bytes]] = await read_raw(run, after)
+        return got
+
+    log.read_raw = counted
+    try:
+        async with gs.http("reader") as http:
+            assert (await http.get(f"/runs/{run_id}")).status_code == 200
+            read_from.clear()
+            events: list[tuple[int, str, bytes]] = []
+            listening = asyncio.Event()
+
+            async def listen() -> None:
+                headers = {"Last-Event-ID": "1"}
+                async with http.stream("GET", f"/runs/{run_id}/log/stream", headers=headers) as r:
+                    event: dict[str, str] = {}
+                    async for line in r.aiter_lines():
+                        if line.startswith(("id: ", "event: ", "data: ")):
+                            key, _, value = line.partition(": ")
+                            event[key] = value
+                        elif not line and event:
+                            if event["event"] == "end":
+                                return
+                            events.append(
+                                (int(event["id"]), event["event"], event["data"].encode())
+                            )
+                            event = {}
+                            listening.set()
+
+            listener = asyncio.create_task(listen())
+            await asyncio.wait_for(listening.wait(), TIMEOUT)
+            # Nothing before the position asked for; nothing read from the log's start.
+            assert events[0][0] == 2
+            assert 0 not in read_from
+            signalled = await http.post(
+                f"/runs/{run_id}/signals/gate.open",
+                headers={"Authorization": f"Bearer {gs.tokens['operator']}"},
+            )
+            assert signalled.json()["outcome"] == "moved"
+            await asyncio.wait_for(listener, TIMEOUT)
+            page = msgspec.json.decode((await http.get(f"/runs/{run_id}/log")).content)
+    finally:
+        del log.read_raw
+    records = page["records"]
+    assert [n for n, _, _ in events] == list(range(2, len(records)))
+    assert [kind for _, kind, _ in events] == [r["type"] for r in records[2:]]
+    assert [msgspec.json.decode(data) for _, _, data in events] == records[2:]
+    assert events[-1][1] == "io.interlock.run.completed"

@@ -1,4 +1,6 @@
-"""``GET /live/runs``: the run index's changes as Server-Sent Events.
+"""The gateway's Server-Sent Events: ``GET /live/runs`` and ``GET /runs/{id}/log/stream``.
+
+``GET /live/runs``: the run index's changes.
 
 A page listing runs learns of new and moved runs from this stream instead of asking for the
 list again and again. It is fed by the watch of the run index the gateway keeps for
@@ -16,6 +18,7 @@ A comment line every 15 s keeps proxies from closing an idle stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -23,6 +26,9 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from interlock import views
+from interlock.core import events as ev
+from interlock.gateway.rest import int_param
 from interlock.views import summary_from_index
 
 if TYPE_CHECKING:
@@ -56,6 +62,75 @@ async def stream_runs(request: Request, gw: Gateway) -> Response:
                     yield b"event: run\ndata: " + data + b"\n\n"
         finally:
             gw.run_list.unfollow(queue)
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def stream_log(request: Request, gw: Gateway) -> Response:
+    """The log as Server-Sent Events: every record (from ``offset``), then each new one,
+    until the run ends; ``id`` is the record's position, so a reconnecting EventSource
+    (``Last-Event-ID``) resumes where it left off.
+
+    The records so far come from the log the gateway keeps (brought up to date by reading
+    only what was appended), and following starts after its last message: a connection,
+    or a reconnection, does not read the whole log again."""
+    run_id = request.path_params["run_id"]
+    start = int_param(request, "offset", 0, 0, 1 << 31)
+    last = request.headers.get("last-event-id", "")
+    if last.isdigit():
+        start = int(last) + 1
+    cached = await gw.run_logs.log(run_id)  # 404 now, before the stream starts
+    # What is kept now (the kept lists only grow, so this slice stays what it is).
+    count = len(cached.records)
+    kept = [
+        (ev.record_type(record), data)
+        for record, data in zip(
+            cached.records[start:count], cached.encoded[start:count], strict=True
+        )
+    ]
+    after, finished = cached.last_seq, cached.finished
+
+    async def events() -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[ev.AnyRecord | None] = asyncio.Queue(maxsize=1000)
+
+        async def pump() -> None:
+            try:
+                if not finished:
+                    async for _, payload in gw.api.ops.watcher.follow(run_id, after=after):
+                        for record in ev.decode_batch(payload):
+                            await queue.put(record)
+            finally:
+                await queue.put(None)
+
+        task = asyncio.create_task(pump())
+        try:
+            position = start
+            for kind, data in kept:
+                yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
+                position += 1
+            position = count
+            while True:
+                try:
+                    record = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    yield b": keep-alive\n\n"
+                    continue
+                if record is None:
+                    yield b"event: end\ndata: {}\n\n"
+                    return
+                if position >= start:
+                    data = msgspec.json.encode(views.record_view(record))
+                    kind = ev.record_type(record)
+                    yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
+                position += 1
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     return StreamingResponse(
         events(),

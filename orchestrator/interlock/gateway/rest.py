@@ -7,21 +7,18 @@ program and HTTP never disagree.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from interlock import views
 from interlock.client import debugging
-from interlock.core import events as ev
 from interlock.core.names import DNS_LABEL
 from interlock.core.vocabulary import RECORDED
 from interlock.gateway.problems import Problem
@@ -32,7 +29,6 @@ if TYPE_CHECKING:
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_WAIT_S = 300.0
-SSE_KEEPALIVE_S = 15.0
 MAX_SEQ = (1 << 63) - 1
 
 
@@ -98,7 +94,7 @@ def json_view(value: Any, status: int = 200) -> Response:
 # -- reading the request -----------------------------------------------------------------
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -244,7 +240,7 @@ async def list_workflows(request: Request, gw: Gateway) -> Response:
 async def get_workflow(request: Request, gw: Gateway) -> Response:
     version = None
     if "version" in request.query_params:
-        version = _int_param(request, "version", 1, 1, 1 << 31)
+        version = int_param(request, "version", 1, 1, 1 << 31)
     return json_view(await gw.api.workflow(_name(request), version))
 
 
@@ -263,8 +259,8 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
     status = request.query_params.get("status")
     if status is not None and status not in RECORDED:
         raise Problem(400, "bad-parameter", f"status is one of {', '.join(RECORDED)}")
-    limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    offset = _int_param(request, "offset", 0, 0, 1 << 31)
+    limit = int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = int_param(request, "offset", 0, 0, 1 << 31)
     since, until = _time_param(request, "since"), _time_param(request, "until")
     found = await gw.run_list.runs(workflow=request.query_params.get("workflow"), status=status)
     if since or until:
@@ -304,61 +300,10 @@ async def get_result(request: Request, gw: Gateway) -> Response:
 @reads
 async def get_log(request: Request, gw: Gateway) -> Response:
     run_id = request.path_params["run_id"]
-    limit = _int_param(request, "limit", 200, 1, 5000)
-    offset = _int_param(request, "offset", 0, 0, 1 << 31)
+    limit = int_param(request, "limit", 200, 1, 5000)
+    offset = int_param(request, "offset", 0, 0, 1 << 31)
     # The page's records as they are kept (their JSON): the shape of LogPage.
     return Response(await gw.run_logs.page(run_id, offset, limit), media_type="application/json")
-
-
-@reads
-async def stream_log(request: Request, gw: Gateway) -> Response:
-    """The log as Server-Sent Events: every record (from ``offset``), then each new one,
-    until the run ends; ``id`` is the record's position, so a reconnecting EventSource
-    (``Last-Event-ID``) resumes where it left off."""
-    run_id = request.path_params["run_id"]
-    start = _int_param(request, "offset", 0, 0, 1 << 31)
-    last = request.headers.get("last-event-id", "")
-    if last.isdigit():
-        start = int(last) + 1
-    await gw.run_logs.log(run_id)  # 404 now, before the stream starts
-
-    async def events() -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[ev.AnyRecord | None] = asyncio.Queue(maxsize=1000)
-
-        async def pump() -> None:
-            try:
-                async for record in gw.api.logs(run_id, follow=True):
-                    await queue.put(record)
-            finally:
-                await queue.put(None)
-
-        task = asyncio.create_task(pump())
-        position = 0
-        try:
-            while True:
-                try:
-                    record = await asyncio.wait_for(queue.get(), SSE_KEEPALIVE_S)
-                except TimeoutError:
-                    yield b": keep-alive\n\n"
-                    continue
-                if record is None:
-                    yield b"event: end\ndata: {}\n\n"
-                    return
-                if position >= start:
-                    data = msgspec.json.encode(views.record_view(record))
-                    kind = ev.record_type(record)
-                    yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
-                position += 1
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-    return StreamingResponse(
-        events(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
 
 
 @reads
@@ -367,7 +312,7 @@ async def explain_run(request: Request, gw: Gateway) -> Response:
     it read), and what would move it now: ``interlock explain --json``."""
     at = None
     if "at" in request.query_params:
-        at = _int_param(request, "at", 1, 1, 1 << 31)
+        at = int_param(request, "at", 1, 1, 1 << 31)
     cached = await gw.run_logs.log(request.path_params["run_id"])
     try:
         return json_view(await debugging.explain(gw.api.ops, list(cached.records), at))
@@ -382,7 +327,7 @@ async def replay_run(request: Request, gw: Gateway) -> Response:
     if "against" not in request.query_params:
         raise Problem(400, "bad-parameter", "against: a stored version of the run's workflow")
     # A number only: Client.replay takes a string as a manifest file on this host.
-    against = _int_param(request, "against", 1, 1, 1 << 31)
+    against = int_param(request, "against", 1, 1, 1 << 31)
     cached = await gw.run_logs.log(request.path_params["run_id"])
     try:
         return json_view(await debugging.replay(gw.api.ops, list(cached.records), against))
@@ -456,7 +401,7 @@ def routes() -> list[BaseRoute]:
         ("/runs/{run_id}", get_run, get),
         ("/runs/{run_id}/result", get_result, get),
         ("/runs/{run_id}/log", get_log, get),
-        ("/runs/{run_id}/log/stream", stream_log, get),
+        ("/runs/{run_id}/log/stream", reads(live.stream_log), get),
         ("/runs/{run_id}/explain", explain_run, get),
         ("/runs/{run_id}/replay", replay_run, get),
         ("/runs/{run_id}/cancel", cancel_run, post),

@@ -46,6 +46,11 @@ def test_the_budget_is_per_evaluation() -> None:
         ("inputs.xs.exists(x, inputs.ys.all(y, y > x))", "all", 31),
         ("inputs.xs.filter(x, x.ys.exists_one(y, y))", "exists_one", 26),
         ("inputs.xs.all(x,\n  inputs.ys.map(y, y))", "map", 13),
+        # Other method calls, with arguments or without, before or after it.
+        ("inputs.s.size() > 0 && inputs.xs.all(x, inputs.ys.all(y, y))", "ys.all", 51),
+        ("inputs.s.startsWith('a') && inputs.xs.all(x, inputs.ys.all(y, y))", "ys.all", 56),
+        ("inputs.xs.all(x, inputs.ys.all(y, y)) && inputs.s.size() > 0", "ys.all", 28),
+        ("inputs.xs.all(x, inputs.ys.all(y, y)) && inputs.s.endsWith('a')", "ys.all", 28),
     ],
 )
 def test_a_comprehension_inside_another_is_refused_at_its_place(
@@ -53,6 +58,7 @@ def test_a_comprehension_inside_another_is_refused_at_its_place(
 ) -> None:
     with pytest.raises(CostError) as caught:
         Expression(source)
+    word = word.removeprefix("ys.")
     assert caught.value.message == (
         f"{word!r} inside another comprehension: the cost is the product of the lists' "
         "sizes (split it into steps, or compute it in an action)"

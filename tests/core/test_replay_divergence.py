@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from interlock.core import analysis
@@ -89,3 +90,63 @@ def test_records_compare_without_what_names_the_version() -> None:
     assert "version" not in value["data"]
     assert value["data"]["workflow"] == "code-review"
     assert comparable(None, started) is None
+
+
+def _waiting_for_review() -> list[ev.AnyRecord]:
+    """merged-fix-loop up to its second review: the run waits for answer r-golden-merged:13."""
+    return golden("code-review-merged-fix-loop")[:14]
+
+
+def _original() -> Definition:
+    result = compile_sources([("code-review.yaml", WORKFLOW)])
+    result.raise_for_errors()
+    return result.workflows[0]
+
+
+def test_an_answer_no_run_awaits_is_named() -> None:
+    log = _waiting_for_review()
+    done = next(r for r in log if isinstance(r, ev.ActionCompleted))
+    again = msgspec.structs.replace(
+        done, id="r-golden-merged:15", data=msgspec.structs.replace(done.data, event_id="dup")
+    )
+    d = analysis.replay([*log, again], _original())["divergence"]
+    assert (d["seq"], d["kind"]) == (15, "answer_not_awaited")
+    assert d["reason"] == (
+        "the answer of r-golden-merged:3 is not awaited: the new run is in state 'review'"
+    )
+    assert d["group"] == "answer of an action no longer awaited"
+
+
+@pytest.mark.parametrize(
+    ("purpose", "reason", "group"),
+    [
+        ("retry", "the retry timer is not set", "retry timer not set"),
+        ("", "timer r-golden-merged:99 is not set", "timer not set"),
+    ],
+)
+def test_a_timer_the_run_never_set_is_named(purpose: str, reason: str, group: str) -> None:
+    log = _waiting_for_review()
+    fired = ev.TimerFired(
+        specversion="1.0",
+        id="r-golden-merged:15",
+        source=ev.SOURCE,
+        subject=log[0].subject,
+        time=log[-1].time,
+        datacontenttype="application/json",
+        data=ev.TimerFiredData(timer_id="r-golden-merged:99", purpose=purpose),
+    )
+    d = analysis.replay([*log, fired], _original())["divergence"]
+    assert (d["seq"], d["kind"]) == (15, "timer_not_set")
+    assert d["reason"] == f"{reason} in the new run (state 'review')"
+    assert d["group"] == group
+
+
+def test_an_event_the_state_no_longer_takes_is_named() -> None:
+    d = divergence(
+        "code-review-guard-failure",
+        "        - event: approval.granted\n",
+        "        - event: approval.given\n",
+    )
+    assert (d["seq"], d["kind"]) == (9, "event_not_taken")
+    assert d["reason"] == "state 'approval' has no `on` entry for approval.granted"
+    assert d["group"] == "approval.granted not taken"

@@ -274,6 +274,11 @@ def _map_timer(drive: Drive, recorded: RunState, timer_id: str) -> str | None:
     return None
 
 
+def _timer_named(data: ev.TimerFiredData) -> str:
+    """``the retry timer``; a timer of an older log that names no purpose by its id."""
+    return f"the {data.purpose} timer" if data.purpose else f"timer {data.timer_id}"
+
+
 def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
     """Feed one recorded step's input to the new run. ``recorded``: the recorded run's
     state before the step."""
@@ -317,7 +322,7 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
             return Outcome(
                 [],
                 checks,
-                f"the {head.data.purpose or 'timer'} timer is not set in the new run "
+                f"{_timer_named(head.data)} is not set in the new run "
                 f"(state {drive.state.state!r})",
             )
         incoming = Incoming(

@@ -225,7 +225,7 @@ def _group_not_taken(kind: str, step: Step, before: RunState, state: str) -> str
     if isinstance(head, ev.EventReceived):
         return f"{head.data.event.get('type')} not taken"
     if isinstance(head, ev.TimerFired):
-        return f"{head.data.purpose or 'timer'} timer not set"
+        return f"{head.data.purpose} timer not set" if head.data.purpose else "timer not set"
     return f"{kind} in {state!r}"
 
 

@@ -104,3 +104,15 @@ def test_a_run_already_on_the_version_is_not_migrated() -> None:
     records, report = analysis.migration(finished, ORIGINAL, version=2, now=NOW)
     assert records == []
     assert report["migrate"] == "the run has ended (completed)"
+
+
+def test_the_same_definition_under_a_new_version_is_a_migration() -> None:
+    running = golden("code-review-merged-fix-loop")[:14]
+    records, report = analysis.migration(running, ORIGINAL, version=2, now=NOW)
+    assert report["migrate"] is None
+    assert report["against"]["version"] == 2
+    [moved] = records
+    assert isinstance(moved, ev.RunMigrated)
+    assert moved.time == NOW
+    assert (moved.data.from_version, moved.data.version) == (1, 2)
+    assert moved.data.from_spec_hash == moved.data.spec_hash == ORIGINAL.spec_hash

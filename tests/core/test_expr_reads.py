@@ -30,6 +30,8 @@ def _uncached() -> None:
         ("result['''multi''']", (("result", "multi"),)),
         ('result["""multi"""] == 1', (("result", "multi"),)),
         ("result['']", (("result", ""),)),
+        ("result[r'raw'] == result[R\"raw\"]", (("result", "raw"),)),
+        ("result[r'a\\b'] || result['a\\'b']", (("result", "a\\b"), ("result",))),
         ("result[1] || result[b'a']", (("result",),)),
         ("result['a' + 'b']", (("result",),)),
         ("[result.a, result.a, inputs]", (("result", "a"), ("inputs",))),

@@ -29,6 +29,9 @@ def golden(name: str) -> list[ev.AnyRecord]:
 
 
 ORIGINAL = compiled(WORKFLOW)
+RENAMED = compiled(
+    WORKFLOW.replace("goto: approval", "goto: approve").replace("    approval:\n", "    approve:\n")
+)
 LOG = golden("code-review-fix-failed")  # r-golden-failed, 11 records; 9 ends a decision
 
 
@@ -57,6 +60,14 @@ def fork(records: list[ev.AnyRecord], at: int, **kw: object) -> list[ev.AnyRecor
             "the run is of workflow default/code-review, not default/other",
         ),
         (LOG, 2, {}, "record 2 is in the middle of a decision; fork at the end of one (4)"),
+        (LOG, 1, {}, "record 1 is in the middle of a decision; fork at the end of one (4)"),
+        (
+            golden("code-review-guard-failure"),
+            8,
+            {"definition": RENAMED},
+            "at record 8 the run is in state 'approval', which the definition forked onto "
+            "does not have",
+        ),
     ],
 )
 def test_a_fork_that_cannot_be_made_says_exactly_why(

@@ -355,13 +355,15 @@ def _string_literal(node: Any) -> str | None:
     lark_mod = _cel().lark
     while isinstance(node, lark_mod.Tree) and len(node.children) == 1:
         node = node.children[0]
-    if isinstance(node, lark_mod.Tree) and node.data == "literal":
-        node = node.children[0]
     if isinstance(node, lark_mod.Token) and node.type in ("STRING_LIT", "MLSTRING_LIT"):
         text = str(node)
+        raw = text[:1] in ("r", "R")
+        text = text[1:] if raw else text
         for quote in ('"""', "'''", '"', "'"):
             if len(text) >= 2 * len(quote) and text.startswith(quote) and text.endswith(quote):
-                return text[len(quote) : -len(quote)]
+                body = text[len(quote) : -len(quote)]
+                # An escape would need decoding: the path ends there instead.
+                return body if raw or "\\" not in body else None
     return None
 
 

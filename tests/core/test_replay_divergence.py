@@ -150,3 +150,76 @@ def test_an_event_the_state_no_longer_takes_is_named() -> None:
     assert (d["seq"], d["kind"]) == (9, "event_not_taken")
     assert d["reason"] == "state 'approval' has no `on` entry for approval.granted"
     assert d["group"] == "approval.granted not taken"
+
+
+STRICTER = "guard: result.score > 8"
+
+
+def test_a_guard_that_decides_otherwise_is_named_with_every_check() -> None:
+    log = golden("code-review-merged-fix-loop")
+    report = analysis.replay(
+        log, changed("guard: result.score > 7", STRICTER), version=3, label="s"
+    )
+    assert (report["against"]["version"], report["against"]["label"]) == (3, "s")
+    d = report["divergence"]
+    assert (d["seq"], d["kind"], d["state"]) == (16, "guard", "review")
+    assert d["reason"] == (
+        "on task.completed in state 'review' the run went to 'approval'; now it goes to "
+        "'fix': on[0] task.completed -> approval: `result.score > 8` (result.score = 8): "
+        "false; on[1] task.completed -> fix: `context.fixes < 3` (context.fixes = 1): "
+        "true, fired"
+    )
+    assert d["group"] == "on task.completed in 'review': approval -> fix"
+    assert d["guard"] == {
+        "state": "review",
+        "event_type": "task.completed",
+        "entry": 0,
+        "goto": "approval",
+        "guard": "result.score > 8",
+        "outcome": "false",
+        "value": False,
+        "reads": {"result.score": 8},
+    }
+
+
+def test_shadow_counts_groups_and_orders_them_by_size() -> None:
+    logs = [golden(p.stem) for p in sorted(GOLDEN.glob("*.jsonl"))]
+    cut = logs[0][:2]  # a log cut after its first two records
+    candidate = changed('message: "Fix PR #{{ inputs.pr }}: {{ context.last_summary }}"', "x")
+    summary = analysis.shadow([*logs, [], cut], candidate, version=4, label="cand")
+    assert summary["candidate"] == {
+        "name": "code-review",
+        "namespace": "default",
+        "version": 4,
+        "spec_hash": candidate.spec_hash,
+        "label": "cand",
+    }
+    assert (summary["runs"], summary["agree"], summary["diverge"]) == (9, 4, 5)
+    assert summary["errors"] == []
+    first, second = summary["groups"]
+    assert (first["kind"], first["count"], first["why"]) == (
+        "action_input",
+        4,
+        "input of echo in state 'fix' differs",
+    )
+    assert first["where"] == {
+        "state": "review",
+        "event_type": "task.completed",
+        "record": "io.interlock.action.requested",
+    }
+    assert first["runs"] == sorted(first["runs"])
+    assert first["example"]["run_id"] == first["runs"][0]
+    assert first["example"]["recorded_end"] == first["example"]["replayed_end"]
+    assert (second["kind"], second["count"]) == ("record", 1)
+    assert second["where"] == {
+        "state": "",
+        "event_type": "start",
+        "record": "io.interlock.action.requested",
+    }
+    assert second["example"]["reason"].startswith(
+        "the new definition writes one more record: action.requested review input="
+    )
+    # Only the fix's input changed: every run still ends as it did.
+    assert (summary["same_end"], first["same_end"], second["same_end"]) == (9, 4, 1)
+    default = analysis.shadow(logs[:1], candidate)["candidate"]
+    assert (default["version"], default["label"]) == (None, None)

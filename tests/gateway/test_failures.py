@@ -1,7 +1,8 @@
 """``GET /agents/failures``: failed attempts per capability, counted by the gateway from the
-run logs' appends (a real stack): an answer that breaks its output schema and a timeout
-each count against their capability, with the last failure named; a failure whose request
-came before the gateway started is matched from the run's log."""
+run logs (a real stack): an answer that breaks its output schema and a timeout each count
+against their capability, with the last failure named; a failure whose request came before
+counting began is matched from the run's log; a gateway started later reads the last hour
+back, bounded by the window and by a number of messages."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from gw_support import BROKEN, TIMEOUT, GatewayStack, gateway_stack, yaml
+from gw_support import BROKEN, TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
 
+from interlock.client import Client
+from interlock.core import events as ev
 from interlock.gateway.failures import Failures
 from interlock.transport.subjects import Subjects
 
@@ -97,3 +100,58 @@ async def test_a_failure_asked_for_before_counting_began(gs: GatewayStack) -> No
             assert counted.last.error == "timeout"
         finally:
             await late.stop()
+
+
+async def test_counts_are_read_back_from_the_run_logs_at_start(gs: GatewayStack) -> None:
+    async with gs.http() as http:
+        run_id = (await http.post("/runs", json={"workflow": "broken"})).json()["run_id"]
+        await wait_status(gs, run_id, "failed")
+    failed_at = next(r.time for r in await _records(gs, run_id) if isinstance(r, ev.ActionFailed))
+
+    # A gateway started after the failure counts it, from the logs.
+    fresh = Failures(gs.gateway.nc, gs.stack.subjects, gs.gateway.run_logs)
+    await fresh.start()
+    try:
+        await fresh.settled()
+        report = fresh.report()
+        (liar,) = [c for c in report.capabilities if c.capability == "liar"]
+        assert liar.failed == 1
+        assert liar.last.run_id == run_id
+        assert report.since < failed_at
+        assert fresh.read_back > 0
+        # A failure after the start is counted once, not once per way it was read.
+        async with gs.http() as http:
+            again = (await http.post("/runs", json={"workflow": "broken"})).json()["run_id"]
+            await wait_status(gs, again, "failed")
+
+        async def both() -> Any:
+            counted = [c for c in fresh.report().capabilities if c.capability == "liar"]
+            return counted if counted and counted[0].failed >= 2 else None
+
+        (liar,) = await _until(both)
+        assert liar.failed == 2
+        assert liar.last.run_id == again
+    finally:
+        await fresh.stop()
+
+    # The window's start bounds what is read back and counted.
+    short = Failures(gs.gateway.nc, gs.stack.subjects, gs.gateway.run_logs, window_s=0.001)
+    await short.start()
+    try:
+        await short.settled()
+        assert short.report().capabilities == []
+    finally:
+        await short.stop()
+    # So does the number of messages read back: the newest only, complete from the first.
+    bounded = Failures(gs.gateway.nc, gs.stack.subjects, gs.gateway.run_logs, read_back=1)
+    await bounded.start()
+    try:
+        await bounded.settled()
+        assert bounded.read_back == 1
+        assert bounded.since > failed_at
+    finally:
+        await bounded.stop()
+
+
+async def _records(gs: GatewayStack, run_id: str) -> list[ev.AnyRecord]:
+    return list(await Client(gs.stack.client.nc, gs.stack.subjects).records(run_id))

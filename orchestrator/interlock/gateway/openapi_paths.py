@@ -423,8 +423,8 @@ def _live_paths() -> dict[str, Any]:
     return {
         "/agents/failures": {
             "get": _op(
-                "Failed attempts per capability in the last hour (since the gateway started, "
-                "when later), with the last failure of each",
+                "Failed attempts per capability in the last hour, read from the run logs "
+                "(complete from since, when later), with the last failure of each",
                 {"200": _json(ref("FailureReport"))},
                 tag="agents",
                 errors=(401, 403),

@@ -14,7 +14,13 @@ export async function agentsPage(root) {
   add(root, h("h1", {}, "Agents"));
   if (failed.since) {
     const hours = failed.window_s / 3600;
-    add(root, h("p", { class: "hint" }, `Recent failures: the failed attempts of the last ${hours === 1 ? "hour" : `${hours} hours`} (counted since `, timeCell(failed.since), "), and the dead letters naming the capability."));
+    // The counts are read from the run logs; complete from `since` when that is later than
+    // the window's start (a gateway still reading them back, or a very busy hour).
+    const partial = new Date(failed.since).getTime() > Date.now() - failed.window_s * 1000 + 60_000;
+    add(root, h("p", { class: "hint" },
+      `Recent failures: the failed attempts of the last ${hours === 1 ? "hour" : `${hours} hours`}, read from the run logs`,
+      partial ? [" (complete since ", timeCell(failed.since), ")"] : null,
+      ", and the dead letters naming the capability."));
   }
   if (!agents.length) {
     add(root, h("p", { class: "muted" }, "No AgentDef is applied."));

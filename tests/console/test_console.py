@@ -637,3 +637,79 @@ async def test_the_runs_page_follows_the_run_index_live(console: Console) -> Non
     row = page.locator("#runs-listing tr", has=page.get_by_role("link", name=run_id))
     await row.locator(".status", has_text="completed").wait_for()
     assert page.errors == []
+
+
+async def test_the_keyboard_reaches_workflows_versions_and_the_diff(console: Console) -> None:
+    page = await console.page()
+    await page.goto(f"{console.url}#/workflows")
+    await page.get_by_role("table", name="Workflows").wait_for()
+    stops = await tab_until(page, "a||review")
+    # In reading order: the skip link, the sections, then the table's links.
+    wanted = ["Skip to content", "|Workflows", "|Dead letters", "a||review"]
+    at = [next(i for i, s in enumerate(stops) if w in s) for w in wanted]
+    assert at == sorted(at), stops
+    await page.keyboard.press("Enter")
+    await page.get_by_role("heading", name="Workflow review").wait_for()
+    # Its versions, its runs, the manifest, then the diff's From, To and button.
+    stops = await tab_until(page, "Show diff")
+    wanted = ["a||v1", "a||v2", "runs of this workflow", "select|diff-a", "select|diff-b"]
+    at = [next(i for i, s in enumerate(stops) if w in s) for w in wanted]
+    assert at == sorted(at), stops
+    await page.keyboard.press("Enter")
+    status = page.get_by_role("status").filter(has_text="v1 → v2")
+    await status.wait_for()
+    assert "lines added" in await status.inner_text()
+    # Enter on a version's link opens that version.
+    await page.locator("a.chip", has_text="v1").focus()
+    await page.keyboard.press("Enter")
+    await page.wait_for_function("location.hash.endsWith('version=1')")
+    assert page.errors == []
+
+
+async def test_the_keyboard_reaches_an_agents_failure_and_its_run(console: Console) -> None:
+    page = await console.page()
+    await page.goto(f"{console.url}#/agents")
+    caps = page.get_by_role("table", name="Capabilities of testagent")
+    await caps.wait_for()
+    liar = caps.locator("tr", has=page.locator("code", has_text="liar"))
+    error = await liar.locator(".failures a").inner_text()
+    stops = await tab_until(page, f"a||{error}")
+    wanted = ["Skip to content", "|Agents", f"a||{error}"]
+    at = [next(i for i, s in enumerate(stops) if w in s) for w in wanted]
+    assert at == sorted(at), stops
+    await page.keyboard.press("Enter")
+    await page.get_by_role("heading", name=f"Run {console.runs['failed']}").wait_for()
+    assert page.errors == []
+
+
+async def test_the_keyboard_opens_a_dead_letter_and_its_redrive_confirmation(
+    console: Console,
+) -> None:
+    gs = console.gs
+    await gs.stack.js.publish(gs.stack.subjects.event("com.example.keyboard"), b"{not json")
+    page = await console.page()
+    await page.goto(f"{console.url}#/dead-letters")
+    link = page.locator("main table a").first
+    for _ in range(100):
+        if await link.count():
+            break
+        await asyncio.sleep(0.1)
+        await page.reload()
+    name = await link.inner_text()
+    stops = await tab_until(page, f"a||{name}")
+    wanted = ["Skip to content", "|Dead letters", f"a||{name}"]
+    at = [next(i for i, s in enumerate(stops) if w in s) for w in wanted]
+    assert at == sorted(at), stops
+    await page.keyboard.press("Enter")
+    await page.get_by_role("heading", name=f"Dead letter {name}").wait_for()
+    # Redrive's confirmation opens from the keyboard; Escape closes it, nothing redriven.
+    await tab_until(page, "Redrive…")
+    await page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog")
+    await dialog.wait_for()
+    assert await page.evaluate("document.activeElement.closest('dialog') !== null")
+    await page.keyboard.press("Escape")
+    await dialog.wait_for(state="detached")
+    async with gs.http() as http:
+        assert (await http.get(f"/dead-letters/{name.lstrip('#')}")).status_code == 200
+    assert page.errors == []

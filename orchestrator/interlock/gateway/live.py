@@ -28,7 +28,7 @@ from starlette.responses import Response, StreamingResponse
 
 from interlock import views
 from interlock.core import events as ev
-from interlock.gateway.rest import int_param
+from interlock.gateway.problems import int_param
 from interlock.views import summary_from_index
 
 if TYPE_CHECKING:

@@ -78,3 +78,18 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
         detail = f"no such resource: {request.url.path} (see /openapi.json)"
     headers = dict(getattr(exc, "headers", None) or {})
     return Problem(status, slug, detail, headers=headers).response(request.url.path)
+
+
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """The whole-number query parameter ``name`` (``default`` when absent), from ``low``
+    to ``high``; a 400 problem otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Problem(400, "bad-parameter", f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise Problem(400, "bad-parameter", f"{name} must be from {low} to {high}, got {value}")
+    return value

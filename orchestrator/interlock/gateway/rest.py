@@ -21,7 +21,7 @@ from interlock import views
 from interlock.client import debugging
 from interlock.core.names import DNS_LABEL
 from interlock.core.vocabulary import RECORDED
-from interlock.gateway.problems import Problem
+from interlock.gateway.problems import Problem, int_param
 
 if TYPE_CHECKING:
     from interlock.gateway.service import Gateway
@@ -92,19 +92,6 @@ def json_view(value: Any, status: int = 200) -> Response:
 
 
 # -- reading the request -----------------------------------------------------------------
-
-
-def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise Problem(400, "bad-parameter", f"{name} must be a whole number, got {raw!r}") from None
-    if not low <= value <= high:
-        raise Problem(400, "bad-parameter", f"{name} must be from {low} to {high}, got {value}")
-    return value
 
 
 def _seconds_param(request: Request, name: str, default: float) -> float:

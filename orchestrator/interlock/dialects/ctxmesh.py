@@ -102,6 +102,8 @@ def _lower(
     if inputs:
         native_spec["inputs"] = inputs
     _budget(out, budget, native_spec)
+    if "maxFanOut" in budget:
+        _cap_parallelism(out, states, budget["maxFanOut"])
     native_spec["initial_state"] = initial
     out.at(("spec", "initial_state"), ("spec", "steps", 0, "name"))
     native_spec["states"] = states
@@ -144,6 +146,20 @@ def _budget(out: Lowering, budget: dict[str, int], native_spec: dict[str, Any]) 
         )
     if native_budget:
         native_spec["budget"] = native_budget
+
+
+def _cap_parallelism(out: Lowering, states: dict[str, Any], fan_out: int) -> None:
+    """The controller does not check a map's parallelism against the budget; the budget
+    bounds what runs at once: a wider parallelism runs maxFanOut items at a time."""
+    for name, state in states.items():
+        spec = state.get("map")
+        if isinstance(spec, dict) and spec.get("parallelism", 1) > fan_out:
+            out.note(
+                ("spec", "states", name, "map", "parallelism"),
+                f"parallelism {spec['parallelism']} is above budget.maxFanOut ({fan_out}): "
+                f"{fan_out} items at a time",
+            )
+            spec["parallelism"] = fan_out
 
 
 def _referenced_as_edge(ctx: Scope, step: str) -> bool:

@@ -332,3 +332,38 @@ def test_a_refused_dag_step_fails_as_a_step() -> None:
     failed = [r for r in run.log if isinstance(r, ev.ActionFailed)]
     assert [r.data.step for r in failed] == ["b"]
     _replays(run)
+
+
+DAG_OF_CHILDREN = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: steps}
+spec:
+  budget: {max_total_spawns: 9}
+  initial_state: build
+  states:
+    build:
+      dag:
+        parallelism: 1
+        steps:
+          a: {action: {workflow: child}}
+          b: {action: {workflow: child}}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+
+def test_the_steps_of_a_dag_share_what_is_left_evenly() -> None:
+    run = Run(compile_one(DAG_OF_CHILDREN))
+    run.start()
+    first = _requested(run)
+    # a takes 1 and gets 8 // 2 = 4, reserved; b, not yet asked for, keeps its share.
+    assert first.data.spawn == ev.SpawnBudget(depth=1, allowance=4)
+    extensions = {"actionid": first.data.action_id, "attempt": "1", "spawns": "1"}
+    run.deliver(Incoming(type="task.completed", source="s", id="a.end", data={},
+                         extensions=extensions))  # fmt: skip
+    second = _requested(run)
+    # Spent so far: 1 (a) + 1 (what a's run spent); b takes 1 and gets the other 6.
+    assert second.data.step == "b"
+    assert second.data.spawn == ev.SpawnBudget(depth=1, allowance=6)
+    _replays(run)

@@ -136,7 +136,7 @@ class Transitions(Step):
             item=item,
             iteration=iteration,
             step=step,
-            spawn=None if action.workflow is None else self.handed_down(item),
+            spawn=None if action.workflow is None else self.handed_down(item, step),
         )
         if self.spawn_refused(data):
             return False
@@ -178,16 +178,20 @@ class Transitions(Step):
         self.action_failed(would_be, refusal, None)
         return True
 
-    def handed_down(self, item: int | None) -> ev.SpawnBudget:
+    def handed_down(self, item: int | None, step: str | None) -> ev.SpawnBudget:
         """What a ``workflow`` action hands its child run (see :mod:`spawn`): for a map's
-        item, an even share with the items not yet asked for."""
+        item or a DAG's step, an even share with the items or steps not yet asked for."""
         spawn = self.state.spawn
         if spawn is None:
             return ev.SpawnBudget(depth=1)
-        progress = self.state.map
+        progress, dag = self.state.map, self.state.dag
         sharing = 1
         if item is not None and progress is not None:
             sharing += max(0, len(progress.items) - max(progress.next, item + 1))
+        elif step is not None and dag is not None:
+            sharing += sum(
+                1 for s in dag.steps if s != step and dag.status.get(s, "held") == "held"
+            )
         return spawn.handed_down(sharing)
 
     def action_failed(

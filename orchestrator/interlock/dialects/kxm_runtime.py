@@ -69,7 +69,7 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
         _Step(out, step, i, checked, capabilities, context).lower(states)
     context.pop("_limit")
     edges = context.pop("_edges", {})
-    context.update({"outcome": "", "reason": "", "refused": ""})
+    context.update({"outcome": "", "reason": ""})
     _terminals(states)
     spec: dict[str, Any] = {
         "context": context,
@@ -387,21 +387,13 @@ class _Step:
         on = list(self.cost_guard)
         required = [e["key"] for e in step.get("requiredEvidence") or [] if isinstance(e, dict)]
         if required:
-            evidence_ok = " && ".join(
-                f'("evidence" in result && {_q(k)} in result.evidence'
-                f' && result.evidence[{_q(k)}] != "")'
-                for k in required
-            )
-            # A declared outcome other than failed needs the evidence; without it the
-            # step is asked again.
-            on.append(
-                {
-                    "event": "task.completed",
-                    "guard": f'{outcome} != "failed" && !({evidence_ok})',
-                    "goto": self.name,
-                    "set": {"refused": f"{step['id']}: evidence incomplete"},
-                }
-            )
+            # A declared outcome other than failed needs the evidence; the state's gate
+            # refuses an answer without it and asks the step again (same attempt).
+            state["gate"] = {
+                "requires": dict.fromkeys(required, True),
+                "evidence": ['"evidence" in result ? result.evidence : {}'],
+                "when": f'{outcome} != "failed"',
+            }
         on += self.edges("task.completed", outcome)
         on += self.edges("task.failed", '"failed"')
         state["on"] = on

@@ -324,7 +324,9 @@ code = main(sys.argv[1:])
 heavy = ("interlock.core.compiler", "interlock.core.engine", "interlock.core.expr",
          "interlock.core.definition", "interlock.core.analysis", "interlock.dialects",
          "interlock.runtime.flow", "interlock.runtime.replaying", "jsonschema", "celpy",
-         "yaml", "interlock.auth.keys", "interlock.auth.jwt", "nkeys", "nacl")
+         "yaml", "interlock.auth.keys", "interlock.auth.jwt", "interlock.auth.roles", "nkeys",
+         "nacl", "cloudevents", "opentelemetry", "prometheus_client", "interlock.client.emitting",
+         "interlock.client.signalling", "interlock.client.debugging")
 print(json.dumps({"code": code, "heavy": [m for m in heavy if m in sys.modules],
                   "writes": writes}), file=sys.stderr)
 """

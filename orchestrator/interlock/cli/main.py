@@ -98,21 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
-    """A parser that knows the command ``argv`` names in full, and the others by name."""
+    """A parser that knows the command ``argv`` names in full (and no other), or with no
+    command named, every command by name (what ``--help`` lists)."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command == "completion" or (command is not None and command not in COMMANDS):
         return build_parser()  # completion needs it all; an unknown name gets the real error
     parser, sub = _root()
-    wanted = COMMANDS[command][0] if command is not None else None
-    if wanted is not None:
-        _add(sub, wanted)
-    for name, (index, help_text) in COMMANDS.items():
-        if index != wanted:
-            sub.add_parser(name, help=help_text, add_help=False)
+    if command is not None:  # the others' names are not needed: only --help lists them
+        _add(sub, COMMANDS[command][0])
+        return parser
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("completion", help=COMPLETION_HELP, add_help=False)
-    # --help lists the commands in their declared order, whichever was added first.
-    order = {name: n for n, name in enumerate([*COMMANDS, "completion"])}
-    sub._choices_actions.sort(key=lambda action: order.get(action.dest, len(order)))
     return parser
 
 

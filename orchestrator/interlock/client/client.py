@@ -16,7 +16,7 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 
-from interlock.client import catalog, debugging, emitting, reading, signalling
+from interlock.client import catalog, reading
 from interlock.client.errors import (
     InvalidManifest,
     UnknownRun,
@@ -49,7 +49,8 @@ from interlock.views.build import (
 )
 
 # What loads the compiler, the dialects or the engine (apply, emit, signal and the debugging
-# calls) imports it when called: a program that only reads never loads them.
+# calls) imports it when called, and so do the modules behind those calls (emitting,
+# signalling, debugging): a program that only reads never loads them.
 
 EMIT_WAIT_S = 5.0
 """How long ``emit`` waits for the runs it starts to be in the log, by default."""
@@ -167,6 +168,7 @@ class Client:
         Raises:
             InvalidManifest: any manifest is invalid; nothing was stored.
         """
+        from interlock.client import debugging
         from interlock.dialects import prepare
 
         pairs = [
@@ -254,6 +256,8 @@ class Client:
         up to ``wait`` seconds for the orchestrator to start them (0: do not wait); a run
         not started by then is marked ``pending``.
         """
+        from interlock.client import emitting
+
         ce = emitting.build_event(event, type, source, data, id, subject, extensions)
         return await emitting.emit(self._ops, ce, wait)
 
@@ -277,6 +281,8 @@ class Client:
         Raises:
             UnknownRun: no such run.
         """
+        from interlock.client import signalling
+
         check_run_id(run_id)
         signal = signalling.Signal(run_id, name, data, source, id or secrets.token_hex(8))
         return await signalling.send(self._ops, self._watcher, signal, wait)
@@ -380,6 +386,8 @@ class Client:
 
     async def explain(self, run_id: str, *, at: int | None = None) -> dict[str, Any]:
         """Why the run went where it went, step by step; what would move it now."""
+        from interlock.client import debugging
+
         return await debugging.explain(self._ops, await self.records(run_id), at)
 
     async def replay(
@@ -388,6 +396,8 @@ class Client:
         """What another definition would have done with the run's recorded inputs:
         ``against`` is a version (``3``, ``"code-review@3"``), a manifest file or a
         ``(name, text)`` pair. ``report["agree"]`` is true when the logs agree."""
+        from interlock.client import debugging
+
         return await debugging.replay(self._ops, await self.records(run_id), against)
 
     async def shadow(
@@ -400,6 +410,8 @@ class Client:
     ) -> dict[str, Any]:
         """Recorded runs of ``workflow`` replayed against a candidate manifest, grouped by
         where and why they would diverge."""
+        from interlock.client import debugging
+
         return await debugging.shadow(self._ops, workflow, candidate, runs, since)
 
     async def fork(
@@ -418,12 +430,16 @@ class Client:
                 the run was in is not in that version.
             RunExists: ``fork_id`` names a run that exists.
         """
+        from interlock.client import debugging
+
         records = await self.records(run_id)
         return await debugging.fork(self._ops, records, at, version, fork_id or new_run_id())
 
     async def migrate(self, workflow: str, to: int, *, dry_run: bool = False) -> dict[str, Any]:
         """Move the running runs of ``workflow`` onto version ``to`` where their logs agree
         with it so far (each with a ``run.migrated`` record); the others are listed."""
+        from interlock.client import debugging
+
         return await debugging.migrate(self._ops, workflow, to, dry_run=dry_run)
 
     # -- dead letters ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ SUITES = {
     "peers": "bench.peers_bench",
     "console": "bench.console_bench",
     "guard": "bench.guard_bench",
+    "fsync": "bench.fsync_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

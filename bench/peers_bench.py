@@ -2,7 +2,8 @@
 
 Runs the harness in ``bench/peers`` (one driver per system, each with its own virtualenv
 made by ``bench/peers/install.sh``) round by round, then prints every system's p50, p99 and
-runs/s as ratios to raw NATS of the same round, and Interlock's stream writes per run.
+runs/s as ratios to raw NATS of the same round, Interlock's stream writes per run, and the
+CPU per run (every process of the system, and Interlock's orchestrator alone).
 Peers that are not installed under ``$PEERS`` are skipped with a note; raw NATS is needed
 for the ratios. Interlock runs from this checkout's venv (``sys.executable``);
 ``--baseline-venv`` also runs another checkout's venv beside it, as ``interlock-base``.
@@ -115,9 +116,26 @@ def writes_per_run(result: dict[str, Any]) -> float | None:
     return sum(s["writes_per_run"] for n, s in streams.items() if not n.startswith("KV_il_w"))
 
 
+def cpu_per_run(result: dict[str, Any], process: str | None = None) -> float | None:
+    """Milliseconds of CPU per run during the throughput phase: of every process of the
+    system (engine, workers, service, driver), or of one (``orchestrator``)."""
+    cpu = result.get("cpu_s_throughput") or {}
+    runs = result.get("tp_runs") or 0
+    if not cpu or not runs:
+        return None
+    if process is not None:
+        return cpu[process] * 1000 / runs if process in cpu else None
+    return sum(cpu.values()) * 1000 / runs
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def table(found: dict[tuple[str, str], dict[str, Any]], order: list[str]) -> str:
     head = "| system | round | p50 ms | p99 ms | runs/s | p50 x NATS | p99 x NATS | runs/s / NATS |"
-    lines = [head + " writes/run |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    head += " writes/run | CPU ms/run | orchestrator CPU ms/run |"
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     labels = sorted({label for _, label in found})
     for label in labels:
         base = found.get(("nats-raw", label))
@@ -133,7 +151,8 @@ def table(found: dict[tuple[str, str], dict[str, Any]], order: list[str]) -> str
             lines.append(
                 f"| {name} | {label} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                 f"{r['runs_per_s']:,.0f} | {ratio('p50_ms')} | {ratio('p99_ms')} | "
-                f"{ratio('runs_per_s')} | {'-' if writes is None else f'{writes:.2f}'} |"
+                f"{ratio('runs_per_s')} | {'-' if writes is None else f'{writes:.2f}'} | "
+                f"{_ms(cpu_per_run(r))} | {_ms(cpu_per_run(r, 'orchestrator'))} |"
             )
     return "\n".join(lines)
 
@@ -216,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(found, order))
     print()
+    loads = [
+        f"{name} {label} {r['loadavg_at_start'][0]:.1f}"
+        for (name, label), r in sorted(found.items())
+        if r.get("loadavg_at_start")
+    ]
+    if loads:
+        print("load average (1 min) at each start: " + ", ".join(loads))
     for line in goals(found):
         print(line)
     return 1 if failed else 0

@@ -101,6 +101,8 @@ class AnswerDesk:
         headers = {tasks.ANSWER_HEADER: status}
         if reason:
             headers[tasks.ANSWER_REASON_HEADER] = reason
-        # The agent that gets no reply sends the answer to the results stream.
-        with contextlib.suppress(Exception):
+        try:
             await self._nc.publish(msg.reply, b"", headers=headers)
+        # The agent that gets no reply sends the answer to the results stream.
+        except Exception:
+            log.debug("cannot reply to the answer on %s", msg.subject, exc_info=True)

@@ -30,6 +30,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time as parse_rfc3339
+from interlock.runtime.labels import Children
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 
@@ -416,21 +417,22 @@ class OrchestratorMetrics(OrchestratorObserver):
             "Inbound events that started or reached no run",
             registry=r,
         )
+        self._child = Children()
 
     # -- hooks --------------------------------------------------------------------------
 
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
-        self.actions_dispatched.labels(capability=action_target(record.data)).inc()
+        self._child(self.actions_dispatched, action_target(record.data)).inc()
 
     def dead_lettered(self, reason: str) -> None:
-        self.dead_letters.labels(reason=reason).inc()
+        self._child(self.dead_letters, reason).inc()
 
     def unrouted(self, event_type: str) -> None:
         # No event-type label: publishers choose types, and labels must stay bounded.
         self.events_unrouted.inc()
 
     def redelivered(self, consumer: str) -> None:
-        self.redeliveries.labels(consumer=consumer).inc()
+        self._child(self.redeliveries, consumer).inc()
 
     def conflict(self) -> None:
         self.append_conflicts.inc()
@@ -440,15 +442,15 @@ class OrchestratorMetrics(OrchestratorObserver):
     def on_record(self, run: RunView, record: ev.AnyRecord) -> None:
         workflow = _workflow(run, record)
         if isinstance(record, ev.RunStarted):
-            self.runs_started.labels(workflow=workflow).inc()
+            self._child(self.runs_started, workflow).inc()
         elif isinstance(record, ev.StateEntered):
-            self.states_entered.labels(workflow=workflow, state=record.data.state).inc()
+            self._child(self.states_entered, workflow, record.data.state).inc()
         elif isinstance(record, ev.TransitionFired):
-            self.transitions.labels(workflow=workflow).inc()
+            self._child(self.transitions, workflow).inc()
         elif isinstance(record, ev.GuardFailed):
-            self.guard_failures.labels(workflow=workflow, state=record.data.state).inc()
+            self._child(self.guard_failures, workflow, record.data.state).inc()
         elif isinstance(record, ev.ActionRequested):
-            self.actions_requested.labels(capability=action_target(record.data)).inc()
+            self._child(self.actions_requested, action_target(record.data)).inc()
         elif isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
             pending = run.pending.get(record.data.action_id)
             if pending is not None:
@@ -457,23 +459,21 @@ class OrchestratorMetrics(OrchestratorObserver):
                     ev.ActionFailed: "failed",
                     ev.ActionCancelled: "cancelled",
                 }[type(record)]
-                self.action_duration.labels(capability=pending.capability, outcome=outcome).observe(
+                self._child(self.action_duration, pending.capability, outcome).observe(
                     _elapsed(pending.requested_at, record.time)
                 )
         elif isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
             if isinstance(record, ev.RunCompleted):
                 status = "completed"
-                self.runs_completed.labels(workflow=workflow).inc()
+                self._child(self.runs_completed, workflow).inc()
             elif isinstance(record, ev.RunFailed):
                 status = "failed"
-                self.runs_failed.labels(
-                    workflow=workflow, error_class=record.data.error.error_class
-                ).inc()
+                self._child(self.runs_failed, workflow, record.data.error.error_class).inc()
             else:
                 status = "cancelled"
-                self.runs_cancelled.labels(workflow=workflow).inc()
+                self._child(self.runs_cancelled, workflow).inc()
             if run.started_at:
-                self.run_duration.labels(workflow=workflow, status=status).observe(
+                self._child(self.run_duration, workflow, status).observe(
                     _elapsed(run.started_at, record.time)
                 )
 

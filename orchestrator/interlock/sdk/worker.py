@@ -129,7 +129,7 @@ class Worker:
         max_deliver: int = -1,
         pull_expires: float = 5.0,
         observers: Iterable[WorkerObserver] = (),
-        answer_timeout: float = 2.0,
+        answer_timeout: float = 5.0,
     ) -> None:
         if not name or not name.strip():
             raise ValueError("a worker needs a name")
@@ -481,6 +481,7 @@ class Worker:
         ticker = asyncio.create_task(_keep_alive(msg, interval))
         action_id: str | None = None
         outcome, error_class = Outcome.RETURNED, None
+        slot = _Slot(pool)
         try:
             try:
                 event = decode_message(msg.headers, msg.data)
@@ -517,6 +518,7 @@ class Worker:
                 flights.remove(flight)
                 if not flights:
                     self._flights.pop(action_id, None)
+            slot.free()  # sending the answer (and awaiting its reply) holds no handler slot
             result, result_type, data = self._answer(
                 request, cap.name, result_type, data, js._nc.max_payload - ANSWER_HEADROOM
             )
@@ -540,7 +542,7 @@ class Worker:
             await _nak(msg, delay=1.0)
         finally:
             ticker.cancel()
-            pool.release()
+            slot.free()
             self._notify_finished(
                 cap.name, action_id, outcome, error_class, time.monotonic() - started
             )
@@ -593,8 +595,9 @@ class Worker:
         if self.answer_timeout > 0 and time.monotonic() >= self._direct_until:
             subject = subjects.answer(capability, run_id)
             try:
-                reply = await js._nc.request(
-                    subject, payload, timeout=self.answer_timeout, headers=headers
+                # The connection's shared reply subscription, as for publish acks.
+                reply = await jetstream(js._nc).request_ack(
+                    subject, payload, headers=headers, ack_wait=self.answer_timeout
                 )
             except nats.errors.NoRespondersError:
                 pass  # no orchestrator up: the stream keeps the answer until one is
@@ -741,6 +744,19 @@ class Worker:
                 observer.task_finished(capability, action_id, outcome, error_class, seconds)
             except Exception:
                 log.exception("observer %r failed", observer)
+
+
+class _Slot:
+    """A handler's concurrency slot, given back once: when the handler is done, or at the
+    latest when its task is settled."""
+
+    def __init__(self, pool: SlotPool) -> None:
+        self._pool: SlotPool | None = pool
+
+    def free(self) -> None:
+        if self._pool is not None:
+            self._pool.release()
+            self._pool = None
 
 
 ANSWER_HEADROOM = 8 * 1024

@@ -149,6 +149,7 @@ async def test_counts_are_read_back_from_the_run_logs_at_start(gs: GatewayStack)
         await bounded.settled()
         assert bounded.read_back == 1
         assert bounded.since > failed_at
+        assert len(bounded.since) == len(failed_at)  # both to the millisecond, in UTC
     finally:
         await bounded.stop()
 

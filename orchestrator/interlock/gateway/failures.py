@@ -196,7 +196,8 @@ class Failures:
                         continue  # appended since: the subscription counts it
                     if self.read_back == 0 and at > first_seq:
                         # More than READ_BACK messages in the hour: complete from here.
-                        since = headers.get("Nats-Time-Stamp", start)
+                        stamp = headers.get("Nats-Time-Stamp")
+                        since = format_time(datetime.fromisoformat(stamp)) if stamp else start
                     self.read_back += 1
                     got += 1
                     seq = at + 1

@@ -63,6 +63,7 @@ class ClusterMetrics(Collector):
         self._workers: dict[str, int] = {}
         self._stays: dict[str, _Stay] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self.index_synced = asyncio.Event()
         if registry is not None:
             registry.register(self)
@@ -70,20 +71,26 @@ class ClusterMetrics(Collector):
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
+        self._stopping = False
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._poll_forever()), loop.create_task(self._follow())]
 
     async def stop(self) -> None:
+        # The loops also check this flag: a cancellation that arrives as one of nats-py's
+        # timed waits completes is lost by Python 3.11's ``asyncio.wait_for``, and the
+        # loop would go round again instead of ending.
+        self._stopping = True
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
+            while not task.done():  # cancelled again if the first cancellation was lost
+                task.cancel()
+                await asyncio.wait({task}, timeout=1.0)
             # Stopping: what ended the task was logged where it happened.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
 
     async def _poll_forever(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.poll()
             # Telemetry must never stop the orchestrator.
@@ -125,7 +132,7 @@ class ClusterMetrics(Collector):
 
     async def _follow(self) -> None:
         """Follow the run index (a KV bucket) to know which running run is in which state."""
-        while True:
+        while not self._stopping:
             try:
                 kv = await self._js.key_value(self._subjects.runs_bucket)
                 watcher = await kv.watchall()

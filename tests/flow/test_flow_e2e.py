@@ -290,3 +290,46 @@ spec:
     assert await stack.client.cancel(run_id)
     child_state = await stack.run_until(child, lambda s: s.finished, "the child cancelled")
     assert child_state.status == "cancelled"
+
+
+async def test_a_child_workflow_is_looked_up_in_the_parents_namespace(stack: Stack) -> None:
+    # Two workflows named `leaf`: one in `default`, one in `team`. A `team` parent naming
+    # `leaf` gets its own namespace's; `default/leaf` names the other one.
+    manifests = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: leaf}
+spec:
+  initial_state: done
+  states:
+    done: {type: terminal, outputs: {where: default}}
+---
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: leaf, namespace: team}
+spec:
+  initial_state: done
+  states:
+    done: {type: terminal, outputs: {where: team}}
+---
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: caller, namespace: team}
+spec:
+  initial_state: own
+  states:
+    own:
+      actions: [{workflow: leaf}]
+      on: [{event: task.completed, goto: other, set: {own: "{{ result.where }}"}}]
+    other:
+      actions: [{workflow: default/leaf}]
+      on: [{event: task.completed, goto: done, set: {other: "{{ result.where }}"}}]
+    done:
+      type: terminal
+      outputs: {own: "{{ context.own }}", other: "{{ context.other }}"}
+"""
+    assert (await stack.client.apply([("ns.yaml", manifests)])).compiled.ok
+    run_id = await stack.client.start("team/caller", {})
+    state = await stack.finished(run_id)
+    assert state.status == "completed", state.error
+    assert state.outputs == {"own": "team", "other": "default"}

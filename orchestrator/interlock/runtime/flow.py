@@ -240,8 +240,11 @@ class ControlFlow:
         assert isinstance(record, ev.ActionRequested)
         d = record.data
         assert d.workflow is not None
+        # An unqualified name is looked up in the parent's namespace; ``ns/name`` names another.
+        parent_run = await self._runs.load(record.subject)
+        namespace = parent_run.state.namespace if parent_run is not None else "default"
         try:
-            definition, version = await self._registry.latest(d.workflow)
+            definition, version = await self._registry.latest(d.workflow, namespace)
         except UnknownWorkflow as exc:
             await self._answers.failed(record, "platform_error", str(exc))
             return

@@ -64,12 +64,12 @@ class Applied:
     changed: bool
 
 
-def _split(ref: str) -> tuple[str, str]:
-    """``ns/name`` or ``name`` (namespace "default")."""
+def _split(ref: str, namespace: str = "default") -> tuple[str, str]:
+    """``ns/name``, or ``name`` in ``namespace`` ("default" unless given)."""
     if "/" in ref:
         ns, name = ref.split("/", 1)
         return ns, name
-    return "default", ref
+    return namespace, ref
 
 
 class Registry:
@@ -279,9 +279,9 @@ class Registry:
         ns, name = _split(ref)
         return await self.stored(ns, name, await self._latest_version(ns, name))
 
-    async def latest(self, ref: str) -> tuple[Definition, int]:
-        """The newest version of ``ns/name`` (or ``name`` in namespace default)."""
-        ns, name = _split(ref)
+    async def latest(self, ref: str, namespace: str = "default") -> tuple[Definition, int]:
+        """The newest version of ``ns/name`` (or ``name`` in ``namespace``)."""
+        ns, name = _split(ref, namespace)
         version = await self._latest_version(ns, name)
         return await self.definition(ns, name, version), version
 

@@ -17,6 +17,7 @@ SUITES = {
     "console": "bench.console_bench",
     "guard": "bench.guard_bench",
     "fsync": "bench.fsync_bench",
+    "batch": "bench.batch_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

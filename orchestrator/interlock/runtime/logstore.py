@@ -20,7 +20,9 @@ import json
 from collections.abc import Sequence
 from typing import Protocol
 
+import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from interlock.core import events as ev
 from interlock.core.vocabulary import InterlockError
@@ -75,37 +77,60 @@ async def read_subject(
 ) -> list[tuple[int, bytes]]:
     """(stream sequence, payload) of every message of ``subject`` after sequence ``after``
     (the first ``limit`` of them when given), by batched direct gets (the stream needs
-    ``allow_direct``)."""
+    ``allow_direct``).
+
+    A batch's messages are collected by the subscription's callback as they arrive and the
+    reader wakes once per batch, when the server's end-of-batch notice (or "no message")
+    comes: waking for each message (``next_msg``) cost twice as long on a 2,500-message
+    log. A batch that makes no progress for ``_TIMEOUT`` seconds fails the read.
+    """
     api = f"$JS.API.DIRECT.GET.{stream}"
     out: list[tuple[int, bytes]] = []
     start = after + 1
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
+    loop = asyncio.get_running_loop()
+    # Resolved at the end of the batch asked for last: True when the log has no more.
+    ended: asyncio.Future[bool] = loop.create_future()
+
+    async def collect(msg: Msg) -> None:
+        if ended.done():
+            return
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "404":
+            ended.set_result(True)
+        elif status == "204":
+            ended.set_result(False)
+        elif status:
+            ended.set_exception(LogReadError(f"reading {subject}: status {status}"))
+        elif (seq := headers.get("Nats-Sequence")) is None:
+            ended.set_exception(LogReadError(f"reading {subject}: a message without a sequence"))
+        else:
+            out.append((int(seq), msg.data))
+
+    sub = await nc.subscribe(nc.new_inbox(), cb=collect)
     try:
         while True:
             batch = _BATCH if limit is None else min(_BATCH, limit - len(out))
             if batch <= 0:
                 return out
+            before = len(out)
+            ended = loop.create_future()
             request = {"seq": start, "next_by_subj": subject, "batch": batch}
-            await nc.publish(api, json.dumps(request).encode(), reply=inbox)
-            got = 0
+            await nc.publish(api, json.dumps(request).encode(), reply=sub.subject)
             while True:
-                msg = await sub.next_msg(timeout=_TIMEOUT)
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status == "404":
-                    return out
-                if status == "204":
+                seen = len(out)
+                done, _ = await asyncio.wait((ended,), timeout=_TIMEOUT)
+                if done:
                     break
-                if status:
-                    raise LogReadError(f"reading {subject}: status {status}")
-                seq = int(headers["Nats-Sequence"])
-                out.append((seq, msg.data))
-                start = seq + 1
-                got += 1
-            if got < batch:
+                if len(out) == seen:
+                    ended.cancel()
+                    raise nats.errors.TimeoutError
+            if ended.result() or len(out) - before < batch:
                 return out
+            start = out[-1][0] + 1
     finally:
+        if not ended.done():
+            ended.cancel()
         await sub.unsubscribe()
 
 

@@ -33,6 +33,7 @@ from nats.aio.subscription import Subscription
 from interlock.core import events as ev
 from interlock.core.rfc3339 import format_time
 from interlock.runtime.runs import utc_now
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -137,11 +138,7 @@ class Failures:
                 await self._sub.unsubscribe()
             self._sub = None
         tasks = [*self._lookups, *([self._reading] if self._reading else [])]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*tasks)
 
     # -- reading back ------------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ A comment line every 15 s keeps proxies from closing an idle stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from starlette.responses import Response, StreamingResponse
 from interlock import views
 from interlock.core import events as ev
 from interlock.gateway.problems import int_param
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.views import summary_from_index
 
 if TYPE_CHECKING:
@@ -128,9 +128,7 @@ async def stream_log(request: Request, gw: Gateway) -> Response:
                     yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
                 position += 1
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)
 
     return StreamingResponse(
         events(),

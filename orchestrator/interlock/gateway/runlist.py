@@ -22,6 +22,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from interlock.runtime.buckets import newest_revision
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
 from interlock.views import RunSummary, summary_from_index
 
@@ -47,6 +48,9 @@ class RunList:
         self._applied = 0
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        """Set by :meth:`stop`: the watch ends at its next turn (even if its cancellation
+        was lost)."""
         self._watchers: set[Changes] = set()
 
     async def runs(
@@ -93,7 +97,7 @@ class RunList:
         assert self._kv is not None
         watcher = await self._kv.watchall()
         try:
-            while True:
+            while not self._stopping:
                 try:
                     entry = await watcher.updates(timeout=3600.0)  # type: ignore[no-untyped-call]
                 except nats.errors.TimeoutError:
@@ -144,7 +148,5 @@ class RunList:
         self._watchers.discard(queue)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        self._stopping = True
+        await cancel_and_wait(self._task)

@@ -27,7 +27,6 @@ records does not wait for the whole log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections import OrderedDict
@@ -42,6 +41,7 @@ from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.logstore import LogReadError, read_subject
+from interlock.transport.cancelling import cancel_and_wait
 
 log = logging.getLogger("interlock.gateway")
 
@@ -237,8 +237,4 @@ class RunLogs:
     async def stop(self) -> None:
         """Stop the reads started behind pages."""
         tasks = list(self._behind.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)

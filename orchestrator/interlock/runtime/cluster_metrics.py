@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from interlock.runtime.buckets import bucket_values
 from interlock.runtime.metrics import epoch_seconds
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")
@@ -80,13 +81,8 @@ class ClusterMetrics(Collector):
         # timed waits completes is lost by Python 3.11's ``asyncio.wait_for``, and the
         # loop would go round again instead of ending.
         self._stopping = True
-        for task in self._tasks:
-            while not task.done():  # cancelled again if the first cancellation was lost
-                task.cancel()
-                await asyncio.wait({task}, timeout=1.0)
-            # Stopping: what ended the task was logged where it happened.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # Stopping: what ended the task was logged where it happened.
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
 
     async def _poll_forever(self) -> None:

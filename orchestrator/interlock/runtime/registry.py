@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 
 from interlock.runtime.buckets import bucket_values
 from interlock.runtime.errors import UnknownWorkflow
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -463,10 +464,7 @@ class Registry:
             # Closing: a connection already gone leaves nothing to undo.
             with contextlib.suppress(Exception):  # the connection may be closed already
                 await watcher.stop()
-        for task in self._watchers:
-            task.cancel()
-        if self._watchers:
-            await asyncio.wait(self._watchers, timeout=_CLOSE_WAIT)
+        await cancel_and_wait(*self._watchers, limit=_CLOSE_WAIT)
 
     async def _watch_workflows(self, kv: KeyValue) -> None:
         # Every key, not only the latest.* pointers: ``sync`` compares the revision seen

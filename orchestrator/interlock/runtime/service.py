@@ -62,6 +62,7 @@ from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.runtime.writebehind import WriteBehind
 from interlock.transport import tasks
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.consuming import (
     ConsumerMismatch,
@@ -215,12 +216,8 @@ class Orchestrator:
     async def stop(self) -> None:
         self._stopping.set()
         await self.desk.stop()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            # Stopping: what ended the task was logged where it happened.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # Stopping: what ended the task was logged where it happened.
+        await cancel_and_wait(*self._tasks)
         await self.behind.stop()
         await self.flow.stop()
         await self.registry.close()
@@ -232,6 +229,8 @@ class Orchestrator:
         could not be created while JetStream was failing over) never comes back by
         itself: a restart of the process does.
         """
+        if self._stopping.is_set():
+            return None  # a loop that saw the stop flag ended on purpose
         for task in self._tasks:
             if task.done() and not task.cancelled():
                 error = task.exception()

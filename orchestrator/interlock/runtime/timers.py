@@ -28,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from interlock.core.ids import is_run_id
 from interlock.core.rfc3339 import format_time, parse_time
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.consuming import (
     dead_letter_data,
     dead_letter_headers,
@@ -134,11 +135,8 @@ class JetStreamTimers:
 
     async def stop(self) -> None:
         self._stopping.set()
-        if self._task is not None:
-            self._task.cancel()
-            # Stopping: what ended the task was logged where it happened.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        # Stopping: what ended the task was logged where it happened.
+        await cancel_and_wait(self._task)
 
     async def _consume(self, deliver: Deliver) -> None:
         s = self._subjects

@@ -36,6 +36,7 @@ from nats.aio.msg import Msg
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
 from interlock.runtime.runindex import RunIndex
+from interlock.transport.cancelling import cancel_and_wait
 
 log = logging.getLogger("interlock.orchestrator")
 
@@ -94,6 +95,9 @@ class WriteBehind:
         self._finishing: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        """Set by :meth:`stop`: the flush loop ends at its next turn (even if its
+        cancellation was lost)."""
 
     @property
     def holding(self) -> int:
@@ -151,7 +155,7 @@ class WriteBehind:
         return None
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             wait = self._next_due()
             if wait is None or wait > 0:
                 self._wake.clear()
@@ -212,10 +216,8 @@ class WriteBehind:
 
     async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
         """Write and acknowledge what is held (best effort: what is not comes again)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        self._stopping = True
+        await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.flush(everything=True), timeout)
 

@@ -35,6 +35,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 
 from interlock.core.rfc3339 import format_time
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.consuming import (
@@ -381,12 +382,12 @@ class Worker:
                     log.error("worker %s failed; stopping", self.name)
                     raise error
         finally:
-            await _cancel(pullers)
+            await cancel_and_wait(*pullers)
             for consumer in consumers:
                 await consumer.drain()
             # Heartbeats go on while running handlers finish: the worker is still alive.
             await self._settle_in_flight(life)
-            await _cancel(background)
+            await cancel_and_wait(*background)
             for control in controls:
                 try:
                     await control.unsubscribe()
@@ -419,7 +420,7 @@ class Worker:
             for flight in flights:
                 flight.stop("shutdown")
         _done, pending = await asyncio.wait(set(self._tasks), timeout=CANCEL_CLEANUP)
-        await _cancel(pending)
+        await cancel_and_wait(*pending)
 
     async def _bind(
         self, js: JetStreamContext, subjects: Subjects, cap: Capability
@@ -782,11 +783,3 @@ async def _nak(msg: Msg, delay: float | None = None) -> None:
         await msg.nak(delay=delay)
     except Exception:
         log.debug("nak failed; the message is redelivered after ack_wait", exc_info=True)
-
-
-async def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> None:
-    pending = [t for t in tasks if not t.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)

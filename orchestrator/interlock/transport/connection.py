@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from nats.aio.client import Client
 
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.errors import ConnectionFailed
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects, inbox_prefix
 
@@ -296,10 +297,8 @@ def _client_options(
 
 async def _abandon(attempt: asyncio.Future[None], nc: Client) -> None:
     """Give up one connection attempt and whatever it opened."""
-    attempt.cancel()
     # A failed attempt: its error was kept as the reason already.
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await attempt
+    await cancel_and_wait(attempt)
     # Closing: a connection already gone leaves nothing to undo.
     with contextlib.suppress(Exception):
         await nc.close()

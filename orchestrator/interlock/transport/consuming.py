@@ -16,6 +16,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import BadRequestError, NotFoundError
 
 from interlock.core.vocabulary import InterlockError
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.pulling import BatchReader
 
 _log = logging.getLogger("interlock.consuming")
@@ -257,7 +258,4 @@ class Overlap:
 
     async def close(self) -> None:
         """Stop what is still in hand (its messages come again after their ack wait)."""
-        finishing = list(self._finishing)
-        for task in finishing:
-            task.cancel()
-        await asyncio.gather(*finishing, return_exceptions=True)
+        await cancel_and_wait(*self._finishing)

@@ -20,6 +20,8 @@ from typing import Any
 
 import uvicorn
 
+from interlock.transport.cancelling import cancel_and_wait
+
 log = logging.getLogger("interlock.http")
 
 _START_TIMEOUT_S = 10.0
@@ -131,10 +133,8 @@ class HttpServer:
                 await asyncio.wait_for(asyncio.shield(task), _STOP_TIMEOUT_S + 1)
             except TimeoutError:
                 server.force_exit = True
-                task.cancel()
                 # Stopping: what ended the task was logged where it happened.
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await cancel_and_wait(task)
             except Exception:
                 log.exception("HTTP server on port %d failed", self.port)
         if sock is not None:

@@ -23,6 +23,7 @@ from helpers import (
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import NotFoundError
 
 from interlock.core import events as ev
 from interlock.core.engine import Incoming, decide, derive_run_id
@@ -767,11 +768,24 @@ async def test_consumers_made_by_an_earlier_version_are_brought_up_to_date(
         ),
     )
     async with running_stack(nats_url, subjects, [GUARDED]) as stack:
-        info = await js.consumer_info(subjects.runs_stream, "relay")
-        assert info.config.ack_policy == AckPolicy.EXPLICIT
-        assert info.config.ack_wait == stack.orchestrator.ack_wait
-        info = await js.consumer_info(subjects.events_stream, "ingress")
-        assert info.config.ack_wait == stack.orchestrator.ack_wait
+        ack_wait = stack.orchestrator.ack_wait
+
+        # Each consumer loop brings its consumer up to date as it starts, which may be
+        # after start() has returned (the relay consumer is recreated: for a moment there
+        # is none).
+        async def up_to_date() -> bool:
+            try:
+                relay = await js.consumer_info(subjects.runs_stream, "relay")
+                ingress = await js.consumer_info(subjects.events_stream, "ingress")
+            except NotFoundError:
+                return False
+            return (relay.config.ack_policy, relay.config.ack_wait, ingress.config.ack_wait) == (
+                AckPolicy.EXPLICIT,
+                ack_wait,
+                ack_wait,
+            )
+
+        await eventually(up_to_date, what="relay and ingress consumers up to date")
         run_id = await stack.client.start("guarded", {"score": 9})
         assert (await stack.wait(run_id)).outputs == {"route": "merge"}
 

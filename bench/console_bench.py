@@ -213,6 +213,26 @@ async def _fetch_run(page: Any, env: dict[str, Any]) -> float:
     return seconds
 
 
+async def _open_run(
+    context: Any, url: str, last: int, out: dict[str, list[float]], label: str
+) -> tuple[Any, float]:
+    """A new page on a run, timed until it is drawn and its explanation has arrived: its
+    first paint and complete times (named with ``label``), its marks; (the page, when the
+    navigation started)."""
+    page = await context.new_page()
+    async with page.expect_response(
+        lambda r: r.url.endswith("/explain"), timeout=300_000
+    ) as explained:
+        t0 = time.perf_counter()
+        await page.goto(url)
+        painted, complete = await _drawn(page, last, t0)
+        out[f"run page, {label}first paint"].append(painted)
+        out[f"run page, {label}complete" if label else "run page"].append(complete)
+        await _marks(page, out, f"  {label}")
+    await explained.value
+    return page, t0
+
+
 async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str, list[float]]:
     from playwright.async_api import async_playwright
 
@@ -277,32 +297,12 @@ async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str,
 
             # The first load of the run after the gateway started: its log not read yet.
             env["forget"]()
-            page = await context.new_page()
-            async with page.expect_response(
-                lambda r: r.url.endswith("/explain"), timeout=300_000
-            ) as explained:
-                t0 = time.perf_counter()
-                await page.goto(f"{ui}#/runs/{run_id}")
-                painted, complete = await _drawn(page, last, t0)
-                out["run page, first load: first paint"].append(painted)
-                out["run page, first load: complete"].append(complete)
-                await _marks(page, out, "  first load: ")
-            await explained.value
+            page, _ = await _open_run(context, f"{ui}#/runs/{run_id}", last, out, "first load: ")
             env["forget"]()
             out["run API (fetch), first read"].append(await _fetch_run(page, env))
             await page.close()
 
-            page = await context.new_page()
-            async with page.expect_response(
-                lambda r: r.url.endswith("/explain"), timeout=300_000
-            ) as explained:
-                t0 = time.perf_counter()
-                await page.goto(f"{ui}#/runs/{run_id}")
-                painted, complete = await _drawn(page, last, t0)
-                out["run page, first paint"].append(painted)
-                out["run page"].append(complete)
-                await _marks(page, out, "  ")
-            await explained.value
+            page, t0 = await _open_run(context, f"{ui}#/runs/{run_id}", last, out, "")
             await page.wait_for_function("performance.getEntriesByName('run:explained').length > 0")
             out["run page + guards"].append(time.perf_counter() - t0)
             # Every record drawn ("Show all"), from the same navigation.

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from sdk_support import Finished
 
-from interlock.sdk import Outcome, Worker, WorkerObserver
+from interlock.sdk import Outcome, Worker
 from interlock.transport.cloudevents import CloudEvent, decode_message
 from interlock.transport.subjects import Subjects
 from interlock.transport.tasks import (
@@ -58,21 +59,6 @@ class Desk:
         return await asyncio.wait_for(self.got.get(), 5)
 
 
-class Finished(WorkerObserver):
-    def __init__(self) -> None:
-        self.outcomes: asyncio.Queue[Outcome] = asyncio.Queue()
-
-    def task_finished(
-        self,
-        capability: str,
-        action_id: str | None,
-        outcome: Outcome,
-        error_class: str | None,
-        seconds: float,
-    ) -> None:
-        self.outcomes.put_nowait(outcome)
-
-
 def quick_worker(**options: Any) -> tuple[Worker, Finished]:
     finished = Finished()
     worker = Worker("quick", observers=[finished], **options)
@@ -104,7 +90,7 @@ async def test_a_reply_settles_the_answer_and_the_stream_stores_nothing(
     assert event.data == {"seen": 1}
     assert event.extensions["actionid"] == action
     assert event.extensions["attempt"] == "1"
-    assert await asyncio.wait_for(finished.outcomes.get(), 5) == Outcome.COMPLETED
+    assert (await finished.next())[1] == Outcome.COMPLETED
 
     async def acked() -> bool:
         return await wire.tasks_left() == 0
@@ -129,7 +115,7 @@ async def test_without_a_reply_that_settles_it_the_answer_goes_to_the_stream(
     stored, _ = await wire.result(run_id)
     assert stored.id == asked.id
     assert stored.data == {"seen": 2}
-    assert await asyncio.wait_for(finished.outcomes.get(), 5) == Outcome.COMPLETED
+    assert (await finished.next())[1] == Outcome.COMPLETED
 
     async def acked() -> bool:
         return await wire.tasks_left() == 0

@@ -14,6 +14,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
+from sdk_support import Finished
 
 from interlock.sdk import (
     AgentError,
@@ -32,26 +33,6 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 def new_run() -> str:
     return f"run{uuid.uuid4().hex[:10]}"
-
-
-class Finished(WorkerObserver):
-    """Records settled tasks, so a test can await one instead of sleeping."""
-
-    def __init__(self) -> None:
-        self.events: asyncio.Queue[tuple[str | None, Outcome, str | None]] = asyncio.Queue()
-
-    def task_finished(
-        self,
-        capability: str,
-        action_id: str | None,
-        outcome: Outcome,
-        error_class: str | None,
-        seconds: float,
-    ) -> None:
-        self.events.put_nowait((action_id, outcome, error_class))
-
-    async def next(self, wait: float = 5.0) -> tuple[str | None, Outcome, str | None]:
-        return await asyncio.wait_for(self.events.get(), wait)
 
 
 class SummarizeIn(msgspec.Struct, frozen=True):

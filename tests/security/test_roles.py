@@ -6,8 +6,10 @@ paths work with the same credentials."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -15,6 +17,7 @@ import nats
 import pytest
 import pytest_asyncio
 from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from interlock.auth import jwt
@@ -246,11 +249,38 @@ async def test_the_operator_writes_no_timers_tasks_or_answers_and_reads_no_secre
     assert await log_bytes(secured, target) == before
 
 
-async def test_an_agent_answering_its_capability_without_the_task_token_is_dead_lettered(
-    secured: Secured, target: str
-) -> None:
-    """What NATS lets through (an agent of ``held`` answering on ``il.results.held.<run>``)
-    the orchestrator checks: without the task's token the answer never reaches the log."""
+@dataclass
+class Forger:
+    """An agent of ``held`` (its own connection) about to answer the target run's action
+    without its task token; the run's log and the answer-token dead letters before."""
+
+    nc: Client
+    target: str
+    requested: ev.ActionRequested
+    log_before: list[bytes]
+    letters_before: int
+
+    def answer(self, event_id: str, token: str | None) -> tuple[dict[str, str], bytes]:
+        """A task.completed answer to the requested action, with ``token`` if given."""
+        answer = answer_event(
+            run_id=self.target,
+            action_id=self.requested.data.action_id,
+            attempt=self.requested.data.attempt,
+            event_id=event_id,
+            source="mallory",
+            type="task.completed",
+            data={"forged": True},
+            time=utc_now(),
+        )
+        headers, payload = encode_binary(answer)
+        if token is not None:
+            headers[TOKEN_HEADER] = token
+        return headers, payload
+
+
+@contextlib.asynccontextmanager
+async def forger(secured: Secured, target: str) -> AsyncIterator[Forger]:
+    """The agent of ``held`` connected meanwhile; NATS refuses it nothing."""
     creds = secured.issued.get("held-agent") or secured.issue(
         Role("agent", capabilities=("held",)), "held-agent"
     )
@@ -261,33 +291,30 @@ async def test_an_agent_answering_its_capability_without_the_task_token_is_dead_
     refusals = Refusals()
     nc = await plain_client(secured.url, creds, refusals)
     try:
-        for n, token in enumerate((None, "AAAAforgedAAAA")):
-            answer = answer_event(
-                run_id=target,
-                action_id=requested.data.action_id,
-                attempt=requested.data.attempt,
-                event_id=f"forged-{n}",
-                source="mallory",
-                type="task.completed",
-                data={"forged": True},
-                time=utc_now(),
-            )
-            headers, payload = encode_binary(answer)
-            if token is not None:
-                headers[TOKEN_HEADER] = token
-            ack = await nc.jetstream().publish(
-                SUBJECTS.result("held", target), payload, headers=headers
-            )
-            assert ack.seq > 0  # NATS took it: the subject is this agent's own
+        yield Forger(nc, target, requested, before, letters_before)
     finally:
         await nc.close()
     assert not refusals.errors
+
+
+async def test_an_agent_answering_its_capability_without_the_task_token_is_dead_lettered(
+    secured: Secured, target: str
+) -> None:
+    """What NATS lets through (an agent of ``held`` answering on ``il.results.held.<run>``)
+    the orchestrator checks: without the task's token the answer never reaches the log."""
+    async with forger(secured, target) as forged:
+        for n, token in enumerate((None, "AAAAforgedAAAA")):
+            headers, payload = forged.answer(f"forged-{n}", token)
+            ack = await forged.nc.jetstream().publish(
+                SUBJECTS.result("held", target), payload, headers=headers
+            )
+            assert ack.seq > 0  # NATS took it: the subject is this agent's own
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 15
-    while len(await secured.operator.dead_letters("answer-token")) < letters_before + 2:
+    while len(await secured.operator.dead_letters("answer-token")) < forged.letters_before + 2:
         assert loop.time() < deadline, "the forged answers were not dead-lettered"
         await asyncio.sleep(0.1)
-    assert await log_bytes(secured, target) == before
+    assert await log_bytes(secured, target) == forged.log_before
 
 
 async def test_an_agent_requesting_an_answer_without_the_task_token_is_told_it_is_refused(
@@ -296,40 +323,18 @@ async def test_an_agent_requesting_an_answer_without_the_task_token_is_told_it_i
     """The same answer by request on ``il.answer.held.<run>``: NATS lets the agent of
     ``held`` send it (the reply comes to its own inbox), the orchestrator refuses it, says
     so in the reply once it is dead-lettered, and the log is unchanged."""
-    creds = secured.issued.get("held-agent") or secured.issue(
-        Role("agent", capabilities=("held",)), "held-agent"
-    )
-    records = await secured.operator.read(target)
-    requested = next(r for r in records if isinstance(r, ev.ActionRequested))
-    before = await log_bytes(secured, target)
-    letters_before = len(await secured.operator.dead_letters("answer-token"))
-    refusals = Refusals()
-    nc = await plain_client(secured.url, creds, refusals)
-    try:
-        answer = answer_event(
-            run_id=target,
-            action_id=requested.data.action_id,
-            attempt=requested.data.attempt,
-            event_id="forged-by-request",
-            source="mallory",
-            type="task.completed",
-            data={"forged": True},
-            time=utc_now(),
-        )
-        headers, payload = encode_binary(answer)
-        headers[TOKEN_HEADER] = "AAAAforgedAAAA"
-        reply = await nc.request(
+    async with forger(secured, target) as forged:
+        headers, payload = forged.answer("forged-by-request", "AAAAforgedAAAA")
+        reply = await forged.nc.request(
             SUBJECTS.answer("held", target), payload, headers=headers, timeout=15
         )
-    finally:
-        await nc.close()
-    assert not refusals.errors
     assert reply.headers is not None
     assert reply.headers[ANSWER_HEADER] == ANSWER_REFUSED
     assert reply.headers[ANSWER_REASON_HEADER] == "answer-token"
     # Replied to once dead-lettered.
-    assert len(await secured.operator.dead_letters("answer-token")) == letters_before + 1
-    assert await log_bytes(secured, target) == before
+    letters = await secured.operator.dead_letters("answer-token")
+    assert len(letters) == forged.letters_before + 1
+    assert await log_bytes(secured, target) == forged.log_before
 
 
 async def test_the_operators_client_waits_through_its_one_subscription(secured: Secured) -> None:

@@ -59,6 +59,8 @@ class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     status: dict[str, str] = {}
     results: dict[str, Any] = {}
     errors: dict[str, ev.ErrorInfo] = {}
+    sources: dict[str, str] = {}
+    """Who answered each completed step (the answer's ``source``)."""
 
     @property
     def running(self) -> int:
@@ -66,7 +68,8 @@ class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
         return sum(1 for s in self.status.values() if s == "running")
 
     def view(self) -> dict[str, dict[str, Any]]:
-        """Each step as CEL reads it in ``steps``: its status and output (or error)."""
+        """Each step as CEL reads it in ``steps``: its status, output (or error) and, once
+        completed, who answered it (``source``)."""
         out: dict[str, dict[str, Any]] = {}
         for name in self.steps:
             entry: dict[str, Any] = {"status": self.status.get(name, "pending")}
@@ -79,6 +82,8 @@ class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
                     "message": error.message,
                     "code": error.code,
                 }
+            if name in self.sources:
+                entry["source"] = self.sources[name]
             out[name] = entry
         return out
 
@@ -237,6 +242,7 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
             s.dag,
             status={**s.dag.status, d.step: "completed"},
             results={**s.dag.results, d.step: d.result},
+            sources=_with_source(s.dag.sources, d.step, d.source),
         )
         context = {**s.context, **d.context_writes} if d.context_writes else s.context
         return replace(
@@ -278,6 +284,11 @@ def _action_failed(s: RunState, r: ev.ActionFailed) -> RunState:
             errors={**dag.errors, d.step: d.error},
         )
     return replace(s, seq=s.seq + 1, updated_at=r.time, pending=pending, map=progress, dag=dag)
+
+
+def _with_source(sources: dict[str, str], step: str, source: str | None) -> dict[str, str]:
+    """``sources`` with ``step`` answered by ``source`` (if the answer names one)."""
+    return sources if source is None else {**sources, step: source}
 
 
 def _action_cancelled(s: RunState, r: ev.ActionCancelled) -> RunState:

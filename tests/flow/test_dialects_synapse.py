@@ -89,6 +89,12 @@ async def test_release_runs_each_step_on_its_class(stack_for: Factory) -> None:
             "timed_out": False,
             "state": {"done": 3, "skipped": 0},
             "tasks": {"release/build": "done", "release/test": "done", "release/publish": "done"},
+            "interrupted": [],
+            "assignments": [
+                {"task": "release/build", "agent": "interlock://agent/synapse"},
+                {"task": "release/test", "agent": "interlock://agent/synapse"},
+                {"task": "release/publish", "agent": "interlock://agent/synapse"},
+            ],
         }
         assert stack.agents.tasks == [
             ("ci", "release/build"),
@@ -107,6 +113,11 @@ async def test_a_cancelled_dependency_still_satisfies_a_plain_edge(stack_for: Fa
             "release/test": "done",
             "release/publish": "done",
         }
+        # Only a task that ended done was answered: the cancelled one has no assignment.
+        assert [a["task"] for a in state.outputs["assignments"]] == [
+            "release/test",
+            "release/publish",
+        ]
 
 
 @pytest.mark.parametrize(

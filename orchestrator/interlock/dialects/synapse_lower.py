@@ -10,8 +10,10 @@
 - ``requires`` is the step's evidence gate: a ``synapse.evidence`` event's data is the
   evidence snapshot by compiled task id, kept whenever it arrives, and the step starts
   once it proves every predicate for its task;
-- the run's outputs are synapse's run result: ``complete``, ``state`` and every task's
-  status, from the DAG's result.
+- the run's outputs are synapse's run result: ``complete``, ``state``, every task's
+  status, ``interrupted`` (always empty: no operation is left half-done) and
+  ``assignments`` (who answered each task done: its answer's ``source``), from the
+  DAG's result.
 
 The routing hint ``task_class`` is the action's capability; a step without one asks for
 the capability ``task`` ("can go to anyone": every synapse worker serves it).
@@ -149,6 +151,12 @@ def _dag_result(workflow: Workflow, names: dict[str, str]) -> dict[str, Any]:
         t.id: f"states.{DAG_STATE}.output[{_str(names[t.id])}].status" for t in workflow.tasks
     }
     seed = '{"completed": "done", "failed": "cancelled", "skipped": "skipped"}'
+    step = {t.id: f"states.{DAG_STATE}.output[{_str(names[t.id])}]" for t in workflow.tasks}
+    # Who answered each task that ended done (the answer's source), in task order.
+    assigned = [
+        f'{{"task": {_str(tid)}, "agent": "source" in {s} ? {s}.source : ""}}'
+        for tid, s in step.items()
+    ]
     listed = ", ".join(status.values())
     return {
         "complete": True,
@@ -158,6 +166,8 @@ def _dag_result(workflow: Workflow, names: dict[str, str]) -> dict[str, Any]:
             "skipped": "{{ [" + listed + '].filter(s, s == "skipped").size() }}',
         },
         "tasks": {tid: "{{ " + seed + "[" + s + "] }}" for tid, s in status.items()},
+        "interrupted": [],
+        "assignments": "{{ [" + ", ".join(assigned) + '].filter(a, a.agent != "") }}',
     }
 
 

@@ -139,3 +139,68 @@ def test_each_rule_refuses_a_file_that_breaks_it(
 def test_x_keys_are_allowed_anywhere() -> None:
     text = "x-top: 1\ninputs: {a: {type: string, x-doc: y}}\nsteps: [{s: {agent: x, x-note: z}}]\n"
     assert errors_of("w.yaml", text) == []
+
+
+CALLER = """\
+name: caller
+steps:
+  - notify: {call: notify_owner, with: {to: "{{ inputs.who }}"}}
+  - log: {agent: audit.log, with: {ref: "{{ notify.message_id }}"}}
+outputs:
+  sent: "{{ notify.sent }}"
+"""
+
+
+def test_a_path_into_a_call_of_a_workfile_without_outputs_is_refused() -> None:
+    callee = "name: notify_owner\nsteps:\n  - send: {agent: mail.send}\n"
+    prepared = prepare([("caller.yaml", CALLER), ("notify.yaml", callee)])
+    found = [str(d) for d in prepared.diagnostics]
+    assert found == [
+        "caller.yaml:4:41: workfile.call-outputs: notify.message_id: the called Workfile "
+        "notify-owner declares no outputs (its result is empty)",
+        "caller.yaml:6:9: workfile.call-outputs: notify.sent: the called Workfile "
+        "notify-owner declares no outputs (its result is empty)",
+    ]
+
+
+def test_a_path_into_a_call_must_name_an_output_of_the_called_workfile() -> None:
+    callee = (
+        "name: notify_owner\nsteps:\n  - send: {agent: mail.send}\n"
+        "outputs: {sent: '{{ send.ok }}'}\n"
+    )
+    prepared = prepare([("caller.yaml", CALLER), ("notify.yaml", callee)])
+    assert [str(d) for d in prepared.diagnostics] == [
+        "caller.yaml:4:41: workfile.call-outputs: notify.message_id: the called Workfile "
+        "notify-owner has no output 'message_id' (it declares: sent)"
+    ]
+    # Given alone, the called file is not known: nothing to check against.
+    assert prepare([("caller.yaml", CALLER)]).ok
+
+
+def test_a_filter_is_refused_by_name_and_a_bar_in_a_string_is_not_a_filter() -> None:
+    text = "steps: [{a: {agent: x, with: {v: '{{ run.started_at | add_hours(4) }}'}}}]\n"
+    assert errors_of("w.yaml", text, "workfile") == [
+        "w.yaml:1:34: workfile.expression: the filter `| add_hours` in "
+        "'run.started_at | add_hours(4)' is not supported: the Workfile format does not "
+        "define its filters, so none is; write CEL functions instead (an instant: "
+        "run.started_at + duration('4h'))"
+    ]
+    text = (
+        'steps: [{a: {agent: x, with: {v: "{{ inputs.x == \'a|b\' || inputs.x == \\"|\\" }}"}}}]\n'
+    )
+    assert errors_of("w.yaml", text, "workfile") == []
+
+
+def test_run_started_at_is_a_timestamp() -> None:
+    text = "steps: [{a: {agent: x, with: {due: \"{{ run.started_at + duration('4h') }}\"}}}]\n"
+    prepared = prepare([("w.yaml", text)], "workfile")
+    action = prepared.documents[0].data["spec"]["states"]["a"]["actions"][0]
+    assert action["input"] == {"due": "{{ timestamp(run.started_at) + duration('4h') }}"}
+
+
+def test_owner_and_version_are_not_readable_from_an_expression() -> None:
+    text = 'owner: a\nversion: 2\nsteps: [{a: {agent: x, with: {v: "{{ context.workfile }}"}}}]\n'
+    assert errors_of("w.yaml", text, "workfile") == [
+        "w.yaml:3:34: workfile.expression: unknown name 'context' in 'context.workfile' "
+        "(known: a, inputs, run)"
+    ]

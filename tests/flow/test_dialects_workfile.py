@@ -5,6 +5,7 @@ the `interlock convert` output runs to the same outcomes."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,10 @@ async def test_inbox_triage_runs_from_its_trigger_and_records_its_identity(stack
     }
     # The absent optional input reads as null.
     assert stack.agents.inputs["mail.classify"][0]["note"] is None
+    # run.started_at is a timestamp: `run.started_at + duration('4h')` is 4 hours later.
+    due = datetime.fromisoformat(ticket["due"].replace("Z", "+00:00"))
+    began = next(r for r in records if isinstance(r, ev.RunStarted)).time
+    assert due - datetime.fromisoformat(began.replace("Z", "+00:00")) == timedelta(hours=4)
 
 
 async def test_inbox_triage_starts_from_its_trigger(stack: Stack) -> None:

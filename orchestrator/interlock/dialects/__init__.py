@@ -130,6 +130,7 @@ def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> P
             out.lowered.append(lowered)
             out.documents.extend(lowered.workflows)
             out.agents.extend(lowered.agents)
+    workfile.check_calls(out.lowered, out.diagnostics)
     out.diagnostics.sort()
     return out
 

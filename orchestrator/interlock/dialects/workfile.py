@@ -22,6 +22,7 @@ its own. ``owner``, ``version`` and the format version are recorded with every r
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -125,6 +126,9 @@ def _states_form(wf: Workfile, data: dict[str, Any]) -> dict[str, Any]:
     check = wf.check
     states = check.mapping(data["states"], ("states",), "states") or {}
     wf.steps = [str(k) for k in states]
+    wf.calls = {
+        str(k): str(v["call"]) for k, v in states.items() if isinstance(v, dict) and v.get("call")
+    }
     wf.events = True
     wf.waits = {
         str(k)
@@ -227,7 +231,53 @@ def _workflow(
         return None
     lowered.workflows.append(out.finish(native, lowered))
     lowered.agents.extend(_agents(wf, native_name, native_states, lowered))
+    lowered.extra["workfile"] = Called(
+        name=native_name,
+        outputs=frozenset(str(k) for k in outputs),
+        calls={step: callee.replace("_", "-") for step, callee in wf.calls.items()},
+        reads=list(wf.call_reads),
+    )
     return lowered
+
+
+@dataclass(frozen=True, slots=True)
+class Called:
+    """What a Workfile declares for those that call it, and what it reads of its calls."""
+
+    name: str
+    """Its workflow name (``metadata.name``)."""
+    outputs: frozenset[str]
+    """The outputs it declares (none: its result is empty)."""
+    calls: dict[str, str]
+    """Each call step: the workflow it calls."""
+    reads: list[tuple[str, str, Path]]
+    """Each path into a call step's result: (step, output, where)."""
+
+
+def check_calls(files: list[Lowered], diags: list[Diagnostic]) -> None:
+    """A path into the result of a call to a Workfile given alongside must name one of its
+    outputs; into a Workfile that declares none, any path is an error (its result is
+    empty). A call to a workflow not given alongside is not checked here."""
+    known = {c.name: c for item in files if isinstance(c := item.extra.get("workfile"), Called)}
+    for item in files:
+        caller = item.extra.get("workfile")
+        if not isinstance(caller, Called):
+            continue
+        for step, output, path in caller.reads:
+            callee = known.get(caller.calls[step])
+            if callee is None or output in callee.outputs:
+                continue
+            if not callee.outputs:
+                message = (
+                    f"{step}.{output}: the called Workfile {callee.name} declares no outputs "
+                    "(its result is empty)"
+                )
+            else:
+                message = (
+                    f"{step}.{output}: the called Workfile {callee.name} has no output "
+                    f"{output!r} (it declares: {', '.join(sorted(callee.outputs))})"
+                )
+            diags.append(item.source.diag(path, f"{DIALECT}.call-outputs", message))
 
 
 def _agents(wf: Workfile, name: str, states: dict[str, Any], lowered: Lowered) -> list[Document]:
@@ -245,4 +295,4 @@ def _agents(wf: Workfile, name: str, states: dict[str, Any], lowered: Lowered) -
     return [low.finish(data, lowered)]
 
 
-__all__ = ["DIALECT", "Span", "detect", "lower"]
+__all__ = ["DIALECT", "Called", "Span", "check_calls", "detect", "lower"]

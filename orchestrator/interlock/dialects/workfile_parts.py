@@ -71,6 +71,15 @@ class Workfile:
         self.waits: set[str] = set()
         """States of the states form that do no work: their result is the event that
         left them (kept in the context under the state's name)."""
+        self.calls: dict[str, str] = {}
+        """Each ``call`` step or state: the Workfile it calls (as written)."""
+        self.call_reads: list[tuple[str, str, Path]] = []
+        """Paths into a call's result: (step, the output read, where)."""
+
+    def read(self, step: str, fields: list[str], path: Path) -> None:
+        """An expression at ``path`` reads ``step``'s result, down ``fields``."""
+        if step in self.calls and fields and fields[0]:
+            self.call_reads.append((step, fields[0], path))
 
 
 def lower_inputs(wf: Workfile, value: Any) -> dict[str, Any]:
@@ -217,9 +226,17 @@ def read_steps(wf: Workfile, body: list[Any]) -> list[tuple[str, dict[str, Any],
             )
             continue
         out.append((name, step, spath))
+        if step.get("call"):
+            wf.calls[name] = str(step["call"])
         if not step.get("stop"):
             wf.steps.append(name)
     return out
+
+
+_FILTER = re.compile(r"(?<!\|)\|(?!\|)\s*([A-Za-z_][A-Za-z0-9_]*)?")
+"""A filter (``x | upper``): a single ``|``, not CEL's ``||``."""
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
+"""A CEL string literal (a ``|`` inside one is not a filter)."""
 
 
 def _rewrite(wf: Workfile, source: str, path: Path, extra: frozenset[str]) -> str | None:
@@ -241,7 +258,12 @@ def _rewrite(wf: Workfile, source: str, path: Path, extra: frozenset[str]) -> st
         if name.name in wf.waits:
             return len(name.name), f"context.{name.name}"
         if name.name in wf.steps and name.name not in ("inputs", "run"):
+            wf.read(name.name, list(name.fields), path)
             return len(name.name), f"states.{name.name}.output"
+        if name.name == "run" and name.fields[:1] == ("started_at",):
+            # The Workfile's run.started_at is a timestamp (the run records it as RFC 3339).
+            end = text.find("started_at", name.start) + len("started_at")
+            return end - name.start, "timestamp(run.started_at)"
         if name.name == "inputs" and name.fields and name.fields[0] in wf.optional:
             field = name.fields[0]
             end = text.find(field, name.start) + len(field)
@@ -249,8 +271,15 @@ def _rewrite(wf: Workfile, source: str, path: Path, extra: frozenset[str]) -> st
         return None
 
     cel = rewrite_cel(source.strip(), change)
-    if "|" in cel.native.replace("||", ""):
-        wf.check.error(path, "expression", "filters (`|`) are not supported: write CEL functions")
+    filtered = _FILTER.search(_STRING.sub('""', cel.native))
+    if filtered:
+        wf.check.error(
+            path,
+            "expression",
+            f"the filter `| {filtered.group(1)}` in {source.strip()!r} is not supported: "
+            "the Workfile format does not define its filters, so none is; write CEL "
+            "functions instead (an instant: run.started_at + duration('4h'))",
+        )
         return None
     if not check_cel(cel, wf.check, path, extra | {"iteration"}):
         return None
@@ -288,6 +317,7 @@ def lower_value(
             return "{{ " + f'"{key}" in {where} ? {where}.{key} : null' + " }}"
         if path_match and path_match.group(1) in wf.steps and path_match.group(1) not in wf.waits:
             # A step's result: null when the step did not run (skipped, or a stop before it).
+            wf.read(path_match.group(1), fields, path)
             return f"$.states.{path_match.group(1)}.output{path_match.group(2)}"
         native = _rewrite(wf, whole.group(1), path, extra)
         return "{{ " + (native or "null") + " }}"

@@ -337,3 +337,41 @@ def test_a_parallelism_above_max_fan_out_runs_max_fan_out_at_a_time() -> None:
     assert errors_of("c.yaml", text) == []
     prepared = prepare([("c.yaml", text)])
     assert prepared.documents[0].data["spec"]["states"]["each"]["map"]["parallelism"] == 2
+
+
+MAPPED = STEPS.format(
+    steps="""
+    - name: list
+      agentRef: lister
+      outputSchema: {type: object, properties: {items: {type: array}}}
+      next: each
+    - name: each
+      map: {over: steps.list.output.items, as: it, do: work, parallelism: 8}
+    - name: work
+      agentRef: worker
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected", "parallelism"),
+    [
+        # No block: every default (maxFanOut 4, maxSpawnDepth 3, maxTotalSpawns 20).
+        ("", {"max_spawn_depth": 3, "max_total_spawns": 20}, 4),
+        # A field left out takes its default; maxFanOut bounds items in flight, not items.
+        ("  budget: {maxTotalSpawns: 7}\n", {"max_spawn_depth": 3, "max_total_spawns": 7}, 4),
+        (
+            "  budget: {maxFanOut: 100, maxSpawnDepth: 1}\n",
+            {"max_spawn_depth": 1, "max_total_spawns": 20, "max_fan_out": 100},
+            8,
+        ),
+    ],
+)
+def test_ctxmesh_budget_defaults_apply_to_what_the_file_leaves_out(
+    budget: str, expected: dict[str, int], parallelism: int
+) -> None:
+    text = MAPPED.replace("spec:\n", "spec:\n" + budget, 1)
+    assert errors_of("c.yaml", text) == []
+    spec = prepare([("c.yaml", text)]).documents[0].data["spec"]
+    assert spec["budget"] == expected
+    assert spec["states"]["each"]["map"]["parallelism"] == parallelism

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import REPO, RecordingAgents, ScriptedStack, path, worker_orchestrator
+from flow_support import REPO, RecordingAgents, ScriptedStack, of, path, worker_orchestrator
 
 from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
 from interlock.sdk import AgentError, TaskContext
 from interlock.transport.subjects import Subjects
 
@@ -73,6 +74,12 @@ async def test_triage_then_answer_passes_the_topic_on(stack: Stack) -> None:
     state = await stack.finished(run_id)
     assert state.outputs == {"step": "answer", "output": {"answer": "42"}}
     assert stack.agents.inputs["answer-agent"] == [{"topic": "billing"}]
+    # ctxmesh's status read back: specHash and observedGeneration are the stored spec hash
+    # and version (`interlock get workflow`), and the run pins that hash.
+    stored = await stack.client.registry.stored_latest("my-team/triage-then-answer")
+    (started,) = of(await stack.records(run_id), ev.RunStarted)
+    assert (started.spec_hash, started.version) == (stored.spec_hash, stored.version)
+    assert stored.spec_hash.startswith("sha256:")
 
 
 async def test_interlock_apply_takes_the_file_as_written(

@@ -50,6 +50,13 @@ async def stack(nats_url: str, subjects: Subjects, tmp_path: Path) -> AsyncItera
         .replace("name: shallow-answer", "name: no-depth")
         .replace("maxSpawnDepth: 1", "maxSpawnDepth: 0")
     )
+    no_budget = tmp_path / "ctxmesh-no-budget.yaml"
+    no_budget.write_text(
+        (BUDGET / "ctxmesh-spawn-total.yaml")
+        .read_text()
+        .replace("name: answer-each-topic", "name: answer-every-topic")
+        .replace("  budget:\n    maxTotalSpawns: 3\n", "")
+    )
     parents = tmp_path / "parents.yaml"
     parents.write_text(
         PARENT
@@ -62,7 +69,7 @@ async def stack(nats_url: str, subjects: Subjects, tmp_path: Path) -> AsyncItera
             "max_total_spawns: 3, max_spawn_depth: 2", "max_spawn_depth: 1"
         )
     )
-    files = [*sorted(BUDGET.glob("ctxmesh-*.yaml")), depth_zero, parents]
+    files = [*sorted(BUDGET.glob("ctxmesh-*.yaml")), depth_zero, no_budget, parents]
     agents = RecordingAgents(["splitter-agent", "writer-agent"])
     async with worker_orchestrator(
         nats_url, subjects, files, agents, worker="spawn-worker", concurrency=4
@@ -99,6 +106,22 @@ async def test_a_ctxmesh_map_within_max_total_spawns_completes(stack: Stack) -> 
     assert state.status == "completed"
     assert state.spawn is not None
     assert (state.spawn.allowance, state.spawn.used) == (3, 3)
+
+
+async def test_without_a_budget_ctxmesh_defaults_bound_the_launches(stack: Stack) -> None:
+    # No budget block: ctxmesh's defaults apply (maxTotalSpawns 20, maxSpawnDepth 3).
+    topics = [f"t{i}" for i in range(25)]
+    stack.agents.answer("splitter-agent", {"topics": topics})
+    stack.agents.answer("writer-agent", {"text": "ok"})
+    run_id = await stack.client.start("my-team/answer-every-topic", {})
+    state = await stack.finished(run_id)
+    assert state.status == "failed"
+    assert state.spawn is not None
+    assert (state.spawn.allowance, state.spawn.max_depth) == (20, 3)
+    records = await stack.records(run_id)
+    assert len(_requested(records)) == 20  # split + 19 topics; the 20th topic is refused
+    refused = [r for r in of(records, ev.ActionFailed) if r.error.code]
+    assert [(r.item, r.error.code) for r in refused] == [(19, "max_total_spawns")]
 
 
 async def test_a_ctxmesh_file_over_max_spawn_depth_launches_nothing(stack: Stack) -> None:
@@ -154,5 +177,6 @@ async def test_a_child_too_deep_for_its_parents_depth_fails_the_parents_action(
     ask = _requested(await stack.records(run_id))[0]
     child = await stack.records(child_run_id(ask.action_id, 1))
     assert isinstance(child[0], ev.RunStarted)
-    assert child[0].data.spawn == ev.SpawnBudget(depth=1, max_depth=1)
+    # The child's own maxTotalSpawns is ctxmesh's default (20): its file sets none.
+    assert child[0].data.spawn == ev.SpawnBudget(depth=1, max_depth=1, allowance=20)
     assert "writer-agent" not in stack.agents.inputs

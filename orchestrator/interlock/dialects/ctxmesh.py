@@ -101,9 +101,8 @@ def _lower(
     inputs = _inputs(out, spec.get("inputSchema"))
     if inputs:
         native_spec["inputs"] = inputs
-    _budget(out, budget, native_spec)
-    if "maxFanOut" in budget:
-        _cap_parallelism(out, states, budget["maxFanOut"])
+    resolved = _budget(out, budget, native_spec)
+    _cap_parallelism(out, states, resolved["maxFanOut"])
     native_spec["initial_state"] = initial
     out.at(("spec", "initial_state"), ("spec", "steps", 0, "name"))
     native_spec["states"] = states
@@ -125,27 +124,48 @@ def _lower(
     return lowered
 
 
-def _budget(out: Lowering, budget: dict[str, int], native_spec: dict[str, Any]) -> None:
-    """ctxmesh's SpawnBudget as the native budgets: each node launch is a spawn."""
-    native_budget: dict[str, int] = {}
-    if "maxFanOut" in budget:
-        native_budget["max_fan_out"] = budget["maxFanOut"]
-        out.at(("spec", "budget", "max_fan_out"), ("spec", "budget", "maxFanOut"))
-    if "maxSpawnDepth" in budget:
-        native_budget["max_spawn_depth"] = budget["maxSpawnDepth"]
-        out.at(("spec", "budget", "max_spawn_depth"), ("spec", "budget", "maxSpawnDepth"))
-    if "maxTotalSpawns" in budget:
-        native_budget["max_total_spawns"] = budget["maxTotalSpawns"]
-        out.at(("spec", "budget", "max_total_spawns"), ("spec", "budget", "maxTotalSpawns"))
-    if "maxSpawnDepth" in budget or "maxTotalSpawns" in budget:
+BUDGET_DEFAULTS = {"maxFanOut": 4, "maxSpawnDepth": 3, "maxTotalSpawns": 20}
+"""ctxmesh's SpawnBudget defaults: a field left out takes its default, and so does every
+field of an absent ``budget`` block (the controller resolves a nil block to them)."""
+
+NATIVE_FAN_OUT = 64
+"""The native ``budget.max_fan_out`` (items of one map) when a workflow sets none."""
+
+
+def _budget(out: Lowering, budget: dict[str, int], native_spec: dict[str, Any]) -> dict[str, int]:
+    """ctxmesh's SpawnBudget, its defaults applied, as the native budgets: each node launch
+    is a spawn; ``maxFanOut`` bounds a step's sub-runs in flight (a map's parallelism).
+    Returns the resolved budget."""
+    resolved = {**BUDGET_DEFAULTS, **budget}
+    native_budget: dict[str, int] = {
+        "max_spawn_depth": resolved["maxSpawnDepth"],
+        "max_total_spawns": resolved["maxTotalSpawns"],
+    }
+    if resolved["maxFanOut"] > NATIVE_FAN_OUT:
+        # A parallelism up to maxFanOut must stay valid natively.
+        native_budget["max_fan_out"] = resolved["maxFanOut"]
+    for key, native in (
+        ("maxFanOut", "max_fan_out"),
+        ("maxSpawnDepth", "max_spawn_depth"),
+        ("maxTotalSpawns", "max_total_spawns"),
+    ):
+        if key in budget and native in native_budget:
+            out.at(("spec", "budget", native), ("spec", "budget", key))
+    defaulted = [f"{k}: {v}" for k, v in BUDGET_DEFAULTS.items() if k not in budget]
+    if defaulted:
         out.note(
             ("spec", "budget"),
-            "a spawn is a node launch (retries, map items and loop iterations included), "
-            "at depth 1 below this run; run as a child run, its launches count against "
-            "the spawn budgets of the tree it runs in",
+            f"ctxmesh's budget defaults for what the file leaves out ({', '.join(defaulted)})",
         )
-    if native_budget:
-        native_spec["budget"] = native_budget
+    out.note(
+        ("spec", "budget"),
+        "a spawn is a node launch (retries, map items and loop iterations included), "
+        "at depth 1 below this run; run as a child run, its launches count against "
+        "the spawn budgets of the tree it runs in; maxFanOut bounds a map's items in "
+        f"flight ({resolved['maxFanOut']})",
+    )
+    native_spec["budget"] = native_budget
+    return resolved
 
 
 def _cap_parallelism(out: Lowering, states: dict[str, Any], fan_out: int) -> None:

@@ -453,3 +453,23 @@ def test_a_signal_releasing_a_wait_is_checked_by_the_wait_states_gate() -> None:
     assert run.state.status == "completed"
     assert run.state.outputs is not None
     assert run.state.outputs["evidence"]["fix"] == {"ci": "green"}
+
+
+def test_without_ttl_ms_a_request_lives_as_long_as_the_hubs_default() -> None:
+    def action_of(items: list[dict[str, Any]]) -> dict[str, Any]:
+        prepared = prepare([("w.json", json.dumps(items))])
+        assert prepared.ok, prepared.diagnostics
+        return prepared.documents[0].data["spec"]["states"]["plan"]["actions"][0]
+
+    items = definitions()
+    written = action_of(items)
+    assert written["timeout"] == "86400000ms"  # the example's own ttlMs
+    assert written["input"]["delivery"] == "followUp"
+    items[0]["ttlMs"] = 60_000
+    items[0]["delivery"] = "steer"
+    steered = action_of(items)
+    assert (steered["timeout"], steered["input"]["delivery"]) == ("60000ms", "steer")
+    del items[0]["ttlMs"], items[0]["delivery"]
+    defaulted = action_of(items)
+    # KXM_MESSAGE_TTL_MS's default (24 h), and followUp, the default delivery.
+    assert (defaulted["timeout"], defaulted["input"]["delivery"]) == ("86400000ms", "followUp")

@@ -5,6 +5,7 @@ scripted, its waits released by signals."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -54,11 +55,17 @@ class Agents(ScriptedAgents):
         self.asked: list[tuple[str, int]] = []
         self.prompts: list[str] = []
         self.silent: set[str] = set()
+        self.held: set[str] = set()
+        """Stages the coordinator takes and never answers."""
+        self.deliveries: list[str] = []
 
     async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
         if capability == COORDINATOR:
             self.asked.append((inp["stage"], inp["attempt"]))
             self.prompts.append(inp["prompt"])
+            self.deliveries.append(inp["delivery"])
+            if inp["stage"] in self.held:
+                await asyncio.Event().wait()  # cancelled when the worker stops
             return self.queue[inp["stage"]].pop(0)
         if capability in self.silent:
             raise AgentError("no reply")
@@ -81,6 +88,13 @@ def form() -> str:
 def files(form: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[Path]:
     if form == "as-written":
         return [FIXTURE]
+    if form == "without-ttl":
+        # The example without ttlMs (and delivery): the hub's defaults apply.
+        items = json.loads(FIXTURE.read_text())
+        del items[0]["ttlMs"], items[0]["delivery"]
+        written = tmp_path / "workflows.json"
+        written.write_text(json.dumps(items, indent=2))
+        return [written]
     assert interlock_main(["convert", str(FIXTURE), "-o", str(tmp_path)]) == 0
     capsys.readouterr()
     return [tmp_path / "jira-development.yaml"]
@@ -471,3 +485,19 @@ async def test_a_signal_passing_a_stage_with_a_peer_policy_still_asks_the_peers(
     await stack.in_state(run_id, "ci-wait")
     assert path(await stack.records(run_id))[:4] == ["plan", "plan-wait", "plan-peers", "implement"]
     await stack.client.cancel(run_id)
+
+
+@pytest.mark.parametrize("form", ["without-ttl"])
+async def test_without_ttl_ms_the_prompt_expires_after_the_hubs_default(stack: Stack) -> None:
+    stack.agents.held.add("plan")
+    run_id = await start(stack)
+    await stack.run_until(run_id, lambda s: bool(s.pending), "the plan prompt in flight")
+    await stack.advance(run_id, 24 * 3600 - 1)
+    assert (await stack.client.state(run_id)).status == "running"
+    await stack.advance(run_id, 2)
+    state = await stack.finished(run_id)
+    assert state.status == "failed"
+    failed = of(await stack.records(run_id), ev.ActionFailed)
+    assert [f.error.error_class for f in failed] == ["timeout"]
+    # followUp, the default delivery, is handed to the coordinator with its prompt.
+    assert stack.agents.deliveries == ["followUp"]

@@ -56,6 +56,11 @@ class Stage:
     budget: int | None = None
 
 
+DEFAULT_TTL_MS = 86_400_000
+"""A prompt's lifetime when a definition sets no ``ttlMs``: the hub's
+``KXM_MESSAGE_TTL_MS`` default (24 hours)."""
+
+
 @dataclass(slots=True)
 class Definition:
     id: str
@@ -67,6 +72,7 @@ class Definition:
     event: str | None = None
     filter: tuple[str, str] | None = None
     ttl_ms: int | None = None
+    """``ttlMs`` as written (None: the hub's default, :data:`DEFAULT_TTL_MS`)."""
     budget: int | None = None
     plan_hash: tuple[str, str] | None = None
     repro: tuple[str, str] | None = None
@@ -74,6 +80,7 @@ class Definition:
     stages: list[Stage] = field(default_factory=list)
     secret_env: str | None = None
     signal_secret_env: str | None = None
+    delivery: str = "followUp"
 
 
 def parse(src: Document, diags: list[Diagnostic]) -> list[Definition] | None:
@@ -150,6 +157,7 @@ def _definition(check: Checker, item: dict[str, Any], i: int, path: Path) -> Def
         str(def_id), i, str(source), str(project), str(target), str(prompt), event, flt, ttl,
         budget, plan_hash, repro, require, stages,
         item.get("secretEnv"), item.get("signalSecretEnv"),
+        "steer" if item.get("delivery") == "steer" else "followUp",
     )  # fmt: skip
 
 

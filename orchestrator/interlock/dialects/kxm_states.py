@@ -12,7 +12,14 @@ from typing import Any
 
 from interlock.core.source import Path
 from interlock.dialects.base import Lowering
-from interlock.dialects.kxm_check import TERMINAL, Definition, Edge, Stage, normalize
+from interlock.dialects.kxm_check import (
+    DEFAULT_TTL_MS,
+    TERMINAL,
+    Definition,
+    Edge,
+    Stage,
+    normalize,
+)
 
 SIGNAL_EVENT = "kxm.signal"
 """A signal sent straight to a run (``interlock signal``): ``data.signal`` names its key."""
@@ -318,12 +325,15 @@ class StageLowering:
             "attempt": "{{ " + self.attempts(s) + " + 1 }}",
             "maxAttempts": s.max_attempts,
             "prompt": _prompt(self.d.prompt),
+            "delivery": self.d.delivery,
         }
         if s.area:
             action_input["area"] = s.area
-        action: dict[str, Any] = {"capability": capability(self.d.target), "input": action_input}
-        if self.d.ttl_ms:
-            action["timeout"] = f"{self.d.ttl_ms}ms"
+        action: dict[str, Any] = {
+            "capability": capability(self.d.target),
+            "input": action_input,
+            "timeout": f"{self.d.ttl_ms or DEFAULT_TTL_MS}ms",
+        }
         return action
 
     def escalation_state(self, s: Stage) -> None:

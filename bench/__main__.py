@@ -18,6 +18,7 @@ SUITES = {
     "guard": "bench.guard_bench",
     "fsync": "bench.fsync_bench",
     "batch": "bench.batch_bench",
+    "hops": "bench.hops_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

@@ -10,7 +10,8 @@ run-log-sized messages, each to its own subject and guarded by
 atomic batches of 2, 8 and 32, with the same number of messages in flight (at most 50
 batches, the server's limit per stream). It then checks the semantics an append path
 would rely on: a per-message subject-sequence check inside a batch, what a failed check
-does to the rest of the batch, a message id inside a batch, and the size limit.
+does to the rest of the batch, one subject checked twice in a batch, a message id inside a
+batch, and the size limit.
 
     python -m bench batch [--writes 2000] [--in-flight 200] [--sync always|default]
 """
@@ -132,6 +133,8 @@ async def _semantics(acks: _Acks) -> dict[str, str]:
     )
     stored = [s for s in ("gc.sem.a", "gc.sem.d") if await last_seq(s) > a]
     found["one check fails (b)"] = f"{json.dumps(ack)}; others stored: {stored or 'none'}"
+    ack = await acks.send([("gc.sem.t", {x: "0"}), ("gc.sem.t", {x: "0"})])
+    found["one subject twice, each expecting it empty"] = json.dumps(ack)
     ack = await acks.send(
         [("gc.sem.e", {"Nats-Msg-Id": "m1"}), ("gc.sem.f", {"Nats-Msg-Id": "m2"})]
     )

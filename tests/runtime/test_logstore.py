@@ -26,14 +26,15 @@ def entered(run_id: str, seq: int, state: str = "s") -> ev.StateEntered:
     )
 
 
-@pytest.fixture(params=["jetstream", "memory"])
+@pytest.fixture(params=["jetstream", "grouped", "memory"])
 async def log(
     request: pytest.FixtureRequest, nc: Client, js: JetStreamContext, subjects: Subjects
 ) -> LogStore:
     if request.param == "memory":
         return MemoryRunLog()
     await provision(js, subjects)
-    return RunLog(nc, subjects)
+    # grouped: appends in atomic batches as soon as two await their acknowledgement.
+    return RunLog(nc, subjects, group_commit=2 if request.param == "grouped" else 0)
 
 
 async def test_reading_a_run_that_has_no_records(log: LogStore) -> None:

@@ -8,6 +8,7 @@ connection under a prefix of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -179,6 +180,28 @@ async def test_a_trigger_event_starts_a_run_that_completes(
         assert stack.recorder.per_action() == {f"{run_id}:3": 1}
         [answered] = [r for r in records if isinstance(r, ev.ActionCompleted)]
         assert answered.data.source == "interlock://agent/testagent"  # the worker's name
+
+
+async def test_actions_are_dispatched_once_their_request_is_appended_without_the_relay(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """The orchestrator that appended an action request publishes it at once: with its
+    relay stopped, a run still goes from its trigger to its end (the answer comes by
+    request), each action dispatched once."""
+    async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
+        relay = stack.orchestrator._tasks[2]
+        relay.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await relay
+        event = push("e-early")
+        await publish(stack, event)
+        run_id = await run_of(stack, "on-push", event)
+
+        state = await stack.wait(run_id)
+
+        assert state.status == "completed"
+        assert stack.recorder.per_action() == {f"{run_id}:3": 1}
+        assert stack.orchestrator.counters["actions_dispatched"] == 1
 
 
 async def test_the_orchestrator_recreates_a_consumer_deleted_under_it(

@@ -52,6 +52,15 @@ def add_process_parsers(sub: Sub) -> None:
         help="how long messages a killed orchestrator had taken wait before another "
         "takes them (default 10)",
     )
+    p.add_argument(
+        "--group-commit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with every write fsynced (sync_interval: always): send run-log appends in "
+        "atomic batches of at least N once N await their acknowledgement "
+        "(env INTERLOCK_GROUP_COMMIT; default 0: never)",
+    )
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
     p.set_defaults(func=cmd_serve)
@@ -101,6 +110,7 @@ async def serve(
     metrics_port: int | None = None,
     replicas: int = 1,
     ack_wait: float | None = None,
+    group_commit: int = 0,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
     serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables."""
@@ -109,7 +119,13 @@ async def serve(
     from interlock.transport.tracing import tracer_provider_from_env
 
     nc = await connect(opts)
-    orchestrator = Orchestrator(nc, opts.subjects, replicas=replicas, ack_wait=ack_wait or ACK_WAIT)
+    orchestrator = Orchestrator(
+        nc,
+        opts.subjects,
+        replicas=replicas,
+        ack_wait=ack_wait or ACK_WAIT,
+        group_commit=group_commit,
+    )
     telemetry = OrchestratorInstrumentation(
         orchestrator,
         port=metrics_port or None,
@@ -137,6 +153,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
     if args.ack_wait is not None and args.ack_wait <= 0:
         raise CliError(f"--ack-wait must be positive, got {args.ack_wait}", EXIT_USAGE)
+    group_commit = env_int(args.group_commit, "INTERLOCK_GROUP_COMMIT", 0)
+    if group_commit == 1 or group_commit < 0:
+        raise CliError(
+            f"--group-commit takes 0 (off) or a batch of at least 2, got {group_commit}",
+            EXIT_USAGE,
+        )
     try:
         asyncio.run(
             serve(
@@ -144,6 +166,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 metrics_port=port,
                 replicas=replicas,
                 ack_wait=args.ack_wait,
+                group_commit=group_commit,
             )
         )
     except ConnectionFailed as exc:

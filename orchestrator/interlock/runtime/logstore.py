@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 
 from interlock.core import events as ev
 from interlock.core.vocabulary import InterlockError
+from interlock.runtime.groupcommit import GroupCommit
 from interlock.transport.errors import AppendConflict
 from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
@@ -153,9 +154,12 @@ class RecordsTooLarge(ValueError):
 class RunLog:
     """The run-log port over JetStream."""
 
-    def __init__(self, nc: Client, subjects: Subjects) -> None:
+    def __init__(self, nc: Client, subjects: Subjects, *, group_commit: int = 0) -> None:
+        """``group_commit``: send appends in atomic batches of at least this many when
+        that many await their acknowledgement (0: never; see :mod:`groupcommit`)."""
         self._nc = nc
         self._subjects = subjects
+        self.group = GroupCommit(nc, self._append_one, group_commit) if group_commit else None
 
     async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
         """(stream sequence, encoded batch) of every message after stream sequence ``after``."""
@@ -207,9 +211,15 @@ class RunLog:
         limit = self._nc.max_payload - RECORD_HEADROOM
         if len(payload) > limit:
             raise RecordsTooLarge(run_id, len(payload), limit)
-        return await append_batch(
-            self._nc, self._subjects.run(run_id), [(_HEADERS, payload)], expected_last_seq
-        )
+        subject = self._subjects.run(run_id)
+        if self.group is not None:
+            return await self.group.append(subject, _HEADERS, payload, expected_last_seq)
+        return await append_batch(self._nc, subject, [(_HEADERS, payload)], expected_last_seq)
+
+    async def _append_one(
+        self, subject: str, headers: dict[str, str], data: bytes, expected: int
+    ) -> int:
+        return await append_batch(self._nc, subject, [(headers, data)], expected)
 
 
 class MemoryRunLog:

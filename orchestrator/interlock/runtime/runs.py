@@ -89,6 +89,9 @@ class Runs:
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._appended: OrderedDict[int, list[ev.AnyRecord]] = OrderedDict()
         self._keep_appended = keep_appended
+        self.on_appended: Callable[[Sequence[ev.AnyRecord]], None] | None = None
+        """Told each decision's records once their append is acknowledged (the
+        orchestrator dispatches the actions they request at once)."""
         self.conflicts = 0
         self._loops: dict[int, tuple[Definition, bool]] = {}
         # One thread: a costly decision never holds up the loop, and several hold up at
@@ -130,6 +133,8 @@ class Runs:
         return await self.evaluate(lambda: decision(definition, state))
 
     def _appended_now(self, seq: int, records: Sequence[ev.AnyRecord]) -> None:
+        if self.on_appended is not None:
+            self.on_appended(records)
         if not self._keep_appended:
             return
         self._appended[seq] = list(records)

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
@@ -92,6 +92,11 @@ SLOW_AFTER_S = 0.2
 itself while the next batch is fetched (a costly evaluation waiting for its thread)."""
 SLOW_HELD = 2 * FETCH_BATCH
 """Messages of earlier batches a consumer loop may hold in hand so (beyond, it waits)."""
+EARLY_KEPT = 4_096
+"""Actions dispatched as their request's append was acknowledged, remembered until the
+relay reads the request back (the oldest are forgotten first: the relay then publishes
+again, and the message id makes that a no-op)."""
+
 DISPATCH_CHECK_AGE_S = 60.0
 """An action request read later than this after it was appended is checked against the
 run's log before it is published: the capability stream's dedupe window is two minutes."""
@@ -113,6 +118,7 @@ class Orchestrator:
         ack_wait: float = ACK_WAIT,
         task_ack_wait: float = tasks.TASK_ACK_WAIT,
         index_hold: float = writebehind.HOLD,
+        group_commit: int = 0,
     ) -> None:
         self.observers = Observers(observers)
         self.ack_wait = ack_wait
@@ -127,7 +133,7 @@ class Orchestrator:
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
         self.runs = Runs(
-            RunLog(nc, subjects),
+            RunLog(nc, subjects, group_commit=group_commit),
             self.registry,
             clock=clock,
             cache_size=cache_size,
@@ -138,6 +144,8 @@ class Orchestrator:
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        self._early: OrderedDict[tuple[str, int], asyncio.Task[bool]] = OrderedDict()
+        self.runs.on_appended = self._dispatch_early
         self._stopping = asyncio.Event()
         self.index = RunIndex(nc, subjects)
         self.answers = Answers(self.js, subjects)
@@ -617,12 +625,14 @@ class Orchestrator:
         for record in records:
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 d = record.data
+                early = self._early.pop((d.action_id, d.attempt), None)
                 if awaited is not None and awaited.get(d.action_id) != d.attempt:
                     # Redelivered after a crash (or read late), and the run no longer waits
                     # for this attempt: it was dispatched and answered before. Publishing it
                     # again once the dedupe window has passed would do the work twice.
                     continue
-                await self._dispatch(record)
+                if early is None or not await early:
+                    await self._dispatch(record)
             elif isinstance(record, ev.TimerScheduled):
                 now = now or parse_time(self.clock())
                 if self.behind.defers(record, now):
@@ -653,6 +663,30 @@ class Orchestrator:
         if entry is None:
             return None
         return {p.action_id: p.attempt for p in entry.state.pending.values()}
+
+    def _dispatch_early(self, records: Sequence[ev.AnyRecord]) -> None:
+        """Dispatch the actions a decision made here requested as soon as its append is
+        acknowledged, rather than when the relay reads the records back (a consumer's
+        delivery later): the effect still follows the log. The relay then finds them
+        dispatched; if this fails, or the process dies first, the relay dispatches them."""
+        for record in records:
+            if not isinstance(record, ev.ActionRequested) or record.data.workflow:
+                continue
+            key = (record.data.action_id, record.data.attempt)
+            if key in self._early or self._stopping.is_set():
+                continue
+            self._early[key] = asyncio.get_running_loop().create_task(self._dispatch_now(record))
+            while len(self._early) > EARLY_KEPT:
+                self._early.popitem(last=False)
+
+    async def _dispatch_now(self, record: ev.ActionRequested) -> bool:
+        try:
+            await self._dispatch(record)
+        # The relay dispatches it when it reads the request back.
+        except Exception as exc:  # noqa: BLE001
+            log.debug("early dispatch of %s failed: %s", record.data.action_id, exc)
+            return False
+        return True
 
     async def _dispatch(self, record: ev.ActionRequested) -> None:
         d = record.data

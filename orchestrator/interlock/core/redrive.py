@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from msgspec.structs import replace
-
 from interlock.core import events as ev
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import (
@@ -129,7 +127,8 @@ def boundaries(records: Sequence[ev.AnyRecord]) -> list[int]:
     return [s.last for s in steps(records)]
 
 
-def _answer(step: Step) -> Incoming:
+def _answer(step: Step, action_id: str) -> Incoming:
+    """The answer a step begins with, as the new run's action ``action_id`` receives it."""
     head = step.head
     if isinstance(head, ev.ActionCompleted):
         d = head.data
@@ -139,7 +138,7 @@ def _answer(step: Step) -> Incoming:
             id=d.event_id or head.id,
             data=d.result,
             time=head.time,
-            extensions={"actionid": d.action_id},
+            extensions={"actionid": action_id},
         )
     assert isinstance(head, ev.ActionFailed)
     f = head.data
@@ -154,7 +153,7 @@ def _answer(step: Step) -> Incoming:
         id=f.event_id or head.id,
         data={"error": error},
         time=head.time,
-        extensions={"actionid": f.action_id},
+        extensions={"actionid": action_id},
     )
 
 
@@ -183,7 +182,7 @@ def describe_input(step: Step) -> dict[str, Any]:
         if head.data.trigger is not None:
             out["trigger"] = {k: head.data.trigger.get(k) for k in ("type", "source", "id")}
     elif isinstance(head, ev.ActionCompleted | ev.ActionFailed):
-        incoming = _answer(step)
+        incoming = _answer(step, head.data.action_id)
         out.update(
             type=incoming.type, id=incoming.id, action_id=head.data.action_id, data=incoming.data
         )
@@ -251,23 +250,29 @@ def _map_action(drive: Drive, recorded: RunState, action_id: str) -> str | None:
     return None
 
 
+def _timer_key(t: ev.TimerScheduledData) -> tuple[Any, ...]:
+    return (t.purpose, t.state, t.index, t.item, t.iteration, t.attempt)
+
+
 def _map_timer(drive: Drive, recorded: RunState, timer_id: str) -> str | None:
-    mapped = drive.ids.get(timer_id, timer_id)
-    if mapped in drive.state.timers:
-        return mapped
+    """The new run's timer that stands for a recorded one (same purpose, state, position
+    and attempt, and set for the action that stands for the recorded timer's action)."""
     old = recorded.timers.get(timer_id)
+    mapped = drive.ids.get(timer_id, timer_id)
+    found = drive.state.timers.get(mapped)
+    if found is not None and (old is None or _timer_key(found) == _timer_key(old)):
+        return mapped
     if old is None:
         return None
-    action_id = None if old.action_id is None else drive.ids.get(old.action_id, old.action_id)
+    action_id = None
+    if old.action_id is not None:
+        # The action may not have been answered yet (a timeout): map it here.
+        action_id = _map_action(drive, recorded, old.action_id) or drive.ids.get(
+            old.action_id, old.action_id
+        )
     for new in drive.state.timers.values():
-        if (
-            new.purpose == old.purpose
-            and new.state == old.state
-            and new.index == old.index
-            and new.item == old.item
-            and new.iteration == old.iteration
-            and new.attempt == old.attempt
-            and (old.action_id is None or new.action_id == action_id)
+        if _timer_key(new) == _timer_key(old) and (
+            old.action_id is None or new.action_id == action_id
         ):
             drive.ids[timer_id] = new.timer_id
             return new.timer_id
@@ -305,8 +310,7 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
                 f"the answer of {what} is not awaited: the new run is in state "
                 f"{drive.state.state!r}",
             )
-        incoming = _answer(step)
-        incoming = replace(incoming, extensions={"actionid": action_id})
+        incoming = _answer(step, action_id)
         return Outcome(decide(d, drive.state, incoming, now, trace=checks), checks)
     if isinstance(head, ev.EventReceived):
         incoming = event_of(head.data.event)

@@ -22,15 +22,30 @@ from interlock.core.compiler import compile_sources
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PINNED = GOLDEN / "explain"
 CASES = {
-    # name: (log, at)
+    # name: (log under tests/golden, at); each folder holds the logs of the workflow in it
     "code-review-guard-failure": ("code-review-guard-failure", None),
     "code-review-merged-fix-loop-at-14": ("code-review-merged-fix-loop", 14),
+    # waiting for an event: its guards and where the state's timer goes
+    "code-review-merged-fix-loop-at-18": ("code-review-merged-fix-loop", 18),
     "code-review-retried-then-caught": ("code-review-retried-then-caught", None),
+    # a failure not caught, a cancellation
+    "code-review-fix-failed": ("code-review-fix-failed", None),
+    "code-review-cancelled": ("code-review-cancelled", None),
+    # retries after a backoff, answers of a state's earlier actions, branches
+    "control-flow-done": ("control-flow/control-flow-done", None),
+    # evidence events, a quorum, a DAG
+    "constructs-shipped": ("constructs/constructs-shipped", None),
+}
+WORKFLOWS = {
+    "": "code-review.yaml",
+    "control-flow": "control-flow/control-flow.yaml",
+    "constructs": "constructs/constructs.yaml",
 }
 
 
 def report(log: str, at: int | None) -> Any:
-    compiled = compile_sources([("code-review.yaml", (GOLDEN / "code-review.yaml").read_text())])
+    workflow = GOLDEN / WORKFLOWS[str(Path(log).parent).strip(".")]
+    compiled = compile_sources([(workflow.name, workflow.read_text())])
     compiled.raise_for_errors()
     records = ev.decode_lines((GOLDEN / f"{log}.jsonl").read_bytes())
     explained = analysis.explain(records, compiled.workflows[0], at=at)

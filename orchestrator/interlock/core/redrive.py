@@ -1,11 +1,12 @@
 """A run's log cut into steps and re-driven through the engine. Pure.
 
 Each external input a run took (its trigger and inputs, an agent's answer, an external
-event, a due timer, a cancellation, a fork or a migration) begins one *step*: the records
-one decision appended. :func:`redrive` feeds those inputs, in log order, through
-:func:`~interlock.core.engine.decide` with a definition, mapping the ids the recorded run
-used onto the ones the re-drive makes, so the analyses in :mod:`interlock.core.analysis`,
-:mod:`interlock.core.replay` and :mod:`interlock.core.fork` can compare the two logs.
+event or an evidence event, a due timer, a cancellation, a fork or a migration) begins one
+*step*: the records one decision appended. :func:`redrive` feeds those inputs, in log order,
+through :func:`~interlock.core.engine.decide` with a definition, mapping the ids the
+recorded run used onto the ones the re-drive makes, so the analyses in
+:mod:`interlock.core.analysis`, :mod:`interlock.core.replay` and :mod:`interlock.core.fork`
+can compare the two logs.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class Step:
 def _starts_step(record: ev.AnyRecord, previous: ev.AnyRecord | None) -> str | None:
     if isinstance(record, ev.RunStarted):
         return START
-    if isinstance(record, ev.EventReceived):
+    if isinstance(record, ev.EventReceived | ev.EvidenceRecorded):
         return EVENT
     if isinstance(record, ev.ActionCompleted):
         return ANSWER
@@ -188,7 +189,7 @@ def describe_input(step: Step) -> dict[str, Any]:
         )
         if head.data.source:
             out["source"] = head.data.source
-    elif isinstance(head, ev.EventReceived):
+    elif isinstance(head, ev.EventReceived | ev.EvidenceRecorded):
         copy = head.data.event
         out.update(type=copy.get("type"), id=copy.get("id"), source=copy.get("source"))
         out["data"] = copy.get("data")
@@ -312,7 +313,7 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
             )
         incoming = _answer(step, action_id)
         return Outcome(decide(d, drive.state, incoming, now, trace=checks), checks)
-    if isinstance(head, ev.EventReceived):
+    if isinstance(head, ev.EventReceived | ev.EvidenceRecorded):
         incoming = event_of(head.data.event)
         records = decide(d, drive.state, incoming, now, trace=checks)
         if not records:

@@ -36,6 +36,9 @@ def _uncached() -> None:
         ("result['a' + 'b']", (("result",),)),
         ("[result.a, result.a, inputs]", (("result", "a"), ("inputs",))),
         ("x.y == x", (("x", "y"),)),
+        # a path ends where a method is called on it
+        ("result.items.filter(x, x > 1).size() > 0", (("result", "items"),)),
+        ("{'a': 1}.a == 1", ()),
         ("1 +", ()),
     ],
 )

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from core_support import Run, compile_one
 
 from interlock.core import analysis
 from interlock.core import events as ev
@@ -181,6 +182,7 @@ def test_a_start_no_trigger_takes_any_more_is_not_started(old: str, new: str, re
     report = analysis.replay(golden("code-review-trigger-denied"), changed(old, new))
     d = report["divergence"]
     assert (d["seq"], d["kind"], d["reason"]) == (1, "not_started", reason)
+    assert d["group"] == "not_started in ''"
     assert report["skipped"][0]["reason"] == reason
     assert report["replayed"] == 0
 
@@ -277,3 +279,41 @@ def test_a_migrated_run_redrives_with_its_migration() -> None:
     assert (last.data.version, last.data.spec_hash) == (2, newer.spec_hash)
     assert last.data.checked_through == 14
     assert analysis.replay(log, newer, version=2)["agree"] is True
+
+
+CHILD = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: child, namespace: default}
+spec:
+  inputs:
+    n: {type: integer}
+  initial_state: work
+  states:
+    work:
+      actions:
+        - capability: build
+      on:
+        - event: task.completed
+          guard: result.ok == true
+          goto: done
+        - event: task.completed
+          goto: failed
+    done: {type: terminal, outputs: {n: "{{ inputs.n }}"}}
+    failed:
+      type: terminal
+      fail: {message: not ok, class: agent_error}
+"""
+
+
+def test_a_child_runs_log_redrives_naming_its_parent() -> None:
+    definition = compile_one(CHILD)
+    parent = ev.ParentRef(run_id="r-parent", action_id="r-parent:3", attempt=2)
+    child = Run(definition, run_id="r-child")
+    child.start({"n": 4}, parent=parent)
+    child.answer({"ok": False})
+    assert analysis.redrive(child.log, definition) == child.log
+    report = analysis.explain(child.log, definition)
+    assert report["reproduces"] is True
+    [_, answered] = report["steps"]
+    assert [c["outcome"] for c in answered["checks"]] == ["false", "fired"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
+from core_support import Run
 
 from interlock.core import analysis
 from interlock.core import events as ev
@@ -52,6 +54,7 @@ def test_a_guard_that_now_holds_the_run_says_it_stays() -> None:
     )
     assert d["group"] == "on approval.granted in 'approval': merge -> (stays)"
     assert (d["guard"]["entry"], d["guard"]["outcome"]) == (0, "false")
+    assert [(c["entry"], c["outcome"]) for c in d["checks"]] == [(0, "false")]
 
 
 def test_a_guard_that_now_moves_a_run_that_stayed_says_where() -> None:
@@ -302,3 +305,110 @@ def test_a_run_in_a_state_the_definition_lacks_waits_on_its_answers_only() -> No
     assert [a["accepts"] for a in waiting["answers"]] == [["task.completed", "task.failed"]]
     assert waiting["events"] == []
     assert all("goto" not in t for t in waiting["timers"])
+
+
+def test_explain_says_when_the_entry_that_fired_could_not_be_taken() -> None:
+    """The guard fires, its `set` reads a field the event lacks: the run fails instead of
+    moving, and no transition is explained by that failure, not by a catch."""
+    definition = changed((APPROVAL_GUARD, 'guard: "true"'))
+    run = Run(definition, run_id="r-golden-guard")
+    run.log = golden("code-review-guard-failure")[:8]
+    run.state = fold(run.log)
+    run.tick = 100
+    run.send("approval.granted", {}, event_id="no-approver")
+    assert isinstance(run.log[-1], ev.RunFailed)
+    step = analysis.explain(run.log, definition)["steps"][-1]
+    assert step["fired"] is None
+    assert step["explanation"] == ["on[0] approval.granted -> merge: `true`: true, fired"]
+    assert step["why_none"] == "the entry that fired could not be taken: the run failed"
+
+
+def test_an_answer_recorded_without_its_source_differs_only_in_what_changed() -> None:
+    """Logs written before answers named their source: the re-driven answer's source is not
+    counted as a difference, only the field the new definition changed."""
+    log = []
+    for record in golden("code-review-merged-fix-loop"):
+        if isinstance(record, ev.ActionCompleted):
+            record = msgspec.structs.replace(
+                record, data=msgspec.structs.replace(record.data, source=None)
+            )
+        log.append(record)
+    renamed = changed(("            score: last_score", "            score: final_score"))
+    d = analysis.replay(log, renamed)["divergence"]
+    assert (d["seq"], d["kind"]) == (5, "record")
+    assert d["differences"] == [
+        "data.context_writes.last_score: recorded 6, now absent",
+        "data.context_writes.final_score: not recorded, now 6",
+    ]
+
+
+def test_a_guard_that_no_longer_errors_is_a_guard_divergence() -> None:
+    """The recorded guard failed (guard.failed), the new one gives false: both stay, and the
+    difference is still the guard's."""
+    quiet = changed(
+        (APPROVAL_GUARD, "guard: has(data.approver) && data.approver in inputs.approvers")
+    )
+    d = analysis.replay(golden("code-review-guard-failure"), quiet)["divergence"]
+    assert (d["seq"], d["kind"]) == (10, "guard")
+    assert d["recorded"]["type"] == "io.interlock.guard.failed"
+    assert d["reason"].startswith(
+        "on approval.granted in state 'approval' the run took no `on` entry; now it takes no "
+        "`on` entry: on[0] approval.granted -> merge: "
+    )
+    assert d["group"] == "on approval.granted in 'approval': (stays) -> (stays)"
+
+
+def test_an_action_input_that_differs_names_three_fields_in_its_reason() -> None:
+    more = changed(
+        (
+            '            diff: "{{ inputs.diff }}"\n'
+            '            score: "{{ inputs.score + 2 * context.fixes }}"\n',
+            "            diff: \"{{ inputs.diff + '!' }}\"\n"
+            '            score: "{{ inputs.score + 1 }}"\n'
+            "            a: 1\n            b: 2\n",
+        )
+    )
+    d = analysis.replay(golden("code-review-merged-fix-loop"), more)["divergence"]
+    assert (d["seq"], d["kind"]) == (3, "action_input")
+    assert len(d["differences"]) == 4
+    assert d["reason"] == (
+        "the input of review (state 'review') differs: " + "; ".join(d["differences"][:3])
+    )
+    assert d["group"] == "input of review in state 'review' differs"
+
+
+def test_a_state_the_run_went_to_that_is_gone_names_where_it_goes_instead() -> None:
+    renamed = changed(("    fix:\n", "    repair:\n"), ("goto: fix\n", "goto: repair\n"))
+    d = analysis.replay(golden("code-review-merged-fix-loop"), renamed)["divergence"]
+    assert (d["seq"], d["kind"]) == (6, "state_missing")
+    assert d["reason"] == (
+        "the run went to state 'fix', which does not exist in the new definition "
+        "(it goes to 'repair' instead)"
+    )
+    assert d["group"] == "state 'fix' no longer exists"
+
+
+def test_a_replay_names_what_it_was_against() -> None:
+    report = analysis.replay(golden("code-review-cancelled"), ORIGINAL)
+    assert report["against"] == {
+        "name": "code-review",
+        "namespace": "default",
+        "version": None,
+        "spec_hash": ORIGINAL.spec_hash,
+        "label": None,
+    }
+
+
+def test_explain_reproduces_a_log_recorded_before_answers_named_their_source() -> None:
+    log = [
+        msgspec.structs.replace(r, data=msgspec.structs.replace(r.data, source=None))
+        if isinstance(r, ev.ActionCompleted)
+        else r
+        for r in golden("code-review-merged-fix-loop")
+    ]
+    assert analysis.explain(log, ORIGINAL)["reproduces"] is True
+
+
+def test_explain_of_a_run_that_has_only_started_names_it() -> None:
+    report = analysis.explain(golden("code-review-cancelled")[:1], ORIGINAL)
+    assert report["run_id"] == "r-golden-cancelled"

@@ -236,7 +236,9 @@ def _why_none(step: Step, before: RunState, outcome: Outcome) -> str:
     if outcome.checks:
         if all(c.outcome != "fired" for c in outcome.checks):
             return "every `on` entry for the event was weighed and none gave true"
-        return "a catch took the failure"
+        # An entry (or a catch) fired and did not move the run: its `set` or its budget
+        # failed, and with it the run.
+        return "the entry that fired could not be taken: the run failed"
     if isinstance(head, ev.ActionCompleted | ev.ActionFailed):
         if any(isinstance(r, ev.ActionRequested) for r in step.records):
             return (

@@ -523,15 +523,21 @@ async def test_every_control_is_labelled_and_text_meets_contrast(console: Consol
         "run": (f"#/runs/{console.runs['waiting']}", ".guard"),
         "failed run": (f"#/runs/{console.runs['failed']}", "svg .node.current"),
         "workflow": ("#/workflows/default/review", "svg .node"),
-        "workflows": ("#/workflows", "main table"),
-        "agents": ("#/agents", "main table"),
-        "dead letters": ("#/dead-letters", "main h1"),
+        "workflows": ("#/workflows", "table"),
+        "agents": ("#/agents", "table"),
+        "dead letters": ("#/dead-letters", "h1"),
     }
     for width, height in ((1280, 800), (390, 844)):
         page = await console.page(width=width, height=height)
         for name, (where, ready) in pages.items():
+            # The page before stays until the next one replaces it, and may hold what the
+            # next is waited for by (a table, a heading): wait for it inside the new one.
+            await page.evaluate(
+                "() => { for (const e of document.querySelectorAll('main > *'))"
+                " e.classList.add('stale'); }"
+            )
             await page.goto(f"{console.url}{where}")
-            await page.locator(ready).first.wait_for()
+            await page.locator(f"main > .page:not(.stale) {ready}").first.wait_for()
             assert await page.evaluate(UNLABELLED) == [], (name, width)
             got = await page.evaluate(CONTRAST)
             assert got["failures"] == [], (name, width, got["failures"])
@@ -591,7 +597,9 @@ async def test_a_long_log_is_drawn_a_chunk_at_a_time(console: Console) -> None:
     records = page.locator(".timeline .rec")
     await page.goto(f"{console.url}#/runs/{run_id}")
     await page.locator("#rec-200").wait_for(state="attached")
-    # (Clicked where it is: scrolling to it would draw the next chunk by itself.)
+    # The button shows once the whole log is known (the rest of it comes after the first
+    # paint). Clicked where it is: scrolling to it would draw the next chunk by itself.
+    await page.locator("#timeline-all", has_text=f"Show all {total}").wait_for()
     await page.locator("#timeline-all").dispatch_event("click")
     await page.locator(f"#rec-{total}").wait_for(state="attached")
     ids = await records.evaluate_all("rows => rows.map(r => r.id)")

@@ -9,6 +9,7 @@ import json
 import msgspec
 import pytest
 from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack
+from helpers import eventually
 
 from interlock.client import Client
 from interlock.transport.subjects import Subjects
@@ -45,6 +46,14 @@ async def test_listing_follows_every_write_of_the_bucket(gs: GatewayStack) -> No
         r = await http.post("/runs", json={"workflow": "hello", "inputs": {"message": "x"}})
         run_id = r.json()["run_id"]
         await http.get(f"/runs/{run_id}/result", params={"timeout": TIMEOUT})
+
+    # The index is written from the log behind the run: until it says the run completed,
+    # its entry may still change (or not be there yet) between the two listings compared
+    # at the end.
+    async def indexed() -> bool:
+        return [(r.run_id, r.status) for r in await client.runs()] == [(run_id, "completed")]
+
+    await eventually(indexed, what="the run indexed as completed")
     kv = await gs.stack.js.key_value(gs.stack.subjects.runs_bucket)
     # Written straight into the bucket, then listed at once: each write is seen.
     for i in range(20):

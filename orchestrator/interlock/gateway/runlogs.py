@@ -14,21 +14,22 @@ recently used run's log dropped first; a log longer than that is read and served
 kept. The records are kept as the bytes the log page sends (their CloudEvent JSON), so a
 page of records is the bytes of its records joined, with no re-encoding.
 
-The first read of a long log costs its whole length (about a second for 2,500 messages
-on a busy machine), but a page near its start needs only its first messages: a log page
-of a run not kept yet, within the first ``HEAD_RECORDS`` records, is answered from a
-bounded read of the log's head (each message holds at least one record, so
-``offset + limit + 1`` messages are enough to fill the page and know whether more
-follow) and the log's last message (whether the run ended), while the whole log is read
-into the cache behind it for the answers after. A page that shows a long run's first
-records does not wait for the whole log.
+The first read of a long log costs its whole length (a few tenths of a second for 2,500
+messages on a busy machine), but a page near its start needs only its first messages: a
+log page of a run not kept yet, within the first ``HEAD_RECORDS`` records, is answered from
+a bounded read of the log's head (each message holds at least one record, so
+``offset + limit + 1`` messages are enough to fill the page and know whether more follow)
+and the log's last message (whether the run ended). Such a page does not start a read of
+the whole log: the console asks for the workflow version its diagram draws right after
+the first page, and that answer would wait behind the read's messages on the gateway's
+connection. The first answer that needs the whole log (the description, asked for next)
+reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -41,9 +42,6 @@ from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.logstore import LogReadError, read_subject
-from interlock.transport.cancelling import cancel_and_wait
-
-log = logging.getLogger("interlock.gateway")
 
 MAX_RECORDS = 200_000
 """Records kept over all runs by default (a few hundred MB at most for large records)."""
@@ -107,7 +105,6 @@ class RunLogs:
         self._max = max_records
         self._kept: OrderedDict[str, CachedLog] = OrderedDict()
         self._locks: dict[str, _Lock] = {}
-        self._behind: dict[str, asyncio.Task[None]] = {}
         self.reads = 0
         """Messages read from the stream into the kept logs so far (what the cache saves
         shows here)."""
@@ -177,8 +174,7 @@ class RunLogs:
 
     async def page(self, run_id: str, offset: int, limit: int) -> bytes:
         """``GET /runs/{id}/log?offset=&limit=``: from the kept log, or, for a page near
-        the start of a log not kept yet, from a bounded read of its head (the whole log is
-        read behind it).
+        the start of a log not kept yet, from a bounded read of its head.
 
         Raises:
             UnknownRun: no such run.
@@ -197,7 +193,6 @@ class RunLogs:
         if not raw:
             raise UnknownRun(run_id)
         self.head_reads += len(raw)
-        self._read_behind(run_id)
         records = [r for _, payload in raw for r in ev.decode_batch(payload)]
         whole = len(raw) <= wanted
         last = raw[-1][1] if whole else await self._last_message(stream, subject)
@@ -218,23 +213,3 @@ class RunLogs:
         if status:
             raise LogReadError(f"reading the last message of {subject}: status {status}")
         return msg.data
-
-    def _read_behind(self, run_id: str) -> None:
-        """Read the whole log into the cache in the background (once at a time per run)."""
-        if run_id in self._behind:
-            return
-
-        async def read() -> None:
-            try:
-                await self.log(run_id)
-            except Exception:  # the next answer reads it again
-                log.debug("reading the log of %s behind a page failed", run_id, exc_info=True)
-            finally:
-                self._behind.pop(run_id, None)
-
-        self._behind[run_id] = asyncio.create_task(read())
-
-    async def stop(self) -> None:
-        """Stop the reads started behind pages."""
-        tasks = list(self._behind.values())
-        await cancel_and_wait(*tasks)

@@ -75,7 +75,6 @@ class Gateway:
     async def stop(self) -> None:
         await self.run_list.stop()
         await self.failures.stop()
-        await self.run_logs.stop()
         with contextlib.suppress(Exception):
             await self.api.close()  # its registry too
 

@@ -2,11 +2,13 @@
 // the timeline of its log, kept live by the log stream while it runs.
 //
 // The page is drawn in two steps. First, from the log's first page (which the gateway
-// answers from the log's head, without reading the rest): the run's workflow and start,
-// the diagram of its version and the timeline's first records. Then, once the run's
-// description (its log folded, which needs the whole log) and the rest of the log arrive:
-// its status and state, the path it took on the diagram, what it waits for, its outputs
-// or error, and the rest of the timeline. A long log's first paint does not wait for it.
+// answers from the log's head, without reading the rest) and the workflow version it
+// names: the run's workflow and start, the diagram of its version and the timeline's
+// first records. Then, once the run's description (its log folded, which needs the whole
+// log; asked for after the version, so the gateway's read of a long log does not hold the
+// version up) and the rest of the log arrive: its status and state, the path it took on
+// the diagram, what it waits for, its outputs or error, and the rest of the timeline. A
+// long log's first paint does not wait for it.
 import { api, ApiError, config, follow } from "./api.js";
 import { diagram, takenEdges } from "./diagram.js";
 import { add, ask, between, duration, errorBox, h, json, status, table, timeCell, toast } from "./dom.js";
@@ -57,13 +59,33 @@ function traceLink(template, runId, records) {
 export async function runPage(root, runId, _params, current) {
   const path = `/runs/${encodeURIComponent(runId)}`;
   performance.mark("run:start");
-  const described = api(path);
-  described.catch(() => {}); // awaited below; a failure is shown there
   const [head, settings] = await Promise.all([api(`${path}/log`, { params: { limit: CHUNK } }), config()]);
   performance.mark("run:fetched");
   let desc = null;
   // What the page knows of the run before its description: from the log's first record.
   const start = startOf(head.records);
+
+  // The workflow version the diagram draws (undefined: not asked for yet; null: not stored).
+  let detail;
+  let detailOf = null;
+  async function fetchDetail(of) {
+    const key = `${of.namespace}/${of.workflow}@${of.version}`;
+    if (detailOf === key) return;
+    detailOf = key;
+    try {
+      detail = await api(workflowPath(of), { params: { version: of.version } });
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 404)) throw e;
+      detail = null;
+    }
+  }
+  // The diagram's version first, then the description: the description of a long run
+  // the gateway has not read yet waits for its whole log, and the gateway answers the
+  // version faster without that read going on.
+  const detailed = start ? fetchDetail(start) : Promise.resolve();
+  const describe = () => api(path);
+  const described = detailed.then(describe, describe); // before the diagram is drawn
+  described.catch(() => {}); // awaited below; a failure is shown there
   let records = head.records;
 
   const header = h("div", { class: "title-row" });
@@ -161,20 +183,6 @@ export async function runPage(root, runId, _params, current) {
   }
 
   let seen = [...records];
-  // The workflow version the diagram draws (undefined: not asked for yet; null: not stored).
-  let detail;
-  let detailOf = null;
-  async function fetchDetail(of) {
-    const key = `${of.namespace}/${of.workflow}@${of.version}`;
-    if (detailOf === key) return;
-    detailOf = key;
-    try {
-      detail = await api(workflowPath(of), { params: { version: of.version } });
-    } catch (e) {
-      if (!(e instanceof ApiError && e.status === 404)) throw e;
-      detail = null;
-    }
-  }
 
   function drawDiagram() {
     const of = desc || start;
@@ -364,11 +372,12 @@ export async function runPage(root, runId, _params, current) {
   let closed = false;
   const live = () => !closed && current();
   // The diagram of the version the run started on, while the rest is read.
-  const drawn = start
-    ? fetchDetail(start).then(() => {
-        if (live() && !desc) drawDiagram();
-      })
-    : Promise.resolve();
+  const drawn = detailed.then(() => {
+    if (live() && !desc) {
+      drawDiagram();
+      performance.mark("run:painted");
+    }
+  });
   drawn.catch(() => {});
 
   // The rest: the description, the rest of the log, the diagram's version if it moved.

@@ -228,6 +228,7 @@ export class Timeline {
       }
       this.filling = false;
       this.updateMore();
+      performance.mark("timeline:all");
     };
     this.frame = requestAnimationFrame(step);
   }

@@ -542,6 +542,8 @@ async def test_every_control_is_labelled_and_text_meets_contrast(console: Consol
             got = await page.evaluate(CONTRAST)
             assert got["failures"] == [], (name, width, got["failures"])
             assert got["checked"] >= 5, (name, width, got)
+            if width < 1280:
+                await shot(page, f"phone-{name.replace(' ', '-')}")
         # The check sees what it should: grey text on white (2.8:1) is caught.
         await page.evaluate(
             """() => {

@@ -4,6 +4,7 @@ the `interlock convert` output runs to the same outcomes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -127,3 +128,52 @@ async def test_a_required_input_is_checked_before_the_run_starts(stack: Stack) -
 
     with pytest.raises(InvalidInputs):
         await stack.client.start("inbox-triage", {"sender": "x@y.z"})
+
+
+CALLER = """\
+name: caller
+steps:
+  - notify: {call: notify_owner}
+  - log: {agent: audit.log, with: {ref: "{{ notify.message_id }}"}}
+"""
+
+
+async def test_apply_checks_a_path_into_a_stored_workfiles_outputs(
+    nats_url: str,
+    subjects: Subjects,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("INTERLOCK_URL", nats_url)
+    monkeypatch.setenv("INTERLOCK_PREFIX", subjects.prefix)
+    callee, caller = tmp_path / "notify.yaml", tmp_path / "caller.yaml"
+    caller.write_text(CALLER)
+
+    async def apply(path: Path) -> tuple[int, str]:
+        code = await asyncio.to_thread(interlock_main, ["apply", str(path)])
+        return code, capsys.readouterr().err
+
+    # The called Workfile, applied first, declares no outputs: the path into its result is
+    # an error when the caller is applied on its own, at the path's place.
+    callee.write_text("name: notify_owner\nsteps:\n  - send: {agent: mail.send}\n")
+    assert (await apply(callee))[0] == 0
+    code, err = await apply(caller)
+    assert code == 1
+    assert (
+        f"{caller}:4:41: workfile.call-outputs: notify.message_id: the called Workfile "
+        "notify-owner declares no outputs (its result is empty)"
+    ) in err
+    # Its next version declares another output: still refused, naming what it declares.
+    callee.write_text(callee.read_text() + "outputs: {sent: '{{ send.ok }}'}\n")
+    assert (await apply(callee))[0] == 0
+    code, err = await apply(caller)
+    assert code == 1
+    assert "has no output 'message_id' (it declares: sent)" in err
+    # Once it declares the output read, the caller is applied.
+    callee.write_text(
+        "name: notify_owner\nsteps:\n  - send: {agent: mail.send}\n"
+        "outputs: {message_id: '{{ send.id }}'}\n"
+    )
+    assert (await apply(callee))[0] == 0
+    assert (await apply(caller))[0] == 0

@@ -226,6 +226,7 @@ async def cmd_apply(client: Client, args: argparse.Namespace) -> int:
         documents=prepared.documents,
         implied_agents=prepared.agents,
         diagnostics=prepared.diagnostics,
+        lowered=prepared.lowered,
     )
     for d in result.compiled.diagnostics:
         err(str(d))

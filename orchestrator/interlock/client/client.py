@@ -182,6 +182,7 @@ class Client:
             documents=prepared.documents,
             implied_agents=prepared.agents,
             diagnostics=prepared.diagnostics,
+            lowered=prepared.lowered,
         )
         if not result.compiled.ok:
             raise InvalidManifest(result.compiled)

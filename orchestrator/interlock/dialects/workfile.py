@@ -22,6 +22,7 @@ its own. ``owner``, ``version`` and the format version are recorded with every r
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -254,30 +255,72 @@ class Called:
     """Each path into a call step's result: (step, output, where)."""
 
 
-def check_calls(files: list[Lowered], diags: list[Diagnostic]) -> None:
-    """A path into the result of a call to a Workfile given alongside must name one of its
-    outputs; into a Workfile that declares none, any path is an error (its result is
-    empty). A call to a workflow not given alongside is not checked here."""
-    known = {c.name: c for item in files if isinstance(c := item.extra.get("workfile"), Called)}
+def check_calls(
+    files: list[Lowered],
+    diags: list[Diagnostic],
+    stored: Mapping[str, frozenset[str]] | None = None,
+) -> None:
+    """A path into the result of a call to a Workfile must name one of its outputs; into a
+    Workfile that declares none, any path is an error (its result is empty). The called
+    Workfile is one given alongside, else one in ``stored`` (its outputs, by workflow
+    name); a call to any other workflow is not checked."""
+    known = {c.name: c.outputs for item in files if isinstance(c := _called(item), Called)}
+    known = {**(stored or {}), **known}
     for item in files:
-        caller = item.extra.get("workfile")
-        if not isinstance(caller, Called):
+        caller = _called(item)
+        if caller is None:
             continue
         for step, output, path in caller.reads:
-            callee = known.get(caller.calls[step])
-            if callee is None or output in callee.outputs:
+            name = caller.calls[step]
+            outputs = known.get(name)
+            if outputs is None or output in outputs:
                 continue
-            if not callee.outputs:
+            if not outputs:
                 message = (
-                    f"{step}.{output}: the called Workfile {callee.name} declares no outputs "
+                    f"{step}.{output}: the called Workfile {name} declares no outputs "
                     "(its result is empty)"
                 )
             else:
                 message = (
-                    f"{step}.{output}: the called Workfile {callee.name} has no output "
-                    f"{output!r} (it declares: {', '.join(sorted(callee.outputs))})"
+                    f"{step}.{output}: the called Workfile {name} has no output "
+                    f"{output!r} (it declares: {', '.join(sorted(outputs))})"
                 )
             diags.append(item.source.diag(path, f"{DIALECT}.call-outputs", message))
+
+
+def _called(item: Lowered) -> Called | None:
+    found = item.extra.get("workfile")
+    return found if isinstance(found, Called) else None
+
+
+def called_elsewhere(files: list[Lowered]) -> set[str]:
+    """The workflows the Workfiles of ``files`` call and read the result of, that are not
+    among ``files`` (to be looked up where they are stored)."""
+    given = {c.name for item in files if (c := _called(item)) is not None}
+    wanted: set[str] = set()
+    for item in files:
+        caller = _called(item)
+        if caller is not None:
+            wanted |= {caller.calls[step] for step, _, _ in caller.reads}
+    return wanted - given
+
+
+def declared_outputs(manifest: Mapping[str, Any]) -> frozenset[str] | None:
+    """The outputs a stored workflow lowered from a Workfile declares (every successful
+    end renders the same projection), or None when it is not a Workfile's."""
+    spec = manifest.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    context = spec.get("context")
+    if not isinstance(context, Mapping) or not isinstance(context.get("workfile"), Mapping):
+        return None
+    states = spec.get("states")
+    names: set[str] = set()
+    for state in states.values() if isinstance(states, Mapping) else ():
+        if isinstance(state, Mapping) and state.get("type") == "terminal":
+            outputs = state.get("outputs")
+            names |= {str(k) for k in outputs} if isinstance(outputs, Mapping) else set()
+    return frozenset(names)
 
 
 def _agents(wf: Workfile, name: str, states: dict[str, Any], lowered: Lowered) -> list[Document]:
@@ -295,4 +338,13 @@ def _agents(wf: Workfile, name: str, states: dict[str, Any], lowered: Lowered) -
     return [low.finish(data, lowered)]
 
 
-__all__ = ["DIALECT", "Called", "Span", "check_calls", "detect", "lower"]
+__all__ = [
+    "DIALECT",
+    "Called",
+    "Span",
+    "called_elsewhere",
+    "check_calls",
+    "declared_outputs",
+    "detect",
+    "lower",
+]

@@ -26,7 +26,7 @@ from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
 from interlock.runtime.buckets import bucket_values
-from interlock.runtime.errors import RunExists, UnknownDeadLetter, UnknownRun
+from interlock.runtime.errors import RunExists, UnknownDeadLetter, UnknownRun, UnknownWorkflow
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry
 from interlock.runtime.runs import Runs
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from interlock.core.compiler import Compiled
     from interlock.core.diagnostics import Diagnostic
     from interlock.core.source import Document
+    from interlock.dialects.base import Lowered
 
 # The compiler, the dialects and the engine are imported by the operations that need them
 # (apply, cancel), so that reading runs and workflows does not load them.
@@ -82,23 +83,38 @@ class InterlockClient:
         documents: Iterable[Document] = (),
         implied_agents: Iterable[Document] = (),
         diagnostics: Iterable[Diagnostic] = (),
+        lowered: Iterable[Lowered] = (),
     ) -> ApplyResult:
         """Validate every manifest (against the registry's capabilities too), then store.
 
         ``documents`` are native documents lowered from another format, ``implied_agents``
         the AgentDefs those imply: each is applied only when the registry knows none of its
         capabilities yet (a real AgentDef already applied is never replaced by one
-        implied). ``diagnostics`` found before (by a dialect) refuse the whole apply."""
+        implied). ``diagnostics`` found before (by a dialect) refuse the whole apply.
+        ``lowered`` are the dialect documents they came from: a Workfile's paths into the
+        result of a Workfile it calls that is already stored are checked against it."""
         from interlock.core.compiler import compile_sources
-        from interlock.dialects import declares_any
+        from interlock.dialects import declares_any, workfile
 
+        found = list(diagnostics)
+        files = list(lowered)
+        stored: dict[str, frozenset[str]] = {}
+        for name in sorted(workfile.called_elsewhere(files)):
+            try:
+                manifest = (await self.registry.stored_latest(name)).manifest
+            except UnknownWorkflow:
+                continue  # not applied yet: nothing to check against
+            outputs = workfile.declared_outputs(manifest)
+            if outputs is not None:
+                stored[name] = outputs
+        if stored:
+            workfile.check_calls(files, found, stored)
         await self.registry.load()
         known = self.registry.known_capabilities()
         implied = [d for d in implied_agents if not declares_any(d, known)]
         compiled = compile_sources(
             list(sources), known_capabilities=known, documents=[*documents, *implied]
         )
-        found = list(diagnostics)
         if found:
             compiled.diagnostics = sorted([*found, *compiled.diagnostics])
             compiled.workflows.clear()

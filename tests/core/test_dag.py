@@ -330,3 +330,21 @@ def test_a_gated_step_without_dependencies_is_checked_when_the_dag_starts() -> N
         "action.requested",
     ]
     assert sorted(_pending(run)) == ["publish", "test"]
+
+
+def test_a_completed_step_names_who_answered_it() -> None:
+    text = RELEASE.replace(
+        'input: {wheel: "{{ steps.build.output.wheel }}"}',
+        'input: {built_by: "{{ steps.build.source }}", '
+        "lint_done: '{{ \"source\" in steps.lint }}'}",
+    )
+    run = Run(compile_one(text))
+    run.start()
+    run.answer({"wheel": "w.whl"}, action_id=_pending(run)["build"])
+    test_request = run.log[-1]
+    assert isinstance(test_request, ev.ActionRequested)
+    # build answered (by the agent's source); lint has not: it has no source yet.
+    assert test_request.data.input == {"built_by": "interlock://agent/test", "lint_done": False}
+    assert run.state.dag is not None
+    assert run.state.dag.view()["build"]["source"] == "interlock://agent/test"
+    assert "source" not in run.state.dag.view()["lint"]

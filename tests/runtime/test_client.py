@@ -400,9 +400,8 @@ async def test_following_many_logs_costs_one_subscription(
         follows = [asyncio.create_task(follow(r)) for r in run_ids]
         follows += [asyncio.create_task(ops_follow(r)) for r in run_ids[:100]]
         # Every follower listens: a `logs` follower only once its first read of the whole
-        # log (a reply subscription of its own, outside the watcher's bound) is done, so
-        # the reads left are the watcher's. Counting runs watched is not enough: runs
-        # f0-f99 are watched as soon as their `ops.follow` listens.
+        # log (one of the watcher's reads too) is done. Counting runs watched is not
+        # enough: runs f0-f99 are watched as soon as their `ops.follow` listens.
         watcher = client._watcher
         await wait_until(lambda: sum(map(len, watcher._listeners.values())) == n + 100)
         assert watcher.watching == n

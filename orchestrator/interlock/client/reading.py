@@ -44,8 +44,10 @@ async def logs(
 ) -> AsyncIterator[ev.AnyRecord]:
     """The records of ``run_id`` chosen by ``tail`` or ``since``; with ``follow``, then
     each new one until the run ends."""
+    # Through the watcher, whose follows it may join: any number of logs followed at once
+    # make at most its READERS reads at a time, the first ones too.
     async with no_stream_is_no_run(run_id):
-        raw = await ops.log.read_raw(run_id)
+        raw = await ops.watcher.read_raw(run_id)
     if not raw:
         raise UnknownRun(run_id)
     records = [r for _, payload in raw for r in ev.decode_batch(payload)]

@@ -46,8 +46,9 @@ HINT_RETRIES_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 """When a hinted message is not in the log yet, how long to wait before each re-read (the
 stream stores a message a moment after subscribers see it; a refused append never
 appears, so the re-reads stop after these and the ``recheck`` takes over)."""
-_READERS = 32
-"""Whole-log reads of finished runs at once, per watcher."""
+READERS = 32
+"""Log reads at once, per watcher (each holds a reply subscription while it lasts): the
+whole-log reads of finished runs, follows' reads and ``Client.logs``' first read."""
 _TIMEOUT = 5.0
 
 _TERMINAL_MARKERS = tuple(t.encode() for t in ev.TERMINAL_TYPES)
@@ -74,7 +75,7 @@ class RunWatcher:
         self._listeners: dict[str, list[Listener]] = {}
         self._sub: Subscription | None = None
         self._subscribing: asyncio.Lock = asyncio.Lock()
-        self._reading = asyncio.Semaphore(_READERS)
+        self._reading = asyncio.Semaphore(READERS)
         self.hinted = True
         """Whether appends are seen as they happen (False: the server refused the
         subscription, and waits poll)."""
@@ -212,8 +213,7 @@ class RunWatcher:
         with self.listening(run_id, on_append):
             while True:
                 hint.clear()  # before reading: an append during the read sets it again
-                async with self._reading:
-                    fresh = await self._log.read_raw(run_id, after)
+                fresh = await self.read_raw(run_id, after)
                 for seq, payload in fresh:
                     after = seq
                     if hinted and hinted[0] == payload:
@@ -226,6 +226,13 @@ class RunWatcher:
                     hinted.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(hint.wait(), wait)
+
+    async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
+        """(stream sequence, payload) of the run's log messages after sequence ``after``:
+        one of the ``READERS`` reads this watcher makes at once (a reader past them waits
+        for one to end)."""
+        async with self._reading:
+            return await self._log.read_raw(run_id, after)
 
     async def exists(self, run_id: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Whether the run's log has a record, waiting up to ``timeout`` seconds for one

@@ -182,6 +182,40 @@ def test_a_guard_that_decides_otherwise_is_named_with_every_check() -> None:
     }
 
 
+REQUIRED_REPO = "    repository:\n      type: string\n      required: true\n"
+TICKET = "    ticket:\n      type: string\n      required: true\n"
+SAME = "initial_state: review"  # the definition unchanged: the log is cut
+
+
+@pytest.mark.parametrize(
+    ("cut", "old", "new", "seq", "state", "group"),
+    [
+        (None, REQUIRED_REPO, REQUIRED_REPO + TICKET, 1, "", "not_started before the first state"),
+        (
+            None,
+            "initial_state: review",
+            "initial_state: fix",
+            2,
+            "",
+            "state.entered before the first state differs",
+        ),
+        (1, SAME, SAME, 2, "", "state.entered before the first state differs"),
+        (2, SAME, SAME, 3, "review", "action.requested in state 'review' differs"),
+    ],
+    ids=["inputs", "initial-state", "cut-after-start", "cut-after-entry"],
+)
+def test_a_divergence_where_the_run_starts_names_the_state_entered_by_then(
+    cut: int | None, old: str, new: str, seq: int, state: str, group: str
+) -> None:
+    # The step that starts a run has no state before it: the divergence is in the state
+    # the recorded run had entered by then, or before the first state (never state '').
+    log = golden("code-review-merged-fix-loop")[:cut]
+    report = analysis.replay(log, changed(old, new))
+    d = report["divergence"]
+    assert (d["seq"], d["input"]["kind"], d["state"], d["group"]) == (seq, "start", state, group)
+    assert "''" not in d["reason"]
+
+
 def test_shadow_counts_groups_and_orders_them_by_size() -> None:
     logs = [golden(p.stem) for p in sorted(GOLDEN.glob("*.jsonl"))]
     cut = logs[0][:2]  # a log cut after its first two records
@@ -212,7 +246,7 @@ def test_shadow_counts_groups_and_orders_them_by_size() -> None:
     assert first["example"]["recorded_end"] == first["example"]["replayed_end"]
     assert (second["kind"], second["count"]) == ("record", 1)
     assert second["where"] == {
-        "state": "",
+        "state": "review",
         "event_type": "start",
         "record": "io.interlock.action.requested",
     }

@@ -92,6 +92,22 @@ def _states_named(record: ev.AnyRecord) -> list[str]:
     return []
 
 
+def _entered_at_start(step: Step, position: int) -> str:
+    """The state the recorded run had entered before record ``position`` of the step that
+    started it ("" when none yet)."""
+    state = ""
+    for record in step.records[: position - step.first]:
+        if isinstance(record, ev.StateEntered):
+            state = record.data.state
+    return state
+
+
+def _in(state: str, word: str = "state ") -> str:
+    """Where a divergence is: ``in state 'review'`` (``in 'review'`` without ``word``), or
+    before the first state at the run's start."""
+    return f"in {word}{state!r}" if state else "before the first state"
+
+
 def first_divergence(
     definition: Definition,
     step: Step,
@@ -102,7 +118,7 @@ def first_divergence(
     before: RunState,
 ) -> dict[str, Any]:
     """Why the first differing record differs."""
-    state = before.state
+    state = before.state or _entered_at_start(step, position)
     out: dict[str, Any] = {
         "seq": position,
         "state": state,
@@ -182,9 +198,9 @@ def _guard_difference(
     was = f"went to {recorded_to!r}" if recorded_to else "took no `on` entry"
     deciding = [c for c in outcome.checks if c.outcome != "fired"] or outcome.checks
     detail = "; ".join(check_text(c) for c in outcome.checks) or "no `on` entry matches"
-    reason = f"on {event_type} in state {state!r} the run {was}; now it {took}: {detail}"
-    group = (
-        f"on {event_type} in {state!r}: {recorded_to or '(stays)'} -> {replayed_to or '(stays)'}"
+    reason = f"on {event_type} {_in(state)} the run {was}; now it {took}: {detail}"
+    group = f"on {event_type} {_in(state, '')}: {recorded_to or '(stays)'} -> " + (
+        replayed_to or "(stays)"
     )
     if deciding:
         out["guard"] = check_json(deciding[0])
@@ -211,7 +227,7 @@ def _record_difference(
         reason = f"the new definition does not write {summarize(recorded)}"
     else:
         reason = f"{what} differs: " + "; ".join(diffs[:3])
-    group = f"{what} in state {state!r} differs"
+    group = f"{what} {_in(state)} differs"
     out["differences"] = diffs
     return reason, group
 
@@ -226,7 +242,7 @@ def _group_not_taken(kind: str, step: Step, before: RunState, state: str) -> str
         return f"{head.data.event.get('type')} not taken"
     if isinstance(head, ev.TimerFired):
         return f"{head.data.purpose} timer not set" if head.data.purpose else "timer not set"
-    return f"{kind} in {state!r}"
+    return f"{kind} {_in(state, '')}"
 
 
 def _event_type(step: Step) -> str:

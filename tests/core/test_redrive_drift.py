@@ -182,7 +182,7 @@ def test_a_start_no_trigger_takes_any_more_is_not_started(old: str, new: str, re
     report = analysis.replay(golden("code-review-trigger-denied"), changed(old, new))
     d = report["divergence"]
     assert (d["seq"], d["kind"], d["reason"]) == (1, "not_started", reason)
-    assert d["group"] == "not_started in ''"
+    assert d["group"] == "not_started before the first state"
     assert report["skipped"][0]["reason"] == reason
     assert report["replayed"] == 0
 

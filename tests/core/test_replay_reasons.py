@@ -140,7 +140,7 @@ def test_a_record_more_counts_under_the_new_records_type() -> None:
     cut = golden("code-review-rejected")[:2]
     d = analysis.replay(cut, ORIGINAL)["divergence"]
     assert d["reason"].startswith("the new definition writes one more record: action.requested")
-    assert d["group"] == "action.requested in state '' differs"
+    assert d["group"] == "action.requested in state 'review' differs"
     assert d["recorded"] is None
 
 
@@ -407,8 +407,19 @@ def test_explain_reproduces_a_log_recorded_before_answers_named_their_source() -
         for r in golden("code-review-merged-fix-loop")
     ]
     assert analysis.explain(log, ORIGINAL)["reproduces"] is True
+    assert analysis.replay(log, ORIGINAL)["agree"] is True
 
 
 def test_explain_of_a_run_that_has_only_started_names_it() -> None:
     report = analysis.explain(golden("code-review-cancelled")[:1], ORIGINAL)
     assert report["run_id"] == "r-golden-cancelled"
+
+
+def test_a_log_whose_records_after_the_start_carry_no_traceparent_still_agrees() -> None:
+    """Logs written before every record carried the run's traceparent: the re-driven records
+    carry it, and that is not a difference."""
+    log = golden("code-review-trigger-denied")
+    assert log[0].traceparent is not None
+    older = [log[0], *(msgspec.structs.replace(r, traceparent=None) for r in log[1:])]
+    assert analysis.replay(older, ORIGINAL)["agree"] is True
+    assert analysis.explain(older, ORIGINAL)["reproduces"] is True

@@ -16,17 +16,24 @@ import { CHUNK, PREFIX, Timeline } from "./timeline.js";
 
 const PAGE = 5000;
 
-// The log after its first `from` records: the pages the description (asked for at the
-// same time) counts, all at once, then any appended meanwhile.
+// The log after its first `from` records: its next page asked for at once (with the
+// description), the pages after that (a log of more than 5,200 records) all at once when
+// the description has counted them, then any appended meanwhile.
 async function restOfLog(runId, described, from) {
   const page = (offset) =>
     api(`/runs/${encodeURIComponent(runId)}/log`, { params: { limit: PAGE, offset } });
-  const { records: count } = await described;
-  const asked = [];
-  for (let offset = from; offset < Math.max(count, from + 1); offset += PAGE) asked.push(page(offset));
-  const pages = await Promise.all(asked);
-  const records = pages.flatMap((p) => p.records);
-  let next = pages[pages.length - 1].next_offset;
+  const first = await page(from);
+  const records = [...first.records];
+  let next = first.next_offset;
+  if (next !== null) {
+    const { records: count } = await described;
+    const asked = [];
+    for (let offset = next; offset < count; offset += PAGE) asked.push(page(offset));
+    for (const more of await Promise.all(asked)) {
+      records.push(...more.records);
+      next = more.next_offset;
+    }
+  }
   while (next !== null) {
     const more = await page(next);
     records.push(...more.records);
@@ -83,9 +90,13 @@ export async function runPage(root, runId, _params, current) {
   // the gateway has not read yet waits for its whole log, and the gateway answers the
   // version faster without that read going on.
   const detailed = start ? fetchDetail(start) : Promise.resolve();
+  // The description and the rest of the log together (the gateway reads the log once
+  // for both), before the diagram is drawn.
   const describe = () => api(path);
-  const described = detailed.then(describe, describe); // before the diagram is drawn
-  described.catch(() => {}); // awaited below; a failure is shown there
+  const described = detailed.then(describe, describe);
+  const readRest = () => (head.next_offset === null ? [] : restOfLog(runId, described, head.next_offset));
+  const rested = detailed.then(readRest, readRest);
+  for (const p of [described, rested]) p.catch(() => {}); // awaited below; a failure is shown there
   let records = head.records;
 
   const header = h("div", { class: "title-row" });
@@ -384,8 +395,7 @@ export async function runPage(root, runId, _params, current) {
   (async () => {
     let rest = [];
     try {
-      const more = head.next_offset === null ? Promise.resolve([]) : restOfLog(runId, described, head.next_offset);
-      [desc, rest] = await Promise.all([described, more]);
+      [desc, rest] = await Promise.all([described, rested]);
       await drawn.catch(() => {});
       await fetchDetail(desc);
     } catch (e) {

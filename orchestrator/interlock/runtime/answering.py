@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from interlock.transport import tasks
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.answering")
@@ -73,9 +74,7 @@ class AnswerDesk:
             self._sub = None
         if self._working:
             _, late = await asyncio.wait(set(self._working), timeout=grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+            await cancel_and_wait(*late)
 
     async def _on_request(self, msg: Msg) -> None:
         # The subscription calls back one message at a time: each is handled in a task of

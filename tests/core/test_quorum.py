@@ -116,3 +116,96 @@ def test_each_state_visit_counts_its_own_answers() -> None:
 def test_a_quorum_larger_than_the_parallel_actions_is_refused() -> None:
     diags = compile_sources([("q.yaml", PEERS.replace("at_least: 2", "at_least: 4"))]).diagnostics
     assert [(d.rule, d.line) for d in diags] == [("quorum-unreachable", 9)]
+
+
+def _fail(run: Run, item: int, error_class: str, message: str) -> None:
+    action = next(a for a, p in run.state.pending.items() if p.item == item)
+    run.answers += 1
+    run.deliver(
+        Incoming(
+            type="task.failed",
+            source="interlock://agent/x",
+            id=f"a-{run.answers}",
+            data={"error": {"class": error_class, "message": message}},
+            extensions={"actionid": action},
+        )
+    )
+
+
+def test_an_unreachable_quorum_fails_the_run_with_the_last_actions_failure() -> None:
+    # No catch: the failure is the run's, as the engine worded it.
+    uncaught = PEERS[: PEERS.index("      catch:")] + PEERS[PEERS.index("    done:") :]
+    run = Run(compile_one(uncaught[: uncaught.index("    stuck:")]))
+    run.start()
+    _fail(run, 1, "timeout", "bob timed out")
+    assert run.state.status == RunStatus.RUNNING
+    _fail(run, 0, "agent_error", "alice crashed")
+    assert run.state.status == RunStatus.FAILED
+    # The failure of the last action in the state's order (not the last to arrive).
+    assert run.state.error == ev.ErrorInfo(
+        error_class="timeout",
+        message="parallel 'review' needs 2 distinct producers, 0 answered; "
+        "last action failure: bob timed out",
+        code="quorum_not_met",
+    )
+    [cancelled] = [r for r in run.log if isinstance(r, ev.ActionCancelled)]
+    assert cancelled.data.reason == "parallel cannot reach its quorum"
+    assert run.state.pending == {}
+
+
+VOTES = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: votes}
+spec:
+  initial_state: vote
+  states:
+    vote:
+      map:
+        over: '["a", "b", "c", "d"]'
+        as: voter
+        action: {capability: vote, input: {voter: "{{ voter }}"}}
+        parallelism: 1
+        completion: {at_least: 2}
+      on:
+        - {event: task.completed, goto: done}
+    done: {type: terminal}
+"""
+
+
+def _vote(run: Run, source: str) -> list[ev.AnyRecord]:
+    [action] = run.state.pending
+    run.answers += 1
+    return run.deliver(
+        Incoming(
+            type="task.completed",
+            source=source,
+            id=f"a-{run.answers}",
+            data={"ok": True},
+            extensions={"actionid": action},
+        )
+    )
+
+
+def test_a_map_quorum_requests_items_until_it_is_met_and_no_more() -> None:
+    run = Run(compile_one(VOTES))
+    run.start()
+    assert types(_vote(run, "interlock://agent/x")) == ["action.completed", "action.requested"]
+    assert types(_vote(run, "interlock://agent/y")) == [
+        "action.completed", "map.completed", "transition.fired", "state.entered", "run.completed",
+    ]  # fmt: skip
+    assert types(run.log).count("action.requested") == 2
+    assert run.state.status == RunStatus.COMPLETED
+
+
+def test_a_map_quorum_one_producer_cannot_meet_fails_without_a_last_failure() -> None:
+    run = Run(compile_one(VOTES))
+    run.start()
+    for _ in range(3):
+        assert types(_vote(run, "interlock://agent/x")) == ["action.completed", "action.requested"]
+    assert types(_vote(run, "interlock://agent/x")) == ["action.completed", "run.failed"]
+    assert run.state.error == ev.ErrorInfo(
+        error_class="agent_error",
+        message="map 'vote' needs 2 distinct producers, 1 answered",
+        code="quorum_not_met",
+    )

@@ -270,8 +270,7 @@ async def test_a_dead_consumer_loop_fails_liveness(nats_url: str, subjects: Subj
         await asyncio.sleep(3600)
 
     healthy, broken = asyncio.create_task(runs()), asyncio.create_task(fails())
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await asyncio.wait([broken])
     nc = await connect(nats_url)
     try:
         running, failed = Orchestrator(nc, subjects), Orchestrator(nc, subjects)

@@ -152,3 +152,65 @@ def test_a_compile_error_reads_as_its_message() -> None:
         Expression("inputs.a +")
     assert str(caught.value) == caught.value.message
     assert caught.value.message.startswith("CEL does not compile: ")
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "line", "col"),
+    [
+        ("nope + nope", "nope", 1, 1),
+        ("inputs.nope == nope", "nope", 1, 16),  # not the field of the same name before it
+        ("inputs.a > 1 &&\n  nope.b", "nope", 2, 3),
+        ("zed + abc", "zed", 1, 1),  # the first one read, whichever its name
+        ("inputs.xs.all(x, x > y)", "y", 1, 22),
+    ],
+)
+def test_an_unknown_variable_is_reported_where_it_is_first_read(
+    source: str, name: str, line: int, col: int
+) -> None:
+    with pytest.raises(CompileError) as caught:
+        Expression(source)
+    assert caught.value.message == (
+        f"unknown variable {name!r} in CEL "
+        "(known: context, data, event, inputs, result, run, states)"
+    )
+    assert (caught.value.line, caught.value.col) == (line, col)
+
+
+@pytest.mark.parametrize("source", [None, 5, b"inputs.a"])
+def test_a_source_that_is_not_text_is_a_compile_error_at_its_start(source: Any) -> None:
+    with pytest.raises(CompileError) as caught:
+        Expression(source)
+    assert caught.value.message.startswith("CEL does not compile: ")
+    assert len(caught.value.message) > len("CEL does not compile: ")
+    assert (caught.value.line, caught.value.col) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "source", ["inputs.s.startsWith('a')", "inputs.s.size() > 0", "inputs.xs.all()"]
+)
+def test_a_method_call_that_is_not_a_comprehension_is_no_loop(source: str) -> None:
+    assert Expression(source).loops is False
+
+
+def test_a_macro_name_called_without_arguments_fails_when_evaluated() -> None:
+    expression = Expression("inputs.xs.all()")
+    with pytest.raises(ExpressionError) as caught:
+        expression.evaluate({"inputs": {"xs": [1]}})
+    assert str(caught.value)
+
+
+def test_cel_types_come_back_as_different_texts() -> None:
+    int_type = Expression("type(1)").evaluate({})
+    assert int_type == Expression("type(2)").evaluate({})
+    assert int_type != Expression("type('a')").evaluate({})
+    assert "Int" in int_type
+
+
+@pytest.mark.parametrize(
+    ("source", "name"), [("inputs.a.shout()", "shout"), ("largest(inputs.a, 2)", "largest")]
+)
+def test_an_unknown_function_is_named_without_the_values_given(source: str, name: str) -> None:
+    with pytest.raises(ExpressionError) as caught:
+        # A value that holds the text celpy's dump begins with does not cut it elsewhere.
+        Expression(source).evaluate({"inputs": {"a": "a secret (in activation x)"}})
+    assert str(caught.value) == f"undeclared reference to {name!r}"

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from interlock.core.cel_fast import MISS, fast_form
 from interlock.core.rfc3339 import format_time
@@ -123,16 +123,16 @@ def _env() -> celpy.Environment:
     return env
 
 
-def _referenced_names(tree: lark.Tree[lark.Token]) -> frozenset[str]:
-    """Top-level identifiers an expression reads (``result`` in ``result.score > 7``)."""
-    names: set[str] = set()
+def _variable_reads(tree: lark.Tree[lark.Token]) -> list[tuple[int, int, str]]:
+    """Where each top-level identifier is read (``result`` in ``result.score > 7``), in
+    source order: line and column (1-based, inside the source) and name."""
+    reads = []
     for node in tree.iter_subtrees():
         if node.data == "ident":  # ident_arg is a function call (size, has, int...)
-            for child in node.children:
-                if isinstance(child, _cel().lark.Token) and child.type == "IDENT":
-                    names.add(str(child))
-                    break
-    return frozenset(names)
+            token = node.children[0]  # an ident is one IDENT token
+            if isinstance(token, _cel().lark.Token):
+                reads.append((cast(int, token.line), cast(int, token.column), str(token)))
+    return sorted(reads)
 
 
 def _nested_comprehension(tree: lark.Tree[lark.Token]) -> lark.Token | None:
@@ -194,16 +194,15 @@ class Expression:
         self.loops = _has_comprehension(tree)
         """Its cost grows with the values it meets (a comprehension walks a list): up to
         its whole step budget, where any other expression costs a few steps."""
-        names = _referenced_names(tree)
+        reads = _variable_reads(tree)
+        names = frozenset(name for _, _, name in reads)
         bound = frozenset(_MACRO_BINDERS.findall(source))
-        unknown = sorted(names - VARIABLES - extra - bound)
+        unknown = [read for read in reads if read[2] not in VARIABLES | extra | bound]
         if unknown:
+            # The first one read, where it is read (not a field of the same name before it).
+            line, col, name = unknown[0]
             known = ", ".join(sorted(VARIABLES | extra))
-            raise CompileError(
-                f"unknown variable {unknown[0]!r} in CEL (known: {known})",
-                1,
-                max(1, source.find(unknown[0]) + 1),
-            )
+            raise CompileError(f"unknown variable {name!r} in CEL (known: {known})", line, col)
         self.names = names & (VARIABLES | extra)
         self._program = _env().program(tree)
         self._fast = fast_form(source, self.names)
@@ -238,7 +237,9 @@ class Expression:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, _cel().CELEvalError) and exc.args:
-        return str(exc.args[0])
+        # An undeclared function comes with celpy's whole activation (every value given,
+        # every function known) appended: kilobytes that would go into the run's log.
+        return str(exc.args[0]).split(" (in activation ", 1)[0]
     return str(exc) or type(exc).__name__
 
 

@@ -75,7 +75,7 @@ class Step:
         return self.records[0]
 
 
-def _starts_step(record: ev.AnyRecord, previous: ev.AnyRecord | None) -> str | None:
+def _starts_step(record: ev.AnyRecord) -> str | None:
     if isinstance(record, ev.RunStarted):
         return START
     if isinstance(record, ev.EventReceived | ev.EvidenceRecorded):
@@ -83,10 +83,10 @@ def _starts_step(record: ev.AnyRecord, previous: ev.AnyRecord | None) -> str | N
     if isinstance(record, ev.ActionCompleted):
         return ANSWER
     if isinstance(record, ev.ActionFailed):
-        # A timeout's failure is part of the timer's step; an agent's failure is an answer.
-        if record.data.event_id is None and isinstance(previous, ev.TimerFired):
-            return None
-        return ANSWER
+        # An agent's failure is an answer, with its event's id. One without is the engine's
+        # own, part of the decision that wrote it: a timeout's (the timer's step) or a
+        # refused spawn's (the step that would have asked for it).
+        return None if record.data.event_id is None else ANSWER
     if isinstance(record, ev.TimerFired):
         return TIMER
     if isinstance(record, ev.RunCancelled):
@@ -108,16 +108,14 @@ def steps(records: Sequence[ev.AnyRecord]) -> list[Step]:
     current: list[ev.AnyRecord] = []
     kind = START
     first = 1
-    previous: ev.AnyRecord | None = None
     for position, record in enumerate(records, start=1):
-        begins = _starts_step(record, previous)
+        begins = _starts_step(record)
         if begins is not None and current:
             out.append(Step(kind, first, tuple(current)))
             current = []
         if begins is not None:
             kind, first = begins, position
         current.append(record)
-        previous = record
     if current:
         out.append(Step(kind, first, tuple(current)))
     return out
@@ -294,6 +292,9 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
     d = drive.definition
     if isinstance(head, ev.RunStarted):
         return _start(drive, head, checks)
+    if drive.state.status == RunStatus.NEW:
+        # Its start was not taken, or the log does not begin with one.
+        return Outcome([], checks, "the new run never started")
     if drive.state.status != RunStatus.RUNNING:
         return Outcome([], checks, f"the new run has already ended ({drive.state.status})")
     if isinstance(head, ev.ActionCompleted | ev.ActionFailed):
@@ -342,12 +343,13 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
             drive.state,
             origin_run_id=head.data.origin_run_id,
             origin_seq=head.data.origin_seq,
-            version=drive.version,
+            version=drive.version or head.data.version,
             now=now,
         )
         return Outcome(records, checks)
     if isinstance(head, ev.RunMigrated):
-        return Outcome(migrate(d, drive.state, version=drive.version, now=now), checks)
+        version = drive.version or head.data.version
+        return Outcome(migrate(d, drive.state, version=version, now=now), checks)
     return Outcome([], checks, f"no input of type {ev.record_type(head)} to re-drive")
 
 
@@ -381,7 +383,9 @@ def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Outco
 def redrive(
     records: Sequence[ev.AnyRecord], definition: Definition, *, version: int = 0
 ) -> list[ev.AnyRecord]:
-    """The log ``definition`` writes from a recorded run's inputs, nothing compared."""
+    """The log ``definition`` writes from a recorded run's inputs, nothing compared.
+    ``version``: the version the new run's start, fork or migration records name; 0 keeps
+    the ones recorded."""
     drive = Drive(definition, version)
     recorded = RunState()
     for step in steps(records):

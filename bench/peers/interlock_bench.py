@@ -5,8 +5,11 @@ Processes (all on 127.0.0.1, random free ports, a fresh data dir):
                 nats_raw.py starts it (`-js -a 127.0.0.1 -p PORT -sd DIR`, which is also what
                 `interlock dev` runs); default sync_interval (2 min), like nats-raw
   orchestrator  `interlock serve` (one replica; metrics endpoint on a free port); with
-                `--fsync always` its run-log appends are group-committed (atomic batches of
-                at least 16 once 16 await their acknowledgement: INTERLOCK_GROUP_COMMIT=16)
+                `--fsync always` it finds the server fsyncing every write (its monitoring
+                endpoint, INTERLOCK_NATS_MONITOR) and group-commits its run-log appends
+                (atomic batches of at least 16 once 16 await their acknowledgement); a
+                checkout measured beside (--system) is given INTERLOCK_GROUP_COMMIT=16
+                instead, which one that predates the detection also reads
   worker        `interlock agent run interlock_worker:worker --concurrency 200` (public SDK,
                 `from interlock.sdk import Worker`), serving capabilities review, merge, fix
   driver        this process
@@ -118,11 +121,16 @@ async def bench(args) -> None:
     port = common.free_port()
     url = f"nats://127.0.0.1:{port}"
     srv_ver = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    # The monitoring endpoint (idle but for one /varz read at the orchestrator's start)
+    # says whether the server fsyncs every write.
+    mport = common.free_port()
     cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(wd / "js")]
+    cmd += ["-m", str(mport)]
     if args.fsync == "always":  # same server config as nats_raw.py --fsync always
         cfg, sd = wd / "server.conf", wd / "js"
         cfg.write_text(
-            f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{sd}"\n  sync_interval: always\n}}\n'
+            f'listen: "127.0.0.1:{port}"\nhttp: "127.0.0.1:{mport}"\n'
+            f'jetstream {{\n  store_dir: "{sd}"\n  sync_interval: always\n}}\n'
         )
         cmd = [exe, "-c", str(cfg)]
     srv = _spawn(cmd, wd / "server.log")
@@ -134,12 +142,11 @@ async def bench(args) -> None:
     )
     for k in [k for k in env if k.startswith("INTERLOCK_")]:  # flags below say everything
         del env[k]
-    group = (
-        args.group_commit
-        if args.group_commit is not None
-        else (16 if args.fsync == "always" else 0)
-    )
-    if group:
+    env["INTERLOCK_NATS_MONITOR"] = f"http://127.0.0.1:{mport}"
+    group = args.group_commit
+    if group is None and args.system and args.fsync == "always":
+        group = 16  # a checkout that predates finding it out of the server
+    if group is not None:
         # An environment variable, not the flag: an older checkout measured beside ignores it.
         env["INTERLOCK_GROUP_COMMIT"] = str(group)
     res: dict = {}
@@ -363,7 +370,8 @@ def main() -> None:
             type=int,
             default=None,
             help="the orchestrator's run-log group commit (INTERLOCK_GROUP_COMMIT; "
-            "default 16 with --fsync always, else 0: off)",
+            "default: as the orchestrator finds the server's syncing; 16 with --fsync "
+            "always for a --system measured beside)",
         )
         p.add_argument(
             "--system",

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 import interlock_agents
 from interlock.auth.dev import DevAuth, prepare
 from interlock.runtime.client import InterlockClient
+from interlock.runtime.durability import DEFAULT_GROUP_COMMIT
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import Worker
@@ -40,11 +41,17 @@ def reference_capabilities() -> list[str]:
 
 
 async def start_stack(
-    url: str, *, prefix: str = "il", agents: bool = True, auth: DevAuth | None = None
+    url: str,
+    *,
+    prefix: str = "il",
+    agents: bool = True,
+    auth: DevAuth | None = None,
+    group_commit: int = 0,
 ) -> tuple[Orchestrator, list[Worker], list[asyncio.Task[None]], Client]:
     """Orchestrator plus reference agent workers against ``url`` (AgentDefs applied).
 
     With ``auth``, the orchestrator and the agents connect with their own credentials.
+    ``group_commit``: the orchestrator's run-log group commit (0: off).
     """
     opts = ConnectOptions.resolve(
         url, prefix=prefix, creds_file=str(auth.orchestrator) if auth else None
@@ -59,7 +66,7 @@ async def start_stack(
         sources = [(f"<{name}>", interlock_agents.manifest_text(name)) for name in REFERENCE]
         result = await client.apply(sources)
         result.compiled.raise_for_errors()
-    orchestrator = Orchestrator(nc, opts.subjects)
+    orchestrator = Orchestrator(nc, opts.subjects, group_commit=group_commit)
     await orchestrator.start()
     workers: list[Worker] = []
     tasks: list[asyncio.Task[None]] = []
@@ -179,10 +186,15 @@ def run_dev(
     agents: bool = True,
     http_port: int | None = 8480,
     insecure: bool = False,
+    fsync: bool = False,
 ) -> int:
+    """``fsync``: the server fsyncs every write, and the orchestrator group-commits its
+    run-log appends (it started the server, so it knows)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     auth = None if insecure else secure(data_dir)
-    server = EmbeddedNats(data_dir, port=port, args=auth.server_args if auth else ())
+    server = EmbeddedNats(
+        data_dir, port=port, args=auth.server_args if auth else (), sync_always=fsync
+    )
     try:
         server.start()
     except (NatsServerNotFound, NatsServerFailed) as exc:
@@ -190,6 +202,11 @@ def run_dev(
         return 2
     print(f"NATS (JetStream) at {server.url}, data in {data_dir}", flush=True)
     print(f"export INTERLOCK_URL={server.url}", flush=True)
+    if fsync:
+        print(
+            "every write fsynced (sync_interval: always); run-log appends group-committed",
+            flush=True,
+        )
     if auth is not None:
         print(
             f"authentication on: credentials in {auth.creds_dir} (the CLI run from "
@@ -201,7 +218,12 @@ def run_dev(
         print("authentication OFF (--insecure): anyone who reaches the port may do anything")
 
     async def main() -> None:
-        stack = await start_stack(server.url, agents=agents, auth=auth)
+        stack = await start_stack(
+            server.url,
+            agents=agents,
+            auth=auth,
+            group_commit=DEFAULT_GROUP_COMMIT if fsync else 0,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

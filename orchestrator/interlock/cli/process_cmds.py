@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 
 
 def add_process_parsers(sub: Sub) -> None:
+    _add_serve_parser(sub)
+    _add_agent_and_dev_parsers(sub)
+
+
+def _add_serve_parser(sub: Sub) -> None:
     p = sub.add_parser("serve", help="run the orchestrator")
     p.add_argument(
         "--metrics-port",
@@ -57,14 +62,24 @@ def add_process_parsers(sub: Sub) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with every write fsynced (sync_interval: always): send run-log appends in "
-        "atomic batches of at least N once N await their acknowledgement "
-        "(env INTERLOCK_GROUP_COMMIT; default 0: never)",
+        help="send run-log appends in atomic batches of at least N once N await their "
+        "acknowledgement; 0: never (env INTERLOCK_GROUP_COMMIT; default: 16 when the "
+        "server fsyncs every write, as its monitoring endpoint says, else 0)",
+    )
+    p.add_argument(
+        "--nats-monitor",
+        default=None,
+        metavar="URL",
+        help="the NATS server's monitoring address, where /varz says whether it fsyncs "
+        "every write (env INTERLOCK_NATS_MONITOR; default http://<NATS host>:8222; "
+        "off: do not look)",
     )
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
     p.set_defaults(func=cmd_serve)
 
+
+def _add_agent_and_dev_parsers(sub: Sub) -> None:
     p = sub.add_parser("agent", help="agent workers")
     agent_sub = p.add_subparsers(dest="agent_command", metavar="COMMAND")
     agent_sub.required = True
@@ -94,6 +109,12 @@ def add_process_parsers(sub: Sub) -> None:
     )
     p.add_argument("--no-http", action="store_true", help="do not start the HTTP gateway")
     p.add_argument(
+        "--fsync",
+        action="store_true",
+        help="the server fsyncs every write (sync_interval: always) and the orchestrator "
+        "group-commits its run-log appends",
+    )
+    p.add_argument(
         "--insecure",
         action="store_true",
         help="no authentication: anyone who reaches the port may do anything "
@@ -110,15 +131,24 @@ async def serve(
     metrics_port: int | None = None,
     replicas: int = 1,
     ack_wait: float | None = None,
-    group_commit: int = 0,
+    group_commit: int | None = None,
+    nats_monitor: str | None = None,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
-    serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables."""
+    serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables.
+    ``group_commit`` None: on when the server fsyncs every write, as its monitoring
+    endpoint (``nats_monitor``) says (:mod:`interlock.runtime.durability`)."""
+    from interlock.runtime.durability import group_commit_for
     from interlock.runtime.health import OrchestratorInstrumentation
     from interlock.runtime.service import ACK_WAIT, Orchestrator
     from interlock.transport.tracing import tracer_provider_from_env
 
     nc = await connect(opts)
+    try:
+        group_commit = await group_commit_for(nc, group_commit, nats_monitor)
+    except BaseException:
+        await nc.close()
+        raise
     orchestrator = Orchestrator(
         nc,
         opts.subjects,
@@ -153,8 +183,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
     if args.ack_wait is not None and args.ack_wait <= 0:
         raise CliError(f"--ack-wait must be positive, got {args.ack_wait}", EXIT_USAGE)
-    group_commit = env_int(args.group_commit, "INTERLOCK_GROUP_COMMIT", 0)
-    if group_commit == 1 or group_commit < 0:
+    group_commit: int | None = None  # unset: as the server's syncing says
+    if args.group_commit is not None or os.environ.get("INTERLOCK_GROUP_COMMIT", "").strip():
+        group_commit = env_int(args.group_commit, "INTERLOCK_GROUP_COMMIT", 0)
+    if group_commit is not None and (group_commit == 1 or group_commit < 0):
         raise CliError(
             f"--group-commit takes 0 (off) or a batch of at least 2, got {group_commit}",
             EXIT_USAGE,
@@ -167,6 +199,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 replicas=replicas,
                 ack_wait=args.ack_wait,
                 group_commit=group_commit,
+                nats_monitor=args.nats_monitor or os.environ.get("INTERLOCK_NATS_MONITOR"),
             )
         )
     except ConnectionFailed as exc:
@@ -230,4 +263,5 @@ def cmd_dev(args: argparse.Namespace) -> int:
         agents=not args.no_agents,
         http_port=None if args.no_http else args.http_port,
         insecure=args.insecure,
+        fsync=args.fsync,
     )

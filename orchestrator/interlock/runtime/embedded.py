@@ -102,6 +102,8 @@ class EmbeddedNats:
     command-line flags (``--user``, ``--pass``, ...) go in ``args``. The server's output
     goes to ``log_path``. The server runs in its own process group, so terminal signals
     reach only us; if this process is killed outright, the server is left running.
+    ``sync_always`` makes it fsync every write (``jetstream { sync_interval: always }``,
+    around the configuration file given with ``-c``, if any).
     """
 
     def __init__(
@@ -113,8 +115,10 @@ class EmbeddedNats:
         args: Sequence[str] = (),
         binary: str | None = None,
         ready_timeout: float = 10.0,
+        sync_always: bool = False,
     ) -> None:
         self._requested_port = port
+        self.sync_always = sync_always
         self.host = host
         self.args = tuple(args)
         self.binary = binary
@@ -178,7 +182,7 @@ class EmbeddedNats:
         ports_dir = Path(tempfile.mkdtemp(prefix="interlock-nats-ports-"))
         port_arg = str(self._requested_port) if self._requested_port else "-1"
         cmd = [binary, "-js", "-a", self.host, "-p", port_arg, "-sd", str(data_dir)]
-        cmd += ["--ports_file_dir", str(ports_dir), *self.args]
+        cmd += ["--ports_file_dir", str(ports_dir), *self._config_args(data_dir)]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's life
         self._log_offset = self._log.tell()
         try:
@@ -198,6 +202,25 @@ class EmbeddedNats:
         finally:
             shutil.rmtree(ports_dir, ignore_errors=True)
         return self
+
+    def _config_args(self, data_dir: Path) -> list[str]:
+        """``args``, with ``sync_always`` a configuration file that sets it and includes
+        the one given with ``-c``/``--config``."""
+        args = list(self.args)
+        if not self.sync_always:
+            return args
+        config = data_dir / "interlock-sync.conf"
+        text = ""
+        for flag in ("-c", "--config"):
+            if flag in args[:-1]:
+                at = args.index(flag)
+                # The server reads an include's path from the including file's folder.
+                given = os.path.relpath(Path(args[at + 1]).resolve(), config.parent.resolve())
+                del args[at : at + 2]
+                text += f"include {json.dumps(given)}\n"
+        text += "jetstream {\n  sync_interval: always\n}\n"
+        config.write_text(text)
+        return ["-c", str(config), *args]
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop gracefully (SIGTERM; SIGKILL after ``timeout`` seconds). Idempotent."""

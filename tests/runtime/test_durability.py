@@ -1,0 +1,166 @@
+"""Whether the server fsyncs every write, as the orchestrator finds it at start (and so
+whether it group-commits its run-log appends), on real servers: one that syncs every
+write, one with the default interval, an unreachable monitoring address, another
+server's, and the explicit setting over all of them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from helpers import cli_env, interlock_bg
+from nats.aio.client import Client
+
+from interlock.runtime.durability import DEFAULT_GROUP_COMMIT, detect, group_commit_for
+from interlock.runtime.embedded import EmbeddedNats
+
+
+def varz(server: EmbeddedNats) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{server.monitor_url}/varz", timeout=10) as reply:
+        return dict(json.load(reply))
+
+
+@pytest.fixture(scope="module")
+def syncing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    """A server that fsyncs every write, with its monitoring endpoints on."""
+    server = EmbeddedNats(tmp_path_factory.mktemp("syncing"), args=("-m", "-1"), sync_always=True)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lazy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    """A server with the default sync_interval, with its monitoring endpoints on."""
+    with EmbeddedNats(tmp_path_factory.mktemp("lazy"), args=("-m", "-1")) as server:
+        yield server
+
+
+@pytest.fixture
+async def to_syncing(syncing: EmbeddedNats) -> AsyncIterator[Client]:
+    nc = await nats.connect(syncing.url, max_reconnect_attempts=0)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+async def to_lazy(lazy: EmbeddedNats) -> AsyncIterator[Client]:
+    nc = await nats.connect(lazy.url, max_reconnect_attempts=0)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_a_server_that_fsyncs_every_write_turns_group_commit_on(
+    syncing: EmbeddedNats, to_syncing: Client
+) -> None:
+    assert varz(syncing)["jetstream"]["config"]["sync_always"] is True
+    found = await detect(to_syncing, syncing.monitor_url)
+    assert found.fsync is True
+    assert await group_commit_for(to_syncing, None, syncing.monitor_url) == DEFAULT_GROUP_COMMIT
+
+
+async def test_a_server_with_the_default_interval_leaves_it_off(
+    lazy: EmbeddedNats, to_lazy: Client
+) -> None:
+    assert varz(lazy)["jetstream"]["config"].get("sync_always") is not True
+    found = await detect(to_lazy, lazy.monitor_url)
+    assert found.fsync is False
+    assert await group_commit_for(to_lazy, None, lazy.monitor_url) == 0
+
+
+async def test_nothing_answering_at_the_address_leaves_it_off(to_syncing: Client) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    found = await detect(to_syncing, url)
+    assert found.fsync is None
+    assert url in found.source
+    assert await group_commit_for(to_syncing, None, url) == 0
+
+
+async def test_another_servers_monitoring_endpoint_is_not_believed(
+    lazy: EmbeddedNats, syncing: EmbeddedNats, to_lazy: Client
+) -> None:
+    # Connected to the lazy server, pointed at the syncing one's endpoint.
+    found = await detect(to_lazy, syncing.monitor_url)
+    assert found.fsync is None
+    assert "another server" in found.source
+    assert await group_commit_for(to_lazy, None, syncing.monitor_url) == 0
+
+
+async def test_off_does_not_look(syncing: EmbeddedNats, to_syncing: Client) -> None:
+    assert (await detect(to_syncing, "off")).fsync is None
+    assert await group_commit_for(to_syncing, None, "off") == 0
+
+
+async def test_an_explicit_setting_wins_over_what_the_server_says(
+    syncing: EmbeddedNats, lazy: EmbeddedNats, to_syncing: Client, to_lazy: Client
+) -> None:
+    assert await group_commit_for(to_syncing, 0, syncing.monitor_url) == 0
+    assert await group_commit_for(to_lazy, 8, lazy.monitor_url) == 8
+
+
+def test_sync_always_keeps_the_configuration_file_it_wraps(tmp_path: Path) -> None:
+    given = tmp_path / "given.conf"
+    given.write_text("max_payload: 65536\n")
+    with EmbeddedNats(
+        tmp_path / "store", args=("-c", str(given), "-m", "-1"), sync_always=True
+    ) as server:
+        seen = varz(server)
+    assert seen["jetstream"]["config"]["sync_always"] is True
+    assert seen["max_payload"] == 65536
+
+
+def test_serve_group_commits_on_a_server_that_fsyncs_every_write(syncing: EmbeddedNats) -> None:
+    env = cli_env(syncing.url, "tserve", INTERLOCK_NATS_MONITOR=str(syncing.monitor_url))
+    env.pop("INTERLOCK_GROUP_COMMIT", None)
+    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
+    try:
+        serve.wait_for(f"group-committed, batches of {DEFAULT_GROUP_COMMIT}")
+    finally:
+        serve.stop()
+
+
+def test_serve_group_commit_zero_turns_it_off_on_that_server(syncing: EmbeddedNats) -> None:
+    env = cli_env(syncing.url, "tserve", INTERLOCK_NATS_MONITOR=str(syncing.monitor_url))
+    serve = interlock_bg("serve", "--metrics-port", "0", "--group-commit", "0", env=env)
+    try:
+        serve.wait_for("group commit off [(]set explicitly[)]")
+    finally:
+        serve.stop()
+
+
+def test_dev_fsync_starts_a_server_that_syncs_every_write(tmp_path: Path) -> None:
+    dev = interlock_bg(
+        "dev",
+        "--port",
+        "0",
+        "--no-http",
+        "--no-agents",
+        "--fsync",
+        "--data-dir",
+        str(tmp_path),
+        env=cli_env("", "il"),
+        cwd=tmp_path,
+    )
+    try:
+        dev.wait_for("every write fsynced")
+        dev.wait_for("orchestrator running")
+        config = (tmp_path / "interlock-sync.conf").read_text()
+    finally:
+        assert dev.stop() == 0, dev.output
+    assert "sync_interval: always" in config
+    assert "include" in config  # around the server configuration with authentication

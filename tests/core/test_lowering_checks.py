@@ -1,0 +1,210 @@
+"""The checks lowering makes on each part of a workflow, every problem of a file at once:
+its rule, its message and the line and column it points at (a key for a bad name, the
+value otherwise). The manifests of ``manifests/invalid`` show each rule once; these put
+the checks the rules share side by side (a terminal state's other parts, map, parallel and
+loop states, actions, the workflow's inputs, triggers and correlation, a DAG's graph)."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlock.core.compiler import compile_sources
+
+HEAD = "apiVersion: interlock.io/v1\nkind: Workflow\nmetadata: {name: demo}\nspec:\n"
+
+
+def problems(spec: str) -> list[str]:
+    """``LINE:COL RULE: MESSAGE`` of every problem of a workflow whose spec is ``spec``
+    (line 5 is the spec's first line)."""
+    compiled = compile_sources([("m.yaml", HEAD + spec)])
+    assert compiled.workflows == []
+    return [f"{d.line}:{d.col} {d.rule}: {d.message}" for d in compiled.diagnostics]
+
+
+def test_a_terminal_state_may_hold_nothing_that_runs() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  budget: {max_transitions: 50}
+  states:
+    work:
+      actions: [{capability: echo}]
+      on: [{event: "bad event", goto: done}]
+    done:
+      type: terminal
+      actions: [{capability: echo}]
+      catch: [{errors: ["*"], goto: work}]
+      timeout: {after: 1m, goto: work}
+"""
+    ) == [
+        "10:20 bad-name: event type 'bad event' must be dot-separated words",
+        "13:16 terminal-transitions: terminal state 'done' has actions (a terminal state "
+        "ends the run)",
+        "14:14 terminal-transitions: terminal state 'done' has catch (a terminal state "
+        "ends the run)",
+        "15:16 terminal-transitions: terminal state 'done' has timeout (a terminal state "
+        "ends the run)",
+    ]
+
+
+def test_a_state_name_is_checked_at_its_key() -> None:
+    assert problems(
+        """\
+  initial_state: 1work
+  states:
+    1work:
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "7:5 bad-name: state name '1work' must start with a letter and hold only letters, "
+        "digits, '_' or '-'"
+    ]
+
+
+def test_map_parallel_and_loop_states() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      map: {over: "inputs.xs", as: inputs, action: {capability: echo}}
+      on: [{event: task.completed, goto: fan}]
+    fan:
+      map: {over: "nope(", as: 1x, action: {capability: echo}}
+      on: [{event: task.completed, goto: par}]
+    par:
+      parallel:
+        actions:
+          - {capability: a}
+          - {capability: b, output: {x: y}}
+          - {capability: c}
+      on: [{event: task.completed, goto: again}]
+    again:
+      loop: {until: "iteration >", max_iterations: 2, action: {capability: echo}}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "8:36 bad-name: map item name 'inputs' must be an identifier other than context, "
+        "data, event, inputs, result, run, states",
+        "11:24 cel-compile: CEL does not compile: 'nope('",
+        "11:32 bad-name: map item name '1x' must be an identifier other than context, "
+        "data, event, inputs, result, run, states",
+        "17:29 map-output: a parallel action has no output mapping of its own: the state's "
+        "result (the list of results) becomes states.par.output; read it there or map it "
+        "in a transition's set",
+        "21:32 cel-compile: CEL does not compile: 'iteration >'",
+    ]
+
+
+@pytest.mark.parametrize(("fan_out", "found"), [(3, []), (2, ["3 parallel actions"])])
+def test_parallel_actions_count_against_the_fan_out_budget(fan_out: int, found: list[str]) -> None:
+    text = f"""\
+  initial_state: work
+  budget: {{max_fan_out: {fan_out}}}
+  states:
+    work:
+      parallel:
+        actions: [{{capability: a}}, {{capability: b}}, {{capability: c}}]
+      on: [{{event: task.completed, goto: done}}]
+    done: {{type: terminal}}
+"""
+    compiled = compile_sources([("m.yaml", HEAD + text)])
+    assert [str(d) for d in compiled.diagnostics] == [
+        f"m.yaml:10:18: budget: {what} are above budget.max_fan_out ({fan_out})" for what in found
+    ]
+
+
+def test_an_action_names_one_well_formed_target() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      actions:
+        - {capability: "bad cap"}
+        - {workflow: "Bad/Name"}
+        - {capability: echo, workflow: child}
+        - {input: {a: 1}}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "9:24 bad-name: capability name 'bad cap' must be dot-separated words",
+        "10:22 bad-name: workflow 'Bad/Name' must be NAME or NAMESPACE/NAME (DNS labels)",
+        "11:11 action-target: an action names exactly one of capability (work for an agent) "
+        "and workflow (a child run)",
+        "12:11 action-target: an action names exactly one of capability (work for an agent) "
+        "and workflow (a child run)",
+    ]
+
+
+def test_the_workflow_inputs_triggers_and_correlation() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  triggers:
+    - {event: "a..b"}
+  correlate:
+    key: "{{ inputs.k }}"
+    events: {"x y": "event.data.k", good.ev: "nope(", ok.ev: "event.data.k"}
+  inputs:
+    1x: {type: string}
+    n: {type: integer, default: "s"}
+    m: {type: strin, default: "s"}
+  states:
+    work:
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "7:15 bad-name: event type 'a..b' must be dot-separated words",
+        "10:14 bad-name: event type 'x y' must be dot-separated words",
+        "10:51 cel-compile: CEL does not compile: 'nope('",
+        "12:5 bad-name: input name '1x' must be an identifier",
+        "13:33 input-type: default of input 'n' is not a integer",
+        "14:15 input-type: unknown input type 'strin' (string, integer, number, boolean, "
+        "object, list, list[<type>], any)",
+    ]
+
+
+def test_a_dag_step_name_and_its_parallelism() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  budget: {max_fan_out: 2}
+  states:
+    work:
+      dag:
+        parallelism: 3
+        steps:
+          1a: {action: {capability: echo}}
+          b: {action: {capability: echo}, depends_on: [1a]}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "10:22 budget: parallelism 3 is above budget.max_fan_out (2)",
+        "12:11 bad-name: step name '1a' must start with a letter and hold only letters, "
+        "digits, '_' or '-'",
+    ]
+
+
+def test_a_dag_cycle_names_a_step_on_it_not_one_that_only_waits_for_it() -> None:
+    # 'a' waits for the cycle b -> c -> b but is not on it; 'd' is ordered.
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      dag:
+        steps:
+          d: {action: {capability: echo}}
+          a: {action: {capability: echo}, depends_on: [d, b]}
+          b: {action: {capability: echo}, depends_on: [d, c]}
+          c: {action: {capability: echo}, depends_on: [b]}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == ["12:11 dag-cycle: the dependencies form a cycle through step 'b': it would wait forever"]

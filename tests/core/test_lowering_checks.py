@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from interlock.core.compiler import compile_sources
+from interlock.core.definition import DeadlineDef
+from interlock.core.expr import Literal
 
 HEAD = "apiVersion: interlock.io/v1\nkind: Workflow\nmetadata: {name: demo}\nspec:\n"
 
@@ -208,3 +210,50 @@ def test_a_dag_cycle_names_a_step_on_it_not_one_that_only_waits_for_it() -> None
     done: {type: terminal}
 """
     ) == ["12:11 dag-cycle: the dependencies form a cycle through step 'b': it would wait forever"]
+
+
+def test_error_classes_are_checked_where_an_author_names_one() -> None:
+    known = (
+        "timeout, cancelled, budget_exceeded, schema_error, agent_error, platform_error, "
+        "expression_error, workflow_failed, payload_too_large"
+    )
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      actions: [{capability: echo, retry: {errors: [timeout, nope, "*"]}}]
+      on: [{event: task.completed, goto: done}]
+      catch: [{errors: [agent_error, oops], goto: failed}]
+    done: {type: terminal}
+    failed:
+      type: terminal
+      fail: {class: boom, message: "x"}
+"""
+    ) == [
+        f"8:62 unknown-error-class: unknown error class 'nope' (known: {known}, *)",
+        f"10:38 unknown-error-class: unknown error class 'oops' (known: {known}, *)",
+        # A terminal state fails with one class: '*' is not one.
+        f"14:21 unknown-error-class: unknown error class 'boom' (known: {known})",
+    ]
+
+
+def test_a_deadline_without_goto_fails_the_run_where_it_stands() -> None:
+    compiled = compile_sources(
+        [
+            (
+                "m.yaml",
+                HEAD
+                + """\
+  initial_state: work
+  deadline: {after: 10m, set: {late: true}}
+  states:
+    work:
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+""",
+            )
+        ]
+    )
+    compiled.raise_for_errors()
+    assert compiled.workflows[0].deadline == DeadlineDef(600.0, None, (("late", Literal(True)),))

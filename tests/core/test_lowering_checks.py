@@ -148,6 +148,7 @@ def test_the_workflow_inputs_triggers_and_correlation() -> None:
   initial_state: work
   triggers:
     - {event: "a..b"}
+    - {event: ok, input: {n: 1, k: "{{ event.data.k +  }}"}}
   correlate:
     key: "{{ inputs.k }}"
     events: {"x y": "event.data.k", good.ev: "nope(", ok.ev: "event.data.k"}
@@ -162,11 +163,12 @@ def test_the_workflow_inputs_triggers_and_correlation() -> None:
 """
     ) == [
         "7:15 bad-name: event type 'a..b' must be dot-separated words",
-        "10:14 bad-name: event type 'x y' must be dot-separated words",
-        "10:51 cel-compile: CEL does not compile: 'nope('",
-        "12:5 bad-name: input name '1x' must be an identifier",
-        "13:33 input-type: default of input 'n' is not a integer",
-        "14:15 input-type: unknown input type 'strin' (string, integer, number, boolean, "
+        "8:53 cel-compile: CEL does not compile: 'event.data.k +'",
+        "11:14 bad-name: event type 'x y' must be dot-separated words",
+        "11:51 cel-compile: CEL does not compile: 'nope('",
+        "13:5 bad-name: input name '1x' must be an identifier",
+        "14:33 input-type: default of input 'n' is not a integer",
+        "15:15 input-type: unknown input type 'strin' (string, integer, number, boolean, "
         "object, list, list[<type>], any)",
     ]
 
@@ -257,3 +259,70 @@ def test_a_deadline_without_goto_fails_the_run_where_it_stands() -> None:
     )
     compiled.raise_for_errors()
     assert compiled.workflows[0].deadline == DeadlineDef(600.0, None, (("late", Literal(True)),))
+
+
+def test_a_cel_error_points_into_a_plain_or_folded_scalar() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      actions: [{capability: echo}]
+      on:
+        - event: task.completed
+          goto: done
+          guard: result.ok && nope(
+        - event: task.failed
+          goto: done
+          guard: >
+            result.ok && oops
+    done: {type: terminal}
+"""
+    ) == [
+        "12:35 cel-compile: CEL does not compile: 'result.ok && nope('",
+        "16:26 cel-compile: unknown variable 'oops' in CEL (known: context, data, event, "
+        "inputs, result, run, states)",
+    ]
+
+
+def test_a_dag_cycle_is_found_after_steps_that_wait_for_a_later_declared_one() -> None:
+    # 'a' can only be ordered once 'x', declared after it, is: it is not on the cycle.
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      dag:
+        steps:
+          a: {action: {capability: echo}, depends_on: [x]}
+          x: {action: {capability: echo}}
+          b: {action: {capability: echo}, depends_on: [c]}
+          c: {action: {capability: echo}, depends_on: [b]}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == ["12:11 dag-cycle: the dependencies form a cycle through step 'b': it would wait forever"]
+
+
+def test_every_goto_and_set_is_checked_where_it_is_written() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  deadline: {after: 1h, goto: nowhere, set: {a: "{{ 1 + }}"}}
+  states:
+    work:
+      actions: [{capability: echo}]
+      on: [{event: task.completed, goto: done, set: {b: "{{ 2 + }}"}}]
+      catch: [{errors: ["*"], goto: lost, set: {c: "{{ 3 + }}"}}]
+      timeout: {after: 5m, goto: gone, set: {d: "{{ 4 + }}"}}
+    done: {type: terminal}
+"""
+    ) == [
+        "6:31 unknown-goto: goto 'nowhere' is not a state (states: work, done)",
+        "6:55 cel-compile: CEL does not compile: '1 +'",
+        "10:63 cel-compile: CEL does not compile: '2 +'",
+        "11:37 unknown-goto: goto 'lost' is not a state (states: work, done)",
+        "11:58 cel-compile: CEL does not compile: '3 +'",
+        "12:34 unknown-goto: goto 'gone' is not a state (states: work, done)",
+        "12:55 cel-compile: CEL does not compile: '4 +'",
+    ]

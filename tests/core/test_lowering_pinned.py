@@ -89,6 +89,18 @@ def test_the_hash_ignores_key_order_and_sees_every_value() -> None:
     assert len(hashes[0]) == len("sha256:") + 64
 
 
+def test_a_value_json_has_no_type_for_is_hashed_too() -> None:
+    # YAML's !!binary gives bytes; an ``x-`` key may hold anything.
+    text = (ROOT / CASES["every-part"]).read_text()
+    hashes = []
+    for blob in ("aGk=", "aGo="):
+        variant = text.replace("kind: Workflow\n", f"kind: Workflow\nx-blob: !!binary {blob}\n")
+        compiled = compile_sources([("every-part.yaml", variant)])
+        compiled.raise_for_errors()
+        hashes.append(compiled.workflows[0].spec_hash)
+    assert hashes[0] != hashes[1]
+
+
 def record() -> None:
     for name in sorted(CASES):
         target = PINNED / f"{name}.json"

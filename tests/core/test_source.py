@@ -86,6 +86,12 @@ def test_a_path_not_in_the_document_falls_back_to_its_closest_parent() -> None:
     assert document.diag(("e", "k"), "r", "m") == Diagnostic("f.yaml", 11, 8, "r", "m")
 
 
+def test_a_path_nowhere_known_falls_back_to_the_root_then_to_the_start() -> None:
+    document = Document("f.yaml", 0, {}, values={(): Span(2, 3)}, start=Span(1, 1))
+    assert document.where(("spec", "states")) == Span(2, 3)
+    assert document.where(("spec",), key=True) == Span(2, 3)
+
+
 def test_a_document_with_no_position_for_its_root_falls_back_to_its_start() -> None:
     document = Document("f.yaml", 2, {}, start=Span(7, 1))
     assert document.where(("spec", "states")) == Span(7, 1)

@@ -201,3 +201,73 @@ def test_a_waiting_states_gate_checks_only_what_when_selects() -> None:
     out = run.send("release.decided", {"decision": "hold"}, event_id="e-1")
     assert types(out) == ["event.received", "transition.fired", "state.entered", "run.completed"]
     assert run.state.state == "held"
+
+
+def test_gate_expressions_that_error_are_recorded_and_the_rest_still_prove() -> None:
+    text = GATED.replace(
+        """evidence: ['"evidence" in result ? result.evidence : {}', context.earlier]""",
+        "evidence: [result.evidence.extra, data.evidence]",
+    )
+    run = Run(compile_one(text))
+    run.start()
+    first = run.pending_id()
+    # The first expression errors (no `extra`): it proves nothing, and the next one still
+    # counts, reading the answer as `data`.
+    records = run.answer({"status": "passed", "evidence": {"tests": "green", "diff": "+x"}})
+    assert types(records)[:3] == ["action.completed", "guard.failed", "gate.checked"]
+    failed, checked = records[1], records[2]
+    assert isinstance(failed, ev.GuardFailed)
+    assert failed.data == ev.GuardFailedData(
+        state="build",
+        transition=-1,
+        event_type="gate.evidence",
+        guard="result.evidence.extra",
+        error="no such member in mapping: 'extra'",
+    )
+    assert isinstance(checked, ev.GateChecked)
+    assert checked.data == ev.GateCheckedData(
+        state="build", subject="build", proven=True, missing=[], action_id=first
+    )
+    assert run.state.state == "done"
+
+
+def test_a_when_that_errors_is_recorded_with_its_expression_and_error() -> None:
+    run = _run()
+    records = run.answer({"evidence": {"diff": "+x"}})  # no status: `when` errors
+    failed = records[1]
+    assert isinstance(failed, ev.GuardFailed)
+    assert failed.data == ev.GuardFailedData(
+        state="build",
+        transition=-1,
+        event_type="gate.when",
+        guard='result.status == "passed"',
+        error="no such member in mapping: 'status'",
+    )
+
+
+def test_a_refusal_after_a_retry_asks_again_at_the_same_attempt() -> None:
+    run = _run()
+    run.answer({"error": {"class": "timeout"}}, type="task.failed")
+    run.fire("retry")
+    [pending] = run.state.pending.values()
+    assert pending.attempt == 2
+    records = run.answer({"status": "passed", "evidence": {"diff": "+x"}})
+    again = records[-1]
+    assert isinstance(again, ev.ActionRequested)
+    assert again.data.attempt == 2
+    assert again.data.retry == pending.retry
+
+
+def test_a_waiting_states_gate_record_names_the_state_and_no_action() -> None:
+    run = Run(compile_one(WAITING))
+    run.start()
+    refused = run.send("release.decided", {"decision": "approve"}, event_id="e-1")
+    checked = refused[-1]
+    assert isinstance(checked, ev.GateChecked)
+    assert checked.data == ev.GateCheckedData(
+        state="approval",
+        subject="approval",
+        proven=False,
+        missing=["ticket", "risk"],
+        action_id="",
+    )

@@ -138,3 +138,15 @@ def test_a_stored_webhook_that_breaks_a_rule_raises() -> None:
         compile_webhook_data(manifest, "stored/gh")
     [diagnostic] = caught.value.diagnostics
     assert (diagnostic.path, diagnostic.rule) == ("stored/gh", "bad-name")
+
+
+def test_workflows_after_a_duplicate_name_are_still_checked() -> None:
+    again = WORKFLOW.replace("metadata:", "metadata:  # the same name again", 1)
+    broken = WORKFLOW.replace("name: code-review", "name: code-review-2", 1).replace(
+        "initial_state:", "initial_state: nowhere\n  x-was:", 1
+    )
+    compiled = compile_sources([("a.yaml", WORKFLOW), ("b.yaml", again), ("c.yaml", broken)])
+    assert [(d.path, d.rule) for d in compiled.diagnostics] == [
+        ("b.yaml", "duplicate-name"),
+        ("c.yaml", "initial-state"),
+    ]

@@ -1,0 +1,122 @@
+"""What a run writes when a timer fires or an attempt fails, beyond the route it takes: a
+deadline's and a state timeout's `set` rendered from the run as it stood, and a failed
+attempt of a loop iteration or of a state's later action retried as that same iteration
+or action."""
+
+from __future__ import annotations
+
+from core_support import Run, compile_one
+from test_spawn_budgets import _child, _parent, _report, _requested
+
+from interlock.core import events as ev
+
+TIMED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: timed}
+spec:
+  deadline: {after: 1d, goto: late, set: {stuck_in: "{{ run.state }}"}}
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      timeout: {after: 1h, goto: second, set: {waited: "{{ run.id }}/{{ run.state }}"}}
+      on:
+        - {event: go, goto: done}
+    second:
+      type: human_in_the_loop
+      on:
+        - {event: go, goto: done}
+    late:
+      type: terminal
+      outputs: {stuck_in: "{{ context.stuck_in }}", waited: "{{ context.waited }}"}
+    done: {type: terminal}
+"""
+
+
+def test_a_state_timeout_and_the_deadline_render_their_set_from_the_run() -> None:
+    run = Run(compile_one(TIMED))
+    run.start()
+    moved = run.fire("state-timeout")
+    fired = next(r for r in moved if isinstance(r, ev.TransitionFired))
+    assert (fired.data.event_type, fired.data.set) == ("state.timeout", {"waited": "r-test/wait"})
+    assert run.state.state == "second"
+    late = run.fire("run-deadline")
+    fired = next(r for r in late if isinstance(r, ev.TransitionFired))
+    assert (fired.data.event_type, fired.data.set) == ("run.deadline", {"stuck_in": "second"})
+    assert run.state.outputs == {"stuck_in": "second", "waited": "r-test/wait"}
+
+
+LOOPED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: looped}
+spec:
+  initial_state: poll
+  states:
+    poll:
+      loop:
+        until: result.ready == true
+        max_iterations: 3
+        action:
+          capability: status
+          input: {n: "{{ iteration }}"}
+          retry: {max_attempts: 2, backoff: {initial: 1s, jitter: false}}
+      on:
+        - {event: task.completed, goto: two}
+    two:
+      actions:
+        - {capability: build}
+        - capability: publish
+          retry: {max_attempts: 2, backoff: {initial: 1s, jitter: false}}
+      on:
+        - {event: task.completed, goto: done}
+    done: {type: terminal}
+"""
+
+
+def _failed(run: Run) -> list[ev.AnyRecord]:
+    return run.answer({"error": {"class": "timeout", "message": "slow"}}, type="task.failed")
+
+
+def test_a_failed_loop_iteration_is_retried_as_the_same_iteration() -> None:
+    run = Run(compile_one(LOOPED))
+    run.start()
+    run.answer({"ready": False})
+    records = _failed(run)
+    failed = next(r for r in records if isinstance(r, ev.ActionFailed))
+    scheduled = next(r for r in records if isinstance(r, ev.TimerScheduled))
+    assert (failed.data.iteration, failed.data.will_retry) == (2, True)
+    assert (scheduled.data.purpose, scheduled.data.iteration) == ("retry", 2)
+    [again] = [r for r in run.fire("retry") if isinstance(r, ev.ActionRequested)]
+    assert (again.data.iteration, again.data.attempt, again.data.input) == (2, 2, {"n": 2})
+
+
+def test_a_failed_later_action_is_retried_as_that_action() -> None:
+    run = Run(compile_one(LOOPED))
+    run.start()
+    run.answer({"ready": True})
+    run.answer({})  # build
+    records = _failed(run)  # publish
+    failed = next(r for r in records if isinstance(r, ev.ActionFailed))
+    scheduled = next(r for r in records if isinstance(r, ev.TimerScheduled))
+    assert (failed.data.index, scheduled.data.index) == (1, 1)
+    [again] = [r for r in run.fire("retry") if isinstance(r, ev.ActionRequested)]
+    assert (again.data.index, again.data.capability, again.data.attempt) == (1, "publish", 2)
+
+
+def test_a_failed_child_run_is_charged_what_it_spent() -> None:
+    parent = _parent("max_total_spawns: 6")
+    parent.start()
+    parent.answer({})  # prep: 1 spawn; the child run is the 2nd, handed the other 4
+    child = _child(_requested(parent).data.spawn)
+    child.answer({"error": {"class": "agent_error", "message": "no"}}, type="task.failed")
+    end = child.log[-1]
+    assert isinstance(end, ev.RunFailed)
+    assert end.data.spawns == 1
+    _report(parent, child)
+    failed = [r for r in parent.log if isinstance(r, ev.ActionFailed)][-1]
+    assert failed.data.spawns == 1
+    # The reservation of 4 is released: 1 (prep) + 1 (the child run) + 1 (its action).
+    assert parent.state.spawn is not None
+    assert (parent.state.spawn.used, parent.state.spawn.held) == (3, {})

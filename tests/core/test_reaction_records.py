@@ -6,7 +6,7 @@ or action."""
 from __future__ import annotations
 
 from core_support import Run, compile_one
-from test_spawn_budgets import _child, _parent, _report, _requested
+from test_spawn_budgets import PARENT, _child, _parent, _report, _requested
 
 from interlock.core import events as ev
 
@@ -120,3 +120,98 @@ def test_a_failed_child_run_is_charged_what_it_spent() -> None:
     # The reservation of 4 is released: 1 (prep) + 1 (the child run) + 1 (its action).
     assert parent.state.spawn is not None
     assert (parent.state.spawn.used, parent.state.spawn.held) == (3, {})
+
+
+COSTLY = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: costly}
+spec:
+  budget: {max_cost: 5}
+  initial_state: ask
+  states:
+    ask:
+      parallel:
+        actions: [{capability: model.big}, {capability: model.other}]
+      on:
+        - {event: task.completed, goto: done}
+      catch:
+        - {errors: [budget_exceeded], codes: [max_cost], goto: cheap}
+    cheap:
+      actions: [{capability: model.small}]
+      on:
+        - {event: task.completed, goto: done}
+    done: {type: terminal, outputs: {spent: "{{ run.cost }}"}}
+"""
+
+
+def test_spending_exactly_the_cost_budget_is_within_it() -> None:
+    run = Run(compile_one(COSTLY))
+    run.start()
+    first, second = run.state.pending
+    run.answer({"cost": 2}, action_id=first)
+    run.answer({"cost": 3}, action_id=second)
+    assert run.state.state == "done"
+    assert run.state.outputs == {"spent": 5.0}
+
+
+def test_the_answer_over_the_cost_budget_cancels_the_rest_and_is_routed_only_as_a_failure() -> None:
+    run = Run(compile_one(COSTLY))
+    run.start()
+    first, _ = run.state.pending
+    records = run.answer({"cost": 5.5}, action_id=first)
+    [cancelled] = [r for r in records if isinstance(r, ev.ActionCancelled)]
+    assert cancelled.data.reason == "budget.max_cost (5) exceeded"
+    # The catch took the run to `cheap`, which waits for its own answer.
+    assert run.state.state == "cheap"
+    [pending] = run.state.pending.values()
+    assert pending.capability == "model.small"
+    assert [r.data.to_state for r in records if isinstance(r, ev.TransitionFired)] == ["cheap"]
+
+
+def test_a_child_run_that_does_not_answer_in_time_fails_its_action_with_nothing_spent() -> None:
+    text = PARENT.replace("@BUDGET@", "max_total_spawns: 6").replace(
+        "actions: [{workflow: child}]", "actions: [{workflow: child, timeout: 1m}]"
+    )
+    parent = Run(compile_one(text), "r-parent")
+    parent.start()
+    parent.answer({})
+    records = parent.fire("action-timeout")
+    failed = next(r for r in records if isinstance(r, ev.ActionFailed))
+    assert (failed.data.error.error_class, failed.data.spawns) == ("timeout", None)
+
+
+def test_a_run_without_a_cost_budget_records_no_cost() -> None:
+    run = Run(compile_one(COSTLY.replace("  budget: {max_cost: 5}\n", "")))
+    run.start()
+    first, _ = run.state.pending
+    [completed] = [
+        r for r in run.answer({"cost": 7}, action_id=first) if isinstance(r, ev.ActionCompleted)
+    ]
+    assert completed.data.cost is None
+    assert run.state.cost is None
+
+
+def test_an_answer_of_its_own_type_routes_with_its_event() -> None:
+    text = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: own}
+spec:
+  initial_state: ask
+  states:
+    ask:
+      actions: [{capability: model.big}]
+      on:
+        - {event: model.refused, goto: refused}
+        - {event: task.completed, goto: done}
+    refused: {type: terminal}
+    done: {type: terminal}
+"""
+    run = Run(compile_one(text))
+    run.start()
+    records = run.answer({"why": "policy"}, type="model.refused", event_id="a-9")
+    [fired] = [r for r in records if isinstance(r, ev.TransitionFired)]
+    assert (fired.data.event_type, fired.data.event_id, fired.data.to_state) == (
+        "model.refused", "a-9", "refused",
+    )  # fmt: skip

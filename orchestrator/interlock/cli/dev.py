@@ -17,6 +17,7 @@ from nats.aio.client import Client
 
 import interlock_agents
 from interlock.auth.dev import DevAuth, prepare
+from interlock.runtime import eventloop
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.durability import DEFAULT_GROUP_COMMIT
 from interlock.runtime.embedded import EmbeddedNats
@@ -242,7 +243,10 @@ def run_dev(
         await stop_stack(*stack)
 
     try:
-        asyncio.run(main())
+        eventloop.run(main())
+    except eventloop.EventLoopError as exc:
+        sys.stderr.write(f"interlock dev: {exc}\n")
+        return 2
     finally:
         server.stop()
         print("stopped", flush=True)

@@ -21,6 +21,7 @@ from interlock.cli.connecting import (
     setup_logging,
     stop_on_signals,
 )
+from interlock.runtime import eventloop
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import ConnectionFailed
 
@@ -192,7 +193,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     try:
-        asyncio.run(
+        eventloop.run(
             serve(
                 options(args, operator=False),
                 metrics_port=port,
@@ -202,6 +203,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 nats_monitor=args.nats_monitor or os.environ.get("INTERLOCK_NATS_MONITOR"),
             )
         )
+    except eventloop.EventLoopError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK
@@ -221,7 +224,9 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
         opts = options(args, operator=False)
         _check_agent_creds(args.target, opts.creds_file)
-        asyncio.run(run_agent(args.target, opts, args.concurrency, port or None))
+        eventloop.run(run_agent(args.target, opts, args.concurrency, port or None))
+    except eventloop.EventLoopError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     except (LookupError, ImportError, AttributeError) as exc:

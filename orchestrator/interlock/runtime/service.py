@@ -46,7 +46,7 @@ from interlock.core.incoming import heavy_value
 from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass
-from interlock.runtime import writebehind
+from interlock.runtime import eventloop, writebehind
 from interlock.runtime.addressing import Refused, admit
 from interlock.runtime.answering import AnswerDesk, Outcome
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
@@ -211,7 +211,8 @@ class Orchestrator:
         ]
         await self.desk.start()
         self.flow.start()
-        log.info("orchestrator started (prefix %s)", s.prefix)
+        loop = eventloop.loop_name(asyncio.get_running_loop())
+        log.info("orchestrator started (prefix %s, event loop %s)", s.prefix, loop)
 
     async def _prepare(self) -> None:
         """Streams, the token key, definitions and task consumers: each step idempotent."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
@@ -13,7 +14,20 @@ from nats.js.api import StreamConfig
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NoStreamResponseError
 
 from interlock.transport.jetstream import JetStream, jetstream
+from interlock.transport.natsclient import NatsClient
 from interlock.transport.subjects import Subjects
+
+
+@pytest.fixture(params=["nats-py", "interlock"])
+async def nc(request: pytest.FixtureRequest, nats_url: str) -> AsyncIterator[Client]:
+    """Both clients: nats-py's own (acknowledgements through a subscription's callback)
+    and Interlock's (through a direct subscription)."""
+    client = Client() if request.param == "nats-py" else NatsClient()
+    await client.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture

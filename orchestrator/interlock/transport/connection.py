@@ -24,6 +24,7 @@ from nats.aio.client import Client
 
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.errors import ConnectionFailed
+from interlock.transport.natsclient import NatsClient
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects, inbox_prefix
 
 __all__ = ["DEFAULT_URL", "ConnectOptions", "ConnectionFailed", "connect"]
@@ -220,7 +221,7 @@ class _Connecting:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
-            nc = self.nc = Client()
+            nc = self.nc = NatsClient()
             attempt = asyncio.ensure_future(nc.connect(**kwargs))
             gave_up = asyncio.ensure_future(self.refused.wait())
             try:

@@ -25,6 +25,8 @@ from nats.js import api
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
+from interlock.transport.natsclient import direct_subscriber
+
 _NO_RESPONDERS = "503"
 _TICK = 0.1
 """Seconds: how finely acknowledgement timeouts are kept."""
@@ -116,7 +118,11 @@ class JetStream(JetStreamContext):
         async with self._starting:
             if self._replies is None:
                 prefix = self._nc.new_inbox() + "."
-                await self._nc.subscribe(prefix + "*", cb=self._on_reply)
+                direct = direct_subscriber(self._nc)
+                if direct is not None:
+                    await direct(prefix + "*", self._on_reply_now)
+                else:
+                    await self._nc.subscribe(prefix + "*", cb=self._on_reply)
                 self._replies = prefix
         return self._replies
 
@@ -136,6 +142,9 @@ class JetStream(JetStreamContext):
                 future.set_exception(NatsTimeoutError())
 
     async def _on_reply(self, msg: Msg) -> None:
+        self._on_reply_now(msg)
+
+    def _on_reply_now(self, msg: Msg) -> None:
         assert self._replies is not None
         future = self._waiting.get(msg.subject[len(self._replies) :])
         if future is not None and not future.done():

@@ -1,0 +1,134 @@
+"""Interlock's NATS client: nats-py's results with less work per message."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.natsclient import NatsClient, direct_subscriber
+
+_PIECES = st.sampled_from(
+    [
+        b":",
+        b" ",
+        b"\t",
+        b"\r\n",
+        b"\x1c",
+        b"\x1f",
+        b"\x0b",
+        b"a",
+        b"Nats-Msg-Id",
+        b"\xff",
+        "é".encode(),
+    ]
+)
+
+
+@given(st.lists(st.one_of(_PIECES, st.binary(max_size=6)), max_size=20).map(b"".join))
+def test_headers_parse_as_nats_py_parses_them(raw: bytes) -> None:
+    assert NatsClient._parse_header_lines(raw) == Client._parse_header_lines(raw)
+
+
+def test_headers_of_a_run_log_append_parse_as_before() -> None:
+    raw = (
+        b"Nats-Msg-Id: r1:3\r\nNats-Expected-Last-Subject-Sequence:12\r\n"
+        b"ce-source : bench://x \r\nbad name: skipped\r\n\xffname: skipped\r\n"
+        b"value: caf\xc3\xa9\r\n\r\n"
+    )
+    parsed = NatsClient._parse_header_lines(raw)
+    assert parsed == Client._parse_header_lines(raw)
+    assert parsed == {
+        "Nats-Msg-Id": "r1:3",
+        "Nats-Expected-Last-Subject-Sequence": "12",
+        "ce-source": "bench://x",
+        "value": "café",
+    }
+
+
+@pytest.fixture
+async def fast(nats_url: str) -> AsyncIterator[NatsClient]:
+    nc = await connect(ConnectOptions.resolve(nats_url, name="natsclient test"))
+    assert isinstance(nc, NatsClient)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def test_a_direct_handler_gets_every_message_in_order_with_headers(
+    fast: NatsClient, nc: Client
+) -> None:
+    got: list[Msg] = []
+    arrived = asyncio.Event()
+
+    def handler(msg: Msg) -> None:
+        got.append(msg)
+        arrived.set()
+
+    sub = await fast.subscribe_direct("natsclient.direct", handler)
+    await fast.flush()
+    for i in range(50):
+        await nc.publish("natsclient.direct", str(i).encode(), headers={"n": str(i)})
+    await nc.publish("natsclient.direct", b"plain")
+    await nc.flush()
+    await fast.flush()
+    assert [m.data for m in got] == [str(i).encode() for i in range(50)] + [b"plain"]
+    assert [m.headers for m in got[:2]] == [{"n": "0"}, {"n": "1"}]
+    assert got[-1].headers is None
+    # Replies work as on any message.
+    got.clear()
+    arrived.clear()
+    answer = asyncio.ensure_future(nc.request("natsclient.direct", b"ping", timeout=5))
+    await asyncio.wait_for(arrived.wait(), 5)
+    await got[0].respond(b"pong")
+    assert (await answer).data == b"pong"
+    # Unsubscribed: nothing more arrives, and the handler is gone.
+    await sub.unsubscribe()
+    await nc.publish("natsclient.direct", b"late")
+    await nc.flush()
+    await fast.flush()
+    assert [m.data for m in got] == [b"ping"]
+    assert sub._id not in fast._direct
+
+
+async def test_a_failing_handler_is_reported_and_the_connection_reads_on(
+    nats_url: str, nc: Client
+) -> None:
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    fast = NatsClient()
+    await fast.connect(nats_url, error_cb=on_error, max_reconnect_attempts=0)
+    try:
+        seen: list[bytes] = []
+
+        def handler(msg: Msg) -> None:
+            if msg.data == b"boom":
+                raise ValueError("boom")
+            seen.append(msg.data)
+
+        await fast.subscribe_direct("natsclient.fails", handler)
+        await fast.flush()
+        for data in (b"one", b"boom", b"two"):
+            await nc.publish("natsclient.fails", data)
+        await nc.flush()
+        await fast.flush()
+        assert seen == [b"one", b"two"]
+        assert [str(e) for e in errors] == ["boom"]
+        assert fast.is_connected
+    finally:
+        await fast.close()
+
+
+def test_only_interlocks_client_offers_direct_subscriptions() -> None:
+    assert direct_subscriber(NatsClient()) is not None
+    assert direct_subscriber(Client()) is None

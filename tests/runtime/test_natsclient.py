@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from nats import errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -52,6 +54,20 @@ def test_headers_of_a_run_log_append_parse_as_before() -> None:
     }
 
 
+async def _until_subscribed(nc: Client, subject: str, arrived: asyncio.Event) -> None:
+    """Probe ``subject`` until a message reaches the handler (nats-py's ``flush`` may
+    overtake a SUB still in its buffer, so it does not prove the interest is known)."""
+    arrived.clear()
+    for _ in range(100):
+        await nc.publish(subject, b"probe")
+        try:
+            await asyncio.wait_for(arrived.wait(), 0.05)
+        except TimeoutError:
+            continue
+        return
+    raise AssertionError(f"no message reached the handler of {subject}")
+
+
 @pytest.fixture
 async def fast(nats_url: str) -> AsyncIterator[NatsClient]:
     nc = await connect(ConnectOptions.resolve(nats_url, name="natsclient test"))
@@ -73,7 +89,8 @@ async def test_a_direct_handler_gets_every_message_in_order_with_headers(
         arrived.set()
 
     sub = await fast.subscribe_direct("natsclient.direct", handler)
-    await fast.flush()
+    await _until_subscribed(nc, "natsclient.direct", arrived)
+    got.clear()
     for i in range(50):
         await nc.publish("natsclient.direct", str(i).encode(), headers={"n": str(i)})
     await nc.publish("natsclient.direct", b"plain")
@@ -116,8 +133,15 @@ async def test_a_failing_handler_is_reported_and_the_connection_reads_on(
                 raise ValueError("boom")
             seen.append(msg.data)
 
-        await fast.subscribe_direct("natsclient.fails", handler)
-        await fast.flush()
+        arrived = asyncio.Event()
+
+        def probed(msg: Msg) -> None:
+            arrived.set()
+            handler(msg)
+
+        await fast.subscribe_direct("natsclient.fails", probed)
+        await _until_subscribed(nc, "natsclient.fails", arrived)
+        seen.clear()
         for data in (b"one", b"boom", b"two"):
             await nc.publish("natsclient.fails", data)
         await nc.flush()
@@ -132,3 +156,32 @@ async def test_a_failing_handler_is_reported_and_the_connection_reads_on(
 def test_only_interlocks_client_offers_direct_subscriptions() -> None:
     assert direct_subscriber(NatsClient()) is not None
     assert direct_subscriber(Client()) is None
+
+
+async def _sent(client: Client, send: Any, headers: dict[str, str]) -> bytes | str:
+    """What ``send`` (a ``_send_publish``) queues for the server, or the error it raises."""
+    sent: list[bytes] = []
+
+    async def capture(cmd: bytes, priority: bool = False) -> None:
+        sent.append(cmd)
+
+    client._send_command = capture  # type: ignore[method-assign]
+    try:
+        await send(client, "a.b", "_INBOX.x", b"data", 4, headers)
+    except errors.BadHeaderError as exc:
+        return f"BadHeaderError({exc})"
+    return b"".join(sent)
+
+
+_NAMES = st.sampled_from(["Nats-Msg-Id", "ce-type", " padded ", "", "  ", "bad name", "é", "a:b"])
+_VALUES = st.text(st.sampled_from("ab \t\r\né%"), max_size=8)
+
+
+@settings(deadline=None)
+@given(st.dictionaries(st.one_of(_NAMES, st.text(max_size=4)), _VALUES, max_size=5))
+async def test_headers_go_out_as_nats_py_sends_them(headers: dict[str, str]) -> None:
+    fast = NatsClient()
+    for _ in range(2):  # the second time from the cache of names
+        ours = await _sent(fast, NatsClient._send_publish, headers)
+        theirs = await _sent(Client(), Client._send_publish, headers)
+        assert ours == theirs

@@ -25,14 +25,19 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from nats.aio.client import Client
+from nats import errors
+from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.protocol.command import hpub_cmd
 
 log = logging.getLogger("interlock.nats")
 
 _SPACE = re.compile(r"\s")
 _CRLF = b"\r\n"
+_HEADER_LINE = b"NATS/1.0\r\n"
+_NAME_CACHE = 256
+"""Header names kept encoded (Interlock sends a few dozen distinct ones)."""
 
 DirectHandler = Callable[[Msg], None]
 
@@ -43,6 +48,7 @@ class NatsClient(Client):
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
+        self._names: dict[str, bytes] = {}
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, str]:
@@ -61,6 +67,43 @@ class NatsClient(Client):
                 continue
             out[key] = value.strip().decode("utf-8", "replace")
         return out
+
+    def _header_block(self, headers: dict[str, str]) -> bytes:
+        """The header block ``Client._send_publish`` builds (same bytes, same
+        ``BadHeaderError``), with each name checked and encoded once."""
+        names = self._names
+        parts = [_HEADER_LINE]
+        for k, v in headers.items():
+            name = names.get(k)
+            if name is None:
+                key = k.strip()
+                if key and not _HEADER_KEY_RE.fullmatch(key):
+                    raise errors.BadHeaderError(key)
+                name = key.encode() + b": " if key else b""
+                if len(names) < _NAME_CACHE:
+                    names[k] = name
+            if name:
+                parts += (name, v.strip().translate(_HEADER_VALUE_NEWLINES).encode(), _CRLF)
+        parts.append(_CRLF)
+        return b"".join(parts)
+
+    async def _send_publish(
+        self,
+        subject: str,
+        reply: str,
+        payload: bytes,
+        payload_size: int,
+        headers: dict[str, Any] | None,
+    ) -> None:
+        if headers is None or subject == "":
+            await super()._send_publish(subject, reply, payload, payload_size, headers)
+            return
+        command = hpub_cmd(subject, reply, self._header_block(headers), payload)
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += payload_size
+        await self._send_command(command)
+        if self._flush_queue is not None and self._flush_queue.empty():
+            await self._flush_pending()
 
     async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
         """Subscribe to ``subject`` with ``handler`` called in the read loop for each

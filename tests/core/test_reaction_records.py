@@ -9,6 +9,7 @@ from core_support import Run, compile_one
 from test_spawn_budgets import PARENT, _child, _parent, _report, _requested
 
 from interlock.core import events as ev
+from interlock.core.engine import Incoming
 
 TIMED = """\
 apiVersion: interlock.io/v1
@@ -215,3 +216,21 @@ spec:
     assert (fired.data.event_type, fired.data.event_id, fired.data.to_state) == (
         "model.refused", "a-9", "refused",
     )  # fmt: skip
+
+
+def test_a_childs_spawn_count_is_read_only_as_a_number_of_up_to_nine_digits() -> None:
+    for value, spawns in [("999999999", 999999999), ("1000000000", None), ("2x", None)]:
+        parent = _parent("max_total_spawns: 6")
+        parent.start()
+        parent.answer({})
+        parent.deliver(
+            Incoming(
+                type="task.completed",
+                source="interlock://runs/r-child",
+                id="r-child.end",
+                data={},
+                extensions={"actionid": parent.pending_id(), "attempt": "1", "spawns": value},
+            )
+        )
+        completed = [r for r in parent.log if isinstance(r, ev.ActionCompleted)][-1]
+        assert completed.data.spawns == spawns, value

@@ -15,6 +15,7 @@ from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.engine import Incoming
+from interlock.core.spawn import SpawnProgress
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus
 
@@ -235,6 +236,11 @@ def test_a_childs_own_total_narrows_what_it_was_handed() -> None:
     assert child.log[0].data.spawn == ev.SpawnBudget(depth=1, allowance=1)
 
 
+def test_a_childs_own_total_does_not_widen_what_it_was_handed() -> None:
+    child = _child(ev.SpawnBudget(depth=1, allowance=1), "budget: {max_total_spawns: 5}")
+    assert child.log[0].data.spawn == ev.SpawnBudget(depth=1, allowance=1)
+
+
 def test_a_child_whose_end_is_not_taken_keeps_its_reservation() -> None:
     parent = _parent("max_total_spawns: 10")
     parent.start()
@@ -367,3 +373,27 @@ def test_the_steps_of_a_dag_share_what_is_left_evenly() -> None:
     assert second.data.step == "b"
     assert second.data.spawn == ev.SpawnBudget(depth=1, allowance=6)
     _replays(run)
+
+
+def test_a_child_with_a_total_of_its_own_under_a_depth_only_parent() -> None:
+    """The parent counts no total (only a depth): it reserved nothing for the child, and
+    what the child reports it spent changes nothing in the parent's progress."""
+    parent = _parent("max_spawn_depth: 2")
+    parent.start()
+    parent.answer({})
+    request = _requested(parent)
+    assert request.data.spawn == ev.SpawnBudget(depth=1, max_depth=2)
+    child = _child(request.data.spawn, "budget: {max_total_spawns: 5}")
+    child.answer({})
+    child.answer({})
+    end = child.log[-1]
+    assert isinstance(end, ev.RunCompleted)
+    assert end.data.spawns == 2
+    before = parent.state.spawn
+    assert before == SpawnProgress(depth=0, max_depth=2)
+    _report(parent, child)
+    completed = [r for r in parent.log if isinstance(r, ev.ActionCompleted)][-1]
+    assert completed.data.spawns == 2
+    assert parent.state.spawn == before
+    assert parent.state.state == "after"
+    _replays(parent)

@@ -71,6 +71,13 @@ SELECTIONS = {
     ],
     **{m: list(COMPILING) for m in ("lowering", "lowering_dag", "lowering_scope")},
     **{m: list(COMPILING) for m in ("lowering_states", "source")},
+    # Every run started folds its spawn budgets, so each mutant of `spawn_budget` or
+    # `SpawnProgress.of` would run the whole suite. These files reach every line and branch
+    # of spawn.py (the whole selection reaches no more).
+    "spawn": [
+        "tests/core/test_redrive_steps.py",
+        "tests/core/test_spawn_budgets.py",
+    ],
 }
 """Modules measured against fewer tests than ``TESTS``: used when every module of a run
 has one (run such a module on its own)."""

@@ -201,7 +201,8 @@ def test_a_timer_whose_recorded_id_names_another_timer_of_the_new_run() -> None:
 
 def test_a_timer_set_steps_before_it_fires_is_found_after_the_ids_drift() -> None:
     """The approval's timeout is set, an event the guard turns down comes, then the timeout
-    fires: re-driven with a review timeout (every id after it moves on), it still fires."""
+    fires: re-driven with a run deadline and a review timeout (every id after them moves
+    on), it is that timeout that fires, not the deadline also set."""
     run = Run(ORIGINAL, run_id="r-late")
     run.start({"repository": "acme/app", "pr": 7, "score": 8})
     run.answer({"score": 8, "summary": "fine"})
@@ -210,7 +211,7 @@ def test_a_timer_set_steps_before_it_fires_is_found_after_the_ids_drift() -> Non
     assert run.state.state == "approval"
     run.fire("state-timeout")
     assert run.state.outputs["reason"] == "no approval within 72h"
-    again = analysis.redrive(run.log, changed(REVIEW_TIMEOUT))
+    again = analysis.redrive(run.log, changed(DEADLINE, REVIEW_TIMEOUT))
     assert [r.data.purpose for r in again if isinstance(r, ev.TimerFired)] == ["state-timeout"]
     end = again[-1]
     assert isinstance(end, ev.RunCompleted)

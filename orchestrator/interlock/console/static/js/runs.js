@@ -14,6 +14,12 @@ function utc(value) {
   return value.includes("T") ? `${value}Z` : value;
 }
 
+// A datetime-local field leaves the seconds out of its value when they are zero
+// ("2026-12-01T09:30"); the filters keep them, so a link says the same second the same way.
+function toSecond(value) {
+  return /T\d\d:\d\d$/.test(value) ? `${value}:00` : value;
+}
+
 function queryOf(filters) {
   return {
     workflow: filters.workflow,
@@ -185,8 +191,8 @@ export async function runsPage(root, _arg, params, current) {
     const data = new FormData(form);
     filters.workflow = data.get("workflow") || "";
     filters.status = data.get("status") || "";
-    filters.since = data.get("since") || "";
-    filters.until = data.get("until") || "";
+    filters.since = toSecond(data.get("since") || "");
+    filters.until = toSecond(data.get("until") || "");
     go(0);
   });
   form.addEventListener("submit", (ev) => ev.preventDefault());

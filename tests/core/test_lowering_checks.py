@@ -326,3 +326,63 @@ def test_every_goto_and_set_is_checked_where_it_is_written() -> None:
         "12:34 unknown-goto: goto 'gone' is not a state (states: work, done)",
         "12:55 cel-compile: CEL does not compile: '4 +'",
     ]
+
+
+def test_a_zero_duration_is_refused_wherever_a_duration_is_written() -> None:
+    # A malformed one is refused by the structure check already; zero gets this far.
+    refused = "is not a duration (a number and a unit: 250ms, 30s, 30m, 1h, 1d)"
+    assert problems(
+        """\
+  initial_state: work
+  deadline: {after: 0s}
+  states:
+    work:
+      actions:
+        - capability: echo
+          timeout: 0ms
+          retry: {backoff: {initial: 0s, max: 0m}}
+      on: [{event: task.completed, goto: done}]
+      timeout: {after: 0h, goto: done}
+    done: {type: terminal}
+"""
+    ) == [
+        f"6:21 bad-duration: '0s' {refused}",
+        f"11:20 bad-duration: '0ms' {refused}",
+        f"12:38 bad-duration: '0s' {refused}",
+        f"12:47 bad-duration: '0m' {refused}",
+        f"14:24 bad-duration: '0h' {refused}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("budget", "where", "found"),
+    [
+        (
+            "  budget: {edges: {a: 1, b: 2}}\n",
+            "on: [{event: task.completed, goto: done, budget: [a, c]}]",
+            "10:60 unknown-budget: edge budget 'c' is not declared in spec.budget.edges "
+            "(declared: a, b)",
+        ),
+        (
+            "",
+            "catch: [{goto: done, budget: [x]}]",
+            "10:37 unknown-budget: edge budget 'x' is not declared in spec.budget.edges "
+            "(declared: none)",
+        ),
+    ],
+)
+def test_an_edge_budget_not_declared_names_those_that_are(
+    budget: str, where: str, found: str
+) -> None:
+    spec = f"""\
+  initial_state: work
+{budget}  states:
+    work:
+      actions: [{{capability: echo}}]
+      on: [{{event: task.completed, goto: done}}]
+      {where}
+    done: {{type: terminal}}
+"""
+    if where.startswith("on:"):
+        spec = spec.replace("      on: [{event: task.completed, goto: done}]\n", "")
+    assert problems(spec) == [found]

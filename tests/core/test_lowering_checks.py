@@ -315,7 +315,7 @@ def test_every_goto_and_set_is_checked_where_it_is_written() -> None:
       on: [{event: task.completed, goto: done, set: {b: "{{ 2 + }}"}}]
       catch: [{errors: ["*"], goto: lost, set: {c: "{{ 3 + }}"}}]
       timeout: {after: 5m, goto: gone, set: {d: "{{ 4 + }}"}}
-    done: {type: terminal}
+    done: {type: terminal, outputs: {r: "{{ 5 + }}"}}
 """
     ) == [
         "6:31 unknown-goto: goto 'nowhere' is not a state (states: work, done)",
@@ -325,6 +325,7 @@ def test_every_goto_and_set_is_checked_where_it_is_written() -> None:
         "11:58 cel-compile: CEL does not compile: '3 +'",
         "12:34 unknown-goto: goto 'gone' is not a state (states: work, done)",
         "12:55 cel-compile: CEL does not compile: '4 +'",
+        "13:47 cel-compile: CEL does not compile: '5 +'",
     ]
 
 
@@ -386,3 +387,21 @@ def test_an_edge_budget_not_declared_names_those_that_are(
     if where.startswith("on:"):
         spec = spec.replace("      on: [{event: task.completed, goto: done}]\n", "")
     assert problems(spec) == [found]
+
+
+def test_a_gate_needs_actions_or_an_event_from_outside_not_only_answers() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  evidence: {events: [scan.done]}
+  states:
+    work:
+      gate: {requires: {scan: passed}, evidence: ["event.data.ok"]}
+      on: [{event: task.failed, goto: done}, {event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "9:7 gate-placement: state 'work' has a gate but no actions and takes no event from "
+        "outside: a gate checks the answer that completes a state's actions, or the event a "
+        "state without actions takes (a DAG step takes requires)"
+    ]

@@ -271,3 +271,23 @@ def test_a_waiting_states_gate_record_names_the_state_and_no_action() -> None:
         missing=["ticket", "risk"],
         action_id="",
     )
+
+
+def test_evidence_whose_map_holds_an_error_proves_nothing() -> None:
+    # CEL builds the map with the error as a value; the gate must not take it as proof.
+    text = GATED.replace(
+        """evidence: ['"evidence" in result ? result.evidence : {}', context.earlier]""",
+        """evidence: ['{"diff": result.nope, "tests": "green"}', '[result.nope]']""",
+    )
+    run = Run(compile_one(text))
+    run.start()
+    records = run.answer({"status": "passed"})
+    assert types(records) == [
+        "action.completed", "guard.failed", "guard.failed", "gate.checked", "action.requested",
+    ]  # fmt: skip
+    errors = [r.data.error for r in records if isinstance(r, ev.GuardFailed)]
+    assert errors == ["no such member in mapping: 'nope'"] * 2
+    checked = records[3]
+    assert isinstance(checked, ev.GateChecked)
+    assert (checked.data.proven, checked.data.missing) == (False, ["diff", "tests"])
+    assert run.state.state == "build"

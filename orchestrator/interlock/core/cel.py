@@ -244,7 +244,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def to_json(value: Any) -> Any:
-    """Turn a CEL value into a plain JSON value."""
+    """Turn a CEL value into a plain JSON value. An error inside a list or a map (celpy
+    builds ``{"a": x.missing}`` with the error as its value) is the expression's error."""
+    if isinstance(value, _cel().CELEvalError):
+        raise ExpressionError(_describe(value))
     celtypes = _cel().celtypes
     if value is None or isinstance(value, celtypes.NullType):
         return None

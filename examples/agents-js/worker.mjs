@@ -209,6 +209,7 @@ async function handle(js, capability, msg, ackWaitMs) {
       throw new TaskError("timeout", "the deadline had passed when the task was taken", { retryable: true });
     }
     const input = msg.data.length ? JSON.parse(new TextDecoder().decode(msg.data)) : {};
+    log("working on", task.actionId, "attempt", task.attempt);
     const racers = [HANDLERS[capability](input, task), aborted(task.signal)];
     if (task.deadline !== undefined) racers.push(deadline(task.deadline));
     const result = await Promise.race(racers);

@@ -5,7 +5,8 @@ its own credential, and the worker on an agent credential issued by
 ``interlock creds issue agent --capability demo.greet`` (so it may do only what the
 contract lets an agent do). The worker is the one docs/agents-any-language.md describes;
 here it completes a run, fails retryably on attempt 1 and succeeds on attempt 2, answers
-with its own event type, honours a cancel notice, and is listed by ``interlock agents``.
+with its own event type, honours a cancel notice (while the task runs, and one that came
+with the task, before it starts), and is listed by ``interlock agents``.
 """
 
 from __future__ import annotations
@@ -233,13 +234,13 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
 
             # A cancel notice stops a task in the middle, and the task is acknowledged.
             run = await client.start("greet", {"name": "dee", "wait_seconds": 60})
-
-            async def taken() -> bool:
-                return await _pending_acks(client) == 1
-
-            await _until(taken, "the slow task is taken")
-            assert await client.cancel(run)
             action = f"{run}:"
+            # Once its handler runs: a notice that reaches the worker with the task itself
+            # (the server delivered it, the worker has not read it yet) refuses it before it
+            # starts instead, which is another path.
+            await worker.wait_for("working on", action)
+            assert await _pending_acks(client) == 1
+            assert await client.cancel(run)
             await worker.wait_for("cancel notice for", action)
             await worker.wait_for("answered", action, "task.failed")
 
@@ -248,6 +249,25 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
 
             await _until(acked, "the cancelled task is acknowledged")
             assert (await client.wait(run, timeout=WAIT)).status == "cancelled"
+
+            # A notice that reaches the worker with its task (the worker, stopped, read
+            # neither) refuses the task before its handler starts, and acknowledges it.
+            async def queued(count: int = 1) -> bool:
+                info = await client.js.stream_info(SUBJECTS.tasks_stream)
+                return info.state.messages == count
+
+            process.send_signal(signal.SIGSTOP)
+            try:
+                run = await client.start("greet", {"name": "eve", "wait_seconds": 60})
+                await _until(queued, "the task is dispatched")
+                assert await client.cancel(run)
+                assert (await client.wait(run, timeout=WAIT)).status == "cancelled"
+            finally:
+                process.send_signal(signal.SIGCONT)
+            action = f"{run}:"
+            await worker.wait_for("answered", action, "task.failed")
+            assert not [line for line in worker.lines if "working on" in line and action in line]
+            await _until(lambda: queued(0), "the refused task acknowledged (gone from the stream)")
 
             # interlock agents lists the worker (its heartbeats).
             code, out = await _cli(

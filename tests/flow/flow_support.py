@@ -26,9 +26,12 @@ from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 
 WAIT = 10.0
+API_WAIT = 30.0
+"""Seconds a JetStream request of these stacks may take (the server busy, not gone)."""
 REPO = Path(__file__).resolve().parents[2]
 PORTS = REPO / "examples" / "ports"
 """The ported workflows: for each system, ``<system>-agents.yaml`` and its workflows."""
@@ -48,6 +51,10 @@ async def clock_orchestrator(
     timers = ClockTimers(clock)
     nc_o = await nats.connect(nats_url)
     nc_c = await nats.connect(nats_url)
+    # A loaded machine (two busy loops beside the suite, load 20-30) answered a JetStream
+    # request here after more than the 5 s the contexts wait by default.
+    for nc in (nc_o, nc_c):
+        jetstream(nc, timeout=API_WAIT)
     orchestrator = Orchestrator(nc_o, subjects, clock=clock, timers=timers)
     await orchestrator.start()
     client = InterlockClient(nc_c, subjects)

@@ -18,6 +18,7 @@ import httpx
 import nats
 import pytest
 from flow_support import (
+    API_WAIT,
     REPO,
     ScriptedAgents,
     ScriptedStack,
@@ -35,6 +36,7 @@ from interlock.runtime.runs import utc_now
 from interlock.sdk import AgentError, TaskContext
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.httpserver import HttpServer
+from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 
 FIXTURE = REPO / "tests" / "dialects" / "fixtures" / "kxm-workflows.json"
@@ -433,6 +435,7 @@ async def test_signed_webhooks_start_and_signal_the_definition(
     ):
         stack = Stack(client, timers, agents)
         nc = await nats.connect(nats_url)
+        jetstream(nc, timeout=API_WAIT)
         gateway = Gateway(nc, subjects)
         await gateway.start()
         server = HttpServer(build_app(gateway), 0)

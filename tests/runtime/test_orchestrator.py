@@ -182,6 +182,49 @@ async def test_a_trigger_event_starts_a_run_that_completes(
         assert answered.data.source == "interlock://agent/testagent"  # the worker's name
 
 
+BUMPED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: bumped
+    spec:
+      triggers:
+        - event: com.example.bump
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on:
+            - event: never.sent
+              goto: done
+        done:
+          type: terminal
+          outputs:
+            version: 1
+    """
+)
+
+
+async def test_an_event_published_right_after_an_apply_starts_the_version_applied(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """The ingress routes while it checks that it knows every workflow applied before
+    the events it fetched were published: an event published as soon as an apply
+    returns starts the workflow just applied, never the one before."""
+    async with running_stack(nats_url, subjects, [BUMPED]) as stack:
+        for version in range(2, 12):
+            await stack.apply(BUMPED.replace("version: 1", f"version: {version}"))
+            event = CloudEvent(
+                id=f"bump-{version}", source="/test", type="com.example.bump", data={}
+            )
+            await publish(stack, event)
+            run_id = await run_of(stack, "bumped", event)
+            started = await eventually(lambda run_id=run_id: stack.records(run_id))
+            assert isinstance(started[0], ev.RunStarted)
+            assert started[0].data.version == version
+
+
 async def test_actions_are_dispatched_once_their_request_is_appended_without_the_relay(
     nats_url: str, subjects: Subjects
 ) -> None:

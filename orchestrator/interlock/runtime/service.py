@@ -147,6 +147,8 @@ class Orchestrator:
         self._early: OrderedDict[tuple[str, int], asyncio.Task[bool]] = OrderedDict()
         self.runs.on_appended = self._dispatch_early
         self._stopping = asyncio.Event()
+        self._registry_check: asyncio.Future[None] | None = None
+        """The registry check of the ingress batch last fetched (see _check_registry)."""
         self.index = RunIndex(nc, subjects)
         self.answers = Answers(self.js, subjects)
         self.desk = AnswerDesk(nc, subjects, self._take_answer)
@@ -201,7 +203,7 @@ class Orchestrator:
                     s.events_all,
                     "ingress",
                     self._on_ingress,
-                    before=self._registry_synced,
+                    before=self._check_registry,
                 )
             ),
             asyncio.create_task(
@@ -226,7 +228,7 @@ class Orchestrator:
         self._stopping.set()
         await self.desk.stop()
         # Stopping: what ended the task was logged where it happened.
-        await cancel_and_wait(*self._tasks)
+        await cancel_and_wait(*self._tasks, self._registry_check)
         await self.behind.stop()
         await self.flow.stop()
         await self.registry.close()
@@ -262,8 +264,9 @@ class Orchestrator:
         durable: str,
         handler: Callable[[Msg], Awaitable[None]],
         *,
-        before: Callable[[], Awaitable[None]] | None = None,
+        before: Callable[[], None] | None = None,
     ) -> None:
+        """``before``: called as each fetched batch is handed over, before its messages."""
         reader = await self._reader(stream, subject, durable, FETCH_BATCH, 10_000)
         # aclosing: the reader stops (and hands back what it holds) in this task, at once,
         # however the loop ends, not whenever the generator happens to be collected.
@@ -277,7 +280,7 @@ class Orchestrator:
                 async for msgs in batches:
                     async with self._working(msgs):
                         if before is not None:
-                            await before()
+                            before()
                         await overlap.handle(msgs, guarded)
         finally:
             await overlap.close()
@@ -302,6 +305,21 @@ class Orchestrator:
     def _working(self, msgs: Sequence[Msg]) -> contextlib.AbstractAsyncContextManager[None]:
         """While a batch is handled, tell JetStream it is (a slow batch is not redelivered)."""
         return in_progress(msgs, self.ack_wait / 3)
+
+    def _check_registry(self) -> None:
+        """Start making sure the registry knows every workflow applied before the events
+        just fetched were published (a request to the server); the events are decoded and
+        routed meanwhile, and a start waits for it (:meth:`_registry_checked`)."""
+        # A check still out for the batch before may have been answered before these
+        # events were published: this batch gets its own (the one before's handlers that
+        # have not looked yet wait for this one, which covers theirs too).
+        self._registry_check = asyncio.ensure_future(self._registry_synced())
+
+    async def _registry_checked(self) -> None:
+        """Wait for the registry check of the batch being handled (or a later one)."""
+        check = self._registry_check
+        if check is not None:
+            await asyncio.shield(check)
 
     async def _registry_synced(self) -> None:
         """Know every workflow applied before the events just fetched were published."""
@@ -415,7 +433,14 @@ class Orchestrator:
                 self.observers.unrouted(event.type)
             return
         started = 0
-        found = await starts(list(self.registry.triggered_by(event.type)), incoming, self.runs)
+        # Routed with what is known while the registry check of this batch is out; routed
+        # again in the rare case that it brought in a workflow (or version) of this type.
+        triggered = list(self.registry.triggered_by(event.type))
+        found = await starts(triggered, incoming, self.runs)
+        await self._registry_checked()
+        now_triggered = list(self.registry.triggered_by(event.type))
+        if not _same(triggered, now_triggered):
+            found = await starts(now_triggered, incoming, self.runs)
         for start in found:
             if start.error is not None:
                 await self._dead_letter(msg, "bad-trigger-input", start.error)
@@ -767,6 +792,11 @@ class Orchestrator:
             # The reason is the message: no traceback.
             log.error("capability %s: cannot create its consumer: %s", capability, exc)  # noqa: TRY400
         self._task_consumers.add(capability)
+
+
+def _same(a: list[tuple[Definition, int]], b: list[tuple[Definition, int]]) -> bool:
+    """The same workflow versions (the very same definitions, not equal ones)."""
+    return len(a) == len(b) and all(x is y and m == n for (x, m), (y, n) in zip(a, b, strict=True))
 
 
 def too_large_answer(incoming: Incoming, why: str) -> Incoming:

@@ -306,15 +306,7 @@ async def test_agents_page_lists_capabilities_and_live_workers(console: Console)
 
 async def test_a_dead_letter_is_shown_and_redriven(console: Console) -> None:
     gs = console.gs
-    await gs.stack.js.publish(gs.stack.subjects.event("com.example.broken"), b"{not json")
-    page = await console.page()
-    await page.goto(f"{console.url}#/dead-letters")
-    link = page.locator("main table a").first
-    for _ in range(100):
-        if await link.count():
-            break
-        await asyncio.sleep(0.1)
-        await page.reload()
+    page, link = await dead_letters_page(console, "com.example.broken")
     await shot(page, "dead-letters", docs=True)
     name = await link.inner_text()
     seq = int(name.lstrip("#"))
@@ -388,6 +380,35 @@ async def tab_until(page: Any, done: str, most: int = 80) -> list[str]:
     raise AssertionError(f"Tab never reached {done!r}: {stops}")
 
 
+async def confirmation_escaped(page: Any, button: str) -> Any:
+    """Reach ``button`` from the keyboard and press Enter: its confirmation dialog opens
+    with the focus inside it, and Escape closes it. The dialog's locator."""
+    await tab_until(page, button)
+    await page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog")
+    await dialog.wait_for()
+    assert await page.evaluate("document.activeElement.closest('dialog') !== null")
+    await page.keyboard.press("Escape")
+    await dialog.wait_for(state="detached")
+    return dialog
+
+
+async def dead_letters_page(console: Console, event_type: str) -> tuple[Any, Any]:
+    """Dead-letter an event of ``event_type`` (not JSON) and open the dead letters page
+    until it lists one: the page and the first letter's link."""
+    gs = console.gs
+    await gs.stack.js.publish(gs.stack.subjects.event(event_type), b"{not json")
+    page = await console.page()
+    await page.goto(f"{console.url}#/dead-letters")
+    link = page.locator("main table a").first
+    for _ in range(100):
+        if await link.count():
+            break
+        await asyncio.sleep(0.1)
+        await page.reload()
+    return page, link
+
+
 async def test_the_keyboard_reaches_filters_rows_and_buttons(console: Console) -> None:
     page = await console.page()
     await page.goto(console.url)
@@ -404,13 +425,7 @@ async def test_the_keyboard_reaches_filters_rows_and_buttons(console: Console) -
     await page.get_by_role("heading", name=f"Run {target}").wait_for()
     # The cancel button is reached from the keyboard; its confirmation is a dialog that
     # Escape closes without cancelling, and that Enter on its button confirms.
-    await tab_until(page, "Cancel run…")
-    await page.keyboard.press("Enter")
-    dialog = page.get_by_role("dialog")
-    await dialog.wait_for()
-    assert await page.evaluate("document.activeElement.closest('dialog') !== null")
-    await page.keyboard.press("Escape")
-    await dialog.wait_for(state="detached")
+    dialog = await confirmation_escaped(page, "Cancel run…")
     async with console.gs.http() as http:
         assert (await http.get(f"/runs/{target}")).json()["status"] == "running"
     await page.locator("#cancel").focus()
@@ -701,15 +716,7 @@ async def test_the_keyboard_opens_a_dead_letter_and_its_redrive_confirmation(
     console: Console,
 ) -> None:
     gs = console.gs
-    await gs.stack.js.publish(gs.stack.subjects.event("com.example.keyboard"), b"{not json")
-    page = await console.page()
-    await page.goto(f"{console.url}#/dead-letters")
-    link = page.locator("main table a").first
-    for _ in range(100):
-        if await link.count():
-            break
-        await asyncio.sleep(0.1)
-        await page.reload()
+    page, link = await dead_letters_page(console, "com.example.keyboard")
     name = await link.inner_text()
     stops = await tab_until(page, f"a||{name}")
     wanted = ["Skip to content", "|Dead letters", f"a||{name}"]
@@ -718,13 +725,7 @@ async def test_the_keyboard_opens_a_dead_letter_and_its_redrive_confirmation(
     await page.keyboard.press("Enter")
     await page.get_by_role("heading", name=f"Dead letter {name}").wait_for()
     # Redrive's confirmation opens from the keyboard; Escape closes it, nothing redriven.
-    await tab_until(page, "Redrive…")
-    await page.keyboard.press("Enter")
-    dialog = page.get_by_role("dialog")
-    await dialog.wait_for()
-    assert await page.evaluate("document.activeElement.closest('dialog') !== null")
-    await page.keyboard.press("Escape")
-    await dialog.wait_for(state="detached")
+    await confirmation_escaped(page, "Redrive…")
     async with gs.http() as http:
         assert (await http.get(f"/dead-letters/{name.lstrip('#')}")).status_code == 200
     assert page.errors == []

@@ -202,6 +202,16 @@ class Registers(Protocol):
     def register(self, worker: Worker) -> None: ...
 
 
+def dialect_files(pattern: str, form: str, tmp_path: Path) -> list[Path]:
+    """The seed's files matching ``pattern`` (under tests/dialects/fixtures) as written, or,
+    for any other ``form``, their ``interlock convert`` output (the round trip)."""
+    originals = sorted((REPO / "tests" / "dialects" / "fixtures").glob(pattern))
+    if form == "as-written":
+        return originals
+    assert interlock_main(["convert", *map(str, originals), "-o", str(tmp_path)]) == 0
+    return sorted(tmp_path.glob("*.yaml"))
+
+
 @contextlib.asynccontextmanager
 async def worker_orchestrator(
     nats_url: str,

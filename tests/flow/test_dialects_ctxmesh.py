@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import REPO, RecordingAgents, ScriptedStack, of, path, worker_orchestrator
+from flow_support import (
+    REPO,
+    RecordingAgents,
+    ScriptedStack,
+    dialect_files,
+    of,
+    path,
+    worker_orchestrator,
+)
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
@@ -26,12 +34,9 @@ Stack = ScriptedStack[RecordingAgents]
 def files(
     request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> list[Path]:
-    originals = sorted(FIXTURES.glob("ctxmesh-*.yaml"))
-    if request.param == "as-written":
-        return originals
-    assert interlock_main(["convert", *map(str, originals), "-o", str(tmp_path)]) == 0
+    converted = dialect_files("ctxmesh-*.yaml", request.param, tmp_path)
     capsys.readouterr()
-    return sorted(tmp_path.glob("*.yaml"))
+    return converted
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from flow_support import (
     REPO,
     RecordingAgents,
     ScriptedStack,
+    dialect_files,
     eventually,
     of,
     path,
@@ -34,12 +35,9 @@ Stack = ScriptedStack[RecordingAgents]
 def files(
     request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> list[Path]:
-    originals = sorted(FIXTURES.glob("workfile-*.yaml"))
-    if request.param == "as-written":
-        return originals
-    assert interlock_main(["convert", *map(str, originals), "-o", str(tmp_path)]) == 0
+    converted = dialect_files("workfile-*.yaml", request.param, tmp_path)
     capsys.readouterr()
-    return sorted(tmp_path.glob("*.yaml"))
+    return converted
 
 
 @pytest.fixture

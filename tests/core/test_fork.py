@@ -61,6 +61,9 @@ def fork(records: list[ev.AnyRecord], at: int, **kw: object) -> list[ev.AnyRecor
         ),
         (LOG, 2, {}, "record 2 is in the middle of a decision; fork at the end of one (4)"),
         (LOG, 1, {}, "record 1 is in the middle of a decision; fork at the end of one (4)"),
+        # A log that lost its first record (its run.started): nothing there had ended.
+        (LOG[1:], 3, {}, "the run had not started at record 3 (no run.started before it)"),
+        (LOG[1:], 10, {}, "the run had already ended (failed) at record 10"),
         (
             golden("code-review-guard-failure"),
             8,
@@ -115,6 +118,15 @@ def test_a_run_already_on_the_version_is_not_migrated() -> None:
     records, report = analysis.migration(finished, ORIGINAL, version=2, now=NOW)
     assert records == []
     assert report["migrate"] == "the run has ended (completed)"
+
+
+def test_a_log_without_its_start_is_not_migrated() -> None:
+    """A run whose log does not begin with its ``run.started`` never started: a migration
+    says so rather than that it ended."""
+    headless = golden("code-review-merged-fix-loop")[1:14]
+    records, report = analysis.migration(headless, ORIGINAL, version=2, now=NOW)
+    assert records == []
+    assert report["migrate"] == "the run never started (its log holds no run.started)"
 
 
 def test_the_same_definition_under_a_new_version_is_a_migration() -> None:

@@ -85,6 +85,8 @@ def fork(
         )
     prefix = list(records[:at])
     state = fold(prefix)
+    if state.status == RunStatus.NEW:
+        raise NotPossible(f"the run had not started at record {at} (no run.started before it)")
     if state.status != RunStatus.RUNNING:
         raise NotPossible(f"the run had already ended ({state.status}) at record {at}")
     if definition.name != state.workflow or definition.namespace != state.namespace:
@@ -136,6 +138,9 @@ def migration(
     it cannot move) and the replay report that decided it."""
     report = replay(records, definition, version=version)
     state = fold(records)
+    if state.status == RunStatus.NEW:
+        report["migrate"] = "the run never started (its log holds no run.started)"
+        return [], report
     if state.status != RunStatus.RUNNING:
         report["migrate"] = f"the run has ended ({state.status})"
         return [], report

@@ -495,6 +495,36 @@ async def test_an_event_nothing_waits_for_is_acked(nats_url: str, subjects: Subj
         assert stack.orchestrator.counters["events_unrouted"] == 2
 
 
+async def test_a_stop_ends_every_registry_check_still_out(
+    nats_url: str, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fetched batches overlap (a batch whose events wait for their check is left to
+    finish while the next is fetched), so the checks of several can be out at once:
+    stopping ends each of them, not only the newest (none is left pending)."""
+    checks: list[asyncio.Future[Any]] = []
+    answered = asyncio.Event()  # never set: each check stays out until it is ended
+
+    async def sync_unanswered(**_: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        checks.append(task)
+        await answered.wait()
+
+    async with running_stack(nats_url, subjects) as stack:
+        monkeypatch.setattr(stack.orchestrator.registry, "sync", sync_unanswered)
+        for n in (1, 2, 3):
+            event = CloudEvent(id=f"u{n}", source="/x", type="com.example.unrelated", data={})
+            await publish(stack, event)
+
+            async def out(n: int = n) -> bool:
+                return len(checks) >= n
+
+            await eventually(out, what=f"the registry check of batch {n}")
+
+    assert len(checks) == 3
+    assert [check.cancelled() for check in checks] == [True, True, True]
+
+
 async def test_invalid_trigger_inputs_create_no_run_and_are_dead_lettered(
     nats_url: str, subjects: Subjects
 ) -> None:

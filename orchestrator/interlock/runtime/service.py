@@ -149,6 +149,8 @@ class Orchestrator:
         self._stopping = asyncio.Event()
         self._registry_check: asyncio.Future[None] | None = None
         """The registry check of the ingress batch last fetched (see _check_registry)."""
+        self._registry_checks: set[asyncio.Future[None]] = set()
+        """Every registry check still out (batches overlap): all are cancelled on stop."""
         self.index = RunIndex(nc, subjects)
         self.answers = Answers(self.js, subjects)
         self.desk = AnswerDesk(nc, subjects, self._take_answer)
@@ -228,7 +230,9 @@ class Orchestrator:
         self._stopping.set()
         await self.desk.stop()
         # Stopping: what ended the task was logged where it happened.
-        await cancel_and_wait(*self._tasks, self._registry_check)
+        await cancel_and_wait(*self._tasks)
+        # Then every registry check still out (the loops, ended, start no more).
+        await cancel_and_wait(*self._registry_checks)
         await self.behind.stop()
         await self.flow.stop()
         await self.registry.close()
@@ -313,7 +317,10 @@ class Orchestrator:
         # A check still out for the batch before may have been answered before these
         # events were published: this batch gets its own (the one before's handlers that
         # have not looked yet wait for this one, which covers theirs too).
-        self._registry_check = asyncio.ensure_future(self._registry_synced())
+        check = asyncio.ensure_future(self._registry_synced())
+        self._registry_checks.add(check)
+        check.add_done_callback(self._registry_checks.discard)
+        self._registry_check = check
 
     async def _registry_checked(self) -> None:
         """Wait for the registry check of the batch being handled (or a later one)."""

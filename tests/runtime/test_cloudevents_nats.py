@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 import pytest
@@ -12,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interlock.transport.cloudevents import (
+    _HEADER_SAFE,
     STRUCTURED_CONTENT_TYPE,
     CloudEvent,
     InvalidCloudEvent,
+    _quote,
     decode_message,
     encode_binary,
     encode_structured,
@@ -316,3 +319,10 @@ def test_arbitrary_input_either_decodes_or_raises_invalid(
     except InvalidCloudEvent as exc:
         reason = exc.reason
     assert reason in REASONS or not reason
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x2FF), max_size=12) | ce_text)
+def test_header_values_are_escaped_as_quote_escapes_them(value: str) -> None:
+    """The short cut for values with nothing to escape gives what ``urllib.parse.quote``
+    gives (printable ASCII but space, double quote and percent kept as is)."""
+    assert _quote(value) == quote(value, safe=_HEADER_SAFE)

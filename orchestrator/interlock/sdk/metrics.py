@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -32,6 +32,9 @@ _QUEUE_WAIT = Histogram(
     ["worker", "capability"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800),
 )
+_CHILDREN = 1024
+"""Outcome and error-class children kept at hand (error classes may be the handler's own)."""
+
 _IN_FLIGHT = Gauge(
     "interlock_agent_tasks_in_flight",
     "Task messages received and not yet settled",
@@ -45,6 +48,10 @@ class PrometheusObserver(WorkerObserver):
     def __init__(self, worker: str) -> None:
         self._worker = worker
         self._in_flight = _IN_FLIGHT.labels(worker=worker)
+        # Labelled children, looked up once: ``labels()`` sorts and locks on every call.
+        self._waits: dict[str, Any] = {}
+        self._durations: dict[str, Any] = {}
+        self._settled: dict[tuple[str, str, str], Any] = {}
 
     def task_started(self, capability: str, action_id: str | None) -> None:
         self._in_flight.inc()
@@ -60,7 +67,12 @@ class PrometheusObserver(WorkerObserver):
         except ValueError:
             return
         wait = (datetime.now(UTC) - requested).total_seconds()
-        _QUEUE_WAIT.labels(worker=self._worker, capability=capability).observe(max(wait, 0.0))
+        child = self._waits.get(capability)
+        if child is None:
+            child = self._waits[capability] = _QUEUE_WAIT.labels(
+                worker=self._worker, capability=capability
+            )
+        child.observe(max(wait, 0.0))
 
     def task_finished(
         self,
@@ -71,10 +83,18 @@ class PrometheusObserver(WorkerObserver):
         seconds: float,
     ) -> None:
         self._in_flight.dec()
-        _TASKS.labels(
-            worker=self._worker,
-            capability=capability,
-            outcome=str(outcome),
-            error_class=error_class or "",
-        ).inc()
-        _DURATION.labels(worker=self._worker, capability=capability).observe(seconds)
+        key = (capability, str(outcome), error_class or "")
+        settled = self._settled.get(key)
+        if settled is None:
+            settled = _TASKS.labels(
+                worker=self._worker, capability=key[0], outcome=key[1], error_class=key[2]
+            )
+            if len(self._settled) < _CHILDREN:
+                self._settled[key] = settled
+        settled.inc()
+        duration = self._durations.get(capability)
+        if duration is None:
+            duration = self._durations[capability] = _DURATION.labels(
+                worker=self._worker, capability=capability
+            )
+        duration.observe(seconds)

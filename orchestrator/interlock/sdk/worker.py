@@ -479,7 +479,7 @@ class Worker:
         interval: float,
     ) -> None:
         started = time.monotonic()
-        ticker = asyncio.create_task(_keep_alive(msg, interval))
+        ticker = _KeepAlive(msg, interval)
         action_id: str | None = None
         outcome, error_class = Outcome.RETURNED, None
         slot = _Slot(pool)
@@ -520,10 +520,10 @@ class Worker:
                 if not flights:
                     self._flights.pop(action_id, None)
             slot.free()  # sending the answer (and awaiting its reply) holds no handler slot
-            result, result_type, data = self._answer(
+            answer, result_type, data = self._answer(
                 request, cap.name, result_type, data, js._nc.max_payload - ANSWER_HEADROOM
             )
-            if await self._send(js, subjects, cap.name, request.run_id, result, request.token):
+            if await self._send(js, subjects, cap.name, request.run_id, answer):
                 ticker.cancel()
                 await msg.ack()
                 if result_type == TASK_COMPLETED:
@@ -550,26 +550,27 @@ class Worker:
 
     def _answer(
         self, request: TaskRequest, capability: str, result_type: str, data: Any, limit: int
-    ) -> tuple[CloudEvent, str, Any]:
-        """The answer event, or a payload_too_large failure when it would be over ``limit``
-        bytes: it could never be sent, so the attempt fails now, with the reason in the log,
-        rather than let the run wait for an answer until its timeout."""
-        result = result_event(
-            request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
-        )
-        size = _answer_size(result)
-        if size <= limit:
-            return result, result_type, data
+    ) -> tuple[_Answer, str, Any]:
+        """The answer, encoded once, or a payload_too_large failure when it would be over
+        ``limit`` bytes: it could never be sent, so the attempt fails now, with the reason in
+        the log, rather than let the run wait for an answer until its timeout."""
+        answer = self._encoded(request, result_type, data)
+        if answer.size <= limit:
+            return answer, result_type, data
         result_type, data = failure(
             ErrorClass.PAYLOAD_TOO_LARGE,
-            f"the answer of {capability} takes {size:,} bytes; the NATS server accepts "
+            f"the answer of {capability} takes {answer.size:,} bytes; the NATS server accepts "
             f"at most {limit:,} in one message",
         )
         log.error("%s: %s", request.action_id, data["error"]["message"])
-        result = result_event(
+        return self._encoded(request, result_type, data), result_type, data
+
+    def _encoded(self, request: TaskRequest, result_type: str, data: Any) -> _Answer:
+        event = result_event(
             request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
         )
-        return result, result_type, data
+        headers, payload = encode_result(event, token=request.token)
+        return _Answer(event.id, headers, payload)
 
     def _contract(self, cap: Capability) -> CapabilityContract:
         declared = self._catalog.get(cap.name)
@@ -587,12 +588,11 @@ class Worker:
         subjects: Subjects,
         capability: str,
         run_id: str,
-        event: CloudEvent,
-        token: str | None,
+        answer: _Answer,
     ) -> bool:
         """Send an answer: by request (the orchestrator replies once it is in the run's log,
         or dead-lettered), else to the results stream. True once it is safe."""
-        headers, payload = encode_result(event, token=token)
+        event_id, headers, payload = answer.event_id, answer.headers, answer.payload
         if self.answer_timeout > 0 and time.monotonic() >= self._direct_until:
             subject = subjects.answer(capability, run_id)
             try:
@@ -604,7 +604,7 @@ class Worker:
                 pass  # no orchestrator up: the stream keeps the answer until one is
             except (nats.errors.Error, TimeoutError) as exc:
                 log.info(
-                    "no reply to answer %s (%s); sending it to the results stream", event.id, exc
+                    "no reply to answer %s (%s); sending it to the results stream", event_id, exc
                 )
                 self._direct_until = time.monotonic() + _DIRECT_AFTER_TIMEOUT
             else:
@@ -612,12 +612,12 @@ class Worker:
                 status = said.get(ANSWER_HEADER)
                 if status == ANSWER_REFUSED:
                     reason = said.get(ANSWER_REASON_HEADER)
-                    log.warning("answer %s refused and dead-lettered (%s)", event.id, reason)
+                    log.warning("answer %s refused and dead-lettered (%s)", event_id, reason)
                 # Recorded, or refused and dead-lettered: sending it again changes nothing.
                 if status is not None and status != ANSWER_FAILED:
                     return True
         return await self._publish(
-            js, subjects.result(capability, run_id), headers, payload, event.id
+            js, subjects.result(capability, run_id), headers, payload, event_id
         )
 
     async def _publish(
@@ -764,18 +764,50 @@ ANSWER_HEADROOM = 8 * 1024
 """Room kept below the server's payload limit for an answer's headers."""
 
 
-def _answer_size(event: CloudEvent) -> int:
-    headers, payload = encode_result(event)
-    return len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items())
+class _Answer:
+    """An answer as it goes on the wire (encoded once: measured, then sent)."""
+
+    __slots__ = ("event_id", "headers", "payload", "size")
+
+    def __init__(self, event_id: str, headers: dict[str, str], payload: bytes) -> None:
+        self.event_id = event_id
+        self.headers = headers
+        self.payload = payload
+        self.size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items())
 
 
-async def _keep_alive(msg: Msg, interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
+class _KeepAlive:
+    """Progress acks for a task message every ``interval`` seconds until cancelled: a timer
+    handle, and a task only when one is due (most tasks finish long before)."""
+
+    __slots__ = ("_handle", "_interval", "_msg", "_sending")
+
+    def __init__(self, msg: Msg, interval: float) -> None:
+        self._msg = msg
+        self._interval = interval
+        self._sending: asyncio.Task[None] | None = None
+        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            interval, self._due
+        )
+
+    def _due(self) -> None:
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.ensure_future(self._send())
+        self._handle = asyncio.get_running_loop().call_later(self._interval, self._due)
+
+    async def _send(self) -> None:
         try:
-            await msg.in_progress()
+            await self._msg.in_progress()
         except Exception:
             log.debug("progress ack failed", exc_info=True)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._sending is not None:
+            self._sending.cancel()
+            self._sending = None
 
 
 async def _nak(msg: Msg, delay: float | None = None) -> None:

@@ -85,6 +85,10 @@ _TRACE_HEADERS: Final = ("traceparent", "tracestate")
 _HEADER_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
 
 
+_UNQUOTED = re.compile(r"[\x21\x23\x24\x26-\x7e]*")
+"""A value made of ``_HEADER_SAFE`` characters only (left as it is by ``_quote``)."""
+
+
 _PLAIN_HEADER = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*")
 
 
@@ -158,6 +162,8 @@ def _encode_data(event: CloudEvent) -> bytes:
 
 
 def _quote(value: str) -> str:
+    if _UNQUOTED.fullmatch(value) is not None:
+        return value  # nothing to escape: what quote() returns, without its per-byte loop
     return quote(value, safe=_HEADER_SAFE)
 
 

@@ -405,3 +405,96 @@ def test_a_gate_needs_actions_or_an_event_from_outside_not_only_answers() -> Non
         "outside: a gate checks the answer that completes a state's actions, or the event a "
         "state without actions takes (a DAG step takes requires)"
     ]
+
+
+def test_a_dag_step_unknown_to_its_dag_names_every_step_there_is() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      dag:
+        steps:
+          a: {action: {capability: echo}}
+          b: {action: {capability: echo}, depends_on: [a, z]}
+          c: {action: {capability: echo}, depends_on: [c]}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "11:59 dag-unknown-step: step 'b' depends on 'z', which is not a step of this dag "
+        "(steps: a, b, c)",
+        "12:56 dag-self-dependency: step 'c' depends on itself",
+    ]
+
+
+def test_a_dag_may_run_exactly_as_many_steps_at_once_as_the_fan_out_budget() -> None:
+    compiled = compile_sources(
+        [
+            (
+                "m.yaml",
+                HEAD
+                + """\
+  initial_state: work
+  budget: {max_fan_out: 2}
+  states:
+    work:
+      dag:
+        parallelism: 2
+        steps:
+          a: {action: {capability: echo}}
+          b: {action: {capability: echo}}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+""",
+            )
+        ]
+    )
+    compiled.raise_for_errors()
+    dag = compiled.workflows[0].states["work"].dag
+    assert dag is not None
+    assert dag.parallelism == 2
+    assert [step.name for step in dag.steps] == ["a", "b"]
+
+
+def test_a_problem_in_a_dag_step_s_action_points_into_that_action() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      dag:
+        steps:
+          a:
+            action: {capability: echo, input: {n: "{{ 1 + }}"}, timeout: 0s}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "11:57 cel-compile: CEL does not compile: '1 +'",
+        "11:74 bad-duration: '0s' is not a duration (a number and a unit: 250ms, 30s, 30m, 1h, 1d)",
+    ]
+
+
+def test_a_gate_that_nothing_could_open_is_refused_where_it_is_written() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      actions: [{capability: echo}]
+      gate: {requires: {scan: passed}}
+      on: [{event: task.completed, goto: dag}]
+    dag:
+      dag:
+        steps:
+          ship: {action: {capability: echo}, requires: {scan: passed}}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "9:13 gate-without-evidence: state 'work' has a gate that reads no evidence "
+        "(gate.evidence) and the workflow declares no evidence.events: it could never pass",
+        "14:56 gate-without-evidence: step 'ship' requires evidence but the workflow "
+        "declares no evidence.events: its gate could never open",
+    ]

@@ -138,8 +138,33 @@ def test_the_rest_of_a_mapping_is_kept_after_a_refused_key() -> None:
 def test_a_character_yaml_does_not_allow_is_refused_with_the_reader_s_message() -> None:
     _, errors = load_documents("a: \x07\n", "f.yaml")
     assert len(errors) == 1
-    assert (errors[0].line, errors[0].col, errors[0].rule) == (1, 1, "yaml-syntax")
-    assert errors[0].message.startswith("unacceptable character #x0007")
+    assert str(errors[0]).startswith("f.yaml:1:1: yaml-syntax: unacceptable character #x0007")
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        ("!!int many", "1:4: yaml-syntax: 'many' is not a valid !!int"),
+        ("!!float x", "1:4: yaml-syntax: 'x' is not a valid !!float"),
+        ("!!bool maybe", "1:4: yaml-syntax: 'maybe' is not a valid !!bool"),
+        ("!!timestamp soon", "1:4: yaml-syntax: 'soon' is not a valid !!timestamp"),
+    ],
+)
+def test_a_scalar_its_explicit_tag_cannot_read_is_refused_where_it_stands(
+    value: str, found: str
+) -> None:
+    documents, errors = load_documents(f"a: {value}\n---\nb: !!int 2\n", "f.yaml")
+    assert [str(e) for e in errors] == [f"f.yaml:{found}"]
+    assert [(d.index, d.data) for d in documents] == [(1, {"b": 2})]
+
+
+def test_every_duplicate_key_of_a_mapping_is_reported_and_the_rest_kept() -> None:
+    documents, errors = load_documents("a: 1\nb: 2\na: 3\nb: 4\nc: 5\n", "f.yaml")
+    assert [str(e) for e in errors] == [
+        "f.yaml:3:1: duplicate-key: duplicate key 'a' (first defined at line 1)",
+        "f.yaml:4:1: duplicate-key: duplicate key 'b' (first defined at line 2)",
+    ]
+    assert [d.data for d in documents] == [{"a": 1, "b": 2, "c": 5}]
 
 
 def test_a_document_refused_while_building_does_not_stop_the_next() -> None:
@@ -164,6 +189,24 @@ def test_the_nesting_limit_is_accepted_and_one_level_more_refused() -> None:
     assert documents == []
     assert [str(e) for e in errors] == [
         f"f.yaml:1:{MAX_DEPTH + 1}: yaml-limit: nesting deeper than {MAX_DEPTH} levels"
+    ]
+
+
+def nested_after_sibling(depth: int) -> str:
+    """A list in a list holding ``[0]`` and then ``depth`` nested lists around a scalar: the
+    scalar stands at level ``depth + 3``."""
+    return "[[[0], " + "[" * depth + "1" + "]" * depth + "]]\n"
+
+
+def test_the_nesting_limit_counts_from_where_a_value_stands_after_its_siblings() -> None:
+    # [0] and the scalar in it are done before the next sibling starts, at their level.
+    (document,) = load_documents(nested_after_sibling(MAX_DEPTH - 3), "f.yaml")[0]
+    assert document.data[0][0] == [0]
+    text = nested_after_sibling(MAX_DEPTH - 2)
+    documents, errors = load_documents(text, "f.yaml")
+    assert documents == []
+    assert [str(e) for e in errors] == [
+        f"f.yaml:1:{text.index('1') + 1}: yaml-limit: nesting deeper than {MAX_DEPTH} levels"
     ]
 
 
@@ -199,5 +242,29 @@ def test_a_billion_laughs_is_refused_without_being_expanded() -> None:
     assert documents == []
     assert [str(e) for e in errors] == [
         f"f.yaml:1:1: yaml-limit: the document expands to more than {MAX_VALUES:,} values "
+        "(aliases repeat what they point at)"
+    ]
+
+
+def expanding_mapping(scalars: int) -> str:
+    """A mapping of 89 keys holding (by an alias) a list of 9 scalars and ``scalars`` keys
+    holding one: 1 + 89 * (1 + 10) + 2 * scalars values, keys counted."""
+    shared = "&s [" + ", ".join(["x"] * 9) + "]"
+    pairs = [f"k0: {shared}"] + [f"k{i}: *s" for i in range(1, 89)]
+    pairs += [f"y{i}: y" for i in range(scalars)]
+    return "{" + ", ".join(pairs) + "}\n"
+
+
+def test_a_mapping_counts_its_keys_and_values_against_the_expansion_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(source, "MAX_VALUES", 1000)
+    (document,) = load_documents(expanding_mapping(10), "f.yaml")[0]
+    assert len(document.data) == 89 + 10
+    assert document.data["k88"] == ["x"] * 9
+    documents, errors = load_documents(expanding_mapping(11), "f.yaml")
+    assert documents == []
+    assert [str(e) for e in errors] == [
+        "f.yaml:1:1: yaml-limit: the document expands to more than 1,000 values "
         "(aliases repeat what they point at)"
     ]

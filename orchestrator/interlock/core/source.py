@@ -176,7 +176,15 @@ class _Builder:
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        return self.constructor.construct_object(node, deep=True)
+        try:
+            return self.constructor.construct_object(node, deep=True)
+        except (ValueError, KeyError, AttributeError) as exc:
+            # A scalar its explicit tag cannot read (``!!int many``, ``!!bool maybe``,
+            # ``!!timestamp soon``): PyYAML's constructors fail with Python's own errors.
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value!r} is not a valid {tag}", node.start_mark
+            ) from exc
 
     def _at(self, node: yaml.Node, rule: str, message: str) -> Diagnostic:
         span = _span(node)

@@ -118,7 +118,11 @@ def acted_on(records: Sequence[ev.AnyRecord]) -> list[ev.AnyRecord]:
     original run, so only the run's start (to index it) and the timers still set after the
     batch (the run's deadline) are kept from before the ``run.forked`` marker.
     """
-    marker = next((i for i, r in enumerate(records) if isinstance(r, ev.RunForked)), None)
+    marker = None
+    for i, r in enumerate(records):
+        if type(r) is ev.RunForked:
+            marker = i
+            break
     if marker is None:
         return list(records)
     live = fold(records).timers

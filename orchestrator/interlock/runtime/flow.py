@@ -52,6 +52,22 @@ def child_run_id(action_id: str, attempt: int) -> str:
     return "c" + hashlib.sha256(f"{action_id}#{attempt}".encode()).hexdigest()[:24]
 
 
+_MAY_ACT = frozenset(
+    {
+        ev.TimerScheduled,
+        ev.ActionRequested,
+        ev.ActionCancelled,
+        ev.ActionFailed,
+        ev.RunCancelled,
+        ev.RunStarted,
+        ev.StateEntered,
+        ev.RunCompleted,
+        ev.RunFailed,
+    }
+)
+"""The record types :meth:`ControlFlow.effect` may act on (the others have no effect)."""
+
+
 class ControlFlow:
     """Timers, child runs, cancellation notices and correlation for one orchestrator."""
 
@@ -91,6 +107,8 @@ class ControlFlow:
 
     def effect(self, record: ev.AnyRecord) -> Awaitable[None] | None:
         """The effect of one appended record, if it has one here."""
+        if type(record) not in _MAY_ACT:
+            return None
         handler: Callable[[ev.AnyRecord], Awaitable[None]] | None = None
         if isinstance(record, ev.ActionRequested) and not record.data.workflow:
             self._note_capability(record.data.action_id, record.data.capability)

@@ -12,6 +12,7 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
@@ -28,6 +29,8 @@ _KNOWN = 4_096
 running run is a compare-and-set with no read first."""
 _WRITERS = 10
 """Compare-and-set attempts before giving up on an entry."""
+
+_encode = msgspec.json.encode
 
 INDEXED = (
     ev.RunStarted,
@@ -72,7 +75,7 @@ class RunIndex:
                 if revision is not None:
                     self._remember(key, current, revision)
                 return
-            body = json.dumps(current).encode()
+            body = _encode(current)
             try:
                 # A compare-and-set put, straight on the bucket's stream (what KeyValue.update
                 # does, without its per-call key check and JSON acknowledgement parsing).

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from interlock.core import events as ev
-from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
 from interlock.runtime.errors import InvalidInputs, UnknownRun
 from interlock.runtime.logstore import LogStore
@@ -49,8 +49,9 @@ late answers or timers find them without reading the log again."""
 
 
 def utc_now() -> str:
-    """The shell's clock, as the RFC 3339 text records carry."""
-    return format_time(datetime.now(UTC))
+    """The shell's clock, as the RFC 3339 text records carry (``format_time`` of now,
+    without its conversions: the moment is UTC already)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 @dataclass(slots=True)
@@ -87,7 +88,7 @@ class Runs:
             int, tuple[Definition, tuple[str, ...], tuple[Any, ...], Definition]
         ] = {}
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        self._appended: OrderedDict[int, list[ev.AnyRecord]] = OrderedDict()
+        self._appended: OrderedDict[int, tuple[list[ev.AnyRecord], float]] = OrderedDict()
         self._keep_appended = keep_appended
         self.on_appended: Callable[[Sequence[ev.AnyRecord]], None] | None = None
         """Told each decision's records once their append is acknowledged (the
@@ -137,13 +138,13 @@ class Runs:
             self.on_appended(records)
         if not self._keep_appended:
             return
-        self._appended[seq] = list(records)
+        self._appended[seq] = (list(records), time.monotonic())
         if len(self._appended) > APPENDED_KEPT:
             self._appended.popitem(last=False)
 
-    def appended(self, seq: int) -> list[ev.AnyRecord] | None:
-        """The records this process appended at stream sequence ``seq``, once (None: not
-        appended here, or asked for already)."""
+    def appended(self, seq: int) -> tuple[list[ev.AnyRecord], float] | None:
+        """The records this process appended at stream sequence ``seq`` and when
+        (``time.monotonic()``), once (None: not appended here, or asked for already)."""
         return self._appended.pop(seq, None)
 
     @contextlib.asynccontextmanager

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -587,11 +588,24 @@ class Orchestrator:
         """Act on one batch of run-log messages: effects per run, then ack and report."""
         by_run: dict[str, list[ev.AnyRecord]] = {}
         msgs_of: dict[str, list[Msg]] = {}
+        # Runs whose requests are checked against their log (redelivered, or old), and
+        # runs with records read from the stream (their requests' times say if old).
         again: set[str] = set()
+        dated: set[str] = set()
+        oldest = time.monotonic() - DISPATCH_CHECK_AGE_S
         for msg in msgs:
             try:
-                # Appended by this process: its records are at hand, no need to decode.
-                batch = self.runs.appended(stream_sequence(msg)) or ev.decode_batch(msg.data)
+                # Appended by this process: its records are at hand, no need to decode,
+                # and the time of the append says whether they are old.
+                held = self.runs.appended(stream_sequence(msg))
+                if held is None:
+                    batch = ev.decode_batch(msg.data)
+                    if batch:
+                        dated.add(batch[0].subject)
+                else:
+                    batch = held[0]
+                    if batch and held[1] < oldest:
+                        again.add(batch[0].subject)
             # A consumer loop outlives any one message.
             except Exception as exc:  # noqa: BLE001
                 # The reason is the message: no traceback.
@@ -615,7 +629,10 @@ class Orchestrator:
         runs = list(by_run)
         async with self._working(msgs):
             outcomes = await asyncio.gather(
-                *(self._effects(r, by_run[r], redelivered=r in again) for r in runs),
+                *(
+                    self._effects(r, by_run[r], redelivered=r in again, dated=r in dated)
+                    for r in runs
+                ),
                 return_exceptions=True,
             )
         for run_id, outcome in zip(runs, outcomes, strict=True):
@@ -643,14 +660,24 @@ class Orchestrator:
             self.observers.relayed(run_id, by_run[run_id])
 
     async def _effects(
-        self, run_id: str, records: list[ev.AnyRecord], *, redelivered: bool = False
+        self,
+        run_id: str,
+        records: list[ev.AnyRecord],
+        *,
+        redelivered: bool = False,
+        dated: bool = True,
     ) -> tuple[list[ev.AnyRecord], list[ev.TimerScheduled]]:
         """Do the effects of a run's records, in log order: the records acted on, and the
-        timers left to the write-behind."""
+        timers left to the write-behind. ``redelivered``: the run's pending actions are
+        read from its log first; ``dated``: so too if a request's time is old (False: the
+        records were appended here lately)."""
         records = acted_on(records)  # a fork's copied history is not acted on again
-        stale = redelivered or any(
-            isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
-            for r in records
+        stale = redelivered or (
+            dated
+            and any(
+                isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
+                for r in records
+            )
         )
         awaited = await self._still_awaited(run_id) if stale else None
         deferred: list[ev.TimerScheduled] = []

@@ -34,6 +34,8 @@ from nats.protocol.command import hpub_cmd
 log = logging.getLogger("interlock.nats")
 
 _SPACE = re.compile(r"\s")
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
+"""What ``bytes.strip()`` strips."""
 _CRLF = b"\r\n"
 _HEADER_LINE = b"NATS/1.0\r\n"
 _NAME_CACHE = 256
@@ -55,6 +57,16 @@ class NatsClient(Client):
         """What ``Client._parse_header_lines`` returns (``Name: Value`` per line; a name
         that is not ASCII or holds whitespace is skipped; values decoded leniently)."""
         out: dict[str, str] = {}
+        if raw.isascii():
+            # One decode for the block; the same strips as bytes.strip() (ASCII only).
+            for text in raw.decode("ascii").split("\r\n"):
+                head, colon, tail = text.partition(":")
+                if not colon:
+                    continue
+                key = head.strip(_ASCII_SPACE)
+                if _SPACE.search(key) is None:
+                    out[key] = tail.strip(_ASCII_SPACE)
+            return out
         for line in raw.split(_CRLF):
             name, sep, value = line.partition(b":")
             if not sep:
@@ -83,7 +95,10 @@ class NatsClient(Client):
                 if len(names) < _NAME_CACHE:
                     names[k] = name
             if name:
-                parts += (name, v.strip().translate(_HEADER_VALUE_NEWLINES).encode(), _CRLF)
+                value = v.strip()
+                if "\r" in value or "\n" in value:
+                    value = value.translate(_HEADER_VALUE_NEWLINES)
+                parts += (name, value.encode(), _CRLF)
         parts.append(_CRLF)
         return b"".join(parts)
 

@@ -14,9 +14,11 @@ from typing import Any
 
 import nats
 import pytest
-from helpers import cli_env, interlock_bg
+from helpers import cli_env, interlock_bg, run_cli
 from nats.aio.client import Client
 
+from interlock.cli.common import EXIT_USAGE, CliError
+from interlock.cli.process_cmds import group_commit_setting
 from interlock.runtime.durability import DEFAULT_GROUP_COMMIT, detect, group_commit_for
 from interlock.runtime.embedded import EmbeddedNats
 
@@ -141,6 +143,69 @@ def test_serve_group_commit_zero_turns_it_off_on_that_server(syncing: EmbeddedNa
         serve.wait_for("group commit off [(]set explicitly[)]")
     finally:
         serve.stop()
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "setting"),
+    [
+        (None, None, None),  # neither: as the server's syncing says
+        (None, "  ", None),  # blank is not given
+        (None, "8", 8),  # the variable
+        (None, " 0 ", 0),
+        (0, "8", 0),  # the flag over the variable
+        (8, "0", 8),
+        (4, "many", 4),  # a variable the flag overrides is not read
+    ],
+)
+def test_group_commit_is_the_flag_else_the_variable_else_found(
+    monkeypatch: pytest.MonkeyPatch, flag: int | None, env: str | None, setting: int | None
+) -> None:
+    monkeypatch.delenv("INTERLOCK_GROUP_COMMIT", raising=False)
+    if env is not None:
+        monkeypatch.setenv("INTERLOCK_GROUP_COMMIT", env)
+    assert group_commit_setting(flag) == setting
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "error"),
+    [
+        (None, "many", "INTERLOCK_GROUP_COMMIT must be a whole number, got 'many'"),
+        (None, "1", "takes 0 (off) or a batch of at least 2, got 1"),
+        (-2, None, "takes 0 (off) or a batch of at least 2, got -2"),
+        (1, "16", "takes 0 (off) or a batch of at least 2, got 1"),
+    ],
+)
+def test_a_bad_group_commit_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, flag: int | None, env: str | None, error: str
+) -> None:
+    monkeypatch.delenv("INTERLOCK_GROUP_COMMIT", raising=False)
+    if env is not None:
+        monkeypatch.setenv("INTERLOCK_GROUP_COMMIT", env)
+    with pytest.raises(CliError) as raised:
+        group_commit_setting(flag)
+    assert error in str(raised.value)
+    assert raised.value.code == EXIT_USAGE
+
+
+def test_serve_takes_group_commit_from_the_environment(syncing: EmbeddedNats) -> None:
+    env = cli_env(
+        syncing.url,
+        "tserve",
+        INTERLOCK_NATS_MONITOR=str(syncing.monitor_url),
+        INTERLOCK_GROUP_COMMIT="4",
+    )
+    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
+    try:
+        serve.wait_for("group commit 4 [(]set explicitly[)]")
+    finally:
+        serve.stop()
+
+
+def test_serve_refuses_a_group_commit_variable_that_is_no_number(syncing: EmbeddedNats) -> None:
+    env = cli_env(syncing.url, "tserve", INTERLOCK_GROUP_COMMIT="lots")
+    done = run_cli("serve", "--metrics-port", "0", env=env)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "INTERLOCK_GROUP_COMMIT must be a whole number, got 'lots'" in done.stderr
 
 
 def test_dev_fsync_starts_a_server_that_syncs_every_write(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from interlock.cli.common import EXIT_FAILED, EXIT_USAGE, CliError
 from interlock.cli.output import dump
@@ -21,6 +21,8 @@ from interlock.core.ids import InvalidRunId, check_run_id
 
 if TYPE_CHECKING:
     from interlock.transport.connection import ConnectOptions
+
+_Default = TypeVar("_Default", int, None)
 
 
 def add_connection_flags(p: argparse.ArgumentParser) -> None:
@@ -156,8 +158,9 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-def env_int(value: int | None, var: str, default: int) -> int:
-    """A flag's value, else the environment variable ``var``, else ``default``."""
+def env_int(value: int | None, var: str, default: _Default) -> int | _Default:
+    """A flag's value, else the environment variable ``var`` (unset or blank: not given),
+    else ``default`` (``None``: neither was given, for the caller to decide)."""
     if value is not None:
         return value
     raw = os.environ.get(var, "").strip()

@@ -184,14 +184,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
     if args.ack_wait is not None and args.ack_wait <= 0:
         raise CliError(f"--ack-wait must be positive, got {args.ack_wait}", EXIT_USAGE)
-    group_commit: int | None = None  # unset: as the server's syncing says
-    if args.group_commit is not None or os.environ.get("INTERLOCK_GROUP_COMMIT", "").strip():
-        group_commit = env_int(args.group_commit, "INTERLOCK_GROUP_COMMIT", 0)
-    if group_commit is not None and (group_commit == 1 or group_commit < 0):
-        raise CliError(
-            f"--group-commit takes 0 (off) or a batch of at least 2, got {group_commit}",
-            EXIT_USAGE,
-        )
+    group_commit = group_commit_setting(args.group_commit)
     try:
         eventloop.run(
             serve(
@@ -208,6 +201,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK
+
+
+def group_commit_setting(flag: int | None) -> int | None:
+    """``--group-commit``, else ``INTERLOCK_GROUP_COMMIT``, else ``None``: as the server's
+    syncing says (found at start). 0 is off; a batch is at least 2."""
+    group_commit = env_int(flag, "INTERLOCK_GROUP_COMMIT", None)
+    if group_commit is not None and (group_commit == 1 or group_commit < 0):
+        raise CliError(
+            "--group-commit (INTERLOCK_GROUP_COMMIT) takes 0 (off) or a batch of at least 2, "
+            f"got {group_commit}",
+            EXIT_USAGE,
+        )
+    return group_commit
 
 
 def cmd_agent_run(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,8 +13,12 @@ from nats import errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from interlock.runtime.embedded import EmbeddedNats
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.waiting import RunWatcher
 from interlock.transport.connection import ConnectOptions, connect
-from interlock.transport.natsclient import NatsClient, direct_subscriber
+from interlock.transport.natsclient import NatsClient, direct_subscriber, round_trip
+from interlock.transport.subjects import Subjects
 
 _PIECES = st.sampled_from(
     [
@@ -185,3 +189,86 @@ async def test_headers_go_out_as_nats_py_sends_them(headers: dict[str, str]) -> 
         ours = await _sent(fast, NatsClient._send_publish, headers)
         theirs = await _sent(Client(), Client._send_publish, headers)
         assert ours == theirs
+
+
+# --- flush after a subscription ----------------------------------------------------------
+
+ALLOWED = "natsclient.allowed"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server whose one user may subscribe to ``ALLOWED.>`` and inboxes only."""
+    folder = tmp_path_factory.mktemp("guarded")
+    config = folder / "server.conf"
+    config.write_text(
+        "authorization { users = [ {user: u, password: p, permissions: "
+        f'{{subscribe: {{allow: ["{ALLOWED}.>", "_INBOX.>"]}}}}}} ] }}\n'
+    )
+    with EmbeddedNats(folder / "store", args=("-c", str(config))) as server:
+        yield server.url.replace("nats://", "nats://u:p@")
+
+
+async def _refused_by_then(
+    guarded: str, make: Callable[[], Client], settle: Callable[[Client], Awaitable[None]]
+) -> list[bool]:
+    """For 50 subscriptions the server refuses, whether the refusal had arrived when
+    ``settle`` returned (just after the ``subscribe``)."""
+    refusals: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        refusals.append(exc)
+
+    client = make()
+    await client.connect(guarded, error_cb=on_error, max_reconnect_attempts=0)
+    try:
+        seen: list[bool] = []
+        for n in range(50):
+            before = len(refusals)
+            await client.subscribe(f"natsclient.refused.{n}")
+            await settle(client)
+            seen.append(len(refusals) > before)
+        return seen
+    finally:
+        await client.close()
+
+
+async def test_a_flush_comes_after_a_subscription_still_buffered(guarded: str) -> None:
+    """nats-py's PING overtakes a SUB its flusher has not written yet (then the server
+    answers the flush before it has, or has refused, the subscription): about one time in
+    ten here. Interlock's client writes what is buffered first."""
+
+    async def flush(client: Client) -> None:
+        await client.flush()
+
+    assert all(await _refused_by_then(guarded, NatsClient, flush))
+
+
+async def test_a_round_trip_is_that_barrier_on_nats_pys_client_too(guarded: str) -> None:
+    assert all(await _refused_by_then(guarded, Client, round_trip))
+    assert all(await _refused_by_then(guarded, NatsClient, round_trip))
+
+
+@pytest.mark.parametrize("make", [NatsClient, Client], ids=["interlock", "nats-py"])
+async def test_a_refused_run_log_subscription_is_known_once_a_wait_has_subscribed(
+    guarded: str, make: Callable[[], Client]
+) -> None:
+    """What waits rely on: a refused subscription is known when the watcher has started
+    (its waits then read each log every second rather than wait for hints)."""
+    client = make()
+    await client.connect(guarded, error_cb=_ignore, max_reconnect_attempts=0)
+    subjects = Subjects("natsclient")
+    try:
+        hinted = []
+        for _ in range(30):
+            watcher = RunWatcher(client, subjects, RunLog(client, subjects))
+            await watcher.start()
+            hinted.append(watcher.hinted)
+            await watcher.close()
+        assert hinted == [False] * 30
+    finally:
+        await client.close()
+
+
+async def _ignore(exc: Exception) -> None:
+    pass

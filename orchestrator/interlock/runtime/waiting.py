@@ -32,6 +32,7 @@ from nats.errors import NoRespondersError
 from interlock.core import events as ev
 from interlock.core.vocabulary import InterlockError
 from interlock.runtime.logstore import LogReadError, RunLog
+from interlock.transport.natsclient import round_trip
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.client")
@@ -104,7 +105,7 @@ class RunWatcher:
             # The server has the subscription once it answered a round trip after it (and
             # has said so first if it refused it).
             before = self._nc.last_error
-            await self._nc.flush()
+            await round_trip(self._nc)
             error = self._nc.last_error
             if error is not before and self._subjects.runs_all in str(error):
                 log.warning(

@@ -2,7 +2,7 @@
 
 Every process connects through :func:`interlock.transport.connection.connect`, which makes
 this client. It behaves as nats-py's ``Client`` does, with two differences in cost, not in
-result:
+result, and one in order:
 
 - **Headers are parsed without a generator per character.** nats-py checks each header
   name for whitespace with ``any(c.isspace() for c in key)``; a run of the approval
@@ -16,10 +16,16 @@ result:
   deliveries handed over to a consumer's own queue) the queue and the task switch were
   most of the work. A handler must be quick and must not block; what it raises is
   reported to the connection's error callback and does not stop the read loop.
+- **``flush()`` comes after every command sent before it.** nats-py writes its PING
+  straight to the socket, ahead of what its flusher task has not written yet, so a
+  ``flush()`` right after ``subscribe()`` could return before the server had the SUB, or
+  had refused it. Here the buffer goes out first (:func:`round_trip` gives the same
+  barrier on nats-py's own client).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -120,6 +126,20 @@ class NatsClient(Client):
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
 
+    async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+        """A PING (``flush``, ``rtt``, the keep-alive) after what is still buffered.
+
+        nats-py writes the PING to the socket at once, ahead of commands its flusher task
+        has not written yet: a ``flush()`` right after ``subscribe()`` could then be
+        answered before the server had the SUB (and before it refused it). Writing out
+        the buffer first makes ``flush()`` a barrier for every command sent before it.
+        """
+        if self.is_connected and self._pending_data_size > 0 and self._transport is not None:
+            self._transport.writelines(self._pending)
+            self._pending = []
+            self._pending_data_size = 0
+        await super()._send_ping(future)
+
     async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
         """Subscribe to ``subject`` with ``handler`` called in the read loop for each
         message (no queue, no task). Unsubscribing the returned subscription stops it."""
@@ -147,6 +167,17 @@ class NatsClient(Client):
         except Exception as exc:
             log.exception("handling a message on %s failed", msg.subject)
             await self._error_cb(exc)
+
+
+async def round_trip(nc: Client) -> None:
+    """Until the server has had every command sent on ``nc`` so far, and has said what it
+    refused of them (a subscription not allowed, say: its error arrives before this
+    returns). On Interlock's client one ``flush`` is that; on nats-py's own, whose PING
+    may overtake what its buffer still holds, the first flush writes the buffer out and a
+    second one follows it."""
+    if not isinstance(nc, NatsClient):
+        await nc.flush()
+    await nc.flush()
 
 
 def direct_subscriber(nc: Any) -> Callable[[str, DirectHandler], Any] | None:

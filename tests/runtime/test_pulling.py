@@ -4,14 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
+import nats
 import pytest
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.natsclient import direct_subscriber
 from interlock.transport.pulling import BatchReader, deliveries, subject_matches
 from interlock.transport.subjects import Subjects
+
+
+@pytest.fixture(params=["nats-py", "interlock"])
+async def nc(request: pytest.FixtureRequest, nats_url: str) -> AsyncIterator[Client]:
+    """Both ways deliveries reach a reader: through a nats-py subscription's queue and
+    task, and (Interlock's client) handed over from the connection's read loop."""
+    if request.param == "interlock":
+        client: Client = await connect(ConnectOptions.resolve(nats_url, name="pulling test"))
+        assert direct_subscriber(client) is not None
+    else:
+        client = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+        assert direct_subscriber(client) is None
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ class Clock:
 def test_a_notice_naming_an_attempt_covers_that_attempt_only() -> None:
     memory = CancelMemory()
     memory.remember("r.1", 2, T0)
+    assert "r.1" in memory
+    assert "r.2" not in memory
     assert memory.covers("r.1", 2, T0 - timedelta(seconds=1))
     assert memory.covers("r.1", 2, None)
     assert not memory.covers("r.1", 1, T0 - timedelta(seconds=1))

@@ -65,6 +65,10 @@ class CancelMemory:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, action_id: object) -> bool:
+        """Whether a notice about ``action_id`` is remembered (expired or not)."""
+        return action_id in self._entries
+
     def remember(self, action_id: str, attempt: int | None, issued: datetime | None) -> None:
         """Record a notice for ``action_id`` (one ``attempt``, or None for all attempts
         requested before ``issued``, the notice's time)."""

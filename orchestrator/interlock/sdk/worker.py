@@ -151,6 +151,7 @@ class Worker:
         self._handler_log = logging.getLogger(f"interlock.agent.{name}")
         self._capabilities: dict[str, Capability] = {}
         self._catalog = AgentDefCatalog()
+        self._merged: dict[str, tuple[CapabilityContract, CapabilityContract]] = {}
         self._flights: dict[str, list[InFlight]] = {}
         # Notices for tasks not taken yet: they may still wait in the work queue.
         self._cancels = CancelMemory()
@@ -497,7 +498,9 @@ class Worker:
             action_id = request.action_id
             self._notify_started(cap.name, action_id)
             flight = InFlight(request.attempt)
-            if self._cancels.covers(action_id, request.attempt, parse_time(request.event.time)):
+            if action_id in self._cancels and self._cancels.covers(
+                action_id, request.attempt, parse_time(request.event.time)
+            ):
                 log.info("%s was cancelled before it was taken; not running it", action_id)
                 flight.stop("cancelled")
             self._flights.setdefault(action_id, []).append(flight)
@@ -576,11 +579,16 @@ class Worker:
         declared = self._catalog.get(cap.name)
         if declared is None:
             return cap.contract
-        return CapabilityContract(
+        merged = self._merged.get(cap.name)
+        if merged is not None and merged[0] is declared:
+            return merged[1]  # the AgentDef has not changed since the last task
+        contract = CapabilityContract(
             input=cap.contract.input or declared.input,
             output=cap.contract.output or declared.output,
             origin=declared.origin if cap.contract.input is None else cap.contract.origin,
         )
+        self._merged[cap.name] = (declared, contract)
+        return contract
 
     async def _send(
         self,
@@ -773,7 +781,13 @@ class _Answer:
         self.event_id = event_id
         self.headers = headers
         self.payload = payload
-        self.size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        # "Name: value\r\n" per header, counted without a Python step per header.
+        self.size = (
+            len(payload)
+            + sum(map(len, headers))
+            + sum(map(len, headers.values()))
+            + 4 * len(headers)
+        )
 
 
 class _KeepAlive:

@@ -23,6 +23,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from interlock.transport.natsclient import direct_subscriber
+
 log = logging.getLogger("interlock.pulling")
 
 DRAIN_TIMEOUT = 2.0
@@ -146,6 +148,7 @@ class PullConsumer:
         self._expires = expires
         self._inbox = nc.new_inbox()
         self._sub: Any = None
+        self._naks: set[asyncio.Future[None]] = set()
         self._seq = 0
         self._current = 0  # id of the open pull request, 0 when none
         self._remaining = 0  # slots reserved for it and not yet filled
@@ -158,7 +161,14 @@ class PullConsumer:
         self._draining = False
 
     async def start(self) -> None:
-        self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_msg)
+        subject = f"{self._inbox}.*"
+        direct = direct_subscriber(self._nc)
+        if direct is not None:
+            # Handed over from the connection's read loop: no subscription queue and no
+            # task switch between a delivery and its handler.
+            self._sub = await direct(subject, self._on_msg)
+        else:
+            self._sub = await self._nc.subscribe(subject, cb=self._on_msg_async)
         self._pool.add_reclaimer(self._reclaim_idle)
 
     def _reclaim_idle(self) -> bool:
@@ -251,6 +261,8 @@ class PullConsumer:
                 # Closing: a connection already gone leaves nothing to undo.
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
+        if self._naks:  # the hand-backs of what came while draining
+            await asyncio.wait(set(self._naks), timeout=DRAIN_TIMEOUT)
 
     def _close(self, status: str | None) -> None:
         if self._current:
@@ -261,7 +273,16 @@ class PullConsumer:
         self._status = status
         self._closed.set()
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg_async(self, msg: Msg) -> None:
+        self._on_msg(msg)
+
+    def _hand_back(self, msg: Msg) -> None:
+        """Nak ``msg`` (in a task of its own: deliveries are handled in the read loop)."""
+        task = asyncio.ensure_future(_nak(msg))
+        self._naks.add(task)
+        task.add_done_callback(self._naks.discard)
+
+    def _on_msg(self, msg: Msg) -> None:
         self._last_heard = asyncio.get_running_loop().time()
         status = msg.headers.get(_STATUS) if msg.headers else None
         if status:
@@ -272,7 +293,7 @@ class PullConsumer:
             log.error("pull on %s delivered a message on %s", self._consumer, msg.subject)
             self._lost = True
             self._close(None)
-            await _nak(msg)
+            self._hand_back(msg)
             return
         if self._current and self._remaining > 0:
             self._remaining -= 1
@@ -295,7 +316,7 @@ class PullConsumer:
         if self._draining or not holds_slot:
             if holds_slot:
                 self._pool.release()
-            await _nak(msg)
+            self._hand_back(msg)
             return
         self._deliver(msg)
 

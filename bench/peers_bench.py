@@ -128,14 +128,24 @@ def cpu_per_run(result: dict[str, Any], process: str | None = None) -> float | N
     return sum(cpu.values()) * 1000 / runs
 
 
+def messages_per_run(result: dict[str, Any]) -> float | None:
+    """NATS messages per run through the server, both directions, summed over the
+    system's client connections (Interlock's drivers report them; others do not)."""
+    conns = result.get("nats_messages_per_run")
+    if not conns:
+        return None
+    return sum(c["in_per_run"] + c["out_per_run"] for c in conns.values())
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
 def table(found: dict[tuple[str, str], dict[str, Any]], order: list[str]) -> str:
     head = "| system | round | p50 ms | p99 ms | runs/s | p50 x NATS | p99 x NATS | runs/s / NATS |"
-    head += " writes/run | CPU ms/run | orchestrator CPU ms/run |"
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    head += " writes/run | NATS msgs/run | CPU ms/run | orchestrator CPU ms/run |"
+    head += " worker CPU ms/run |"
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     labels = sorted({label for _, label in found})
     for label in labels:
         base = found.get(("nats-raw", label))
@@ -148,11 +158,14 @@ def table(found: dict[tuple[str, str], dict[str, Any]], order: list[str]) -> str
                 return f"{r[key] / base[key]:.2f}" if base and base[key] else "-"
 
             writes = writes_per_run(r)
+            msgs = messages_per_run(r)
             lines.append(
                 f"| {name} | {label} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                 f"{r['runs_per_s']:,.0f} | {ratio('p50_ms')} | {ratio('p99_ms')} | "
                 f"{ratio('runs_per_s')} | {'-' if writes is None else f'{writes:.2f}'} | "
-                f"{_ms(cpu_per_run(r))} | {_ms(cpu_per_run(r, 'orchestrator'))} |"
+                f"{'-' if msgs is None else f'{msgs:.1f}'} | "
+                f"{_ms(cpu_per_run(r))} | {_ms(cpu_per_run(r, 'orchestrator'))} | "
+                f"{_ms(cpu_per_run(r, 'worker'))} |"
             )
     return "\n".join(lines)
 

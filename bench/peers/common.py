@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -267,3 +268,25 @@ def stop(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+def nats_messages_per_run(mport: int, runs: int) -> dict:
+    """NATS messages per run, by client connection and both directions, from the
+    server's monitoring endpoint: ``in`` the client sent (publishes, requests, replies,
+    acks, pull requests), ``out`` the server delivered to it (messages, replies, acks,
+    pull statuses). Over the whole benchmark (warm-up, sequential and throughput runs)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/connz?limit=1024", timeout=5) as r:
+        conns = json.load(r)["connections"]
+    out: dict = {}
+    for c in conns:
+        name = c.get("name") or f"cid {c.get('cid')}"
+        row = out.setdefault(name, {"in": 0, "out": 0})
+        row["in"] += c.get("in_msgs", 0)
+        row["out"] += c.get("out_msgs", 0)
+    return {
+        name: {
+            "in_per_run": round(row["in"] / runs, 2),
+            "out_per_run": round(row["out"] / runs, 2),
+        }
+        for name, row in sorted(out.items())
+    }

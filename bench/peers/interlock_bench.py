@@ -36,13 +36,11 @@ Usage: <checkout>/.venv/bin/python interlock_bench.py --label r1     (Interlock'
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from importlib.metadata import version as _ver
 
 from interlock.core import events as ev
@@ -108,28 +106,6 @@ def _spawn(cmd, log_path, env=None, cwd=None) -> subprocess.Popen:
         out.close()
 
 
-def _messages(mport: int, runs: int) -> dict:
-    """NATS messages per run, by client connection and both directions, from the
-    server's monitoring endpoint: ``in`` the client sent (publishes, requests, replies,
-    acks, pull requests), ``out`` the server delivered to it (messages, replies, acks,
-    pull statuses). Over the whole benchmark (warm-up, sequential and throughput runs)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/connz?limit=1024", timeout=5) as r:
-        conns = json.load(r)["connections"]
-    out: dict = {}
-    for c in conns:
-        name = c.get("name") or f"cid {c.get('cid')}"
-        row = out.setdefault(name, {"in": 0, "out": 0})
-        row["in"] += c.get("in_msgs", 0)
-        row["out"] += c.get("out_msgs", 0)
-    return {
-        name: {
-            "in_per_run": round(row["in"] / runs, 2),
-            "out_per_run": round(row["out"] / runs, 2),
-        }
-        for name, row in sorted(out.items())
-    }
-
-
 def _tail(path, n=15) -> str:
     try:
         return "\n".join(open(path, errors="replace").read().splitlines()[-n:])
@@ -186,8 +162,10 @@ async def bench(args) -> None:
             raise RuntimeError(f"interlock apply failed ({ap.returncode}): {ap.stdout}{ap.stderr}")
         print(f"interlock apply ({apply_s:.2f}s): {ap.stdout.strip()}", flush=True)
         # 2. the orchestrator and the worker, as their own processes
+        oprofile = ["-m", "cProfile", "-o", args.profile_orchestrator]
         orch = _spawn(
             [
+                *([sys.executable, *oprofile] if args.profile_orchestrator else []),
                 il,
                 "serve",
                 "--server",
@@ -300,7 +278,7 @@ async def bench(args) -> None:
                 "bytes": info.state.bytes,
                 "writes_per_run": round(info.state.last_seq / total_runs, 2),
             }
-        res["nats_messages_per_run"] = _messages(mport, total_runs)
+        res["nats_messages_per_run"] = common.nats_messages_per_run(mport, total_runs)
         runs_msgs = streams.get(opts.subjects.runs_stream, {}).get("msgs", 0)
         res["durable_records"] = {
             "runs_started": total_runs,
@@ -399,6 +377,11 @@ def main() -> None:
             help="the orchestrator's run-log group commit (INTERLOCK_GROUP_COMMIT; "
             "default: as the orchestrator finds the server's syncing; 16 with --fsync "
             "always for a --system measured beside)",
+        )
+        p.add_argument(
+            "--profile-orchestrator",
+            metavar="FILE",
+            help="run the orchestrator under cProfile, its statistics written to FILE at the end",
         )
         p.add_argument(
             "--profile-worker",

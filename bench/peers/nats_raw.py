@@ -64,15 +64,17 @@ async def bench(args) -> None:
     wd = common.workdir_for(args, "nats")
     sd = wd / "js"
     port = common.free_port()
+    mport = common.free_port()  # the monitoring endpoint: messages per run, read at the end
     exe = shutil.which("nats-server", path=os.path.dirname(sys.executable)) or "nats-server"
     if args.fsync == "always":
         cfg = wd / "nats.conf"
         cfg.write_text(
-            f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{sd}"\n  sync_interval: always\n}}\n'
+            f'listen: "127.0.0.1:{port}"\nhttp: "127.0.0.1:{mport}"\n'
+            f'jetstream {{\n  store_dir: "{sd}"\n  sync_interval: always\n}}\n'
         )
         cmd = [exe, "-c", str(cfg)]
     else:
-        cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(sd)]
+        cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(sd), "-m", str(mport)]
     ver = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
     srv = subprocess.Popen(cmd, stdout=open(wd / "server.log", "w"), stderr=subprocess.STDOUT)
     wrk = None
@@ -132,6 +134,7 @@ async def bench(args) -> None:
         info = await js.stream_info("RUNS")
         total_runs = args.warmup + args.seq + res["tp_ok"]
         res["durable_records"] = {"stream_msgs": info.state.messages, "expected": 4 * total_runs}
+        res["nats_messages_per_run"] = common.nats_messages_per_run(mport, total_runs)
         res["rss_mib"] = {
             "engine(nats-server)": common.peak_rss_mib(srv.pid)["total"],
             "worker": common.peak_rss_mib(wrk.pid)["total"],

@@ -498,3 +498,91 @@ def test_a_gate_that_nothing_could_open_is_refused_where_it_is_written() -> None
         "14:56 gate-without-evidence: step 'ship' requires evidence but the workflow "
         "declares no evidence.events: its gate could never open",
     ]
+
+
+def test_a_gate_on_a_map_parallel_or_loop_state_is_refused_even_with_an_event_from_outside() -> (
+    None
+):
+    gate = 'gate: {requires: {scan: passed}, evidence: ["event.data.ok"]}'
+    assert problems(
+        f"""\
+  initial_state: fan
+  evidence: {{events: [scan.done]}}
+  states:
+    fan:
+      map: {{over: "inputs.xs", as: x, action: {{capability: echo}}}}
+      {gate}
+      on: [{{event: go, goto: par}}]
+    par:
+      parallel: {{actions: [{{capability: a}}, {{capability: b}}]}}
+      {gate}
+      on: [{{event: go, goto: again}}]
+    again:
+      loop: {{until: "true", max_iterations: 2, action: {{capability: echo}}}}
+      {gate}
+      on: [{{event: go, goto: done}}]
+    done: {{type: terminal}}
+"""
+    ) == [
+        f"{line}:7 gate-placement: state '{name}' has a gate but no actions and takes no "
+        "event from outside: a gate checks the answer that completes a state's actions, or "
+        "the event a state without actions takes (a DAG step takes requires)"
+        for line, name in ((10, "fan"), (14, "par"), (18, "again"))
+    ]
+
+
+def test_a_problem_in_a_gate_or_a_fail_message_points_where_it_is_written() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  evidence: {events: [scan.done]}
+  states:
+    work:
+      actions: [{capability: echo}]
+      gate: {requires: {scan: passed}, evidence: ["event.data.ok", "1 +"], when: "2 +"}
+      on: [{event: task.completed, goto: failed}]
+    failed:
+      type: terminal
+      fail: {class: agent_error, message: "{{ 3 + }}"}
+"""
+    ) == [
+        "10:71 cel-compile: CEL does not compile: '1 +'",
+        "10:85 cel-compile: CEL does not compile: '2 +'",
+        "14:49 cel-compile: CEL does not compile: '3 +'",
+    ]
+
+
+def test_a_problem_in_a_map_loop_or_parallel_action_points_into_that_action() -> None:
+    assert problems(
+        """\
+  initial_state: fan
+  states:
+    fan:
+      map: {over: "inputs.xs", as: x, action: {capability: echo, timeout: 0s}}
+      on: [{event: task.completed, goto: again}]
+    again:
+      loop: {until: "true", max_iterations: 2, action: {capability: echo, timeout: 0s}}
+      on: [{event: task.completed, goto: par}]
+    par:
+      parallel: {actions: [{capability: a}, {capability: b, timeout: 0s}]}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        f"{where} bad-duration: '0s' is not a duration (a number and a unit: 250ms, 30s, "
+        "30m, 1h, 1d)"
+        for where in ("8:75", "11:84", "14:70")
+    ]
+
+
+def test_a_problem_in_the_correlation_key_points_where_it_is_written() -> None:
+    assert problems(
+        """\
+  initial_state: work
+  correlate: {key: "{{ inputs.k + }}", events: {ok.ev: "event.data.k"}}
+  states:
+    work:
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+"""
+    ) == ["6:33 cel-compile: CEL does not compile: 'inputs.k +'"]

@@ -272,3 +272,44 @@ async def test_a_refused_run_log_subscription_is_known_once_a_wait_has_subscribe
 
 async def _ignore(exc: Exception) -> None:
     pass
+
+
+_STATUSES = ["CONNECTED", "CLOSED", "DRAINING_PUBS", "DRAINING_SUBS", "RECONNECTING", "CONNECTING"]
+
+
+@pytest.mark.parametrize("status", _STATUSES)
+@pytest.mark.parametrize(
+    ("subject", "reply", "size", "pending", "limit"),
+    [
+        ("a.b", "", 10, 0, 100),
+        ("a.b", "_INBOX.x", 10, 95, 100),
+        ("a.b", "", 10, 0, 0),
+        ("a.b", "", 200, 0, 1_000),
+        ("", "", 10, 0, 100),
+        ("a b", "", 10, 0, 100),
+        ("a.b", "bad\r\nreply", 10, 0, 100),
+    ],
+)
+async def test_publish_checks_as_nats_py_checks(
+    status: str, subject: str, reply: str, size: int, pending: int, limit: int
+) -> None:
+    outcomes = []
+    for cls in (NatsClient, Client):
+        client = cls()
+        client._status = getattr(Client, status)
+        client._max_payload = 100
+        client._max_pending_size = limit
+        client._pending_data_size = pending
+        sent: list[tuple[Any, ...]] = []
+
+        async def capture(*args: Any, sent: list[tuple[Any, ...]] = sent) -> None:
+            sent.append(args)
+
+        client._send_publish = capture  # type: ignore[method-assign]
+        try:
+            await client.publish(subject, b"x" * size, reply=reply, headers={"h": "1"})
+        except errors.Error as exc:
+            outcomes.append(type(exc).__name__)
+        else:
+            outcomes.append(repr(sent))
+    assert outcomes[0] == outcomes[1]

@@ -9,12 +9,14 @@ from typing import Any
 
 import nats
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.natsclient import direct_subscriber
-from interlock.transport.pulling import BatchReader, deliveries, subject_matches
+from interlock.transport.pulling import BatchReader, deliveries, subject_matcher, subject_matches
 from interlock.transport.subjects import Subjects
 
 
@@ -49,6 +51,16 @@ async def nc(request: pytest.FixtureRequest, nats_url: str) -> AsyncIterator[Cli
 )
 def test_subject_filters(pattern: str, subject: str, matches: bool) -> None:
     assert subject_matches(pattern, subject) is matches
+    assert subject_matcher(pattern)(subject) is matches
+
+
+_TOKENS = st.lists(st.sampled_from(["il", "runs", "r1", "", "*", ">", "a.b"]), max_size=4)
+
+
+@given(_TOKENS, _TOKENS)
+def test_a_filter_looked_at_once_matches_as_it_did(pattern: list[str], subject: list[str]) -> None:
+    p, s = ".".join(pattern), ".".join(subject)
+    assert subject_matcher(p)(s) is subject_matches(p, s)
 
 
 async def consumer(nc: Client, subjects: Subjects, name: str) -> tuple[str, str]:

@@ -78,6 +78,35 @@ def start(
     ``spawn`` is what a parent handed a child run (its depth and the tree's spawn budgets).
     ``trace``, when given, receives every guard weighed (it changes no record).
     """
+    return started(
+        definition,
+        run_id=run_id,
+        inputs=inputs,
+        now=now,
+        version=version,
+        trigger=trigger,
+        traceparent=traceparent,
+        parent=parent,
+        spawn=spawn,
+        trace=trace,
+    )[0]
+
+
+def started(
+    definition: Definition,
+    *,
+    run_id: str,
+    inputs: Mapping[str, Any],
+    now: str,
+    version: int = 1,
+    trigger: Incoming | None = None,
+    traceparent: str | None = None,
+    parent: ev.ParentRef | None = None,
+    spawn: ev.SpawnBudget | None = None,
+    trace: list[GuardCheck] | None = None,
+) -> tuple[list[ev.AnyRecord], RunState]:
+    """:func:`start`, and the run's state after its records (``fold(records)``, which
+    making them has computed already)."""
     step = Reactions(definition, RunState(), now, trace=trace)
     step._run_id = run_id
     step.emit(
@@ -99,7 +128,7 @@ def start(
     if definition.deadline is not None:
         step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, definition.deadline.after_s))
     step.enter(definition.initial_state)
-    return step.out
+    return step.out, step.state
 
 
 def decide(
@@ -116,39 +145,57 @@ def decide(
     ``io.interlock.timer.fired``, extension ``timerid``) or an external event. ``trace``,
     when given, receives every guard weighed (it changes no record).
     """
+    return decided(definition, state, event, now, trace=trace)[0]
+
+
+def decided(
+    definition: Definition,
+    state: RunState,
+    event: Incoming,
+    now: str,
+    *,
+    trace: list[GuardCheck] | None = None,
+) -> tuple[list[ev.AnyRecord], RunState]:
+    """:func:`decide`, and the run's state after its records (``fold(records, state)``,
+    which deciding has computed already)."""
     if state.status != RunStatus.RUNNING:
-        return []
+        return [], state
     step = Reactions(definition, state, now, trace=trace)
+    _react(step, definition, state, event)
+    return step.out, step.state
+
+
+def _react(step: Reactions, definition: Definition, state: RunState, event: Incoming) -> None:
+    """What :func:`decide` does with a running run: ``step`` gets the records."""
     if event.type == TIMER_FIRED:
         timer = state.timers.get(event.extensions.get("timerid", ""))
         if timer is None:
-            return []  # already fired, or belonged to a state the run has left
+            return  # already fired, or belonged to a state the run has left
         step.timer_fired(timer)
-        return step.out
+        return
     action_id = event.extensions.get("actionid")
     if action_id is not None:
         pending = state.pending.get(action_id)
         if pending is None:
-            return []  # a duplicate, or the answer to an action no longer awaited
+            return  # a duplicate, or the answer to an action no longer awaited
         attempt = event.extensions.get("attempt")
         if attempt is not None and attempt.isdigit() and int(attempt) != pending.attempt:
-            return []  # the answer to an earlier attempt that timed out
+            return  # the answer to an earlier attempt that timed out
         step.action_answered(pending, event)
-        return step.out
+        return
     if event_key(event.source, event.id) in state.seen:
-        return []
+        return
     if event.type in definition.evidence_events:
         _evidence(step, event)
-        return step.out
+        return
     current = definition.states[state.state]
     if not current.transitions_for(event.type):
-        return []
+        return
     step.emit(ev.EventReceived, ev.EventReceivedData(event=event.to_dict()))
     gate = None if current.actions else current.gate
     if gate is not None and step.event_refused(current, gate, event):
-        return step.out  # not taken: the state goes on waiting
+        return  # not taken: the state goes on waiting
     step.route(event.type, event, None)
-    return step.out
 
 
 def _evidence(step: Reactions, event: Incoming) -> None:

@@ -10,14 +10,17 @@ publishes the same answer to the results stream, which works with no orchestrato
 
 Every orchestrator replica subscribes in one queue group, so each request reaches one of
 them. Requests are handled concurrently (different runs in parallel; one run's answers
-wait for each other on its lock), at most ``limit`` at a time: beyond that the
-subscription's queue holds them, and an agent that waits too long sends its answer the
-other way.
+wait for each other on its lock), at most ``limit`` at a time: beyond that they wait their
+turn (at most ``BACKLOG`` of them; past that a request gets no reply), and an agent that
+waits too long sends its answer the other way. Each request is taken from the
+connection's read loop straight into a task of its own (a direct subscription), without
+a subscription queue and its task in between.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -28,6 +31,7 @@ from nats.aio.subscription import Subscription
 
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.natsclient import direct_subscriber
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.answering")
@@ -36,6 +40,9 @@ QUEUE = "interlock-orchestrator"
 """The queue group every orchestrator replica serves answer requests in."""
 IN_FLIGHT = 1024
 """Answer requests handled at once by one orchestrator."""
+BACKLOG = 16_384
+"""Answer requests waiting for one of the ``IN_FLIGHT`` places (beyond, one is dropped:
+its agent gets no reply and sends the answer to the results stream)."""
 
 Outcome = tuple[str, str | None]
 """The reply's ``Interlock-Answer`` value, and for ``refused`` the dead letter's reason."""
@@ -56,37 +63,61 @@ class AnswerDesk:
         self._nc = nc
         self._subjects = subjects
         self._handle = handle
-        self._slots = asyncio.Semaphore(limit)
+        self._free = limit
+        self._backlog: collections.deque[Msg] = collections.deque()
         self._sub: Subscription | None = None
+        self._open = False
         self._working: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._sub = await self._nc.subscribe(
-            self._subjects.answers_all, queue=QUEUE, cb=self._on_request
-        )
+        self._open = True
+        subject = self._subjects.answers_all
+        direct = direct_subscriber(self._nc)
+        if direct is not None:
+            self._sub = await direct(subject, self._take, queue=QUEUE)
+        else:
+            self._sub = await self._nc.subscribe(subject, queue=QUEUE, cb=self._on_request)
 
     async def stop(self, grace: float = 2.0) -> None:
         """No new request is taken; those in hand get ``grace`` seconds (an agent that gets
         no reply sends its answer to the results stream)."""
+        self._open = False
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
             self._sub = None
+        self._backlog.clear()  # their agents get no reply: they send them the other way
         if self._working:
             _, late = await asyncio.wait(set(self._working), timeout=grace)
             await cancel_and_wait(*late)
 
     async def _on_request(self, msg: Msg) -> None:
-        # The subscription calls back one message at a time: each is handled in a task of
-        # its own, so a slow append does not hold up the answers of other runs.
-        await self._slots.acquire()
-        task = asyncio.create_task(self._answer(msg))
+        self._take(msg)
+
+    def _take(self, msg: Msg) -> None:
+        # Each request is handled in a task of its own, so a slow append does not hold up
+        # the answers of other runs.
+        if not self._open:
+            return  # stopping: the agent sends it the other way
+        if self._free > 0:
+            self._free -= 1
+            self._begin(msg)
+        elif len(self._backlog) < BACKLOG:
+            self._backlog.append(msg)
+        else:
+            log.warning("answer on %s dropped: too many waiting", msg.subject)
+
+    def _begin(self, msg: Msg) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer(msg))
         self._working.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._working.discard(task)
-        self._slots.release()
+        if self._backlog and self._open:
+            self._begin(self._backlog.popleft())
+        else:
+            self._free += 1
 
     async def _answer(self, msg: Msg) -> None:
         try:

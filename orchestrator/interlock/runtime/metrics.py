@@ -103,15 +103,16 @@ class RunView:
     def finished(self) -> bool:
         return self.status != "running"
 
-    def apply(self, record: ev.AnyRecord) -> None:
-        self.seq = max(self.seq, record_seq(record))
+    def apply(self, record: ev.AnyRecord, seq: int | None = None) -> None:
+        at = record_seq(record) if seq is None else seq  # seq: its position, if known
+        self.seq = max(self.seq, at)
         if isinstance(record, ev.RunStarted):
             d = record.data
             self.workflow, self.namespace, self.version = d.workflow, d.namespace, d.version
             self.traceparent = record.traceparent
             self.started_at = record.time
         elif isinstance(record, ev.StateEntered):
-            self.visit = Visit(record.data.state, record_seq(record), record.time)
+            self.visit = Visit(record.data.state, at, record.time)
         elif isinstance(record, ev.ActionRequested):
             a = record.data
             self.pending[a.action_id] = PendingView(
@@ -261,14 +262,15 @@ class RunTracker(OrchestratorObserver):
 
     def _report(self, run: RunView, records: Sequence[ev.AnyRecord]) -> None:
         for record in records:
-            if record_seq(record) <= run.seq and run.seq:
+            seq = record_seq(record)
+            if seq <= run.seq and run.seq:
                 continue  # already reported
             for sink in self._sinks:
                 try:
                     sink.on_record(run, record)
                 except Exception:
                     log.exception("telemetry sink %s failed", type(sink).__name__)
-            run.apply(record)
+            run.apply(record, seq)
         self._keep(run)
 
     def _keep(self, run: RunView) -> None:

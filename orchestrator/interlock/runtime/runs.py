@@ -7,12 +7,11 @@ Used by the orchestrator (with a cache of recent states) and by the CLI (``start
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -54,6 +53,42 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
+class _RunLock:
+    """The context of :meth:`Runs.locked` (a class: a generator-based context manager
+    costs several calls more, and every decision takes one)."""
+
+    __slots__ = ("_held", "_locks", "_run_id")
+
+    def __init__(self, locks: dict[str, tuple[asyncio.Lock, list[int]]], run_id: str) -> None:
+        self._locks = locks
+        self._run_id = run_id
+        self._held: tuple[asyncio.Lock, list[int]] | None = None
+
+    async def __aenter__(self) -> None:
+        found = self._locks.get(self._run_id)
+        if found is None:
+            found = self._locks[self._run_id] = (asyncio.Lock(), [0])
+        found[1][0] += 1
+        try:
+            await found[0].acquire()
+        except BaseException:
+            self._leave(found)
+            raise
+        self._held = found
+
+    async def __aexit__(self, *exc: object) -> None:
+        found, self._held = self._held, None
+        assert found is not None
+        found[0].release()
+        self._leave(found)
+
+    def _leave(self, found: tuple[asyncio.Lock, list[int]]) -> None:
+        users = found[1]
+        users[0] -= 1
+        if not users[0]:
+            del self._locks[self._run_id]
+
+
 @dataclass(slots=True)
 class Entry:
     state: RunState
@@ -61,7 +96,16 @@ class Entry:
     definition: Definition
 
 
-Decision = Callable[["Definition", RunState], Sequence[ev.AnyRecord]]
+@dataclass(slots=True, frozen=True)
+class Decided:
+    """A decision's records with the run's state after them, as deciding computed it (what
+    folding the records onto the state decided on gives): no need to fold them again."""
+
+    records: list[ev.AnyRecord]
+    state: RunState
+
+
+Decision = Callable[["Definition", RunState], "Sequence[ev.AnyRecord] | Decided"]
 
 
 class Runs:
@@ -110,12 +154,12 @@ class Runs:
 
     async def _decide(
         self,
-        decision: Callable[[Definition, Any], Sequence[ev.AnyRecord]],
+        decision: Callable[[Definition, Any], Sequence[ev.AnyRecord] | Decided],
         definition: Definition,
         state: Any,
         *,
         heavy: bool = False,
-    ) -> Sequence[ev.AnyRecord]:
+    ) -> Sequence[ev.AnyRecord] | Decided:
         """``decision(definition, state)``: here, or, for a workflow whose expressions may
         loop (:func:`may_loop`: a comprehension can take up to its whole step budget, a
         good half second) or on ``heavy`` values (an event of many values: converting
@@ -147,26 +191,15 @@ class Runs:
         (``time.monotonic()``), once (None: not appended here, or asked for already)."""
         return self._appended.pop(seq, None)
 
-    @contextlib.asynccontextmanager
-    async def locked(self, run_id: str) -> AsyncIterator[None]:
-        """Decisions on one run, one at a time in this process (others race optimistically).
+    def locked(self, run_id: str) -> _RunLock:
+        """Decisions on one run, one at a time in this process (others race optimistically):
+        ``async with runs.locked(run_id): ...``.
 
         A run's lock lives while someone holds or awaits it, then goes: counting users
         (not ``Lock.locked()``, which is false while a woken waiter has yet to run) keeps
         two holders from ever getting two different locks.
         """
-        found = self._locks.get(run_id)
-        if found is None:
-            found = self._locks[run_id] = (asyncio.Lock(), [0])
-        lock, users = found
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._locks[run_id]
+        return _RunLock(self._locks, run_id)
 
     async def load(self, run_id: str, *, fresh: bool = False) -> Entry | None:
         """The run's state, from the cache or by folding its log (None: no such run)."""
@@ -234,7 +267,9 @@ class Runs:
             entry = await self.load(run_id, fresh=attempt > 0)
             if entry is None:
                 raise UnknownRun(run_id)
-            records = list(await self._decide(decision, entry.definition, entry.state, heavy=heavy))
+            out = await self._decide(decision, entry.definition, entry.state, heavy=heavy)
+            after = out.state if isinstance(out, Decided) else None
+            records = list(out.records if isinstance(out, Decided) else out)
             if not records:
                 # "Nothing to do" may only mean that the cached copy is behind the log (another
                 # replica, or the CLI, appended since): an answer to an action requested there
@@ -250,7 +285,8 @@ class Runs:
                 self.observer.conflict()
                 self.forget(run_id)
                 continue
-            self._remember(run_id, Entry(fold(records, entry.state), last, entry.definition))
+            state = fold(records, entry.state) if after is None else after
+            self._remember(run_id, Entry(state, last, entry.definition))
             self._appended_now(last, records)
             self.observer.appended(run_id, records)
             return records
@@ -275,7 +311,7 @@ class Runs:
         defaults however the run was started."""
         # The engine is loaded by what starts runs, not by every reader of this module.
         from interlock.core.definition import resolve_inputs
-        from interlock.core.engine import start
+        from interlock.core.engine import started
         from interlock.core.incoming import heavy_value
 
         await self.registry.current_agents()
@@ -284,9 +320,9 @@ class Runs:
         if problems:
             raise InvalidInputs(f"{definition.namespace}/{definition.name}", problems)
         now = self.clock()
-        records = list(
-            await self._decide(
-                lambda d, _: start(
+        out = await self._decide(
+            lambda d, _: Decided(
+                *started(
                     d,
                     run_id=run_id,
                     inputs=resolved,
@@ -296,17 +332,19 @@ class Runs:
                     traceparent=traceparent,
                     parent=parent,
                     spawn=spawn,
-                ),
-                definition,
-                None,
-                heavy=heavy_value(inputs) or (trigger is not None and heavy_value(trigger.data)),
-            )
+                )
+            ),
+            definition,
+            None,
+            heavy=heavy_value(inputs) or (trigger is not None and heavy_value(trigger.data)),
         )
+        assert isinstance(out, Decided)
+        records = out.records
         try:
             last = await self.log.append(run_id, records, 0)
         except AppendConflict:
             return False, []
-        self._remember(run_id, Entry(fold(records), last, definition))
+        self._remember(run_id, Entry(out.state, last, definition))
         self._appended_now(last, records)
         self.observer.appended(run_id, records)
         return True, records

@@ -39,6 +39,7 @@ from interlock.core.engine import (
     TASK_FAILED,
     Incoming,
     decide,
+    decided,
     derive_run_id,
     plus_seconds,
 )
@@ -58,7 +59,7 @@ from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
 from interlock.runtime.routing import starts
 from interlock.runtime.runindex import INDEXED, RunIndex
-from interlock.runtime.runs import Runs, utc_now
+from interlock.runtime.runs import Decided, Runs, utc_now
 from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.runtime.writebehind import WriteBehind
@@ -491,12 +492,12 @@ class Orchestrator:
         # Converting many values for CEL costs in proportion: decided off the loop.
         heavy = heavy_value(incoming.data)
 
-        def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
+        def decision(definition: Definition, state: RunState) -> Decided:
             event = incoming
             if answer is not None:
                 Answers.check_awaited(answer, state)
                 event = self._check_output(incoming, state)
-            return decide(definition, state, event, now)
+            return Decided(*decided(definition, state, event, now))
 
         async with self.runs.locked(run_id):
             try:

@@ -210,7 +210,9 @@ def _decode_binary(lowered: dict[str, str], payload: bytes) -> CloudEvent:
         if not key.startswith(_CE_PREFIX):
             continue
         name = key[len(_CE_PREFIX) :]
-        value = _unquote(key, raw)
+        value = raw.strip()
+        if "%" in value or value[:1] == '"':
+            value = _unquote(key, raw)
         if name in CORE_ATTRS:
             attrs[name] = value
         elif name in ("data", "data_base64"):

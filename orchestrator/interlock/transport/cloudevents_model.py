@@ -36,6 +36,9 @@ _EXTENSION_NAME = re.compile(r"[a-z0-9]+")
 # Control characters are not allowed in CloudEvents strings (spec "Type System").
 
 
+_CHECKED_NAMES: set[str] = set()
+"""Extension names found valid (the same few come with every event)."""
+_CHECKED_KEPT = 1_024
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -200,6 +203,8 @@ def _extension_string(name: str, value: Any) -> str:
 
 
 def check_extension_name(name: str) -> None:
+    if name in _CHECKED_NAMES:
+        return
     if not _EXTENSION_NAME.fullmatch(name):
         raise InvalidCloudEvent(
             "bad-extension-name",
@@ -210,6 +215,8 @@ def check_extension_name(name: str) -> None:
             "bad-extension-name",
             f"{name!r} is a core attribute name and cannot be an extension",
         )
+    if len(_CHECKED_NAMES) < _CHECKED_KEPT:
+        _CHECKED_NAMES.add(name)
 
 
 def build_event(attrs: dict[str, str], extensions: dict[str, str], data: Any) -> CloudEvent:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nats import errors
-from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, Client
+from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, Client, _validate_subject
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd
@@ -108,6 +108,35 @@ class NatsClient(Client):
         parts.append(_CRLF)
         return b"".join(parts)
 
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """``Client.publish``: the same checks and errors, the connection's status read
+        once instead of through three properties."""
+        if not self._skip_subject_validation:
+            _validate_subject(subject)
+            if reply:
+                _validate_subject(reply)
+        status = self._status
+        if status == Client.CLOSED:
+            raise errors.ConnectionClosedError
+        if status == Client.DRAINING_PUBS:
+            raise errors.ConnectionDrainingError
+        payload_size = len(payload)
+        if status != Client.CONNECTED and status != Client.DRAINING_SUBS:  # not connected
+            limit = self._max_pending_size
+            if limit <= 0 or payload_size + self._pending_data_size > limit:
+                # Cannot publish during a reconnection when the buffering is disabled,
+                # or if pending buffer is already full.
+                raise errors.OutboundBufferLimitError
+        if payload_size > self._max_payload:
+            raise errors.MaxPayloadError
+        await self._send_publish(subject, reply, payload, payload_size, headers)
+
     async def _send_publish(
         self,
         subject: str,
@@ -140,10 +169,13 @@ class NatsClient(Client):
             self._pending_data_size = 0
         await super()._send_ping(future)
 
-    async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
-        """Subscribe to ``subject`` with ``handler`` called in the read loop for each
-        message (no queue, no task). Unsubscribing the returned subscription stops it."""
-        sub = await self.subscribe(subject)
+    async def subscribe_direct(
+        self, subject: str, handler: DirectHandler, *, queue: str = ""
+    ) -> Subscription:
+        """Subscribe to ``subject`` (in the queue group ``queue``, if given) with
+        ``handler`` called in the read loop for each message (no queue, no task).
+        Unsubscribing the returned subscription stops it."""
+        sub = await self.subscribe(subject, queue=queue)
         self._direct[sub._id] = handler
         return sub
 
@@ -180,7 +212,7 @@ async def round_trip(nc: Client) -> None:
     await nc.flush()
 
 
-def direct_subscriber(nc: Any) -> Callable[[str, DirectHandler], Any] | None:
+def direct_subscriber(nc: Any) -> Callable[..., Any] | None:
     """``nc.subscribe_direct`` where ``nc`` offers it (a client made by Interlock's
     ``connect``), else None: the caller subscribes with a callback as usual."""
     method = getattr(nc, "subscribe_direct", None)

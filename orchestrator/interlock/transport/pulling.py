@@ -138,6 +138,7 @@ class PullConsumer:
         self._next_subject = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._consumer = consumer
         self._filter_subject = filter_subject
+        self._ours = subject_matcher(filter_subject)
         # The server says "still waiting" this often; silence means the request is gone
         # (consumer deleted under it, server restarted, reconnect).
         self._heartbeat = max(expires / 4, 0.05)
@@ -288,7 +289,7 @@ class PullConsumer:
         if status:
             self._on_status(msg, status)
             return
-        if not subject_matches(self._filter_subject, msg.subject):
+        if not self._ours(msg.subject):
             # Not one of ours: the consumer was replaced by one with another filter.
             log.error("pull on %s delivered a message on %s", self._consumer, msg.subject)
             self._lost = True
@@ -382,6 +383,19 @@ def subject_matches(pattern: str, subject: str) -> bool:
         if i >= len(got) or part not in ("*", got[i]):
             return False
     return len(want) == len(got)
+
+
+def subject_matcher(pattern: str) -> Callable[[str], bool]:
+    """``subject_matches`` with ``pattern`` looked at once: a literal subject or a
+    ``<literal prefix>.>`` (what the orchestrator's consumers filter on) is a string
+    comparison."""
+    head, dot, last = pattern.rpartition(".")
+    if "*" not in pattern and ">" not in pattern:
+        return pattern.__eq__
+    if dot and last == ">" and "*" not in head and ">" not in head:
+        prefix = head + "."
+        return lambda subject: subject.startswith(prefix)
+    return lambda subject: subject_matches(pattern, subject)
 
 
 class BatchReader:

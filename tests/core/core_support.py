@@ -19,6 +19,28 @@ from interlock.core.state import RunState, evolve
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = Path(__file__).resolve().parent / "manifests"
+GOLDEN = ROOT / "tests" / "golden"
+CODE_REVIEW = (GOLDEN / "code-review.yaml").read_text()
+"""The golden runs' workflow, as written."""
+
+LOOPER = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: looper}
+spec:
+  budget: {max_total_spawns: 3, max_transitions: 10}
+  initial_state: work
+  states:
+    work:
+      actions: [{capability: model.call}]
+      on:
+        - {event: task.completed, goto: work}
+      catch:
+        - {errors: [budget_exceeded], codes: [max_total_spawns], goto: over,
+           set: {why: "{{ result.error.message }}"}}
+    over: {type: terminal, outputs: {why: "{{ context.why }}"}}
+"""
+"""A run that asks for an action again on each answer until its spawns are spent."""
 
 
 def compile_one(text: str, path: str = "test.yaml") -> Definition:
@@ -27,6 +49,23 @@ def compile_one(text: str, path: str = "test.yaml") -> Definition:
     assert not compiled.diagnostics, "\n".join(str(d) for d in compiled.diagnostics)
     assert len(compiled.workflows) == 1
     return compiled.workflows[0]
+
+
+def code_review(*edits: tuple[str, str]) -> Definition:
+    """The golden runs' workflow with each ``(old, new)`` edit made in turn (``old`` must
+    be there; every place of it is replaced), compiled."""
+    text = CODE_REVIEW
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    result = compile_sources([("code-review.yaml", text)])
+    result.raise_for_errors()
+    return result.workflows[0]
+
+
+def golden(name: str) -> list[ev.AnyRecord]:
+    """The records of the golden run log ``name`` (``tests/golden/<name>.jsonl``)."""
+    return ev.decode_lines((GOLDEN / f"{name}.jsonl").read_bytes())
 
 
 def at(second: int) -> str:

@@ -7,32 +7,21 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from core_support import Run, compile_one
+from core_support import Run, code_review, compile_one, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
-from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-WORKFLOW = (GOLDEN / "code-review.yaml").read_text()
-ORIGINAL = compile_sources([("code-review.yaml", WORKFLOW)]).workflows[0]
+ORIGINAL = code_review()
 
 
 def changed(old: str, new: str) -> Definition:
-    assert old in WORKFLOW, old
-    result = compile_sources([("code-review.yaml", WORKFLOW.replace(old, new))])
-    result.raise_for_errors()
-    return result.workflows[0]
-
-
-def golden(name: str) -> list[ev.AnyRecord]:
-    return ev.decode_lines((GOLDEN / f"{name}.jsonl").read_bytes())
+    return code_review((old, new))
 
 
 # The review state gets a timeout of its own: each time the run enters it, a timer.scheduled

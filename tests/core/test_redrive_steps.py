@@ -4,35 +4,15 @@ not take, and timers found again after the new run's ids drift: the cases of
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from core_support import Run, compile_one
+from core_support import LOOPER, Run, code_review, compile_one, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
-from interlock.core.compiler import compile_sources
-from interlock.core.definition import Definition
 from interlock.core.redrive import steps
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-WORKFLOW = (GOLDEN / "code-review.yaml").read_text()
-ORIGINAL = compile_sources([("code-review.yaml", WORKFLOW)]).workflows[0]
-
-
-def changed(*edits: tuple[str, str]) -> Definition:
-    text = WORKFLOW
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    result = compile_sources([("code-review.yaml", text)])
-    result.raise_for_errors()
-    return result.workflows[0]
-
-
-def golden(name: str) -> list[ev.AnyRecord]:
-    return ev.decode_lines((GOLDEN / f"{name}.jsonl").read_bytes())
-
+ORIGINAL = code_review()
+changed = code_review
 
 DEADLINE = ("spec:\n", "spec:\n  deadline:\n    after: 30d\n    goto: rejected\n")
 REVIEW_TIMEOUT = (
@@ -41,22 +21,7 @@ REVIEW_TIMEOUT = (
     "      timeout:\n        after: 72h\n        goto: rejected\n",
 )
 
-SPENDER = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: spender}
-spec:
-  budget: {max_total_spawns: 2, max_transitions: 10}
-  initial_state: work
-  states:
-    work:
-      actions: [{capability: model.call}]
-      on:
-        - {event: task.completed, goto: work}
-      catch:
-        - {errors: [budget_exceeded], goto: over}
-    over: {type: terminal}
-"""
+SPENDER = LOOPER.replace("max_total_spawns: 3", "max_total_spawns: 2")
 
 
 def test_a_refused_spawn_is_part_of_the_decision_that_would_have_asked_for_it() -> None:

@@ -3,11 +3,11 @@ record, which fields (dotted, recorded and now), and the group it counts under."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from core_support import CODE_REVIEW, GOLDEN, code_review, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
@@ -15,19 +15,9 @@ from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
 from interlock.core.replay import comparable
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-WORKFLOW = (GOLDEN / "code-review.yaml").read_text()
-
 
 def changed(old: str, new: str) -> Definition:
-    assert old in WORKFLOW, old
-    result = compile_sources([("code-review.yaml", WORKFLOW.replace(old, new))])
-    result.raise_for_errors()
-    return result.workflows[0]
-
-
-def golden(name: str) -> list[ev.AnyRecord]:
-    return ev.decode_lines((GOLDEN / f"{name}.jsonl").read_bytes())
+    return code_review((old, new))
 
 
 def divergence(log: str, old: str, new: str) -> dict[str, Any]:
@@ -98,7 +88,7 @@ def _waiting_for_review() -> list[ev.AnyRecord]:
 
 
 def _original() -> Definition:
-    result = compile_sources([("code-review.yaml", WORKFLOW)])
+    result = compile_sources([("code-review.yaml", CODE_REVIEW)])
     result.raise_for_errors()
     return result.workflows[0]
 

@@ -4,37 +4,18 @@ not replay, what `explain` refuses and what a waiting run would take."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import msgspec
 import pytest
-from core_support import Run
+from core_support import Run, code_review, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
-from interlock.core.definition import Definition
 from interlock.core.engine import start
 from interlock.core.state import fold
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-WORKFLOW = (GOLDEN / "code-review.yaml").read_text()
-ORIGINAL = compile_sources([("code-review.yaml", WORKFLOW)]).workflows[0]
-
-
-def changed(*edits: tuple[str, str]) -> Definition:
-    text = WORKFLOW
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new)
-    result = compile_sources([("code-review.yaml", text)])
-    result.raise_for_errors()
-    return result.workflows[0]
-
-
-def golden(name: str) -> list[ev.AnyRecord]:
-    return ev.decode_lines((GOLDEN / f"{name}.jsonl").read_bytes())
-
+ORIGINAL = code_review()
+changed = code_review
 
 APPROVAL_GUARD = "guard: data.approver in inputs.approvers"
 

@@ -11,31 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from core_support import Run, compile_one, types
+from core_support import LOOPER, Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.engine import Incoming
 from interlock.core.spawn import SpawnProgress
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus
-
-LOOPER = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: looper}
-spec:
-  budget: {max_total_spawns: 3, max_transitions: 10}
-  initial_state: work
-  states:
-    work:
-      actions: [{capability: model.call}]
-      on:
-        - {event: task.completed, goto: work}
-      catch:
-        - {errors: [budget_exceeded], codes: [max_total_spawns], goto: over,
-           set: {why: "{{ result.error.message }}"}}
-    over: {type: terminal, outputs: {why: "{{ context.why }}"}}
-"""
 
 PARENT = """\
 apiVersion: interlock.io/v1

@@ -32,15 +32,14 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
+from bench.peers.interlock_bench import trigger
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
-from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect
 
 PEERS = Path(__file__).resolve().parent / "peers"
 MANIFEST = PEERS / "interlock_approval.yaml"
-TRIGGER = "bench.approval.requested"
 SOURCE = "bench://hops"
 
 
@@ -163,15 +162,7 @@ async def _measure(url: str, runs: int) -> list[tuple[str, float, float, int]]:
             await asyncio.sleep(0.05)  # what the last run wrote behind is out of the way
             del seen[:]
             started = time.perf_counter()
-            await client.emit(
-                CloudEvent(
-                    id=key,
-                    source=SOURCE,
-                    type=TRIGGER,
-                    datacontenttype="application/json",
-                    data={"n": i},
-                )
-            )
+            await client.emit(trigger(key, i, SOURCE))
             try:  # the first run waits for the processes to start
                 await asyncio.wait_for(done[run_id], 90 if i == -20 else 30)
             except TimeoutError:

@@ -58,6 +58,15 @@ WORKFLOW = "approval"
 TRIGGER = "bench.approval.requested"
 SOURCE = "bench://peers/interlock"
 RUN_TIMEOUT = 60.0
+
+
+def trigger(key: str, n: int, source: str = SOURCE) -> CloudEvent:
+    """The CloudEvent that starts run ``n`` of the approval workflow (its id ``key``)."""
+    return CloudEvent(
+        id=key, source=source, type=TRIGGER, datacontenttype="application/json", data={"n": n}
+    )
+
+
 _TERMINAL = tuple(t.encode() for t in ev.TERMINAL_TYPES)
 _COMPLETED = ev.PREFIX + "run.completed"
 
@@ -223,15 +232,7 @@ async def bench(args) -> None:
             fut = watcher.expect(run_id) if args.watch == "sub" else None
             try:
                 if args.start == "emit":
-                    await client.emit(
-                        CloudEvent(
-                            id=key,
-                            source=SOURCE,
-                            type=TRIGGER,
-                            datacontenttype="application/json",
-                            data={"n": i},
-                        )
-                    )
+                    await client.emit(trigger(key, i))
                 else:
                     await client.start(WORKFLOW, {"n": i}, run_id=run_id)
                 if fut is not None:

@@ -321,24 +321,6 @@ def test_retries_retry_any_failure_before_catch() -> None:
     assert action["retry"] == {"max_attempts": 3, "errors": ["*"]}
 
 
-def test_a_parallelism_above_max_fan_out_runs_max_fan_out_at_a_time() -> None:
-    text = STEPS.format(
-        steps="""
-    - name: list
-      agentRef: lister
-      outputSchema: {type: object, properties: {items: {type: array}}}
-      next: each
-    - name: each
-      map: {over: steps.list.output.items, as: it, do: work, parallelism: 4}
-    - name: work
-      agentRef: worker
-"""
-    ).replace("spec:\n", "spec:\n  budget: {maxFanOut: 2}\n", 1)
-    assert errors_of("c.yaml", text) == []
-    prepared = prepare([("c.yaml", text)])
-    assert prepared.documents[0].data["spec"]["states"]["each"]["map"]["parallelism"] == 2
-
-
 MAPPED = STEPS.format(
     steps="""
     - name: list
@@ -351,6 +333,13 @@ MAPPED = STEPS.format(
       agentRef: worker
 """
 )
+
+
+def test_a_parallelism_above_max_fan_out_runs_max_fan_out_at_a_time() -> None:
+    text = MAPPED.replace("spec:\n", "spec:\n  budget: {maxFanOut: 2}\n", 1)
+    assert errors_of("c.yaml", text) == []
+    prepared = prepare([("c.yaml", text)])
+    assert prepared.documents[0].data["spec"]["states"]["each"]["map"]["parallelism"] == 2
 
 
 @pytest.mark.parametrize(

@@ -17,20 +17,27 @@ from interlock.core.compiler import (
 from interlock.core.definition import CapabilityDef
 from interlock.core.diagnostics import ManifestError
 
-BROKEN = textwrap.dedent(
+
+def agentdef(capabilities: str, name: str = "tools") -> str:
+    """An AgentDef ``name`` of namespace ``ops`` whose capabilities are the YAML list
+    ``capabilities`` (its items start on line 6)."""
+    return (
+        "apiVersion: interlock.io/v1\nkind: AgentDef\n"
+        f"metadata: {{name: {name}, namespace: ops}}\nspec:\n  capabilities:\n"
+        + textwrap.indent(textwrap.dedent(capabilities), "    ")
+    )
+
+
+BROKEN = agentdef(
     """\
-    apiVersion: interlock.io/v1
-    kind: AgentDef
-    metadata: {name: Tools_1, namespace: ops}
-    spec:
-      capabilities:
-        - name: "code review"
-        - name: lint.python
-          output_schema: {type: object, required: verdict}
-        - name: lint.python
-          input_schema: {type: 12}
-          output_schema: {type: object, properties: 3}
-    """
+    - name: "code review"
+    - name: lint.python
+      output_schema: {type: object, required: verdict}
+    - name: lint.python
+      input_schema: {type: 12}
+      output_schema: {type: object, properties: 3}
+    """,
+    name="Tools_1",
 )
 
 
@@ -65,9 +72,7 @@ def test_every_broken_check_of_an_agentdef_is_reported_where_it_is_broken() -> N
     ],
 )
 def test_a_capability_name_must_be_a_plain_nats_subject(name: str, line: int | None) -> None:
-    text = BROKEN.split("spec:")[0].replace("Tools_1", "tools") + (
-        f'spec:\n  capabilities:\n    - name: "{name}"\n'
-    )
+    text = agentdef(f'- name: "{name}"\n')
     compiled = compile_sources([("agents.yaml", text)])
     found = [(d.line, d.col, d.rule) for d in compiled.diagnostics]
     assert found == ([] if line is None else [(line, 13, "bad-name")])
@@ -75,20 +80,15 @@ def test_a_capability_name_must_be_a_plain_nats_subject(name: str, line: int | N
 
 
 def test_a_valid_agentdef_keeps_every_field_it_declares() -> None:
-    text = textwrap.dedent(
+    text = agentdef(
         """\
-        apiVersion: interlock.io/v1
-        kind: AgentDef
-        metadata: {name: tools, namespace: ops}
-        spec:
-          capabilities:
-            - name: lint.python
-              description: Lints Python sources
-              input_schema: {type: object, required: [files]}
-              output_schema: {type: object, properties: {verdict: {type: string}}}
-              timeout_seconds: 90
-              max_retries: 2
-            - name: format
+        - name: lint.python
+          description: Lints Python sources
+          input_schema: {type: object, required: [files]}
+          output_schema: {type: object, properties: {verdict: {type: string}}}
+          timeout_seconds: 90
+          max_retries: 2
+        - name: format
         """
     )
     [agent] = compile_sources([("agents.yaml", text)]).agents

@@ -23,6 +23,21 @@ def problems(spec: str) -> list[str]:
     return [f"{d.line}:{d.col} {d.rule}: {d.message}" for d in compiled.diagnostics]
 
 
+def dag(*steps: str, budget: str = "", parallelism: int | None = None) -> str:
+    """A spec whose state ``work`` runs a DAG of ``steps`` (a ``name: {...}`` line each)
+    and then goes to ``done``; ``budget``: the spec's budget block, a line above
+    ``states``. Without it and ``parallelism`` the first step is on line 10."""
+    return (
+        "  initial_state: work\n"
+        + (f"  budget: {budget}\n" if budget else "")
+        + "  states:\n    work:\n      dag:\n"
+        + (f"        parallelism: {parallelism}\n" if parallelism is not None else "")
+        + "        steps:\n"
+        + "".join(f"          {step}\n" for step in steps)
+        + "      on: [{event: task.completed, goto: done}]\n    done: {type: terminal}\n"
+    )
+
+
 def test_a_terminal_state_may_hold_nothing_that_runs() -> None:
     assert problems(
         """\
@@ -175,19 +190,12 @@ def test_the_workflow_inputs_triggers_and_correlation() -> None:
 
 def test_a_dag_step_name_and_its_parallelism() -> None:
     assert problems(
-        """\
-  initial_state: work
-  budget: {max_fan_out: 2}
-  states:
-    work:
-      dag:
-        parallelism: 3
-        steps:
-          1a: {action: {capability: echo}}
-          b: {action: {capability: echo}, depends_on: [1a]}
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal}
-"""
+        dag(
+            "1a: {action: {capability: echo}}",
+            "b: {action: {capability: echo}, depends_on: [1a]}",
+            budget="{max_fan_out: 2}",
+            parallelism=3,
+        )
     ) == [
         "10:22 budget: parallelism 3 is above budget.max_fan_out (2)",
         "12:11 bad-name: step name '1a' must start with a letter and hold only letters, "
@@ -198,19 +206,12 @@ def test_a_dag_step_name_and_its_parallelism() -> None:
 def test_a_dag_cycle_names_a_step_on_it_not_one_that_only_waits_for_it() -> None:
     # 'a' waits for the cycle b -> c -> b but is not on it; 'd' is ordered.
     assert problems(
-        """\
-  initial_state: work
-  states:
-    work:
-      dag:
-        steps:
-          d: {action: {capability: echo}}
-          a: {action: {capability: echo}, depends_on: [d, b]}
-          b: {action: {capability: echo}, depends_on: [d, c]}
-          c: {action: {capability: echo}, depends_on: [b]}
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal}
-"""
+        dag(
+            "d: {action: {capability: echo}}",
+            "a: {action: {capability: echo}, depends_on: [d, b]}",
+            "b: {action: {capability: echo}, depends_on: [d, c]}",
+            "c: {action: {capability: echo}, depends_on: [b]}",
+        )
     ) == ["12:11 dag-cycle: the dependencies form a cycle through step 'b': it would wait forever"]
 
 
@@ -288,19 +289,12 @@ def test_a_cel_error_points_into_a_plain_or_folded_scalar() -> None:
 def test_a_dag_cycle_is_found_after_steps_that_wait_for_a_later_declared_one() -> None:
     # 'a' can only be ordered once 'x', declared after it, is: it is not on the cycle.
     assert problems(
-        """\
-  initial_state: work
-  states:
-    work:
-      dag:
-        steps:
-          a: {action: {capability: echo}, depends_on: [x]}
-          x: {action: {capability: echo}}
-          b: {action: {capability: echo}, depends_on: [c]}
-          c: {action: {capability: echo}, depends_on: [b]}
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal}
-"""
+        dag(
+            "a: {action: {capability: echo}, depends_on: [x]}",
+            "x: {action: {capability: echo}}",
+            "b: {action: {capability: echo}, depends_on: [c]}",
+            "c: {action: {capability: echo}, depends_on: [b]}",
+        )
     ) == ["12:11 dag-cycle: the dependencies form a cycle through step 'b': it would wait forever"]
 
 

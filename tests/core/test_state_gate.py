@@ -36,8 +36,9 @@ spec:
 """
 
 
-def _run() -> Run:
-    run = Run(compile_one(GATED))
+def _run(text: str = GATED) -> Run:
+    """A run of the workflow ``text``, started."""
+    run = Run(compile_one(text))
     run.start()
     return run
 
@@ -175,8 +176,7 @@ spec:
 
 
 def test_a_gate_on_a_waiting_state_refuses_the_event_and_the_state_waits_on() -> None:
-    run = Run(compile_one(WAITING))
-    run.start()
+    run = _run(WAITING)
     refused = run.send(
         "release.decided", {"decision": "approve", "evidence": {"risk": "high"}}, event_id="e-1"
     )
@@ -196,8 +196,7 @@ def test_a_gate_on_a_waiting_state_refuses_the_event_and_the_state_waits_on() ->
 
 
 def test_a_waiting_states_gate_checks_only_what_when_selects() -> None:
-    run = Run(compile_one(WAITING))
-    run.start()
+    run = _run(WAITING)
     out = run.send("release.decided", {"decision": "hold"}, event_id="e-1")
     assert types(out) == ["event.received", "transition.fired", "state.entered", "run.completed"]
     assert run.state.state == "held"
@@ -208,8 +207,7 @@ def test_gate_expressions_that_error_are_recorded_and_the_rest_still_prove() -> 
         """evidence: ['"evidence" in result ? result.evidence : {}', context.earlier]""",
         "evidence: [result.evidence.extra, data.evidence]",
     )
-    run = Run(compile_one(text))
-    run.start()
+    run = _run(text)
     first = run.pending_id()
     # The first expression errors (no `extra`): it proves nothing, and the next one still
     # counts, reading the answer as `data`.
@@ -259,8 +257,7 @@ def test_a_refusal_after_a_retry_asks_again_at_the_same_attempt() -> None:
 
 
 def test_a_waiting_states_gate_record_names_the_state_and_no_action() -> None:
-    run = Run(compile_one(WAITING))
-    run.start()
+    run = _run(WAITING)
     refused = run.send("release.decided", {"decision": "approve"}, event_id="e-1")
     checked = refused[-1]
     assert isinstance(checked, ev.GateChecked)
@@ -279,8 +276,7 @@ def test_evidence_whose_map_holds_an_error_proves_nothing() -> None:
         """evidence: ['"evidence" in result ? result.evidence : {}', context.earlier]""",
         """evidence: ['{"diff": result.nope, "tests": "green"}', '[result.nope]']""",
     )
-    run = Run(compile_one(text))
-    run.start()
+    run = _run(text)
     records = run.answer({"status": "passed"})
     assert types(records) == [
         "action.completed", "guard.failed", "guard.failed", "gate.checked", "action.requested",

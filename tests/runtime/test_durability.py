@@ -5,6 +5,7 @@ server's, and the explicit setting over all of them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import urllib.request
@@ -43,22 +44,38 @@ def lazy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
         yield server
 
 
-@pytest.fixture
-async def to_syncing(syncing: EmbeddedNats) -> AsyncIterator[Client]:
-    nc = await nats.connect(syncing.url, max_reconnect_attempts=0)
+@contextlib.asynccontextmanager
+async def connected(server: EmbeddedNats) -> AsyncIterator[Client]:
+    nc = await nats.connect(server.url, max_reconnect_attempts=0)
     try:
         yield nc
     finally:
         await nc.close()
+
+
+@pytest.fixture
+async def to_syncing(syncing: EmbeddedNats) -> AsyncIterator[Client]:
+    async with connected(syncing) as nc:
+        yield nc
 
 
 @pytest.fixture
 async def to_lazy(lazy: EmbeddedNats) -> AsyncIterator[Client]:
-    nc = await nats.connect(lazy.url, max_reconnect_attempts=0)
-    try:
+    async with connected(lazy) as nc:
         yield nc
+
+
+def serve_says(server: EmbeddedNats, pattern: str, *flags: str, **env: str) -> None:
+    """``interlock serve FLAGS`` on ``server`` (its monitoring address given, the
+    variables ``env`` set, no other INTERLOCK_GROUP_COMMIT) logs ``pattern``."""
+    environment = cli_env(server.url, "tserve", INTERLOCK_NATS_MONITOR=str(server.monitor_url))
+    environment.pop("INTERLOCK_GROUP_COMMIT", None)
+    environment.update(env)
+    serve = interlock_bg("serve", "--metrics-port", "0", *flags, env=environment)
+    try:
+        serve.wait_for(pattern)
     finally:
-        await nc.close()
+        serve.stop()
 
 
 def closed_port() -> int:
@@ -127,22 +144,11 @@ def test_sync_always_keeps_the_configuration_file_it_wraps(tmp_path: Path) -> No
 
 
 def test_serve_group_commits_on_a_server_that_fsyncs_every_write(syncing: EmbeddedNats) -> None:
-    env = cli_env(syncing.url, "tserve", INTERLOCK_NATS_MONITOR=str(syncing.monitor_url))
-    env.pop("INTERLOCK_GROUP_COMMIT", None)
-    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
-    try:
-        serve.wait_for(f"group-committed, batches of {DEFAULT_GROUP_COMMIT}")
-    finally:
-        serve.stop()
+    serve_says(syncing, f"group-committed, batches of {DEFAULT_GROUP_COMMIT}")
 
 
 def test_serve_group_commit_zero_turns_it_off_on_that_server(syncing: EmbeddedNats) -> None:
-    env = cli_env(syncing.url, "tserve", INTERLOCK_NATS_MONITOR=str(syncing.monitor_url))
-    serve = interlock_bg("serve", "--metrics-port", "0", "--group-commit", "0", env=env)
-    try:
-        serve.wait_for("group commit off [(]set explicitly[)]")
-    finally:
-        serve.stop()
+    serve_says(syncing, "group commit off [(]set explicitly[)]", "--group-commit", "0")
 
 
 @pytest.mark.parametrize(
@@ -188,17 +194,7 @@ def test_a_bad_group_commit_is_a_usage_error(
 
 
 def test_serve_takes_group_commit_from_the_environment(syncing: EmbeddedNats) -> None:
-    env = cli_env(
-        syncing.url,
-        "tserve",
-        INTERLOCK_NATS_MONITOR=str(syncing.monitor_url),
-        INTERLOCK_GROUP_COMMIT="4",
-    )
-    serve = interlock_bg("serve", "--metrics-port", "0", env=env)
-    try:
-        serve.wait_for("group commit 4 [(]set explicitly[)]")
-    finally:
-        serve.stop()
+    serve_says(syncing, "group commit 4 [(]set explicitly[)]", INTERLOCK_GROUP_COMMIT="4")
 
 
 def test_serve_refuses_a_group_commit_variable_that_is_no_number(syncing: EmbeddedNats) -> None:

@@ -29,7 +29,8 @@ from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 
-WAIT = 10.0
+WAIT = 30.0
+"""Seconds a run of these stacks may take to get somewhere: a bound on a hang only."""
 API_WAIT = 30.0
 """Seconds a JetStream request of these stacks may take (the server busy, not gone)."""
 REPO = Path(__file__).resolve().parents[2]

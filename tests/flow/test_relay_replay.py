@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import nats
-from flow_support import clock_orchestrator
+from flow_support import WAIT, clock_orchestrator
 from nats.js.errors import NotFoundError
 
 from interlock.core import events as ev
@@ -47,7 +47,7 @@ async def test_a_replayed_request_for_an_answered_action_is_not_dispatched(
         nc = await nats.connect(nats_url)
         try:
             run_id = await client.start("greet-child", {"name": "ada"})
-            assert (await client.wait(run_id, 10)).status == "completed"
+            assert (await client.wait(run_id, WAIT)).status == "completed"
             seen = Dispatches()
             first.observers.add(seen)
             # Much later, the relay starts over from the first record.

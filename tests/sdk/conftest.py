@@ -129,8 +129,9 @@ class Wire:
         await self.nc.publish(self.subjects.control(capability, run_id), b"", headers=headers)
         await self.nc.flush()
 
-    async def result(self, run_id: str, wait: float = 5.0) -> tuple[CloudEvent, dict[str, str]]:
-        """The next stored result for ``run_id`` (event and raw headers)."""
+    async def result(self, run_id: str, wait: float = 30.0) -> tuple[CloudEvent, dict[str, str]]:
+        """The next stored result for ``run_id`` (event and raw headers); ``wait`` only
+        bounds a hang (a worker starved of CPU on a busy machine takes seconds)."""
         return await asyncio.wait_for(self._queue(run_id).get(), wait)
 
     def pending_results(self, run_id: str) -> int:

@@ -793,11 +793,19 @@ async def test_long_tasks_outlive_ack_wait_without_redelivery(wire, runner) -> N
     assert (info.delivered.consumer_seq, info.num_redelivered) == (1, 0), info
 
 
+PULL_EXPIRES = 120.0
+"""How long an idle pull request of the slot tests lasts."""
+AT_ONCE = 30.0
+"""What "at once" allows for there: a quarter of ``PULL_EXPIRES`` (a task that waited for
+the idle pull request to expire would take all of it), room for a machine busy enough
+to hold the worker up for seconds."""
+
+
 async def test_an_idle_capability_does_not_hold_a_slot_another_needs(wire, runner, poll) -> None:
     """Two capabilities, two slots: while one task of ``busy`` runs, a second task of
     ``busy`` starts at once on the slot the idle ``quiet`` capability was pulling with,
     not when that pull request expires."""
-    worker = Worker("sharing", concurrency=2, pull_expires=30.0)
+    worker = Worker("sharing", concurrency=2, pull_expires=PULL_EXPIRES)
     release = asyncio.Event()
     started: list[str] = []
 
@@ -817,21 +825,21 @@ async def test_an_idle_capability_does_not_hold_a_slot_another_needs(wire, runne
     await wire.publish_task("busy", {"n": "first"}, run_id=first)
     await poll(lambda: started == ["first"])
     await wire.publish_task("busy", {"n": "second"}, run_id=second)
-    # Well within the 30 s the idle pull request would otherwise hold its slot.
-    assert (await wire.result(second, wait=3.0))[0].data == {"n": "second"}
+    # Well within the time the idle pull request would otherwise hold its slot.
+    assert (await wire.result(second, wait=AT_ONCE))[0].data == {"n": "second"}
     release.set()
     assert (await wire.result(first))[0].data == {"n": "first"}
     # And the idle capability still gets its work.
     third = new_run()
     await wire.publish_task("quiet", {}, run_id=third)
-    assert (await wire.result(third, wait=3.0))[0].data == {}
+    assert (await wire.result(third, wait=AT_ONCE))[0].data == {}
 
 
 async def test_work_that_finds_every_slot_taken_waits_its_turn(wire, runner, poll) -> None:
     """Both slots busy with ``busy`` tasks (the second took the slot ``quiet`` was idling
     with): a ``quiet`` task that arrives meanwhile is not run beyond the concurrency; it
     is handed back and runs as soon as a slot frees."""
-    worker = Worker("turns", concurrency=2, pull_expires=30.0)
+    worker = Worker("turns", concurrency=2, pull_expires=PULL_EXPIRES)
     release = asyncio.Event()
     running: list[str] = []
     most = 0
@@ -866,7 +874,7 @@ async def test_work_that_finds_every_slot_taken_waits_its_turn(wire, runner, pol
     assert running == ["a", "b"]
     assert wire.pending_results(runs[2]) == 0
     release.set()
-    answered = (await wire.result(runs[2], wait=5.0))[0].data
+    answered = (await wire.result(runs[2]))[0].data
     assert answered["delivery"] in (1, 2)  # 2 when it was handed back once
     assert most == 2
     for run_id in runs[:2]:

@@ -66,7 +66,8 @@ async def test_junk_timers_are_dead_lettered_and_timeouts_fire_on_time(
             await stack.js.publish(subjects.timer_fired("junk"), _junk(n))
         run_id = await stack.client.start("waiter", {})
         await bystander_completes(stack)
-        state = await stack.wait(run_id, TIMEOUT + LATE_S)
+        # A bound on a hang only: how late the timeout fired is read from the log below.
+        state = await stack.wait(run_id, 6 * TIMEOUT)
         assert state.status == "completed", state
         assert state.state == "expired", state
         records = await stack.records(run_id)

@@ -11,6 +11,7 @@ import pytest
 
 import interlock.sdk
 from interlock.sdk import Emit, Worker
+from interlock.sdk.execution import settled
 from interlock.sdk.runner import load_worker
 from interlock.sdk.schemas import AgentDefCatalog, Schema
 from interlock.transport.cloudevents import decode_message
@@ -241,3 +242,28 @@ def test_task_request_encoding_follows_the_contract() -> None:
     assert (request.run_id, request.action_id, request.attempt) == ("r1", "r1.4", 2)
     assert request.deadline == now + timedelta(seconds=30)
     assert request.event.data == {"url": "http://x"}
+
+
+async def test_settled_waits_for_a_task_without_ever_cancelling_it() -> None:
+    """The worker's wait for a handler: done or not within the time given, and neither a
+    lapse nor a cancelled wait cancels the handler."""
+    release = asyncio.Event()
+
+    async def handler() -> str:
+        await release.wait()
+        return "done"
+
+    task = asyncio.ensure_future(handler())
+    assert await settled(task, 0) is False  # nothing given: not done, still running
+    assert not task.done()
+    waiting = asyncio.ensure_future(settled(task, None))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not task.cancelled()
+    waiting = asyncio.ensure_future(settled(task, None))
+    release.set()
+    assert await waiting is True
+    assert task.result() == "done"
+    assert await settled(task, 0) is True  # already done: at once

@@ -182,13 +182,37 @@ async def _run(task: asyncio.Task[Any], request: TaskRequest, flight: InFlight, 
     timeout = None
     if request.deadline is not None:
         timeout = max((request.deadline - datetime.now(UTC)).total_seconds(), 0.0)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    if not done:
+    if not await settled(task, timeout):
         flight.stop("timeout")
-    if not task.done():
-        done, _ = await asyncio.wait({task}, timeout=CANCEL_CLEANUP)
-        if not done:
-            log.warning("the %s handler ignores cancellation; answering without it", name)
+    if not task.done() and not await settled(task, CANCEL_CLEANUP):
+        log.warning("the %s handler ignores cancellation; answering without it", name)
+
+
+async def settled(task: asyncio.Future[Any], seconds: float | None) -> bool:
+    """Wait until ``task`` is done, or ``seconds`` (None: no limit) have passed;
+    whether it is done. The task is never cancelled here, nor when the wait is.
+
+    What ``asyncio.wait({task}, timeout=...)`` does for one task, without its sets and
+    checks: it is on the path of every task a worker runs.
+    """
+    if task.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    task.add_done_callback(wake)
+    timer = None if seconds is None else loop.call_later(seconds, wake)
+    try:
+        await waiter
+    finally:
+        task.remove_done_callback(wake)
+        if timer is not None:
+            timer.cancel()
+    return task.done()
 
 
 def stopped(flight: InFlight, request: TaskRequest, cap: Capability) -> tuple[str, Any]:

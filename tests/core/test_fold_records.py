@@ -20,7 +20,9 @@ def test_every_record_moves_updated_at_to_its_own_time() -> None:
     """The engine writes one time for all the records of a decision, so its logs cannot
     tell a record that forgets to move ``updated_at``; these logs, one second per record,
     can."""
-    for log in sorted([*GOLDEN.glob("*.jsonl"), *GOLDEN.glob("control-flow/*.jsonl")]):
+    logs = [*GOLDEN.glob("*.jsonl"), *GOLDEN.glob("control-flow/*.jsonl")]
+    logs += GOLDEN.glob("constructs/*.jsonl")  # DAG steps, skips, gates and evidence
+    for log in sorted(logs):
         records = ev.decode_lines(log.read_bytes())
         state = RunState()
         for i, record in enumerate(records):

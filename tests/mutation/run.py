@@ -94,6 +94,7 @@ SELECTIONS = {
         "tests/core/test_engine_records.py",
         "tests/core/test_fold_records.py",
         "tests/core/test_quorum.py",
+        "tests/core/test_reaction_records.py",
         "tests/core/test_spawn_budgets.py",
         "tests/core/test_state_gate.py",
         "tests/core/test_step_records.py",

@@ -96,3 +96,14 @@ def test_a_state_that_uses_every_later_field_encodes_whole() -> None:
         spawn=SpawnProgress.of(ev.SpawnBudget(depth=0, allowance=3)),
     )
     assert msgspec.json.decode(encode_state(state), type=RunState) == state
+
+
+def test_a_dag_steps_output_mapping_writes_the_context() -> None:
+    text = RELEASE.replace(
+        '              input: {publish: "{{ steps.publish.status }}"}\n',
+        "              output: {wheel: built_wheel}\n",
+    )
+    run = Run(compile_one(text), run_id="rel")
+    run.start()
+    run.answer({"wheel": "w-1.whl"})
+    assert run.state.context == {"built_wheel": "w-1.whl"}

@@ -580,3 +580,26 @@ def test_a_problem_in_the_correlation_key_points_where_it_is_written() -> None:
     done: {type: terminal}
 """
     ) == ["6:33 cel-compile: CEL does not compile: 'inputs.k +'"]
+
+
+def test_a_cel_error_after_an_escape_in_a_quoted_scalar_points_where_it_is_written() -> None:
+    # An escaped newline makes the expression two lines long on one line of the file;
+    # each escape, and a doubled quote, is one character of the value, more of the file.
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      actions: [{capability: echo}]
+      on:
+        - {event: task.completed, goto: done, guard: "result.ok &&\\n  nope("}
+        - {event: task.failed, goto: done, guard: 'result.ok && ''x'' == oops'}
+        - {event: go, goto: done, set: {a: "\\x41\\u00e9\\U0001F600\\t\\"{{ 1 + }}"}}
+    done: {type: terminal}
+"""
+    ) == [
+        "10:75 cel-compile: CEL does not compile: 'nope('",
+        "11:74 cel-compile: unknown variable 'oops' in CEL (known: context, data, event, "
+        "inputs, result, run, states)",
+        "12:74 cel-compile: CEL does not compile: '1 +'",
+    ]

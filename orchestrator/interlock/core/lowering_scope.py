@@ -110,7 +110,36 @@ def _inner_position(span: Span, line: int, col: int) -> tuple[int, int]:
     """Position in the file of (line, col) inside a scalar that starts at ``span``."""
     if span.style in ("|", ">"):
         return span.line + line, (span.content_col or span.col + 1) + col - 1
+    if span.raw is not None:
+        return span.line, span.col + 1 + _written_offset(span.raw, span.style, line, col)
     if line > 1:
         return span.line + line - 1, col
     lead = 1 if span.style in ("'", '"') else 0
     return span.line, span.col + lead + col - 1
+
+
+_ESCAPE_DIGITS = {"x": 2, "u": 4, "U": 8}
+
+
+def _written_offset(raw: str, style: str | None, line: int, col: int) -> int:
+    """Where in ``raw``, a quoted scalar's text as written on one line, the value's
+    ``line``/``col`` stands. The value's lines are only those its ``\\n`` escapes make; on
+    the line asked for, ``col`` counts characters of the value (a template's offset may
+    run past its line's end)."""
+    at, current, left = 0, 1, col - 1
+    while at < len(raw) and (current < line or left > 0):
+        newline = False
+        if style == '"' and raw[at] == "\\":
+            code = raw[at + 1 : at + 2]
+            width = 2 + _ESCAPE_DIGITS.get(code, 0)
+            newline = code == "n"
+        elif style == "'" and raw.startswith("''", at):
+            width = 2
+        else:
+            width = 1
+        at += width
+        if current < line:
+            current += newline
+        else:
+            left -= 1
+    return at

@@ -43,6 +43,10 @@ class Span:
     style: str | None = None  # None plain, "'" or '"' quoted, "|" or ">" block
     content_col: int = 0
     """For a block scalar: the column its content starts at (its indentation + 1)."""
+    raw: str | None = field(default=None, compare=False)
+    """For a quoted scalar written on one line with an escape (``\\n``, ``\\x41``) or a
+    doubled quote (``''``): its text between the quotes as written, where a place in its
+    value is found (an escape is one character of the value, two or more of the file)."""
 
 
 @dataclass(slots=True)
@@ -140,7 +144,12 @@ def _span(node: yaml.Node) -> Span:
         if newline >= 0:
             rest = mark.buffer[newline + 1 :]
             content_col = len(rest) - len(rest.lstrip(" ")) + 1
-    return Span(mark.line + 1, mark.column + 1, style or None, content_col)
+    raw = None
+    if style in ("'", '"') and isinstance(mark.buffer, str) and node.end_mark.line == mark.line:
+        written = mark.buffer[mark.pointer + 1 : node.end_mark.pointer - 1]
+        if ("\\" if style == '"' else "''") in written:
+            raw = written
+    return Span(mark.line + 1, mark.column + 1, style or None, content_col, raw)
 
 
 class _Builder:

@@ -496,6 +496,12 @@ def test_link_fills_timeout_and_retries_from_the_agentdef() -> None:
     assert action.retry.max_attempts == 3
     explicit = link(compile_one(FETCH), {"fetch": CapabilityDef("fetch", timeout_s=5)})
     assert explicit.states["fetch"].actions[0].timeout_s == 30
+    # A retry policy written in the manifest is kept over the AgentDef's max_retries.
+    written = compile_one(FETCH).states["fetch"].actions[0].retry
+    assert written is not None
+    assert written.max_attempts == 3
+    kept = link(compile_one(FETCH), {"fetch": CapabilityDef("fetch", max_retries=5)})
+    assert kept.states["fetch"].actions[0].retry == written
 
 
 @pytest.mark.parametrize("version", ["interlock.io/v1", "zynax.io/v1"])

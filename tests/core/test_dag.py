@@ -4,11 +4,14 @@ life is in the log and folds back to the same state."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
+from interlock.core.definition import CapabilityDef, RetryPolicy, link
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import ErrorClass, RunStatus
 
@@ -51,6 +54,31 @@ spec:
         rollback: $.states.ship.output.rollback.status
     broken: {type: terminal}
 """
+
+
+def test_a_dag_needs_the_capabilities_of_all_its_steps() -> None:
+    """The orchestrator makes a consumer for each capability a workflow needs: every
+    step's, the ones only a failure reaches included."""
+    assert compile_one(RELEASE).capabilities() == {
+        "ci.build", "ci.lint", "ci.test", "release.deploy", "release.rollback",
+    }  # fmt: skip
+
+
+def test_link_fills_each_dag_step_from_its_agentdef() -> None:
+    """A step's action takes its AgentDef's timeout and retries like any other action; the
+    steps, their order and their dependencies stay as written."""
+    written = compile_one(RELEASE)
+    linked = link(written, {"ci.test": CapabilityDef("ci.test", timeout_s=13, max_retries=1)})
+    dag, before = linked.states["ship"].dag, written.states["ship"].dag
+    assert dag is not None
+    assert before is not None
+    test = next(s for s in before.steps if s.name == "test")
+    assert (test.action.timeout_s, test.action.retry) == (None, None)
+    action = replace(test.action, timeout_s=13, retry=RetryPolicy(max_attempts=2))
+    filled = replace(test, action=action)
+    assert dag == replace(
+        before, steps=tuple(filled if s.name == "test" else s for s in before.steps)
+    )
 
 
 def _pending(run: Run) -> dict[str, str]:

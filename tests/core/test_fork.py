@@ -64,6 +64,8 @@ def fork(records: list[ev.AnyRecord], at: int, **kw: object) -> list[ev.AnyRecor
         # A log that lost its first record (its run.started): nothing there had ended.
         (LOG[1:], 3, {}, "the run had not started at record 3 (no run.started before it)"),
         (LOG[1:], 10, {}, "the run had already ended (failed) at record 10"),
+        # Only its start: it never entered a state, whatever the definition forked onto.
+        (LOG[:1], 1, {}, "at record 1 the run has not entered its first state yet"),
         (
             golden("code-review-guard-failure"),
             8,

@@ -69,6 +69,7 @@ def test_required_inputs_must_be_given(typed: Any) -> None:
         ({"labels": ["bug", 3]}, "input 'labels' must be list[string], got list"),
         ({"meta": []}, "input 'meta' must be object, got list"),
         ({"repo": None}, "input 'repo' must be string, got null"),
+        ({"repo": {"name": "a/b"}}, "input 'repo' must be string, got object"),
     ],
 )
 def test_wrong_types_are_named(typed: Any, given: dict[str, Any], problem: str) -> None:

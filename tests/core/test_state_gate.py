@@ -5,6 +5,9 @@ have proven for the subject) before the state passes; an answer that does not is
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
@@ -81,6 +84,23 @@ def test_a_refused_answer_asks_again_without_costing_an_attempt() -> None:
     assert failed.data.attempt == 1
     assert failed.data.will_retry
     assert encode_state(fold(run.log)) == encode_state(run.state)
+
+
+@pytest.mark.parametrize("empty", [None, "", False, [], {}])
+def test_a_requirement_of_true_is_not_proven_by_an_empty_value(empty: Any) -> None:
+    run = _run()
+    records = run.answer({"status": "passed", "evidence": {"diff": empty, "tests": "green"}})
+    checked = records[1]
+    assert isinstance(checked, ev.GateChecked)
+    assert checked.data.missing == ["diff"]
+    assert run.state.state == "build"
+
+
+@pytest.mark.parametrize("shown", ["+x", 0, True, ["a.py"], {"a.py": 1}])
+def test_a_requirement_of_true_is_proven_by_any_other_value(shown: Any) -> None:
+    run = _run()
+    run.answer({"status": "passed", "evidence": {"diff": shown, "tests": "green"}})
+    assert run.state.state == "done"
 
 
 def test_answers_the_gate_does_not_apply_to_route_as_they_are() -> None:

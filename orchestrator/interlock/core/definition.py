@@ -111,13 +111,15 @@ class GateDef:
 
     def missing(self, evidence: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
         """The predicates the evidence does not prove (empty: the gate is open).
-        Fail-closed: no evidence, another value or an empty one proves nothing."""
+        Fail-closed: no evidence, another value or an empty one proves nothing (``true`` is
+        proven by any value but null, false or an empty text, list or map)."""
         proofs = (evidence or {}).get(self.subject, {})
         out: list[str] = []
         for predicate, wanted in self.requires:
             value = proofs.get(predicate)
             if wanted is True:
-                if value is None or value == "" or value is False:
+                empty = isinstance(value, str | list | dict) and not value
+                if value is None or value is False or empty:
                     out.append(predicate)
             elif value != wanted:
                 out.append(predicate)

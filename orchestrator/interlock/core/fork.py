@@ -94,6 +94,8 @@ def fork(
             f"the run is of workflow {state.namespace}/{state.workflow}, "
             f"not {definition.namespace}/{definition.name}"
         )
+    if not state.state:
+        raise NotPossible(f"at record {at} the run has not entered its first state yet")
     if state.state not in definition.states:
         raise NotPossible(
             f"at record {at} the run is in state {state.state!r}, which the definition "

@@ -466,6 +466,20 @@ def test_correlation_keys_from_inputs_and_events() -> None:
     assert event_correlation_key(definition, other) is None
 
 
+def test_a_key_that_renders_null_is_no_key() -> None:
+    """Not the text "None": a run started with a null key is indexed under no key."""
+    definition = compile_one(
+        CORRELATED.replace('"order-{{ inputs.order }}"', '"{{ inputs.ref }}"').replace(
+            "{order: {type: string, required: true}}", "{order: {type: string}, ref: {}}"
+        )
+    )
+    assert correlation_key(definition, {"ref": None}) is None
+    assert correlation_key(definition, {"ref": 7}) == "7"
+    started = Run(definition).start({"ref": None})[0]
+    assert isinstance(started, ev.RunStarted)
+    assert started.data.correlation_key is None
+
+
 def test_a_sub_workflow_action_is_requested_and_answered_like_any_action() -> None:
     definition = compile_one(
         FETCH.replace("- capability: fetch", "- workflow: ops/fetch-all").replace(

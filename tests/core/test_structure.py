@@ -57,6 +57,39 @@ spec:
     ]
 
 
+def test_bad_items_of_a_long_list_are_dropped_by_their_index_as_a_number() -> None:
+    """Items 9 and 10 of a list of twelve: 10 goes first (as text "10" sorts before "9",
+    which dropped item 9 first and then the good item 11 in its place), so what is left
+    decodes and the rules still run on it."""
+    on = "\n".join(
+        f"        - just text {i}" if i in (9, 10) else f"        - {{event: e{i}, goto: done}}"
+        for i in range(12)
+    )
+    text = f"""\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {{name: many}}
+spec:
+  initial_state: wait
+  states:
+    wait:
+      on:
+{on}
+    done: {{type: terminal}}
+    other:
+      on: [{{event: go, goto: nowhere}}]
+"""
+    assert found(text) == [
+        "m.yaml:18:11: wrong-type: spec.states.wait.on.9 must be a mapping, got string",
+        "m.yaml:19:11: wrong-type: spec.states.wait.on.10 must be a mapping, got string",
+        "m.yaml:22:5: no-terminal-path: no terminal state can be reached from state 'other' "
+        "(it has no transitions)",
+        "m.yaml:22:5: unreachable-state: state 'other' cannot be reached from initial state "
+        "'wait'",
+        "m.yaml:23:30: unknown-goto: goto 'nowhere' is not a state (states: wait, done, other)",
+    ]
+
+
 def test_a_value_out_of_range_and_a_null_where_a_value_is_needed() -> None:
     bounded = """\
 apiVersion: interlock.io/v1

@@ -91,8 +91,11 @@ def _offending_paths(error: jsonschema.ValidationError) -> list[Path]:
 
 def _pruned(data: Any, paths: list[Path]) -> Any:
     copy = json.loads(json.dumps(data, default=str))
-    # Deepest first, list items from the back, so earlier deletions move nothing later.
-    for path in sorted(paths, key=lambda p: (len(p), [str(x) for x in p]), reverse=True):
+    # Children before their parent and list items from the back (item 10 before item 9, as
+    # numbers), so earlier deletions move nothing later: the paths in reverse order. Two
+    # paths differ first where they name items of one container: both keys of a mapping
+    # (text) or both indexes of a list.
+    for path in sorted(paths, reverse=True):
         parent = copy
         for step in path[:-1]:
             try:

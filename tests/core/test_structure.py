@@ -84,8 +84,7 @@ spec:
         "m.yaml:19:11: wrong-type: spec.states.wait.on.10 must be a mapping, got string",
         "m.yaml:22:5: no-terminal-path: no terminal state can be reached from state 'other' "
         "(it has no transitions)",
-        "m.yaml:22:5: unreachable-state: state 'other' cannot be reached from initial state "
-        "'wait'",
+        "m.yaml:22:5: unreachable-state: state 'other' cannot be reached from initial state 'wait'",
         "m.yaml:23:30: unknown-goto: goto 'nowhere' is not a state (states: wait, done, other)",
     ]
 

@@ -124,11 +124,20 @@ class ControlFlow:
             handler = self._run_cancelled
         elif isinstance(record, ev.RunStarted) and record.data.correlation_key:
             handler = self._index
-        elif isinstance(record, ev.StateEntered):
+        elif isinstance(record, ev.StateEntered) and not self._uncorrelated(record.subject):
             handler = self._offer_parked
         if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
+            orphan = record.data.parent is None
+            if handler is None and orphan and self._uncorrelated(record.subject):
+                return None  # no parent to tell, nothing to take out of the index
             return self._finished(handler, record)
         return None if handler is None else handler(record)
+
+    def _uncorrelated(self, run_id: str) -> bool:
+        """Whether the cached state shows the run keeps no correlation key (its parked
+        events and the correlation index have nothing for it); False when not cached."""
+        entry = self._runs.cached(run_id)
+        return entry is not None and not entry.state.correlation_key
 
     async def _finished(
         self, handler: Callable[[ev.AnyRecord], Awaitable[None]] | None, record: ev.AnyRecord

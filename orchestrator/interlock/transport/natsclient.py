@@ -43,7 +43,6 @@ _SPACE = re.compile(r"\s")
 _ASCII_SPACE = " \t\n\r\x0b\x0c"
 """What ``bytes.strip()`` strips."""
 _CRLF = b"\r\n"
-_HEADER_LINE = b"NATS/1.0\r\n"
 _NAME_CACHE = 256
 """Header names kept encoded (Interlock sends a few dozen distinct ones)."""
 
@@ -56,7 +55,7 @@ class NatsClient(Client):
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
-        self._names: dict[str, bytes] = {}
+        self._names: dict[str, str] = {}
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, str]:
@@ -88,25 +87,26 @@ class NatsClient(Client):
 
     def _header_block(self, headers: dict[str, str]) -> bytes:
         """The header block ``Client._send_publish`` builds (same bytes, same
-        ``BadHeaderError``), with each name checked and encoded once."""
+        ``BadHeaderError``), with each name checked once per process and the block
+        encoded once (UTF-8 of the whole is the UTF-8 of each piece, joined)."""
         names = self._names
-        parts = [_HEADER_LINE]
+        parts = ["NATS/1.0\r\n"]
         for k, v in headers.items():
             name = names.get(k)
             if name is None:
                 key = k.strip()
                 if key and not _HEADER_KEY_RE.fullmatch(key):
                     raise errors.BadHeaderError(key)
-                name = key.encode() + b": " if key else b""
+                name = key + ": " if key else ""
                 if len(names) < _NAME_CACHE:
                     names[k] = name
             if name:
                 value = v.strip()
                 if "\r" in value or "\n" in value:
                     value = value.translate(_HEADER_VALUE_NEWLINES)
-                parts += (name, value.encode(), _CRLF)
-        parts.append(_CRLF)
-        return b"".join(parts)
+                parts += (name, value, "\r\n")
+        parts.append("\r\n")
+        return "".join(parts).encode()
 
     async def publish(
         self,

@@ -96,6 +96,9 @@ def test_names_are_the_variables_an_expression_reads() -> None:
         ("inputs.n / 0", {"inputs": {"n": 1}}, "divide by zero"),
         ("inputs.x + 1", {"inputs": {"x": 2**64}}, "overflow"),
         ("inputs.missing", {"inputs": {}}, "no such member in mapping: 'missing'"),
+        # an error inside a map or a list the expression builds is the expression's error
+        ('{"diff": inputs.missing}', {"inputs": {}}, "no such member in mapping: 'missing'"),
+        ("[1, inputs.missing]", {"inputs": {}}, "no such member in mapping: 'missing'"),
         ("int(inputs.s)", {"inputs": {"s": "x"}}, ""),
     ],
 )

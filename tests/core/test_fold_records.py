@@ -10,7 +10,9 @@ from pathlib import Path
 from core_support import Run, compile_one
 from msgspec.structs import replace
 
+from interlock.core import analysis
 from interlock.core import events as ev
+from interlock.core.engine import Incoming
 from interlock.core.state import RunState, evolve, fold
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -215,3 +217,97 @@ def test_a_stored_batch_decodes_from_bytes_or_text_whitespace_and_all() -> None:
     single = ev.encode(records[0])
     assert ev.decode_batch(single) == [records[0]]
     assert ev.decode_batch(single.decode() + " ") == [records[0]]
+
+
+def test_a_fork_awaits_only_the_work_it_asked_for_afresh() -> None:
+    """A fork copies the log with the action then in flight and enters that state again:
+    it awaits the action it requested itself, not the copied one (answered to the run it
+    was forked from, if ever)."""
+    records = ev.decode_lines((GOLDEN / "code-review-fix-failed.jsonl").read_bytes())
+    assert list(fold(records[:9]).pending) == ["r-golden-failed:8"]
+    forked = analysis.fork(
+        records,
+        9,
+        run_id="r-fork",
+        definition=compile_one((GOLDEN / "code-review.yaml").read_text()),
+        version=1,
+        now="2027-01-01T00:00:00Z",
+    )
+    requested = [r for r in forked[9:] if isinstance(r, ev.ActionRequested)]
+    assert [r.data.action_id for r in requested] == ["r-fork:12"]
+    state = fold(forked)
+    assert list(state.pending) == ["r-fork:12"]
+    assert state.pending["r-fork:12"].state == "fix"
+
+
+GRANDCHILD_CALL = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: child}
+spec:
+  initial_state: call
+  states:
+    call:
+      actions: [{workflow: grandchild}]
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+
+def test_a_child_that_counts_spawns_under_a_parent_that_counts_none() -> None:
+    """A child run with a spawn total of its own reports what it spent; its parent counts
+    no spawns, so the answer settles the action and the parent still counts none."""
+    run = Run(compile_one(GRANDCHILD_CALL), run_id="r-parent")
+    run.start()
+    assert run.state.spawn is None
+    action_id = run.pending_id()
+    run.deliver(
+        Incoming(
+            type="task.completed",
+            source="interlock://runs/r-child",
+            id="r-child.end",
+            data={"made": 1},
+            extensions={"actionid": action_id, "attempt": "1", "spawns": "2"},
+        )
+    )
+    completed = next(r for r in run.log if isinstance(r, ev.ActionCompleted))
+    assert completed.data.spawns == 2
+    assert run.state.status == "completed"
+    assert run.state.spawn is None
+    assert run.state.pending == {}
+    assert run.state.states["call"] == {"output": {"made": 1}}
+    assert fold(run.log) == run.state
+
+
+REFUSING_MAP = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: fan}
+spec:
+  budget: {max_total_spawns: 2}
+  initial_state: each
+  states:
+    each:
+      map: {over: "[1, 2, 3]", as: n, parallelism: 3, action: {capability: work}}
+      on: [{event: task.completed, goto: done}]
+      catch: [{errors: [budget_exceeded], goto: over}]
+    done: {type: terminal}
+    over: {type: terminal}
+"""
+
+
+def test_a_map_item_refused_before_it_was_requested_is_done_with() -> None:
+    """The spawn total refuses the third item, which is never requested: the map is past
+    it (its next item is the fourth) and holds its failure, awaiting only the two asked."""
+    run = Run(compile_one(REFUSING_MAP), run_id="r-fan")
+    run.start()
+    at = next(i for i, r in enumerate(run.log) if isinstance(r, ev.ActionFailed))
+    failed = run.log[at]
+    assert isinstance(failed, ev.ActionFailed)
+    assert (failed.data.item, failed.data.will_retry) == (2, False)
+    assert not any(isinstance(r, ev.ActionRequested) and r.data.item == 2 for r in run.log[:at])
+    state = fold(run.log[: at + 1])
+    assert state.map is not None
+    assert state.map.next == 3
+    assert list(state.map.failed) == [2]
+    assert sorted(p.item for p in state.pending.values() if p.item is not None) == [0, 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from core_support import Run, compile_one, types
 
+from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.engine import GuardCheck, start
 from interlock.core.vocabulary import RunStatus
@@ -148,3 +149,17 @@ def test_starting_a_run_reports_the_guards_its_first_state_weighs() -> None:
             reads={"result": []},
         )
     ]
+
+
+def test_explain_shows_the_guards_a_start_weighed() -> None:
+    # `interlock explain` re-drives the start: its step lists the entry the empty map
+    # fired, with the value its guard read, and says which entry moved the run.
+    definition = compile_one(FAN)
+    records = start(definition, run_id="f", inputs={"items": []}, now="2026-01-01T00:00:00Z")
+    why = analysis.explain(records, definition)
+    assert why["reproduces"] is True
+    [first] = why["steps"]
+    assert [(c["guard"], c["outcome"], c["value"]) for c in first["checks"]] == [
+        ("size(result) == 0", "fired", True)
+    ]
+    assert first["fired"]["to"] == "nothing"

@@ -10,7 +10,9 @@ allows could never fire, and a run would wait there for an answer that never com
 Guards are read only when the whole guard is made of comparisons of ``result.<field>``
 with literals (``==``, ``!=``, ``in [...]``, ``<``, ``<=``, ``>``, ``>=``), joined by
 ``&&``, ``||``, ``!`` and parentheses; anything else (a function, another variable, a
-field the schema does not pin) makes that part "unknown", which may hold. A guard is
+field the schema does not pin) makes that part "unknown", which may hold. A ``!`` is read
+only before a parenthesised guard (or another ``!``): CEL binds it to the operand, so
+``!result.flag != null`` is ``(!result.flag) != null``, which is not read. A guard is
 refused only when, for every combination of the pinned fields' values, it is false: a
 field missing from an answer makes the comparison an error, and an error never makes a
 guard hold where a value would not, so no answer the schema allows could fire it.
@@ -117,6 +119,9 @@ class _Parser:
     def unary(self) -> Any:
         if self.peek()[1] == "!":
             self.take()
+            if self.peek()[1] not in ("!", "("):
+                # CEL binds `!` to the operand: `!result.flag != null` is `(!result.flag) != null`.
+                raise _Unreadable("!")
             return ("not", self.unary())
         if self.peek()[1] == "(":
             self.take()
@@ -316,11 +321,24 @@ def _bound(prop: Mapping[str, Any], inclusive: str, exclusive: str) -> tuple[flo
     return None, False
 
 
+def _bound_text(bound: float) -> str:
+    """A bound as the schema wrote it: ``1234567``, ``0.5`` (never rounded, as ``:g`` would)."""
+    return str(int(bound)) if bound.is_integer() else repr(bound)
+
+
 def _allowed(domain: Domain) -> str:
     if domain.values is not None:
         return ", ".join(json.dumps(v) for v in domain.values)
-    low = "" if domain.low is None else f"{'>' if domain.low_open else '>='} {domain.low:g}"
-    high = "" if domain.high is None else f"{'<' if domain.high_open else '<='} {domain.high:g}"
+    low = (
+        ""
+        if domain.low is None
+        else f"{'>' if domain.low_open else '>='} {_bound_text(domain.low)}"
+    )
+    high = (
+        ""
+        if domain.high is None
+        else f"{'<' if domain.high_open else '<='} {_bound_text(domain.high)}"
+    )
     return " and ".join(p for p in (low, high) if p)
 
 

@@ -105,6 +105,7 @@ REFUSED: list[tuple[str, list[str]]] = [
     ('result.outcome == "pa\\u0073sed!"', ["outcome"]),
     ('result.outcome == "passed\\n"', ["outcome"]),
     ('result.outcome == "\\110"', ["outcome"]),
+    ('result.outcome == "\\U00000041"', ["outcome"]),
     # strings ordered as CEL orders them
     ('result.outcome < "b"', ["outcome"]),
     ('result.verdict < "checked"', ["verdict"]),
@@ -199,6 +200,7 @@ REFUSED: list[tuple[str, list[str]]] = [
     ('!(result.verdict != "x")', ["verdict"]),
     ('!!(result.verdict == "x")', ["verdict"]),
     ('!(!(result.verdict == "x"))', ["verdict"]),
+    ('!(result.verdict == "checked" && result.flag == true)', ["flag", "verdict"]),
     ('!(result.outcome != "x" || result.notes == "y")', ["outcome"]),
     ("!(result.flag == true)", ["flag"]),
     (
@@ -328,6 +330,8 @@ ACCEPTED = [
     '!(result.outcome == "passed")',
     '!!(result.outcome == "passed")',
     '!(result.verdict == "x" && result.outcome == "passed")',
+    '!(result.verdict == "checked" && result.notes == "x")',
+    '!!(result.notes == "x") || result.level == 9',
     "!(result.score > 10)",
     "!(result.ratio >= 1)",
     "result.score > 10 || result.count > 1",
@@ -362,6 +366,10 @@ ACCEPTED = [
     "result.outcomes == 9",  # not in the schema
     "result.level == truest",
     "result.level == [[9]]",
+    "(result.level == 9]",
+    "result.level == (9]",
+    "result.level && result.flag == false",
+    "result.level result.flag == false",
     "result.level == 9 == true",
     "!result.level == 9",
     "!result.flag != null",  # (!true) != null: holds
@@ -469,3 +477,8 @@ def test_too_many_combinations_are_not_weighed() -> None:
     assert [d.rule for d in _diagnostics(guard_more, {"properties": exact})] == [
         "gate-outcome-impossible"
     ]
+
+
+def test_a_field_schema_that_pins_nothing_does_not_hide_the_next() -> None:
+    schema = {"properties": {"any": True, "m": {"const": 1}}}
+    assert [d.rule for d in _diagnostics("result.m == 2", schema)] == ["gate-outcome-impossible"]

@@ -42,6 +42,41 @@ spec:
 """
 """A run that asks for an action again on each answer until its spawns are spent."""
 
+TWO_STEP_CHILD = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: child}
+spec:
+  {BUDGET}
+  initial_state: one
+  states:
+    one:
+      actions: [{capability: step.one}]
+      on: [{event: task.completed, goto: two}]
+    two:
+      actions: [{capability: step.two}]
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+"""A child run of two actions, one after the other; ``{BUDGET}`` is its budget line."""
+
+SPAWN_CAPPED_MAP = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: fan}
+spec:
+  budget: {max_total_spawns: 2}
+  initial_state: each
+  states:
+    each:
+      map: {over: "[1, 2, 3]", as: n, parallelism: 3, action: {capability: work}}
+      on: [{event: task.completed, goto: done}]
+      catch: [{errors: [budget_exceeded], goto: over}]
+    done: {type: terminal}
+    over: {type: terminal}
+"""
+"""A map of three items under a spawn total of two: the third item is refused."""
+
 
 def compile_one(text: str, path: str = "test.yaml") -> Definition:
     """The single workflow in ``text``; fails the test with every diagnostic otherwise."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core_support import Run, compile_one
+from core_support import SPAWN_CAPPED_MAP, Run, compile_one
 from msgspec.structs import replace
 
 from interlock.core import analysis
@@ -101,11 +101,7 @@ def test_records_about_what_the_state_no_longer_holds_fold_quietly() -> None:
     assert after.map is None
 
 
-def test_a_child_run_keeps_its_parent_and_a_sub_workflow_action_its_workflow() -> None:
-    parent = ev.ParentRef(run_id="r-parent", action_id="r-parent:3", attempt=2)
-    child = Run(
-        compile_one(
-            """\
+GRANDCHILD_CALL = """\
 apiVersion: interlock.io/v1
 kind: Workflow
 metadata: {name: child}
@@ -117,7 +113,12 @@ spec:
       on: [{event: task.completed, goto: done}]
     done: {type: terminal}
 """
-        ),
+
+
+def test_a_child_run_keeps_its_parent_and_a_sub_workflow_action_its_workflow() -> None:
+    parent = ev.ParentRef(run_id="r-parent", action_id="r-parent:3", attempt=2)
+    child = Run(
+        compile_one(GRANDCHILD_CALL),
         run_id="r-child",
     )
     child.start(parent=parent)
@@ -240,20 +241,6 @@ def test_a_fork_awaits_only_the_work_it_asked_for_afresh() -> None:
     assert state.pending["r-fork:12"].state == "fix"
 
 
-GRANDCHILD_CALL = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: child}
-spec:
-  initial_state: call
-  states:
-    call:
-      actions: [{workflow: grandchild}]
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal}
-"""
-
-
 def test_a_child_that_counts_spawns_under_a_parent_that_counts_none() -> None:
     """A child run with a spawn total of its own reports what it spent; its parent counts
     no spawns, so the answer settles the action and the parent still counts none."""
@@ -279,27 +266,10 @@ def test_a_child_that_counts_spawns_under_a_parent_that_counts_none() -> None:
     assert fold(run.log) == run.state
 
 
-REFUSING_MAP = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: fan}
-spec:
-  budget: {max_total_spawns: 2}
-  initial_state: each
-  states:
-    each:
-      map: {over: "[1, 2, 3]", as: n, parallelism: 3, action: {capability: work}}
-      on: [{event: task.completed, goto: done}]
-      catch: [{errors: [budget_exceeded], goto: over}]
-    done: {type: terminal}
-    over: {type: terminal}
-"""
-
-
 def test_a_map_item_refused_before_it_was_requested_is_done_with() -> None:
     """The spawn total refuses the third item, which is never requested: the map is past
     it (its next item is the fourth) and holds its failure, awaiting only the two asked."""
-    run = Run(compile_one(REFUSING_MAP), run_id="r-fan")
+    run = Run(compile_one(SPAWN_CAPPED_MAP), run_id="r-fan")
     run.start()
     at = next(i for i, r in enumerate(run.log) if isinstance(r, ev.ActionFailed))
     failed = run.log[at]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core_support import LOOPER, Run, compile_one, types
+from core_support import LOOPER, SPAWN_CAPPED_MAP, TWO_STEP_CHILD, Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.engine import Incoming
@@ -43,30 +43,13 @@ spec:
     refused: {type: terminal, outputs: {code: "{{ context.code }}"}}
 """
 
-CHILD = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: child}
-spec:
-  {BUDGET}
-  initial_state: one
-  states:
-    one:
-      actions: [{capability: step.one}]
-      on: [{event: task.completed, goto: two}]
-    two:
-      actions: [{capability: step.two}]
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal}
-"""
-
 
 def _parent(budget: str) -> Run:
     return Run(compile_one(PARENT.replace("@BUDGET@", budget)), "r-parent")
 
 
 def _child(handed: ev.SpawnBudget | None, budget: str = "") -> Run:
-    child = Run(compile_one(CHILD.replace("{BUDGET}", budget)), "r-child")
+    child = Run(compile_one(TWO_STEP_CHILD.replace("{BUDGET}", budget)), "r-child")
     child.start(spawn=handed)
     return child
 
@@ -264,25 +247,8 @@ def test_the_items_of_a_map_share_what_is_left_evenly() -> None:
     assert run.state.spawn.used == 13
 
 
-MAP_OF_TASKS = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: fan}
-spec:
-  budget: {max_total_spawns: 2}
-  initial_state: each
-  states:
-    each:
-      map: {over: "[1, 2, 3]", as: n, parallelism: 3, action: {capability: work}}
-      on: [{event: task.completed, goto: done}]
-      catch: [{errors: [budget_exceeded], goto: over}]
-    done: {type: terminal}
-    over: {type: terminal}
-"""
-
-
 def test_a_refused_map_item_fails_the_map_once() -> None:
-    run = Run(compile_one(MAP_OF_TASKS))
+    run = Run(compile_one(SPAWN_CAPPED_MAP))
     run.start()
     assert run.state.state == "over"
     assert types(run.log).count("action.requested") == 2

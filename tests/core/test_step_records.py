@@ -3,27 +3,12 @@ that fails reports what it spent, whatever failed it."""
 
 from __future__ import annotations
 
-from core_support import Run, compile_one
+from core_support import TWO_STEP_CHILD, Run, compile_one
 
 from interlock.core import events as ev
 from interlock.core.vocabulary import ErrorClass, RunStatus
 
-CHILD = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: child}
-spec:
-  budget: {max_actions: 1}
-  initial_state: one
-  states:
-    one:
-      actions: [{capability: step.one}]
-      on: [{event: task.completed, goto: two}]
-    two:
-      actions: [{capability: step.two}]
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal}
-"""
+CHILD = TWO_STEP_CHILD.replace("{BUDGET}", "budget: {max_actions: 1}")
 
 
 def test_a_child_run_failed_by_its_own_budget_reports_the_spawns_it_spent() -> None:

@@ -603,3 +603,24 @@ def test_a_cel_error_after_an_escape_in_a_quoted_scalar_points_where_it_is_writt
         "inputs, result, run, states)",
         "12:74 cel-compile: CEL does not compile: '1 +'",
     ]
+
+
+def test_a_cel_error_in_a_plain_scalar_holding_two_quotes_points_where_it_is_written() -> None:
+    # In a plain scalar '' is CEL's empty string, written as it reads: it shifts nothing
+    # (only a single-quoted scalar doubles a quote to write one).
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      actions: [{capability: echo}]
+      on:
+        - event: task.completed
+          goto: done
+          guard: result.name != '' && oops
+    done: {type: terminal}
+"""
+    ) == [
+        "12:39 cel-compile: unknown variable 'oops' in CEL (known: context, data, event, "
+        "inputs, result, run, states)",
+    ]

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
+from helpers import GATED, TIMEOUT, connect
 from nats.aio.client import Client
 
+import interlock
 from interlock.client import reading
 from interlock.core import events as ev
-from interlock.runtime.logstore import MemoryRunLog
+from interlock.runtime.embedded import EmbeddedNats
+from interlock.runtime.logstore import MemoryRunLog, RunLog
 from interlock.runtime.waiting import READERS, RunWatcher
 from interlock.transport.subjects import Subjects
 
@@ -108,3 +116,75 @@ async def test_following_logs_reads_them_first_within_the_watchers_bound(
     for follow in follows:
         await follow.aclose()
     await watcher.close()
+
+
+@contextlib.contextmanager
+def paused(server: EmbeddedNats) -> Iterator[None]:
+    """The server stopped (SIGSTOP) meanwhile: it answers nothing until resumed."""
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+async def test_reads_not_answered_in_time_are_asked_again_within_the_waits_deadline(
+    tmp_path: Path, subjects: Subjects
+) -> None:
+    """A wait's read that times out is asked again until the wait's own deadline, with
+    at most ``asking`` reads in flight: a process too busy to take in thousands of answers
+    within a read's timeout ends no wait that still has time.
+
+    The server is paused while 300 waits start (each read then times out, again and again);
+    once it resumes, every wait gets its run's result."""
+    n, asking = 300, 256
+    with EmbeddedNats(tmp_path) as server:
+        async with await interlock.Client.connect(server.url, prefix=subjects.prefix) as client:
+            await client.apply([("gated.yaml", GATED)])
+            run_ids = [await client.start("gated", {}, run_id=f"p{i}") for i in range(n)]
+            for run_id in run_ids:
+                await client.cancel(run_id, f"reason {run_id}")
+        nc = await connect(server.url)
+        watcher = RunWatcher(nc, subjects, RunLog(nc, subjects), read_timeout=0.2, asking=asking)
+        await watcher.start()
+        in_flight = []  # requests awaiting an answer, as the connection counts them
+        with paused(server):
+            waits = [asyncio.create_task(watcher.finished(r, 120)) for r in run_ids]
+            for _ in range(int(60 / 0.02)):
+                in_flight.append(len(nc._resp_map))
+                if watcher.timed_out_reads >= 2 * n:
+                    break
+                assert not any(wait.done() for wait in waits)
+                await asyncio.sleep(0.02)
+        assert watcher.timed_out_reads >= 2 * n  # every wait has asked more than once
+        assert max(in_flight) == asking
+        results = await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT * 3)
+        reasons = [ev.record_type(records[-1]) for records in results]
+        assert reasons == ["io.interlock.run.cancelled"] * n
+        await watcher.close()
+        await nc.close()
+
+
+async def test_a_wait_whose_reads_time_out_ends_at_its_own_deadline(
+    tmp_path: Path, subjects: Subjects
+) -> None:
+    """Reads that are never answered are asked again only until the wait's deadline: the
+    wait then ends as any wait on a run that did not finish in time."""
+    with EmbeddedNats(tmp_path) as server:
+        async with await interlock.Client.connect(server.url, prefix=subjects.prefix) as client:
+            await client.apply([("gated.yaml", GATED)])
+            run_id = await client.start("gated", {}, run_id="never-answered")
+        nc = await connect(server.url)
+        watcher = RunWatcher(nc, subjects, RunLog(nc, subjects), read_timeout=0.05)
+        await watcher.start()
+        with paused(server):
+            try:
+                await asyncio.wait_for(watcher.finished(run_id, 0.5), TIMEOUT)
+            except TimeoutError as exc:
+                assert str(exc) == "run never-answered has not finished after 0.5s"  # noqa: PT017
+            else:
+                raise AssertionError("the wait ended without its run")
+            assert not await watcher.exists(run_id, 0.3)
+        await watcher.close()
+        await nc.close()

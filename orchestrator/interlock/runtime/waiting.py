@@ -22,8 +22,10 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TypeVar
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -50,7 +52,14 @@ appears, so the re-reads stop after these and the ``recheck`` takes over)."""
 READERS = 32
 """Log reads at once, per watcher (each holds a reply subscription while it lasts): the
 whole-log reads of finished runs, follows' reads and ``Client.logs``' first read."""
-_TIMEOUT = 5.0
+ASKING = 256
+"""Reads of a run's last record in flight at once, per watcher (they share the
+connection's reply subscription): 5,000 waits starting together ask 256 at a time."""
+READ_TIMEOUT_S = 5.0
+"""How long one read waits for the server's answer before it is asked again (within
+the wait's own deadline: a busy process can miss an answer a wait still has time for)."""
+
+_T = TypeVar("_T")
 
 _TERMINAL_MARKERS = tuple(t.encode() for t in ev.TERMINAL_TYPES)
 
@@ -66,7 +75,14 @@ class RunWatcher:
     """One subscription on every run log of an installation, shared by all waits."""
 
     def __init__(
-        self, nc: Client, subjects: Subjects, log: RunLog, *, recheck: float = RECHECK_S
+        self,
+        nc: Client,
+        subjects: Subjects,
+        log: RunLog,
+        *,
+        recheck: float = RECHECK_S,
+        read_timeout: float = READ_TIMEOUT_S,
+        asking: int = ASKING,
     ) -> None:
         self._nc = nc
         self._subjects = subjects
@@ -77,6 +93,11 @@ class RunWatcher:
         self._sub: Subscription | None = None
         self._subscribing: asyncio.Lock = asyncio.Lock()
         self._reading = asyncio.Semaphore(READERS)
+        self._asking = asyncio.Semaphore(asking)
+        self._read_timeout = read_timeout
+        self.timed_out_reads = 0
+        """Reads the server did not answer in time, each asked again (a busy process or
+        server: they only cost time, within each wait's deadline)."""
         self.hinted = True
         """Whether appends are seen as they happen (False: the server refused the
         subscription, and waits poll)."""
@@ -171,31 +192,54 @@ class RunWatcher:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         pace = _Pace(self._recheck)
-        with self.listening(run_id, on_append):
-            last = await self._last(run_id)
-            if last is None:
-                raise UnknownRunError(run_id)
-            while not _ended(last):
-                # A terminal hint whose message is not readable yet: read again soon.
-                wait, soon = pace.next(unread_hint=hint.is_set())
-                if not soon:
-                    hint.clear()
-                if deadline is not None:
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        raise TimeoutError(f"run {run_id} has not finished after {timeout}s")
-                    wait = min(wait, left)
-                if soon:
-                    await asyncio.sleep(wait)
-                else:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(hint.wait(), wait)
-                last = await self._last(run_id) or b""
-        # A finished run's log no longer changes: read it whole, a few runs at a time
-        # (each read holds a reply subscription while it lasts).
+        try:
+            with self.listening(run_id, on_append):
+                last = await self._last(run_id, deadline)
+                if last is None:
+                    raise UnknownRunError(run_id)
+                while not _ended(last):
+                    # A terminal hint whose message is not readable yet: read again soon.
+                    wait, soon = pace.next(unread_hint=hint.is_set())
+                    if not soon:
+                        hint.clear()
+                    if deadline is not None:
+                        left = deadline - loop.time()
+                        if left <= 0:
+                            raise TimeoutError  # noqa: TRY301 (said once, below)
+                        wait = min(wait, left)
+                    if soon:
+                        await asyncio.sleep(wait)
+                    else:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(hint.wait(), wait)
+                    last = await self._last(run_id, deadline) or b""
+            # A finished run's log no longer changes: read it whole, a few runs at a time
+            # (each read holds a reply subscription while it lasts).
+            return await self._asked_again(deadline, self._read_whole, run_id)
+        except TimeoutError:
+            raise TimeoutError(f"run {run_id} has not finished after {timeout}s") from None
+
+    async def _read_whole(self, run_id: str) -> list[ev.AnyRecord]:
         async with self._reading:
             records, _ = await self._log.read(run_id)
         return records
+
+    async def _asked_again(
+        self, deadline: float | None, read: Callable[[str], Awaitable[_T]], run_id: str
+    ) -> _T:
+        """``read(run_id)``, asked again each time the server's answer does not come in
+        time, until ``deadline`` (loop time; None: none), past which TimeoutError.
+
+        A read's own timeout is not the caller's: thousands of waits reading at once in a
+        process short of CPU can take longer than a read's timeout to take in their
+        answers, and such a miss says nothing about the run."""
+        async with asyncio.timeout_at(deadline):
+            while True:
+                try:
+                    return await read(run_id)
+                except nats.errors.TimeoutError:
+                    self.timed_out_reads += 1
+                    log.debug("a read of run %s timed out: reading it again", run_id)
 
     async def follow(self, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, bytes]]:
         """(stream sequence, payload) of each message appended to the run's log after
@@ -244,8 +288,11 @@ class RunWatcher:
         deadline = loop.time() + timeout
         with self.listening(run_id, lambda _: hint.set()):
             while True:
-                if await self._last(run_id) is not None:
-                    return True
+                try:
+                    if await self._last(run_id, deadline) is not None:
+                        return True
+                except TimeoutError:
+                    return False
                 left = deadline - loop.time()
                 if left <= 0:
                     return False
@@ -253,14 +300,19 @@ class RunWatcher:
                     await asyncio.wait_for(hint.wait(), min(left, 1.0))
                 hint.clear()
 
-    async def _last(self, run_id: str) -> bytes | None:
-        """The payload of the run's last log message (None: no such run), by one direct
-        get on the connection's shared reply subscription. A finished run's last message
-        holds its terminal record."""
+    async def _last(self, run_id: str, deadline: float | None) -> bytes | None:
+        """The payload of the run's last log message (None: no such run), by a direct get
+        on the connection's shared reply subscription, asked again when its answer does
+        not come in time, until ``deadline`` (loop time; None: none). A finished run's
+        last message holds its terminal record."""
+        return await self._asked_again(deadline, self._ask_last, run_id)
+
+    async def _ask_last(self, run_id: str) -> bytes | None:
         api = f"$JS.API.DIRECT.GET.{self._subjects.runs_stream}"
         body = json.dumps({"last_by_subj": self._subjects.run(run_id)}).encode()
         try:
-            reply = await self._nc.request(api, body, timeout=_TIMEOUT)
+            async with self._asking:
+                reply = await self._nc.request(api, body, timeout=self._read_timeout)
         except NoRespondersError:
             return None  # no runs stream here at all: nothing was ever applied
         status = (reply.headers or {}).get("Status")

@@ -369,6 +369,7 @@ ACCEPTED = [
     "(result.level == 9]",
     "result.level == (9]",
     "result.level && result.flag == false",
+    'result.flag || true && result.outcome == "x"',  # result.flag || (true && ...): holds
     "result.level result.flag == false",
     "result.level == 9 == true",
     "!result.level == 9",

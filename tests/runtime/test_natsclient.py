@@ -58,9 +58,13 @@ def test_headers_of_a_run_log_append_parse_as_before() -> None:
     }
 
 
-async def _until_subscribed(nc: Client, subject: str, arrived: asyncio.Event) -> None:
+async def _until_subscribed(
+    nc: Client, fast: NatsClient, subject: str, arrived: asyncio.Event
+) -> None:
     """Probe ``subject`` until a message reaches the handler (nats-py's ``flush`` may
-    overtake a SUB still in its buffer, so it does not prove the interest is known)."""
+    overtake a SUB still in its buffer, so it does not prove the interest is known), then
+    until every probe sent has reached it: a slow machine can have sent a few before the
+    first arrives, and one arriving later would be taken for a message of the test."""
     arrived.clear()
     for _ in range(100):
         await nc.publish(subject, b"probe")
@@ -68,8 +72,18 @@ async def _until_subscribed(nc: Client, subject: str, arrived: asyncio.Event) ->
             await asyncio.wait_for(arrived.wait(), 0.05)
         except TimeoutError:
             continue
+        await _delivered(nc, fast)
         return
     raise AssertionError(f"no message reached the handler of {subject}")
+
+
+async def _delivered(nc: Client, fast: NatsClient) -> None:
+    """Until ``fast`` has taken in every message published on ``nc`` so far: the server has
+    had them all (a round trip on ``nc``: nats-py's own ``flush`` alone may overtake what
+    its buffer holds), so it has sent ``fast`` the ones it gets before its answer to a
+    later ``flush``."""
+    await round_trip(nc)
+    await fast.flush()
 
 
 @pytest.fixture
@@ -93,13 +107,12 @@ async def test_a_direct_handler_gets_every_message_in_order_with_headers(
         arrived.set()
 
     sub = await fast.subscribe_direct("natsclient.direct", handler)
-    await _until_subscribed(nc, "natsclient.direct", arrived)
+    await _until_subscribed(nc, fast, "natsclient.direct", arrived)
     got.clear()
     for i in range(50):
         await nc.publish("natsclient.direct", str(i).encode(), headers={"n": str(i)})
     await nc.publish("natsclient.direct", b"plain")
-    await nc.flush()
-    await fast.flush()
+    await _delivered(nc, fast)
     assert [m.data for m in got] == [str(i).encode() for i in range(50)] + [b"plain"]
     assert [m.headers for m in got[:2]] == [{"n": "0"}, {"n": "1"}]
     assert got[-1].headers is None
@@ -113,10 +126,37 @@ async def test_a_direct_handler_gets_every_message_in_order_with_headers(
     # Unsubscribed: nothing more arrives, and the handler is gone.
     await sub.unsubscribe()
     await nc.publish("natsclient.direct", b"late")
-    await nc.flush()
-    await fast.flush()
+    await _delivered(nc, fast)
     assert [m.data for m in got] == [b"ping"]
     assert sub._id not in fast._direct
+
+
+async def test_a_direct_handler_is_in_place_before_its_sub_is_sent(nats_url: str) -> None:
+    """``subscribe`` can wait for the outbound buffer to be written out before it returns,
+    and the server may then deliver a message at once: its handler must already be known,
+    or the message goes to the subscription's queue, which no one reads."""
+    known_when_sent: list[bool] = []
+
+    class Watched(NatsClient):
+        async def _send_command(self, cmd: bytes, priority: bool = False) -> None:
+            if cmd.startswith(b"SUB "):
+                known_when_sent.append(int(cmd.split()[-1]) in self._direct)
+            await super()._send_command(cmd, priority)
+
+    fast = Watched()
+    await fast.connect(nats_url, max_reconnect_attempts=0)
+    try:
+        subs = [
+            await fast.subscribe_direct("natsclient.early", lambda _: None),
+            await fast.subscribe_direct("natsclient.early", lambda _: None, queue="q"),
+        ]
+        assert known_when_sent == [True, True]
+        assert sorted(fast._direct) == sorted(sub._id for sub in subs)
+        with pytest.raises(errors.BadSubjectError):
+            await fast.subscribe_direct("", lambda _: None)
+        assert sorted(fast._direct) == sorted(sub._id for sub in subs)  # none left behind
+    finally:
+        await fast.close()
 
 
 async def test_a_failing_handler_is_reported_and_the_connection_reads_on(
@@ -144,12 +184,11 @@ async def test_a_failing_handler_is_reported_and_the_connection_reads_on(
             handler(msg)
 
         await fast.subscribe_direct("natsclient.fails", probed)
-        await _until_subscribed(nc, "natsclient.fails", arrived)
+        await _until_subscribed(nc, fast, "natsclient.fails", arrived)
         seen.clear()
         for data in (b"one", b"boom", b"two"):
             await nc.publish("natsclient.fails", data)
-        await nc.flush()
-        await fast.flush()
+        await _delivered(nc, fast)
         assert seen == [b"one", b"two"]
         assert [str(e) for e in errors] == ["boom"]
         assert fast.is_connected

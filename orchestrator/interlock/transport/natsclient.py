@@ -174,9 +174,19 @@ class NatsClient(Client):
     ) -> Subscription:
         """Subscribe to ``subject`` (in the queue group ``queue``, if given) with
         ``handler`` called in the read loop for each message (no queue, no task).
-        Unsubscribing the returned subscription stops it."""
-        sub = await self.subscribe(subject, queue=queue)
-        self._direct[sub._id] = handler
+        Unsubscribing the returned subscription stops it.
+
+        The handler is in place before the SUB is sent: ``subscribe`` may wait for its
+        buffer to be written out (a full outbound buffer), and a message the server sends
+        meanwhile would otherwise go to the subscription's own queue, never to the handler.
+        """
+        sid = self._sid + 1  # the one subscribe() takes (it numbers before any await)
+        self._direct[sid] = handler
+        try:
+            sub = await self.subscribe(subject, queue=queue)
+        except BaseException:
+            self._direct.pop(sid, None)
+            raise
         return sub
 
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:

@@ -36,6 +36,7 @@ import binascii
 import hmac
 import re
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -194,25 +195,45 @@ def agent_source(worker_name: str) -> str:
 # --- tokens ---------------------------------------------------------------------------
 
 
+TOKENS_KEPT = 4_096
+"""Tokens made lately, kept to check their answers without computing them again."""
+
+
 class TaskTokens:
-    """Per-attempt task tokens: made at dispatch, checked when the answer comes back."""
+    """Per-attempt task tokens: made at dispatch, checked when the answer comes back.
+
+    The tokens made lately are kept (a bounded number, the oldest forgotten first), so
+    checking an answer to one compares it with the token sent instead of computing the
+    same HMAC again; any other is computed as before."""
 
     def __init__(self, key: bytes) -> None:
         if len(key) < 16:
             raise ValueError("a task-token key needs at least 16 bytes")
         self._key = key
+        self._made: OrderedDict[str, str] = OrderedDict()
+        """Token of each attempt made lately, the oldest first."""
 
     def token(self, capability: str, run_id: str, action_id: str, attempt: int) -> str:
-        message = f"{capability}\n{run_id}\n{action_id}\n{attempt}".encode()
+        attempt_of = f"{capability}\n{run_id}\n{action_id}\n{attempt}"
+        made = self._made
+        token = made.get(attempt_of)
+        if token is None:
+            token = made[attempt_of] = self._compute(attempt_of)
+            if len(made) > TOKENS_KEPT:
+                made.popitem(last=False)
+        return token
+
+    def _compute(self, attempt_of: str) -> str:
         # One call into OpenSSL (the HMAC object's copy, update and digest are three, in
         # Python): cheaper, even though the key is hashed in again each time.
-        digest = hmac.digest(self._key, message, "sha256")
+        digest = hmac.digest(self._key, attempt_of.encode(), "sha256")
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
     def verify(
         self, token: str, capability: str, run_id: str, action_id: str, attempt: int
     ) -> bool:
-        expected = self.token(capability, run_id, action_id, attempt)
+        attempt_of = f"{capability}\n{run_id}\n{action_id}\n{attempt}"
+        expected = self._made.get(attempt_of) or self._compute(attempt_of)
         return hmac.compare_digest(expected.encode(), token.encode())
 
 

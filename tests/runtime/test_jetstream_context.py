@@ -114,3 +114,49 @@ async def test_an_unanswered_publish_times_out_and_a_late_answer_is_dropped(
             await js.request_ack(f"{subjects.prefix}.silent", b"y", ack_wait=0.2)
     finally:
         await sub.unsubscribe()
+
+
+async def test_a_publish_sent_at_once_is_acknowledged_as_publish_is(
+    nc: Client, subjects: Subjects, stream: str
+) -> None:
+    """``request_ack_soon`` sends in one plain call on Interlock's client (on nats-py's,
+    or before the reply subscription exists, it says to await ``publish``); its answer
+    reads as ``publish`` returns or raises it."""
+    js = jetstream(nc)
+    subject = f"{subjects.prefix}.jsctx.soon"
+    if not isinstance(nc, NatsClient):
+        await js.publish(subject, b"0")
+        assert js.request_ack_soon(subject, b"1") is None
+        return
+    assert js.request_ack_soon(subject, b"1") is None  # no reply subscription yet
+    first = await js.publish(subject, b"1")
+    soon = js.request_ack_soon(subject, b"2", headers={"Nats-Msg-Id": "soon"})
+    assert soon is not None
+    ack = js.acknowledged(await soon)
+    assert (ack.stream, ack.seq) == (stream, first.seq + 1)
+    again = js.request_ack_soon(subject, b"2", headers={"Nats-Msg-Id": "soon"})
+    assert again is not None
+    assert js.acknowledged(await again).duplicate
+    refused = js.request_ack_soon(
+        subject, b"3", headers={"Nats-Expected-Last-Subject-Sequence": "1"}
+    )
+    assert refused is not None
+    with pytest.raises(APIError) as error:
+        js.acknowledged(await refused)
+    assert error.value.err_code == 10071
+    nowhere = js.request_ack_soon(f"{subjects.prefix}.nowhere", b"x")
+    assert nowhere is not None
+    with pytest.raises(NoStreamResponseError):
+        js.acknowledged(await nowhere)
+    held: list[Msg] = []
+
+    async def hold(msg: Msg) -> None:
+        held.append(msg)  # a responder that never answers
+
+    sub = await nc.subscribe(f"{subjects.prefix}.silent", cb=hold)
+    silent = js.request_ack_soon(f"{subjects.prefix}.silent", b"x", ack_wait=0.2)
+    assert silent is not None
+    with pytest.raises(NatsTimeoutError):
+        await silent
+    await sub.unsubscribe()
+    assert not js._waiting  # nothing left behind

@@ -17,7 +17,7 @@ from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.waiting import RunWatcher
 from interlock.transport.connection import ConnectOptions, connect
-from interlock.transport.natsclient import NatsClient, direct_subscriber, round_trip
+from interlock.transport.natsclient import NatsClient, ack_nowait, direct_subscriber, round_trip
 from interlock.transport.subjects import Subjects
 
 _PIECES = st.sampled_from(
@@ -352,3 +352,124 @@ async def test_publish_checks_as_nats_py_checks(
         else:
             outcomes.append(repr(sent))
     assert outcomes[0] == outcomes[1]
+
+
+# --- publishing without awaiting --------------------------------------------------------
+
+
+class _Flusher:
+    """Stands for a running flusher task."""
+
+    def done(self) -> bool:
+        return False
+
+
+def _ready(client: NatsClient, *, pending: int = 0, limit: int = 1_000) -> None:
+    client._status = Client.CONNECTED
+    client._max_payload = 100
+    client._max_pending_size = limit
+    client._pending_data_size = pending
+    client._flush_queue = asyncio.Queue()
+    client._flusher_task = _Flusher()  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("headers", [None, {"Nats-Msg-Id": "a.1", "ce-type": "x\r\ny"}])
+@pytest.mark.parametrize("reply", ["", "_INBOX.x.1"])
+async def test_publish_nowait_buffers_what_publish_buffers(
+    headers: dict[str, str] | None, reply: str
+) -> None:
+    buffered = []
+    for nowait in (True, False):
+        client = NatsClient()
+        _ready(client)
+        if nowait:
+            assert client.publish_nowait("a.b", b"data", reply=reply, headers=headers)
+        else:
+            await client.publish("a.b", b"data", reply=reply, headers=headers)
+        # Both wake the flusher once, and count the message.
+        assert client._flush_queue is not None
+        assert client._flush_queue.qsize() == 1
+        buffered.append((client._pending, client._pending_data_size, client.stats["out_msgs"]))
+    assert buffered[0] == buffered[1]
+
+
+@pytest.mark.parametrize(
+    ("status", "pending", "size", "expected"),
+    [
+        ("CONNECTED", 0, 10, "sent"),
+        ("RECONNECTING", 0, 10, "waits"),
+        ("DRAINING_SUBS", 0, 10, "waits"),
+        ("CLOSED", 0, 10, "waits"),
+        ("CONNECTED", 990, 10, "waits"),  # over the buffer's limit: publish flushes first
+        ("CONNECTED", 0, 200, "MaxPayloadError"),
+    ],
+)
+async def test_publish_nowait_sends_only_where_publish_would_not_wait(
+    status: str, pending: int, size: int, expected: str
+) -> None:
+    client = NatsClient()
+    _ready(client, pending=pending)
+    client._status = getattr(Client, status)
+    try:
+        sent = client.publish_nowait("a.b", b"x" * size)
+    except errors.Error as exc:
+        outcome = type(exc).__name__
+    else:
+        outcome = "sent" if sent else "waits"
+    assert outcome == expected
+    if outcome != "sent":
+        assert client._pending == []
+
+
+@pytest.mark.parametrize(("subject", "reply"), [("", ""), ("a b", ""), ("a.b", "bad\r\nreply")])
+async def test_publish_nowait_refuses_bad_subjects_as_publish_does(
+    subject: str, reply: str
+) -> None:
+    outcomes = []
+    for nowait in (True, False):
+        client = NatsClient()
+        _ready(client)
+        try:
+            if nowait:
+                client.publish_nowait(subject, b"x", reply=reply)
+            else:
+                await client.publish(subject, b"x", reply=reply)
+        except errors.Error as exc:
+            outcomes.append(type(exc).__name__)
+    assert len(outcomes) == 2
+    assert outcomes[0] == outcomes[1]
+
+
+async def test_publish_nowait_waits_for_a_flusher_that_is_gone() -> None:
+    client = NatsClient()
+    _ready(client)
+    client._flusher_task = None
+    assert not client.publish_nowait("a.b", b"x")
+
+
+async def test_an_ack_without_awaiting_acknowledges_the_message(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """A message acked with ``ack_nowait`` is acknowledged as ``ack()`` does it; on
+    nats-py's client, or once acked, it says the caller must await ``ack()``."""
+    client = await connect(ConnectOptions.resolve(nats_url))
+    js = client.jetstream()
+    stream, subject = f"{subjects.prefix}_ACKNOWAIT", f"{subjects.prefix}.acknowait"
+    try:
+        await js.add_stream(name=stream, subjects=[f"{subject}.>"])
+        await js.publish(f"{subject}.a", b"1")
+        sub = await js.pull_subscribe(f"{subject}.>", durable="d", stream=stream)
+        [msg] = await sub.fetch(1, timeout=5)
+        assert isinstance(client, NatsClient)
+        assert ack_nowait(msg)
+        assert not ack_nowait(msg)  # acked already: ack() raises as it does
+        with pytest.raises(errors.MsgAlreadyAckdError):
+            await msg.ack()
+        await client.flush()
+        info = await js.consumer_info(stream, "d")
+        assert (info.num_ack_pending, info.num_pending) == (0, 0)
+        plain = Msg(client, subject="x", reply="y")
+        plain._client = Client()
+        assert not ack_nowait(plain)
+    finally:
+        await client.close()

@@ -31,7 +31,7 @@ from nats.aio.subscription import Subscription
 
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
-from interlock.transport.natsclient import direct_subscriber
+from interlock.transport.natsclient import NatsClient, direct_subscriber
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.answering")
@@ -131,8 +131,10 @@ class AnswerDesk:
         headers = {tasks.ANSWER_HEADER: status}
         if reason:
             headers[tasks.ANSWER_REASON_HEADER] = reason
+        nc = self._nc
         try:
-            await self._nc.publish(msg.reply, b"", headers=headers)
+            if not (isinstance(nc, NatsClient) and nc.publish_nowait(msg.reply, headers=headers)):
+                await nc.publish(msg.reply, b"", headers=headers)
         # The agent that gets no reply sends the answer to the results stream.
         except Exception:
             log.debug("cannot reply to the answer on %s", msg.subject, exc_info=True)

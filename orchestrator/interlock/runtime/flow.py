@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections import OrderedDict
@@ -109,9 +110,24 @@ class ControlFlow:
         """The effect of one appended record, if it has one here."""
         if type(record) not in _MAY_ACT:
             return None
-        handler: Callable[[ev.AnyRecord], Awaitable[None]] | None = None
         if isinstance(record, ev.ActionRequested) and not record.data.workflow:
             self._note_capability(record.data.action_id, record.data.capability)
+        act = self._act(record)
+        return None if act is None else act(record)
+
+    def effect_now(self, record: ev.AnyRecord) -> bool:
+        """Do the record's effect if there is none to await (True); False, with nothing
+        done, when :meth:`effect` has one."""
+        if type(record) not in _MAY_ACT:
+            return True
+        if self._act(record) is not None:
+            return False
+        if isinstance(record, ev.ActionRequested) and not record.data.workflow:
+            self._note_capability(record.data.action_id, record.data.capability)
+        return True
+
+    def _act(self, record: ev.AnyRecord) -> Callable[[ev.AnyRecord], Awaitable[None]] | None:
+        handler: Callable[[ev.AnyRecord], Awaitable[None]] | None = None
         if isinstance(record, ev.TimerScheduled):
             handler = self._schedule
         elif isinstance(record, ev.ActionRequested) and record.data.workflow:
@@ -130,8 +146,8 @@ class ControlFlow:
             orphan = record.data.parent is None
             if handler is None and orphan and self._uncorrelated(record.subject):
                 return None  # no parent to tell, nothing to take out of the index
-            return self._finished(handler, record)
-        return None if handler is None else handler(record)
+            return functools.partial(self._finished, handler)
+        return handler
 
     def _uncorrelated(self, run_id: str) -> bool:
         """Whether the cached state shows the run keeps no correlation key (its parked

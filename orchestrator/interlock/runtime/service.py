@@ -25,6 +25,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -76,6 +77,7 @@ from interlock.transport.consuming import (
     in_progress,
 )
 from interlock.transport.jetstream import jetstream
+from interlock.transport.natsclient import ack_nowait
 from interlock.transport.provision import provision
 from interlock.transport.pulling import BatchReader, deliveries, stream_sequence
 from interlock.transport.subjects import Subjects
@@ -98,6 +100,12 @@ EARLY_KEPT = 4_096
 """Actions dispatched as their request's append was acknowledged, remembered until the
 relay reads the request back (the oldest are forgotten first: the relay then publishes
 again, and the message id makes that a no-op)."""
+
+Early = asyncio.Task[bool] | asyncio.Future[Msg]
+"""An early dispatch: the task that awaits it, or the future of its acknowledgement."""
+
+Effects = tuple[list[ev.AnyRecord], list[ev.TimerScheduled]]
+"""The records of a run acted on, and the timers left to the write-behind."""
 
 DISPATCH_CHECK_AGE_S = 60.0
 """An action request read later than this after it was appended is checked against the
@@ -146,7 +154,7 @@ class Orchestrator:
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
-        self._early: OrderedDict[tuple[str, int], asyncio.Task[bool]] = OrderedDict()
+        self._early: OrderedDict[tuple[str, int], Early] = OrderedDict()
         self.runs.on_appended = self._dispatch_early
         self._stopping = asyncio.Event()
         self._registry_check: asyncio.Future[None] | None = None
@@ -347,7 +355,8 @@ class Orchestrator:
             self.observers.redelivered(where)
         try:
             await handler(msg)
-            await msg.ack()
+            if not ack_nowait(msg):
+                await msg.ack()
         except (RecordsTooLarge, InvalidRunId) as exc:
             # Another delivery would fail the same way: dead-letter it at once.
             reason = "too-large" if isinstance(exc, RecordsTooLarge) else "bad-run-id"
@@ -626,17 +635,35 @@ class Orchestrator:
             if deliveries(msg) > 1:
                 again.add(run_id)
                 self.observers.redelivered("relay")
-        # A run's effects are done in log order; different runs go in parallel.
+        # A run's effects are done in log order; different runs go in parallel. Most
+        # need nothing awaited (their actions dispatched already): done here, no task.
         runs = list(by_run)
-        async with self._working(msgs):
-            outcomes = await asyncio.gather(
-                *(
-                    self._effects(r, by_run[r], redelivered=r in again, dated=r in dated)
-                    for r in runs
-                ),
-                return_exceptions=True,
-            )
+        first = [
+            self._effects_now(r, by_run[r], redelivered=r in again, dated=r in dated) for r in runs
+        ]
+        # Those whose requests' acknowledgements are on their way wait for them together.
+        acks = {o for o in first if isinstance(o, asyncio.Future)}
+        if acks:
+            await asyncio.wait(acks)
+        outcomes: list[Effects | BaseException | None] = []
+        for run_id, now in zip(runs, first, strict=True):
+            if isinstance(now, asyncio.Future):  # (only for runs neither redelivered nor dated)
+                now = self._effects_now(run_id, by_run[run_id], dated=False)
+            outcomes.append(None if isinstance(now, asyncio.Future) else now)
+        later = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        if later:
+            async with self._working(msgs):
+                awaited = await asyncio.gather(
+                    *(
+                        self._effects(r, by_run[r], redelivered=r in again, dated=r in dated)
+                        for r in (runs[i] for i in later)
+                    ),
+                    return_exceptions=True,
+                )
+            for i, result in zip(later, awaited, strict=True):
+                outcomes[i] = result
         for run_id, outcome in zip(runs, outcomes, strict=True):
+            assert outcome is not None
             if isinstance(outcome, BaseException):
                 log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
                 for msg in msgs_of[run_id]:
@@ -651,7 +678,8 @@ class Orchestrator:
                 continue
             try:
                 for msg in msgs_of[run_id]:
-                    await msg.ack()
+                    if not ack_nowait(msg):
+                        await msg.ack()
             # It comes again, and is reported then.
             except Exception as exc:  # noqa: BLE001
                 log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
@@ -660,6 +688,63 @@ class Orchestrator:
             # redone (and reported) by whichever replica gets it next, not twice.
             self.observers.relayed(run_id, by_run[run_id])
 
+    def _effects_now(
+        self,
+        run_id: str,
+        records: list[ev.AnyRecord],
+        *,
+        redelivered: bool = False,
+        dated: bool = True,
+    ) -> Effects | asyncio.Future[Any] | None:
+        """What :meth:`_effects` does, when none of it needs awaiting: records appended
+        here lately whose action requests were dispatched and acknowledged already, and
+        no other effect but timers left to the write-behind. When it returns None (some
+        of it needs awaiting) or a future (the acknowledgement of an early dispatch still
+        on its way: to wait for, before asking again), nothing is done that may not be
+        done again."""
+        if redelivered or dated:
+            return None
+        records = acted_on(records)
+        now: datetime | None = None
+        deferred: list[ev.TimerScheduled] = []
+        dispatched: list[tuple[str, int]] = []
+        for record in records:
+            if isinstance(record, ev.ActionRequested) and not record.data.workflow:
+                key = (record.data.action_id, record.data.attempt)
+                early = self._early.get(key)
+                if early is None:
+                    return None
+                if not early.done():
+                    return early
+                if not self._acknowledged(early):
+                    return None
+                dispatched.append(key)
+            elif isinstance(record, ev.TimerScheduled):
+                now = now or parse_time(self.clock())
+                if not self.behind.defers(record, now):
+                    return None
+                deferred.append(record)  # scheduled at the flush, if still needed
+                continue
+            # What it did so far (noting an action's capability) bears doing again.
+            if not self.flow.effect_now(record):
+                return None
+        for key in dispatched:
+            del self._early[key]
+        return records, deferred
+
+    def _acknowledged(self, early: Early) -> bool:
+        """Whether an early dispatch that is done was acknowledged."""
+        if early.cancelled() or early.exception() is not None:
+            return False
+        if isinstance(early, asyncio.Task):
+            return bool(early.result())
+        try:
+            self.js.acknowledged(early.result())
+        # The awaited way reads it again, and dispatches once more.
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
     async def _effects(
         self,
         run_id: str,
@@ -667,7 +752,7 @@ class Orchestrator:
         *,
         redelivered: bool = False,
         dated: bool = True,
-    ) -> tuple[list[ev.AnyRecord], list[ev.TimerScheduled]]:
+    ) -> Effects:
         """Do the effects of a run's records, in log order: the records acted on, and the
         timers left to the write-behind. ``redelivered``: the run's pending actions are
         read from its log first; ``dated``: so too if a request's time is old (False: the
@@ -692,7 +777,7 @@ class Orchestrator:
                     # for this attempt: it was dispatched and answered before. Publishing it
                     # again once the dedupe window has passed would do the work twice.
                     continue
-                if early is None or not await early:
+                if early is None or not await self._early_done(early):
                     await self._dispatch(record)
             elif isinstance(record, ev.TimerScheduled):
                 now = now or parse_time(self.clock())
@@ -729,16 +814,54 @@ class Orchestrator:
         """Dispatch the actions a decision made here requested as soon as its append is
         acknowledged, rather than when the relay reads the records back (a consumer's
         delivery later): the effect still follows the log. The relay then finds them
-        dispatched; if this fails, or the process dies first, the relay dispatches them."""
+        dispatched; if this fails, or the process dies first, the relay dispatches them.
+        A request that needs nothing awaited first is sent at once, without a task: the
+        relay reads its acknowledgement (:meth:`_early_done`)."""
         for record in records:
             if not isinstance(record, ev.ActionRequested) or record.data.workflow:
                 continue
             key = (record.data.action_id, record.data.attempt)
             if key in self._early or self._stopping.is_set():
                 continue
-            self._early[key] = asyncio.get_running_loop().create_task(self._dispatch_now(record))
+            early: Early | None = self._send_now(record)
+            if early is None:
+                early = asyncio.get_running_loop().create_task(self._dispatch_now(record))
+            self._early[key] = early
             while len(self._early) > EARLY_KEPT:
                 self._early.popitem(last=False)
+
+    def _send_now(self, record: ev.ActionRequested) -> asyncio.Future[Msg] | None:
+        """Publish the task request now, if nothing needs awaiting first (its capability
+        and consumer known, its input matching): the future of its acknowledgement."""
+        d = record.data
+        capability = self.registry.capability(d.capability)
+        if capability is None or d.capability not in self._task_consumers:
+            return None
+        schemas = self.registry.schemas(d.capability)
+        if schemas is not None and schemas.input is not None:
+            try:
+                schemas.input.check(d.input)
+            except SchemaMismatch:
+                return None  # the awaited way answers it as a failure
+        headers, payload = self._task_request(record, capability.timeout_s)
+        subject = self.subjects.capability(d.capability)
+        sent = self.js.request_ack_soon(subject, payload, headers=headers)
+        if sent is not None:
+            self.observers.dispatched(record, headers)
+            self.counters["actions_dispatched"] += 1
+        return sent
+
+    async def _early_done(self, early: Early) -> bool:
+        """Whether an early dispatch was acknowledged (False: the relay dispatches)."""
+        if isinstance(early, asyncio.Task):
+            return await early
+        try:
+            self.js.acknowledged(await early)
+        # The relay dispatches it again (the message id makes a stored one a no-op).
+        except Exception as exc:  # noqa: BLE001
+            log.debug("early dispatch not acknowledged: %s", exc)
+            return False
+        return True
 
     async def _dispatch_now(self, record: ev.ActionRequested) -> bool:
         try:
@@ -749,18 +872,34 @@ class Orchestrator:
             return False
         return True
 
+    def _task_request(
+        self, record: ev.ActionRequested, timeout_s: float | None
+    ) -> tuple[dict[str, str], bytes]:
+        """The headers and payload of an action's task request."""
+        d = record.data
+        deadline = d.deadline
+        if deadline is None and timeout_s:
+            deadline = plus_seconds(record.time, timeout_s)
+        return tasks.encode_request(
+            run_id=record.subject,
+            action_id=d.action_id,
+            capability=d.capability,
+            attempt=d.attempt,
+            data=d.input if d.input is not None else {},
+            time=record.time,
+            deadline=deadline,
+            traceparent=record.traceparent,
+            token=self.answers.tokens.token(d.capability, record.subject, d.action_id, d.attempt),
+        )
+
     async def _dispatch(self, record: ev.ActionRequested) -> None:
         d = record.data
-        run_id = record.subject
         capability = self.registry.capability(d.capability)
         if capability is None:  # an AgentDef applied a moment ago, maybe
             # Dispatch with what is known; an unknown capability is handled below.
             with contextlib.suppress(Exception):
                 await self.registry.sync(agents=True)
             capability = self.registry.capability(d.capability)
-        deadline = d.deadline
-        if deadline is None and capability is not None and capability.timeout_s:
-            deadline = plus_seconds(record.time, capability.timeout_s)
         schemas = self.registry.schemas(d.capability)
         if capability is not None and schemas is not None and schemas.input is not None:
             try:
@@ -774,16 +913,8 @@ class Orchestrator:
                     f"{exc.message}",
                 )
                 return
-        headers, payload = tasks.encode_request(
-            run_id=run_id,
-            action_id=d.action_id,
-            capability=d.capability,
-            attempt=d.attempt,
-            data=d.input if d.input is not None else {},
-            time=record.time,
-            deadline=deadline,
-            traceparent=record.traceparent,
-            token=self.answers.tokens.token(d.capability, run_id, d.action_id, d.attempt),
+        headers, payload = self._task_request(
+            record, capability.timeout_s if capability is not None else None
         )
         await self._ensure_task_consumer(d.capability)
         self.observers.dispatched(record, headers)

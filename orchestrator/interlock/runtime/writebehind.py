@@ -37,6 +37,7 @@ from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
 from interlock.runtime.runindex import RunIndex
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.natsclient import ack_nowait
 
 log = logging.getLogger("interlock.orchestrator")
 
@@ -199,7 +200,8 @@ class WriteBehind:
                 continue
             try:
                 for msg in held.msgs:
-                    await msg.ack()
+                    if not ack_nowait(msg):
+                        await msg.ack()
             # It comes again, and is reported then.
             except Exception as exc:  # noqa: BLE001
                 log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)

@@ -26,7 +26,7 @@ from nats.js import api
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
-from interlock.transport.natsclient import direct_subscriber
+from interlock.transport.natsclient import NatsClient, direct_subscriber
 
 _NO_RESPONDERS = "503"
 _PUB_ACK_FIELDS = tuple(f.name for f in dataclasses.fields(api.PubAck))
@@ -88,6 +88,45 @@ class JetStream(JetStreamContext):
             raise NoRespondersError
         return msg
 
+    def request_ack_soon(
+        self,
+        subject: str,
+        payload: bytes,
+        *,
+        headers: dict[str, str] | None = None,
+        ack_wait: float | None = None,
+    ) -> asyncio.Future[Msg] | None:
+        """Publish now, in one plain call, and return the future of the server's answer
+        (what :meth:`request_ack` awaits); :meth:`acknowledged` reads it. None, with
+        nothing sent, where the publish would have to wait (the reply subscription not
+        made yet, a client without ``publish_nowait``, not connected, a full buffer):
+        the caller awaits :meth:`publish` instead."""
+        replies = self._replies
+        nc = self._nc
+        if replies is None or not isinstance(nc, NatsClient):
+            return None
+        token = str(self._count + 1)
+        if not nc.publish_nowait(subject, payload, reply=replies + token, headers=headers):
+            return None
+        self._count += 1
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._waiting[token] = future
+        self._expire_at(loop, token, self._timeout if ack_wait is None else ack_wait)
+        return future
+
+    @staticmethod
+    def acknowledged(msg: Msg) -> api.PubAck:
+        """The acknowledgement in the server's answer to a publish, or the error
+        ``publish`` raises for it."""
+        if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS and not msg.data:
+            raise NoStreamResponseError
+        resp = json.loads(msg.data)
+        if "error" in resp:
+            raise APIError.from_error(resp["error"])
+        # What PubAck.from_response does, without listing the dataclass's fields each time.
+        return api.PubAck(**{k: resp[k] for k in _PUB_ACK_FIELDS if k in resp})
+
     async def publish(
         self,
         subject: str,
@@ -109,11 +148,7 @@ class JetStream(JetStreamContext):
             msg = await self.request_ack(subject, payload, headers=hdr, ack_wait=timeout)
         except NoRespondersError:
             raise NoStreamResponseError from None
-        resp = json.loads(msg.data)
-        if "error" in resp:
-            raise APIError.from_error(resp["error"])
-        # What PubAck.from_response does, without listing the dataclass's fields each time.
-        return api.PubAck(**{k: resp[k] for k in _PUB_ACK_FIELDS if k in resp})
+        return self.acknowledged(msg)
 
     async def _start(self) -> str:
         if self._starting is None:
@@ -140,7 +175,7 @@ class JetStream(JetStreamContext):
 
     def _expire(self, tick: int) -> None:
         for token in self._expiring.pop(tick, ()):
-            future = self._waiting.get(token)
+            future = self._waiting.pop(token, None)
             if future is not None and not future.done():
                 future.set_exception(NatsTimeoutError())
 
@@ -149,6 +184,6 @@ class JetStream(JetStreamContext):
 
     def _on_reply_now(self, msg: Msg) -> None:
         assert self._replies is not None
-        future = self._waiting.get(msg.subject[len(self._replies) :])
+        future = self._waiting.pop(msg.subject[len(self._replies) :], None)
         if future is not None and not future.done():
             future.set_result(msg)

@@ -16,6 +16,11 @@ result, and one in order:
   deliveries handed over to a consumer's own queue) the queue and the task switch were
   most of the work. A handler must be quick and must not block; what it raises is
   reported to the connection's error callback and does not stop the read loop.
+- **Publishing without awaiting** (:meth:`NatsClient.publish_nowait`): the command is
+  buffered and the flusher woken in one plain call, where ``publish`` is a chain of
+  coroutines that never suspends on the hot path anyway. Acks, replies and the
+  orchestrator's dispatches go this way; where ``publish`` would wait (not connected,
+  the buffer over its limit) it says so and the caller awaits ``publish``.
 - **``flush()`` comes after every command sent before it.** nats-py writes its PING
   straight to the socket, ahead of what its flusher task has not written yet, so a
   ``flush()`` right after ``subscribe()`` could return before the server had the SUB, or
@@ -35,7 +40,7 @@ from nats import errors
 from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, Client, _validate_subject
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.protocol.command import hpub_cmd
+from nats.protocol.command import hpub_cmd, pub_cmd
 
 log = logging.getLogger("interlock.nats")
 
@@ -137,6 +142,48 @@ class NatsClient(Client):
             raise errors.MaxPayloadError
         await self._send_publish(subject, reply, payload, payload_size, headers)
 
+    def publish_nowait(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> bool:
+        """``publish`` as one plain call: the command is buffered and the flusher woken,
+        as ``publish`` does when it need not wait. False, with nothing sent, where it
+        would have to wait (not connected, the buffer over its limit, no flusher): the
+        caller awaits ``publish`` then. Raises what ``publish`` raises for a bad subject,
+        payload or header."""
+        if self._status != Client.CONNECTED:
+            return False
+        queue = self._flush_queue
+        flusher = self._flusher_task
+        if queue is None or flusher is None or flusher.done():
+            return False
+        if not self._skip_subject_validation:
+            _validate_subject(subject)
+            if reply:
+                _validate_subject(reply)
+        payload_size = len(payload)
+        if payload_size > self._max_payload:
+            raise errors.MaxPayloadError
+        if not subject:
+            raise errors.BadSubjectError
+        if headers is None:
+            command = pub_cmd(subject, reply, payload)
+        else:
+            command = hpub_cmd(subject, reply, self._header_block(headers), payload)
+        size = self._pending_data_size + len(command)
+        if self._max_pending_size > 0 and size > self._max_pending_size:
+            return False  # publish flushes first, and waits for it
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += payload_size
+        self._pending.append(command)
+        self._pending_data_size = size
+        if queue.empty():
+            queue.put_nowait(asyncio.get_running_loop().create_future())
+        return True
+
     async def _send_publish(
         self,
         subject: str,
@@ -220,6 +267,18 @@ async def round_trip(nc: Client) -> None:
     if not isinstance(nc, NatsClient):
         await nc.flush()
     await nc.flush()
+
+
+def ack_nowait(msg: Msg) -> bool:
+    """``msg.ack()`` as one plain call where the connection offers it (Interlock's client,
+    connected): False, with nothing sent, where the caller must await ``msg.ack()``."""
+    client = msg._client
+    if not msg.reply or msg._ackd or not isinstance(client, NatsClient):
+        return False
+    if not client.publish_nowait(msg.reply):
+        return False
+    msg._ackd = True
+    return True
 
 
 def direct_subscriber(nc: Any) -> Callable[..., Any] | None:

@@ -12,6 +12,7 @@ from interlock.core.vocabulary import ErrorClass
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
+from interlock.transport.tokens import TaskTokens
 
 SUBJECTS = Subjects()
 
@@ -21,7 +22,7 @@ RUN = "order-7f3a"
 INSTANCE = "host1-4242"
 EVENT_TYPE = "acme.order.placed"
 TIME = "2026-01-01T12:00:00.000Z"
-TOKENS = tasks.TaskTokens(b"an example key, not a real one!!")
+TOKENS = TaskTokens(b"an example key, not a real one!!")
 ACTION_ID = f"{RUN}:3"
 
 

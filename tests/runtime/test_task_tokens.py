@@ -9,7 +9,7 @@ import hmac
 from hypothesis import given
 from hypothesis import strategies as st
 
-from interlock.transport.tasks import TOKENS_KEPT, TaskTokens
+from interlock.transport.tokens import TOKENS_KEPT, TaskTokens
 
 KEY = b"0123456789abcdef0123456789abcdef"
 

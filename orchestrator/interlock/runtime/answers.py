@@ -32,6 +32,7 @@ from interlock.core.vocabulary import InterlockError
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
+from interlock.transport.tokens import TaskTokens, load_token_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +60,14 @@ class Answers:
     def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
         self._js = js
         self._subjects = subjects
-        self._tokens: tasks.TaskTokens | None = None
+        self._tokens: TaskTokens | None = None
 
     async def load(self) -> None:
         """Read (or create, the first time) the installation's task-token key."""
-        self._tokens = tasks.TaskTokens(await tasks.load_token_key(self._js, self._subjects))
+        self._tokens = TaskTokens(await load_token_key(self._js, self._subjects))
 
     @property
-    def tokens(self) -> tasks.TaskTokens:
+    def tokens(self) -> TaskTokens:
         if self._tokens is None:
             raise RuntimeError("Answers.load() first: the task-token key is not loaded")
         return self._tokens

@@ -635,9 +635,45 @@ class Orchestrator:
             if deliveries(msg) > 1:
                 again.add(run_id)
                 self.observers.redelivered("relay")
+        runs = list(by_run)
+        outcomes = await self._runs_effects(runs, by_run, msgs, again=again, dated=dated)
+        for run_id, outcome in zip(runs, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
+                for msg in msgs_of[run_id]:
+                    # Best effort: a message left unsettled comes again after its ack wait.
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=1)
+                continue
+            acted, timers = outcome
+            if self.behind.holds(run_id) or timers or any(isinstance(r, INDEXED) for r in acted):
+                # Acknowledged once the run's index entry is written (write-behind).
+                self.behind.add(run_id, acted, by_run[run_id], msgs_of[run_id], timers)
+                continue
+            try:
+                for msg in msgs_of[run_id]:
+                    if not ack_nowait(msg):
+                        await msg.ack()
+            # It comes again, and is reported then.
+            except Exception as exc:  # noqa: BLE001
+                log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
+                continue
+            # Reported once done and acknowledged: a run whose effects failed here is
+            # redone (and reported) by whichever replica gets it next, not twice.
+            self.observers.relayed(run_id, by_run[run_id])
+
+    async def _runs_effects(
+        self,
+        runs: list[str],
+        by_run: dict[str, list[ev.AnyRecord]],
+        msgs: list[Msg],
+        *,
+        again: set[str],
+        dated: set[str],
+    ) -> list[Effects | BaseException]:
+        """The effects of each run's records (or why they failed), in the order of ``runs``."""
         # A run's effects are done in log order; different runs go in parallel. Most
         # need nothing awaited (their actions dispatched already): done here, no task.
-        runs = list(by_run)
         first = [
             self._effects_now(r, by_run[r], redelivered=r in again, dated=r in dated) for r in runs
         ]
@@ -662,31 +698,7 @@ class Orchestrator:
                 )
             for i, result in zip(later, awaited, strict=True):
                 outcomes[i] = result
-        for run_id, outcome in zip(runs, outcomes, strict=True):
-            assert outcome is not None
-            if isinstance(outcome, BaseException):
-                log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
-                for msg in msgs_of[run_id]:
-                    # Best effort: a message left unsettled comes again after its ack wait.
-                    with contextlib.suppress(Exception):
-                        await msg.nak(delay=1)
-                continue
-            acted, timers = outcome
-            if self.behind.holds(run_id) or timers or any(isinstance(r, INDEXED) for r in acted):
-                # Acknowledged once the run's index entry is written (write-behind).
-                self.behind.add(run_id, acted, by_run[run_id], msgs_of[run_id], timers)
-                continue
-            try:
-                for msg in msgs_of[run_id]:
-                    if not ack_nowait(msg):
-                        await msg.ack()
-            # It comes again, and is reported then.
-            except Exception as exc:  # noqa: BLE001
-                log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
-                continue
-            # Reported once done and acknowledged: a run whose effects failed here is
-            # redone (and reported) by whichever replica gets it next, not twice.
-            self.observers.relayed(run_id, by_run[run_id])
+        return [outcome for outcome in outcomes if outcome is not None]
 
     def _effects_now(
         self,

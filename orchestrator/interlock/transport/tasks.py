@@ -31,20 +31,13 @@ subject, header or extension by hand.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
 import re
-import secrets
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
-from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
@@ -61,8 +54,6 @@ ORCHESTRATOR_SOURCE: Final = "interlock://orchestrator"
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
 TOKEN_HEADER: Final = "Interlock-Token"  # noqa: S105 - a header name
 """The per-attempt token a request carries and its answer echoes."""
-TOKEN_KEY: Final = "task-token-key"  # noqa: S105 - the name of a KV key
-"""The key, in the secrets bucket, of the HMAC key tokens are made with."""
 WORKFLOW_CAPABILITY: Final = "_workflow"
 """The capability token answers to a child-workflow action travel under (the platform's
 own answers: no agent is ever asked for such an action)."""
@@ -190,75 +181,6 @@ def heartbeat_key(capability: str, instance: str) -> str:
 
 def agent_source(worker_name: str) -> str:
     return f"interlock://agent/{worker_name}"
-
-
-# --- tokens ---------------------------------------------------------------------------
-
-
-TOKENS_KEPT = 4_096
-"""Tokens made lately, kept to check their answers without computing them again."""
-
-
-class TaskTokens:
-    """Per-attempt task tokens: made at dispatch, checked when the answer comes back.
-
-    The tokens made lately are kept (a bounded number, the oldest forgotten first), so
-    checking an answer to one compares it with the token sent instead of computing the
-    same HMAC again; any other is computed as before."""
-
-    def __init__(self, key: bytes) -> None:
-        if len(key) < 16:
-            raise ValueError("a task-token key needs at least 16 bytes")
-        self._key = key
-        self._made: OrderedDict[str, str] = OrderedDict()
-        """Token of each attempt made lately, the oldest first."""
-
-    def token(self, capability: str, run_id: str, action_id: str, attempt: int) -> str:
-        attempt_of = f"{capability}\n{run_id}\n{action_id}\n{attempt}"
-        made = self._made
-        token = made.get(attempt_of)
-        if token is None:
-            token = made[attempt_of] = self._compute(attempt_of)
-            if len(made) > TOKENS_KEPT:
-                made.popitem(last=False)
-        return token
-
-    def _compute(self, attempt_of: str) -> str:
-        # One call into OpenSSL (the HMAC object's copy, update and digest are three, in
-        # Python): cheaper, even though the key is hashed in again each time.
-        digest = hmac.digest(self._key, attempt_of.encode(), "sha256")
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-    def verify(
-        self, token: str, capability: str, run_id: str, action_id: str, attempt: int
-    ) -> bool:
-        attempt_of = f"{capability}\n{run_id}\n{action_id}\n{attempt}"
-        expected = self._made.get(attempt_of) or self._compute(attempt_of)
-        return hmac.compare_digest(expected.encode(), token.encode())
-
-
-async def load_token_key(js: JetStreamContext, subjects: Subjects) -> bytes:
-    """The installation's task-token key: read from the secrets bucket, or created there
-    once (create-only, so replicas starting together agree on one key, and it outlives
-    every restart)."""
-    kv = await js.key_value(subjects.secrets_bucket)
-    for _ in range(3):
-        try:
-            entry = await kv.get(TOKEN_KEY)
-        except KeyNotFoundError:
-            pass
-        else:
-            try:
-                return base64.b64decode(entry.value or b"", validate=True)
-            except binascii.Error as exc:
-                raise ValueError(f"{subjects.secrets_bucket}/{TOKEN_KEY} is not base64") from exc
-        key = secrets.token_bytes(32)
-        try:
-            await kv.create(TOKEN_KEY, base64.b64encode(key))
-        except KeyWrongLastSequenceError:
-            continue  # another replica created it first: read theirs
-        return key
-    raise RuntimeError(f"cannot read or create {subjects.secrets_bucket}/{TOKEN_KEY}")
 
 
 # --- requests -------------------------------------------------------------------------

@@ -66,6 +66,20 @@ def test_the_transition_that_would_go_over_fails_the_run() -> None:
     )
 
 
+def test_a_budget_of_one_lets_its_edge_be_taken_once() -> None:
+    run = Run(compile_one(LOOP.replace("fixes: 2", "fixes: 1")))
+    run.start()
+    run.answer({"ok": False})  # the one fix the budget allows
+    assert (run.state.state, run.state.spent) == ("fix", {"fixes": 1, "review-exits": 1})
+    run.answer({})
+    records = run.answer({"ok": False})
+    assert types(records) == ["action.completed", "run.failed"]
+    assert run.state.error is not None
+    assert run.state.error.message == (
+        "more than budget.edges.fixes (1) transitions: review -> fix on task.completed"
+    )
+
+
 def test_a_catch_counts_too_and_budgets_are_shared() -> None:
     run = Run(compile_one(LOOP))
     run.start()

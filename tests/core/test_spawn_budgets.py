@@ -111,6 +111,60 @@ def test_the_spawn_over_the_total_is_not_asked_for_and_fails_its_action() -> Non
     _replays(run)
 
 
+def test_a_refused_spawn_fails_as_its_action_would_and_is_retried_by_its_policy() -> None:
+    retried = LOOPER.replace(
+        "[{capability: model.call}]",
+        "[{capability: model.call, retry: {max_attempts: 2, errors: [budget_exceeded],"
+        " backoff: {initial: 5s, jitter: false}}}]",
+    )
+    run = Run(compile_one(retried))
+    run.start()
+    run.answer({})
+    run.answer({})
+    records = run.answer({})  # the fourth request is refused: a failure to retry
+    refused = [r for r in records if isinstance(r, ev.ActionFailed)]
+    assert [ev.encode(r.data) for r in refused] == [
+        b'{"action_id":"r-test:15","state":"work","index":0,"error":{"class":"budget_exceeded",'
+        b'"message":"no spawn left: this run\'s share of budget.max_total_spawns (3) is spent",'
+        b'"code":"max_total_spawns"},"will_retry":true}'
+    ]
+    records = run.fire("retry")  # attempt 2: refused again, and no attempt is left
+    refused = [r for r in records if isinstance(r, ev.ActionFailed)]
+    assert [(r.data.action_id, r.data.attempt, r.data.will_retry) for r in refused] == [
+        ("r-test:15", 2, False)
+    ]
+    assert run.state.state == "over"
+    _replays(run)
+
+
+POLLING = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: polling}
+spec:
+  budget: {max_total_spawns: 2}
+  initial_state: poll
+  states:
+    poll:
+      loop: {until: "result.done", max_iterations: 5, action: {capability: ci.status}}
+      on: [{event: task.completed, goto: done}]
+      catch: [{errors: [budget_exceeded], goto: over}]
+    done: {type: terminal}
+    over: {type: terminal}
+"""
+
+
+def test_a_refused_loop_iteration_fails_as_that_iteration() -> None:
+    run = Run(compile_one(POLLING))
+    run.start()
+    run.answer({"done": False})
+    records = run.answer({"done": False})  # iteration 3 is refused
+    refused = [r for r in records if isinstance(r, ev.ActionFailed)]
+    assert [(r.data.iteration, r.data.error.code) for r in refused] == [(3, "max_total_spawns")]
+    assert run.state.state == "over"
+    _replays(run)
+
+
 def test_a_run_without_spawn_budgets_records_none() -> None:
     run = Run(compile_one(LOOPER.replace("max_total_spawns: 3, ", "")))
     run.start()
@@ -140,6 +194,17 @@ def test_depth_is_handed_down_and_a_too_deep_spawn_fails_the_parents_action() ->
     assert parent.state.outputs == {"code": "max_spawn_depth"}
     _replays(parent)
     _replays(child)
+
+
+def test_a_parent_without_spawn_budgets_hands_its_child_depth_one_and_nothing_else() -> None:
+    parent = _parent("max_actions: 50")
+    parent.start()
+    parent.answer({})
+    request = _requested(parent)
+    assert request.data.spawn == ev.SpawnBudget(depth=1)
+    # A child's own depth limit counts from where it stands in the tree.
+    child = _child(request.data.spawn, "budget: {max_spawn_depth: 2}")
+    assert child.log[0].data.spawn == ev.SpawnBudget(depth=1, max_depth=3)
 
 
 def test_a_child_keeps_the_tighter_depth_of_its_parents_and_its_own() -> None:
@@ -194,6 +259,26 @@ def test_a_child_that_spends_its_allowance_fails_and_so_does_the_parents_action(
     assert parent.state.outputs == {"code": "max_total_spawns"}
     assert parent.state.spawn is not None
     assert parent.state.spawn.used == 3
+
+
+def test_a_child_that_ends_in_a_failing_state_reports_what_it_spent() -> None:
+    parent = _parent("max_total_spawns: 6")
+    parent.start()
+    parent.answer({})
+    request = _requested(parent)
+    failing = TWO_STEP_CHILD.replace(
+        "done: {type: terminal}", "done: {type: terminal, fail: {message: gave up}}"
+    ).replace("{BUDGET}", "")
+    child = Run(compile_one(failing), "r-child")
+    child.start(spawn=request.data.spawn)
+    child.answer({})
+    child.answer({})
+    end = child.log[-1]
+    assert isinstance(end, ev.RunFailed)
+    assert (end.data.error.message, end.data.spawns) == ("gave up", 2)
+    _report(parent, child)
+    failed = [r for r in parent.log if isinstance(r, ev.ActionFailed)][-1]
+    assert failed.data.spawns == 2
 
 
 def test_a_childs_own_total_narrows_what_it_was_handed() -> None:
@@ -285,6 +370,53 @@ def test_a_refused_dag_step_fails_as_a_step() -> None:
     assert types(run.log).count("action.requested") == 1
     failed = [r for r in run.log if isinstance(r, ev.ActionFailed)]
     assert [r.data.step for r in failed] == ["b"]
+    _replays(run)
+
+
+TWO_DAGS = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: two-dags}
+spec:
+  budget: {max_total_spawns: 1}
+  evidence: {events: [release.evidence]}
+  initial_state: build
+  states:
+    build:
+      dag:
+        completion: all_settled
+        parallelism: 1
+        steps:
+          a: {action: {capability: work}}
+          b: {action: {capability: work}}
+      on: [{event: task.completed, goto: ship}]
+    ship:
+      dag:
+        steps:
+          publish: {requires: {receipt: verified}, action: {capability: release.publish}}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+
+def test_a_dag_ended_by_a_refused_step_moves_on_and_asks_for_none_of_its_steps_again() -> None:
+    run = Run(compile_one(TWO_DAGS))
+    run.start()
+    records = run.answer({})  # a: the one spawn; b is refused and the DAG has settled
+    assert types(records) == [
+        "action.completed",
+        "action.failed",
+        "dag.completed",
+        "transition.fired",
+        "state.entered",
+        "dag.started",
+        "gate.checked",
+    ]
+    assert [r.data.step for r in records if isinstance(r, ev.ActionFailed)] == ["b"]
+    # The next DAG's step waits for its evidence; nothing of the DAG before is asked for.
+    assert (run.state.status, run.state.state) == (RunStatus.RUNNING, "ship")
+    assert run.state.dag is not None
+    assert run.state.dag.status == {"publish": "held"}
     _replays(run)
 
 

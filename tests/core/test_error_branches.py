@@ -1,6 +1,7 @@
 """The engine's error branches, each with its class and message: a map whose ``over`` fails
 or is not a list, a map ``any`` whose items all fail, outputs and fail messages that do not
-render, the fan-out bound at its edge, and retry policies of one attempt."""
+render, an action's input that does not render, the fan-out bound at its edge, and retry
+policies of one attempt."""
 
 from __future__ import annotations
 
@@ -146,6 +147,35 @@ def test_a_fail_message_that_does_not_render_fails_the_run_as_an_expression_erro
         ErrorClass.EXPRESSION_ERROR,
         "fail message of state 'fail': no such member in mapping: 'nothing'",
     )
+
+
+INPUT = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: inputs}
+spec:
+  initial_state: work
+  states:
+    work:
+      actions:
+        - {capability: fetch}
+        - {capability: use, input: {value: "{{ context.nothing.here }}"}}
+      on:
+        - {event: task.completed, goto: done}
+    done: {type: terminal}
+"""
+
+
+def test_an_action_input_that_does_not_render_fails_the_run_and_asks_for_nothing() -> None:
+    run = Run(compile_one(INPUT), run_id="i")
+    run.start()
+    records = run.answer({})
+    assert types(records) == ["action.completed", "run.failed"]
+    assert failed_with(run) == (
+        ErrorClass.EXPRESSION_ERROR,
+        "input of action 1 in state 'work': no such member in mapping: 'nothing'",
+    )
+    assert run.state.pending == {}
 
 
 RETRY = """\

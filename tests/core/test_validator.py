@@ -490,6 +490,50 @@ def test_cel_error_column_inside_a_block_scalar() -> None:
     assert [(d.line, d.col) for d in found] == [(11, 22)]
 
 
+@pytest.mark.parametrize("style", ["|", ">", "|-", ">+"])
+def test_template_errors_on_any_line_of_a_block_scalar_are_placed_where_written(
+    style: str,
+) -> None:
+    """A template's place is found among the block's lines as written: on its first line,
+    on a later one (after a blank one, in a folded block whose value is one line), the
+    same template written twice, and an expression written across lines."""
+    found = diagnostics(
+        f"""\
+        apiVersion: interlock.io/v1
+        kind: Workflow
+        metadata: {{name: demo}}
+        spec:
+          initial_state: a
+          states:
+            a:
+              actions:
+                - capability: echo
+                  input:
+                    notes:
+                      - {style}
+                        first {{{{ 1 + }}}} and
+                        then {{{{ inptus.x }}}}
+
+                          more {{{{ 1 + }}}} {{{{ 1 + }}}}
+                        last {{{{ [1,
+                          2 +] }}}}
+              on: [{{event: task.completed, goto: b}}]
+            b: {{type: terminal}}
+        """
+    )
+    # Line 13 is "                first {{ 1 + }} and" once dedented (16 spaces): its
+    # error stands at the '+' (column 28); on line 18, "                  2 +] }}", at
+    # the ']' (column 22).
+    assert [(d.line, d.col) for d in found] == [
+        (13, 28),
+        (14, 25),
+        (16, 29),
+        (16, 39),
+        (18, 22),
+    ]
+    assert "unknown variable 'inptus'" in found[1].message
+
+
 def test_unknown_variables_in_guards_are_compile_errors() -> None:
     found = diagnostics(
         """\

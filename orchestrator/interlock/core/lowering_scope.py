@@ -71,12 +71,17 @@ class LoweringScope:
         problems: list[ValueProblem] = []
         compiled = compile_value(value, extra, path, problems)
         for problem in problems:
-            self._cel_error(problem.path, problem.error, problem.offset)
+            text = value
+            for key in problem.path[len(path) :]:
+                text = text[key]
+            self._cel_error(problem.path, problem.error, problem.offset, text)
         return compiled
 
-    def _cel_error(self, path: Path, error: CompileError, offset: int = 0) -> None:
+    def _cel_error(self, path: Path, error: CompileError, offset: int = 0, text: str = "") -> None:
+        """``error`` of the expression at ``offset`` of ``text``, the string at ``path``."""
         span = self.doc.where(path)
-        line, col = _inner_position(span, error.line, error.col + offset)
+        found = _block_position(span, text, offset, error.line, error.col)
+        line, col = found or _inner_position(span, error.line, error.col + offset)
         if isinstance(error, CostError):
             self.diags.append(Diagnostic(self.doc.path, line, col, "cel-cost", error.message))
         else:
@@ -116,6 +121,32 @@ def _inner_position(span: Span, line: int, col: int) -> tuple[int, int]:
         return span.line + line - 1, col
     lead = 1 if span.style in ("'", '"') else 0
     return span.line, span.col + lead + col - 1
+
+
+def _block_position(
+    span: Span, text: str, offset: int, line: int, col: int
+) -> tuple[int, int] | None:
+    """Position in the file of (line, col) of the expression at ``offset`` of ``text``, a
+    block scalar's value, found where its template is written among the scalar's lines
+    (a folded ``>`` scalar's value is not its lines: search them). None: not a block
+    scalar, or a template's first line written across lines of a folded one."""
+    if span.style not in ("|", ">") or span.raw is None:
+        return None
+    start, end = text.rfind("{{", 0, offset), text.find("}}", offset)
+    if start < 0 or end < 0:
+        return None
+    written = text[start : end + 2].split("\n", 1)[0]  # its first line
+    at = -1
+    for _ in range(text.count(written, 0, start) + 1):
+        at = span.raw.find(written, at + 1)
+        if at < 0:
+            return None
+    at += offset - start
+    before = span.raw[:at]
+    first = span.line + 1 + before.count("\n")
+    if line > 1:  # an expression written across lines, wrong on a later one
+        return first + line - 1, span.content_col + col - 1
+    return first, at - before.rfind("\n") + col - 1
 
 
 _ESCAPE_DIGITS = {"x": 2, "u": 4, "U": 8}

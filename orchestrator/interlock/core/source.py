@@ -46,7 +46,9 @@ class Span:
     raw: str | None = field(default=None, compare=False)
     """For a quoted scalar written on one line with an escape (``\\n``, ``\\x41``) or a
     doubled quote (``''``): its text between the quotes as written, where a place in its
-    value is found (an escape is one character of the value, two or more of the file)."""
+    value is found (an escape is one character of the value, two or more of the file).
+    For a block scalar: its lines as written, indentation included (from the line after
+    its ``|`` or ``>``), where a template on any of its lines is found."""
 
 
 @dataclass(slots=True)
@@ -138,13 +140,14 @@ def _span(node: yaml.Node) -> Span:
     style = node.style if isinstance(node, yaml.ScalarNode) else None
     mark = node.start_mark
     content_col = 0
+    raw = None
     if style in ("|", ">") and isinstance(mark.buffer, str):
         # The content starts on the next line, indented: measure that indentation.
         newline = mark.buffer.find("\n", mark.pointer)
         if newline >= 0:
             rest = mark.buffer[newline + 1 :]
             content_col = len(rest) - len(rest.lstrip(" ")) + 1
-    raw = None
+            raw = mark.buffer[newline + 1 : node.end_mark.pointer]
     if style in ("'", '"') and isinstance(mark.buffer, str) and node.end_mark.line == mark.line:
         written = mark.buffer[mark.pointer + 1 : node.end_mark.pointer - 1]
         if ("\\" if style == '"' else "''") in written:

@@ -158,6 +158,23 @@ def test_a_scalar_its_explicit_tag_cannot_read_is_refused_where_it_stands(
     assert [(d.index, d.data) for d in documents] == [(1, {"b": 2})]
 
 
+@pytest.mark.parametrize(
+    ("written", "value"),
+    [
+        ("2026-01-31", "2026-01-31"),
+        ("2026-01-31 10:00:00", "2026-01-31T10:00:00Z"),
+        ("2026-01-31T10:00:00Z", "2026-01-31T10:00:00Z"),
+        ("2026-01-31T10:00:00.25-05:30", "2026-01-31T10:00:00.250000-05:30"),
+    ],
+)
+def test_an_explicit_timestamp_is_the_rfc_3339_text_json_carries(written: str, value: str) -> None:
+    # Implicit ones stay the strings written; the tag gives a checked time, as text (a
+    # manifest's values are JSON: a date object reached the run as whatever its encoder made).
+    documents, errors = load_documents(f"a: !!timestamp {written}\nb: {written}\n", "f.yaml")
+    assert errors == []
+    assert documents[0].data == {"a": value, "b": written}
+
+
 def test_every_duplicate_key_of_a_mapping_is_reported_and_the_rest_kept() -> None:
     documents, errors = load_documents("a: 1\nb: 2\na: 3\nb: 4\nc: 5\n", "f.yaml")
     assert [str(e) for e in errors] == [

@@ -15,6 +15,7 @@ file of a few hundred bytes is refused without expanding it). Each breaks rule
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import yaml
 
 from interlock.core.diagnostics import Diagnostic
+from interlock.core.rfc3339 import format_time
 
 Path = tuple[str | int, ...]
 
@@ -155,6 +157,16 @@ def _span(node: yaml.Node) -> Span:
     return Span(mark.line + 1, mark.column + 1, style or None, content_col, raw)
 
 
+def _timestamp_text(value: datetime.date) -> str:
+    """An explicit ``!!timestamp`` as the RFC 3339 text JSON carries it (a manifest's values
+    are JSON; YAML's implicit timestamps stay the strings they are written as): a date as
+    ``2026-01-01``, a time with its offset as written, one without any in UTC (``Z``), as
+    YAML reads it."""
+    if not isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return format_time(value, "auto", utc=value.tzinfo is None)
+
+
 class _Builder:
     def __init__(self, doc: Document, errors: list[Diagnostic]) -> None:
         self.doc = doc
@@ -189,7 +201,7 @@ class _Builder:
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         try:
-            return self.constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(node, deep=True)
         except (ValueError, KeyError, AttributeError) as exc:
             # A scalar its explicit tag cannot read (``!!int many``, ``!!bool maybe``,
             # ``!!timestamp soon``): PyYAML's constructors fail with Python's own errors.
@@ -197,6 +209,9 @@ class _Builder:
             raise yaml.constructor.ConstructorError(
                 None, None, f"{node.value!r} is not a valid {tag}", node.start_mark
             ) from exc
+        if isinstance(value, datetime.date):
+            return _timestamp_text(value)
+        return value
 
     def _at(self, node: yaml.Node, rule: str, message: str) -> Diagnostic:
         span = _span(node)

@@ -582,6 +582,33 @@ def test_a_problem_in_the_correlation_key_points_where_it_is_written() -> None:
     ) == ["6:33 cel-compile: CEL does not compile: 'inputs.k +'"]
 
 
+@pytest.mark.parametrize(
+    ("key", "reads"),
+    [
+        ('"{{ context.k }}"', "'context'"),
+        ('"{{ run.id }}-{{ inputs.k }}-{{ states.work.output }}"', "'run', 'states'"),
+        ('"{{ result.k }}{{ data }}"', "'data', 'result'"),
+        ('"$.states.work.output"', "'$.states'"),
+    ],
+)
+def test_a_correlation_key_may_read_only_the_inputs(key: str, reads: str) -> None:
+    # It is rendered as the run starts, from its inputs: there is nothing else to read yet.
+    assert problems(
+        f"""\
+  initial_state: work
+  correlate: {{key: {key}, events: {{ok.ev: "event.data.k"}}}}
+  states:
+    work:
+      actions: [{{capability: echo}}]
+      on: [{{event: task.completed, goto: done}}]
+    done: {{type: terminal}}
+"""
+    ) == [
+        "6:20 cel-compile: the correlation key sees only 'inputs' (rendered when the run "
+        f"starts); it reads {reads}"
+    ]
+
+
 def test_a_cel_error_after_an_escape_in_a_quoted_scalar_points_where_it_is_written() -> None:
     # An escaped newline makes the expression two lines long on one line of the file;
     # each escape, and a doubled quote, is one character of the value, more of the file.

@@ -142,7 +142,7 @@ def correlation_key(definition: Definition, inputs: Mapping[str, Any]) -> str | 
     if definition.correlation is None:
         return None
     try:
-        value = render(definition.correlation.key, {"inputs": dict(inputs), "context": {}})
+        value = render(definition.correlation.key, {"inputs": dict(inputs)})
     except ExpressionError:
         return None
     return None if value is None else str(value)

@@ -29,7 +29,7 @@ from interlock.core.definition import (
     type_matches,
 )
 from interlock.core.diagnostics import Diagnostic
-from interlock.core.expr import Expression
+from interlock.core.expr import Expression, expressions, references
 from interlock.core.lowering_dag import check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
@@ -143,6 +143,16 @@ class WorkflowLowering(LoweringScope):
             return None
         base: Path = ("spec", "correlate")
         key = self._value((*base, "key"), spec.key)
+        # Rendered when the run starts, from its inputs alone: nothing else exists yet.
+        unseen = sorted({n for e in expressions(key) for n in e.names} - {"inputs"})
+        if unseen or references(key):
+            read = ", ".join(repr(n) for n in unseen) or "'$.states'"
+            self.error(
+                (*base, "key"),
+                "cel-compile",
+                f"the correlation key sees only 'inputs' (rendered when the run starts); "
+                f"it reads {read}",
+            )
         events: dict[str, Expression] = {}
         for event_type, source in spec.events.items():
             if not EVENT_TYPE.match(event_type):

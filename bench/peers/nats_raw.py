@@ -49,7 +49,10 @@ async def worker_main(url: str) -> None:
     await nc.subscribe("cap.review", queue="workers", cb=review)
     await nc.subscribe("cap.merge", queue="workers", cb=merge)
     await nc.subscribe("cap.fix", queue="workers", cb=fix)
-    await nc.flush()
+    # Ready once the server routes each subject here: a request answered by this worker
+    # proves it (nats-py's flush() alone can be answered before the SUBs left its buffer).
+    for subject in ("cap.review", "cap.merge", "cap.fix"):
+        await nc.request(subject, b"{}", timeout=30)
     print("worker ready", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

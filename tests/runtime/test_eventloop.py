@@ -4,6 +4,7 @@ on request, a clear error for a loop that is unknown."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 
 import pytest
@@ -58,3 +59,32 @@ def test_serve_with_an_unknown_loop_exits_2_without_a_traceback() -> None:
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "INTERLOCK_EVENT_LOOP must be one of auto, uvloop, asyncio, got 'x'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def _collector() -> tuple[int, int]:
+    return gc.get_threshold()[0], gc.get_freeze_count()
+
+
+def test_the_collector_is_tuned_while_the_loop_runs_and_restored_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = gc.get_threshold()
+    monkeypatch.delenv(eventloop.GC_ENV, raising=False)
+    threshold, frozen = eventloop.run(_collector())
+    assert threshold == eventloop.GC_THRESHOLD
+    assert frozen > 0  # what existed at the start is out of the collector's work
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setenv(eventloop.GC_ENV, "5000")
+    assert eventloop.run(_collector())[0] == 5000
+    monkeypatch.setenv(eventloop.GC_ENV, "0")  # Python's own settings
+    assert eventloop.run(_collector()) == (before[0], 0)
+
+
+@pytest.mark.parametrize("raw", ["-1", "lots", "1.5"])
+def test_a_bad_collector_threshold_is_refused(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv(eventloop.GC_ENV, raw)
+    main = _collector()
+    with pytest.raises(eventloop.EventLoopError, match="INTERLOCK_GC_THRESHOLD must be"):
+        eventloop.run(main)
+    assert main.cr_frame is None

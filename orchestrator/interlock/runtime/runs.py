@@ -47,10 +47,33 @@ FINISHED_CACHE = 2_048
 late answers or timers find them without reading the log again."""
 
 
+class _Now:
+    """The millisecond and the second :func:`utc_now` formatted last, and their texts."""
+
+    __slots__ = ("ms", "prefix", "second", "text")
+
+    def __init__(self) -> None:
+        self.ms = self.second = -1
+        self.text = self.prefix = ""
+
+
+_now = _Now()
+
+
 def utc_now() -> str:
-    """The shell's clock, as the RFC 3339 text records carry (``format_time`` of now,
-    without its conversions: the moment is UTC already)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    """The shell's clock, as the RFC 3339 text records carry: UTC, to the millisecond
+    (``format_time`` of now). Each second's text is made once, and each millisecond's
+    once: several decisions a millisecond are common under load."""
+    ms = time.time_ns() // 1_000_000
+    last = _now
+    if ms == last.ms:
+        return last.text
+    second, milli = divmod(ms, 1000)
+    if second != last.second:
+        last.second = second
+        last.prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+    last.ms, last.text = ms, f"{last.prefix}{milli:03d}Z"
+    return last.text
 
 
 class _RunLock:

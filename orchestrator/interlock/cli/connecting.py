@@ -94,7 +94,7 @@ def with_client(
         from interlock.transport.errors import ConnectionFailed
 
         async def go() -> int:
-            opts = options(args)
+            opts = options(args).named("interlock-cli")
             try:
                 nc = await connect(opts)
             except ConnectionFailed as exc:

@@ -55,7 +55,10 @@ async def start_stack(
     ``group_commit``: the orchestrator's run-log group commit (0: off).
     """
     opts = ConnectOptions.resolve(
-        url, prefix=prefix, creds_file=str(auth.orchestrator) if auth else None
+        url,
+        prefix=prefix,
+        creds_file=str(auth.orchestrator) if auth else None,
+        name="interlock-orchestrator",
     )
     agent_opts = ConnectOptions.resolve(
         url, prefix=prefix, creds_file=str(auth.agents) if auth else None
@@ -130,14 +133,16 @@ async def _start_gateway(
     from interlock.console import ConsoleConfig
     from interlock.gateway.app import serve_gateway
 
-    admin_opts = ConnectOptions.resolve(url, creds_file=str(auth.operator) if auth else None)
+    admin_opts = ConnectOptions.resolve(
+        url, creds_file=str(auth.operator) if auth else None, name="interlock-dev"
+    )
     admin = await connect(admin_opts)
     try:
         token = await ensure_dev_token(admin, admin_opts.subjects, data_dir)
     finally:
         await admin.close()
     opts = ConnectOptions.resolve(
-        url, creds_file=str(auth.gateway) if auth else None, name="interlock gateway"
+        url, creds_file=str(auth.gateway) if auth else None, name="interlock-gateway"
     )
     nc = await connect(opts)
     subjects = opts.subjects

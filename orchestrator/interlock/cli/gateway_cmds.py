@@ -105,8 +105,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             f"(not {args.host})"
         )
     opts = options(args)
-    if opts.name is None:
-        opts.name = "interlock gateway"
+    opts = opts.named("interlock-gateway")
     console = None
     if not args.no_console:
         console = ConsoleConfig.from_environment()

@@ -144,7 +144,7 @@ async def serve(
     from interlock.runtime.service import ACK_WAIT, Orchestrator
     from interlock.transport.tracing import tracer_provider_from_env
 
-    nc = await connect(opts)
+    nc = await connect(opts.named("interlock-orchestrator"))
     try:
         group_commit = await group_commit_for(nc, group_commit, nats_monitor)
     except BaseException:

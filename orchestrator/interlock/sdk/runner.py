@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import importlib
 import logging
 import signal
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from interlock.transport.connection import ConnectOptions
 
-from .worker import Worker
+from .worker import Worker, agent_connection_name
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -79,9 +78,7 @@ async def run_agent(
     if concurrency is not None:
         worker.concurrency = concurrency
     provider = _instrument(worker, options)
-    if options.name is None:
-        options = dataclasses.replace(options, name=f"interlock agent {worker.name}")
-    nc = await connect(options)
+    nc = await connect(options.named(agent_connection_name(worker)))
     taking_tasks = asyncio.Event()
     server = await _health_server(metrics_port, nc, taking_tasks)
     installed = _stop_on_signals(worker)

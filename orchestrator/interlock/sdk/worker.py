@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import inspect
 import logging
 import os
@@ -97,6 +96,12 @@ class _Lifecycle:
         self.force = asyncio.Event()
         self.ready = asyncio.Event()
         self.done = asyncio.Event()
+
+
+def agent_connection_name(worker: Worker) -> str:
+    """What an agent's connection is called on the server (``/connz``):
+    ``interlock-agent:<its capabilities>``."""
+    return "interlock-agent:" + ",".join(worker.capabilities)
 
 
 class Worker:
@@ -263,8 +268,7 @@ class Worker:
                     if isinstance(server, ConnectOptions)
                     else ConnectOptions.resolve(server=server)
                 )
-                if opts.name is None:
-                    opts = dataclasses.replace(opts, name=f"interlock agent {self.name}")
+                opts = opts.named(agent_connection_name(self))
                 prefix = prefix or opts.prefix
                 nc, owned = await connect(opts), True
             try:

@@ -74,6 +74,11 @@ class ConnectOptions:
     connect_wait: float = 5.0
     """Seconds to keep trying the first connection before giving up."""
 
+    def named(self, name: str) -> ConnectOptions:
+        """These options with ``name`` for the connection (what the server shows for it,
+        in ``/connz``), unless one is set already."""
+        return self if self.name else dataclasses.replace(self, name=name)
+
     @classmethod
     def resolve(
         cls,

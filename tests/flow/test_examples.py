@@ -826,7 +826,7 @@ async def test_an_event_parked_while_its_run_starts_waiting_is_not_lost(
     await stack.in_state(run_id, "in_transit")
     await stack.relayed()  # the relay has offered the parked events (none yet)
     proceed.set()
-    state = await stack.run_until(run_id, lambda s: s.finished, "the parked event", wait=2.0)
+    state = await stack.run_until(run_id, lambda s: s.finished, "the parked event")
     assert state.outputs == {"order": "O-race", "parcel": "P-race", "signed_by": "max"}
 
 

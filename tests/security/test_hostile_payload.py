@@ -6,7 +6,6 @@ run completes meanwhile."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -86,11 +85,9 @@ async def test_a_too_large_answer_fails_the_attempt_at_once(
         task = asyncio.create_task(worker.run(wnc, prefix=subjects.prefix))
         try:
             await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
-            started = time.monotonic()
             run_id = await stack.client.start("bigflow", {"size": size})
             await bystander_completes(stack)
             state = await stack.wait(run_id)
-            elapsed = time.monotonic() - started
         finally:
             await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
             await task
@@ -99,8 +96,8 @@ async def test_a_too_large_answer_fails_the_attempt_at_once(
         assert state.error is not None
         assert state.error.error_class == "payload_too_large", state.error
         failed = [r for r in await stack.records(run_id) if isinstance(r, ev.ActionFailed)]
+        # Once, as too large: not at the action's timeout (120 s), which fails it as one.
         assert [f.data.error.error_class for f in failed] == ["payload_too_large"]
-        assert elapsed < TIMEOUT  # the action's timeout is 120 s
         assert stack.orchestrator.counters["dead_lettered:processing-failed"] == 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -21,7 +22,7 @@ from interlock.core import events as ev
 from interlock.core.vocabulary import FINISHED, RunStatus
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
-from interlock.transport.provision import append_batch
+from interlock.transport.provision import append_batch, append_soon
 from interlock.transport.subjects import Subjects
 
 _KNOWN = 4_096
@@ -61,6 +62,47 @@ class RunIndex:
         indexed = [r for r in records if isinstance(r, INDEXED)]
         if indexed:
             await self._write(run_id, sorted(indexed, key=position))
+
+    def update_soon(
+        self, run_id: str, records: list[ev.AnyRecord]
+    ) -> tuple[Awaitable[None], bool] | None:
+        """:meth:`update`, with its write sent now where it needs no read first (the
+        entry's revision known, or a new run's): what to await for its end, and whether
+        it is on its way already (it may then be awaited in turn with others; otherwise
+        it has I/O to start). None: nothing to write."""
+        indexed: list[ev.AnyRecord] = [r for r in records if isinstance(r, INDEXED)]
+        if not indexed:
+            return None
+        ordered = sorted(indexed, key=position)
+        known = self._known.get(run_id)
+        if known is not None:
+            current, revision = dict(known[0]), known[1]
+        elif position(ordered[0]) == 1:
+            current, revision = {"run_id": run_id}, 0  # a new run: create, no read
+        else:
+            return self._write(run_id, ordered), False
+        if not _apply(current, ordered):
+            return None  # written already (what is remembered stays)
+        subject = f"$KV.{self._subjects.runs_bucket}.{run_id}"
+        sent = append_soon(self._nc, subject, _encode(current), revision)
+        if sent is None:
+            return self._write(run_id, ordered), False
+        self._known.pop(run_id, None)
+        return self._written(run_id, ordered, current, sent), True
+
+    async def _written(
+        self,
+        key: str,
+        ordered: list[ev.AnyRecord],
+        current: dict[str, Any],
+        sent: Callable[[], Awaitable[int]],
+    ) -> None:
+        try:
+            revision = await sent()
+        except AppendConflict:
+            await self._write(key, ordered)  # written meanwhile: read again
+            return
+        self._remember(key, current, revision)
 
     async def _write(self, key: str, ordered: list[ev.AnyRecord]) -> None:
         known = self._known.pop(key, None)

@@ -184,10 +184,7 @@ class WriteBehind:
         if not due:
             return
         taken = [(run_id, self._held.pop(run_id)) for run_id in due]
-        outcomes = await asyncio.gather(
-            *(self._settle(run_id, held) for run_id, held in taken),
-            return_exceptions=True,
-        )
+        outcomes = await self._settle_all(taken)
         for (run_id, held), outcome in zip(taken, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 log.warning(
@@ -207,6 +204,33 @@ class WriteBehind:
                 log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
                 continue
             self._done(run_id, held.reported)
+
+    async def _settle_all(self, taken: list[tuple[str, _Held]]) -> list[BaseException | None]:
+        """Write each run's entry (and schedule its timers): the writes that need nothing
+        first are sent at once and their acknowledgements awaited in turn, the others
+        (timers to schedule, an entry to read first) each in a task of its own. What
+        failed, by run (None: written)."""
+        outcomes: list[BaseException | None] = [None] * len(taken)
+        sent: list[tuple[int, Awaitable[None]]] = []
+        other: list[tuple[int, Awaitable[None]]] = []
+        for i, (run_id, held) in enumerate(taken):
+            if held.timers:
+                other.append((i, self._settle(run_id, held)))
+                continue
+            write = self._index.update_soon(run_id, held.records)
+            if write is not None:
+                (sent if write[1] else other).append((i, write[0]))
+        if other:
+            done = await asyncio.gather(*(w for _, w in other), return_exceptions=True)
+            for (i, _), outcome in zip(other, done, strict=True):
+                outcomes[i] = outcome if isinstance(outcome, BaseException) else None
+        for i, written in sent:
+            try:
+                await written
+            # Its messages are handed back: they come again.
+            except Exception as exc:  # noqa: BLE001
+                outcomes[i] = exc
+        return outcomes
 
     async def _settle(self, run_id: str, held: _Held) -> None:
         for timer in held.timers:

@@ -15,11 +15,12 @@ too (``KV_<bucket>``, laid out as NATS KV clients expect), so one code path serv
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import msgspec
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -301,10 +302,42 @@ async def append_batch(
             raise JetStreamAPIError(
                 f"append to {subject!r}", {"description": f"no acknowledgement in {ack_wait:g} s"}
             ) from exc
-        ack = _decode_ack(reply.data)
-        if ack.error:
-            if ack.error.get("err_code") == _ERR_WRONG_LAST_SEQUENCE:
-                raise AppendConflict(subject, expected_last_subject_seq, ack.error["description"])
-            raise JetStreamAPIError(f"append to {subject!r}", ack.error)
-        return ack.seq
+        return _appended(subject, reply, expected_last_subject_seq)
     raise AssertionError("unreachable")
+
+
+def _appended(subject: str, reply: Msg, expected: int | None) -> int:
+    ack = _decode_ack(reply.data)
+    if ack.error:
+        if ack.error.get("err_code") == _ERR_WRONG_LAST_SEQUENCE:
+            raise AppendConflict(subject, expected, ack.error["description"])
+        raise JetStreamAPIError(f"append to {subject!r}", ack.error)
+    return ack.seq
+
+
+def append_soon(
+    nc: Client, subject: str, data: bytes, expected_last_subject_seq: int
+) -> Callable[[], Awaitable[int]] | None:
+    """:func:`append_batch` of one message, sent now in one plain call: what it returns,
+    called, is awaited for the sequence (or the same errors). None, with nothing sent,
+    where the publish would have to wait: the caller awaits :func:`append_batch`."""
+    headers = {_EXPECTED_LAST_SUBJECT_SEQ: str(expected_last_subject_seq)}
+    sent = jetstream(nc).request_ack_soon(subject, data, headers=headers)
+    if sent is None:
+        return None
+    future = sent
+
+    async def appended() -> int:
+        try:
+            reply = await future
+        except NatsTimeoutError as exc:
+            raise JetStreamAPIError(
+                f"append to {subject!r}", {"description": "no acknowledgement in time"}
+            ) from exc
+        if reply.headers and reply.headers.get("Status") == "503" and not reply.data:
+            raise JetStreamAPIError(
+                f"append to {subject!r}", {"description": "no stream stores this subject"}
+            )
+        return _appended(subject, reply, expected_last_subject_seq)
+
+    return appended

@@ -651,3 +651,30 @@ def test_a_cel_error_in_a_plain_scalar_holding_two_quotes_points_where_it_is_wri
         "12:39 cel-compile: unknown variable 'oops' in CEL (known: context, data, event, "
         "inputs, result, run, states)",
     ]
+
+
+def test_a_template_that_begins_a_block_scalar_is_placed_where_it_is_written() -> None:
+    # The template stands at the value's very start: on its first line, an expression
+    # written across lines, and the same template written twice.
+    assert problems(
+        """\
+  initial_state: work
+  states:
+    work:
+      actions:
+        - capability: echo
+          input:
+            a: |
+              {{ [1,
+                2,
+                3 +] }}
+            b: |
+              {{ 1 + }} {{ 1 + }}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+    ) == [
+        "14:20 cel-compile: CEL does not compile: '3 +]'",
+        "16:20 cel-compile: CEL does not compile: '1 +'",
+        "16:30 cel-compile: CEL does not compile: '1 +'",
+    ]

@@ -59,9 +59,9 @@ class RunIndex:
 
     async def update(self, run_id: str, records: list[ev.AnyRecord]) -> None:
         """Bring the run's entry up to ``records`` (those of them it is made of)."""
-        indexed = [r for r in records if isinstance(r, INDEXED)]
-        if indexed:
-            await self._write(run_id, sorted(indexed, key=position))
+        ordered = _ordered(records)
+        if ordered:
+            await self._write(run_id, ordered)
 
     def update_soon(
         self, run_id: str, records: list[ev.AnyRecord]
@@ -70,21 +70,16 @@ class RunIndex:
         entry's revision known, or a new run's): what to await for its end, and whether
         it is on its way already (it may then be awaited in turn with others; otherwise
         it has I/O to start). None: nothing to write."""
-        indexed: list[ev.AnyRecord] = [r for r in records if isinstance(r, INDEXED)]
-        if not indexed:
+        ordered = _ordered(records)
+        if not ordered:
             return None
-        ordered = sorted(indexed, key=position)
-        known = self._known.get(run_id)
-        if known is not None:
-            current, revision = dict(known[0]), known[1]
-        elif position(ordered[0]) == 1:
-            current, revision = {"run_id": run_id}, 0  # a new run: create, no read
-        else:
+        unread = _unread(run_id, ordered, self._known.get(run_id))
+        if unread is None:
             return self._write(run_id, ordered), False
+        current, revision = unread
         if not _apply(current, ordered):
             return None  # written already (what is remembered stays)
-        subject = f"$KV.{self._subjects.runs_bucket}.{run_id}"
-        sent = append_soon(self._nc, subject, _encode(current), revision)
+        sent = append_soon(self._nc, self._subject(run_id), _encode(current), revision or 0)
         if sent is None:
             return self._write(run_id, ordered), False
         self._known.pop(run_id, None)
@@ -105,12 +100,10 @@ class RunIndex:
         self._remember(key, current, revision)
 
     async def _write(self, key: str, ordered: list[ev.AnyRecord]) -> None:
-        known = self._known.pop(key, None)
+        unread = _unread(key, ordered, self._known.pop(key, None))
         for attempt in range(_WRITERS):
-            if attempt == 0 and known is not None:
-                current, revision = dict(known[0]), known[1]
-            elif attempt == 0 and position(ordered[0]) == 1:
-                current, revision = {"run_id": key}, None  # a new run: create, no read
+            if attempt == 0 and unread is not None:
+                current, revision = unread
             else:
                 current, revision = await self._read(key)
             if not _apply(current, ordered):
@@ -122,13 +115,17 @@ class RunIndex:
                 # A compare-and-set put, straight on the bucket's stream (what KeyValue.update
                 # does, without its per-call key check and JSON acknowledgement parsing).
                 revision = await append_batch(
-                    self._nc, f"$KV.{self._subjects.runs_bucket}.{key}", [({}, body)], revision or 0
+                    self._nc, self._subject(key), [({}, body)], revision or 0
                 )
             except AppendConflict:
                 continue  # written meanwhile: read again
             self._remember(key, current, revision)
             return
         raise RuntimeError(f"run index entry {key}: too many concurrent writers")
+
+    def _subject(self, key: str) -> str:
+        """The subject of the entry ``key`` on the bucket's stream."""
+        return f"$KV.{self._subjects.runs_bucket}.{key}"
 
     async def _read(self, key: str) -> tuple[dict[str, Any], int | None]:
         assert self._kv is not None, "RunIndex.start() first"
@@ -147,6 +144,24 @@ class RunIndex:
         self._known[key] = (current, revision)
         if len(self._known) > _KNOWN:
             self._known.popitem(last=False)
+
+
+def _ordered(records: list[ev.AnyRecord]) -> list[ev.AnyRecord]:
+    """The records an entry is made of, in log order."""
+    return sorted((r for r in records if isinstance(r, INDEXED)), key=position)
+
+
+def _unread(
+    key: str, ordered: list[ev.AnyRecord], known: tuple[dict[str, Any], int] | None
+) -> tuple[dict[str, Any], int | None] | None:
+    """The entry to build on without reading it: a copy of the one remembered
+    (``known``), or a new run's (its start among ``ordered``: create, no read). None:
+    read it first."""
+    if known is not None:
+        return dict(known[0]), known[1]
+    if position(ordered[0]) == 1:
+        return {"run_id": key}, None
+    return None
 
 
 def position(record: ev.AnyRecord) -> int:

@@ -40,7 +40,7 @@ class TaskTokens:
         """Token of each attempt made lately, the oldest first."""
 
     def token(self, capability: str, run_id: str, action_id: str, attempt: int) -> str:
-        attempt_of = f"{capability}\n{run_id}\n{action_id}\n{attempt}"
+        attempt_of = _attempt_of(capability, run_id, action_id, attempt)
         made = self._made
         token = made.get(attempt_of)
         if token is None:
@@ -58,9 +58,14 @@ class TaskTokens:
     def verify(
         self, token: str, capability: str, run_id: str, action_id: str, attempt: int
     ) -> bool:
-        attempt_of = f"{capability}\n{run_id}\n{action_id}\n{attempt}"
+        attempt_of = _attempt_of(capability, run_id, action_id, attempt)
         expected = self._made.get(attempt_of) or self._compute(attempt_of)
         return hmac.compare_digest(expected.encode(), token.encode())
+
+
+def _attempt_of(capability: str, run_id: str, action_id: str, attempt: int) -> str:
+    """The text a token is the HMAC of: the attempt it is for."""
+    return f"{capability}\n{run_id}\n{action_id}\n{attempt}"
 
 
 async def load_token_key(js: JetStreamContext, subjects: Subjects) -> bytes:

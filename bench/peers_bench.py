@@ -116,11 +116,14 @@ def writes_per_run(result: dict[str, Any]) -> float | None:
     return sum(s["writes_per_run"] for n, s in streams.items() if not n.startswith("KV_il_w"))
 
 
-def cpu_per_run(result: dict[str, Any], process: str | None = None) -> float | None:
-    """Milliseconds of CPU per run during the throughput phase: of every process of the
-    system (engine, workers, service, driver), or of one (``orchestrator``)."""
-    cpu = result.get("cpu_s_throughput") or {}
-    runs = result.get("tp_runs") or 0
+def cpu_per_run(
+    result: dict[str, Any], process: str | None = None, *, phase: str = "throughput"
+) -> float | None:
+    """Milliseconds of CPU per run during the throughput (or the sequential) phase: of
+    every process of the system (engine, workers, service, driver), or of one
+    (``orchestrator``)."""
+    cpu = result.get(f"cpu_s_{phase}") or {}
+    runs = result.get("tp_runs" if phase == "throughput" else "seq_n") or 0
     if not cpu or not runs:
         return None
     if process is not None:
@@ -144,8 +147,8 @@ def _ms(value: float | None) -> str:
 def table(found: dict[tuple[str, str], dict[str, Any]], order: list[str]) -> str:
     head = "| system | round | p50 ms | p99 ms | runs/s | p50 x NATS | p99 x NATS | runs/s / NATS |"
     head += " writes/run | NATS msgs/run | CPU ms/run | orchestrator CPU ms/run |"
-    head += " worker CPU ms/run |"
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    head += " worker CPU ms/run | sequential CPU ms/run |"
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     labels = sorted({label for _, label in found})
     for label in labels:
         base = found.get(("nats-raw", label))
@@ -165,7 +168,7 @@ def table(found: dict[tuple[str, str], dict[str, Any]], order: list[str]) -> str
                 f"{ratio('runs_per_s')} | {'-' if writes is None else f'{writes:.2f}'} | "
                 f"{'-' if msgs is None else f'{msgs:.1f}'} | "
                 f"{_ms(cpu_per_run(r))} | {_ms(cpu_per_run(r, 'orchestrator'))} | "
-                f"{_ms(cpu_per_run(r, 'worker'))} |"
+                f"{_ms(cpu_per_run(r, 'worker'))} | {_ms(cpu_per_run(r, phase='sequential'))} |"
             )
     return "\n".join(lines)
 

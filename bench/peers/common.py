@@ -168,7 +168,8 @@ async def measure_async(
     """Run the standard measurement against an async `run_one(i) -> output`.
 
     pids: {name: pid} of the other processes involved; their CPU seconds (and this process's)
-    during the throughput phase are reported as cpu_s_throughput.
+    during the sequential and the throughput phases are reported as cpu_s_sequential and
+    cpu_s_throughput.
     """
     procs = dict(pids or {})
     procs["driver"] = os.getpid()
@@ -182,14 +183,20 @@ async def measure_async(
     # warm-up
     for i in range(args.warmup):
         check(await run_one(i))
+
     # (a) sequential latency
+    def cpu_of(k: str, v: int) -> float:  # the driver's children are the servers: count them apart
+        return cpu_seconds(v, include_children=(k != "driver"))
+
     lat: list[float] = []
     base = 1_000_000
+    cpu_seq0 = {k: cpu_of(k, v) for k, v in procs.items()}
     for i in range(args.seq):
         t0 = time.perf_counter()
         out = await run_one(base + i)
         lat.append((time.perf_counter() - t0) * 1000.0)
         check(out)
+    cpu_seq = {k: round(cpu_of(k, v) - cpu_seq0[k], 3) for k, v in procs.items()}
     log(f"sequential: n={len(lat)} p50={pct(lat, 50):.2f}ms p99={pct(lat, 99):.2f}ms")
     # (b) throughput
     sem = asyncio.Semaphore(args.inflight)
@@ -209,10 +216,6 @@ async def measure_async(
                     errors.append(f"run {i}: {type(e).__name__}: {e}")
 
     base = 2_000_000
-
-    def cpu_of(k: str, v: int) -> float:  # the driver's children are the servers: count them apart
-        return cpu_seconds(v, include_children=(k != "driver"))
-
     cpu0 = {k: cpu_of(k, v) for k, v in procs.items()}
     t0 = time.perf_counter()
     await asyncio.gather(*(one(base + i) for i in range(args.tp_runs)))
@@ -236,6 +239,9 @@ async def measure_async(
         "errors": errors[:20],
         "loadavg_at_start": load_start,
         "cpu_s_throughput": cpu,
+        # CPU during the sequential runs: against their latency, how much of a run's
+        # milliseconds each process computes rather than waits
+        "cpu_s_sequential": cpu_seq,
         "cpu_cores_busy_throughput": round(sum(cpu.values()) / wall, 2),
     }
 

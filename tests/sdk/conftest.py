@@ -145,8 +145,12 @@ class Wire:
 
     async def tasks_left(self) -> int:
         """Task messages still in the work-queue stream (acked ones are removed)."""
-        info = await self.js.stream_info(self.subjects.tasks_stream)
-        return info.state.messages
+        # Tasks only: with an orchestrator up, the stream also holds its keeper
+        # (interlock.runtime.keeper).
+        info = await self.js.stream_info(
+            self.subjects.tasks_stream, subjects_filter=self.subjects.capabilities_all
+        )
+        return sum((info.state.subjects or {}).values())
 
 
 @pytest.fixture

@@ -152,6 +152,7 @@ REFUSED = [
     ("delete the relay", "pub", f"$JS.API.CONSUMER.DELETE.{RUNS}.relay"),
     ("take echo's tasks", "pub", f"$JS.API.CONSUMER.MSG.NEXT.{TASKS}.cap_echo"),
     ("inject a task", "pub", "il.cap.echo"),
+    ("write the task queue's keeper", "pub", SUBJECTS.tasks_keeper),
     ("answer a task", "pub", "il.results.held.{run}"),
     ("answer a task by request", "pub", "il.answer.held.{run}"),
     ("fire a timer", "pub", "il.timers.fired.{run}"),

@@ -49,6 +49,7 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("fire a timer", "pub", lambda run: f"il.timers.fired.{run}"),
     ("schedule a timer", "pub", lambda run: f"il.timers.schedule.{run}-t"),
     ("inject a task", "pub", lambda run: SUBJECTS.capability("echo")),
+    ("write the task queue's keeper", "pub", lambda run: SUBJECTS.tasks_keeper),
     ("answer another capability", "pub", lambda run: f"il.results.held.{run}"),
     ("answer another capability by request", "pub", lambda run: SUBJECTS.answer("held", run)),
     ("purge the run logs", "pub", lambda run: f"$JS.API.STREAM.PURGE.{RUNS}"),

@@ -253,8 +253,11 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
             # A notice that reaches the worker with its task (the worker, stopped, read
             # neither) refuses the task before its handler starts, and acknowledges it.
             async def queued(count: int = 1) -> bool:
-                info = await client.js.stream_info(SUBJECTS.tasks_stream)
-                return info.state.messages == count
+                # Tasks only: the stream also holds its keeper (interlock.runtime.keeper).
+                info = await client.js.stream_info(
+                    SUBJECTS.tasks_stream, subjects_filter=SUBJECTS.capabilities_all
+                )
+                return sum((info.state.subjects or {}).values()) == count
 
             process.send_signal(signal.SIGSTOP)
             try:

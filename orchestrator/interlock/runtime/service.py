@@ -55,6 +55,7 @@ from interlock.runtime.answering import AnswerDesk, Outcome
 from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
+from interlock.runtime.keeper import TaskQueueKeeper
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
@@ -162,6 +163,7 @@ class Orchestrator:
         self._registry_checks: set[asyncio.Future[None]] = set()
         """Every registry check still out (batches overlap): all are cancelled on stop."""
         self.index = RunIndex(nc, subjects)
+        self.keeper = TaskQueueKeeper(nc, subjects, lambda: self.counters["actions_dispatched"])
         self.answers = Answers(self.js, subjects)
         self.desk = AnswerDesk(nc, subjects, self._take_answer)
         self._task_consumers: set[str] = set()
@@ -207,6 +209,7 @@ class Orchestrator:
                 wait = min(wait * 2, 5.0)
         await self.registry.watch()
         await self.index.start()
+        self.keeper.start()
         s = self.subjects
         self._tasks = [
             asyncio.create_task(
@@ -244,6 +247,7 @@ class Orchestrator:
         # Then every registry check still out (the loops, ended, start no more).
         await cancel_and_wait(*self._registry_checks)
         await self.behind.stop()
+        await self.keeper.stop()
         await self.flow.stop()
         await self.registry.close()
 

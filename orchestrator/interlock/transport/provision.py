@@ -114,7 +114,14 @@ def desired_configs(
     return [
         _stream(s.events_stream, [s.events_all], replicas, max_age=event_age),
         _stream(s.runs_stream, [s.runs_all], replicas, allow_direct=True, allow_atomic=True),
-        _stream(s.tasks_stream, [s.capabilities_all], replicas, retention="workqueue"),
+        # The keeper's subject beside the tasks', rolled up to its newest message.
+        _stream(
+            s.tasks_stream,
+            [s.capabilities_all, s.tasks_keeper],
+            replicas,
+            retention="workqueue",
+            allow_rollup_hdrs=True,
+        ),
         # Results are copied into run logs as they arrive; keep them as long as events.
         _stream(s.results_stream, [s.results_all], replicas, max_age=event_age),
         _stream(

@@ -161,6 +161,13 @@ class Subjects:
     def capabilities_all(self) -> str:
         return f"{self.prefix}.cap.>"
 
+    @property
+    def tasks_keeper(self) -> str:
+        """A subject of the task requests' stream that no consumer reads: the one message
+        on it keeps the stream's last file block from draining (interlock.runtime.keeper).
+        Only the orchestrator publishes on it."""
+        return f"{self.prefix}.tasks.keeper"
+
     def result(self, capability: str, run_id: str) -> str:
         """Where an agent of ``capability`` answers a task of run ``run_id``."""
         return f"{self.prefix}.results.{capability}.{check_run_id(run_id)}"

@@ -8,7 +8,7 @@ and an exception raised in one is logged and otherwise ignored.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from interlock.core import events as ev
 
@@ -48,30 +48,67 @@ class OrchestratorObserver:
         """An optimistic append lost and the decision was made again."""
 
 
+_HOOKS = (
+    "appended",
+    "relayed",
+    "dispatched",
+    "dead_lettered",
+    "unrouted",
+    "redelivered",
+    "conflict",
+)
+
+
 class Observers(OrchestratorObserver):
-    """Fans each call out to several observers, isolating their failures."""
+    """Fans each call out to several observers, isolating their failures.
+
+    Each observer's hooks are looked up once, when it is added, and a hook it leaves as
+    :class:`OrchestratorObserver`'s (which does nothing) is not called at all: the
+    orchestrator calls some of them several times a run.
+    """
 
     def __init__(self, observers: Sequence[OrchestratorObserver] = ()) -> None:
-        self._observers = list(observers)
+        self._observers: list[OrchestratorObserver] = []
+        self._hooks: dict[str, list[tuple[str, Callable[..., None]]]] = {
+            name: [] for name in _HOOKS
+        }
+        for observer in observers:
+            self.add(observer)
 
     def add(self, observer: OrchestratorObserver) -> None:
         self._observers.append(observer)
+        for name, hooks in self._hooks.items():
+            hook = getattr(observer, name)
+            if getattr(hook, "__func__", None) is not getattr(OrchestratorObserver, name):
+                hooks.append((type(observer).__name__, hook))
 
     def _each(self, name: str, *args: object) -> None:
-        for observer in self._observers:
+        for owner, hook in self._hooks[name]:
             try:
-                getattr(observer, name)(*args)
+                hook(*args)
             except Exception:
-                log.exception("observer %s failed in %s", type(observer).__name__, name)
+                log.exception("observer %s failed in %s", owner, name)
 
     def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
-        self._each("appended", run_id, records)
+        for owner, hook in self._hooks["appended"]:
+            try:
+                hook(run_id, records)
+            except Exception:
+                log.exception("observer %s failed in %s", owner, "appended")
 
     def relayed(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
-        self._each("relayed", run_id, records)
+        for owner, hook in self._hooks["relayed"]:
+            try:
+                hook(run_id, records)
+            except Exception:
+                log.exception("observer %s failed in %s", owner, "relayed")
 
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
-        self._each("dispatched", record, headers)
+        for owner, hook in self._hooks["dispatched"]:
+            try:
+                hook(record, headers)
+            except Exception:
+                log.exception("observer %s failed in %s", owner, "dispatched")
 
     def dead_lettered(self, reason: str) -> None:
         self._each("dead_lettered", reason)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,7 +30,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time as parse_rfc3339
-from interlock.runtime.labels import Children
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 
@@ -105,34 +104,11 @@ class RunView:
 
     def apply(self, record: ev.AnyRecord, seq: int | None = None) -> None:
         at = record_seq(record) if seq is None else seq  # seq: its position, if known
-        self.seq = max(self.seq, at)
-        if isinstance(record, ev.RunStarted):
-            d = record.data
-            self.workflow, self.namespace, self.version = d.workflow, d.namespace, d.version
-            self.traceparent = record.traceparent
-            self.started_at = record.time
-        elif isinstance(record, ev.StateEntered):
-            self.visit = Visit(record.data.state, at, record.time)
-        elif isinstance(record, ev.ActionRequested):
-            a = record.data
-            self.pending[a.action_id] = PendingView(
-                a.action_id,
-                action_target(a),
-                a.index,
-                a.attempt,
-                record.time,
-                self.visit.seq if self.visit else 0,
-            )
-        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
-            self.pending.pop(record.data.action_id, None)
-        elif isinstance(record, _NOTED) and self.visit is not None:
-            self.visit.notes.append(_note(record))
-        elif isinstance(record, ev.RunCompleted):
-            self.status = "completed"
-        elif isinstance(record, ev.RunFailed):
-            self.status = "failed"
-        elif isinstance(record, ev.RunCancelled):
-            self.status = "cancelled"
+        if at > self.seq:
+            self.seq = at
+        change = _CHANGES.get(type(record))
+        if change is not None:
+            change(self, record, at)
 
 
 def action_target(data: ev.ActionRequestedData) -> str:
@@ -181,6 +157,72 @@ def _note(
             "cloudevents.event_source": str(event.get("source", "")),
         },
     )
+
+
+def _started(run: RunView, record: ev.RunStarted, at: int) -> None:
+    d = record.data
+    run.workflow, run.namespace, run.version = d.workflow, d.namespace, d.version
+    run.traceparent = record.traceparent
+    run.started_at = record.time
+
+
+def _entered(run: RunView, record: ev.StateEntered, at: int) -> None:
+    run.visit = Visit(record.data.state, at, record.time)
+
+
+def _requested(run: RunView, record: ev.ActionRequested, at: int) -> None:
+    a = record.data
+    run.pending[a.action_id] = PendingView(
+        a.action_id,
+        action_target(a),
+        a.index,
+        a.attempt,
+        record.time,
+        run.visit.seq if run.visit else 0,
+    )
+
+
+def _answered(
+    run: RunView, record: ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled, at: int
+) -> None:
+    run.pending.pop(record.data.action_id, None)
+
+
+def _noted(
+    run: RunView,
+    record: ev.GuardFailed | ev.EventReceived | ev.TimerScheduled | ev.TimerFired,
+    at: int,
+) -> None:
+    if run.visit is not None:
+        run.visit.notes.append(_note(record))
+
+
+def _ended(run: RunView, record: ev.RunCompleted | ev.RunFailed | ev.RunCancelled, at: int) -> None:
+    run.status = _RUN_STATUS[type(record)]
+
+
+_ACTION_OUTCOME: dict[type, str] = {
+    ev.ActionCompleted: "completed",
+    ev.ActionFailed: "failed",
+    ev.ActionCancelled: "cancelled",
+}
+"""The records that end an action's attempt, and the outcome each names."""
+_RUN_STATUS: dict[type, str] = {
+    ev.RunCompleted: "completed",
+    ev.RunFailed: "failed",
+    ev.RunCancelled: "cancelled",
+}
+"""The records that end a run, and the status each leaves it in."""
+_CHANGES: dict[type, Callable[[RunView, Any, int], None]] = {
+    ev.RunStarted: _started,
+    ev.StateEntered: _entered,
+    ev.ActionRequested: _requested,
+    **dict.fromkeys(_ACTION_OUTCOME, _answered),
+    **dict.fromkeys(_NOTED, _noted),
+    **dict.fromkeys(_RUN_STATUS, _ended),
+}
+"""How each kind of record changes a :class:`RunView` (beyond its position), looked up
+by the record's type: every record kind is a direct subclass of ``Record``."""
 
 
 class RunSink(Protocol):
@@ -261,16 +303,22 @@ class RunTracker(OrchestratorObserver):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _report(self, run: RunView, records: Sequence[ev.AnyRecord]) -> None:
+        sinks = self._sinks
         for record in records:
             seq = record_seq(record)
             if seq <= run.seq and run.seq:
                 continue  # already reported
-            for sink in self._sinks:
+            for sink in sinks:
                 try:
                     sink.on_record(run, record)
                 except Exception:
                     log.exception("telemetry sink %s failed", type(sink).__name__)
-            run.apply(record, seq)
+            # RunView.apply, in line (it runs for every record of every run)
+            if seq > run.seq:
+                run.seq = seq
+            change = _CHANGES.get(type(record))
+            if change is not None:
+                change(run, record, seq)
         self._keep(run)
 
     def _keep(self, run: RunView) -> None:
@@ -419,22 +467,44 @@ class OrchestratorMetrics(OrchestratorObserver):
             "Inbound events that started or reached no run",
             registry=r,
         )
-        self._child = Children()
+        self._started = _Kept(self.runs_started)
+        self._completed = _Kept(self.runs_completed)
+        self._failed = _Kept(self.runs_failed)
+        self._cancelled = _Kept(self.runs_cancelled)
+        self._run_took = _Kept(self.run_duration)
+        self._entered = _Kept(self.states_entered)
+        self._transitions = _Kept(self.transitions)
+        self._guards = _Kept(self.guard_failures)
+        self._requested = _Kept(self.actions_requested)
+        self._dispatched = _Kept(self.actions_dispatched)
+        self._action_took = _Kept(self.action_duration)
+        self._dead_letters = _Kept(self.dead_letters)
+        self._redeliveries = _Kept(self.redeliveries)
+        self._counts: dict[type, Callable[[RunView, Any], None]] = {
+            ev.RunStarted: self._run_started,
+            ev.StateEntered: self._state_entered,
+            ev.TransitionFired: self._transition_fired,
+            ev.GuardFailed: self._guard_failed,
+            ev.ActionRequested: self._action_requested,
+            **dict.fromkeys(_ACTION_OUTCOME, self._action_ended),
+            **dict.fromkeys(_RUN_STATUS, self._run_ended),
+        }
+        """What each kind of record counts, by the record's type."""
 
     # -- hooks --------------------------------------------------------------------------
 
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
-        self._child(self.actions_dispatched, action_target(record.data)).inc()
+        self._dispatched[action_target(record.data)].inc()
 
     def dead_lettered(self, reason: str) -> None:
-        self._child(self.dead_letters, reason).inc()
+        self._dead_letters[reason].inc()
 
     def unrouted(self, event_type: str) -> None:
         # No event-type label: publishers choose types, and labels must stay bounded.
         self.events_unrouted.inc()
 
     def redelivered(self, consumer: str) -> None:
-        self._child(self.redeliveries, consumer).inc()
+        self._redeliveries[consumer].inc()
 
     def conflict(self) -> None:
         self.append_conflicts.inc()
@@ -442,48 +512,65 @@ class OrchestratorMetrics(OrchestratorObserver):
     # -- records ------------------------------------------------------------------------
 
     def on_record(self, run: RunView, record: ev.AnyRecord) -> None:
-        workflow = _workflow(run, record)
-        if isinstance(record, ev.RunStarted):
-            self._child(self.runs_started, workflow).inc()
-        elif isinstance(record, ev.StateEntered):
-            self._child(self.states_entered, workflow, record.data.state).inc()
-        elif isinstance(record, ev.TransitionFired):
-            self._child(self.transitions, workflow).inc()
-        elif isinstance(record, ev.GuardFailed):
-            self._child(self.guard_failures, workflow, record.data.state).inc()
-        elif isinstance(record, ev.ActionRequested):
-            self._child(self.actions_requested, action_target(record.data)).inc()
-        elif isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
-            pending = run.pending.get(record.data.action_id)
-            if pending is not None:
-                outcome = {
-                    ev.ActionCompleted: "completed",
-                    ev.ActionFailed: "failed",
-                    ev.ActionCancelled: "cancelled",
-                }[type(record)]
-                self._child(self.action_duration, pending.capability, outcome).observe(
-                    _elapsed(pending.requested_at, record.time)
-                )
-        elif isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
-            if isinstance(record, ev.RunCompleted):
-                status = "completed"
-                self._child(self.runs_completed, workflow).inc()
-            elif isinstance(record, ev.RunFailed):
-                status = "failed"
-                self._child(self.runs_failed, workflow, record.data.error.error_class).inc()
-            else:
-                status = "cancelled"
-                self._child(self.runs_cancelled, workflow).inc()
-            if run.started_at:
-                self._child(self.run_duration, workflow, status).observe(
-                    _elapsed(run.started_at, record.time)
-                )
+        count = self._counts.get(type(record))
+        if count is not None:
+            count(run, record)
+
+    def _run_started(self, run: RunView, record: ev.RunStarted) -> None:
+        self._started[record.data.workflow].inc()
+
+    def _state_entered(self, run: RunView, record: ev.StateEntered) -> None:
+        self._entered[run.workflow or "unknown", record.data.state].inc()
+
+    def _transition_fired(self, run: RunView, record: ev.TransitionFired) -> None:
+        self._transitions[run.workflow or "unknown"].inc()
+
+    def _guard_failed(self, run: RunView, record: ev.GuardFailed) -> None:
+        self._guards[run.workflow or "unknown", record.data.state].inc()
+
+    def _action_requested(self, run: RunView, record: ev.ActionRequested) -> None:
+        self._requested[action_target(record.data)].inc()
+
+    def _action_ended(
+        self, run: RunView, record: ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled
+    ) -> None:
+        pending = run.pending.get(record.data.action_id)
+        if pending is not None:
+            self._action_took[pending.capability, _ACTION_OUTCOME[type(record)]].observe(
+                _elapsed(pending.requested_at, record.time)
+            )
+
+    def _run_ended(
+        self, run: RunView, record: ev.RunCompleted | ev.RunFailed | ev.RunCancelled
+    ) -> None:
+        workflow = run.workflow or "unknown"
+        status = _RUN_STATUS[type(record)]
+        if status == "completed":
+            self._completed[workflow].inc()
+        elif status == "failed":
+            assert isinstance(record, ev.RunFailed)
+            self._failed[workflow, record.data.error.error_class].inc()
+        else:
+            self._cancelled[workflow].inc()
+        if run.started_at:
+            self._run_took[workflow, status].observe(_elapsed(run.started_at, record.time))
 
 
-def _workflow(run: RunView, record: ev.AnyRecord) -> str:
-    if isinstance(record, ev.RunStarted):
-        return record.data.workflow
-    return run.workflow or "unknown"
+class _Kept(dict[Any, Any]):
+    """A labelled metric's children by their label values (one value, or a tuple of
+    them in the order of the metric's label names), each looked up once: prometheus_client's
+    ``labels()`` checks its arguments and takes a lock on every call. The children live
+    as long as their metric does anyway, so keeping them costs no memory of its own."""
+
+    def __init__(self, metric: Any) -> None:
+        super().__init__()
+        self._metric = metric
+
+    def __missing__(self, key: Any) -> Any:
+        child = self[key] = (
+            self._metric.labels(*key) if isinstance(key, tuple) else self._metric.labels(key)
+        )
+        return child
 
 
 def _elapsed(start: str, end: str) -> float:

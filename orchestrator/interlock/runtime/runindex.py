@@ -53,6 +53,7 @@ class RunIndex:
         self._subjects = subjects
         self._kv: KeyValue | None = None
         self._known: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+        self._subject_prefix = f"$KV.{subjects.runs_bucket}."
 
     async def start(self) -> None:
         self._kv = await jetstream(self._nc).key_value(self._subjects.runs_bucket)
@@ -88,7 +89,7 @@ class RunIndex:
     async def _written(
         self,
         key: str,
-        ordered: list[ev.AnyRecord],
+        ordered: list[tuple[int, ev.AnyRecord]],
         current: dict[str, Any],
         sent: Callable[[], Awaitable[int]],
     ) -> None:
@@ -99,7 +100,7 @@ class RunIndex:
             return
         self._remember(key, current, revision)
 
-    async def _write(self, key: str, ordered: list[ev.AnyRecord]) -> None:
+    async def _write(self, key: str, ordered: list[tuple[int, ev.AnyRecord]]) -> None:
         unread = _unread(key, ordered, self._known.pop(key, None))
         for attempt in range(_WRITERS):
             if attempt == 0 and unread is not None:
@@ -125,7 +126,7 @@ class RunIndex:
 
     def _subject(self, key: str) -> str:
         """The subject of the entry ``key`` on the bucket's stream."""
-        return f"$KV.{self._subjects.runs_bucket}.{key}"
+        return self._subject_prefix + key
 
     async def _read(self, key: str) -> tuple[dict[str, Any], int | None]:
         assert self._kv is not None, "RunIndex.start() first"
@@ -146,20 +147,28 @@ class RunIndex:
             self._known.popitem(last=False)
 
 
-def _ordered(records: list[ev.AnyRecord]) -> list[ev.AnyRecord]:
-    """The records an entry is made of, in log order."""
-    return sorted((r for r in records if isinstance(r, INDEXED)), key=position)
+def _ordered(records: list[ev.AnyRecord]) -> list[tuple[int, ev.AnyRecord]]:
+    """The records an entry is made of, with their positions, in log order."""
+    ordered = [(position(r), r) for r in records if type(r) in _INDEXED]
+    ordered.sort(key=_first)  # stable: records at one position stay in their order
+    return ordered
+
+
+def _first(pair: tuple[int, ev.AnyRecord]) -> int:
+    return pair[0]
 
 
 def _unread(
-    key: str, ordered: list[ev.AnyRecord], known: tuple[dict[str, Any], int] | None
+    key: str,
+    ordered: list[tuple[int, ev.AnyRecord]],
+    known: tuple[dict[str, Any], int] | None,
 ) -> tuple[dict[str, Any], int | None] | None:
     """The entry to build on without reading it: a copy of the one remembered
     (``known``), or a new run's (its start among ``ordered``: create, no read). None:
     read it first."""
     if known is not None:
         return dict(known[0]), known[1]
-    if position(ordered[0]) == 1:
+    if ordered[0][0] == 1:
         return {"run_id": key}, None
     return None
 
@@ -172,21 +181,22 @@ def position(record: ev.AnyRecord) -> int:
         return 0
 
 
-def _apply(current: dict[str, Any], ordered: list[ev.AnyRecord]) -> bool:
+def _apply(current: dict[str, Any], ordered: list[tuple[int, ev.AnyRecord]]) -> bool:
     """Fold the records past the entry's position into it; whether anything changed."""
     changed = False
-    for record in ordered:
-        at = position(record)
-        if at <= int(current.get("seq", 0)):
+    seq = int(current.get("seq", 0))
+    for at, record in ordered:
+        if at <= seq:
             # Written already, except a run's start read after its later records (its
             # message came again after a crash while the later ones were written): the
             # entry would otherwise never name its workflow, and listings would miss it.
-            if isinstance(record, ev.RunStarted) and "workflow" not in current:
+            if type(record) is ev.RunStarted and "workflow" not in current:
                 _started(current, record, status=current.get("status"))
                 changed = True
             continue
-        _update(current, record)
-        current["seq"] = at
+        _UPDATES[type(record)](current, record)
+        current["updated_at"] = record.time
+        current["seq"] = seq = at
         changed = True
     return changed
 
@@ -201,27 +211,58 @@ def _started(current: dict[str, Any], record: ev.RunStarted, status: str | None)
     )
 
 
-def _update(current: dict[str, Any], record: ev.AnyRecord) -> None:
-    if isinstance(record, ev.RunStarted):
-        _started(current, record, status=None)
-    elif isinstance(record, ev.StateEntered):
-        current["state"] = record.data.state
-    elif isinstance(record, ev.RunForked):
-        current["version"] = record.data.version
-        current["forked_from"] = {
-            "run_id": record.data.origin_run_id,
-            "seq": record.data.origin_seq,
-        }
-    elif isinstance(record, ev.RunMigrated):
-        current["version"] = record.data.version
-    elif isinstance(record, ev.RunCompleted):
-        current["status"] = str(RunStatus.COMPLETED)
-    elif isinstance(record, ev.RunFailed):
-        current["status"] = str(RunStatus.FAILED)
-        current["error"] = {
-            "class": record.data.error.error_class,
-            "message": record.data.error.message,
-        }
-    elif isinstance(record, ev.RunCancelled):
-        current["status"] = str(RunStatus.CANCELLED)
-    current["updated_at"] = record.time
+_COMPLETED, _FAILED, _CANCELLED = (
+    str(RunStatus.COMPLETED),
+    str(RunStatus.FAILED),
+    str(RunStatus.CANCELLED),
+)
+
+
+def _run_started(current: dict[str, Any], record: ev.RunStarted) -> None:
+    _started(current, record, status=None)
+
+
+def _state_entered(current: dict[str, Any], record: ev.StateEntered) -> None:
+    current["state"] = record.data.state
+
+
+def _run_forked(current: dict[str, Any], record: ev.RunForked) -> None:
+    current["version"] = record.data.version
+    current["forked_from"] = {
+        "run_id": record.data.origin_run_id,
+        "seq": record.data.origin_seq,
+    }
+
+
+def _run_migrated(current: dict[str, Any], record: ev.RunMigrated) -> None:
+    current["version"] = record.data.version
+
+
+def _run_completed(current: dict[str, Any], record: ev.RunCompleted) -> None:
+    current["status"] = _COMPLETED
+
+
+def _run_failed(current: dict[str, Any], record: ev.RunFailed) -> None:
+    current["status"] = _FAILED
+    current["error"] = {
+        "class": record.data.error.error_class,
+        "message": record.data.error.message,
+    }
+
+
+def _run_cancelled(current: dict[str, Any], record: ev.RunCancelled) -> None:
+    current["status"] = _CANCELLED
+
+
+_UPDATES: dict[type, Callable[[dict[str, Any], Any], None]] = {
+    ev.RunStarted: _run_started,
+    ev.StateEntered: _state_entered,
+    ev.RunForked: _run_forked,
+    ev.RunMigrated: _run_migrated,
+    ev.RunCompleted: _run_completed,
+    ev.RunFailed: _run_failed,
+    ev.RunCancelled: _run_cancelled,
+}
+"""How each record an entry is made of changes it (beyond ``updated_at`` and ``seq``), by
+the record's type: every record kind is a direct subclass of ``Record``."""
+_INDEXED = frozenset(_UPDATES)

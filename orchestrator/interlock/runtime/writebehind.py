@@ -94,8 +94,13 @@ class WriteBehind:
         self._held: dict[str, _Held] = {}
         """In the order runs were first held (the oldest first)."""
         self._finishing: set[str] = set()
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        """What the flush loop awaits between flushes (None: it is flushing)."""
+        self._timer: asyncio.TimerHandle | None = None
+        """Wakes the flush loop for its next flush."""
+        self._timer_at = 0.0
+        """When ``_timer`` rings (``time.monotonic()``)."""
         self._stopping = False
         """Set by :meth:`stop`: the flush loop ends at its next turn (even if its
         cancellation was lost)."""
@@ -129,21 +134,23 @@ class WriteBehind:
     ) -> None:
         """Hold a run's messages (their other effects done) until its entry is written
         and ``timers`` are scheduled."""
+        # The flush loop, while it waits, is woken by a timer set for the next entry due;
+        # while it flushes (or before it starts), it sets that timer itself when done.
+        waiting = self._waiter is not None
         held = self._held.get(run_id)
         if held is None:
             held = self._held[run_id] = _Held(time.monotonic())
-            if len(self._held) == 1:
-                self._wake.set()
+            if waiting:
+                self._wake_in(self.hold + self.tick)
         held.records.extend(records)
         held.reported.extend(reported)
         held.msgs.extend(msgs)
         held.timers.extend(timers)
-        if not held.finished and (
-            any(isinstance(r, FINISHING) for r in records) or waits_outside(records)
-        ):
+        if not held.finished and leaves(records):
             held.finished = True
             self._finishing.add(run_id)
-            self._wake.set()
+            if waiting:
+                self._wake_in(self.tick)  # let a few more finish: one flush writes them all
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -155,15 +162,34 @@ class WriteBehind:
             return max(0.0, held.since + self.hold - time.monotonic())
         return None
 
+    def _wake_in(self, delay: float) -> None:
+        """Have the waiting flush loop flush in ``delay`` seconds at the latest (a timer,
+        not a wake-up now: the loop wakes once per flush)."""
+        at = time.monotonic() + delay
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = asyncio.get_running_loop().call_later(delay, self._ring)
+
+    def _ring(self) -> None:
+        self._timer = None
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._stopping:
+            self._waiter = loop.create_future()
             wait = self._next_due()
-            if wait is None or wait > 0:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
-                continue
-            await asyncio.sleep(self.tick)  # let a few more finish: one flush writes them all
+            if wait is not None:
+                # Due already (finishing runs that came during the last flush): a tick more.
+                self._wake_in(wait + self.tick)
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
             try:
                 await self.flush()
             # A failed flush leaves its messages unacknowledged: they come again.
@@ -244,6 +270,9 @@ class WriteBehind:
         """Write and acknowledge what is held (best effort: what is not comes again)."""
         self._stopping = True
         await cancel_and_wait(self._task)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.flush(everything=True), timeout)
 
@@ -256,5 +285,24 @@ def waits_outside(records: Sequence[ev.AnyRecord]) -> bool:
         if isinstance(record, ev.StateEntered):
             waiting = True
         elif isinstance(record, ev.ActionRequested):
+            waiting = False
+    return waiting
+
+
+_ENDS = frozenset(FINISHING)
+
+
+def leaves(records: Sequence[ev.AnyRecord]) -> bool:
+    """Whether these records end the run or leave it waiting for something from outside
+    (what is written at the next flush): ``any(isinstance(r, FINISHING) for r in records)
+    or waits_outside(records)``, in one pass over the records by their type."""
+    waiting = False
+    for record in records:
+        kind = type(record)
+        if kind in _ENDS:
+            return True
+        if kind is ev.StateEntered:
+            waiting = True
+        elif kind is ev.ActionRequested:
             waiting = False
     return waiting

@@ -1,0 +1,113 @@
+"""The write-behind writes a finished run's index entry at the next flush, a running run's
+once it has been held, what is left when it stops, and acknowledges their messages after."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from interlock.core import events as ev
+from interlock.runtime.runindex import RunIndex
+from interlock.runtime.writebehind import WriteBehind
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.jetstream import jetstream
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
+
+T0 = "2026-01-01T00:00:00.000Z"
+WAIT = 20.0
+"""Seconds a test waits for what must happen (far more than it takes)."""
+
+
+@pytest.fixture
+async def fast(nats_url: str, subjects: Subjects) -> AsyncIterator[Client]:
+    client = await connect(ConnectOptions.resolve(nats_url))
+    try:
+        await provision(jetstream(client), subjects)
+        yield client
+    finally:
+        await client.close()
+
+
+def _record(cls: type[Any], run_id: str, seq: int, data: Any) -> Any:
+    return cls(
+        specversion="1.0",
+        id=f"{run_id}:{seq}",
+        source=ev.SOURCE,
+        subject=run_id,
+        time=T0,
+        datacontenttype="application/json",
+        data=data,
+    )
+
+
+def _running(run_id: str) -> list[Any]:
+    return [
+        _record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h")),
+        _record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a")),
+        _record(
+            ev.ActionRequested,
+            run_id,
+            3,
+            ev.ActionRequestedData(action_id=f"{run_id}:3", state="a", index=0, capability="c"),
+        ),
+    ]
+
+
+def _finished(run_id: str) -> list[Any]:
+    return [
+        _record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h")),
+        _record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a")),
+        _record(ev.RunCompleted, run_id, 3, ev.RunCompletedData(state="a")),
+    ]
+
+
+async def test_entries_are_written_when_due_and_their_messages_acknowledged_after(
+    fast: Client, subjects: Subjects
+) -> None:
+    js = jetstream(fast)
+    index = RunIndex(fast, subjects)
+    await index.start()
+    runs = ["held", "ends", "ends-too", "left"]
+    for run_id in runs:
+        await js.publish(subjects.run(run_id), b"-")
+    sub = await js.pull_subscribe(subjects.runs_all, "wb", stream=subjects.runs_stream)
+    msgs = {m.subject.rsplit(".", 1)[1]: m for m in await sub.fetch(len(runs), timeout=WAIT)}
+    assert set(msgs) == set(runs)
+
+    reported: asyncio.Queue[tuple[str, list[Any]]] = asyncio.Queue()
+    behind = WriteBehind(
+        index, lambda run_id, records: reported.put_nowait((run_id, records)), hold=2.0
+    )
+
+    async def next_report() -> tuple[str, list[Any]]:
+        return await asyncio.wait_for(reported.get(), WAIT)
+
+    behind.add("held", _running("held"), _running("held"), [msgs["held"]])
+    behind.add("ends", _finished("ends"), _finished("ends"), [msgs["ends"]])
+    assert (await next_report()) == ("ends", _finished("ends"))
+    assert behind.holds("held")  # a running run waits its hold (two seconds)
+    # The flush loop, done with one flush, waits for the next one.
+    behind.add("ends-too", _finished("ends-too"), _finished("ends-too"), [msgs["ends-too"]])
+    assert (await next_report())[0] == "ends-too"
+    assert (await next_report()) == ("held", _running("held"))
+    assert behind.holding == 0
+    behind.add("left", _running("left"), _running("left"), [msgs["left"]])
+    await behind.stop()  # writes what it holds
+    assert (await next_report())[0] == "left"
+
+    kv = await js.key_value(subjects.runs_bucket)
+    entries = {run_id: json.loads((await kv.get(run_id)).value or b"{}") for run_id in runs}
+    assert {run_id: (e["status"], e["state"]) for run_id, e in entries.items()} == {
+        "held": ("running", "a"),
+        "ends": ("completed", "a"),
+        "ends-too": ("completed", "a"),
+        "left": ("running", "a"),
+    }
+    await fast.flush()  # the server has what this connection sent: the acknowledgements
+    assert (await js.consumer_info(subjects.runs_stream, "wb")).num_ack_pending == 0

@@ -16,8 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from interlock.core import events as ev
 from interlock.runtime import runindex
-from interlock.runtime.metrics import RunTracker, RunView, action_target, orchestrator_telemetry
+from interlock.runtime.metrics import RunTracker, orchestrator_telemetry
 from interlock.runtime.observe import Observers, OrchestratorObserver
+from interlock.runtime.runview import RunView, action_target
 from interlock.runtime.writebehind import FINISHING, leaves, waits_outside
 
 WORKFLOWS = ("wf", "other")

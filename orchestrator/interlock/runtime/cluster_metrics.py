@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from interlock.runtime.buckets import bucket_values
-from interlock.runtime.metrics import epoch_seconds
+from interlock.runtime.runview import epoch_seconds
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
 

@@ -3,7 +3,8 @@
 Three parts:
 
 - :class:`RunTracker` turns the relay's ``relayed`` hook into per-record callbacks that
-  know the run they belong to (workflow, current state, pending actions). Every appended
+  know the run they belong to (workflow, current state, pending actions: a
+  :class:`~interlock.runtime.runview.RunView`, its own module). Every appended
   record passes the relay once in the whole deployment, whoever appended it (a replica or
   the CLI), so each is counted once; when a replica did not relay a run's earlier records
   (another replica did, or it restarted) it reads the run's log to catch up, without
@@ -23,15 +24,22 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from interlock.core import events as ev
-from interlock.core.rfc3339 import parse_time as parse_rfc3339
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
+from interlock.runtime.runview import (
+    ACTION_OUTCOMES,
+    RUN_STATUSES,
+    VIEW_CHANGES,
+    RunView,
+    action_target,
+    epoch_seconds,
+    record_seq,
+)
 
 log = logging.getLogger("interlock.metrics")
 
@@ -39,190 +47,6 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 CATCH_UP_ATTEMPTS = 6
 """Reads of a run's log a catch-up tries (about 8 s in all) by default."""
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400)
-
-
-def epoch_seconds(text: str) -> float:
-    """Seconds since the epoch of a record's RFC 3339 ``time`` (0.0 when unreadable)."""
-    try:
-        return parse_rfc3339(text).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def record_seq(record: ev.Record) -> int:
-    """A record's position in its run's log, from its id (``<run id>:<seq>``)."""
-    try:
-        return int(record.id.rsplit(":", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
-# --- the telemetry view of a run ------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Visit:
-    """One stay of a run in a state: from its ``state.entered`` record until it leaves."""
-
-    state: str
-    seq: int
-    """Log position of the ``state.entered`` record (names the visit)."""
-    entered_at: str
-    notes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    """(time, name, attributes) of what happened during the visit: events, guard failures."""
-
-
-@dataclass(slots=True)
-class PendingView:
-    action_id: str
-    capability: str
-    index: int
-    attempt: int
-    requested_at: str
-    visit_seq: int
-
-
-@dataclass(slots=True)
-class RunView:
-    """What telemetry knows about a run before the record being reported is applied."""
-
-    run_id: str
-    workflow: str = ""
-    namespace: str = "default"
-    version: int = 0
-    traceparent: str | None = None
-    started_at: str = ""
-    seq: int = 0
-    stream_seq: int = 0
-    visit: Visit | None = None
-    pending: dict[str, PendingView] = field(default_factory=dict)
-    status: str = "running"
-
-    @property
-    def finished(self) -> bool:
-        return self.status != "running"
-
-    def apply(self, record: ev.AnyRecord, seq: int | None = None) -> None:
-        at = record_seq(record) if seq is None else seq  # seq: its position, if known
-        if at > self.seq:
-            self.seq = at
-        change = _CHANGES.get(type(record))
-        if change is not None:
-            change(self, record, at)
-
-
-def action_target(data: ev.ActionRequestedData) -> str:
-    """What an action asks for: its capability, or ``workflow/<name>`` for a child run."""
-    return data.capability or (f"workflow/{data.workflow}" if data.workflow else "")
-
-
-_NOTED = (ev.GuardFailed, ev.EventReceived, ev.TimerScheduled, ev.TimerFired)
-"""Records that become span events of the state visit they happen in."""
-
-
-def _note(
-    record: ev.GuardFailed | ev.EventReceived | ev.TimerScheduled | ev.TimerFired,
-) -> tuple[str, str, dict[str, Any]]:
-    if isinstance(record, ev.GuardFailed):
-        d = record.data
-        return (
-            record.time,
-            "guard.failed",
-            {
-                "interlock.guard": d.guard,
-                "interlock.guard.error": d.error,
-                "interlock.transition.index": d.transition,
-                "cloudevents.event_type": d.event_type,
-            },
-        )
-    if isinstance(record, ev.TimerScheduled):
-        t = record.data
-        attrs: dict[str, Any] = {
-            "interlock.timer.id": t.timer_id,
-            "interlock.timer.purpose": t.purpose,
-            "interlock.timer.fire_at": t.fire_at,
-        }
-        if t.action_id:
-            attrs["interlock.action.id"] = t.action_id
-        return record.time, "timer.scheduled", attrs
-    if isinstance(record, ev.TimerFired):
-        return record.time, "timer.fired", {"interlock.timer.id": record.data.timer_id}
-    event = record.data.event
-    return (
-        record.time,
-        "event.received",
-        {
-            "cloudevents.event_type": str(event.get("type", "")),
-            "cloudevents.event_id": str(event.get("id", "")),
-            "cloudevents.event_source": str(event.get("source", "")),
-        },
-    )
-
-
-def _started(run: RunView, record: ev.RunStarted, at: int) -> None:
-    d = record.data
-    run.workflow, run.namespace, run.version = d.workflow, d.namespace, d.version
-    run.traceparent = record.traceparent
-    run.started_at = record.time
-
-
-def _entered(run: RunView, record: ev.StateEntered, at: int) -> None:
-    run.visit = Visit(record.data.state, at, record.time)
-
-
-def _requested(run: RunView, record: ev.ActionRequested, at: int) -> None:
-    a = record.data
-    run.pending[a.action_id] = PendingView(
-        a.action_id,
-        action_target(a),
-        a.index,
-        a.attempt,
-        record.time,
-        run.visit.seq if run.visit else 0,
-    )
-
-
-def _answered(
-    run: RunView, record: ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled, at: int
-) -> None:
-    run.pending.pop(record.data.action_id, None)
-
-
-def _noted(
-    run: RunView,
-    record: ev.GuardFailed | ev.EventReceived | ev.TimerScheduled | ev.TimerFired,
-    at: int,
-) -> None:
-    if run.visit is not None:
-        run.visit.notes.append(_note(record))
-
-
-def _ended(run: RunView, record: ev.RunCompleted | ev.RunFailed | ev.RunCancelled, at: int) -> None:
-    run.status = _RUN_STATUS[type(record)]
-
-
-_ACTION_OUTCOME: dict[type, str] = {
-    ev.ActionCompleted: "completed",
-    ev.ActionFailed: "failed",
-    ev.ActionCancelled: "cancelled",
-}
-"""The records that end an action's attempt, and the outcome each names."""
-_RUN_STATUS: dict[type, str] = {
-    ev.RunCompleted: "completed",
-    ev.RunFailed: "failed",
-    ev.RunCancelled: "cancelled",
-}
-"""The records that end a run, and the status each leaves it in."""
-_CHANGES: dict[type, Callable[[RunView, Any, int], None]] = {
-    ev.RunStarted: _started,
-    ev.StateEntered: _entered,
-    ev.ActionRequested: _requested,
-    **dict.fromkeys(_ACTION_OUTCOME, _answered),
-    **dict.fromkeys(_NOTED, _noted),
-    **dict.fromkeys(_RUN_STATUS, _ended),
-}
-"""How each kind of record changes a :class:`RunView` (beyond its position), looked up
-by the record's type: every record kind is a direct subclass of ``Record``."""
 
 
 class RunSink(Protocol):
@@ -316,7 +140,7 @@ class RunTracker(OrchestratorObserver):
             # RunView.apply, in line (it runs for every record of every run)
             if seq > run.seq:
                 run.seq = seq
-            change = _CHANGES.get(type(record))
+            change = VIEW_CHANGES.get(type(record))
             if change is not None:
                 change(run, record, seq)
         self._keep(run)
@@ -467,6 +291,10 @@ class OrchestratorMetrics(OrchestratorObserver):
             "Inbound events that started or reached no run",
             registry=r,
         )
+        self._keep_children()
+
+    def _keep_children(self) -> None:
+        """Each labelled metric's children kept, and what each kind of record counts."""
         self._started = _Kept(self.runs_started)
         self._completed = _Kept(self.runs_completed)
         self._failed = _Kept(self.runs_failed)
@@ -486,8 +314,8 @@ class OrchestratorMetrics(OrchestratorObserver):
             ev.TransitionFired: self._transition_fired,
             ev.GuardFailed: self._guard_failed,
             ev.ActionRequested: self._action_requested,
-            **dict.fromkeys(_ACTION_OUTCOME, self._action_ended),
-            **dict.fromkeys(_RUN_STATUS, self._run_ended),
+            **dict.fromkeys(ACTION_OUTCOMES, self._action_ended),
+            **dict.fromkeys(RUN_STATUSES, self._run_ended),
         }
         """What each kind of record counts, by the record's type."""
 
@@ -536,7 +364,7 @@ class OrchestratorMetrics(OrchestratorObserver):
     ) -> None:
         pending = run.pending.get(record.data.action_id)
         if pending is not None:
-            self._action_took[pending.capability, _ACTION_OUTCOME[type(record)]].observe(
+            self._action_took[pending.capability, ACTION_OUTCOMES[type(record)]].observe(
                 _elapsed(pending.requested_at, record.time)
             )
 
@@ -544,7 +372,7 @@ class OrchestratorMetrics(OrchestratorObserver):
         self, run: RunView, record: ev.RunCompleted | ev.RunFailed | ev.RunCancelled
     ) -> None:
         workflow = run.workflow or "unknown"
-        status = _RUN_STATUS[type(record)]
+        status = RUN_STATUSES[type(record)]
         if status == "completed":
             self._completed[workflow].inc()
         elif status == "failed":

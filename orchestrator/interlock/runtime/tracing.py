@@ -31,8 +31,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from interlock.core import events as ev
-from interlock.runtime.metrics import RunTracker, RunView, Visit, epoch_seconds
+from interlock.runtime.metrics import RunTracker
 from interlock.runtime.observe import OrchestratorObserver
+from interlock.runtime.runview import RunView, Visit, epoch_seconds
 from interlock.transport.subjects import Subjects
 from interlock.transport.tracing import (
     NATS_ATTRIBUTES,

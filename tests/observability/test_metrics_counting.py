@@ -2,7 +2,8 @@
 
 The metrics look each record's kind up by its type (one dict lookup, not a chain of
 ``isinstance``), and the run index and the write-behind do the same: these tests read the
-same random records the plain way and compare every figure."""
+same random records the plain way and compare every figure. The cluster gauges read the
+run index with msgspec: compared with ``json.loads`` on random entries."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from prometheus_client import CollectorRegistry
 
 from interlock.core import events as ev
 from interlock.runtime import runindex
+from interlock.runtime.cluster_metrics import ClusterMetrics
 from interlock.runtime.metrics import RunTracker, orchestrator_telemetry
 from interlock.runtime.observe import Observers, OrchestratorObserver
-from interlock.runtime.runview import RunView, action_target
+from interlock.runtime.runview import RunView, action_target, epoch_seconds
 from interlock.runtime.writebehind import FINISHING, leaves, waits_outside
+from interlock.transport.subjects import Subjects
 
 WORKFLOWS = ("wf", "other")
 STATES = ("a", "b", "c")
@@ -419,3 +422,43 @@ def test_observers_are_called_for_the_hooks_they_override(
     assert first.calls == last.calls == ["relayed", "conflict"]
     assert failing.calls == ["conflict"]
     assert told == ["r1"]
+
+
+# --- the run index, followed for the cluster gauges ------------------------------------
+
+
+def test_the_run_index_is_followed_as_json_loads_reads_it() -> None:
+    """The gauges' view of the run index reads each entry with msgspec: the same stays
+    as with ``json.loads``, broken entries and deletions included."""
+    import json
+
+    rng = random.Random(13)
+    entries: list[bytes | None] = [None, b"", b"{not json", b"{}", b'{"status": "running"}']
+    for i in range(300):
+        entry: dict[str, Any] = {"run_id": f"k{i % 7}", "workflow": rng.choice(WORKFLOWS)}
+        if rng.random() < 0.8:
+            entry["status"] = rng.choice(("running", "running", "completed", "failed"))
+        if rng.random() < 0.8:
+            entry["state"] = rng.choice((*STATES, ""))
+        for stamp in ("updated_at", "started_at"):
+            if rng.random() < 0.6:
+                entry[stamp] = rng.choice((moment(rng), "not a time", ""))
+        text = json.dumps(entry, ensure_ascii=rng.random() < 0.5)
+        entries.append(text.encode() if rng.random() < 0.95 else text[:-3].encode())
+    followed = ClusterMetrics(None, Subjects(), registry=None)
+    stays: dict[str, tuple[str, str, float]] = {}
+    for i, value in enumerate(entries):
+        key = f"k{i % 7}"
+        followed._index(key, value)
+        try:
+            current = json.loads(value or b"{}")
+        except ValueError:
+            current = {}
+        if current.get("status") != "running" or not current.get("state"):
+            stays.pop(key, None)
+        else:
+            since = str(current.get("updated_at") or current.get("started_at") or "")
+            stays[key] = (str(current.get("workflow", "")), str(current["state"]), since)
+        assert {k: (s.workflow, s.state, s.since) for k, s in followed._stays.items()} == {
+            k: (w, st, epoch_seconds(t)) for k, (w, st, t) in stays.items()
+        }

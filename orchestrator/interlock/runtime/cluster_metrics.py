@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -23,6 +24,8 @@ from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")
+
+_decode = msgspec.json.decode
 
 
 @dataclass(slots=True)
@@ -151,8 +154,10 @@ class ClusterMetrics(Collector):
 
     def _index(self, key: str, value: bytes | None) -> None:
         try:
-            current = json.loads(value or b"{}")
-        except ValueError:
+            # msgspec reads JSON as json.loads does, several times faster: this runs for
+            # every write of the run index (about one a run).
+            current = _decode(value or b"{}")
+        except ValueError:  # msgspec.DecodeError is one
             current = {}
         if current.get("status") != "running" or not current.get("state"):
             self._stays.pop(key, None)

@@ -154,6 +154,47 @@ async def test_stopping_hands_back_what_was_buffered(nc: Client, subjects: Subje
     assert again == [2] * (5 - handled)
 
 
+async def test_a_stop_ends_a_reader_waiting_for_messages(nc: Client, subjects: Subjects) -> None:
+    """Nothing to read, a pull request open: setting the stop flag ends the batches."""
+    stream, filter_subject = await consumer(nc, subjects, "idle")
+    stopping = asyncio.Event()
+    batches: list[list[Any]] = []
+
+    async def read() -> None:
+        async for msgs in reader(nc, stream, "idle", filter_subject, 5).batches(stopping):
+            batches.append(msgs)
+
+    task = asyncio.create_task(read())
+    await consumer_state(nc, stream, "idle", lambda i: i.num_waiting == 1, "been pulled from")
+    stopping.set()
+    await asyncio.wait_for(task, 5)
+    assert batches == []
+
+
+async def test_a_reader_whose_pull_loop_ends_raises_what_ended_it(
+    nc: Client, subjects: Subjects
+) -> None:
+    """The consumer deleted under an open pull, and making it again failing: the pull
+    loop ends, and so does the reader waiting for messages, with that error."""
+    stream, filter_subject = await consumer(nc, subjects, "ends")
+
+    async def ensure() -> None:
+        raise RuntimeError("cannot make the consumer")
+
+    async def read() -> None:
+        reader_ = BatchReader(
+            nc, stream=stream, consumer="ends", filter_subject=filter_subject, size=5, ensure=ensure
+        )
+        async for _ in reader_.batches(asyncio.Event()):
+            pass
+
+    task = asyncio.create_task(read())
+    await consumer_state(nc, stream, "ends", lambda i: i.num_waiting == 1, "been pulled from")
+    await nc.jetstream().delete_consumer(stream, "ends")
+    with pytest.raises(RuntimeError, match="cannot make the consumer"):
+        await asyncio.wait_for(task, 5)
+
+
 async def test_a_reader_cancelled_mid_batch_stops_at_once_and_hands_messages_back(
     nc: Client, subjects: Subjects
 ) -> None:

@@ -16,7 +16,6 @@ import collections
 import contextlib
 import json
 import logging
-from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
@@ -421,7 +420,9 @@ class BatchReader:
     ) -> None:
         self._pool = SlotPool(size)
         self._buffer: collections.deque[Msg] = collections.deque()
-        self._arrived = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        """What the batches loop waits on while the buffer is empty: a message, the
+        stop, or the end of the pull loop resolves it."""
         self._cleanups: set[asyncio.Future[None]] = set()
         self._consumer = PullConsumer(
             nc,
@@ -437,21 +438,32 @@ class BatchReader:
 
     def _take(self, msg: Msg) -> None:
         self._buffer.append(msg)
-        self._arrived.set()
+        self._wake()
+
+    def _wake(self, _: object = None) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def batches(self, stopping: asyncio.Event) -> AsyncGenerator[list[Msg], None]:
         """Batches until ``stopping`` is set; then the pull is drained (what was on its way
         is handed back at once)."""
         await self._consumer.start()
         pulling = asyncio.create_task(self._consumer.run())
+        pulling.add_done_callback(self._wake)
         stop = asyncio.create_task(stopping.wait())
+        stop.add_done_callback(self._wake)
+        loop = asyncio.get_running_loop()
         try:
             while not stopping.is_set():
                 if not self._buffer:
-                    self._arrived.clear()
-                    arrived = asyncio.create_task(self._arrived.wait())
-                    await asyncio.wait((arrived, stop, pulling), return_when=FIRST_COMPLETED)
-                    arrived.cancel()
+                    # One future per wait, resolved by whichever comes first: no task and
+                    # no asyncio.wait over three awaitables for each batch.
+                    self._waiter = waiter = loop.create_future()
+                    try:
+                        await waiter
+                    finally:
+                        self._waiter = None
                     if pulling.done():
                         pulling.result()  # raises what ended it
                         raise RuntimeError("the pull loop ended")

@@ -502,16 +502,14 @@ async def test_a_stop_ends_every_registry_check_still_out(
     finish while the next is fetched), so the checks of several can be out at once:
     stopping ends each of them, not only the newest (none is left pending)."""
     checks: list[asyncio.Future[Any]] = []
-    answered = asyncio.Event()  # never set: each check stays out until it is ended
 
-    async def sync_unanswered(**_: Any) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        checks.append(task)
-        await answered.wait()
+    def sync_unanswered(**_: Any) -> asyncio.Future[None]:
+        check: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        checks.append(check)  # never answered: each check stays out until it is ended
+        return check
 
     async with running_stack(nats_url, subjects) as stack:
-        monkeypatch.setattr(stack.orchestrator.registry, "sync", sync_unanswered)
+        monkeypatch.setattr(stack.orchestrator.registry, "sync_soon", sync_unanswered)
         for n in (1, 2, 3):
             event = CloudEvent(id=f"u{n}", source="/x", type="com.example.unrelated", data={})
             await publish(stack, event)

@@ -326,29 +326,31 @@ class Orchestrator:
 
     def _check_registry(self) -> None:
         """Start making sure the registry knows every workflow applied before the events
-        just fetched were published (a request to the server); the events are decoded and
-        routed meanwhile, and a start waits for it (:meth:`_registry_checked`)."""
+        just fetched were published: its request goes out before their handlers run, and
+        they are decoded and routed meanwhile; a start waits for its answer
+        (:meth:`_registry_checked`)."""
         # A check still out for the batch before may have been answered before these
         # events were published: this batch gets its own (the one before's handlers that
         # have not looked yet wait for this one, which covers theirs too).
-        check = asyncio.ensure_future(self._registry_synced())
+        check = self.registry.sync_soon()
         self._registry_checks.add(check)
-        check.add_done_callback(self._registry_checks.discard)
+        check.add_done_callback(self._registry_check_ended)
         self._registry_check = check
+
+    def _registry_check_ended(self, check: asyncio.Future[None]) -> None:
+        self._registry_checks.discard(check)
+        if not check.cancelled() and (error := check.exception()) is not None:
+            # Said once per check, however many events waited for it.
+            log.warning("ingress: registry sync failed: %s", error)
 
     async def _registry_checked(self) -> None:
         """Wait for the registry check of the batch being handled (or a later one)."""
         check = self._registry_check
-        if check is not None:
-            await asyncio.shield(check)
-
-    async def _registry_synced(self) -> None:
-        """Know every workflow applied before the events just fetched were published."""
-        try:
-            await self.registry.sync()
-        # Route with what is known rather than not at all.
-        except Exception as exc:  # noqa: BLE001
-            log.warning("ingress: registry sync failed: %s", exc)
+        if check is not None and not check.done():
+            # Route with what is known rather than not at all (the failure is logged
+            # where the check ends).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(check)
 
     async def _guarded(
         self, handler: Callable[[Msg], Awaitable[None]], msg: Msg, where: str

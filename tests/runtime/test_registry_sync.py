@@ -17,7 +17,8 @@ import pytest
 from helpers import yaml
 
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.registry import Registry, nothing_stored
+from interlock.runtime.registry import Registry
+from interlock.runtime.revisions import nothing_stored
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.jetstream import JetStream
 from interlock.transport.natsclient import NatsClient
@@ -74,7 +75,7 @@ def no_catch_up(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> list[str
     async def catch_up(bucket: str, _: float) -> None:
         calls.append(bucket)
 
-    monkeypatch.setattr(registry, "_catch_up", catch_up)
+    monkeypatch.setattr(registry.revisions, "_catch_up", catch_up)
     return calls
 
 
@@ -133,7 +134,7 @@ async def test_cancelling_sync_soon_ends_its_wait_for_the_watchers(
         waiting.set()
         await asyncio.Event().wait()  # never set: waits until cancelled
 
-    monkeypatch.setattr(registry, "_catch_up", catch_up)
+    monkeypatch.setattr(registry.revisions, "_catch_up", catch_up)
     check = registry.sync_soon()
     await asyncio.wait_for(waiting.wait(), 5)
     check.cancel()

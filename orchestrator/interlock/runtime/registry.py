@@ -17,19 +17,16 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from interlock.runtime.buckets import bucket_values
 from interlock.runtime.errors import UnknownWorkflow
+from interlock.runtime.revisions import Revisions
 from interlock.transport.cancelling import cancel_and_wait
-from interlock.transport.jetstream import JetStream
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -46,43 +43,6 @@ _CLOSE_WAIT = 2.0
 """Seconds :meth:`Registry.close` waits for its watchers to end."""
 
 log = logging.getLogger("interlock.registry")
-
-_NO_MESSAGE = 10037
-"""The JetStream API's error code for "no message found" (a 404, as is "stream not found")."""
-
-
-class _Stored(msgspec.Struct):
-    seq: int = 0
-
-
-class _ApiError(msgspec.Struct):
-    code: int = 0
-    err_code: int = 0
-
-
-class _MsgGetAnswer(msgspec.Struct):
-    """The part of a ``STREAM.MSG.GET`` answer the registry check reads (the message's
-    data, base64, is skipped unread)."""
-
-    message: _Stored | None = None
-    error: _ApiError | None = None
-
-
-_decode_msg_get = msgspec.json.Decoder(_MsgGetAnswer).decode
-
-
-def nothing_stored(answer: Msg) -> bool:
-    """Whether the answer to a ``STREAM.MSG.GET`` request says that no message is stored
-    at or after the sequence asked for. False for anything else: a message, another
-    error (no such stream, say), no stream answering (a status without a body)."""
-    if not answer.data:
-        return False
-    try:
-        decoded = _decode_msg_get(answer.data)
-    except msgspec.DecodeError:
-        return False
-    error = decoded.error
-    return decoded.message is None and error is not None and error.err_code == _NO_MESSAGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +90,8 @@ class Registry:
         self._learners: list[Callable[[list[str]], None]] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._kv_watchers: list[Any] = []
-        # The highest revision (stream sequence) of each bucket that the watchers have
-        # taken into account; ``sync`` waits on it.
-        self._revisions: dict[str, int] = {}
-        self._changed = asyncio.Condition()
+        self.revisions = Revisions(js, self.load)
+        """What the watchers have taken into account of each bucket; ``sync`` asks it."""
         self._agents_lock = asyncio.Lock()
         self._agents_read: int | None = None
         """The agents bucket's last sequence when ``current_agents`` last read it."""
@@ -471,91 +429,16 @@ class Registry:
         """Make sure every workflow (or AgentDef) stored before this call is known here.
 
         The watchers follow the buckets asynchronously, so a workflow applied just before an
-        event was published may not have reached them when the event is routed. One request
-        asks the stream's leader for a message stored after the last revision the watchers
-        have taken into account (:meth:`_newer`); when there is one, this waits until they
-        have seen the bucket's last revision, and if they do not get there in ``timeout``,
-        it reads the bucket.
+        event was published may not have reached them when the event is routed: see
+        :meth:`Revisions.sync`.
         """
         bucket = self._subjects.agents_bucket if agents else self._subjects.workflows_bucket
-        subject, body = self._newer(bucket)
-        if isinstance(self._js, JetStream):
-            answer = await self._js.request_ack(subject, body)
-        else:
-            answer = await self._js._nc.request(subject, body, timeout=self._js._timeout)
-        if not nothing_stored(answer):
-            await self._catch_up(bucket, timeout)
+        await self.revisions.sync(bucket, timeout)
 
     def sync_soon(self, *, timeout: float = 1.0) -> asyncio.Future[None]:
         """:meth:`sync` of the workflows, its request sent in this call: its round trip
-        overlaps whatever the caller does next. The future is done once every workflow
-        stored before this call is known here, or fails as ``sync`` would; cancelling it
-        ends the wait for the watchers too."""
-        bucket = self._subjects.workflows_bucket
-        js = self._js
-        answer = None
-        if isinstance(js, JetStream):
-            answer = js.request_ack_soon(*self._newer(bucket))
-        if answer is None:  # not connected, or no shared reply subscription yet
-            return asyncio.ensure_future(self.sync(timeout=timeout))
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        answer.add_done_callback(partial(self._answered, bucket, timeout, done))
-        return done
-
-    def _answered(
-        self, bucket: str, timeout: float, done: asyncio.Future[None], answer: asyncio.Future[Msg]
-    ) -> None:
-        """The answer to :meth:`sync_soon`'s request: done, or the watchers waited for."""
-        if done.done():  # cancelled meanwhile
-            return
-        if answer.cancelled():
-            done.cancel()
-            return
-        error = answer.exception()
-        if error is not None:
-            done.set_exception(error)
-            return
-        if nothing_stored(answer.result()):
-            done.set_result(None)
-            return
-        catching_up = asyncio.ensure_future(self._catch_up(bucket, timeout))
-        catching_up.add_done_callback(partial(_settle, done))
-        done.add_done_callback(partial(_cancel_unless_done, catching_up))
-
-    def _newer(self, bucket: str) -> tuple[str, bytes]:
-        """The request for the first message of ``bucket`` stored after the last revision
-        its watcher has taken into account: ``STREAM.MSG.GET``, which the stream's leader
-        answers (a direct get may be answered by a replica or a mirror that has not
-        stored the newest writes yet). A message removed since it was stored (a stream
-        purge, an expiry) is not found; nor would the watcher ever see it."""
-        prefix = getattr(self._js, "_prefix", "$JS.API")
-        after = self._revisions.get(bucket, 0)
-        body = b'{"seq":%d,"next_by_subj":"$KV.%s.>"}' % (after + 1, bucket.encode())
-        return f"{prefix}.STREAM.MSG.GET.KV_{bucket}", body
-
-    async def _catch_up(self, bucket: str, timeout: float) -> None:  # noqa: ASYNC109
-        """Wait until the watcher of ``bucket`` has seen its last revision (one stream-info
-        request); read the bucket if it does not get there in ``timeout``."""
-        info = await self._js.stream_info(f"KV_{bucket}")
-        target = info.state.last_seq
-        if self._revisions.get(bucket, 0) >= target:
-            return
-        try:
-            async with self._changed:
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self._revisions.get(bucket, 0) >= target),
-                    timeout,
-                )
-        except TimeoutError:
-            log.warning("registry watcher behind on %s; reading the bucket", bucket)
-            await self.load()
-            await self._seen(bucket, target)
-
-    async def _seen(self, bucket: str, revision: int) -> None:
-        async with self._changed:
-            if revision > self._revisions.get(bucket, 0):
-                self._revisions[bucket] = revision
-                self._changed.notify_all()
+        overlaps whatever the caller does next (:meth:`Revisions.sync_soon`)."""
+        return self.revisions.sync_soon(self._subjects.workflows_bucket, timeout)
 
     async def close(self) -> None:
         """Stop following the buckets. Bounded: the watchers are stopped (their
@@ -584,7 +467,7 @@ class Registry:
                 # One bad definition must not stop the registry.
                 except Exception as exc:  # noqa: BLE001
                     log.warning("cannot load workflow %s: %s", entry.key, exc)
-            await self._seen(self._subjects.workflows_bucket, entry.revision or 0)
+            await self.revisions.seen(self._subjects.workflows_bucket, entry.revision or 0)
 
     async def _watch_agents(self, kv: KeyValue) -> None:
         watcher = await kv.watchall()
@@ -596,21 +479,4 @@ class Registry:
                 # One bad stored definition must not stop the others loading (logged there).
                 with contextlib.suppress(Exception):
                     self._learn_agent(entry.key, json.loads(entry.value))
-            await self._seen(self._subjects.agents_bucket, entry.revision or 0)
-
-
-def _settle(done: asyncio.Future[None], task: asyncio.Future[None]) -> None:
-    """Hand what ``task`` ended with to ``done`` (unless ``done`` is settled already)."""
-    if done.done():
-        return
-    if task.cancelled():
-        done.cancel()
-    elif (error := task.exception()) is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(None)
-
-
-def _cancel_unless_done(task: asyncio.Future[None], _: asyncio.Future[None]) -> None:
-    if not task.done():
-        task.cancel()
+            await self.revisions.seen(self._subjects.agents_bucket, entry.revision or 0)

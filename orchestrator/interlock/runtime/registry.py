@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -43,6 +44,10 @@ _CLOSE_WAIT = 2.0
 """Seconds :meth:`Registry.close` waits for its watchers to end."""
 
 log = logging.getLogger("interlock.registry")
+
+READ_ATTEMPTS = 3
+"""Times a read that timed out is asked (each within the JetStream context's timeout): a
+stream's leader election in a cluster takes 4 to 7 s, more on a loaded machine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,8 @@ class Registry:
         self.revisions = Revisions(js, self.load)
         """What the watchers have taken into account of each bucket; ``sync`` asks it."""
         self._agents_lock = asyncio.Lock()
+        self.reads_asked_again = 0
+        """Reads of the AgentDefs' revision asked again after a timeout."""
         self._agents_read: int | None = None
         """The agents bucket's last sequence when ``current_agents`` last read it."""
 
@@ -321,7 +328,14 @@ class Registry:
             return
         async with self._agents_lock:  # concurrent starts share one read
             bucket = self._subjects.agents_bucket
-            info = await self._js.stream_info(f"KV_{bucket}")
+            for attempt in range(READ_ATTEMPTS):  # a read: asked again through an election
+                try:
+                    info = await self._js.stream_info(f"KV_{bucket}")
+                    break
+                except NatsTimeoutError:
+                    if attempt == READ_ATTEMPTS - 1:
+                        raise
+                    self.reads_asked_again += 1
             last = info.state.last_seq
             if self._agents_read == last:
                 return  # nothing applied since the last read: one request, no consumer

@@ -1,0 +1,56 @@
+"""A client's read of the AgentDefs before a start rides through a server that does not
+answer for a while (a stream's leader election in a cluster: 4 to 7 s)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from helpers import TIMEOUT, connect
+from test_waiting import paused
+
+from interlock.runtime.embedded import EmbeddedNats
+from interlock.runtime.registry import READ_ATTEMPTS, Registry
+from interlock.transport.jetstream import JetStream
+from interlock.transport.provision import provision
+from interlock.transport.subjects import Subjects
+
+
+async def test_a_read_that_times_out_is_asked_again(tmp_path: Path, subjects: Subjects) -> None:
+    with EmbeddedNats(tmp_path) as server:
+        nc = await connect(server.url)
+        try:
+            js = JetStream(nc, timeout=0.3)
+            await provision(js, subjects)
+            registry = Registry(js, subjects)
+            with paused(server):
+                reading = asyncio.create_task(registry.current_agents())
+                for _ in range(int(TIMEOUT / 0.02)):
+                    if registry.reads_asked_again or reading.done():
+                        break
+                    await asyncio.sleep(0.02)
+                assert not reading.done(), "the read gave up at its first timeout"
+                assert registry.reads_asked_again == 1
+            await asyncio.wait_for(reading, TIMEOUT)  # answered once the server is back
+            assert registry.reads_asked_again < READ_ATTEMPTS
+        finally:
+            await nc.close()
+
+
+async def test_it_gives_up_after_its_attempts(tmp_path: Path, subjects: Subjects) -> None:
+    with EmbeddedNats(tmp_path) as server:
+        nc = await connect(server.url)
+        try:
+            js = JetStream(nc, timeout=0.1)
+            await provision(js, subjects)
+            registry = Registry(js, subjects)
+            with paused(server):
+                try:
+                    await asyncio.wait_for(registry.current_agents(), TIMEOUT)
+                except TimeoutError:
+                    pass
+                else:
+                    raise AssertionError("a read no server answered returned")
+            assert registry.reads_asked_again == READ_ATTEMPTS - 1
+        finally:
+            await nc.close()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from test_metrics import record
 
 from interlock.core import events as ev
 from interlock.runtime import runindex
@@ -27,18 +28,6 @@ from interlock.transport.subjects import Subjects
 WORKFLOWS = ("wf", "other")
 STATES = ("a", "b", "c")
 CAPABILITIES = ("review", "merge", "")
-
-
-def record(cls: type[Any], run_id: str, seq: int, data: Any, time: str) -> Any:
-    return cls(
-        specversion="1.0",
-        id=f"{run_id}:{seq}",
-        source=ev.SOURCE,
-        subject=run_id,
-        time=time,
-        datacontenttype="application/json",
-        data=data,
-    )
 
 
 def moment(rng: random.Random) -> str:

@@ -4,6 +4,8 @@ answer for a while (a stream's leader election in a cluster: 4 to 7 s)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from helpers import TIMEOUT, connect
@@ -16,41 +18,43 @@ from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 
 
-async def test_a_read_that_times_out_is_asked_again(tmp_path: Path, subjects: Subjects) -> None:
+@contextlib.asynccontextmanager
+async def client_registry(
+    tmp_path: Path, subjects: Subjects, read_timeout: float
+) -> AsyncIterator[tuple[EmbeddedNats, Registry]]:
+    """A server of its own (to pause) and a client's registry whose reads time out after
+    ``read_timeout`` seconds."""
     with EmbeddedNats(tmp_path) as server:
         nc = await connect(server.url)
         try:
-            js = JetStream(nc, timeout=0.3)
+            js = JetStream(nc, timeout=read_timeout)
             await provision(js, subjects)
-            registry = Registry(js, subjects)
-            with paused(server):
-                reading = asyncio.create_task(registry.current_agents())
-                for _ in range(int(TIMEOUT / 0.02)):
-                    if registry.reads_asked_again or reading.done():
-                        break
-                    await asyncio.sleep(0.02)
-                assert not reading.done(), "the read gave up at its first timeout"
-                assert registry.reads_asked_again == 1
-            await asyncio.wait_for(reading, TIMEOUT)  # answered once the server is back
-            assert registry.reads_asked_again < READ_ATTEMPTS
+            yield server, Registry(js, subjects)
         finally:
             await nc.close()
+
+
+async def test_a_read_that_times_out_is_asked_again(tmp_path: Path, subjects: Subjects) -> None:
+    async with client_registry(tmp_path, subjects, 0.3) as (server, registry):
+        with paused(server):
+            reading = asyncio.create_task(registry.current_agents())
+            for _ in range(int(TIMEOUT / 0.02)):
+                if registry.reads_asked_again or reading.done():
+                    break
+                await asyncio.sleep(0.02)
+            assert not reading.done(), "the read gave up at its first timeout"
+            assert registry.reads_asked_again == 1
+        await asyncio.wait_for(reading, TIMEOUT)  # answered once the server is back
+        assert registry.reads_asked_again < READ_ATTEMPTS
 
 
 async def test_it_gives_up_after_its_attempts(tmp_path: Path, subjects: Subjects) -> None:
-    with EmbeddedNats(tmp_path) as server:
-        nc = await connect(server.url)
-        try:
-            js = JetStream(nc, timeout=0.1)
-            await provision(js, subjects)
-            registry = Registry(js, subjects)
-            with paused(server):
-                try:
-                    await asyncio.wait_for(registry.current_agents(), TIMEOUT)
-                except TimeoutError:
-                    pass
-                else:
-                    raise AssertionError("a read no server answered returned")
-            assert registry.reads_asked_again == READ_ATTEMPTS - 1
-        finally:
-            await nc.close()
+    async with client_registry(tmp_path, subjects, 0.1) as (server, registry):
+        with paused(server):
+            try:
+                await asyncio.wait_for(registry.current_agents(), TIMEOUT)
+            except TimeoutError:
+                pass
+            else:
+                raise AssertionError("a read no server answered returned")
+        assert registry.reads_asked_again == READ_ATTEMPTS - 1

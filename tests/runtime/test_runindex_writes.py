@@ -21,7 +21,8 @@ from interlock.transport.subjects import Subjects
 T0 = "2026-01-01T00:00:00.000Z"
 
 
-def _record(cls: type[Any], run_id: str, seq: int, data: Any) -> Any:
+def record(cls: type[Any], run_id: str, seq: int, data: Any) -> Any:
+    """A record of run ``run_id`` at position ``seq``, dated T0."""
     return cls(
         specversion="1.0",
         id=f"{run_id}:{seq}",
@@ -79,9 +80,9 @@ async def test_index_writes_sent_at_once_move_the_entry_forward(
     await index.start()
     await jetstream(fast).publish(subjects.run("warm"), b"-")  # the reply subscription
     run_id = "r1"
-    started = _record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h"))
-    entered = _record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a"))
-    done = _record(ev.RunCompleted, run_id, 3, ev.RunCompletedData(state="a"))
+    started = record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h"))
+    entered = record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a"))
+    done = record(ev.RunCompleted, run_id, 3, ev.RunCompletedData(state="a"))
 
     write = index.update_soon(run_id, [started])  # a new run: created, no read
     assert write is not None
@@ -107,12 +108,12 @@ async def test_index_writes_sent_at_once_move_the_entry_forward(
     # A run whose earlier records were written elsewhere: read first (no write at once).
     other = "r2"
     await index.update(
-        other, [_record(ev.RunStarted, other, 1, ev.RunStartedData(workflow="wf", spec_hash="h"))]
+        other, [record(ev.RunStarted, other, 1, ev.RunStartedData(workflow="wf", spec_hash="h"))]
     )
     fresh = RunIndex(fast, subjects)
     await fresh.start()
     write = fresh.update_soon(
-        other, [_record(ev.StateEntered, other, 2, ev.StateEnteredData(state="b"))]
+        other, [record(ev.StateEntered, other, 2, ev.StateEnteredData(state="b"))]
     )
     assert write is not None
     assert not write[1]

@@ -5,52 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from nats.aio.client import Client
+from test_runindex_writes import fast, record
 
 from interlock.core import events as ev
 from interlock.runtime.runindex import RunIndex
 from interlock.runtime.writebehind import WriteBehind
-from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.jetstream import jetstream
-from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 
-T0 = "2026-01-01T00:00:00.000Z"
+__all__ = ["fast"]  # the fixture, shared with test_runindex_writes
+
 WAIT = 20.0
 """Seconds a test waits for what must happen (far more than it takes)."""
 
 
-@pytest.fixture
-async def fast(nats_url: str, subjects: Subjects) -> AsyncIterator[Client]:
-    client = await connect(ConnectOptions.resolve(nats_url))
-    try:
-        await provision(jetstream(client), subjects)
-        yield client
-    finally:
-        await client.close()
-
-
-def _record(cls: type[Any], run_id: str, seq: int, data: Any) -> Any:
-    return cls(
-        specversion="1.0",
-        id=f"{run_id}:{seq}",
-        source=ev.SOURCE,
-        subject=run_id,
-        time=T0,
-        datacontenttype="application/json",
-        data=data,
-    )
-
-
 def _running(run_id: str) -> list[Any]:
     return [
-        _record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h")),
-        _record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a")),
-        _record(
+        record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h")),
+        record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a")),
+        record(
             ev.ActionRequested,
             run_id,
             3,
@@ -61,9 +37,9 @@ def _running(run_id: str) -> list[Any]:
 
 def _finished(run_id: str) -> list[Any]:
     return [
-        _record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h")),
-        _record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a")),
-        _record(ev.RunCompleted, run_id, 3, ev.RunCompletedData(state="a")),
+        record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h")),
+        record(ev.StateEntered, run_id, 2, ev.StateEnteredData(state="a")),
+        record(ev.RunCompleted, run_id, 3, ev.RunCompletedData(state="a")),
     ]
 
 

@@ -80,7 +80,14 @@ class JetStream(JetStreamContext):
         self._waiting[token] = future
         self._expire_at(loop, token, self._timeout if ack_wait is None else ack_wait)
         try:
-            await self._nc.publish(subject, payload, reply=replies + token, headers=headers)
+            nc = self._nc
+            reply = replies + token
+            # One plain call where it need not wait (publish's coroutines do the same).
+            if not (
+                isinstance(nc, NatsClient)
+                and nc.publish_nowait(subject, payload, reply=reply, headers=headers)
+            ):
+                await nc.publish(subject, payload, reply=reply, headers=headers)
             msg = await future
         finally:
             self._waiting.pop(token, None)

@@ -99,21 +99,24 @@ async def execute(
         argument = _argument(cap, contract, request)
     except _Refused as refused:
         return refused.answer
-    ctx = TaskContext(
-        event=request.event,
-        run_id=request.run_id,
-        action_id=request.action_id,
-        attempt=request.attempt,
-        capability=cap.name,
-        deadline=request.deadline,
-        worker=worker,
-        delivery=delivery_count(msg),
-        progress=msg.in_progress,
-        logger=logging.LoggerAdapter(
-            handler_log, {"run_id": request.run_id, "action_id": request.action_id}
-        ),
-    )
-    call = cap.handler(argument, ctx) if cap.takes_context else cap.handler(argument)
+    if cap.takes_context:
+        ctx = TaskContext(
+            event=request.event,
+            run_id=request.run_id,
+            action_id=request.action_id,
+            attempt=request.attempt,
+            capability=cap.name,
+            deadline=request.deadline,
+            worker=worker,
+            delivery=delivery_count(msg),
+            progress=msg.in_progress,
+            logger=logging.LoggerAdapter(
+                handler_log, {"run_id": request.run_id, "action_id": request.action_id}
+            ),
+        )
+        call = cap.handler(argument, ctx)
+    else:  # no context to build (its delivery count parses the message's reply subject)
+        call = cap.handler(argument)
     task: asyncio.Task[Any] = asyncio.ensure_future(call)
     flight.task = task
     await _run(task, request, flight, cap.name)

@@ -42,6 +42,7 @@ from interlock.transport.consuming import (
     dead_letter_headers,
 )
 from interlock.transport.jetstream import jetstream
+from interlock.transport.natsclient import ack_nowait
 from interlock.transport.pulling import PullConsumer, SlotPool
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 from interlock.transport.tasks import (
@@ -532,7 +533,8 @@ class Worker:
             )
             if await self._send(js, subjects, cap.name, request.run_id, answer):
                 ticker.cancel()
-                await msg.ack()
+                if not ack_nowait(msg):
+                    await msg.ack()
                 if result_type == TASK_COMPLETED:
                     outcome = Outcome.COMPLETED
                 elif result_type == TASK_FAILED:

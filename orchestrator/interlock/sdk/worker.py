@@ -535,12 +535,7 @@ class Worker:
                 ticker.cancel()
                 if not ack_nowait(msg):
                     await msg.ack()
-                if result_type == TASK_COMPLETED:
-                    outcome = Outcome.COMPLETED
-                elif result_type == TASK_FAILED:
-                    outcome, error_class = Outcome.FAILED, data["error"]["class"]
-                else:
-                    outcome = Outcome.EMITTED
+                outcome, error_class = _settled_as(result_type, data)
             else:
                 await _nak(msg, delay=1.0)
         except asyncio.CancelledError:
@@ -828,6 +823,15 @@ class _KeepAlive:
         if self._sending is not None:
             self._sending.cancel()
             self._sending = None
+
+
+def _settled_as(result_type: str, data: Any) -> tuple[Outcome, str | None]:
+    """The outcome (and error class) of a task answered with ``result_type``."""
+    if result_type == TASK_COMPLETED:
+        return Outcome.COMPLETED, None
+    if result_type == TASK_FAILED:
+        return Outcome.FAILED, data["error"]["class"]
+    return Outcome.EMITTED, None
 
 
 async def _nak(msg: Msg, delay: float | None = None) -> None:

@@ -3,18 +3,18 @@ last block never drains (interlock.runtime.keeper)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from helpers import eventually, running_stack, yaml
 from nats.aio.client import Client
 from nats.js.api import RetentionPolicy, StreamConfig
+from test_runindex_writes import fast
 
 from interlock.runtime.keeper import TaskQueueKeeper
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.jetstream import jetstream
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
+
+__all__ = ["fast"]  # the fixture, shared with test_runindex_writes
 
 ECHOED = yaml(
     """\
@@ -44,16 +44,6 @@ async def _held(nc: Client, subjects: Subjects, subject: str) -> int:
     return sum((info.state.subjects or {}).values())
 
 
-@pytest.fixture
-async def client(nats_url: str, subjects: Subjects) -> AsyncIterator[Client]:
-    nc = await connect(ConnectOptions.resolve(nats_url))
-    try:
-        await provision(jetstream(nc), subjects)
-        yield nc
-    finally:
-        await nc.close()
-
-
 async def test_the_orchestrator_keeps_one_keeper_and_the_tasks_drain(
     nats_url: str, subjects: Subjects
 ) -> None:
@@ -74,7 +64,7 @@ async def _until_no_tasks(nc: Client, subjects: Subjects) -> bool:
 
 
 async def test_written_again_while_tasks_are_dispatched_it_stays_one_message(
-    client: Client, subjects: Subjects
+    fast: Client, subjects: Subjects
 ) -> None:
     dispatched = 0
 
@@ -83,31 +73,29 @@ async def test_written_again_while_tasks_are_dispatched_it_stays_one_message(
         dispatched += 1  # moves at every turn: as if tasks went out all the time
         return dispatched
 
-    keeper = TaskQueueKeeper(client, subjects, count, every=0.01)
+    keeper = TaskQueueKeeper(fast, subjects, count, every=0.01)
     keeper.start()
     try:
         await eventually(lambda: _at_least(keeper, 4), what="the keeper written again three times")
     finally:
         await keeper.stop()
-    assert await _held(client, subjects, subjects.tasks_keeper) == 1
-    assert await _held(client, subjects, subjects.capabilities_all) == 0
+    assert await _held(fast, subjects, subjects.tasks_keeper) == 1
+    assert await _held(fast, subjects, subjects.capabilities_all) == 0
 
 
 async def _at_least(keeper: TaskQueueKeeper, written: int) -> bool:
     return keeper.written >= written
 
 
-async def test_with_no_task_dispatched_it_is_written_once(
-    client: Client, subjects: Subjects
-) -> None:
-    keeper = TaskQueueKeeper(client, subjects, lambda: 0, every=0.01)
+async def test_with_no_task_dispatched_it_is_written_once(fast: Client, subjects: Subjects) -> None:
+    keeper = TaskQueueKeeper(fast, subjects, lambda: 0, every=0.01)
     keeper.start()
     try:
         await eventually(lambda: _turned(keeper, 5), what="five turns of the keeper's loop")
     finally:
         await keeper.stop()
     assert keeper.written == 1
-    assert await _held(client, subjects, subjects.tasks_keeper) == 1
+    assert await _held(fast, subjects, subjects.tasks_keeper) == 1
 
 
 async def _turned(keeper: TaskQueueKeeper, turns: int) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -405,7 +406,22 @@ async def settle(
 
 async def read_log(js: Any, subjects: Subjects, run_id: str) -> list[ev.AnyRecord]:
     """A run's log from the stream leader (a direct get may be answered by a replica
-    that has not caught up yet)."""
+    that has not caught up yet). Asked again while the cluster elects a leader after the
+    node loss (each request times out after 5 s; an election takes 4 to 7, more on a
+    loaded machine), for at most ``LEADER_WAIT`` seconds."""
+    deadline = time.monotonic() + LEADER_WAIT
+    while True:
+        try:
+            return await _read_log_once(js, subjects, run_id)
+        except NatsTimeoutError:
+            if time.monotonic() > deadline:
+                raise
+
+
+LEADER_WAIT = 30.0
+
+
+async def _read_log_once(js: Any, subjects: Subjects, run_id: str) -> list[ev.AnyRecord]:
     sub = await js.subscribe(subjects.run(run_id), ordered_consumer=True)
     records: list[ev.AnyRecord] = []
     try:

@@ -473,3 +473,34 @@ async def test_an_ack_without_awaiting_acknowledges_the_message(
         assert not ack_nowait(plain)
     finally:
         await client.close()
+
+
+async def test_a_request_goes_to_the_socket_before_the_loop_turns(
+    fast: NatsClient, nc: Client
+) -> None:
+    """``now=True`` writes the buffer, the request last, to the socket in the call (no
+    turn of the event loop for the flusher), once per turn: later requests of the same
+    turn wait for the flusher, with everything else."""
+    got: list[bytes] = []
+    arrived = asyncio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        got.append(msg.data)
+        arrived.set()
+
+    await nc.subscribe("natsclient.now", cb=on_msg)
+    await round_trip(nc)
+    assert fast.publish_nowait("natsclient.now", b"buffered")
+    assert fast._pending  # left to the flusher
+    assert fast.publish_nowait("natsclient.now", b"request", reply="_INBOX.x.1", now=True)
+    assert fast._pending == []  # written, with what was buffered before it
+    assert fast.publish_nowait("natsclient.now", b"second request", now=True)
+    assert fast._pending  # one write of its own per turn: this one waits for the flusher
+    await asyncio.sleep(0)  # the loop turns
+    assert fast.publish_nowait("natsclient.now", b"next turn", now=True)
+    assert fast._pending == []
+    await round_trip(fast)
+    while len(got) < 4:
+        arrived.clear()
+        await asyncio.wait_for(arrived.wait(), 5)
+    assert got == [b"buffered", b"request", b"second request", b"next turn"]

@@ -85,7 +85,7 @@ class JetStream(JetStreamContext):
             # One plain call where it need not wait (publish's coroutines do the same).
             if not (
                 isinstance(nc, NatsClient)
-                and nc.publish_nowait(subject, payload, reply=reply, headers=headers)
+                and nc.publish_nowait(subject, payload, reply=reply, headers=headers, now=True)
             ):
                 await nc.publish(subject, payload, reply=reply, headers=headers)
             msg = await future
@@ -113,7 +113,9 @@ class JetStream(JetStreamContext):
         if replies is None or not isinstance(nc, NatsClient):
             return None
         token = str(self._count + 1)
-        if not nc.publish_nowait(subject, payload, reply=replies + token, headers=headers):
+        if not nc.publish_nowait(
+            subject, payload, reply=replies + token, headers=headers, now=True
+        ):
             return None
         self._count += 1
         loop = asyncio.get_running_loop()

@@ -21,6 +21,14 @@ result, and one in order:
   coroutines that never suspends on the hot path anyway. Acks, replies and the
   orchestrator's dispatches go this way; where ``publish`` would wait (not connected,
   the buffer over its limit) it says so and the caller awaits ``publish``.
+- **A request goes out at once** (``publish_nowait(..., now=True)``: JetStream publishes
+  that await their acknowledgement, answer requests, the registry check). nats-py's
+  flusher is a task: a command buffered now reaches the socket in the next turn of the
+  event loop, after every callback already due in this one (a batch of another consumer,
+  a decision). A request is written straight to the socket instead, with whatever is
+  buffered before it (order is kept), when the socket's own buffer is empty (it takes
+  the bytes at once) and no request has been written so in this turn of the loop: under
+  load the rest of the turn's commands still go out together, one write per turn.
 - **``flush()`` comes after every command sent before it.** nats-py writes its PING
   straight to the socket, ahead of what its flusher task has not written yet, so a
   ``flush()`` right after ``subscribe()`` could return before the server had the SUB, or
@@ -58,6 +66,8 @@ class NatsClient(Client):
     """``nats.aio.client.Client`` with a cheaper header parser and direct subscriptions."""
 
     def __init__(self) -> None:
+        self._wrote_through = False
+        """A request was written straight to the socket in this turn of the event loop."""
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
         self._names: dict[str, str] = {}
@@ -148,12 +158,18 @@ class NatsClient(Client):
         payload: bytes = b"",
         reply: str = "",
         headers: dict[str, str] | None = None,
+        *,
+        now: bool = False,
     ) -> bool:
         """``publish`` as one plain call: the command is buffered and the flusher woken,
         as ``publish`` does when it need not wait. False, with nothing sent, where it
         would have to wait (not connected, the buffer over its limit, no flusher): the
         caller awaits ``publish`` then. Raises what ``publish`` raises for a bad subject,
-        payload or header."""
+        payload or header.
+
+        ``now``: someone waits for the answer to this command; write it, and what is
+        buffered before it, to the socket at once where that costs no wait (see
+        :meth:`_write_through`)."""
         if self._status != Client.CONNECTED:
             return False
         queue = self._flush_queue
@@ -180,9 +196,29 @@ class NatsClient(Client):
         self.stats["out_bytes"] += payload_size
         self._pending.append(command)
         self._pending_data_size = size
+        if now and not self._wrote_through and self._write_through():
+            return True
         if queue.empty():
             queue.put_nowait(asyncio.get_running_loop().create_future())
         return True
+
+    def _write_through(self) -> bool:
+        """Write the buffered commands to the socket now, if its own buffer is empty
+        (the kernel takes them at once: nothing to wait for, so the flusher's ``drain``
+        has nothing to hold back), at most once per turn of the event loop. False where
+        it did not (the flusher writes them)."""
+        writer = getattr(self._transport, "_io_writer", None)  # TCP and TLS transports
+        if writer is None or writer.transport.get_write_buffer_size():
+            return False
+        writer.writelines(self._pending)
+        self._pending = []
+        self._pending_data_size = 0
+        self._wrote_through = True
+        asyncio.get_running_loop().call_soon(self._next_turn)
+        return True
+
+    def _next_turn(self) -> None:
+        self._wrote_through = False
 
     async def _send_publish(
         self,

@@ -128,6 +128,15 @@ class Decided:
     state: RunState
 
 
+@dataclass(slots=True, frozen=True)
+class Opening:
+    """A run's first records, decided on its (linked) definition, not yet appended."""
+
+    run_id: str
+    definition: Definition
+    decided: Decided
+
+
 Decision = Callable[["Definition", RunState], "Sequence[ev.AnyRecord] | Decided"]
 
 
@@ -332,6 +341,33 @@ class Runs:
         Every start goes through here (``interlock start``, a trigger, a child run), with
         the AgentDefs made current first: the first state's actions get their capability's
         defaults however the run was started."""
+        opening = await self.opening(
+            definition,
+            version,
+            run_id,
+            inputs,
+            trigger=trigger,
+            traceparent=traceparent,
+            parent=parent,
+            spawn=spawn,
+        )
+        return await self.open(opening)
+
+    async def opening(
+        self,
+        definition: Definition,
+        version: int,
+        run_id: str,
+        inputs: Mapping[str, Any],
+        *,
+        trigger: Incoming | None = None,
+        traceparent: str | None = None,
+        parent: ev.ParentRef | None = None,
+        spawn: ev.SpawnBudget | None = None,
+    ) -> Opening:
+        """The first records of a run, decided but not appended (:meth:`open` appends
+        them): a caller that must wait for something before starting (the ingress, for
+        its registry check) decides meanwhile. Raises :class:`InvalidInputs`."""
         # The engine is loaded by what starts runs, not by every reader of this module.
         from interlock.core.definition import resolve_inputs
         from interlock.core.engine import started
@@ -362,12 +398,17 @@ class Runs:
             heavy=heavy_value(inputs) or (trigger is not None and heavy_value(trigger.data)),
         )
         assert isinstance(out, Decided)
-        records = out.records
+        return Opening(run_id, definition, out)
+
+    async def open(self, opening: Opening) -> tuple[bool, list[ev.AnyRecord]]:
+        """Append a run's first records (:meth:`opening`); (False, []) when a run with
+        this id exists already."""
+        run_id, records = opening.run_id, opening.decided.records
         try:
             last = await self.log.append(run_id, records, 0)
         except AppendConflict:
             return False, []
-        self._remember(run_id, Entry(out.state, last, definition))
+        self._remember(run_id, Entry(opening.decided.state, last, opening.definition))
         self._appended_now(last, records)
         self.observer.appended(run_id, records)
         return True, records

@@ -59,9 +59,9 @@ from interlock.runtime.keeper import TaskQueueKeeper
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
-from interlock.runtime.routing import starts
+from interlock.runtime.routing import Start, starts
 from interlock.runtime.runindex import INDEXED, RunIndex
-from interlock.runtime.runs import Decided, Runs, utc_now
+from interlock.runtime.runs import Decided, Opening, Runs, utc_now
 from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.runtime.writebehind import WriteBehind
@@ -457,32 +457,26 @@ class Orchestrator:
                 self.observers.unrouted(event.type)
             return
         started = 0
-        # Routed with what is known while the registry check of this batch is out; routed
-        # again in the rare case that it brought in a workflow (or version) of this type.
+        # Routed, and the runs' first records decided, with what is known while the
+        # registry check of this batch is out; done again in the rare case that it
+        # brought in a workflow (or version) of this type.
         triggered = list(self.registry.triggered_by(event.type))
         found = await starts(triggered, incoming, self.runs)
+        openings = await self._openings(found, event, incoming)
         await self._registry_checked()
         now_triggered = list(self.registry.triggered_by(event.type))
         if not _same(triggered, now_triggered):
             found = await starts(now_triggered, incoming, self.runs)
-        for start in found:
+            openings = await self._openings(found, event, incoming)
+        for start, opening in zip(found, openings, strict=True):
             if start.error is not None:
                 await self._dead_letter(msg, "bad-trigger-input", start.error)
                 continue
-            definition = start.definition
-            run_id = derive_run_id(definition, event.source, event.id)
-            try:
-                created, _ = await self.runs.start(
-                    definition,
-                    start.version,
-                    run_id,
-                    start.inputs,
-                    trigger=incoming,
-                    traceparent=event.extensions.get("traceparent"),
-                )
-            except InvalidInputs as exc:
-                await self._dead_letter(msg, "invalid-inputs", str(exc))
+            if isinstance(opening, InvalidInputs):
+                await self._dead_letter(msg, "invalid-inputs", str(opening))
                 continue
+            assert opening is not None
+            created, _ = await self.runs.open(opening)
             started += 1
             self.counters["runs_started" if created else "triggers_duplicate"] += 1
         correlated, refused = await self.flow.route_correlated(event)
@@ -493,6 +487,32 @@ class Orchestrator:
         if not started:
             self.counters["events_unrouted"] += 1
             self.observers.unrouted(event.type)
+
+    async def _openings(
+        self, found: list[Start], event: CloudEvent, incoming: Incoming
+    ) -> list[Opening | InvalidInputs | None]:
+        """The first records of each run ``found`` starts (None where its trigger's input
+        could not be rendered; the inputs' problems where they do not fit the workflow)."""
+        out: list[Opening | InvalidInputs | None] = []
+        for start in found:
+            if start.error is not None:
+                out.append(None)
+                continue
+            definition = start.definition
+            try:
+                out.append(
+                    await self.runs.opening(
+                        definition,
+                        start.version,
+                        derive_run_id(definition, event.source, event.id),
+                        start.inputs,
+                        trigger=incoming,
+                        traceparent=event.extensions.get("traceparent"),
+                    )
+                )
+            except InvalidInputs as exc:
+                out.append(exc)
+        return out
 
     async def deliver(
         self, run_id: str, incoming: Incoming, *, answer: AnswerKey | None = None

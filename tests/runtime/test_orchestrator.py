@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -245,6 +246,44 @@ async def test_actions_are_dispatched_once_their_request_is_appended_without_the
         assert state.status == "completed"
         assert stack.recorder.per_action() == {f"{run_id}:3": 1}
         assert stack.orchestrator.counters["actions_dispatched"] == 1
+
+
+async def test_a_task_request_is_made_ready_while_its_append_is_out(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """The records of a decision are told to ``on_appending`` once their append is sent
+    and before its acknowledgement is handled: by then the task request of each action
+    they ask for is encoded, and the acknowledgement is followed by its publish alone."""
+    async with running_stack(nats_url, subjects, [TRIGGERED]) as stack:
+        orchestrator = stack.orchestrator
+        runs = orchestrator.runs
+        told: list[tuple[str, list[str]]] = []
+        appending, appended = runs.on_appending, runs.on_appended
+        assert appending is not None
+        assert appended is not None
+
+        def requests(records: Sequence[ev.AnyRecord]) -> list[str]:
+            return [r.data.action_id for r in records if isinstance(r, ev.ActionRequested)]
+
+        def on_appending(records: Sequence[ev.AnyRecord]) -> None:
+            told.append(("appending", requests(records)))
+            appending(records)
+
+        def on_appended(records: Sequence[ev.AnyRecord]) -> None:
+            ready = [key[0] for key in orchestrator._ready]
+            told.append(("appended", [a for a in requests(records) if a in ready]))
+            appended(records)
+
+        runs.on_appending, runs.on_appended = on_appending, on_appended
+        event = push("e-ready")
+        await publish(stack, event)
+        run_id = await run_of(stack, "on-push", event)
+
+        assert (await stack.wait(run_id)).status == "completed"
+        action = f"{run_id}:3"
+        assert told[:2] == [("appending", [action]), ("appended", [action])]
+        assert not orchestrator._ready  # taken when it was sent
+        assert stack.recorder.per_action() == {action: 1}
 
 
 async def test_the_orchestrator_recreates_a_consumer_deleted_under_it(

@@ -169,6 +169,10 @@ class Runs:
         self.on_appended: Callable[[Sequence[ev.AnyRecord]], None] | None = None
         """Told each decision's records once their append is acknowledged (the
         orchestrator dispatches the actions they request at once)."""
+        self.on_appending: Callable[[Sequence[ev.AnyRecord]], None] | None = None
+        """Told each decision's records once their append is sent (in the next turn of the
+        event loop, so that it is on its way first): what is done with them once it is
+        acknowledged can be made ready while the server stores them."""
         self.conflicts = 0
         self._loops: dict[int, tuple[Definition, bool]] = {}
         # One thread: a costly decision never holds up the loop, and several hold up at
@@ -310,6 +314,8 @@ class Runs:
                     self.forget(run_id)
                     continue
                 return []
+            if self.on_appending is not None:
+                asyncio.get_running_loop().call_soon(self.on_appending, records)
             try:
                 last = await self.log.append(run_id, records, entry.last_seq)
             except AppendConflict:
@@ -404,6 +410,8 @@ class Runs:
         """Append a run's first records (:meth:`opening`); (False, []) when a run with
         this id exists already."""
         run_id, records = opening.run_id, opening.decided.records
+        if self.on_appending is not None:
+            asyncio.get_running_loop().call_soon(self.on_appending, records)
         try:
             last = await self.log.append(run_id, records, 0)
         except AppendConflict:

@@ -157,6 +157,10 @@ class Orchestrator:
         self._background: set[asyncio.Task[None]] = set()
         self._early: OrderedDict[tuple[str, int], Early] = OrderedDict()
         self.runs.on_appended = self._dispatch_early
+        self.runs.on_appending = self._ready_requests
+        self._ready: OrderedDict[tuple[str, int], tuple[str, dict[str, str], bytes]] = OrderedDict()
+        """Task requests made ready while the append of the records that ask for them is
+        out (subject, headers, payload), by action and attempt."""
         self._stopping = asyncio.Event()
         self._registry_check: asyncio.Future[None] | None = None
         """The registry check of the ingress batch last fetched (see _check_registry)."""
@@ -868,9 +872,24 @@ class Orchestrator:
             while len(self._early) > EARLY_KEPT:
                 self._early.popitem(last=False)
 
-    def _send_now(self, record: ev.ActionRequested) -> asyncio.Future[Msg] | None:
-        """Publish the task request now, if nothing needs awaiting first (its capability
-        and consumer known, its input matching): the future of its acknowledgement."""
+    def _ready_requests(self, records: Sequence[ev.AnyRecord]) -> None:
+        """Make the task requests of a decision's action requests while its append is
+        out (the server storing it), so that its acknowledgement is followed by nothing
+        but their publishes. Encoding a request is pure: one made for an append that is
+        refused is replaced by the next decision's, or forgotten."""
+        for record in records:
+            if not isinstance(record, ev.ActionRequested) or record.data.workflow:
+                continue
+            ready = self._request_of(record)
+            if ready is not None:
+                d = record.data
+                self._ready[(d.action_id, d.attempt)] = ready
+                while len(self._ready) > EARLY_KEPT:
+                    self._ready.popitem(last=False)
+
+    def _request_of(self, record: ev.ActionRequested) -> tuple[str, dict[str, str], bytes] | None:
+        """The subject, headers and payload of an action's task request, if nothing needs
+        awaiting first (its capability and consumer known, its input matching)."""
         d = record.data
         capability = self.registry.capability(d.capability)
         if capability is None or d.capability not in self._task_consumers:
@@ -882,7 +901,16 @@ class Orchestrator:
             except SchemaMismatch:
                 return None  # the awaited way answers it as a failure
         headers, payload = self._task_request(record, capability.timeout_s)
-        subject = self.subjects.capability(d.capability)
+        return self.subjects.capability(d.capability), headers, payload
+
+    def _send_now(self, record: ev.ActionRequested) -> asyncio.Future[Msg] | None:
+        """Publish the task request now, if nothing needs awaiting first (its capability
+        and consumer known, its input matching): the future of its acknowledgement."""
+        d = record.data
+        ready = self._ready.pop((d.action_id, d.attempt), None) or self._request_of(record)
+        if ready is None:
+            return None
+        subject, headers, payload = ready
         sent = self.js.request_ack_soon(subject, payload, headers=headers)
         if sent is not None:
             self.observers.dispatched(record, headers)

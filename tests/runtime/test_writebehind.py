@@ -87,3 +87,37 @@ async def test_entries_are_written_when_due_and_their_messages_acknowledged_afte
     }
     await fast.flush()  # the server has what this connection sent: the acknowledgements
     assert (await js.consumer_info(subjects.runs_stream, "wb")).num_ack_pending == 0
+
+
+async def test_a_flush_lets_other_work_run_between_its_runs(
+    fast: Client, subjects: Subjects
+) -> None:
+    """A flush of many runs reports them one turn of the event loop at a time: what
+    became due meanwhile (a message of a run's next step) runs between them, not after
+    the whole flush."""
+    js = jetstream(fast)
+    index = RunIndex(fast, subjects)
+    await index.start()
+    runs = [f"many-{n}" for n in range(5)]
+    for run_id in runs:
+        await js.publish(subjects.run(run_id), b"-")
+    sub = await js.pull_subscribe(subjects.runs_all, "wb-many", stream=subjects.runs_stream)
+    msgs = {m.subject.rsplit(".", 1)[1]: m for m in await sub.fetch(len(runs), timeout=WAIT)}
+    reported: list[str] = []
+    seen_by_other_work: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def report(run_id: str, records: list[Any]) -> None:
+        reported.append(run_id)
+        if len(reported) == 1:  # something else becomes due as the first is reported
+            loop.call_soon(lambda: seen_by_other_work.append(len(reported)))
+
+    behind = WriteBehind(index, report, hold=60.0)
+    for run_id in runs:
+        behind.add(run_id, _finished(run_id), _finished(run_id), [msgs[run_id]])
+    await behind.flush(everything=True)
+
+    assert sorted(reported) == runs
+    assert len(seen_by_other_work) == 1
+    assert seen_by_other_work[0] < len(runs)  # it ran before the flush was done
+    await behind.stop()

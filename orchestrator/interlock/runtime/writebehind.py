@@ -230,6 +230,9 @@ class WriteBehind:
                 log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
                 continue
             self._done(run_id, held.reported)
+            # One run's report at a time: what came meanwhile (a run's next step) goes
+            # between them rather than after the whole flush.
+            await asyncio.sleep(0)
 
     async def _settle_all(self, taken: list[tuple[str, _Held]]) -> list[BaseException | None]:
         """Write each run's entry (and schedule its timers): the writes that need nothing
@@ -243,6 +246,8 @@ class WriteBehind:
             if held.timers:
                 other.append((i, self._settle(run_id, held)))
                 continue
+            if sent or other:
+                await asyncio.sleep(0)  # one entry at a time, as the reports below
             write = self._index.update_soon(run_id, held.records)
             if write is not None:
                 (sent if write[1] else other).append((i, write[0]))

@@ -19,6 +19,7 @@ SUITES = {
     "fsync": "bench.fsync_bench",
     "batch": "bench.batch_bench",
     "hops": "bench.hops_bench",
+    "worker": "bench.worker_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

@@ -51,6 +51,7 @@ from interlock.transport.cloudevents_model import (
     build_event,
     check_extension_name,
     decode_json,
+    extension_names_checked,
     from_dict,
     too_deep,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "encode_binary",
     "encode_structured",
     "from_dict",
+    "sent_as_is",
     "too_deep",
 ]
 
@@ -78,6 +80,10 @@ _CONTENT_TYPE: Final = "content-type"
 
 
 _TRACE_HEADERS: Final = ("traceparent", "tracestate")
+
+
+_OTHER_HEADERS: Final = frozenset((_CONTENT_TYPE, *_TRACE_HEADERS))
+"""The headers without the ``ce-`` prefix that a binary-mode event is read from."""
 
 # Printable ASCII except space, double quote and percent stays as is (binding §3.1.3.2).
 
@@ -110,19 +116,9 @@ def encode_structured(event: CloudEvent) -> tuple[dict[str, str], bytes]:
 
 def encode_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
     """Encode in binary mode: ``ce-*`` headers and the data as the payload."""
-    headers = {
-        "ce-specversion": _quote(event.specversion),
-        "ce-id": _quote(event.id),
-        "ce-source": _quote(event.source),
-        "ce-type": _quote(event.type),
-    }
-    for name in OPTIONAL_ATTRS:
-        value = getattr(event, name)
-        if value is not None:
-            headers[_CE_PREFIX + name] = _quote(value)
-    for name, value in event.extensions.items():
-        check_extension_name(name)
-        headers[_CE_PREFIX + name] = _quote(value)
+    headers = _plain_headers(event)
+    if headers is None:
+        headers = _quoted_headers(event)
     ct = event.datacontenttype
     if (
         ct is not None
@@ -136,6 +132,52 @@ def encode_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
     if traceparent is not None:
         headers["traceparent"] = _quote(traceparent)
     return headers, _encode_data(event)
+
+
+def _quoted_headers(event: CloudEvent) -> dict[str, str]:
+    """The ``ce-`` headers, each value percent-encoded and each extension name checked."""
+    headers = {
+        "ce-specversion": _quote(event.specversion),
+        "ce-id": _quote(event.id),
+        "ce-source": _quote(event.source),
+        "ce-type": _quote(event.type),
+    }
+    for name in OPTIONAL_ATTRS:
+        value = getattr(event, name)
+        if value is not None:
+            headers[_CE_PREFIX + name] = _quote(value)
+    for name, value in event.extensions.items():
+        check_extension_name(name)
+        headers[_CE_PREFIX + name] = _quote(value)
+    return headers
+
+
+def _plain_headers(event: CloudEvent) -> dict[str, str] | None:
+    """:func:`_quoted_headers` when no value has anything to escape and every extension
+    name was found valid before (most events): checked at once, not one by one. None
+    otherwise."""
+    extensions = event.extensions
+    if not extension_names_checked(extensions):
+        return None
+    headers = {
+        "ce-specversion": event.specversion,
+        "ce-id": event.id,
+        "ce-source": event.source,
+        "ce-type": event.type,
+    }
+    if event.subject is not None:
+        headers["ce-subject"] = event.subject
+    if event.time is not None:
+        headers["ce-time"] = event.time
+    if event.datacontenttype is not None:
+        headers["ce-datacontenttype"] = event.datacontenttype
+    if event.dataschema is not None:
+        headers["ce-dataschema"] = event.dataschema
+    for name, value in extensions.items():
+        headers[_CE_PREFIX + name] = value
+    if not sent_as_is("".join(headers.values())):
+        return None
+    return headers
 
 
 def _encode_data(event: CloudEvent) -> bytes:
@@ -161,6 +203,12 @@ def _encode_data(event: CloudEvent) -> bytes:
     )
 
 
+def sent_as_is(values: str) -> bool:
+    """Whether binary mode sends ``values`` (header values joined: each is sent as it is
+    when they all are) without percent-encoding anything."""
+    return _UNQUOTED.fullmatch(values) is not None
+
+
 def _quote(value: str) -> str:
     if _UNQUOTED.fullmatch(value) is not None:
         return value  # nothing to escape: what quote() returns, without its per-byte loop
@@ -176,8 +224,30 @@ def decode_message(headers: dict[str, str] | None, payload: bytes) -> CloudEvent
     Raises:
         InvalidCloudEvent: the message is not a valid CloudEvent 1.0; ``.reason`` says why.
     """
-    lowered = {k.lower(): v for k, v in headers.items()} if headers else {}
-    content_type = lowered.get(_CONTENT_TYPE)
+    if not headers:
+        return _decode_structured(payload)
+    # One pass over the headers, names lowered: the ``ce-`` ones read as attributes and
+    # extensions, the binding's few others kept. A value to unescape or a name refused
+    # is left to _decode_binary, which reads the headers again one by one.
+    attrs: dict[str, str] = {}
+    extensions: dict[str, str] = {}
+    other: dict[str, str] = {}
+    plain = True
+    for key, raw in headers.items():
+        lowered = key.lower()
+        if lowered[:3] != _CE_PREFIX:
+            if lowered in _OTHER_HEADERS:
+                other[lowered] = raw
+            continue
+        name = lowered[3:]
+        value = raw.strip()
+        if "%" in value or value[:1] == '"':
+            plain = False
+        if name in CORE_ATTRS:
+            attrs[name] = value
+        else:
+            extensions[name] = value
+    content_type = other.get(_CONTENT_TYPE)
     if content_type is not None:
         media = content_type.split(";", 1)[0].strip().lower()
         if media.startswith("application/cloudevents"):
@@ -188,9 +258,11 @@ def decode_message(headers: dict[str, str] | None, payload: bytes) -> CloudEvent
                     f"use {STRUCTURED_CONTENT_TYPE} or binary mode",
                 )
             return _decode_structured(payload)
-    if _CE_PREFIX + "specversion" in lowered:
-        return _decode_binary(lowered, payload)
-    return _decode_structured(payload)
+    if "specversion" not in attrs:
+        return _decode_structured(payload)
+    if not plain or "data" in extensions or "data_base64" in extensions:
+        return _decode_binary(headers, payload)
+    return _binary_event(attrs, extensions, other, payload)
 
 
 def _decode_structured(payload: bytes) -> CloudEvent:
@@ -203,7 +275,9 @@ def _decode_structured(payload: bytes) -> CloudEvent:
     return from_dict(obj)
 
 
-def _decode_binary(lowered: dict[str, str], payload: bytes) -> CloudEvent:
+def _decode_binary(headers: dict[str, str], payload: bytes) -> CloudEvent:
+    """A binary-mode event read header by header: values unescaped, names refused."""
+    lowered = {k.lower(): v for k, v in headers.items()}
     attrs: dict[str, str] = {}
     extensions: dict[str, str] = {}
     for key, raw in lowered.items():
@@ -221,11 +295,21 @@ def _decode_binary(lowered: dict[str, str], payload: bytes) -> CloudEvent:
             )
         else:
             extensions[name] = value
-    if "datacontenttype" not in attrs and _CONTENT_TYPE in lowered:
-        attrs["datacontenttype"] = _unquote(_CONTENT_TYPE, lowered[_CONTENT_TYPE])
-    for name in _TRACE_HEADERS:
-        if name not in extensions and name in lowered:
-            extensions[name] = _unquote(name, lowered[name])
+    other = {k: v for k, v in lowered.items() if k in _OTHER_HEADERS}
+    return _binary_event(attrs, extensions, other, payload)
+
+
+def _binary_event(
+    attrs: dict[str, str], extensions: dict[str, str], other: dict[str, str], payload: bytes
+) -> CloudEvent:
+    """The event of the ``ce-`` headers read (``attrs``, ``extensions``), the binding's
+    other headers (``other``, by lowered name) and the payload."""
+    if other:
+        if "datacontenttype" not in attrs and _CONTENT_TYPE in other:
+            attrs["datacontenttype"] = _unquote(_CONTENT_TYPE, other[_CONTENT_TYPE])
+        for name in _TRACE_HEADERS:
+            if name not in extensions and name in other:
+                extensions[name] = _unquote(name, other[name])
     data = _decode_data(attrs.get("datacontenttype"), payload, attrs.get("id"))
     return build_event(attrs, extensions, data)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
 
@@ -219,6 +220,12 @@ def check_extension_name(name: str) -> None:
         _CHECKED_NAMES.add(name)
 
 
+def extension_names_checked(names: Iterable[str]) -> bool:
+    """Whether every one of ``names`` was found a valid extension name before (then
+    :func:`check_extension_name` has nothing to say about any of them)."""
+    return _CHECKED_NAMES.issuperset(names)
+
+
 def build_event(attrs: dict[str, str], extensions: dict[str, str], data: Any) -> CloudEvent:
     specversion = attrs.get("specversion")
     if specversion is None:
@@ -233,11 +240,15 @@ def build_event(attrs: dict[str, str], extensions: dict[str, str], data: Any) ->
             raise InvalidCloudEvent(
                 "missing-attribute", f"required attribute {name!r} is missing or empty"
             )
-    for name, value in attrs.items():
-        _check_string(name, value)
-    for name, value in extensions.items():
-        check_extension_name(name)
-        _check_string(name, value)
+    # One search over every value, and the names checked at once when all were seen
+    # before; one by one (to say which) only when something is wrong or new.
+    values = "".join(attrs.values()) + "".join(extensions.values())
+    if _CONTROL_CHARS.search(values) is not None or not _CHECKED_NAMES.issuperset(extensions):
+        for name, value in attrs.items():
+            _check_string(name, value)
+        for name, value in extensions.items():
+            check_extension_name(name)
+            _check_string(name, value)
     if "runid" in extensions and not is_run_id(extensions["runid"]):
         raise InvalidCloudEvent(
             "bad-run-id", f"extension 'runid' is no run id: {InvalidRunId(extensions['runid'])}"

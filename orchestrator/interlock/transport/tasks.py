@@ -41,7 +41,13 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
-from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.cloudevents import (
+    SPECVERSION,
+    CloudEvent,
+    InvalidCloudEvent,
+    encode_binary,
+    sent_as_is,
+)
 from interlock.transport.subjects import Subjects
 
 TASK_REQUESTED: Final = "io.interlock.task.requested"
@@ -258,9 +264,9 @@ class BadRequest(ValueError, InterlockError):
     """A task request that cannot be answered (no run id to answer to)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRequest:
-    """The fields of a task request a worker acts on."""
+class TaskRequest(msgspec.Struct, frozen=True):
+    """The fields of a task request a worker acts on (a Struct: made for every task a
+    worker takes, in a tenth of a frozen dataclass's time)."""
 
     event: CloudEvent
     run_id: str
@@ -384,6 +390,60 @@ def encode_result(event: CloudEvent, token: str | None = None) -> tuple[dict[str
     if token:
         headers[TOKEN_HEADER] = token
     return headers, payload
+
+
+def encode_answer(
+    request: TaskRequest, *, source: str, type: str, data: Any, time: str
+) -> tuple[str, dict[str, str], bytes]:
+    """A worker's answer to ``request`` on the wire: its id, headers and payload, what
+    :func:`encode_result` makes of :func:`result_event` (the same headers in the same order,
+    the same payload and errors), built straight from the request where no value needs
+    escaping."""
+    event_id = f"{request.action_id}.{request.attempt}.result"
+    run_id = request.run_id
+    traceparent = request.event.extensions.get(TRACEPARENT)
+    headers = {
+        "ce-specversion": SPECVERSION,
+        "ce-id": event_id,
+        "ce-source": source,
+        "ce-type": type,
+        "ce-subject": run_id,
+        "ce-time": time,
+        "ce-datacontenttype": JSON,
+        "ce-runid": run_id,
+        "ce-actionid": request.action_id,
+        "ce-attempt": str(request.attempt),
+    }
+    if traceparent:
+        headers["ce-traceparent"] = traceparent
+    if isinstance(data, bytes | bytearray | memoryview) or not sent_as_is(
+        "".join(headers.values())
+    ):
+        event = answer_event(
+            run_id=run_id,
+            action_id=request.action_id,
+            attempt=request.attempt,
+            event_id=event_id,
+            source=source,
+            type=type,
+            data=data,
+            time=time,
+            traceparent=traceparent,
+        )
+        return (event_id, *encode_result(event, token=request.token))
+    try:
+        payload = b"" if data is None else msgspec.json.encode(data)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidCloudEvent(
+            "unencodable-data", f"event {event_id!r}: data cannot be encoded as JSON: {exc}"
+        ) from exc
+    headers["Content-Type"] = JSON
+    if traceparent:
+        headers["traceparent"] = traceparent
+    headers[MSG_ID_HEADER] = f"{source}:{event_id}"
+    if request.token:
+        headers[TOKEN_HEADER] = request.token
+    return event_id, headers, payload
 
 
 # --- cancel notices -------------------------------------------------------------------

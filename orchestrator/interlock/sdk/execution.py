@@ -13,7 +13,7 @@ import dataclasses
 import inspect
 import logging
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,7 +78,7 @@ class _Refused(Exception):
         self.answer = answer
 
 
-async def execute(
+def start(
     cap: Capability,
     contract: CapabilityContract,
     request: TaskRequest,
@@ -87,11 +87,16 @@ async def execute(
     *,
     worker: str,
     handler_log: logging.Logger,
-) -> tuple[str, Any]:
-    """Validate the input, run the handler, validate its output: the answer's (type, data).
+) -> tuple[str, Any] | None:
+    """Check the task and start its handler as ``flight.task``, in a task of its own made in
+    the caller's context: None then, else the answer's (type, data), given without running
+    it (a refused input, a passed deadline, a task cancelled before it started).
+
+    A plain call: the worker makes it in the read loop that delivered the task, so the
+    handler's first step runs at the loop's next turn.
 
     Raises:
-        Abandon: the worker is stopping and the handler did not finish: hand it back.
+        Abandon: the worker is stopping: hand the task back.
     """
     if flight.reason is not None:  # cancelled before the handler started
         return stopped(flight, request, cap)
@@ -117,9 +122,40 @@ async def execute(
         call = cap.handler(argument, ctx)
     else:  # no context to build (its delivery count parses the message's reply subject)
         call = cap.handler(argument)
-    task: asyncio.Task[Any] = asyncio.ensure_future(call)
-    flight.task = task
+    # A coroutine (handlers are async functions): its task made without ensure_future's checks.
+    flight.task = asyncio.get_running_loop().create_task(
+        typing.cast("Coroutine[Any, Any, Any]", call)
+    )
+    return None
+
+
+async def finish(
+    cap: Capability, contract: CapabilityContract, request: TaskRequest, flight: InFlight
+) -> tuple[str, Any]:
+    """Wait for the handler :func:`start` started (within its deadline), validate its
+    output: the answer's (type, data).
+
+    Raises:
+        Abandon: the worker is stopping and the handler did not finish: hand it back.
+    """
+    task = flight.task
+    assert task is not None
     await _run(task, request, flight, cap.name)
+    return answer_of(cap, contract, request, flight)
+
+
+def answer_of(
+    cap: Capability, contract: CapabilityContract, request: TaskRequest, flight: InFlight
+) -> tuple[str, Any]:
+    """The answer's (type, data) once the handler's task is done, or given up on (what
+    :func:`finish` returns after its wait; called at once when there is nothing to wait
+    for).
+
+    Raises:
+        Abandon: the worker is stopping and the handler did not finish: hand it back.
+    """
+    task = flight.task
+    assert task is not None
     if flight.reason is not None and not (flight.reason == "shutdown" and succeeded(task)):
         return stopped(flight, request, cap)
     if task.cancelled():

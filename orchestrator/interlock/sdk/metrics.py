@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
+import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -35,6 +37,13 @@ _QUEUE_WAIT = Histogram(
 _CHILDREN = 1024
 """Outcome and error-class children kept at hand (error classes may be the handler's own)."""
 
+_received: contextvars.ContextVar[tuple[str, float] | None] = contextvars.ContextVar(
+    "interlock_task_received", default=None
+)
+"""A task's request time and when it was received: noted in ``task_received``, observed
+in ``task_finished`` (the worker calls both in the context it makes for each task
+message), so that the histogram's work comes after the answer, not before the handler."""
+
 _IN_FLIGHT = Gauge(
     "interlock_agent_tasks_in_flight",
     "Task messages received and not yet settled",
@@ -59,20 +68,10 @@ class PrometheusObserver(WorkerObserver):
     def task_received(
         self, capability: str, event: CloudEvent, headers: Mapping[str, str] | None
     ) -> None:
-        """A task request was decoded: how long it waited since it was requested."""
-        if not event.time:
-            return
-        try:
-            requested = parse_time(event.time)
-        except ValueError:
-            return
-        wait = (datetime.now(UTC) - requested).total_seconds()
-        child = self._waits.get(capability)
-        if child is None:
-            child = self._waits[capability] = _QUEUE_WAIT.labels(
-                worker=self._worker, capability=capability
-            )
-        child.observe(max(wait, 0.0))
+        """A task request was decoded: when, noted for :meth:`task_finished` (which
+        observes how long it waited since it was requested, once the task is answered)."""
+        if event.time:
+            _received.set((event.time, time.time()))
 
     def task_finished(
         self,
@@ -83,6 +82,9 @@ class PrometheusObserver(WorkerObserver):
         seconds: float,
     ) -> None:
         self._in_flight.dec()
+        received = _received.get()
+        if received is not None:
+            self._queue_wait(capability, *received)
         key = (capability, str(outcome), error_class or "")
         settled = self._settled.get(key)
         if settled is None:
@@ -98,3 +100,20 @@ class PrometheusObserver(WorkerObserver):
                 worker=self._worker, capability=capability
             )
         duration.observe(seconds)
+
+    def _queue_wait(self, capability: str, requested_at: str, received_at: float) -> None:
+        """How long a task waited between its request (its CloudEvent time) and a worker
+        taking it (``received_at``, seconds since the epoch)."""
+        try:
+            requested = parse_time(requested_at)
+        except ValueError:
+            return
+        if requested.tzinfo is None:
+            requested = requested.replace(tzinfo=UTC)
+        wait = received_at - requested.timestamp()
+        child = self._waits.get(capability)
+        if child is None:
+            child = self._waits[capability] = _QUEUE_WAIT.labels(
+                worker=self._worker, capability=capability
+            )
+        child.observe(max(wait, 0.0))

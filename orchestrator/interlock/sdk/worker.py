@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import os
@@ -35,13 +36,14 @@ from nats.js.api import ConsumerInfo
 
 from interlock.core.rfc3339 import format_time
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.consuming import (
     dead_letter_data,
     dead_letter_headers,
 )
-from interlock.transport.jetstream import jetstream
+from interlock.transport.jetstream import JetStream, jetstream
 from interlock.transport.natsclient import ack_nowait
 from interlock.transport.pulling import PullConsumer, SlotPool
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
@@ -53,11 +55,11 @@ from interlock.transport.tasks import (
     BadNotice,
     BadRequest,
     TaskRequest,
+    agent_source,
     consumer_name,
-    encode_result,
+    encode_answer,
     failure,
     read_cancel,
-    result_event,
 )
 
 from .binding import bind
@@ -70,11 +72,14 @@ from .execution import (
     Capability,
     Handler,
     InFlight,
-    execute,
+    answer_of,
+    finish,
     inspect_handler,
+    start,
 )
 from .liveness import Heartbeats
 from .observe import Outcome, WorkerObserver
+from .progress import ProgressAcks
 from .schemas import AgentDefCatalog, CapabilityContract, Schema
 
 log = logging.getLogger("interlock.sdk")
@@ -162,6 +167,7 @@ class Worker:
         # Notices for tasks not taken yet: they may still wait in the work queue.
         self._cancels = CancelMemory()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._progress: list[ProgressAcks] = []  # one per consumer
         self._running = False
         self._started_at = datetime.now(UTC)
         self._life: _Lifecycle | None = None
@@ -393,6 +399,9 @@ class Worker:
                 await consumer.drain()
             # Heartbeats go on while running handlers finish: the worker is still alive.
             await self._settle_in_flight(life)
+            for progress in self._progress:
+                progress.close()
+            self._progress.clear()
             await cancel_and_wait(*background)
             for control in controls:
                 try:
@@ -451,10 +460,11 @@ class Worker:
     ) -> PullConsumer:
         ack_wait = info.config.ack_wait or self.ack_wait
         # Three progress acks per ack_wait: one may be late or lost without a redelivery.
-        interval = max(ack_wait / 3, 0.05)
+        progress = ProgressAcks(max(ack_wait / 3, 0.05))
+        self._progress.append(progress)
 
         def deliver(msg: Msg) -> None:
-            task = asyncio.create_task(self._process(js, subjects, cap, msg, pool, interval))
+            task = self._take(js, subjects, _Job(cap, msg, pool, progress))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -475,20 +485,22 @@ class Worker:
 
     # --- one task -----------------------------------------------------------------
 
-    async def _process(
-        self,
-        js: JetStreamContext,
-        subjects: Subjects,
-        cap: Capability,
-        msg: Msg,
-        pool: SlotPool,
-        interval: float,
-    ) -> None:
-        started = time.monotonic()
-        ticker = _KeepAlive(msg, interval)
-        action_id: str | None = None
-        outcome, error_class = Outcome.RETURNED, None
-        slot = _Slot(pool)
+    def _take(self, js: JetStreamContext, subjects: Subjects, job: _Job) -> asyncio.Task[None]:
+        """Take a task message in the read loop that delivered it: read it and start its
+        handler now (:meth:`_open`), then settle it (wait for the handler, answer, ack) in a
+        task of its own (:meth:`_process`). Both run in one context made for the message,
+        so that the observers see every call about it in that context; the handler's task
+        runs in a copy of it."""
+        context = contextvars.copy_context()
+        context.run(self._open, job)
+        return asyncio.get_running_loop().create_task(
+            self._process(js, subjects, job), context=context
+        )
+
+    def _open(self, job: _Job) -> None:
+        """Read the task and start its handler (or find the answer to give without it): a
+        plain call, never raising; what :meth:`_process` needs is left in ``job``."""
+        cap, msg = job.cap, job.msg
         try:
             try:
                 event = decode_message(msg.headers, msg.data)
@@ -497,42 +509,52 @@ class Worker:
             except (InvalidCloudEvent, BadRequest) as exc:
                 self._notify_started(cap.name, None)
                 reason = exc.reason if isinstance(exc, InvalidCloudEvent) else "no-run-id"
-                await self._reject(js, subjects, cap.name, msg, reason, str(exc))
-                outcome = Outcome.REJECTED
+                job.rejected = (reason, str(exc))
                 return
-            action_id = request.action_id
+            action_id = job.action_id = request.action_id
             self._notify_started(cap.name, action_id)
-            flight = InFlight(request.attempt)
+            job.request = request
+            flight = job.flight = InFlight(request.attempt)
             if action_id in self._cancels and self._cancels.covers(
                 action_id, request.attempt, parse_time(request.event.time)
             ):
                 log.info("%s was cancelled before it was taken; not running it", action_id)
                 flight.stop("cancelled")
             self._flights.setdefault(action_id, []).append(flight)
-            try:
-                result_type, data = await execute(
-                    cap,
-                    self._contract(cap),
-                    request,
-                    msg,
-                    flight,
-                    worker=self.name,
-                    handler_log=self._handler_log,
-                )
-            except Abandon:
-                await _nak(msg)
+            job.contract = self._contract(cap)
+            job.answered = start(
+                cap,
+                job.contract,
+                request,
+                msg,
+                flight,
+                worker=self.name,
+                handler_log=self._handler_log,
+            )
+        except Exception as exc:  # noqa: BLE001 - raised again where the task is settled
+            job.fault = exc
+
+    async def _process(self, js: JetStreamContext, subjects: Subjects, job: _Job) -> None:
+        cap, msg, slot = job.cap, job.msg, job.slot
+        outcome, error_class = Outcome.RETURNED, None
+        try:
+            if job.rejected is not None:
+                reason, message = job.rejected
+                await self._reject(js, subjects, cap.name, msg, reason, message)
+                outcome = Outcome.REJECTED
                 return
-            finally:
-                flights = self._flights.get(action_id, [])
-                flights.remove(flight)
-                if not flights:
-                    self._flights.pop(action_id, None)
+            answered = await self._answered(job)
+            if answered is None:
+                return  # handed back
+            request = job.request
+            assert request is not None
+            result_type, data = answered
             slot.free()  # sending the answer (and awaiting its reply) holds no handler slot
             answer, result_type, data = self._answer(
                 request, cap.name, result_type, data, js._nc.max_payload - ANSWER_HEADROOM
             )
             if await self._send(js, subjects, cap.name, request.run_id, answer):
-                ticker.cancel()
+                job.progress.discard(msg)
                 if not ack_nowait(msg):
                     await msg.ack()
                 outcome, error_class = _settled_as(result_type, data)
@@ -546,11 +568,39 @@ class Worker:
             log.exception("internal error while handling a %s task", cap.name)
             await _nak(msg, delay=1.0)
         finally:
-            ticker.cancel()
+            job.progress.discard(msg)
             slot.free()
             self._notify_finished(
-                cap.name, action_id, outcome, error_class, time.monotonic() - started
+                cap.name, job.action_id, outcome, error_class, time.monotonic() - job.started
             )
+
+    async def _answered(self, job: _Job) -> tuple[str, Any] | None:
+        """The answer's (type, data): the one :meth:`_open` found, or the handler's once
+        it is done. None when the task was handed back (the worker is stopping)."""
+        try:
+            if job.fault is not None:
+                raise job.fault
+            if job.answered is not None:
+                return job.answered
+            assert job.request is not None
+            assert job.flight is not None
+            assert job.contract is not None
+            if job.flight.task is not None and job.flight.task.done():  # nothing to wait for
+                return answer_of(job.cap, job.contract, job.request, job.flight)
+            return await finish(job.cap, job.contract, job.request, job.flight)
+        except Abandon:
+            await _nak(job.msg)
+            return None
+        finally:
+            if job.flight is not None:
+                self._forget_flight(job.action_id, job.flight)
+
+    def _forget_flight(self, action_id: str | None, flight: InFlight) -> None:
+        flights = self._flights.get(action_id or "", [])
+        if flight in flights:
+            flights.remove(flight)
+        if not flights:
+            self._flights.pop(action_id or "", None)
 
     def _answer(
         self, request: TaskRequest, capability: str, result_type: str, data: Any, limit: int
@@ -570,11 +620,14 @@ class Worker:
         return self._encoded(request, result_type, data), result_type, data
 
     def _encoded(self, request: TaskRequest, result_type: str, data: Any) -> _Answer:
-        event = result_event(
-            request, worker_name=self.name, type=result_type, data=data, now=datetime.now(UTC)
+        event_id, headers, payload = encode_answer(
+            request,
+            source=agent_source(self.name),
+            type=result_type,
+            data=data,
+            time=utc_now(),
         )
-        headers, payload = encode_result(event, token=request.token)
-        return _Answer(event.id, headers, payload)
+        return _Answer(event_id, headers, payload)
 
     def _contract(self, cap: Capability) -> CapabilityContract:
         declared = self._catalog.get(cap.name)
@@ -606,7 +659,8 @@ class Worker:
             subject = subjects.answer(capability, run_id)
             try:
                 # The connection's shared reply subscription, as for publish acks.
-                reply = await jetstream(js._nc).request_ack(
+                shared = js if isinstance(js, JetStream) else jetstream(js._nc)
+                reply = await shared.request_ack(
                     subject, payload, headers=headers, ack_wait=self.answer_timeout
                 )
             except nats.errors.NoRespondersError:
@@ -756,6 +810,44 @@ class Worker:
                 log.exception("observer %r failed", observer)
 
 
+class _Job:
+    """One task message, from its delivery to its settling: what :meth:`Worker._open`
+    found, for :meth:`Worker._process`."""
+
+    __slots__ = (
+        "action_id",
+        "answered",
+        "cap",
+        "contract",
+        "fault",
+        "flight",
+        "msg",
+        "progress",
+        "rejected",
+        "request",
+        "slot",
+        "started",
+    )
+
+    def __init__(self, cap: Capability, msg: Msg, pool: SlotPool, progress: ProgressAcks) -> None:
+        self.cap = cap
+        self.msg = msg
+        self.started = time.monotonic()
+        self.progress = progress
+        progress.add(msg)
+        self.slot = _Slot(pool)
+        self.action_id: str | None = None
+        self.request: TaskRequest | None = None
+        self.flight: InFlight | None = None
+        self.contract: CapabilityContract | None = None
+        self.answered: tuple[str, Any] | None = None
+        """The answer found without running the handler (None: the handler runs)."""
+        self.rejected: tuple[str, str] | None = None
+        """Why the message cannot be answered (reason, message): dead-letter it."""
+        self.fault: Exception | None = None
+        """What went wrong while reading it (raised again in ``_process``)."""
+
+
 class _Slot:
     """A handler's concurrency slot, given back once: when the handler is done, or at the
     latest when its task is settled."""
@@ -789,40 +881,6 @@ class _Answer:
             + sum(map(len, headers.values()))
             + 4 * len(headers)
         )
-
-
-class _KeepAlive:
-    """Progress acks for a task message every ``interval`` seconds until cancelled: a timer
-    handle, and a task only when one is due (most tasks finish long before)."""
-
-    __slots__ = ("_handle", "_interval", "_msg", "_sending")
-
-    def __init__(self, msg: Msg, interval: float) -> None:
-        self._msg = msg
-        self._interval = interval
-        self._sending: asyncio.Task[None] | None = None
-        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            interval, self._due
-        )
-
-    def _due(self) -> None:
-        if self._sending is None or self._sending.done():
-            self._sending = asyncio.ensure_future(self._send())
-        self._handle = asyncio.get_running_loop().call_later(self._interval, self._due)
-
-    async def _send(self) -> None:
-        try:
-            await self._msg.in_progress()
-        except Exception:
-            log.debug("progress ack failed", exc_info=True)
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        if self._sending is not None:
-            self._sending.cancel()
-            self._sending = None
 
 
 def _settled_as(result_type: str, data: Any) -> tuple[Outcome, str | None]:

@@ -22,7 +22,7 @@ from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
-from interlock.runtime.runs import utc_now
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect
 

@@ -21,10 +21,10 @@ from interlock.core.state import RunState
 from interlock.dialects import prepare
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.errors import UnknownRun
-from interlock.runtime.runs import utc_now
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects

@@ -32,8 +32,8 @@ from flow_support import (
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.gateway import Gateway, build_app
-from interlock.runtime.runs import utc_now
 from interlock.sdk import AgentError, TaskContext
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.httpserver import HttpServer
 from interlock.transport.jetstream import jetstream

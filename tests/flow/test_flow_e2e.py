@@ -20,9 +20,9 @@ from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.flow import child_run_id
-from interlock.runtime.runs import utc_now
 from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 

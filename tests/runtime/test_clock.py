@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from interlock.core.rfc3339 import parse_time
-from interlock.runtime import runs
-from interlock.runtime.runs import utc_now
+from interlock.transport import clock
+from interlock.transport.clock import utc_now
 
 _SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -39,7 +39,7 @@ def test_each_millisecond_reads_as_datetime_formats_it(monkeypatch: pytest.Monke
     moments = [*range(start, start + 3_000, 7), start + 1_500, start, start + 999, start + 1_000]
     for ms in moments:
         ns = ms * 1_000_000 + 123_456
-        monkeypatch.setattr(runs.time, "time_ns", lambda ns=ns: ns)
+        monkeypatch.setattr(clock.time, "time_ns", lambda ns=ns: ns)
         expected = datetime.fromtimestamp(ms / 1_000, UTC).isoformat(timespec="milliseconds")
         assert utc_now() == expected[:-6] + "Z"
         assert utc_now() == expected[:-6] + "Z"  # the same millisecond, kept

@@ -13,8 +13,8 @@ import nats
 import pytest
 
 from interlock.core.rfc3339 import format_time, parse_time
-from interlock.runtime.runs import utc_now
 from interlock.runtime.timers import ClockTimers, JetStreamTimers, ManualClock
+from interlock.transport.clock import utc_now
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 

@@ -55,7 +55,7 @@ def is_online(args: argparse.Namespace) -> bool:
 def replaying_of(client: Any) -> Replaying:
     """The server-side replays over a connected client's log and registry."""
     from interlock.runtime.replaying import Replaying
-    from interlock.runtime.runs import utc_now
+    from interlock.transport.clock import utc_now
 
     return Replaying(client.ops.log, client.ops.registry, utc_now)
 
@@ -111,7 +111,7 @@ def starts_workflow(first: ev.AnyRecord, ref: str) -> bool:
 
 def now() -> str:
     """The time records written now carry (RFC 3339, UTC)."""
-    from interlock.runtime.runs import utc_now
+    from interlock.transport.clock import utc_now
 
     return utc_now()
 

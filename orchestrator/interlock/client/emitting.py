@@ -13,7 +13,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from interlock.client.catalog import catalog
 from interlock.core.ids import check_event_type, check_run_id
-from interlock.runtime.runs import utc_now
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, encode_binary, from_dict
 from interlock.views import EmitResult, StartedRun
 

@@ -13,7 +13,7 @@ from interlock.client.errors import no_stream_is_no_run
 from interlock.core import events as ev
 from interlock.core.state import fold
 from interlock.runtime.errors import UnknownRun
-from interlock.runtime.runs import utc_now
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.views import SignalResult
 

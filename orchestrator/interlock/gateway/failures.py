@@ -32,8 +32,8 @@ from nats.aio.subscription import Subscription
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import format_time
-from interlock.runtime.runs import utc_now
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.clock import utc_now
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from interlock.core import events as ev
@@ -23,6 +22,7 @@ from interlock.runtime.errors import InvalidInputs, UnknownRun
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
+from interlock.transport.clock import utc_now
 from interlock.transport.errors import AppendConflict
 
 if TYPE_CHECKING:
@@ -45,35 +45,6 @@ the interpreter, so it costs nothing the rest of the time."""
 FINISHED_CACHE = 2_048
 """Finished runs whose state stays at hand: the relay's effects of a run's last records and
 late answers or timers find them without reading the log again."""
-
-
-class _Now:
-    """The millisecond and the second :func:`utc_now` formatted last, and their texts."""
-
-    __slots__ = ("ms", "prefix", "second", "text")
-
-    def __init__(self) -> None:
-        self.ms = self.second = -1
-        self.text = self.prefix = ""
-
-
-_now = _Now()
-
-
-def utc_now() -> str:
-    """The shell's clock, as the RFC 3339 text records carry: UTC, to the millisecond
-    (``format_time`` of now). Each second's text is made once, and each millisecond's
-    once: several decisions a millisecond are common under load."""
-    ms = time.time_ns() // 1_000_000
-    last = _now
-    if ms == last.ms:
-        return last.text
-    second, milli = divmod(ms, 1000)
-    if second != last.second:
-        last.second = second
-        last.prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-    last.ms, last.text = ms, f"{last.prefix}{milli:03d}Z"
-    return last.text
 
 
 class _RunLock:
@@ -336,28 +307,16 @@ class Runs:
         version: int,
         run_id: str,
         inputs: Mapping[str, Any],
-        *,
-        trigger: Incoming | None = None,
-        traceparent: str | None = None,
-        parent: ev.ParentRef | None = None,
-        spawn: ev.SpawnBudget | None = None,
+        **how: Any,
     ) -> tuple[bool, list[ev.AnyRecord]]:
-        """Start a run; (False, []) when a run with this id exists already.
+        """Start a run; (False, []) when a run with this id exists already: its first
+        records decided (:meth:`opening`, which takes ``how``: ``trigger``,
+        ``traceparent``, ``parent``, ``spawn``) and appended (:meth:`open`).
 
         Every start goes through here (``interlock start``, a trigger, a child run), with
         the AgentDefs made current first: the first state's actions get their capability's
         defaults however the run was started."""
-        opening = await self.opening(
-            definition,
-            version,
-            run_id,
-            inputs,
-            trigger=trigger,
-            traceparent=traceparent,
-            parent=parent,
-            spawn=spawn,
-        )
-        return await self.open(opening)
+        return await self.open(await self.opening(definition, version, run_id, inputs, **how))
 
     async def opening(
         self,

@@ -61,12 +61,13 @@ from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
 from interlock.runtime.routing import Start, starts
 from interlock.runtime.runindex import INDEXED, RunIndex
-from interlock.runtime.runs import Decided, Opening, Runs, utc_now
+from interlock.runtime.runs import Decided, Opening, Runs
 from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.runtime.writebehind import WriteBehind
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.consuming import (
     ConsumerMismatch,

@@ -1,7 +1,8 @@
-"""The wall clock as RFC 3339 text, for the CloudEvents a process sends.
+"""The wall clock as RFC 3339 text, for the records and CloudEvents a process writes.
 
 What ``format_time(datetime.now(UTC))`` gives (UTC, to the millisecond, ``Z``), with each
-second's text made once: a worker dates every answer it sends.
+second's text made once and each millisecond's once: the orchestrator dates every
+decision (several a millisecond are common under load), a worker every answer it sends.
 """
 
 from __future__ import annotations
@@ -9,17 +10,30 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-_second: list[tuple[int, str]] = [(-1, "")]
-"""The last second asked for and its text up to the milliseconds (one tuple, read and
-replaced whole)."""
+
+class _Now:
+    """The millisecond and the second :func:`utc_now` formatted last, and their texts."""
+
+    __slots__ = ("ms", "prefix", "second", "text")
+
+    def __init__(self) -> None:
+        self.ms = self.second = -1
+        self.text = self.prefix = ""
+
+
+_now = _Now()
 
 
 def utc_now(ns: int | None = None) -> str:
     """Now (or ``ns`` nanoseconds since the epoch), as RFC 3339 text: UTC, to the
     millisecond, ``Z`` (``format_time`` of it)."""
-    second, milli = divmod((time.time_ns() if ns is None else ns) // 1_000_000, 1000)
-    last, prefix = _second[0]
-    if second != last:
-        prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        _second[0] = (second, prefix)
-    return f"{prefix}{milli:03d}Z"
+    ms = (time.time_ns() if ns is None else ns) // 1_000_000
+    last = _now
+    if ms == last.ms:
+        return last.text
+    second, milli = divmod(ms, 1000)
+    if second != last.second:
+        last.second = second
+        last.prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+    last.ms, last.text = ms, f"{last.prefix}{milli:03d}Z"
+    return last.text

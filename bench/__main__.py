@@ -20,6 +20,7 @@ SUITES = {
     "batch": "bench.batch_bench",
     "hops": "bench.hops_bench",
     "worker": "bench.worker_bench",
+    "steps": "bench.steps_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

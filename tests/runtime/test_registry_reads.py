@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from helpers import TIMEOUT, connect
 from test_waiting import paused
@@ -58,3 +59,32 @@ async def test_it_gives_up_after_its_attempts(tmp_path: Path, subjects: Subjects
             else:
                 raise AssertionError("a read no server answered returned")
         assert registry.reads_asked_again == READ_ATTEMPTS - 1
+
+
+async def test_a_read_of_the_agentdefs_that_times_out_is_asked_again(
+    tmp_path: Path, subjects: Subjects
+) -> None:
+    """The server stops answering between the bucket's revision and the AgentDefs: the
+    whole read is asked again, not only its first request."""
+    async with client_registry(tmp_path, subjects, 0.3) as (server, registry):
+        paused_once = contextlib.ExitStack()
+        read_specs = registry.agent_specs
+        calls = 0
+
+        async def paused_on_the_first_call() -> dict[str, Any]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                paused_once.enter_context(paused(server))
+            return await read_specs()
+
+        registry.agent_specs = paused_on_the_first_call  # type: ignore[method-assign]
+        reading = asyncio.create_task(registry.current_agents())
+        for _ in range(int(TIMEOUT / 0.02)):
+            if registry.reads_asked_again or reading.done():
+                break
+            await asyncio.sleep(0.02)
+        paused_once.close()  # the server answers again
+        await asyncio.wait_for(reading, TIMEOUT)
+        assert registry.reads_asked_again >= 1
+        assert calls >= 2

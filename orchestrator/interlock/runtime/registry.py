@@ -328,18 +328,21 @@ class Registry:
             return
         async with self._agents_lock:  # concurrent starts share one read
             bucket = self._subjects.agents_bucket
-            for attempt in range(READ_ATTEMPTS):  # a read: asked again through an election
+            # Reads, asked again (all of them) through an election: the bucket's last
+            # revision, then, if it moved, the AgentDefs.
+            for attempt in range(READ_ATTEMPTS):
                 try:
                     info = await self._js.stream_info(f"KV_{bucket}")
+                    last = info.state.last_seq
+                    if self._agents_read == last:
+                        return  # nothing applied since the last read: one request, no consumer
+                    specs = await self.agent_specs()
                     break
                 except NatsTimeoutError:
                     if attempt == READ_ATTEMPTS - 1:
                         raise
                     self.reads_asked_again += 1
-            last = info.state.last_seq
-            if self._agents_read == last:
-                return  # nothing applied since the last read: one request, no consumer
-            for name, spec in (await self.agent_specs()).items():
+            for name, spec in specs.items():
                 self._learn_agent(name, spec)
             self._agents_read = last
 

@@ -1,7 +1,7 @@
 """What a worker sends, made the short way: its answers and their times.
 
 ``encode_answer`` builds an answer's headers straight from the request; it must give
-byte for byte what the generic path gives (``encode_result`` of ``result_event``: a
+byte for byte what the generic path gives (``encode_result`` of ``answer_event``: a
 CloudEvent made, then encoded in binary mode), errors included. ``utc_now`` makes each
 second's text once; it must read as ``format_time`` does.
 """
@@ -22,9 +22,9 @@ from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent
 from interlock.transport.tasks import (
     TaskRequest,
     agent_source,
+    answer_event,
     encode_answer,
     encode_result,
-    result_event,
 )
 
 texts = st.sampled_from(
@@ -77,9 +77,16 @@ def test_an_answer_is_encoded_as_the_generic_path_encodes_it(
     request: TaskRequest, worker: str, type_: str, data: Any, when: str
 ) -> None:
     def generic() -> tuple[str, dict[str, str], bytes]:
-        event = result_event(request, worker_name=worker, type=type_, data=data, now=NOW)
-        event = CloudEvent(
-            **{**{f: getattr(event, f) for f in event.__struct_fields__}, "time": when}
+        event = answer_event(
+            run_id=request.run_id,
+            action_id=request.action_id,
+            attempt=request.attempt,
+            event_id=f"{request.action_id}.{request.attempt}.result",
+            source=agent_source(worker),
+            type=type_,
+            data=data,
+            time=when,
+            traceparent=request.event.extensions.get("traceparent"),
         )
         return (event.id, *encode_result(event, token=request.token))
 
@@ -92,9 +99,6 @@ def test_an_answer_is_encoded_as_the_generic_path_encodes_it(
     assert short == expected
     if isinstance(expected[1], dict):
         assert list(short[1]) == list(expected[1])  # the same order on the wire
-
-
-NOW = datetime(2026, 12, 3, 23, 13, 8, 688000, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

@@ -353,23 +353,6 @@ def answer_event(
     )
 
 
-def result_event(
-    request: TaskRequest, *, worker_name: str, type: str, data: Any, now: datetime
-) -> CloudEvent:
-    """A worker's answer to ``request``: a completed, emitted or failed result."""
-    return answer_event(
-        run_id=request.run_id,
-        action_id=request.action_id,
-        attempt=request.attempt,
-        event_id=f"{request.action_id}.{request.attempt}.result",
-        source=agent_source(worker_name),
-        type=type,
-        data=data,
-        time=format_time(now),
-        traceparent=request.event.extensions.get(TRACEPARENT),
-    )
-
-
 def failure(
     error_class: str, message: str, *, retryable: bool | None = None, code: str | None = None
 ) -> tuple[str, Any]:
@@ -396,7 +379,7 @@ def encode_answer(
     request: TaskRequest, *, source: str, type: str, data: Any, time: str
 ) -> tuple[str, dict[str, str], bytes]:
     """A worker's answer to ``request`` on the wire: its id, headers and payload, what
-    :func:`encode_result` makes of :func:`result_event` (the same headers in the same order,
+    :func:`encode_result` makes of :func:`answer_event` (the same headers in the same order,
     the same payload and errors), built straight from the request where no value needs
     escaping."""
     event_id = f"{request.action_id}.{request.attempt}.result"

@@ -172,6 +172,7 @@ async def bench(args) -> None:
         print(f"interlock apply ({apply_s:.2f}s): {ap.stdout.strip()}", flush=True)
         # 2. the orchestrator and the worker, as their own processes
         oprofile = ["-m", "cProfile", "-o", args.profile_orchestrator]
+        ometrics = common.free_port()
         orch = _spawn(
             [
                 *([sys.executable, *oprofile] if args.profile_orchestrator else []),
@@ -180,7 +181,7 @@ async def bench(args) -> None:
                 "--server",
                 url,
                 "--metrics-port",
-                str(common.free_port()),
+                str(ometrics),
                 "--log-level",
                 "warning",
             ],
@@ -279,6 +280,9 @@ async def bench(args) -> None:
                 "bytes": info.state.bytes,
                 "writes_per_run": round(info.state.last_seq / total_runs, 2),
             }
+        # Relay messages delivered more than once: each is checked against its run's log.
+        res["orchestrator_redeliveries"] = _redeliveries(ometrics)
+        print(f"orchestrator redeliveries: {res['orchestrator_redeliveries']}", flush=True)
         res["nats_messages_per_run"] = common.nats_messages_per_run(mport, total_runs)
         runs_msgs = streams.get(opts.subjects.runs_stream, {}).get("msgs", 0)
         res["durable_records"] = {
@@ -337,6 +341,23 @@ async def bench(args) -> None:
     )
     if not args.keep_data:
         shutil.rmtree(wd, ignore_errors=True)
+
+
+def _redeliveries(port: int) -> dict[str, float]:
+    """Messages the orchestrator's consumers got more than once, by consumer (its metrics)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("interlock_redeliveries_total{"):
+            labels, _, value = line.rpartition(" ")
+            found[labels[labels.index("{") + 1 : -1]] = float(value)
+    return found
 
 
 def _git_rev() -> str:

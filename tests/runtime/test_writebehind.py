@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from nats.aio.client import Client
@@ -12,7 +13,7 @@ from test_runindex_writes import fast, record
 
 from interlock.core import events as ev
 from interlock.runtime.runindex import RunIndex
-from interlock.runtime.writebehind import WriteBehind
+from interlock.runtime.writebehind import SLICE, WriteBehind
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 
@@ -92,9 +93,9 @@ async def test_entries_are_written_when_due_and_their_messages_acknowledged_afte
 async def test_a_flush_lets_other_work_run_between_its_runs(
     fast: Client, subjects: Subjects
 ) -> None:
-    """A flush of many runs reports them one turn of the event loop at a time: what
-    became due meanwhile (a message of a run's next step) runs between them, not after
-    the whole flush."""
+    """A flush that has worked its slice lets the event loop run: what became due
+    meanwhile (a message of a run's next step) runs between its reports, not after the
+    whole flush (each report here takes longer than a slice)."""
     js = jetstream(fast)
     index = RunIndex(fast, subjects)
     await index.start()
@@ -109,6 +110,7 @@ async def test_a_flush_lets_other_work_run_between_its_runs(
 
     def report(run_id: str, records: list[Any]) -> None:
         reported.append(run_id)
+        time.sleep(2 * SLICE)
         if len(reported) == 1:  # something else becomes due as the first is reported
             loop.call_soon(lambda: seen_by_other_work.append(len(reported)))
 
@@ -120,4 +122,48 @@ async def test_a_flush_lets_other_work_run_between_its_runs(
     assert sorted(reported) == runs
     assert len(seen_by_other_work) == 1
     assert seen_by_other_work[0] < len(runs)  # it ran before the flush was done
+    await behind.stop()
+
+
+async def test_a_flush_keeps_up_with_a_busy_event_loop(fast: Client, subjects: Subjects) -> None:
+    """Under load every turn of the event loop takes milliseconds; a flush still gets
+    through its runs in a few turns, not one or two per run (a flush that slow fell
+    behind the runs coming in, and held their messages past their acknowledgement
+    wait: every one came again)."""
+    js = jetstream(fast)
+    index = RunIndex(fast, subjects)
+    await index.start()
+    runs = [f"busy-{n}" for n in range(300)]
+    for run_id in runs:
+        await js.publish(subjects.run(run_id), b"-")
+    sub = await js.pull_subscribe(subjects.runs_all, "wb-busy", stream=subjects.runs_stream)
+    msgs: dict[str, Any] = {}
+    while len(msgs) < len(runs):
+        for m in await sub.fetch(len(runs) - len(msgs), timeout=WAIT):
+            msgs[m.subject.rsplit(".", 1)[1]] = m
+    loop = asyncio.get_running_loop()
+    turns = 0
+    busy = True
+
+    def other_work() -> None:  # a turn of the loop that takes 5 ms, again and again
+        nonlocal turns
+        turns += 1
+        time.sleep(0.005)
+        if busy:
+            loop.call_soon(other_work)
+
+    reported: list[str] = []
+    behind = WriteBehind(index, lambda run_id, _: reported.append(run_id), hold=60.0)
+    for run_id in runs:
+        behind.add(run_id, _finished(run_id), _finished(run_id), [msgs[run_id]])
+    loop.call_soon(other_work)
+    try:
+        await behind.flush(everything=True)
+    finally:
+        busy = False
+    assert sorted(reported) == sorted(runs)
+    # One turn per run each way took 600 turns here.
+    assert turns < 100, turns
+    await fast.flush()
+    assert (await js.consumer_info(subjects.runs_stream, "wb-busy")).num_ack_pending == 0
     await behind.stop()

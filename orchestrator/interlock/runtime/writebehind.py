@@ -48,6 +48,9 @@ MARGIN = 2.0
 TICK = 0.02
 """Seconds between flushes while something is held (finished or waiting runs wait at most
 this)."""
+SLICE = 0.0002
+"""Seconds a flush works at least before it lets the event loop run what came meanwhile
+(a run's next step): see :class:`_Share`."""
 FINISHING = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
 
 Done = Callable[[str, list[ev.AnyRecord]], None]
@@ -210,7 +213,8 @@ class WriteBehind:
         if not due:
             return
         taken = [(run_id, self._held.pop(run_id)) for run_id in due]
-        outcomes = await self._settle_all(taken)
+        share = _Share()
+        outcomes = await self._settle_all(taken, share)
         for (run_id, held), outcome in zip(taken, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 log.warning(
@@ -230,11 +234,13 @@ class WriteBehind:
                 log.warning("relay: cannot acknowledge run %s: %s", run_id, exc)
                 continue
             self._done(run_id, held.reported)
-            # One run's report at a time: what came meanwhile (a run's next step) goes
-            # between them rather than after the whole flush.
-            await asyncio.sleep(0)
+            # What came meanwhile (a run's next step) goes between the reports rather
+            # than after the whole flush.
+            await share.pause()
 
-    async def _settle_all(self, taken: list[tuple[str, _Held]]) -> list[BaseException | None]:
+    async def _settle_all(
+        self, taken: list[tuple[str, _Held]], share: _Share
+    ) -> list[BaseException | None]:
         """Write each run's entry (and schedule its timers): the writes that need nothing
         first are sent at once and their acknowledgements awaited in turn, the others
         (timers to schedule, an entry to read first) each in a task of its own. What
@@ -246,8 +252,7 @@ class WriteBehind:
             if held.timers:
                 other.append((i, self._settle(run_id, held)))
                 continue
-            if sent or other:
-                await asyncio.sleep(0)  # one entry at a time, as the reports below
+            await share.pause()  # as the reports below
             write = self._index.update_soon(run_id, held.records)
             if write is not None:
                 (sent if write[1] else other).append((i, write[0]))
@@ -280,6 +285,30 @@ class WriteBehind:
             self._timer = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.flush(everything=True), timeout)
+
+
+class _Share:
+    """A flush's share of the event loop: it lets the loop run what came meanwhile once it
+    has worked ``SLICE``, or as long as the loop's last turn took, if longer. Under load a
+    turn of the loop takes milliseconds; a flush giving way every ``SLICE`` regardless
+    got one entry written per turn, fell behind the runs coming in, and held their
+    messages past their acknowledgement wait (each then came again). Taking as long as
+    the loop took keeps a flush at half the process at most and at least, however busy."""
+
+    __slots__ = ("_slice", "_turn")
+
+    def __init__(self) -> None:
+        self._turn = time.perf_counter()
+        self._slice = SLICE
+
+    async def pause(self) -> None:
+        """Give way to the event loop, if this flush has had its share."""
+        now = time.perf_counter()
+        if now - self._turn < self._slice:
+            return
+        await asyncio.sleep(0)
+        self._turn = time.perf_counter()
+        self._slice = max(SLICE, self._turn - now)
 
 
 def waits_outside(records: Sequence[ev.AnyRecord]) -> bool:

@@ -18,6 +18,7 @@ from prometheus_client.metrics import MetricWrapperBase
 import interlock.sdk.metrics as agent_metrics
 from interlock.runtime.cluster_metrics import ClusterMetrics
 from interlock.runtime.metrics import OrchestratorMetrics
+from interlock.runtime.plaincounts import PlainCounter, PlainHistogram
 from interlock.transport.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def exported() -> dict[str, set[str]]:
     registry = CollectorRegistry()
     metrics = OrchestratorMetrics(registry)
     for value in vars(metrics).values():
-        if isinstance(value, MetricWrapperBase):
+        if isinstance(value, PlainCounter | PlainHistogram):
             families[value._name] = set(value._labelnames)
     cluster = ClusterMetrics(None, Subjects(), registry=None)
     cluster._lag = {("S", "c"): (1, 1)}

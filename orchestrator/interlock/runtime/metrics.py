@@ -26,11 +26,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from interlock.core import events as ev
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
+from interlock.runtime.plaincounts import PlainCounter, PlainHistogram
 from interlock.runtime.runview import (
     ACTION_OUTCOMES,
     RUN_STATUSES,
@@ -128,19 +129,24 @@ class RunTracker(OrchestratorObserver):
 
     def _report(self, run: RunView, records: Sequence[ev.AnyRecord]) -> None:
         sinks = self._sinks
+        changes = VIEW_CHANGES
         for record in records:
-            seq = record_seq(record)
-            if seq <= run.seq and run.seq:
+            # record_seq and RunView.apply, in line (they run for every record of every run)
+            try:
+                seq = int(record.id.rsplit(":", 1)[1])
+            except (IndexError, ValueError):
+                seq = 0
+            last = run.seq
+            if seq <= last and last:
                 continue  # already reported
             for sink in sinks:
                 try:
                     sink.on_record(run, record)
                 except Exception:
                     log.exception("telemetry sink %s failed", type(sink).__name__)
-            # RunView.apply, in line (it runs for every record of every run)
-            if seq > run.seq:
+            if seq > last:
                 run.seq = seq
-            change = VIEW_CHANGES.get(type(record))
+            change = changes.get(type(record))
             if change is not None:
                 change(run, record, seq)
         self._keep(run)
@@ -213,80 +219,84 @@ class RunTracker(OrchestratorObserver):
 class OrchestratorMetrics(OrchestratorObserver):
     """Counters and histograms of one orchestrator process.
 
+    They are plain numbers (:mod:`interlock.runtime.plaincounts`), updated from the event
+    loop without a lock and exposed at a scrape as prometheus_client's classes would
+    expose them.
+
     Register it twice: as an observer of the orchestrator (dead letters, redeliveries,
     conflicts, dispatches) and as a sink of a :class:`RunTracker` (run records).
     """
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         r = registry
-        self.runs_started = Counter(
+        self.runs_started = PlainCounter(
             "interlock_runs_started", "Runs started", ["workflow"], registry=r
         )
-        self.runs_completed = Counter(
+        self.runs_completed = PlainCounter(
             "interlock_runs_completed",
             "Runs that reached a terminal state",
             ["workflow"],
             registry=r,
         )
-        self.runs_failed = Counter(
+        self.runs_failed = PlainCounter(
             "interlock_runs_failed", "Runs that failed", ["workflow", "error_class"], registry=r
         )
-        self.runs_cancelled = Counter(
+        self.runs_cancelled = PlainCounter(
             "interlock_runs_cancelled", "Runs cancelled", ["workflow"], registry=r
         )
-        self.run_duration = Histogram(
+        self.run_duration = PlainHistogram(
             "interlock_run_duration_seconds",
             "Time from a run's start to its end (record times)",
             ["workflow", "status"],
             buckets=RUN_BUCKETS,
             registry=r,
         )
-        self.states_entered = Counter(
+        self.states_entered = PlainCounter(
             "interlock_states_entered", "States entered by runs", ["workflow", "state"], registry=r
         )
-        self.transitions = Counter(
+        self.transitions = PlainCounter(
             "interlock_transitions", "Transitions fired", ["workflow"], registry=r
         )
-        self.guard_failures = Counter(
+        self.guard_failures = PlainCounter(
             "interlock_guard_failures",
             "Guards that could not be evaluated (the transition did not fire)",
             ["workflow", "state"],
             registry=r,
         )
-        self.actions_requested = Counter(
+        self.actions_requested = PlainCounter(
             "interlock_actions_requested", "Actions requested by runs", ["capability"], registry=r
         )
-        self.actions_dispatched = Counter(
+        self.actions_dispatched = PlainCounter(
             "interlock_actions_dispatched",
             "Capability requests published (a re-dispatch after a crash counts again)",
             ["capability"],
             registry=r,
         )
-        self.action_duration = Histogram(
+        self.action_duration = PlainHistogram(
             "interlock_action_duration_seconds",
             "Time from an action's request to its answer (record times)",
             ["capability", "outcome"],
             buckets=DURATION_BUCKETS,
             registry=r,
         )
-        self.dead_letters = Counter(
+        self.dead_letters = PlainCounter(
             "interlock_dead_letters",
             "Messages moved to the dead-letter stream",
             ["reason"],
             registry=r,
         )
-        self.redeliveries = Counter(
+        self.redeliveries = PlainCounter(
             "interlock_redeliveries",
             "Messages delivered again to an orchestrator consumer",
             ["consumer"],
             registry=r,
         )
-        self.append_conflicts = Counter(
+        self.append_conflicts = PlainCounter(
             "interlock_append_conflicts",
             "Optimistic run-log appends that lost a race and were decided again",
             registry=r,
         )
-        self.events_unrouted = Counter(
+        self.events_unrouted = PlainCounter(
             "interlock_events_unrouted",
             "Inbound events that started or reached no run",
             registry=r,
@@ -386,9 +396,9 @@ class OrchestratorMetrics(OrchestratorObserver):
 
 class _Kept(dict[Any, Any]):
     """A labelled metric's children by their label values (one value, or a tuple of
-    them in the order of the metric's label names), each looked up once: prometheus_client's
-    ``labels()`` checks its arguments and takes a lock on every call. The children live
-    as long as their metric does anyway, so keeping them costs no memory of its own."""
+    them in the order of the metric's label names), each looked up once: ``labels()``
+    checks its arguments and turns each into text on every call. The children live as
+    long as their metric does anyway, so keeping them costs no memory of its own."""
 
     def __init__(self, metric: Any) -> None:
         super().__init__()
@@ -401,8 +411,24 @@ class _Kept(dict[Any, Any]):
         return child
 
 
+_SECONDS: dict[str, float] = {}
+"""Record times read lately, and their epoch seconds: a run's records share their times
+(an action's answer and the next request, a run's last records), and so do runs' records
+written in the same millisecond."""
+_SECONDS_KEPT = 4096
+
+
+def _seconds(text: str) -> float:
+    seconds = _SECONDS.get(text)
+    if seconds is None:
+        if len(_SECONDS) >= _SECONDS_KEPT:
+            _SECONDS.clear()
+        seconds = _SECONDS[text] = epoch_seconds(text)
+    return seconds
+
+
 def _elapsed(start: str, end: str) -> float:
-    return max(epoch_seconds(end) - epoch_seconds(start), 0.0)
+    return max(_seconds(end) - _seconds(start), 0.0)
 
 
 def orchestrator_telemetry(

@@ -4,14 +4,14 @@ Every process connects through :func:`interlock.transport.connection.connect`, w
 this client. It behaves as nats-py's ``Client`` does, with two differences in cost, not in
 result, and one in order:
 
-- **Headers are parsed without a generator per character.** nats-py checks each header
-  name for whitespace with ``any(c.isspace() for c in key)``; a run of the approval
-  workload parses about eight header blocks in the orchestrator, and that check alone was
-  a fifth of the Python calls the orchestrator made per run. One regular expression does
-  the same check (``tests/runtime/test_natsclient.py`` compares both on random input).
+- **Messages in are parsed with less work** (:mod:`interlock.transport.natsinbound`):
+  each message in one pass, a header block parsed when its headers are first read, and
+  in two calls when it is plain ``Name: value`` lines (nats-py checks each name for
+  whitespace with a generator per character).
 - **Direct subscriptions** (:meth:`NatsClient.subscribe_direct`): the handler is a plain
   function called from the read loop with the message, instead of the message going
-  through the subscription's queue to a task of its own that awaits a coroutine. For
+  through the subscription's queue to a task of its own that awaits a coroutine (nor
+  is there a coroutine per message between the parser and the handler). For
   replies that only complete a future (JetStream acknowledgements, pull-consumer
   deliveries handed over to a consumer's own queue) the queue and the task switch were
   most of the work. A handler must be quick and must not block; what it raises is
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -50,12 +49,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd, pub_cmd
 
+from interlock.transport.natsinbound import EAGER, LazyHeadersMsg, MessageParser, parse_header_lines
+
 log = logging.getLogger("interlock.nats")
 
-_SPACE = re.compile(r"\s")
-_ASCII_SPACE = " \t\n\r\x0b\x0c"
-"""What ``bytes.strip()`` strips."""
-_CRLF = b"\r\n"
 _NAME_CACHE = 256
 """Header names kept encoded (Interlock sends a few dozen distinct ones)."""
 
@@ -71,34 +68,11 @@ class NatsClient(Client):
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
         self._names: dict[str, str] = {}
+        self._ps = MessageParser(self)
 
-    @staticmethod
-    def _parse_header_lines(raw: bytes) -> dict[str, str]:
-        """What ``Client._parse_header_lines`` returns (``Name: Value`` per line; a name
-        that is not ASCII or holds whitespace is skipped; values decoded leniently)."""
-        out: dict[str, str] = {}
-        if raw.isascii():
-            # One decode for the block; the same strips as bytes.strip() (ASCII only).
-            for text in raw.decode("ascii").split("\r\n"):
-                head, colon, tail = text.partition(":")
-                if not colon:
-                    continue
-                key = head.strip(_ASCII_SPACE)
-                if _SPACE.search(key) is None:
-                    out[key] = tail.strip(_ASCII_SPACE)
-            return out
-        for line in raw.split(_CRLF):
-            name, sep, value = line.partition(b":")
-            if not sep:
-                continue
-            try:
-                key = name.strip().decode("ascii")
-            except UnicodeDecodeError:
-                continue
-            if _SPACE.search(key) is not None:
-                continue
-            out[key] = value.strip().decode("utf-8", "replace")
-        return out
+    _parse_header_lines = staticmethod(parse_header_lines)
+    """What ``Client._parse_header_lines`` returns, cheaper (nats-py's
+    ``_process_headers`` calls it)."""
 
     def _header_block(self, headers: dict[str, str]) -> bytes:
         """The header block ``Client._send_publish`` builds (same bytes, same
@@ -277,21 +251,60 @@ class NatsClient(Client):
         super()._remove_sub(sid, max_msgs)
 
     async def _process_msg(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
         handler = self._direct.get(sid)
         if handler is None:
-            await super()._process_msg(sid, subject, reply, data, headers)
+            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
             return
-        self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += len(data)
-        hdr = await self._process_headers(headers) if headers else None
-        msg = self._build_message(sid, subject, reply, data, hdr)
+        if EAGER or self.msg_class is not Msg:
+            self.stats["in_msgs"] += 1
+            self.stats["in_bytes"] += len(data)
+            hdr = await self._process_headers(headers) if headers else None
+            msg = self._build_message(sid, subject, reply, data, hdr)
+            failed = self._handle(handler, msg)
+        else:
+            failed = self._deliver(handler, sid, subject, reply, data, headers)
+        if failed is not None:
+            await self._error_cb(failed)
+
+    def _deliver(
+        self,
+        handler: DirectHandler,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        headers: bytes | None,
+    ) -> Exception | None:
+        """A message of a direct subscription to its handler, in one plain call: its
+        header block is parsed when first read (:class:`LazyHeadersMsg`). Returns what the
+        handler raised, for the caller to report."""
+        stats = self.stats
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        if headers:
+            msg: Msg = object.__new__(LazyHeadersMsg)
+            msg.__dict__ = {
+                "_client": self,
+                "subject": subject.decode(),
+                "reply": reply.decode(),
+                "data": data,
+                "_raw": headers,
+                "_sid": sid,
+            }
+        else:
+            msg = Msg(self, subject.decode(), reply.decode(), data, None, None, False, sid)
+        return self._handle(handler, msg)
+
+    @staticmethod
+    def _handle(handler: DirectHandler, msg: Msg) -> Exception | None:
         try:
             handler(msg)
         except Exception as exc:
             log.exception("handling a message on %s failed", msg.subject)
-            await self._error_cb(exc)
+            return exc
+        return None
 
 
 async def round_trip(nc: Client) -> None:

@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from interlock.transport.natsclient import direct_subscriber
+from interlock.transport.natsinbound import status_of
 
 log = logging.getLogger("interlock.pulling")
 
@@ -284,7 +285,8 @@ class PullConsumer:
 
     def _on_msg(self, msg: Msg) -> None:
         self._last_heard = asyncio.get_running_loop().time()
-        status = msg.headers.get(_STATUS) if msg.headers else None
+        # A delivery's header block is left unparsed (a status has its own line).
+        status = status_of(msg)
         if status:
             self._on_status(msg, status)
             return

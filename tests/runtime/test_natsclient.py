@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats import errors
-from nats.aio.client import Client
+from nats.aio.client import Client, _validate_subject
 from nats.aio.msg import Msg
 
 from interlock.runtime.embedded import EmbeddedNats
@@ -438,6 +438,44 @@ async def test_publish_nowait_refuses_bad_subjects_as_publish_does(
             outcomes.append(type(exc).__name__)
     assert len(outcomes) == 2
     assert outcomes[0] == outcomes[1]
+
+
+_SUBJECT_TEXT = st.text(
+    alphabet=st.sampled_from("a.> *\t\r\n\x0b\x0c\x1c\u2028\u00a0é$_"), max_size=6
+)
+
+
+@settings(max_examples=300)
+@given(_SUBJECT_TEXT, _SUBJECT_TEXT)
+async def test_subjects_are_refused_as_nats_py_refuses_them(subject: str, reply: str) -> None:
+    """publish and publish_nowait refuse exactly the subjects and replies nats-py's check
+    refuses (empty, or holding a space, tab, CR or LF), and no other."""
+    try:
+        _validate_subject(subject)
+        if reply:
+            _validate_subject(reply)
+    except errors.BadSubjectError:
+        refused = True
+    else:
+        refused = False
+    for nowait in (True, False):
+        client = NatsClient()
+        _ready(client)
+        sent: list[tuple[Any, ...]] = []
+
+        async def capture(*args: Any, sent: list[tuple[Any, ...]] = sent) -> None:
+            sent.append(args)
+
+        client._send_publish = capture  # type: ignore[method-assign]
+        try:
+            if nowait:
+                assert client.publish_nowait(subject, b"x", reply=reply)
+            else:
+                await client.publish(subject, b"x", reply=reply)
+        except errors.BadSubjectError:
+            assert refused
+        else:
+            assert not refused
 
 
 async def test_publish_nowait_waits_for_a_flusher_that_is_gone() -> None:

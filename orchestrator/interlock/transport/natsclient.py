@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nats import errors
-from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, Client, _validate_subject
+from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd, pub_cmd
@@ -57,6 +57,14 @@ _NAME_CACHE = 256
 """Header names kept encoded (Interlock sends a few dozen distinct ones)."""
 
 DirectHandler = Callable[[Msg], None]
+
+
+def _spaced(subject: str) -> bool:
+    """Whether ``subject`` holds what nats-py's ``_validate_subject`` refuses on the
+    publish path (a space, tab, CR or LF: the CRLF would end the command), in four
+    substring tests instead of its function call and regular expression search (a
+    run's publishes check about 18 subjects in the orchestrator)."""
+    return " " in subject or "\t" in subject or "\r" in subject or "\n" in subject
 
 
 class NatsClient(Client):
@@ -106,10 +114,10 @@ class NatsClient(Client):
     ) -> None:
         """``Client.publish``: the same checks and errors, the connection's status read
         once instead of through three properties."""
-        if not self._skip_subject_validation:
-            _validate_subject(subject)
-            if reply:
-                _validate_subject(reply)
+        if not self._skip_subject_validation and (
+            not subject or _spaced(subject) or (reply and _spaced(reply))
+        ):
+            raise errors.BadSubjectError
         status = self._status
         if status == Client.CLOSED:
             raise errors.ConnectionClosedError
@@ -150,10 +158,10 @@ class NatsClient(Client):
         flusher = self._flusher_task
         if queue is None or flusher is None or flusher.done():
             return False
-        if not self._skip_subject_validation:
-            _validate_subject(subject)
-            if reply:
-                _validate_subject(reply)
+        if not self._skip_subject_validation and (
+            not subject or _spaced(subject) or (reply and _spaced(reply))
+        ):
+            raise errors.BadSubjectError
         payload_size = len(payload)
         if payload_size > self._max_payload:
             raise errors.MaxPayloadError

@@ -44,18 +44,29 @@ def _finished(run_id: str) -> list[Any]:
     ]
 
 
+async def _delivered(
+    fast: Client, subjects: Subjects, runs: list[str], durable: str
+) -> tuple[RunIndex, dict[str, Any]]:
+    """A started run index, and one delivered (unacknowledged) message per run."""
+    js = jetstream(fast)
+    index = RunIndex(fast, subjects)
+    await index.start()
+    for run_id in runs:
+        await js.publish(subjects.run(run_id), b"-")
+    sub = await js.pull_subscribe(subjects.runs_all, durable, stream=subjects.runs_stream)
+    msgs: dict[str, Any] = {}
+    while len(msgs) < len(runs):
+        for m in await sub.fetch(len(runs) - len(msgs), timeout=WAIT):
+            msgs[m.subject.rsplit(".", 1)[1]] = m
+    return index, msgs
+
+
 async def test_entries_are_written_when_due_and_their_messages_acknowledged_after(
     fast: Client, subjects: Subjects
 ) -> None:
     js = jetstream(fast)
-    index = RunIndex(fast, subjects)
-    await index.start()
     runs = ["held", "ends", "ends-too", "left"]
-    for run_id in runs:
-        await js.publish(subjects.run(run_id), b"-")
-    sub = await js.pull_subscribe(subjects.runs_all, "wb", stream=subjects.runs_stream)
-    msgs = {m.subject.rsplit(".", 1)[1]: m for m in await sub.fetch(len(runs), timeout=WAIT)}
-    assert set(msgs) == set(runs)
+    index, msgs = await _delivered(fast, subjects, runs, "wb")
 
     reported: asyncio.Queue[tuple[str, list[Any]]] = asyncio.Queue()
     behind = WriteBehind(
@@ -96,14 +107,8 @@ async def test_a_flush_lets_other_work_run_between_its_runs(
     """A flush that has worked its slice lets the event loop run: what became due
     meanwhile (a message of a run's next step) runs between its reports, not after the
     whole flush (each report here takes longer than a slice)."""
-    js = jetstream(fast)
-    index = RunIndex(fast, subjects)
-    await index.start()
     runs = [f"many-{n}" for n in range(5)]
-    for run_id in runs:
-        await js.publish(subjects.run(run_id), b"-")
-    sub = await js.pull_subscribe(subjects.runs_all, "wb-many", stream=subjects.runs_stream)
-    msgs = {m.subject.rsplit(".", 1)[1]: m for m in await sub.fetch(len(runs), timeout=WAIT)}
+    index, msgs = await _delivered(fast, subjects, runs, "wb-many")
     reported: list[str] = []
     seen_by_other_work: list[int] = []
     loop = asyncio.get_running_loop()
@@ -131,16 +136,8 @@ async def test_a_flush_keeps_up_with_a_busy_event_loop(fast: Client, subjects: S
     behind the runs coming in, and held their messages past their acknowledgement
     wait: every one came again)."""
     js = jetstream(fast)
-    index = RunIndex(fast, subjects)
-    await index.start()
     runs = [f"busy-{n}" for n in range(300)]
-    for run_id in runs:
-        await js.publish(subjects.run(run_id), b"-")
-    sub = await js.pull_subscribe(subjects.runs_all, "wb-busy", stream=subjects.runs_stream)
-    msgs: dict[str, Any] = {}
-    while len(msgs) < len(runs):
-        for m in await sub.fetch(len(runs) - len(msgs), timeout=WAIT):
-            msgs[m.subject.rsplit(".", 1)[1]] = m
+    index, msgs = await _delivered(fast, subjects, runs, "wb-busy")
     loop = asyncio.get_running_loop()
     turns = 0
     busy = True

@@ -99,8 +99,31 @@ class _Plain(Collector, Generic[Child]):
             raise ValueError("Incorrect label count")
         return tuple(str(v) for v in labelvalues)
 
+    def _new_child(self) -> Child:
+        raise NotImplementedError
+
+    def _add_samples(self, metric: Metric, series: dict[str, str], child: Child) -> None:
+        raise NotImplementedError
+
+    def labels(self, *labelvalues: object) -> Child:
+        key = self._key(labelvalues)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._new_child()
+        return child
+
     def describe(self) -> Iterable[Metric]:
         return [Metric(self._name, self._documentation, self._type)]
+
+    def collect(self) -> Iterable[Metric]:
+        name, created = self._name, _created_series()
+        metric = Metric(name, self._documentation, self._type)
+        for labels, child in list(self._children.items()):
+            series = dict(zip(self._labelnames, labels, strict=True))
+            self._add_samples(metric, series, child)
+            if created:
+                metric.add_sample(name + "_created", dict(series), child.created)
+        return [metric]
 
 
 class PlainCounter(_Plain[CounterChild]):
@@ -131,22 +154,11 @@ class PlainCounter(_Plain[CounterChild]):
             raise ValueError(msg)
         child.inc()
 
-    def labels(self, *labelvalues: object) -> CounterChild:
-        key = self._key(labelvalues)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = CounterChild()
-        return child
+    def _new_child(self) -> CounterChild:
+        return CounterChild()
 
-    def collect(self) -> Iterable[Metric]:
-        name, created = self._name, _created_series()
-        metric = Metric(name, self._documentation, self._type)
-        for labels, child in list(self._children.items()):
-            series = dict(zip(self._labelnames, labels, strict=True))
-            metric.add_sample(name + "_total", series, child.value)
-            if created:
-                metric.add_sample(name + "_created", dict(series), child.created)
-        return [metric]
+    def _add_samples(self, metric: Metric, series: dict[str, str], child: CounterChild) -> None:
+        metric.add_sample(self._name + "_total", series, child.value)
 
 
 class PlainHistogram(_Plain[HistogramChild]):
@@ -177,25 +189,14 @@ class PlainHistogram(_Plain[HistogramChild]):
         self._les = [_go_float(b) for b in bounds]
         super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *labelvalues: object) -> HistogramChild:
-        key = self._key(labelvalues)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = HistogramChild(self._bounds)
-        return child
+    def _new_child(self) -> HistogramChild:
+        return HistogramChild(self._bounds)
 
-    def collect(self) -> Iterable[Metric]:
-        name, created = self._name, _created_series()
-        metric = Metric(name, self._documentation, self._type)
-        for labels, child in list(self._children.items()):
-            series = dict(zip(self._labelnames, labels, strict=True))
-            acc = 0.0
-            for le, count in zip(self._les, list(child.buckets), strict=True):
-                acc += count
-                metric.add_sample(name + "_bucket", {**series, "le": le}, acc)
-            metric.add_sample(name + "_count", dict(series), acc)
-            if self._bounds[0] >= 0:
-                metric.add_sample(name + "_sum", dict(series), child.sum)
-            if created:
-                metric.add_sample(name + "_created", dict(series), child.created)
-        return [metric]
+    def _add_samples(self, metric: Metric, series: dict[str, str], child: HistogramChild) -> None:
+        name, acc = self._name, 0.0
+        for le, count in zip(self._les, list(child.buckets), strict=True):
+            acc += count
+            metric.add_sample(name + "_bucket", {**series, "le": le}, acc)
+        metric.add_sample(name + "_count", dict(series), acc)
+        if self._bounds[0] >= 0:
+            metric.add_sample(name + "_sum", dict(series), child.sum)

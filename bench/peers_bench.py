@@ -3,12 +3,14 @@
 Runs the harness in ``bench/peers`` (one driver per system, each with its own virtualenv
 made by ``bench/peers/install.sh``) round by round, then prints every system's p50, p99 and
 runs/s as ratios to raw NATS of the same round, Interlock's stream writes per run, and the
-CPU per run (every process of the system, and Interlock's orchestrator alone).
-Peers that are not installed under ``$PEERS`` are skipped with a note; raw NATS is needed
-for the ratios. Interlock runs from this checkout's venv (``sys.executable``);
-``--baseline-venv`` also runs another checkout's venv beside it, as ``interlock-base``.
+CPU per run (every process of the system, and Interlock's orchestrator alone), then the
+goals per round and over the rounds (three by default: one round on a shared machine
+moves by tens of percent). Peers that are not installed under ``$PEERS`` are skipped with
+a note; raw NATS is needed for the ratios. Interlock runs from this checkout's venv
+(``sys.executable``); ``--baseline-venv`` also runs another checkout's venv beside it, as
+``interlock-base``.
 
-    python -m bench peers                        # nats-raw, interlock, their fsync twins, restate
+    python -m bench peers      # 3 rounds of nats-raw, interlock, their fsync twins, restate
     python -m bench peers --only "nats-raw interlock" --rounds "r1 r2"
     PEERS=/path/to/peers python -m bench peers --baseline-venv /path/to/other/.venv
 """
@@ -235,7 +237,7 @@ def over_rounds(found: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench peers", description=__doc__.split("\n")[0])
     p.add_argument("--only", default=os.environ.get("ONLY", DEFAULT_ONLY), help="systems to run")
-    p.add_argument("--rounds", default=os.environ.get("ROUNDS", "r1"), help="round labels")
+    p.add_argument("--rounds", default=os.environ.get("ROUNDS", "r1 r2 r3"), help="round labels")
     p.add_argument(
         "--peers",
         default=os.environ.get("PEERS", str(Path(tempfile.gettempdir()) / "peers")),

@@ -100,9 +100,9 @@ def test_header_blocks_parse_as_nats_py_parses_them(raw: bytes) -> None:
     assert _our_headers(raw) == asyncio.run(_nats_py_headers(raw))
 
 
-def _lazy(raw: bytes) -> LazyHeadersMsg:
+def _lazy(raw: bytes, reply: str = "") -> LazyHeadersMsg:
     msg = object.__new__(LazyHeadersMsg)
-    msg.__dict__ = {"_client": None, "subject": "s", "reply": "", "data": b"", "_raw": raw}
+    msg.__dict__ = {"_client": None, "subject": "s", "reply": reply, "data": b"", "_raw": raw}
     return msg
 
 
@@ -120,6 +120,19 @@ def test_a_status_is_what_the_parsed_headers_say(raw: bytes) -> None:
     assert status_of(msg) == want
     assert msg.headers == expected
     assert status_of(msg) == want  # once parsed, read from the headers
+
+
+def test_a_delivered_messages_own_status_header_is_no_server_status() -> None:
+    """A server status has no reply; a message JetStream delivers has an ack subject, and
+    a ``Status`` header on it is its publisher's (a status look-alike taken for "no
+    messages" was left unacknowledged and never handled)."""
+    ack = "$JS.ACK.IL_EVENTS.ingress.1.7.7.1796380935101700304.0"
+    own = b"NATS/1.0\r\nStatus: 404\r\nDescription: No Messages\r\n\r\n"
+    assert status_of(_lazy(own, reply=ack)) is None
+    assert status_of(Msg(None, subject="s", reply=ack, headers={"Status": "409"})) is None
+    assert status_of(_lazy(b"NATS/1.0 404 No Messages\r\n\r\n")) == "404"
+    assert status_of(_lazy(b"NATS/1.0 100 Idle Heartbeat\r\n\r\n")) == "100"
+    assert status_of(Msg(None, subject="s", headers={"Status": "408"})) == "408"
 
 
 def test_lazy_headers_read_and_change_as_a_msgs_do() -> None:

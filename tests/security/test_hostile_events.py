@@ -117,3 +117,82 @@ async def test_hostile_events_are_dead_lettered_at_once(nats_url: str, subjects:
         for seq in (r["seq"] for r in rows):
             shown = await asyncio.to_thread(run_cli, "dead-letters", "show", str(seq), env=env)
             assert shown.returncode == 0, shown.stderr
+
+
+STATUS_PINGED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: status-pinged
+spec:
+  triggers:
+    - event: acme.status
+  initial_state: work
+  states:
+    work:
+      actions:
+        - capability: echo
+          input: {n: 1}
+      on:
+        - {event: task.completed, goto: done}
+    done:
+      type: terminal
+      outputs:
+        n: "$.states.work.output.n"
+"""
+
+
+async def test_events_with_a_status_header_are_events_not_server_statuses(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """A server's answer to a pull request carries its status on the header block's first
+    line, which nats-py reads as a ``Status`` header; a publisher may send a ``Status``
+    header of its own. Such an event is handled as any other (a valid one starts its run,
+    junk is dead-lettered at once), never taken for "no messages" or "consumer deleted"
+    and left to come again after every ack wait."""
+    from interlock.core.compiler import compile_workflow_text
+    from interlock.core.engine import derive_run_id
+
+    async with running_stack(nats_url, subjects, [ECHO_FLOW, STATUS_PINGED]) as stack:
+        valid = {
+            "ce-specversion": "1.0",
+            "ce-id": "status-404",
+            "ce-source": "hostile",
+            "ce-type": "acme.status",
+            "Status": "404",
+            "Description": "No Messages",
+        }
+        junk = [
+            {"Content-Type": "application/cloudevents+json", "Status": status, "Description": why}
+            for status, why in (("409", "Consumer Deleted"), ("404", "No Messages"))
+        ]
+        async with DeadLetters(stack.js, subjects) as letters:
+            for headers in junk:
+                await stack.js.publish(subjects.event("acme.status"), b"", headers=headers)
+            await stack.js.publish(subjects.event("acme.status"), b"", headers=valid)
+            got = [await letters.next() for _ in junk]
+            run_id = derive_run_id(compile_workflow_text(STATUS_PINGED), "hostile", "status-404")
+            state = await stack.wait(run_id)
+            assert state.status == "completed", state
+            await bystander_completes(stack)
+        assert [(m.headers or {}).get("Interlock-Dead-Letter-Reason") for m in got] == [
+            "bad-json",
+            "bad-json",
+        ]
+        info = await stack.js.consumer_info(subjects.events_stream, "ingress")
+        assert info.num_redelivered == 0
+        assert info.num_ack_pending == 0
+
+        env = cli_env(nats_url, subjects.prefix)
+        listed = await asyncio.to_thread(run_cli, "dead-letters", "list", "--json", env=env)
+        assert listed.returncode == 0, listed.stderr
+        rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert [(r["reason"], r["headers"].get("Status")) for r in rows] == [
+            ("bad-json", "409"),
+            ("bad-json", "404"),
+        ]
+        for row in rows:  # each shown by its sequence, the publisher's Status header and all
+            shown = await asyncio.to_thread(
+                run_cli, "dead-letters", "show", str(row["seq"]), "--json", env=env
+            )
+            assert shown.returncode == 0, shown.stderr

@@ -139,9 +139,13 @@ class LazyHeadersMsg(Msg):
 
 
 def status_of(msg: Msg) -> str | None:
-    """``msg.headers.get("Status") if msg.headers else None`` (the server's status of a
-    pull request: 100 heartbeat, 404, 408, ...), without parsing a header block that
-    has neither an inline status nor a ``Status`` line."""
+    """The server's status of a pull request (100 heartbeat, 404, 408, 409, ...): the
+    ``Status`` nats-py reads off the header block's first line, None for a message
+    JetStream delivered (its reply is an ack subject), whose ``Status`` header is its
+    publisher's own. A header block with neither an inline status nor a ``Status`` line
+    is not parsed."""
+    if msg.reply.startswith("$JS.ACK."):
+        return None
     if type(msg) is LazyHeadersMsg and "headers" not in msg.__dict__:
         raw: bytes = msg.__dict__["_raw"]
         if raw[_NATS_HDR_LINE_SIZE : _NATS_HDR_LINE_SIZE + 1] != b" " and b"Status" not in raw:

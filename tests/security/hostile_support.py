@@ -153,6 +153,11 @@ spec:
 """
 """An unrelated run that must complete while something hostile is going on."""
 
+PINGED = ECHO_FLOW.replace("name: bystander", "name: pinged").replace(
+    "spec:\n", "spec:\n  triggers:\n    - event: acme.ping\n", 1
+)
+"""The bystander's steps as the workflow ``pinged``, started by each ``acme.ping`` event."""
+
 
 async def bystander_completes(stack: Stack) -> None:
     """Start the unrelated ``bystander`` run and see it complete (within ``TIMEOUT``)."""

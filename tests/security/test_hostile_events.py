@@ -11,6 +11,7 @@ import json
 
 from hostile_support import (
     ECHO_FLOW,
+    PINGED,
     DeadLetters,
     bystander_completes,
     cli_env,
@@ -18,6 +19,8 @@ from hostile_support import (
     running_stack,
 )
 
+from interlock.core.compiler import compile_workflow_text
+from interlock.core.engine import derive_run_id
 from interlock.transport.subjects import Subjects
 
 DEPTH = 10_000
@@ -119,29 +122,6 @@ async def test_hostile_events_are_dead_lettered_at_once(nats_url: str, subjects:
             assert shown.returncode == 0, shown.stderr
 
 
-STATUS_PINGED = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata:
-  name: status-pinged
-spec:
-  triggers:
-    - event: acme.status
-  initial_state: work
-  states:
-    work:
-      actions:
-        - capability: echo
-          input: {n: 1}
-      on:
-        - {event: task.completed, goto: done}
-    done:
-      type: terminal
-      outputs:
-        n: "$.states.work.output.n"
-"""
-
-
 async def test_events_with_a_status_header_are_events_not_server_statuses(
     nats_url: str, subjects: Subjects
 ) -> None:
@@ -150,15 +130,12 @@ async def test_events_with_a_status_header_are_events_not_server_statuses(
     header of its own. Such an event is handled as any other (a valid one starts its run,
     junk is dead-lettered at once), never taken for "no messages" or "consumer deleted"
     and left to come again after every ack wait."""
-    from interlock.core.compiler import compile_workflow_text
-    from interlock.core.engine import derive_run_id
-
-    async with running_stack(nats_url, subjects, [ECHO_FLOW, STATUS_PINGED]) as stack:
+    async with running_stack(nats_url, subjects, [ECHO_FLOW, PINGED]) as stack:
         valid = {
             "ce-specversion": "1.0",
             "ce-id": "status-404",
             "ce-source": "hostile",
-            "ce-type": "acme.status",
+            "ce-type": "acme.ping",
             "Status": "404",
             "Description": "No Messages",
         }
@@ -168,10 +145,10 @@ async def test_events_with_a_status_header_are_events_not_server_statuses(
         ]
         async with DeadLetters(stack.js, subjects) as letters:
             for headers in junk:
-                await stack.js.publish(subjects.event("acme.status"), b"", headers=headers)
-            await stack.js.publish(subjects.event("acme.status"), b"", headers=valid)
+                await stack.js.publish(subjects.event("acme.ping"), b"", headers=headers)
+            await stack.js.publish(subjects.event("acme.ping"), b"", headers=valid)
             got = [await letters.next() for _ in junk]
-            run_id = derive_run_id(compile_workflow_text(STATUS_PINGED), "hostile", "status-404")
+            run_id = derive_run_id(compile_workflow_text(PINGED), "hostile", "status-404")
             state = await stack.wait(run_id)
             assert state.status == "completed", state
             await bystander_completes(stack)

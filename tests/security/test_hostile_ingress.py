@@ -8,7 +8,7 @@ run away from the event loop, and ingress fetches on without waiting for them)."
 from __future__ import annotations
 
 import pytest
-from hostile_support import DeadLetters, Stack, running_stack, yaml
+from hostile_support import PINGED, DeadLetters, Stack, running_stack, yaml
 
 from interlock.core.compiler import compile_workflow_text
 from interlock.core.engine import derive_run_id
@@ -18,30 +18,6 @@ from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 
 pytestmark = pytest.mark.timeout(300)
-
-PINGED = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: pinged
-    spec:
-      triggers:
-        - event: acme.ping
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: echo
-              input: {n: 1}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-          outputs:
-            n: "$.states.work.output.n"
-    """
-)
 
 DOUBLING = yaml(
     """\

@@ -168,6 +168,44 @@ async def test_dead_letters_list_show_redrive(gs: GatewayStack) -> None:
         assert (await http.get("/dead-letters/0")).status_code == 400
 
 
+async def test_a_letter_that_kept_only_the_start_of_its_message_is_a_409(
+    gs: GatewayStack,
+) -> None:
+    """Redriving a letter that kept only the first 16 KiB of its message would publish a
+    message nobody sent: the gateway answers 409 with a problem body and keeps the letter."""
+    size = gs.stack.client.nc.max_payload - 4096
+    body = json.dumps(
+        {
+            "specversion": "1.0",
+            "id": "huge",
+            "source": "t",
+            "type": "com.example.huge",
+            "data": {"blob": "x" * size},
+        }
+    ).encode()
+    headers = {"Content-Type": "application/cloudevents+json"}
+    await gs.stack.js.publish(gs.stack.subjects.event("com.example.huge"), body, headers=headers)
+    async with gs.http() as http:
+
+        async def letters() -> list[dict[str, object]]:
+            return (await http.get("/dead-letters")).json()  # type: ignore[no-any-return]
+
+        deadline = asyncio.get_running_loop().time() + TIMEOUT
+        while not (found := await letters()):
+            assert asyncio.get_running_loop().time() < deadline, "no dead letter"
+            await asyncio.sleep(0.05)
+        [letter] = found
+        assert letter["reason"] == "too-large"
+        r = await http.post(f"/dead-letters/{letter['seq']}/redrive")
+        assert r.status_code == 409
+        assert r.headers["content-type"] == "application/problem+json"
+        problem = r.json()
+        assert problem["status"] == 409
+        assert problem["type"].endswith("not-redrivable")
+        assert f"of a {len(body):,}-byte message" in problem["detail"]
+        assert (await http.get(f"/dead-letters/{letter['seq']}")).status_code == 200
+
+
 ENDPOINTS = [
     ("GET", "/workflows"),
     ("GET", "/workflows/hello"),

@@ -173,3 +173,59 @@ async def test_events_with_a_status_header_are_events_not_server_statuses(
                 run_cli, "dead-letters", "show", str(row["seq"]), "--json", env=env
             )
             assert shown.returncode == 0, shown.stderr
+
+
+async def test_a_letter_that_kept_only_the_start_of_its_message_is_not_redriven(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """A message too large for a letter keeps its first 16 KiB there: redriving that would
+    publish a message the sender never sent and drop the letter, so it is refused (exit 1,
+    the letter left). A sender's own ``Interlock-Dead-Letter-`` headers do not make it into
+    its letter: it cannot make the letter look truncated, nor name another subject."""
+    async with running_stack(nats_url, subjects, [ECHO_FLOW]) as stack:
+        # Fits in a message, not in a letter beside the letter's headers.
+        headers, big = _structured(
+            "huge", data={"blob": "x" * (stack.client.nc.max_payload - 4096)}
+        )
+        spoofed = {
+            "Content-Type": "application/cloudevents+json",
+            "Interlock-Dead-Letter-Truncated": "5",
+            "interlock-dead-letter-subject": subjects.event("com.elsewhere"),
+        }
+        async with DeadLetters(stack.js, subjects) as letters:
+            await stack.js.publish(subjects.event("com.hostile"), big, headers=headers)
+            await stack.js.publish(subjects.event("com.hostile"), b"{junk", headers=spoofed)
+            got = {m.headers["Interlock-Dead-Letter-Reason"]: m for m in [await letters.next()]}
+            got.update(
+                {m.headers["Interlock-Dead-Letter-Reason"]: m for m in [await letters.next()]}
+            )
+        truncated, junk = got["too-large"], got["bad-json"]
+        assert truncated.headers["Interlock-Dead-Letter-Truncated"] == str(len(big))
+        assert len(truncated.data) == 16 * 1024
+        assert "Interlock-Dead-Letter-Truncated" not in junk.headers
+        assert "interlock-dead-letter-subject" not in junk.headers
+        assert junk.headers["Interlock-Dead-Letter-Subject"] == subjects.event("com.hostile")
+
+        env = cli_env(nats_url, subjects.prefix)
+        listed = await asyncio.to_thread(run_cli, "dead-letters", "list", "--json", env=env)
+        seqs = {
+            json.loads(line)["reason"]: json.loads(line)["seq"]
+            for line in listed.stdout.splitlines()
+        }
+        refused = await asyncio.to_thread(
+            run_cli, "dead-letters", "redrive", str(seqs["too-large"]), env=env
+        )
+        assert refused.returncode == 1, refused
+        assert (
+            f"dead letter {seqs['too-large']} cannot be redriven: it keeps only the first "
+            f"16,384 bytes of a {len(big):,}-byte message"
+        ) in refused.stderr
+        kept = await asyncio.to_thread(
+            run_cli, "dead-letters", "show", str(seqs["too-large"]), env=env
+        )
+        assert kept.returncode == 0, kept.stderr
+        redriven = await asyncio.to_thread(
+            run_cli, "dead-letters", "redrive", str(seqs["bad-json"]), env=env
+        )
+        assert redriven.returncode == 0, redriven.stderr
+        assert subjects.event("com.hostile") in redriven.stdout

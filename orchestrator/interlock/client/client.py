@@ -455,7 +455,8 @@ class Client:
 
     async def redrive(self, seq: int) -> int:
         """Publish a dead letter again where it came from, then drop it; returns the new
-        message's stream sequence. Raises :class:`UnknownDeadLetter`."""
+        message's stream sequence. Raises :class:`UnknownDeadLetter`, or
+        :class:`NotRedrivable` for a letter that kept only the start of its message."""
         _, stored = await self._ops.redrive(seq)
         return stored
 

@@ -14,6 +14,7 @@ from interlock.core.ids import InvalidRunId
 from interlock.core.vocabulary import InterlockError
 from interlock.runtime.errors import (
     InvalidInputs,
+    NotRedrivable,
     RunExists,
     UnknownDeadLetter,
     UnknownRun,
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidInputs",
     "InvalidManifest",
     "InvalidRunId",
+    "NotRedrivable",
     "RunExists",
     "UnknownAgent",
     "UnknownDeadLetter",

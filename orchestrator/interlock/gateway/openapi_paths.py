@@ -413,7 +413,7 @@ def _dead_letter_paths() -> dict[str, Any]:
                 {"200": _json(ref("RedriveResponse"))},
                 params=[_SEQ],
                 tag="dead letters",
-                errors=(400, 401, 403, 404),
+                errors=(400, 401, 403, 404, 409),
             )
         },
     }

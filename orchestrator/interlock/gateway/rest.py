@@ -161,6 +161,7 @@ def _guard(
     from interlock.client import (
         InvalidInputs,
         InvalidRunId,
+        NotRedrivable,
         RunExists,
         UnknownAgent,
         UnknownDeadLetter,
@@ -179,6 +180,8 @@ def _guard(
             raise Problem(400, "invalid-request", str(exc)) from exc
         except RunExists as exc:
             raise Problem(409, "run-exists", str(exc)) from exc
+        except NotRedrivable as exc:
+            raise Problem(409, "not-redrivable", str(exc)) from exc
 
     return guarded
 

@@ -26,7 +26,13 @@ from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
 from interlock.runtime.buckets import bucket_values
-from interlock.runtime.errors import RunExists, UnknownDeadLetter, UnknownRun, UnknownWorkflow
+from interlock.runtime.errors import (
+    NotRedrivable,
+    RunExists,
+    UnknownDeadLetter,
+    UnknownRun,
+    UnknownWorkflow,
+)
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry
 from interlock.runtime.runs import Runs
@@ -269,10 +275,23 @@ class InterlockClient:
         drop the letter. Returns the letter and the new message's stream sequence.
 
         The letter is dropped only once the message is stored again: a failure leaves it.
+
+        Raises:
+            UnknownDeadLetter: there is none.
+            NotRedrivable: the letter kept only the start of its message, or names no
+                subject (nothing is published, the letter stays).
         """
         letter = await self.dead_letter(seq)
         if not letter.subject:
-            raise ValueError(f"dead letter {seq} does not name the subject it came from")
+            raise NotRedrivable(seq, "it does not name the subject its message came from")
+        truncated = letter.headers.get(_DEAD_LETTER + "Truncated")
+        if truncated is not None:
+            size = f"{int(truncated):,}" if truncated.isdigit() else truncated
+            raise NotRedrivable(
+                seq,
+                f"it keeps only the first {len(letter.data):,} bytes of a {size}-byte "
+                "message (too large for a letter); `dead-letters show` has what is kept",
+            )
         ack = await self.js.publish(letter.subject, letter.data, headers=letter.original_headers)
         await self.js.delete_msg(self.subjects.dead_letter_stream, seq)
         return letter, int(ack.seq)

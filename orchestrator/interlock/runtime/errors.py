@@ -39,3 +39,13 @@ class UnknownDeadLetter(LookupError, InterlockError):
     def __init__(self, seq: int) -> None:
         super().__init__(f"no dead letter at sequence {seq}")
         self.seq = seq
+
+
+class NotRedrivable(ValueError, InterlockError):
+    """A dead letter that cannot be published again as its message first came: it kept
+    only the start of a message too large for a letter, or names no subject. The letter
+    is left as it is."""
+
+    def __init__(self, seq: int, why: str) -> None:
+        super().__init__(f"dead letter {seq} cannot be redriven: {why}")
+        self.seq = seq

@@ -108,15 +108,24 @@ async def until_done(
             return
 
 
+_DEAD_LETTER_LOWER = "interlock-dead-letter-"
+
+
 def dead_letter_headers(msg: Msg, reason: str, detail: str) -> dict[str, str]:
     """The headers of a dead letter about ``msg`` (the orchestrator's and the workers' alike).
 
     Without the message's own JetStream headers: its ``Nats-Msg-Id`` would make the
     dead-letter stream drop a second letter about the same message, and others
     (``Nats-Expected-*``, ``Nats-Rollup``, ``Nats-TTL``) would act on the dead-letter
-    stream. The caller adds its own ``Nats-Msg-Id``.
+    stream. The caller adds its own ``Nats-Msg-Id``. Nor its own ``Interlock-Dead-Letter-``
+    headers, in any case: a sender could make its letter look truncated (and so not
+    redrivable) or name another subject for its redrive.
     """
-    headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-")}
+    headers = {
+        k: v
+        for k, v in (msg.headers or {}).items()
+        if not k.startswith("Nats-") and not k.lower().startswith(_DEAD_LETTER_LOWER)
+    }
     headers["Interlock-Dead-Letter-Reason"] = reason
     headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
     headers["Interlock-Dead-Letter-Subject"] = msg.subject

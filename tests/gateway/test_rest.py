@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import msgspec
@@ -143,18 +144,19 @@ async def test_workflows_and_agents(gs: GatewayStack) -> None:
         assert [a["name"] for a in agents] == ["testagent"]
 
 
+async def _letters(http: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """The dead letters listed, once there are any (within ``TIMEOUT``)."""
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while not (found := (await http.get("/dead-letters")).json()):
+        assert asyncio.get_running_loop().time() < deadline, "no dead letter"
+        await asyncio.sleep(0.05)
+    return found  # type: ignore[no-any-return]
+
+
 async def test_dead_letters_list_show_redrive(gs: GatewayStack) -> None:
     await gs.stack.js.publish(gs.stack.subjects.event("com.example.broken"), b"{not json")
     async with gs.http() as http:
-
-        async def letters() -> list[dict[str, object]]:
-            return (await http.get("/dead-letters")).json()  # type: ignore[no-any-return]
-
-        deadline = asyncio.get_running_loop().time() + TIMEOUT
-        while not (found := await letters()):
-            assert asyncio.get_running_loop().time() < deadline, "no dead letter"
-            await asyncio.sleep(0.05)
-        [letter] = found
+        [letter] = await _letters(http)
         seq = letter["seq"]
         assert letter["reason"] == "bad-json"
         shown = (await http.get(f"/dead-letters/{seq}")).json()
@@ -186,15 +188,7 @@ async def test_a_letter_that_kept_only_the_start_of_its_message_is_a_409(
     headers = {"Content-Type": "application/cloudevents+json"}
     await gs.stack.js.publish(gs.stack.subjects.event("com.example.huge"), body, headers=headers)
     async with gs.http() as http:
-
-        async def letters() -> list[dict[str, object]]:
-            return (await http.get("/dead-letters")).json()  # type: ignore[no-any-return]
-
-        deadline = asyncio.get_running_loop().time() + TIMEOUT
-        while not (found := await letters()):
-            assert asyncio.get_running_loop().time() < deadline, "no dead letter"
-            await asyncio.sleep(0.05)
-        [letter] = found
+        [letter] = await _letters(http)
         assert letter["reason"] == "too-large"
         r = await http.post(f"/dead-letters/{letter['seq']}/redrive")
         assert r.status_code == 409

@@ -357,3 +357,47 @@ async def test_the_operators_client_waits_through_its_one_subscription(secured: 
     result = await waiting
     assert (result.status, result.reason) == ("cancelled", "no longer needed")
     assert client._watcher.hinted
+
+
+PLANTED = [
+    ("a run log", lambda run: SUBJECTS.run(run)),
+    ("a run's own events", lambda run: f"il.events.@run.{run}.approve"),
+    ("a workflow definition", lambda run: f"$KV.{SUBJECTS.workflows_bucket}.latest.x.y"),
+    ("an event", lambda run: SUBJECTS.event("acme.order.placed")),
+]
+
+
+@pytest.mark.parametrize(("where", "subject_of"), PLANTED, ids=[p[0] for p in PLANTED])
+async def test_an_agents_own_dead_letter_is_not_redriven_by_the_operator(
+    secured: Secured, target: str, where: str, subject_of: Callable[[str], str]
+) -> None:
+    """An agent writes its own dead letters (``il.dlq.agent.<capability>.*``), headers and
+    all: one naming another subject would have the operator, who redrives it, publish the
+    agent's bytes where the agent may not (a run's log, its events, a definition). A letter
+    an agent wrote is not redriven; nothing is published and the letter stays."""
+    from interlock.client import NotRedrivable
+
+    creds = secured.issued.get("held-agent") or secured.issue(
+        Role("agent", capabilities=("held",)), "held-agent"
+    )
+    before = await log_bytes(secured, target)
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    try:
+        ack = await nc.jetstream().publish(
+            SUBJECTS.agent_dead_letter("held", "bad_input"),
+            b'[{"planted": true}]',
+            headers={
+                "Interlock-Dead-Letter-Reason": "bad_input",
+                "Interlock-Dead-Letter-Subject": subject_of(target),
+                "Content-Type": "application/cloudevents-batch+json",
+            },
+        )
+    finally:
+        await nc.close()
+    assert not refusals.errors  # the agent's own dead-letter subject
+    with pytest.raises(NotRedrivable, match="an agent wrote it"):
+        await secured.operator.redrive(ack.seq)
+    letter = await secured.operator.dead_letter(ack.seq)  # still there
+    assert letter.subject == subject_of(target)
+    assert await log_bytes(secured, target) == before

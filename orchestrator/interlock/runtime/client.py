@@ -282,8 +282,18 @@ class InterlockClient:
                 subject (nothing is published, the letter stays).
         """
         letter = await self.dead_letter(seq)
+        if self.subjects.written_by_an_agent(letter.stored_on):
+            raise NotRedrivable(
+                seq,
+                "an agent wrote it (the subject it names is the agent's word); the "
+                "orchestrator sends a task again when its attempt times out or is retried",
+            )
         if not letter.subject:
             raise NotRedrivable(seq, "it does not name the subject its message came from")
+        if not self.subjects.dead_lettered_from(letter.subject):
+            raise NotRedrivable(
+                seq, f"it names {letter.subject}, where no message the orchestrator reads comes"
+            )
         truncated = letter.headers.get(_DEAD_LETTER + "Truncated")
         if truncated is not None:
             size = f"{int(truncated):,}" if truncated.isdigit() else truncated
@@ -312,6 +322,8 @@ class DeadLetter:
     """Where the message was first published (``redrive`` publishes it there again)."""
     headers: dict[str, str]
     data: bytes
+    stored_on: str = ""
+    """The letter's own subject in the dead-letter stream (an agent's: ``dlq.agent.>``)."""
 
     @classmethod
     def of(cls, raw: RawStreamMsg) -> DeadLetter:
@@ -324,6 +336,7 @@ class DeadLetter:
             subject=headers.get(_DEAD_LETTER + "Subject", ""),
             headers=headers,
             data=raw.data or b"",
+            stored_on=raw.subject or "",
         )
 
     @property

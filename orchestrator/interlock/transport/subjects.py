@@ -219,6 +219,19 @@ class Subjects:
     def dead_letters_all(self) -> str:
         return f"{self.prefix}.dlq.>"
 
+    def written_by_an_agent(self, letter_subject: str) -> bool:
+        """Whether a dead letter stored on ``letter_subject`` is one an agent wrote itself
+        (headers and all: the subject it names is the agent's word)."""
+        return letter_subject.startswith(f"{self.prefix}.dlq.agent.")
+
+    def dead_lettered_from(self, subject: str) -> bool:
+        """Whether the orchestrator dead-letters messages that came on ``subject``: events,
+        answers (by request or on the results stream) and fired timers; never a run log,
+        a task, a bucket or the JetStream API."""
+        return subject.startswith(
+            tuple(f"{self.prefix}.{kind}." for kind in ("events", "answer", "results", "timers"))
+        )
+
     def parked(self, token: str) -> str:
         return f"{self.prefix}.parked.{token}"
 

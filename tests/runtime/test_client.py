@@ -59,6 +59,7 @@ async def test_the_package_exports_are_pinned() -> None:
             "InvalidInputs",
             "InvalidManifest",
             "InvalidRunId",
+            "NotRedrivable",
             "RunExists",
             "SyncClient",
             "UnknownAgent",

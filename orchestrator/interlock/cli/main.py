@@ -114,6 +114,9 @@ def _parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from interlock.cli.terminal import guard_terminals
+
+    guard_terminals()
     given = list(sys.argv[1:] if argv is None else argv)
     args = _parser_for(given).parse_args(given)
     try:

@@ -401,3 +401,50 @@ async def test_an_agents_own_dead_letter_is_not_redriven_by_the_operator(
     letter = await secured.operator.dead_letter(ack.seq)  # still there
     assert letter.subject == subject_of(target)
     assert await log_bytes(secured, target) == before
+
+
+JUNK_HEARTBEATS = [
+    b"not json",
+    b"[1, 2]",
+    b'{"name": "m", "instance": "1", "capabilities": 5}',
+    b'{"name": "m", "instance": "2", "capabilities": [{"a": 1}, "held"]}',
+    b"[" * 100_000 + b"]" * 100_000,
+]
+
+
+async def test_an_agents_junk_heartbeats_hide_no_worker_and_fail_no_listing(
+    secured: Secured,
+) -> None:
+    """An agent writes its own heartbeats, any bytes under its capabilities' keys: values
+    that are not JSON objects are left out of the listings (the operator's, the HTTP
+    gateway's, the orchestrator's gauges), and fields of the wrong type read as none."""
+    from interlock.client import Client as Facade
+    from interlock.runtime.buckets import bucket_values, live_workers
+    from interlock.transport.tasks import capability_token
+
+    listed_before = await secured.operator.agents()
+    creds = secured.issued.get("held-agent") or secured.issue(
+        Role("agent", capabilities=("held",)), "held-agent"
+    )
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    try:
+        key = f"$KV.{SUBJECTS.workers_bucket}.{capability_token('held')}"
+        for n, junk in enumerate(JUNK_HEARTBEATS):
+            await nc.jetstream().publish(f"{key}.junk{n}", junk)
+    finally:
+        await nc.close()
+    assert not refusals.errors  # its own keys: NATS lets it
+    listed = await secured.operator.agents()
+    assert listed["workers"][: len(listed_before["workers"])] == listed_before["workers"]
+    kv = await secured.operator.js.key_value(SUBJECTS.workers_bucket)
+    values = list((await bucket_values(kv)).values())
+    assert len(values) >= len(JUNK_HEARTBEATS)
+    workers = live_workers(values)
+    by_instance = {w.get("instance"): w for w in workers if w.get("name") == "m"}
+    assert by_instance["1"]["capabilities"] == []
+    assert by_instance["2"]["capabilities"] == ["held"]
+    assert all(isinstance(w, dict) for w in workers)
+    facade = Facade(secured.operator.nc, secured.operator.subjects)
+    views = await facade.agents()  # what `interlock agents` and GET /agents show
+    assert any(w.instance == "2" for v in views for w in v.workers)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from interlock.client.errors import UnknownAgent
-from interlock.runtime.buckets import bucket_values
+from interlock.runtime.buckets import bucket_values, live_workers
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
 from interlock.views.build import agent_view, workflow_detail_of, workflow_summary_of
@@ -137,12 +137,7 @@ async def agent_data(
         values = list((await bucket_values(kv)).values())
     except (BucketNotFoundError, NotFoundError):
         values = []
-    # A worker heartbeats under one key per capability: list each process once.
-    workers: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for value in values:
-        record = json.loads(value)
-        workers.setdefault((record.get("name"), record.get("instance")), record)
-    return specs, list(workers.values())
+    return specs, live_workers(values)
 
 
 async def queues(

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Any
 
+import msgspec
 import nats.errors
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
+
+log = logging.getLogger("interlock.workers")
 
 _READ_TIMEOUT = 5.0
 """Seconds :func:`bucket_values` waits for the next value before it gives up."""
@@ -61,3 +69,27 @@ async def newest_revision(kv: KeyValue) -> int | None:
     """
     state = (await kv.status()).stream_info.state
     return state.last_seq if state.messages else None
+
+
+def live_workers(values: Iterable[bytes]) -> list[dict[str, Any]]:
+    """The workers of the workers bucket's heartbeats, one per process (a worker
+    heartbeats under one key per capability it serves), their ``capabilities`` a list of
+    names.
+
+    An agent writes its own heartbeats: whatever bytes it likes under its capabilities'
+    keys. One that is not a JSON object nesting at most 64 levels is left out (logged), so
+    that one agent's junk neither hides the other workers nor fails the listing."""
+    workers: dict[tuple[str, str], dict[str, Any]] = {}
+    for value in values:
+        try:
+            record = decode_json(value, "a heartbeat")
+        except (InvalidCloudEvent, msgspec.DecodeError) as exc:
+            log.warning("a heartbeat that is not JSON is left out: %s", exc)
+            continue
+        if type(record) is not dict:
+            log.warning("a heartbeat that is not a JSON object is left out")
+            continue
+        caps = record.get("capabilities")
+        record["capabilities"] = [c for c in caps if type(c) is str] if type(caps) is list else []
+        workers.setdefault((str(record.get("name")), str(record.get("instance"))), record)
+    return list(workers.values())

@@ -25,7 +25,7 @@ from interlock.core import events as ev
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
-from interlock.runtime.buckets import bucket_values
+from interlock.runtime.buckets import bucket_values, live_workers
 from interlock.runtime.errors import (
     NotRedrivable,
     RunExists,
@@ -231,12 +231,8 @@ class InterlockClient:
         """Registered AgentDefs and the live workers heartbeating for them."""
         specs = await self.registry.agent_specs()
         kv = await self.js.key_value(self.subjects.workers_bucket)
-        # A worker heartbeats under one key per capability: list each process once.
-        workers: dict[tuple[Any, Any], Any] = {}
-        for value in (await bucket_values(kv)).values():
-            record = json.loads(value)
-            workers.setdefault((record.get("name"), record.get("instance")), record)
-        return {"agentdefs": specs, "workers": list(workers.values())}
+        workers = live_workers((await bucket_values(kv)).values())
+        return {"agentdefs": specs, "workers": workers}
 
     # -- dead letters ---------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -18,7 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from interlock.runtime.buckets import bucket_values
+from interlock.runtime.buckets import bucket_values, live_workers
 from interlock.runtime.runview import epoch_seconds
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.subjects import Subjects
@@ -117,16 +116,9 @@ class ClusterMetrics(Collector):
     async def _live_workers(self) -> dict[str, int]:
         kv = await self._js.key_value(self._subjects.workers_bucket)
         counts: dict[str, int] = {}
-        seen: set[tuple[Any, Any]] = set()
-        for value in (await bucket_values(kv)).values():
-            with contextlib.suppress(ValueError, AttributeError):
-                record = json.loads(value)
-                worker = (record.get("name"), record.get("instance"))
-                if worker in seen:  # one key per capability it serves: count it once
-                    continue
-                seen.add(worker)
-                for capability in record.get("capabilities", []):
-                    counts[capability] = counts.get(capability, 0) + 1
+        for worker in live_workers((await bucket_values(kv)).values()):
+            for capability in worker["capabilities"]:
+                counts[capability] = counts.get(capability, 0) + 1
         return counts
 
     async def _follow(self) -> None:

@@ -408,6 +408,7 @@ JUNK_HEARTBEATS = [
     b"[1, 2]",
     b'{"name": "m", "instance": "1", "capabilities": 5}',
     b'{"name": "m", "instance": "2", "capabilities": [{"a": 1}, "held"]}',
+    b'{"name": "m", "instance": "3", "capabilities": ["held", "echo", "review"]}',
     b"[" * 100_000 + b"]" * 100_000,
 ]
 
@@ -417,7 +418,8 @@ async def test_an_agents_junk_heartbeats_hide_no_worker_and_fail_no_listing(
 ) -> None:
     """An agent writes its own heartbeats, any bytes under its capabilities' keys: values
     that are not JSON objects are left out of the listings (the operator's, the HTTP
-    gateway's, the orchestrator's gauges), and fields of the wrong type read as none."""
+    gateway's, the orchestrator's gauges), fields of the wrong type read as none, and a
+    heartbeat counts only for its key's capability, whatever others it names."""
     from interlock.client import Client as Facade
     from interlock.runtime.buckets import bucket_values, live_workers
     from interlock.transport.tasks import capability_token
@@ -438,12 +440,14 @@ async def test_an_agents_junk_heartbeats_hide_no_worker_and_fail_no_listing(
     listed = await secured.operator.agents()
     assert listed["workers"][: len(listed_before["workers"])] == listed_before["workers"]
     kv = await secured.operator.js.key_value(SUBJECTS.workers_bucket)
-    values = list((await bucket_values(kv)).values())
-    assert len(values) >= len(JUNK_HEARTBEATS)
-    workers = live_workers(values)
+    heartbeats = await bucket_values(kv)
+    assert len(heartbeats) >= len(JUNK_HEARTBEATS)
+    workers = live_workers(heartbeats)
     by_instance = {w.get("instance"): w for w in workers if w.get("name") == "m"}
     assert by_instance["1"]["capabilities"] == []
     assert by_instance["2"]["capabilities"] == ["held"]
+    # Its keys are held's: it is no worker of the capabilities it names besides.
+    assert by_instance["3"]["capabilities"] == ["held"]
     assert all(isinstance(w, dict) for w in workers)
     facade = Facade(secured.operator.nc, secured.operator.subjects)
     views = await facade.agents()  # what `interlock agents` and GET /agents show

@@ -134,10 +134,10 @@ async def agent_data(
         specs = {}
     try:
         kv = await ops.js.key_value(ops.subjects.workers_bucket)
-        values = list((await bucket_values(kv)).values())
+        heartbeats = await bucket_values(kv)
     except (BucketNotFoundError, NotFoundError):
-        values = []
-    return specs, live_workers(values)
+        heartbeats = {}
+    return specs, live_workers(heartbeats)
 
 
 async def queues(

@@ -231,7 +231,7 @@ class InterlockClient:
         """Registered AgentDefs and the live workers heartbeating for them."""
         specs = await self.registry.agent_specs()
         kv = await self.js.key_value(self.subjects.workers_bucket)
-        workers = live_workers((await bucket_values(kv)).values())
+        workers = live_workers(await bucket_values(kv))
         return {"agentdefs": specs, "workers": workers}
 
     # -- dead letters ---------------------------------------------------------------------

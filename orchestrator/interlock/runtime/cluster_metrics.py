@@ -116,7 +116,7 @@ class ClusterMetrics(Collector):
     async def _live_workers(self) -> dict[str, int]:
         kv = await self._js.key_value(self._subjects.workers_bucket)
         counts: dict[str, int] = {}
-        for worker in live_workers((await bucket_values(kv)).values()):
+        for worker in live_workers(await bucket_values(kv)):
             for capability in worker["capabilities"]:
                 counts[capability] = counts.get(capability, 0) + 1
         return counts

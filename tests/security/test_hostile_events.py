@@ -195,10 +195,10 @@ async def test_a_letter_that_kept_only_the_start_of_its_message_is_not_redriven(
         async with DeadLetters(stack.js, subjects) as letters:
             await stack.js.publish(subjects.event("com.hostile"), big, headers=headers)
             await stack.js.publish(subjects.event("com.hostile"), b"{junk", headers=spoofed)
-            got = {m.headers["Interlock-Dead-Letter-Reason"]: m for m in [await letters.next()]}
-            got.update(
-                {m.headers["Interlock-Dead-Letter-Reason"]: m for m in [await letters.next()]}
-            )
+            got = {}
+            for _ in range(2):
+                letter = await letters.next()
+                got[letter.headers["Interlock-Dead-Letter-Reason"]] = letter
         truncated, junk = got["too-large"], got["bad-json"]
         assert truncated.headers["Interlock-Dead-Letter-Truncated"] == str(len(big))
         assert len(truncated.data) == 16 * 1024

@@ -24,6 +24,7 @@ from interlock.runtime.metrics import OrchestratorMetrics, RunTracker
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.health import HealthServer, nats_readiness
 from interlock.transport.subjects import Subjects
+from interlock.transport.tasks import heartbeat_key
 
 ORCHESTRATOR_FAMILIES = {
     "interlock_runs_started": "counter",
@@ -85,7 +86,9 @@ async def test_metrics_of_a_running_stack(nats_url: str, subjects: Subjects) -> 
             js = stack.client.js
             # A live worker of echo, as its heartbeat says.
             workers = await js.key_value(subjects.workers_bucket)
-            await workers.put("obs.1", json.dumps({"capabilities": ["echo"]}).encode())
+            await workers.put(
+                heartbeat_key("echo", "obs-1"), json.dumps({"capabilities": ["echo"]}).encode()
+            )
             # One run started by a trigger (the orchestrator appends its first records), two
             # by a client.
             await stack.client.emit(

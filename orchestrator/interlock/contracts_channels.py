@@ -11,6 +11,7 @@ from typing import Any
 
 from interlock.auth import roles
 from interlock.contracts_examples import CAPABILITY, EVENT_TYPE, INSTANCE, RUN, SUBJECTS
+from interlock.core.ids import capability_token
 from interlock.transport import provision, tasks
 
 
@@ -27,7 +28,7 @@ def _matches(pattern: str, subject: str) -> bool:
 
 def _fill(item: str) -> str:
     return (
-        item.replace("{capability_token}", tasks.capability_token(CAPABILITY))
+        item.replace("{capability_token}", capability_token(CAPABILITY))
         .replace("{capability}", CAPABILITY)
         .replace("{events}", EVENT_TYPE)
         .replace("{user}", "UKEY")

@@ -130,3 +130,35 @@ def test_stored_documents_that_break_a_rule_name_where_they_came_from() -> None:
     with pytest.raises(ManifestError) as webhook:
         compile_webhook_data(hook)
     assert [(d.path, d.rule) for d in webhook.value.diagnostics] == [("<stored>", "bad-name")]
+
+
+def test_capabilities_that_make_the_same_nats_name_are_refused_where_the_second_is() -> None:
+    """``a.b`` and ``a_b`` make the same subject token: one task consumer, one set of
+    heartbeat keys and permissions for both, so an agent of one could take the other's
+    tasks. Refused in one AgentDef, across two, and against the registry's."""
+    one = compile_sources([("tools.yaml", agentdef("- name: lint.python\n- name: lint_python\n"))])
+    [diag] = one.diagnostics
+    assert (diag.path, diag.line, diag.rule) == ("tools.yaml", 7, "capability-clash")
+    assert "'lint_python' and 'lint.python' make the same NATS name (lint_python)" in diag.message
+
+    two = compile_sources(
+        [
+            ("a.yaml", agentdef("- name: review.deep\n", name="a")),
+            ("b.yaml", agentdef("- name: review_deep\n", name="b")),
+        ]
+    )
+    assert [(d.path, d.rule) for d in two.diagnostics] == [("b.yaml", "capability-clash")]
+
+    known = compile_sources(
+        [("b.yaml", agentdef("- name: review_deep\n", name="b"))],
+        known_capabilities={"review.deep"},
+    )
+    assert [(d.path, d.line, d.rule) for d in known.diagnostics] == [
+        ("b.yaml", 6, "capability-clash")
+    ]
+    # The same name again (an AgentDef applied anew) is no clash.
+    again = compile_sources(
+        [("a.yaml", agentdef("- name: review.deep\n", name="a"))],
+        known_capabilities={"review.deep"},
+    )
+    assert again.ok

@@ -24,6 +24,7 @@ EXPECT = re.compile(r"^# expect: (\d+):(\d+) ([a-z-]+): (.+)$")
 
 RULES = {
     "action-target",
+    "capability-clash",
     "budget",
     "map-output",
     "fail-non-terminal",

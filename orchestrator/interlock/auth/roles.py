@@ -19,8 +19,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from interlock.core.ids import capability_token
 from interlock.transport.subjects import Subjects, inbox_prefix
-from interlock.transport.tasks import capability_token, consumer_name
+from interlock.transport.tasks import consumer_name
 
 __all__ = [
     "ROLES",

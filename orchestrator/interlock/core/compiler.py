@@ -22,6 +22,7 @@ import msgspec
 from interlock.core import model
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
 from interlock.core.diagnostics import Diagnostic, ManifestError
+from interlock.core.ids import capability_token
 from interlock.core.lowering import lower_workflow
 from interlock.core.lowering_scope import parse_duration
 from interlock.core.names import CAPABILITY_NAME, check_metadata
@@ -88,6 +89,7 @@ def compile_sources(
         docs, errors = load_documents(text, path)
         out.diagnostics.extend(errors)
         loaded.extend(docs)
+    agent_docs: list[Document] = []
     for doc in loaded:
         kind = check_structure(doc, out.diagnostics)
         if kind == "Workflow":
@@ -96,11 +98,13 @@ def compile_sources(
             agent = _compile_agent(doc, out.diagnostics)
             if agent is not None:
                 out.agents.append(agent)
+                agent_docs.append(doc)
         elif kind == "Webhook":
             webhook = _compile_webhook(doc, out.diagnostics)
             if webhook is not None:
                 out.webhooks.append(webhook)
     capabilities = set(known_capabilities or ())
+    _check_tokens(agent_docs, out.agents, capabilities, out.diagnostics)
     for agent in out.agents:
         capabilities.update(agent.capabilities)
     out.capabilities_checked = bool(capabilities)
@@ -157,6 +161,34 @@ def compile_agent_data(data: Mapping[str, Any], path: str = "<stored>") -> Agent
     compiled = compile_sources([(path, json.dumps(data))])
     compiled.raise_for_errors()
     return compiled.agents[0]
+
+
+def _check_tokens(
+    docs: list[Document],
+    agents: list[AgentDefinition],
+    known: Collection[str],
+    diags: list[Diagnostic],
+) -> None:
+    """Two capabilities whose names make the same subject token (``a.b`` and ``a_b``)
+    would share a task consumer, heartbeat keys and the permissions on them: an agent of
+    one could take the other's tasks. Refused where the second is named."""
+    owner: dict[str, str] = {}
+    for name in sorted(known):
+        owner.setdefault(capability_token(name), name)
+    for doc, agent in zip(docs, agents, strict=True):
+        for i, name in enumerate(agent.capabilities):
+            token = capability_token(name)
+            other = owner.setdefault(token, name)
+            if other != name:
+                diags.append(
+                    doc.diag(
+                        ("spec", "capabilities", i, "name"),
+                        "capability-clash",
+                        f"capabilities {name!r} and {other!r} make the same NATS name "
+                        f"({token}): they would share a task queue, and an agent of one "
+                        "could take the other's tasks; rename one",
+                    )
+                )
 
 
 def _compile_agent(doc: Document, diags: list[Diagnostic]) -> AgentDefinition | None:

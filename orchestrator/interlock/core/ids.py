@@ -60,3 +60,14 @@ def check_event_type(value: object) -> str:
     ):
         raise InvalidEventType(value)
     return value
+
+
+_TOKEN_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def capability_token(capability: str) -> str:
+    """``capability`` as one subject token (dots and other unsafe characters as ``_``): its
+    task consumer's name, its heartbeat keys and the permissions on them are made of it.
+    Not one-to-one (``a.b`` and ``a_b`` share a token), so the compiler refuses two
+    capabilities that share one."""
+    return _TOKEN_UNSAFE.sub("_", capability)

@@ -11,8 +11,8 @@ import msgspec
 import nats.errors
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from interlock.core.ids import capability_token
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
-from interlock.transport.tasks import capability_token
 
 log = logging.getLogger("interlock.workers")
 

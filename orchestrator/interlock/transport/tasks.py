@@ -39,6 +39,7 @@ from typing import Any, Final
 import msgspec
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from interlock.core.ids import capability_token
 from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.cloudevents import (
@@ -85,7 +86,6 @@ TASK_MAX_ACK_PENDING: Final = 1000
 """Tasks of one capability handed out and not yet acknowledged, over all its workers (the
 server's default, stated so the contract can say it)."""
 
-_CONSUMER_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _KV_KEY_UNSAFE = re.compile(r"[^-/_=.A-Za-z0-9]")
 
 
@@ -141,11 +141,6 @@ class TimerBody(msgspec.Struct, kw_only=True):
 
 
 # --- names ----------------------------------------------------------------------------
-
-
-def capability_token(capability: str) -> str:
-    """``capability`` as one subject token (dots and other unsafe characters as ``_``)."""
-    return _CONSUMER_UNSAFE.sub("_", capability)
 
 
 def consumer_name(capability: str) -> str:

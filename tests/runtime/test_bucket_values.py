@@ -8,7 +8,7 @@ import uuid
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 
-from interlock.runtime.buckets import bucket_values
+from interlock.runtime.buckets import bucket_values, stored_keys
 
 
 async def _bucket(js: JetStreamContext, history: int = 1):
@@ -50,3 +50,31 @@ async def test_a_read_right_after_each_write_sees_that_write(js: JetStreamContex
         await kv.put(f"wf.{n}", b"x" * 2000)
         seen = await asyncio.gather(*(bucket_values(kv) for _ in range(5)))
         assert all(f"wf.{n}" in values and len(values) == n + 1 for values in seen)
+
+
+async def test_stored_keys_lists_the_keys_under_a_pattern_that_hold_a_value(
+    js: JetStreamContext,
+) -> None:
+    kv = await _bucket(js, history=3)
+    assert await stored_keys(kv, "wf.default.echo.*") == []
+    for version in range(1, 201):
+        await kv.put(f"wf.default.echo.{version}", b"manifest")
+        await kv.put(f"wf.default.echo.{version}", b"again")
+    await kv.put("wf.default.other.1", b"manifest")
+    await kv.put("latest.default.echo", b"200")
+    await kv.delete("wf.default.echo.7")
+    await kv.purge("wf.default.echo.8")
+    expected = sorted(f"wf.default.echo.{v}" for v in range(1, 201) if v not in (7, 8))
+    assert await stored_keys(kv, "wf.default.echo.*") == expected
+
+
+async def test_stored_keys_right_after_each_write_sees_that_write(js: JetStreamContext) -> None:
+    # As `interlock apply` then `interlock workflows NAME` do: the version just stored is
+    # listed every time, with readers racing the writer (the watcher's own "nothing
+    # pending" marker can come before the records, and a list that stopped at it lost
+    # them).
+    kv = await _bucket(js)
+    for n in range(1, 41):
+        await kv.put(f"wf.default.echo.{n}", b"x" * 2000)
+        seen = await asyncio.gather(*(stored_keys(kv, "wf.default.echo.*") for _ in range(5)))
+        assert all(len(keys) == n and f"wf.default.echo.{n}" in keys for keys in seen)

@@ -3,7 +3,6 @@ read from the buckets as stored (listing compiles nothing), and a workflow delet
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from interlock.client.errors import UnknownAgent
-from interlock.runtime.buckets import bucket_values, live_workers
+from interlock.runtime.buckets import bucket_values, live_workers, stored_keys
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
 from interlock.views.build import agent_view, workflow_detail_of, workflow_summary_of
@@ -109,19 +108,8 @@ async def versions(ops: InterlockClient, namespace: str, name: str) -> list[int]
     """Every version of ``namespace/name`` stored, oldest first."""
     kv = await ops.registry.workflows_kv()
     prefix = f"wf.{namespace}.{name}."
-    found: list[int] = []
-    watcher = await kv.watch(f"{prefix}*", ignore_deletes=True, meta_only=True)
-    try:
-        async for entry in watcher:
-            if entry is None:  # every stored version has been seen
-                break
-            tail = entry.key[len(prefix) :]
-            if tail.isdigit():
-                found.append(int(tail))
-    finally:
-        with contextlib.suppress(Exception):
-            await watcher.stop()  # type: ignore[no-untyped-call]
-    return sorted(found)
+    stored = await stored_keys(kv, f"{prefix}*")
+    return sorted(int(tail) for key in stored if (tail := key[len(prefix) :]).isdigit())
 
 
 async def agent_data(

@@ -61,6 +61,42 @@ async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
             await watcher.stop()  # type: ignore[no-untyped-call]
 
 
+async def stored_keys(kv: KeyValue, pattern: str) -> list[str]:
+    """The keys matching ``pattern`` (a key filter: ``wf.default.echo.*``) that hold a
+    value, sorted.
+
+    The stream's subjects under the pattern, counted by the server in one stream-info
+    request, say which keys have records; a watch over their last records then says
+    which of those were deleted, and it ends once every one of them has been seen. The
+    watcher's own "nothing pending" marker is not waited for: the server can report
+    nothing pending before every record has reached the watcher, and a read that stopped
+    there would miss keys (a version just applied left out of the list).
+    """
+    info = await kv._js.stream_info(kv._stream, subjects_filter=f"{kv._pre}{pattern}")
+    unseen = {subject[len(kv._pre) :] for subject in info.state.subjects or {}}
+    if not unseen:
+        return []
+    held: set[str] = set()
+    watcher = await kv.watch(pattern, meta_only=True)
+    try:
+        while unseen:
+            try:
+                entry = await watcher.updates(timeout=_READ_TIMEOUT)  # type: ignore[no-untyped-call]
+            except nats.errors.TimeoutError:
+                break  # the rest were removed (aged out) before the watch reached them
+            if entry is None:
+                continue
+            unseen.discard(entry.key)
+            if entry.operation in (KV_DEL, KV_PURGE):
+                held.discard(entry.key)
+            else:
+                held.add(entry.key)
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]
+    return sorted(held)
+
+
 async def newest_revision(kv: KeyValue) -> int | None:
     """The stream sequence of the bucket's newest stored record (None when it is empty).
 

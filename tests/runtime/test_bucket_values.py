@@ -13,7 +13,7 @@ from interlock.runtime.buckets import bucket_values, stored_keys
 
 async def _bucket(js: JetStreamContext, history: int = 1):
     return await js.create_key_value(
-        KeyValueConfig(bucket=f"bv_{uuid.uuid4().hex[:10]}", history=history)
+        KeyValueConfig(bucket=f"bv_{uuid.uuid4().hex[:10]}", history=history, direct=True)
     )
 
 
@@ -78,3 +78,15 @@ async def test_stored_keys_right_after_each_write_sees_that_write(js: JetStreamC
         await kv.put(f"wf.default.echo.{n}", b"x" * 2000)
         seen = await asyncio.gather(*(stored_keys(kv, "wf.default.echo.*") for _ in range(5)))
         assert all(len(keys) == n and f"wf.default.echo.{n}" in keys for keys in seen)
+
+
+async def test_reads_leave_no_consumer_behind(js: JetStreamContext) -> None:
+    # A stream takes at most 1,000 consumers, and a watch's stays for minutes after it
+    # stops: reads made as watches, polled, filled it and refused every watch after.
+    kv = await _bucket(js)
+    await kv.put("wf.default.echo.1", b"x")
+    for _ in range(50):
+        assert await bucket_values(kv) == {"wf.default.echo.1": b"x"}
+        assert await stored_keys(kv, "wf.default.echo.*") == ["wf.default.echo.1"]
+    info = await js.stream_info(f"KV_{kv._name}")
+    assert info.state.consumer_count == 0

@@ -184,6 +184,26 @@ def test_agentdef_catalog_follows_puts_and_deletes() -> None:
     assert catalog.get("e") is None  # ignored with a warning rather than breaking the worker
 
 
+def test_agentdef_catalog_replaced_by_the_whole_bucket() -> None:
+    catalog = AgentDefCatalog()
+    one = json.dumps({"capabilities": [{"name": "c", "input_schema": {"type": "object"}}]})
+    two = json.dumps({"capabilities": [{"name": "d"}]})
+    catalog.replace({"one": one.encode(), "two": two.encode()})
+    first = catalog.get("c")
+    assert first is not None
+    assert catalog.get("d") is not None
+    catalog.replace({"one": one.encode()})  # "two" deleted
+    assert catalog.get("d") is None
+    assert catalog.get("c") is first  # unchanged: not compiled again
+    changed = json.dumps({"capabilities": [{"name": "c"}]}).encode()
+    catalog.replace({"one": changed})
+    contract = catalog.get("c")
+    assert contract is not None
+    assert contract.input is None
+    catalog.replace({})
+    assert catalog.get("c") is None
+
+
 # --- loading workers ----------------------------------------------------------------------
 
 module_worker = Worker("from-module")

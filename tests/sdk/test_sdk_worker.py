@@ -293,6 +293,49 @@ async def test_agentdef_in_the_agents_bucket_is_enforced(
     assert (await wire.result(ok))[0].data == {"summary": "x"}
 
 
+async def test_an_agentdef_written_after_the_worker_started_is_heard(
+    wire, runner, js: JetStreamContext, subjects: Subjects
+) -> None:
+    # The worker reads the bucket again when it hears a write to it, long before its
+    # periodic read (30 s): a schema put while it runs applies to the next task, and
+    # is gone with its AgentDef.
+    agents = await js.key_value(subjects.agents_bucket)
+    worker = Worker("later-agent")
+
+    @worker.capability("later")
+    async def later(inp: dict[str, Any]) -> dict[str, Any]:
+        return inp
+
+    await runner.start(worker)
+    first = new_run()
+    await wire.publish_task("later", {"txt": "x"}, run_id=first)
+    assert (await wire.result(first))[0].data == {"txt": "x"}
+
+    spec = {
+        "capabilities": [
+            {"name": "later", "input_schema": {"type": "object", "required": ["text"]}}
+        ]
+    }
+    await agents.put("later-agent", json.dumps(spec).encode())
+    deadline = asyncio.get_running_loop().time() + 10
+    while worker._catalog.get("later") is None:
+        assert asyncio.get_running_loop().time() < deadline, "the AgentDef was not heard"
+        await asyncio.sleep(0.02)
+    refused = new_run()
+    await wire.publish_task("later", {"txt": "x"}, run_id=refused)
+    error = error_of((await wire.result(refused))[0])
+    assert error["class"] == "schema_error"
+    assert "AgentDef later-agent" in error["message"]
+
+    await agents.delete("later-agent")
+    while worker._catalog.get("later") is not None:
+        assert asyncio.get_running_loop().time() < deadline + 10, "the delete was not heard"
+        await asyncio.sleep(0.02)
+    again = new_run()
+    await wire.publish_task("later", {"txt": "x"}, run_id=again)
+    assert (await wire.result(again))[0].data == {"txt": "x"}
+
+
 # --- deadlines and cancellation -----------------------------------------------------------
 
 

@@ -95,6 +95,13 @@ async def test_a_worker_waits_for_the_orchestrator_to_make_its_consumer(
         state = await secured.operator.wait(run_id, timeout=30)
         assert state.status == "completed"
         assert state.outputs == {"n": 1}
+
+        # The AgentDef applied after it started reached it too, read with an agent's
+        # rights (direct gets, no consumer), on hearing the write.
+        async def knows_the_contract() -> bool:
+            return worker._catalog.get("late") is not None
+
+        await _until(knows_the_contract, "the AgentDef in the worker's catalog", within=10)
     finally:
         await worker.stop(force=True)
         await serving

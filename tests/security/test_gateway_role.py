@@ -148,6 +148,23 @@ REFUSED = [
     ("create a stream", "pub", "$JS.API.STREAM.CREATE.STOLEN"),
     ("delete a log message", "pub", f"$JS.API.STREAM.MSG.DELETE.{RUNS}"),
     ("create a consumer on the logs", "pub", f"$JS.API.CONSUMER.CREATE.{RUNS}"),
+    # The buckets it lists are read by direct gets: a consumer per request, left on the
+    # server after it, would let polling callers fill the stream's 1,000.
+    (
+        "create a consumer on the definitions",
+        "pub",
+        f"$JS.API.CONSUMER.CREATE.KV_{SUBJECTS.workflows_bucket}",
+    ),
+    (
+        "create a consumer on the agents",
+        "pub",
+        f"$JS.API.CONSUMER.CREATE.KV_{SUBJECTS.agents_bucket}.x",
+    ),
+    (
+        "create a consumer on the tokens",
+        "pub",
+        f"$JS.API.CONSUMER.CREATE.KV_{SUBJECTS.http_tokens_bucket}",
+    ),
     ("create a durable", "pub", f"$JS.API.CONSUMER.DURABLE.CREATE.{TASKS}.thief"),
     ("delete the relay", "pub", f"$JS.API.CONSUMER.DELETE.{RUNS}.relay"),
     ("take echo's tasks", "pub", f"$JS.API.CONSUMER.MSG.NEXT.{TASKS}.cap_echo"),

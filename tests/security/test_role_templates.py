@@ -24,7 +24,13 @@ def test_templates_follow_the_layout() -> None:
     assert not [
         s for s in agent_pub if s.startswith(("il.runs", "il.timers", "il.cap", "il.events"))
     ]
-    assert set(roles["agent"].sub_allow) == {"_INBOX.{user}.>", "il.control.{capability}.*"}
+    assert set(roles["agent"].sub_allow) == {
+        "_INBOX.{user}.>",
+        "il.control.{capability}.*",
+        "$KV.il_agents.>",  # hearing AgentDef writes, which it may read anyway
+    }
+    # No consumer of any kind: the consumers it uses are the orchestrator's durables.
+    assert not [s for s in agent_pub if "CONSUMER.CREATE" in s or "$JS.FC" in s]
     assert roles["publisher"].pub_allow == ("il.events.{events}",)
     assert roles["publisher"].pub_deny == ("il.events.@run.>",)
     assert roles["publisher"].sub_allow == ("_INBOX.{user}.>",)
@@ -47,6 +53,12 @@ def test_templates_follow_the_layout() -> None:
             and ("IL_RUNS" in s or "IL_TASKS" in s or "IL_EVENTS" in s)
         )
     ]
+    # Its only consumer is the watch of the run index: the buckets it lists per request
+    # are read by direct gets.
+    assert {s for s in gateway.pub_allow if "CONSUMER.CREATE" in s} == {
+        "$JS.API.CONSUMER.CREATE.KV_il_runs",
+        "$JS.API.CONSUMER.CREATE.KV_il_runs.>",
+    }
     assert "$KV.il_secrets.>" in gateway.pub_deny
     operator = roles["operator"]
     assert {"il.timers.>", "il.cap.>", "il.results.>", "$KV.il_secrets.>"} <= set(operator.pub_deny)

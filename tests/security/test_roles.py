@@ -70,6 +70,23 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("take answer requests", "sub", lambda run: SUBJECTS.answers_all),
     ("listen to others' replies", "sub", lambda run: "_INBOX.>"),
     ("listen to echo's cancel notices", "sub", lambda run: "il.control.echo.*"),
+    # Consumers on the buckets every party reads: a stream takes at most 1,000, and one
+    # party making them would leave none for the orchestrator's watches.
+    (
+        "create a consumer on the AgentDefs",
+        "pub",
+        lambda run: "$JS.API.CONSUMER.CREATE.KV_il_agents",
+    ),
+    (
+        "create a named consumer on the AgentDefs",
+        "pub",
+        lambda run: "$JS.API.CONSUMER.CREATE.KV_il_agents.hoard.$KV.il_agents.>",
+    ),
+    (
+        "create a consumer on the workflows",
+        "pub",
+        lambda run: "$JS.API.CONSUMER.CREATE.KV_il_workflows",
+    ),
 ]
 
 ROGUES = {

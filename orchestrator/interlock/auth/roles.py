@@ -185,23 +185,16 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
         # Queue depth per capability (GET /agents): the task consumers' info, read only.
         f"{JS_API}.CONSUMER.INFO.{s.tasks_stream}.*",
     ]
-    # Buckets it lists in one pass (an ordered consumer over their last values): ephemeral
-    # consumers on those KV streams only, never on RUNS, EVENTS or TASKS, where the
-    # orchestrator's durables are.
-    for bucket in (
-        s.workflows_bucket,
-        s.agents_bucket,
-        s.workers_bucket,
-        s.runs_bucket,
-        s.webhooks_bucket,
-        s.http_tokens_bucket,
-    ):
-        stream = _kv_stream(bucket)
-        pub += [
-            f"{JS_API}.CONSUMER.CREATE.{stream}",
-            f"{JS_API}.CONSUMER.CREATE.{stream}.>",
-            f"{JS_API}.CONSUMER.INFO.{stream}.*",
-        ]
+    # The run index it keeps in memory, by one watch (an ordered consumer): ephemeral
+    # consumers on that KV stream only. The buckets it lists (definitions, workers,
+    # webhooks, tokens) are read by direct gets, which make no consumer; none on RUNS,
+    # EVENTS or TASKS, where the orchestrator's durables are.
+    runs_index = _kv_stream(s.runs_bucket)
+    pub += [
+        f"{JS_API}.CONSUMER.CREATE.{runs_index}",
+        f"{JS_API}.CONSUMER.CREATE.{runs_index}.>",
+        f"{JS_API}.CONSUMER.INFO.{runs_index}.*",
+    ]
     return Permissions(
         pub_allow=tuple(pub),
         pub_deny=_no_secrets(subjects),
@@ -221,18 +214,16 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
     tasks = subjects.tasks_stream
     workers, agents = subjects.workers_bucket, subjects.agents_bucket
     pub: list[str] = [
-        # Reading the AgentDefs: the bucket's info, direct gets and a watch (an ordered
-        # consumer, acknowledged by flow-control replies) over it.
+        # Reading the AgentDefs: the bucket's info and direct gets (no consumer: a stream
+        # takes at most 1,000, and one agent making them would leave none for the others);
+        # writes to it are heard on its subjects (below).
         f"{JS_API}.STREAM.INFO.{_kv_stream(agents)}",
+        f"{JS_API}.DIRECT.GET.{_kv_stream(agents)}",
         f"{JS_API}.DIRECT.GET.{_kv_stream(agents)}.>",
-        f"{JS_API}.CONSUMER.CREATE.{_kv_stream(agents)}",
-        f"{JS_API}.CONSUMER.CREATE.{_kv_stream(agents)}.>",
-        f"{JS_API}.CONSUMER.INFO.{_kv_stream(agents)}.*",
-        f"$JS.FC.{_kv_stream(agents)}.>",
         # Heartbeats: the workers bucket's info and puts under its capabilities' keys.
         f"{JS_API}.STREAM.INFO.{_kv_stream(workers)}",
     ]
-    sub: list[str] = [f"{inbox_prefix(user)}.>"]
+    sub: list[str] = [f"{inbox_prefix(user)}.>", f"$KV.{agents}.>"]
     caps = list(dict.fromkeys(capabilities))
     if not caps:
         raise ValueError("an agent credential needs at least one capability")

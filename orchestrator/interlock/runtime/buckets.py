@@ -2,99 +2,66 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-import nats.errors
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 
 from interlock.core.ids import capability_token
+from interlock.runtime.logstore import read_messages
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 
 log = logging.getLogger("interlock.workers")
 
-_READ_TIMEOUT = 5.0
-"""Seconds :func:`bucket_values` waits for the next value before it gives up."""
-
 
 async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
-    """Every key of a KV bucket with its current value, read in one pass (one ordered
-    consumer over the bucket's last values, not one request per key).
+    """Every key of a KV bucket with its current value, read in one pass.
 
-    The read ends at the bucket's newest record, looked up before the watch starts: the
-    watcher's own "nothing pending" marker comes from a pending count the server can
-    report before every value has been delivered, and a read that stopped there would
-    miss keys (a workflow just applied reported as unknown). Deletes are read too, so the
-    newest record is seen even when it removed its key.
+    See :func:`_fold` for how; the read ends at the bucket's newest record, looked up
+    first (a workflow just applied is there when ``start`` reads the bucket next).
     """
     newest = await newest_revision(kv)
     if newest is None:
         return {}
-    values: dict[str, bytes] = {}
-    watcher = await kv.watchall()
-    try:
-        while True:
-            try:
-                entry = await watcher.updates(timeout=_READ_TIMEOUT)  # type: ignore[no-untyped-call]
-            except nats.errors.TimeoutError:
-                # The newest record went away (aged out) before the watch reached it,
-                # or the server stopped answering: what was read is all there is.
-                latest = await newest_revision(kv)
-                if latest is None or latest <= newest:
-                    return values
-                newest = latest
-                continue
-            if entry is None:
-                continue
-            if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
-                values.pop(entry.key, None)
-            else:
-                values[entry.key] = entry.value
-            if entry.revision is not None and entry.revision >= newest:
-                return values
-    finally:
-        # Closing: a connection already gone leaves nothing to undo.
-        with contextlib.suppress(Exception):
-            await watcher.stop()  # type: ignore[no-untyped-call]
+    return await _fold(kv, ">", newest)
 
 
 async def stored_keys(kv: KeyValue, pattern: str) -> list[str]:
     """The keys matching ``pattern`` (a key filter: ``wf.default.echo.*``) that hold a
-    value, sorted.
+    value, sorted."""
+    return sorted(await _fold(kv, pattern, None))
 
-    The stream's subjects under the pattern, counted by the server in one stream-info
-    request, say which keys have records; a watch over their last records then says
-    which of those were deleted, and it ends once every one of them has been seen. The
-    watcher's own "nothing pending" marker is not waited for: the server can report
-    nothing pending before every record has reached the watcher, and a read that stopped
-    there would miss keys (a version just applied left out of the list).
+
+async def _fold(kv: KeyValue, pattern: str, newest: int | None) -> dict[str, bytes]:
+    """The keys under ``pattern`` with their values: the bucket's records, oldest first,
+    read by batched direct gets (:func:`~interlock.runtime.logstore.read_messages`), the
+    last record of each key winning; a delete or purge marker (no value) removes its key.
+
+    No consumer is made. A watch (an ordered consumer) stays on the server for its
+    inactivity threshold after it is stopped, and a stream takes at most 1,000 consumers:
+    one-shot reads as watches (``GET /agents``, the console, the CLI, the metrics) left
+    that many behind within minutes of polling, and then every new watch of the bucket,
+    the orchestrator's own among them, was refused. A watch's "nothing pending" marker
+    can also come before the records, so a read that stopped there missed keys.
+
+    ``newest``: the bucket's newest revision; the read goes on once if a replica that
+    answered had not reached it yet (a record aged out since leaves it short, and that is
+    all there is).
     """
-    info = await kv._js.stream_info(kv._stream, subjects_filter=f"{kv._pre}{pattern}")
-    unseen = {subject[len(kv._pre) :] for subject in info.state.subjects or {}}
-    if not unseen:
-        return []
-    held: set[str] = set()
-    watcher = await kv.watch(pattern, meta_only=True)
-    try:
-        while unseen:
-            try:
-                entry = await watcher.updates(timeout=_READ_TIMEOUT)  # type: ignore[no-untyped-call]
-            except nats.errors.TimeoutError:
-                break  # the rest were removed (aged out) before the watch reached them
-            if entry is None:
-                continue
-            unseen.discard(entry.key)
-            if entry.operation in (KV_DEL, KV_PURGE):
-                held.discard(entry.key)
-            else:
-                held.add(entry.key)
-    finally:
-        with contextlib.suppress(Exception):
-            await watcher.stop()  # type: ignore[no-untyped-call]
-    return sorted(held)
+    nc, stream, prefix = kv._js._nc, kv._stream, kv._pre
+    records = await read_messages(nc, stream, f"{prefix}{pattern}")
+    if newest is not None and records and records[-1][0] < newest:
+        records += await read_messages(nc, stream, f"{prefix}{pattern}", records[-1][0])
+    values: dict[str, bytes] = {}
+    for _, subject, value in records:
+        key = subject[len(prefix) :]
+        if value:
+            values[key] = value
+        else:
+            values.pop(key, None)
+    return values
 
 
 async def newest_revision(kv: KeyValue) -> int | None:

@@ -78,7 +78,23 @@ async def read_subject(
 ) -> list[tuple[int, bytes]]:
     """(stream sequence, payload) of every message of ``subject`` after sequence ``after``
     (the first ``limit`` of them when given), by batched direct gets (the stream needs
-    ``allow_direct``).
+    ``allow_direct``). See :func:`read_messages`."""
+    return await _read(nc, stream, subject, after, limit, named=False)  # type: ignore[return-value]
+
+
+async def read_messages(
+    nc: Client, stream: str, subjects: str, after: int = 0
+) -> list[tuple[int, str, bytes]]:
+    """(stream sequence, subject, payload) of every message on ``subjects`` (a filter:
+    wildcards allowed) after sequence ``after``, in stream order, by batched direct gets.
+    No consumer is made: a read leaves nothing behind on the server."""
+    return await _read(nc, stream, subjects, after, None, named=True)  # type: ignore[return-value]
+
+
+async def _read(
+    nc: Client, stream: str, subject: str, after: int, limit: int | None, *, named: bool
+) -> list[tuple[int, bytes]] | list[tuple[int, str, bytes]]:
+    """The messages of ``subject`` after ``after``, each with its subject when ``named``.
 
     A batch's messages are collected by the subscription's callback as they arrive and the
     reader wakes once per batch, when the server's end-of-batch notice (or "no message")
@@ -86,7 +102,7 @@ async def read_subject(
     log. A batch that makes no progress for ``_TIMEOUT`` seconds fails the read.
     """
     api = f"$JS.API.DIRECT.GET.{stream}"
-    out: list[tuple[int, bytes]] = []
+    out: list = []  # type: ignore[type-arg]
     start = after + 1
     loop = asyncio.get_running_loop()
     # Resolved at the end of the batch asked for last: True when the log has no more.
@@ -105,6 +121,8 @@ async def read_subject(
             ended.set_exception(LogReadError(f"reading {subject}: status {status}"))
         elif (seq := headers.get("Nats-Sequence")) is None:
             ended.set_exception(LogReadError(f"reading {subject}: a message without a sequence"))
+        elif named:
+            out.append((int(seq), headers.get("Nats-Subject", ""), msg.data))
         else:
             out.append((int(seq), msg.data))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Mapping
@@ -13,7 +14,12 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
+from interlock.runtime.buckets import bucket_values
+
 log = logging.getLogger("interlock.sdk")
+
+REFRESH_S = 30.0
+"""Seconds between reads of the agents bucket when no write to it was heard."""
 
 
 class _Validator(Protocol):
@@ -99,11 +105,13 @@ def _maybe_compile(schema: Any, where: str) -> Schema | None:
 
 
 class AgentDefCatalog:
-    """Contracts of every capability declared in the agents KV bucket, kept current by a watch."""
+    """Contracts of every capability declared in the agents KV bucket, kept current by
+    :meth:`follow`."""
 
     def __init__(self) -> None:
         self._by_def: dict[str, dict[str, CapabilityContract]] = {}
         self._by_capability: dict[str, CapabilityContract] = {}
+        self._stored: dict[str, bytes] = {}
 
     def get(self, capability: str) -> CapabilityContract | None:
         return self._by_capability.get(capability)
@@ -112,40 +120,71 @@ class AgentDefCatalog:
         """Record a put (``value``) or a delete (None) of the AgentDef ``name``."""
         if value:
             self._by_def[name] = contracts_from_agentdef(name, value)
+            self._stored[name] = value
         else:
             self._by_def.pop(name, None)
+            self._stored.pop(name, None)
+        self._merge()
+
+    def replace(self, stored: Mapping[str, bytes]) -> None:
+        """Take ``stored`` (every AgentDef's value by name) as the whole bucket: AgentDefs
+        not in it are dropped, and only those whose value changed are compiled again."""
+        for name in set(self._stored) - set(stored):
+            self._by_def.pop(name, None)
+            self._stored.pop(name, None)
+        for name, value in stored.items():
+            if self._stored.get(name) != value:
+                self._by_def[name] = contracts_from_agentdef(name, value)
+                self._stored[name] = value
+        self._merge()
+
+    def _merge(self) -> None:
         merged: dict[str, CapabilityContract] = {}
         for def_name in sorted(self._by_def):  # deterministic when two AgentDefs overlap
             merged.update(self._by_def[def_name])
         self._by_capability = merged
 
-    async def follow(self, js: Any, bucket: str, loaded: asyncio.Event) -> None:
-        """Load the bucket, set ``loaded``, then apply every later change until cancelled.
+    async def follow(
+        self, js: Any, bucket: str, loaded: asyncio.Event, *, refresh: float = REFRESH_S
+    ) -> None:
+        """Load the bucket, set ``loaded``, then keep it current until cancelled.
 
-        A missing bucket is retried: the orchestrator may provision it after we start.
+        No watch: a watch is a consumer, and an agent may make none (a stream takes at
+        most 1,000, and one agent making them would leave none for the orchestrator and
+        the other agents). The bucket is read by direct gets
+        (:func:`~interlock.runtime.buckets.bucket_values`), and read again whenever a
+        write to it is heard on its subjects (a plain subscription), and every
+        ``refresh`` seconds for writes made while the connection was down. A missing
+        bucket is retried: the orchestrator may provision it after we start.
         """
+        changed = asyncio.Event()
+
+        async def heard(_msg: Any) -> None:
+            changed.set()
+
+        sub = None
         delay = 0.5
-        while True:
-            try:
-                kv = await js.key_value(bucket)
-                watcher = await kv.watchall()
-            # The bucket does not exist yet, or NATS is reconnecting.
-            except Exception as exc:  # noqa: BLE001
-                log.debug("agents bucket %r unavailable (%s); retrying", bucket, exc)
-                loaded.set()  # nothing to wait for: run with the decorator's schemas
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                continue
-            try:
-                async for entry in watcher:
-                    if entry is None:  # end of the initial values
-                        loaded.set()
-                        continue
-                    deleted = entry.operation in ("DEL", "PURGE")
-                    self.apply(entry.key, None if deleted else entry.value)
-            finally:
+        try:
+            while True:
                 try:
-                    await watcher.stop()
-                except Exception:  # the connection may already be closed
-                    log.debug("stopping the agents watcher failed", exc_info=True)
-            return
+                    kv = await js.key_value(bucket)
+                    if sub is None:
+                        sub = await js._nc.subscribe(f"$KV.{bucket}.>", cb=heard)
+                    changed.clear()
+                    stored = await bucket_values(kv)
+                # The bucket does not exist yet, or NATS is reconnecting.
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("agents bucket %r unavailable (%s); retrying", bucket, exc)
+                    loaded.set()  # nothing to wait for: run with the decorator's schemas
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+                    continue
+                delay = 0.5
+                self.replace(stored)
+                loaded.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), refresh)
+        finally:
+            if sub is not None:
+                with contextlib.suppress(Exception):  # the connection may be closed already
+                    await sub.unsubscribe()

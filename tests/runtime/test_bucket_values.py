@@ -8,7 +8,7 @@ import uuid
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 
-from interlock.runtime.buckets import bucket_values, stored_keys
+from interlock.transport.kvread import bucket_values, stored_keys
 
 
 async def _bucket(js: JetStreamContext, history: int = 1):

@@ -471,14 +471,14 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
         }
 
     made = asyncio.run(every())
-    # The bucket handle's STREAM.INFO (nats-py's key_value), a bucket read whole as an
-    # ordered consumer (CONSUMER.CREATE, INFO) up to its newest record (STREAM.INFO: the
-    # empty run index here needs no consumer), a run's log and a version by direct gets.
+    # The bucket handle's STREAM.INFO (nats-py's key_value), a bucket read whole by
+    # batched direct gets up to its newest record (STREAM.INFO: the empty run index here
+    # needs no read), a run's log and a version by direct gets. No consumer: one left per
+    # read would fill the stream's 1,000.
     assert made == {
         "runs": ["STREAM.INFO kv_P_runs"] * 2,
         "workflows": [
-            "CONSUMER.CREATE kv_P_workflows",
-            "CONSUMER.INFO kv_P_workflows",
+            "DIRECT.GET kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
         ],
@@ -491,8 +491,7 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
             "STREAM.INFO kv_P_workflows",
         ],
         "get workflow": [
-            "CONSUMER.CREATE kv_P_workflows",
-            "CONSUMER.INFO kv_P_workflows",
+            "DIRECT.GET kv_P_workflows",
             "DIRECT.GET kv_P_workflows",
             "DIRECT.GET kv_P_workflows",
             "STREAM.INFO kv_P_workflows",

@@ -439,7 +439,8 @@ async def test_an_agents_junk_heartbeats_hide_no_worker_and_fail_no_listing(
     heartbeat counts only for its key's capability, whatever others it names."""
     from interlock.client import Client as Facade
     from interlock.core.ids import capability_token
-    from interlock.runtime.buckets import bucket_values, live_workers
+    from interlock.runtime.buckets import live_workers
+    from interlock.transport.kvread import bucket_values
 
     listed_before = await secured.operator.agents()
     creds = secured.issued.get("held-agent") or secured.issue(

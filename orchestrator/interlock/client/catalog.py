@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from interlock.client.errors import UnknownAgent
-from interlock.runtime.buckets import bucket_values, live_workers, stored_keys
+from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import UnknownWorkflow
+from interlock.transport.kvread import bucket_values, stored_keys
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
 from interlock.views.build import agent_view, workflow_detail_of, workflow_summary_of
 

@@ -20,7 +20,7 @@ from interlock.runtime.errors import (
     UnknownRun,
     UnknownWorkflow,
 )
-from interlock.runtime.logstore import LogReadError
+from interlock.transport.directget import LogReadError
 from interlock.transport.errors import ConnectionFailed
 
 if TYPE_CHECKING:

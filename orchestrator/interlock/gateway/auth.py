@@ -30,7 +30,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from interlock.runtime.buckets import bucket_values
+from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
 ROLES = ("operator", "publisher", "reader")

@@ -21,8 +21,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from interlock.runtime.buckets import newest_revision
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.kvread import newest_revision
 from interlock.transport.subjects import Subjects
 from interlock.views import RunSummary, summary_from_index
 

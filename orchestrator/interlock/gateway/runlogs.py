@@ -41,7 +41,7 @@ from interlock.core import events as ev
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.logstore import LogReadError, read_subject
+from interlock.transport.directget import LogReadError, read_subject
 
 MAX_RECORDS = 200_000
 """Records kept over all runs by default (a few hundred MB at most for large records)."""

@@ -1,4 +1,4 @@
-"""Reading a KV bucket whole: every key's current value in one pass."""
+"""The workers bucket's heartbeats, read as the listings show them."""
 
 from __future__ import annotations
 
@@ -7,72 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from nats.js.kv import KeyValue
 
 from interlock.core.ids import capability_token
-from interlock.runtime.logstore import read_messages
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 
 log = logging.getLogger("interlock.workers")
-
-
-async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
-    """Every key of a KV bucket with its current value, read in one pass.
-
-    See :func:`_fold` for how; the read ends at the bucket's newest record, looked up
-    first (a workflow just applied is there when ``start`` reads the bucket next).
-    """
-    newest = await newest_revision(kv)
-    if newest is None:
-        return {}
-    return await _fold(kv, ">", newest)
-
-
-async def stored_keys(kv: KeyValue, pattern: str) -> list[str]:
-    """The keys matching ``pattern`` (a key filter: ``wf.default.echo.*``) that hold a
-    value, sorted."""
-    return sorted(await _fold(kv, pattern, None))
-
-
-async def _fold(kv: KeyValue, pattern: str, newest: int | None) -> dict[str, bytes]:
-    """The keys under ``pattern`` with their values: the bucket's records, oldest first,
-    read by batched direct gets (:func:`~interlock.runtime.logstore.read_messages`), the
-    last record of each key winning; a delete or purge marker (no value) removes its key.
-
-    No consumer is made. A watch (an ordered consumer) stays on the server for its
-    inactivity threshold after it is stopped, and a stream takes at most 1,000 consumers:
-    one-shot reads as watches (``GET /agents``, the console, the CLI, the metrics) left
-    that many behind within minutes of polling, and then every new watch of the bucket,
-    the orchestrator's own among them, was refused. A watch's "nothing pending" marker
-    can also come before the records, so a read that stopped there missed keys.
-
-    ``newest``: the bucket's newest revision; the read goes on once if a replica that
-    answered had not reached it yet (a record aged out since leaves it short, and that is
-    all there is).
-    """
-    nc, stream, prefix = kv._js._nc, kv._stream, kv._pre
-    records = await read_messages(nc, stream, f"{prefix}{pattern}")
-    if newest is not None and records and records[-1][0] < newest:
-        records += await read_messages(nc, stream, f"{prefix}{pattern}", records[-1][0])
-    values: dict[str, bytes] = {}
-    for _, subject, value in records:
-        key = subject[len(prefix) :]
-        if value:
-            values[key] = value
-        else:
-            values.pop(key, None)
-    return values
-
-
-async def newest_revision(kv: KeyValue) -> int | None:
-    """The stream sequence of the bucket's newest stored record (None when it is empty).
-
-    Every record of a bucket is on its stream's subjects, so the stream's last sequence is
-    the newest record's revision; the bucket's status (a stream info request, which binding
-    the bucket already makes) holds it.
-    """
-    state = (await kv.status()).stream_info.state
-    return state.last_seq if state.messages else None
 
 
 def live_workers(heartbeats: Mapping[str, bytes]) -> list[dict[str, Any]]:

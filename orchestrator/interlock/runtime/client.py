@@ -25,7 +25,7 @@ from interlock.core import events as ev
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
-from interlock.runtime.buckets import bucket_values, live_workers
+from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import (
     NotRedrivable,
     RunExists,
@@ -39,6 +39,7 @@ from interlock.runtime.runs import Runs
 from interlock.runtime.waiting import RunWatcher, UnknownRunError
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream
+from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:

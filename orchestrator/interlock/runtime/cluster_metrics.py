@@ -17,9 +17,10 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from interlock.runtime.buckets import bucket_values, live_workers
+from interlock.runtime.buckets import live_workers
 from interlock.runtime.runview import epoch_seconds
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")

@@ -18,8 +18,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from interlock.runtime.logstore import read_subject
 from interlock.transport.cloudevents import CloudEvent, encode_structured, from_dict
+from interlock.transport.directget import read_subject
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 

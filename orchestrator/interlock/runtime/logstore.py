@@ -9,8 +9,9 @@ guarded by ``Nats-Expected-Last-Subject-Sequence``: a writer with a stale view l
 re-reads and decides again, which is what makes several orchestrator replicas safe without
 locks.
 
-Reading uses batched direct gets (one request returns up to ``_BATCH`` messages of one
-subject), so rebuilding a run after a restart costs one round trip per thousand decisions.
+Reading uses batched direct gets (:mod:`interlock.transport.directget`: one request
+returns up to a thousand messages of one subject), so rebuilding a run after a restart
+costs one round trip per thousand decisions.
 """
 
 from __future__ import annotations
@@ -20,18 +21,15 @@ import json
 from collections.abc import Sequence
 from typing import Protocol
 
-import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from interlock.core import events as ev
-from interlock.core.vocabulary import InterlockError
 from interlock.runtime.groupcommit import GroupCommit
+from interlock.transport.directget import LogReadError, read_subject
 from interlock.transport.errors import AppendConflict
 from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
 
-_BATCH = 1000
 _TIMEOUT = 5.0
 _HEADERS = {"Content-Type": ev.BATCH_CONTENT_TYPE}
 
@@ -67,90 +65,6 @@ class LogStore(Protocol):
             AppendConflict: the run's last append is not at ``expected_last_seq``.
         """
         ...
-
-
-class LogReadError(InterlockError):
-    """The server did not answer a read of a run log as expected."""
-
-
-async def read_subject(
-    nc: Client, stream: str, subject: str, after: int = 0, *, limit: int | None = None
-) -> list[tuple[int, bytes]]:
-    """(stream sequence, payload) of every message of ``subject`` after sequence ``after``
-    (the first ``limit`` of them when given), by batched direct gets (the stream needs
-    ``allow_direct``). See :func:`read_messages`."""
-    return await _read(nc, stream, subject, after, limit, named=False)  # type: ignore[return-value]
-
-
-async def read_messages(
-    nc: Client, stream: str, subjects: str, after: int = 0
-) -> list[tuple[int, str, bytes]]:
-    """(stream sequence, subject, payload) of every message on ``subjects`` (a filter:
-    wildcards allowed) after sequence ``after``, in stream order, by batched direct gets.
-    No consumer is made: a read leaves nothing behind on the server."""
-    return await _read(nc, stream, subjects, after, None, named=True)  # type: ignore[return-value]
-
-
-async def _read(
-    nc: Client, stream: str, subject: str, after: int, limit: int | None, *, named: bool
-) -> list[tuple[int, bytes]] | list[tuple[int, str, bytes]]:
-    """The messages of ``subject`` after ``after``, each with its subject when ``named``.
-
-    A batch's messages are collected by the subscription's callback as they arrive and the
-    reader wakes once per batch, when the server's end-of-batch notice (or "no message")
-    comes: waking for each message (``next_msg``) cost twice as long on a 2,500-message
-    log. A batch that makes no progress for ``_TIMEOUT`` seconds fails the read.
-    """
-    api = f"$JS.API.DIRECT.GET.{stream}"
-    out: list = []  # type: ignore[type-arg]
-    start = after + 1
-    loop = asyncio.get_running_loop()
-    # Resolved at the end of the batch asked for last: True when the log has no more.
-    ended: asyncio.Future[bool] = loop.create_future()
-
-    async def collect(msg: Msg) -> None:
-        if ended.done():
-            return
-        headers = msg.headers or {}
-        status = headers.get("Status")
-        if status == "404":
-            ended.set_result(True)
-        elif status == "204":
-            ended.set_result(False)
-        elif status:
-            ended.set_exception(LogReadError(f"reading {subject}: status {status}"))
-        elif (seq := headers.get("Nats-Sequence")) is None:
-            ended.set_exception(LogReadError(f"reading {subject}: a message without a sequence"))
-        elif named:
-            out.append((int(seq), headers.get("Nats-Subject", ""), msg.data))
-        else:
-            out.append((int(seq), msg.data))
-
-    sub = await nc.subscribe(nc.new_inbox(), cb=collect)
-    try:
-        while True:
-            batch = _BATCH if limit is None else min(_BATCH, limit - len(out))
-            if batch <= 0:
-                return out
-            before = len(out)
-            ended = loop.create_future()
-            request = {"seq": start, "next_by_subj": subject, "batch": batch}
-            await nc.publish(api, json.dumps(request).encode(), reply=sub.subject)
-            while True:
-                seen = len(out)
-                done, _ = await asyncio.wait((ended,), timeout=_TIMEOUT)
-                if done:
-                    break
-                if len(out) == seen:
-                    ended.cancel()
-                    raise nats.errors.TimeoutError
-            if ended.result() or len(out) - before < batch:
-                return out
-            start = out[-1][0] + 1
-    finally:
-        if not ended.done():
-            ended.cancel()
-        await sub.unsubscribe()
 
 
 RECORD_HEADROOM = 4 * 1024

@@ -24,10 +24,10 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from interlock.runtime.buckets import bucket_values
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.revisions import Revisions
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:

@@ -33,7 +33,8 @@ from nats.errors import NoRespondersError
 
 from interlock.core import events as ev
 from interlock.core.vocabulary import InterlockError
-from interlock.runtime.logstore import LogReadError, RunLog
+from interlock.runtime.logstore import RunLog
+from interlock.transport.directget import LogReadError
 from interlock.transport.natsclient import round_trip
 from interlock.transport.subjects import Subjects
 

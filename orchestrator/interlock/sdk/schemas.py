@@ -14,7 +14,7 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
-from interlock.runtime.buckets import bucket_values
+from interlock.transport.kvread import bucket_values
 
 log = logging.getLogger("interlock.sdk")
 

@@ -1,0 +1,100 @@
+"""Reading a stream's messages by batched direct gets: no consumer is made, so a read
+leaves nothing behind on the server (the stream needs ``allow_direct``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from interlock.core.vocabulary import InterlockError
+
+_BATCH = 1000
+_TIMEOUT = 5.0
+
+
+class LogReadError(InterlockError):
+    """The server did not answer a read of a stream (a run log, a bucket) as expected."""
+
+
+async def read_subject(
+    nc: Client, stream: str, subject: str, after: int = 0, *, limit: int | None = None
+) -> list[tuple[int, bytes]]:
+    """(stream sequence, payload) of every message of ``subject`` after sequence ``after``
+    (the first ``limit`` of them when given), by batched direct gets (the stream needs
+    ``allow_direct``). See :func:`read_messages`."""
+    return await _read(nc, stream, subject, after, limit, named=False)  # type: ignore[return-value]
+
+
+async def read_messages(
+    nc: Client, stream: str, subjects: str, after: int = 0
+) -> list[tuple[int, str, bytes]]:
+    """(stream sequence, subject, payload) of every message on ``subjects`` (a filter:
+    wildcards allowed) after sequence ``after``, in stream order, by batched direct gets.
+    No consumer is made: a read leaves nothing behind on the server."""
+    return await _read(nc, stream, subjects, after, None, named=True)  # type: ignore[return-value]
+
+
+async def _read(
+    nc: Client, stream: str, subject: str, after: int, limit: int | None, *, named: bool
+) -> list[tuple[int, bytes]] | list[tuple[int, str, bytes]]:
+    """The messages of ``subject`` after ``after``, each with its subject when ``named``.
+
+    A batch's messages are collected by the subscription's callback as they arrive and the
+    reader wakes once per batch, when the server's end-of-batch notice (or "no message")
+    comes: waking for each message (``next_msg``) cost twice as long on a 2,500-message
+    log. A batch that makes no progress for ``_TIMEOUT`` seconds fails the read.
+    """
+    api = f"$JS.API.DIRECT.GET.{stream}"
+    out: list = []  # type: ignore[type-arg]
+    start = after + 1
+    loop = asyncio.get_running_loop()
+    # Resolved at the end of the batch asked for last: True when the log has no more.
+    ended: asyncio.Future[bool] = loop.create_future()
+
+    async def collect(msg: Msg) -> None:
+        if ended.done():
+            return
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "404":
+            ended.set_result(True)
+        elif status == "204":
+            ended.set_result(False)
+        elif status:
+            ended.set_exception(LogReadError(f"reading {subject}: status {status}"))
+        elif (seq := headers.get("Nats-Sequence")) is None:
+            ended.set_exception(LogReadError(f"reading {subject}: a message without a sequence"))
+        elif named:
+            out.append((int(seq), headers.get("Nats-Subject", ""), msg.data))
+        else:
+            out.append((int(seq), msg.data))
+
+    sub = await nc.subscribe(nc.new_inbox(), cb=collect)
+    try:
+        while True:
+            batch = _BATCH if limit is None else min(_BATCH, limit - len(out))
+            if batch <= 0:
+                return out
+            before = len(out)
+            ended = loop.create_future()
+            request = {"seq": start, "next_by_subj": subject, "batch": batch}
+            await nc.publish(api, json.dumps(request).encode(), reply=sub.subject)
+            while True:
+                seen = len(out)
+                done, _ = await asyncio.wait((ended,), timeout=_TIMEOUT)
+                if done:
+                    break
+                if len(out) == seen:
+                    ended.cancel()
+                    raise nats.errors.TimeoutError
+            if ended.result() or len(out) - before < batch:
+                return out
+            start = out[-1][0] + 1
+    finally:
+        if not ended.done():
+            ended.cancel()
+        await sub.unsubscribe()

@@ -322,6 +322,33 @@ async def test_a_dead_letter_is_shown_and_redriven(console: Console) -> None:
     assert page.errors == []
 
 
+async def test_a_letter_that_cannot_be_redriven_says_why(console: Console) -> None:
+    # Only the start of a message too large for a letter is kept: its page says it is
+    # not redrivable, and why, and its Redrive button is off.
+    gs = console.gs
+    size = gs.stack.client.nc.max_payload - 4096
+    body = b'{"blob": "' + b"x" * size + b'"}'
+    await gs.stack.js.publish(gs.stack.subjects.event("com.example.huge"), body)
+    seq = 0
+    async with gs.http() as http:
+        for _ in range(100):
+            letters = (await http.get("/dead-letters", params={"reason": "too-large"})).json()
+            if letters:
+                seq = letters[-1]["seq"]
+                break
+            await asyncio.sleep(0.1)
+    assert seq, "the event was never dead-lettered"
+    page = await console.page()
+    await page.goto(f"{console.url}#/dead-letters/{seq}")
+    await page.get_by_role("heading", name=f"Dead letter #{seq}").wait_for()
+    button = page.get_by_role("button", name="Redrive…")
+    assert await button.is_disabled()
+    why = await page.locator("#not-redrivable").inner_text()
+    assert why.startswith("Not redrivable: it keeps only the first")
+    assert await button.get_attribute("aria-describedby") == "not-redrivable"
+    assert page.errors == []
+
+
 OVERLAPS = """(svg) => {
   const boxes = [...svg.querySelectorAll('.node rect, .edge-label')]
     .map(e => [e.closest('[data-state]')?.dataset.state || e.textContent,

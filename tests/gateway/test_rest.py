@@ -159,6 +159,7 @@ async def test_dead_letters_list_show_redrive(gs: GatewayStack) -> None:
         [letter] = await _letters(http)
         seq = letter["seq"]
         assert letter["reason"] == "bad-json"
+        assert letter["redrive_refusal"] is None
         shown = (await http.get(f"/dead-letters/{seq}")).json()
         assert shown == letter
         async with gs.http("reader") as reader:
@@ -190,6 +191,8 @@ async def test_a_letter_that_kept_only_the_start_of_its_message_is_a_409(
     async with gs.http() as http:
         [letter] = await _letters(http)
         assert letter["reason"] == "too-large"
+        # The listing says so before anyone tries.
+        assert f"of a {len(body):,}-byte message" in letter["redrive_refusal"]
         r = await http.post(f"/dead-letters/{letter['seq']}/redrive")
         assert r.status_code == 409
         assert r.headers["content-type"] == "application/problem+json"

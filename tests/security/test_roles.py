@@ -334,6 +334,16 @@ async def test_an_agent_answering_its_capability_without_the_task_token_is_dead_
         await asyncio.sleep(0.1)
     assert await log_bytes(secured, target) == forged.log_before
 
+    # The operator cannot redrive it (it may not publish answers): refused before
+    # anything is sent, saying why (the server's permission refusal came as a timeout).
+    from interlock.client import NotRedrivable
+
+    letter = (await secured.operator.dead_letters("answer-token"))[-1]
+    assert letter.subject == SUBJECTS.result("held", target)
+    with pytest.raises(NotRedrivable, match="answers come from agents"):
+        await secured.operator.redrive(letter.seq)
+    assert (await secured.operator.dead_letter(letter.seq)).reason == "answer-token"
+
 
 async def test_an_agent_requesting_an_answer_without_the_task_token_is_told_it_is_refused(
     secured: Secured, target: str

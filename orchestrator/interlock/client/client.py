@@ -451,7 +451,7 @@ class Client:
 
     async def dead_letter(self, seq: int) -> DeadLetterView:
         """One dead letter. Raises :class:`UnknownDeadLetter`."""
-        return reading.letter_view(await self._ops.dead_letter(seq))
+        return reading.letter_view(await self._ops.dead_letter(seq), self._ops.subjects)
 
     async def redrive(self, seq: int) -> int:
         """Publish a dead letter again where it came from, then drop it; returns the new

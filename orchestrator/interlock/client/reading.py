@@ -18,6 +18,7 @@ from interlock.views.build import dead_letter_view, summary_from_index
 
 if TYPE_CHECKING:
     from interlock.runtime.client import DeadLetter, InterlockClient
+    from interlock.transport.subjects import Subjects
 
 
 async def runs(
@@ -88,11 +89,18 @@ async def dead_letters(ops: InterlockClient, reason: str | None) -> list[DeadLet
         letters = await ops.dead_letters(reason)
     except NotFoundError:
         return []
-    return [letter_view(d) for d in letters]
+    return [letter_view(d, ops.subjects) for d in letters]
 
 
-def letter_view(d: DeadLetter) -> DeadLetterView:
-    """A dead letter as the client shows it."""
+def letter_view(d: DeadLetter, subjects: Subjects) -> DeadLetterView:
+    """A dead letter as the client shows it, with why a redrive would refuse it."""
     return dead_letter_view(
-        d.seq, d.time, d.reason, d.detail, d.subject, d.original_headers, d.data
+        d.seq,
+        d.time,
+        d.reason,
+        d.detail,
+        d.subject,
+        d.original_headers,
+        d.data,
+        d.redrive_refusal(subjects),
     )

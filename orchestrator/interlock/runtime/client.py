@@ -275,30 +275,13 @@ class InterlockClient:
 
         Raises:
             UnknownDeadLetter: there is none.
-            NotRedrivable: the letter kept only the start of its message, or names no
-                subject (nothing is published, the letter stays).
+            NotRedrivable: :meth:`DeadLetter.redrive_refusal` says why (nothing is
+                published, the letter stays).
         """
         letter = await self.dead_letter(seq)
-        if self.subjects.written_by_an_agent(letter.stored_on):
-            raise NotRedrivable(
-                seq,
-                "an agent wrote it (the subject it names is the agent's word); the "
-                "orchestrator sends a task again when its attempt times out or is retried",
-            )
-        if not letter.subject:
-            raise NotRedrivable(seq, "it does not name the subject its message came from")
-        if not self.subjects.dead_lettered_from(letter.subject):
-            raise NotRedrivable(
-                seq, f"it names {letter.subject}, where no message the orchestrator reads comes"
-            )
-        truncated = letter.headers.get(_DEAD_LETTER + "Truncated")
-        if truncated is not None:
-            size = f"{int(truncated):,}" if truncated.isdigit() else truncated
-            raise NotRedrivable(
-                seq,
-                f"it keeps only the first {len(letter.data):,} bytes of a {size}-byte "
-                "message (too large for a letter); `dead-letters show` has what is kept",
-            )
+        refusal = letter.redrive_refusal(self.subjects)
+        if refusal is not None:
+            raise NotRedrivable(seq, refusal)
         ack = await self.js.publish(letter.subject, letter.data, headers=letter.original_headers)
         await self.js.delete_msg(self.subjects.dead_letter_stream, seq)
         return letter, int(ack.seq)
@@ -321,6 +304,39 @@ class DeadLetter:
     data: bytes
     stored_on: str = ""
     """The letter's own subject in the dead-letter stream (an agent's: ``dlq.agent.>``)."""
+
+    def redrive_refusal(self, subjects: Subjects) -> str | None:
+        """Why :meth:`InterlockClient.redrive` refuses this letter (None: it does not).
+
+        Only an event is published again: an agent's own letter names whatever subject
+        the agent wrote; answers come from agents and fired timers from the orchestrator
+        (the operator may publish neither, and one refused once is refused again); a
+        letter that kept only the start of its message would publish that start as the
+        whole.
+        """
+        if subjects.written_by_an_agent(self.stored_on):
+            return (
+                "an agent wrote it (the subject it names is the agent's word); the "
+                "orchestrator sends a task again when its attempt times out or is retried"
+            )
+        if not self.subject:
+            return "it does not name the subject its message came from"
+        if subjects.is_answer_or_timer(self.subject):
+            return (
+                f"it came on {self.subject}: answers come from agents and fired timers from "
+                "the orchestrator, and one refused once is refused again (the orchestrator "
+                "asks again when an attempt times out or is retried)"
+            )
+        if not subjects.dead_lettered_from(self.subject):
+            return f"it names {self.subject}, where no message the orchestrator reads comes"
+        truncated = self.headers.get(_DEAD_LETTER + "Truncated")
+        if truncated is not None:
+            size = f"{int(truncated):,}" if truncated.isdigit() else truncated
+            return (
+                f"it keeps only the first {len(self.data):,} bytes of a {size}-byte "
+                "message (too large for a letter); `dead-letters show` has what is kept"
+            )
+        return None
 
     @classmethod
     def of(cls, raw: RawStreamMsg) -> DeadLetter:

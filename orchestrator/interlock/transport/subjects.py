@@ -232,6 +232,13 @@ class Subjects:
             tuple(f"{self.prefix}.{kind}." for kind in ("events", "answer", "results", "timers"))
         )
 
+    def is_answer_or_timer(self, subject: str) -> bool:
+        """Whether ``subject`` carries answers (by request or on the results stream) or
+        timers: written by agents and the orchestrator only."""
+        return subject.startswith(
+            tuple(f"{self.prefix}.{kind}." for kind in ("answer", "results", "timers"))
+        )
+
     def parked(self, token: str) -> str:
         return f"{self.prefix}.parked.{token}"
 

@@ -348,6 +348,7 @@ def dead_letter_view(
     subject: str,
     headers: dict[str, str],
     data: bytes,
+    redrive_refusal: str | None = None,
 ) -> DeadLetterView:
     """A dead letter's data as JSON, else text, else base64: never a Python repr."""
     value: Any = None
@@ -372,6 +373,7 @@ def dead_letter_view(
         headers=headers,
         data=value,
         data_base64=encoded,
+        redrive_refusal=redrive_refusal,
     )
 
 

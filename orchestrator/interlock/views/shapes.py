@@ -295,3 +295,6 @@ class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):
     """The message's data: JSON when it is JSON, else text when it is UTF-8."""
     data_base64: str | None = None
     """The message's data when it is neither JSON nor UTF-8 text."""
+    redrive_refusal: str | None = None
+    """Why ``redrive`` refuses it (an agent wrote it, an answer or a timer, only the
+    start of the message kept, ...); None when it may be redriven."""

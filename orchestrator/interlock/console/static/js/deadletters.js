@@ -48,7 +48,11 @@ export async function deadLetterPage(root, seq) {
     }
   };
   add(root, 
-    h("div", { class: "title-row" }, h("h1", {}, `Dead letter #${d.seq}`), h("button", { type: "button", id: "redrive", class: "primary", onclick: redrive }, "Redrive…")),
+    h("div", { class: "title-row" }, h("h1", {}, `Dead letter #${d.seq}`),
+      d.redrive_refusal
+        ? h("button", { type: "button", id: "redrive", disabled: true, "aria-describedby": "not-redrivable" }, "Redrive…")
+        : h("button", { type: "button", id: "redrive", class: "primary", onclick: redrive }, "Redrive…")),
+    d.redrive_refusal ? h("p", { id: "not-redrivable", class: "hint" }, `Not redrivable: ${d.redrive_refusal}.`) : null,
     h("dl", { class: "meta" },
       h("dt", {}, "Time"), h("dd", {}, timeCell(d.time)),
       h("dt", {}, "Reason"), h("dd", {}, h("code", {}, d.reason)),

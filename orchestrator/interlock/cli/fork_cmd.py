@@ -98,7 +98,9 @@ def _fork_offline(args: argparse.Namespace, run_id: str) -> int:
     if args.output:
         read_cmds.write_atomically(Path(args.output), lines)
     elif not args.json:
-        sys.stdout.buffer.write(lines)
+        from interlock.cli.terminal import write_json_lines
+
+        write_json_lines(lines)
         return EXIT_OK
     return _report_fork(records[0].subject, args.at, run_id, version, made, args)
 

@@ -217,7 +217,9 @@ async def cmd_export(client: Client, args: argparse.Namespace) -> int:
         write_atomically(Path(args.output), lines)
         err(f"wrote {len(records)} records to {args.output}")
     else:
-        sys.stdout.buffer.write(lines)
+        from interlock.cli.terminal import write_json_lines
+
+        write_json_lines(lines)
     return EXIT_OK
 
 

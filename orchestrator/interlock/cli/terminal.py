@@ -23,11 +23,38 @@ def shown(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+_JSON_CONTROL = re.compile("[\x7f-\x9f]")
+"""DEL and C1: what a JSON encoder leaves raw (it escapes C0 itself)."""
+
+
+def shown_json(text: str) -> str:
+    """JSON ``text`` with DEL and the C1 control characters as ``\\u00NN`` escapes: the
+    same JSON (it decodes to the same values), nothing a terminal obeys."""
+    return _JSON_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def write_json_lines(data: bytes) -> None:
+    """Write JSON lines to standard output: byte for byte to a pipe or a file, through
+    :func:`shown_json` to a terminal."""
+    stdout = sys.stdout
+    if isinstance(stdout, ShownStream):
+        stdout.raw.write(shown_json(data.decode("utf-8", "replace")))
+        stdout.raw.flush()
+    else:
+        stdout.flush()
+        stdout.buffer.write(data)
+
+
 class ShownStream:
     """A text stream writing :func:`shown` text to the terminal under it."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+
+    @property
+    def raw(self) -> TextIO:
+        """The terminal's own stream, for text that escapes itself (:func:`shown_json`)."""
+        return self._stream
 
     def write(self, text: str) -> int:
         self._stream.write(shown(text))

@@ -93,6 +93,47 @@ async def test_issue_list_revoke(installation: tuple[EmbeddedNats, Path]) -> Non
     assert next(i for i in listed if i["name"] == "acme")["revoked_at"] > 0
 
 
+def test_an_agent_credential_may_not_share_a_capabilitys_token(
+    installation: tuple[EmbeddedNats, Path],
+) -> None:
+    """``review.deep`` and ``review_deep`` are one NATS token: one task consumer, one set
+    of heartbeat keys. A credential for the second while one for the first stands would
+    take the first's tasks: refused, nothing written, until the first is revoked."""
+    _server, home = installation
+    keys = str(home / ".interlock" / "keys")
+
+    def issue(name: str, *caps: str) -> subprocess.CompletedProcess[str]:
+        flags = [f for cap in caps for f in ("--capability", cap)]
+        return cli(
+            "creds", "issue", "agent", *flags, "--name", name, "-o", f"{name}.creds",
+            "--keys", keys, cwd=home,
+        )  # fmt: skip
+
+    done = issue("deep", "review.deep")
+    assert done.returncode == 0, done.stderr
+    done = issue("flat", "review_deep")
+    assert done.returncode == 2
+    assert (
+        "capability 'review_deep' has the NATS token 'review_deep' of capability "
+        "'review.deep' (credential 'deep')"
+    ) in done.stderr
+    assert not (home / "flat.creds").exists()
+    done = issue("both", "x.y", "x_y")
+    assert done.returncode == 2
+    assert "of capability 'x.y' (this credential)" in done.stderr
+    listed = json.loads(cli("creds", "list", "--json", "--keys", keys, cwd=home).stdout)
+    assert {i["name"] for i in listed} >= {"deep"}
+    assert not {"flat", "both"} & {i["name"] for i in listed}
+
+    revoked = cli("creds", "revoke", "deep", "--no-push", "--keys", keys, cwd=home)
+    assert revoked.returncode == 0, revoked.stderr
+    done = issue("flat", "review_deep")
+    assert done.returncode == 0, done.stderr
+    done = issue("deep-again", "review.deep")  # the same token, the other way round
+    assert done.returncode == 2
+    assert "of capability 'review_deep' (credential 'flat')" in done.stderr
+
+
 def test_the_cli_uses_the_operator_credential_of_interlock_dev(
     installation: tuple[EmbeddedNats, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> None:

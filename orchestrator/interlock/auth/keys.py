@@ -25,6 +25,7 @@ from typing import Any
 
 from interlock.auth import jwt
 from interlock.auth.roles import Role, permissions_for, system
+from interlock.core.ids import capability_token
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.subjects import Subjects
 
@@ -213,6 +214,7 @@ class KeyStore:
         account = self._seed("account")
         user = jwt.read_key(seed) if seed else jwt.new_key("user")
         perms = permissions_for(role, subjects, user.public_key)
+        self._check_tokens(role, user.public_key)
         label = name or _default_name(role)
         nats: dict[str, Any] = {
             "type": "user",
@@ -233,6 +235,34 @@ class KeyStore:
         )
         self._record(record)
         return jwt.creds_text(token, user.seed), record
+
+    def _check_tokens(self, role: Role, public_key: str) -> None:
+        """Refuse an agent credential for a capability whose NATS token another capability
+        has (``a.b`` and ``a_b``: one task consumer, one set of heartbeat keys), in this
+        credential or in one issued before and not revoked: its agent could take the
+        other's tasks. (``apply`` refuses defining both; this keeps a credential from
+        reaching a capability it was not issued for.)
+
+        Raises:
+            ValueError: naming both capabilities and the credential of the other.
+        """
+        held: dict[str, tuple[str, str]] = {}
+        for other in self.issued():
+            if other.role != "agent" or other.revoked_at is not None:
+                continue
+            if other.public_key == public_key:  # re-signed (``interlock dev``)
+                continue
+            for cap in other.capabilities:
+                held.setdefault(capability_token(cap), (cap, f"credential {other.name!r}"))
+        for cap in role.capabilities:
+            token = capability_token(cap)
+            mine = held.setdefault(token, (cap, "this credential"))
+            if mine[0] != cap:
+                raise ValueError(
+                    f"capability {cap!r} has the NATS token {token!r} of capability "
+                    f"{mine[0]!r} ({mine[1]}): an agent of one could take the other's "
+                    "tasks; name it otherwise"
+                )
 
     def _record(self, record: Issued) -> None:
         kept = [i for i in self.issued() if i.public_key != record.public_key]

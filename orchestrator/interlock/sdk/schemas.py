@@ -172,9 +172,17 @@ class AgentDefCatalog:
                         sub = await js._nc.subscribe(f"$KV.{bucket}.>", cb=heard)
                     changed.clear()
                     stored = await bucket_values(kv)
-                # The bucket does not exist yet, or NATS is reconnecting.
+                # The bucket does not exist yet, NATS is reconnecting, or the credential
+                # may not read the bucket (one issued before it was read by direct gets).
                 except Exception as exc:  # noqa: BLE001
-                    log.debug("agents bucket %r unavailable (%s); retrying", bucket, exc)
+                    level = logging.WARNING if delay >= 10.0 else logging.DEBUG
+                    log.log(
+                        level,
+                        "cannot read the AgentDefs (bucket %r): %s; checking the decorator's "
+                        "schemas only, retrying",
+                        bucket,
+                        exc or type(exc).__name__,
+                    )
                     loaded.set()  # nothing to wait for: run with the decorator's schemas
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 10.0)

@@ -336,6 +336,35 @@ async def test_an_agentdef_written_after_the_worker_started_is_heard(
     assert (await wire.result(again))[0].data == {"txt": "x"}
 
 
+async def test_a_worker_of_more_capabilities_than_slots_serves_each_at_once(wire, runner) -> None:
+    # Two handler slots, six capabilities: four consumers find no slot to reserve. Each
+    # still keeps a pull request open (unreserved), and a task that comes takes a slot
+    # from a request nothing came for, so no task waits for another consumer's request to
+    # expire (60 s here; the test waits 20 s at most per answer).
+    worker = Worker("wide", concurrency=2, pull_expires=60.0)
+    names = [f"wide-{n}" for n in range(6)]
+
+    def server(name: str) -> Any:
+        async def serve(inp: dict[str, Any]) -> dict[str, Any]:
+            return {"by": name, **inp}
+
+        return serve
+
+    for name in names:
+        worker.capability(name)(server(name))
+    await runner.start(worker)
+    for name in reversed(names):  # the last consumers made are the ones left without
+        run_id = new_run()
+        await wire.publish_task(name, {"n": 1}, run_id=run_id)
+        assert (await wire.result(run_id, wait=20.0))[0].data == {"by": name, "n": 1}
+    # All at once, more than there are slots: every one answered, none twice.
+    runs = {new_run(): name for name in names * 3}
+    for run_id, name in runs.items():
+        await wire.publish_task(name, {"n": 2}, run_id=run_id)
+    for run_id, name in runs.items():
+        assert (await wire.result(run_id, wait=20.0))[0].data == {"by": name, "n": 2}
+
+
 # --- deadlines and cancellation -----------------------------------------------------------
 
 

@@ -41,8 +41,10 @@ _LOST = frozenset({"404", "503"})
 class SlotPool:
     """A worker's free handler slots, handed out first come, first served.
 
-    Slots are reserved before they are pulled for, so the messages delivered plus the
-    messages still asked for never exceed the pool's size.
+    Messages handled at once never exceed the pool's size. A consumer pulls for the slots
+    it reserved; with none free (more consumers than slots), for one message unreserved,
+    which takes a slot when it comes (a free one, or one reclaimed from a request nothing
+    came for) or else goes back to the stream (nak).
     """
 
     def __init__(self, size: int) -> None:
@@ -51,12 +53,22 @@ class SlotPool:
         self.size = size
         self._free = size
         self._waiters: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
-        self._reclaimers: list[Callable[[], bool]] = []
+        self._reclaimers: list[Callable[[bool], bool]] = []
 
-    def add_reclaimer(self, reclaim: Callable[[], bool]) -> None:
-        """``reclaim`` gives back slots held idle (a pull request nothing came for) when
-        asked; it returns whether it did. Asked when an urgent acquire finds none free."""
+    def add_reclaimer(self, reclaim: Callable[[bool], bool]) -> None:
+        """``reclaim(also_busy)`` gives back slots held idle (a pull request nothing came
+        for) when asked, those of a consumer that had work before only if ``also_busy``;
+        it returns whether it did. Asked when a slot is wanted and none is free."""
         self._reclaimers.append(reclaim)
+
+    def _reclaimed(self, enough: Callable[[], bool]) -> bool:
+        """Ask the reclaimers, those of consumers without work first, until ``enough``."""
+        for also_busy in (False, True):
+            for reclaim in self._reclaimers:
+                if enough():
+                    return True
+                reclaim(also_busy)
+        return enough()
 
     @property
     def free(self) -> int:
@@ -80,10 +92,7 @@ class SlotPool:
         entry = (want, fut)
         self._waiters.append(entry)
         if urgent:
-            for reclaim in self._reclaimers:
-                if fut.done():
-                    break
-                reclaim()
+            self._reclaimed(fut.done)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -100,6 +109,19 @@ class SlotPool:
             self._free -= 1
             return True
         return False
+
+    def take(self, want: int) -> int:
+        """Take up to ``want`` slots free right now, none when others wait for them."""
+        if self._free > 0 and not self._waiters:
+            got = min(want, self._free)
+            self._free -= got
+            return got
+        return 0
+
+    def acquire_now(self) -> bool:
+        """Take one slot for a message that has arrived: a free one, else one reclaimed
+        from a pull request that nothing has come for (False: every slot is at work)."""
+        return self.try_acquire() or self._reclaimed(self.try_acquire)
 
     def release(self, n: int = 1) -> None:
         if n <= 0:
@@ -172,15 +194,16 @@ class PullConsumer:
             self._sub = await self._nc.subscribe(subject, cb=self._on_msg_async)
         self._pool.add_reclaimer(self._reclaim_idle)
 
-    def _reclaim_idle(self) -> bool:
+    def _reclaim_idle(self, also_busy: bool) -> bool:
         """Give back the slots of an open pull request nothing has come for, when another
-        consumer of the pool has work. The request stays open, unreserved, until it
-        expires: a message it still brings takes a slot if one is free, else goes back
-        (nak) to be pulled again once this consumer has a slot. One request at a time
-        either way, so giving back never piles requests up on the server."""
-        if not self._current or not self._remaining or self._delivered or self._busy:
+        consumer of the pool has work (if this one had work before it, only when
+        ``also_busy``). The request stays open, unreserved, until it expires: a message it
+        still brings takes a slot if it can get one, else goes back (nak) to be pulled
+        again once this consumer has a slot. One request at a time either way, so giving
+        back never piles requests up on the server."""
+        if not self._current or not self._remaining or self._delivered or self._draining:
             return False
-        if self._draining:
+        if self._busy and not also_busy:
             return False
         self._pool.release(self._remaining)
         self._loose, self._remaining = self._remaining, 0
@@ -193,15 +216,24 @@ class PullConsumer:
             if self._lost:
                 await self._ensure()
                 self._lost = False
-            # An idle consumer reserves one slot, so the others of the worker keep the rest.
-            got = await self._pool.acquire(self._pool.size if self._busy else 1, urgent=self._busy)
+            if self._busy:
+                # It has had work and may have more: wait for slots, reclaiming idle ones.
+                got, loose = await self._pool.acquire(self._pool.size, urgent=True), 0
+            else:
+                # An idle consumer reserves one slot, so the others of the worker keep the
+                # rest. With none free (more capabilities than slots) it pulls for one
+                # message unreserved: one that comes takes a slot then (a free one, or
+                # one reclaimed from an idle request), so no capability waits for another
+                # consumer's request to expire before it is asked for.
+                got = self._pool.take(1)
+                loose = 0 if got else 1
             self._seq += 1
             self._current, self._remaining, self._delivered = self._seq, got, 0
-            self._loose = 0
+            self._loose = loose
             self._status = None
             self._closed.clear()
             request = {
-                "batch": got,
+                "batch": got + loose,
                 "expires": int(self._expires * 1e9),
                 "idle_heartbeat": int(self._heartbeat * 1e9),
             }
@@ -305,13 +337,14 @@ class PullConsumer:
                 self._close(None)
             holds_slot = True
         elif self._current and self._loose > 0:
-            # For a request whose slots were given back: take one only if free.
+            # For a request with no slot reserved (given back, or none was free): take a
+            # free one or one an idle request holds; else hand the message back.
             self._loose -= 1
             self._delivered += 1
             self._busy = True
             if self._loose == 0 and self._remaining == 0:
                 self._close(None)
-            holds_slot = self._pool.try_acquire()
+            holds_slot = self._pool.acquire_now()
         else:
             # A late delivery for a request given up locally: take a slot only if one is free.
             holds_slot = self._pool.try_acquire()

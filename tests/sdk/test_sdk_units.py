@@ -15,7 +15,7 @@ from interlock.sdk.execution import settled
 from interlock.sdk.runner import load_worker
 from interlock.sdk.schemas import AgentDefCatalog, Schema
 from interlock.transport.cloudevents import decode_message
-from interlock.transport.pulling import SlotPool
+from interlock.transport.slots import SlotPool
 from interlock.transport.tasks import TaskRequest, consumer_name, heartbeat_key, task_request
 
 

@@ -45,7 +45,8 @@ from interlock.transport.consuming import (
 )
 from interlock.transport.jetstream import JetStream, jetstream
 from interlock.transport.natsclient import ack_nowait
-from interlock.transport.pulling import PullConsumer, SlotPool
+from interlock.transport.pulling import PullConsumer
+from interlock.transport.slots import SlotPool
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 from interlock.transport.tasks import (
     ANSWER_FAILED,

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from interlock.transport.cancelling import cancel_and_wait
 
@@ -26,6 +27,59 @@ log = logging.getLogger("interlock.http")
 
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 5.0
+
+
+HEADER_TIMEOUT_S = 10.0
+"""Seconds a connection has to send a whole request head, from its start or from the end
+of its last response."""
+
+
+class _HeadTimedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request head does not come
+    whole within ``header_timeout``.
+
+    uvicorn times a connection out only between requests, once a response is sent, and
+    any byte received stops that clock: a client that opened connections and sent their
+    heads slowly, or not at all, held each open for good, and enough of them left no
+    socket for the other callers.
+    """
+
+    header_timeout = HEADER_TIMEOUT_S
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_cycle = self.cycle
+        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.cycle is self._head_cycle and not self.transport.is_closing():
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.cycle is not self._head_cycle:  # a request head came whole
+            self._cancel_head_timer()
+            self._head_cycle = self.cycle
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_timer()  # the next request's head, on a kept-alive connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
 
 
 class _Server(uvicorn.Server):
@@ -74,11 +128,21 @@ class HttpServer:
         app: the ASGI application.
         port: the TCP port (0: any free port; see :attr:`port` once started).
         host: the address to listen on.
+        header_timeout: seconds a connection has to send a whole request head (then it
+            is closed).
     """
 
-    def __init__(self, app: Any, port: int, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        app: Any,
+        port: int,
+        *,
+        host: str = "127.0.0.1",
+        header_timeout: float = HEADER_TIMEOUT_S,
+    ) -> None:
         self.app = app
         self.host = host
+        self.header_timeout = header_timeout
         self._requested_port = port
         self._sock: socket.socket | None = None
         self._bound_port: int | None = None
@@ -102,8 +166,10 @@ class HttpServer:
         """Bind and start serving; raises ``OSError`` when the port cannot be had."""
         self._sock = bind(self.host, self._requested_port)
         self._bound_port = int(self._sock.getsockname()[1])
+        protocol = type("HeadTimedH11", (_HeadTimedH11,), {"header_timeout": self.header_timeout})
         config = uvicorn.Config(
             self.app,
+            http=protocol,
             log_config=None,
             log_level="warning",
             access_log=False,

@@ -166,21 +166,26 @@ def test_schema_problems_name_the_path() -> None:
 
 def test_agentdef_catalog_follows_puts_and_deletes() -> None:
     catalog = AgentDefCatalog()
+    bucket: dict[str, bytes] = {}
     spec = {"capabilities": [{"name": "c", "input_schema": {"type": "object"}}]}
-    catalog.apply("one", json.dumps(spec).encode())
+    bucket["one"] = json.dumps(spec).encode()
+    catalog.replace(bucket)
     contract = catalog.get("c")
     assert contract is not None
     assert contract.input is not None
     assert contract.output is None
     assert contract.origin == "AgentDef one"
     manifest = {"kind": "AgentDef", "spec": {"capabilities": [{"name": "d"}]}}
-    catalog.apply("two", json.dumps(manifest).encode())
+    bucket["two"] = json.dumps(manifest).encode()
+    catalog.replace(bucket)
     assert catalog.get("d") is not None
-    catalog.apply("one", None)
+    del bucket["one"]
+    catalog.replace(bucket)
     assert catalog.get("c") is None
-    catalog.apply("broken", b"{not json")
+    bucket["broken"] = b"{not json"
     bad_schema = {"capabilities": [{"name": "e", "input_schema": {"type": 5}}]}
-    catalog.apply("three", json.dumps(bad_schema).encode())
+    bucket["three"] = json.dumps(bad_schema).encode()
+    catalog.replace(bucket)
     assert catalog.get("e") is None  # ignored with a warning rather than breaking the worker
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from interlock.auth import jwt
 from interlock.auth.roles import Role, permissions_for, system
-from interlock.core.ids import capability_token
+from interlock.core.ids import capability_token, token_taken
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.subjects import Subjects
 
@@ -246,22 +246,23 @@ class KeyStore:
         Raises:
             ValueError: naming both capabilities and the credential of the other.
         """
-        held: dict[str, tuple[str, str]] = {}
+        owners: dict[str, str] = {}
+        held_by: dict[str, str] = {}  # capability: the first credential that holds it
         for other in self.issued():
             if other.role != "agent" or other.revoked_at is not None:
                 continue
             if other.public_key == public_key:  # re-signed (``interlock dev``)
                 continue
             for cap in other.capabilities:
-                held.setdefault(capability_token(cap), (cap, f"credential {other.name!r}"))
+                token_taken(owners, cap)
+                held_by.setdefault(cap, f"credential {other.name!r}")
         for cap in role.capabilities:
-            token = capability_token(cap)
-            mine = held.setdefault(token, (cap, "this credential"))
-            if mine[0] != cap:
+            taken = token_taken(owners, cap)
+            if taken is not None:
                 raise ValueError(
-                    f"capability {cap!r} has the NATS token {token!r} of capability "
-                    f"{mine[0]!r} ({mine[1]}): an agent of one could take the other's "
-                    "tasks; name it otherwise"
+                    f"capability {cap!r} has the NATS token {capability_token(cap)!r} of "
+                    f"capability {taken!r} ({held_by.get(taken, 'this credential')}): an "
+                    "agent of one could take the other's tasks; name it otherwise"
                 )
 
     def _record(self, record: Issued) -> None:

@@ -22,7 +22,7 @@ import msgspec
 from interlock.core import model
 from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
 from interlock.core.diagnostics import Diagnostic, ManifestError
-from interlock.core.ids import capability_token
+from interlock.core.ids import capability_token, token_taken
 from interlock.core.lowering import lower_workflow
 from interlock.core.lowering_scope import parse_duration
 from interlock.core.names import CAPABILITY_NAME, check_metadata
@@ -172,14 +172,14 @@ def _check_tokens(
     """Two capabilities whose names make the same subject token (``a.b`` and ``a_b``)
     would share a task consumer, heartbeat keys and the permissions on them: an agent of
     one could take the other's tasks. Refused where the second is named."""
-    owner: dict[str, str] = {}
+    owners: dict[str, str] = {}
     for name in sorted(known):
-        owner.setdefault(capability_token(name), name)
+        token_taken(owners, name)
     for doc, agent in zip(docs, agents, strict=True):
         for i, name in enumerate(agent.capabilities):
-            token = capability_token(name)
-            other = owner.setdefault(token, name)
-            if other != name:
+            other = token_taken(owners, name)
+            if other is not None:
+                token = capability_token(name)
                 diags.append(
                     doc.diag(
                         ("spec", "capabilities", i, "name"),

@@ -71,3 +71,10 @@ def capability_token(capability: str) -> str:
     Not one-to-one (``a.b`` and ``a_b`` share a token), so the compiler refuses two
     capabilities that share one."""
     return _TOKEN_UNSAFE.sub("_", capability)
+
+
+def token_taken(owners: dict[str, str], capability: str) -> str | None:
+    """Claim ``capability``'s token in ``owners`` (token: the first capability that
+    claimed it); the other capability that holds it already, if any."""
+    owner = owners.setdefault(capability_token(capability), capability)
+    return None if owner == capability else owner

@@ -109,39 +109,26 @@ class AgentDefCatalog:
     :meth:`follow`."""
 
     def __init__(self) -> None:
-        self._by_def: dict[str, dict[str, CapabilityContract]] = {}
+        # Each AgentDef's stored value and the contracts compiled from it.
+        self._defs: dict[str, tuple[bytes, dict[str, CapabilityContract]]] = {}
         self._by_capability: dict[str, CapabilityContract] = {}
-        self._stored: dict[str, bytes] = {}
 
     def get(self, capability: str) -> CapabilityContract | None:
         return self._by_capability.get(capability)
 
-    def apply(self, name: str, value: bytes | None) -> None:
-        """Record a put (``value``) or a delete (None) of the AgentDef ``name``."""
-        if value:
-            self._by_def[name] = contracts_from_agentdef(name, value)
-            self._stored[name] = value
-        else:
-            self._by_def.pop(name, None)
-            self._stored.pop(name, None)
-        self._merge()
-
     def replace(self, stored: Mapping[str, bytes]) -> None:
         """Take ``stored`` (every AgentDef's value by name) as the whole bucket: AgentDefs
         not in it are dropped, and only those whose value changed are compiled again."""
-        for name in set(self._stored) - set(stored):
-            self._by_def.pop(name, None)
-            self._stored.pop(name, None)
+        defs: dict[str, tuple[bytes, dict[str, CapabilityContract]]] = {}
         for name, value in stored.items():
-            if self._stored.get(name) != value:
-                self._by_def[name] = contracts_from_agentdef(name, value)
-                self._stored[name] = value
-        self._merge()
-
-    def _merge(self) -> None:
+            known = self._defs.get(name)
+            if known is None or known[0] != value:
+                known = (value, contracts_from_agentdef(name, value))
+            defs[name] = known
+        self._defs = defs
         merged: dict[str, CapabilityContract] = {}
-        for def_name in sorted(self._by_def):  # deterministic when two AgentDefs overlap
-            merged.update(self._by_def[def_name])
+        for def_name in sorted(self._defs):  # deterministic when two AgentDefs overlap
+            merged.update(self._defs[def_name][1])
         self._by_capability = merged
 
     async def follow(
@@ -152,7 +139,7 @@ class AgentDefCatalog:
         No watch: a watch is a consumer, and an agent may make none (a stream takes at
         most 1,000, and one agent making them would leave none for the orchestrator and
         the other agents). The bucket is read by direct gets
-        (:func:`~interlock.runtime.buckets.bucket_values`), and read again whenever a
+        (:func:`~interlock.transport.kvread.bucket_values`), and read again whenever a
         write to it is heard on its subjects (a plain subscription), and every
         ``refresh`` seconds for writes made while the connection was down. A missing
         bucket is retried: the orchestrator may provision it after we start.
@@ -162,14 +149,15 @@ class AgentDefCatalog:
         async def heard(_msg: Any) -> None:
             changed.set()
 
-        sub = None
+        kv = sub = None
         delay = 0.5
         try:
             while True:
                 try:
-                    kv = await js.key_value(bucket)
+                    if kv is None:
+                        kv = await js.key_value(bucket)
                     if sub is None:
-                        sub = await js._nc.subscribe(f"$KV.{bucket}.>", cb=heard)
+                        sub = await js._nc.subscribe(f"{kv._pre}>", cb=heard)
                     changed.clear()
                     stored = await bucket_values(kv)
                 # The bucket does not exist yet, NATS is reconnecting, or the credential

@@ -228,16 +228,15 @@ class Subjects:
         """Whether the orchestrator dead-letters messages that came on ``subject``: events,
         answers (by request or on the results stream) and fired timers; never a run log,
         a task, a bucket or the JetStream API."""
-        return subject.startswith(
-            tuple(f"{self.prefix}.{kind}." for kind in ("events", "answer", "results", "timers"))
-        )
+        return self.is_answer_or_timer(subject) or self._under(subject, "events")
 
     def is_answer_or_timer(self, subject: str) -> bool:
         """Whether ``subject`` carries answers (by request or on the results stream) or
         timers: written by agents and the orchestrator only."""
-        return subject.startswith(
-            tuple(f"{self.prefix}.{kind}." for kind in ("answer", "results", "timers"))
-        )
+        return self._under(subject, "answer", "results", "timers")
+
+    def _under(self, subject: str, *kinds: str) -> bool:
+        return subject.startswith(tuple(f"{self.prefix}.{kind}." for kind in kinds))
 
     def parked(self, token: str) -> str:
         return f"{self.prefix}.parked.{token}"

@@ -57,9 +57,8 @@ class _HeadTimedH11(H11Protocol):
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
     def _cancel_head_timer(self) -> None:
-        timer = getattr(self, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
+        if self._head_timer is not None:
+            self._head_timer.cancel()
             self._head_timer = None
 
     def _head_timed_out(self) -> None:

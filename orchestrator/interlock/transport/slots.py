@@ -54,9 +54,8 @@ class SlotPool:
         ``urgent``: the caller has had work and may have more; slots other consumers hold
         idle are reclaimed for it rather than waiting for their pull requests to expire.
         """
-        if self._free > 0 and not self._waiters:
-            got = min(want, self._free)
-            self._free -= got
+        got = self.take(want)
+        if got:
             return got
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         entry = (want, fut)

@@ -7,7 +7,8 @@ input gives the same records, byte for byte.
 
 The decision itself is built in layers: :mod:`~interlock.core.step` (emitting records),
 :mod:`~interlock.core.transitions` (states and their transitions),
-:mod:`~interlock.core.fanout` (map and parallel states) and
+:mod:`~interlock.core.fanout` (map and parallel states),
+:mod:`~interlock.core.dag` (DAG states: steps started as their dependencies end) and
 :mod:`~interlock.core.reactions` (answers, failures and timers). What arrives from outside
 (:class:`Incoming`, triggers, correlation keys) is in :mod:`~interlock.core.incoming`.
 """

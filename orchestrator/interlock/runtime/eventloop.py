@@ -4,7 +4,7 @@ agent run``, ``interlock dev``).
 Where uvloop is installed (a dependency on Linux and macOS) they run on it: the same asyncio
 API over libuv, with its event loop, callbacks and socket writes in C. The orchestrator
 spends a quarter of its CPU in the event loop and its socket writes (``python -m bench
-peers`` and docs/architecture.md give the measurements); uvloop takes a good part of that
+peers`` and docs/performance.md give the measurements); uvloop takes a good part of that
 off each message. ``INTERLOCK_EVENT_LOOP=asyncio`` keeps the standard loop (to compare, or
 to debug with asyncio's own tools); ``uvloop`` insists on it and fails where it is missing;
 unset or ``auto`` takes uvloop where it can be imported and the standard loop elsewhere.

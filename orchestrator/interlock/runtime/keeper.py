@@ -6,7 +6,7 @@ that block is the stream's last it opens a new one at once. Runs that come one a
 drain the queue after every task, so each task cost the server a block file made and
 removed (an ``openat``, a write, an ``unlinkat``): about a third of the server's CPU per
 task in a loop of publish, fetch and acknowledge, and 10 to 25% of the milliseconds of a
-run of the benchmarks' approval workflow made one after another (docs/architecture.md,
+run of the benchmarks' approval workflow made one after another (docs/performance.md,
 "CPU per run").
 
 A message on ``Subjects.tasks_keeper``, a subject of the stream no consumer reads, keeps

@@ -13,17 +13,7 @@ from interlock.auth import roles
 from interlock.contracts_examples import CAPABILITY, EVENT_TYPE, INSTANCE, RUN, SUBJECTS
 from interlock.core.ids import capability_token
 from interlock.transport import provision, tasks
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` one token, ``>`` one or more at the end."""
-    p, s = pattern.split("."), subject.split(".")
-    for i, word in enumerate(p):
-        if word == ">":
-            return len(s) > i
-        if i >= len(s) or (word != "*" and word != s[i]):
-            return False
-    return len(p) == len(s)
+from interlock.transport.pulling import subject_matches
 
 
 def _fill(item: str) -> str:
@@ -36,8 +26,8 @@ def _fill(item: str) -> str:
 
 
 def _allowed(allow: Iterable[str], deny: Iterable[str], subject: str) -> bool:
-    return any(_matches(_fill(a), subject) for a in allow) and not any(
-        _matches(_fill(d), subject) for d in deny
+    return any(subject_matches(_fill(a), subject) for a in allow) and not any(
+        subject_matches(_fill(d), subject) for d in deny
     )
 
 

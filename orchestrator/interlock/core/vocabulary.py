@@ -62,9 +62,9 @@ class RunStatus(StrEnum):
 
 
 FINISHED: frozenset[str] = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+"""The statuses of a finished run."""
 RECORDED: tuple[str, ...] = tuple(s.value for s in RunStatus if s is not RunStatus.NEW)
 """The statuses of a run whose log holds anything, in order: what run listings filter by."""
-"""The statuses of a finished run."""
 
 
 class TimerPurpose(StrEnum):

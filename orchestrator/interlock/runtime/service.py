@@ -87,11 +87,11 @@ from interlock.transport.subjects import Subjects
 log = logging.getLogger("interlock.orchestrator")
 
 MAX_DELIVERIES = 10
+"""A message that fails this often is dead-lettered instead of retried forever."""
 ACK_WAIT = 10.0
 """Default ack wait of the orchestrator's consumers: how long the messages a killed
 orchestrator had taken wait before another process gets them. Slow batches send progress
 acks, so this bounds recovery after a crash, not the time a batch may take."""
-"""A message that fails this often is dead-lettered instead of retried forever."""
 FETCH_BATCH = 128
 SLOW_AFTER_S = 0.2
 """A message still in hand this long after its batch was fetched is left to finish by

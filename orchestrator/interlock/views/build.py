@@ -13,7 +13,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
 from interlock.transport.cloudevents import too_deep
-from interlock.views.outline import WorkflowOutline, description_of, outline_of
+from interlock.views.outline import WorkflowOutline, outline_of
 from interlock.views.shapes import (
     TASK_EVENTS,
     AgentView,
@@ -217,17 +217,6 @@ def workflow_summary_of(
         spec_hash=spec_hash,
         description=description if isinstance(description, str) else None,
         triggers=sorted(events),
-    )
-
-
-def workflow_summary(definition: Definition, version: int) -> WorkflowSummary:
-    return WorkflowSummary(
-        namespace=definition.namespace,
-        name=definition.name,
-        version=version,
-        spec_hash=definition.spec_hash,
-        description=description_of(definition),
-        triggers=sorted({t.event for t in definition.triggers}),
     )
 
 

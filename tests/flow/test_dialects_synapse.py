@@ -123,10 +123,17 @@ async def test_a_cancelled_dependency_still_satisfies_a_plain_edge(stack_for: Fa
 @pytest.mark.parametrize(
     ("cancel", "expected"),
     [
-        (False, {"release/test": "done", "release/deploy": "done", "release/rollback": "skipped"}),
+        (
+            False,
+            {"release/test": "done", "release/deploy": "done", "release/rollback": "cancelled"},
+        ),
         (
             True,
-            {"release/test": "cancelled", "release/deploy": "skipped", "release/rollback": "done"},
+            {
+                "release/test": "cancelled",
+                "release/deploy": "cancelled",
+                "release/rollback": "done",
+            },
         ),
     ],
 )

@@ -224,7 +224,7 @@ async def test_a_test_that_finishes_done_deploys_and_skips_the_rollback(stack: S
     assert state.outputs == {
         "release/test": "done",
         "release/deploy": "done",
-        "release/rollback": "skipped",
+        "release/rollback": "cancelled",
     }
     assert [t for _, t in stack.agents.tasks] == ["release/test", "release/deploy"]
 
@@ -240,7 +240,7 @@ async def test_a_cancelled_test_rolls_back_and_never_deploys(stack: Stack) -> No
     state = await stack.finished(run_id)
     assert state.outputs == {
         "release/test": "cancelled",
-        "release/deploy": "skipped",
+        "release/deploy": "cancelled",
         "release/rollback": "done",
         "reason": "suite aborted",
     }

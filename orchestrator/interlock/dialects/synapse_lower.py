@@ -146,11 +146,13 @@ def _step_names(workflow: Workflow) -> dict[str, str]:
 
 
 def _dag_result(workflow: Workflow, names: dict[str, str]) -> dict[str, Any]:
-    """synapse's run result from the DAG's: each task done, cancelled or skipped."""
+    """synapse's run result from the DAG's: each task ``done`` or ``cancelled``, its board
+    status (a step retired by a conditional edge is cancelled on the board); ``state``
+    counts the retired ones apart, as the planner does (``skipped``)."""
     status = {
         t.id: f"states.{DAG_STATE}.output[{_str(names[t.id])}].status" for t in workflow.tasks
     }
-    seed = '{"completed": "done", "failed": "cancelled", "skipped": "skipped"}'
+    seed = '{"completed": "done", "failed": "cancelled", "skipped": "cancelled"}'
     step = {t.id: f"states.{DAG_STATE}.output[{_str(names[t.id])}]" for t in workflow.tasks}
     # Who answered each task that ended done (the answer's source), in task order.
     assigned = [

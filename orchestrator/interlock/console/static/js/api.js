@@ -56,7 +56,7 @@ export async function api(path, { params, method = "GET", body, signal } = {}) {
   }
   if (!r.ok) {
     const err = new ApiError(r.status, data);
-    if (r.status === 401) document.dispatchEvent(new CustomEvent("interlock:unauthenticated"));
+    if (r.status === 401) document.dispatchEvent(new CustomEvent("interlock:unauthenticated", { detail: err }));
     throw err;
   }
   return data;

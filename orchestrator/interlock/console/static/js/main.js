@@ -56,7 +56,7 @@ export async function render() {
   } catch (e) {
     if (ticket !== shown) return;
     if (e instanceof ApiError && e.status === 401) {
-      signIn(e);
+      if (ticket === shown) signIn(e);
       return;
     }
     root.replaceChildren(errorBox(e));
@@ -69,7 +69,15 @@ export async function render() {
   document.title = `${root.querySelector("h1")?.textContent || "Interlock"} · Interlock`;
 }
 
+// A page that catches its own errors (a table that shows them in its place) still ends
+// here on a 401: any refused call puts the sign-in form in the page's place.
 function signIn(e) {
+  // The page being drawn, or shown, is dropped: its answer would replace the form.
+  shown += 1;
+  if (cleanup) {
+    cleanup();
+    cleanup = null;
+  }
   const input = h("input", {
     id: "token",
     name: "token",
@@ -85,6 +93,9 @@ function signIn(e) {
       onsubmit: (ev) => {
         ev.preventDefault();
         setToken(input.value.trim());
+        signOut.hidden = !token();
+        // The form goes: a refused token brings a new one that says so.
+        main.replaceChildren(h("p", { class: "muted" }, "Signing in…"));
         render();
       },
     },
@@ -119,7 +130,10 @@ signOut.addEventListener("click", () => {
   signOut.hidden = true;
   render();
 });
-document.addEventListener("interlock:unauthenticated", () => (signOut.hidden = !token()));
+document.addEventListener("interlock:unauthenticated", (ev) => {
+  signOut.hidden = !token();
+  if (!main.querySelector(".sign-in")) signIn(ev.detail);
+});
 
 let lastHash = location.hash;
 window.addEventListener("hashchange", () => {

@@ -271,6 +271,87 @@ def test_each_rule_refuses_a_file_that_breaks_it(
         assert got.startswith(want), (got, want)
 
 
+WRITTEN = FIXTURES.parent / "written"
+
+
+def test_a_step_name_with_a_dash_is_read_with_the_index_form() -> None:
+    # steps.score-batch would be a subtraction: CEL's index syntax is the only spelling.
+    path = WRITTEN / "ctxmesh-score-batch.yaml"
+    prepared = prepare([(str(path), path.read_text())])
+    assert prepared.ok, prepared.diagnostics
+    states = prepared.documents[0].data["spec"]["states"]
+    assert states["score-batch"]["on"][0]["guard"] == (
+        'has(states["score-batch"].output.note) && states["score-batch"].output.score >= 0.5'
+    )
+    assert states["high-value"]["actions"][0]["input"] == {
+        "score": '{{ states["score-batch"].output.score }}',
+        "note": "{{ states['score-batch'].output.note }}",
+    }
+    assert states["each-item"]["map"]["over"] == 'states["score-batch"].output.items'
+
+
+def test_the_index_form_of_a_do_step_reads_its_map_and_its_loop() -> None:
+    text = STEPS.format(
+        steps="""
+    - name: fan-out
+      map: {over: "[1, 2]", as: i, do: one-item, join: sum-up}
+    - name: one-item
+      agentRef: x
+      input: {i: i}
+      outputSchema: {type: object}
+    - name: sum-up
+      agentRef: x
+      input: {all: 'steps["one-item"].output'}
+      next: polish
+    - name: polish
+      loop: {until: 'has(steps["re-view"].output.ok)', maxIterations: 2, do: re-view}
+    - name: re-view
+      agentRef: x
+      outputSchema: {type: object}
+"""
+    )
+    prepared = prepare([("d.yaml", text)])
+    assert prepared.ok, prepared.diagnostics
+    states = prepared.documents[0].data["spec"]["states"]
+    assert states["sum-up"]["actions"][0]["input"] == {"all": '{{ states["fan-out"].output }}'}
+    assert states["polish"]["loop"]["until"] == "has(result.ok)"
+
+
+@pytest.mark.parametrize(
+    ("cel", "expected"),
+    [
+        (
+            'steps["nowhere"].output.x',
+            'i.yaml:12:19: ctxmesh.unknown-step: steps["nowhere"] names no step',
+        ),
+        (
+            "has(steps['a-b'].output.t)",
+            "i.yaml:12:23: ctxmesh.output-schema: step 'c' reads steps['a-b'].output, so step "
+            "'a-b' must declare an outputSchema",
+        ),
+        (
+            "steps[input.which].output",
+            "i.yaml:12:19: ctxmesh.cel: a step reference names its step: steps.<name> or "
+            'steps["<name>"]',
+        ),
+    ],
+)
+def test_the_index_form_is_checked_like_the_dot_form(cel: str, expected: str) -> None:
+    text = STEPS.format(
+        steps=f"""
+    - name: a-b
+      agentRef: x
+      next: c
+    - name: c
+      agentRef: x
+      input: {{t: '{cel.replace("'", "''")}'}}
+"""
+    )
+    errors = errors_of("i.yaml", text)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(expected), errors
+
+
 def test_missing_registry_ref_and_steps() -> None:
     text = "apiVersion: agents.ctxmesh.ai/v1beta1\nkind: Workflow\nmetadata: {name: w}\nspec: {}\n"
     assert errors_of("r.yaml", text) == [

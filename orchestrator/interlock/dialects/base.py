@@ -246,7 +246,13 @@ class Name:
     end: int
     name: str
     fields: tuple[str, ...]
-    """The field names that follow (``steps.classify.output`` -> ("classify", "output"))."""
+    """The field names that follow, selected (``steps.classify.output`` -> ("classify",
+    "output")) or indexed by a string literal (``steps["score-batch"].output`` ->
+    ("score-batch", "output"))."""
+    ends: tuple[int, ...] = ()
+    """Where each of ``fields`` ends in the source (after the ``]`` of an index)."""
+    dynamic: bool = False
+    """An index that is not a string literal follows the fields (``steps[k]``)."""
 
 
 def top_level_names(source: str) -> list[Name]:
@@ -265,19 +271,36 @@ def top_level_names(source: str) -> list[Name]:
         if nxt is not None and nxt[3] == "(":
             continue  # a function: size(x), has(x)
         fields: list[str] = []
+        ends: list[int] = []
+        dynamic = False
         j = i
         while True:
-            dot = _next(tokens, j)
-            if dot is None or dot[3] != ".":
+            nxt_token = _next(tokens, j)
+            if nxt_token is None or nxt_token[3] not in (".", "["):
                 break
-            k = tokens.index(dot)
-            ident = _next(tokens, k)
-            if ident is None or ident[0] != "ident":
+            k = tokens.index(nxt_token)
+            part = _next(tokens, k)
+            if nxt_token[3] == ".":
+                if part is None or part[0] != "ident":
+                    break
+                fields.append(part[3])
+                ends.append(part[2])
+                j = tokens.index(part)
+                continue
+            key = _STRING_KEY.match(part[3]) if part is not None else None
+            close = _next(tokens, tokens.index(part)) if part is not None else None
+            if key is None or close is None or close[3] != "]":
+                dynamic = True
                 break
-            fields.append(ident[3])
-            j = tokens.index(ident)
-        out.append(Name(start, end, text, tuple(fields)))
+            fields.append(key.group(2))
+            ends.append(close[2])
+            j = tokens.index(close)
+        out.append(Name(start, end, text, tuple(fields), tuple(ends), dynamic))
     return out
+
+
+_STRING_KEY = re.compile(r"""^(['"])([^'"\\\n]*)\1$""")
+"""A string literal without escapes: an index that names a field (``["score-batch"]``)."""
 
 
 def _previous(tokens: list[tuple[Any, int, int, str]], i: int) -> Any:

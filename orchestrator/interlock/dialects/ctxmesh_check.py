@@ -7,6 +7,7 @@ Workflow becomes is in :mod:`interlock.dialects.ctxmesh`.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -132,8 +133,9 @@ def check(src: Document, diags: list[Diagnostic]) -> Checked | None:
 
 
 def rewrite(ctx: Scope, source: str, in_loop: str | None) -> Cel:
-    """``input`` -> ``inputs``; ``steps.X`` -> ``states.X`` (a `do` step's output is its
-    map/loop state's; inside a loop's `until`, the `do` step's output is ``result``)."""
+    """``input`` -> ``inputs``; ``steps.X`` -> ``states.X`` and ``steps["X"]`` ->
+    ``states["X"]`` (a `do` step's output is its map/loop state's; inside a loop's
+    `until`, the `do` step's output is ``result``)."""
 
     def change(name: Name, text: str) -> tuple[int, str] | None:
         if name.name == "input":
@@ -142,12 +144,10 @@ def rewrite(ctx: Scope, source: str, in_loop: str | None) -> Cel:
             target = name.fields[0]
             if in_loop is not None and ctx.owner.get(target) == in_loop and len(name.fields) > 1:
                 # steps.<do>.output -> result
-                head = text.find("output", name.start)
-                return head + len("output") - name.start, "result"
+                return name.ends[1] - name.start, "result"
             owner = ctx.owner.get(target, target)
             if owner != target:
-                head = text.find(target, name.start)
-                return head + len(target) - name.start, f"states.{owner}"
+                return name.ends[0] - name.start, f"states[{json.dumps(owner)}]"
             return len("steps"), "states"
         return None
 
@@ -353,7 +353,15 @@ def _cel(ctx: Scope, source: str, path: Path, *, owner_of: str) -> Cel | None:
             ctx.check.at_span(
                 _span_in(ctx.src, path, name.start),
                 "unknown-step",
-                f"steps.{name.fields[0]} names no step",
+                f"{source[name.start : name.ends[0]]} names no step",
+            )
+            ok = False
+        elif name.name == "steps" and not name.fields:
+            ctx.check.at_span(
+                _span_in(ctx.src, path, name.start),
+                "cel",
+                'a step reference names its step: steps.<name> or steps["<name>"] '
+                "(a step name with '-' needs the index form)",
             )
             ok = False
     if not ok:
@@ -391,8 +399,8 @@ def _check_output_schemas(ctx: Scope) -> None:
                     ctx.check.at_span(
                         _span_in(ctx.src, path, ref.start),
                         "output-schema",
-                        f"step {name!r} reads steps.{target}.output, so step {target!r} "
-                        "must declare an outputSchema",
+                        f"step {name!r} reads {source[ref.start : ref.ends[0]]}.output, so "
+                        f"step {target!r} must declare an outputSchema",
                     )
 
 

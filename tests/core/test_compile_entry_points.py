@@ -71,7 +71,7 @@ metadata: {name: gh, namespace: ci}
 spec:
   scheme: github
   secret: {env: GH_SECRET}
-  type: {header: X-GitHub-Event, prefix: com.github.}
+  type: {header: X-GitHub-Event, prefix: com.github., values: [pull_request, push]}
 """
 
 
@@ -100,7 +100,7 @@ def test_every_rule_a_webhook_breaks_is_reported_where_it_is_broken() -> None:
           scheme: github
           secret: {env: GH, file: /run/gh}
           signals: {secret: {}}
-          type: {header: "a b"}
+          type: {header: "a b", values: [x]}
           id: {field: a, value: v}
           subject: {}
           signature_header: "bad header"

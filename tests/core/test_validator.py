@@ -67,6 +67,7 @@ RULES = {
     "bad-schema",
     "bad-secret",
     "bad-mapping",
+    "unsigned-type",
 }
 
 

@@ -55,7 +55,7 @@ MANIFESTS = yaml(
       scheme: github
       secret: {env: GITHUB_WEBHOOK_SECRET}
       source: https://github.com/acme/payments
-      type: {header: X-GitHub-Event, prefix: com.github.}
+      type: {header: X-GitHub-Event, prefix: com.github., values: [pull_request, push]}
       subject: {field: pull_request.html_url}
       signals: {prefix: com.github.}
     ---
@@ -170,7 +170,7 @@ def test_curl_posts_a_signed_pull_request_and_the_workflow_completes(tmp_path: P
             "start", "merge-gate", "--run-id", "gate-1", env=cli_env(nats, "il"), cwd=tmp_path
         )
         assert started.returncode == 0, started.stderr
-        approval = json.dumps({"by": "ana"})
+        approval = json.dumps({"run_id": "gate-1", "signal": "approved", "by": "ana"})
         signed = hmac.new(SECRET.encode(), approval.encode(), hashlib.sha256).hexdigest()
         status, text = curl(
             f"{http}/webhooks/github/runs/gate-1/signals/approved",

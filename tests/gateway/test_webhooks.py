@@ -86,7 +86,7 @@ def webhooks(secret_dir: str) -> str:
           scheme: github
           secret: {{env: IL_TEST_GITHUB_SECRET}}
           source: https://github.com/acme/payments
-          type: {{header: X-GitHub-Event, prefix: com.github.}}
+          type: {{header: X-GitHub-Event, prefix: com.github., values: [pull_request, push]}}
           subject: {{field: pull_request.html_url}}
           signals:
             secret: {{file: {secret_dir}/signal-secret}}
@@ -259,7 +259,7 @@ async def test_a_signed_signal_moves_a_waiting_run(gs: GatewayStack) -> None:
         r = await http.post("/webhooks/github", content=body, headers=github_headers(body, "d-9"))
         run_id = r.json()["events"][0]["started"][0]["run_id"]
         await _until_state(gs, run_id, "waiting")
-        signal = json.dumps({"status": "passed"}).encode()
+        signal = json.dumps({"run_id": run_id, "signal": "ci.passed"}).encode()
         path = f"/webhooks/github/runs/{run_id}/signals/ci.passed"
         start_secret = await http.post(path, content=signal, headers=github_headers(signal, "s-0"))
         assert start_secret.status_code == 401  # signals have their own secret here

@@ -298,6 +298,7 @@ def _compile_webhook(doc: Document, diags: list[Diagnostic]) -> WebhookDefinitio
     one_source(spec.type, ("spec", "type"))
     one_source(spec.id, ("spec", "id"))
     one_source(spec.subject, ("spec", "subject"))
+    _check_unsigned(doc, spec, diags)
     if spec.signature_header is not None and not _HEADER_NAME.match(spec.signature_header):
         diags.append(doc.diag(("spec", "signature_header"), "bad-name", "not an HTTP header name"))
     window = parse_duration(spec.replay_window)
@@ -318,3 +319,34 @@ def _compile_webhook(doc: Document, diags: list[Diagnostic]) -> WebhookDefinitio
         replay_window_s=float(window or 0),
         manifest=dict(doc.data),
     )
+
+
+def _check_unsigned(doc: Document, spec: model.WebhookSpec, diags: list[Diagnostic]) -> None:
+    """A type from a header (which no scheme signs) lists the values it may take."""
+    given = spec.type
+    if (
+        given.header is not None
+        and given.field is None
+        and given.value is None
+        and not given.values
+    ):
+        # Neither scheme signs a header other than its own: a header alone would let
+        # whoever holds one signed delivery resend it as any event type.
+        diags.append(
+            doc.diag(
+                ("spec", "type"),
+                "unsigned-type",
+                f"header {given.header} is not covered by the signature: list the "
+                "values it may take ('values'), take the type from a field of the signed "
+                "body ('field') or fix it ('value')",
+            )
+        )
+    for what, ref in (("type", spec.type), ("id", spec.id), ("subject", spec.subject)):
+        if ref is not None and ref.values is not None and (ref.header is None or what != "type"):
+            diags.append(
+                doc.diag(
+                    ("spec", what, "values"),
+                    "bad-mapping",
+                    "'values' lists what a header may say, and only for 'type'",
+                )
+            )

@@ -429,22 +429,24 @@ class SecretRef(_Strict, frozen=True, kw_only=True):
 
 
 class FromRequest(_Strict, frozen=True, kw_only=True):
-    """A value taken from a request: exactly one of a ``header``, a ``field`` of the JSON
-    body (a dotted path) or a fixed ``value``; ``prefix`` goes in front of it."""
+    """A value from a request: one of a ``header``, a ``field`` of the JSON body (a dotted
+    path) or a fixed ``value``, after ``prefix``; ``values``: what a header may say."""
 
     header: str | None = None
     field: str | None = None
     value: str | None = None
     prefix: str = ""
+    values: list[str] | None = None
 
 
 class WebhookSignals(_Strict, frozen=True, kw_only=True):
-    """Signals to one run: ``POST /webhooks/<name>/runs/<run_id>/signals/<signal>`` sends the
-    event type ``prefix`` + ``<signal>`` to that run, signed with ``secret`` (default: the
-    webhook's own)."""
+    """``POST /webhooks/<name>/runs/<run_id>/signals/<signal>``: type ``prefix`` + signal to
+    the run, signed with ``secret`` (default: the webhook's); the body names both."""
 
     secret: SecretRef | None = None
     prefix: str = ""
+    run_field: str = "run_id"
+    signal_field: str = "signal"
 
 
 class WebhookSpec(_Strict, frozen=True, kw_only=True):

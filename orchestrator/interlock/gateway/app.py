@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from interlock.console import ConsoleConfig
+from interlock.core.diagnostics import ManifestError
 from interlock.core.names import DNS_LABEL
 from interlock.gateway import events as http_events
 from interlock.gateway import webhooks
@@ -86,7 +87,17 @@ async def post_webhook(request: Request) -> Response:
     body = await gw.body(request)
     if not (DNS_LABEL.match(namespace) and DNS_LABEL.match(name)):
         raise Problem(404, "unknown-webhook", f"no webhook {namespace}/{name}: not a name")
-    webhook = await gw.registry.webhook(namespace, name)
+    try:
+        webhook = await gw.registry.webhook(namespace, name)
+    except ManifestError as exc:
+        # Applied before a rule it now breaks (a type from a header without 'values').
+        log.error("webhook %s/%s: %s", namespace, name, exc)  # noqa: TRY400
+        raise Problem(
+            503,
+            "webhook-outdated",
+            f"webhook {namespace}/{name} breaks a rule of this version; apply it again: "
+            + "; ".join(f"{d.rule}: {d.message}" for d in exc.diagnostics),
+        ) from exc
     if webhook is None:
         raise Problem(404, "unknown-webhook", f"no webhook {namespace}/{name} is applied")
     ref = webhook.spec.secret
@@ -111,12 +122,13 @@ async def post_webhook(request: Request) -> Response:
         event = http_events.check(event)
     except InvalidCloudEvent as exc:
         raise Problem(400, "invalid-event", str(exc), reason=exc.reason) from exc
-    first = await gw.deliveries.answer(webhook, event.id)
+    seen = webhooks.replay_key(webhook, body, request.headers)
+    first = await gw.deliveries.answer(webhook, seen)
     if first is not None:
         return json_response(first, 202, headers={"Interlock-Replayed": "true"})
     accepted = await gw.emit([event], _wait(request))
     answer = {"webhook": f"{namespace}/{name}", "delivery": event.id, "events": accepted}
-    answer = await gw.deliveries.remember(webhook, event.id, answer)
+    answer = await gw.deliveries.remember(webhook, seen, answer)
     return json_response(answer, 202)
 
 

@@ -11,9 +11,15 @@ Signature schemes:
   as text (the header name can be changed with ``signature_header``, for senders such as
   Jira or Gitea that sign the same way); the delivery id is ``X-GitHub-Delivery``.
 
-A request that fails the check gets 401 and nothing is stored. A delivery id seen before
-(same webhook, within 7 days, the ``deliveries`` bucket) gets the answer the first one
-got, stored with it, and nothing is published again.
+A request that fails the check gets 401 and nothing is stored. Only what is signed decides
+anything:
+
+- a delivery seen before (same webhook, within 7 days, the ``deliveries`` bucket) gets the
+  answer the first one got, stored with it, and nothing is published again; "seen" is by
+  what the scheme signs: the body's SHA-256 for ``github`` (its delivery header is not
+  signed, so a new one makes no new delivery), the ``webhook-id`` for ``standard``;
+- a type taken from a header (never signed) must be one of the manifest's ``values``;
+- a signal names its run and signal in the signed body: the path must name the same.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from interlock.core.compiler import WebhookDefinition
-from interlock.core.model import FromRequest, SecretRef
+from interlock.core.model import FromRequest, SecretRef, WebhookSignals
 from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
 from interlock.gateway.problems import Problem
@@ -163,6 +169,14 @@ def verify(
         )
 
 
+def replay_key(webhook: WebhookDefinition, body: bytes, headers: Mapping[str, str]) -> str:
+    """What makes two requests the same delivery: only what the scheme signs."""
+    if webhook.spec.scheme == "github":
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+    lowered = {k.lower(): v for k, v in headers.items()}
+    return "id:" + lowered.get(STANDARD_ID, "")
+
+
 def delivery_id(webhook: WebhookDefinition, headers: Mapping[str, str], data: Any) -> str:
     lowered = {k.lower(): v for k, v in headers.items()}
     if webhook.spec.id is not None:
@@ -184,6 +198,13 @@ def take(ref: FromRequest, lowered: Mapping[str, str], data: Any, what: str) -> 
         value = lowered.get(ref.header.lower())
         if not value:
             raise Problem(400, "unmappable-request", f"{what}: missing header {ref.header}")
+        if ref.values is not None and value not in ref.values:
+            raise Problem(
+                400,
+                "unlisted-value",
+                f"{what}: header {ref.header} says {value[:100]!r}, not one of the values "
+                f"this webhook takes ({', '.join(ref.values)})",
+            )
     else:
         assert ref.field is not None
         value = data
@@ -237,9 +258,10 @@ def to_event(
     data, content_type = parse_body(body, lowered.get("content-type"))
     extensions: dict[str, str] = {}
     if signal is not None:
+        assert webhook.spec.signals is not None
         run_id, name = signal
-        prefix = webhook.spec.signals.prefix if webhook.spec.signals else ""
-        event_type = prefix + name
+        signed_target(webhook.spec.signals, data, run_id, name)
+        event_type = webhook.spec.signals.prefix + name
         extensions["runid"] = run_id
     else:
         event_type = take(webhook.spec.type, lowered, data, "type")
@@ -259,6 +281,27 @@ def to_event(
         data=data,
         extensions=extensions,
     )
+
+
+def signed_target(signals: WebhookSignals, data: Any, run_id: str, name: str) -> None:
+    """Refuse a signal whose signed body does not name the run and signal of its path (the
+    path is not signed: a signal for one run posted to another's path would move that one)."""
+    for field, given, what in (
+        (signals.run_field, run_id, "run"),
+        (signals.signal_field, name, "signal"),
+    ):
+        value: Any = data
+        for key in field.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if value != given:
+            said = "names none" if value is None else f"names {str(value)[:100]!r}"
+            raise Problem(
+                401,
+                "unsigned-target",
+                f"the signed body {said} at {field}, not the {what} {given!r} of the path: "
+                f"a signal names its {what} in the body it signs",
+                title="The signature does not cover this target",
+            )
 
 
 class Deliveries:

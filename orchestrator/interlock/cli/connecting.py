@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from interlock.cli.common import EXIT_FAILED, EXIT_USAGE, CliError
+from interlock.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_USAGE, CliError
 from interlock.cli.output import dump
 from interlock.core.ids import InvalidRunId, check_run_id
 
@@ -77,7 +77,9 @@ def with_client(
     body: Callable[[Any, argparse.Namespace], Awaitable[int]],
 ) -> Callable[[argparse.Namespace], int]:
     """Run ``body(client, args)`` with a connected :class:`interlock.Client`; connection
-    problems exit 2 with the reason, a missing run, workflow or agent exits 1."""
+    problems exit 2 with the reason, a missing run, workflow or agent exits 1, a
+    permission the credential lacks exits 5 naming it (at the server's refusal, not after
+    the request it refused times out)."""
 
     def run(args: argparse.Namespace) -> int:
         from nats.errors import MaxPayloadError
@@ -92,16 +94,24 @@ def with_client(
         )
         from interlock.transport.connection import connect
         from interlock.transport.errors import ConnectionFailed
+        from interlock.transport.refusals import PermissionRefused, parse_refusal, refusable
+
+        async def on_error(exc: Exception) -> None:
+            # A refusal ends the command that caused it, with its own message.
+            if parse_refusal(str(exc)) is None:
+                logging.getLogger("interlock.nats").warning("NATS error: %s", exc)
 
         async def go() -> int:
             opts = options(args).named("interlock-cli")
             try:
-                nc = await connect(opts)
+                nc = await connect(opts, error_cb=on_error)
             except ConnectionFailed as exc:
                 raise CliError(str(exc)) from exc
             client = Client(nc, opts.subjects, owns_connection=True)
             try:
-                return await body(client, args)
+                return await refusable(nc, body(client, args))
+            except PermissionRefused as exc:
+                raise CliError(str(exc), EXIT_DENIED) from exc
             finally:
                 with contextlib.suppress(Exception):
                     await client.close()

@@ -324,6 +324,10 @@ async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
 
     def table() -> None:
         dup = " (a duplicate: dropped)" if done.duplicate else ""
+        if done.unknown is not None:
+            print(f"sent {done.type} id={done.id}{dup}")
+            print(f"what it starts is not known: {done.unknown}")
+            return
         print(f"emitted {done.type} id={done.id}{dup}")
         if done.run_id:
             print(f"sent to run {done.run_id}")

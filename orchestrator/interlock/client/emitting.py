@@ -9,12 +9,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
 from interlock.client.catalog import catalog
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, encode_binary, from_dict
+from interlock.transport.refusals import PermissionRefused, refusable
 from interlock.views import EmitResult, StartedRun
 
 if TYPE_CHECKING:
@@ -118,10 +121,19 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
     check_event_type(ce.type)  # before anything is published or looked up
     run_id = ce.extensions.get("runid")
     started: list[StartedRun] = []
+    unknown: str | None = None
     if run_id:
         check_run_id(run_id)
     else:
-        started = await would_start(ops, ce)
+        try:
+            started = await refusable(ops.nc, would_start(ops, ce))
+        except PermissionRefused as exc:
+            # A publisher may publish its events and read nothing: the event still goes.
+            unknown = (
+                f"this credential may not read the workflows ({exc.operation} to {exc.subject})"
+            )
+        except (NoRespondersError, NatsTimeout, APIError) as exc:
+            unknown = f"the workflows could not be read ({exc.__class__.__name__}: {exc})"
     ack_seq, duplicate = await publish(ops, ce)
     if wait > 0 and started:
         found = await asyncio.gather(
@@ -140,4 +152,5 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
         duplicate=duplicate,
         started=started,
         run_id=run_id,
+        unknown=unknown,
     )

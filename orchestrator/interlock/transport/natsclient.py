@@ -34,6 +34,8 @@ result, and one in order:
   ``flush()`` right after ``subscribe()`` could return before the server had the SUB, or
   had refused it. Here the buffer goes out first (:func:`round_trip` gives the same
   barrier on nats-py's own client).
+- **A permission violation ends what caused it** where the caller guards it
+  (:mod:`interlock.transport.refusals`), instead of leaving its request to time out.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd, pub_cmd
 
 from interlock.transport.natsinbound import EAGER, LazyHeadersMsg, MessageParser, parse_header_lines
+from interlock.transport.refusals import Refusals
 
 log = logging.getLogger("interlock.nats")
 
@@ -77,6 +80,12 @@ class NatsClient(Client):
         self._direct: dict[int, DirectHandler] = {}
         self._names: dict[str, str] = {}
         self._ps = MessageParser(self)
+        self.refusals = Refusals()
+        """The server's permission violations (see :mod:`interlock.transport.refusals`)."""
+
+    async def _process_err(self, err_msg: str) -> None:
+        self.refusals.seen(err_msg)
+        await super()._process_err(err_msg)
 
     _parse_header_lines = staticmethod(parse_header_lines)
     """What ``Client._parse_header_lines`` returns, cheaper (nats-py's

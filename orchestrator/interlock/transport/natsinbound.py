@@ -29,6 +29,8 @@ from nats.aio.msg import Msg
 from nats.js.api import Header
 from nats.protocol.parser import AWAITING_CONTROL_LINE, HMSG_RE, MSG_RE, Parser
 
+from interlock.transport.refusals import Refusals
+
 _SPACE = re.compile(r"\s")
 _ASCII_SPACE = " \t\n\r\x0b\x0c"
 """What ``bytes.strip()`` strips."""
@@ -38,6 +40,7 @@ they are read: a name seen before is not stripped and checked again."""
 _NAMES_KEPT = 256
 _CRLF = b"\r\n"
 _MSG = re.compile(MSG_RE.pattern.removeprefix(b"\\A"))
+_ERR = re.compile(rb"-ERR\s+'(.+)'\r\n")
 _HMSG = re.compile(HMSG_RE.pattern.removeprefix(b"\\A"))
 """nats-py's MSG and HMSG lines, matched where a message begins in a buffer (``\\A``
 matches only at its start)."""
@@ -159,6 +162,7 @@ class Receiver(Protocol):
 
     _direct: dict[int, Callable[[Msg], None]]
     msg_class: type[Msg]
+    refusals: Refusals
     _error_cb: Callable[[Exception], Awaitable[None]]
 
     def _deliver(
@@ -218,6 +222,11 @@ class MessageParser(Parser):
                 m = _HMSG.match(data, pos)
                 if m is None:
                     buf.extend(data[pos:] if pos else data)
+                    if b"-ERR" in buf:
+                        # nats-py lower-cases the error it reports: subjects keep
+                        # their case here.
+                        for err in _ERR.finditer(buf):
+                            nc.refusals.as_sent(err[1].decode("utf-8", "replace"))
                     await super().parse()
                     return
                 subject, sid, _, reply, header_bytes, needed = m.groups()

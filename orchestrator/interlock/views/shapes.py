@@ -171,6 +171,9 @@ class EmitResult(msgspec.Struct, frozen=True, kw_only=True):
     """The runs its triggers start (worked out with the orchestrator's own rules)."""
     run_id: str | None = None
     """The run the event was addressed to (its ``runid`` extension), if any."""
+    unknown: str | None = None
+    """Why what the event does could not be worked out (the credential may not read the
+    workflows, say, as a publisher's may not): it was sent, and nothing more is known."""
 
     @property
     def matched(self) -> bool:

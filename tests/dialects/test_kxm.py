@@ -58,7 +58,10 @@ def test_the_webhook_definition_lowers_to_stages_with_their_rules() -> None:
             "errors": ["*"],
             "codes": ["quorum_not_met"],
             "goto": "plan",
-            "set": {"refused": "stage plan: too few peer replies"},
+            "set": {
+                "refused": "{{ \"stage plan: too few peer replies for 'peer reviews' "
+                '(minProducers 2): " + result.error.message }}'
+            },
         }
     ]
     assert states["plan"]["actions"][0]["timeout"] == "86400000ms"

@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import re
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -210,6 +211,7 @@ async def test_a_refused_checkpoint_does_not_consume_an_attempt(stack: Stack) ->
     await stack.client.cancel(run_id)
 
 
+@BOTH
 async def test_too_few_peer_replies_refuse_the_stage(stack: Stack) -> None:
     stack.agents.silent.add("kxm.reviewer-grok")
     stack.agents.queue["plan"] = [PLAN, PLAN]
@@ -217,6 +219,14 @@ async def test_too_few_peer_replies_refuse_the_stage(stack: Stack) -> None:
     await eventually(lambda: len(stack.agents.asked) >= 2, "the plan asked again")
     assert stack.agents.asked[:2] == [("plan", 1), ("plan", 1)]
     records = await stack.records(run_id)
+    # The refusal names the requirement that was short, what it needs and who answered.
+    refusal = next(t for t in of(records, ev.TransitionFired) if t.from_state == "plan-peers")
+    # (grok's failure settles it whether or not claude has answered yet: 0 or 1 answered)
+    assert re.fullmatch(
+        "stage plan: too few peer replies for 'peer reviews' \\(minProducers 2\\): parallel "
+        "'plan-peers' needs 2 distinct producers, [01] answered; last action failure: no reply",
+        refusal.set["refused"],
+    ), refusal.set
     sources = {c.source for c in of(records, ev.ActionCompleted) if c.source}
     assert sources  # who replied is recorded
     await stack.client.cancel(run_id)

@@ -17,6 +17,7 @@ from interlock.dialects.kxm_check import (
     TERMINAL,
     Definition,
     Edge,
+    Policy,
     Stage,
     normalize,
 )
@@ -442,10 +443,20 @@ class StageLowering:
                         "errors": ["*"],
                         "codes": ["quorum_not_met"],
                         "goto": name,
-                        "set": {"refused": f"stage {s.id}: too few peer replies"},
+                        "set": {"refused": self.short_of_peers(s, policy)},
                     }
                 ],
             }
+
+    @staticmethod
+    def short_of_peers(s: Stage, policy: Policy) -> str:
+        """Why a quorum refused the checkpoint: the requirement's key, the replies it
+        needs, and (in the quorum's failure) how many distinct producers answered."""
+        head = (
+            f"stage {s.id}: too few peer replies for {policy.key!r} "
+            f"(minProducers {policy.min_producers}): "
+        )
+        return "{{ " + _q(head) + " + result.error.message }}"
 
 
 def _matches_route(key: str, expected: str) -> str:

@@ -1,8 +1,14 @@
 """The ``command`` agent: capability ``command.run`` runs an allow-listed program, no shell.
 
 Only programs named on ``INTERLOCK_COMMAND_ALLOW`` (comma-separated; default
-``echo,date,uname,true,false``) run, compared with ``argv[0]`` exactly. The first 64 KiB of
+``echo,uname,true,false``) run, compared with ``argv[0]`` exactly. The first 64 KiB of
 stdout and stderr are returned; a non-zero exit code is an answer, not a failure.
+
+The default list holds programs that read no file whatever their arguments: what a
+program prints goes into a run's outputs, which every reader of the installation sees,
+and the agent runs beside credentials (``date -f FILE`` prints each line of ``FILE`` in
+its error messages, ``cat``, ``head``, ``sort``, ``grep`` and most others read the files
+they are given). Add such a program only where the agent's files may be read by all.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from interlock.sdk import AgentError, TaskContext, Worker
 from interlock_agents import capability_schemas
 
 ALLOW_ENV = "INTERLOCK_COMMAND_ALLOW"
-DEFAULT_ALLOW = "echo,date,uname,true,false"
+DEFAULT_ALLOW = "echo,uname,true,false"
 OUTPUT_LIMIT = 64 * 1024
 
 worker = Worker("command", concurrency=4)

@@ -111,6 +111,7 @@ def site() -> Iterator[str]:
 
 async def test_http_fetch(wire, runner, site: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(http_fetch.ALLOW_HOSTS_ENV, "127.0.0.1, example.invalid")
+    monkeypatch.setenv(http_fetch.ALLOW_PRIVATE_ENV, "127.0.0.1")
     await runner.start(http_fetch.worker)
     cases = {
         "ok": {"url": f"{site}/hello"},
@@ -155,14 +156,65 @@ async def test_http_fetch(wire, runner, site: str, monkeypatch: pytest.MonkeyPat
 
 def test_http_fetch_refuses_other_schemes_even_without_the_schema() -> None:
     with pytest.raises(http_fetch.AgentError, match="only http and https"):
-        http_fetch.check_url("ftp://example.com/x", frozenset())
-    http_fetch.check_url("https://anything.example/x", frozenset())  # empty list: any host
+        http_fetch.check_url("ftp://example.com/x", http_fetch.Policy())
+    http_fetch.check_url("https://anything.example/x", http_fetch.Policy())  # any host
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",  # cloud metadata
+        "100.64.0.1",  # shared (carrier-grade NAT)
+        "0.0.0.0",
+        "224.0.0.1",
+        "::1",
+        "fe80::1",
+        "fd00::1",
+        "::ffff:127.0.0.1",
+        "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+    ],
+)
+def test_http_fetch_refuses_addresses_that_are_not_public(address: str) -> None:
+    with pytest.raises(http_fetch.AgentError, match="not a public address"):
+        http_fetch.Policy().check_address("h.example", address)
+
+
+def test_http_fetch_allows_public_addresses_and_private_ones_by_name_or_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    http_fetch.Policy().check_address("example.com", "93.184.215.14")
+    http_fetch.Policy().check_address("example.com", "2606:2800:21f:cb07:6820:80da:af6b:8b2c")
+    monkeypatch.setenv(http_fetch.ALLOW_PRIVATE_ENV, "Intranet.Example, 10.0.0.0/8")
+    policy = http_fetch.Policy.from_env()
+    policy.check_address("intranet.example", "192.168.7.7")  # by the URL's host name
+    policy.check_address("other.example", "10.20.30.40")  # by its network
+    with pytest.raises(http_fetch.AgentError, match="not a public address"):
+        policy.check_address("other.example", "192.168.7.7")
+    monkeypatch.setenv(http_fetch.ALLOW_PRIVATE_ENV, "10.0.0.0/99")
+    with pytest.raises(http_fetch.AgentError, match="is no network"):
+        http_fetch.Policy.from_env()
+
+
+def test_http_fetch_checks_the_address_after_a_redirect(site: str) -> None:
+    """127.0.0.1 is allowed by name; its redirect to localhost (the same address, another
+    name) is not."""
+    policy = http_fetch.Policy(private_hosts=frozenset({"127.0.0.1"}))
+    ok = http_fetch.fetch(http_fetch.FetchInput(url=f"{site}/home"), 5.0, policy)
+    assert ok.body == "hello"
+    with pytest.raises(http_fetch.AgentError, match=r"'localhost' is at .* not a public"):
+        http_fetch.fetch(http_fetch.FetchInput(url=f"{site}/away"), 5.0, policy)
 
 
 def test_http_fetch_unreachable_host_is_retryable() -> None:
     # Port 1 on localhost refuses connections.
+    policy = http_fetch.Policy(private_hosts=frozenset({"127.0.0.1"}))
     with pytest.raises(http_fetch.RetryableError, match="failed"):
-        http_fetch.fetch(http_fetch.FetchInput(url="http://127.0.0.1:1/"), 2.0, frozenset())
+        http_fetch.fetch(http_fetch.FetchInput(url="http://127.0.0.1:1/"), 2.0, policy)
 
 
 # --- command ------------------------------------------------------------------------------
@@ -208,6 +260,6 @@ async def test_command(wire, runner, tmp_path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_command_default_allow_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(command.ALLOW_ENV, raising=False)
-    assert command.allowed_programs() == {"echo", "date", "uname", "true", "false"}
+    assert command.allowed_programs() == {"echo", "uname", "true", "false"}
     monkeypatch.setenv(command.ALLOW_ENV, "")
     assert command.allowed_programs() == frozenset()

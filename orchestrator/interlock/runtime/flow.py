@@ -33,6 +33,7 @@ from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.registry import Registry
 from interlock.runtime.routing import correlation_keys
 from interlock.runtime.runs import Runs
+from interlock.runtime.taskqueue import TaskQueue
 from interlock.runtime.timers import Timers
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent
@@ -77,6 +78,7 @@ class ControlFlow:
         nc: Client,
         subjects: Subjects,
         *,
+        queue: TaskQueue,
         runs: Runs,
         registry: Registry,
         timers: Timers,
@@ -92,6 +94,7 @@ class ControlFlow:
         self._clock = clock
         self._deliver = deliver
         self._answers = answers
+        self._queue = queue
         self._capability_of: OrderedDict[str, str] = OrderedDict()
         """Action id -> capability, of the requests this process has seen (cancel notices
         go to the capability's agents)."""
@@ -208,7 +211,8 @@ class ControlFlow:
     async def tell_agent(
         self, run_id: str, action_id: str, time: str, attempt: int | None = None
     ) -> None:
-        """Publish a cancel notice: about one attempt of the action, or (None) all of it."""
+        """Publish a cancel notice: about one attempt of the action, or (None) all of it;
+        a request no agent has taken yet leaves the queue."""
         capability = await self._capability(run_id, action_id)
         if capability is None:
             log.debug("no agent works on %s of run %s: nobody to tell", action_id, run_id)
@@ -217,6 +221,7 @@ class ControlFlow:
             run_id=run_id, action_id=action_id, time=time, attempt=attempt
         )
         await self._nc.publish(self._subjects.control(capability, run_id), payload, headers=headers)
+        await self._queue.remove(capability, action_id, attempt)
 
     def _note_capability(self, action_id: str, capability: str) -> None:
         self._capability_of[action_id] = capability

@@ -63,6 +63,7 @@ from interlock.runtime.routing import Start, starts
 from interlock.runtime.runindex import INDEXED, RunIndex
 from interlock.runtime.runs import Decided, Opening, Runs
 from interlock.runtime.schemas import SchemaMismatch
+from interlock.runtime.taskqueue import TaskQueue
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.runtime.writebehind import WriteBehind
 from interlock.transport import tasks
@@ -173,9 +174,11 @@ class Orchestrator:
         self.desk = AnswerDesk(nc, subjects, self._take_answer)
         self._task_consumers: set[str] = set()
         """Capabilities whose consumer this process has made sure of."""
+        self.queue = TaskQueue(self.js, subjects)
         self.flow = ControlFlow(
             nc,
             subjects,
+            queue=self.queue,
             runs=self.runs,
             registry=self.registry,
             timers=timers or JetStreamTimers(nc, subjects),
@@ -820,7 +823,7 @@ class Orchestrator:
                     # for this attempt: it was dispatched and answered before. Publishing it
                     # again once the dedupe window has passed would do the work twice.
                     continue
-                if early is None or not await self._early_done(early):
+                if early is None or not await self._early_done(early, record):
                     await self._dispatch(record)
             elif isinstance(record, ev.TimerScheduled):
                 now = now or parse_time(self.clock())
@@ -918,12 +921,13 @@ class Orchestrator:
             self.counters["actions_dispatched"] += 1
         return sent
 
-    async def _early_done(self, early: Early) -> bool:
+    async def _early_done(self, early: Early, record: ev.ActionRequested) -> bool:
         """Whether an early dispatch was acknowledged (False: the relay dispatches)."""
         if isinstance(early, asyncio.Task):
             return await early
         try:
-            self.js.acknowledged(await early)
+            ack = self.js.acknowledged(await early)
+            self.queue.dispatched(record.data.action_id, record.data.attempt, ack.seq)
         # The relay dispatches it again (the message id makes a stored one a no-op).
         except Exception as exc:  # noqa: BLE001
             log.debug("early dispatch not acknowledged: %s", exc)
@@ -985,7 +989,10 @@ class Orchestrator:
         )
         await self._ensure_task_consumer(d.capability)
         self.observers.dispatched(record, headers)
-        await self.js.publish(self.subjects.capability(d.capability), payload, headers=headers)
+        ack = await self.js.publish(
+            self.subjects.capability(d.capability), payload, headers=headers
+        )
+        self.queue.dispatched(d.action_id, d.attempt, ack.seq)
         self.counters["actions_dispatched"] += 1
 
     async def answer_failed(

@@ -167,10 +167,15 @@ async def test_publish_waits_until_the_evidence_proves_every_predicate(stack_for
         state = await stack.finished(run_id)
         assert state.outputs["tasks"] == {"release/test": "done", "release/publish": "done"}
         records = await stack.records(run_id)
-        # Both snapshots are recorded; only the second proved the predicates.
+        # Both snapshots are recorded, and what each left the gate missing; only the second
+        # proved the predicates.
         assert [r.event["id"] for r in of(records, ev.EvidenceRecorded)] == ["e1", "e2"]
         checks = [(r.proven, r.missing) for r in of(records, ev.GateChecked)]
-        assert checks == [(False, ["receipt", "policy", "approval"]), (True, [])]
+        assert checks == [
+            (False, ["receipt", "policy", "approval"]),
+            (False, ["approval"]),
+            (True, []),
+        ]
         assert ("release", "release/publish") not in stack.agents.tasks
         assert stack.agents.tasks[-1] == ("task", "release/publish")
 
@@ -210,3 +215,42 @@ async def test_fan_out_runs_the_shards_together_and_joins_them(stack_for: Factor
             "ingest/shard#eu",
             "ingest/shard#apac",
         ]
+
+
+async def test_evidence_sent_with_interlock_signal_reports_what_it_did(
+    stack_for: Factory,
+    nats_url: str,
+    subjects: Subjects,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # As docs/porting/synapse.md says to send it: `interlock signal RUN synapse.evidence
+    # --data @evidence.json`. The run records it; the command says so, and what the gate
+    # it was checked by now proves, and exits 0.
+    monkeypatch.setenv("INTERLOCK_URL", nats_url)
+    monkeypatch.setenv("INTERLOCK_PREFIX", subjects.prefix)
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"release/publish": {"receipt": "verified", "policy": "pass"}}))
+    full = tmp_path / "evidence.json"
+    full.write_text(json.dumps(EVIDENCE))
+    async with stack_for("synapse-release-evidence.json") as stack:
+        run_id = await stack.client.start("release", {})
+        await _held(stack, run_id, "publish")
+        argv = ["signal", run_id, "synapse.evidence", "--data"]
+        code = await asyncio.to_thread(interlock_main, [*argv, f"@{partial}"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        assert out.out.splitlines() == [
+            f"synapse.evidence recorded by run {run_id} (in state run) as evidence",
+            "  gate of step publish (release/publish): not proven yet, missing approval",
+        ]
+        code = await asyncio.to_thread(interlock_main, [*argv, f"@{full}", "-o", "json"])
+        told = json.loads(capsys.readouterr().out)
+        assert code == 0
+        assert told["outcome"] == "recorded"
+        assert told["gates"] == [
+            {"state": "run", "step": "publish", "subject": "release/publish", "proven": True}
+        ]
+        state = await stack.finished(run_id)
+        assert state.outputs["tasks"]["release/publish"] == "done"

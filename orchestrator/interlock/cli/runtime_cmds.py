@@ -51,6 +51,7 @@ from interlock.core.vocabulary import RECORDED
 
 if TYPE_CHECKING:
     from interlock.client import Client
+    from interlock.views import GateView
 
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -352,13 +353,19 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
     told = await client.signal(
         args.run_id, args.name, data, source=args.source, id=args.id, wait=max(args.wait, 0.0)
     )
-    code = EXIT_OK if told.outcome == "moved" else EXIT_FAILED
+    code = EXIT_OK if told.outcome in ("moved", "recorded") else EXIT_FAILED
     if output_format(args) != "table":
         emit(args, told)
         return code
     run, name = told.run_id, told.type
     if told.outcome == "moved":
         print(f"{name} moved run {run} from {told.state} to {told.to_state}")
+        _print_gates(told.gates)
+    elif told.outcome == "recorded":
+        print(f"{name} recorded by run {run} (in state {told.state}) as evidence")
+        _print_gates(told.gates)
+        if not told.gates:
+            print("  no gate checked it yet: a gate reads the evidence kept when it is checked")
     elif told.outcome == "declined":
         err(f"run {run} took {name} in state {told.state}, but no guard was true: it stays")
     elif told.outcome == "finished":
@@ -376,6 +383,18 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
     for problem in told.guard_errors:
         err(f"guard failed: {problem}")
     return code
+
+
+def _print_gates(gates: list[GateView]) -> None:
+    """What each evidence gate checked with a signal found."""
+    for gate in gates:
+        what = f"step {gate.step}" if gate.step else f"state {gate.state}"
+        if gate.subject and gate.subject not in (gate.step, gate.state):
+            what += f" ({gate.subject})"
+        if gate.proven:
+            print(f"  gate of {what}: proven, it goes on")
+        else:
+            print(f"  gate of {what}: not proven yet, missing {', '.join(gate.missing)}")
 
 
 async def cmd_cancel(client: Client, args: argparse.Namespace) -> int:

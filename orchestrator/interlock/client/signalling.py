@@ -15,7 +15,7 @@ from interlock.core.state import fold
 from interlock.runtime.errors import UnknownRun
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
-from interlock.views import SignalResult
+from interlock.views import GateView, SignalResult
 
 if TYPE_CHECKING:
     from interlock.runtime.client import InterlockClient
@@ -96,7 +96,12 @@ async def _decision_on(
     for _, payload in await ops.log.read_raw(run_id, after):
         batch = ev.decode_batch(payload)
         for record in batch:
-            if isinstance(record, ev.EventReceived) and record.data.event.get("id") == event_id:
+            # Evidence is kept as evidence.recorded, an event the state waits for as
+            # event.received: either is the decision that took it.
+            if (
+                isinstance(record, ev.EventReceived | ev.EvidenceRecorded)
+                and record.data.event.get("id") == event_id
+            ):
                 return batch
     return None
 
@@ -117,6 +122,7 @@ class _SignalBase:
         to_state: str | None = None,
         guard_errors: list[str] | None = None,
         waiting_for: list[str] | None = None,
+        gates: list[GateView] | None = None,
     ) -> SignalResult:
         return SignalResult(
             run_id=self.run_id,
@@ -128,11 +134,23 @@ class _SignalBase:
             to_state=to_state,
             guard_errors=guard_errors or [],
             waiting_for=waiting_for or [],
+            gates=gates or [],
         )
 
 
 def _outcome(batch: list[ev.AnyRecord], base: _SignalBase) -> SignalResult:
     errors = [f"{r.data.guard}: {r.data.error}" for r in batch if isinstance(r, ev.GuardFailed)]
+    gates = [
+        GateView(
+            state=r.data.state,
+            step=r.data.step,
+            subject=r.data.subject,
+            proven=r.data.proven,
+            missing=list(r.data.missing),
+        )
+        for r in batch
+        if isinstance(r, ev.GateChecked)
+    ]
     for record in batch:
         if isinstance(record, ev.TransitionFired) and record.data.event_id == base.id:
             return base.result(
@@ -140,5 +158,8 @@ def _outcome(batch: list[ev.AnyRecord], base: _SignalBase) -> SignalResult:
                 state=record.data.from_state,
                 to_state=record.data.to_state,
                 guard_errors=errors,
+                gates=gates,
             )
+    if any(isinstance(r, ev.EvidenceRecorded) for r in batch):
+        return base.result("recorded", guard_errors=errors, gates=gates)
     return base.result("declined", guard_errors=errors)

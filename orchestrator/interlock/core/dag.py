@@ -90,7 +90,7 @@ class Dag(FanOut):
             return False
         if step.gate is not None:
             missing = step.gate.missing(self.state.evidence)
-            if missing and status == "held":
+            if missing and status == "held" and not self._gate_moved(step, missing):
                 return False  # still held; what it misses was recorded when it was held
             self.emit(
                 ev.GateChecked,
@@ -105,6 +105,15 @@ class Dag(FanOut):
             if missing:
                 return True
         return True if self.request(step.action, 0, step=step.name) else None
+
+    def _gate_moved(self, step: DagStep, missing: list[str]) -> bool:
+        """Whether the evidence being decided on changed what a held step misses (then
+        the check is recorded again, once: what the evidence did is in the log)."""
+        before = self.evidence_before
+        if before is None or step.name in self.regated or step.gate is None:
+            return False
+        self.regated.add(step.name)
+        return missing != step.gate.missing(before)
 
     def dag_step_failed(self, state: StateDef, step: str, error: ev.ErrorInfo) -> None:
         """A step failed for good: under ``completion: all`` that fails the state unless

@@ -202,6 +202,7 @@ def _react(step: Reactions, definition: Definition, state: RunState, event: Inco
 def _evidence(step: Reactions, event: Incoming) -> None:
     """Keep an evidence event whatever state the run is in; then route it like any event
     (a state may wait for it), or let a DAG's held steps see it."""
+    step.evidence_before = step.state.evidence or {}
     step.emit(ev.EvidenceRecorded, ev.EvidenceRecordedData(event=event.to_dict()))
     current = step.current
     if step.route(event.type, event, None):

@@ -85,6 +85,11 @@ class Step:
     _run_id: str = ""
     trace: list[GuardCheck] | None = None
     """When given, every guard weighed is reported here (the records are the same)."""
+    evidence_before: dict[str, dict[str, Any]] | None = None
+    """Deciding on evidence: what the run had proven before it (a held DAG step whose
+    gate it changes is checked again, and the check recorded)."""
+    regated: set[str] = field(default_factory=set)
+    """The held steps checked again in this decision (once each)."""
 
     def check(self, transition: Any, event_type: str, outcome: str, **fields: Any) -> None:
         if self.trace is None:

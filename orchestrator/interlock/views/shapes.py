@@ -180,6 +180,17 @@ class EmitResult(msgspec.Struct, frozen=True, kw_only=True):
         return bool(self.started) or self.run_id is not None
 
 
+class GateView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An evidence gate checked (``gate.checked``): a DAG step's (``step``) or a state's."""
+
+    state: str
+    step: str = ""
+    subject: str = ""
+    proven: bool = False
+    missing: list[str] = []
+    """The predicates the evidence does not prove yet (empty when proven)."""
+
+
 class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     """What a run did with an event sent to it (``interlock signal``)."""
 
@@ -187,10 +198,11 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     type: str
     id: str
     outcome: str
-    """``moved`` (a transition fired), ``declined`` (the run took the event but no guard was
-    true), ``not-waiting`` (the run's state does not wait for it: not sent), ``finished``
-    (the run has ended: not sent) or ``unanswered`` (sent, and no orchestrator took it in
-    time)."""
+    """``moved`` (a transition fired), ``recorded`` (evidence, kept by the run: ``gates``
+    says what each gate it was checked by proved), ``declined`` (the run took the event but
+    no guard was true), ``not-waiting`` (the run's state does not wait for it: not sent),
+    ``finished`` (the run has ended: not sent) or ``unanswered`` (sent, and no orchestrator
+    took it in time)."""
     state: str = ""
     """The state the run was in when the event arrived."""
     status: str = "running"
@@ -200,6 +212,9 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     """Guards that failed to evaluate (they count as false)."""
     waiting_for: list[str] = []
     """For ``not-waiting``: the events the state does wait for."""
+    gates: list[GateView] = []
+    """For evidence (``recorded``, or ``moved`` by it): the gates checked with it, each
+    proven now (its step starts, its state passes) or still missing predicates."""
 
 
 class CapabilityView(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,7 +3,7 @@
 ``python -m interlock.contracts_gen`` writes, under ``contracts/``:
 
 - ``schemas/workflow.schema.json`` and ``schemas/agentdef.schema.json``: the manifest
-  kinds (from :func:`interlock.core.model.json_schema`);
+  kinds (from :func:`interlock.core.structure.json_schema`);
 - ``runlog/<type>.schema.json``: one JSON Schema per run-log record type (from
   :func:`interlock.core.events.data_schemas`), and ``runlog/catalogue.md`` listing them;
 - ``asyncapi.yaml``: the NATS wire contract as an AsyncAPI 3 document (from
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock import contracts_wire
-from interlock.core import events, model
+from interlock.core import events, structure
 from interlock.core.vocabulary import ErrorClass
 
 MANIFEST_KINDS = ("Workflow", "AgentDef", "Webhook")
@@ -119,7 +119,7 @@ def generate() -> dict[str, str]:
     """Every generated file, as path relative to the repository root -> text."""
     out: dict[str, str] = {}
     for kind in MANIFEST_KINDS:
-        out[f"contracts/schemas/{kind.lower()}.schema.json"] = _json(model.json_schema(kind))
+        out[f"contracts/schemas/{kind.lower()}.schema.json"] = _json(structure.json_schema(kind))
     schemas = events.data_schemas()
     missing = sorted(_short(t) for t in schemas if _short(t) not in RECORD_MEANINGS)
     if missing:

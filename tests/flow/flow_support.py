@@ -21,6 +21,7 @@ from interlock.core.state import RunState
 from interlock.dialects import prepare
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.errors import UnknownRun
+from interlock.runtime.retention import Policy
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
@@ -45,9 +46,10 @@ AgentsT = TypeVar("AgentsT")
 
 @contextlib.asynccontextmanager
 async def clock_orchestrator(
-    nats_url: str, subjects: Subjects
+    nats_url: str, subjects: Subjects, retention: Policy | None = None
 ) -> AsyncIterator[tuple[InterlockClient, ClockTimers, Orchestrator]]:
-    """An orchestrator and a client (each on its own connection) that share one manual clock."""
+    """An orchestrator and a client (each on its own connection) that share one manual clock;
+    ``retention``: the orchestrator's default for finished runs."""
     clock = ManualClock(utc_now())
     timers = ClockTimers(clock)
     nc_o = await nats.connect(nats_url)
@@ -56,7 +58,7 @@ async def clock_orchestrator(
     # request here after more than the 5 s the contexts wait by default.
     for nc in (nc_o, nc_c):
         jetstream(nc, timeout=API_WAIT)
-    orchestrator = Orchestrator(nc_o, subjects, clock=clock, timers=timers)
+    orchestrator = Orchestrator(nc_o, subjects, clock=clock, timers=timers, retention=retention)
     await orchestrator.start()
     client = InterlockClient(nc_c, subjects)
     client.runs.clock = clock  # runs started by the client are timed by the same clock

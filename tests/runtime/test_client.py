@@ -60,6 +60,7 @@ async def test_the_package_exports_are_pinned() -> None:
             "InvalidManifest",
             "InvalidRunId",
             "NotRedrivable",
+            "RunNotEnded",
             "RunExists",
             "SyncClient",
             "UnknownAgent",

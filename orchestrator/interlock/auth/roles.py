@@ -146,6 +146,8 @@ def operator(subjects: Subjects, user: str) -> Permissions:
         pub_allow=(
             f"{p}.events.>",
             f"{p}.runs.>",
+            # The audit record of a run it deletes (`interlock runs delete`).
+            f"{p}.audit.>",
             f"{JS_API}.>",
             "$JS.ACK.>",
             "$JS.FC.>",

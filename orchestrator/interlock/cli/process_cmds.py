@@ -26,6 +26,8 @@ from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import ConnectionFailed
 
 if TYPE_CHECKING:
+    from interlock.runtime.retention import Policy
+
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
@@ -74,6 +76,27 @@ def _add_serve_parser(sub: Sub) -> None:
         help="the NATS server's monitoring address, where /varz says whether it fsyncs "
         "every write (env INTERLOCK_NATS_MONITOR; default http://<NATS host>:8222; "
         "off: do not look)",
+    )
+    p.add_argument(
+        "--retention",
+        default=None,
+        metavar="DURATION",
+        help="how long a finished run is kept when its workflow sets no retention, e.g. "
+        "30d (env INTERLOCK_RETENTION; default: for good)",
+    )
+    archive = p.add_mutually_exclusive_group()
+    archive.add_argument(
+        "--archive-bucket",
+        default=None,
+        metavar="NAME",
+        help="before retention deletes a run, write its log to this Object Store bucket, "
+        "when its workflow names no archive (env INTERLOCK_ARCHIVE_BUCKET)",
+    )
+    archive.add_argument(
+        "--archive-dir",
+        default=None,
+        metavar="DIR",
+        help="the same, to a folder of this host (env INTERLOCK_ARCHIVE_DIR)",
     )
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
@@ -134,6 +157,7 @@ async def serve(
     ack_wait: float | None = None,
     group_commit: int | None = None,
     nats_monitor: str | None = None,
+    retention: Policy | None = None,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
     serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables.
@@ -156,6 +180,7 @@ async def serve(
         replicas=replicas,
         ack_wait=ack_wait or ACK_WAIT,
         group_commit=group_commit,
+        retention=retention,
     )
     telemetry = OrchestratorInstrumentation(
         orchestrator,
@@ -194,6 +219,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 ack_wait=args.ack_wait,
                 group_commit=group_commit,
                 nats_monitor=args.nats_monitor or os.environ.get("INTERLOCK_NATS_MONITOR"),
+                retention=retention_policy(args),
             )
         )
     except eventloop.EventLoopError as exc:
@@ -201,6 +227,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK
+
+
+def retention_policy(args: argparse.Namespace) -> Policy:
+    """``--retention``, ``--archive-bucket``, ``--archive-dir`` (else their variables)."""
+    from interlock.core.definition import ArchiveDef
+    from interlock.core.lowering_scope import parse_duration
+    from interlock.core.names import BUCKET_NAME
+    from interlock.runtime.retention import Policy
+
+    text = args.retention or os.environ.get("INTERLOCK_RETENTION") or None
+    seconds = None if text is None else parse_duration(text)
+    if text is not None and (seconds is None or seconds <= 0):
+        raise CliError(
+            f"--retention (INTERLOCK_RETENTION) takes a duration such as 30d or 12h, got {text!r}",
+            EXIT_USAGE,
+        )
+    bucket = args.archive_bucket or os.environ.get("INTERLOCK_ARCHIVE_BUCKET") or None
+    folder = args.archive_dir or os.environ.get("INTERLOCK_ARCHIVE_DIR") or None
+    if bucket is not None and folder is not None:
+        raise CliError("archive to a bucket or to a folder, not both", EXIT_USAGE)
+    if bucket is not None and not BUCKET_NAME.match(bucket):
+        raise CliError(f"--archive-bucket {bucket!r}: letters, digits, '-' and '_'", EXIT_USAGE)
+    archive = ArchiveDef(bucket, folder) if bucket or folder else None
+    return Policy(seconds, archive)
 
 
 def group_commit_setting(flag: int | None) -> int | None:

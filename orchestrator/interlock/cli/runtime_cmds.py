@@ -138,6 +138,19 @@ def _add_read_parsers(sub: Sub) -> None:
     add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_runs))
+    runs_sub = p.add_subparsers(dest="runs_command", metavar="COMMAND")
+    q = runs_sub.add_parser(
+        "delete", help="delete an ended run's log and index entry (recorded in the audit stream)"
+    )
+    q.add_argument("run_id", type=run_id_arg)
+    archive = q.add_mutually_exclusive_group()
+    archive.add_argument(
+        "--archive-bucket", metavar="NAME", help="first write its log to this Object Store bucket"
+    )
+    archive.add_argument("--archive-dir", metavar="DIR", help="first write its log to this folder")
+    q.add_argument("--json", action="store_true")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_runs_delete))
 
     p = sub.add_parser("agents", help="list AgentDefs and live agent workers")
     add_output_flags(p)
@@ -395,6 +408,30 @@ def _print_gates(gates: list[GateView]) -> None:
             print(f"  gate of {what}: proven, it goes on")
         else:
             print(f"  gate of {what}: not proven yet, missing {', '.join(gate.missing)}")
+
+
+async def cmd_runs_delete(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import RunNotEnded
+
+    try:
+        deleted = await client.delete_run(
+            args.run_id, archive_bucket=args.archive_bucket, archive_dir=args.archive_dir
+        )
+    except RunNotEnded as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    if args.json:
+        print_json(
+            {
+                "run_id": deleted.run_id,
+                "status": deleted.status,
+                "records": deleted.records,
+                "archived_to": deleted.archived_to,
+            }
+        )
+        return EXIT_OK
+    where = f", archived to {deleted.archived_to}" if deleted.archived_to else ""
+    print(f"deleted {deleted.run_id} ({deleted.status}, {deleted.records} records{where})")
+    return EXIT_OK
 
 
 async def cmd_cancel(client: Client, args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.registry import Applied
+from interlock.runtime.retention import Deleted
 from interlock.runtime.waiting import UnknownRunError
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect
@@ -297,6 +298,23 @@ class Client:
         check_run_id(run_id)
         async with no_stream_is_no_run(run_id):
             return await self._ops.cancel(run_id, reason)
+
+    async def delete_run(
+        self, run_id: str, *, archive_bucket: str | None = None, archive_dir: str | None = None
+    ) -> Deleted:
+        """Delete an ended run: its log (written first to ``archive_bucket``, an Object
+        Store bucket, or ``archive_dir``, a folder, in the format of :meth:`records` as
+        ``interlock export`` writes it) and its run-index entry; the deletion is recorded
+        in the audit stream. Operators only.
+
+        Raises:
+            UnknownRun: no such run. RunNotEnded: the run has not ended (nothing deleted).
+        """
+        from interlock.core.definition import ArchiveDef
+
+        records = await self.records(run_id)
+        archive = ArchiveDef(archive_bucket, archive_dir) if archive_bucket or archive_dir else None
+        return await self._ops.delete(run_id, records, archive)
 
     async def result(
         self,

@@ -254,6 +254,15 @@ class DeadlineDef:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchiveDef:
+    """Where a finished run's log goes before it is deleted: an Object Store ``bucket`` or
+    a ``directory`` on the orchestrator's host (exactly one)."""
+
+    bucket: str | None = None
+    directory: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FailDef:
     """A terminal state's failure: the run ends ``failed`` with this class and message."""
 
@@ -299,6 +308,10 @@ class Definition:
     deadline: DeadlineDef | None = None
     evidence_events: frozenset[str] = frozenset()
     """Event types the run records as evidence whenever they arrive."""
+    retention_s: float | None = None
+    """How long a finished run is kept (None: the installation's default)."""
+    archive: ArchiveDef | None = None
+    """Where a run's log goes before retention deletes it (None: the installation's)."""
 
     def all_actions(self) -> list[ActionDef]:
         out: list[ActionDef] = []

@@ -19,6 +19,7 @@ import msgspec
 
 from interlock.core import model
 from interlock.core.definition import (
+    ArchiveDef,
     BudgetDef,
     CorrelationDef,
     DeadlineDef,
@@ -33,7 +34,7 @@ from interlock.core.expr import Expression, expressions, references
 from interlock.core.lowering_dag import check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
-from interlock.core.names import EVENT_TYPE, INPUT_NAME, check_metadata
+from interlock.core.names import BUCKET_NAME, EVENT_TYPE, INPUT_NAME, check_metadata
 from interlock.core.outcomes import check_outcomes
 from interlock.core.rules import check_cycles, check_graph, check_references, check_required
 from interlock.core.source import Document, Path
@@ -88,6 +89,8 @@ class WorkflowLowering(LoweringScope):
         triggers = tuple(self._trigger(i, t) for i, t in enumerate(spec.triggers))
         correlation = self._correlation()
         deadline = self._deadline()
+        retention_s = self._duration(("spec", "retention"), spec.retention)
+        archive = self._archive()
         check_graph(spec, self.error)
         if self._cycles_need_budgets():
             check_cycles(spec, self.error)
@@ -114,7 +117,26 @@ class WorkflowLowering(LoweringScope):
             correlation=correlation,
             deadline=deadline,
             evidence_events=frozenset(spec.evidence.events if spec.evidence else ()),
+            retention_s=retention_s,
+            archive=archive,
         )
+
+    def _archive(self) -> ArchiveDef | None:
+        spec = self.wf.spec.archive
+        if spec is None:
+            return None
+        base: Path = ("spec", "archive")
+        if (spec.bucket is None) == (spec.directory is None):
+            self.error(base, "archive", "archive names exactly one of 'bucket' or 'directory'")
+        if spec.bucket is not None and not BUCKET_NAME.match(spec.bucket):
+            self.error(
+                (*base, "bucket"),
+                "bad-name",
+                f"bucket {spec.bucket!r} must be letters, digits, '-' and '_'",
+            )
+        if spec.directory is not None and not spec.directory.strip():
+            self.error((*base, "directory"), "archive", "directory is empty")
+        return ArchiveDef(spec.bucket, spec.directory)
 
     def _cycles_need_budgets(self) -> bool:
         """Whether a cycle must declare its budget: not when the workflow declares its run's

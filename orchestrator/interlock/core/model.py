@@ -162,6 +162,15 @@ class RunDeadline(_Strict, frozen=True, kw_only=True):
     set: dict[str, Value] = {}
 
 
+class Archive(_Strict, frozen=True, kw_only=True):
+    """Where a finished run's log is written before retention deletes it, in the format of
+    ``interlock export`` (JSONL CloudEvents, ``<run id>.jsonl``): exactly one of ``bucket``,
+    a JetStream Object Store bucket, or ``directory``, a folder on the orchestrator's host."""
+
+    bucket: str | None = None
+    directory: str | None = None
+
+
 class MapSpec(_Strict, frozen=True, kw_only=True):
     """Run ``action`` once per item of the CEL list ``over``, at most ``parallelism`` at a
     time; ``all`` waits for every item (results in input order, the first failure fails
@@ -390,6 +399,8 @@ class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     correlate: Correlate | None = None
     deadline: RunDeadline | None = None
     evidence: EvidenceSpec | None = None
+    retention: Duration | None = None
+    archive: Archive | None = None
 
 
 class Workflow(_Strict, frozen=True, kw_only=True):
@@ -476,25 +487,3 @@ KINDS: dict[str, type[Workflow] | type[AgentDef] | type[Webhook]] = {
     "AgentDef": AgentDef,
     "Webhook": Webhook,
 }
-
-
-def _forbid_unknown(schema: Any) -> None:
-    """Forbid unknown keys in every Struct's object schema, except ``x-`` annotations."""
-    if isinstance(schema, dict):
-        if "title" in schema and "properties" in schema:
-            schema["additionalProperties"] = False
-            schema["patternProperties"] = {"^x-": {}}
-        for value in schema.values():
-            _forbid_unknown(value)
-    elif isinstance(schema, list):
-        for value in schema:
-            _forbid_unknown(value)
-
-
-def json_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema (2020-12) of one manifest kind, generated from the Structs."""
-    schema: dict[str, Any] = msgspec.json.schema(KINDS[kind])
-    _forbid_unknown(schema)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = f"https://interlock.io/schemas/{kind.lower()}.json"
-    return schema

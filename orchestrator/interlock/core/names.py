@@ -15,6 +15,8 @@ INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 WORKFLOW_REF = re.compile(
     r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 )
+BUCKET_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""A JetStream Object Store bucket's name (``archive.bucket``)."""
 CAPABILITY_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 EVENT_TYPE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 

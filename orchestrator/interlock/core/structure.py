@@ -1,9 +1,9 @@
 """Structural checks: each manifest document against the JSON Schema of its kind.
 
-The schemas are generated from :mod:`interlock.core.model`; ``jsonschema`` reports every
-error with its path, and each is mapped back to a file position. A document with errors is
-pruned of what is malformed so the rules of the state machine can still be checked on the
-rest.
+The schemas are generated from :mod:`interlock.core.model` (:func:`json_schema`);
+``jsonschema`` reports every error with its path, and each is mapped back to a file
+position. A document with errors is pruned of what is malformed so the rules of the state
+machine can still be checked on the rest.
 """
 
 from __future__ import annotations
@@ -22,11 +22,33 @@ if TYPE_CHECKING:
     import jsonschema
 
 
+def _forbid_unknown(schema: Any) -> None:
+    """Forbid unknown keys in every Struct's object schema, except ``x-`` annotations."""
+    if isinstance(schema, dict):
+        if "title" in schema and "properties" in schema:
+            schema["additionalProperties"] = False
+            schema["patternProperties"] = {"^x-": {}}
+        for value in schema.values():
+            _forbid_unknown(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _forbid_unknown(value)
+
+
+def json_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of one manifest kind, generated from the Structs."""
+    schema: dict[str, Any] = msgspec.json.schema(model.KINDS[kind])
+    _forbid_unknown(schema)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://interlock.io/schemas/{kind.lower()}.json"
+    return schema
+
+
 @cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
     import jsonschema  # on first use: most commands never validate a manifest
 
-    schema = model.json_schema(kind)
+    schema = json_schema(kind)
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema)
 

@@ -25,6 +25,7 @@ from interlock.core import events as ev
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
+from interlock.runtime import retention
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import (
     NotRedrivable,
@@ -44,9 +45,11 @@ from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
     from interlock.core.compiler import Compiled
+    from interlock.core.definition import ArchiveDef
     from interlock.core.diagnostics import Diagnostic
     from interlock.core.source import Document
     from interlock.dialects.base import Lowered
+    from interlock.runtime.retention import Deleted
 
 # The compiler, the dialects and the engine are imported by the operations that need them
 # (apply, cancel), so that reading runs and workflows does not load them.
@@ -147,6 +150,21 @@ class InterlockClient:
         if not records:
             raise UnknownRun(run_id)
         return records
+
+    async def delete(
+        self, run_id: str, records: list[ev.AnyRecord], archive: ArchiveDef | None
+    ) -> Deleted:
+        """Delete the ended run whose log is ``records`` (see :func:`retention.delete_run`)."""
+        return await retention.delete_run(
+            self.nc,
+            self.subjects,
+            self.log,
+            run_id,
+            by="operator",
+            reason="interlock runs delete",
+            archive=archive,
+            records=records,
+        )
 
     async def state(self, run_id: str) -> RunState:
         return fold(await self.read(run_id))

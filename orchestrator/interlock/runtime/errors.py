@@ -49,3 +49,12 @@ class NotRedrivable(ValueError, InterlockError):
     def __init__(self, seq: int, why: str) -> None:
         super().__init__(f"dead letter {seq} cannot be redriven: {why}")
         self.seq = seq
+
+
+class RunNotEnded(ValueError, InterlockError):
+    """Only a run that has ended may be deleted; nothing was deleted."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is {status}: only an ended run can be deleted")
+        self.run_id = run_id
+        self.status = status

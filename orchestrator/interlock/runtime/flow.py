@@ -31,6 +31,7 @@ from interlock.runtime.answers import Answers
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.registry import Registry
+from interlock.runtime.retention import Policy, Retainer, is_retention_timer
 from interlock.runtime.routing import correlation_keys
 from interlock.runtime.runs import Runs
 from interlock.runtime.taskqueue import TaskQueue
@@ -85,6 +86,7 @@ class ControlFlow:
         clock: Callable[[], str],
         deliver: Deliver,
         answers: Answers,
+        retention: Policy | None = None,
     ) -> None:
         self._nc = nc
         self._js = jetstream(nc)
@@ -100,6 +102,20 @@ class ControlFlow:
         go to the capability's agents)."""
         self.timers = timers
         self.correlation = CorrelationIndex(nc, subjects)
+        self.retainer = (
+            None
+            if retention is None
+            else Retainer(
+                nc,
+                subjects,
+                log=runs.log,
+                registry=registry,
+                timers=timers,
+                clock=clock,
+                policy=retention,
+            )
+        )
+        """Deletes ended runs past their retention (None: none is ever deleted here)."""
 
     def start(self) -> None:
         self.timers.start(self.timer_due)
@@ -147,8 +163,9 @@ class ControlFlow:
             handler = self._offer_parked
         if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
             orphan = record.data.parent is None
-            if handler is None and orphan and self._uncorrelated(record.subject):
-                return None  # no parent to tell, nothing to take out of the index
+            retained = self.retainer is not None and self.retainer.active
+            if handler is None and orphan and not retained and self._uncorrelated(record.subject):
+                return None  # no parent to tell, nothing to take out of the index or delete
             return functools.partial(self._finished, handler)
         return handler
 
@@ -161,7 +178,8 @@ class ControlFlow:
     async def _finished(
         self, handler: Callable[[ev.AnyRecord], Awaitable[None]] | None, record: ev.AnyRecord
     ) -> None:
-        """A run ended: its own effect, its parent told, and out of the correlation index."""
+        """A run ended: its own effect, its parent told, out of the correlation index, and
+        its deletion scheduled where it is kept for a limited time."""
         assert isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled)
         if handler is not None:
             await handler(record)
@@ -173,12 +191,18 @@ class ControlFlow:
             await self.correlation.remove(
                 s.namespace, s.workflow, s.correlation_key or "", record.subject
             )
+        if entry is not None and self.retainer is not None and self.retainer.active:
+            await self.retainer.ended(record.subject, record.time, entry.state)
 
     async def _schedule(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.TimerScheduled)
         await self.timers.schedule(record.subject, record.data.timer_id, record.data.fire_at)
 
     async def timer_due(self, run_id: str, timer_id: str) -> None:
+        if is_retention_timer(run_id, timer_id):
+            if self.retainer is not None:
+                await self.retainer.due(run_id)
+            return
         if self.known_stale(run_id, timer_id):
             return
         event = Incoming(

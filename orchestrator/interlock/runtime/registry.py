@@ -102,6 +102,7 @@ class Registry:
         """Reads of the AgentDefs' revision asked again after a timeout."""
         self._agents_read: int | None = None
         """The agents bucket's last sequence when ``current_agents`` last read it."""
+        self.retaining = False  # whether a workflow compiled here deletes its ended runs
 
     async def workflows_kv(self) -> KeyValue:
         """The workflows bucket (a reader needs no handle on the agents bucket)."""
@@ -246,6 +247,7 @@ class Registry:
 
         definition = compile_workflow_data(body["manifest"], f"<{namespace}/{name}@{version}>")
         self._compiled[(namespace, name, version)] = definition
+        self.retaining = self.retaining or definition.retention_s is not None
         return definition
 
     async def _stored_body(self, namespace: str, name: str, version: int) -> dict[str, Any]:
@@ -462,7 +464,6 @@ class Registry:
         subscriptions end) before their tasks are cancelled, and a task that still does not
         end is left behind rather than waited for."""
         for watcher in self._kv_watchers:
-            # Closing: a connection already gone leaves nothing to undo.
             with contextlib.suppress(Exception):  # the connection may be closed already
                 await watcher.stop()
         await cancel_and_wait(*self._watchers, limit=_CLOSE_WAIT)

@@ -59,6 +59,7 @@ from interlock.runtime.keeper import TaskQueueKeeper
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
+from interlock.runtime.retention import Policy
 from interlock.runtime.routing import Start, starts
 from interlock.runtime.runindex import INDEXED, RunIndex
 from interlock.runtime.runs import Decided, Opening, Runs
@@ -132,6 +133,7 @@ class Orchestrator:
         task_ack_wait: float = tasks.TASK_ACK_WAIT,
         index_hold: float = writebehind.HOLD,
         group_commit: int = 0,
+        retention: Policy | None = None,
     ) -> None:
         self.observers = Observers(observers)
         self.ack_wait = ack_wait
@@ -185,6 +187,7 @@ class Orchestrator:
             clock=clock,
             deliver=self.deliver,
             answers=self.answers,
+            retention=retention or Policy(),
         )
         self.behind = WriteBehind(
             self.index,

@@ -146,6 +146,9 @@ def desired_configs(
             max_age=int(PARKED_MAX_AGE_S * _NS),
             allow_direct=True,
         ),
+        # Deletions of runs (retention, `interlock runs delete`): kept for good, and
+        # neither purged nor trimmed by the API.
+        _stream(s.audit_stream, [s.audit_all], replicas, deny_delete=True, deny_purge=True),
         _bucket(s.workflows_bucket, replicas, history=64),
         _bucket(s.agents_bucket, replicas, history=16),
         _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),

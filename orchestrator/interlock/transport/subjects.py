@@ -65,6 +65,11 @@ class Subjects:
         """Durable timers (JetStream message scheduling)."""
         return f"{self._stream_base}_TIMERS"
 
+    @property
+    def audit_stream(self) -> str:
+        """What was done to runs that is not in their logs (deletions), kept for good."""
+        return f"{self._stream_base}_AUDIT"
+
     # --- KV buckets ----------------------------------------------------------------
     @property
     def _bucket_base(self) -> str:
@@ -207,6 +212,14 @@ class Subjects:
     @property
     def results_all(self) -> str:
         return f"{self.prefix}.results.>"
+
+    @property
+    def audit_all(self) -> str:
+        return f"{self.prefix}.audit.>"
+
+    def audit_deleted(self, run_id: str) -> str:
+        """The audit record of a run's deletion."""
+        return f"{self.prefix}.audit.deleted.{check_run_id(run_id)}"
 
     def dead_letter(self, reason: str) -> str:
         return f"{self.prefix}.dlq.{reason}"

@@ -192,8 +192,7 @@ class Orchestrator:
         self.behind = WriteBehind(
             self.index,
             self.observers.relayed,
-            # Timers whose scheduling is a stream write wait for the flush; others (the
-            # in-memory adapter tests advance by hand) are scheduled at once.
+            # Timers scheduled by a stream write wait for the flush; in-memory ones, at once.
             schedule=(
                 self._schedule_timer if isinstance(self.flow.timers, JetStreamTimers) else None
             ),

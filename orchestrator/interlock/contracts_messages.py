@@ -362,15 +362,24 @@ def _answer_reply() -> dict[str, Any]:
             "properties": {
                 tasks.ANSWER_HEADER: {
                     "type": "string",
-                    "enum": [tasks.ANSWER_RECORDED, tasks.ANSWER_REFUSED, tasks.ANSWER_FAILED],
+                    "enum": [
+                        tasks.ANSWER_RECORDED,
+                        tasks.ANSWER_REFUSED,
+                        tasks.ANSWER_LATE,
+                        tasks.ANSWER_FAILED,
+                    ],
                     "description": f"`{tasks.ANSWER_RECORDED}`: in the run's log (or for a "
                     f"run the orchestrator does not know: ignored). `{tasks.ANSWER_REFUSED}`: "
                     "dead-lettered, sending it again changes nothing. "
+                    f"`{tasks.ANSWER_LATE}`: the run had stopped waiting for that attempt "
+                    "itself (it cancelled the action, the attempt timed out, the run ended): "
+                    "dropped, not dead-lettered; sending it again changes nothing. "
                     f"`{tasks.ANSWER_FAILED}`: not taken now; publish it to the results "
                     "stream.",
                 },
                 tasks.ANSWER_REASON_HEADER: _string(
-                    "With `refused`: the dead letter's reason (answer-token, ...)."
+                    "With `refused`: the dead letter's reason (answer-token, ...). With "
+                    "`late`: action-cancelled, attempt-timed-out or run-ended."
                 ),
             },
         },

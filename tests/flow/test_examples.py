@@ -630,6 +630,11 @@ async def test_map_any_takes_the_first_success_and_cancels_the_rest(stack: Stack
         return {"mirror": mirror, "sha256": "9f86d08"}
 
     stack.agents.script("mirror.download", download)
+    counters = stack.orchestrator.counters
+    letters, late = (
+        counters["dead_lettered:answer-not-awaited"],
+        counters["answers_late:action-cancelled"],
+    )
     run_id = await stack.start(
         "first-mirror", {"file": "iso", "mirrors": ["slow", "fast", "broken"]}
     )
@@ -643,6 +648,11 @@ async def test_map_any_takes_the_first_success_and_cancels_the_rest(stack: Stack
     assert requested[0] in {c.action_id for c in cancelled}
     assert {c.reason for c in cancelled} == {"map completed (any)"}
     await eventually(lambda: requested[0] in stack.agents.cancelled, "the slow mirror stopped")
+    # Its worker answered `cancelled`, as asked: a late answer, dropped, not a dead letter.
+    await eventually(
+        lambda: counters["answers_late:action-cancelled"] == late + 1, "the late answer dropped"
+    )
+    assert counters["dead_lettered:answer-not-awaited"] == letters
 
 
 async def test_map_any_fails_only_when_every_item_failed(stack: Stack) -> None:

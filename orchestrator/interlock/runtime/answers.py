@@ -15,20 +15,25 @@ action and attempt) the orchestrator checks here, before anything is appended:
 4. the run is waiting for that attempt of that action, and the action's capability is
    the one in the subject.
 
-A refused answer is dead-lettered with its reason and never reaches the log. The
-orchestrator's own answers (a request it refused to dispatch, a child run's end) take the
+A refused answer is dead-lettered with its reason and never reaches the log, except a late
+one: an answer to an attempt the run itself stopped waiting for (it cancelled the action,
+say a sibling of a map that failed fast, the attempt timed out, or the run ended) is what
+a correct worker sends when it finishes, or honours a cancel notice, after that. It is
+dropped and counted (:func:`late_reason`), and dead letters stay for what needs a person.
+The orchestrator's own answers (a request it refused to dispatch, a child run's end) take the
 same path, with tokens it makes itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 
 from interlock.core import events as ev
 from interlock.core.state import RunState
-from interlock.core.vocabulary import InterlockError
+from interlock.core.vocabulary import ErrorClass, InterlockError
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
@@ -43,6 +48,40 @@ class AnswerKey:
     run_id: str
     action_id: str
     attempt: int
+
+
+LATE_REFUSALS = frozenset({"answer-not-awaited", "answer-stale-attempt"})
+"""Refusals that may be late answers (see :func:`late_reason`)."""
+
+
+def late_reason(records: Sequence[ev.AnyRecord], key: AnswerKey) -> str | None:
+    """Why the run stopped waiting for the attempt ``key`` names, when it did so itself:
+    ``action-cancelled``, ``attempt-timed-out`` or ``run-ended``; None when the log shows
+    no such thing (never requested, or answered already: a dead letter)."""
+    requested = False
+    reason: str | None = None
+    for r in records:
+        if isinstance(r, ev.ActionRequested):
+            if r.data.action_id == key.action_id and r.data.attempt == key.attempt:
+                requested = True
+        elif isinstance(r, ev.ActionCompleted):
+            if r.data.action_id == key.action_id and reason is None:
+                return None  # answered already
+        elif isinstance(r, ev.ActionFailed):
+            if r.data.action_id == key.action_id and r.data.attempt == key.attempt:
+                if r.data.error.error_class != ErrorClass.TIMEOUT:
+                    return None  # answered already
+                reason = reason or "attempt-timed-out"
+        elif isinstance(r, ev.ActionCancelled):
+            if r.data.action_id == key.action_id:
+                reason = reason or "action-cancelled"
+        elif isinstance(r, ev.RunCancelled):
+            if key.action_id in r.data.cancelled_actions:
+                reason = reason or "action-cancelled"
+            reason = reason or "run-ended"
+        elif isinstance(r, ev.RunCompleted | ev.RunFailed):
+            reason = reason or "run-ended"
+    return reason if requested else None
 
 
 class AnswerRefused(InterlockError):

@@ -301,10 +301,16 @@ class OrchestratorMetrics(OrchestratorObserver):
             "Inbound events that started or reached no run",
             registry=r,
         )
-        self._keep_children()
+        self._keep_children(r)
 
-    def _keep_children(self) -> None:
+    def _keep_children(self, r: CollectorRegistry) -> None:
         """Each labelled metric's children kept, and what each kind of record counts."""
+        self.answers_late = PlainCounter(
+            "interlock_answers_late",
+            "Answers to attempts the run itself stopped waiting for: dropped, not dead-lettered",
+            ["reason"],
+            registry=r,
+        )
         self._started = _Kept(self.runs_started)
         self._completed = _Kept(self.runs_completed)
         self._failed = _Kept(self.runs_failed)
@@ -318,6 +324,7 @@ class OrchestratorMetrics(OrchestratorObserver):
         self._action_took = _Kept(self.action_duration)
         self._dead_letters = _Kept(self.dead_letters)
         self._redeliveries = _Kept(self.redeliveries)
+        self._answers_late = _Kept(self.answers_late)
         self._counts: dict[type, Callable[[RunView, Any], None]] = {
             ev.RunStarted: self._run_started,
             ev.StateEntered: self._state_entered,
@@ -336,6 +343,9 @@ class OrchestratorMetrics(OrchestratorObserver):
 
     def dead_lettered(self, reason: str) -> None:
         self._dead_letters[reason].inc()
+
+    def answer_late(self, reason: str) -> None:
+        self._answers_late[reason].inc()
 
     def unrouted(self, event_type: str) -> None:
         # No event-type label: publishers choose types, and labels must stay bounded.

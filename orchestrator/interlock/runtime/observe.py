@@ -38,6 +38,10 @@ class OrchestratorObserver:
     def dead_lettered(self, reason: str) -> None:
         """A message was moved to the dead-letter stream."""
 
+    def answer_late(self, reason: str) -> None:
+        """An answer came for an attempt the run itself stopped waiting for (``reason``:
+        ``action-cancelled``, ``attempt-timed-out``, ``run-ended``); it was dropped."""
+
     def unrouted(self, event_type: str) -> None:
         """An inbound event started no run and reached no run."""
 
@@ -53,6 +57,7 @@ _HOOKS = (
     "relayed",
     "dispatched",
     "dead_lettered",
+    "answer_late",
     "unrouted",
     "redelivered",
     "conflict",
@@ -112,6 +117,9 @@ class Observers(OrchestratorObserver):
 
     def dead_lettered(self, reason: str) -> None:
         self._each("dead_lettered", reason)
+
+    def answer_late(self, reason: str) -> None:
+        self._each("answer_late", reason)
 
     def unrouted(self, event_type: str) -> None:
         self._each("unrouted", event_type)

@@ -52,7 +52,13 @@ from interlock.core.vocabulary import ErrorClass
 from interlock.runtime import eventloop, writebehind
 from interlock.runtime.addressing import Refused, admit
 from interlock.runtime.answering import AnswerDesk, Outcome
-from interlock.runtime.answers import AnswerKey, AnswerRefused, Answers
+from interlock.runtime.answers import (
+    LATE_REFUSALS,
+    AnswerKey,
+    AnswerRefused,
+    Answers,
+    late_reason,
+)
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.keeper import TaskQueueKeeper
@@ -579,14 +585,29 @@ class Orchestrator:
         except InvalidCloudEvent as exc:
             await self._dead_letter(msg, exc.reason, str(exc))
             return tasks.ANSWER_REFUSED, exc.reason
+        key: AnswerKey | None = None
         try:
             key = self.answers.key_of(msg.subject, event, msg.headers)
             await self.deliver(key.run_id, to_incoming(event), answer=key)
         except AnswerRefused as exc:
+            late = await self._late(key, exc)
+            if late is not None:
+                log.debug("late answer on %s dropped (%s): %s", msg.subject, late, exc.detail)
+                self.counters[f"answers_late:{late}"] += 1
+                self.observers.answer_late(late)
+                return tasks.ANSWER_LATE, late
             log.warning("refused an answer on %s: %s", msg.subject, exc.detail)
             await self._dead_letter(msg, exc.reason, exc.detail)
             return tasks.ANSWER_REFUSED, exc.reason
         return tasks.ANSWER_RECORDED, None
+
+    async def _late(self, key: AnswerKey | None, refused: AnswerRefused) -> str | None:
+        """Why the run stopped waiting for the attempt an authentic answer speaks for, when
+        it did so itself (None: a dead letter). Reads the run's log: refusals are rare."""
+        if key is None or refused.reason not in LATE_REFUSALS:
+            return None
+        records, _ = await self.runs.log.read(key.run_id)
+        return late_reason(records, key)
 
     def _check_output(self, incoming: Incoming, state: RunState) -> Incoming:
         """An answer whose data break the capability's output_schema fails as schema_error."""

@@ -72,6 +72,9 @@ ANSWER_REASON_HEADER: Final = "Interlock-Answer-Reason"
 ANSWER_RECORDED: Final = "recorded"
 ANSWER_REFUSED: Final = "refused"
 ANSWER_FAILED: Final = "failed"
+ANSWER_LATE: Final = "late"
+"""The run had stopped waiting for that attempt itself (it cancelled the action, the
+attempt timed out, the run ended): dropped, not dead-lettered; the reason says which."""
 
 RUN_ID: Final = "runid"
 ACTION_ID: Final = "actionid"

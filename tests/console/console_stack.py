@@ -21,9 +21,12 @@ from console_support import ARTIFACTS, DOCS_SHOTS, chromium, playwright_or_skip
 from gw_support import (
     BROKEN,
     HELLO,
+    HOOK,
+    IDLE_AGENT,
     REVIEW,
     REVIEW_V2,
     TIMEOUT,
+    UNSERVED,
     GatewayStack,
     gateway_stack,
     wait_status,
@@ -96,7 +99,8 @@ class Console:
     browser: Any
     runs: dict[str, str] = field(default_factory=dict)
     """What each named run is: completed, failed, cancelled, waiting, to-cancel, to-signal,
-    to-keyboard, long."""
+    to-keyboard, long, unserved (waits for a capability no worker serves), hook (waits
+    for an event), forked (a fork of waiting)."""
 
     @property
     def url(self) -> str:
@@ -145,7 +149,9 @@ async def console(nats_url: str) -> AsyncIterator[Console]:
 
     subjects = Subjects(prefix=f"t{uuid.uuid4().hex[:12]}")
     async with (
-        gateway_stack(nats_url, subjects, [HELLO, REVIEW, BROKEN, LOOPER]) as gs,
+        gateway_stack(
+            nats_url, subjects, [HELLO, REVIEW, BROKEN, LOOPER, IDLE_AGENT, UNSERVED, HOOK]
+        ) as gs,
         async_playwright() as pw,
     ):
         browser = await pw.chromium.launch(
@@ -166,6 +172,13 @@ async def console(nats_url: str) -> AsyncIterator[Console]:
             for name in ("waiting", "to-cancel", "to-signal", "to-keyboard", "cancelled"):
                 run_id = await start(name, "review", {"score": 5})
                 await wait_status(gs, run_id, "running", "approval")
+            await wait_status(gs, await start("unserved", "unserved", {}), "running", "ask")
+            await wait_status(gs, await start("hook", "hook", {}), "running", "deploying")
+            # A fork of the waiting run, from its whole log.
+            waiting = c.runs["waiting"]
+            records = (await http.get(f"/runs/{waiting}")).json()["records"]
+            c.runs["forked"] = await gs.gateway.api.fork(waiting, records)
+            await wait_status(gs, c.runs["forked"], "running", "approval")
             cancelled = c.runs["cancelled"]
             r = await http.post(f"/runs/{cancelled}/cancel", json={"reason": "not needed"})
             assert r.json()["cancelled"] is True

@@ -23,10 +23,13 @@ from interlock.transport.subjects import Subjects
 
 __all__ = [
     "HELLO",
+    "HOOK",
+    "IDLE_AGENT",
     "PARKED",
     "REVIEW",
     "REVIEW_V2",
     "TIMEOUT",
+    "UNSERVED",
     "GatewayStack",
     "gateway_stack",
     "wait_status",
@@ -68,6 +71,57 @@ REVIEW = yaml(
 """A score over 7 merges at once; any other waits in ``approval`` for a person."""
 REVIEW_V2 = REVIEW.replace("result.score > 7", "result.score >= 7")
 """Version 2 of ``review``: only the guard differs (a score of 7 now merges)."""
+IDLE_AGENT = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: idle
+    spec:
+      capabilities:
+        - name: nobody
+    """
+)
+"""An AgentDef whose capability no worker serves."""
+UNSERVED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: unserved
+    spec:
+      initial_state: ask
+      states:
+        ask:
+          actions:
+            - capability: nobody
+          timeout: {after: 1h, goto: gave-up}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+        gave-up:
+          type: terminal
+    """
+)
+"""A run that waits for ``nobody`` (no worker serves it), for an hour at most."""
+HOOK = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: hook
+    spec:
+      initial_state: deploying
+      states:
+        deploying:
+          on:
+            - {event: deploy.finished, goto: done}
+        done:
+          type: terminal
+    """
+)
+"""A run that waits for the event ``deploy.finished``."""
 BROKEN = yaml(
     """\
     apiVersion: interlock.io/v1

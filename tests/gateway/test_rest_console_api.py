@@ -5,8 +5,19 @@ by start time. (The ``catch`` and ``timeout`` edges are pinned in tests/test_vie
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from gw_support import REVIEW, REVIEW_V2, GatewayStack, gateway_stack, wait_status
+from gw_support import (
+    HOOK,
+    IDLE_AGENT,
+    REVIEW,
+    REVIEW_V2,
+    UNSERVED,
+    GatewayStack,
+    gateway_stack,
+    wait_status,
+)
 
 from interlock.transport.subjects import Subjects
 
@@ -98,3 +109,53 @@ async def test_versions_explain_replay_and_time_filter(gs: GatewayStack) -> None
     async with gs.http(None) as nobody:
         assert (await nobody.get(f"/runs/{run_id}/explain")).status_code == 401
         assert (await nobody.get(f"/runs/{run_id}/replay?against=1")).status_code == 401
+
+
+async def test_runs_say_what_they_wait_for_and_filter_by_it(gs: GatewayStack) -> None:
+    await gs.stack.apply(IDLE_AGENT, UNSERVED, HOOK)
+    async with gs.http() as http:
+        started = {}
+        for workflow, inputs in (("review", {"score": 1}), ("unserved", {}), ("hook", {})):
+            r = await http.post("/runs", json={"workflow": workflow, "inputs": inputs})
+            started[workflow] = r.json()["run_id"]
+        await wait_status(gs, started["review"], "running", "approval")
+        await wait_status(gs, started["unserved"], "running", "ask")
+        await wait_status(gs, started["hook"], "running", "deploying")
+        done = (
+            await http.post("/runs", json={"workflow": "review", "inputs": {"score": 9}})
+        ).json()
+        await wait_status(gs, done["run_id"], "completed")
+
+        # The run index is written behind the logs: until it has every run in its state.
+        wanted = {started["review"], started["unserved"], started["hook"], done["run_id"]}
+        for _ in range(100):
+            listed = {r["run_id"]: r for r in (await http.get("/runs")).json()["runs"]}
+            ready = {k for k, r in listed.items() if r["state"]}
+            if wanted <= ready and listed[done["run_id"]]["status"] == "completed":
+                break
+            await asyncio.sleep(0.05)
+        assert listed[started["review"]]["waiting"] == [
+            {"kind": "approval", "name": "approval.granted"},
+            {"kind": "approval", "name": "approval.denied"},
+        ]
+        assert listed[started["unserved"]]["waiting"] == [
+            {"kind": "agent", "name": "nobody"},
+            {"kind": "timer", "name": "gave-up"},
+        ]
+        assert listed[started["hook"]]["waiting"] == [{"kind": "event", "name": "deploy.finished"}]
+        assert listed[done["run_id"]]["waiting"] == []
+
+        async def waiting(value: str) -> list[str]:
+            r = await http.get("/runs", params={"waiting": value})
+            assert r.status_code == 200, r.text
+            return [run["run_id"] for run in r.json()["runs"]]
+
+        assert await waiting("approval") == [started["review"]]
+        assert await waiting("agent") == [started["unserved"]]
+        assert await waiting("agent:nobody") == [started["unserved"]]
+        assert await waiting("agent:echo") == []
+        assert await waiting("event:deploy.finished") == [started["hook"]]
+        assert await waiting("timer") == [started["unserved"]]
+        bad = await http.get("/runs", params={"waiting": "coffee"})
+        assert bad.status_code == 400
+        assert "waiting is KIND or KIND:NAME" in bad.json()["detail"]

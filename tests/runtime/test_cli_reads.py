@@ -134,6 +134,24 @@ def test_logs_tail_since_runs_limit_and_the_result_of_a_cancelled_run(inst: Inst
     assert [r["run_id"] for r in newest] == [gated]
     assert len(json.loads(inst.ok("runs", "-o", "json"))) >= 2
 
+    # What a running run waits for, and only those waiting for something.
+    waiting = inst.ok("start", "gated").strip()
+    for _ in range(50):
+        found = json.loads(inst.ok("runs", "--waiting", "approval", "-o", "json"))
+        if waiting in [r["run_id"] for r in found]:
+            break
+    assert waiting in [r["run_id"] for r in found]
+    assert all(r["status"] == "running" for r in found)
+    mine = next(r for r in found if r["run_id"] == waiting)
+    assert mine["waiting"] == [
+        {"kind": "approval", "name": "approval.granted"},
+        {"kind": "approval", "name": "approval.denied"},
+        {"kind": "timer", "name": "expired"},
+    ]
+    assert "approval approval.granted, approval.denied; timer to expired" in inst.ok("runs")
+    assert waiting not in inst.ok("runs", "--waiting", "agent")
+    inst.ok("cancel", waiting)
+
 
 def test_delete_workflow_keeps_runs_in_flight(inst: Installation) -> None:
     (inst.files / "doomed.yaml").write_text(GATED.replace("name: gated", "name: doomed"))

@@ -21,6 +21,7 @@ from interlock.cli.common import (
 )
 from interlock.cli.connecting import print_json, with_client
 from interlock.cli.output import dump, emit, output_format, print_table
+from interlock.views.build import waiting_text
 
 if TYPE_CHECKING:
     from interlock.client import Client
@@ -31,16 +32,25 @@ if TYPE_CHECKING:
 async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 0:
         raise CliError(f"--limit must be 0 or more, got {args.limit}")
-    runs = await client.runs(workflow=args.workflow, status=args.status, limit=args.limit)
+    runs = await client.runs(
+        workflow=args.workflow, status=args.status, limit=args.limit, waiting=args.waiting
+    )
 
     def table() -> None:
         if not runs:
             print("no runs")
             return
         print_table(
-            ["RUN", "WORKFLOW", "STATUS", "STATE", "STARTED"],
+            ["RUN", "WORKFLOW", "STATUS", "STATE", "WAITING FOR", "STARTED"],
             [
-                (r.run_id, f"{r.namespace}/{r.workflow}", r.status, r.state, r.started_at)
+                (
+                    r.run_id,
+                    f"{r.namespace}/{r.workflow}",
+                    r.status,
+                    r.state,
+                    waiting_text(r.waiting),
+                    r.started_at,
+                )
                 for r in runs
             ],
         )

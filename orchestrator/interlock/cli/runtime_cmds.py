@@ -134,6 +134,12 @@ def _add_read_parsers(sub: Sub) -> None:
     p = sub.add_parser("runs", help="list runs, newest first")
     p.add_argument("--workflow", "-w")
     p.add_argument("--status", choices=RECORDED)
+    p.add_argument(
+        "--waiting",
+        metavar="KIND[:NAME]",
+        help="only running runs waiting for this: approval, event, agent, workflow or timer, "
+        "or one by name (agent:review, event:fix.pushed)",
+    )
     p.add_argument("--limit", "-n", type=int, default=None, help="at most this many")
     add_output_flags(p)
     add_connection_flags(p)

@@ -362,10 +362,13 @@ class Client:
         workflow: str | None = None,
         status: str | None = None,
         limit: int | None = None,
+        waiting: str | None = None,
     ) -> list[RunSummary]:
         """Runs from the run index, newest first: all, or of one ``workflow`` (``name`` or
-        ``namespace/name``) and/or ``status``; at most ``limit``."""
-        return await reading.runs(self._ops, workflow, status, limit)
+        ``namespace/name``) and/or ``status``, and/or waiting for ``waiting`` (a kind of
+        :class:`~interlock.views.WaitingOn`, ``approval``, or a kind and a name,
+        ``agent:review``); at most ``limit``."""
+        return await reading.runs(self._ops, workflow, status, limit, waiting)
 
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
         """The run's log: every record, in order. Raises :class:`UnknownRun`."""

@@ -8,31 +8,69 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from msgspec.structs import replace
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from interlock.client.errors import UnknownRun, no_stream_is_no_run
+from interlock.client.errors import UnknownRun, UnknownWorkflow, no_stream_is_no_run
 from interlock.core import events as ev
 from interlock.core.state import fold
+from interlock.core.vocabulary import RunStatus
 from interlock.views import DeadLetterView, RunSummary
-from interlock.views.build import dead_letter_view, summary_from_index
+from interlock.views.build import dead_letter_view, summary_from_index, waiting_of
 
 if TYPE_CHECKING:
     from interlock.runtime.client import DeadLetter, InterlockClient
     from interlock.transport.subjects import Subjects
+    from interlock.views.outline import WorkflowOutline
 
 
 async def runs(
-    ops: InterlockClient, workflow: str | None, status: str | None, limit: int | None
+    ops: InterlockClient,
+    workflow: str | None,
+    status: str | None,
+    limit: int | None,
+    waiting: str | None = None,
 ) -> list[RunSummary]:
-    """Runs from the run index, newest first (none when there is no index yet)."""
+    """Runs from the run index, newest first (none when there is no index yet), with
+    what each running one waits for; ``waiting``: only those waiting for that."""
     try:
         items = await ops.list_runs(workflow, status)
     except (BucketNotFoundError, NotFoundError):
         return []
     items.reverse()
+    found = [summary_from_index(i) for i in items]
+    if waiting:
+        found = waiting_for(await with_waiting(ops, found), waiting)
     if limit is not None:
-        items = items[: max(limit, 0)]
-    return [summary_from_index(i) for i in items]
+        found = found[: max(limit, 0)]
+    return found if waiting else await with_waiting(ops, found)
+
+
+def waiting_for(found: list[RunSummary], wanted: str) -> list[RunSummary]:
+    """The runs waiting for ``wanted`` (a kind, ``approval``, or a kind and a name,
+    ``agent:review``)."""
+    return [r for r in found if any(w.matches(wanted) for w in r.waiting)]
+
+
+async def with_waiting(ops: InterlockClient, found: list[RunSummary]) -> list[RunSummary]:
+    """The running runs of ``found`` with what their state waits for, read from their
+    workflow version's outline (each version read once; a version no longer stored
+    leaves it empty)."""
+    outlines: dict[tuple[str, str, int], WorkflowOutline | None] = {}
+    out = []
+    for run in found:
+        if run.status != str(RunStatus.RUNNING) or not run.state:
+            out.append(run)
+            continue
+        key = (run.namespace, run.workflow, run.version)
+        if key not in outlines:
+            try:
+                outlines[key] = (await ops.registry.stored(*key)).outline
+            except (UnknownWorkflow, KeyNotFoundError, BucketNotFoundError, NotFoundError):
+                outlines[key] = None
+        outline = outlines[key]
+        out.append(run if outline is None else replace(run, waiting=waiting_of(outline, run.state)))
+    return out
 
 
 async def logs(

@@ -205,7 +205,8 @@ def _definition_paths() -> dict[str, Any]:
 
 def _run_paths() -> dict[str, Any]:
     runs_list = _op(
-        "Runs, newest first (filter by workflow and status; paginated)",
+        "Runs, newest first, with what each running one waits for "
+        "(filter by workflow, status, start and what it waits for; paginated)",
         {"200": _json(ref("RunPage"))},
         params=[
             _param("workflow", "query", {"type": "string"}, "NAME or NAMESPACE/NAME."),
@@ -226,6 +227,13 @@ def _run_paths() -> dict[str, Any]:
                 "query",
                 _INSTANT,
                 "Only runs started before this RFC 3339 time (or date: its start, UTC).",
+            ),
+            _param(
+                "waiting",
+                "query",
+                {"type": "string", "pattern": rest.WAITING.pattern},
+                "Only running runs waiting for this: a kind (approval, event, agent, workflow, "
+                "timer) or a kind and a name (agent:review, event:fix.pushed).",
             ),
             _LIMIT,
             _OFFSET,

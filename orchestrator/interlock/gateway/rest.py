@@ -8,6 +8,7 @@ program and HTTP never disagree.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from interlock import views
-from interlock.client import debugging
+from interlock.client import debugging, reading
 from interlock.core.names import DNS_LABEL
 from interlock.core.vocabulary import RECORDED
 from interlock.gateway.problems import Problem, int_param
@@ -30,6 +31,9 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_WAIT_S = 300.0
 MAX_SEQ = (1 << 63) - 1
+KINDS = ("approval", "event", "agent", "workflow", "timer")
+"""The kinds of :class:`~interlock.views.WaitingOn`, what ``GET /runs?waiting=`` filters by."""
+WAITING = re.compile(rf"^({'|'.join(KINDS)})(:[^\s]{{1,256}})?$")
 
 
 class RunPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -252,10 +256,18 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
     limit = int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = int_param(request, "offset", 0, 0, 1 << 31)
     since, until = _time_param(request, "since"), _time_param(request, "until")
+    waiting = request.query_params.get("waiting")
+    if waiting is not None and not WAITING.match(waiting):
+        raise Problem(
+            400, "bad-parameter", f"waiting is KIND or KIND:NAME, KIND one of {', '.join(KINDS)}"
+        )
     found = await gw.run_list.runs(workflow=request.query_params.get("workflow"), status=status)
     if since or until:
         found = [r for r in found if _started_between(r.started_at, since, until)]
-    page = found[offset : offset + limit]
+    if waiting:
+        running = [r for r in found if r.status == "running"]
+        found = reading.waiting_for(await reading.with_waiting(gw.api.ops, running), waiting)
+    page = await reading.with_waiting(gw.api.ops, found[offset : offset + limit])
     more = offset + limit < len(found)
     return json_view(RunPage(runs=page, next_offset=offset + limit if more else None))
 

@@ -270,7 +270,7 @@ class Registry:
             compiled = self._compiled.get(key)
             body = {} if compiled is not None else await self._stored_body(*key)
             outline = decode_outline(body.get("outline"))
-            if outline is None:
+            if outline is None or outline.asks is None:
                 compiled = compiled or self._compile(namespace, name, version, body)
                 body = {"spec_hash": compiled.spec_hash, "manifest": compiled.manifest}
                 outline = outline_of(compiled)

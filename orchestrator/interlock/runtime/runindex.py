@@ -235,6 +235,7 @@ def _run_forked(current: dict[str, Any], record: ev.RunForked) -> None:
 
 
 def _run_migrated(current: dict[str, Any], record: ev.RunMigrated) -> None:
+    current["migrated_from"] = record.data.from_version
     current["version"] = record.data.version
 
 

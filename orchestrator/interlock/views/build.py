@@ -23,9 +23,11 @@ from interlock.views.shapes import (
     MapView,
     PendingActionView,
     RunDescription,
+    RunOrigin,
     RunResult,
     RunSummary,
     TimerView,
+    WaitingOn,
     WaitView,
     WorkerView,
     WorkflowDetail,
@@ -58,7 +60,47 @@ def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
             if isinstance(error, Mapping)
             else None
         ),
+        forked_from=(
+            RunOrigin(run_id=str(forked.get("run_id", "")), seq=int(forked.get("seq", 0) or 0))
+            if isinstance(forked := item.get("forked_from"), Mapping)
+            else None
+        ),
+        migrated_from=(
+            migrated if isinstance(migrated := item.get("migrated_from"), int) else None
+        ),
     )
+
+
+def waiting_text(waiting: Iterable[WaitingOn]) -> str:
+    """What a run waits for, in words, by kind: ``approval approval.granted,
+    approval.denied; timer to expired`` (as the console says it)."""
+    by_kind: dict[str, list[str]] = {}
+    for w in waiting:
+        by_kind.setdefault(w.kind, []).append(f"to {w.name}" if w.kind == "timer" else w.name)
+    return "; ".join(f"{kind} {', '.join(names)}" for kind, names in by_kind.items())
+
+
+def waiting_of(outline: WorkflowOutline, state: str) -> list[WaitingOn]:
+    """What ``state`` of a workflow waits for: the work it asks for, the events that move
+    it (an approval's in a ``human_in_the_loop`` state), its timeout."""
+    kind = outline.kinds.get(state)
+    # The kinds' names as core.definition has them (imported, it would load the compiler
+    # into every read command).
+    if kind is None or kind == "terminal":
+        return []
+    out = [
+        WaitingOn(kind="workflow", name=name.removeprefix("workflow:"))
+        if name.startswith("workflow:")
+        else WaitingOn(kind="agent", name=name)
+        for name in (outline.asks or {}).get(state, [])
+    ]
+    events = "approval" if kind == "human_in_the_loop" else "event"
+    for t in outline.transitions:
+        if t.from_state == state and t.kind == "on" and t.event not in TASK_EVENTS:
+            out.append(WaitingOn(kind=events, name=t.event))
+    if state in outline.timeouts:
+        out.append(WaitingOn(kind="timer", name=outline.timeouts[state]))
+    return list(dict.fromkeys(out))
 
 
 def summary_of(state: RunState) -> RunSummary:

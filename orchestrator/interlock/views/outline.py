@@ -20,7 +20,7 @@ import msgspec
 from interlock.views.shapes import TransitionView
 
 if TYPE_CHECKING:
-    from interlock.core.definition import Definition
+    from interlock.core.definition import Definition, StateDef
 
 
 class WorkflowOutline(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,6 +40,11 @@ class WorkflowOutline(msgspec.Struct, frozen=True, kw_only=True):
     """Every edge of the state machine (see :func:`transitions_of`)."""
     correlated: list[str] = []
     """The event types that reach a run by its correlation key."""
+    asks: dict[str, list[str]] | None = None
+    """Each state that asks for work and what it asks: capabilities, and child workflows
+    as ``workflow:<name>`` (None: stored before outlines had it; compiled again)."""
+    timeouts: dict[str, str] = {}
+    """Each state with a timeout and where it goes."""
 
 
 def outline_of(definition: Definition) -> WorkflowOutline:
@@ -60,7 +65,27 @@ def outline_of(definition: Definition) -> WorkflowOutline:
         kinds={name: state.kind for name, state in definition.states.items()},
         transitions=transitions_of(definition),
         correlated=sorted(definition.correlation.events) if definition.correlation else [],
+        asks={name: asked for name, state in definition.states.items() if (asked := _asks(state))},
+        timeouts={
+            name: state.timeout.goto
+            for name, state in definition.states.items()
+            if state.timeout is not None
+        },
     )
+
+
+def _asks(state: StateDef) -> list[str]:
+    """What a state asks for: its actions', map items', loop's or DAG steps' capabilities
+    (``workflow:<name>`` for a child workflow), each once, in order."""
+    actions = list(state.actions)
+    if state.map is not None:
+        actions += [state.map.action, *state.map.branches]
+    if state.loop is not None:
+        actions.append(state.loop.action)
+    if state.dag is not None:
+        actions += [step.action for step in state.dag.steps]
+    names = [f"workflow:{a.workflow}" if a.workflow else a.capability for a in actions]
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def transitions_of(definition: Definition) -> list[TransitionView]:

@@ -27,6 +27,29 @@ class ErrorView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return cls(error_class=error.error_class, message=error.message, code=error.code)
 
 
+class WaitingOn(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing a running run's state waits for."""
+
+    kind: str
+    """``approval`` (an event a person sends: the state is ``human_in_the_loop``),
+    ``event`` (an event from outside), ``agent`` (a capability's answer), ``workflow`` (a
+    child run's end) or ``timer`` (the state's timeout)."""
+    name: str
+    """The event type, the capability, the child workflow, or (a timer) the state its
+    timeout goes to."""
+
+    def matches(self, wanted: str) -> bool:
+        """``wanted`` is this kind (``agent``), or this kind and name (``agent:review``)."""
+        return wanted in (self.kind, f"{self.kind}:{self.name}")
+
+
+class RunOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """The run a forked run was copied from, and up to which record."""
+
+    run_id: str
+    seq: int
+
+
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One line of a run list (``interlock runs``, ``GET /runs``)."""
 
@@ -41,6 +64,13 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     started_at: str = ""
     updated_at: str = ""
     error: ErrorView | None = None
+    waiting: list[WaitingOn] = []
+    """What a running run's state waits for (from its workflow version's definition;
+    empty once the run has ended or when that version is not stored)."""
+    forked_from: RunOrigin | None = None
+    """A forked run's origin."""
+    migrated_from: int | None = None
+    """The version a migrated run ran before it was moved to ``version``."""
 
 
 class PendingActionView(msgspec.Struct, frozen=True, kw_only=True):

@@ -87,19 +87,32 @@ export function json(value, label) {
   return details;
 }
 
-export function table(caption, columns, rows, { empty = "None." } = {}) {
+// A table; `stacked`: on a phone each row is a card of "column: value" lines (each cell
+// says its column), so nothing is off screen.
+export function table(caption, columns, rows, { empty = "None.", stacked = false } = {}) {
   if (!rows.length) return h("p", { class: "muted" }, empty);
   return h(
     "div",
     { class: "table-wrap" },
     h(
       "table",
-      {},
+      { class: stacked ? "stacked" : null },
       h("caption", { class: caption.startsWith("!") ? "visually-hidden" : "" }, caption.replace(/^!/, "")),
       h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c)))),
-      h("tbody", {}, rows.map((r) => h("tr", {}, r.map((cell) => h("td", {}, cell))))),
+      h("tbody", {}, rows.map((r) => h("tr", {}, r.map((cell, i) => h("td", { "data-label": columns[i] || null }, cell))))),
     ),
   );
+}
+
+// What a running run waits for, as words: "approval: approval.granted, approval.denied",
+// "agent review", "event deploy.finished", "timer to gave-up".
+export function waitingText(waiting) {
+  const by = new Map();
+  for (const w of waiting || []) {
+    if (!by.has(w.kind)) by.set(w.kind, []);
+    by.get(w.kind).push(w.kind === "timer" ? `to ${w.name}` : w.name);
+  }
+  return [...by].map(([kind, names]) => `${kind} ${names.join(", ")}`).join("; ");
 }
 
 export function toast(message, kind = "info") {

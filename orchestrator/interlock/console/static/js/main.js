@@ -143,7 +143,12 @@ window.addEventListener("hashchange", () => {
   lastHash = location.hash;
   render().then(() => {
     signOut.hidden = !token();
-    if (!samePage) main.focus({ preventScroll: false });
+    // The new page from its top, the navigation in view (focusing <main> alone scrolled
+    // the page down to it, the navigation off a phone's screen).
+    if (!samePage) {
+      window.scrollTo(0, 0);
+      main.focus({ preventScroll: true });
+    }
   });
 });
 render().then(() => (signOut.hidden = !token()));

@@ -1,8 +1,9 @@
 // Runs: the run index as a table, filtered, paged, kept live by the run index's stream.
 import { api, ApiError, watchRuns } from "./api.js";
-import { add, between, duration, errorBox, h, status, table, timeCell } from "./dom.js";
+import { add, between, duration, errorBox, h, status, table, timeCell, waitingText } from "./dom.js";
 
 const STATUSES = ["running", "completed", "failed", "cancelled"];
+const WAITS = ["approval", "event", "agent", "workflow", "timer"];
 const LIMIT = 50;
 // After a change, the page is listed again at most this often.
 const RELIST_MS = 500;
@@ -24,6 +25,7 @@ function queryOf(filters) {
   return {
     workflow: filters.workflow,
     status: filters.status,
+    waiting: filters.waiting,
     since: utc(filters.since),
     until: utc(filters.until),
     limit: LIMIT,
@@ -35,6 +37,7 @@ export async function runsPage(root, _arg, params, current) {
   const filters = {
     workflow: params.get("workflow") || "",
     status: params.get("status") || "",
+    waiting: params.get("waiting") || "",
     since: params.get("since") || "",
     until: params.get("until") || "",
     offset: Number(params.get("offset") || 0),
@@ -52,7 +55,10 @@ export async function runsPage(root, _arg, params, current) {
         "select",
         { id: `f-${name}`, name },
         h("option", { value: "" }, "any"),
-        options.map((o) => h("option", { value: o, selected: filters[name] === o }, o)),
+        // A value from the link that is not a choice (agent:review) is kept as one.
+        [...new Set([...options, ...(filters[name] ? [filters[name]] : [])])].map((o) =>
+          h("option", { value: o, selected: filters[name] === o }, o),
+        ),
       ),
     );
   // Date and time, in UTC (as every time on the page), to the second.
@@ -88,6 +94,7 @@ export async function runsPage(root, _arg, params, current) {
     { class: "filters", role: "search", "aria-label": "Filter runs" },
     workflowSelect,
     select("status", "Status", STATUSES),
+    select("waiting", "Waiting for", WAITS),
     timeField("since", "Started at or after (UTC)"),
     timeField("until", "Started before (UTC)"),
   );
@@ -141,19 +148,29 @@ export async function runsPage(root, _arg, params, current) {
     if (!current()) return;
     const now = Date.now();
     const rows = page.runs.map((r) => [
-      h("a", { href: `#/runs/${encodeURIComponent(r.run_id)}`, class: "mono" }, r.run_id),
+      [
+        h("a", { href: `#/runs/${encodeURIComponent(r.run_id)}`, class: "mono" }, r.run_id),
+        r.forked_from
+          ? h("div", { class: "origin" }, "forked from ",
+              h("a", { href: `#/runs/${encodeURIComponent(r.forked_from.run_id)}`, class: "mono" }, r.forked_from.run_id),
+              ` at #${r.forked_from.seq}`)
+          : null,
+        r.migrated_from ? h("div", { class: "origin" }, `migrated from v${r.migrated_from}`) : null,
+      ],
       r.namespace === "default" ? r.workflow : `${r.namespace}/${r.workflow}`,
       `v${r.version}`,
       status(r.status),
       r.state,
+      r.waiting?.length ? h("span", { class: "waiting" }, waitingText(r.waiting)) : "",
       timeCell(r.started_at),
       duration(r.status === "running" ? now - new Date(r.started_at).getTime() : between(r.started_at, r.updated_at)),
     ]);
     // A row link that had the keyboard focus keeps it across a new listing.
     const focused = listing.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
     listing.replaceChildren(
-      table("!Runs, newest first", ["Run", "Workflow", "Version", "Status", "State", "Started", "Duration"], rows, {
+      table("!Runs, newest first", ["Run", "Workflow", "Version", "Status", "State", "Waiting for", "Started", "Duration"], rows, {
         empty: "No runs match.",
+        stacked: true,
       }),
     );
     if (focused) listing.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
@@ -191,6 +208,7 @@ export async function runsPage(root, _arg, params, current) {
     const data = new FormData(form);
     filters.workflow = data.get("workflow") || "";
     filters.status = data.get("status") || "";
+    filters.waiting = data.get("waiting") || "";
     filters.since = toSecond(data.get("since") || "");
     filters.until = toSecond(data.get("until") || "");
     go(0);

@@ -34,7 +34,7 @@ async def test_runs_page_lists_runs_of_every_status_and_filters(console: Console
     table = page.locator("#runs-listing table")
     await table.wait_for()
     for run_id in console.runs.values():
-        await page.get_by_role("link", name=run_id).wait_for()
+        await page.get_by_role("link", name=run_id).first.wait_for()
     statuses = await table.locator(".status").all_inner_texts()
     assert {"running", "completed", "failed", "cancelled"} <= set(statuses)
     await shot(page, "runs", docs=True)

@@ -360,8 +360,14 @@ async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
                 else "started"
             )
             print(f"{how}  {s.run_id}  {s.namespace}/{s.workflow} v{s.version}")
-        if not done.matched:
-            print(f"no trigger matches {done.type}: no run started")
+        for run in done.reached:
+            print(f"reached  {run}  (waiting for it by its correlation key)")
+        for workflow in done.parked:
+            print(f"kept for {workflow}: no run of its correlation key yet (kept 15 minutes)")
+        for r in done.refused:
+            print(f"dead-lettered ({r.reason}) by {r.namespace}/{r.workflow}: {r.detail}")
+        if not done.matched and not done.refused:
+            print(f"nothing: no trigger or correlation takes {done.type}")
 
     emit(args, done, table)
     return EXIT_OK

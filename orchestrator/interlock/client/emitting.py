@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -18,9 +19,10 @@ from interlock.core.ids import check_event_type, check_run_id
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, encode_binary, from_dict
 from interlock.transport.refusals import PermissionRefused, refusable
-from interlock.views import EmitResult, StartedRun
+from interlock.views import EmitResult, EventRefusal, StartedRun
 
 if TYPE_CHECKING:
+    from interlock.core.definition import Definition
     from interlock.runtime.client import InterlockClient
 
 
@@ -64,47 +66,100 @@ async def publish(ops: InterlockClient, event: CloudEvent) -> tuple[int, bool]:
     return int(ack.seq), bool(ack.duplicate)
 
 
-async def would_start(ops: InterlockClient, event: CloudEvent) -> list[StartedRun]:
-    """The runs the orchestrator's ingress starts for ``event`` (its own rules, over the
-    workflows applied now; only those with a trigger on its type are compiled)."""
+@dataclass
+class Foreseen:
+    """What the orchestrator's ingress does with an event (see :func:`foresee`)."""
+
+    started: list[StartedRun] = field(default_factory=list)
+    refused: list[EventRefusal] = field(default_factory=list)
+    reached: list[str] = field(default_factory=list)
+    parked: list[str] = field(default_factory=list)
+
+
+async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
+    """What the orchestrator's ingress does with ``event``, by its own rules over the
+    workflows applied now (only those whose manifest names its type are compiled): the
+    runs its triggers start, the workflows that dead-letter it (their trigger's input or
+    the inputs it makes do not work, or its correlation key cannot be computed), the runs
+    its correlation keys reach, and the workflows it is kept for (no run of its key yet)."""
     # Deciding what an event starts compiles workflows: the engine is loaded here only.
     from interlock.core.definition import resolve_inputs
     from interlock.core.engine import derive_run_id, matching_trigger, trigger_inputs
-    from interlock.core.expr import ExpressionError
+    from interlock.core.expr import ExpressionError, OverBudget
+    from interlock.core.incoming import event_correlation_key
+    from interlock.runtime.correlation import CorrelationIndex
     from interlock.runtime.flow import to_incoming
 
     registry = ops.registry
     with contextlib.suppress(BucketNotFoundError, NotFoundError):
         await registry.load_agents()
     incoming = to_incoming(event)
-    out = []
+    out = Foreseen()
     for (ns, name), (version, _, manifest) in sorted((await catalog(ops)).items()):
-        if not _triggers_on(manifest, event.type):
+        triggers, correlates = _names_type(manifest, event.type)
+        if not (triggers or correlates):
             continue
         try:
             definition = await registry.definition(ns, name, version)
         except Exception:  # noqa: BLE001, S112 - the orchestrator cannot load it either
             continue
-        trigger = matching_trigger(definition, incoming)
-        if trigger is None:
+        trigger = matching_trigger(definition, incoming) if triggers else None
+        if trigger is not None:
+            try:
+                inputs = trigger_inputs(trigger, incoming)
+            except ExpressionError as exc:
+                out.refused.append(_refusal(definition, "bad-trigger-input", f"{name}: {exc}"))
+                inputs = None
+            problems = (
+                resolve_inputs(registry.link(definition), inputs)[1] if inputs is not None else None
+            )
+            if problems:
+                detail = "; ".join(str(p) for p in problems)
+                out.refused.append(_refusal(definition, "invalid-inputs", detail))
+            elif inputs is not None:
+                run_id = derive_run_id(definition, event.source, event.id)
+                out.started.append(
+                    StartedRun(
+                        run_id=run_id,
+                        workflow=definition.name,
+                        namespace=definition.namespace,
+                        version=version,
+                        existed=await ops.log.last_seq(run_id) > 0,
+                    )
+                )
+        if not correlates:
             continue
         try:
-            inputs = trigger_inputs(trigger, incoming)
-        except ExpressionError:
-            continue  # dead-lettered as bad-trigger-input: no run
-        if resolve_inputs(registry.link(definition), inputs)[1]:
-            continue  # dead-lettered as invalid-inputs: no run
-        run_id = derive_run_id(definition, event.source, event.id)
-        out.append(
-            StartedRun(
-                run_id=run_id,
-                workflow=definition.name,
-                namespace=definition.namespace,
-                version=version,
-                existed=await ops.log.last_seq(run_id) > 0,
-            )
-        )
+            key = event_correlation_key(definition, incoming)
+        except OverBudget as exc:
+            out.refused.append(_refusal(definition, "bad-correlation-key", f"{name}: {exc}"))
+            continue
+        if key is None:
+            continue
+        runs = await CorrelationIndex(ops.nc, ops.subjects).runs(ns, name, key)
+        out.reached += [r for r in runs if r not in out.reached]
+        if not runs:
+            out.parked.append(f"{ns}/{name}")
     return out
+
+
+def _refusal(definition: Definition, reason: str, detail: str) -> EventRefusal:
+    return EventRefusal(
+        workflow=definition.name, namespace=definition.namespace, reason=reason, detail=detail
+    )
+
+
+def _names_type(manifest: Mapping[str, Any], event_type: str) -> tuple[bool, bool]:
+    """Whether the manifest has a trigger on ``event_type``, and whether it correlates
+    events of that type."""
+    spec = manifest.get("spec")
+    if not isinstance(spec, Mapping):
+        return False, False
+    correlate = spec.get("correlate")
+    events = correlate.get("events") if isinstance(correlate, Mapping) else None
+    return _triggers_on(manifest, event_type), isinstance(events, Mapping) and (
+        event_type in events
+    )
 
 
 def _triggers_on(manifest: Mapping[str, Any], event_type: str) -> bool:
@@ -120,13 +175,13 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
     the orchestrator to start them (see ``Client.emit``)."""
     check_event_type(ce.type)  # before anything is published or looked up
     run_id = ce.extensions.get("runid")
-    started: list[StartedRun] = []
+    foreseen = Foreseen()
     unknown: str | None = None
     if run_id:
         check_run_id(run_id)
     else:
         try:
-            started = await refusable(ops.nc, would_start(ops, ce))
+            foreseen = await refusable(ops.nc, foresee(ops, ce))
         except PermissionRefused as exc:
             # A publisher may publish its events and read nothing: the event still goes.
             unknown = (
@@ -135,6 +190,7 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
         except (NoRespondersError, NatsTimeout, APIError) as exc:
             unknown = f"the workflows could not be read ({exc.__class__.__name__}: {exc})"
     ack_seq, duplicate = await publish(ops, ce)
+    started = foreseen.started
     if wait > 0 and started:
         found = await asyncio.gather(
             *(ops.watcher.exists(s.run_id, wait) for s in started if not s.existed)
@@ -152,5 +208,8 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
         duplicate=duplicate,
         started=started,
         run_id=run_id,
+        reached=foreseen.reached,
+        parked=foreseen.parked,
+        refused=foreseen.refused,
         unknown=unknown,
     )

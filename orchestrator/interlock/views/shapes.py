@@ -187,8 +187,21 @@ class StartedRun(msgspec.Struct, frozen=True, kw_only=True):
     one running?). It starts when one does."""
 
 
+class EventRefusal(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow that takes an emitted event but cannot use it: the orchestrator
+    dead-letters the event with ``reason`` (``bad-trigger-input``: its trigger's ``input``
+    could not be rendered; ``invalid-inputs``: they break the workflow's inputs;
+    ``bad-correlation-key``: its correlation key could not be computed)."""
+
+    workflow: str
+    namespace: str = "default"
+    reason: str
+    detail: str
+
+
 class EmitResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What publishing an event did."""
+    """What publishing an event did: the runs it starts, the runs it reaches by their
+    correlation key, the workflows that dead-letter it, or nothing."""
 
     id: str
     type: str
@@ -201,13 +214,21 @@ class EmitResult(msgspec.Struct, frozen=True, kw_only=True):
     """The runs its triggers start (worked out with the orchestrator's own rules)."""
     run_id: str | None = None
     """The run the event was addressed to (its ``runid`` extension), if any."""
+    reached: list[str] = []
+    """Runs waiting for it by a correlation key it carries: each decides on it."""
+    parked: list[str] = []
+    """Workflows (``namespace/name``) that correlate it but have no run of its key yet:
+    the event is kept 15 minutes, offered to a run of that key that starts meanwhile."""
+    refused: list[EventRefusal] = []
+    """Workflows that take it and cannot use it: the event is dead-lettered for them."""
     unknown: str | None = None
     """Why what the event does could not be worked out (the credential may not read the
     workflows, say, as a publisher's may not): it was sent, and nothing more is known."""
 
     @property
     def matched(self) -> bool:
-        return bool(self.started) or self.run_id is not None
+        """It starts a run, reaches one, or is kept for one."""
+        return bool(self.started or self.reached or self.parked) or self.run_id is not None
 
 
 class GateView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -64,6 +64,36 @@ LOOPER = yaml(
 its first step (about 445 records)."""
 
 
+MAPPED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: mapped
+    spec:
+      inputs:
+        items: {type: "list[integer]", required: true}
+      initial_state: fan
+      states:
+        fan:
+          map:
+            over: inputs.items
+            as: n
+            parallelism: 2
+            action:
+              capability: echo
+              input: {n: "{{ n }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+          outputs: {results: "$.states.fan.output"}
+    """
+)
+"""A map of echo over its items, two at a time, joining all (the record leaves the join
+out: it is the default)."""
+
+
 def _stages(n: int) -> str:
     """A workflow of ``n`` states: a line of steps, each able to go on, go back or fail."""
     steps = [f"s{i:02d}" for i in range(1, n - 1)]
@@ -100,7 +130,7 @@ class Console:
     runs: dict[str, str] = field(default_factory=dict)
     """What each named run is: completed, failed, cancelled, waiting, to-cancel, to-signal,
     to-keyboard, long, unserved (waits for a capability no worker serves), hook (waits
-    for an event), forked (a fork of waiting)."""
+    for an event), forked (a fork of waiting), mapped (a completed map of six items)."""
 
     @property
     def url(self) -> str:
@@ -150,7 +180,7 @@ async def console(nats_url: str) -> AsyncIterator[Console]:
     subjects = Subjects(prefix=f"t{uuid.uuid4().hex[:12]}")
     async with (
         gateway_stack(
-            nats_url, subjects, [HELLO, REVIEW, BROKEN, LOOPER, IDLE_AGENT, UNSERVED, HOOK]
+            nats_url, subjects, [HELLO, REVIEW, BROKEN, LOOPER, IDLE_AGENT, UNSERVED, HOOK, MAPPED]
         ) as gs,
         async_playwright() as pw,
     ):
@@ -174,6 +204,8 @@ async def console(nats_url: str) -> AsyncIterator[Console]:
                 await wait_status(gs, run_id, "running", "approval")
             await wait_status(gs, await start("unserved", "unserved", {}), "running", "ask")
             await wait_status(gs, await start("hook", "hook", {}), "running", "deploying")
+            mapped = await start("mapped", "mapped", {"items": [1, 2, 3, 4, 5, 6]})
+            await wait_status(gs, mapped, "completed")
             # A fork of the waiting run, from its whole log.
             waiting = c.runs["waiting"]
             records = (await http.get(f"/runs/{waiting}")).json()["records"]

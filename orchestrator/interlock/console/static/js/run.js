@@ -12,6 +12,7 @@
 import { api, ApiError, config, follow } from "./api.js";
 import { diagram, takenEdges } from "./diagram.js";
 import { add, ask, between, duration, errorBox, h, json, status, table, timeCell, toast } from "./dom.js";
+import { mapSection } from "./mapitems.js";
 import { CHUNK, PREFIX, Timeline } from "./timeline.js";
 
 const PAGE = 5000;
@@ -107,6 +108,10 @@ export async function runPage(root, runId, _params, current) {
   const visitsPanel = h("div", { class: "visits", "aria-live": "polite" });
   const timeline = new Timeline();
   timeline.load(records, { complete: head.next_offset === null });
+  const mapBox = h("div");
+  function drawMap() {
+    mapBox.replaceChildren(...[mapSection(seen)].filter(Boolean));
+  }
   const inputs = h("div");
   const replayBox = h("div", { class: "replay" });
   now.hidden = true;
@@ -155,7 +160,7 @@ export async function runPage(root, runId, _params, current) {
       w.guard ? h("code", {}, w.guard) : "—",
       h("code", {}, w.goto),
     ]);
-    const timers = desc.timers.map((t) => [t.purpose, timeCell(t.fire_at), t.state || "", t.action_id || ""]);
+    const timers = desc.timers.map((t) => [t.purpose, timeCell(t.fire_at), t.state || "", t.action_id || "", timerGoes(t)]);
     const signals = [...new Set(desc.waiting_for.filter((w) => w.kind !== "answer").map((w) => w.event))];
     now.replaceChildren(...[
       h("h2", { id: "now-h" }, "Waiting for"),
@@ -166,15 +171,60 @@ export async function runPage(root, runId, _params, current) {
       desc.map ? h("p", {}, `Map: ${desc.map.done} of ${desc.map.items} items done, ${desc.map.failed} failed (parallelism ${desc.map.parallelism}, join ${desc.map.completion}).`) : null,
       table("Pending actions", ["Capability", "Action", "Attempt", "Item", "Requested", "Deadline"], pending, { empty: "No pending actions." }),
       table("Events that move it", ["Event", "Kind", "Guard", "Goes to"], waits, { empty: "No transitions wait here." }),
-      table("Timers", ["Purpose", "Fires at", "State", "Action"], timers, { empty: "No timers." }),
+      table("Timers", ["Purpose", "Fires at", "State", "Action", "Then"], timers, { empty: "No timers." }),
     ].filter(Boolean));
+    warnUnserved();
+  }
+
+  // What a timer does when it fires: a state timeout's target, from the diagram's version.
+  function timerGoes(t) {
+    if (t.purpose === "state-timeout") {
+      const edge = detail?.transitions?.find((e) => e.kind === "timeout" && e.from === t.state);
+      return edge ? ["goes to ", h("code", {}, edge.to)] : "leaves the state";
+    }
+    if (t.purpose === "action-timeout") return "fails the attempt (timeout)";
+    if (t.purpose === "retry") return "asks again";
+    if (t.purpose === "run-deadline") return "ends the run's deadline";
+    return "";
+  }
+
+  // A pending action whose capability no live worker serves waits until one starts: say so.
+  let workersOf = null;
+  async function warnUnserved() {
+    const asked = [...new Set((desc?.pending || []).map((p) => p.capability).filter((c) => !c.startsWith("workflow:")))];
+    if (!asked.length) return;
+    if (!workersOf) {
+      try {
+        const agents = await api("/agents");
+        workersOf = new Map(agents.flatMap((a) => a.capabilities.map((c) => [c.name, c.workers])));
+      } catch {
+        return;
+      }
+    }
+    if (!current() || now.hidden) return;
+    const idle = asked.filter((c) => !workersOf.get(c));
+    now.querySelector("#unserved")?.remove();
+    if (!idle.length) return;
+    now.querySelector("h2").after(
+      h("p", { class: "warning", id: "unserved", role: "alert" },
+        `No live worker serves ${idle.join(", ")}: `,
+        "the run waits until one starts (see ", h("a", { href: "#/agents" }, "Agents"), ")."),
+    );
   }
 
   function drawEnding() {
     const parts = [];
     if (!desc) return;
     if (desc.outputs && Object.keys(desc.outputs).length) {
-      parts.push(h("h2", { id: "end-h" }, "Outputs"), h("pre", { class: "outputs", tabindex: "0" }, JSON.stringify(desc.outputs, null, 2)));
+      // Collapsed when long: the diagram and the timeline stay near the top.
+      const text = JSON.stringify(desc.outputs, null, 2);
+      const lines = text.split("\n").length;
+      parts.push(
+        h("h2", { id: "end-h" }, "Outputs"),
+        h("details", { class: "outputs", open: lines <= 12 },
+          h("summary", {}, `${Object.keys(desc.outputs).length} output${Object.keys(desc.outputs).length === 1 ? "" : "s"}, ${lines} lines`),
+          h("pre", { tabindex: "0" }, text)),
+      );
     }
     if (desc.error) {
       parts.push(
@@ -218,6 +268,17 @@ export async function runPage(root, runId, _params, current) {
           }
         : { onSelect: showVisits }),
     );
+  }
+
+  // The diagram scrolled (inside its box) to the state the run is in: on a phone the
+  // box is narrower than the diagram.
+  function showCurrent() {
+    const node = picture.querySelector(".node.current");
+    if (!node) return;
+    const box = picture.getBoundingClientRect();
+    const at = node.getBoundingClientRect();
+    picture.scrollLeft += at.left + at.width / 2 - (box.left + box.width / 2);
+    picture.scrollTop += at.top + at.height / 2 - (box.top + box.height / 2);
   }
 
   function showVisits(state) {
@@ -352,6 +413,7 @@ export async function runPage(root, runId, _params, current) {
       drawNow();
       drawEnding();
       drawDiagram();
+      drawMap();
       if (desc.status !== "running") explain();
     }, 150);
   }
@@ -368,11 +430,12 @@ export async function runPage(root, runId, _params, current) {
     header,
     meta,
     now,
-    ending,
     h("section", { "aria-labelledby": "diagram-h" },
       h("h2", { id: "diagram-h" }, "Diagram"),
       h("p", { class: "hint" }, "Visited states are shaded, taken transitions drawn bold, the current state outlined. Choose a state to list its visits."),
       h("div", { class: "diagram-row" }, picture, visitsPanel)),
+    ending,
+    mapBox,
     h("section", { "aria-labelledby": "timeline-h" }, h("h2", { id: "timeline-h" }, "Timeline"), timeline.el),
     h("section", { "aria-labelledby": "inputs-h" }, h("h2", { id: "inputs-h" }, "Inputs and context"), inputs),
     h("section", { "aria-labelledby": "replay-h" }, h("h2", { id: "replay-h" }, "Replay"), replayBox),
@@ -413,6 +476,8 @@ export async function runPage(root, runId, _params, current) {
     drawNow();
     drawEnding();
     drawDiagram();
+    requestAnimationFrame(showCurrent);
+    drawMap();
     drawReplay();
     drawInputs();
     performance.mark("run:complete");

@@ -68,7 +68,8 @@ export class Reading {
         return [`action ${d.action_id} cancelled`, d.reason ? `: ${d.reason}` : ""];
       case "map.started":
         return [
-          `map over ${(d.items || []).length} items (parallelism ${d.parallelism}, join ${d.completion})`,
+          // Defaults are left out of the record: parallelism 1, join all.
+          `map over ${(d.items || []).length} items (parallelism ${d.parallelism ?? 1}, join ${d.completion || "all"})`,
           json(d.items, "items"),
         ];
       case "map.completed":

@@ -1,0 +1,96 @@
+"""A run's page as an operator reads it: a warning when no worker serves what it waits for,
+where its state timeout goes, a map's items as a table with a waterfall, long outputs
+collapsed below the diagram, and on a phone the diagram opened at the current state."""
+
+from __future__ import annotations
+
+import pytest
+from console_stack import CONTRAST, UNLABELLED, Console, console, shot, sign_in
+from gw_support import wait_status
+
+__all__ = ["console"]
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
+
+
+async def test_a_run_waiting_for_an_unserved_capability_says_so(console: Console) -> None:
+    page = await console.page(token=None)
+    await page.goto(f"{console.url}#/runs/{console.runs['unserved']}")
+    await sign_in(page, console.gs.tokens["reader"])
+    warning = page.locator("#unserved")
+    await warning.wait_for()
+    assert (await warning.inner_text()).startswith("No live worker serves nobody")
+    timers = page.get_by_role("table", name="Timers")
+    row = timers.locator("tr", has_text="state-timeout")
+    assert "goes to gave-up" in await row.inner_text()
+    # A run whose capability has a worker: no warning.
+    await page.goto(f"{console.url}#/runs/{console.runs['hook']}")
+    await page.get_by_role("table", name="Events that move it").wait_for()
+    assert await page.locator("#unserved").count() == 0
+    assert page.errors == []
+
+
+async def test_a_maps_items_are_a_table_with_a_waterfall(console: Console) -> None:
+    for width, height in ((1280, 800), (390, 844)):
+        page = await console.page(width, height)
+        await page.goto(f"{console.url}#/runs/{console.runs['mapped']}")
+        items = page.locator("table.map-items")
+        await items.wait_for()
+        rows = items.locator("tbody tr")
+        assert await rows.count() == 6
+        cells = await rows.evaluate_all(
+            "rs => rs.map(r => [...r.cells].slice(0, 7).map(c => c.textContent))"
+        )
+        assert sorted(int(c[0]) for c in cells) == [0, 1, 2, 3, 4, 5]
+        assert {c[1] for c in cells} == {"1"}
+        assert {c[2] for c in cells} == {"echo"}
+        assert all(c[3] and c[3] != "—" for c in cells), cells
+        assert {c[6] for c in cells} == {"completed"}
+        assert await items.locator(".bar-good").count() == 6
+        # The map's record says its join, left out of the record as the default.
+        started = page.locator(".rec-map-started")
+        assert "join all" in await started.inner_text()
+        assert "undefined" not in await page.locator("main").inner_text()
+        # The outputs (six results, over a dozen lines) are collapsed, below the diagram.
+        outputs = page.locator("details.outputs")
+        assert await outputs.get_attribute("open") is None
+        order = await page.evaluate(
+            "() => [...document.querySelectorAll('main h2')].map(e => e.textContent)"
+        )
+        assert order.index("Diagram") < order.index("Outputs") < order.index("Timeline"), order
+        await outputs.locator("summary").click()
+        assert '"results"' in await outputs.locator("pre").inner_text()
+        assert await page.evaluate(UNLABELLED) == []
+        got = await page.evaluate(CONTRAST)
+        assert got["failures"] == [], got["failures"]
+        if width < 1280:
+            assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+        await shot(page, f"run-map-{width}", docs=width == 1280)
+        assert page.errors == []
+
+
+async def test_on_a_phone_the_diagram_opens_at_the_current_state(console: Console) -> None:
+    async with console.gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "stages", "inputs": {}})
+        run_id = r.json()["run_id"]
+        await wait_status(console.gs, run_id, "running", "s01")
+        for _ in range(15):
+            r = await http.post(f"/runs/{run_id}/signals/step.done", params={"wait": 5})
+            assert r.json()["outcome"] == "moved", r.text
+    page = await console.page(390, 844)
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    node = page.locator("svg .node.current")
+    await node.wait_for()
+    assert await node.get_attribute("data-state") == "s16"
+    box = page.locator(".diagram-box").first
+    await page.wait_for_function(
+        """() => {
+          const box = document.querySelector('.diagram-box').getBoundingClientRect();
+          const at = document.querySelector('svg .node.current').getBoundingClientRect();
+          return at.top >= box.top && at.bottom <= box.bottom
+            && at.left >= box.left && at.right <= box.right;
+        }"""
+    )
+    assert await box.evaluate("b => b.scrollTop") > 0
+    await shot(page, "run-phone-current")
+    assert page.errors == []

@@ -85,3 +85,83 @@ async def test_signal_approves_a_parked_run(nats_url: str, subjects: Subjects) -
         await orchestrator.stop()
         await nc.close()
         await client.nc.close()
+
+
+GATEKEEP = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: gatekeep}
+spec:
+  initial_state: approval
+  states:
+    approval:
+      type: human_in_the_loop
+      on:
+        - event: approval.granted
+          guard: 'data.approver in ["alice", "bob"]'
+          goto: merge
+          set: {approver: "{{ data.approver }}"}
+        - event: approval.granted
+          guard: 'data.level > 2'
+          goto: merge
+    merge:
+      actions:
+        - capability: echo
+          input: {message: "{{ context.approver.name }}"}
+      on:
+        - {event: task.completed, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def test_signal_says_why_it_was_declined_and_that_the_run_then_failed(
+    nats_url: str, subjects: Subjects
+) -> None:
+    nc = await nats.connect(nats_url)
+    orchestrator = Orchestrator(nc, subjects)
+    await orchestrator.start()
+    client = InterlockClient(await nats.connect(nats_url), subjects)
+    try:
+        echo = REPO / "agents" / "interlock_agents" / "manifests" / "echo.yaml"
+        sources = [("gatekeep.yaml", GATEKEEP), (str(echo), echo.read_text())]
+        assert (await client.apply(sources)).compiled.ok
+        run_id = await client.start("gatekeep", {})
+        async for record in client.follow(run_id):
+            if isinstance(record, ev.StateEntered) and record.data.state == "approval":
+                break
+
+        async def signal(data: str) -> subprocess.CompletedProcess[str]:
+            args = ["signal", run_id, "approval.granted", "--data", data]
+            return await asyncio.to_thread(cli, args, nats_url, subjects.prefix)
+
+        declined = await signal('{"approver": "carol"}')
+        assert declined.returncode == 1
+        lines = declined.stderr.splitlines()
+        assert lines[0] == (
+            f"run {run_id} took approval.granted in state approval, but no guard was true: it stays"
+        )
+        assert lines[1] == (
+            '  on[0] approval.granted -> merge: `data.approver in ["alice", "bob"]` was false'
+        )
+        assert lines[2].startswith("  on[1] approval.granted -> merge: `data.level > 2` failed: ")
+        assert len(lines) == 3
+
+        failed = await signal('{"approver": "alice"}')
+        assert failed.returncode == 1, failed.stderr
+        assert failed.stdout == ""
+        assert failed.stderr.startswith(
+            f"approval.granted moved run {run_id} from approval to merge and failed: "
+            "expression_error: "
+        ), failed.stderr
+        as_json = await asyncio.to_thread(
+            cli,
+            ["signal", run_id, "approval.granted", "-o", "json"],
+            nats_url,
+            subjects.prefix,
+        )
+        assert '"outcome": "finished"' in as_json.stdout
+    finally:
+        await orchestrator.stop()
+        await nc.close()
+        await client.nc.close()

@@ -378,13 +378,22 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
     told = await client.signal(
         args.run_id, args.name, data, source=args.source, id=args.id, wait=max(args.wait, 0.0)
     )
-    code = EXIT_OK if told.outcome in ("moved", "recorded") else EXIT_FAILED
+    # The decision that took it may also have ended the run: failed (or cancelled) is
+    # not what the signal was for.
+    ended = told.after in ("failed", "cancelled")
+    code = EXIT_OK if told.outcome in ("moved", "recorded") and not ended else EXIT_FAILED
     if output_format(args) != "table":
         emit(args, told)
         return code
     run, name = told.run_id, told.type
     if told.outcome == "moved":
-        print(f"{name} moved run {run} from {told.state} to {told.to_state}")
+        moved = f"{name} moved run {run} from {told.state} to {told.to_state}"
+        if ended:
+            err(f"{moved} and {told.after}: {told.error or 'no reason given'}")
+        elif told.after == "completed":
+            print(f"{moved} and completed")
+        else:
+            print(moved)
         _print_gates(told.gates)
     elif told.outcome == "recorded":
         print(f"{name} recorded by run {run} (in state {told.state}) as evidence")
@@ -393,6 +402,8 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
             print("  no gate checked it yet: a gate reads the evidence kept when it is checked")
     elif told.outcome == "declined":
         err(f"run {run} took {name} in state {told.state}, but no guard was true: it stays")
+        for why in told.declined:
+            err(f"  {why}")
     elif told.outcome == "finished":
         err(f"run {run} is already {told.status} (in state {told.state}); nothing was sent")
     elif told.outcome == "not-waiting":
@@ -405,8 +416,9 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
         err(
             f"sent {name} to {run}; no orchestrator took it within {args.wait:g}s (is one running?)"
         )
-    for problem in told.guard_errors:
-        err(f"guard failed: {problem}")
+    if told.outcome != "declined":  # declined lists them with the rest
+        for problem in told.guard_errors:
+            err(f"guard failed: {problem}")
     return code
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,12 +13,14 @@ from interlock.client.emitting import publish
 from interlock.client.errors import no_stream_is_no_run
 from interlock.core import events as ev
 from interlock.core.state import fold
+from interlock.core.vocabulary import RunStatus
 from interlock.runtime.errors import UnknownRun
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.views import GateView, SignalResult
 
 if TYPE_CHECKING:
+    from interlock.core.definition import TransitionDef
     from interlock.runtime.client import InterlockClient
     from interlock.runtime.waiting import RunWatcher
 
@@ -80,7 +83,7 @@ async def send(
         while True:
             found = await _decision_on(ops, run_id, after, signal.id)
             if found is not None:
-                return _outcome(found, base)
+                return _outcome(found, base, takes)
             left = deadline - loop.time()
             if left <= 0:
                 return base.result("unanswered")
@@ -123,6 +126,8 @@ class _SignalBase:
         guard_errors: list[str] | None = None,
         waiting_for: list[str] | None = None,
         gates: list[GateView] | None = None,
+        ended: tuple[str, str | None] | None = None,
+        declined: list[str] | None = None,
     ) -> SignalResult:
         return SignalResult(
             run_id=self.run_id,
@@ -135,11 +140,45 @@ class _SignalBase:
             guard_errors=guard_errors or [],
             waiting_for=waiting_for or [],
             gates=gates or [],
+            after=None if ended is None else ended[0],
+            error=None if ended is None else ended[1],
+            declined=declined or [],
         )
 
 
-def _outcome(batch: list[ev.AnyRecord], base: _SignalBase) -> SignalResult:
+def _ended(batch: list[ev.AnyRecord]) -> tuple[str, str | None]:
+    """The run's status after the decision ``batch``, and its failure if it failed."""
+    for record in batch:
+        if isinstance(record, ev.RunFailed):
+            error = record.data.error
+            return RunStatus.FAILED, f"{error.error_class}: {error.message}"
+        if isinstance(record, ev.RunCompleted):
+            return RunStatus.COMPLETED, None
+        if isinstance(record, ev.RunCancelled):
+            return RunStatus.CANCELLED, record.data.reason or None
+    return RunStatus.RUNNING, None
+
+
+def _declined(batch: list[ev.AnyRecord], takes: Sequence[TransitionDef]) -> list[str]:
+    """Why each transition on the event did not fire: its guard was false, or failed."""
+    failed = {r.data.transition: r.data.error for r in batch if isinstance(r, ev.GuardFailed)}
+    out = []
+    for t in takes:
+        edge = f"on[{t.index}] {t.event} -> {t.goto}"
+        if t.index in failed:
+            out.append(f"{edge}: `{t.guard.source if t.guard else ''}` failed: {failed[t.index]}")
+        elif t.guard is not None:
+            out.append(f"{edge}: `{t.guard.source}` was false")
+        else:
+            out.append(f"{edge}: did not fire")
+    return out
+
+
+def _outcome(
+    batch: list[ev.AnyRecord], base: _SignalBase, takes: Sequence[TransitionDef] = ()
+) -> SignalResult:
     errors = [f"{r.data.guard}: {r.data.error}" for r in batch if isinstance(r, ev.GuardFailed)]
+    ended = _ended(batch)
     gates = [
         GateView(
             state=r.data.state,
@@ -159,7 +198,10 @@ def _outcome(batch: list[ev.AnyRecord], base: _SignalBase) -> SignalResult:
                 to_state=record.data.to_state,
                 guard_errors=errors,
                 gates=gates,
+                ended=ended,
             )
     if any(isinstance(r, ev.EvidenceRecorded) for r in batch):
-        return base.result("recorded", guard_errors=errors, gates=gates)
-    return base.result("declined", guard_errors=errors)
+        return base.result("recorded", guard_errors=errors, gates=gates, ended=ended)
+    return base.result(
+        "declined", guard_errors=errors, ended=ended, declined=_declined(batch, takes)
+    )

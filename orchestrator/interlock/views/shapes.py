@@ -266,6 +266,16 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     gates: list[GateView] = []
     """For evidence (``recorded``, or ``moved`` by it): the gates checked with it, each
     proven now (its step starts, its state passes) or still missing predicates."""
+    after: str | None = None
+    """The run's status once it decided on the event (``running``, or ``failed``,
+    ``completed``, ``cancelled`` when that same decision ended it); None when it did not
+    decide (not sent, or unanswered)."""
+    error: str | None = None
+    """When that decision failed the run: the failure, ``<class>: <message>``."""
+    declined: list[str] = []
+    """For ``declined``: each transition of the state on the event and why it did not
+    fire (``on[0] approval.granted -> merge: `data.ok` was false``, or its guard's
+    error)."""
 
 
 class CapabilityView(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,14 +4,17 @@ scripted agents."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import REPO, RecordingAgents, ScriptedStack, path, worker_orchestrator
+from flow_support import REPO, RecordingAgents, ScriptedStack, of, path, worker_orchestrator
 
 from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
 
 WRITTEN = REPO / "tests" / "dialects" / "written"
@@ -65,3 +68,61 @@ async def test_a_step_named_with_a_dash_is_read_by_index(
     assert state.status == "completed", state.error
     assert path(await stack.records(run_id)) == route
     assert stack.agents.inputs["handler"] == inputs
+
+
+@pytest.mark.parametrize(
+    ("amount", "answer"),
+    [(80, {"limit": 100, "rush": 0}), (80.0, {"limit": 100.0, "rush": 0.0})],
+    ids=["80", "80.0"],
+)
+async def test_numbers_compare_as_go_reads_json_however_spelled(
+    stack: Stack, amount: float, answer: dict[str, Any]
+) -> None:
+    # input.amount <= 100.0 with 80: CEL's int and double never compare, Go's JSON has
+    # doubles only. The branch is the same whichever way the JSON spelled the numbers.
+    stack.agents.answer("scorer", answer)
+    stack.agents.answer("handler", {"ok": True})
+    run_id = await stack.client.start("my-team/amount-router", {"amount": amount})
+    state = await stack.finished(run_id)
+    records = await stack.records(run_id)
+    assert path(records) == ["check", "small", "done"]
+    assert of(records, ev.GuardFailed) == []
+    (scorer_input,) = stack.agents.inputs["scorer"]
+    assert json.dumps(scorer_input) == '{"amount": 80, "third": 26.666666666666668}'
+    assert json.dumps(stack.agents.inputs["handler"]) == '[{"amount": 80}]'
+    assert state.outputs == {"step": "small", "output": {"ok": True}}
+
+
+async def test_a_branch_taken_because_a_guard_errored_says_so(
+    stack: Stack,
+    nats_url: str,
+    subjects: Subjects,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stack.agents.answer("scorer", {"limit": 100})  # no rush: its guard cannot be evaluated
+    stack.agents.answer("handler", {"ok": True})
+    run_id = await stack.client.start("my-team/amount-router", {"amount": 80})
+    await stack.finished(run_id)
+    records = await stack.records(run_id)
+    (failed,) = of(records, ev.GuardFailed)
+    assert failed.transition == 0
+    fired = [t for t in of(records, ev.TransitionFired) if t.from_state == "check"]
+    assert [(t.to_state, t.transition, t.guard_errors) for t in fired] == [("small", 1, [0])]
+    # describe says the branch was decided by the error, and which error.
+    monkeypatch.setenv("INTERLOCK_URL", nats_url)
+    monkeypatch.setenv("INTERLOCK_PREFIX", subjects.prefix)
+    code = await asyncio.to_thread(interlock_main, ["describe", "run", run_id])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "guards that failed to evaluate" in out
+    assert "decided by this error: on[1] -> small" in out
+    code = await asyncio.to_thread(interlock_main, ["describe", "run", run_id, "-o", "json"])
+    (error,) = json.loads(capsys.readouterr().out)["guard_errors"]
+    assert (error["state"], error["transition"], error["taken"], error["to_state"]) == (
+        "check",
+        0,
+        1,
+        "small",
+    )
+    assert "rush" in error["error"]

@@ -230,6 +230,24 @@ def _describe_table(d: RunDescription) -> None:
             ["TIMER", "PURPOSE", "FIRES AT"],
             [(t.timer_id, t.purpose, t.fire_at) for t in d.timers],
         )
+    if d.guard_errors:
+        print("\nguards that failed to evaluate (they do not fire)")
+        print_table(
+            ["STATE", "ENTRY", "EVENT", "GUARD", "ERROR", "THEN"],
+            [
+                (
+                    g.state,
+                    f"on[{g.transition}]",
+                    g.event_type,
+                    g.guard,
+                    g.error,
+                    "no entry taken"
+                    if g.taken is None
+                    else f"decided by this error: on[{g.taken}] -> {g.to_state}",
+                )
+                for g in d.guard_errors
+            ],
+        )
     if d.outputs is not None:
         print(f"\noutputs      {show(d.outputs)}")
 

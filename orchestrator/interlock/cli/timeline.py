@@ -91,7 +91,9 @@ def _what(r: ev.AnyRecord) -> str:
     if isinstance(r, ev.TransitionFired):
         t = r.data
         sets = f" set={_short(t.set)}" if t.set else ""
-        return f"transition       {t.from_state} -> {t.to_state} on {t.event_type}{sets}"
+        errors = ", ".join(f"on[{i}]" for i in t.guard_errors)
+        why = f" (decided by an error: the guard of {errors} failed)" if errors else ""
+        return f"transition       {t.from_state} -> {t.to_state} on {t.event_type}{sets}{why}"
     if isinstance(r, ev.TimerScheduled):
         return f"timer scheduled  {r.data.purpose} at {r.data.fire_at}"
     if isinstance(r, ev.TimerFired):

@@ -168,12 +168,17 @@ _MACRO_BINDERS = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-
 
 
 class Expression:
-    """A compiled CEL expression."""
+    """A compiled CEL expression. ``doubles``: every JSON number it reads is a CEL double
+    and numbers compare across int and double, as CEL in Go reads JSON (a workflow's
+    ``numbers: double``); a whole double it gives comes out as a JSON integer."""
 
-    __slots__ = ("_fast", "_program", "loops", "names", "source")
+    __slots__ = ("_fast", "_program", "doubles", "loops", "names", "source")
 
-    def __init__(self, source: str, extra: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, source: str, extra: frozenset[str] = frozenset(), *, doubles: bool = False
+    ) -> None:
         self.source = source
+        self.doubles = doubles
         try:
             tree = _env().compile(source)
         except _cel().CELParseError as exc:
@@ -204,8 +209,8 @@ class Expression:
             known = ", ".join(sorted(VARIABLES | extra))
             raise CompileError(f"unknown variable {name!r} in CEL (known: {known})", line, col)
         self.names = names & (VARIABLES | extra)
-        self._program = _env().program(tree)
-        self._fast = fast_form(source, self.names)
+        self._program = _env().program(tree, _mixed_numbers() if doubles else None)
+        self._fast = None if doubles else fast_form(source, self.names)
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON-like values; returns plain JSON-like values."""
@@ -216,8 +221,11 @@ class Expression:
         try:
             # Inside the try: converting can fail too (an integer beyond 64 bits, say).
             json_to_cel = _cel().json_to_cel
+            read = as_doubles if self.doubles else _same
             cel_activation = {
-                name: json_to_cel(activation[name]) for name in self.names if name in activation
+                name: json_to_cel(read(activation[name]))
+                for name in self.names
+                if name in activation
             }
             value = self._program.evaluate(cel_activation)
         except BudgetExceeded:
@@ -229,10 +237,85 @@ class Expression:
             raise ExpressionError(_describe(exc)) from exc
         if isinstance(value, _cel().CELEvalError):
             raise ExpressionError(_describe(value))
-        return to_json(value)
+        plain = to_json(value)
+        return whole_numbers(plain) if self.doubles else plain
 
     def __repr__(self) -> str:
         return f"Expression({self.source!r})"
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def as_doubles(value: Any) -> Any:
+    """``value`` with every number a float, as JSON has one number type (Go reads them so)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, list):
+        return [as_doubles(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_doubles(v) for k, v in value.items()}
+    return value
+
+
+_WHOLE = 2.0**53
+"""Doubles up to this magnitude hold whole numbers exactly."""
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` with every whole float an int (``80.0`` -> ``80``), as Go writes a
+    float64 in JSON: a number computed as a double reads the same whichever way its
+    inputs were spelled."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _WHOLE:
+        return int(value)
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    return value
+
+
+@functools.cache
+def _mixed_numbers() -> dict[str, Any]:
+    """CEL's comparisons across int, uint and double (``1 == 1.0``, ``80.0 <= 100``), which
+    cel-go makes and celpy does not: numbers of two kinds compare by value."""
+    import operator
+
+    celtypes = _cel().celtypes
+    base = _cel().celpy.evaluation.base_functions
+    numbers = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+
+    def mixed(a: Any, b: Any) -> bool:
+        return (
+            isinstance(a, numbers)
+            and isinstance(b, numbers)
+            and not isinstance(a, celtypes.BoolType)
+            and not isinstance(b, celtypes.BoolType)
+            and type(a) is not type(b)
+        )
+
+    def across(name: str, op: Any) -> Any:
+        own = base[name]
+
+        def compare(a: Any, b: Any) -> Any:
+            if mixed(a, b):
+                return celtypes.BoolType(op(float(a), float(b)))
+            return own(a, b)
+
+        return compare
+
+    ops = {
+        "_==_": operator.eq,
+        "_!=_": operator.ne,
+        "_<_": operator.lt,
+        "_<=_": operator.le,
+        "_>_": operator.gt,
+        "_>=_": operator.ge,
+    }
+    return {name: across(name, op) for name, op in ops.items()}
 
 
 def _describe(exc: BaseException) -> str:

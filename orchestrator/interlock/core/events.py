@@ -236,6 +236,9 @@ class TransitionFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     set: dict[str, Any] = {}
     budget: list[str] = []
     """The edge budgets (``spec.budget.edges``) this transition spent one of."""
+    guard_errors: list[int] = []
+    """The ``on`` entries before it (by position) whose guard failed to evaluate
+    (``guard.failed``): they did not fire, so this one was taken because of an error."""
 
 
 class TimerScheduledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -122,15 +122,24 @@ def compile_value(
     extra: frozenset[str] = frozenset(),
     path: tuple[str | int, ...] = (),
     problems: list[ValueProblem] | None = None,
+    *,
+    doubles: bool = False,
 ) -> CompiledValue:
-    """Compile a manifest value; template errors go to ``problems`` (or raise)."""
+    """Compile a manifest value; template errors go to ``problems`` (or raise).
+    ``doubles``: its expressions read numbers as a ``numbers: double`` workflow does."""
     if isinstance(value, dict):
         return Mapping_(
-            tuple((str(k), compile_value(v, extra, (*path, k), problems)) for k, v in value.items())
+            tuple(
+                (str(k), compile_value(v, extra, (*path, k), problems, doubles=doubles))
+                for k, v in value.items()
+            )
         )
     if isinstance(value, list):
         return Sequence_(
-            tuple(compile_value(v, extra, (*path, i), problems) for i, v in enumerate(value))
+            tuple(
+                compile_value(v, extra, (*path, i), problems, doubles=doubles)
+                for i, v in enumerate(value)
+            )
         )
     if not isinstance(value, str):
         return Literal(value)
@@ -147,7 +156,7 @@ def compile_value(
         if match.start() > cursor:
             parts.append(value[cursor : match.start()])
         try:
-            parts.append(Expression(match.group(1).strip(), extra))
+            parts.append(Expression(match.group(1).strip(), extra, doubles=doubles))
         except CompileError as exc:
             if problems is None:
                 raise

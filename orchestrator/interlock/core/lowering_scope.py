@@ -54,6 +54,9 @@ class LoweringScope:
         self.capabilities = capabilities
         self.states = states
         self.budget = budget
+        spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+        self.doubles = isinstance(spec, dict) and spec.get("numbers") == "double"
+        """``spec.numbers: double``: every expression reads JSON numbers as doubles."""
 
     def error(self, path: Path, rule: str, message: str, *, key: bool = False) -> None:
         self.diags.append(self.doc.diag(path, rule, message, key=key))
@@ -62,14 +65,14 @@ class LoweringScope:
         self, path: Path, source: str, extra: frozenset[str] = frozenset()
     ) -> Expression | None:
         try:
-            return Expression(source, extra)
+            return Expression(source, extra, doubles=self.doubles)
         except CompileError as exc:
             self._cel_error(path, exc)
             return None
 
     def _value(self, path: Path, value: Any, extra: frozenset[str] = frozenset()) -> CompiledValue:
         problems: list[ValueProblem] = []
-        compiled = compile_value(value, extra, path, problems)
+        compiled = compile_value(value, extra, path, problems, doubles=self.doubles)
         for problem in problems:
             text = value
             for key in problem.path[len(path) :]:

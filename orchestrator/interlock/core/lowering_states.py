@@ -353,7 +353,7 @@ class StateLowering(LoweringScope):
         guard = None
         if t.guard is not None:
             try:
-                guard = Expression(t.guard)
+                guard = Expression(t.guard, doubles=self.doubles)
             except CompileError as exc:
                 self._cel_error((*path, "guard"), exc)
         sets = tuple((k, self._value((*path, "set", k), v)) for k, v in t.set.items())

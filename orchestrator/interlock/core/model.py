@@ -380,9 +380,8 @@ class EvidenceSpec(_Strict, frozen=True, kw_only=True):
 
 
 class Correlate(_Strict, frozen=True, kw_only=True):
-    """How later events reach a run without naming it: ``key`` (a template over the run's
-    inputs, computed when it starts) and, per event type, a CEL expression giving the same
-    key from the event."""
+    """How later events reach a run without naming it: ``key`` (a template over its
+    inputs, computed at its start) and, per event type, CEL giving that key from the event."""
 
     key: str
     events: dict[str, CelExpression]
@@ -401,6 +400,7 @@ class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     evidence: EvidenceSpec | None = None
     retention: Duration | None = None
     archive: Archive | None = None
+    numbers: Literal["typed", "double"] = "typed"  # JSON numbers in CEL: as written, or doubles
 
 
 class Workflow(_Strict, frozen=True, kw_only=True):

@@ -50,7 +50,9 @@ def summarize(record: ev.AnyRecord) -> str:
         return f"{kind} {d.state} on[{d.transition}] `{d.guard}`: {d.error}"
     if isinstance(record, ev.TransitionFired):
         sets = f" set={short(d.set)}" if d.set else ""
-        return f"{kind} {d.from_state} -> {d.to_state} on {d.event_type}{sets}"
+        errors = ", ".join(f"on[{i}]" for i in d.guard_errors)
+        why = f" (decided by an error: the guard of {errors} failed)" if errors else ""
+        return f"{kind} {d.from_state} -> {d.to_state} on {d.event_type}{sets}{why}"
     if isinstance(record, ev.TimerScheduled):
         return f"{kind} {d.purpose} at {d.fire_at}"
     if isinstance(record, ev.TimerFired):

@@ -237,6 +237,7 @@ class Transitions(Step):
         sets: tuple[tuple[str, Any], ...],
         act: dict[str, Any],
         budgets: tuple[str, ...] = (),
+        guard_errors: tuple[int, ...] = (),
     ) -> None:
         budget = self.definition.budget
         spent = self.state.spent or {}
@@ -273,6 +274,7 @@ class Transitions(Step):
                 transition=index,
                 set=writes,
                 budget=list(budgets),
+                guard_errors=list(guard_errors),
             ),
         )
         self.enter(to)
@@ -284,6 +286,7 @@ class Transitions(Step):
         if not candidates:
             return False
         act = self.activation(event, result)
+        errored: list[int] = []
         for t in candidates:
             if t.guard is not None:
                 reads = {} if self.trace is None else read_values(t.guard, act)
@@ -292,6 +295,7 @@ class Transitions(Step):
                 except ExpressionError as exc:
                     self.check(t, event_type, "error", error=str(exc), reads=reads)
                     self.guard_failed(state, t.index, event_type, t.guard.source, str(exc))
+                    errored.append(t.index)
                     continue
                 if not is_literal_true(value):
                     outcome = "false" if value is False else "not_boolean"
@@ -308,7 +312,18 @@ class Transitions(Step):
                 self.check(t, event_type, "fired", value=value, reads=reads)
             else:
                 self.check(t, event_type, "fired")
-            self.move(t.goto, event_type, event, t.index, t.set, act, t.budget)
+            # A guard before it that failed to evaluate did not fire (fail-closed): the
+            # transition taken says so, the branch was decided by that error.
+            self.move(
+                t.goto,
+                event_type,
+                event,
+                t.index,
+                t.set,
+                act,
+                t.budget,
+                guard_errors=tuple(errored),
+            )
             return True
         return False
 

@@ -103,6 +103,13 @@ def _lower(
         native_spec["inputs"] = inputs
     resolved = _budget(out, budget, native_spec)
     _cap_parallelism(out, states, resolved["maxFanOut"])
+    native_spec["numbers"] = "double"
+    out.at(("spec", "numbers"), ("spec",))
+    out.note(
+        ("spec", "numbers"),
+        "ctxmesh evaluates CEL in Go, where every JSON number is a double: 80 and 80.0 are "
+        "one number, and numbers compare across int and double (input.amount <= 100.0)",
+    )
     native_spec["initial_state"] = initial
     out.at(("spec", "initial_state"), ("spec", "steps", 0, "name"))
     native_spec["states"] = states

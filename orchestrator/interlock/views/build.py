@@ -20,6 +20,7 @@ from interlock.views.shapes import (
     CapabilityView,
     DeadLetterView,
     ErrorView,
+    GuardErrorView,
     MapView,
     PendingActionView,
     RunDescription,
@@ -234,7 +235,41 @@ def describe_run(
         correlation_key=state.correlation_key,
         parent_run=state.parent.run_id if state.parent is not None else None,
         trigger=state.trigger,
+        guard_errors=guard_errors(records),
     )
+
+
+def guard_errors(records: Sequence[ev.AnyRecord]) -> list[GuardErrorView]:
+    """Each ``guard.failed`` of a log, with the transition its decision took instead (the
+    ``transition.fired`` after it that names it in ``guard_errors``), if any."""
+    out: list[GuardErrorView] = []
+    for i, record in enumerate(records):
+        if not isinstance(record, ev.GuardFailed):
+            continue
+        g = record.data
+        taken = None
+        for later in records[i + 1 :]:
+            if isinstance(
+                later, ev.EventReceived | ev.ActionCompleted | ev.ActionFailed | ev.TimerFired
+            ):
+                break  # another decision
+            if isinstance(later, ev.TransitionFired):
+                if later.data.from_state == g.state and g.transition in later.data.guard_errors:
+                    taken = later.data
+                break
+        out.append(
+            GuardErrorView(
+                state=g.state,
+                transition=g.transition,
+                event_type=g.event_type,
+                guard=g.guard,
+                error=g.error,
+                time=record.time,
+                taken=None if taken is None else taken.transition,
+                to_state=None if taken is None else taken.to_state,
+            )
+        )
+    return out
 
 
 def workflow_summary_of(

@@ -114,6 +114,21 @@ class TimerView(msgspec.Struct, frozen=True, kw_only=True):
     action_id: str | None = None
 
 
+class GuardErrorView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A guard that failed to evaluate (``guard.failed``): it did not fire (fail-closed).
+    ``taken``: the entry the run took instead (its position and state), when one was: the
+    branch was decided by this error."""
+
+    state: str
+    transition: int
+    event_type: str
+    guard: str
+    error: str
+    time: str
+    taken: int | None = None
+    to_state: str | None = None
+
+
 class MapView(msgspec.Struct, frozen=True, kw_only=True):
     """A map state's progress."""
 
@@ -154,6 +169,8 @@ class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     parent_run: str | None = None
     trigger: dict[str, Any] | None = None
     """The CloudEvent that started the run, when a trigger did."""
+    guard_errors: list[GuardErrorView] = []
+    """Every guard of the run that failed to evaluate, and what the run did instead."""
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -959,3 +959,71 @@ async def test_a_failed_child_run_fails_the_action_in_the_parent(stack: Stack) -
     assert failure.error.message == "no greetings today"
     child = await stack.client.state(child_run_id(failure.action_id, 1))
     assert child.status == "failed"
+
+
+LATE_ATTEMPTS = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: late-child}
+spec:
+  initial_state: greet
+  states:
+    greet:
+      actions:
+        - capability: echo
+          input: {message: late}
+      on:
+        - {event: task.completed, goto: done}
+    done:
+      type: terminal
+---
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: late-parent}
+spec:
+  initial_state: delegate
+  states:
+    delegate:
+      actions:
+        - workflow: late-child
+          retry:
+            max_attempts: 12
+            errors: ["*"]
+            backoff: {initial: 1s, multiplier: 1, max: 1s, jitter: false}
+      on:
+        - {event: task.completed, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def test_cancelling_a_parent_cancels_the_child_of_a_late_attempt(stack: Stack) -> None:
+    """Child runs of attempts past the tenth are cancelled with their parent too."""
+    applied = await stack.client.apply([("late.yaml", LATE_ATTEMPTS)])
+    assert applied.compiled.ok, [str(d) for d in applied.compiled.diagnostics]
+    calls = 0
+
+    async def fail_then_hang(inp: dict[str, Any], ctx: TaskContext) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls < 12:
+            raise AgentError(f"attempt {calls} fails")
+        await asyncio.Event().wait()
+
+    stack.agents.script("echo", fail_then_hang)
+    run_id = await stack.start("late-parent", {})
+    for attempt in range(2, 13):
+        await stack.retry_pending(run_id, attempt)
+        await stack.timers.advance(1)
+    state = await stack.run_until(
+        run_id,
+        lambda s: any(p.attempt == 12 for p in s.pending.values()),
+        "attempt 12 requested",
+    )
+    (pending,) = state.pending.values()
+    child = child_run_id(pending.action_id, 12)
+    await eventually(lambda: calls == 12, "the twelfth child asked for its work")
+    assert (await stack.client.state(child)).status == "running"
+    assert await stack.client.cancel(run_id, "not wanted")
+    child_state = await stack.run_until(child, lambda s: s.finished, "the child cancelled")
+    assert child_state.status == "cancelled"

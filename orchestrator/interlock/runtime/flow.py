@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from msgspec.structs import replace
 from nats.aio.client import Client
@@ -290,7 +291,9 @@ class ControlFlow:
             await self._cancel_children(action_id, "parent cancelled")
 
     async def _cancel_children(self, action_id: str, reason: str, attempt: int = 0) -> None:
-        attempts = [attempt] if attempt else range(1, 11)
+        """Cancel the child run of one attempt of the action, or (0) of every attempt:
+        ``retry.max_attempts`` has no upper bound, so they are tried until one has none."""
+        attempts: Iterable[int] = [attempt] if attempt else itertools.count(1)
         for n in attempts:
             child = child_run_id(action_id, n)
             now = self._clock()

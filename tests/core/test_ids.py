@@ -61,7 +61,7 @@ def test_other_event_types_are_refused_with_the_rule(bad: object) -> None:
     with pytest.raises(InvalidEventType) as caught:
         check_event_type(bad)
     assert isinstance(caught.value, ValueError)
-    rule = "dot-separated words of letters, digits, '_' and '-'"
+    rule = "dot-separated words of letters, digits, '_' and '-', at most 255 characters"
     shown = repr(bad[:80]) if isinstance(bad, str) else repr(bad)
     assert str(caught.value) == f"invalid event type {shown}: an event type is {rule}"
 

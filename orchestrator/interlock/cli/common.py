@@ -96,6 +96,10 @@ def load_json_arg(value: str | None, what: str) -> Any:
         raise CliError(
             f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} col {exc.colno}"
         ) from exc
+    except RecursionError:
+        from interlock.core.bounds import MAX_DEPTH
+
+        raise CliError(f"{what} nests deeper than {MAX_DEPTH} levels") from None
 
 
 def print_json(value: Any) -> None:

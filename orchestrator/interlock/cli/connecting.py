@@ -92,6 +92,7 @@ def with_client(
             UnknownRun,
             UnknownWorkflow,
         )
+        from interlock.runtime.errors import EventTooLarge
         from interlock.transport.connection import connect
         from interlock.transport.errors import ConnectionFailed
         from interlock.transport.refusals import PermissionRefused, parse_refusal, refusable
@@ -120,7 +121,7 @@ def with_client(
             return asyncio.run(go())
         except UnknownRun as exc:
             raise CliError(f"no run {exc.args[0]!r}", EXIT_FAILED) from exc
-        except (UnknownWorkflow, UnknownAgent, InvalidInputs, RunExists) as exc:
+        except (UnknownWorkflow, UnknownAgent, InvalidInputs, RunExists, EventTooLarge) as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
         except InvalidRunId as exc:
             raise CliError(str(exc)) from exc

@@ -15,7 +15,9 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
 from interlock.client.catalog import catalog
+from interlock.core.bounds import max_event_bytes
 from interlock.core.ids import check_event_type, check_run_id
+from interlock.runtime.errors import EventTooLarge
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, encode_binary, from_dict
 from interlock.transport.refusals import PermissionRefused, refusable
@@ -55,10 +57,19 @@ def build_event(
     )
 
 
+def check_size(payload: bytes, max_payload: int) -> None:
+    """Raise :class:`EventTooLarge` for a payload the orchestrator's ingress would refuse
+    (the same bound: ``max_event_bytes``)."""
+    limit = max_event_bytes(max_payload)
+    if len(payload) > limit:
+        raise EventTooLarge(len(payload), limit)
+
+
 async def publish(ops: InterlockClient, event: CloudEvent) -> tuple[int, bool]:
     """Store ``event`` on its subject, deduplicated by source and id as on NATS: (stream
     sequence, whether the stream had it already)."""
     headers, payload = encode_binary(event)
+    check_size(payload, ops.nc.max_payload)
     headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
     # An event for one run goes on that run's subject (publishers may not publish there).
     subject = ops.subjects.inbound(event.type, event.extensions.get("runid"))

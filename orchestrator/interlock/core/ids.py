@@ -38,9 +38,11 @@ def check_run_id(value: object) -> str:
     return value
 
 
-EVENT_TYPE_RULE: Final = "dot-separated words of letters, digits, '_' and '-'"
-_EVENT_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 EVENT_TYPE_MAX: Final = 255
+EVENT_TYPE_RULE: Final = (
+    f"dot-separated words of letters, digits, '_' and '-', at most {EVENT_TYPE_MAX} characters"
+)
+_EVENT_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 
 
 class InvalidEventType(ValueError, InterlockError):

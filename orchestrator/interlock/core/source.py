@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from interlock.core.bounds import MAX_DEPTH as BOUND_DEPTH
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.rfc3339 import format_time
 
@@ -29,7 +30,7 @@ Path = tuple[str | int, ...]
 
 MAX_BYTES = 512 * 1024
 """Largest manifest file accepted (a stored workflow must fit in one NATS message)."""
-MAX_DEPTH = 64
+MAX_DEPTH = BOUND_DEPTH
 """Deepest nesting of mappings and sequences accepted."""
 MAX_VALUES = 500_000
 """Most values a document may expand to, aliases followed (a file of ``MAX_BYTES`` written

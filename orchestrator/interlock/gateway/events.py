@@ -23,6 +23,8 @@ from collections.abc import Mapping
 
 import msgspec
 
+from interlock.core.bounds import MAX_DEPTH, too_deep
+from interlock.core.ids import InvalidEventType, check_event_type
 from interlock.core.names import EVENT_TYPE
 from interlock.gateway.problems import Problem
 from interlock.runtime.addressing import RESERVED_TYPES
@@ -57,6 +59,13 @@ def parse_http(headers: Mapping[str, str], body: bytes) -> tuple[str, list[Cloud
             items = msgspec.json.decode(body)
         except msgspec.DecodeError as exc:
             raise Problem(400, "invalid-event", f"the batch is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise Problem(
+                400,
+                "invalid-event",
+                f"the batch nests deeper than {MAX_DEPTH} levels in an event",
+                reason="too-deep",
+            ) from None
         if not isinstance(items, list):
             raise Problem(400, "invalid-event", "a batch is a JSON array of structured events")
         if not items:
@@ -68,7 +77,7 @@ def parse_http(headers: Mapping[str, str], body: bytes) -> tuple[str, list[Cloud
         events = []
         for index, item in enumerate(items):
             try:
-                events.append(check(from_dict(item)))
+                events.append(check(_from_batch(item)))
             except InvalidCloudEvent as exc:
                 raise Problem(
                     400,
@@ -108,14 +117,24 @@ def parse_http(headers: Mapping[str, str], body: bytes) -> tuple[str, list[Cloud
         raise Problem(400, "invalid-event", str(exc), reason=exc.reason) from exc
 
 
+def _from_batch(item: object) -> CloudEvent:
+    if too_deep(item):
+        raise InvalidCloudEvent("too-deep", f"it nests deeper than {MAX_DEPTH} levels")
+    return from_dict(item)
+
+
 def check(event: CloudEvent) -> CloudEvent:
     """What the orchestrator would refuse from outside, refused here with the reason."""
     if not EVENT_TYPE.match(event.type):
         raise InvalidCloudEvent(
             "bad-attribute",
-            f"type {event.type!r} cannot be routed: dot-separated words of letters, digits, "
-            "'_' or '-'",
+            f"type {event.type[:80]!r} cannot be routed: dot-separated words of letters, "
+            "digits, '_' or '-'",
         )
+    try:
+        check_event_type(event.type)  # its length too: the type is a subject's tail
+    except InvalidEventType as exc:
+        raise InvalidCloudEvent("bad-attribute", f"{exc} (it has {len(event.type):,})") from None
     if event.type in RESERVED_TYPES or any(k in event.extensions for k in _RESERVED_EXTENSIONS):
         raise InvalidCloudEvent(
             "reserved-attribute",

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from interlock import views
 from interlock.client import debugging, reading
+from interlock.core.bounds import MAX_DEPTH
 from interlock.core.names import DNS_LABEL
 from interlock.core.vocabulary import RECORDED
 from interlock.gateway.problems import Problem, int_param
@@ -146,6 +147,10 @@ async def _json_body(gw: Gateway, request: Request, kind: type[Any]) -> Any:
         raise Problem(400, "invalid-request", f"the JSON body: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise Problem(400, "invalid-request", f"the body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise Problem(
+            400, "invalid-request", f"the JSON body nests deeper than {MAX_DEPTH} levels"
+        ) from None
 
 
 def _name(request: Request) -> str:

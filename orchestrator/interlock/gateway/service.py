@@ -19,7 +19,7 @@ from interlock.gateway.failures import Failures
 from interlock.gateway.problems import Problem
 from interlock.gateway.runlist import RunList
 from interlock.gateway.runlogs import RunLogs
-from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.gateway")
@@ -81,14 +81,24 @@ class Gateway:
     async def emit(self, events: list[CloudEvent], wait: float) -> list[Any]:
         """Store each event (in order) with ``Client.emit``: what each starts."""
         from interlock.client import InvalidRunId
+        from interlock.client.emitting import check_size
+        from interlock.runtime.errors import EventTooLarge
 
-        for event in events:
+        # Every event checked before the first is stored: a batch goes whole or not at all.
+        for index, event in enumerate(events):
+            where = f"event {index} of the batch: " if len(events) > 1 else ""
             run_id = event.extensions.get("runid")
             if run_id is not None:
                 try:
                     check_run_id(run_id)
                 except InvalidRunId as exc:
-                    raise Problem(400, "invalid-event", f"extension runid: {exc}") from exc
+                    raise Problem(400, "invalid-event", f"{where}extension runid: {exc}") from exc
+            try:
+                check_size(encode_binary(event)[1], self.nc.max_payload)
+            except EventTooLarge as exc:
+                raise Problem(
+                    413, "event-too-large", where + str(exc), max_bytes=exc.limit, index=index
+                ) from exc
         return [views.to_builtins(await self.api.emit(e, wait=wait)) for e in events]
 
     # -- access ---------------------------------------------------------------------------

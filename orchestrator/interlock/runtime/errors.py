@@ -26,6 +26,19 @@ class InvalidInputs(ValueError, InterlockError):
         super().__init__(f"invalid inputs for workflow {workflow}: " + "; ".join(problems))
 
 
+class EventTooLarge(ValueError, InterlockError):
+    """An event larger than the orchestrator takes (nothing was published)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"the event takes {size:,} bytes; events take at most {limit:,} (a quarter of "
+            "the server's payload limit: an event is copied into the logs of the runs it "
+            "reaches)"
+        )
+
+
 class RunExists(ValueError, InterlockError):
     """A run with the requested id exists already (nothing was started)."""
 

@@ -334,13 +334,18 @@ class Runs:
         them): a caller that must wait for something before starting (the ingress, for
         its registry check) decides meanwhile. Raises :class:`InvalidInputs`."""
         # The engine is loaded by what starts runs, not by every reader of this module.
+        from interlock.core.bounds import too_deep_inputs
         from interlock.core.definition import resolve_inputs
         from interlock.core.engine import started
         from interlock.core.incoming import heavy_value
 
         await self.registry.current_agents()
         definition = self._link(definition)
-        resolved, problems = resolve_inputs(definition, inputs)
+        # Nesting first: nothing recursive (type checks, CEL, a log's readers) may see it.
+        problems = too_deep_inputs(inputs)
+        resolved, problems = (
+            (dict(inputs), problems) if problems else resolve_inputs(definition, inputs)
+        )
         if problems:
             raise InvalidInputs(f"{definition.namespace}/{definition.name}", problems)
         now = self.clock()

@@ -35,6 +35,7 @@ from nats.js.errors import BadRequestError, ServiceUnavailableError
 
 from interlock.core import events as ev
 from interlock.core.analysis import acted_on
+from interlock.core.bounds import max_event_bytes
 from interlock.core.definition import Definition
 from interlock.core.engine import (
     TASK_FAILED,
@@ -444,7 +445,7 @@ class Orchestrator:
     async def _on_ingress(self, msg: Msg) -> None:
         # An external event is copied into the logs of the runs it reaches: one larger
         # than a quarter of the server's payload limit could not be recorded.
-        limit = self.nc.max_payload // 4
+        limit = max_event_bytes(self.nc.max_payload)
         if len(msg.data) > limit:
             await self._dead_letter(
                 msg,

@@ -41,9 +41,9 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
+from interlock.core.bounds import MAX_DEPTH, too_deep
 from interlock.transport.cloudevents_model import (
     CORE_ATTRS,
-    MAX_DEPTH,
     OPTIONAL_ATTRS,
     SPECVERSION,
     CloudEvent,
@@ -53,7 +53,6 @@ from interlock.transport.cloudevents_model import (
     decode_json,
     extension_names_checked,
     from_dict,
-    too_deep,
 )
 
 __all__ = [

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
+from interlock.core.bounds import MAX_DEPTH, too_deep
 from interlock.core.ids import InvalidRunId, is_run_id
 from interlock.core.vocabulary import InterlockError
 
@@ -46,29 +47,6 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _RFC3339 = re.compile(
     r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})",
 )
-
-
-MAX_DEPTH: Final = 64
-"""Deepest nesting of objects and arrays accepted in an event (its data, or the whole
-structured-mode object); deeper is refused with reason ``too-deep`` before anything
-recursive (CEL, the log's encoder) sees it."""
-
-
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether ``value`` nests deeper than ``limit`` (walked level by level, no recursion)."""
-    level = [value]
-    depth = 0
-    while level:
-        depth += 1
-        if depth > limit:
-            return True
-        below: list[Any] = []
-        for node in level:
-            children = node.values() if type(node) is dict else node
-            if type(node) is dict or type(node) is list:
-                below += [c for c in children if type(c) is list or type(c) is dict]
-        level = below
-    return False
 
 
 def decode_json(payload: bytes, what: str) -> Any:

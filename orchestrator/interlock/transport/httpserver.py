@@ -18,6 +18,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -34,9 +35,31 @@ HEADER_TIMEOUT_S = 10.0
 of its last response."""
 
 
+MAX_HEAD_BYTES = 32 * 1024
+"""Largest request head (request line and headers) taken; a larger one is answered 431."""
+
+_LINGER_S = 2.0
+_HEAD_TOO_LARGE_BODY = msgspec.json.encode(
+    {
+        "type": "https://interlock.io/problems/header-too-large",
+        "title": "Request header fields too large",
+        "status": 431,
+        "detail": f"the request line and headers are larger than {MAX_HEAD_BYTES} bytes",
+        "max_bytes": MAX_HEAD_BYTES,
+    }
+)
+_HEAD_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"content-type: application/problem+json\r\n"
+    + f"content-length: {len(_HEAD_TOO_LARGE_BODY)}\r\n".encode()
+    + b"connection: close\r\n\r\n"
+    + _HEAD_TOO_LARGE_BODY
+)
+
+
 class _HeadTimedH11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, closing a connection whose request head does not come
-    whole within ``header_timeout``.
+    whole within ``header_timeout``, and answering 431 to a head over ``MAX_HEAD_BYTES``.
 
     uvicorn times a connection out only between requests, once a response is sent, and
     any byte received stops that clock: a client that opened connections and sent their
@@ -45,14 +68,55 @@ class _HeadTimedH11(H11Protocol):
     """
 
     header_timeout = HEADER_TIMEOUT_S
+    _head_cycle: Any
+    _head_bytes: int
+    _head_tail: bytes
+    _head_open: bool
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False
         self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        # Bytes since the head began; h11 bounds only a head that is still incomplete
+        # (and answers 400, which reads as the caller's syntax, not its size).
+        if self._head_open and not self._refused and self.cycle is self._head_cycle:
+            seen = self._head_tail + data
+            end = seen.find(b"\r\n\r\n")
+            if end >= 0:  # the head ends here: only it counts, not the body after it
+                self._head_open = False
+                size = self._head_bytes - len(self._head_tail) + end + 4
+            else:
+                size = self._head_bytes + len(data)
+                self._head_tail = seen[-3:]
+            self._head_bytes += len(data)
+            if size > MAX_HEAD_BYTES:
+                self._refuse_head()
+                return
+        if self._refused:
+            return  # the rest of a refused head, read and dropped
+        super().data_received(data)
+
+    def _refuse_head(self) -> None:
+        """Answer 431, then read and drop what still comes for a moment before closing:
+        closed at once with unread bytes, the connection is reset and the caller never
+        reads the answer."""
+        self._cancel_head_timer()
+        self._refused = True
+        if self.transport.is_closing():
+            return
+        self.transport.write(_HEAD_TOO_LARGE)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(_LINGER_S, self.transport.close)
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
+        self._head_bytes = 0
+        self._head_tail = b""
+        self._head_open = True
         self._head_cycle = self.cycle
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
@@ -174,6 +238,8 @@ class HttpServer:
             access_log=False,
             lifespan="off",
             server_header=False,
+            # Above ours: a head over MAX_HEAD_BYTES is answered 431 before h11 sees it.
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES + 64 * 1024,
             timeout_graceful_shutdown=int(_STOP_TIMEOUT_S),
         )
         self._server = _Server(config)

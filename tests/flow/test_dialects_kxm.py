@@ -212,6 +212,36 @@ async def test_a_refused_checkpoint_does_not_consume_an_attempt(stack: Stack) ->
 
 
 @BOTH
+async def test_a_coordinator_that_never_sends_a_status_ends_by_its_budget(stack: Stack) -> None:
+    replies = 0
+
+    async def no_status(inp: dict[str, Any], ctx: TaskContext) -> Any:
+        nonlocal replies
+        replies += 1
+        return {"summary": "looked into it"}  # no status, no wait
+
+    stack.agents.script(COORDINATOR, no_status)
+    run_id = await start(stack)
+    state = await stack.client.wait(run_id, 120)
+    assert state.status == "failed"
+    assert state.error is not None
+    assert state.error.error_class == "budget_exceeded"
+    assert state.error.message.startswith(
+        "more than budget.edges.replies-without-status (1000) transitions: plan -> plan"
+    )
+    records = await stack.records(run_id)
+    assert of(records, ev.GuardFailed) == []  # not a guard error: a refusal
+    refusals = [t for t in of(records, ev.TransitionFired) if t.from_state == "plan"]
+    assert len(refusals) == 1000 == replies - 1  # one per reply; the last one ended the run
+    assert {t.set["refused"] for t in refusals} == {
+        "stage plan: the coordinator's reply has no status (passed, warning or failed) and "
+        "is not a wait: refused, the stage asked again"
+    }
+    asked = {r.input["attempt"] for r in of(records, ev.ActionRequested)}
+    assert asked == {1}  # a refusal costs no attempt
+
+
+@BOTH
 async def test_too_few_peer_replies_refuse_the_stage(stack: Stack) -> None:
     stack.agents.silent.add("kxm.reviewer-grok")
     stack.agents.queue["plan"] = [PLAN, PLAN]

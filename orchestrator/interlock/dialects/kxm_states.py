@@ -22,6 +22,10 @@ from interlock.dialects.kxm_check import (
     normalize,
 )
 
+NO_STATUS = "replies-without-status"
+"""The edge budget of the coordinator's replies refused for having no status."""
+NO_STATUS_LIMIT = 1000
+"""How many such replies a run takes before it fails (half the run's actions)."""
 SIGNAL_EVENT = "kxm.signal"
 """A signal sent straight to a run (``interlock signal``): ``data.signal`` names its key."""
 ESCALATION = "audit_escalation"
@@ -228,7 +232,7 @@ class StageLowering:
         self.out.at(base, (self.d.index, "stages", s.index))
         evidence = ANSWERED
         action = self.action(s)
-        on: list[dict[str, Any]] = []
+        on: list[dict[str, Any]] = [self.without_status(s)]
         # A wait: park the stage until its signal.
         on.append(
             self.edge(
@@ -273,6 +277,24 @@ class StageLowering:
         if s.policies:
             self.peers(s)
 
+    def without_status(self, s: Stage) -> dict[str, Any]:
+        """A reply that is neither a wait nor a checkpoint with a ``status``: refused (the
+        hub's tools refuse such a checkpoint) at no cost of an attempt, the reason recorded
+        once per reply, and the stage asked again; the run's budget of such replies ends
+        a coordinator that never sends one."""
+        self.budgets[NO_STATUS] = NO_STATUS_LIMIT
+        reason = (
+            f"stage {s.id}: the coordinator's reply has no status (passed, warning or "
+            "failed) and is not a wait: refused, the stage asked again"
+        )
+        return self.edge(
+            "task.completed",
+            '!("wait" in result) && !("status" in result)',
+            self.names[s.id],
+            {"refused": reason},
+            [NO_STATUS],
+        )
+
     def plain_keys(self, s: Stage) -> list[str]:
         """The stage's required keys that evidence strings satisfy (not the peer-reply
         ones, which only the peers' replies do)."""
@@ -311,7 +333,7 @@ class StageLowering:
         return {
             "requires": requires,
             "evidence": evidence,
-            "when": '!("wait" in result) && result.status == "passed"',
+            "when": '!("wait" in result) && "status" in result && result.status == "passed"',
         }
 
     def action(self, s: Stage) -> dict[str, Any]:

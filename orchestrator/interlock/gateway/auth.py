@@ -39,6 +39,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PATTERN_WORD = re.compile(r"^(\*|>|[A-Za-z0-9_-]+)$")
 _CACHE_S = 5.0
 """How long a looked-up token is trusted without asking the bucket again (revocation delay)."""
+RECHECK_S = 1.0
+"""How often an open stream asks whether its token still stands: with answers at most
+``_CACHE_S - RECHECK_S`` old, a revoked token's stream ends within ``_CACHE_S``, as its new
+requests are refused."""
+STREAM_MAX_AGE_S = _CACHE_S - RECHECK_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,12 +170,13 @@ class Tokens:
                 gone += 1
         return gone
 
-    async def caller(self, token: str) -> Caller | None:
-        """The caller a presented token stands for, or None when it is unknown or revoked."""
+    async def caller(self, token: str, *, max_age: float = _CACHE_S) -> Caller | None:
+        """The caller a presented token stands for, or None when it is unknown or revoked
+        (as the bucket said at most ``max_age`` seconds ago)."""
         key = "t." + hash_token(token)
         now = time.monotonic()
         cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < _CACHE_S:
+        if cached is not None and now - cached[0] < max_age:
             return cached[1]
         kv = await self.kv()
         found: Caller | None = None

@@ -13,12 +13,16 @@ list again and again. It is fed by the watch of the run index the gateway keeps 
   ends; reconnect to follow again).
 
 A comment line every 15 s keeps proxies from closing an idle stream.
+
+Both streams end once their caller's token is revoked, within the 5 s a new request with
+it takes to be refused: the token is checked again every second (``revoked`` is the last
+event; reconnecting gets 401).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -27,6 +31,7 @@ from starlette.responses import Response, StreamingResponse
 
 from interlock import views
 from interlock.core import events as ev
+from interlock.gateway.auth import RECHECK_S
 from interlock.gateway.problems import int_param
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.views import summary_from_index
@@ -63,11 +68,42 @@ async def stream_runs(request: Request, gw: Gateway) -> Response:
         finally:
             gw.run_list.unfollow(queue)
 
+    return _sse(request, gw, events())
+
+
+def _sse(request: Request, gw: Gateway, events: AsyncIterator[bytes]) -> Response:
     return StreamingResponse(
-        events(),
+        while_allowed(events, lambda: gw.still_reads(request)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+async def while_allowed(
+    events: AsyncIterator[bytes], allowed: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[bytes]:
+    """``events`` while ``allowed()`` says so, asked every ``RECHECK_S`` however quiet the
+    stream; then ``event: revoked`` and the end (``events`` closed, its cleanup run)."""
+    pending: asyncio.Task[bytes] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({pending}, timeout=RECHECK_S)
+            if done:
+                try:
+                    chunk = pending.result()
+                except StopAsyncIteration:
+                    return
+                pending = None
+                yield chunk
+            if not await allowed():
+                yield b'event: revoked\ndata: {"detail": "the token was revoked"}\n\n'
+                return
+    finally:
+        if pending is not None:
+            await cancel_and_wait(pending)
+        await events.aclose()  # type: ignore[attr-defined]
 
 
 async def stream_log(request: Request, gw: Gateway) -> Response:
@@ -130,8 +166,4 @@ async def stream_log(request: Request, gw: Gateway) -> Response:
         finally:
             await cancel_and_wait(task)
 
-    return StreamingResponse(
-        events(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return _sse(request, gw, events())

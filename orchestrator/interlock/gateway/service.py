@@ -14,7 +14,7 @@ from interlock import views
 from interlock.client import Client
 from interlock.core.ids import check_run_id
 from interlock.gateway import webhooks
-from interlock.gateway.auth import OPEN, Caller, Tokens
+from interlock.gateway.auth import OPEN, STREAM_MAX_AGE_S, Caller, Tokens
 from interlock.gateway.failures import Failures
 from interlock.gateway.problems import Problem
 from interlock.gateway.runlist import RunList
@@ -125,6 +125,16 @@ class Gateway:
                 headers={"WWW-Authenticate": 'Bearer realm="interlock", error="invalid_token"'},
             )
         return found
+
+    async def still_reads(self, request: Request) -> bool:
+        """Whether the caller of an open stream may still read (its token not revoked)."""
+        if self.open_mode:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        found = await self.tokens.caller(token.strip(), max_age=STREAM_MAX_AGE_S)
+        return found is not None and found.may_read
 
     async def reader(self, request: Request) -> Caller:
         who = await self.caller(request)

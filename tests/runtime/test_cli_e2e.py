@@ -302,10 +302,17 @@ def test_result_exit_codes_and_cancel(inst: CliInstallation) -> None:
     assert f"run {parked} is already cancelled" in again.stderr
 
     # A run that does not exist is an error at once, not a wait that never ends.
-    for args in (("result",), ("result", "--wait"), ("logs",), ("logs", "--follow")):
-        missing = run_cli(*args, "r-no-such-run", env=inst.env, timeout=10)
-        assert missing.returncode == 1, args
-        assert "no run 'r-no-such-run'" in missing.stderr
+    # Its own exit code (4), where a failed run is 1: for every command taking a run.
+    for args in (
+        ("result", "@"), ("result", "--wait", "@"), ("logs", "@"), ("logs", "--follow", "@"),
+        ("describe", "run", "@"), ("get", "run", "@"), ("export", "@"), ("cancel", "@"),
+        ("signal", "@", "approval.granted"), ("explain", "@"), ("replay", "@"),
+        ("fork", "@", "--at", "2"),
+    ):  # fmt: skip
+        argv = [a.replace("@", "r-no-such-run") for a in args]
+        missing = run_cli(*argv, env=inst.env, timeout=10)
+        assert missing.returncode == 4, args
+        assert missing.stderr == "interlock: no run 'r-no-such-run'\n", args
 
 
 def test_an_emitted_event_reaches_a_parked_run(inst: CliInstallation) -> None:

@@ -65,7 +65,7 @@ def test_workflows_get_and_describe(inst: Installation) -> None:
     assert [t["purpose"] for t in described["timers"]] == ["state-timeout"]
 
     missing = inst.cli("describe", "run", "r-no-such-run")
-    assert missing.returncode == 1
+    assert missing.returncode == 4  # no such run
     assert "no run 'r-no-such-run'" in missing.stderr
     bad = inst.cli("get", "run", "a.b")
     assert bad.returncode == 2
@@ -189,7 +189,7 @@ def test_read_commands_provision_nothing(nats_url: str, tmp_path: Path) -> None:
     assert run_cli("agents", "-o", "json", env=env).stdout.strip() == "[]"
     assert run_cli("dead-letters", "list", env=env).stdout.strip() == "no dead letters"
     missing = run_cli("describe", "run", "r1", env=env)
-    assert (missing.returncode, "no run 'r1'" in missing.stderr) == (1, True)
+    assert (missing.returncode, "no run 'r1'" in missing.stderr) == (4, True)
     streams = run_cli("apply", "--help", env=env)  # and nothing was created meanwhile:
     assert streams.returncode == 0
     import asyncio

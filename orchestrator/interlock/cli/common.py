@@ -17,6 +17,8 @@ EXIT_USAGE = 2
 """Bad arguments, a file that cannot be read, a server that cannot be reached."""
 EXIT_NOT_FINISHED = 3
 """``result`` of a run that has not finished yet."""
+EXIT_NO_RUN = 4
+"""No run has the id given (a failed run is 1)."""
 EXIT_DENIED = 5
 """The credential may not do what the command needs (the server refused a permission)."""
 

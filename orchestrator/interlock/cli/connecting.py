@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from interlock.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_USAGE, CliError
+from interlock.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_NO_RUN, EXIT_USAGE, CliError
 from interlock.cli.output import dump
 from interlock.core.ids import InvalidRunId, check_run_id
 
@@ -77,7 +77,7 @@ def with_client(
     body: Callable[[Any, argparse.Namespace], Awaitable[int]],
 ) -> Callable[[argparse.Namespace], int]:
     """Run ``body(client, args)`` with a connected :class:`interlock.Client`; connection
-    problems exit 2 with the reason, a missing run, workflow or agent exits 1, a
+    problems exit 2 with the reason, a missing run exits 4, a missing workflow or agent 1, a
     permission the credential lacks exits 5 naming it (at the server's refusal, not after
     the request it refused times out)."""
 
@@ -120,7 +120,7 @@ def with_client(
         try:
             return asyncio.run(go())
         except UnknownRun as exc:
-            raise CliError(f"no run {exc.args[0]!r}", EXIT_FAILED) from exc
+            raise CliError(f"no run {exc.args[0]!r}", EXIT_NO_RUN) from exc
         except (UnknownWorkflow, UnknownAgent, InvalidInputs, RunExists, EventTooLarge) as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
         except InvalidRunId as exc:

@@ -70,8 +70,22 @@ COMMANDS: dict[str, tuple[int, str]] = {
 COMPLETION_HELP = "print a shell completion script (bash or zsh)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that notes, in what it parses, the innermost command parser that
+    took part (argparse reports arguments no command knows with the top-level usage)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        # A command's own parser parses first: the outer ones leave its note be.
+        if not hasattr(parsed, "command_parser"):
+            parsed.command_parser = self
+        return parsed, extras
+
+
 def _root() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="interlock",
         description="Interlock: an event-sourced workflow orchestrator on NATS JetStream.",
     )
@@ -118,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     guard_terminals()
     given = list(sys.argv[1:] if argv is None else argv)
-    args = _parser_for(given).parse_args(given)
+    parser = _parser_for(given)
+    args, extras = parser.parse_known_args(given)
+    if extras:  # the usage of the command given, not the top-level one
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
     try:
         code: int = args.func(args)
     except InvalidInput as exc:

@@ -15,6 +15,7 @@ from flow_support import REPO, RecordingAgents, ScriptedStack, of, path, worker_
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
+from interlock.sdk import TaskContext
 from interlock.transport.subjects import Subjects
 
 WRITTEN = REPO / "tests" / "dialects" / "written"
@@ -126,3 +127,91 @@ async def test_a_branch_taken_because_a_guard_errored_says_so(
         "small",
     )
     assert "rush" in error["error"]
+
+
+# --- a kxm Runtime workflow (kxm-fix-flaky.yaml) ------------------------------------------
+
+
+class KxmAgents(RecordingAgents):
+    """The implementer answers done; the gate runner answers from ``gates``."""
+
+    def __init__(self) -> None:
+        super().__init__(["kxm.implementer", "kxm.gate"])
+        self.gates: list[bool] = []
+
+    async def default(self, capability: str, inp: dict[str, Any], ctx: TaskContext) -> Any:
+        if capability == "kxm.gate":
+            return {"ok": self.gates.pop(0)}
+        return {"outcome": "done"}
+
+
+@pytest.fixture
+async def kxm_stack(
+    request: pytest.FixtureRequest,
+    nats_url: str,
+    subjects: Subjects,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> AsyncIterator[ScriptedStack[KxmAgents]]:
+    path = WRITTEN / "kxm-fix-flaky.yaml"
+    if request.param == "converted":
+        assert interlock_main(["convert", str(path), "-o", str(tmp_path)]) == 0
+        path = tmp_path / "kxm-fix-flaky.yaml"
+    capsys.readouterr()
+    agents = KxmAgents()
+    async with worker_orchestrator(
+        nats_url, subjects, [path], agents, worker="kxm-written", concurrency=4
+    ) as (client, timers, _):
+        yield ScriptedStack(client, timers, agents)
+
+
+KXM = pytest.mark.parametrize("kxm_stack", ["as-written", "converted"], indirect=True)
+
+
+@KXM
+async def test_runtime_step_fields_reach_the_agent_and_the_gate(
+    kxm_stack: ScriptedStack[KxmAgents],
+) -> None:
+    kxm_stack.agents.gates = [True]
+    run_id = await kxm_stack.client.start("kxm-fix-flaky", {})
+    state = await kxm_stack.finished(run_id)
+    assert state.status == "completed", state.error
+    (implement,) = kxm_stack.agents.inputs["kxm.implementer"]
+    assert implement["instructions"] == "Touch only the tests/ folder and name the root cause."
+    (gate,) = kxm_stack.agents.inputs["kxm.gate"]
+    assert gate["repositories"] == ["example/app", "example/fixtures"]
+    assert "model" not in implement  # kept, not acted on
+
+
+@KXM
+async def test_max_attempts_ends_the_run_with_budget_step_attempts(
+    kxm_stack: ScriptedStack[KxmAgents],
+) -> None:
+    kxm_stack.agents.gates = [False, False, False]
+    run_id = await kxm_stack.client.start("kxm-fix-flaky", {})
+    state = await kxm_stack.finished(run_id)
+    assert state.status == "failed"
+    assert state.error is not None
+    assert state.error.error_class == "budget_exceeded"
+    assert state.error.message == (
+        "budget_step_attempts: step 'implement' would be attempted more than its "
+        "maxAttempts (2) times"
+    )
+    assert len(kxm_stack.agents.inputs["kxm.implementer"]) == 2  # maxAttempts: 2
+
+
+def test_an_unknown_step_key_is_a_warning_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = WRITTEN / "kxm-fix-flaky.yaml"
+    assert interlock_main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "ok  workflow default/kxm-fix-flaky" in captured.out
+    assert captured.err.splitlines()[0] == (
+        f"{path}:16:5: warning: kxm.unknown-key: step 'implement': key 'model' is not one this "
+        "loader knows; it is kept (annotation kxm.step.implement.model) and not acted on"
+    )
+    assert interlock_main(["convert", str(path)]) == 0
+    converted = capsys.readouterr().out
+    assert "kxm.step.implement.model: '\"fast\"'" in converted
+    assert "# step 'implement': 'model' is not a field this loader knows" in converted

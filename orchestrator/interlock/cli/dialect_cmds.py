@@ -19,6 +19,7 @@ from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err, print_json
 
 if TYPE_CHECKING:
     from interlock.core.compiler import Compiled
+    from interlock.core.diagnostics import Diagnostic
     from interlock.dialects import Prepared, synapse
 
 DIALECTS = ("ctxmesh", "workfile", "synapse", "kxm")
@@ -70,6 +71,12 @@ def compile_files(
     return compiled, prepared
 
 
+def print_warnings(warnings: list[Diagnostic]) -> None:
+    """What a file says that is kept but not acted on: ``path:line:col: warning: rule:``."""
+    for w in warnings:
+        err(f"{w.path}:{w.line}:{w.col}: warning: {w.rule}: {w.message}")
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "convert",
@@ -98,6 +105,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     compiled, prepared = compile_files(sources, [], dialect_of(args))
     for diagnostic in compiled.diagnostics:
         err(str(diagnostic))
+    print_warnings(prepared.warnings)
     if not compiled.ok:
         count = len(compiled.diagnostics)
         err(f"{count} error{'s' if count != 1 else ''}; nothing was written")

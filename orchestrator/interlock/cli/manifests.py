@@ -42,7 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def cmd_validate(args: argparse.Namespace) -> int:
     sources = read_sources(args.files)
     agents = read_sources(args.agents)
-    compiled, _ = dialect_cmds.compile_files(sources, agents, dialect_cmds.dialect_of(args))
+    compiled, prepared = dialect_cmds.compile_files(sources, agents, dialect_cmds.dialect_of(args))
     if args.json:
         print(
             json.dumps(
@@ -64,6 +64,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
                         for d in compiled.diagnostics
                     ],
                     "capabilities_checked": compiled.capabilities_checked,
+                    "warnings": [
+                        {
+                            "path": w.path,
+                            "line": w.line,
+                            "col": w.col,
+                            "rule": w.rule,
+                            "message": w.message,
+                        }
+                        for w in prepared.warnings
+                    ],
                 },
                 indent=2,
             )
@@ -71,6 +81,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return EXIT_OK if compiled.ok else EXIT_FAILED
     for diagnostic in compiled.diagnostics:
         err(str(diagnostic))
+    dialect_cmds.print_warnings(prepared.warnings)
     if not compiled.ok:
         count = len(compiled.diagnostics)
         err(f"{count} error{'s' if count != 1 else ''}")

@@ -250,6 +250,7 @@ async def cmd_apply(client: Client, args: argparse.Namespace) -> int:
     )
     for d in result.compiled.diagnostics:
         err(str(d))
+    dialect_cmds.print_warnings(prepared.warnings)
     if not result.compiled.ok:
         n = len(result.compiled.diagnostics)
         err(f"{n} error{'s' if n != 1 else ''}; nothing was applied")

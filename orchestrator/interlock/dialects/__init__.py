@@ -63,6 +63,11 @@ class Prepared:
     def ok(self) -> bool:
         return not self.diagnostics
 
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        """What the files say that is kept but not acted on: printed, not refused."""
+        return sorted(w for item in self.lowered for w in item.warnings)
+
     def notes(self, doc: Document) -> list[Note]:
         for item in self.lowered:
             if id(doc) in item.notes:

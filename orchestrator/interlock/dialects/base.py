@@ -43,6 +43,8 @@ class Lowered:
     """Per native document (by ``id()``), the comments ``convert`` writes."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What else a dialect keeps for its own commands (synapse's compiled tasks)."""
+    warnings: list[Diagnostic] = field(default_factory=list)
+    """What the file says that is kept but not acted on (it still loads)."""
 
 
 class Lowering:

@@ -26,10 +26,18 @@ from interlock.dialects.base import API_VERSION, Lowered, Lowering, agent_def
 from interlock.dialects.kxm_runtime_check import (
     DIALECT,
     SCHEMA,
-    TERMINAL,
     Checked,
+    annotation_key,
     check,
     outcomes,
+    unknown_key_warnings,
+)
+from interlock.dialects.kxm_runtime_edges import (
+    attempts_key,
+    outcome_edges,
+    q,
+    state_name,
+    terminals,
 )
 
 
@@ -37,21 +45,8 @@ def detect(data: Any) -> bool:
     return isinstance(data, dict) and data.get("schema") == SCHEMA
 
 
-def _q(text: str) -> str:
-    return json.dumps(text)
-
-
-def _ctx(key: str) -> str:
-    return f"context[{_q(key)}]"
-
-
 def _capability(name: str) -> str:
     return "kxm." + (re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "agent")
-
-
-def _state(step_id: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", step_id)
-    return name if name[:1].isalpha() else f"s_{name}"
 
 
 def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
@@ -60,26 +55,42 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
         return None
     steps = checked.steps
     name = re.sub(r"[^a-z0-9-]+", "-", _stem(src.path)).strip("-")[:63].strip("-") or "kxm"
-    lowered = Lowered(DIALECT, src)
+    lowered = Lowered(DIALECT, src, warnings=unknown_key_warnings(src, checked))
     out = Lowering(src, DIALECT)
     states: dict[str, Any] = {}
     capabilities: list[str] = []
-    context: dict[str, Any] = {"_limit": checked.budget or 0}
+    attempts = {
+        str(s["id"]): int(s["maxAttempts"]) for s in steps if isinstance(s.get("maxAttempts"), int)
+    }
+    context: dict[str, Any] = {"_limit": checked.budget or 0, "_attempts": attempts}
     for i, step in enumerate(steps):
         _Step(out, step, i, checked, capabilities, context).lower(states)
     context.pop("_limit")
+    context.pop("_attempts")
+    for step_id in attempts:
+        context[attempts_key(step_id)] = 1 if step_id == steps[0]["id"] else 0
     edges = context.pop("_edges", {})
     context.update({"outcome": "", "reason": ""})
-    _terminals(states)
+    terminals(states)
     spec: dict[str, Any] = {
         "context": context,
         "budget": _budget(checked, edges),
-        "initial_state": _state(steps[0]["id"]),
+        "initial_state": state_name(steps[0]["id"]),
         "states": states,
     }
     _limits(out, checked, spec)
     out.note(("metadata", "name"), f"a Runtime workflow's id is its file name: {name}")
     metadata: dict[str, Any] = {"name": name, "annotations": {"kxm.schema": SCHEMA}}
+    for i, key in checked.unknown:
+        step_id = str(steps[i]["id"])
+        kept = annotation_key(step_id, key)
+        metadata["annotations"][kept] = json.dumps(steps[i][key], sort_keys=True)
+        out.at(("metadata", "annotations", kept), ("steps", i, key))
+        out.note(
+            ("metadata", "annotations"),
+            f"step {step_id!r}: {key!r} is not a field this loader knows (kxm's full field "
+            f"reference is not at hand): kept as the annotation {kept}, not acted on",
+        )
     if isinstance(checked.data.get("description"), str):
         metadata["description"] = checked.data["description"]
     native = {"apiVersion": API_VERSION, "kind": "Workflow", "metadata": metadata, "spec": spec}
@@ -142,123 +153,6 @@ def _stem(path: str) -> str:
     return stem.lower()
 
 
-def _terminals(states: dict[str, Any]) -> None:
-    states["completed"] = {
-        "type": "terminal",
-        "outputs": {"status": "completed", "outcome": "{{ context.outcome }}"},
-    }
-    states["failed"] = {
-        "type": "terminal",
-        "fail": {"message": "{{ context.reason }}"},
-        "outputs": {"status": "failed", "reason": "{{ context.reason }}"},
-    }
-    states["cancelled"] = {
-        "type": "terminal",
-        "fail": {"message": "{{ context.reason }}", "class": "cancelled"},
-        "outputs": {"status": "cancelled", "reason": "{{ context.reason }}"},
-    }
-    states["over_budget"] = {
-        "type": "terminal",
-        "fail": {"message": "{{ context.reason }}", "class": "budget_exceeded"},
-        "outputs": {"status": "failed", "reason": "{{ context.reason }}"},
-    }
-
-
-def _edges(
-    step: dict[str, Any],
-    i: int,
-    ids: dict[str, int],
-    event: str,
-    outcome: str,
-    context: dict[str, Any],
-    extra_guard: str | None = None,
-    writes: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """One transition per declared outcome (``outcome`` is the CEL giving it); anything
-    not declared is ``failed``."""
-    out: list[dict[str, Any]] = []
-    declared = list(step["on"])
-    base_writes = dict(writes or {})
-
-    def goto(key: str) -> list[dict[str, Any]]:
-        return _goto(step, i, ids, context, key, base_writes)
-
-    constant = json.loads(outcome) if re.fullmatch(r'"[^"\\]*"', outcome) else None
-    for key in declared:
-        if constant is not None and key != constant:
-            continue
-        test = None if constant is not None else f"{outcome} == {_q(key)}"
-        for entry in goto(key):
-            guard = " && ".join(p for p in [extra_guard, test, entry.get("guard")] if p)
-            item: dict[str, Any] = {"event": event, "goto": entry["target"], "set": entry["set"]}
-            if guard:
-                item["guard"] = guard
-            if entry.get("budget"):
-                item["budget"] = entry["budget"]
-            out.append(item)
-        if constant is not None and not any(e.get("guard") for e in goto(key)):
-            return out
-    if constant is not None and constant in declared:
-        return out
-    if "failed" in declared:
-        for entry in goto("failed"):
-            fallback = " && ".join(p for p in [extra_guard, entry.get("guard")] if p)
-            item = {"event": event, "goto": entry["target"], "set": entry["set"]}
-            if fallback:
-                item["guard"] = fallback
-            if entry.get("budget"):
-                item["budget"] = entry["budget"]
-            out.append(item)
-    else:
-        item = {
-            "event": event,
-            "goto": "failed",
-            "set": {"reason": f"{step['id']}: an outcome it does not declare (failed)"},
-        }
-        if extra_guard:
-            item["guard"] = extra_guard
-        out.append(item)
-    return out
-
-
-def _goto(
-    step: dict[str, Any],
-    i: int,
-    ids: dict[str, int],
-    context: dict[str, Any],
-    key: str,
-    writes: dict[str, Any],
-) -> list[dict[str, Any]]:
-    """Where outcome ``key`` of ``step`` goes: a terminal, a step, or a budgeted back-edge
-    (with the transition that fails the run once the budget is spent)."""
-    value = step["on"][key]
-    edge = {"target": value} if isinstance(value, str) else value
-    target = edge["target"]
-    sets = {**writes, "outcome": key}
-    if target == TERMINAL:
-        status = edge["terminalStatus"]
-        if status != "completed":
-            sets["reason"] = f"{step['id']}: {key} ({status})"
-        return [
-            {
-                "target": {
-                    "completed": "completed",
-                    "failed": "failed",
-                    "cancelled": "cancelled",
-                }[status],
-                "set": sets,
-            }
-        ]
-    if ids[target] <= i:
-        # A back-edge: its own budget and the run's (limits.maxTransitions).
-        edges = context.setdefault("_edges", {})
-        name = f"edge:{step['id']}:{key}"
-        edges[name] = int(edge["maxTransitions"])
-        edges["run"] = int(context["_limit"])
-        return [{"target": _state(target), "set": sets, "budget": [name, "run"]}]
-    return [{"target": _state(target), "set": sets}]
-
-
 class _Step:
     """One step lowered to its state: the actions it requests and the transitions its
     outcomes take."""
@@ -280,7 +174,7 @@ class _Step:
         self.cost = checked.cost
         self.capabilities = capabilities
         self.context = context
-        self.name = _state(step["id"])
+        self.name = state_name(step["id"])
         self.outcomes = outcomes(step)
         self.timeout = step.get("timeoutMs") or checked.agent_time
         self.cost_guard: list[dict[str, Any]] = []
@@ -329,7 +223,7 @@ class _Step:
             state["on"] = self.edges(
                 "kxm.signal",
                 '(("status" in data) ? data.status : "failed")',
-                f"data.signal == {_q(key)}",
+                f"data.signal == {q(key)}",
             )
             self.out.note(
                 ("spec", "states", self.name),
@@ -344,7 +238,7 @@ class _Step:
         extra_guard: str | None = None,
         writes: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
-        return _edges(
+        return outcome_edges(
             self.step, self.i, self.ids, event, outcome, self.context, extra_guard, writes
         )
 
@@ -362,6 +256,8 @@ class _Step:
                 **(extra or {}),
             },
         }
+        if "instructions" in self.step:
+            entry["input"]["instructions"] = self.step["instructions"]
         if self.timeout:
             entry["timeout"] = f"{self.timeout}ms"
         return entry
@@ -402,7 +298,10 @@ class _Step:
         """A gate step: the gate runner runs the gate; ``expect`` makes its outcome."""
         step = self.step
         expect = step.get("expect", "pass")
-        state["actions"] = [self.action("gate", {"gate": step["gate"], "expect": expect})]
+        request = {"gate": step["gate"], "expect": expect}
+        if "repositories" in step:
+            request["repositories"] = step["repositories"]  # what the gate may access
+        state["actions"] = [self.action("gate", request)]
         succeeded = '("ok" in result && result.ok == true)'
         if expect == "pass":
             outcome = f'({succeeded} ? "passed" : "implementation-failure")'
@@ -440,5 +339,5 @@ def _joined(
         # The same agent assigned more than once: count the answers, not the producers.
         ok = f'result.filter(r, r.status == "completed").size() >= {int(step["quorum"])}'
         outcome = f'({ok} ? "passed" : "failed")'
-    on = _edges(step, i, ids, "task.completed", outcome, context)
-    return on + _edges(step, i, ids, "task.failed", '"failed"', context)
+    on = outcome_edges(step, i, ids, "task.completed", outcome, context)
+    return on + outcome_edges(step, i, ids, "task.failed", '"failed"', context)

@@ -47,7 +47,14 @@ STEP_KEYS = {
     "requiredEvidence",
     "signalKey",
     "on",
+    "instructions",
+    "maxAttempts",
+    "repositories",
 }
+"""The step fields this loader reads. Another key is kept (an annotation of the converted
+workflow) with a warning, not refused: kxm's full field reference is not at hand here."""
+STEP_ATTEMPTS_CODE = "budget_step_attempts"
+"""The Runtime's code for a step attempted more than its ``maxAttempts``."""
 LIMIT_KEYS = {
     "maxTransitions",
     "maxRunDurationMs",
@@ -71,6 +78,8 @@ class Checked:
     duration: int | None
     agent_time: int | None
     cost: float | None
+    unknown: list[tuple[int, str]]
+    """Step keys this loader does not know (step index, key): warned of, and kept."""
 
 
 def check(src: Document, diags: list[Diagnostic]) -> Checked | None:
@@ -111,11 +120,38 @@ def check(src: Document, diags: list[Diagnostic]) -> Checked | None:
             if step["id"] in ids:
                 check.error(("steps", i, "id"), "duplicate-step", f"step id {step['id']!r} twice")
             ids.setdefault(step["id"], i)
+    unknown: list[tuple[int, str]] = []
     for i, step in enumerate(steps):
         _check_step(check, step, i, ids, budget, coordinator)
+        if isinstance(step, dict):
+            unknown += [(i, str(k)) for k in step if k not in STEP_KEYS]
     if len(diags) != before:
         return None
-    return Checked(data, limits, steps, ids, coordinator, budget, duration, agent_time, cost)
+    return Checked(
+        data, limits, steps, ids, coordinator, budget, duration, agent_time, cost, unknown
+    )
+
+
+def unknown_key_warnings(src: Document, checked: Checked) -> list[Diagnostic]:
+    """A warning per step key this loader does not know (kept in the annotations)."""
+    out = []
+    for i, key in checked.unknown:
+        step_id = checked.steps[i]["id"]
+        out.append(
+            src.diag(
+                ("steps", i, key),
+                f"{DIALECT}.unknown-key",
+                f"step {step_id!r}: key {key!r} is not one this loader knows; it is kept "
+                f"(annotation {annotation_key(step_id, key)}) and not acted on",
+                key=True,
+            )
+        )
+    return out
+
+
+def annotation_key(step_id: str, key: str) -> str:
+    """Where an unknown step key is kept in the converted workflow's annotations."""
+    return f"kxm.step.{step_id}.{key}"
 
 
 def outcomes(step: dict[str, Any]) -> list[str]:
@@ -135,7 +171,6 @@ def _check_step(
     path: Path = ("steps", i)
     if check.mapping(step, path, "a step") is None:
         return
-    check.unknown_keys(step, STEP_KEYS, path, "a step")
     step_id = check.string(step, "id", path, required=True, min_len=1)
     kind = step.get("kind")
     if kind not in KINDS:
@@ -173,8 +208,12 @@ def _check_step(
     if kind == "gate":
         _check_gate(check, step, path)
     check.integer(step, "timeoutMs", path, lo=1)
+    check.integer(step, "maxAttempts", path, lo=1)
     check.string(step, "agent", path, min_len=1)
     check.string(step, "prompt", path)
+    check.string(step, "instructions", path)
+    if "repositories" in step:
+        check.items(step["repositories"], (*path, "repositories"), "repositories")
     check.string(step, "signalKey", path, min_len=1)
     if "assignments" in step:
         listed = check.items(step["assignments"], (*path, "assignments"), "assignments") or []

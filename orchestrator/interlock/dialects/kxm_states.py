@@ -17,15 +17,16 @@ from interlock.dialects.kxm_check import (
     TERMINAL,
     Definition,
     Edge,
-    Policy,
     Stage,
     normalize,
 )
+from interlock.dialects.kxm_refusals import (
+    NO_STATUS,
+    NO_STATUS_LIMIT,
+    no_status,
+    short_of_peers,
+)
 
-NO_STATUS = "replies-without-status"
-"""The edge budget of the coordinator's replies refused for having no status."""
-NO_STATUS_LIMIT = 1000
-"""How many such replies a run takes before it fails (half the run's actions)."""
 SIGNAL_EVENT = "kxm.signal"
 """A signal sent straight to a run (``interlock signal``): ``data.signal`` names its key."""
 ESCALATION = "audit_escalation"
@@ -283,16 +284,9 @@ class StageLowering:
         once per reply, and the stage asked again; the run's budget of such replies ends
         a coordinator that never sends one."""
         self.budgets[NO_STATUS] = NO_STATUS_LIMIT
-        reason = (
-            f"stage {s.id}: the coordinator's reply has no status (passed, warning or "
-            "failed) and is not a wait: refused, the stage asked again"
-        )
+        guard = '!("wait" in result) && !("status" in result)'
         return self.edge(
-            "task.completed",
-            '!("wait" in result) && !("status" in result)',
-            self.names[s.id],
-            {"refused": reason},
-            [NO_STATUS],
+            "task.completed", guard, self.names[s.id], {"refused": no_status(s.id)}, [NO_STATUS]
         )
 
     def plain_keys(self, s: Stage) -> list[str]:
@@ -465,20 +459,10 @@ class StageLowering:
                         "errors": ["*"],
                         "codes": ["quorum_not_met"],
                         "goto": name,
-                        "set": {"refused": self.short_of_peers(s, policy)},
+                        "set": {"refused": short_of_peers(s.id, policy)},
                     }
                 ],
             }
-
-    @staticmethod
-    def short_of_peers(s: Stage, policy: Policy) -> str:
-        """Why a quorum refused the checkpoint: the requirement's key, the replies it
-        needs, and (in the quorum's failure) how many distinct producers answered."""
-        head = (
-            f"stage {s.id}: too few peer replies for {policy.key!r} "
-            f"(minProducers {policy.min_producers}): "
-        )
-        return "{{ " + _q(head) + " + result.error.message }}"
 
 
 def _matches_route(key: str, expected: str) -> str:

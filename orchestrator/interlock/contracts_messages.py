@@ -17,6 +17,7 @@ from interlock.core.events import BATCH_CONTENT_TYPE
 from interlock.core.vocabulary import ErrorClass
 from interlock.transport import tasks
 from interlock.transport.cloudevents import STRUCTURED_CONTENT_TYPE
+from interlock.transport.logmac import MAC_HEADER
 
 
 def _struct_schema(struct: type) -> dict[str, Any]:
@@ -181,10 +182,17 @@ def _run_log_batch() -> dict[str, Any]:
         "summary": "One decision's records, appended atomically: a JSON array of "
         "run-log records (CloudEvents, structured mode).",
         "description": "Appended with `Nats-Expected-Last-Subject-Sequence` (optimistic "
-        "concurrency). The record types are listed in runlog/catalogue.md.",
+        f"concurrency) and `{MAC_HEADER}`: base64url, unpadded, of HMAC-SHA256 under the "
+        "installation's log key (secrets bucket, key `shared.log-key`) of the subject, a "
+        "newline and the payload. A reader skips (and reports) any message of the subject "
+        "whose MAC does not check out. The record types are listed in runlog/catalogue.md.",
         "headers": {
             "type": "object",
-            "properties": {"Content-Type": {"const": BATCH_CONTENT_TYPE}},
+            "properties": {
+                "Content-Type": {"const": BATCH_CONTENT_TYPE},
+                MAC_HEADER: {"type": "string", "pattern": "^[A-Za-z0-9_-]{43}$"},
+            },
+            "required": [MAC_HEADER],
         },
         "payload": {"type": "array", "minItems": 1, "items": {"oneOf": runlog_refs}},
     }

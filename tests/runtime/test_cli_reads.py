@@ -500,11 +500,13 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
             "STREAM.INFO kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
         ],
-        "get run": ["DIRECT.GET P_runs"],
-        "logs": ["DIRECT.GET P_runs"],
-        "result": ["DIRECT.GET P_runs"],
+        # A log read checks each record's MAC: the log key is one direct get of its key.
+        "get run": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets"],
+        "logs": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets"],
+        "result": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets"],
         "describe run": [
             "DIRECT.GET P_runs",
+            "DIRECT.GET kv_P_secrets",
             "DIRECT.GET kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
         ],

@@ -33,7 +33,9 @@ def entered(run_id: str, n: int) -> ev.StateEntered:
 @pytest.fixture
 async def grouped(nc: Client, js: JetStreamContext, subjects: Subjects) -> RunLog:
     await provision(js, subjects)
-    return RunLog(nc, subjects, group_commit=4)
+    log = RunLog(nc, subjects, group_commit=4)
+    await log.key()  # as the orchestrator does when it starts: appends do not wait for it
+    return log
 
 
 def stats(log: RunLog) -> GroupCommit:

@@ -38,12 +38,20 @@ def test_templates_follow_the_layout() -> None:
     assert {"il.events.>", "il.runs.>"} <= set(gateway.pub_allow)
     # The queue depth GET /agents reports is read from the task consumers' info: read-only.
     assert "$JS.API.CONSUMER.INFO.IL_TASKS.*" in gateway.pub_allow
+    # It writes run logs: it reads the log key (one subject's direct get) and may make it.
+    assert {
+        "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.shared.log-key",
+        "$KV.il_secrets.shared.log-key",
+    } <= set(gateway.pub_allow)
     # No stream administration, no durable consumers, nothing of the orchestrator's own.
     assert not [
         s
         for s in gateway.pub_allow
-        if s.startswith(
-            ("il.cap", "il.results", "il.answer", "il.timers", "il.dlq", "$KV.il_secrets")
+        if (
+            s != "$KV.il_secrets.shared.log-key"
+            and s.startswith(
+                ("il.cap", "il.results", "il.answer", "il.timers", "il.dlq", "$KV.il_secrets")
+            )
         )
         or any(op in s for op in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "PURGE"))
         or "DURABLE" in s
@@ -59,9 +67,11 @@ def test_templates_follow_the_layout() -> None:
         "$JS.API.CONSUMER.CREATE.KV_il_runs",
         "$JS.API.CONSUMER.CREATE.KV_il_runs.>",
     }
-    assert "$KV.il_secrets.>" in gateway.pub_deny
+    # The secrets' one-word keys (the task-token key) are the orchestrator's alone.
+    assert "$KV.il_secrets.*" in gateway.pub_deny
+    assert "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.*" in gateway.pub_deny
     operator = roles["operator"]
-    assert {"il.timers.>", "il.cap.>", "il.results.>", "$KV.il_secrets.>"} <= set(operator.pub_deny)
+    assert {"il.timers.>", "il.cap.>", "il.results.>", "$KV.il_secrets.*"} <= set(operator.pub_deny)
     assert "$JS.API.>" in operator.pub_allow
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from interlock.core.ids import capability_token
+from interlock.transport.logmac import LOG_KEY
 from interlock.transport.subjects import Subjects, inbox_prefix
 from interlock.transport.tasks import consumer_name
 
@@ -97,29 +98,43 @@ def _kv_stream(bucket: str) -> str:
 
 
 def secrets_bucket(subjects: Subjects) -> str:
-    """The KV bucket only the orchestrator may read (the task-token key lives there)."""
+    """The KV bucket of the installation's secrets: its one-word keys (the task-token
+    key) only the orchestrator may read; its ``shared.`` keys (the log key) the writers
+    of run logs read too."""
     return subjects.secrets_bucket
 
 
 def _no_secrets(subjects: Subjects) -> tuple[str, ...]:
     """The JetStream API subjects that read, change or remove the secrets bucket's stream,
-    and its KV subjects. Left allowed: ``STREAM.INFO`` and ``STREAM.CREATE`` (the CLI
-    provisions an installation's streams and buckets before the orchestrator first runs;
-    an empty bucket holds nothing). API subjects name the stream as their 5th or 6th token
-    (``STREAM.MSG.GET.<s>``, ``DIRECT.GET.<s>.<subject>``, ``CONSUMER.CREATE.<s>.<c>.<f>``,
-    ``CONSUMER.DURABLE.CREATE.<s>.<c>``, ...)."""
+    and the KV subjects of its one-word keys (the orchestrator's alone). Left allowed:
+    ``STREAM.INFO`` and ``STREAM.CREATE`` (the CLI provisions an installation's streams
+    and buckets before the orchestrator first runs; an empty bucket holds nothing), and the
+    ``shared.`` keys: the direct get of one key by its subject (``DIRECT.GET.<s>.<subject>``,
+    which takes no request body, so it reads that key and nothing else) and its put (the
+    bucket refuses a second value for a key: a put can only make a key that is not there
+    yet). API subjects name the stream as their 5th or 6th token (``STREAM.MSG.GET.<s>``,
+    ``CONSUMER.CREATE.<s>.<c>.<f>``, ``CONSUMER.DURABLE.CREATE.<s>.<c>``, ...)."""
     bucket = secrets_bucket(subjects)
     stream = _kv_stream(bucket)
     five = [f"{JS_API}.STREAM.{op}.{stream}" for op in _STREAM_OPS]
     five += [f"{JS_API}.CONSUMER.{op}.{stream}" for op in _CONSUMER_OPS]
     return (
-        f"$KV.{bucket}.>",
+        f"$KV.{bucket}.*",
         *five,
         f"{JS_API}.DIRECT.GET.{stream}",
-        f"{JS_API}.*.*.{stream}.>",
+        f"{JS_API}.DIRECT.GET.{stream}.$KV.{bucket}.*",
+        f"{JS_API}.CONSUMER.*.{stream}.>",
         f"{JS_API}.*.*.*.{stream}",
         f"{JS_API}.*.*.*.{stream}.>",
     )
+
+
+def _log_key(subjects: Subjects) -> tuple[str, ...]:
+    """What a writer of run logs needs of the log key: read it (a direct get of its one
+    subject) and make it when it is not there yet (see interlock.transport.logmac)."""
+    bucket = secrets_bucket(subjects)
+    key = f"$KV.{bucket}.{LOG_KEY}"
+    return (f"{JS_API}.DIRECT.GET.{_kv_stream(bucket)}.{key}", key)
 
 
 _STREAM_OPS = ("UPDATE", "DELETE", "PURGE", "SNAPSHOT", "RESTORE")
@@ -183,6 +198,8 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
         f"{JS_API}.STREAM.MSG.GET.*",
         f"{JS_API}.STREAM.MSG.DELETE.{s.dead_letter_stream}",
         f"$KV.{s.deliveries_bucket}.>",
+        # The log key (it writes run logs): see _log_key.
+        *_log_key(s),
         "$JS.FC.>",
         # Queue depth per capability (GET /agents): the task consumers' info, read only.
         f"{JS_API}.CONSUMER.INFO.{s.tasks_stream}.*",

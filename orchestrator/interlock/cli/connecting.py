@@ -95,6 +95,7 @@ def with_client(
         from interlock.runtime.errors import EventTooLarge
         from interlock.transport.connection import connect
         from interlock.transport.errors import ConnectionFailed
+        from interlock.transport.logmac import LogKeyUnavailable, SecretDamaged
         from interlock.transport.refusals import PermissionRefused, parse_refusal, refusable
 
         async def on_error(exc: Exception) -> None:
@@ -125,6 +126,8 @@ def with_client(
             raise CliError(str(exc), EXIT_FAILED) from exc
         except InvalidRunId as exc:
             raise CliError(str(exc)) from exc
+        except (SecretDamaged, LogKeyUnavailable) as exc:
+            raise CliError(str(exc), EXIT_FAILED) from exc
         except MaxPayloadError as exc:
             raise CliError(
                 f"a message is larger than the server accepts ({exc or 'max_payload'})",

@@ -26,6 +26,7 @@ from interlock.sdk import Worker
 from interlock.sdk.runner import load_worker
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import NatsServerFailed, NatsServerNotFound
+from interlock.transport.logmac import SecretDamaged
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.dev")
@@ -252,6 +253,9 @@ def run_dev(
     except eventloop.EventLoopError as exc:
         sys.stderr.write(f"interlock dev: {exc}\n")
         return 2
+    except SecretDamaged as exc:
+        sys.stderr.write(f"interlock dev: {exc}\n")
+        return 1
     finally:
         server.stop()
         print("stopped", flush=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interlock.cli.common import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -24,6 +25,7 @@ from interlock.cli.connecting import (
 from interlock.runtime import eventloop
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import ConnectionFailed
+from interlock.transport.logmac import SecretDamaged
 
 if TYPE_CHECKING:
     from interlock.runtime.retention import Policy
@@ -224,6 +226,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     except eventloop.EventLoopError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
+    except SecretDamaged as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK

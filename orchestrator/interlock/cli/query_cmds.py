@@ -250,6 +250,8 @@ def _describe_table(d: RunDescription) -> None:
         )
     if d.outputs is not None:
         print(f"\noutputs      {show(d.outputs)}")
+    for warning in d.warnings:
+        print(f"\nwarning      {warning}")
 
 
 async def cmd_delete_workflow(client: Client, args: argparse.Namespace) -> int:

@@ -352,9 +352,15 @@ class Client:
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        records = await self.records(run_id)
+        async with no_stream_is_no_run(run_id):
+            found = await self._ops.log.read_checked(run_id)
+        records = [r for _, payload in found.messages for r in ev.decode_batch(payload)]
+        if not records:
+            raise UnknownRun(run_id)
         state = fold(records)
-        return describe_run(records, await catalog.outline_of_run(self._ops, state), state=state)
+        outline = await catalog.outline_of_run(self._ops, state)
+        warnings = [f.warning() for f in found.foreign]
+        return describe_run(records, outline, state=state, warnings=warnings)
 
     async def runs(
         self,

@@ -41,7 +41,8 @@ from interlock.core import events as ev
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient
-from interlock.transport.directget import LogReadError, read_subject
+from interlock.runtime.foreign import Foreign
+from interlock.transport.directget import LogReadError
 
 MAX_RECORDS = 200_000
 """Records kept over all runs by default (a few hundred MB at most for large records)."""
@@ -77,6 +78,8 @@ class CachedLog:
     encoded: list[bytes] = field(default_factory=list)
     """Each record as its CloudEvent JSON, as ``GET /runs/{id}/log`` sends it."""
     state: RunState = field(default_factory=RunState)
+    foreign: list[Foreign] = field(default_factory=list)
+    """The messages of its log skipped as foreign (``describe`` warns of each)."""
     described: tuple[int, views.RunDescription] | None = None
     """The description at ``last_seq`` (recomputed once the log moved)."""
 
@@ -134,16 +137,18 @@ class RunLogs:
             async with held.lock:
                 cached = self._kept.get(run_id) or CachedLog(run_id)
                 async with no_stream_is_no_run(run_id):
-                    raw = await self._ops.log.read_raw(run_id, after=cached.last_seq)
+                    found = await self._ops.log.read_checked(run_id, after=cached.last_seq)
+                raw = found.messages
                 if not raw and not cached.records:
                     raise UnknownRun(run_id)
+                cached.foreign.extend(found.foreign)
+                cached.last_seq = found.last
                 if raw:
                     self.reads += len(raw)
                     added = [r for _, payload in raw for r in ev.decode_batch(payload)]
                     cached.records.extend(added)
                     cached.encoded.extend(ev.encode(r) for r in added)
                     cached.state = fold(added, cached.state)
-                    cached.last_seq = raw[-1][0]
                 self._keep(cached)
                 return cached
         finally:
@@ -168,7 +173,12 @@ class RunLogs:
         if cached.described is not None and cached.described[0] == cached.last_seq:
             return cached.described[1]
         outline = await outline_of_run(self._ops, cached.state)
-        described = views.describe_run(cached.records, outline, state=cached.state)
+        described = views.describe_run(
+            cached.records,
+            outline,
+            state=cached.state,
+            warnings=[f.warning() for f in cached.foreign],
+        )
         cached.described = (cached.last_seq, described)
         return described
 
@@ -189,21 +199,23 @@ class RunLogs:
         stream, subject = ops.subjects.runs_stream, ops.subjects.run(run_id)
         wanted = offset + limit
         async with no_stream_is_no_run(run_id):
-            raw = await read_subject(ops.nc, stream, subject, limit=wanted + 1)
+            found = await ops.log.read_checked(run_id, limit=wanted + 1)
+        raw = found.messages
         if not raw:
             raise UnknownRun(run_id)
-        self.head_reads += len(raw)
+        self.head_reads += len(raw) + len(found.foreign)
         records = [r for _, payload in raw for r in ev.decode_batch(payload)]
-        whole = len(raw) <= wanted
-        last = raw[-1][1] if whole else await self._last_message(stream, subject)
+        # Read to the end when fewer messages than asked for came (foreign ones count).
+        whole = len(raw) + len(found.foreign) <= wanted
+        last = raw[-1][1] if whole else await self._last_message(run_id, stream, subject)
         finished = last is not None and any(isinstance(r, _ENDINGS) for r in ev.decode_batch(last))
         more = len(records) > wanted or not whole
         return page_json(
             [ev.encode(r) for r in records[offset:wanted]], wanted if more else None, finished
         )
 
-    async def _last_message(self, stream: str, subject: str) -> bytes | None:
-        """The payload of the subject's last message (None: it has none)."""
+    async def _last_message(self, run_id: str, stream: str, subject: str) -> bytes | None:
+        """The payload of the run's last authenticated message (None: it has none)."""
         api = f"$JS.API.DIRECT.GET.{stream}"
         body = json.dumps({"last_by_subj": subject}).encode()
         msg = await self._ops.nc.request(api, body, timeout=_TIMEOUT)
@@ -212,4 +224,4 @@ class RunLogs:
             return None
         if status:
             raise LogReadError(f"reading the last message of {subject}: status {status}")
-        return msg.data
+        return await self._ops.log.last_record(run_id, msg.headers, msg.data)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import math
 import secrets
 from collections.abc import AsyncIterator, Iterable
@@ -34,6 +33,8 @@ from interlock.runtime.errors import (
     UnknownRun,
     UnknownWorkflow,
 )
+from interlock.runtime.foreign import REASON as FOREIGN_RECORD
+from interlock.runtime.foreign import index_entry
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry
 from interlock.runtime.runs import Runs
@@ -217,8 +218,10 @@ class InterlockClient:
     ) -> list[dict[str, Any]]:
         kv = await self.js.key_value(self.subjects.runs_bucket)
         out = []
-        for value in (await bucket_values(kv)).values():
-            item = json.loads(value)
+        for key, value in (await bucket_values(kv)).items():
+            item = index_entry(self.subjects.runs_bucket, key, value)
+            if item is None:
+                continue  # not an entry the orchestrator wrote (reported)
             if workflow and workflow not in (
                 item.get("workflow"),
                 f"{item.get('namespace')}/{item.get('workflow')}",
@@ -339,6 +342,11 @@ class DeadLetter:
             )
         if not self.subject:
             return "it does not name the subject its message came from"
+        if self.reason == FOREIGN_RECORD:
+            return (
+                f"it is a foreign message found in the run log {self.subject} (kept here to "
+                "look at): a run log takes only records Interlock writes"
+            )
         if subjects.is_answer_or_timer(self.subject):
             return (
                 f"it came on {self.subject}: answers come from agents and fired timers from "

@@ -9,6 +9,12 @@ guarded by ``Nats-Expected-Last-Subject-Sequence``: a writer with a stale view l
 re-reads and decides again, which is what makes several orchestrator replicas safe without
 locks.
 
+Every append carries its record MAC (:mod:`interlock.transport.logmac`), and every read
+checks it: a message on a run's subject that is not an authenticated record is foreign,
+left out of what is read and reported (:mod:`interlock.runtime.foreign`), and what it
+cost is only that it is skipped: the sequence of the last message read, foreign or not,
+is still what the next optimistic append expects.
+
 Reading uses batched direct gets (:mod:`interlock.transport.directget`: one request
 returns up to a thousand messages of one subject), so rebuilding a run after a restart
 costs one round trip per thousand decisions.
@@ -19,14 +25,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from nats.aio.client import Client
 
 from interlock.core import events as ev
+from interlock.runtime.foreign import Foreign, ForeignReport
 from interlock.runtime.groupcommit import GroupCommit
-from interlock.transport.directget import LogReadError, read_subject
+from interlock.transport.directget import LogReadError, read_entries
 from interlock.transport.errors import AppendConflict
+from interlock.transport.logmac import MAC_HEADER, LogKey, load_log_key
 from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
 
@@ -83,21 +92,93 @@ class RecordsTooLarge(ValueError):
         self.limit = limit
 
 
+@dataclass(slots=True)
+class LogRead:
+    """What a read of a run's log found."""
+
+    messages: list[tuple[int, bytes]] = field(default_factory=list)
+    """(stream sequence, encoded batch) of each authenticated message, in order."""
+    last: int = 0
+    """The stream sequence of the last message read, foreign or not (what an append
+    after this read expects); ``after`` when there was none."""
+    foreign: list[Foreign] = field(default_factory=list)
+    """The messages skipped: not records Interlock wrote."""
+
+
 class RunLog:
     """The run-log port over JetStream."""
 
-    def __init__(self, nc: Client, subjects: Subjects, *, group_commit: int = 0) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        group_commit: int = 0,
+        foreign: ForeignReport | None = None,
+    ) -> None:
         """``group_commit``: send appends in atomic batches of at least this many when
-        that many await their acknowledgement (0: never; see :mod:`groupcommit`)."""
+        that many await their acknowledgement (0: never; see :mod:`groupcommit`).
+        ``foreign``: told about each foreign message found (by default, a warning)."""
         self._nc = nc
         self._subjects = subjects
         self.group = GroupCommit(nc, self._append_one, group_commit) if group_commit else None
+        self.foreign = foreign or ForeignReport()
+        self._key: LogKey | None = None
+        self._loading: asyncio.Lock = asyncio.Lock()
+
+    async def key(self) -> LogKey:
+        """The installation's log key (read, or made, once).
+
+        Raises:
+            SecretDamaged: the stored key is damaged (see :mod:`interlock.transport.logmac`).
+        """
+        if self._key is None:
+            async with self._loading:
+                if self._key is None:
+                    self._key = await load_log_key(self._nc, self._subjects)
+        return self._key
 
     async def read_raw(self, run_id: str, after: int = 0) -> list[tuple[int, bytes]]:
-        """(stream sequence, encoded batch) of every message after stream sequence ``after``."""
-        return await read_subject(
-            self._nc, self._subjects.runs_stream, self._subjects.run(run_id), after
-        )
+        """(stream sequence, encoded batch) of every authenticated message after stream
+        sequence ``after`` (foreign ones left out, and reported)."""
+        return (await self.read_checked(run_id, after)).messages
+
+    async def read_checked(
+        self, run_id: str, after: int = 0, *, limit: int | None = None
+    ) -> LogRead:
+        """The messages after ``after`` (the first ``limit`` of them, foreign ones
+        included, when given), each checked: :class:`LogRead`."""
+        subject = self._subjects.run(run_id)
+        stream = self._subjects.runs_stream
+        entries = await read_entries(self._nc, stream, subject, after, limit=limit)
+        found = LogRead(last=entries[-1][0] if entries else after)
+        if not entries:
+            return found
+        key = self._key or await self.key()
+        for seq, headers, data in entries:
+            foreign = check_message(key, stream, subject, seq, headers, data)
+            if foreign is None:
+                found.messages.append((seq, data))
+                continue
+            found.foreign.append(foreign)
+            self.foreign.saw(foreign)
+        return found
+
+    async def last_record(
+        self, run_id: str, headers: dict[str, str] | None, data: bytes
+    ) -> bytes | None:
+        """The payload of the run's last authenticated message, given the run's last
+        message as a direct get answered it (``headers`` and ``data``): that one when it
+        is authenticated, else (it is foreign, and reported) the last one read back."""
+        seq = int((headers or {}).get("Nats-Sequence", "0") or 0)
+        subject = self._subjects.run(run_id)
+        key = self._key or await self.key()
+        found = check_message(key, self._subjects.runs_stream, subject, seq, headers, data)
+        if found is None:
+            return data
+        self.foreign.saw(found)
+        raw = await self.read_raw(run_id)
+        return raw[-1][1] if raw else None
 
     async def last_seq(self, run_id: str) -> int:
         """The stream sequence of the run's last message, as the stream leader knows it
@@ -121,15 +202,15 @@ class RunLog:
         direct get may come from a replica that has not applied the newest appends yet).
         """
         target = await self.last_seq(run_id) if consistent else 0
-        raw = await self.read_raw(run_id, after)
+        found = await self.read_checked(run_id, after)
         for attempt in range(20):
-            if (raw[-1][0] if raw else after) >= target:
+            if found.last >= target:
                 break
             # A replica behind the leader answered: it catches up within milliseconds.
             await asyncio.sleep(0.01 * (attempt + 1))
-            raw = await self.read_raw(run_id, after)
-        last = raw[-1][0] if raw else after
-        return [record for _, data in raw for record in ev.decode_batch(data)], last
+            found = await self.read_checked(run_id, after)
+        records = [record for _, data in found.messages for record in ev.decode_batch(data)]
+        return records, found.last
 
     async def append(
         self, run_id: str, records: Sequence[ev.Record], expected_last_seq: int
@@ -144,14 +225,46 @@ class RunLog:
         if len(payload) > limit:
             raise RecordsTooLarge(run_id, len(payload), limit)
         subject = self._subjects.run(run_id)
+        key = self._key or await self.key()
+        headers = {**_HEADERS, MAC_HEADER: key.mac(subject, payload)}
         if self.group is not None:
-            return await self.group.append(subject, _HEADERS, payload, expected_last_seq)
-        return await append_batch(self._nc, subject, [(_HEADERS, payload)], expected_last_seq)
+            return await self.group.append(subject, headers, payload, expected_last_seq)
+        return await append_batch(self._nc, subject, [(headers, payload)], expected_last_seq)
 
     async def _append_one(
         self, subject: str, headers: dict[str, str], data: bytes, expected: int
     ) -> int:
         return await append_batch(self._nc, subject, [(headers, data)], expected)
+
+
+def check_message(
+    key: LogKey, stream: str, subject: str, seq: int, headers: dict[str, str] | None, data: bytes
+) -> Foreign | None:
+    """None when the message at ``seq`` of ``stream`` is a record Interlock wrote on the run
+    log ``subject`` (its MAC checks out, or it predates the log key and decodes as
+    records), else what is wrong with it."""
+    # From before the key: records if they decode as records.
+    before = seq <= key.signed_after
+    why = _not_records(data) if before else key.refusal(subject, headers, data)
+    if why is None:
+        return None
+    return Foreign(stream, seq, subject, why, _stored_headers(headers or {}), data)
+
+
+def _not_records(data: bytes) -> str | None:
+    """Why ``data`` is not a batch of records (None: it is one)."""
+    try:
+        ev.decode_batch(data)
+    # Whatever the decoder says, it is not a batch of records.
+    except Exception as exc:  # noqa: BLE001
+        return f"it does not decode as records: {str(exc)[:200]}"
+    return None
+
+
+def _stored_headers(headers: dict[str, str]) -> dict[str, str]:
+    """A foreign message's own headers (without those the direct get added)."""
+    added = ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp")
+    return {k: v for k, v in headers.items() if k not in added and not k.startswith("Nats-Num-")}
 
 
 class MemoryRunLog:

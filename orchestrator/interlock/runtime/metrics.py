@@ -23,12 +23,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from interlock.core import events as ev
+from interlock.runtime import foreign
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.plaincounts import PlainCounter, PlainHistogram
@@ -216,6 +220,23 @@ class RunTracker(OrchestratorObserver):
 # --- the orchestrator's own counters --------------------------------------------------
 
 
+class _ForeignMessages(Collector):
+    """``interlock_foreign_messages_total``: messages in run logs and bucket values this
+    process skipped as not written by Interlock, by stream (each counted once; see
+    :mod:`interlock.runtime.foreign`)."""
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "interlock_foreign_messages",
+            "Messages in run logs, and bucket values, found not written by Interlock "
+            "(skipped, reported; each once per process)",
+            labels=["stream"],
+        )
+        for stream, count in sorted(foreign.COUNTS.items()):
+            family.add_metric([stream], count)
+        yield family
+
+
 class OrchestratorMetrics(OrchestratorObserver):
     """Counters and histograms of one orchestrator process.
 
@@ -301,6 +322,7 @@ class OrchestratorMetrics(OrchestratorObserver):
             "Inbound events that started or reached no run",
             registry=r,
         )
+        r.register(_ForeignMessages())
         self._keep_children(r)
 
     def _keep_children(self, r: CollectorRegistry) -> None:

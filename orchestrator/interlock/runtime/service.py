@@ -62,8 +62,10 @@ from interlock.runtime.answers import (
 )
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.flow import ControlFlow, to_incoming
+from interlock.runtime.foreign import REASON as FOREIGN_RECORD
+from interlock.runtime.foreign import Foreign, ForeignReport, dead_letter_foreign
 from interlock.runtime.keeper import TaskQueueKeeper
-from interlock.runtime.logstore import RecordsTooLarge, RunLog
+from interlock.runtime.logstore import RecordsTooLarge, RunLog, check_message
 from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
 from interlock.runtime.retention import Policy
@@ -154,8 +156,9 @@ class Orchestrator:
         self.js = jetstream(nc)
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
+        self.run_log = RunLog(nc, subjects, group_commit=group_commit, foreign=self._report())
         self.runs = Runs(
-            RunLog(nc, subjects, group_commit=group_commit),
+            self.run_log,
             self.registry,
             clock=clock,
             cache_size=cache_size,
@@ -250,8 +253,9 @@ class Orchestrator:
 
     async def _prepare(self) -> None:
         """Streams, the token key, definitions and task consumers: each step idempotent."""
-        await provision(self.js, self.subjects, replicas=self.replicas)
+        await provision(self.js, self.subjects, replicas=self.replicas, secrets=True)
         await self.answers.load()
+        await self.run_log.key()
         await self.registry.load()
         for capability in sorted(self.registry.known_capabilities()):
             await self._ensure_task_consumer(capability)
@@ -661,13 +665,21 @@ class Orchestrator:
         again: set[str] = set()
         dated: set[str] = set()
         oldest = time.monotonic() - DISPATCH_CHECK_AGE_S
+        key = await self.run_log.key()
         for msg in msgs:
             try:
                 # Appended by this process: its records are at hand, no need to decode,
                 # and the time of the append says whether they are old.
-                held = self.runs.appended(stream_sequence(msg))
+                seq = stream_sequence(msg)
+                held = self.runs.appended(seq)
                 if held is None:
-                    batch = ev.decode_batch(msg.data)
+                    stream = self.subjects.runs_stream
+                    found = check_message(key, stream, msg.subject, seq, msg.headers, msg.data)
+                    if found is not None:
+                        self.run_log.foreign.saw(found)
+                        batch = []  # not a record: acked below, never acted on
+                    else:
+                        batch = ev.decode_batch(msg.data)
                     if batch:
                         dated.add(batch[0].subject)
                 else:
@@ -1024,6 +1036,29 @@ class Orchestrator:
     ) -> None:
         """Feed a failure back through the results stream, like an agent's answer."""
         await self.answers.failed(record, error_class, message)
+
+    def _report(self) -> ForeignReport:
+        """What the run logs' reads tell of each foreign message they find: this process
+        dead-letters it."""
+        return ForeignReport(on_new=self._foreign)
+
+    def _foreign(self, found: Foreign) -> None:
+        """A foreign message in a run log (reported once per process): dead-letter it,
+        unless that was done before."""
+        if self._stopping.is_set():
+            return
+        task = asyncio.get_running_loop().create_task(self._dead_letter_foreign(found))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _dead_letter_foreign(self, found: Foreign) -> None:
+        try:
+            if await dead_letter_foreign(self.nc, self.subjects, found):
+                self.counters[f"dead_lettered:{FOREIGN_RECORD}"] += 1
+                self.observers.dead_lettered(FOREIGN_RECORD)
+        # It is still skipped by every reader; a later process dead-letters it.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not dead-letter the foreign message %s: %s", found.seq, exc)
 
     def _capabilities_learnt(self, capabilities: list[str]) -> None:
         """An AgentDef was applied: its capabilities' consumers are made now, so that its

@@ -36,7 +36,7 @@ from interlock.transport.consuming import (
     until_done,
 )
 from interlock.transport.jetstream import jetstream
-from interlock.transport.pulling import BatchReader
+from interlock.transport.pulling import BatchReader, deliveries
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.timers")
@@ -110,13 +110,28 @@ def read_fired(subject: str, data: bytes) -> tuple[str, str]:
     return run_id, timer_id
 
 
+MAX_TIMER_DELIVERIES = 10
+"""Deliveries of a fired timer tried before it is dead-lettered (``timer-failed``)."""
+
+
 class JetStreamTimers:
     """Timers as JetStream scheduled messages."""
 
-    def __init__(self, nc: Client, subjects: Subjects) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        max_deliveries: int = MAX_TIMER_DELIVERIES,
+        retry_cap: float = 30.0,
+    ) -> None:
+        """``max_deliveries``: deliveries of a fired timer that fails before it is
+        dead-lettered; ``retry_cap``: the longest wait between two (seconds)."""
         self._nc = nc
         self._js = jetstream(nc)
         self._subjects = subjects
+        self._max_deliveries = max_deliveries
+        self._retry_cap = retry_cap
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
 
@@ -164,13 +179,24 @@ class JetStreamTimers:
                         await msg.ack()
                     # The timer is retried; the loop goes on.
                     except Exception as exc:  # noqa: BLE001
-                        log.warning("timers: delivery failed, will retry: %s", exc)
-                        # Best effort: a message left unsettled comes again after its ack wait.
-                        with contextlib.suppress(Exception):
-                            await msg.nak(delay=1)
+                        await self._failed(msg, exc)
 
-    async def _dead_letter(self, msg: Msg, detail: str) -> None:
-        reason = "bad-timer"
+    async def _failed(self, msg: Msg, exc: Exception) -> None:
+        """A fired timer whose delivery failed: tried again, later each time (1, 2, 4 s ...
+        at most 30 s apart: some two minutes in all, longer than a JetStream leader
+        election or a server restart), then dead-lettered (``timer-failed``), so a timer
+        that cannot be handled is not retried for ever."""
+        delivered = deliveries(msg)
+        if delivered >= self._max_deliveries:
+            detail = f"delivery failed {delivered} times, the last: {exc}"
+            await self._dead_letter(msg, detail, reason="timer-failed")
+            return
+        log.warning("timers: delivery failed (%d), will retry: %s", delivered, exc)
+        # Best effort: a message left unsettled comes again after its ack wait.
+        with contextlib.suppress(Exception):
+            await msg.nak(delay=min(2.0 ** (delivered - 1), self._retry_cap))
+
+    async def _dead_letter(self, msg: Msg, detail: str, *, reason: str = "bad-timer") -> None:
         headers = dead_letter_headers(msg, reason, detail)
         with contextlib.suppress(Exception):
             meta = msg.metadata

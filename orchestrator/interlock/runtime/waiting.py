@@ -321,7 +321,7 @@ class RunWatcher:
             return None
         if status:
             raise LogReadError(f"reading the last record of {run_id}: status {status}")
-        return reply.data
+        return await self._log.last_record(run_id, reply.headers, reply.data)
 
 
 class _Pace:

@@ -29,6 +29,15 @@ async def read_subject(
     return await _read(nc, stream, subject, after, limit, named=False)  # type: ignore[return-value]
 
 
+async def read_entries(
+    nc: Client, stream: str, subject: str, after: int = 0, *, limit: int | None = None
+) -> list[tuple[int, dict[str, str], bytes]]:
+    """(stream sequence, headers, payload) of every message of ``subject`` after sequence
+    ``after`` (the first ``limit`` of them when given): :func:`read_subject` with each
+    message's headers as stored (and the server's ``Nats-*`` ones of the direct get)."""
+    return await _read(nc, stream, subject, after, limit, named=None)  # type: ignore[return-value]
+
+
 async def read_messages(
     nc: Client, stream: str, subjects: str, after: int = 0
 ) -> list[tuple[int, str, bytes]]:
@@ -39,9 +48,10 @@ async def read_messages(
 
 
 async def _read(
-    nc: Client, stream: str, subject: str, after: int, limit: int | None, *, named: bool
+    nc: Client, stream: str, subject: str, after: int, limit: int | None, *, named: bool | None
 ) -> list[tuple[int, bytes]] | list[tuple[int, str, bytes]]:
-    """The messages of ``subject`` after ``after``, each with its subject when ``named``.
+    """The messages of ``subject`` after ``after``, each with its subject when ``named``
+    (``None``: with its headers instead).
 
     A batch's messages are collected by the subscription's callback as they arrive and the
     reader wakes once per batch, when the server's end-of-batch notice (or "no message")
@@ -68,6 +78,8 @@ async def _read(
             ended.set_exception(LogReadError(f"reading {subject}: status {status}"))
         elif (seq := headers.get("Nats-Sequence")) is None:
             ended.set_exception(LogReadError(f"reading {subject}: a message without a sequence"))
+        elif named is None:
+            out.append((int(seq), headers, msg.data))
         elif named:
             out.append((int(seq), headers.get("Nats-Subject", ""), msg.data))
         else:

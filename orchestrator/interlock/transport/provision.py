@@ -86,8 +86,18 @@ def _stream(name: str, subjects: list[str], replicas: int, **settings: Any) -> d
     return config
 
 
-def _bucket(bucket: str, replicas: int, *, history: int, ttl_s: float = 0.0) -> dict[str, Any]:
-    # The layout NATS KV clients create and expect (nats-py create_key_value, ADR-8).
+def _bucket(
+    bucket: str,
+    replicas: int,
+    *,
+    history: int,
+    ttl_s: float = 0.0,
+    rollups: bool = True,
+    **settings: Any,
+) -> dict[str, Any]:
+    """The layout NATS KV clients create and expect (nats-py create_key_value, ADR-8).
+    ``rollups``: whether a message may carry ``Nats-Rollup`` (a KV purge does; on a bucket
+    other parties write, a rollup on one's own key would wipe everyone's)."""
     ttl = int(ttl_s * _NS)
     window = min(ttl, int(DUPLICATE_WINDOW_S * _NS)) if ttl else int(DUPLICATE_WINDOW_S * _NS)
     return _stream(
@@ -98,10 +108,11 @@ def _bucket(bucket: str, replicas: int, *, history: int, ttl_s: float = 0.0) -> 
         max_age=ttl,
         duplicate_window=window,
         max_msgs_per_subject=history,
-        allow_rollup_hdrs=True,
+        allow_rollup_hdrs=rollups,
         allow_msg_ttl=True,
         deny_delete=True,
         allow_direct=True,
+        **settings,
     )
 
 
@@ -151,10 +162,20 @@ def desired_configs(
         _stream(s.audit_stream, [s.audit_all], replicas, deny_delete=True, deny_purge=True),
         _bucket(s.workflows_bucket, replicas, history=64),
         _bucket(s.agents_bucket, replicas, history=16),
-        _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),
+        # Agents write their own heartbeats here: no rollups (one on an agent's own key
+        # would purge every other key), and nothing of Interlock's purges a heartbeat.
+        _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S, rollups=False),
         _bucket(s.runs_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
-        _bucket(s.secrets_bucket, replicas, history=1),
+        # A secret is written once: a second value for a key is refused (by anyone, a
+        # message reflected there included), and no rollup can purge one.
+        _bucket(
+            s.secrets_bucket,
+            replicas,
+            history=1,
+            rollups=False,
+            discard_new_per_subject=True,
+        ),
         _bucket(s.webhooks_bucket, replicas, history=16),
         _bucket(s.http_tokens_bucket, replicas, history=1),
         # A delivery is remembered for its webhook's replay window, at most this long.
@@ -171,10 +192,13 @@ async def provision(
     *,
     replicas: int = 1,
     event_max_age_s: float = 7 * 86400,
+    secrets: bool = False,
 ) -> None:
     """Create the streams and buckets of ``subjects``, or update those that differ.
 
-    Idempotent: a stream whose settings already match is left alone.
+    Idempotent: a stream whose settings already match is left alone. The secrets bucket
+    is updated only with ``secrets`` (the orchestrator's: no other role may change it);
+    others create it when it is missing.
 
     Raises:
         JetStreamAPIError: the server refused a configuration (for example a setting that
@@ -186,6 +210,8 @@ async def provision(
         current = await _stream_config(nc, prefix, name)
         if current is None:
             await _api(nc, f"{prefix}.STREAM.CREATE.{name}", desired, f"create stream {name}")
+            continue
+        if name == f"KV_{subjects.secrets_bucket}" and not secrets:
             continue
         # Never scale a stream down by accident: a process started without
         # INTERLOCK_REPLICAS must not turn R3 streams back into R1.

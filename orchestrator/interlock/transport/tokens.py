@@ -16,6 +16,7 @@ from typing import Final
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from interlock.transport.logmac import MIN_KEY_BYTES, SecretDamaged
 from interlock.transport.subjects import Subjects
 
 TOKEN_KEY: Final = "task-token-key"  # noqa: S105 - the name of a KV key
@@ -33,7 +34,7 @@ class TaskTokens:
     same HMAC again; any other is computed as before."""
 
     def __init__(self, key: bytes) -> None:
-        if len(key) < 16:
+        if len(key) < MIN_KEY_BYTES:
             raise ValueError("a task-token key needs at least 16 bytes")
         self._key = key
         self._made: OrderedDict[str, str] = OrderedDict()
@@ -63,6 +64,28 @@ class TaskTokens:
         return hmac.compare_digest(expected.encode(), token.encode())
 
 
+_AFTER_NEW_TOKENS = (
+    "Tasks dispatched under the old key are answered with tokens it made: those answers "
+    "are refused, and the tasks time out and are retried."
+)
+
+
+def _token_key(bucket: str, value: bytes) -> bytes:
+    """The task-token key from its stored value (base64 of at least 16 bytes).
+
+    Raises:
+        SecretDamaged: it is not one.
+    """
+    try:
+        key = base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise SecretDamaged(bucket, TOKEN_KEY, "not base64", _AFTER_NEW_TOKENS) from None
+    if len(key) < MIN_KEY_BYTES:
+        why = f"{len(key)} bytes, at least {MIN_KEY_BYTES} are needed"
+        raise SecretDamaged(bucket, TOKEN_KEY, why, _AFTER_NEW_TOKENS)
+    return key
+
+
 def _attempt_of(capability: str, run_id: str, action_id: str, attempt: int) -> str:
     """The text a token is the HMAC of: the attempt it is for."""
     return f"{capability}\n{run_id}\n{action_id}\n{attempt}"
@@ -79,10 +102,7 @@ async def load_token_key(js: JetStreamContext, subjects: Subjects) -> bytes:
         except KeyNotFoundError:
             pass
         else:
-            try:
-                return base64.b64decode(entry.value or b"", validate=True)
-            except binascii.Error as exc:
-                raise ValueError(f"{subjects.secrets_bucket}/{TOKEN_KEY} is not base64") from exc
+            return _token_key(subjects.secrets_bucket, entry.value or b"")
         key = secrets.token_bytes(32)
         try:
             await kv.create(TOKEN_KEY, base64.b64encode(key))

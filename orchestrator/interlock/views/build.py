@@ -169,10 +169,12 @@ def describe_run(
     definition: WorkflowOutline | Definition | None = None,
     *,
     state: RunState | None = None,
+    warnings: Sequence[str] = (),
 ) -> RunDescription:
     """Everything about a run from its log (and the outline of the definition it runs, or
     that definition, for what it waits for; without either ``waiting_for`` is empty).
-    ``state``: the log folded already."""
+    ``state``: the log folded already. ``warnings``: what the read of the log found wrong
+    (foreign messages skipped)."""
     state = state if state is not None else fold(records)
     if definition is not None and not isinstance(definition, WorkflowOutline):
         definition = outline_of(definition)
@@ -236,6 +238,7 @@ def describe_run(
         parent_run=state.parent.run_id if state.parent is not None else None,
         trigger=state.trigger,
         guard_errors=guard_errors(records),
+        warnings=list(warnings),
     )
 
 

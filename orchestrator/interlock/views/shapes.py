@@ -171,6 +171,9 @@ class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     """The CloudEvent that started the run, when a trigger did."""
     guard_errors: list[GuardErrorView] = []
     """Every guard of the run that failed to evaluate, and what the run did instead."""
+    warnings: list[str] = []
+    """What reading the run's log found wrong: each message in it that is not a record
+    Interlock wrote (a foreign message, skipped), where it is and why."""
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

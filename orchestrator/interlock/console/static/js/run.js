@@ -102,6 +102,8 @@ export async function runPage(root, runId, _params, current) {
 
   const header = h("div", { class: "title-row" });
   const meta = h("dl", { class: "meta" });
+  // What reading the log found wrong: messages in it Interlock did not write (skipped).
+  const warned = h("div", { class: "log-warnings", role: "status" });
   const now = h("section", { "aria-labelledby": "now-h" });
   const ending = h("section", { "aria-labelledby": "end-h" });
   const picture = h("div", { class: "diagram-box", tabindex: "-1" });
@@ -137,6 +139,7 @@ export async function runPage(root, runId, _params, current) {
     const trace = traceLink(settings.trace_url, runId, records);
     if (trace) items.push(["Trace", trace]);
     meta.replaceChildren(...items.filter(Boolean).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+    warned.replaceChildren(...(desc?.warnings || []).map((w) => h("p", { class: "warning" }, w)));
   }
 
   function drawNow() {
@@ -429,6 +432,7 @@ export async function runPage(root, runId, _params, current) {
   add(root,
     header,
     meta,
+    warned,
     now,
     h("section", { "aria-labelledby": "diagram-h" },
       h("h2", { id: "diagram-h" }, "Diagram"),

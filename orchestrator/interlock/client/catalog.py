@@ -3,7 +3,6 @@ read from the buckets as stored (listing compiles nothing), and a workflow delet
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from interlock.client.errors import UnknownAgent
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import UnknownWorkflow
+from interlock.runtime.foreign import bucket_object, version_of
 from interlock.transport.kvread import bucket_values, stored_keys
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
 from interlock.views.build import agent_view, workflow_detail_of, workflow_summary_of
@@ -38,11 +38,19 @@ async def catalog(ops: InterlockClient) -> Catalog:
         if not key.startswith("latest."):
             continue
         _, ns, name = key.split(".", 2)
-        pointer = json.loads(value)
-        version = int(pointer.get("version", 0))
-        stored = values.get(f"wf.{ns}.{name}.{version}")
-        manifest = json.loads(stored).get("manifest", {}) if stored else {}
-        out[(ns, name)] = (version, str(pointer.get("spec_hash", "")), manifest)
+        bucket = ops.subjects.workflows_bucket
+        pointer = bucket_object(bucket, key, value)
+        version = version_of(pointer)
+        if pointer is None or version is None:
+            continue  # not a pointer Interlock wrote (reported)
+        body_key = f"wf.{ns}.{name}.{version}"
+        body = bucket_object(bucket, body_key, values[body_key]) if body_key in values else None
+        manifest = body.get("manifest") if body is not None else None
+        out[(ns, name)] = (
+            version,
+            str(pointer.get("spec_hash", "")),
+            manifest if isinstance(manifest, dict) else {},
+        )
     return out
 
 

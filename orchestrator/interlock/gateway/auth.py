@@ -30,6 +30,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from interlock.runtime.foreign import bucket_object
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
@@ -103,6 +104,14 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+def _caller(body: dict[str, Any]) -> Caller | None:
+    """The caller a stored token stands for (None: the value is not one Interlock wrote)."""
+    name, role, events = body.get("name"), body.get("role"), body.get("events", [])
+    if not isinstance(name, str) or not isinstance(role, str) or not isinstance(events, list):
+        return None
+    return Caller(name, role, tuple(str(e) for e in events))
+
+
 @dataclass
 class Tokens:
     """Issues, lists, revokes and checks the gateway's bearer tokens."""
@@ -154,8 +163,13 @@ class Tokens:
         kv = await self.kv()
         out = []
         for key, value in (await bucket_values(kv)).items():
-            if key.startswith("t.") and value:
-                out.append({"key": key, **json.loads(value)})
+            body = (
+                bucket_object(self.subjects.http_tokens_bucket, key, value)
+                if key.startswith("t.") and value
+                else None
+            )
+            if body is not None and isinstance(body.get("name"), str):
+                out.append({**body, "key": key})
         out.sort(key=lambda item: str(item["name"]))
         return out
 
@@ -182,9 +196,10 @@ class Tokens:
         found: Caller | None = None
         try:
             entry = await kv.get(key)
-            if entry.value:
-                body = json.loads(entry.value)
-                found = Caller(body["name"], body["role"], tuple(body.get("events", [])))
+            body = bucket_object(
+                self.subjects.http_tokens_bucket, key, entry.value, entry.revision or 0
+            )
+            found = _caller(body) if body is not None else None
         except KeyNotFoundError:
             found = None
         if len(self._cache) > 10_000:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import Any
 
@@ -21,6 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from interlock.runtime.foreign import index_entry
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.kvread import newest_revision
 from interlock.transport.subjects import Subjects
@@ -108,12 +108,15 @@ class RunList:
                     self._items.pop(entry.key, None)
                     self._tell(entry.key, None)
                 else:
-                    try:
-                        self._items[entry.key] = json.loads(entry.value)
-                    except ValueError:
-                        log.warning("run index entry %s is not JSON: left out", entry.key)
+                    item = index_entry(
+                        self._subjects.runs_bucket, entry.key, entry.value, entry.revision or 0
+                    )
+                    if item is None:  # not an entry the orchestrator wrote (reported)
+                        self._items.pop(entry.key, None)
+                        self._tell(entry.key, None)
                     else:
-                        self._tell(entry.key, self._items[entry.key])
+                        self._items[entry.key] = item
+                        self._tell(entry.key, item)
                 if entry.revision is not None:
                     self._applied = max(self._applied, entry.revision)
                 self._moved.set()

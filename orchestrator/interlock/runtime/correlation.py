@@ -18,6 +18,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from interlock.runtime.foreign import bucket_list, foreign_value
 from interlock.transport.cloudevents import CloudEvent, encode_structured, from_dict
 from interlock.transport.directget import read_subject
 from interlock.transport.jetstream import jetstream
@@ -49,7 +50,7 @@ class CorrelationIndex:
         for _ in range(20):
             try:
                 entry = await kv.get(token)
-                runs = json.loads(entry.value or b"[]")
+                runs = self._runs_of(token, entry)
                 revision = entry.revision
             except KeyNotFoundError:
                 runs, revision = [], None
@@ -78,7 +79,7 @@ class CorrelationIndex:
                 entry = await kv.get(token)
             except KeyNotFoundError:
                 return
-            runs = [r for r in json.loads(entry.value or b"[]") if r != run_id]
+            runs = [r for r in self._runs_of(token, entry) if r != run_id]
             try:
                 if runs:
                     await kv.update(token, json.dumps(runs).encode(), last=entry.revision)
@@ -92,10 +93,19 @@ class CorrelationIndex:
     async def runs(self, namespace: str, workflow: str, key: str) -> list[str]:
         kv = await self._bucket()
         try:
-            entry = await kv.get(key_token(namespace, workflow, key))
+            token = key_token(namespace, workflow, key)
+            entry = await kv.get(token)
         except KeyNotFoundError:
             return []
-        return list(json.loads(entry.value or b"[]"))
+        return self._runs_of(token, entry)
+
+    def _runs_of(self, token: str, entry: Any) -> list[str]:
+        """The run ids a correlation entry holds (what else it holds is left out, reported)."""
+        found = bucket_list(self._subjects.correlation_bucket, token, entry.value, entry.revision)
+        runs = [r for r in found if isinstance(r, str)]
+        if len(runs) != len(found):
+            foreign_value(self._subjects.correlation_bucket, token, "not a list of run ids")
+        return runs
 
     async def park(self, namespace: str, workflow: str, key: str, event: CloudEvent) -> None:
         headers, payload = encode_structured(event)
@@ -109,4 +119,11 @@ class CorrelationIndex:
     async def parked(self, namespace: str, workflow: str, key: str) -> list[CloudEvent]:
         subject = self._subjects.parked(key_token(namespace, workflow, key))
         raw = await read_subject(self._nc, self._subjects.parked_stream, subject)
-        return [from_dict(json.loads(data)) for _, data in raw]
+        events = []
+        for seq, data in raw:
+            try:
+                events.append(from_dict(json.loads(data)))
+            # Not an event Interlock parked: left out, reported.
+            except Exception:  # noqa: BLE001
+                foreign_value(self._subjects.parked_stream, subject, "not a CloudEvent", seq)
+        return events

@@ -25,7 +25,17 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from interlock.runtime.errors import UnknownWorkflow
+from interlock.runtime.foreign import NOT_WRITTEN_HERE as NOT_OURS
+from interlock.runtime.foreign import (
+    agent_spec,
+    bucket_object,
+    entry_object,
+    pointed_version,
+    version_of,
+    workflow_body,
+)
 from interlock.runtime.revisions import Revisions
+from interlock.runtime.versions import store_version
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
@@ -125,17 +135,21 @@ class Registry:
         while True:
             try:
                 entry = await workflows.get(latest_key)
-                pointer = json.loads(entry.value or b"{}")
+                # A pointer Interlock did not write is replaced, as a missing one would be.
+                pointer = entry_object(self._subjects.workflows_bucket, entry) or {}
                 revision = entry.revision
             except KeyNotFoundError:
                 pointer, revision = {}, None
-            if pointer.get("spec_hash") == definition.spec_hash:
-                return Applied("Workflow", ns, name, int(pointer["version"]), False)
-            current = int(pointer.get("version", 0))
+            pointed = version_of(pointer)
+            if pointed is not None and pointer.get("spec_hash") == definition.spec_hash:
+                return Applied("Workflow", ns, name, pointed, False)
+            current = pointed or 0
             version = (
                 mine
                 if mine > current
-                else await self._store_version(workflows, definition, current + 1)
+                else await store_version(
+                    workflows, self._subjects.workflows_bucket, definition, current + 1
+                )
             )
             mine = version
             new_pointer = json.dumps({"version": version, "spec_hash": definition.spec_hash})
@@ -153,38 +167,6 @@ class Registry:
             self._latest[(ns, name)] = version
             self._compiled[(ns, name, version)] = definition
             return Applied("Workflow", ns, name, version, True)
-
-    async def _store_version(self, workflows: KeyValue, definition: Definition, first: int) -> int:
-        """Store the manifest under the first free version number from ``first`` on.
-
-        A version, once written, never changes (runs on it fold with it): a number taken by
-        a concurrent apply of other content is skipped, never overwritten. The same content
-        found there (an apply that stopped before moving the pointer) is taken over.
-        """
-        from interlock.views.outline import encode_outline, outline_of
-
-        ns, name = definition.namespace, definition.name
-        outline = encode_outline(outline_of(definition))
-        version = first
-        while True:
-            body = json.dumps(
-                {
-                    "version": version,
-                    "spec_hash": definition.spec_hash,
-                    "manifest": dict(definition.manifest),
-                    "outline": outline,
-                }
-            ).encode()
-            key = f"wf.{ns}.{name}.{version}"
-            try:
-                await workflows.create(key, body)
-            except KeyWrongLastSequenceError:
-                taken = json.loads((await workflows.get(key)).value or b"{}")
-                if taken.get("spec_hash") == definition.spec_hash:
-                    return version
-                version += 1
-            else:
-                return version
 
     async def apply_agent(self, agent: AgentDefinition) -> Applied:
         _, agents = await self._kv()
@@ -257,7 +239,10 @@ class Registry:
             raise UnknownWorkflow(
                 f"workflow {namespace}/{name} version {version} is not applied"
             ) from None
-        return dict(json.loads(entry.value or b"{}"))
+        body = workflow_body(self._subjects.workflows_bucket, entry)
+        if body is None:
+            raise UnknownWorkflow(f"workflow {namespace}/{name} version {version}: {NOT_OURS}")
+        return body
 
     async def stored(self, namespace: str, name: str, version: int) -> StoredWorkflow:
         """Version ``version`` of a workflow as stored, with its outline, compiling
@@ -301,7 +286,9 @@ class Registry:
             raise UnknownWorkflow(
                 f"workflow {ns}/{name} is not applied (interlock apply FILE)"
             ) from None
-        version = int(json.loads(entry.value or b"{}")["version"])
+        version = pointed_version(self._subjects.workflows_bucket, entry)
+        if version is None:
+            raise UnknownWorkflow(f"workflow {ns}/{name}: {NOT_OURS}")
         self._latest[(ns, name)] = version
         return version
 
@@ -311,12 +298,18 @@ class Registry:
         for key, value in (await bucket_values(workflows)).items():
             if key.startswith("latest."):
                 _, ns, name = key.split(".", 2)
-                out.append({"namespace": ns, "name": name, **json.loads(value)})
+                pointer = bucket_object(self._subjects.workflows_bucket, key, value)
+                if version_of(pointer) is None:
+                    continue  # not a pointer Interlock wrote (reported)
+                out.append({**(pointer or {}), "namespace": ns, "name": name})
         return out
 
     async def agent_specs(self) -> dict[str, dict[str, Any]]:
         _, agents = await self._kv()
-        return {key: json.loads(value) for key, value in (await bucket_values(agents)).items()}
+        bucket = self._subjects.agents_bucket
+        values = (await bucket_values(agents)).items()
+        # Those that are no AgentDef Interlock wrote are left out (reported).
+        return {k: spec for k, v in values if (spec := agent_spec(bucket, k, v)) is not None}
 
     async def current_agents(self) -> None:
         """Make the AgentDefs known here current before a run is started with them.
@@ -479,9 +472,10 @@ class Registry:
             if entry.value and entry.key.startswith("latest."):
                 try:
                     _, ns, name = entry.key.split(".", 2)
-                    version = int(json.loads(entry.value)["version"])
-                    await self.definition(ns, name, version)
-                    self._latest[(ns, name)] = version
+                    version = pointed_version(self._subjects.workflows_bucket, entry)
+                    if version is not None:  # else reported
+                        await self.definition(ns, name, version)
+                        self._latest[(ns, name)] = version
                 # One bad definition must not stop the registry.
                 except Exception as exc:  # noqa: BLE001
                     log.warning("cannot load workflow %s: %s", entry.key, exc)
@@ -495,6 +489,7 @@ class Registry:
                 continue
             if entry.value:
                 # One bad stored definition must not stop the others loading (logged there).
+                spec = entry_object(self._subjects.agents_bucket, entry)
                 with contextlib.suppress(Exception):
-                    self._learn_agent(entry.key, json.loads(entry.value))
+                    self._learn_agent(entry.key, spec or {})
             await self.revisions.seen(self._subjects.agents_bucket, entry.revision or 0)

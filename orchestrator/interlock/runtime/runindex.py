@@ -8,7 +8,6 @@ log position it reflects and only moves forward, and is written with compare-and
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,6 +19,7 @@ from nats.js.kv import KeyValue
 
 from interlock.core import events as ev
 from interlock.core.vocabulary import FINISHED, RunStatus
+from interlock.runtime.foreign import index_entry
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
 from interlock.transport.provision import append_batch, append_soon
@@ -136,8 +136,13 @@ class RunIndex:
             # Never written, or deleted by hand: then write over the tombstone.
             tombstone = getattr(exc, "entry", None)
             return {"run_id": key}, (tombstone.revision if tombstone is not None else None)
-        current: dict[str, Any] = json.loads(entry.value or b"{}")
-        return current, entry.revision
+        current = (
+            index_entry(self._subjects.runs_bucket, key, entry.value, entry.revision or 0)
+            if entry.value
+            else None
+        )
+        # Not an entry written here (reported): written over, as if there were none.
+        return current or {"run_id": key}, entry.revision
 
     def _remember(self, key: str, current: dict[str, Any], revision: int) -> None:
         if current.get("status") in FINISHED:

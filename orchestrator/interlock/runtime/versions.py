@@ -1,0 +1,51 @@
+"""Storing a workflow version: under the first free number, never over another's."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from nats.js.errors import KeyWrongLastSequenceError
+
+from interlock.runtime.foreign import entry_object
+
+if TYPE_CHECKING:
+    from nats.js.kv import KeyValue
+
+    from interlock.core.definition import Definition
+
+
+async def store_version(
+    workflows: KeyValue, bucket: str, definition: Definition, first: int
+) -> int:
+    """Store the manifest under the first free version number from ``first`` on.
+
+    A version, once written, never changes (runs on it fold with it): a number taken by
+    a concurrent apply of other content is skipped, never overwritten. The same content
+    found there (an apply that stopped before moving the pointer) is taken over.
+    """
+    from interlock.views.outline import encode_outline, outline_of
+
+    ns, name = definition.namespace, definition.name
+    outline = encode_outline(outline_of(definition))
+    version = first
+    while True:
+        body = json.dumps(
+            {
+                "version": version,
+                "spec_hash": definition.spec_hash,
+                "manifest": dict(definition.manifest),
+                "outline": outline,
+            }
+        ).encode()
+        key = f"wf.{ns}.{name}.{version}"
+        try:
+            await workflows.create(key, body)
+        except KeyWrongLastSequenceError:
+            entry = await workflows.get(key)
+            taken = entry_object(bucket, entry)
+            if taken is not None and taken.get("spec_hash") == definition.spec_hash:
+                return version
+            version += 1
+        else:
+            return version

@@ -7,6 +7,7 @@ different tests never collide on the shared server.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -23,6 +24,12 @@ from interlock.transport.subjects import Subjects
 # slow, and a health check or deadline tripping on that says nothing about the code.
 settings.register_profile("interlock", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("interlock")
+
+# `interlock dev` records where it serves for the CLI (interlock.auth.dev.context_file):
+# the tests' runs of it record in a folder of their own, never in the user's.
+os.environ["INTERLOCK_CONTEXT"] = os.path.join(
+    tempfile.mkdtemp(prefix="interlock-ctx-"), "dev.json"
+)
 
 
 @pytest.fixture(scope="session")

@@ -383,7 +383,7 @@ def listening(url: str) -> bool:
         return s.connect_ex((host, int(port))) == 0
 
 
-def start_dev(data_dir: Path) -> tuple[Background, str]:
+def start_dev(data_dir: Path, **env: str) -> tuple[Background, str]:
     dev = interlock_bg(
         "dev",
         "--port",
@@ -392,7 +392,7 @@ def start_dev(data_dir: Path) -> tuple[Background, str]:
         "0",
         "--data-dir",
         str(data_dir),
-        env=cli_env("", "il"),
+        env=cli_env("", "il", **env),
         cwd=data_dir,
     )
     url = dev.wait_for(r"export INTERLOCK_URL=(\S+)", timeout=20).group(1)
@@ -404,13 +404,25 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     (tmp_path / "hello.yaml").write_text(HELLO)
-    dev, url = start_dev(data_dir)
+    context = str(tmp_path / "config" / "dev.json")
+    dev, url = start_dev(data_dir, INTERLOCK_CONTEXT=context)
     operator = str(data_dir / "creds" / "operator.creds")
     try:
-        # Authentication is on: without a credential the CLI is refused.
-        refused = run_cli("runs", env=cli_env(url, "il"), cwd=tmp_path)
+        # Authentication is on: without a credential (and nothing recorded where this
+        # CLI looks) the CLI is refused, and told what to set.
+        nowhere = str(tmp_path / "elsewhere" / "dev.json")
+        refused = run_cli("runs", env=cli_env(url, "il", INTERLOCK_CONTEXT=nowhere), cwd=tmp_path)
         assert refused.returncode == 2
         assert "refused the credentials" in refused.stderr
+        assert "export INTERLOCK_CREDS=FILE" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        # What dev recorded: the CLI from another folder, with or without its URL.
+        assert f"recorded in {context}" in dev.output
+        for given in (url, ""):
+            anywhere = run_cli(
+                "runs", env=cli_env(given, "il", INTERLOCK_CONTEXT=context), cwd=tmp_path
+            )
+            assert anywhere.returncode == 0, anywhere.stderr
         env = cli_env(url, "il", INTERLOCK_CREDS=operator)
         applied = run_cli("apply", str(tmp_path / "hello.yaml"), env=env)
         assert applied.returncode == 0, applied.stderr

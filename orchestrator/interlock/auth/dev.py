@@ -13,8 +13,9 @@ role the stack runs with.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +28,16 @@ if TYPE_CHECKING:
 # command that only looks for the operator's creds file (default_operator_creds) loads
 # none of them.
 
-__all__ = ["DEFAULT_DATA_DIR", "DevAuth", "default_operator_creds", "prepare"]
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "DevAuth",
+    "DevContext",
+    "context_file",
+    "default_operator_creds",
+    "prepare",
+    "record_context",
+    "recorded_context",
+]
 
 DEFAULT_DATA_DIR = ".interlock"
 
@@ -121,3 +131,59 @@ def default_operator_creds(cwd: str | os.PathLike[str] | None = None) -> str | N
     the directory ``interlock dev`` runs in uses it), else ``None``."""
     path = Path(cwd or Path.cwd()) / DEFAULT_DATA_DIR / "creds" / "operator.creds"
     return str(path) if path.is_file() else None
+
+
+CONTEXT_ENV = "INTERLOCK_CONTEXT"
+
+
+@dataclass(frozen=True)
+class DevContext:
+    """Where the last ``interlock dev`` of this user serves, and its operator's creds."""
+
+    url: str
+    creds: str | None
+    data_dir: str
+
+
+def context_file(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``interlock dev`` records its context for the CLI: ``$INTERLOCK_CONTEXT``, else
+    ``$XDG_CONFIG_HOME/interlock/dev.json`` (``~/.config/interlock/dev.json``)."""
+    env = os.environ if environ is None else environ
+    if env.get(CONTEXT_ENV):
+        return Path(env[CONTEXT_ENV])
+    config = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "interlock" / "dev.json"
+
+
+def record_context(url: str, creds: Path | None, data_dir: Path) -> Path | None:
+    """Record where ``interlock dev`` serves and its operator's creds (readable by this
+    user only), for the CLI run from any folder; None when it cannot be written."""
+    path = context_file()
+    body = {
+        "url": url,
+        "creds": str(creds.resolve()) if creds is not None else None,
+        "data_dir": str(data_dir.resolve()),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(body, f)
+        path.with_suffix(".tmp").replace(path)
+    except OSError:
+        return None
+    return path
+
+
+def recorded_context() -> DevContext | None:
+    """What the last ``interlock dev`` recorded (None: nothing, or nothing readable)."""
+    try:
+        body = json.loads(context_file().read_text(encoding="utf-8"))
+        url, creds, data_dir = body["url"], body.get("creds"), body["data_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(url, str) or not isinstance(data_dir, str):
+        return None
+    if creds is not None and not (isinstance(creds, str) and Path(creds).is_file()):
+        return None
+    return DevContext(url=url, creds=creds, data_dir=data_dir)

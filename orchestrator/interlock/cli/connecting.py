@@ -44,6 +44,7 @@ def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOption
     (``operator``), with no credentials given, the ones ``interlock dev`` wrote under
     ``.interlock/creds/`` in this directory."""
     creds_file = args.creds_file
+    server = args.server
     if operator and not (
         creds_file
         or args.nkey_seed_file
@@ -54,13 +55,19 @@ def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOption
             for v in ("INTERLOCK_CREDS", "INTERLOCK_NKEY", "INTERLOCK_USER", "INTERLOCK_TOKEN")
         )
     ):
-        from interlock.auth.dev import default_operator_creds
+        from interlock.auth.dev import default_operator_creds, recorded_context
 
         creds_file = default_operator_creds()
+        context = recorded_context() if creds_file is None else None
+        given = server or os.environ.get("INTERLOCK_URL")
+        if context is not None and (not given or given.strip() == context.url):
+            # What the last `interlock dev` recorded, from any folder: its server, or
+            # the one asked for when it is that one.
+            creds_file, server = context.creds, server or given or context.url
     from interlock.transport.connection import ConnectOptions
 
     return ConnectOptions.resolve(
-        args.server,
+        server,
         creds_file=creds_file,
         nkey_seed_file=args.nkey_seed_file,
         user=args.user,
@@ -108,7 +115,7 @@ def with_client(
             try:
                 nc = await connect(opts, error_cb=on_error)
             except ConnectionFailed as exc:
-                raise CliError(str(exc)) from exc
+                raise CliError(f"{exc}{_credential_hint(str(exc))}") from exc
             client = Client(nc, opts.subjects, owns_connection=True)
             try:
                 return await refusable(nc, body(client, args))
@@ -135,6 +142,26 @@ def with_client(
             ) from exc
 
     return run
+
+
+def _credential_hint(failure: str) -> str:
+    """What to set when the server refused to connect without (the right) credentials."""
+    if "refused the credentials" not in failure:
+        return ""
+    from interlock.auth.dev import context_file, recorded_context
+
+    hint = (
+        "\n  this server wants a credential: --creds FILE or export INTERLOCK_CREDS=FILE "
+        "(`interlock dev` writes DATA_DIR/creds/operator.creds, and records its server "
+        f"and that file in {context_file()} for the CLI run from any folder)"
+    )
+    context = recorded_context()
+    if context is not None and context.creds:
+        hint += (
+            f"\n  the last `interlock dev` serves {context.url} (data in {context.data_dir}): "
+            f"export INTERLOCK_URL={context.url} INTERLOCK_CREDS={context.creds}"
+        )
+    return hint
 
 
 def run_id_arg(value: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 import interlock_agents
-from interlock.auth.dev import DevAuth, prepare
+from interlock.auth.dev import DEFAULT_DATA_DIR, DevAuth, prepare, record_context
 from interlock.runtime import eventloop
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.durability import DEFAULT_GROUP_COMMIT
@@ -214,11 +214,18 @@ def run_dev(
             "every write fsynced (sync_interval: always); run-log appends group-committed",
             flush=True,
         )
+    recorded = record_context(server.url, auth.operator if auth else None, data_dir)
     if auth is not None:
+        where = (
+            f"the CLI run from any folder uses it (recorded in {recorded})"
+            if recorded is not None
+            else f"the CLI run from {data_dir.resolve().parent} uses it"
+            if data_dir.name == DEFAULT_DATA_DIR
+            else "the CLI needs it"
+        )
         print(
-            f"authentication on: credentials in {auth.creds_dir} (the CLI run from "
-            f"{data_dir.resolve().parent} uses operator.creds; elsewhere "
-            f"export INTERLOCK_CREDS={auth.operator.resolve()})",
+            f"authentication on: credentials in {auth.creds_dir}; {where}; or "
+            f"export INTERLOCK_CREDS={auth.operator.resolve()}",
             flush=True,
         )
     else:

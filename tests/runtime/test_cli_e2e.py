@@ -533,6 +533,46 @@ def test_a_dead_letter_is_listed_shown_and_redriven_once_the_cause_is_fixed(
     assert inst.cli("dead-letters", "redrive", str(letter["seq"])).returncode == 1
 
 
+def test_dead_letters_are_discarded_by_sequence_reason_and_age(inst: CliInstallation) -> None:
+    (inst.files / "strict.yaml").write_text(STRICT % "required: true")
+    inst.ok("apply", "strict.yaml")
+    for n in range(3):
+        inst.ok(
+            "emit", "com.example.ticket", "--source", "/discard", "--id", f"d{n}", "--data", "{}"
+        )
+
+    def mine() -> list[dict[str, Any]]:
+        out = inst.ok("dead-letters", "list", "--reason", "invalid-inputs", "--json")
+        found = [json.loads(line) for line in out.splitlines()]
+        return [d for d in found if d["headers"].get("ce-source") == "/discard"]
+
+    found = mine()
+    for _ in range(50):
+        if len(found) == 3:
+            break
+        found = mine()
+    assert len(found) == 3
+    first = found[0]["seq"]
+    out = inst.ok("dead-letters", "discard", str(first))
+    assert out.strip() == (
+        f"discarded {first} (invalid-inputs) from {inst.subjects.event('com.example.ticket')}"
+    )
+    gone = inst.cli("dead-letters", "discard", str(first))
+    assert gone.returncode == 1
+    assert f"no dead letter at sequence {first}" in gone.stderr
+    # Sequences or filters, and at least one of them.
+    assert inst.cli("dead-letters", "discard").returncode == 2
+    assert inst.cli("dead-letters", "discard", "1", "--reason", "x").returncode == 2
+    assert inst.cli("dead-letters", "discard", "--older-than", "soon").returncode == 2
+    # Not an hour old: kept.
+    kept = inst.ok("dead-letters", "discard", "--reason", "invalid-inputs", "--older-than", "1h")
+    assert kept.strip() == "no dead letters to discard"
+    out = inst.ok("dead-letters", "discard", "--reason", "invalid-inputs", "--json")
+    dropped = {json.loads(line)["seq"] for line in out.splitlines()}
+    assert {d["seq"] for d in found[1:]} <= dropped
+    assert mine() == []
+
+
 GATE = """\
 apiVersion: interlock.io/v1
 kind: Workflow

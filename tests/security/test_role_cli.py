@@ -84,6 +84,7 @@ def commands(run_id: str, manifest: Path) -> list[list[str]]:
         ["logs", run_id],
         ["export", run_id],
         ["dead-letters", "list"],
+        ["dead-letters", "discard", "--reason", "bad-json", "--older-than", "1d"],
         ["start", "awaiting"],
         ["signal", run_id, "acme.order.nudged"],
         ["apply", str(manifest)],

@@ -63,6 +63,20 @@ def cmd_fork(args: argparse.Namespace) -> int:
                     applied[0].namespace, applied[0].name, version
                 )
         try:
+            if a.dry_run:
+                version = state.version if version is None else version
+                definition = definition or await replaying.definition(
+                    state.namespace, state.workflow, version
+                )
+                made = analysis.fork(
+                    records,
+                    a.at,
+                    run_id=run_id,
+                    definition=definition,
+                    version=version,
+                    now=replaying.clock(),
+                )
+                return _report_fork(a.run_id, a.at, run_id, version, made, a)
             forked = await replaying.fork(
                 records, a.at, run_id=run_id, definition=definition, version=version
             )
@@ -113,20 +127,18 @@ def _report_fork(
     records: Sequence[ev.AnyRecord],
     args: argparse.Namespace,
 ) -> int:
+    from interlock.client.debugging import fork_report
+
+    dry_run = bool(getattr(args, "dry_run", False))
+    report = fork_report(origin, at, run_id, version, records, dry_run=dry_run)
     marker = next(r for r in records if isinstance(r, ev.RunForked))
-    report: dict[str, Any] = {
-        "run_id": run_id,
-        "origin": {"run_id": origin, "seq": at},
-        "version": version,
-        "state": marker.data.state,
-        "records": [analysis.record_line(i, r) for i, r in enumerate(records, start=1) if i > at],
-    }
     if args.json:
         print_json(report)
         return EXIT_OK
     sys.stdout.write(
-        f"forked {origin} at record {at} as {run_id} (version {version}); it goes on in "
-        f"state {marker.data.state}\n"
+        f"{'would fork' if dry_run else 'forked'} {origin} at record {at} as {run_id} "
+        f"(version {version}); it {'would go' if dry_run else 'goes'} on in "
+        f"state {marker.data.state}{' (dry run: nothing written)' if dry_run else ''}\n"
     )
     for line in report["records"]:
         sys.stdout.write(f"    #{line['seq']:<3} {line['summary']}\n")

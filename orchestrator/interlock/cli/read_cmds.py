@@ -129,6 +129,40 @@ async def cmd_dead_letters_redrive(client: Client, args: argparse.Namespace) -> 
     return EXIT_FAILED if failed else EXIT_OK
 
 
+async def cmd_dead_letters_discard(client: Client, args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from interlock.client import UnknownDeadLetter
+
+    if args.seq and (args.reason or args.older_than):
+        raise CliError("name sequences, or --reason and/or --older-than, not both")
+    if not args.seq and not (args.reason or args.older_than):
+        raise CliError("name sequences, or --reason R and/or --older-than AGE")
+    failed = 0
+    dropped = []
+    if args.seq:
+        for seq in args.seq:
+            try:
+                dropped.append(await client.discard(seq))
+            except UnknownDeadLetter as exc:
+                failed += 1
+                print(f"dead letter {seq}: {exc}", file=sys.stderr)
+    else:
+        before = _since(args.older_than, "--older-than") if args.older_than else None
+        dropped = await client.discard_dead_letters(
+            reason=args.reason,
+            before=datetime.fromisoformat(before.replace("Z", "+00:00")) if before else None,
+        )
+    for letter in dropped:
+        if args.json:
+            print(json.dumps({"seq": letter.seq, "reason": letter.reason}))
+        else:
+            print(f"discarded {letter.seq} ({letter.reason}) from {letter.subject}")
+    if not dropped and not args.json and not failed:
+        print("no dead letters to discard")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
 async def cmd_agents(client: Client, args: argparse.Namespace) -> int:
     agents = await client.agents()
 
@@ -152,7 +186,7 @@ async def cmd_agents(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _since(value: str | None) -> str | None:
+def _since(value: str | None, flag: str = "--since") -> str | None:
     """``--since``: an RFC 3339 time as given, or an age (``30s``, ``5m``, ``2h``, ``1d``)
     turned into the time that long ago."""
     if value is None:
@@ -166,7 +200,7 @@ def _since(value: str | None) -> str | None:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise CliError(
-                f"--since {value!r}: give an RFC 3339 time (2026-01-02T15:04:05Z) "
+                f"{flag} {value!r}: give an RFC 3339 time (2026-01-02T15:04:05Z) "
                 "or an age such as 30s, 5m, 2h, 1d"
             ) from None
         if moment.tzinfo is None:

@@ -119,6 +119,11 @@ def _add_fork(sub: Sub) -> None:
         help="go on under this manifest (applied first) or version (default: the run's)",
     )
     p.add_argument("--run-id", dest="new_run_id", help="the fork's run id (default: a new one)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what the fork would be (its state, version and records); write nothing",
+    )
     p.add_argument("--file", help="fork an exported log offline; writes the fork's log")
     p.add_argument("-o", "--output", help="with --file: where to write the fork's log")
     p.add_argument("--agents", nargs="+", default=[], metavar="FILE", help="AgentDef files")

@@ -37,6 +37,7 @@ from interlock.cli.output import add_output_flags, emit, output_format
 from interlock.cli.read_cmds import (
     DEFAULT_WAIT_TIMEOUT,
     cmd_agents,
+    cmd_dead_letters_discard,
     cmd_dead_letters_list,
     cmd_dead_letters_redrive,
     cmd_dead_letters_show,
@@ -229,6 +230,20 @@ def _add_dead_letter_parsers(sub: Sub) -> None:
     q.add_argument("--json", action="store_true")
     add_connection_flags(q)
     q.set_defaults(func=with_client(cmd_dead_letters_redrive))
+    q = dl.add_parser(
+        "discard",
+        help="drop dead letters without publishing them: by sequence, reason or age",
+        description="Drop the dead letters named by SEQ, or those of --reason and/or kept "
+        "longer than --older-than (at least one of the two); nothing is published.",
+    )
+    q.add_argument("seq", type=int, nargs="*", default=[], help="sequences to discard")
+    q.add_argument("--reason", help="every letter of this reason")
+    q.add_argument(
+        "--older-than", metavar="AGE", help="every letter kept longer than AGE (30s, 5m, 2h, 1d)"
+    )
+    q.add_argument("--json", action="store_true")
+    add_connection_flags(q)
+    q.set_defaults(func=with_client(cmd_dead_letters_discard))
 
 
 # -- commands ---------------------------------------------------------------------------

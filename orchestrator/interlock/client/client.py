@@ -22,6 +22,7 @@ from interlock.client.errors import (
     UnknownRun,
     no_stream_is_no_run,
 )
+from interlock.client.letters import DeadLetterCalls
 from interlock.core import events as ev
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
@@ -34,7 +35,6 @@ from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 from interlock.views import (
     AgentView,
-    DeadLetterView,
     EmitResult,
     RunDescription,
     RunResult,
@@ -59,7 +59,7 @@ SIGNAL_WAIT_S = 5.0
 """How long ``signal`` waits to see what the run did with the event, by default."""
 
 
-class Client:
+class Client(DeadLetterCalls):
     """Workflows, runs, events, agents and dead letters of one installation.
 
     Build it with :meth:`connect` (or around a connection you hold: ``Client(nc)``), and
@@ -461,7 +461,8 @@ class Client:
         from interlock.client import debugging
 
         records = await self.records(run_id)
-        return await debugging.fork(self._ops, records, at, version, fork_id or new_run_id())
+        new = fork_id or new_run_id()
+        return str((await debugging.fork(self._ops, records, at, version, new))["run_id"])
 
     async def migrate(self, workflow: str, to: int, *, dry_run: bool = False) -> dict[str, Any]:
         """Move the running runs of ``workflow`` onto version ``to`` where their logs agree
@@ -469,23 +470,6 @@ class Client:
         from interlock.client import debugging
 
         return await debugging.migrate(self._ops, workflow, to, dry_run=dry_run)
-
-    # -- dead letters ---------------------------------------------------------------------
-
-    async def dead_letters(self, reason: str | None = None) -> list[DeadLetterView]:
-        """The dead letters kept, oldest first (all, or of one ``reason``)."""
-        return await reading.dead_letters(self._ops, reason)
-
-    async def dead_letter(self, seq: int) -> DeadLetterView:
-        """One dead letter. Raises :class:`UnknownDeadLetter`."""
-        return reading.letter_view(await self._ops.dead_letter(seq), self._ops.subjects)
-
-    async def redrive(self, seq: int) -> int:
-        """Publish a dead letter again where it came from, then drop it; returns the new
-        message's stream sequence. Raises :class:`UnknownDeadLetter`, or
-        :class:`NotRedrivable` for a letter that kept only the start of its message."""
-        _, stored = await self._ops.redrive(seq)
-        return stored
 
 
 def _auth_in_environment() -> bool:

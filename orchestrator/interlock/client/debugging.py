@@ -5,6 +5,7 @@ client."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,22 +85,57 @@ async def fork(
     at: int,
     version: int | None,
     new: str,
-) -> str:
+    *,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Fork the run of ``records`` at ``at`` as ``new`` (on ``version``, else the version it
+    ran); with ``dry_run``, what the fork would be, nothing written. The report of
+    ``interlock fork --json`` (:func:`fork_report`)."""
+    from interlock.core import analysis
     from interlock.runtime.replaying import RunExistsAlready
 
     replaying = _replaying(ops)
-    definition = None
-    if version is not None:
-        state = fold(records)
-        definition = await replaying.definition(state.namespace, state.workflow, version)
+    state = fold(records)
     check_run_id(new)
+    chosen = state.version if version is None else version
+    definition = await replaying.definition(state.namespace, state.workflow, chosen)
+    if dry_run:
+        made = analysis.fork(
+            records, at, run_id=new, definition=definition, version=chosen, now=replaying.clock()
+        )
+        return fork_report(state.run_id, at, new, chosen, made, dry_run=True)
     try:
         forked = await replaying.fork(
-            records, at, run_id=new, definition=definition, version=version
+            records, at, run_id=new, definition=definition, version=chosen
         )
     except RunExistsAlready:
         raise RunExists(new) from None
-    return forked.run_id
+    return fork_report(state.run_id, at, forked.run_id, forked.version, forked.records)
+
+
+def fork_report(
+    origin: str,
+    at: int,
+    run_id: str,
+    version: int,
+    records: Sequence[ev.AnyRecord],
+    *,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """A fork as ``interlock fork --json`` reports it: the new run, its origin, its
+    version, the state it goes on in, and its records after the origin's first ``at``."""
+    from interlock.core import events as ev
+    from interlock.core.record_text import record_line
+
+    marker = next(r for r in records if isinstance(r, ev.RunForked))
+    return {
+        "run_id": run_id,
+        "origin": {"run_id": origin, "seq": at},
+        "version": version,
+        "state": marker.data.state,
+        "records": [record_line(i, r) for i, r in enumerate(records, start=1) if i > at],
+        "dry_run": dry_run,
+    }
 
 
 async def migrate(ops: InterlockClient, workflow: str, to: int, *, dry_run: bool) -> dict[str, Any]:

@@ -155,7 +155,7 @@ DEFAULT_CONSOLE = ConsoleConfig()
 def build_app(gw: Gateway, console: ConsoleConfig | None = DEFAULT_CONSOLE) -> Starlette:
     """The gateway's routes; with ``console``, the web console at ``/ui/`` too."""
     from interlock import console as web_console
-    from interlock.gateway import rest
+    from interlock.gateway import acting, rest
 
     routes = [
         *health_routes(ready=nats_readiness(gw.nc, gw.subjects), registry=gw.metrics),
@@ -164,7 +164,7 @@ def build_app(gw: Gateway, console: ConsoleConfig | None = DEFAULT_CONSOLE) -> S
         Route("/webhooks/{namespace}/{name}", post_webhook, methods=["POST"]),
         Route("/webhooks/{name}/runs/{run_id}/signals/{signal}", post_webhook, methods=["POST"]),
         Route("/openapi.json", openapi, methods=["GET"]),
-        *rest.routes(),
+        *rest.routes(acting.ROUTES),
     ]
     if console is not None:
         routes += web_console.routes(console)

@@ -14,7 +14,8 @@ from typing import Any
 import msgspec
 
 from interlock import __version__, views
-from interlock.gateway import failures, rest
+from interlock.gateway import acting, failures, rest
+from interlock.gateway.openapi_acting import acting_paths, discard_many, discard_one
 from interlock.gateway.openapi_paths import REF, all_paths, ref
 
 _TYPES: list[Any] = [
@@ -33,6 +34,11 @@ _TYPES: list[Any] = [
     rest.CancelRequest,
     rest.CancelResponse,
     rest.RedriveResponse,
+    acting.ForkRequest,
+    acting.ForkReport,
+    acting.MigrateRequest,
+    acting.MigrateReport,
+    acting.DiscardResponse,
     failures.FailureReport,
 ]
 
@@ -76,7 +82,9 @@ def _operation_id(method: str, path: str) -> str:
 @cache
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of the gateway, from the types its routes answer with."""
-    paths = all_paths()
+    paths = {**all_paths(), **acting_paths()}
+    paths["/dead-letters/{seq}"]["delete"] = discard_one()
+    paths["/dead-letters"]["delete"] = discard_many()
     components = _components()
     for path, ops in paths.items():
         for method, op in ops.items():

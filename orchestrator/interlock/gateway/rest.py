@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -137,12 +137,16 @@ def _started_between(started_at: str, since: datetime | None, until: datetime | 
     return (since is None or at >= since) and (until is None or at < until)
 
 
-async def _json_body(gw: Gateway, request: Request, kind: type[Any]) -> Any:
+async def _json_body(
+    gw: Gateway, request: Request, kind: type[Any], *, numbers: bool = False
+) -> Any:
+    """The body as ``kind``; ``numbers``: a whole number written as a float (``3.0``, an
+    integer to JSON Schema) is taken, as msgspec's lax mode does."""
     body = await gw.body(request)
     if not body.strip():
         body = b"{}"
     try:
-        return msgspec.json.decode(body, type=kind)
+        return msgspec.json.decode(body, type=kind, strict=not numbers)
     except msgspec.ValidationError as exc:
         raise Problem(400, "invalid-request", f"the JSON body: {exc}") from exc
     except msgspec.DecodeError as exc:
@@ -394,7 +398,11 @@ async def redrive_dead_letter(request: Request, gw: Gateway) -> Response:
     return json_view(RedriveResponse(seq=seq, stored=stored))
 
 
-def routes() -> list[BaseRoute]:
+def routes(
+    more: Iterable[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = (),
+) -> list[BaseRoute]:
+    """The API's routes, and ``more`` (path, handler, methods) beside them (a path's
+    methods share one route)."""
     from interlock.gateway import live
 
     get, post = ["GET"], ["POST"]
@@ -418,6 +426,7 @@ def routes() -> list[BaseRoute]:
         ("/dead-letters/{seq}/redrive", redrive_dead_letter, post),
         ("/live/runs", reads(live.stream_runs), get),
         ("/agents/failures", agent_failures, get),
+        *more,
     ]
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for path, handler, methods in table:

@@ -307,6 +307,19 @@ class InterlockClient:
         await self.js.delete_msg(self.subjects.dead_letter_stream, seq)
         return letter, int(ack.seq)
 
+    async def discard(self, seq: int) -> DeadLetter:
+        """Drop a dead letter, publishing nothing; returns it.
+
+        Raises:
+            UnknownDeadLetter: there is none (never was, redriven, discarded or expired).
+        """
+        letter = await self.dead_letter(seq)
+        try:
+            await self.js.delete_msg(self.subjects.dead_letter_stream, seq)
+        except NotFoundError as exc:
+            raise UnknownDeadLetter(seq) from exc
+        return letter
+
 
 _DEAD_LETTER = "Interlock-Dead-Letter-"
 

@@ -1,0 +1,83 @@
+"""The OpenAPI paths of :mod:`interlock.gateway.acting`: fork, migrate, discard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interlock.gateway.openapi_paths import _RUN_ID, _SEQ, _json, _op, _param, ref
+
+
+def acting_paths() -> dict[str, Any]:
+    return {
+        "/runs/{run_id}/fork": {
+            "post": _op(
+                "Fork a run at a record: a new run from its first records, going on live "
+                "(dry_run: what the fork would be, nothing written) (operator)",
+                {
+                    "200": _json(ref("ForkReport"), "The dry run's preview"),
+                    "201": _json(ref("ForkReport"), "Forked"),
+                },
+                params=[_RUN_ID],
+                body={
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("ForkRequest")}},
+                },
+                tag="runs",
+                errors=(400, 401, 403, 404, 409),
+            )
+        },
+        "/workflows/{namespace}/{name}/migrate": {
+            "post": _op(
+                "Move the workflow's running runs onto a version where their logs agree "
+                "with it (dry_run: which would, nothing written) (operator)",
+                {"200": _json(ref("MigrateReport"))},
+                params=[
+                    _param("namespace", "path", {"type": "string"}, "The namespace."),
+                    _param("name", "path", {"type": "string"}, "The workflow's name."),
+                ],
+                body={
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("MigrateRequest")}},
+                },
+                tag="workflows",
+                errors=(400, 401, 403, 404),
+            )
+        },
+    }
+
+
+def discard_many() -> dict[str, Any]:
+    """``DELETE /dead-letters``, beside its ``GET``."""
+    return _op(
+        "Drop the dead letters of a reason and/or older than an age or a time (at least "
+        "one) without publishing them (operator)",
+        {"200": _json(ref("DiscardResponse"))},
+        params=[
+            _param("reason", "query", {"type": "string", "minLength": 1}, "Only this reason."),
+            _param(
+                "older_than",
+                "query",
+                {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)?(ms|s|m|h|d))+$"},
+                "Only those kept longer than this age (30s, 5m, 2h, 1d).",
+            ),
+            _param(
+                "before",
+                "query",
+                {"type": "string", "format": "date-time"},
+                "Only those kept before this RFC 3339 time (with older_than too: the earlier).",
+            ),
+        ],
+        tag="dead letters",
+        errors=(400, 401, 403),
+    )
+
+
+def discard_one() -> dict[str, Any]:
+    """``DELETE /dead-letters/{seq}``, beside its ``GET``."""
+    return _op(
+        "Drop one dead letter without publishing it (operator)",
+        {"200": _json(ref("DiscardResponse"))},
+        params=[_SEQ],
+        tag="dead letters",
+        errors=(400, 401, 403, 404),
+    )

@@ -13,6 +13,8 @@ import json
 import re
 import signal
 import socket
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,6 +385,12 @@ def listening(url: str) -> bool:
         return s.connect_ex((host, int(port))) == 0
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def start_dev(data_dir: Path, **env: str) -> tuple[Background, str]:
     dev = interlock_bg(
         "dev",
@@ -390,6 +398,8 @@ def start_dev(data_dir: Path, **env: str) -> tuple[Background, str]:
         "0",
         "--http-port",
         "0",
+        "--metrics-port",
+        str(free_port()),
         "--data-dir",
         str(data_dir),
         env=cli_env("", "il", **env),
@@ -431,6 +441,17 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stderr
         run_id = json.loads(done.stdout)["run_id"]
+        # The orchestrator's and the reference agents' metrics, on this machine only.
+        found = re.search(
+            r"metrics of the orchestrator and the agents at (\S+) \(listening on (\S+)\)",
+            dev.output,
+        )
+        assert found is not None, dev.output
+        assert found.group(2) == "127.0.0.1"
+        with urllib.request.urlopen(found.group(1), timeout=10) as page:
+            text = page.read().decode()
+        assert 'interlock_runs_completed_total{workflow="hello"} 1.0' in text
+        assert 'interlock_agent_tasks_total{capability="echo",error_class="",outcome=' in text
     finally:
         dev.signal(signal.SIGINT)
         code = dev.wait()
@@ -629,3 +650,19 @@ def test_a_terminal_state_that_fails_ends_the_run_failed(inst: CliInstallation) 
     assert "failed: workflow_failed: score 3 is below 5" in plain.stderr
     passed = json.loads(inst.ok("start", "gate", "--input", '{"score": 7}', "--wait"))
     assert (passed["status"], passed["outputs"]) == ("completed", {"passed": True})
+
+
+def test_metrics_host_of_serve_and_agent_run(nats_url: str) -> None:
+    env = cli_env(nats_url, "mh" + uuid.uuid4().hex[:8])
+    for args in (("serve",), ("agent", "run", "echo")):
+        port = free_port()
+        process = interlock_bg(
+            *args, "--metrics-host", "127.0.0.1", "--metrics-port", str(port), env=env
+        )
+        try:
+            process.wait_for(rf"metrics and health on 127\.0\.0\.1:{port} ", timeout=20)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+                assert page.status == 200
+        finally:
+            process.signal(signal.SIGINT)
+            assert process.wait() == 0, process.output

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from nats.aio.client import Client
@@ -21,11 +22,13 @@ from interlock.runtime import eventloop
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.durability import DEFAULT_GROUP_COMMIT
 from interlock.runtime.embedded import EmbeddedNats
+from interlock.runtime.health import OrchestratorInstrumentation
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import Worker
 from interlock.sdk.runner import load_worker
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import NatsServerFailed, NatsServerNotFound
+from interlock.transport.health import DEFAULT_SERVE_PORT, LOCAL_HOST
 from interlock.transport.logmac import SecretDamaged
 from interlock.transport.subjects import Subjects
 
@@ -49,11 +52,14 @@ async def start_stack(
     agents: bool = True,
     auth: DevAuth | None = None,
     group_commit: int = 0,
+    instrument: Callable[[Orchestrator, list[Worker]], None] | None = None,
 ) -> tuple[Orchestrator, list[Worker], list[asyncio.Task[None]], Client]:
     """Orchestrator plus reference agent workers against ``url`` (AgentDefs applied).
 
     With ``auth``, the orchestrator and the agents connect with their own credentials.
-    ``group_commit``: the orchestrator's run-log group commit (0: off).
+    ``group_commit``: the orchestrator's run-log group commit (0: off). ``instrument``
+    is given the orchestrator and the workers before they start (their observers must
+    see the first decisions and tasks).
     """
     opts = ConnectOptions.resolve(
         url,
@@ -72,14 +78,11 @@ async def start_stack(
         result = await client.apply(sources)
         result.compiled.raise_for_errors()
     orchestrator = Orchestrator(nc, opts.subjects, group_commit=group_commit)
+    workers = [load_worker(name) for name in REFERENCE] if agents else []
+    if instrument is not None:
+        instrument(orchestrator, workers)
     await orchestrator.start()
-    workers: list[Worker] = []
-    tasks: list[asyncio.Task[None]] = []
-    if agents:
-        for name in REFERENCE:
-            worker = load_worker(name)
-            workers.append(worker)
-            tasks.append(asyncio.create_task(worker.run(agent_opts)))
+    tasks = [asyncio.create_task(worker.run(agent_opts)) for worker in workers]
     return orchestrator, workers, tasks, nc
 
 
@@ -181,6 +184,18 @@ async def _start_gateway(
     return task
 
 
+def instrumented(
+    orchestrator: Orchestrator, workers: list[Worker], host: str, port: int
+) -> OrchestratorInstrumentation:
+    """One endpoint for the whole stack: the orchestrator's metrics and probes, with the
+    agents' metrics (they count into the same registry), on ``host:port``."""
+    from interlock.sdk.metrics import PrometheusObserver
+
+    for worker in workers:
+        worker.add_observer(PrometheusObserver(worker.name))
+    return OrchestratorInstrumentation(orchestrator, port=port, host=host)
+
+
 def secure(data_dir: Path, prefix: str = "il") -> DevAuth:
     """Keys, server configuration and role credentials in ``data_dir`` (see interlock.auth.dev)."""
     return prepare(data_dir, Subjects(prefix), reference_capabilities())
@@ -194,9 +209,12 @@ def run_dev(
     http_port: int | None = 8480,
     insecure: bool = False,
     fsync: bool = False,
+    metrics: tuple[str, int] | None = (LOCAL_HOST, DEFAULT_SERVE_PORT),
 ) -> int:
     """``fsync``: the server fsyncs every write, and the orchestrator group-commits its
-    run-log appends (it started the server, so it knows)."""
+    run-log appends (it started the server, so it knows). ``metrics``: the address and
+    port of the one endpoint serving the orchestrator's and the agents' metrics (port 0
+    or None: none)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     auth = None if insecure else secure(data_dir)
     server = EmbeddedNats(
@@ -232,12 +250,27 @@ def run_dev(
         print("authentication OFF (--insecure): anyone who reaches the port may do anything")
 
     async def main() -> None:
+        telemetry: list[OrchestratorInstrumentation] = []
+
+        def instrument(orchestrator: Orchestrator, workers: list[Worker]) -> None:
+            if metrics is not None and metrics[1]:
+                telemetry.append(instrumented(orchestrator, workers, *metrics))
+
         stack = await start_stack(
             server.url,
             agents=agents,
             auth=auth,
             group_commit=DEFAULT_GROUP_COMMIT if fsync else 0,
+            instrument=instrument,
         )
+        for t in telemetry:
+            await t.start()
+            if t.server is not None:
+                print(
+                    f"metrics of the orchestrator and the agents at {t.server.url}/metrics "
+                    f"(listening on {t.server.host})",
+                    flush=True,
+                )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -254,6 +287,8 @@ def run_dev(
             with contextlib.suppress(Exception):
                 await gateway
         await stop_stack(*stack)
+        for t in telemetry:
+            await t.stop()
 
     try:
         eventloop.run(main())

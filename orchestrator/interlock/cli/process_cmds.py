@@ -47,6 +47,7 @@ def _add_serve_parser(sub: Sub) -> None:
         help="serve /metrics, /healthz and /readyz on this port "
         "(env INTERLOCK_METRICS_PORT; default 9464; 0: off)",
     )
+    _add_metrics_host(p, "0.0.0.0: every address")
     p.add_argument(
         "--replicas",
         type=int,
@@ -105,6 +106,20 @@ def _add_serve_parser(sub: Sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+def _add_metrics_host(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--metrics-host",
+        default=None,
+        metavar="ADDRESS",
+        help=f"the address /metrics listens on (env INTERLOCK_METRICS_HOST; default {default})",
+    )
+
+
+def metrics_host(args: argparse.Namespace, default: str) -> str:
+    """``--metrics-host``, else ``INTERLOCK_METRICS_HOST``, else ``default``."""
+    return args.metrics_host or os.environ.get("INTERLOCK_METRICS_HOST") or default
+
+
 def _add_agent_and_dev_parsers(sub: Sub) -> None:
     p = sub.add_parser("agent", help="agent workers")
     agent_sub = p.add_subparsers(dest="agent_command", metavar="COMMAND")
@@ -119,6 +134,7 @@ def _add_agent_and_dev_parsers(sub: Sub) -> None:
         help="serve /metrics, /healthz and /readyz on this port "
         "(env INTERLOCK_METRICS_PORT; default 9465; 0: off)",
     )
+    _add_metrics_host(run, "0.0.0.0: every address")
     run.add_argument("--log-level", default="info")
     add_connection_flags(run)
     run.set_defaults(func=cmd_agent_run)
@@ -134,6 +150,14 @@ def _add_agent_and_dev_parsers(sub: Sub) -> None:
         help="HTTP gateway port on 127.0.0.1 (default 8480; 0: any free port)",
     )
     p.add_argument("--no-http", action="store_true", help="do not start the HTTP gateway")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve the orchestrator's and the reference agents' /metrics, /healthz and "
+        "/readyz on this port (env INTERLOCK_METRICS_PORT; default 9464; 0: off)",
+    )
+    _add_metrics_host(p, "127.0.0.1: this machine only")
     p.add_argument(
         "--fsync",
         action="store_true",
@@ -155,6 +179,7 @@ async def serve(
     stop_event: asyncio.Event | None = None,
     *,
     metrics_port: int | None = None,
+    metrics_host: str | None = None,
     replicas: int = 1,
     ack_wait: float | None = None,
     group_commit: int | None = None,
@@ -168,6 +193,7 @@ async def serve(
     from interlock.runtime.durability import group_commit_for
     from interlock.runtime.health import OrchestratorInstrumentation
     from interlock.runtime.service import ACK_WAIT, Orchestrator
+    from interlock.transport.health import ALL_HOSTS
     from interlock.transport.tracing import tracer_provider_from_env
 
     nc = await connect(opts.named("interlock-orchestrator"))
@@ -187,6 +213,7 @@ async def serve(
     telemetry = OrchestratorInstrumentation(
         orchestrator,
         port=metrics_port or None,
+        host=metrics_host or ALL_HOSTS,
         provider=tracer_provider_from_env("interlock-orchestrator"),
     )
     stop_event = stop_event or asyncio.Event()
@@ -204,6 +231,7 @@ async def serve(
 def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     from interlock.runtime.health import DEFAULT_SERVE_PORT
+    from interlock.transport.health import ALL_HOSTS
 
     port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT)
     replicas = env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
@@ -217,6 +245,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             serve(
                 options(args, operator=False),
                 metrics_port=port,
+                metrics_host=metrics_host(args, ALL_HOSTS),
                 replicas=replicas,
                 ack_wait=args.ack_wait,
                 group_commit=group_commit,
@@ -284,7 +313,10 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
         opts = options(args, operator=False)
         _check_agent_creds(args.target, opts.creds_file)
-        eventloop.run(run_agent(args.target, opts, args.concurrency, port or None))
+        from interlock.transport.health import ALL_HOSTS
+
+        host = metrics_host(args, ALL_HOSTS)
+        eventloop.run(run_agent(args.target, opts, args.concurrency, port or None, host))
     except eventloop.EventLoopError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     except ConnectionFailed as exc:
@@ -322,9 +354,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from interlock.cli.dev import run_dev
 
     setup_logging(args.log_level)
+    from interlock.transport.health import DEFAULT_SERVE_PORT, LOCAL_HOST
+
     return run_dev(
         Path(args.data_dir),
         args.port,
+        metrics=(
+            metrics_host(args, LOCAL_HOST),
+            env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT),
+        ),
         agents=not args.no_agents,
         http_port=None if args.no_http else args.http_port,
         insecure=args.insecure,

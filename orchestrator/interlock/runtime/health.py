@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from interlock.transport.health import (
+    ALL_HOSTS,
     DEFAULT_AGENT_PORT,
     DEFAULT_SERVE_PORT,
     HealthServer,
@@ -49,6 +50,7 @@ class OrchestratorInstrumentation:
     Args:
         orchestrator: the orchestrator to watch.
         port: the HTTP port (0: any free port; None: no endpoint, metrics still counted).
+        host: the address it listens on.
         registry: where the metrics go.
         provider: a tracer provider (None: no spans).
         poll_interval: seconds between two polls of JetStream for the cluster gauges.
@@ -59,6 +61,7 @@ class OrchestratorInstrumentation:
         orchestrator: Orchestrator,
         *,
         port: int | None,
+        host: str = ALL_HOSTS,
         registry: CollectorRegistry = REGISTRY,
         provider: TracerProvider | None = None,
         poll_interval: float = 10.0,
@@ -88,7 +91,7 @@ class OrchestratorInstrumentation:
         self.server = (
             None
             if port is None
-            else HealthServer(port, ready=ready, alive=alive, registry=registry)
+            else HealthServer(port, ready=ready, alive=alive, registry=registry, host=host)
         )
 
     async def start(self) -> None:

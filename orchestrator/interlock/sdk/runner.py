@@ -59,6 +59,7 @@ async def run_agent(
     options: ConnectOptions,
     concurrency: int | None = None,
     metrics_port: int | None = None,
+    metrics_host: str | None = None,
 ) -> None:
     """Run the worker ``target`` (see :func:`load_worker`) until SIGINT or SIGTERM.
 
@@ -71,6 +72,7 @@ async def run_agent(
         concurrency: overrides the worker's own limit.
         metrics_port: serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port
             (None or 0: no endpoint). Tracing follows the ``OTEL_*`` variables.
+        metrics_host: the address it listens on (None: every address).
     """
     from interlock.transport.connection import connect
 
@@ -80,7 +82,7 @@ async def run_agent(
     provider = _instrument(worker, options)
     nc = await connect(options.named(agent_connection_name(worker)))
     taking_tasks = asyncio.Event()
-    server = await _health_server(metrics_port, nc, taking_tasks)
+    server = await _health_server(metrics_port, nc, taking_tasks, metrics_host)
     installed = _stop_on_signals(worker)
 
     async def mark_ready() -> None:
@@ -124,10 +126,10 @@ def _instrument(worker: Worker, options: ConnectOptions) -> TracerProvider | Non
 
 
 async def _health_server(
-    port: int | None, nc: Client, taking_tasks: asyncio.Event
+    port: int | None, nc: Client, taking_tasks: asyncio.Event, host: str | None = None
 ) -> HealthServer | None:
     """``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (None or 0: none)."""
-    from interlock.transport.health import HealthServer
+    from interlock.transport.health import ALL_HOSTS, HealthServer
 
     if not port:
         return None
@@ -141,7 +143,7 @@ async def _health_server(
             return "not connected to NATS"
         return None
 
-    server = HealthServer(port, ready=ready)
+    server = HealthServer(port, ready=ready, host=host or ALL_HOSTS)
     try:
         await server.start()
     except OSError as exc:

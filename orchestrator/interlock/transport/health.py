@@ -33,6 +33,10 @@ DEFAULT_SERVE_PORT = 9464
 """Default ``--metrics-port`` of ``interlock serve``."""
 DEFAULT_AGENT_PORT = 9465
 """Default ``--metrics-port`` of ``interlock agent run``."""
+ALL_HOSTS = "0.0.0.0"  # noqa: S104 - scraped and probed from outside the container
+"""Default ``--metrics-host`` of ``serve`` and ``agent run``: every address."""
+LOCAL_HOST = "127.0.0.1"
+"""Default ``--metrics-host`` of ``interlock dev``: this machine only."""
 
 Readiness = Callable[[], Awaitable[str | None]]
 """Returns None when ready, else why not."""
@@ -134,7 +138,7 @@ class HealthServer(HttpServer):
         ready: Readiness | None = None,
         alive: Liveness | None = None,
         registry: CollectorRegistry = REGISTRY,
-        host: str = "0.0.0.0",  # noqa: S104 - scraped and probed from outside the container
+        host: str = ALL_HOSTS,
     ) -> None:
         app = Starlette(
             routes=health_routes(ready=ready, alive=alive, registry=registry),
@@ -144,7 +148,7 @@ class HealthServer(HttpServer):
 
     async def start(self) -> None:
         await super().start()
-        log.info("metrics and health on :%d (/metrics, /healthz, /readyz)", self.port)
+        log.info("metrics and health on %s:%d (/metrics, /healthz, /readyz)", self.host, self.port)
 
     async def __aenter__(self) -> HealthServer:
         await self.start()

@@ -15,6 +15,7 @@ from gw_support import BROKEN, TIMEOUT, GatewayStack, gateway_stack, wait_status
 from interlock.client import Client
 from interlock.core import events as ev
 from interlock.gateway.failures import Failures
+from interlock.transport.clock import utc_now
 from interlock.transport.subjects import Subjects
 
 pytestmark = pytest.mark.asyncio
@@ -156,3 +157,42 @@ async def test_counts_are_read_back_from_the_run_logs_at_start(gs: GatewayStack)
 
 async def _records(gs: GatewayStack, run_id: str) -> list[ev.AnyRecord]:
     return list(await Client(gs.stack.client.nc, gs.stack.subjects).records(run_id))
+
+
+async def test_records_without_a_record_mac_are_not_counted(gs: GatewayStack) -> None:
+    """A failure that is not a record Interlock wrote (planted on a run log, no record
+    MAC) is counted nowhere; the real ones after it are."""
+
+    def record(cls: Any, data: Any, n: int) -> Any:
+        return cls(
+            specversion="1.0",
+            id=f"planted:{n}",
+            source="forged",
+            subject="rplanted",
+            time=utc_now(),
+            datacontenttype="application/json",
+            data=data,
+        )
+
+    asked = ev.ActionRequestedData(action_id="a1", state="s", index=0, capability="forged")
+    error = ev.ErrorInfo(error_class="agent_error", message="planted")
+    failed = ev.ActionFailedData(action_id="a1", state="s", index=0, error=error)
+    planted = ev.encode_batch(
+        [record(ev.ActionRequested, asked, 1), record(ev.ActionFailed, failed, 2)]
+    )
+    await gs.stack.js.publish(gs.stack.subjects.run("rplanted"), planted)
+    async with gs.http("reader") as http:
+        async with gs.http() as operator:
+            await operator.post("/runs", json={"workflow": "broken"})
+
+        async def counted() -> Any:
+            report = (await http.get("/agents/failures")).json()
+            return {c["capability"] for c in report["capabilities"]}
+
+        names = await _until(lambda: _having(counted, "liar"))
+        assert "forged" not in names
+
+
+async def _having(counted: Any, name: str) -> Any:
+    names = await counted()
+    return names if name in names else None

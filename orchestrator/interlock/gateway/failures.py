@@ -34,6 +34,7 @@ from interlock.core import events as ev
 from interlock.core.rfc3339 import format_time
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.clock import utc_now
+from interlock.transport.logmac import LogKey
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -118,6 +119,8 @@ class Failures:
         self.since = utc_now()
         self.read_back = 0
         """Messages read back at start."""
+        self._key: LogKey | None = None
+        """The log key: only records that check out are counted (none until it is read)."""
 
     async def start(self) -> None:
         self.since = utc_now()
@@ -153,6 +156,14 @@ class Failures:
         return msg
 
     async def _read_back(self) -> None:
+        # The log key first (before the window's last message is asked for: what is
+        # appended after it is counted as it comes); asked again while it cannot be read
+        # (no secrets bucket yet; a damaged key is reported where logs are read).
+        while self._key is None:
+            try:
+                self._key = await self._logs.run_log.key()
+            except Exception:  # noqa: BLE001
+                await asyncio.sleep(2.0)
         try:
             await self._read_back_window()
         except Exception:  # the counts are then complete from the gateway's start only
@@ -198,7 +209,7 @@ class Failures:
                     self.read_back += 1
                     got += 1
                     seq = at + 1
-                    self._take(headers.get("Nats-Subject", ""), msg.data)
+                    self._take(headers.get("Nats-Subject", ""), msg.data, headers, at)
                 if got < batch or status == "404":
                     break
         finally:
@@ -209,11 +220,19 @@ class Failures:
     # -- counting -----------------------------------------------------------------------------
 
     async def _on_append(self, msg: Msg) -> None:
-        self._take(msg.subject, msg.data)
+        self._take(msg.subject, msg.data, msg.headers, None)
 
-    def _take(self, subject: str, data: bytes) -> None:
-        if not subject.startswith(self._prefix):
+    def _take(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, seq: int | None
+    ) -> None:
+        """Count what ``data`` (a run-log message, at stream sequence ``seq`` when read back;
+        None: appended just now) says, when it is records Interlock wrote."""
+        if not subject.startswith(self._prefix) or self._key is None:
             return
+        # A message from before the key (read back) is counted when it decodes.
+        signed = seq is None or seq > self._key.signed_after
+        if signed and self._key.refusal(subject, headers, data) is not None:
+            return  # foreign: reported by the readers of its log, counted nowhere
         run_id = subject[len(self._prefix) :]
         try:
             records = ev.decode_batch(data)

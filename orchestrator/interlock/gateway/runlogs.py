@@ -42,6 +42,7 @@ from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.foreign import Foreign
+from interlock.runtime.logstore import RunLog
 from interlock.transport.directget import LogReadError
 
 MAX_RECORDS = 200_000
@@ -113,6 +114,11 @@ class RunLogs:
         shows here)."""
         self.head_reads = 0
         """Messages read for pages answered from a log's head."""
+
+    @property
+    def run_log(self) -> RunLog:
+        """The run logs these are read from (every message checked)."""
+        return self._ops.log
 
     @property
     def kept_records(self) -> int:

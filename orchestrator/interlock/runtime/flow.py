@@ -387,7 +387,7 @@ class ControlFlow:
         for event in parked:
             await self._deliver(record.subject, to_incoming(event))
 
-    async def route_correlated(self, event: CloudEvent) -> tuple[bool, list[str]]:
+    async def route_correlated(self, event: CloudEvent, lane: str = "") -> tuple[bool, list[str]]:
         """Deliver an event to the runs its correlation key names; park it when none takes
         it. Gives whether some workflow correlates events of its type, and why the keys
         that could not be computed were refused (their expression ran out of budget)."""
@@ -395,7 +395,7 @@ class ControlFlow:
         correlated = False
         refused: list[str] = []
         keys = await correlation_keys(
-            list(self._registry.correlating(event.type)), incoming, self._runs
+            list(self._registry.correlating(event.type)), incoming, self._runs, lane
         )
         for found in keys:
             definition, key = found.definition, found.key

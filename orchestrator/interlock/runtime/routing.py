@@ -25,7 +25,7 @@ T = TypeVar("T")
 class Evaluator(Protocol):
     """Where costly evaluations run (``Runs.evaluate``)."""
 
-    async def evaluate(self, work: Callable[[], T]) -> T: ...
+    async def evaluate(self, work: Callable[[], T], lane: str = "") -> T: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +50,13 @@ class Key:
 
 
 async def starts(
-    triggered: Iterable[tuple[Definition, int]], incoming: Incoming, off_loop: Evaluator
+    triggered: Iterable[tuple[Definition, int]],
+    incoming: Incoming,
+    off_loop: Evaluator,
+    lane: str = "",
 ) -> list[Start]:
-    """The runs ``incoming`` starts among the workflows ``triggered`` by its type."""
+    """The runs ``incoming`` starts among the workflows ``triggered`` by its type (costly
+    renderings in the publisher's ``lane``)."""
     matched: list[tuple[Definition, int, TriggerDef]] = []
     for definition, version in triggered:
         trigger = matching_trigger(definition, incoming)
@@ -70,14 +74,18 @@ async def starts(
 
     templates = [t.input for _, _, t in matched if t.input is not None]
     if templates and (heavy_value(incoming.data) or any(loops(t) for t in templates)):
-        return await off_loop.evaluate(render)
+        return await off_loop.evaluate(render, lane)
     return render()
 
 
 async def correlation_keys(
-    correlating: Iterable[tuple[Definition, int]], incoming: Incoming, off_loop: Evaluator
+    correlating: Iterable[tuple[Definition, int]],
+    incoming: Incoming,
+    off_loop: Evaluator,
+    lane: str = "",
 ) -> list[Key]:
-    """The key ``incoming`` carries for each workflow ``correlating`` events of its type."""
+    """The key ``incoming`` carries for each workflow ``correlating`` events of its type
+    (costly keys in the publisher's ``lane``)."""
     definitions = [definition for definition, _ in correlating]
 
     def evaluate() -> list[Key]:
@@ -93,5 +101,5 @@ async def correlation_keys(
         d.correlation.events.get(incoming.type) for d in definitions if d.correlation is not None
     ]
     if expressions and (heavy_value(incoming.data) or any(loops(e) for e in expressions)):
-        return await off_loop.evaluate(evaluate)
+        return await off_loop.evaluate(evaluate, lane)
     return evaluate()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
 from interlock.runtime.errors import InvalidInputs, UnknownRun
+from interlock.runtime.fairness import FairLanes
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
@@ -149,15 +150,18 @@ class Runs:
         # One thread: a costly decision never holds up the loop, and several hold up at
         # most each other and the loop's share of the interpreter, never all of it.
         self._off_loop = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlock-cel")
+        self.lanes = FairLanes(self._off_loop)
+        """The thread's queue, lane by lane (``interlock.runtime.fairness``)."""
 
-    async def evaluate(self, work: Callable[[], T]) -> T:
-        """``work()`` on the thread kept for costly evaluations, so the runs the event loop
+    async def evaluate(self, work: Callable[[], T], lane: str = "") -> T:
+        r"""``work()`` on the thread kept for costly evaluations, so the runs the event loop
         serves go on meanwhile (one thread: several costly evaluations hold up at most each
-        other and the loop's share of the interpreter, never all of it)."""
+        other and the loop's share of the interpreter, never all of it), in its turn
+        among the ``lane``\ s waiting (one item of each in turn: a lane's long queue holds up
+        the others by one item at most)."""
         if sys.getswitchinterval() > OFF_LOOP_SWITCH_S:
             sys.setswitchinterval(OFF_LOOP_SWITCH_S)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._off_loop, work)
+        return await self.lanes.run(work, lane)
 
     async def _decide(
         self,
@@ -182,7 +186,8 @@ class Runs:
             found = self._loops[id(definition)] = (definition, may_loop(definition))
         if not found[1] and not heavy:
             return decision(definition, state)
-        return await self.evaluate(lambda: decision(definition, state))
+        lane = f"workflow:{definition.namespace}/{definition.name}"
+        return await self.evaluate(lambda: decision(definition, state), lane)
 
     def _appended_now(self, seq: int, records: Sequence[ev.AnyRecord]) -> None:
         if self.on_appended is not None:

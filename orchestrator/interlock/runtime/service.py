@@ -61,6 +61,7 @@ from interlock.runtime.answers import (
     late_reason,
 )
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
+from interlock.runtime.fairness import PUBLISHER_BUDGET, Deferred, publisher_lane
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.foreign import REASON as FOREIGN_RECORD
 from interlock.runtime.foreign import Foreign, ForeignReport, dead_letter_foreign
@@ -384,6 +385,11 @@ class Orchestrator:
             await handler(msg)
             if not ack_nowait(msg):
                 await msg.ack()
+        except Deferred as deferred:
+            self.counters["events_deferred"] += 1
+            # Best effort: a message left unsettled comes again after its ack wait.
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=deferred.delay)
         except (RecordsTooLarge, InvalidRunId) as exc:
             # Another delivery would fail the same way: dead-letter it at once.
             reason = "too-large" if isinstance(exc, RecordsTooLarge) else "bad-run-id"
@@ -447,6 +453,11 @@ class Orchestrator:
     # -- ingress --------------------------------------------------------------------------
 
     async def _on_ingress(self, msg: Msg) -> None:
+        lane = publisher_lane(self.subjects, msg.subject)
+        if self.runs.lanes.pending(lane) >= PUBLISHER_BUDGET:
+            # This publisher's costly evaluations fill its share of the thread: its event
+            # waits in JetStream, not in hand, so the consumer goes on to others' events.
+            raise self.runs.lanes.defer(lane)
         # An external event is copied into the logs of the runs it reaches: one larger
         # than a quarter of the server's payload limit could not be recorded.
         limit = max_event_bytes(self.nc.max_payload)
@@ -482,12 +493,12 @@ class Orchestrator:
         # registry check of this batch is out; done again in the rare case that it
         # brought in a workflow (or version) of this type.
         triggered = list(self.registry.triggered_by(event.type))
-        found = await starts(triggered, incoming, self.runs)
+        found = await starts(triggered, incoming, self.runs, lane)
         openings = await self._openings(found, event, incoming)
         await self._registry_checked()
         now_triggered = list(self.registry.triggered_by(event.type))
         if not _same(triggered, now_triggered):
-            found = await starts(now_triggered, incoming, self.runs)
+            found = await starts(now_triggered, incoming, self.runs, lane)
             openings = await self._openings(found, event, incoming)
         for start, opening in zip(found, openings, strict=True):
             if start.error is not None:
@@ -500,7 +511,7 @@ class Orchestrator:
             created, _ = await self.runs.open(opening)
             started += 1
             self.counters["runs_started" if created else "triggers_duplicate"] += 1
-        correlated, refused = await self.flow.route_correlated(event)
+        correlated, refused = await self.flow.route_correlated(event, lane)
         for reason in refused:
             await self._dead_letter(msg, "bad-correlation-key", reason)
         if correlated:

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from helpers import Stack, eventually, running_stack, yaml
 
 from interlock.runtime.fairness import PUBLISHER_BUDGET
+from interlock.runtime.observe import OrchestratorObserver
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 
@@ -69,7 +70,10 @@ async def test_a_flood_of_costly_events_does_not_hold_another_publishers_event(
     nats_url: str, subjects: Subjects
 ) -> None:
     manifests = [workflow("flooded", "com.flood.job"), workflow("bystander", "org.other.ping")]
-    async with running_stack(nats_url, subjects, manifests, worker=False) as stack:
+    seen = Seen()
+    async with running_stack(
+        nats_url, subjects, manifests, worker=False, observers=[seen]
+    ) as stack:
         client = stack.client
         await asyncio.gather(
             *(client.emit(_event(n, "https://flood", "com.flood.job")) for n in range(FLOOD))
@@ -94,3 +98,21 @@ async def test_a_flood_of_costly_events_does_not_hold_another_publishers_event(
         assert len(ahead) <= PUBLISHER_BUDGET + SLACK, (len(ahead), len(behind))
         assert len(behind) >= FLOOD // 4, "the flood was over before the bystander came"
         assert stack.orchestrator.counters["events_deferred"] > 0
+        # A deferral is no failed delivery: none is counted as a redelivery, none led to a
+        # dead letter.
+        assert seen.redeliveries == [], seen.redeliveries[:5]
+        assert seen.letters == []
+
+
+class Seen(OrchestratorObserver):
+    """What the orchestrator reports: redeliveries and dead letters."""
+
+    def __init__(self) -> None:
+        self.redeliveries: list[str] = []
+        self.letters: list[str] = []
+
+    def redelivered(self, consumer: str) -> None:
+        self.redeliveries.append(consumer)
+
+    def dead_lettered(self, reason: str) -> None:
+        self.letters.append(reason)

@@ -110,6 +110,9 @@ SLOW_AFTER_S = 0.2
 itself while the next batch is fetched (a costly evaluation waiting for its thread)."""
 SLOW_HELD = 2 * FETCH_BATCH
 """Messages of earlier batches a consumer loop may hold in hand so (beyond, it waits)."""
+DEFERRALS_KEPT = 20_000
+"""Deferred events whose deferrals are remembered (an event deferred by another replica,
+or forgotten here, counts its deferrals as deliveries)."""
 EARLY_KEPT = 4_096
 """Actions dispatched as their request's append was acknowledged, remembered until the
 relay reads the request back (the oldest are forgotten first: the relay then publishes
@@ -168,6 +171,8 @@ class Orchestrator:
         )
         self.clock = clock
         self.counters: Counter[str] = Counter()
+        self._deferrals: OrderedDict[tuple[str, int], int] = OrderedDict()
+        """Times each message was deferred, by consumer and stream sequence (the latest)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._early: OrderedDict[tuple[str, int], Early] = OrderedDict()
@@ -378,15 +383,22 @@ class Orchestrator:
         self, handler: Callable[[Msg], Awaitable[None]], msg: Msg, where: str
     ) -> None:
         """One message: handled and acked, retried later, or dead-lettered. Never raises."""
-        delivered = deliveries(msg)
+        # A deferral is a delivery to JetStream, not a failure: neither a redelivery to
+        # count nor a step towards the dead letter.
+        key = (where, stream_sequence(msg))
+        delivered = deliveries(msg) - self._deferrals.get(key, 0)
         if delivered > 1:
             self.observers.redelivered(where)
         try:
             await handler(msg)
             if not ack_nowait(msg):
                 await msg.ack()
+            self._deferrals.pop(key, None)
         except Deferred as deferred:
             self.counters["events_deferred"] += 1
+            self._deferrals[key] = self._deferrals.pop(key, 0) + 1
+            if len(self._deferrals) > DEFERRALS_KEPT:
+                self._deferrals.popitem(last=False)
             # Best effort: a message left unsettled comes again after its ack wait.
             with contextlib.suppress(Exception):
                 await msg.nak(delay=deferred.delay)

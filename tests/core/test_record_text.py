@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from interlock.core import events as ev
+from interlock.core.cel import Expression, ExpressionError
+from interlock.core.cel_text import plain_cel_error
 from interlock.core.engine import GuardCheck
 from interlock.core.expr import ABSENT
 from interlock.core.record_text import (
@@ -109,7 +111,7 @@ SUMMARIES = [
             guard="result.score > 7",
             error="no such key",
         ),
-        "guard.failed review on[1] `result.score > 7`: no such key",
+        "guard.failed review on[1] `result.score > 7`: no such key in the map",
     ),
     (
         record(
@@ -254,7 +256,7 @@ def test_a_check_that_gave_a_value_shows_it(outcome: str, value: Any) -> None:
 
 def test_a_check_that_failed_shows_its_error_and_no_value() -> None:
     out = check_json(check(outcome="error", error="no such key", value=None))
-    assert out["error"] == "no such key"
+    assert out["error"] == "no such key in the map"  # in CEL's words, not celpy's
     assert "value" not in out
 
 
@@ -299,7 +301,7 @@ def test_a_failed_check_reads_as_text_with_the_absent_path() -> None:
     assert text == (
         "on[0] approval.granted -> merge: `data.approver in inputs.approvers` "
         '(data.approver is absent, inputs.approvers = ["alice","bob"]): '
-        "error: no such member in mapping: 'approver' (fail-closed)"
+        "error: no field 'approver' (the map has no such key) (fail-closed)"
     )
 
 
@@ -322,3 +324,44 @@ def test_an_entry_without_a_guard_reads_as_fired() -> None:
 def test_a_catch_with_a_guard_reads_as_catch() -> None:
     text = check_text(check(transition=-1, guard="result.retryable", outcome="false", value=False))
     assert text.startswith("catch task.completed -> approval: `result.retryable`")
+
+
+@pytest.mark.parametrize(
+    ("celpy", "cel"),
+    [
+        (
+            "input of action 0 in state 'merge': StringType('alice') with type: "
+            "'<class 'celpy.celtypes.StringType'>' does not support field selection",
+            "input of action 0 in state 'merge': field selection on a string ('alice'): "
+            "a string has no fields",
+        ),
+        (
+            "IntType(1) with type: '<class 'celpy.celtypes.IntType'>' does not support "
+            "field selection",
+            "field selection on an int (1): an int has no fields",
+        ),
+        (
+            "found no matching overload for Token('RULE', 'relation_gt') applied to "
+            "'(<class 'celpy.celtypes.StringType'>, <class 'celpy.celtypes.IntType'>)'",
+            "no `>` for string and int",
+        ),
+        ("no such member in mapping: 'level'", "no field 'level' (the map has no such key)"),
+        (
+            "output 'x' of state 'y': modulus or divide by zero",
+            "output 'x' of state 'y': division by zero",
+        ),
+        ("an agent's own words", "an agent's own words"),
+    ],
+)
+def test_cel_errors_are_shown_in_cels_words(celpy: str, cel: str) -> None:
+    assert plain_cel_error(celpy) == cel
+    assert plain_cel_error(cel) == cel  # said once is said
+
+
+def test_an_error_evaluated_now_is_shown_in_cels_words() -> None:
+    with pytest.raises(ExpressionError) as caught:
+        Expression("context.approver.name").evaluate({"context": {"approver": "alice"}})
+    shown = plain_cel_error(str(caught.value))
+    assert shown == "field selection on a string ('alice'): a string has no fields"
+    assert "celpy" not in shown
+    assert "Type(" not in shown

@@ -150,9 +150,10 @@ async def test_signal_says_why_it_was_declined_and_that_the_run_then_failed(
         failed = await signal('{"approver": "alice"}')
         assert failed.returncode == 1, failed.stderr
         assert failed.stdout == ""
-        assert failed.stderr.startswith(
+        assert failed.stderr == (
             f"approval.granted moved run {run_id} from approval to merge and failed: "
-            "expression_error: "
+            "expression_error: input of action 0 in state 'merge': field selection on a "
+            "string ('alice'): a string has no fields\n"
         ), failed.stderr
         as_json = await asyncio.to_thread(
             cli,

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from interlock.core import events as ev
+from interlock.core.cel_text import plain_cel_error
 from interlock.core.state import RunState, encode_state, evolve
 
 
@@ -66,7 +67,8 @@ def _what(r: ev.AnyRecord) -> str:
         f = r.data
         name = _action(f.state, f.index, f.item, f.iteration)
         again = " (will retry)" if f.will_retry else ""
-        return f"action failed    {name} {f.error.error_class}: {f.error.message}{again}"
+        message = plain_cel_error(f.error.message)
+        return f"action failed    {name} {f.error.error_class}: {message}{again}"
     if isinstance(r, ev.ActionCancelled):
         a = r.data
         why = f": {a.reason}" if a.reason else ""
@@ -87,7 +89,9 @@ def _what(r: ev.AnyRecord) -> str:
         )
     if isinstance(r, ev.GuardFailed):
         g = r.data
-        return f"guard failed     {g.state} on {g.event_type}: {g.guard!r}: {g.error}"
+        return (
+            f"guard failed     {g.state} on {g.event_type}: {g.guard!r}: {plain_cel_error(g.error)}"
+        )
     if isinstance(r, ev.TransitionFired):
         t = r.data
         sets = f" set={_short(t.set)}" if t.set else ""
@@ -102,7 +106,7 @@ def _what(r: ev.AnyRecord) -> str:
         return f"run completed    in {r.data.state} outputs={_short(r.data.outputs)}"
     if isinstance(r, ev.RunFailed):
         err = r.data.error
-        return f"run failed       {err.error_class}: {err.message}"
+        return f"run failed       {err.error_class}: {plain_cel_error(err.message)}"
     if isinstance(r, ev.RunCancelled):
         return f"run cancelled    {r.data.reason}"
     if isinstance(r, ev.RunForked):

@@ -12,6 +12,7 @@ from interlock.client.catalog import definition_of
 from interlock.client.emitting import publish
 from interlock.client.errors import no_stream_is_no_run
 from interlock.core import events as ev
+from interlock.core.cel_text import plain_cel_error
 from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
 from interlock.runtime.errors import UnknownRun
@@ -151,7 +152,7 @@ def _ended(batch: list[ev.AnyRecord]) -> tuple[str, str | None]:
     for record in batch:
         if isinstance(record, ev.RunFailed):
             error = record.data.error
-            return RunStatus.FAILED, f"{error.error_class}: {error.message}"
+            return RunStatus.FAILED, f"{error.error_class}: {plain_cel_error(error.message)}"
         if isinstance(record, ev.RunCompleted):
             return RunStatus.COMPLETED, None
         if isinstance(record, ev.RunCancelled):
@@ -161,7 +162,11 @@ def _ended(batch: list[ev.AnyRecord]) -> tuple[str, str | None]:
 
 def _declined(batch: list[ev.AnyRecord], takes: Sequence[TransitionDef]) -> list[str]:
     """Why each transition on the event did not fire: its guard was false, or failed."""
-    failed = {r.data.transition: r.data.error for r in batch if isinstance(r, ev.GuardFailed)}
+    failed = {
+        r.data.transition: plain_cel_error(r.data.error)
+        for r in batch
+        if isinstance(r, ev.GuardFailed)
+    }
     out = []
     for t in takes:
         edge = f"on[{t.index}] {t.event} -> {t.goto}"
@@ -177,7 +182,11 @@ def _declined(batch: list[ev.AnyRecord], takes: Sequence[TransitionDef]) -> list
 def _outcome(
     batch: list[ev.AnyRecord], base: _SignalBase, takes: Sequence[TransitionDef] = ()
 ) -> SignalResult:
-    errors = [f"{r.data.guard}: {r.data.error}" for r in batch if isinstance(r, ev.GuardFailed)]
+    errors = [
+        f"{r.data.guard}: {plain_cel_error(r.data.error)}"
+        for r in batch
+        if isinstance(r, ev.GuardFailed)
+    ]
     ended = _ended(batch)
     gates = [
         GateView(

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from interlock.core import events as ev
+from interlock.core.cel_text import plain_cel_error
 from interlock.core.engine import (
     GuardCheck,
 )
@@ -43,11 +44,11 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.ActionCompleted):
         return f"{kind} {d.action_id} result={short(d.result)}"
     if isinstance(record, ev.ActionFailed):
-        return f"{kind} {d.action_id} {d.error.error_class}: {d.error.message}"
+        return f"{kind} {d.action_id} {d.error.error_class}: {plain_cel_error(d.error.message)}"
     if isinstance(record, ev.EventReceived):
         return f"{kind} {d.event.get('type')} id={d.event.get('id')}"
     if isinstance(record, ev.GuardFailed):
-        return f"{kind} {d.state} on[{d.transition}] `{d.guard}`: {d.error}"
+        return f"{kind} {d.state} on[{d.transition}] `{d.guard}`: {plain_cel_error(d.error)}"
     if isinstance(record, ev.TransitionFired):
         sets = f" set={short(d.set)}" if d.set else ""
         errors = ", ".join(f"on[{i}]" for i in d.guard_errors)
@@ -60,7 +61,7 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.RunCompleted):
         return f"{kind} in {d.state} outputs={short(d.outputs)}"
     if isinstance(record, ev.RunFailed):
-        return f"{kind} {d.error.error_class}: {d.error.message}"
+        return f"{kind} {d.error.error_class}: {plain_cel_error(d.error.message)}"
     if isinstance(record, ev.RunCancelled):
         return f"{kind}: {d.reason}"
     if isinstance(record, ev.RunForked):
@@ -90,7 +91,7 @@ def check_json(check: GuardCheck) -> dict[str, Any]:
     if check.guard is not None and check.outcome in ("fired", "false", "not_boolean"):
         out["value"] = check.value
     if check.error is not None:
-        out["error"] = check.error
+        out["error"] = plain_cel_error(check.error)
     if check.reads:
         out["reads"] = check.reads
     return out
@@ -110,7 +111,7 @@ def check_text(check: GuardCheck) -> str:
     elif check.outcome == "false":
         verdict = "false"
     elif check.outcome == "error":
-        verdict = f"error: {check.error} (fail-closed)"
+        verdict = f"error: {plain_cel_error(check.error or '')} (fail-closed)"
     else:
         verdict = f"{short(check.value)}, not a boolean (fail-closed)"
     return f"{where} {check.event_type} -> {check.goto}: `{check.guard}`{reads}: {verdict}"

@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from interlock.core import events as ev
+from interlock.core.cel_text import plain_cel_error
 from interlock.core.rfc3339 import format_time
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.clock import utc_now
@@ -279,7 +280,7 @@ class Failures:
             action_id=d.action_id,
             attempt=d.attempt,
             error=d.error.error_class,
-            message=d.error.message,
+            message=plain_cel_error(d.error.message),
             at=record.time,
             will_retry=d.will_retry,
         )

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from interlock.core import events as ev
+from interlock.core.cel_text import plain_cel_error
 from interlock.core.vocabulary import FINISHED
 
 TASK_EVENTS = frozenset({"task.completed", "task.failed"})
@@ -19,6 +20,10 @@ class ErrorView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     error_class: str = msgspec.field(name="class")
     message: str
     code: str = ""
+
+    def __post_init__(self) -> None:
+        # Shown to people: an expression's error in CEL's words (the log keeps celpy's).
+        msgspec.structs.force_setattr(self, "message", plain_cel_error(self.message))
 
     @classmethod
     def of(cls, error: ev.ErrorInfo | None) -> ErrorView | None:
@@ -127,6 +132,9 @@ class GuardErrorView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     time: str
     taken: int | None = None
     to_state: str | None = None
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "error", plain_cel_error(self.error))
 
 
 class MapView(msgspec.Struct, frozen=True, kw_only=True):

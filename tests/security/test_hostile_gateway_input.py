@@ -45,9 +45,26 @@ TAKES_ANY = yaml(
 )
 
 
+HOOK = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Webhook
+    metadata:
+      name: hook
+    spec:
+      scheme: github
+      secret: {env: IL_TEST_HOSTILE_HOOK_SECRET}
+      type: {value: com.example.hook}
+    """
+)
+HOOK_SECRET = "hostile hook secret"
+
+
 @pytest.fixture
-async def gs(nats_url: str, subjects: Subjects):  # type: ignore[no-untyped-def]
-    async with gateway_stack(nats_url, subjects, [TAKES_ANY], max_body=2 << 20) as stack:
+async def gs(nats_url: str, subjects: Subjects, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("IL_TEST_HOSTILE_HOOK_SECRET", HOOK_SECRET)
+    manifests = [TAKES_ANY, HOOK]
+    async with gateway_stack(nats_url, subjects, manifests, max_body=2 << 20) as stack:
         yield stack
 
 
@@ -162,6 +179,34 @@ async def test_inputs_at_the_bound_start_a_run_that_every_reader_can_read(
         for path in (f"/runs/{run_id}", f"/runs/{run_id}/log", f"/runs/{run_id}/result"):
             got = await http.get(path)
             assert got.status_code == 200, (path, got.text)
+
+
+async def test_a_signal_or_a_signed_webhook_nesting_beyond_the_bound_is_a_400(
+    gs: GatewayStack,
+) -> None:
+    import hashlib
+    import hmac
+
+    deep = deep_json(10_000).encode()
+    async with gs.http("operator") as http:
+        started = await http.post("/runs", json={"workflow": "takes-any"})
+        run_id = started.json()["run_id"]
+        signal = await http.post(f"/runs/{run_id}/signals/go", content=deep)
+        body = problem(signal, 400, "invalid-request")
+        assert body["reason"] == "too-deep"
+        digest = hmac.new(HOOK_SECRET.encode(), deep, hashlib.sha256).hexdigest()
+        hook = await http.post(
+            "/webhooks/hook",
+            content=deep,
+            headers={
+                "Content-Type": "application/json",
+                "X-GitHub-Delivery": "d-1",
+                "X-Hub-Signature-256": f"sha256={digest}",
+            },
+        )
+        body = problem(hook, 400, "invalid-body")
+        assert f"nests deeper than {MAX_DEPTH} levels" in body["detail"]
+    assert await gs.stored_events() == 0
 
 
 async def test_a_200_kb_header_is_a_431(gs: GatewayStack) -> None:

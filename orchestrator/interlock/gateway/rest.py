@@ -24,6 +24,7 @@ from interlock.core.bounds import MAX_DEPTH
 from interlock.core.names import DNS_LABEL
 from interlock.core.vocabulary import RECORDED
 from interlock.gateway.problems import Problem, int_param
+from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 
 if TYPE_CHECKING:
     from interlock.gateway.service import Gateway
@@ -358,9 +359,11 @@ async def cancel_run(request: Request, gw: Gateway) -> Response:
 async def signal_run(request: Request, gw: Gateway) -> Response:
     body = await gw.body(request)
     try:
-        data = msgspec.json.decode(body) if body.strip() else None
+        data = decode_json(body, "the body (the data)") if body.strip() else None
     except msgspec.DecodeError as exc:
         raise Problem(400, "invalid-request", f"the body (the data) is not JSON: {exc}") from exc
+    except InvalidCloudEvent as exc:  # nested too deep
+        raise Problem(400, "invalid-request", str(exc), reason=exc.reason) from exc
     wait = _seconds_param(request, "wait", 5.0)
     result = await gw.api.signal(
         request.path_params["run_id"],

@@ -48,6 +48,7 @@ from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
 from interlock.gateway.problems import Problem
 from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 from interlock.transport.subjects import Subjects
 
 GITHUB_SIGNATURE = "X-Hub-Signature-256"
@@ -226,7 +227,7 @@ def parse_body(body: bytes, content_type: str | None) -> tuple[Any, str | None]:
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media in ("", "application/json") or media.endswith("+json"):
         try:
-            return msgspec.json.decode(body) if body else None, "application/json"
+            return _json(body) if body else None, "application/json"
         except msgspec.DecodeError:
             if media:
                 raise Problem(400, "invalid-body", "the body is declared JSON but is not") from None
@@ -237,13 +238,21 @@ def parse_body(body: bytes, content_type: str | None) -> tuple[Any, str | None]:
         payload = parse_qs(body.decode("utf-8", "replace")).get("payload")
         if payload:
             try:
-                return msgspec.json.decode(payload[0]), "application/json"
+                return _json(payload[0].encode()), "application/json"
             except msgspec.DecodeError:
                 pass
     try:
         return body.decode("utf-8"), content_type or "text/plain"
     except UnicodeDecodeError:
         return body, content_type or "application/octet-stream"
+
+
+def _json(body: bytes) -> Any:
+    """JSON within the events' nesting bound (400 beyond it: it would be dead-lettered)."""
+    try:
+        return decode_json(body, "the body")
+    except InvalidCloudEvent as exc:
+        raise Problem(400, "invalid-body", str(exc), reason=exc.reason) from exc
 
 
 def to_event(

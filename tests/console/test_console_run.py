@@ -94,3 +94,25 @@ async def test_on_a_phone_the_diagram_opens_at_the_current_state(console: Consol
     assert await box.evaluate("b => b.scrollTop") > 0
     await shot(page, "run-phone-current")
     assert page.errors == []
+
+
+async def test_a_log_with_a_foreign_message_warns_and_shows_the_rest(console: Console) -> None:
+    """A message in the run's log that Interlock did not write (no record MAC): the page
+    says where it is and shows the run as its records say."""
+    async with console.gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "stages", "inputs": {}})
+        run_id = r.json()["run_id"]
+    await wait_status(console.gs, run_id, "running", "s01")
+    stack = console.gs.stack
+    await stack.js.publish(stack.subjects.run(run_id), b'{"stream": "X", "seq": 1}')
+    page = await console.page(token=None)
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    await sign_in(page, console.gs.tokens["reader"])
+    warning = page.locator(".log-warnings .warning")
+    await warning.wait_for()
+    assert await warning.count() == 1
+    text = await warning.inner_text()
+    assert "is not a record Interlock wrote (it carries no record MAC): skipped" in text
+    assert stack.subjects.run(run_id) in text
+    assert await page.locator("svg .node.current").get_attribute("data-state") == "s01"
+    assert page.errors == []

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
@@ -24,6 +25,7 @@ from interlock.transport.tokens import TOKEN_KEY
 
 LOG_KEY = "shared.log-key"
 """The log key's key in the secrets bucket (docs/operations.md)."""
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "code-review-cancelled.jsonl"
 INTERLOCK = os.path.join(os.path.dirname(sys.executable), "interlock")
 
 
@@ -126,3 +128,34 @@ async def test_a_damaged_secret_stops_serve_with_how_to_restore_it(
     finally:
         served.terminate()
         await served.wait()
+
+
+async def test_a_log_written_before_the_log_key_still_reads(
+    nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    """An installation upgraded from a version without the record MAC: a run's log written
+    then (no MAC) reads whole once the key is made; what lands after the key without a
+    MAC (a foreign message, or an older writer still running) is skipped, and appends go
+    on after it."""
+    from interlock.core import events as ev
+    from interlock.core.state import fold
+    from interlock.runtime.logstore import RunLog
+
+    await provision(js, subjects)
+    records = ev.decode_lines(GOLDEN.read_bytes())
+    run_id = records[0].subject
+    headers = {"Content-Type": ev.BATCH_CONTENT_TYPE}
+    for record in records:  # as the older version appended them: one decision each
+        await js.publish(subjects.run(run_id), ev.encode_batch([record]), headers=headers)
+    log = RunLog(nc, subjects)
+    key = await log.key()  # made now, after those records
+    read, last = await log.read(run_id)
+    assert [ev.encode(r) for r in read] == [ev.encode(r) for r in records]
+    assert key.signed_after == last
+    assert fold(read) == fold(records)
+    # After the key, a message without a MAC is foreign, whatever it holds.
+    await js.publish(subjects.run(run_id), ev.encode_batch([records[-1]]), headers=headers)
+    found = await log.read_checked(run_id)
+    assert len(found.messages) == len(records)
+    assert [f.why for f in found.foreign] == ["it carries no record MAC"]
+    assert found.last == last + 1

@@ -140,3 +140,17 @@ def test_init_refuses_to_overwrite_without_force(work: Path) -> None:
     result = interlock("init", "workflow", "mine", "-o", "mine.yaml", "--force", cwd=work)
     assert result.returncode == 0
     assert "name: mine" in target.read_text()
+
+
+def test_validate_a_webhook(work: Path) -> None:
+    (work / "github.yaml").write_text(
+        "apiVersion: interlock.io/v1\nkind: Webhook\nmetadata: {name: github}\nspec:\n"
+        "  scheme: github\n  secret: {env: GITHUB_WEBHOOK_SECRET}\n"
+        "  type: {header: X-GitHub-Event, prefix: com.github., values: [push]}\n"
+    )
+    result = interlock("validate", "github.yaml", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        "ok  webhook default/github: POST /webhooks/github, scheme github, "
+        "source interlock://webhooks/default/github\n"
+    )

@@ -136,3 +136,19 @@ def test_an_event_nothing_takes(inst: Installation) -> None:
         "emitted com.example.nobody id=n1",
         "nothing: no trigger or correlation takes com.example.nobody",
     ]
+
+
+def test_the_readme_event_starts_a_run_of_the_workflow_init_writes(inst: Installation) -> None:
+    """README: `interlock init workflow hello`, applied, then the event it posts."""
+    inst.ok("init", "workflow", "hello-init", "-o", "hello-init.yaml")
+    inst.ok("apply", "hello-init.yaml")
+    out = lines(
+        inst, "com.example.greet", "--source", "/readme", "--id", "1", "--data", '{"message": "hi"}'
+    )
+    assert len(out) == 2, out
+    assert out[1].startswith("started  r"), out
+    assert out[1].endswith("  default/hello-init v1"), out
+    run_id = out[1].split()[1]
+    done = inst.cli("result", run_id, "--wait", "--timeout", "20")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["echoed"] == "hi"

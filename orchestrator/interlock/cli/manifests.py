@@ -53,6 +53,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                         for w in compiled.workflows
                     ],
                     "agents": [a.name for a in compiled.agents],
+                    "webhooks": [
+                        {"name": h.name, "namespace": h.namespace, "scheme": h.spec.scheme}
+                        for h in compiled.webhooks
+                    ],
                     "errors": [
                         {
                             "path": d.path,
@@ -94,6 +98,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         )
     for a in compiled.agents:
         print(f"ok  agentdef {a.namespace}/{a.name}: capabilities: {', '.join(a.capabilities)}")
+    for h in compiled.webhooks:
+        signals = ", signals" if h.spec.signals is not None else ""
+        print(
+            f"ok  webhook {h.namespace}/{h.name}: POST /webhooks/{h.name}, "
+            f"scheme {h.spec.scheme}, source {h.source}{signals}"
+        )
     if compiled.workflows and not compiled.capabilities_checked:
         err("note: capabilities not checked (no AgentDef given: add --agents FILE)")
     return EXIT_OK

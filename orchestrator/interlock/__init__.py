@@ -17,6 +17,7 @@ __all__ = [
     "CloudEvent",
     "ConnectOptions",
     "ConnectionFailed",
+    "EventTooLarge",
     "InvalidInputs",
     "InvalidManifest",
     "InvalidRunId",
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from interlock.client import (
         Client,
         ConnectionFailed,
+        EventTooLarge,
         InvalidInputs,
         InvalidManifest,
         InvalidRunId,

@@ -56,6 +56,7 @@ async def test_the_package_exports_are_pinned() -> None:
             "CloudEvent",
             "ConnectOptions",
             "ConnectionFailed",
+            "EventTooLarge",
             "InvalidInputs",
             "InvalidManifest",
             "InvalidRunId",

@@ -256,6 +256,11 @@ async def test_the_cli_refuses_the_same_before_publishing(
     assert f"--input nests deeper than {MAX_DEPTH} levels" in unreadable.stderr
     assert emitted.returncode == 2, emitted.stderr
     assert "events take at most" in emitted.stderr
+    nested_data = await aio.to_thread(
+        run_cli, "emit", "com.example.deep", "--source", "s", "--data", f"@{deep}", env=env
+    )
+    assert nested_data.returncode == 2, nested_data.stderr
+    assert f"data nests deeper than {MAX_DEPTH} levels" in nested_data.stderr
     assert "Traceback" not in started.stderr + unreadable.stderr + emitted.stderr
     assert await gs.stored_events() == 0
     async with gs.http("operator") as http:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from interlock.client.client import Client
 from interlock.client.errors import (
     ConnectionFailed,
+    EventTooLarge,
     InvalidInputs,
     InvalidManifest,
     InvalidRunId,
@@ -44,6 +45,7 @@ from interlock.client.sync import SyncClient
 __all__ = [
     "Client",
     "ConnectionFailed",
+    "EventTooLarge",
     "InvalidInputs",
     "InvalidManifest",
     "InvalidRunId",

@@ -15,11 +15,11 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
 from interlock.client.catalog import catalog
-from interlock.core.bounds import max_event_bytes
+from interlock.core.bounds import MAX_DEPTH, max_event_bytes, too_deep
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.runtime.errors import EventTooLarge
 from interlock.transport.clock import utc_now
-from interlock.transport.cloudevents import CloudEvent, encode_binary, from_dict
+from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, encode_binary, from_dict
 from interlock.transport.refusals import PermissionRefused, refusable
 from interlock.views import EmitResult, EventRefusal, StartedRun
 
@@ -185,6 +185,10 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
     """Publish ``ce`` and say which runs it starts, waiting up to ``wait`` seconds for
     the orchestrator to start them (see ``Client.emit``)."""
     check_event_type(ce.type)  # before anything is published or looked up
+    if too_deep(ce.data):
+        raise InvalidCloudEvent(
+            "too-deep", f"the event's data nests deeper than {MAX_DEPTH} levels"
+        )
     run_id = ce.extensions.get("runid")
     foreseen = Foreseen()
     unknown: str | None = None

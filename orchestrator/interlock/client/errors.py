@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from interlock.core.ids import InvalidRunId
 from interlock.core.vocabulary import InterlockError
 from interlock.runtime.errors import (
+    EventTooLarge,
     InvalidInputs,
     NotRedrivable,
     RunExists,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConnectionFailed",
+    "EventTooLarge",
     "InterlockError",
     "InvalidInputs",
     "InvalidManifest",

@@ -159,3 +159,39 @@ async def test_a_log_written_before_the_log_key_still_reads(
     assert len(found.messages) == len(records)
     assert [f.why for f in found.foreign] == ["it carries no record MAC"]
     assert found.last == last + 1
+
+
+async def test_the_gateway_answers_503_saying_the_log_key_is_damaged(
+    nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    import httpx
+
+    from interlock.gateway.app import build_app
+    from interlock.gateway.auth import Tokens
+    from interlock.gateway.service import Gateway
+    from interlock.transport.httpserver import HttpServer
+
+    await provision(js, subjects)
+    secrets = await js.key_value(subjects.secrets_bucket)
+    await secrets.create(LOG_KEY, b"junk")
+    await js.publish(subjects.run("rdamaged"), b"[]")
+    token = await Tokens(js, subjects).issue("ops", "operator")
+    gateway = Gateway(nc, subjects)
+    await gateway.start()
+    server = HttpServer(build_app(gateway), 0, host="127.0.0.1")
+    await server.start()
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as http:
+            for path in ("/runs/rdamaged", "/runs/rdamaged/log"):
+                r = await http.get(path)
+                assert r.status_code == 503, r.text
+                problem = r.json()
+                assert problem["type"].endswith("/log-key-unavailable")
+                assert (
+                    f"{subjects.secrets_bucket}/{LOG_KEY} is damaged (not JSON)"
+                    in problem["detail"]
+                )
+    finally:
+        await server.stop()
+        await gateway.stop()

@@ -22,10 +22,16 @@ from interlock.core.names import DNS_LABEL
 from interlock.gateway import events as http_events
 from interlock.gateway import webhooks
 from interlock.gateway.metrics import RequestMetrics
-from interlock.gateway.problems import Problem, http_error_handler, problem_handler
+from interlock.gateway.problems import (
+    Problem,
+    http_error_handler,
+    log_key_handler,
+    problem_handler,
+)
 from interlock.gateway.service import DEFAULT_MAX_BODY, Gateway
 from interlock.transport.cloudevents import InvalidCloudEvent
 from interlock.transport.health import health_routes, nats_readiness
+from interlock.transport.logmac import LogKeyUnavailable, SecretDamaged
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.gateway")
@@ -175,6 +181,8 @@ def build_app(gw: Gateway, console: ConsoleConfig | None = DEFAULT_CONSOLE) -> S
             Problem: problem_handler,
             HTTPException: http_error_handler,
             NatsError: nats_error_handler,
+            SecretDamaged: log_key_handler,
+            LogKeyUnavailable: log_key_handler,
         },
     )
     app.state.gateway = gw

@@ -93,3 +93,9 @@ def int_param(request: Request, name: str, default: int, low: int, high: int) ->
     if not low <= value <= high:
         raise Problem(400, "bad-parameter", f"{name} must be from {low} to {high}, got {value}")
     return value
+
+
+async def log_key_handler(request: Request, exc: Exception) -> Response:
+    """The log key is damaged or cannot be read: run logs can be neither read nor written
+    (503, saying why and how to restore it; the orchestrator stops at start on the same)."""
+    return Problem(503, "log-key-unavailable", str(exc)).response(request.url.path)

@@ -322,6 +322,12 @@ class OrchestratorMetrics(OrchestratorObserver):
             "Inbound events that started or reached no run",
             registry=r,
         )
+        self.events_deferred = PlainCounter(
+            "interlock_events_deferred",
+            "Inbound events sent back to JetStream a while: their publisher's share of the "
+            "costly-evaluation thread was full",
+            registry=r,
+        )
         r.register(_ForeignMessages())
         self._keep_children(r)
 
@@ -375,6 +381,10 @@ class OrchestratorMetrics(OrchestratorObserver):
 
     def redelivered(self, consumer: str) -> None:
         self._redeliveries[consumer].inc()
+
+    def deferred(self) -> None:
+        # No publisher label: lanes come from the types publishers choose.
+        self.events_deferred.inc()
 
     def conflict(self) -> None:
         self.append_conflicts.inc()

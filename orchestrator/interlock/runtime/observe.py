@@ -48,6 +48,10 @@ class OrchestratorObserver:
     def redelivered(self, consumer: str) -> None:
         """A message arrived again (its earlier delivery was not acknowledged)."""
 
+    def deferred(self) -> None:
+        """An inbound event went back to JetStream for a while: its publisher's share of
+        the costly-evaluation thread was full (``interlock.runtime.fairness``)."""
+
     def conflict(self) -> None:
         """An optimistic append lost and the decision was made again."""
 
@@ -60,6 +64,7 @@ _HOOKS = (
     "answer_late",
     "unrouted",
     "redelivered",
+    "deferred",
     "conflict",
 )
 
@@ -126,6 +131,9 @@ class Observers(OrchestratorObserver):
 
     def redelivered(self, consumer: str) -> None:
         self._each("redelivered", consumer)
+
+    def deferred(self) -> None:
+        self._each("deferred")
 
     def conflict(self) -> None:
         self._each("conflict")

@@ -396,6 +396,7 @@ class Orchestrator:
             self._deferrals.pop(key, None)
         except Deferred as deferred:
             self.counters["events_deferred"] += 1
+            self.observers.deferred()
             self._deferrals[key] = self._deferrals.pop(key, 0) + 1
             if len(self._deferrals) > DEFERRALS_KEPT:
                 self._deferrals.popitem(last=False)

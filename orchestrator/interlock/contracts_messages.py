@@ -294,10 +294,12 @@ def _cancel_notice(ex: Examples) -> dict[str, Any]:
         "title": "Stop working on an action",
         "summary": f"Binary-mode CloudEvent of type `{tasks.TASK_CANCEL}`, no payload.",
         "description": "With ce-attempt: that attempt only (a timed-out attempt). "
-        "Without: every attempt of the action requested before ce-time. Not stored: a "
-        "worker that was not listening never hears it, and a task still queued when the "
-        "notice came is taken later; a worker should remember recent notices (by action "
-        "id) and answer such a task `cancelled` at once.",
+        "Without: attempt 1, and every other attempt whose task's ce-time is before the "
+        "notice's ce-time (a retry requested after a timeout's notice runs normally). Not "
+        "stored: a worker that was not listening never hears it, and a task still queued "
+        "when the notice came is taken later; a worker should remember recent notices (by "
+        "action id) and answer such a task `cancelled` at once. An answer to a cancelled "
+        "attempt is dropped as late (reply `late`), never dead-lettered.",
         "headers": _ce_headers(
             "ce- values are percent-encoded.",
             {

@@ -69,6 +69,11 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "(`{subject: {predicate: value}}`) is what evidence gates read.",
     "gate.checked": "A DAG step's evidence gate was checked: `proven` (the step starts now) "
     "or not (the step is held; `missing` names the predicates not proven).",
+    "run.queued": "The run waits for a slot of each of its workflow's concurrency limits "
+    "(`spec.concurrency`): each slot's limit, key and size; no state is entered until "
+    "`run.admitted`.",
+    "run.admitted": "The run holds a slot of each limit it waited for (freed by the record "
+    "that ends it); its first state is entered next.",
 }
 """One line per record type, keyed by the type without the ``io.interlock.`` prefix."""
 

@@ -68,6 +68,8 @@ RULES = {
     "bad-secret",
     "bad-mapping",
     "unsigned-type",
+    "concurrency-key",
+    "concurrency-scope",
 }
 
 

@@ -170,12 +170,8 @@ async def cmd_describe_run(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _describe_table(d: RunDescription) -> None:
-    import json
-
-    def show(value: Any) -> str:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
+def _describe_head(d: RunDescription) -> None:
+    """Which run, its status and state, and the concurrency slots it holds or waits for."""
     print(f"run          {d.run_id}")
     print(f"workflow     {d.namespace}/{d.workflow} v{d.version}")
     status = d.status
@@ -185,6 +181,17 @@ def _describe_table(d: RunDescription) -> None:
         status += f" ({d.reason})"
     print(f"status       {status}")
     print(f"state        {d.state}")
+    for slot in (s for s in d.slots if d.queued or s.holding):
+        print(f"{'queued' if d.queued else 'slot':<12} {slot_text(slot, d.queued)}")
+
+
+def _describe_table(d: RunDescription) -> None:
+    import json
+
+    def show(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+    _describe_head(d)
     print(f"started      {d.started_at}")
     print(f"updated      {d.updated_at} ({d.records} records)")
     if d.finished_at:
@@ -252,6 +259,23 @@ def _describe_table(d: RunDescription) -> None:
         print(f"\noutputs      {show(d.outputs)}")
     for warning in d.warnings:
         print(f"\nwarning      {warning}")
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def slot_text(slot: Any, queued: bool) -> str:
+    """``3rd for key acme under default/limited#1 (2/2 running)``, or that it holds it."""
+    where = f"key {slot.key} under {slot.limit}"
+    running = "" if slot.running is None else f" ({slot.running}/{slot.size} running)"
+    if slot.holding:
+        return f"holds a slot for {where}{running}"
+    if queued and slot.place is not None:
+        return f"{ordinal(slot.place)} for {where}{running}"
+    return f"waits for a slot for {where}{running}"
 
 
 async def cmd_delete_workflow(client: Client, args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 
-from interlock.client import catalog, reading
+from interlock.client import catalog, queues, reading
 from interlock.client.errors import (
     InvalidManifest,
     UnknownRun,
@@ -360,7 +360,8 @@ class Client(DeadLetterCalls):
         state = fold(records)
         outline = await catalog.outline_of_run(self._ops, state)
         warnings = [f.warning() for f in found.foreign]
-        return describe_run(records, outline, state=state, warnings=warnings)
+        described = describe_run(records, outline, state=state, warnings=warnings)
+        return await queues.with_places(self._ops, described, state)
 
     async def runs(
         self,

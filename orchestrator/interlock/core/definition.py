@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock.core.expr import CompiledValue, Expression, Literal
+from interlock.core.limitdef import LimitDef
 
 NORMAL = "normal"
 TERMINAL = "terminal"
@@ -70,8 +71,7 @@ class TimeoutDef:
 
 @dataclass(frozen=True, slots=True)
 class MapDef:
-    """A map over a CEL list, or (``branches`` set) a parallel state: one item per branch,
-    each with its own action."""
+    """A map over a CEL list, or (``branches`` set) a parallel state (an item a branch)."""
 
     over: Expression | None
     item: str
@@ -103,8 +103,7 @@ class DagEdge:
 
 @dataclass(frozen=True, slots=True)
 class GateDef:
-    """Evidence a step needs before it starts: for ``subject``, each predicate with the
-    value it must have (``True``: any non-empty value)."""
+    """Evidence a step needs: for ``subject``, each predicate's value (True: any)."""
 
     subject: str
     requires: tuple[tuple[str, str | bool], ...]
@@ -312,6 +311,7 @@ class Definition:
     """How long a finished run is kept (None: the installation's default)."""
     archive: ArchiveDef | None = None
     """Where a run's log goes before retention deletes it (None: the installation's)."""
+    concurrency: tuple[LimitDef, ...] = ()
 
     def all_actions(self) -> list[ActionDef]:
         out: list[ActionDef] = []

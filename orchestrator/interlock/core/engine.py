@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from interlock.core import events as ev
+from interlock.core import limits
 from interlock.core.definition import Definition
 from interlock.core.incoming import (
     TASK_COMPLETED,
@@ -128,6 +129,9 @@ def started(
     )
     if definition.deadline is not None:
         step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, definition.deadline.after_s))
+    if definition.concurrency:
+        limits.queue(step, definition, inputs, trigger)  # entered once admitted
+        return step.out, step.state
     step.enter(definition.initial_state)
     return step.out, step.state
 
@@ -168,6 +172,11 @@ def decided(
 
 def _react(step: Reactions, definition: Definition, state: RunState, event: Incoming) -> None:
     """What :func:`decide` does with a running run: ``step`` gets the records."""
+    if state.queued:  # waiting for its concurrency slots: only its deadline counts
+        timer = state.timers.get(event.extensions.get("timerid", ""))
+        if event.type == TIMER_FIRED and timer is not None:
+            limits.deadline_while_queued(step, timer)
+        return
     if event.type == TIMER_FIRED:
         timer = state.timers.get(event.extensions.get("timerid", ""))
         if timer is None:

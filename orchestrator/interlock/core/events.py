@@ -319,6 +319,32 @@ class RunMigratedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     """The log position up to which a replay found the log to agree with ``version``."""
 
 
+class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A slot a run must hold before its first state: one of the ``size`` slots of the
+    concurrency limit ``limit`` for ``key``."""
+
+    limit: str
+    """The limit's name: ``<namespace>/<scope>``, or ``<namespace>/<workflow>#<n>`` for a
+    limit of one workflow (its n-th, from 1)."""
+    key: str
+    size: int
+    on_limit: str = "queue"
+    """What a run does when no slot is free: ``queue``, ``skip`` or ``cancel-oldest``."""
+
+
+class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run waits for a slot of each of its workflow's concurrency limits before it
+    enters its first state (the orchestrator admits it when it holds them all)."""
+
+    slots: list[SlotClaim]
+
+
+class RunAdmittedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run holds a slot of each limit it waited for; its first state is entered next."""
+
+    limits: list[str] = []
+
+
 # --- envelopes ------------------------------------------------------------------------
 
 
@@ -432,6 +458,14 @@ class RunMigrated(Record, tag=PREFIX + "run.migrated", frozen=True):
     data: RunMigratedData
 
 
+class RunQueued(Record, tag=PREFIX + "run.queued", frozen=True):
+    data: RunQueuedData
+
+
+class RunAdmitted(Record, tag=PREFIX + "run.admitted", frozen=True):
+    data: RunAdmittedData
+
+
 AnyRecord = (
     RunStarted
     | StateEntered
@@ -456,6 +490,8 @@ AnyRecord = (
     | DagCompleted
     | EvidenceRecorded
     | GateChecked
+    | RunQueued
+    | RunAdmitted
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__

@@ -31,10 +31,11 @@ from interlock.core.definition import (
 )
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.expr import Expression, expressions, references
+from interlock.core.limitdef import LimitDef
 from interlock.core.lowering_dag import check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
-from interlock.core.names import BUCKET_NAME, EVENT_TYPE, INPUT_NAME, check_metadata
+from interlock.core.names import BUCKET_NAME, DNS_LABEL, EVENT_TYPE, INPUT_NAME, check_metadata
 from interlock.core.outcomes import check_outcomes
 from interlock.core.rules import check_cycles, check_graph, check_references, check_required
 from interlock.core.source import Document, Path
@@ -91,6 +92,7 @@ class WorkflowLowering(LoweringScope):
         deadline = self._deadline()
         retention_s = self._duration(("spec", "retention"), spec.retention)
         archive = self._archive()
+        concurrency = self._concurrency()
         check_graph(spec, self.error)
         if self._cycles_need_budgets():
             check_cycles(spec, self.error)
@@ -119,7 +121,45 @@ class WorkflowLowering(LoweringScope):
             evidence_events=frozenset(spec.evidence.events if spec.evidence else ()),
             retention_s=retention_s,
             archive=archive,
+            concurrency=concurrency,
         )
+
+    def _concurrency(self) -> tuple[LimitDef, ...]:
+        """``spec.concurrency``: each limit's key compiled (it sees what a run starts
+        with: its inputs and trigger event), its scope a name, no scope named twice."""
+        wf = self.wf
+        out: list[LimitDef] = []
+        scopes: set[str] = set()
+        for i, limit in enumerate(wf.spec.concurrency):
+            base: Path = ("spec", "concurrency", i)
+            key = self._expression((*base, "key"), limit.key)
+            unseen = sorted(key.names - {"inputs", "event", "data"}) if key else []
+            if unseen:
+                self.error(
+                    (*base, "key"),
+                    "concurrency-key",
+                    "a concurrency key sees only 'inputs', 'event' and 'data' (it is computed "
+                    f"when the run starts); it reads {', '.join(repr(n) for n in unseen)}",
+                )
+            if limit.scope is not None and not DNS_LABEL.match(limit.scope):
+                self.error(
+                    (*base, "scope"),
+                    "bad-name",
+                    f"scope {limit.scope!r} must be a DNS label (lowercase letters, digits, '-')",
+                )
+            if limit.scope is not None and limit.scope in scopes:
+                self.error(
+                    (*base, "scope"),
+                    "concurrency-scope",
+                    f"scope {limit.scope!r} is named by two limits of this workflow",
+                )
+            scopes.add(limit.scope or "")
+            name = limit.scope or f"{wf.metadata.name}#{i + 1}"
+            if key is not None:
+                out.append(
+                    LimitDef(f"{wf.metadata.namespace}/{name}", key, limit.limit, limit.on_limit)
+                )
+        return tuple(out)
 
     def _archive(self) -> ArchiveDef | None:
         spec = self.wf.spec.archive

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from interlock.core.flowmodel import ConcurrencyLimit
 from interlock.core.vocabulary import ErrorClass
 
 WORKFLOW_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1")
@@ -401,6 +402,7 @@ class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     retention: Duration | None = None
     archive: Archive | None = None
     numbers: Literal["typed", "double"] = "typed"  # JSON numbers in CEL: as written, or doubles
+    concurrency: list[ConcurrencyLimit] = []
 
 
 class Workflow(_Strict, frozen=True, kw_only=True):

@@ -30,6 +30,7 @@ from interlock.core.engine import (
     start,
     trigger_inputs,
 )
+from interlock.core.limits import admitted
 from interlock.core.state import RunState, evolve, fold
 from interlock.core.vocabulary import RunStatus
 
@@ -55,6 +56,9 @@ FORK = "fork"
 
 
 MIGRATE = "migrate"
+
+
+ADMIT = "admit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,8 @@ def _starts_step(record: ev.AnyRecord) -> str | None:
         return FORK
     if isinstance(record, ev.RunMigrated):
         return MIGRATE
+    if isinstance(record, ev.RunAdmitted):
+        return ADMIT
     return None
 
 
@@ -199,6 +205,8 @@ def describe_input(step: Step) -> dict[str, Any]:
         out.update(origin_run_id=head.data.origin_run_id, origin_seq=head.data.origin_seq)
     elif isinstance(head, ev.RunMigrated):
         out.update(from_version=head.data.from_version, version=head.data.version)
+    elif isinstance(head, ev.RunAdmitted):
+        out["limits"] = head.data.limits
     return out
 
 
@@ -350,6 +358,9 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
     if isinstance(head, ev.RunMigrated):
         version = drive.version or head.data.version
         return Outcome(migrate(d, drive.state, version=version, now=now), checks)
+    if isinstance(head, ev.RunAdmitted):
+        records = admitted(d, drive.state, now)
+        return Outcome(records, checks, None if records else "the new run is not queued")
     return Outcome([], checks, f"no input of type {ev.record_type(head)} to re-drive")
 
 

@@ -76,12 +76,8 @@ class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
             if name in self.results:
                 entry["output"] = self.results[name]
             if name in self.errors:
-                error = self.errors[name]
-                entry["error"] = {
-                    "class": error.error_class,
-                    "message": error.message,
-                    "code": error.code,
-                }
+                e = self.errors[name]
+                entry["error"] = {"class": e.error_class, "message": e.message, "code": e.code}
             if name in self.sources:
                 entry["source"] = self.sources[name]
             out[name] = entry
@@ -134,10 +130,17 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     """Transitions fired per edge budget (None: none spent)."""
     spawn: SpawnProgress | None = None
     """The run's depth and spawn allowance (None: a root run without spawn budgets)."""
+    slots: list[ev.SlotClaim] | None = None
+    """The concurrency slots the run needs (None: its workflow declares no limit)."""
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def queued(self) -> bool:
+        """Waiting for its concurrency slots: running, and no state entered yet."""
+        return self.slots is not None and not self.state and self.status == RunStatus.RUNNING
 
 
 def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
@@ -242,7 +245,7 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
             s.dag,
             status={**s.dag.status, d.step: "completed"},
             results={**s.dag.results, d.step: d.result},
-            sources=_with_source(s.dag.sources, d.step, d.source),
+            sources=s.dag.sources if d.source is None else {**s.dag.sources, d.step: d.source},
         )
         context = {**s.context, **d.context_writes} if d.context_writes else s.context
         return replace(
@@ -284,11 +287,6 @@ def _action_failed(s: RunState, r: ev.ActionFailed) -> RunState:
             errors={**dag.errors, d.step: d.error},
         )
     return replace(s, seq=s.seq + 1, updated_at=r.time, pending=pending, map=progress, dag=dag)
-
-
-def _with_source(sources: dict[str, str], step: str, source: str | None) -> dict[str, str]:
-    """``sources`` with ``step`` answered by ``source`` (if the answer names one)."""
-    return sources if source is None else {**sources, step: source}
 
 
 def _action_cancelled(s: RunState, r: ev.ActionCancelled) -> RunState:
@@ -431,6 +429,10 @@ def _counted(s: RunState, r: ev.Record) -> RunState:
     return replace(s, seq=s.seq + 1, updated_at=r.time)
 
 
+def _run_queued(s: RunState, r: ev.RunQueued) -> RunState:
+    return replace(s, seq=s.seq + 1, updated_at=r.time, slots=r.data.slots)
+
+
 _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.RunStarted: _run_started,
     ev.StateEntered: _state_entered,
@@ -455,6 +457,8 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.DagCompleted: _dag_completed,
     ev.EvidenceRecorded: _evidence_recorded,
     ev.GateChecked: _gate_checked,
+    ev.RunQueued: _run_queued,
+    ev.RunAdmitted: _counted,
 }
 
 
@@ -479,7 +483,7 @@ def event_key(source: str, event_id: str) -> str:
 
 _state_encoder = msgspec.json.Encoder()
 
-_LATER_FIELDS = ("dag", "evidence", "cost", "spent", "spawn")
+_LATER_FIELDS = ("dag", "evidence", "cost", "spent", "spawn", "slots")
 """Fields added to RunState after states were first pinned (tests/golden): left out of
 the canonical bytes while unset, so a run that does not use them encodes as before."""
 

@@ -9,6 +9,8 @@
   on those actions are told to stop, and child runs are cancelled.
 - ``run.started`` with a correlation key: the run is indexed under it; ``state.entered``
   of such a run: events parked for its key are offered to it again.
+- ``run.queued``: the run takes the concurrency slots it needs, or its place in line
+  (:mod:`concurrency`); the end of a run that needed slots gives them to the next in line.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from interlock.core.engine import TIMER_FIRED, Incoming, cancel
 from interlock.core.incoming import SPAWNS_EXTENSION
 from interlock.core.state import RunState
 from interlock.runtime.answers import Answers
+from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.registry import Registry
@@ -67,6 +70,7 @@ _MAY_ACT = frozenset(
         ev.StateEntered,
         ev.RunCompleted,
         ev.RunFailed,
+        ev.RunQueued,
     }
 )
 """The record types :meth:`ControlFlow.effect` may act on (the others have no effect)."""
@@ -103,6 +107,7 @@ class ControlFlow:
         go to the capability's agents)."""
         self.timers = timers
         self.correlation = CorrelationIndex(nc, subjects)
+        self.admission = Admission(nc, subjects, runs, clock)
         self.retainer = (
             None
             if retention is None
@@ -162,11 +167,15 @@ class ControlFlow:
             handler = self._index
         elif isinstance(record, ev.StateEntered) and not self._uncorrelated(record.subject):
             handler = self._offer_parked
+        elif isinstance(record, ev.RunQueued):
+            handler = self._queued
         if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
             orphan = record.data.parent is None
             retained = self.retainer is not None and self.retainer.active
-            if handler is None and orphan and not retained and self._uncorrelated(record.subject):
-                return None  # no parent to tell, nothing to take out of the index or delete
+            # A run not cached is loaded by _finished, which then sees its slots.
+            plain = self._uncorrelated(record.subject) and not self._limited(record.subject)
+            if handler is None and orphan and not retained and plain:
+                return None  # no parent to tell, nothing to take out of an index or delete
             return functools.partial(self._finished, handler)
         return handler
 
@@ -175,6 +184,15 @@ class ControlFlow:
         events and the correlation index have nothing for it); False when not cached."""
         entry = self._runs.cached(run_id)
         return entry is not None and not entry.state.correlation_key
+
+    def _limited(self, run_id: str) -> bool:
+        """Whether the cached state shows the run needed concurrency slots."""
+        entry = self._runs.cached(run_id)
+        return entry is not None and entry.state.slots is not None
+
+    async def _queued(self, record: ev.AnyRecord) -> None:
+        assert isinstance(record, ev.RunQueued)
+        await self.admission.queued(record.subject, record.data.slots, record.time)
 
     async def _finished(
         self, handler: Callable[[ev.AnyRecord], Awaitable[None]] | None, record: ev.AnyRecord
@@ -187,6 +205,8 @@ class ControlFlow:
         if record.data.parent is not None:
             await self._answer_parent(record)
         entry = self._runs.cached(record.subject) or await self._runs.load(record.subject)
+        if entry is not None and entry.state.slots is not None:
+            await self.admission.ended(record.subject, entry.state.slots)
         if entry is not None and entry.state.correlation_key:
             s = entry.state
             await self.correlation.remove(

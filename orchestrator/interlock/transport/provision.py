@@ -167,6 +167,7 @@ def desired_configs(
         _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S, rollups=False),
         _bucket(s.runs_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
+        _bucket(s.slots_bucket, replicas, history=1),
         # A secret is written once: a second value for a key is refused (by anyone, a
         # message reflected there included), and no rollup can purge one.
         _bucket(

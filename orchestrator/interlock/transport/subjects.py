@@ -114,6 +114,12 @@ class Subjects:
         return f"{self._bucket_base}_runs"
 
     @property
+    def slots_bucket(self) -> str:
+        """Concurrency limits: the holders and waiters of each limit and key (derived from
+        the run logs' queued, admitted and end records; rebuildable from them)."""
+        return f"{self._bucket_base}_slots"
+
+    @property
     def secrets_bucket(self) -> str:
         """The orchestrator's own secrets (the task-token key); nobody else reads it."""
         return f"{self._bucket_base}_secrets"

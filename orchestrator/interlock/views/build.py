@@ -27,6 +27,7 @@ from interlock.views.shapes import (
     RunOrigin,
     RunResult,
     RunSummary,
+    SlotView,
     TimerView,
     WaitingOn,
     WaitView,
@@ -239,7 +240,17 @@ def describe_run(
         trigger=state.trigger,
         guard_errors=guard_errors(records),
         warnings=list(warnings),
+        queued=state.queued,
+        slots=slot_views(state),
     )
+
+
+def slot_views(state: RunState) -> list[SlotView]:
+    """The concurrency slots a run needs; held while it runs after its admission."""
+    holding = not state.queued and not state.finished
+    return [
+        SlotView(limit=c.limit, key=c.key, size=c.size, holding=holding) for c in state.slots or ()
+    ]
 
 
 def guard_errors(records: Sequence[ev.AnyRecord]) -> list[GuardErrorView]:

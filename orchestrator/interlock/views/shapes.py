@@ -147,6 +147,20 @@ class MapView(msgspec.Struct, frozen=True, kw_only=True):
     completion: str
 
 
+class SlotView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A concurrency slot a run needs: one of the ``size`` slots of ``limit`` for ``key``;
+    ``holding`` it, or waiting at ``place`` in line (1: next), ``running`` runs holding
+    one (``place`` and ``running`` are read from the orchestrator's slots, None where not
+    known)."""
+
+    limit: str
+    key: str
+    size: int
+    holding: bool = False
+    place: int | None = None
+    running: int | None = None
+
+
 class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     """Everything about one run now (``interlock describe run``, ``GET /runs/{id}``)."""
 
@@ -182,6 +196,10 @@ class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     warnings: list[str] = []
     """What reading the run's log found wrong: each message in it that is not a record
     Interlock wrote (a foreign message, skipped), where it is and why."""
+    queued: bool = False
+    """Waiting for its concurrency slots (``slots`` says where it stands)."""
+    slots: list[SlotView] = []
+    """The concurrency slots the run needs (none: its workflow declares no limit)."""
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

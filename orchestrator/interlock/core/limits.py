@@ -1,0 +1,109 @@
+"""Concurrency limits of runs, as the core decides them. Pure.
+
+A run of a workflow that declares ``spec.concurrency`` starts queued: after
+``run.started`` comes ``run.queued``, naming each slot it needs (the limit and the key its
+inputs and trigger event give), and no state is entered. Whether a slot is free is not the
+core's to know: the orchestrator keeps the holders of each limit (see
+:mod:`interlock.runtime.concurrency`) and, once the run holds a slot of every limit, calls
+:func:`admitted`, which records ``run.admitted`` and enters the first state. A queued run
+takes no event; its deadline, if it has one, fails it (it never moves a queued run into a
+state); cancelling it works as for any run. The slot is freed by the record that ends the
+run, whatever ends it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from interlock.core import events as ev
+from interlock.core.expr import ExpressionError
+from interlock.core.vocabulary import ErrorClass, TimerPurpose
+
+if TYPE_CHECKING:
+    from interlock.core.definition import Definition
+    from interlock.core.incoming import Incoming
+    from interlock.core.reactions import Reactions
+    from interlock.core.state import RunState
+
+MAX_KEY_LENGTH = 256
+"""The longest key a limit's expression may give (longer ones fail the run)."""
+
+
+def key_text(value: Any) -> str:
+    """The key a limit's expression gave, as text (structured values as canonical JSON)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def claims(
+    definition: Definition, inputs: Mapping[str, Any], trigger: Incoming | None
+) -> tuple[list[ev.SlotClaim], str | None]:
+    """The slots a run with ``inputs`` (started by ``trigger``) needs, or why its keys
+    cannot be computed."""
+    activation = {
+        "inputs": dict(inputs),
+        "event": {} if trigger is None else trigger.to_dict(),
+        "data": None if trigger is None else trigger.data,
+    }
+    out: list[ev.SlotClaim] = []
+    for limit in definition.concurrency:
+        try:
+            key = key_text(limit.key.evaluate(activation))
+        except ExpressionError as exc:
+            return [], f"the key of concurrency limit {limit.name} cannot be computed: {exc}"
+        if len(key) > MAX_KEY_LENGTH:
+            return [], (
+                f"the key of concurrency limit {limit.name} is {len(key)} characters long "
+                f"(at most {MAX_KEY_LENGTH})"
+            )
+        out.append(
+            ev.SlotClaim(limit=limit.name, key=key, size=limit.size, on_limit=limit.on_limit)
+        )
+    return out, None
+
+
+def queue(
+    step: Reactions,
+    definition: Definition,
+    inputs: Mapping[str, Any],
+    trigger: Incoming | None,
+) -> None:
+    """After ``run.started``: the run waits for its slots (or fails, its keys unknown)."""
+    slots, problem = claims(definition, inputs, trigger)
+    if problem is not None:
+        step.fail_run(ErrorClass.SCHEMA_ERROR, problem)
+        return
+    step.emit(ev.RunQueued, ev.RunQueuedData(slots=slots))
+
+
+def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
+    """A queued run holds all its slots: ``run.admitted``, then its first state entered.
+    Nothing for a run that is not queued (admitted already, ended), so admitting twice
+    records nothing twice."""
+    from interlock.core.reactions import Reactions
+
+    if not state.queued or state.slots is None:
+        return []
+    step = Reactions(definition, state, now)
+    step.emit(ev.RunAdmitted, ev.RunAdmittedData(limits=[s.limit for s in state.slots]))
+    step.enter(definition.initial_state)
+    return step.out
+
+
+def deadline_while_queued(step: Reactions, timer: ev.TimerScheduledData) -> None:
+    """A timer of a queued run: only its deadline counts, and it fails the run."""
+    if timer.purpose != TimerPurpose.RUN_DEADLINE or step.definition.deadline is None:
+        return
+    step.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
+    after = step.definition.deadline.after_s
+    step.fail_run(
+        ErrorClass.TIMEOUT,
+        f"the run waited for a concurrency slot longer than its deadline ({after:g}s)",
+    )

@@ -1,0 +1,324 @@
+"""Concurrency limits of runs: who holds a slot of each limit and key, and who waits.
+
+The run logs are the truth. A run of a limited workflow starts queued (``run.queued``,
+naming the limit and key of each slot it needs); it holds its slots from ``run.admitted``
+until the record that ends it (completed, failed, cancelled, timed out). The slots bucket
+keeps, per limit and key, the holders and the waiters in order: a cache of what the logs
+say, changed only by compare-and-set, so that two orchestrator replicas can never both
+give away the last slot (the second write finds a newer revision, reads again and decides
+again). A stale read costs a retry, never an extra holder.
+
+Every change is made by the relay acting on a record it has read from the run logs, and
+each change repeats safely (a run already holding or waiting is left where it is; a run
+already gone is not removed twice). The relay acknowledges a record only once its effect
+is done, so an orchestrator killed half way through has the record handed to another (or
+to itself, restarted), which does it again: a slot given whose run was not yet admitted is
+admitted then, a run ended whose slot was not yet freed frees it then. The bucket holds a
+run as holder from before its ``run.admitted`` until after its end record, so the runs
+whose logs show them admitted and not ended never outnumber the limit.
+
+Slots are taken in the order of the limits' names, whatever order a workflow declares
+them in, so runs of workflows that share limits cannot hold one each of two and wait for
+each other's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+from nats.aio.client import Client
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
+from interlock.core import events as ev
+from interlock.runtime.errors import UnknownRun, UnknownWorkflow
+from interlock.runtime.foreign import foreign_value
+from interlock.runtime.runs import Runs
+from interlock.transport.jetstream import jetstream
+from interlock.transport.kvread import bucket_values
+from interlock.transport.subjects import Subjects
+
+log = logging.getLogger("interlock.concurrency")
+
+T = TypeVar("T")
+
+MAX_TRIES = 64
+"""Compare-and-set attempts on one entry before giving up (the relay then redoes it)."""
+
+
+class Waiter(msgspec.Struct, array_like=True, frozen=True):
+    run_id: str
+    since: str
+    """When the run joined (RFC 3339)."""
+    size: int
+    """The limit as the run's workflow declares it: it holds a slot only while fewer runs
+    than that do."""
+
+
+class SlotEntry(msgspec.Struct, kw_only=True):
+    """The holders and waiters of one limit and key, as the slots bucket keeps them."""
+
+    limit: str
+    key: str
+    size: int
+    """The limit as the run that joined last declares it (what listings show)."""
+    holders: list[Waiter] = []
+    waiting: list[Waiter] = []
+
+    def has(self, run_id: str) -> bool:
+        return any(w.run_id == run_id for w in (*self.holders, *self.waiting))
+
+    def place(self, run_id: str) -> int | None:
+        """The run's place among the waiters (1: next), None when it does not wait."""
+        for i, w in enumerate(self.waiting):
+            if w.run_id == run_id:
+                return i + 1
+        return None
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(SlotEntry).decode
+
+
+def entry_key(limit: str, key: str) -> str:
+    """The bucket key of a limit and key (hashed: keys are any text)."""
+    first = hashlib.sha256(limit.encode()).hexdigest()[:16]
+    second = hashlib.sha256(f"{limit}\0{key}".encode()).hexdigest()[:32]
+    return f"{first}.{second}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entered:
+    """Where :meth:`Slots.enter` left a run: holding a slot, waiting at ``place``, or
+    (``skipped``) neither, the limit being full; ``evict``: the holder to cancel."""
+
+    held: bool
+    place: int = 0
+    skipped: bool = False
+    evict: str | None = None
+    others: tuple[str, ...] = ()
+    """Other runs moved into slots meanwhile (to be taken further)."""
+
+
+class Slots:
+    """The slots bucket: each change a compare-and-set on one limit and key."""
+
+    def __init__(self, nc: Client, subjects: Subjects) -> None:
+        self._js = jetstream(nc)
+        self._subjects = subjects
+        self._kv: Any = None
+
+    async def _bucket(self) -> Any:
+        if self._kv is None:
+            self._kv = await self._js.key_value(self._subjects.slots_bucket)
+        return self._kv
+
+    def _entry(self, token: str, value: bytes | None, revision: int = 0) -> SlotEntry | None:
+        """A stored entry; None (reported) for a value that is not one, which the next
+        change writes over with what the relay knows from then on."""
+        if not value:
+            return None
+        try:
+            return _decode(value)
+        except msgspec.DecodeError:
+            foreign_value(self._subjects.slots_bucket, token, "not a slots entry", revision)
+            return None
+
+    async def read(self, limit: str, key: str) -> SlotEntry | None:
+        kv = await self._bucket()
+        token = entry_key(limit, key)
+        try:
+            found = await kv.get(token)
+        except KeyNotFoundError:
+            return None
+        return self._entry(token, found.value, found.revision)
+
+    async def entries(self) -> list[SlotEntry]:
+        """Every limit and key with a holder or a waiter (read without a consumer)."""
+        values = await bucket_values(await self._bucket())
+        found = (self._entry(token, value) for token, value in values.items())
+        return [entry for entry in found if entry is not None]
+
+    async def _change(
+        self, claim: ev.SlotClaim, change: Callable[[SlotEntry], T]
+    ) -> tuple[T, SlotEntry]:
+        """``change`` applied to the entry of the claim's limit and key, and written back
+        if the entry is still the one read (else read again and done again)."""
+        kv = await self._bucket()
+        token = entry_key(claim.limit, claim.key)
+        for _ in range(MAX_TRIES):
+            try:
+                found = await kv.get(token)
+                revision: int | None = found.revision
+                entry = self._entry(token, found.value, found.revision) or SlotEntry(
+                    limit=claim.limit, key=claim.key, size=claim.size
+                )
+            except KeyNotFoundError:
+                revision = None
+                entry = SlotEntry(limit=claim.limit, key=claim.key, size=claim.size)
+            before = _encode(entry)
+            result = change(entry)
+            after = _encode(entry)
+            if after == before:
+                return result, entry
+            try:
+                if revision is None:
+                    await kv.create(token, after)
+                elif not entry.holders and not entry.waiting:
+                    await kv.delete(token, last=revision)
+                else:
+                    await kv.update(token, after, last=revision)
+            except KeyWrongLastSequenceError:
+                continue
+            return result, entry
+        raise RuntimeError(f"slots of {claim.limit} ({claim.key!r}): too many conflicting writes")
+
+    async def enter(self, claim: ev.SlotClaim, run_id: str, queued_at: str) -> Entered:
+        """Give the run a slot if one is free and nobody waits before it; else (``queue``,
+        ``cancel-oldest``) put it in line, or (``skip``) leave it out. Repeats safely."""
+
+        def change(entry: SlotEntry) -> Entered:
+            entry.size = claim.size
+            if any(h.run_id == run_id for h in entry.holders):
+                return Entered(held=True)
+            place = entry.place(run_id)
+            if place is None:
+                if len(entry.holders) < claim.size and not entry.waiting:
+                    entry.holders.append(Waiter(run_id, queued_at, claim.size))
+                    return Entered(held=True)
+                if claim.on_limit == "skip":
+                    return Entered(held=False, skipped=True)
+                # In line by the time of its run.queued (then run id), however late the
+                # relay of another replica got to it.
+                waiter = Waiter(run_id, queued_at, claim.size)
+                at = bisect.bisect(entry.waiting, (queued_at, run_id), key=_order)
+                entry.waiting.insert(at, waiter)
+                place = at + 1
+            granted = _grant(entry)
+            others = tuple(r for r in granted if r != run_id)
+            if run_id in granted:
+                return Entered(held=True, others=others)
+            evict = entry.holders[0].run_id if claim.on_limit == "cancel-oldest" else None
+            return Entered(held=False, place=place, evict=evict, others=others)
+
+        entered, _ = await self._change(claim, change)
+        return entered
+
+    async def release(self, claim: ev.SlotClaim, run_id: str) -> list[str]:
+        """Take the run out (holding or waiting); the runs given the slots that frees. When
+        the run was not there (freed already: this is done again), the holders, whose
+        admission may be what was left undone."""
+
+        def change(entry: SlotEntry) -> list[str]:
+            present = entry.has(run_id)
+            entry.holders = [h for h in entry.holders if h.run_id != run_id]
+            entry.waiting = [w for w in entry.waiting if w.run_id != run_id]
+            granted = _grant(entry)
+            return granted if present else [h.run_id for h in entry.holders]
+
+        granted, _ = await self._change(claim, change)
+        return granted
+
+
+def _order(waiter: Waiter) -> tuple[str, str]:
+    return waiter.since, waiter.run_id
+
+
+def _grant(entry: SlotEntry) -> list[str]:
+    """Move waiters, first first, into the free slots; the runs moved."""
+    moved: list[str] = []
+    while entry.waiting and len(entry.holders) < entry.waiting[0].size:
+        first = entry.waiting.pop(0)
+        entry.holders.append(first)
+        moved.append(first.run_id)
+    return moved
+
+
+def in_order(slots: Sequence[ev.SlotClaim]) -> list[ev.SlotClaim]:
+    """The slots in the order they are taken: by limit name (the same for every run)."""
+    return sorted(slots, key=lambda s: (s.limit, s.key))
+
+
+class Admission:
+    """Runs into their slots and out of them, as the relay reads their records."""
+
+    def __init__(self, nc: Client, subjects: Subjects, runs: Runs, clock: Callable[[], str]):
+        self.slots = Slots(nc, subjects)
+        self._runs = runs
+        self._clock = clock
+
+    async def queued(self, run_id: str, slots: Sequence[ev.SlotClaim], since: str) -> None:
+        """A run waits for ``slots`` since ``since`` (its ``run.queued``): take what is
+        free, admit it once it holds them all."""
+        for claim in in_order(slots):
+            entered = await self.slots.enter(claim, run_id, since)
+            for other in entered.others:
+                await self._go_on(other)
+            if entered.skipped:
+                await self._cancel(
+                    run_id,
+                    f"skipped: concurrency limit {claim.limit} is full for key {claim.key!r}",
+                )
+                return
+            if entered.evict is not None and entered.evict != run_id:
+                await self._cancel(
+                    entered.evict,
+                    f"cancelled to make room under concurrency limit {claim.limit} "
+                    f"(key {claim.key!r}) for run {run_id}",
+                )
+            if not entered.held:
+                return  # in line: taken further when a slot frees
+        await self._admit(run_id)
+
+    async def ended(self, run_id: str, slots: Sequence[ev.SlotClaim]) -> None:
+        """A run that needed ``slots`` ended: its slots (or its places in line) go to the
+        next runs in line, which are admitted once they hold all theirs."""
+        for claim in in_order(slots):
+            for other in await self.slots.release(claim, run_id):
+                if other != run_id:
+                    await self._go_on(other)
+
+    async def _go_on(self, run_id: str) -> None:
+        """A run given a slot: on to its next limits (or admitted); one that ended in the
+        meantime gives its slots back."""
+        entry = await self._runs.load(run_id, fresh=True)
+        if entry is None or entry.state.slots is None:
+            return
+        if entry.state.finished:
+            await self.ended(run_id, entry.state.slots)
+        elif entry.state.queued:
+            await self.queued(run_id, entry.state.slots, entry.state.started_at)
+
+    async def _admit(self, run_id: str) -> None:
+        """Record the run's admission; a run that is no longer queued records nothing, and
+        one that has ended meanwhile (its ``run.queued`` read again after a crash, after
+        its end freed its slots) gives back the slots it was just given."""
+        from interlock.core.limits import admitted  # the engine: not for readers of slots
+
+        now = self._clock()
+        async with self._runs.locked(run_id):
+            try:
+                records = await self._runs.apply(run_id, lambda d, s: admitted(d, s, now))
+            except (UnknownRun, UnknownWorkflow) as exc:
+                log.warning("cannot admit run %s: %s", run_id, exc)
+                return
+        if records:
+            return
+        entry = await self._runs.load(run_id, fresh=True)
+        if entry is not None and entry.state.finished and entry.state.slots is not None:
+            await self.ended(run_id, entry.state.slots)
+
+    async def _cancel(self, run_id: str, reason: str) -> None:
+        from interlock.core.engine import cancel  # the engine: not for readers of slots
+
+        now = self._clock()
+        async with self._runs.locked(run_id):
+            try:
+                await self._runs.apply(run_id, lambda d, s: cancel(d, s, reason=reason, now=now))
+            except (UnknownRun, UnknownWorkflow) as exc:
+                log.warning("cannot cancel run %s: %s", run_id, exc)

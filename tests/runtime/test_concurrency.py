@@ -1,0 +1,237 @@
+"""Concurrency limits of runs on a real nats-server: a run over its limit waits, recorded in
+its log, and starts in order as slots free; whatever ends a run frees its slot; the limit is
+never exceeded, as the logs show it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from concurrency_support import limited, timeline
+from helpers import TIMEOUT, cli_env, connect, eventually, run_cli, running_stack, yaml
+
+from interlock.core import events as ev
+from interlock.sdk import TaskContext, Worker
+from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.subjects import Subjects
+
+GATE_AGENT = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: gateagent
+    spec:
+      capabilities:
+        - name: gate
+    """
+)
+
+
+class Gates:
+    """The ``gate`` capability: each task waits until the test opens its run's gate."""
+
+    def __init__(self) -> None:
+        self.opened: dict[int, asyncio.Event] = {}
+        self.started: list[int] = []
+        self.fail: set[int] = set()
+
+    def gate(self, n: int) -> asyncio.Event:
+        return self.opened.setdefault(n, asyncio.Event())
+
+    def worker(self) -> Worker:
+        worker = Worker("gateagent", concurrency=64, grace_period=0.5)
+
+        @worker.capability("gate")
+        async def gate(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+            n = int(inp["n"])
+            self.started.append(n)
+            await self.gate(n).wait()
+            if n in self.fail:
+                raise RuntimeError(f"task {n} fails")
+            return {"n": n}
+
+        return worker
+
+
+@contextlib.asynccontextmanager
+async def gate_worker(url: str, subjects: Subjects, gates: Gates) -> AsyncIterator[Worker]:
+    nc = await connect(url)
+    worker = gates.worker()
+    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+    try:
+        await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        yield worker
+    finally:
+        for event in gates.opened.values():
+            event.set()
+        await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
+        await task
+        await nc.close()
+
+
+async def test_runs_over_the_limit_wait_and_start_in_order_as_slots_free(
+    nats_url: str, subjects: Subjects
+) -> None:
+    gates = Gates()
+    manifest = limited(capability="gate", limit=2)
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        acme = [await client.start("limited", {"customer": "acme", "n": n}) for n in range(6)]
+        beta = await client.start("limited", {"customer": "beta", "n": 100})
+
+        async def started(count: int) -> bool:
+            return len(gates.started) >= count
+
+        await eventually(lambda: started(3), what="two acme runs and the beta run at work")
+        await asyncio.sleep(0.3)  # nothing more starts
+        assert sorted(gates.started) == [0, 1, 100]
+
+        # The third waits, and its log says for what.
+        records = await stack.records(acme[2])
+        assert [ev.record_type(r).removeprefix(ev.PREFIX) for r in records] == [
+            "run.started",
+            "run.queued",
+        ]
+        queued = records[1]
+        assert isinstance(queued, ev.RunQueued)
+        assert [(s.limit, s.key, s.size) for s in queued.data.slots] == [
+            ("default/limited#1", "acme", 2)
+        ]
+        # describe says where it stands, as a user reads it.
+        env = cli_env(nats_url, subjects.prefix)
+        shown = await asyncio.to_thread(run_cli, "describe", "run", acme[4], env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert "queued       3rd for key acme under default/limited#1 (2/2 running)" in (
+            shown.stdout
+        ), shown.stdout
+        shown = await asyncio.to_thread(run_cli, "describe", "run", acme[0], env=env)
+        assert "slot         holds a slot for key acme under default/limited#1" in shown.stdout
+
+        # A failed run frees its slot as a completed one does; runs start in their order.
+        gates.fail.add(1)
+        gates.gate(1).set()
+        await eventually(lambda: started(4), what="the next acme run at work")
+        assert gates.started[-1] == 2
+        for n in (0, 2, 3, 4, 5, 100):
+            gates.gate(n).set()
+        outcomes = [await stack.wait(r) for r in [*acme, beta]]
+        assert [o.status for o in outcomes] == [
+            "completed",
+            "failed",
+            "completed",
+            "completed",
+            "completed",
+            "completed",
+            "completed",
+        ]
+        assert [n for n in gates.started if n < 100] == [0, 1, 2, 3, 4, 5]
+
+        seen = await timeline(stack.client.nc, subjects)
+        assert seen.most[("default/limited#1", "acme")] == 2
+        assert seen.most[("default/limited#1", "beta")] == 1
+        assert [r for r in seen.admitted if r in acme] == acme
+        # Nothing is left holding or waiting.
+        assert await stack.orchestrator.flow.admission.slots.entries() == []
+
+
+async def test_a_cancelled_run_frees_its_slot_and_a_queued_one_its_place(
+    nats_url: str, subjects: Subjects
+) -> None:
+    gates = Gates()
+    manifest = limited(capability="gate", limit=1)
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        runs = [await client.start("limited", {"customer": "acme", "n": n}) for n in range(3)]
+
+        async def started(count: int) -> bool:
+            return len(gates.started) >= count
+
+        await eventually(lambda: started(1), what="the first run at work")
+        await client.cancel(runs[1], "not wanted")  # waiting: it leaves the line
+        await client.cancel(runs[0], "stop")  # holding: its slot goes to the third
+        await eventually(lambda: started(2), what="the third run at work")
+        assert gates.started == [0, 2]
+        gates.gate(2).set()
+        assert (await stack.wait(runs[2])).status == "completed"
+        assert (await stack.wait(runs[1])).status == "cancelled"
+        seen = await timeline(stack.client.nc, subjects)
+        assert runs[1] not in seen.admitted
+        assert seen.most[("default/limited#1", "acme")] == 1
+        assert await stack.orchestrator.flow.admission.slots.entries() == []
+
+
+WAITING = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: waiting
+    spec:
+      inputs:
+        customer: {type: string, required: true}
+      concurrency:
+        - {key: inputs.customer, limit: 1}
+      initial_state: hold
+      states:
+        hold:
+          type: human_in_the_loop
+          on:
+            - {event: com.example.go, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+async def test_an_event_sent_to_a_queued_run_does_not_start_it(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """A publisher who knows a queued run's id sends it the event its first state waits for,
+    addressed to it: the run stays queued (it takes nothing before it holds its slot), and
+    the run holding the slot is not disturbed."""
+    async with running_stack(nats_url, subjects, [WAITING], worker=False) as stack:
+        first = await stack.client.start("waiting", {"customer": "acme"})
+        second = await stack.client.start("waiting", {"customer": "acme"})
+
+        async def entered() -> bool:
+            return "state.entered" in [
+                ev.record_type(r).removeprefix(ev.PREFIX) for r in await stack.records(first)
+            ]
+
+        await eventually(entered, what="the first run in its first state")
+        for n in range(2):
+            event = CloudEvent(
+                id=f"go-{n}",
+                source="/publisher",
+                type="com.example.go",
+                datacontenttype="application/json",
+                data={},
+            )
+            headers, payload = encode_binary(event)
+            headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
+            await stack.js.publish(subjects.inbound(event.type, second), payload, headers=headers)
+        await asyncio.sleep(0.5)
+        kinds = [ev.record_type(r).removeprefix(ev.PREFIX) for r in await stack.records(second)]
+        assert kinds == ["run.started", "run.queued"]
+        # The slot's holder ends: the queued run is admitted, and then takes events.
+        await stack.client.cancel(first, "done with it")
+
+        async def admitted() -> bool:
+            return "run.admitted" in [
+                ev.record_type(r).removeprefix(ev.PREFIX) for r in await stack.records(second)
+            ]
+
+        await eventually(admitted, what="the second run admitted")
+        go = CloudEvent(id="go-late", source="/publisher", type="com.example.go", data={})
+        headers, payload = encode_binary(go)
+        await stack.js.publish(subjects.inbound(go.type, second), payload, headers=headers)
+        assert (await stack.wait(second)).status == "completed"

@@ -8,6 +8,7 @@ import hmac
 import json
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from gw_support import TIMEOUT, GatewayStack, gateway_stack, yaml
@@ -294,3 +295,39 @@ async def test_a_webhook_whose_secret_is_missing_here_is_503(
         r = await http.post("/webhooks/github", content=body, headers=github_headers(body, "x"))
     assert r.status_code == 503
     assert GITHUB_SECRET not in r.text
+
+
+async def test_a_relative_secret_file_is_read_from_the_gateways_folder(
+    gs: GatewayStack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    relative = yaml(
+        """\
+        apiVersion: interlock.io/v1
+        kind: Webhook
+        metadata: {name: relative}
+        spec:
+          scheme: github
+          secret: {file: secrets/relative}
+          type: {header: X-GitHub-Event, prefix: com.github., values: [pull_request]}
+        """
+    )
+    applied = await gs.stack.client.apply([("relative.yaml", relative)])
+    assert applied.compiled.ok
+    gateway_folder = tmp_path / "gateway"
+    (gateway_folder / "secrets").mkdir(parents=True)
+    monkeypatch.chdir(gateway_folder)
+    body = pull_request()
+    async with gs.http(None) as http:
+        missing = await http.post(
+            "/webhooks/relative", content=body, headers=github_headers(body, "r1")
+        )
+        assert missing.status_code == 503
+        assert f"relative to the gateway's folder {gateway_folder}" in caplog.text
+        (gateway_folder / "secrets" / "relative").write_text(GITHUB_SECRET + "\n")
+        taken = await http.post(
+            "/webhooks/relative", content=body, headers=github_headers(body, "r2")
+        )
+        assert taken.status_code == 202, taken.text

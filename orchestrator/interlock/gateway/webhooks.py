@@ -74,7 +74,11 @@ def read_secret(ref: SecretRef) -> bytes:
         with open(ref.file, "rb") as f:
             value_bytes = f.read().strip()
     except OSError as exc:
-        raise SecretUnavailable(f"cannot read {ref.file}: {exc.strerror or exc}") from exc
+        # A relative path is the gateway's, not the manifest's: say where it looked.
+        where = (
+            "" if os.path.isabs(ref.file) else f" (relative to the gateway's folder {os.getcwd()})"
+        )
+        raise SecretUnavailable(f"cannot read {ref.file}{where}: {exc.strerror or exc}") from exc
     if not value_bytes:
         raise SecretUnavailable(f"{ref.file} is empty")
     return value_bytes

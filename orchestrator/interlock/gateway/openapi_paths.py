@@ -84,6 +84,18 @@ _NAMESPACE = _param(
     {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
     "A namespace.",
 )
+_WEBHOOK = _param(
+    "name",
+    "path",
+    {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
+    "A webhook's name (its kind: Webhook's metadata.name).",
+)
+_SIGNAL = _param(
+    "signal",
+    "path",
+    {"type": "string", "minLength": 1, "maxLength": 200},
+    "The signal: appended to the webhook's signals.prefix, it is the event type sent.",
+)
 _SEQ = _param(
     "seq",
     "path",
@@ -151,17 +163,33 @@ def _event_paths() -> dict[str, Any]:
             }
         },
         "/webhooks/{name}": {
-            "post": {
-                "summary": "A signed webhook (a kind: Webhook says how it is checked)",
-                "tags": ["events"],
-                "security": [],
-                "parameters": [_WORKFLOW_NAME],
-                "requestBody": {"content": {"application/json": {"schema": {}}}},
-                "responses": {
-                    "202": _json(ref("Accepted"), "Stored, or a delivery seen before"),
-                    **_errors(400, 401, 404, 413, 503),
-                },
-            }
+            "post": _webhook(
+                "A signed webhook (a kind: Webhook says how it is checked)", [_WEBHOOK]
+            )
+        },
+        "/webhooks/{namespace}/{name}": {
+            "post": _webhook("A signed webhook of a namespace", [_NAMESPACE, _WEBHOOK])
+        },
+        "/webhooks/{name}/runs/{run_id}/signals/{signal}": {
+            "post": _webhook(
+                "A signal to one run, signed as the webhook's deliveries (its `signals`): the "
+                "event type `prefix` + `signal` sent to the run; the signed body names both",
+                [_WEBHOOK, _RUN_ID, _SIGNAL],
+            )
+        },
+    }
+
+
+def _webhook(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "tags": ["events"],
+        "security": [],
+        "parameters": params,
+        "requestBody": {"content": {"application/json": {"schema": {}}}},
+        "responses": {
+            "202": _json(ref("Accepted"), "Stored, or a delivery seen before"),
+            **_errors(400, 401, 404, 413, 503),
         },
     }
 

@@ -501,12 +501,14 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
             "STREAM.INFO kv_P_workflows",
         ],
         # A log read checks each record's MAC: the log key is one direct get of its key.
-        "get run": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets"],
+        # A run's state is read from its snapshot where there is one (here none).
+        "get run": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets", "DIRECT.GET kv_P_snapshots"],
         "logs": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets"],
-        "result": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets"],
+        "result": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets", "DIRECT.GET kv_P_snapshots"],
         "describe run": [
             "DIRECT.GET P_runs",
             "DIRECT.GET kv_P_secrets",
+            "DIRECT.GET kv_P_snapshots",
             "DIRECT.GET kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
         ],

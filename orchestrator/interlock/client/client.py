@@ -12,7 +12,7 @@ import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client as NatsClient
 
@@ -25,10 +25,9 @@ from interlock.client.errors import (
 from interlock.client.letters import DeadLetterCalls
 from interlock.core import events as ev
 from interlock.core.ids import check_run_id
-from interlock.core.state import RunState, fold
+from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.registry import Applied
-from interlock.runtime.retention import Deleted
 from interlock.runtime.waiting import UnknownRunError
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect
@@ -48,6 +47,10 @@ from interlock.views.build import (
     run_result,
     summary_of,
 )
+
+if TYPE_CHECKING:
+    from interlock.runtime.retention import Deleted
+    from interlock.runtime.snapshots import Read
 
 # What loads the compiler, the dialects or the engine (apply, emit, signal and the debugging
 # calls) imports it when called, and so do the modules behind those calls (emitting,
@@ -302,14 +305,10 @@ class Client(DeadLetterCalls):
     async def delete_run(
         self, run_id: str, *, archive_bucket: str | None = None, archive_dir: str | None = None
     ) -> Deleted:
-        """Delete an ended run: its log (written first to ``archive_bucket``, an Object
-        Store bucket, or ``archive_dir``, a folder, in the format of :meth:`records` as
-        ``interlock export`` writes it) and its run-index entry; the deletion is recorded
-        in the audit stream. Operators only.
-
-        Raises:
-            UnknownRun: no such run. RunNotEnded: the run has not ended (nothing deleted).
-        """
+        """Delete an ended run's log (first written to ``archive_bucket``, an Object Store
+        bucket, or ``archive_dir``, as ``interlock export`` writes it), snapshot and index
+        entry; recorded in the audit stream. Operators only. Raises UnknownRun, and
+        RunNotEnded (nothing deleted) for a run that has not ended."""
         from interlock.core.definition import ArchiveDef
 
         records = await self.records(run_id)
@@ -332,7 +331,8 @@ class Client(DeadLetterCalls):
         """
         check_run_id(run_id)
         if not wait:
-            return run_result(await self.records(run_id))
+            read = await self._read_state(run_id)
+            return run_result(read.records, read.state)
         try:
             records = await self._watcher.finished(run_id, timeout)
         except UnknownRunError:
@@ -342,7 +342,7 @@ class Client(DeadLetterCalls):
     async def run(self, run_id: str) -> RunSummary:
         """One run's summary, folded from its log. Raises :class:`UnknownRun`."""
         check_run_id(run_id)
-        return summary_of(fold(await self.records(run_id)))
+        return summary_of((await self._read_state(run_id)).state)
 
     async def describe(self, run_id: str) -> RunDescription:
         """Everything about one run now: state, pending actions with attempts and deadlines,
@@ -352,16 +352,11 @@ class Client(DeadLetterCalls):
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        async with no_stream_is_no_run(run_id):
-            found = await self._ops.log.read_checked(run_id)
-        records = [r for _, payload in found.messages for r in ev.decode_batch(payload)]
-        if not records:
-            raise UnknownRun(run_id)
-        state = fold(records)
-        outline = await catalog.outline_of_run(self._ops, state)
-        warnings = [f.warning() for f in found.foreign]
-        described = describe_run(records, outline, state=state, warnings=warnings)
-        return await queues.with_places(self._ops, described, state)
+        read = await self._read_state(run_id)
+        outline = await catalog.outline_of_run(self._ops, read.state)
+        warnings = [f.warning() for f in read.foreign]
+        described = describe_run(read.records, outline, state=read.state, warnings=warnings)
+        return await queues.with_places(self._ops, described, read.state)
 
     async def runs(
         self,
@@ -385,7 +380,13 @@ class Client(DeadLetterCalls):
 
     async def state(self, run_id: str) -> RunState:
         """The run's state folded from its log (the engine's own view)."""
-        return fold(await self.records(run_id))
+        return (await self._read_state(run_id)).state
+
+    async def _read_state(self, run_id: str) -> Read:
+        """The run's state from its snapshot and the records after (UnknownRun: none)."""
+        check_run_id(run_id)
+        async with no_stream_is_no_run(run_id):
+            return await self._ops.read_state(run_id)
 
     async def logs(
         self,

@@ -13,9 +13,7 @@ from interlock.client.emitting import publish
 from interlock.client.errors import no_stream_is_no_run
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
-from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
-from interlock.runtime.errors import UnknownRun
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.views import GateView, SignalResult
@@ -44,10 +42,8 @@ async def send(
     the decision that took it (see :meth:`interlock.Client.signal`)."""
     run_id = signal.run_id
     async with no_stream_is_no_run(run_id):
-        raw = await ops.log.read_raw(run_id)
-    if not raw:
-        raise UnknownRun(run_id)
-    state = fold([r for _, payload in raw for r in ev.decode_batch(payload)])
+        read = await ops.read_state(run_id)
+    state = read.state
     base = _SignalBase(
         run_id=run_id, type=signal.name, id=signal.id, state=state.state, status=state.status
     )
@@ -76,7 +72,7 @@ async def send(
             hint.set()
 
     await watcher.start()
-    after = raw[-1][0]
+    after = read.last
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     with watcher.listening(run_id, on_append):

@@ -24,7 +24,6 @@ from interlock.core import events as ev
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState, fold
-from interlock.runtime import retention
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import (
     NotRedrivable,
@@ -38,6 +37,7 @@ from interlock.runtime.foreign import index_entry
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Applied, Registry
 from interlock.runtime.runs import Runs
+from interlock.runtime.snapshots import Read, Snapshots, read_state
 from interlock.runtime.waiting import RunWatcher, UnknownRunError
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream
@@ -76,7 +76,8 @@ class InterlockClient:
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
         self.log = RunLog(nc, subjects)
-        self.runs = Runs(self.log, self.registry, cache_size=0)
+        self.snapshots = Snapshots(nc, subjects)
+        self.runs = Runs(self.log, self.registry, cache_size=0, snapshots=self.snapshots)
         self.watcher = RunWatcher(nc, subjects, self.log)
         """The one subscription every wait and follow of this client shares."""
 
@@ -156,6 +157,8 @@ class InterlockClient:
         self, run_id: str, records: list[ev.AnyRecord], archive: ArchiveDef | None
     ) -> Deleted:
         """Delete the ended run whose log is ``records`` (see :func:`retention.delete_run`)."""
+        from interlock.runtime import retention
+
         return await retention.delete_run(
             self.nc,
             self.subjects,
@@ -167,8 +170,16 @@ class InterlockClient:
             records=records,
         )
 
+    async def read_state(self, run_id: str) -> Read:
+        """The run's state, from its snapshot and the records after it where the snapshot
+        matches the log (else from the whole log), with the records read."""
+        read = await read_state(self.log, self.snapshots, run_id)
+        if read is None:
+            raise UnknownRun(run_id)
+        return read
+
     async def state(self, run_id: str) -> RunState:
-        return fold(await self.read(run_id))
+        return (await self.read_state(run_id)).state
 
     async def follow(
         self, run_id: str, *, idle_timeout: float | None = None

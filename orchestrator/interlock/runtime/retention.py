@@ -12,7 +12,8 @@ runs out, with the timer id ``<run id>:retention``. When it fires, :func:`delete
    attempt that was cut short;
 3. records the deletion in the audit stream (``<prefix>.audit.deleted.<run id>``, with a
    message id, so a repeated attempt records it once);
-4. purges the run's subject from the run-log stream, then its run-index entry.
+4. purges the run's subject from the run-log stream, then its run-index entry and its
+   snapshot.
 
 Each step can be repeated, and the timer's message is acknowledged only after the last,
 so a process killed anywhere leaves the timer to fire again and finish the work: nothing
@@ -186,6 +187,7 @@ async def delete_run(
         )
         await js.purge_stream(subjects.runs_stream, subject=subjects.run(run_id))
     await (await js.key_value(subjects.runs_bucket)).purge(run_id)
+    await (await js.key_value(subjects.snapshots_bucket)).purge(run_id)
     return Deleted(run_id, len(records), archived_to, None if status is None else str(status))
 
 

@@ -20,9 +20,11 @@ from interlock.core import events as ev
 from interlock.core.state import RunState, fold
 from interlock.runtime.errors import InvalidInputs, UnknownRun
 from interlock.runtime.fairness import FairLanes
+from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.registry import Registry
+from interlock.runtime.snapshots import EVERY, Snapshots, read_state
 from interlock.transport.clock import utc_now
 from interlock.transport.errors import AppendConflict
 
@@ -89,6 +91,12 @@ class Entry:
     state: RunState
     last_seq: int
     definition: Definition
+    messages: int = 0
+    """Messages of the run's log up to ``last_seq`` (0: not counted)."""
+    snapshot_at: int = 0
+    """The log position the run's newest snapshot known here covers (0: none)."""
+    foreign: tuple[Foreign, ...] = ()
+    """The log's foreign messages found when it was read (a snapshot names them)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -124,9 +132,13 @@ class Runs:
         cache_size: int = 10_000,
         observer: OrchestratorObserver | None = None,
         keep_appended: bool = False,
+        snapshots: Snapshots | None = None,
     ) -> None:
+        """``snapshots``: read runs from their snapshots where they match the log (and,
+        where it writes them, write one every :data:`snapshots.EVERY` records)."""
         self.observer = observer or OrchestratorObserver()
         self.log = log_store
+        self.snapshots = snapshots
         self.registry = registry
         self.clock = clock
         self._cache: OrderedDict[str, Entry] = OrderedDict()
@@ -224,12 +236,13 @@ class Runs:
             entry = self._finished.get(run_id)
             if entry is not None:
                 return entry
-        records, last = await self.log.read(run_id, consistent=fresh)
-        if not records:
+        read = await read_state(self.log, self.snapshots, run_id, consistent=fresh)
+        if read is None:
             return None
-        state = fold(records)
+        state = read.state
         definition = await self.registry.definition(state.namespace, state.workflow, state.version)
-        entry = Entry(state, last, self._link(definition))
+        link = self._link(definition)
+        entry = Entry(state, read.last, link, read.messages, read.covered, tuple(read.foreign))
         self._remember(run_id, entry)
         return entry
 
@@ -300,7 +313,14 @@ class Runs:
                 self.forget(run_id)
                 continue
             state = fold(records, entry.state) if after is None else after
-            self._remember(run_id, Entry(state, last, entry.definition))
+            messages = entry.messages + 1 if entry.messages else 0
+            snapshot_at = entry.snapshot_at
+            snapshots = self.snapshots
+            if snapshots and snapshots.writing and messages and state.seq - snapshot_at >= EVERY:
+                snapshots.keep(run_id, state, last, messages, entry.foreign)
+                snapshot_at = state.seq
+            kept = Entry(state, last, entry.definition, messages, snapshot_at, entry.foreign)
+            self._remember(run_id, kept)
             self._appended_now(last, records)
             self.observer.appended(run_id, records)
             return records
@@ -385,7 +405,7 @@ class Runs:
             last = await self.log.append(run_id, records, 0)
         except AppendConflict:
             return False, []
-        self._remember(run_id, Entry(opening.decided.state, last, opening.definition))
+        self._remember(run_id, Entry(opening.decided.state, last, opening.definition, 1))
         self._appended_now(last, records)
         self.observer.appended(run_id, records)
         return True, records

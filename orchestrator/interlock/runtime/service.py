@@ -74,6 +74,7 @@ from interlock.runtime.routing import Start, starts
 from interlock.runtime.runindex import INDEXED, RunIndex
 from interlock.runtime.runs import Decided, Opening, Runs
 from interlock.runtime.schemas import SchemaMismatch
+from interlock.runtime.snapshots import Snapshots
 from interlock.runtime.taskqueue import TaskQueue
 from interlock.runtime.timers import JetStreamTimers, Timers
 from interlock.runtime.writebehind import WriteBehind
@@ -168,6 +169,7 @@ class Orchestrator:
             cache_size=cache_size,
             observer=self.observers,
             keep_appended=True,  # the relay reads them back
+            snapshots=Snapshots(nc, subjects, write=True),
         )
         self.clock = clock
         self.counters: Counter[str] = Counter()
@@ -205,7 +207,11 @@ class Orchestrator:
             answers=self.answers,
             retention=retention or Policy(),
         )
-        self.behind = WriteBehind(
+        self.behind = self._write_behind(index_hold)
+
+    def _write_behind(self, hold: float) -> WriteBehind:
+        """The relay's write-behind of the run index (see :mod:`writebehind`)."""
+        return WriteBehind(
             self.index,
             self.observers.relayed,
             # Timers scheduled by a stream write wait for the flush; in-memory ones, at once.
@@ -213,7 +219,7 @@ class Orchestrator:
                 self._schedule_timer if isinstance(self.flow.timers, JetStreamTimers) else None
             ),
             stale=self.flow.known_stale,
-            hold=index_hold,
+            hold=hold,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

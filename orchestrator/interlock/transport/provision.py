@@ -166,6 +166,7 @@ def desired_configs(
         # would purge every other key), and nothing of Interlock's purges a heartbeat.
         _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S, rollups=False),
         _bucket(s.runs_bucket, replicas, history=1),
+        _bucket(s.snapshots_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
         _bucket(s.slots_bucket, replicas, history=1),
         # A secret is written once: a second value for a key is refused (by anyone, a

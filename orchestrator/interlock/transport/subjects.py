@@ -109,6 +109,11 @@ class Subjects:
         return f"{self._bucket_base}_http_tokens"
 
     @property
+    def snapshots_bucket(self) -> str:
+        """Runs' folded states (derived, checked against the log when read)."""
+        return f"{self._bucket_base}_snapshots"
+
+    @property
     def runs_bucket(self) -> str:
         """Derived run index (workflow, status); rebuildable from the logs."""
         return f"{self._bucket_base}_runs"

@@ -56,3 +56,44 @@ async def test_cancelled_runs_leave_no_queued_tasks(nats_url: str, subjects: Sub
         fresh = TaskQueue(stack.client.js, subjects)
         assert await fresh.remove("nobody", requested.data.action_id) == 1
         await until(lambda: shown(0), "the third run's task stayed queued")
+
+
+APPROVAL = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: approving}
+spec:
+  initial_state: approval
+  states:
+    approval:
+      type: human_in_the_loop
+      on:
+        - {event: approval.granted, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def test_a_run_waiting_for_a_person_is_not_counted_as_stuck_work(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with instrumented_stack(nats_url, subjects, port=0) as stack:
+        assert stack.telemetry.server is not None
+        port = stack.telemetry.server.port
+        applied = await stack.client.apply([("approving.yaml", APPROVAL)])
+        assert applied.compiled.ok
+        await stack.client.start("approving", {})
+        await stack.client.start("stuck", {})
+
+        async def labelled() -> dict[str, str] | None:
+            _, body = await http_get(port, "/metrics")
+            waits = {
+                dict(labels)["workflow"]: dict(labels).get("waits", "")
+                for (name, labels) in samples(body)[1]
+                if name == "interlock_runs_state_age_max_seconds"
+            }
+            return waits if {"approving", "stuck"} <= set(waits) else None
+
+        waits = await until(labelled, "the runs never showed in the gauge")
+        assert waits["approving"] == "event"
+        assert waits["stuck"] == "work"

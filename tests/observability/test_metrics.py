@@ -156,7 +156,14 @@ async def test_metrics_of_a_running_stack(nats_url: str, subjects: Subjects) -> 
     assert value(values, "interlock_capability_workers", capability="echo") == 1
     assert value(values, "interlock_capability_workers", capability="nobody") == 0
     assert (
-        value(values, "interlock_runs_state_age_max_seconds", workflow="stuck", state="wait") >= 0
+        value(
+            values,
+            "interlock_runs_state_age_max_seconds",
+            workflow="stuck",
+            state="wait",
+            waits="work",
+        )
+        >= 0
     )
     lag = [k for k in values if k[0] == "interlock_consumer_lag_messages"]
     consumers = {dict(labels)["consumer"] for _, labels in lag}

@@ -33,6 +33,7 @@ class _Stay:
     workflow: str
     state: str
     since: float
+    waits: str = "unknown"
 
 
 class ClusterMetrics(Collector):
@@ -42,6 +43,8 @@ class ClusterMetrics(Collector):
         js: a JetStream context.
         subjects: the installation's names.
         capabilities: the capabilities workflows may request (for zero-worker gauges).
+        waits: what a state waits on, ``work`` or ``event`` (``Registry.state_waits``:
+            namespace, workflow, version, state), the stuck-run gauge's ``waits`` label.
         registry: where the gauges are registered (None: not registered).
         interval: seconds between two polls.
         clock: seconds since the epoch (tests pass a fixed one).
@@ -53,6 +56,7 @@ class ClusterMetrics(Collector):
         subjects: Subjects,
         *,
         capabilities: Callable[[], Iterable[str]] = tuple,
+        waits: Callable[[str, str, int, str], str] | None = None,
         registry: CollectorRegistry | None = REGISTRY,
         interval: float = 10.0,
         clock: Callable[[], float] = time.time,
@@ -60,6 +64,7 @@ class ClusterMetrics(Collector):
         self._js = js
         self._subjects = subjects
         self._capabilities = capabilities
+        self._waits = waits
         self._interval = interval
         self._clock = clock
         self._lag: dict[tuple[str, str], tuple[int, int]] = {}
@@ -156,7 +161,13 @@ class ClusterMetrics(Collector):
             self._stays.pop(key, None)
             return
         since = epoch_seconds(str(current.get("updated_at") or current.get("started_at") or ""))
-        self._stays[key] = _Stay(str(current.get("workflow", "")), str(current["state"]), since)
+        workflow, state = str(current.get("workflow", "")), str(current["state"])
+        version = current.get("version")
+        waits = "unknown"
+        if self._waits is not None and isinstance(version, int):
+            namespace = str(current.get("namespace") or "default")
+            waits = self._waits(namespace, workflow, version, state)
+        self._stays[key] = _Stay(workflow, state, since, waits)
 
     # -- collection ---------------------------------------------------------------------
 
@@ -201,15 +212,20 @@ class ClusterMetrics(Collector):
         )
         oldest = GaugeMetricFamily(
             "interlock_runs_state_age_max_seconds",
-            "How long the running run that entered its current state first has been there",
-            labels=["workflow", "state"],
+            "How long the running run that entered its current state first has been there "
+            "(waits: work, for its actions; event, for an event or a person)",
+            labels=["workflow", "state", "waits"],
         )
         now = self._clock()
-        groups: dict[tuple[str, str], tuple[int, float]] = {}
+        groups: dict[tuple[str, str, str], tuple[int, float]] = {}
         for stay in list(self._stays.values()):
-            count, earliest = groups.get((stay.workflow, stay.state), (0, now))
-            groups[(stay.workflow, stay.state)] = (count + 1, min(earliest, stay.since))
-        for (workflow, state), (count, earliest) in sorted(groups.items()):
+            key = (stay.workflow, stay.state, stay.waits)
+            count, earliest = groups.get(key, (0, now))
+            groups[key] = (count + 1, min(earliest, stay.since))
+        counts: dict[tuple[str, str], int] = {}
+        for (workflow, state, waits), (count, earliest) in sorted(groups.items()):
+            counts[(workflow, state)] = counts.get((workflow, state), 0) + count
+            oldest.add_metric([workflow, state, waits], max(now - earliest, 0.0))
+        for (workflow, state), count in sorted(counts.items()):
             active.add_metric([workflow, state], count)
-            oldest.add_metric([workflow, state], max(now - earliest, 0.0))
         return [lag, ack, in_flight, workers, active, oldest]

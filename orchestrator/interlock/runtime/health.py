@@ -83,6 +83,7 @@ class OrchestratorInstrumentation:
             orchestrator.js,
             orchestrator.subjects,
             capabilities=orchestrator.registry.known_capabilities,
+            waits=orchestrator.registry.state_waits,
             registry=registry,
             interval=poll_interval,
         )

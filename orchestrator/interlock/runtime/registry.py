@@ -369,6 +369,20 @@ class Registry:
             log.warning("capability %s: invalid schema, not checked: %s", cap.name, exc)
             self._schemas[cap.name] = CapabilitySchemas()
 
+    def state_waits(self, namespace: str, name: str, version: int, state: str) -> str:
+        """What a state of a workflow version waits on, as the stuck-run gauge labels it:
+        ``work`` (it asks for actions, a map, a loop or a child run), ``event`` (it waits
+        for an event or a person: a human_in_the_loop state, or one with no work), or
+        ``unknown`` (that version is not compiled here)."""
+        definition = self._compiled.get((namespace, name, version))
+        found = None if definition is None else definition.states.get(state)
+        if found is None:
+            return "unknown"
+        # core.definition.HUMAN (imported, it would load the compiler into read commands).
+        if found.kind == "human_in_the_loop" or not found.produces_output:
+            return "event"
+        return "work"
+
     def known_capabilities(self) -> set[str]:
         return set(self._capabilities)
 

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 import interlock.sdk.metrics as agent_metrics
+from interlock.gateway.metrics import _series as gateway_series
 from interlock.runtime.cluster_metrics import ClusterMetrics
 from interlock.runtime.metrics import OrchestratorMetrics
 from interlock.runtime.plaincounts import PlainCounter, PlainHistogram
@@ -48,6 +49,9 @@ def exported() -> dict[str, set[str]]:
     for value in vars(agent_metrics).values():
         if isinstance(value, MetricWrapperBase):
             families[value._name] = set(value._labelnames)
+    gateway = gateway_series(CollectorRegistry())
+    for value in (gateway.requests, gateway.duration):
+        families[value._name] = set(value._labelnames)
     return families
 
 
@@ -154,7 +158,7 @@ def test_dashboards_are_well_formed() -> None:
             assert pos["x"] + pos["w"] <= 24, (path.name, panel["title"])
             ds = panel.get("datasource")
             if isinstance(ds, dict):
-                assert ds["uid"] in uids, (path.name, panel["title"])
+                assert ds["uid"] in uids | {"${datasource}"}, (path.name, panel["title"])
     # The drill-down opens a run's trace in Tempo by its run id attribute.
     run = json.loads((OBS / "grafana/dashboards/interlock-run.json").read_text())
     tempo = [p for p in run["panels"] if p.get("datasource", {}).get("type") == "tempo"]
@@ -163,6 +167,39 @@ def test_dashboards_are_well_formed() -> None:
     )
     provider = yaml.safe_load((OBS / "grafana/provisioning/dashboards/dashboards.yml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def prometheus_sources(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        ds = node.get("datasource")
+        if isinstance(ds, dict) and ds.get("type") == "prometheus":
+            yield ds
+        for value in node.values():
+            yield from prometheus_sources(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from prometheus_sources(item)
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_panels_use_the_datasource_variable(path: Path) -> None:
+    """Every Prometheus query goes to the dashboard's $datasource (a hidden variable):
+    the datasource chosen on import, not a hard-coded uid."""
+    d = json.loads(path.read_text())
+    variables = {v["name"]: v for v in d["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    sources = list(prometheus_sources(d))
+    assert sources
+    assert {ds["uid"] for ds in sources} == {"${datasource}"}
+
+
+def test_the_gateway_is_on_a_dashboard_and_scraped() -> None:
+    runs = (OBS / "grafana/dashboards/interlock-runs.json").read_text()
+    assert "interlock_gateway_requests_total" in runs
+    assert "interlock_gateway_request_duration_seconds_bucket" in runs
+    jobs = {j["job_name"]: j for j in yaml.safe_load(PROMETHEUS.read_text())["scrape_configs"]}
+    assert jobs["interlock-gateway"]["dns_sd_configs"][0]["port"] == 8480
 
 
 def test_alert_rules_name_exported_metrics() -> None:

@@ -91,21 +91,28 @@ const now = () => new Date().toISOString(); // RFC 3339, UTC, milliseconds, Z
 
 // --- step 1: connect with the agent credential and its own inbox ------------------------
 
-function userPublicKey(credsText) {
-  // The creds file holds the user JWT; its `sub` is the user's public key.
+function userClaims(credsText) {
+  // The creds file holds the user JWT: `sub` is the user's public key, `nats.tags` its tags.
   const jwt = credsText.match(/-----BEGIN NATS USER JWT-----\s*([^\s-][^\s]*)\s*------END/);
   if (!jwt) throw new Error("no user JWT in the creds file");
-  const claims = JSON.parse(Buffer.from(jwt[1].split(".")[1], "base64url").toString());
-  return claims.sub;
+  return JSON.parse(Buffer.from(jwt[1].split(".")[1], "base64url").toString());
 }
+
+// The JetStream API prefix: an agent credential is a user of an account of its own, which
+// imports the API subjects it may use under `<prefix>.js.API` (its `js-api:` tag says so);
+// `$JS.API` there answers "JetStream not enabled for account".
+let jsApi = "$JS.API";
 
 async function open() {
   const options = { servers: URL, name: `${NAME} ${INSTANCE}` };
   if (CREDS) {
     const text = readFileSync(CREDS, "utf8");
     options.authenticator = credsAuthenticator(new TextEncoder().encode(text));
+    const claims = userClaims(text);
     // The only inbox an agent credential may subscribe to: _INBOX.<user public key>.
-    options.inboxPrefix = `_INBOX.${userPublicKey(text)}`;
+    options.inboxPrefix = `_INBOX.${claims.sub}`;
+    const tag = (claims.nats?.tags ?? []).find((t) => t.startsWith("js-api:"));
+    if (tag) jsApi = tag.slice("js-api:".length);
   }
   return connect(options);
 }
@@ -266,7 +273,7 @@ async function handle(js, capability, msg, ackWaitMs) {
 async function main() {
   const capabilities = Object.keys(HANDLERS);
   const nc = await open();
-  const js = nc.jetstream();
+  const js = nc.jetstream({ apiPrefix: jsApi });
   // Step 2: cancel notices first.
   for (const cap of capabilities) nc.subscribe(`${PREFIX}.control.${cap}.*`, { callback: (_, m) => onCancel(m) });
 

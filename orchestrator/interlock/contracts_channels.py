@@ -35,6 +35,8 @@ def _who(subject: str, *, read_api: Iterable[str] = ()) -> dict[str, list[str]]:
     """Which roles may publish to ``subject``, subscribe to it (core NATS), and read it
     through the JetStream API (any of the ``read_api`` subjects)."""
     out: dict[str, list[str]] = {"publish": [], "subscribe": [], "readThroughJetStream": []}
+    # An agent's account imports the same API subjects under its own prefix.
+    read_api = [*read_api, *(a.replace(roles.JS_API, SUBJECTS.party_js_api, 1) for a in read_api)]
     for role, perms in roles.templates(SUBJECTS).items():
         if _allowed(perms.pub_allow, perms.pub_deny, subject):
             out["publish"].append(role)

@@ -4,20 +4,25 @@ agents on their own credentials, and helpers to attack it with plain nats-py cli
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 
+from interlock.auth import jwt
 from interlock.auth.dev import DevAuth
 from interlock.auth.jwt import creds_user
-from interlock.auth.roles import Role, inbox_prefix
+from interlock.auth.keys import _JETSTREAM, _UNLIMITED, ACCOUNT_NAME, Issued, KeyStore
+from interlock.auth.push import push_account
+from interlock.auth.roles import JS_API, Role, inbox_prefix, permissions_for
 from interlock.cli.dev import secure, start_stack, stop_stack
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
@@ -114,8 +119,15 @@ class Secured:
         return self.server.url
 
     def issue(self, role: Role, name: str) -> Path:
-        """Creds for ``role``, issued while everything runs (no restart)."""
-        text, _ = self.auth.keys.issue(role, SUBJECTS, name=name)
+        """Creds for ``role``, issued while everything runs (no restart): its account
+        pushed to the server, as ``interlock creds issue`` does (from a thread of its own,
+        so tests call it from the event loop the stack runs on)."""
+        text, record = self.auth.keys.issue(role, SUBJECTS, name=name)
+        push = push_account(
+            ConnectOptions.resolve(self.url), self.auth.keys, self.auth.keys.account_jwts([record])
+        )
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, push).result(30)
         path = self.data / f"{name}.creds"
         path.write_text(text)
         self.issued[name] = path
@@ -192,3 +204,57 @@ async def plain_client(url: str, creds: Path, refusals: Refusals) -> Client:
         allow_reconnect=False,
         connect_timeout=5,
     )
+
+
+def old_layout(keys: KeyStore, roles: dict[str, Role], creds_dir: Path) -> dict[str, Path]:
+    """Make ``keys`` what an installation of one shared account was: the orchestrator's
+    account JWT without exports, and a creds file per ``roles`` entry (agents and
+    publishers included) whose user is signed by that account's key, with the permissions
+    those credentials had (the JetStream API under ``$JS.API``). Recorded in issued.json
+    as they were (no account of their own)."""
+    account = jwt.read_key((keys.dir / "account.nk").read_text())
+    api = SUBJECTS.party_js_api
+
+    def old(items: tuple[str, ...]) -> list[str]:
+        return [s.replace(api, JS_API) for s in items]
+
+    out: dict[str, Path] = {}
+    for file_name, role in roles.items():
+        user = jwt.new_key("user")
+        perms = permissions_for(role, SUBJECTS, user.public_key)
+        claims: dict[str, Any] = {
+            "type": "user",
+            "pub": {
+                "allow": old(perms.pub_allow),
+                **({"deny": old(perms.pub_deny)} if perms.pub_deny else {}),
+            },
+            "sub": {"allow": old(perms.sub_allow)},
+            "subs": -1,
+            "data": -1,
+            "payload": -1,
+            "tags": [f"role:{role.name}", *(f"capability:{c}" for c in role.capabilities)],
+        }
+        if perms.responses:
+            claims["resp"] = {"max": 1, "ttl": 0}
+        token = jwt.encode(account, user.public_key, file_name, claims)
+        path = creds_dir / f"{file_name}.creds"
+        jwt.write_creds(path, token, user.seed)
+        out[file_name] = path
+        keys._record(
+            Issued(
+                name=file_name,
+                role=role.name,
+                public_key=user.public_key,
+                issued_at=int(jwt.decode_claims(token)["iat"]),
+                capabilities=role.capabilities,
+                events=role.events,
+            )
+        )
+    # The account JWT as it was: JetStream and revocations, no exports.
+    nats_claims = {
+        "type": "account",
+        "limits": {**_UNLIMITED, **_JETSTREAM},
+        "default_permissions": {"pub": {}, "sub": {}},
+    }
+    keys._write_signed(keys.dir / "account.jwt", account.public_key, nats_claims, ACCOUNT_NAME)
+    return out

@@ -11,6 +11,7 @@ log stays as it was. The operator's ways to address a run (``signal``, ``emit`` 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -66,7 +67,7 @@ async def _letter(secured: Secured, reason: str, event_id: str) -> str:
         await asyncio.sleep(0.1)
 
 
-def _creds(secured: Secured, name: str, *patterns: str) -> object:
+async def _creds(secured: Secured, name: str, *patterns: str) -> Path:
     return secured.issued.get(name) or secured.issue(Role("publisher", events=patterns), name)
 
 
@@ -76,7 +77,7 @@ async def test_nats_refuses_a_publisher_the_subject_of_a_run(
 ) -> None:
     run_id = await _waiting_run(secured)
     before = await _log(secured, run_id)
-    creds = _creds(secured, f"publisher-{len(patterns[0])}", *patterns)
+    creds = await _creds(secured, f"publisher-{len(patterns[0])}", *patterns)
     refusals = Refusals()
     nc = await plain_client(secured.url, creds, refusals)  # type: ignore[arg-type]
     subject = SUBJECTS.addressed(run_id, APPROVED)
@@ -124,7 +125,7 @@ async def test_what_nats_lets_a_publisher_send_the_orchestrator_dead_letters(
     reaches a log, and starts nothing."""
     run_id = await _waiting_run(secured)
     before = await _log(secured, run_id)
-    creds = _creds(secured, "publisher-every-type", ">")
+    creds = await _creds(secured, "publisher-every-type", ">")
     refusals = Refusals()
     nc = await plain_client(secured.url, creds, refusals)  # type: ignore[arg-type]
     event = _event(
@@ -153,7 +154,7 @@ async def test_what_nats_lets_a_publisher_send_the_orchestrator_dead_letters(
 
 async def test_a_runid_is_refused_with_its_reason(secured: Secured) -> None:
     run_id = await _waiting_run(secured)
-    creds = _creds(secured, "publisher-own", "acme.order.>")
+    creds = await _creds(secured, "publisher-own", "acme.order.>")
     nc = await plain_client(secured.url, creds, Refusals())  # type: ignore[arg-type]
     event = _event("steer-1", runid=run_id)
     try:

@@ -62,7 +62,7 @@ async def test_issue_list_revoke(installation: tuple[EmbeddedNats, Path]) -> Non
     assert "at least one --capability" in done.stderr
     done = cli(
         "creds", "issue", "publisher", "--events", "acme.>", "--name", "acme",
-        "-o", "acme.creds", "--keys", keys, cwd=home,
+        "-o", "acme.creds", "--keys", keys, cwd=home, INTERLOCK_URL=server.url,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     creds = home / "acme.creds"
@@ -99,14 +99,14 @@ def test_an_agent_credential_may_not_share_a_capabilitys_token(
     """``review.deep`` and ``review_deep`` are one NATS token: one task consumer, one set
     of heartbeat keys. A credential for the second while one for the first stands would
     take the first's tasks: refused, nothing written, until the first is revoked."""
-    _server, home = installation
+    server, home = installation
     keys = str(home / ".interlock" / "keys")
 
     def issue(name: str, *caps: str) -> subprocess.CompletedProcess[str]:
         flags = [f for cap in caps for f in ("--capability", cap)]
         return cli(
             "creds", "issue", "agent", *flags, "--name", name, "-o", f"{name}.creds",
-            "--keys", keys, cwd=home,
+            "--keys", keys, cwd=home, INTERLOCK_URL=server.url,
         )  # fmt: skip
 
     done = issue("deep", "review.deep")
@@ -158,8 +158,9 @@ def test_an_agent_worker_refuses_a_credential_missing_its_capabilities(
     server, home = installation
     keys = str(home / ".interlock" / "keys")
     done = cli(
-        "creds", "issue", "agent", "--capability", "echo", "-o", "e.creds", "--keys", keys, cwd=home
-    )
+        "creds", "issue", "agent", "--capability", "echo", "-o", "e.creds", "--keys", keys,
+        cwd=home, INTERLOCK_URL=server.url,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     # The echo worker serves echo and review.
     done = cli(

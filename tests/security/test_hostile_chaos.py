@@ -110,14 +110,17 @@ class Installation:
     def __init__(self, root: Path) -> None:
         self.prefix = "chaos"
         self.auth = secure(root / "nats", self.prefix)
-        self.server = EmbeddedNats(root / "nats", port=_free_port(), args=self.auth.server_args)
-        self.server.start()
-        self.env = cli_env(self.server.url, self.prefix, INTERLOCK_CREDS=str(self.auth.operator))
         self.publisher = root / "publisher.creds"
         text, _ = self.auth.keys.issue(
             Role("publisher", events=("com.example.>",)), Subjects(self.prefix), name="chaos"
         )
         self.publisher.write_text(text)
+        # Its account in the server's configuration (issued before the server starts).
+        resolver = (root / "nats" / "jwt").resolve()
+        self.auth.config.write_text(self.auth.keys.server_config(resolver))
+        self.server = EmbeddedNats(root / "nats", port=_free_port(), args=self.auth.server_args)
+        self.server.start()
+        self.env = cli_env(self.server.url, self.prefix, INTERLOCK_CREDS=str(self.auth.operator))
         self.procs: dict[str, Background | None] = {
             "serve": None,
             "agent-1": None,

@@ -12,13 +12,15 @@ def test_templates_follow_the_layout() -> None:
     roles = templates(Subjects("il"))
     agent_pub = set(roles["agent"].pub_allow)
     assert {
-        "$JS.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_{capability_token}",
+        "il.js.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_{capability_token}",
         "$JS.ACK.IL_TASKS.cap_{capability_token}.>",
         "il.results.{capability}.*",
         "il.answer.{capability}.*",
         "il.dlq.agent.{capability}.*",
         "$KV.il_workers.{capability_token}.*",
     } <= agent_pub
+    # Its JetStream API is its account's imports, under the agents' API prefix.
+    assert not [s for s in agent_pub if s.startswith("$JS.API")]
     # Agents never manage the tasks stream or its consumers, nor touch logs and timers.
     assert not [s for s in agent_pub if "IL_TASKS" in s and ("CREATE" in s or "DELETE" in s)]
     assert not [
@@ -79,7 +81,7 @@ def test_a_capability_with_dots_reaches_only_its_own_answers() -> None:
     perms = agent(Subjects("il"), "UKEY", ["review.deep"])
     assert "il.results.review.deep.*" in perms.pub_allow
     assert "il.answer.review.deep.*" in perms.pub_allow
-    assert "$JS.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_review_deep" in perms.pub_allow
+    assert "il.js.API.CONSUMER.MSG.NEXT.IL_TASKS.cap_review_deep" in perms.pub_allow
 
 
 @pytest.mark.parametrize("bad", ["", "a..b", "a.>.b", "a b", "a.b*", ">x"])

@@ -190,7 +190,7 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
         creds = tmp_path / "greet.creds"
         code, out = await _cli(
             "creds", "issue", "agent", "--capability", CAPABILITY,
-            "--keys", str(tmp_path / "data" / "keys"), "-o", str(creds),
+            "--keys", str(tmp_path / "data" / "keys"), "-o", str(creds), "--server", server.url,
         )  # fmt: skip
         assert code == 0, out
         env = os.environ | {

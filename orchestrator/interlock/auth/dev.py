@@ -123,7 +123,12 @@ def _revoked(keys: KeyStore, seed: str) -> bool:
     # An unreadable seed is as good as revoked.
     except Exception:  # noqa: BLE001
         return True
-    return public in keys.revocations()
+    records = [i for i in keys.issued() if i.public_key == public]
+    if any(i.revoked_at is not None for i in records):
+        return True
+    # A user of the orchestrator's account revoked there (by key, not by its record).
+    old = not records or any(i.account is None for i in records)
+    return old and public in keys.revocations()
 
 
 def default_operator_creds(cwd: str | os.PathLike[str] | None = None) -> str | None:

@@ -168,6 +168,14 @@ def creds_user(path: str | os.PathLike[str]) -> str:
     return str(decode_claims(user_jwt)["sub"])
 
 
+def creds_tags(path: str | os.PathLike[str]) -> list[str]:
+    """The tags of a creds file's user JWT."""
+    with open(path, encoding="utf-8") as f:
+        user_jwt, _seed = parse_creds(f.read())
+    tags = decode_claims(user_jwt).get("nats", {}).get("tags") or []
+    return [str(t) for t in tags]
+
+
 def creds_capabilities(path: str | os.PathLike[str]) -> set[str] | None:
     """The capabilities an agent creds file issued by Interlock allows (its ``capability:``
     tags); ``None`` for any other credential."""

@@ -5,12 +5,16 @@ Layout of a keys directory (every secret mode 0600)::
 
     operator.nk  account.nk  system.nk      nkey seeds (the secrets)
     operator.jwt account.jwt system.jwt     the JWTs the server is configured with
+    accounts/<A...>.nk  accounts/<A...>.jwt the account of each agent and publisher credential
     system.creds                            a system-account user: pushes account updates
     issued.json                             what was issued: name, role, public key, time
 
-The account JWT carries JetStream limits and the revocations; every change re-signs it and
-is pushed to the running servers (``$SYS.REQ.CLAIMS.UPDATE``), so issuing and revoking need
-no restart: new users are checked against the account key alone, revoked ones are
+``account`` is the orchestrator's: streams, buckets, the orchestrator, operators and the
+gateway; its JWT carries JetStream, the exports parties import (interlock.auth.accounts)
+and the revocations of its users. Each agent and publisher credential is a user of an
+account of its own, made when it is issued, whose JWT carries its imports and its
+revocations. Every change re-signs an account JWT, which is pushed to the running servers
+(``$SYS.REQ.CLAIMS.UPDATE``), so issuing and revoking need no restart; revoked users are
 disconnected by the server as soon as it has the new account JWT.
 """
 
@@ -24,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from interlock.auth import jwt
+from interlock.auth.accounts import JS_API_TAG, PARTY_ROLES, exports_for, party_account_claims
 from interlock.auth.roles import Role, permissions_for, system
 from interlock.core.ids import capability_token, token_taken
 from interlock.core.vocabulary import InterlockError
-from interlock.transport.subjects import Subjects
+from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 
 __all__ = ["AUTH_ERRORS", "Issued", "KeyStore", "KeysMissing"]
 
@@ -67,6 +72,18 @@ class Issued:
     capabilities: tuple[str, ...] = ()
     events: tuple[str, ...] = ()
     revoked_at: int | None = None
+    account: str | None = None
+    """The public key of the credential's own account (agents and publishers); ``None``
+    for a user of the orchestrator's account (every credential issued before parties had
+    accounts of their own)."""
+    prefix: str | None = None
+    """The subject prefix its account imports (agents and publishers)."""
+
+    @property
+    def old_layout(self) -> bool:
+        """An agent or publisher credential of the orchestrator's account: it still works,
+        with the exposure of one shared account (docs/operations.md, upgrading)."""
+        return self.role in PARTY_ROLES and self.account is None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -81,6 +98,10 @@ class Issued:
             out["events"] = list(self.events)
         if self.revoked_at is not None:
             out["revoked_at"] = self.revoked_at
+        if self.account is not None:
+            out["account"] = self.account
+        if self.prefix is not None:
+            out["prefix"] = self.prefix
         return out
 
     @classmethod
@@ -93,6 +114,8 @@ class Issued:
             capabilities=tuple(raw.get("capabilities", ())),
             events=tuple(raw.get("events", ())),
             revoked_at=raw.get("revoked_at"),
+            account=raw.get("account"),
+            prefix=raw.get("prefix"),
         )
 
 
@@ -206,23 +229,34 @@ class KeyStore:
         name: str | None = None,
         seed: str | None = None,
     ) -> tuple[str, Issued]:
-        """Credentials (a creds file's text) for ``role``, signed by the account key.
+        """Credentials (a creds file's text) for ``role``.
+
+        An agent or a publisher gets an account of its own (made here, signed by the
+        operator key, importing its role's subjects only) and is its user; every other
+        role is a user of the orchestrator's account. Either account's JWT must reach the
+        servers before the credential works: push :meth:`account_jwts` of the record.
 
         ``seed`` re-signs an existing user key (``interlock dev`` keeps its users' keys and
-        signs them with the current permissions on every start); by default a new user key.
+        signs them with the current permissions on every start), in the account it had;
+        by default a new user key.
         """
-        account = self._seed("account")
         user = jwt.read_key(seed) if seed else jwt.new_key("user")
         perms = permissions_for(role, subjects, user.public_key)
         self._check_tokens(role, user.public_key)
         label = name or _default_name(role)
+        tags = [f"role:{role.name}", *(f"capability:{c}" for c in role.capabilities)]
+        account, account_key = self._seed("account"), None
+        if role.name in PARTY_ROLES:
+            account = self._party_account(role, subjects, user.public_key)
+            account_key = account.public_key
+            tags.append(JS_API_TAG + subjects.party_js_api)
         nats: dict[str, Any] = {
             "type": "user",
             **perms.claims(),
             "subs": -1,
             "data": -1,
             "payload": -1,
-            "tags": [f"role:{role.name}", *(f"capability:{c}" for c in role.capabilities)],
+            "tags": tags,
         }
         token = jwt.encode(account, user.public_key, label, nats)
         record = Issued(
@@ -232,9 +266,61 @@ class KeyStore:
             issued_at=int(jwt.decode_claims(token)["iat"]),
             capabilities=role.capabilities,
             events=role.events,
+            account=account_key,
+            prefix=subjects.prefix if account_key else None,
         )
+        before = [i for i in self.issued() if i.public_key == user.public_key]
         self._record(record)
+        revocations = self.revocations()
+        if account_key is not None and any(i.account is None for i in before):
+            # A user of the orchestrator's account moved to one of its own (``interlock
+            # dev`` after an upgrade): what it was issued there is void.
+            revocations[user.public_key] = record.issued_at
+        self._sign_account(revocations)  # its exports cover this credential's prefix
         return jwt.creds_text(token, user.seed), record
+
+    def _party_account(self, role: Role, subjects: Subjects, user: str) -> jwt.KeyPair:
+        """The account of a party credential: the one its user had (re-signed with the
+        imports of ``role``), else a new one."""
+        key = None
+        for other in self.issued():
+            if other.public_key == user and other.account is not None:
+                path = self._account_path(other.account, "nk")
+                if path.exists():
+                    key = jwt.read_key(path.read_text())
+        if key is None:
+            key = jwt.new_key("account")
+            (self.dir / "accounts").mkdir(mode=0o700, exist_ok=True)
+            jwt.write_secret(self._account_path(key.public_key, "nk"), key.seed + "\n")
+        claims = party_account_claims(
+            role, subjects, self.account_public_key, _UNLIMITED, self._party_revocations(key)
+        )
+        self._write_signed(self._account_path(key.public_key, "jwt"), key.public_key, claims)
+        return key
+
+    def _account_path(self, public_key: str, suffix: str) -> Path:
+        if not public_key.startswith("A") or not public_key.isalnum():
+            raise ValueError(f"{public_key!r} is not an account public key")
+        return self.dir / "accounts" / f"{public_key}.{suffix}"
+
+    def _party_revocations(self, key: jwt.KeyPair) -> dict[str, int]:
+        path = self._account_path(key.public_key, "jwt")
+        if not path.exists():
+            return {}
+        claims = jwt.decode_claims(path.read_text())
+        return dict(claims.get("nats", {}).get("revocations", {}))
+
+    def account_jwts(self, records: list[Issued] | None = None) -> list[str]:
+        """The account JWTs the servers need, the orchestrator's first (its exports before
+        the imports that name them): with ``records``, those of their accounts only."""
+        out = [self.read_jwt("account")]
+        chosen = self.issued() if records is None else records
+        for record in chosen:
+            if record.account is not None:
+                path = self._account_path(record.account, "jwt")
+                if path.exists():
+                    out.append(path.read_text().strip())
+        return list(dict.fromkeys(out))
 
     def _check_tokens(self, role: Role, public_key: str) -> None:
         """Refuse an agent credential for a capability whose NATS token another capability
@@ -282,53 +368,96 @@ class KeyStore:
             key = str(jwt.decode_claims(user_jwt)["sub"])
         return [i for i in self.issued() if key in (i.public_key, i.name)]
 
-    def revoke(self, public_keys: list[str]) -> str:
-        """Revoke users (every JWT issued to them until now): re-sign the account JWT with
-        them in its revocations and return it, to be pushed to the servers."""
+    def revoke(self, public_keys: list[str]) -> list[str]:
+        """Revoke users (every JWT issued to them until now): re-sign the JWT of each one's
+        account with it in its revocations, and return the account JWTs to push."""
         now = int(time.time())
-        revocations = self.revocations()
         for key in public_keys:
             if not key.startswith("U"):
                 raise ValueError(f"{key!r} is not a user public key")
-            revocations[key] = now
-        self._write_account_jwt(self._seed("operator"), self.account_public_key, revocations)
+        records = {i.public_key: i for i in self.issued()}
+        own: dict[str, list[str]] = {}  # party account: its users revoked now
+        shared = self.revocations()
+        for key in public_keys:
+            record = records.get(key)
+            if record is not None and record.account is not None:
+                own.setdefault(record.account, []).append(key)
+            else:
+                shared[key] = now
+        self._sign_account(shared)
+        changed: list[Issued] = []
+        for account, users in own.items():
+            path = self._account_path(account, "jwt")
+            claims = jwt.decode_claims(path.read_text())["nats"]
+            claims["revocations"] = {**claims.get("revocations", {}), **dict.fromkeys(users, now)}
+            claims.pop("version", None)
+            self._write_signed(path, account, claims)
+            changed.append(records[users[0]])
         marked = [
             Issued(**{**i.__dict__, "revoked_at": now}) if i.public_key in public_keys else i
             for i in self.issued()
         ]
         self._write_issued(marked)
-        return self.read_jwt("account")
+        return self.account_jwts(changed)
 
     # --- JWT files -----------------------------------------------------------------------
     def _write_jwt(self, name: str, token: str) -> None:
         jwt.write_secret(self.dir / f"{name}.jwt", token + "\n")
 
+    def _sign_account(self, revocations: dict[str, int] | None = None) -> None:
+        """Re-sign the orchestrator's account JWT: JetStream, the exports for every subject
+        prefix its parties import, its users' revocations (these, or those it has)."""
+        self._write_account_jwt(
+            self._seed("operator"),
+            self.account_public_key,
+            self.revocations() if revocations is None else revocations,
+        )
+
     def _write_account_jwt(
         self, operator: jwt.KeyPair, account: str, revocations: dict[str, int]
     ) -> None:
+        prefixes = {DEFAULT_PREFIX, *(i.prefix for i in self.issued() if i.prefix)}
         nats: dict[str, Any] = {
             "type": "account",
             "limits": {**_UNLIMITED, **_JETSTREAM},
+            "exports": exports_for(prefixes),
             "default_permissions": {"pub": {}, "sub": {}},
         }
         if revocations:
             nats["revocations"] = revocations
-        # A JWT issued in the same second as the one it replaces would not replace it:
-        # the server keeps the newer by issue time.
-        previous = self.dir / "account.jwt"
-        token = jwt.encode(operator, account, ACCOUNT_NAME, nats)
-        if previous.exists():
-            old = int(jwt.decode_claims(previous.read_text()).get("iat", 0))
+        path = self.dir / "account.jwt"
+        if path.exists():
+            claims = jwt.decode_claims(path.read_text())
+            if claims.get("nats") == {**nats, "version": 2}:
+                return  # unchanged: no new JWT to push
+        self._write_signed(path, account, nats, ACCOUNT_NAME, operator)
+
+    def _write_signed(
+        self,
+        path: Path,
+        account: str,
+        nats: dict[str, Any],
+        name: str | None = None,
+        operator: jwt.KeyPair | None = None,
+    ) -> None:
+        """Write an account JWT signed by the operator key at ``path``, issued later than
+        the one it replaces (a JWT issued in the same second as the one before would not
+        replace it: the server keeps the newer by issue time)."""
+        signer = operator or self._seed("operator")
+        label = name or account
+        token = jwt.encode(signer, account, label, nats)
+        if path.exists():
+            old = int(jwt.decode_claims(path.read_text()).get("iat", 0))
             while int(jwt.decode_claims(token)["iat"]) <= old:
                 time.sleep(0.05)
-                token = jwt.encode(operator, account, ACCOUNT_NAME, nats)
-        self._write_jwt("account", token)
+                token = jwt.encode(signer, account, label, nats)
+        jwt.write_secret(path, token + "\n")
 
     # --- server configuration ---------------------------------------------------------
     def server_config(self, resolver_dir: str | os.PathLike[str]) -> str:
         """A nats-server configuration fragment: trust the operator, keep account JWTs in
         a full resolver at ``resolver_dir`` (updates pushed at run time are kept there),
-        preloaded with the system and Interlock accounts."""
+        preloaded with the system account, the orchestrator's and every party's."""
         return (
             "# Interlock decentralized auth (generated by `interlock creds server-config`)\n"
             "# A client sends its user JWT in its CONNECT line: an agent's grows by about\n"
@@ -344,8 +473,10 @@ class KeyStore:
             "}\n"
             "resolver_preload: {\n"
             f"  {self.system_public_key}: {self.read_jwt('system')}\n"
-            f"  {self.account_public_key}: {self.read_jwt('account')}\n"
-            "}\n"
+            + "".join(
+                f"  {jwt.decode_claims(token)['sub']}: {token}\n" for token in self.account_jwts()
+            )
+            + "}\n"
         )
 
 

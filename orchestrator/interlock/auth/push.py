@@ -1,8 +1,10 @@
-"""Handing a re-signed account JWT to running servers (``$SYS.REQ.CLAIMS.UPDATE``)."""
+"""Handing re-signed account JWTs to running servers (``$SYS.REQ.CLAIMS.UPDATE``)."""
 
 from __future__ import annotations
 
 import json
+
+from nats.aio.client import Client
 
 from interlock.auth.keys import KeyStore
 from interlock.core.vocabulary import InterlockError
@@ -17,11 +19,15 @@ class PushFailed(InterlockError):
     """The server did not take the account update."""
 
 
-async def push_account(opts: ConnectOptions, keys: KeyStore, wait: float = 5.0) -> str:
-    """Send the account JWT in ``keys`` to the server(s) of ``opts`` as the system user.
+async def push_account(
+    opts: ConnectOptions, keys: KeyStore, tokens: list[str] | None = None, wait: float = 5.0
+) -> str:
+    """Send account JWTs (``tokens``; by default every account of ``keys``, the
+    orchestrator's first) to the server(s) of ``opts`` as the system user.
 
-    Returns the server's message. A full resolver keeps the update (and shares it with
-    the other servers of a cluster); clients of revoked users are disconnected at once.
+    Returns the server's message for the last. A full resolver keeps each update (and
+    shares it with the other servers of a cluster); clients of revoked users are
+    disconnected at once.
     """
     sys_opts = ConnectOptions(
         servers=opts.servers,
@@ -34,20 +40,27 @@ async def push_account(opts: ConnectOptions, keys: KeyStore, wait: float = 5.0) 
     )
     nc = await connect(sys_opts)
     try:
-        account_jwt = keys.read_jwt("account")
-        try:
-            reply = await nc.request(UPDATE, account_jwt.encode(), timeout=wait)
-        except Exception as exc:
-            raise PushFailed(f"no server answered the account update on {UPDATE}: {exc}") from exc
-        try:
-            body = json.loads(reply.data)
-        except json.JSONDecodeError as exc:
-            raise PushFailed(f"the server answered the update with {reply.data!r}") from exc
-        if "error" in body:
-            error = body["error"]
-            detail = error.get("description", error) if isinstance(error, dict) else error
-            raise PushFailed(f"the server refused the account update: {detail}")
-        data = body.get("data", {})
-        return str(data.get("message", "updated"))
+        message = "no account to push"
+        for token in keys.account_jwts() if tokens is None else tokens:
+            message = await _push_one(nc, token, wait)
+        return message
     finally:
         await nc.close()
+
+
+async def _push_one(nc: Client, account_jwt: str, wait: float) -> str:
+    """Push one account JWT; the server's message."""
+    try:
+        reply = await nc.request(UPDATE, account_jwt.encode(), timeout=wait)
+    except Exception as exc:
+        raise PushFailed(f"no server answered the account update on {UPDATE}: {exc}") from exc
+    try:
+        body = json.loads(reply.data)
+    except json.JSONDecodeError as exc:
+        raise PushFailed(f"the server answered the update with {reply.data!r}") from exc
+    if "error" in body:
+        error = body["error"]
+        detail = error.get("description", error) if isinstance(error, dict) else error
+        raise PushFailed(f"the server refused the account update: {detail}")
+    data = body.get("data", {})
+    return str(data.get("message", "updated"))

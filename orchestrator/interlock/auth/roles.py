@@ -230,17 +230,20 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
     its own bad tasks. Nothing else: no run logs, timers, events, other
     capabilities, stream or consumer administration."""
     p = subjects.prefix
+    # Its account imports the JetStream API subjects it may use under this prefix
+    # (interlock.auth.accounts): in its account, ``$JS.API`` answers "not enabled".
+    api = subjects.party_js_api
     tasks = subjects.tasks_stream
     workers, agents = subjects.workers_bucket, subjects.agents_bucket
     pub: list[str] = [
         # Reading the AgentDefs: the bucket's info and direct gets (no consumer: a stream
         # takes at most 1,000, and one agent making them would leave none for the others);
         # writes to it are heard on its subjects (below).
-        f"{JS_API}.STREAM.INFO.{_kv_stream(agents)}",
-        f"{JS_API}.DIRECT.GET.{_kv_stream(agents)}",
-        f"{JS_API}.DIRECT.GET.{_kv_stream(agents)}.>",
+        f"{api}.STREAM.INFO.{_kv_stream(agents)}",
+        f"{api}.DIRECT.GET.{_kv_stream(agents)}",
+        f"{api}.DIRECT.GET.{_kv_stream(agents)}.>",
         # Heartbeats: the workers bucket's info and puts under its capabilities' keys.
-        f"{JS_API}.STREAM.INFO.{_kv_stream(workers)}",
+        f"{api}.STREAM.INFO.{_kv_stream(workers)}",
     ]
     sub: list[str] = [f"{inbox_prefix(user)}.>", f"$KV.{agents}.>"]
     caps = list(dict.fromkeys(capabilities))
@@ -252,8 +255,8 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
         # One token after the capability (the run id, or a reason): ``review.*`` does not
         # reach the answers of a capability ``review.deep``.
         pub += [
-            f"{JS_API}.CONSUMER.INFO.{tasks}.{durable}",
-            f"{JS_API}.CONSUMER.MSG.NEXT.{tasks}.{durable}",
+            f"{api}.CONSUMER.INFO.{tasks}.{durable}",
+            f"{api}.CONSUMER.MSG.NEXT.{tasks}.{durable}",
             f"$JS.ACK.{tasks}.{durable}.>",
             f"{p}.answer.{cap}.*",
             f"{p}.results.{cap}.*",

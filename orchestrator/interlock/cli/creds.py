@@ -64,8 +64,10 @@ def _add_issue(creds_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     q = creds_sub.add_parser(
         "issue",
         help="credentials for a role",
-        description="Write a creds file for ROLE. It works at once on a running "
-        "installation: the servers check it against the account key.",
+        description="Write a creds file for ROLE. An agent or a publisher gets a NATS "
+        "account of its own, importing only its subjects, which is pushed to the server "
+        "(--server, env INTERLOCK_URL): the credential works at once on a running "
+        "installation.",
     )
     q.add_argument("role", choices=["orchestrator", "operator", "gateway", "agent", "publisher"])
     q.add_argument(
@@ -87,8 +89,36 @@ def _add_issue(creds_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     q.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
     q.add_argument("-o", "--output", metavar="FILE", required=True, help="the creds file")
     q.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    _push_flags(q)
     _keys_flag(q)
     q.set_defaults(func=cmd_issue)
+
+    q = creds_sub.add_parser(
+        "upgrade",
+        help="give agent and publisher credentials of the shared account accounts of their own",
+        description="Credentials issued before each agent and publisher had an account of "
+        "its own are users of the orchestrator's account. This re-signs the orchestrator's "
+        "account with its exports, issues each such credential again (same name, role, "
+        "capabilities or event types) into DIR/<name>.creds in an account of its own, and "
+        "pushes the accounts. The old credentials keep working until revoked: hand each "
+        "party its new file, then revoke the old ones (--revoke-old does it at once).",
+    )
+    q.add_argument("-o", "--output", metavar="DIR", required=True, help="where to write them")
+    q.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
+    q.add_argument("--revoke-old", action="store_true", help="revoke the old credentials at once")
+    _push_flags(q)
+    _keys_flag(q)
+    q.set_defaults(func=cmd_upgrade)
+
+
+def _push_flags(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--server", "-s", help="NATS URL(s) to push to (env INTERLOCK_URL)")
+    q.add_argument(
+        "--no-push",
+        action="store_true",
+        help="do not push the account JWTs (`interlock creds push` later; "
+        "`interlock creds server-config` preloads them)",
+    )
 
 
 def _add_revocation(creds_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,14 +131,11 @@ def _add_revocation(creds_sub: argparse._SubParsersAction[argparse.ArgumentParse
         "disconnects their clients and refuses them from then on.",
     )
     q.add_argument("who", nargs="+", help="a name, a user public key (U...) or a creds file")
-    q.add_argument("--server", "-s", help="NATS URL(s) (env INTERLOCK_URL)")
-    q.add_argument(
-        "--no-push", action="store_true", help="only re-sign the account JWT (push it later)"
-    )
+    _push_flags(q)
     _keys_flag(q)
     q.set_defaults(func=cmd_revoke)
 
-    q = creds_sub.add_parser("push", help="push the account JWT to the server again")
+    q = creds_sub.add_parser("push", help="push every account JWT to the server again")
     q.add_argument("--server", "-s", help="NATS URL(s) (env INTERLOCK_URL)")
     _keys_flag(q)
     q.set_defaults(func=cmd_push)
@@ -173,8 +200,53 @@ def cmd_issue(args: argparse.Namespace) -> int:
         write_secret(args.output, text)
     except OSError as exc:
         raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from exc
-    print(f"{role.describe()}: {record.name} ({record.public_key}) -> {args.output}")
-    return EXIT_OK
+    where = f"account {record.account}" if record.account else "the orchestrator's account"
+    print(f"{role.describe()}: {record.name} ({record.public_key}, {where}) -> {args.output}")
+    try:
+        return _push_or_say(args, store, store.account_jwts([record]))
+    except CliError as exc:
+        raise CliError(
+            f"{args.output} is written, but works only once its account reaches the servers: {exc}"
+        ) from exc
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from interlock.auth.jwt import write_secret
+    from interlock.auth.roles import Role
+    from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
+
+    store = _store(args)
+    prefix = args.prefix or os.environ.get("INTERLOCK_PREFIX") or DEFAULT_PREFIX
+    old = [i for i in store.issued() if i.old_layout and i.revoked_at is None]
+    os.makedirs(args.output, mode=0o700, exist_ok=True)
+    issued = []
+    for record in old:
+        role = Role(record.role, capabilities=record.capabilities, events=record.events)
+        path = os.path.join(args.output, f"{record.name}.creds")
+        try:
+            text, new = store.issue(role, Subjects(prefix), name=record.name)
+            write_secret(path, text)
+        except (OSError, ValueError) as exc:
+            raise CliError(f"{record.name}: {exc}") from exc
+        issued.append(new)
+        print(f"{role.describe()}: {new.name} ({new.public_key}, account {new.account}) -> {path}")
+    tokens = store.account_jwts(issued)
+    if args.revoke_old and old:
+        tokens = list(dict.fromkeys([*store.revoke([i.public_key for i in old]), *tokens]))
+        print(f"revoked the {len(old)} old credential(s)")
+    elif old:
+        keys = " ".join(i.public_key for i in old)
+        print(f"the old credentials still work: once replaced, `interlock creds revoke {keys}`")
+    else:
+        print("no credential of the shared account to upgrade")
+    return _push_or_say(args, store, tokens)
+
+
+def _push_or_say(args: argparse.Namespace, store: KeyStore, tokens: list[str]) -> int:
+    if args.no_push:
+        print("not pushed: `interlock creds push` tells the servers")
+        return EXIT_OK
+    return _push(args, store, tokens)
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
@@ -192,29 +264,28 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             raise CliError(f"{who}: no credential issued from {store.dir} has this name or key")
         keys += [i.public_key for i in found]
     try:
-        store.revoke(keys)
+        tokens = store.revoke(keys)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    print(f"revoked {len(keys)} user(s) in {store.dir / 'account.jwt'}")
-    if args.no_push:
-        print("not pushed: run `interlock creds push` to tell the servers")
-        return EXIT_OK
-    return _push(args, store)
+    print(f"revoked {len(keys)} user(s) in {store.dir}")
+    return _push_or_say(args, store, tokens)
 
 
 def cmd_push(args: argparse.Namespace) -> int:
     return _push(args, _store(args))
 
 
-def _push(args: argparse.Namespace, store: KeyStore) -> int:
+def _push(args: argparse.Namespace, store: KeyStore, tokens: list[str] | None = None) -> int:
     from interlock.auth.push import PushFailed, push_account
     from interlock.transport.connection import ConnectionFailed, ConnectOptions
 
     opts = ConnectOptions.resolve(args.server)
     try:
-        message = asyncio.run(push_account(opts, store))
+        message = asyncio.run(push_account(opts, store, tokens))
     except (PushFailed, ConnectionFailed) as exc:
-        raise CliError(f"{exc} (the account JWT is saved; `interlock creds push` retries)") from exc
+        raise CliError(
+            f"{exc} (everything is saved in {store.dir}; `interlock creds push` retries)"
+        ) from exc
     print(f"pushed to {opts.display_servers()}: {message}")
     return EXIT_OK
 
@@ -228,5 +299,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         scope = ", ".join(i.capabilities or i.events)
         when = datetime.fromtimestamp(i.issued_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         state = " REVOKED" if i.revoked_at is not None else ""
+        if i.old_layout and not state:
+            state = " SHARED-ACCOUNT (interlock creds upgrade)"
         print(f"{i.name:<28} {i.role:<12} {i.public_key} {when}{state} {scope}".rstrip())
     return EXIT_OK

@@ -44,7 +44,7 @@ from interlock.transport.consuming import (
     dead_letter_headers,
 )
 from interlock.transport.jetstream import JetStream, jetstream
-from interlock.transport.natsclient import ack_nowait
+from interlock.transport.natsclient import ack_nowait, js_api
 from interlock.transport.pulling import PullConsumer
 from interlock.transport.slots import SlotPool
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
@@ -87,7 +87,6 @@ log = logging.getLogger("interlock.sdk")
 
 H = TypeVar("H", bound=Handler)
 
-_JS_API = "$JS.API"
 # How long to wait for the AgentDefs in the agents bucket before taking the first task.
 _AGENTDEFS_WAIT = 2.0
 # After an answer request got no reply in time, answers go to the results stream for this
@@ -474,7 +473,7 @@ class Worker:
 
         return PullConsumer(
             nc,
-            api_prefix=_JS_API,
+            api_prefix=js_api(nc),
             stream=subjects.tasks_stream,
             consumer=consumer_name(cap.name),
             filter_subject=subjects.capability(cap.name),

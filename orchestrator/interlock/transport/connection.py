@@ -165,6 +165,8 @@ async def connect(
     kwargs = _client_options(opts, connecting, tls, closed_cb)
     nc = await connecting.attempts(kwargs, opts.connect_wait)
     if nc is not None:
+        if isinstance(nc, NatsClient):
+            nc.js_api = _creds_js_api(opts.creds_file) or nc.js_api
         return nc
     raise connecting.failure(opts.connect_wait)
 
@@ -331,6 +333,23 @@ def _creds_inbox(creds_file: str | None) -> str | None:
         return inbox_prefix(creds_user(creds_file))
     except (OSError, ValueError, KeyError):
         return None  # not one of ours: the default inbox prefix
+
+
+def _creds_js_api(creds_file: str | None) -> str | None:
+    """The JetStream API prefix a creds file's user JWT names (its ``js-api:`` tag: an
+    agent's own account imports its API subjects there), else ``None``."""
+    if creds_file is None:
+        return None
+    from interlock.auth.jwt import creds_tags
+
+    try:
+        tags = creds_tags(creds_file)
+    except (OSError, ValueError, KeyError):
+        return None
+    for tag in tags:
+        if tag.startswith("js-api:"):
+            return tag.removeprefix("js-api:")
+    return None
 
 
 def _is_auth_error(exc: Exception) -> bool:

@@ -11,6 +11,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from interlock.core.vocabulary import InterlockError
+from interlock.transport.natsclient import js_api
 
 _BATCH = 1000
 _TIMEOUT = 5.0
@@ -58,7 +59,7 @@ async def _read(
     comes: waking for each message (``next_msg``) cost twice as long on a 2,500-message
     log. A batch that makes no progress for ``_TIMEOUT`` seconds fails the read.
     """
-    api = f"$JS.API.DIRECT.GET.{stream}"
+    api = f"{js_api(nc)}.DIRECT.GET.{stream}"
     out: list = []  # type: ignore[type-arg]
     start = after + 1
     loop = asyncio.get_running_loop()

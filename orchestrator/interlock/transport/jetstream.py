@@ -26,7 +26,7 @@ from nats.js import api
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
-from interlock.transport.natsclient import NatsClient, direct_subscriber
+from interlock.transport.natsclient import NatsClient, direct_subscriber, js_api
 
 _NO_RESPONDERS = "503"
 _PUB_ACK_FIELDS = tuple(f.name for f in dataclasses.fields(api.PubAck))
@@ -40,15 +40,17 @@ def jetstream(nc: Client, timeout: float = 5.0) -> JetStream:
     """The connection's shared :class:`JetStream` context (one reply subscription each)."""
     js = _contexts.get(nc)
     if js is None:
-        js = _contexts[nc] = JetStream(nc, timeout=timeout)
+        js = _contexts[nc] = JetStream(nc, timeout=timeout, prefix=js_api(nc))
     return js
 
 
 class JetStream(JetStreamContext):
     """``JetStreamContext`` with acknowledgements multiplexed on one subscription."""
 
-    def __init__(self, nc: Client, *, timeout: float = 5.0) -> None:
-        super().__init__(nc, timeout=timeout)
+    def __init__(
+        self, nc: Client, *, timeout: float = 5.0, prefix: str = api.DEFAULT_PREFIX
+    ) -> None:
+        super().__init__(nc, timeout=timeout, prefix=prefix)
         self._replies: str | None = None
         self._starting: asyncio.Lock | None = None
         self._waiting: dict[str, asyncio.Future[Msg]] = {}

@@ -70,8 +70,20 @@ def _spaced(subject: str) -> bool:
     return " " in subject or "\t" in subject or "\r" in subject or "\n" in subject
 
 
+JS_API = "$JS.API"
+
+
+def js_api(nc: Client) -> str:
+    """The JetStream API prefix to use on ``nc``."""
+    return nc.js_api if isinstance(nc, NatsClient) else JS_API
+
+
 class NatsClient(Client):
     """``nats.aio.client.Client`` with a cheaper header parser and direct subscriptions."""
+
+    js_api = JS_API
+    """The JetStream API prefix of this connection's account (``<prefix>.js.API`` for an
+    agent's own account, where its API subjects are imported; interlock.auth.accounts)."""
 
     def __init__(self) -> None:
         self._wrote_through = False

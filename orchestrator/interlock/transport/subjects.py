@@ -130,6 +130,13 @@ class Subjects:
         return f"{self._bucket_base}_secrets"
 
     # --- subjects ------------------------------------------------------------------
+    @property
+    def party_js_api(self) -> str:
+        """The JetStream API prefix of a party's account (agents): the API subjects it may
+        use are imported there from the orchestrator's account, where they are
+        ``$JS.API.<...>`` (interlock.auth.accounts)."""
+        return f"{self.prefix}.js.API"
+
     def event(self, event_type: str) -> str:
         return f"{self.prefix}.events.{event_type}"
 
@@ -303,3 +310,16 @@ def inbox_prefix(user_public_key: str) -> str:
     """The reply-subject prefix of a user: ``_INBOX.<its public key>`` (the only inbox the
     credentials Interlock issues may subscribe to; see :mod:`interlock.auth.roles`)."""
     return f"_INBOX.{user_public_key}"
+
+
+REPLY_INBOXES = ("_INBOX.", "_R_.")
+"""What a reply subject a server-side component answers on starts with: a requester's own
+inbox (``_INBOX.`` of any form), or the reply subject the server makes for a request that
+came through a service import (``_R_.``, which leads back to the requester's inbox)."""
+
+
+def is_inbox(reply: str) -> bool:
+    """Whether ``reply`` is a requester's inbox, the only kind of reply subject Interlock
+    answers on: anything else is a subject the requester named freely, and an answer there
+    would be written with the answerer's rights (a JetStream API request, a log append)."""
+    return reply.startswith(REPLY_INBOXES) and " " not in reply

@@ -29,7 +29,10 @@ async def test_requests_past_the_limit_wait_their_turn(
         in_hand.remove(msg.data)
         return tasks.ANSWER_RECORDED, None
 
-    desk = AnswerDesk(served, subjects, handle, limit=2)
+    async def refuse(msg: Msg, reason: str, detail: str) -> None:
+        raise AssertionError(f"refused {msg.reply}: {reason}")
+
+    desk = AnswerDesk(served, subjects, handle, refuse, limit=2)
     await desk.start()
     try:
         await served.flush()

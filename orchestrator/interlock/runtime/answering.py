@@ -8,6 +8,13 @@ stream, then log), and reaches its run at once instead of at the results consume
 fetch. Nothing here is the only way in: an agent that gets no reply, or ``failed``,
 publishes the same answer to the results stream, which works with no orchestrator up.
 
+The reply goes only to an inbox of the requester (``_INBOX.``, or the ``_R_.`` subject the
+server makes for a request from another account, which leads back to the requester's own
+inbox): a request naming any other reply subject is dead-lettered (``reply-refused``) and
+neither decided on nor answered. The reply is published with the orchestrator's rights,
+and a requester that chose it could otherwise have it written anywhere the orchestrator
+may write (a JetStream API request: purge a stream; a run log; a bucket's key).
+
 Every orchestrator replica subscribes in one queue group, so each request reaches one of
 them. Requests are handled concurrently (different runs in parallel; one run's answers
 wait for each other on its lock), at most ``limit`` at a time: beyond that they wait their
@@ -32,7 +39,7 @@ from nats.aio.subscription import Subscription
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.natsclient import NatsClient, direct_subscriber
-from interlock.transport.subjects import Subjects
+from interlock.transport.subjects import Subjects, is_inbox
 
 log = logging.getLogger("interlock.answering")
 
@@ -46,6 +53,11 @@ its agent gets no reply and sends the answer to the results stream)."""
 
 Outcome = tuple[str, str | None]
 """The reply's ``Interlock-Answer`` value, and for ``refused`` the dead letter's reason."""
+REPLY_REFUSED = "reply-refused"
+"""The dead-letter reason of a request whose reply subject is not the requester's inbox."""
+
+Refuse = Callable[[Msg, str, str], Awaitable[None]]
+"""Dead-letters a message with a reason and a detail."""
 
 
 class AnswerDesk:
@@ -57,12 +69,14 @@ class AnswerDesk:
         nc: Client,
         subjects: Subjects,
         handle: Callable[[Msg], Awaitable[Outcome]],
+        refuse: Refuse,
         *,
         limit: int = IN_FLIGHT,
     ) -> None:
         self._nc = nc
         self._subjects = subjects
         self._handle = handle
+        self._refuse = refuse
         self._free = limit
         self._backlog: collections.deque[Msg] = collections.deque()
         self._sub: Subscription | None = None
@@ -120,6 +134,17 @@ class AnswerDesk:
             self._free += 1
 
     async def _answer(self, msg: Msg) -> None:
+        if msg.reply and not is_inbox(msg.reply):
+            detail = (
+                f"the reply subject {msg.reply[:200]!r} is not an inbox of the requester: "
+                "answers are replied to on _INBOX. subjects only"
+            )
+            log.warning("refused an answer on %s: %s", msg.subject, detail)
+            try:
+                await self._refuse(msg, REPLY_REFUSED, detail)
+            except Exception:  # logged by the dead-lettering
+                log.debug("could not dead-letter the answer on %s", msg.subject, exc_info=True)
+            return
         try:
             status, reason = await self._handle(msg)
         # Whatever went wrong, the agent still has the answer: it sends it the other way.

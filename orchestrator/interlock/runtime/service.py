@@ -191,7 +191,7 @@ class Orchestrator:
         self.index = RunIndex(nc, subjects)
         self.keeper = TaskQueueKeeper(nc, subjects, lambda: self.counters["actions_dispatched"])
         self.answers = Answers(self.js, subjects)
-        self.desk = AnswerDesk(nc, subjects, self._take_answer)
+        self.desk = AnswerDesk(nc, subjects, self._take_answer, self._dead_letter)
         self._task_consumers: set[str] = set()
         """Capabilities whose consumer this process has made sure of."""
         self.queue = TaskQueue(self.js, subjects)

@@ -143,7 +143,7 @@ async def test_workflow_page_draws_its_diagram_and_diffs_two_versions(console: C
 async def test_agents_page_lists_capabilities_and_live_workers(console: Console) -> None:
     page = await console.page()
     await page.goto(f"{console.url}#/agents")
-    caps = page.get_by_role("table", name="Capabilities of testagent")
+    caps = page.get_by_role("table", name="Capabilities")
     await caps.wait_for()
     text = await caps.inner_text()
     assert "echo" in text
@@ -151,16 +151,15 @@ async def test_agents_page_lists_capabilities_and_live_workers(console: Console)
     # The broken run's answer from liar failed its attempt: counted against liar.
     liar = caps.locator("tr", has=page.locator("code", has_text="liar"))
     assert "1 failed attempt" in await liar.inner_text()
-    workers = page.get_by_role("table", name="Live workers of testagent")
+    workers = page.get_by_role("table", name="Live workers")
     assert await workers.locator("tbody tr").count() >= 1
-    await shot(page, "agents", docs=True)
     assert page.errors == []
 
 
 async def test_a_dead_letter_is_shown_and_redriven(console: Console) -> None:
     gs = console.gs
     page, link = await dead_letters_page(console, "com.example.broken")
-    await shot(page, "dead-letters", docs=True)
+    await shot(page, "dead-letters-one-reason")
     name = await link.inner_text()
     seq = int(name.lstrip("#"))
     await link.click()
@@ -444,7 +443,7 @@ async def test_the_keyboard_reaches_workflows_versions_and_the_diff(console: Con
 async def test_the_keyboard_reaches_an_agents_failure_and_its_run(console: Console) -> None:
     page = await console.page()
     await page.goto(f"{console.url}#/agents")
-    caps = page.get_by_role("table", name="Capabilities of testagent")
+    caps = page.get_by_role("table", name="Capabilities")
     await caps.wait_for()
     liar = caps.locator("tr", has=page.locator("code", has_text="liar"))
     error = await liar.locator(".failures a").inner_text()

@@ -54,14 +54,25 @@ def plain(value: Any) -> Any:
 
 
 def lowered(name: str) -> Any:
-    """The one workflow of a case's manifest, lowered (the manifest itself left out: it is
-    the file)."""
+    """The one workflow of a case's manifest, lowered (the manifest itself and its source
+    text left out: they are the file)."""
     path = ROOT / CASES[name]
     compiled = compile_sources([(path.name, path.read_text())])
     compiled.raise_for_errors()
     (definition,) = compiled.workflows
     assert isinstance(definition, Definition)
-    return plain(dataclasses.replace(definition, manifest={}))
+    out = plain(dataclasses.replace(definition, manifest={}))
+    del out["source"]
+    return out
+
+
+def test_each_workflow_keeps_its_document_as_written() -> None:
+    first = "# the first\napiVersion: interlock.io/v1\nkind: Workflow\nmetadata: {name: a}\n"
+    first += "spec:\n  initial_state: s\n  states:\n    s: {type: terminal}  # ends\n"
+    second = (ROOT / CASES["code-review"]).read_text()
+    compiled = compile_sources([("two.yaml", first + "---\n" + second + "...\n")])
+    compiled.raise_for_errors()
+    assert [d.source for d in compiled.workflows] == [first, second]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

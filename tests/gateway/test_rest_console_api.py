@@ -159,3 +159,44 @@ async def test_runs_say_what_they_wait_for_and_filter_by_it(gs: GatewayStack) ->
         bad = await http.get("/runs", params={"waiting": "coffee"})
         assert bad.status_code == 400
         assert "waiting is KIND or KIND:NAME" in bad.json()["detail"]
+
+
+COMMENTED = """\
+# Who reviews what: kept as written.
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: commented   # the name runs list
+spec:
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on:
+        - {event: go, goto: done}   # a person says go
+    done: {type: terminal}
+"""
+
+
+async def test_a_workflow_keeps_its_source_and_counts_runs_per_version(gs: GatewayStack) -> None:
+    other = "apiVersion: interlock.io/v1\nkind: Workflow\nmetadata: {name: other}\nspec:\n"
+    other += "  initial_state: s\n  states:\n    s: {type: terminal}\n"
+    await gs.stack.apply(other + "---\n" + COMMENTED)
+    async with gs.http() as http:
+        detail = (await http.get("/workflows/default/commented")).json()
+        assert detail["source"] == COMMENTED
+        assert (await http.get("/workflows/other")).json()["source"].startswith("apiVersion")
+        assert detail["runs"] == []
+        started = []
+        for _ in range(2):
+            r = await http.post("/runs", json={"workflow": "commented", "inputs": {}})
+            started.append(r.json()["run_id"])
+            await wait_status(gs, started[-1], "running", "wait")
+        await http.post(f"/runs/{started[0]}/cancel", json={"reason": "counted"})
+        await wait_status(gs, started[0], "cancelled")
+        for _ in range(100):
+            runs = (await http.get("/workflows/default/commented")).json()["runs"]
+            if runs and runs[0]["cancelled"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert runs == [{"version": 1, "running": 1, "completed": 0, "failed": 0, "cancelled": 1}]

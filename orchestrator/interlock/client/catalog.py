@@ -86,6 +86,7 @@ async def workflow(ops: InterlockClient, name: str, version: int | None) -> Work
         spec_hash=found.spec_hash,
         manifest=found.manifest,
         outline=found.outline,
+        source=found.source,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -152,8 +152,9 @@ def compile_workflow_text(text: str, path: str = "<manifest>") -> Definition:
 
 
 def compile_workflow_data(data: Mapping[str, Any], path: str = "<stored>") -> Definition:
-    """Rebuild a definition from a stored (already validated) manifest document."""
-    return compile_workflow_text(json.dumps(data), path)
+    """Rebuild a definition from a stored (already validated) manifest document (no
+    source text: the JSON it is compiled from is not what was written)."""
+    return replace(compile_workflow_text(json.dumps(data), path), source="")
 
 
 def compile_agent_data(data: Mapping[str, Any], path: str = "<stored>") -> AgentDefinition:

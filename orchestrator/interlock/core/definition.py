@@ -312,6 +312,9 @@ class Definition:
     archive: ArchiveDef | None = None
     """Where a run's log goes before retention deletes it (None: the installation's)."""
     concurrency: tuple[LimitDef, ...] = ()
+    source: str = ""
+    """The manifest as it was written (YAML, comments and all), when it was compiled from
+    text; stored beside the manifest when applied, for readers."""
 
     def all_actions(self) -> list[ActionDef]:
         out: list[ActionDef] = []

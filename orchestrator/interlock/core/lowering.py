@@ -122,6 +122,7 @@ class WorkflowLowering(LoweringScope):
             retention_s=retention_s,
             archive=archive,
             concurrency=concurrency,
+            source=self.doc.text,
         )
 
     def _concurrency(self) -> tuple[LimitDef, ...]:

@@ -64,6 +64,9 @@ class Document:
     values: dict[Path, Span] = field(default_factory=dict)
     keys: dict[Path, Span] = field(default_factory=dict)
     start: Span = field(default_factory=lambda: Span(1, 1))
+    text: str = ""
+    """The document as written: its lines, with the comments above it and in it (not the
+    ``---`` that begins it)."""
 
     def where(self, path: Path, *, key: bool = False) -> Span:
         """The closest known position for ``path`` (falls back to its parents)."""
@@ -233,6 +236,15 @@ def too_large(path: str, size: int, *, at_least: bool = False) -> Diagnostic:
     )
 
 
+def _written(text: str, begin: int, node: yaml.Node) -> str:
+    """A document's text: from where the one before it ended (its comments above it
+    included) to its own end, without the ``---`` line (or directives) that begin it."""
+    lines = text[begin : node.end_mark.index].splitlines(keepends=True)
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith(("---", "%", "..."))):
+        lines.pop(0)
+    return "".join(lines)
+
+
 def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every YAML document in ``text``; errors carry ``path`` and a position."""
     documents: list[Document] = []
@@ -257,7 +269,10 @@ def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnosti
     except yaml.YAMLError as exc:
         errors.append(Diagnostic(path, 1, 1, "yaml-syntax", str(exc)))
         return documents, errors
+    begin = 0
     for index, node in enumerate(nodes):
+        if node is not None:
+            written, begin = _written(text, begin, node), node.end_mark.index
         if node is None or (
             isinstance(node, yaml.ScalarNode)
             and node.tag == "tag:yaml.org,2002:null"
@@ -277,7 +292,7 @@ def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnosti
                 )
             )
             continue
-        doc = Document(path=path, index=index, data=None, start=_span(node))
+        doc = Document(path=path, index=index, data=None, start=_span(node), text=written)
         try:
             doc.data = _Builder(doc, errors).build(node, ())
         except yaml.constructor.ConstructorError as exc:

@@ -245,7 +245,17 @@ async def get_workflow(request: Request, gw: Gateway) -> Response:
     version = None
     if "version" in request.query_params:
         version = int_param(request, "version", 1, 1, 1 << 31)
-    return json_view(await gw.api.workflow(_name(request), version))
+    detail = await gw.api.workflow(_name(request), version)
+    # Runs per version, from the gateway's copy of the run index.
+    counts: dict[int, dict[str, int]] = {}
+    for run in await gw.run_list.runs(workflow=f"{detail.namespace}/{detail.name}"):
+        by_status = counts.setdefault(run.version, {})
+        by_status[run.status] = by_status.get(run.status, 0) + 1
+    runs = [
+        views.VersionRuns(version=v, **{k: n for k, n in c.items() if k in RECORDED})
+        for v, c in sorted(counts.items())
+    ]
+    return json_view(msgspec.structs.replace(detail, runs=runs))
 
 
 @reads

@@ -70,6 +70,8 @@ class StoredWorkflow:
     spec_hash: str
     manifest: Mapping[str, Any]
     outline: WorkflowOutline
+    source: str = ""
+    """The manifest as it was written (comments and all), when it was applied as text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,18 +255,23 @@ class Registry:
         found = self._stored.get(key)
         if found is None:
             compiled = self._compiled.get(key)
-            body = {} if compiled is not None else await self._stored_body(*key)
+            body = await self._stored_body(*key)
             outline = decode_outline(body.get("outline"))
             if outline is None or outline.asks is None:
                 compiled = compiled or self._compile(namespace, name, version, body)
-                body = {"spec_hash": compiled.spec_hash, "manifest": compiled.manifest}
+                body = {
+                    "spec_hash": compiled.spec_hash,
+                    "manifest": compiled.manifest,
+                    "source": body.get("source"),
+                }
                 outline = outline_of(compiled)
-            manifest = body.get("manifest")
+            manifest, source = body.get("manifest"), body.get("source")
             found = self._stored[key] = StoredWorkflow(
                 *key,
                 spec_hash=str(body.get("spec_hash", "")),
                 manifest=manifest if isinstance(manifest, Mapping) else {},
                 outline=outline,
+                source=source if isinstance(source, str) else "",
             )
         return found
 

@@ -36,6 +36,7 @@ async def store_version(
                 "spec_hash": definition.spec_hash,
                 "manifest": dict(definition.manifest),
                 "outline": outline,
+                **({"source": definition.source} if definition.source else {}),
             }
         ).encode()
         key = f"wf.{ns}.{name}.{version}"

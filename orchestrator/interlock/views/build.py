@@ -323,6 +323,7 @@ def workflow_detail(
         spec_hash=definition.spec_hash,
         manifest=definition.manifest,
         outline=outline_of(definition),
+        source=definition.source,
     )
 
 
@@ -335,6 +336,7 @@ def workflow_detail_of(
     spec_hash: str,
     manifest: Mapping[str, Any],
     outline: WorkflowOutline,
+    source: str = "",
 ) -> WorkflowDetail:
     """The detail of a stored workflow version from its manifest and outline (nothing
     compiled)."""
@@ -352,6 +354,7 @@ def workflow_detail_of(
         manifest=_plain(manifest),
         kinds=dict(outline.kinds),
         transitions=list(outline.transitions),
+        source=source or None,
     )
 
 

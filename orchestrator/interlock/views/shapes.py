@@ -404,6 +404,23 @@ class WorkflowDetail(msgspec.Struct, frozen=True, kw_only=True):
     """Each state's kind (``task``, ``terminal``, ``human_in_the_loop``, ``map``...)."""
     transitions: list[TransitionView] = []
     """Every way from one state to another (what a diagram draws)."""
+    source: str | None = None
+    """The manifest as it was applied, comments and all (None: applied before sources
+    were kept, or not written as text)."""
+    runs: list[VersionRuns] = []
+    """How many runs of each version the run index holds, by status (``GET
+    /workflows/...`` counts them; the client leaves it empty: ``runs(workflow=)`` lists
+    them)."""
+
+
+class VersionRuns(msgspec.Struct, frozen=True, kw_only=True):
+    """The runs of one version of a workflow, by status."""
+
+    version: int
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
 
 
 class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):

@@ -134,20 +134,40 @@ export function errorBox(e) {
 }
 
 // A modal question (native <dialog>): resolves to the form's values, or null.
-export function ask(title, body, confirmLabel, { danger = false } = {}) {
+// `check(values)` (or a promise of it): an error to show in the dialog, which then stays
+// open with what was typed; null: it closes. `confirm`: the confirm button, to turn on
+// and off.
+export function ask(title, body, confirmLabel, { danger = false, check = null, confirm = null } = {}) {
   return new Promise((resolve) => {
+    const problem = h("p", { class: "note", role: "alert", id: "dialog-problem" });
+    const ok = confirm || h("button", { value: "ok", type: "submit", class: danger ? "danger" : "primary" }, confirmLabel);
     const form = h(
       "form",
       { method: "dialog" },
       h("h2", {}, title),
       body,
+      problem,
       h(
         "div",
         { class: "buttons" },
         h("button", { value: "cancel", type: "submit", formnovalidate: true }, "Back"),
-        h("button", { value: "ok", type: "submit", class: danger ? "danger" : "primary" }, confirmLabel),
+        ok,
       ),
     );
+    form.addEventListener("submit", (ev) => {
+      if (ev.submitter?.value !== "ok" || !check) return;
+      ev.preventDefault();
+      problem.textContent = "";
+      ok.disabled = true;
+      Promise.resolve()
+        .then(() => check(Object.fromEntries(new FormData(form))))
+        .catch((e) => e.message || String(e))
+        .then((why) => {
+          ok.disabled = false;
+          if (why) problem.textContent = why;
+          else dialog.close("ok");
+        });
+    });
     const dialog = h("dialog", { "aria-label": title }, form);
     document.body.append(dialog);
     dialog.addEventListener("close", () => {

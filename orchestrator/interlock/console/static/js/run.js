@@ -9,6 +9,7 @@
 // version up) and the rest of the log arrive: its status and state, the path it took on
 // the diagram, what it waits for, its outputs or error, and the rest of the timeline. A
 // long log's first paint does not wait for it.
+import { forkDialog, signalDialog } from "./acting.js";
 import { api, ApiError, config, follow } from "./api.js";
 import { diagram, takenEdges } from "./diagram.js";
 import { add, ask, between, duration, errorBox, h, json, status, table, timeCell, toast } from "./dom.js";
@@ -110,6 +111,8 @@ export async function runPage(root, runId, _params, current) {
   const visitsPanel = h("div", { class: "visits", "aria-live": "polite" });
   const timeline = new Timeline();
   timeline.load(records, { complete: head.next_offset === null });
+  // What the last signal sent from this page did (kept across redraws).
+  const signalOut = h("div", { id: "signal-outcome", role: "status" });
   const mapBox = h("div");
   function drawMap() {
     mapBox.replaceChildren(...[mapSection(seen)].filter(Boolean));
@@ -164,17 +167,17 @@ export async function runPage(root, runId, _params, current) {
       h("code", {}, w.goto),
     ]);
     const timers = desc.timers.map((t) => [t.purpose, timeCell(t.fire_at), t.state || "", t.action_id || "", timerGoes(t)]);
-    const signals = [...new Set(desc.waiting_for.filter((w) => w.kind !== "answer").map((w) => w.event))];
     now.replaceChildren(...[
       h("h2", { id: "now-h" }, "Waiting for"),
       h("div", { class: "actions" },
-        h("button", { type: "button", id: "signal", onclick: () => signal(signals) }, "Send signal…"),
+        h("button", { type: "button", id: "signal", onclick: () => signalDialog(path, desc.waiting_for, signalOut, refresh) }, "Send signal…"),
         h("button", { type: "button", id: "cancel", class: "danger", onclick: cancel }, "Cancel run…"),
       ),
       desc.map ? h("p", {}, `Map: ${desc.map.done} of ${desc.map.items} items done, ${desc.map.failed} failed (parallelism ${desc.map.parallelism}, join ${desc.map.completion}).`) : null,
       table("Pending actions", ["Capability", "Action", "Attempt", "Item", "Requested", "Deadline"], pending, { empty: "No pending actions." }),
       table("Events that move it", ["Event", "Kind", "Guard", "Goes to"], waits, { empty: "No transitions wait here." }),
       table("Timers", ["Purpose", "Fires at", "State", "Action", "Then"], timers, { empty: "No timers." }),
+      signalOut,
     ].filter(Boolean));
     warnUnserved();
   }
@@ -305,37 +308,6 @@ export async function runPage(root, runId, _params, current) {
     );
   }
 
-  async function signal(events) {
-    const list = "signal-events";
-    const values = await ask(
-      "Send a signal",
-      [
-        h("label", { for: "sig-name" }, "Event type"),
-        h("input", { id: "sig-name", name: "name", required: true, list, value: events[0] || "", spellcheck: "false" }),
-        h("datalist", { id: list }, events.map((e) => h("option", { value: e }))),
-        h("label", { for: "sig-data" }, "Data (JSON, optional)"),
-        h("textarea", { id: "sig-data", name: "data", rows: 4, spellcheck: "false" }),
-      ],
-      "Send",
-    );
-    if (!values) return;
-    let data;
-    try {
-      data = values.data.trim() ? JSON.parse(values.data) : undefined;
-    } catch (e) {
-      toast(`The data is not JSON: ${e.message}`, "bad");
-      return;
-    }
-    try {
-      const result = await api(`${path}/signals/${encodeURIComponent(values.name)}`, { method: "POST", body: data ?? null, params: { wait: 5 } });
-      const moved = result.outcome === "moved" ? ` to ${result.to_state}` : "";
-      toast(`Signal ${values.name}: ${result.outcome}${moved}`, result.outcome === "moved" ? "good" : "info");
-      refresh();
-    } catch (e) {
-      toast(e.message, "bad");
-    }
-  }
-
   async function cancel() {
     const values = await ask(
       `Cancel run ${desc.run_id}?`,
@@ -359,8 +331,11 @@ export async function runPage(root, runId, _params, current) {
 
   function drawReplay() {
     if (!desc) return;
+    const fork = h("div", { class: "actions" },
+      h("button", { type: "button", id: "fork", onclick: () => forkDialog(path, desc, detail?.versions || [desc.version]) }, "Fork…"),
+      h("span", { class: "hint" }, "a new run from this run's first records, on this or another version, previewed before it is made"));
     if (!detail || detail.versions.length < 2) {
-      replayBox.replaceChildren(h("p", { class: "muted" }, "No other stored version to replay this run against."));
+      replayBox.replaceChildren(h("p", { class: "muted" }, "No other stored version to replay this run against."), fork);
       return;
     }
     const select = h("select", { id: "replay-version", name: "version" },
@@ -386,6 +361,7 @@ export async function runPage(root, runId, _params, current) {
         h("button", { type: "submit" }, "Replay"),
       ),
       out,
+      fork,
     );
   }
 
@@ -442,7 +418,7 @@ export async function runPage(root, runId, _params, current) {
     mapBox,
     h("section", { "aria-labelledby": "timeline-h" }, h("h2", { id: "timeline-h" }, "Timeline"), timeline.el),
     h("section", { "aria-labelledby": "inputs-h" }, h("h2", { id: "inputs-h" }, "Inputs and context"), inputs),
-    h("section", { "aria-labelledby": "replay-h" }, h("h2", { id: "replay-h" }, "Replay"), replayBox),
+    h("section", { "aria-labelledby": "replay-h" }, h("h2", { id: "replay-h" }, "Replay and fork"), replayBox),
   );
   performance.mark("run:built");
 

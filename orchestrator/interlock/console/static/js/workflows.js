@@ -1,5 +1,6 @@
 // Workflows: each one's versions, triggers, diagram, and a diff of two versions' manifests.
 import "../vendor/diff/diff.min.js";
+import { migrateDialog, startDialog } from "./acting.js";
 import { api } from "./api.js";
 import { diagram } from "./diagram.js";
 import { add, errorBox, h, json, table } from "./dom.js";
@@ -82,6 +83,29 @@ export async function workflowPage(root, ref, params) {
     h("a", { href: `#/workflows/${ns}/${name}?version=${v}`, "aria-current": v === detail.version ? "page" : null, class: "chip" }, `v${v}`),
   );
   const inputs = Object.entries(detail.inputs).map(([k, v]) => [h("code", {}, k), v.type, v.required ? "yes" : "no", v.default === undefined ? "" : JSON.stringify(v.default)]);
+  const runsLink = (version, status, n) =>
+    n ? h("a", { href: `#/runs?workflow=${encodeURIComponent(label)}${status ? `&status=${status}` : ""}` }, String(n)) : "0";
+  const counts = (detail.runs || []).map((r) => [
+    h("a", { href: `#/workflows/${ns}/${name}?version=${r.version}` }, `v${r.version}`),
+    runsLink(r.version, "running", r.running),
+    runsLink(r.version, "completed", r.completed),
+    runsLink(r.version, "failed", r.failed),
+    runsLink(r.version, "cancelled", r.cancelled),
+  ]);
+  const running = (detail.runs || []).reduce((n, r) => n + r.running, 0);
+  const actions = h("div", { class: "actions" },
+    h("button", { type: "button", id: "start", class: "primary", onclick: () => startDialog(label, detail.inputs) }, "Start a run…"),
+    detail.versions.length > 1
+      ? h("button", { type: "button", id: "migrate", disabled: !running, "aria-describedby": running ? null : "migrate-why", onclick: () => migrateDialog(base, detail) }, "Migrate running runs…")
+      : null,
+    detail.versions.length > 1 && !running ? h("span", { id: "migrate-why", class: "hint" }, "No run of this workflow is running.") : null,
+  );
+  // The manifest as it was applied (YAML, comments and all), else as stored.
+  const manifest = detail.source
+    ? h("details", { class: "manifest", open: true },
+        h("summary", {}, `v${detail.version} as applied (YAML)`),
+        h("pre", { tabindex: "0", "aria-label": `Manifest of v${detail.version} as applied` }, detail.source))
+    : json(detail.manifest, `v${detail.version}`);
 
   const older = h("select", { id: "diff-a", name: "a" }, detail.versions.map((v) => h("option", { value: v, selected: v === detail.versions[Math.max(0, detail.versions.length - 2)] }, `v${v}`)));
   const newer = h("select", { id: "diff-b", name: "b" }, detail.versions.map((v) => h("option", { value: v, selected: v === detail.versions[detail.versions.length - 1] }, `v${v}`)));
@@ -111,18 +135,21 @@ export async function workflowPage(root, ref, params) {
   add(root, 
     h("div", { class: "title-row" }, h("h1", {}, "Workflow ", h("span", { class: "mono" }, label)), h("span", { class: "chip" }, `v${detail.version}`)),
     detail.description ? h("p", {}, detail.description) : null,
+    actions,
     h("dl", { class: "meta" },
       h("dt", {}, "Versions"), h("dd", {}, versionLinks),
       h("dt", {}, "Triggers"), h("dd", {}, detail.triggers.length ? detail.triggers.map((t) => h("code", { class: "chip" }, t)) : "none (started by hand)"),
       h("dt", {}, "Spec hash"), h("dd", {}, h("code", {}, detail.spec_hash.slice(0, 16))),
       h("dt", {}, "Runs"), h("dd", {}, h("a", { href: `#/runs?workflow=${encodeURIComponent(label)}` }, "runs of this workflow")),
     ),
+    h("h2", {}, "Runs per version"),
+    table("Runs per version", ["Version", "Running", "Completed", "Failed", "Cancelled"], counts, { empty: "No runs yet." }),
     h("h2", {}, "Inputs"),
     table("!Inputs", ["Input", "Type", "Required", "Default"], inputs, { empty: "No declared inputs." }),
     h("h2", {}, "Diagram"),
     h("div", { class: "diagram-box" }, diagram(detail)),
     h("h2", {}, "Manifest"),
-    json(detail.manifest, `v${detail.version}`),
+    manifest,
     h("h2", {}, "Compare versions"),
     detail.versions.length > 1 ? [diffForm, diffOut] : h("p", { class: "muted" }, "Only one version is stored."),
   );

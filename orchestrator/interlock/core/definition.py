@@ -146,9 +146,8 @@ class DagStep:
 
 @dataclass(frozen=True, slots=True)
 class DagDef:
-    """Steps that run as soon as the steps they depend on have ended as their edges ask,
-    at most ``parallelism`` at once; ``steps`` are in an order where each follows the steps
-    it depends on."""
+    """Steps that run once the steps they depend on ended as their edges ask, at most
+    ``parallelism`` at once; ``steps`` in an order where each follows those it depends on."""
 
     steps: tuple[DagStep, ...]
     parallelism: int = 8
@@ -313,8 +312,7 @@ class Definition:
     """Where a run's log goes before retention deletes it (None: the installation's)."""
     concurrency: tuple[LimitDef, ...] = ()
     source: str = ""
-    """The manifest as it was written (YAML, comments and all), when it was compiled from
-    text; stored beside the manifest when applied, for readers."""
+    """The manifest as written (comments and all), when compiled from text."""
 
     def all_actions(self) -> list[ActionDef]:
         out: list[ActionDef] = []
@@ -355,8 +353,7 @@ def link(definition: Definition, capabilities: Mapping[str, CapabilityDef]) -> D
     """Fill each action's unset timeout and retry policy from its capability's AgentDef.
 
     Pure; the shell links a definition with the AgentDefs it knows when it loads it. What a
-    run actually used is recorded in each ``action.requested`` record.
-    """
+    run actually used is recorded in each ``action.requested`` record."""
 
     def linked(action: ActionDef) -> ActionDef:
         cap = capabilities.get(action.capability)

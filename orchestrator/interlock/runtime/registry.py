@@ -259,11 +259,7 @@ class Registry:
             outline = decode_outline(body.get("outline"))
             if outline is None or outline.asks is None:
                 compiled = compiled or self._compile(namespace, name, version, body)
-                body = {
-                    "spec_hash": compiled.spec_hash,
-                    "manifest": compiled.manifest,
-                    "source": body.get("source"),
-                }
+                body = {**body, "spec_hash": compiled.spec_hash, "manifest": compiled.manifest}
                 outline = outline_of(compiled)
             manifest, source = body.get("manifest"), body.get("source")
             found = self._stored[key] = StoredWorkflow(

@@ -14,10 +14,12 @@ function checkText(c) {
   return `on[${c.entry}] → ${c.goto}: ${c.guard || "no guard"}${reads.length ? ` (${reads.join(", ")})` : ""}: ${verdict}`;
 }
 
-// Why the run declined `event`: the guards weighed on its last step for that event.
+// Why the run declined `event`: as the answer says it (each transition and why it did
+// not fire), else the guards weighed on the run's last step for that event, with the
+// values they read (GET /runs/{id}/explain).
 async function whyDeclined(path, event, result) {
+  if (result.declined?.length) return [...result.declined];
   const why = [...(result.guard_errors || [])];
-  if (result.reason) why.push(result.reason);
   try {
     const report = await api(`${path}/explain`);
     const step = [...report.steps].reverse().find((s) => (s.checks || []).some((c) => c.event_type === event));
@@ -73,6 +75,8 @@ export async function signalDialog(path, waits, out, onDone) {
   const lines = [];
   let summary = `Signal ${event}: ${result.outcome}`;
   if (result.outcome === "moved") summary += ` to ${result.to_state}`;
+  // The same decision may have ended the run: say how.
+  if (result.after && result.after !== "running") summary += ` and ${result.after}${result.error ? `: ${result.error}` : ""}`;
   if (result.outcome === "declined") lines.push(...(await whyDeclined(path, event, result)));
   if (result.outcome === "not-waiting" && result.waiting_for?.length) lines.push(`It waits for ${result.waiting_for.join(", ")}.`);
   out.replaceChildren(h("p", {}, h("strong", {}, summary)), lines.length ? h("ul", {}, lines.map((l) => h("li", {}, l))) : null);

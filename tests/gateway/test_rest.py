@@ -207,6 +207,7 @@ ENDPOINTS = [
     ("GET", "/workflows"),
     ("GET", "/workflows/hello"),
     ("GET", "/agents"),
+    ("GET", "/queues"),
     ("GET", "/runs"),
     ("POST", "/runs"),
     ("GET", "/runs/r1"),

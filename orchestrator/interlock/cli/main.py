@@ -57,6 +57,7 @@ COMMANDS: dict[str, tuple[int, str]] = {
     "workflows": (4, "list the workflows applied (newest versions)"),
     "get": (4, "one workflow, run or agent"),
     "describe": (4, "everything about one run now"),
+    "queues": (4, "concurrency limits: runs holding and waiting, per key"),
     "delete": (4, "stop a workflow from starting new runs"),
     "serve": (5, "run the orchestrator"),
     "agent": (5, "agent workers"),

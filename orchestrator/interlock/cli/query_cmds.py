@@ -54,6 +54,12 @@ def add_parsers(sub: Sub) -> None:
     add_connection_flags(q)
     q.set_defaults(func=with_client(cmd_describe_run))
 
+    p = sub.add_parser("queues", help="concurrency limits: runs holding and waiting, per key")
+    p.add_argument("--workflow", metavar="NAME", help="only the limits NAME declares")
+    add_output_flags(p)
+    add_connection_flags(p)
+    p.set_defaults(func=with_client(cmd_queues))
+
     p = sub.add_parser("delete", help="stop a workflow from starting new runs")
     kinds = p.add_subparsers(dest="delete_kind", metavar="KIND", required=True)
     q = kinds.add_parser(
@@ -276,6 +282,36 @@ def slot_text(slot: Any, queued: bool) -> str:
     if queued and slot.place is not None:
         return f"{ordinal(slot.place)} for {where}{running}"
     return f"waits for a slot for {where}{running}"
+
+
+async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownWorkflow
+
+    try:
+        found = await client.queues(args.workflow)
+    except UnknownWorkflow as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+
+    def table() -> None:
+        if not found:
+            print("no run holds or waits for a concurrency slot")
+            return
+        print_table(
+            ["LIMIT", "KEY", "RUNNING", "QUEUED", "OLDEST WAIT"],
+            [
+                (
+                    q.limit,
+                    q.key,
+                    f"{q.running}/{q.size}",
+                    q.queued,
+                    "-" if q.oldest_wait_s is None else f"{q.oldest_wait_s:.1f}s",
+                )
+                for q in found
+            ],
+        )
+
+    emit(args, found, table)
+    return EXIT_OK
 
 
 async def cmd_delete_workflow(client: Client, args: argparse.Namespace) -> int:

@@ -47,6 +47,7 @@ from interlock.views.build import (
     run_result,
     summary_of,
 )
+from interlock.views.shapes import QueueView
 
 if TYPE_CHECKING:
     from interlock.runtime.retention import Deleted
@@ -357,6 +358,10 @@ class Client(DeadLetterCalls):
         warnings = [f.warning() for f in read.foreign]
         described = describe_run(read.records, outline, state=read.state, warnings=warnings)
         return await queues.with_places(self._ops, described, read.state)
+
+    async def queues(self, workflow: str | None = None) -> list[QueueView]:
+        """Each concurrency limit and key with runs holding or waiting (of ``workflow``)."""
+        return await queues.list_queues(self._ops, workflow)
 
     async def runs(
         self,

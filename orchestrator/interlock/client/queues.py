@@ -1,13 +1,18 @@
-"""Where a queued run stands: its place in each limit's line, read from the slots bucket."""
+"""The concurrency limits as the orchestrator keeps them (the slots bucket): where a queued
+run stands, and every limit and key's runs holding and waiting."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import msgspec
 
+from interlock.core.names import WORKFLOW_REF
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.concurrency import Slots
-from interlock.views.shapes import RunDescription, SlotView
+from interlock.runtime.concurrency import SlotEntry, Slots
+from interlock.runtime.errors import UnknownWorkflow
+from interlock.views.shapes import QueueView, RunDescription, SlotView
 
 
 async def with_places(
@@ -33,3 +38,44 @@ async def with_places(
             )
         )
     return msgspec.structs.replace(described, slots=seen)
+
+
+async def list_queues(ops: InterlockClient, workflow: str | None = None) -> list[QueueView]:
+    """Every concurrency limit and key with a run holding or waiting, sorted by limit then
+    key; with ``workflow`` (``name`` or ``namespace/name``), the limits it declares."""
+    entries = await Slots(ops.nc, ops.subjects).entries()
+    if workflow is not None:
+        names = await limit_names(ops, workflow)
+        entries = [e for e in entries if e.limit in names]
+    now = datetime.now(UTC)
+    return sorted((queue_view(e, now) for e in entries), key=lambda q: (q.limit, q.key))
+
+
+def queue_view(entry: SlotEntry, now: datetime) -> QueueView:
+    first = entry.waiting[0].since if entry.waiting else None
+    waited = None
+    if first is not None:
+        waited = max((now - datetime.fromisoformat(first)).total_seconds(), 0.0)
+    return QueueView(
+        limit=entry.limit,
+        key=entry.key,
+        running=len(entry.holders),
+        size=entry.size,
+        queued=len(entry.waiting),
+        oldest_queued_at=first,
+        oldest_wait_s=None if waited is None else round(waited, 3),
+    )
+
+
+async def limit_names(ops: InterlockClient, workflow: str) -> set[str]:
+    """The names of the limits the latest version of ``workflow`` declares (read from its
+    stored manifest: nothing is compiled). Raises UnknownWorkflow."""
+    if not WORKFLOW_REF.match(workflow):
+        raise UnknownWorkflow(f"no workflow {workflow!r}: not NAME or NAMESPACE/NAME")
+    stored = await ops.registry.stored_latest(workflow)
+    spec = stored.manifest.get("spec") or {}
+    out = set()
+    for i, limit in enumerate(spec.get("concurrency") or []):
+        scope = limit.get("scope") if isinstance(limit, dict) else None
+        out.add(f"{stored.namespace}/{scope or f'{stored.name}#{i + 1}'}")
+    return out

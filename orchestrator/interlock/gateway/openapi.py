@@ -17,6 +17,7 @@ from interlock import __version__, views
 from interlock.gateway import acting, failures, rest
 from interlock.gateway.openapi_acting import acting_paths, discard_many, discard_one
 from interlock.gateway.openapi_paths import REF, all_paths, ref
+from interlock.views.shapes import QueueView
 
 _TYPES: list[Any] = [
     views.WorkflowSummary,
@@ -27,6 +28,7 @@ _TYPES: list[Any] = [
     views.SignalResult,
     views.EmitResult,
     views.DeadLetterView,
+    QueueView,
     rest.RunPage,
     rest.LogPage,
     rest.StartRequest,

@@ -228,7 +228,19 @@ def _definition_paths() -> dict[str, Any]:
                 tag="agents",
             )
         },
+        "/queues": {
+            "get": _op(
+                "Concurrency limits: per limit and key, runs holding a slot and waiting",
+                {"200": _json({"type": "array", "items": ref("QueueView")})},
+                params=[_param("workflow", "query", {"type": "string"}, _ONLY_ITS_LIMITS)],
+                tag="runs",
+                errors=(401, 403, 404),
+            )
+        },
     }
+
+
+_ONLY_ITS_LIMITS = "Only the limits this workflow declares (NAME or NAMESPACE/NAME)."
 
 
 def _run_paths() -> dict[str, Any]:

@@ -264,6 +264,12 @@ async def list_agents(request: Request, gw: Gateway) -> Response:
 
 
 @reads
+async def list_queues(request: Request, gw: Gateway) -> Response:
+    workflow = request.query_params.get("workflow") or None
+    return json_view(await gw.api.queues(workflow))
+
+
+@reads
 async def agent_failures(request: Request, gw: Gateway) -> Response:
     return json_view(gw.failures.report())
 
@@ -424,6 +430,7 @@ def routes(
         ("/workflows/{name}", get_workflow, get),
         ("/workflows/{namespace}/{name}", get_workflow, get),
         ("/agents", list_agents, get),
+        ("/queues", list_queues, get),
         ("/runs", list_runs, get),
         ("/runs", start_run, post),
         ("/runs/{run_id}", get_run, get),

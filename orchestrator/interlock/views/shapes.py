@@ -161,6 +161,21 @@ class SlotView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     running: int | None = None
 
 
+class QueueView(msgspec.Struct, frozen=True, kw_only=True):
+    """One concurrency limit and key now (``interlock queues``, ``GET /queues``): runs
+    holding a slot of the ``size``, runs waiting, and since when the first has waited."""
+
+    limit: str
+    key: str
+    running: int
+    size: int
+    queued: int
+    oldest_queued_at: str | None = None
+    """When the run first in line was queued (None: nobody waits)."""
+    oldest_wait_s: float | None = None
+    """How long it has waited, in seconds."""
+
+
 class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     """Everything about one run now (``interlock describe run``, ``GET /runs/{id}``)."""
 

@@ -1,0 +1,100 @@
+"""GET /queues over a real socket: each concurrency limit and key with the runs holding a
+slot and waiting, the same as the client's and the CLI's; a reader may look, nobody
+without a token may."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+from gw_support import gateway_stack
+from helpers import cli_env, eventually, run_cli, yaml
+
+from interlock.client import Client
+from interlock.runtime.cluster_metrics import ClusterMetrics
+from interlock.transport.subjects import Subjects
+
+LIMITED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: limited
+    spec:
+      inputs:
+        customer: {type: string, required: true}
+      concurrency:
+        - {key: inputs.customer, limit: 1, scope: slow-api}
+      initial_state: work
+      states:
+        work:
+          actions: [{capability: slow}]
+          on: [{event: task.completed, goto: done}]
+        done: {type: terminal}
+    """
+)
+
+
+async def test_queues_show_who_holds_and_who_waits(nats_url: str, subjects: Subjects) -> None:
+    async with gateway_stack(nats_url, subjects, [LIMITED]) as gs:
+        client = Client(gs.stack.client.nc, gs.stack.subjects)
+        runs = [await client.start("limited", {"customer": "acme"}) for _ in range(3)]
+        runs.append(await client.start("limited", {"customer": "beta"}))
+
+        async def settled() -> bool:
+            found = await client.queues()
+            return [(q.key, q.running, q.queued) for q in found] == [("acme", 1, 2), ("beta", 1, 0)]
+
+        await eventually(settled, what="two acme runs waiting behind one")
+        async with gs.http("reader") as http:
+            listed = (await http.get("/queues")).json()
+            assert [
+                {k: q[k] for k in ("limit", "key", "running", "size", "queued")} for q in listed
+            ] == [
+                {"limit": "default/slow-api", "key": "acme", "running": 1, "size": 1, "queued": 2},
+                {"limit": "default/slow-api", "key": "beta", "running": 1, "size": 1, "queued": 0},
+            ]
+            assert listed[0]["oldest_wait_s"] >= 0
+            assert listed[1]["oldest_wait_s"] is None
+            mine = (await http.get("/queues", params={"workflow": "limited"})).json()
+            assert [q["key"] for q in mine] == ["acme", "beta"]
+            unknown = await http.get("/queues", params={"workflow": "nope"})
+            assert unknown.status_code == 404, unknown.text
+        async with gs.http(None) as anonymous:
+            assert (await anonymous.get("/queues")).status_code == 401
+
+        # The CLI, as an operator types it.
+        env = cli_env(nats_url, subjects.prefix)
+        shown = await asyncio.to_thread(run_cli, "queues", "--workflow", "limited", env=env)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0].split() == ["LIMIT", "KEY", "RUNNING", "QUEUED", "OLDEST", "WAIT"]
+        assert lines[1].split()[:4] == ["default/slow-api", "acme", "1/1", "2"]
+        as_json = await asyncio.to_thread(run_cli, "queues", "-o", "json", env=env)
+        assert msgspec.json.decode(as_json.stdout)[0]["queued"] == 2
+        missing = await asyncio.to_thread(run_cli, "queues", "--workflow", "nope", env=env)
+        assert missing.returncode != 0
+        assert "nope" in missing.stderr
+
+        # Metrics: per limit, its keys summed, the worst key's line, the longest wait.
+        metrics = ClusterMetrics(gs.stack.js, subjects, registry=None)
+        await metrics.poll()
+        values = {
+            (family.name, sample.labels.get("limit")): sample.value
+            for family in metrics.collect()
+            for sample in family.samples
+            if family.name.startswith("interlock_concurrency")
+        }
+        assert values[("interlock_concurrency_running", "default/slow-api")] == 2
+        assert values[("interlock_concurrency_queued", "default/slow-api")] == 2
+        assert values[("interlock_concurrency_queued_worst_key", "default/slow-api")] == 2
+        assert values[("interlock_concurrency_oldest_wait_seconds", "default/slow-api")] >= 0
+
+        gs.stack.recorder.release.set()
+        for run_id in runs:
+            assert (await client.result(run_id, wait=True, timeout=30)).status == "completed"
+        assert await client.queues() == []
+        await metrics.poll()
+        assert not [
+            f for f in metrics.collect() if f.name.startswith("interlock_conc") and f.samples
+        ]

@@ -244,27 +244,31 @@ def _describe_table(d: RunDescription) -> None:
             [(t.timer_id, t.purpose, t.fire_at) for t in d.timers],
         )
     if d.guard_errors:
-        print("\nguards that failed to evaluate (they do not fire)")
-        print_table(
-            ["STATE", "ENTRY", "EVENT", "GUARD", "ERROR", "THEN"],
-            [
-                (
-                    g.state,
-                    f"on[{g.transition}]",
-                    g.event_type,
-                    g.guard,
-                    g.error,
-                    "no entry taken"
-                    if g.taken is None
-                    else f"decided by this error: on[{g.taken}] -> {g.to_state}",
-                )
-                for g in d.guard_errors
-            ],
-        )
+        _guard_errors_table(d)
     if d.outputs is not None:
         print(f"\noutputs      {show(d.outputs)}")
     for warning in d.warnings:
         print(f"\nwarning      {warning}")
+
+
+def _guard_errors_table(d: RunDescription) -> None:
+    print("\nguards that failed to evaluate (they do not fire)")
+    print_table(
+        ["STATE", "ENTRY", "EVENT", "GUARD", "ERROR", "THEN"],
+        [
+            (
+                g.state,
+                f"on[{g.transition}]",
+                g.event_type,
+                g.guard,
+                g.error,
+                "no entry taken"
+                if g.taken is None
+                else f"decided by this error: on[{g.taken}] -> {g.to_state}",
+            )
+            for g in d.guard_errors
+        ],
+    )
 
 
 def ordinal(n: int) -> str:

@@ -157,9 +157,7 @@ class Orchestrator:
         progress acks: it bounds how soon a killed worker's task goes to another)."""
         self.replicas = replicas
         """Stream replicas when provisioning (3 on a JetStream cluster)."""
-        self.nc = nc
-        self.js = jetstream(nc)
-        self.subjects = subjects
+        self.nc, self.js, self.subjects, self.clock = nc, jetstream(nc), subjects, clock
         self.registry = Registry(self.js, subjects)
         self.run_log = RunLog(nc, subjects, group_commit=group_commit, foreign=self._report())
         self.runs = Runs(
@@ -171,7 +169,6 @@ class Orchestrator:
             keep_appended=True,  # the relay reads them back
             snapshots=Snapshots(nc, subjects, write=True),
         )
-        self.clock = clock
         self.counters: Counter[str] = Counter()
         self._deferrals: OrderedDict[tuple[str, int], int] = OrderedDict()
         """Times each message was deferred, by consumer and stream sequence (the latest)."""

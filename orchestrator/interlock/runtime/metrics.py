@@ -328,11 +328,11 @@ class OrchestratorMetrics(OrchestratorObserver):
             "costly-evaluation thread was full",
             registry=r,
         )
-        r.register(_ForeignMessages())
         self._keep_children(r)
 
     def _keep_children(self, r: CollectorRegistry) -> None:
         """Each labelled metric's children kept, and what each kind of record counts."""
+        r.register(_ForeignMessages())
         self.answers_late = PlainCounter(
             "interlock_answers_late",
             "Answers to attempts the run itself stopped waiting for: dropped, not dead-lettered",

@@ -25,6 +25,26 @@ def test_each_example_validates_and_converts(path, capsys) -> None:  # type: ign
     converted_matches(path, capsys)
 
 
+def test_a_github_definitions_webhook_takes_only_its_event_from_the_unsigned_header() -> None:
+    """GitHub names the event in X-GitHub-Event, which no signature covers: the Webhook
+    lists the one event the definition takes, and compiles."""
+    from interlock.core.compiler import compile_sources
+
+    definitions = json.loads(WEBHOOKS.read_text())
+    definitions[0] = {**definitions[0], "source": "github", "event": "pull_request"}
+    text = json.dumps(definitions)
+    prepared = prepare([("gh.json", text)])
+    webhook = prepared.documents[1].data
+    assert webhook["spec"]["type"] == {
+        "header": "X-GitHub-Event",
+        "prefix": "kxm.jira-development.",
+        "values": ["pull_request"],
+    }
+    compiled = compile_sources([("hook.yaml", yaml.safe_dump(webhook))])
+    assert compiled.diagnostics == []
+    assert len(compiled.webhooks) == 1
+
+
 def test_the_webhook_definition_lowers_to_stages_with_their_rules() -> None:
     prepared = prepare([(str(WEBHOOKS), WEBHOOKS.read_text())])
     wf = prepared.documents[0].data

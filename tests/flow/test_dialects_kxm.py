@@ -496,7 +496,13 @@ async def test_signed_webhooks_start_and_signal_the_definition(
                 run_id = r.json()["events"][0]["started"][0]["run_id"]
                 await stack.in_state(run_id, "ci-wait")
                 signal_body = json.dumps(
-                    {"status": "passed", "summary": "green", "evidence": {"github.check:ci": "ok"}}
+                    {
+                        "run_id": run_id,
+                        "signal": "ci",
+                        "status": "passed",
+                        "summary": "green",
+                        "evidence": {"github.check:ci": "ok"},
+                    }
                 ).encode()
                 path = f"/webhooks/jira-development/runs/{run_id}/signals/ci"
                 r = await http.post(

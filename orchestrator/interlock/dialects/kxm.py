@@ -70,6 +70,8 @@ def _webhook(d: Definition, out: Lowering) -> dict[str, Any] | None:
     else:
         where, key = EVENT_HEADERS.get(d.source, ("header", "X-KXM-Event"))
         event_type = {where: key, "prefix": prefix}
+        if where == "header":  # not signed: pinned to the one event the definition takes
+            event_type["values"] = [d.event]
     spec: dict[str, Any] = {
         "scheme": "standard" if d.source == "generic" else "github",
         "secret": {"env": d.secret_env},

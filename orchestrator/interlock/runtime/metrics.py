@@ -323,10 +323,7 @@ class OrchestratorMetrics(OrchestratorObserver):
             registry=r,
         )
         self.events_deferred = PlainCounter(
-            "interlock_events_deferred",
-            "Inbound events sent back to JetStream a while: their publisher's share of the "
-            "costly-evaluation thread was full",
-            registry=r,
+            "interlock_events_deferred", "Inbound events deferred: a lane was full", registry=r
         )
         self._keep_children(r)
 

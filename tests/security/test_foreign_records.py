@@ -264,3 +264,16 @@ async def test_a_timer_of_a_run_with_foreign_messages_fires_once(secured: Secure
     assert len(fired) == 1
     failed = await secured.operator.dead_letters("timer-failed")
     assert not failed
+
+
+async def test_a_foreign_webhook_definition_is_no_webhook(secured: Secured, served: Served) -> None:
+    admin: Client = await plain_client(secured.url, secured.auth.orchestrator, Refusals())
+    try:
+        bucket = SUBJECTS.webhooks_bucket
+        await admin.jetstream().publish(f"$KV.{bucket}.default.planted", b"[[[ not json")
+    finally:
+        await admin.close()
+    async with served.http() as http:
+        r = await http.post("/webhooks/planted", content=b"{}")
+    assert r.status_code == 404, r.text
+    assert r.json()["type"].endswith("/unknown-webhook")

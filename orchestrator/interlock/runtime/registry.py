@@ -210,11 +210,12 @@ class Registry:
             entry = await kv.get(f"{namespace}.{name}")
         except KeyNotFoundError:
             return None
-        if not entry.value:
-            return None
+        body = entry_object(self._subjects.webhooks_bucket, entry) if entry.value else None
+        if body is None:
+            return None  # none, or not one Interlock wrote (reported)
         from interlock.core.compiler import compile_webhook_data
 
-        return compile_webhook_data(json.loads(entry.value), f"<webhook {namespace}/{name}>")
+        return compile_webhook_data(body, f"<webhook {namespace}/{name}>")
 
     # -- reading -------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ RULES = {
     "unknown-state-ref",
     "no-output-ref",
     "bad-duration",
+    "deadline",
     "unknown-capability",
     "input-type",
     "duplicate-name",

@@ -135,7 +135,7 @@ def test_lowering_is_one_dag_each_task_a_step_with_its_edges() -> None:
         }
     )
     states = prepare([("d.json", text)]).documents[0].data["spec"]["states"]
-    assert list(states) == ["run", "complete"]
+    assert list(states) == ["run", "complete", "timed_out"]
     steps = states["run"]["dag"]["steps"]
     assert steps["b"]["depends_on"] == ["a"]
     assert steps["c"]["depends_on"] == [{"step": "a", "on": ["failed", "skipped"]}]

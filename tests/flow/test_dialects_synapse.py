@@ -254,3 +254,83 @@ async def test_evidence_sent_with_interlock_signal_reports_what_it_did(
         ]
         state = await stack.finished(run_id)
         assert state.outputs["tasks"]["release/publish"] == "done"
+
+
+async def test_a_deadline_ends_the_run_timed_out_with_the_board_as_it_stood(
+    stack_for: Factory,
+) -> None:
+    # synapse workflow run --deadline 120: evidence that never comes holds publish; at the
+    # deadline the run ends complete: false, timed_out: true.
+    async with stack_for("synapse-release-evidence.json") as stack:
+        run_id = await stack.client.start("release", {}, deadline_s=120)
+        await _held(stack, run_id, "publish")
+        await stack.advance(run_id, 121)
+        state = await stack.finished(run_id)
+        assert state.status == "completed"
+        assert state.outputs == {
+            "complete": False,
+            "timed_out": True,
+            "state": {"done": 1, "skipped": 0},
+            "tasks": {"release/test": "done", "release/publish": "open"},
+            "interrupted": [],
+            "assignments": [{"task": "release/test", "agent": "interlock://agent/synapse"}],
+        }
+        records = await stack.records(run_id)
+        assert [t.purpose for t in of(records, ev.TimerFired)] == ["run-deadline"]
+        (started,) = of(records, ev.RunStarted)
+        assert started.deadline_s == 120
+
+
+async def test_a_step_in_flight_at_the_deadline_is_interrupted(stack_for: Factory) -> None:
+    async with stack_for("synapse-release.json") as stack:
+        stack.agents.hold["release/build"] = asyncio.Event()  # never answered
+        run_id = await stack.client.start("release", {}, deadline_s=30)
+        await eventually(lambda: bool(stack.agents.tasks), "build taken")
+        await stack.advance(run_id, 31)
+        state = await stack.finished(run_id)
+        assert state.outputs["tasks"] == {
+            "release/build": "in_progress",
+            "release/test": "open",
+            "release/publish": "open",
+        }
+        assert state.outputs["interrupted"] == ["release/build"]
+        cancelled = of(await stack.records(run_id), ev.ActionCancelled)
+        assert len(cancelled) == 1  # its agent is told
+
+
+async def test_deadline_zero_posts_nothing(
+    stack_for: Factory,
+    nats_url: str,
+    subjects: Subjects,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # "A --deadline 0 run therefore posts and writes nothing": no task is asked for, and the
+    # result never invents a board (state null).
+    monkeypatch.setenv("INTERLOCK_URL", nats_url)
+    monkeypatch.setenv("INTERLOCK_PREFIX", subjects.prefix)
+    async with stack_for("synapse-release.json") as stack:
+        argv = ["start", "release", "--deadline", "0", "--wait", "-o", "json"]
+        code = await asyncio.to_thread(interlock_main, argv)
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        result = json.loads(out.out)
+        assert result["outputs"] == {
+            "complete": False,
+            "timed_out": True,
+            "state": None,
+            "tasks": {
+                "release/build": "open",
+                "release/test": "open",
+                "release/publish": "open",
+            },
+            "interrupted": [],
+            "assignments": [],
+        }
+        records = await stack.records(result["run_id"])
+        assert of(records, ev.ActionRequested) == []
+        assert stack.agents.tasks == []
+        with pytest.raises(SystemExit) as refused:
+            interlock_main(["start", "release", "--deadline", "-1"])
+        assert refused.value.code == 2
+        assert "a deadline is 0 to 315360000 seconds, not -1.0" in capsys.readouterr().err

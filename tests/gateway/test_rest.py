@@ -89,6 +89,39 @@ async def test_a_result_not_reached_within_the_timeout_says_running(gs: GatewayS
         assert [w["event"] for w in described["waiting_for"]] == ["approval.granted"]
 
 
+async def test_a_run_started_with_a_deadline_ends_at_it(gs: GatewayStack) -> None:
+    # parked waits for an approval that never comes, and declares no spec.deadline: the
+    # deadline given at the start is the run's own timer, and without a goto it fails.
+    async with gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "parked", "deadline": 1})
+        assert r.status_code == 201, r.text
+        run_id = r.json()["run_id"]
+        result = (await http.get(f"/runs/{run_id}/result", params={"timeout": TIMEOUT})).json()
+        assert result["status"] == "failed"
+        assert result["error"]["class"] == "timeout"
+        assert result["error"]["message"] == "the run did not finish within 1s"
+        timers = [
+            r["data"]
+            for r in (await http.get(f"/runs/{run_id}/log")).json()["records"]
+            if r["type"] == "io.interlock.timer.scheduled"
+        ]
+        assert [t["purpose"] for t in timers] == ["run-deadline"]
+        # 0: ended at once, nothing asked for.
+        r = await http.post(
+            "/runs", json={"workflow": "hello", "inputs": {"message": "x"}, "deadline": 0}
+        )
+        run_id = r.json()["run_id"]
+        result = (await http.get(f"/runs/{run_id}/result", params={"timeout": TIMEOUT})).json()
+        assert result["status"] == "failed"
+        assert result["error"]["message"] == "the run did not finish within 0s"
+        records = (await http.get(f"/runs/{run_id}/log")).json()["records"]
+        assert "io.interlock.action.requested" not in [r["type"] for r in records]
+        for bad in (-1, "2m", 10**12):
+            r = await http.post("/runs", json={"workflow": "parked", "deadline": bad})
+            assert r.status_code == 400, (bad, r.text)
+            assert "deadline" in r.json()["detail"]
+
+
 async def test_the_live_log_streams_until_a_signal_ends_the_run(gs: GatewayStack) -> None:
     async with gs.http() as http:
         run_id = (await http.post("/runs", json={"workflow": "parked"})).json()["run_id"]

@@ -172,6 +172,26 @@ def run_id_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def deadline_arg(value: str) -> float:
+    """A --deadline: seconds (``120``) or a duration (``90s``, ``2m``, ``1h30m``), 0 and up."""
+    from interlock.core.deadline import check_deadline
+    from interlock.core.lowering_scope import parse_duration
+
+    text = value.strip()
+    try:
+        seconds = float(text) if text and text[-1].isdigit() else parse_duration(text)
+    except ValueError:
+        seconds = None
+    if seconds is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a deadline: seconds (120) or a duration (90s, 2m, 1h30m)"
+        )
+    try:
+        return check_deadline(seconds)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def print_json(value: Any) -> None:
     sys.stdout.write(dump(value, "json"))
 

@@ -28,6 +28,7 @@ from interlock.cli.common import (
 )
 from interlock.cli.connecting import (
     add_connection_flags,
+    deadline_arg,
     env_int,
     print_json,
     run_id_arg,
@@ -79,6 +80,13 @@ def _add_write_parsers(sub: Sub) -> None:
     p.add_argument("workflow", help="NAME or NAMESPACE/NAME")
     p.add_argument("--input", "-i", help="inputs as JSON or @file")
     p.add_argument("--run-id", type=run_id_arg, help="use this run id (default: a new one)")
+    p.add_argument(
+        "--deadline",
+        type=deadline_arg,
+        metavar="D",
+        help="the run may take D (seconds, or 90s, 2m, 1h), over the workflow's "
+        "spec.deadline; then it ends as that says (else failed, timeout). 0: at once",
+    )
     p.add_argument(
         "--wait",
         action="store_true",
@@ -309,7 +317,7 @@ async def cmd_start(client: Client, args: argparse.Namespace) -> int:
     if not isinstance(inputs, dict):
         raise CliError("--input must be a JSON object", EXIT_FAILED)
     timeout = wait_timeout(args.timeout)
-    run_id = await client.start(args.workflow, inputs, run_id=args.run_id)
+    run_id = await client.start(args.workflow, inputs, run_id=args.run_id, deadline=args.deadline)
     if not args.wait:
         if output_format(args) == "table" or not (args.json or args.output):
             print(run_id)

@@ -24,6 +24,7 @@ from interlock.client.errors import (
 )
 from interlock.client.letters import DeadLetterCalls
 from interlock.core import events as ev
+from interlock.core.deadline import check_deadline
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient, new_run_id
@@ -229,17 +230,23 @@ class Client(DeadLetterCalls):
     # -- runs -----------------------------------------------------------------------------
 
     async def start(
-        self, workflow: str, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
-    ) -> str:
+        self, workflow: str, inputs: Mapping[str, Any] | None = None, *,
+        run_id: str | None = None, deadline: float | None = None,
+    ) -> str:  # fmt: skip
         """Start a run of the newest version of ``workflow``; returns its run id.
+        ``deadline``: seconds the run may take (over the workflow's ``spec.deadline``, and
+        ending as it says); 0 ends it at once, before anything is asked for.
 
         Raises:
             UnknownWorkflow: not applied. InvalidInputs: the inputs break its declared
-            inputs. RunExists: ``run_id`` names a run already. InvalidRunId.
+            inputs. RunExists: ``run_id`` names a run already. InvalidRunId. TypeError,
+            ValueError: ``deadline`` is not a number, or not from 0 to ten years.
         """
         if run_id is not None:
             check_run_id(run_id)
-        return await self._ops.start(workflow, dict(inputs or {}), run_id)
+        if deadline is not None:
+            check_deadline(deadline)
+        return await self._ops.start(workflow, dict(inputs or {}), run_id, deadline)
 
     async def emit(
         self,

@@ -244,9 +244,9 @@ class StateDef:
 
 @dataclass(frozen=True, slots=True)
 class DeadlineDef:
-    """The run's deadline: ``after_s`` seconds from its start, then ``goto`` (None: fail)."""
+    """The run's deadline: ``after_s`` from its start (None: a run's own only), ``goto``."""
 
-    after_s: float
+    after_s: float | None
     goto: str | None = None
     set: tuple[tuple[str, CompiledValue], ...] = ()
 

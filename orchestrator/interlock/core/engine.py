@@ -106,9 +106,11 @@ def started(
     parent: ev.ParentRef | None = None,
     spawn: ev.SpawnBudget | None = None,
     trace: list[GuardCheck] | None = None,
+    deadline_s: float | None = None,
 ) -> tuple[list[ev.AnyRecord], RunState]:
     """:func:`start`, and the run's state after its records (``fold(records)``, which
-    making them has computed already)."""
+    making them has computed already). ``deadline_s``: the run's own deadline (seconds
+    from now) over the workflow's ``spec.deadline.after``; 0 ends it at once."""
     step = Reactions(definition, RunState(), now, trace=trace)
     step._run_id = run_id
     step.emit(
@@ -124,11 +126,20 @@ def started(
             correlation_key=correlation_key(definition, inputs),
             parent=parent,
             spawn=spawn_budget(definition, spawn),
+            deadline_s=deadline_s,
         ),
         traceparent=traceparent,
     )
-    if definition.deadline is not None:
-        step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, definition.deadline.after_s))
+    after = deadline_s
+    if after is None and definition.deadline is not None:
+        after = definition.deadline.after_s
+    if after is not None and after <= 0:
+        # Out of time before anything starts: nothing is asked for (synapse's
+        # --deadline 0 posts nothing), the run ends as its deadline says.
+        step.deadline_passed(0.0)
+        return step.out, step.state
+    if after is not None:
+        step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, after))
     if definition.concurrency:
         limits.queue(step, definition, inputs, trigger)  # entered once admitted
         return step.out, step.state

@@ -74,6 +74,9 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """Set on a child run: the parent's action that this run answers."""
     spawn: SpawnBudget | None = None
     """A child run's, or a run with spawn budgets (narrowed by its own)."""
+    deadline_s: float | None = None
+    """The deadline the run was started with (seconds from its start), over the
+    workflow's ``spec.deadline.after``; 0: it ended at once, nothing asked for."""
 
 
 class StateEnteredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -32,7 +32,7 @@ from interlock.core.definition import (
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.expr import Expression, expressions, references
 from interlock.core.limitdef import LimitDef
-from interlock.core.lowering_dag import check_gates
+from interlock.core.lowering_dag import STEPS_VARIABLE, check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
 from interlock.core.names import BUCKET_NAME, DNS_LABEL, EVENT_TYPE, INPUT_NAME, check_metadata
@@ -197,8 +197,20 @@ class WorkflowLowering(LoweringScope):
         after = self._duration((*base, "after"), spec.after)
         if spec.goto is not None:
             self._goto((*base, "goto"), spec.goto)
-        sets = self._sets((*base, "set"), spec.set)
-        return DeadlineDef(after or 0.0, spec.goto, sets)
+        elif spec.after is None:
+            self.error(
+                base,
+                "deadline",
+                "a deadline needs 'after' (how long a run may take, unless started with a "
+                "deadline of its own) or 'goto' (where a run started with one goes then)",
+            )
+        # The DAG's steps as they stand (a DAG state's run) may be read, as a step's input.
+        dag = any(s.dag is not None for s in self.wf.spec.states.values())
+        sets = tuple(
+            (k, self._value((*base, "set", k), v, STEPS_VARIABLE if dag else frozenset()))
+            for k, v in spec.set.items()
+        )
+        return DeadlineDef(after, spec.goto, sets)
 
     def _correlation(self) -> CorrelationDef | None:
         spec = self.wf.spec.correlate

@@ -158,7 +158,7 @@ class RunDeadline(_Strict, frozen=True, kw_only=True):
     """How long the whole run may take: when ``after`` has passed since it started, it
     moves to ``goto`` (whatever state it is in), or without ``goto`` fails with timeout."""
 
-    after: Duration
+    after: Duration | None = None
     goto: str | None = None
     set: dict[str, Value] = {}
 

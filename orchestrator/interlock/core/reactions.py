@@ -9,6 +9,7 @@ from interlock.core.dag import Dag
 from interlock.core.definition import StateDef, StateGateDef
 from interlock.core.expr import ExpressionError, is_literal_true
 from interlock.core.incoming import SPAWNS_EXTENSION, TASK_COMPLETED, TASK_FAILED, Incoming
+from interlock.core.rfc3339 import parse_time
 from interlock.core.state import PendingAction
 from interlock.core.step import backoff_seconds, error_of, plus_seconds, seconds_text
 from interlock.core.vocabulary import RETRYABLE, ErrorClass, TimerPurpose
@@ -238,16 +239,8 @@ class Reactions(Dag):
         self.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
         state = self.current
         if timer.purpose == TimerPurpose.RUN_DEADLINE:
-            deadline = self.definition.deadline
-            if deadline is None:
-                return
-            if deadline.goto is None:
-                self.fail_run(
-                    ErrorClass.TIMEOUT,
-                    f"the run did not finish within {seconds_text(deadline.after_s)}",
-                )
-            else:
-                self.move(deadline.goto, "run.deadline", None, -1, deadline.set, self.activation())
+            started = parse_time(self.state.started_at)
+            self.deadline_passed((parse_time(timer.fire_at) - started).total_seconds())
             return
         if timer.purpose == TimerPurpose.STATE_TIMEOUT:
             if state.timeout is not None:
@@ -286,6 +279,21 @@ class Reactions(Dag):
                 retry=timer.retry,
                 step=timer.step,
             )
+
+    def deadline_passed(self, seconds: float) -> None:
+        """The run's deadline (``seconds`` after its start) has come: it moves to the
+        deadline's ``goto`` (its ``set`` may read a DAG's ``steps`` as they stand), or
+        fails with timeout."""
+        deadline = self.definition.deadline
+        if deadline is None or deadline.goto is None:
+            self.fail_run(
+                ErrorClass.TIMEOUT, f"the run did not finish within {seconds_text(seconds)}"
+            )
+            return
+        dag = self.state.dag
+        steps = {"steps": dag.view() if dag is not None else {}}
+        act = self.activation(extra=steps)
+        self.move(deadline.goto, "run.deadline", None, -1, deadline.set, act)
 
 
 def _spawns(pending: PendingAction, event: Incoming) -> int | None:

@@ -97,6 +97,7 @@ def _lower_dag(src: Document, workflow: Workflow) -> Lowered:
             "on": [{"event": "task.completed", "goto": "complete"}],
         },
         "complete": {"type": "terminal", "outputs": _dag_result(workflow, names)},
+        TIMED_OUT: {"type": "terminal", "outputs": _timed_out_result(workflow, names)},
     }
     out.note(
         (*base, "dag"),
@@ -104,7 +105,17 @@ def _lower_dag(src: Document, workflow: Workflow) -> Lowered:
         "completed and {on: cancelled} on: [failed, skipped] (a retired task counts as "
         "cancelled); completion all_settled: a cancelled task never stops the others",
     )
-    spec: dict[str, Any] = {"initial_state": DAG_STATE, "states": states}
+    spec: dict[str, Any] = {
+        "deadline": {"goto": TIMED_OUT, "set": {"board": "{{ steps }}"}},
+        "initial_state": DAG_STATE,
+        "states": states,
+    }
+    out.note(
+        ("spec", "deadline"),
+        "synapse run --deadline D is interlock start --deadline D: when it passes, the run "
+        "ends complete: false, timed_out: true, with the board as it stood (the steps in "
+        "flight are cancelled and listed as interrupted); --deadline 0 asks for nothing",
+    )
     if any(task.requires for task in workflow.tasks):
         spec["evidence"] = {"events": [EVIDENCE]}
         out.note(
@@ -115,6 +126,50 @@ def _lower_dag(src: Document, workflow: Workflow) -> Lowered:
             "task (its subject)",
         )
     return _finish(src, workflow, lowered, out, spec, capabilities)
+
+
+TIMED_OUT = "timed_out"
+"""The end of a run whose deadline passed (``interlock start --deadline``)."""
+
+
+def _timed_out_result(workflow: Workflow, names: dict[str, str]) -> dict[str, Any]:
+    """synapse's run result when its deadline passed: the board as it stood (``null``
+    when nothing was started: ``--deadline 0``), every task's status on it (``done``,
+    ``cancelled``, ``in_progress`` for those cancelled in flight, ``open`` for those
+    never started), and those in flight as ``interrupted``."""
+    board = "context.board"
+    seed = (
+        '{"completed": "done", "failed": "cancelled", "skipped": "cancelled", '
+        '"running": "in_progress", "held": "open", "pending": "open"}'
+    )
+    status = {
+        t.id: f'({_str(names[t.id])} in {board} ? {board}[{_str(names[t.id])}].status : "pending")'
+        for t in workflow.tasks
+    }
+    listed = ", ".join(status.values())
+    ended = '["completed", "failed"]'
+    step = {t.id: f"{board}[{_str(names[t.id])}]" for t in workflow.tasks}
+    assigned = [
+        f'{{"task": {_str(tid)}, "agent": ({_str(names[tid])} in {board} && "source" in {s}) '
+        f'? {s}.source : ""}}'
+        for tid, s in step.items()
+    ]
+    running = [f'{{"task": {_str(tid)}, "status": {s}}}' for tid, s in status.items()]
+    return {
+        "complete": False,
+        "timed_out": True,
+        "state": "{{ size("
+        + board
+        + ") == 0 ? null : {"
+        + f'"done": [{listed}].filter(s, s in {ended}).size(), '
+        + f'"skipped": [{listed}].filter(s, s == "skipped").size()'
+        + "} }}",
+        "tasks": {tid: "{{ " + seed + "[" + s + "] }}" for tid, s in status.items()},
+        "interrupted": "{{ ["
+        + ", ".join(running)
+        + '].filter(t, t.status == "running").map(t, t.task) }}',
+        "assignments": "{{ [" + ", ".join(assigned) + '].filter(a, a.agent != "") }}',
+    }
 
 
 def _dag_edge(step: str, on: str | None) -> Any:

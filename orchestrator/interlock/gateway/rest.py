@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from interlock import views
 from interlock.client import debugging, reading
 from interlock.core.bounds import MAX_DEPTH
+from interlock.core.deadline import MAX_DEADLINE_S
 from interlock.core.names import DNS_LABEL
 from interlock.core.vocabulary import RECORDED
 from interlock.gateway.problems import Problem, int_param
@@ -69,6 +70,19 @@ class StartRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     workflow: WorkflowRef
     inputs: dict[str, Any] = {}
     run_id: RunId | None = None
+    deadline: (
+        Annotated[
+            float,
+            msgspec.Meta(
+                ge=0,
+                le=MAX_DEADLINE_S,
+                description="Seconds the run may take, over the workflow's spec.deadline; "
+                "then it ends as that says (its goto, else failed with timeout). 0: at once, "
+                "before anything is asked for.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class StartedResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -301,7 +315,7 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
 @operates("start runs")
 async def start_run(request: Request, gw: Gateway) -> Response:
     req: StartRequest = await _json_body(gw, request, StartRequest)
-    run_id = await gw.api.start(req.workflow, req.inputs, run_id=req.run_id)
+    run_id = await gw.api.start(req.workflow, req.inputs, run_id=req.run_id, deadline=req.deadline)
     response = json_view(StartedResponse(run_id=run_id, workflow=req.workflow), 201)
     response.headers["Location"] = f"/runs/{run_id}"
     return response

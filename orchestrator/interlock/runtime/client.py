@@ -139,10 +139,18 @@ class InterlockClient:
 
     # -- runs -----------------------------------------------------------------------------
 
-    async def start(self, workflow: str, inputs: dict[str, Any], run_id: str | None = None) -> str:
+    async def start(
+        self,
+        workflow: str,
+        inputs: dict[str, Any],
+        run_id: str | None = None,
+        deadline_s: float | None = None,
+    ) -> str:
         definition, version = await self.registry.latest(workflow)
         run_id = run_id or new_run_id()
-        created, _ = await self.runs.start(definition, version, run_id, inputs)
+        created, _ = await self.runs.start(
+            definition, version, run_id, inputs, deadline_s=deadline_s
+        )
         if not created:
             raise RunExists(run_id)
         return run_id

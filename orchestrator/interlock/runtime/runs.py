@@ -336,7 +336,7 @@ class Runs:
     ) -> tuple[bool, list[ev.AnyRecord]]:
         """Start a run; (False, []) when a run with this id exists already: its first
         records decided (:meth:`opening`, which takes ``how``: ``trigger``,
-        ``traceparent``, ``parent``, ``spawn``) and appended (:meth:`open`).
+        ``traceparent``, ``parent``, ``spawn``, ``deadline_s``) and appended (:meth:`open`).
 
         Every start goes through here (``interlock start``, a trigger, a child run), with
         the AgentDefs made current first: the first state's actions get their capability's
@@ -354,6 +354,7 @@ class Runs:
         traceparent: str | None = None,
         parent: ev.ParentRef | None = None,
         spawn: ev.SpawnBudget | None = None,
+        deadline_s: float | None = None,
     ) -> Opening:
         """The first records of a run, decided but not appended (:meth:`open` appends
         them): a caller that must wait for something before starting (the ingress, for
@@ -386,6 +387,7 @@ class Runs:
                     traceparent=traceparent,
                     parent=parent,
                     spawn=spawn,
+                    deadline_s=deadline_s,
                 )
             ),
             definition,

@@ -166,3 +166,28 @@ def test_a_limited_run_re_drives_to_its_own_log_and_explains_why_it_waited() -> 
     # Without its limits the workflow enters its first state at the start: not the log.
     plain = compile_one(LIMITED.replace("  concurrency:", "  x-concurrency:"))
     assert analysis.replay(run.log, plain)["agree"] is False
+
+
+def test_a_run_is_queued_with_its_priority() -> None:
+    text = LIMITED.replace(
+        "  deadline: {after: 1h}\n", "  priority: 'size(inputs.customer) * 10'\n"
+    )
+    run = Run(compile_one(text), run_id="r5")
+    run.start({"customer": "acme"}, trigger=Incoming(type="t", source="s", id="e", data={}))
+    queued = run.log[-1]
+    assert isinstance(queued, ev.RunQueued)
+    assert {s.priority for s in queued.data.slots} == {40}
+
+
+def test_a_priority_that_is_not_an_integer_fails_the_run() -> None:
+    text = LIMITED.replace("  deadline: {after: 1h}\n", "  priority: inputs.customer\n")
+    run = Run(compile_one(text), run_id="r6")
+    failed = run.start({"customer": "acme"})[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.data.error.message == (
+        "the priority is acme, not an integer from -1,000,000 to 1,000,000"
+    )
+    text = LIMITED.replace("  deadline: {after: 1h}\n", "  priority: '2000000'\n")
+    failed = Run(compile_one(text), run_id="r7").start({"customer": "acme"})[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert "not an integer from" in failed.data.error.message

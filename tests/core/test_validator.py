@@ -71,6 +71,7 @@ RULES = {
     "unsigned-type",
     "concurrency-key",
     "concurrency-scope",
+    "priority",
 }
 
 

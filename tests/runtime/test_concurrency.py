@@ -235,3 +235,37 @@ async def test_an_event_sent_to_a_queued_run_does_not_start_it(
         headers, payload = encode_binary(go)
         await stack.js.publish(subjects.inbound(go.type, second), payload, headers=headers)
         assert (await stack.wait(second)).status == "completed"
+
+
+async def test_runs_wait_in_line_by_priority_then_by_when_they_were_queued(
+    nats_url: str, subjects: Subjects
+) -> None:
+    gates = Gates()
+    manifest = limited(capability="gate", limit=1).replace(
+        "  initial_state: work", "  priority: 'inputs.n % 10'\n  initial_state: work"
+    )
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        first = await client.start("limited", {"customer": "acme", "n": 100})
+
+        async def started(count: int) -> bool:
+            return len(gates.started) >= count
+
+        await eventually(lambda: started(1), what="the first run at work")
+        # Priorities 1, 5, 1, 9, 5 (n % 10), queued in that order behind the first.
+        order = [11, 25, 31, 49, 55]
+        waiting = {n: await client.start("limited", {"customer": "acme", "n": n}) for n in order}
+
+        async def all_in_line() -> bool:
+            found = await stack.orchestrator.flow.admission.slots.entries()
+            return bool(found) and len(found[0].waiting) == len(order)
+
+        await eventually(all_in_line, what="every run in line")
+        for n in [100, 49, 25, 55, 11, 31]:
+            gates.gate(n).set()
+        for run_id in [first, *waiting.values()]:
+            assert (await stack.wait(run_id)).status == "completed"
+        assert gates.started == [100, 49, 25, 55, 11, 31]

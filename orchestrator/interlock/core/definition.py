@@ -127,9 +127,8 @@ class GateDef:
 
 @dataclass(frozen=True, slots=True)
 class StateGateDef:
-    """Evidence the answer that completes a state must prove (when ``when`` holds): the
-    ``evidence`` expressions, merged in order over what the run has proven for the gate's
-    subject, must prove ``gate.requires``; otherwise the answer is refused."""
+    """Evidence the answer that completes a state must prove (when ``when`` holds): its
+    ``evidence`` merged over what the run proved for ``subject`` must prove ``requires``."""
 
     gate: GateDef
     evidence: tuple[Expression, ...] = ()
@@ -311,6 +310,7 @@ class Definition:
     archive: ArchiveDef | None = None
     """Where a run's log goes before retention deletes it (None: the installation's)."""
     concurrency: tuple[LimitDef, ...] = ()
+    priority: Expression | None = None
     source: str = ""
     """The manifest as written (comments and all), when compiled from text."""
 

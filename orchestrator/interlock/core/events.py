@@ -333,6 +333,8 @@ class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     size: int
     on_limit: str = "queue"
     """What a run does when no slot is free: ``queue``, ``skip`` or ``cancel-oldest``."""
+    priority: int = 0
+    """The run's ``spec.priority``: in line, higher goes first (then the earlier queued)."""
 
 
 class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

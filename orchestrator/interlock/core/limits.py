@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from interlock.core.reactions import Reactions
     from interlock.core.state import RunState
 
+MAX_PRIORITY = 1_000_000
+"""Priorities go from minus this to this."""
 MAX_KEY_LENGTH = 256
 """The longest key a limit's expression may give (longer ones fail the run)."""
 
@@ -52,6 +54,9 @@ def claims(
         "event": {} if trigger is None else trigger.to_dict(),
         "data": None if trigger is None else trigger.data,
     }
+    priority, problem = _priority(definition, activation)
+    if problem is not None:
+        return [], problem
     out: list[ev.SlotClaim] = []
     for limit in definition.concurrency:
         try:
@@ -64,9 +69,31 @@ def claims(
                 f"(at most {MAX_KEY_LENGTH})"
             )
         out.append(
-            ev.SlotClaim(limit=limit.name, key=key, size=limit.size, on_limit=limit.on_limit)
+            ev.SlotClaim(
+                limit=limit.name,
+                key=key,
+                size=limit.size,
+                on_limit=limit.on_limit,
+                priority=priority,
+            )
         )
     return out, None
+
+
+def _priority(definition: Definition, activation: dict[str, Any]) -> tuple[int, str | None]:
+    """The run's priority (0 without ``spec.priority``), or why it cannot be computed."""
+    if definition.priority is None:
+        return 0, None
+    try:
+        value = definition.priority.evaluate(activation)
+    except ExpressionError as exc:
+        return 0, f"the priority cannot be computed: {exc}"
+    if type(value) is not int or not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+        return 0, (
+            f"the priority is {key_text(value)[:64]}, not an integer from "
+            f"{-MAX_PRIORITY:,} to {MAX_PRIORITY:,}"
+        )
+    return value, None
 
 
 def queue(

@@ -93,6 +93,7 @@ class WorkflowLowering(LoweringScope):
         retention_s = self._duration(("spec", "retention"), spec.retention)
         archive = self._archive()
         concurrency = self._concurrency()
+        priority = self._priority()
         check_graph(spec, self.error)
         if self._cycles_need_budgets():
             check_cycles(spec, self.error)
@@ -122,8 +123,25 @@ class WorkflowLowering(LoweringScope):
             retention_s=retention_s,
             archive=archive,
             concurrency=concurrency,
+            priority=priority,
             source=self.doc.text,
         )
+
+    def _priority(self) -> Expression | None:
+        """``spec.priority``: CEL over what a run starts with, like a concurrency key."""
+        source = self.wf.spec.priority
+        if source is None:
+            return None
+        expression = self._expression(("spec", "priority"), source)
+        unseen = sorted(expression.names - {"inputs", "event", "data"}) if expression else []
+        if unseen:
+            self.error(
+                ("spec", "priority"),
+                "priority",
+                "the priority sees only 'inputs', 'event' and 'data' (it is computed when "
+                f"the run starts); it reads {', '.join(repr(n) for n in unseen)}",
+            )
+        return expression
 
     def _concurrency(self) -> tuple[LimitDef, ...]:
         """``spec.concurrency``: each limit's key compiled (it sees what a run starts

@@ -403,6 +403,7 @@ class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     archive: Archive | None = None
     numbers: Literal["typed", "double"] = "typed"  # JSON numbers in CEL: as written, or doubles
     concurrency: list[ConcurrencyLimit] = []
+    priority: CelExpression | None = None
 
 
 class Workflow(_Strict, frozen=True, kw_only=True):

@@ -58,6 +58,8 @@ class Waiter(msgspec.Struct, array_like=True, frozen=True):
     size: int
     """The limit as the run's workflow declares it: it holds a slot only while fewer runs
     than that do."""
+    priority: int = 0
+    """In line, a higher priority goes first, then the earlier ``since``."""
 
 
 class SlotEntry(msgspec.Struct, kw_only=True):
@@ -189,14 +191,14 @@ class Slots:
             place = entry.place(run_id)
             if place is None:
                 if len(entry.holders) < claim.size and not entry.waiting:
-                    entry.holders.append(Waiter(run_id, queued_at, claim.size))
+                    entry.holders.append(Waiter(run_id, queued_at, claim.size, claim.priority))
                     return Entered(held=True)
                 if claim.on_limit == "skip":
                     return Entered(held=False, skipped=True)
-                # In line by the time of its run.queued (then run id), however late the
-                # relay of another replica got to it.
-                waiter = Waiter(run_id, queued_at, claim.size)
-                at = bisect.bisect(entry.waiting, (queued_at, run_id), key=_order)
+                # In line by priority, then the time of its run.queued (then run id),
+                # however late the relay of another replica got to it.
+                waiter = Waiter(run_id, queued_at, claim.size, claim.priority)
+                at = bisect.bisect(entry.waiting, _order(waiter), key=_order)
                 entry.waiting.insert(at, waiter)
                 place = at + 1
             granted = _grant(entry)
@@ -225,8 +227,8 @@ class Slots:
         return granted
 
 
-def _order(waiter: Waiter) -> tuple[str, str]:
-    return waiter.since, waiter.run_id
+def _order(waiter: Waiter) -> tuple[int, str, str]:
+    return -waiter.priority, waiter.since, waiter.run_id
 
 
 def _grant(entry: SlotEntry) -> list[str]:

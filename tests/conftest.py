@@ -26,10 +26,11 @@ settings.register_profile("interlock", deadline=None, suppress_health_check=[Hea
 settings.load_profile("interlock")
 
 # `interlock dev` records where it serves for the CLI (interlock.auth.dev.context_file):
-# the tests' runs of it record in a folder of their own, never in the user's.
-os.environ["INTERLOCK_CONTEXT"] = os.path.join(
-    tempfile.mkdtemp(prefix="interlock-ctx-"), "dev.json"
-)
+# the tests' runs of it record in a folder of their own, never in the user's, even where a
+# test starts a process without the INTERLOCK_* variables (XDG_CONFIG_HOME then).
+_CONTEXT_DIR = tempfile.mkdtemp(prefix="interlock-ctx-")
+os.environ["INTERLOCK_CONTEXT"] = os.path.join(_CONTEXT_DIR, "dev.json")
+os.environ["XDG_CONFIG_HOME"] = _CONTEXT_DIR
 
 
 @pytest.fixture(scope="session")

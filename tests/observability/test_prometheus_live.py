@@ -353,8 +353,15 @@ def test_every_dashboard_query_evaluates(watched: tuple[Dev, Prometheus]) -> Non
         jobs = {r["metric"]["job"] for r in up if r["value"][1] == "1"}
         done = prometheus.query('sum(interlock_runs_completed_total{workflow="obs-ok"})')
         counted = done["data"]["result"]
+        # rate() needs two samples in its window: a few scrapes since the runs were counted.
+        samples = prometheus.query(
+            'min(count_over_time(interlock_runs_completed_total{workflow="obs-ok"}[1m]))'
+        )["data"]["result"]
         return {"interlock-orchestrator", "interlock-gateway"} <= jobs and bool(
-            counted and float(counted[0]["value"][1]) >= 20
+            counted
+            and float(counted[0]["value"][1]) >= 20
+            and samples
+            and float(samples[0]["value"][1]) >= 5
         )
 
     until(scraped, "prometheus never scraped the stack's runs")

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 _Default = TypeVar("_Default", int, None)
 
+NO_JETSTREAM = 10039
+"""JetStream's error code for an account that has no JetStream."""
+
 
 def add_connection_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("connection (flags override INTERLOCK_* variables)")
@@ -90,6 +93,7 @@ def with_client(
 
     def run(args: argparse.Namespace) -> int:
         from nats.errors import MaxPayloadError
+        from nats.js.errors import ServiceUnavailableError
 
         from interlock.client import (
             Client,
@@ -135,6 +139,15 @@ def with_client(
             raise CliError(str(exc)) from exc
         except (SecretDamaged, LogKeyUnavailable) as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
+        except ServiceUnavailableError as exc:
+            if exc.err_code != NO_JETSTREAM:
+                raise
+            # A credential of an account without JetStream (a publisher's, say).
+            raise CliError(
+                "permission denied: this credential may not use JetStream here (its account "
+                f"has none: {exc.description})",
+                EXIT_DENIED,
+            ) from exc
         except MaxPayloadError as exc:
             raise CliError(
                 f"a message is larger than the server accepts ({exc or 'max_payload'})",

@@ -202,8 +202,13 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
             unknown = (
                 f"this credential may not read the workflows ({exc.operation} to {exc.subject})"
             )
-        except (NoRespondersError, NatsTimeout, APIError) as exc:
-            unknown = f"the workflows could not be read ({exc.__class__.__name__}: {exc})"
+        except (NoRespondersError, APIError) as exc:
+            # A credential of an account of its own, without JetStream: the same for it.
+            unknown = (
+                f"this credential may not read the workflows ({exc.__class__.__name__}: {exc})"
+            )
+        except NatsTimeout as exc:
+            unknown = f"the workflows could not be read in time ({exc})"
     ack_seq, duplicate = await publish(ops, ce)
     started = foreseen.started
     if wait > 0 and started:

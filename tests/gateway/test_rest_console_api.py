@@ -200,3 +200,45 @@ async def test_a_workflow_keeps_its_source_and_counts_runs_per_version(gs: Gatew
                 break
             await asyncio.sleep(0.05)
         assert runs == [{"version": 1, "running": 1, "completed": 0, "failed": 0, "cancelled": 1}]
+
+
+LIMITED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: limited}
+spec:
+  concurrency:
+    - {key: '"all"', limit: 1}
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on:
+        - {event: go, goto: done}
+    done: {type: terminal}
+"""
+
+
+async def test_a_run_queued_for_a_slot_says_so(gs: GatewayStack) -> None:
+    await gs.stack.apply(LIMITED)
+    async with gs.http() as http:
+        first = (await http.post("/runs", json={"workflow": "limited"})).json()["run_id"]
+        await wait_status(gs, first, "running", "wait")
+        second = (await http.post("/runs", json={"workflow": "limited"})).json()["run_id"]
+
+        async def waiting(run_id: str, kind: str) -> list[dict[str, str]]:
+            for _ in range(100):
+                listed = (await http.get("/runs", params={"waiting": kind})).json()["runs"]
+                found = [r for r in listed if r["run_id"] == run_id]
+                if found:
+                    return found[0]["waiting"]
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"{run_id} never listed as waiting for {kind}")
+
+        assert await waiting(second, "slot") == [{"kind": "slot", "name": "default/limited#1"}]
+        slot = await http.get("/runs", params={"waiting": "slot:default/limited#1"})
+        assert [r["run_id"] for r in slot.json()["runs"]] == [second]
+        # The first ends: the second holds the slot and waits for its approval.
+        await http.post(f"/runs/{first}/cancel", json={"reason": "make room"})
+        await wait_status(gs, second, "running", "wait")
+        assert await waiting(second, "approval") == [{"kind": "approval", "name": "go"}]

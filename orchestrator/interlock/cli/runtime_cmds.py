@@ -146,8 +146,8 @@ def _add_read_parsers(sub: Sub) -> None:
     p.add_argument(
         "--waiting",
         metavar="KIND[:NAME]",
-        help="only running runs waiting for this: approval, event, agent, workflow or timer, "
-        "or one by name (agent:review, event:fix.pushed)",
+        help="only running runs waiting for this: approval, event, agent, workflow, timer or "
+        "slot, or one by name (agent:review, event:fix.pushed)",
     )
     p.add_argument("--limit", "-n", type=int, default=None, help="at most this many")
     add_output_flags(p)

@@ -273,7 +273,7 @@ def _run_paths() -> dict[str, Any]:
                 "query",
                 {"type": "string", "pattern": rest.WAITING.pattern},
                 "Only running runs waiting for this: a kind (approval, event, agent, workflow, "
-                "timer) or a kind and a name (agent:review, event:fix.pushed).",
+                "timer, slot) or a kind and a name (agent:review, event:fix.pushed).",
             ),
             _LIMIT,
             _OFFSET,

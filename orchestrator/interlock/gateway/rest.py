@@ -34,9 +34,9 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_WAIT_S = 300.0
 MAX_SEQ = (1 << 63) - 1
-KINDS = ("approval", "event", "agent", "workflow", "timer")
+KINDS = ("approval", "event", "agent", "workflow", "timer", "slot")
 """The kinds of :class:`~interlock.views.WaitingOn`, what ``GET /runs?waiting=`` filters by."""
-WAITING = re.compile(rf"^({'|'.join(KINDS)})(:[^\s]{{1,256}})?$")
+WAITING = re.compile(rf"^({'|'.join(KINDS)})(:[^\x00-\x20\x7f]+)?$")
 
 
 class RunPage(msgspec.Struct, frozen=True, kw_only=True):

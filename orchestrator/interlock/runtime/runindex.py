@@ -41,6 +41,8 @@ INDEXED = (
     ev.RunCancelled,
     ev.RunForked,
     ev.RunMigrated,
+    ev.RunQueued,
+    ev.RunAdmitted,
 )
 """The records an entry is made of; the others leave it as it is."""
 
@@ -239,6 +241,14 @@ def _run_forked(current: dict[str, Any], record: ev.RunForked) -> None:
     }
 
 
+def _run_queued(current: dict[str, Any], record: ev.RunQueued) -> None:
+    current["queued"] = sorted({c.limit for c in record.data.slots})
+
+
+def _run_admitted(current: dict[str, Any], record: ev.RunAdmitted) -> None:
+    current.pop("queued", None)
+
+
 def _run_migrated(current: dict[str, Any], record: ev.RunMigrated) -> None:
     current["migrated_from"] = record.data.from_version
     current["version"] = record.data.version
@@ -265,6 +275,8 @@ _UPDATES: dict[type, Callable[[dict[str, Any], Any], None]] = {
     ev.StateEntered: _state_entered,
     ev.RunForked: _run_forked,
     ev.RunMigrated: _run_migrated,
+    ev.RunQueued: _run_queued,
+    ev.RunAdmitted: _run_admitted,
     ev.RunCompleted: _run_completed,
     ev.RunFailed: _run_failed,
     ev.RunCancelled: _run_cancelled,

@@ -70,7 +70,14 @@ def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
         migrated_from=(
             migrated if isinstance(migrated := item.get("migrated_from"), int) else None
         ),
+        waiting=_queued(item.get("queued")),
     )
+
+
+def _queued(limits: Any) -> list[WaitingOn]:
+    """What a run queued for slots of concurrency limits waits for (it has entered no
+    state yet): each limit's slot."""
+    return [WaitingOn(kind="slot", name=str(n)) for n in limits] if isinstance(limits, list) else []
 
 
 def waiting_text(waiting: Iterable[WaitingOn]) -> str:

@@ -38,10 +38,11 @@ class WaitingOn(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     """``approval`` (an event a person sends: the state is ``human_in_the_loop``),
     ``event`` (an event from outside), ``agent`` (a capability's answer), ``workflow`` (a
-    child run's end) or ``timer`` (the state's timeout)."""
+    child run's end), ``timer`` (the state's timeout) or ``slot`` (a slot of a concurrency
+    limit, before the run's first state)."""
     name: str
-    """The event type, the capability, the child workflow, or (a timer) the state its
-    timeout goes to."""
+    """The event type, the capability, the child workflow, (a timer) the state its timeout
+    goes to, or (a slot) the limit's name."""
 
     def matches(self, wanted: str) -> bool:
         """``wanted`` is this kind (``agent``), or this kind and name (``agent:review``)."""

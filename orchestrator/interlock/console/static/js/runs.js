@@ -3,7 +3,7 @@ import { api, ApiError, watchRuns } from "./api.js";
 import { add, between, duration, errorBox, h, status, table, timeCell, waitingText } from "./dom.js";
 
 const STATUSES = ["running", "completed", "failed", "cancelled"];
-const WAITS = ["approval", "event", "agent", "workflow", "timer"];
+const WAITS = ["approval", "event", "agent", "workflow", "timer", "slot"];
 const LIMIT = 50;
 // After a change, the page is listed again at most this often.
 const RELIST_MS = 500;

@@ -60,6 +60,19 @@ async def test_queues_show_who_holds_and_who_waits(nats_url: str, subjects: Subj
             assert [q["key"] for q in mine] == ["acme", "beta"]
             unknown = await http.get("/queues", params={"workflow": "nope"})
             assert unknown.status_code == 404, unknown.text
+            # A queued run's description says where it stands in line, asked twice.
+            for _ in range(2):
+                third = (await http.get(f"/runs/{runs[2]}")).json()
+                assert third["queued"] is True
+                assert third["slots"] == [
+                    {
+                        "limit": "default/slow-api",
+                        "key": "acme",
+                        "size": 1,
+                        "place": 2,
+                        "running": 1,
+                    }
+                ]
         async with gs.http(None) as anonymous:
             assert (await anonymous.get("/queues")).status_code == 401
 

@@ -269,3 +269,62 @@ async def test_runs_wait_in_line_by_priority_then_by_when_they_were_queued(
         for run_id in [first, *waiting.values()]:
             assert (await stack.wait(run_id)).status == "completed"
         assert gates.started == [100, 49, 25, 55, 11, 31]
+
+
+async def test_a_scope_shares_one_limit_and_on_limit_skips_or_cancels_the_oldest(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """Two workflows naming scope `vendor` share its slot; `skip` ends a run that finds the
+    limit full (cancelled, saying why), `cancel-oldest` cancels the holder to make room."""
+    gates = Gates()
+    first = limited("first", capability="gate", limit=1, scope="vendor")
+    second = limited("second", capability="gate", limit=1, scope="vendor", on_limit="skip")
+    newest = limited("newest", capability="gate", limit=1, on_limit="cancel-oldest")
+    async with (
+        running_stack(
+            nats_url, subjects, [GATE_AGENT, first, second, newest], worker=False
+        ) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+
+        async def started(count: int) -> bool:
+            return len(gates.started) >= count
+
+        holder = await client.start("first", {"customer": "acme", "n": 1})
+        await eventually(lambda: started(1), what="the first workflow's run at work")
+        skipped = await client.start("second", {"customer": "acme", "n": 2})
+        outcome = await stack.wait(skipped)
+        assert outcome.status == "cancelled"
+        records = await stack.records(skipped)
+        end = records[-1]
+        assert isinstance(end, ev.RunCancelled)
+        assert end.data.reason == (
+            "skipped: concurrency limit default/vendor is full for key 'acme'"
+        )
+        other_key = await client.start("second", {"customer": "beta", "n": 3})
+        await eventually(lambda: started(2), what="another key's run at work")
+        gates.gate(1).set()
+        gates.gate(3).set()
+        assert (await stack.wait(holder)).status == "completed"
+        assert (await stack.wait(other_key)).status == "completed"
+
+        old = await client.start("newest", {"customer": "acme", "n": 4})
+        await eventually(lambda: started(3), what="the oldest run at work")
+        new = await client.start("newest", {"customer": "acme", "n": 5})
+        assert (await stack.wait(old)).status == "cancelled"
+        await eventually(lambda: started(4), what="the newest run at work")
+        gates.gate(5).set()
+        assert (await stack.wait(new)).status == "completed"
+        reason = (await stack.records(old))[-1]
+        assert isinstance(reason, ev.RunCancelled)
+        assert reason.data.reason.startswith(
+            "cancelled to make room under concurrency limit default/newest#1 (key 'acme')"
+        )
+        seen = await timeline(stack.client.nc, subjects)
+        assert seen.most == {
+            ("default/vendor", "acme"): 1,
+            ("default/vendor", "beta"): 1,
+            ("default/newest#1", "acme"): 1,
+        }
+        assert await stack.orchestrator.flow.admission.slots.entries() == []

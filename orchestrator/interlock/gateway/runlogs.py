@@ -37,6 +37,7 @@ from interlock import views
 from interlock.client import UnknownRun
 from interlock.client.catalog import outline_of_run
 from interlock.client.errors import no_stream_is_no_run
+from interlock.client.queues import with_places
 from interlock.core import events as ev
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
@@ -177,7 +178,8 @@ class RunLogs:
         """``GET /runs/{id}``: as ``Client.describe``, from the kept log and its state."""
         cached = await self.log(run_id)
         if cached.described is not None and cached.described[0] == cached.last_seq:
-            return cached.described[1]
+            # A queued run's place in line changes with no record of its own: read again.
+            return await with_places(self._ops, cached.described[1], cached.state)
         outline = await outline_of_run(self._ops, cached.state)
         described = views.describe_run(
             cached.records,
@@ -186,7 +188,7 @@ class RunLogs:
             warnings=[f.warning() for f in cached.foreign],
         )
         cached.described = (cached.last_seq, described)
-        return described
+        return await with_places(self._ops, described, cached.state)
 
     async def page(self, run_id: str, offset: int, limit: int) -> bytes:
         """``GET /runs/{id}/log?offset=&limit=``: from the kept log, or, for a page near

@@ -38,8 +38,12 @@ GUARDED = yaml(
           type: human_in_the_loop
           on:
             - {event: approval.granted, guard: "data.score > 7", goto: done}
+            - {event: approval.denied, goto: rejected}
         done:
           type: terminal
+        rejected:
+          type: terminal
+          fail: {message: "rejected by a person"}
     """
 )
 
@@ -90,6 +94,15 @@ async def test_a_signal_shows_its_guard_keeps_bad_json_and_says_why_it_was_decli
     assert "data.score > 7" in why[0]
     assert "false" in why[0]
     await shot(page, "signal-declined")
+
+    # A signal whose decision ends the run says so.
+    await page.get_by_role("button", name="Send signal…").click()
+    await dialog.get_by_label("Event type").fill("approval.denied")
+    assert "goes to rejected (no guard)" in await dialog.locator("#sig-guard").inner_text()
+    await dialog.get_by_role("button", name="Send", exact=True).click()
+    said = "Signal approval.denied: moved to rejected and failed: workflow_failed: rejected by a"
+    await outcome.get_by_text(f"{said} person").wait_for()
+    await page.locator("h1 + .status", has_text="failed").wait_for()
     assert page.errors == []
 
 

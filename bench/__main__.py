@@ -21,6 +21,7 @@ SUITES = {
     "hops": "bench.hops_bench",
     "worker": "bench.worker_bench",
     "steps": "bench.steps_bench",
+    "longrun": "bench.longrun_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

@@ -62,6 +62,7 @@ RULES = {
     "no-output-ref",
     "bad-duration",
     "deadline",
+    "archive",
     "unknown-capability",
     "input-type",
     "duplicate-name",

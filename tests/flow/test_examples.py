@@ -36,7 +36,7 @@ from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.engine import derive_run_id
-from interlock.core.state import event_key
+from interlock.core.seen import event_key
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs

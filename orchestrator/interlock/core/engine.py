@@ -34,8 +34,9 @@ from interlock.core.incoming import (
     trigger_matches,
 )
 from interlock.core.reactions import Reactions
+from interlock.core.seen import event_key
 from interlock.core.spawn import spawn_budget
-from interlock.core.state import RunState, event_key
+from interlock.core.state import RunState
 from interlock.core.step import GuardCheck, backoff_seconds, plus_seconds
 from interlock.core.vocabulary import RunStatus, TimerPurpose
 

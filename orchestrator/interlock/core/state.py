@@ -14,6 +14,7 @@ import msgspec
 from msgspec.structs import replace
 
 from interlock.core import events as ev
+from interlock.core.seen import taken
 from interlock.core.spawn import SpawnProgress
 from interlock.core.vocabulary import FINISHED, RunStatus, TimerPurpose
 
@@ -108,7 +109,8 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     transitions: int = 0
     actions: int = 0
     seen: dict[str, None] = {}
-    """Source+id of external events already taken (ordered, so encoding is stable)."""
+    """Source+id of the last :data:`SEEN_KEPT` external events taken, oldest first (so
+    encoding is stable): a redelivery of one of them is not taken again."""
     outputs: dict[str, Any] | None = None
     error: ev.ErrorInfo | None = None
     traceparent: str | None = None
@@ -328,8 +330,7 @@ def _dag_completed(s: RunState, r: ev.DagCompleted) -> RunState:
 
 def _evidence_recorded(s: RunState, r: ev.EvidenceRecorded) -> RunState:
     event = r.data.event
-    seen = dict(s.seen)
-    seen[event_key(str(event.get("source", "")), str(event.get("id", "")))] = None
+    seen = taken(s.seen, event)
     evidence = dict(s.evidence or {})
     data = event.get("data")
     if isinstance(data, dict):
@@ -359,9 +360,7 @@ def _timer_fired(s: RunState, r: ev.TimerFired) -> RunState:
 
 
 def _event_received(s: RunState, r: ev.EventReceived) -> RunState:
-    event = r.data.event
-    seen = dict(s.seen)
-    seen[event_key(str(event.get("source", "")), str(event.get("id", "")))] = None
+    seen = taken(s.seen, r.data.event)
     return replace(s, seq=s.seq + 1, updated_at=r.time, seen=seen)
 
 
@@ -474,11 +473,6 @@ def fold(records: Iterable[ev.Record], state: RunState | None = None) -> RunStat
     for record in records:
         current = table[type(record)](current, record)
     return current
-
-
-def event_key(source: str, event_id: str) -> str:
-    """The idempotency key of a CloudEvent: its source and id together."""
-    return f"{source} {event_id}"
 
 
 _state_encoder = msgspec.json.Encoder()

@@ -20,6 +20,7 @@ from interlock.runtime.service import Orchestrator
 from interlock.runtime.snapshots import EVERY, Snapshot, Snapshots, read_state
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.jetstream import jetstream
+from interlock.transport.logmac import MAC_HEADER
 from interlock.transport.subjects import Subjects
 
 TICKER = """\
@@ -46,7 +47,7 @@ class Stack:
         self.nc = nc
         self.client = client
         self.subjects = subjects
-        self.snapshots = Snapshots(nc, subjects, write=True)
+        self.snapshots = Snapshots(nc, subjects, write=True, key=client.log.key)
         self.runs = Runs(client.log, client.registry, cache_size=100, snapshots=self.snapshots)
 
     async def ticked(self, ticks: int) -> str:
@@ -74,9 +75,13 @@ class Stack:
         assert snapshot is not None
         return snapshot
 
-    async def overwrite(self, run_id: str, data: bytes) -> None:
-        kv = await jetstream(self.nc).key_value(self.subjects.snapshots_bucket)
-        await kv.put(run_id, data)
+    async def overwrite(self, run_id: str, data: bytes, *, signed: bool = True) -> None:
+        """Put ``data`` as the run's snapshot: with the record MAC the orchestrator's carry
+        when ``signed`` (so what is checked is the rest), else as anyone else would."""
+        subject = f"$KV.{self.subjects.snapshots_bucket}.{run_id}"
+        key = await self.client.log.key()
+        headers = {MAC_HEADER: key.mac(subject, data)} if signed else None
+        await jetstream(self.nc).publish(subject, data, headers=headers)
 
 
 @pytest.fixture
@@ -122,7 +127,7 @@ def _tampered(snapshot: Snapshot, **changes: object) -> bytes:
 
 @pytest.mark.parametrize(
     "damage",
-    ["garbage", "digest", "seq of another message", "count", "lost"],
+    ["garbage", "digest", "seq of another message", "count", "lost", "no record MAC"],
 )
 async def test_a_snapshot_that_does_not_match_the_log_is_ignored(stack: Stack, damage: str) -> None:
     run_id = await stack.ticked(EVERY + 10)
@@ -136,6 +141,11 @@ async def test_a_snapshot_that_does_not_match_the_log_is_ignored(stack: Stack, d
         await stack.overwrite(run_id, _tampered(snapshot, seq=snapshot.seq - 1))
     elif damage == "count":
         await stack.overwrite(run_id, _tampered(snapshot, messages=snapshot.messages - 1))
+    elif damage == "no record MAC":
+        # All it says of the log is true, its state is not, and it was not written by
+        # Interlock: a lie about the run only the log key could have made.
+        lie = msgspec.structs.replace(snapshot.state, context={"n": 7})
+        await stack.overwrite(run_id, _tampered(snapshot, state=lie), signed=False)
     else:
         await stack.snapshots.delete(run_id)
     rejected = stack.client.snapshots.rejected

@@ -167,7 +167,7 @@ class Orchestrator:
             cache_size=cache_size,
             observer=self.observers,
             keep_appended=True,  # the relay reads them back
-            snapshots=Snapshots(nc, subjects, write=True),
+            snapshots=Snapshots(nc, subjects, write=True, key=self.run_log.key),
         )
         self.counters: Counter[str] = Counter()
         self._deferrals: OrderedDict[tuple[str, int], int] = OrderedDict()

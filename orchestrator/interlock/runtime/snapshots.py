@@ -12,9 +12,14 @@ messages of the run's subject there were up to it. Reading one (:func:`read_stat
 3. the run's subject must hold exactly the snapshot's count plus the messages read after
    it (one stream-info request), so no message before the snapshot went missing.
 
-Anything else (no snapshot, one that does not decode, a digest, subject or count that does
-not match) and the whole log is read and folded, as without snapshots: a wrong or stale
-snapshot costs time, never a decision. Replay, export and ``explain`` read the log alone.
+A snapshot carries the record MAC of the run logs (:mod:`interlock.transport.logmac`:
+``Interlock-Record-Mac`` over its KV subject and its bytes, under the log key): one
+without it, or whose MAC does not check out, was not written by Interlock and is not used
+(no one without the log key can make a snapshot the readers take, as no one can make a
+record they fold). Anything else (no snapshot, one that does not decode, a digest, subject
+or count that does not match) and the whole log is read and folded, as without
+snapshots: a wrong or stale snapshot costs time, never a decision. Replay, export and
+``explain`` read the log alone.
 
 The orchestrator writes a run's snapshot after an append once :data:`EVERY` records
 have been appended since the last one (short runs never get one), off the decision's path,
@@ -28,7 +33,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -39,6 +44,7 @@ from interlock.core import events as ev
 from interlock.core.state import RunState, fold
 from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import LogStore, RunLog
+from interlock.transport.logmac import MAC_HEADER, LogKey
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.snapshots")
@@ -98,9 +104,19 @@ class Read:
 class Snapshots:
     """The snapshots of one installation."""
 
-    def __init__(self, nc: Client, subjects: Subjects, *, write: bool = False) -> None:
-        """``write``: this process writes snapshots (the orchestrator); readers do not."""
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        write: bool = False,
+        key: Callable[[], Awaitable[LogKey]] | None = None,
+    ) -> None:
+        """``write``: this process writes snapshots (the orchestrator); readers do not.
+        ``key``: the log key (a run log's ``key``), which snapshots are written and
+        checked with; None: none is (for logs in memory)."""
         self.writing = write
+        self._key = key
         self._nc = nc
         self._subjects = subjects
         self._stream = f"KV_{subjects.snapshots_bucket}"
@@ -126,6 +142,12 @@ class Snapshots:
         )
         if found is None or not found[2]:
             return None
+        if self._key is not None:
+            key, subject = await self._key(), self._key_subject(run_id)
+            if key.refusal(subject, found[3], found[2]) is not None:
+                self.rejected += 1
+                log.warning("the snapshot of run %s is not one Interlock wrote: not used", run_id)
+                return None
         try:
             return _decode(found[2])
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -169,7 +191,9 @@ class Snapshots:
         data = msgspec.json.encode(msgspec.structs.replace(snapshot, digest=digest_of(found[2])))
         if len(data) > self._nc.max_payload // 2:
             return False  # too large to keep: this run is read whole
-        await self._nc.request(self._key_subject(run_id), data, timeout=_TIMEOUT)
+        subject = self._key_subject(run_id)
+        headers = {MAC_HEADER: (await self._key()).mac(subject, data)} if self._key else None
+        await self._nc.request(subject, data, headers=headers, timeout=_TIMEOUT)
         return True
 
     async def delete(self, run_id: str) -> None:
@@ -261,8 +285,9 @@ async def _read(log_store: LogStore, run_id: str, after: int, *, consistent: boo
 
 async def _direct_get(
     nc: Client, stream: str, body: dict[str, object]
-) -> tuple[int, str, bytes] | None:
-    """(sequence, subject, payload) of one message by a direct get (None: not there)."""
+) -> tuple[int, str, bytes, dict[str, str]] | None:
+    """(sequence, subject, payload, headers) of one message by a direct get (None: not
+    there)."""
     try:
         reply = await nc.request(
             f"$JS.API.DIRECT.GET.{stream}", json.dumps(body).encode(), timeout=_TIMEOUT
@@ -274,7 +299,7 @@ async def _direct_get(
         return None
     if headers.get("KV-Operation") in ("DEL", "PURGE"):
         return None
-    return int(headers["Nats-Sequence"]), headers.get("Nats-Subject", ""), reply.data
+    return int(headers["Nats-Sequence"]), headers.get("Nats-Subject", ""), reply.data, headers
 
 
 async def _messages(nc: Client, stream: str, subject: str) -> int:

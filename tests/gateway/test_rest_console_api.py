@@ -242,3 +242,39 @@ async def test_a_run_queued_for_a_slot_says_so(gs: GatewayStack) -> None:
         await http.post(f"/runs/{first}/cancel", json={"reason": "make room"})
         await wait_status(gs, second, "running", "wait")
         assert await waiting(second, "approval") == [{"kind": "approval", "name": "go"}]
+
+
+async def test_a_version_stored_before_outlines_said_what_states_ask_lists_its_agents(
+    gs: GatewayStack,
+) -> None:
+    """An outline written by an older release has no ``asks``: the gateway compiles that
+    version once to list the agents its runs wait for."""
+    import json
+
+    from interlock.core.compiler import compile_sources
+    from interlock.views.outline import encode_outline, outline_of
+
+    await gs.stack.apply(IDLE_AGENT)
+    text = UNSERVED.replace("name: unserved", "name: older")
+    [definition] = compile_sources([("older.yaml", text)], known_capabilities={"nobody"}).workflows
+    outline = encode_outline(outline_of(definition))
+    del outline["asks"], outline["timeouts"]
+    kv = await gs.stack.js.key_value(gs.stack.subjects.workflows_bucket)
+    body = {"version": 1, "spec_hash": definition.spec_hash, "outline": outline}
+    body["manifest"] = dict(definition.manifest)
+    await kv.create("wf.default.older.1", json.dumps(body).encode())
+    pointer = {"version": 1, "spec_hash": definition.spec_hash}
+    await kv.create("latest.default.older", json.dumps(pointer).encode())
+    async with gs.http() as http:
+        run_id = (await http.post("/runs", json={"workflow": "older"})).json()["run_id"]
+        await wait_status(gs, run_id, "running", "ask")
+        for _ in range(100):
+            found = (await http.get("/runs", params={"waiting": "agent:nobody"})).json()["runs"]
+            if found:
+                break
+            await asyncio.sleep(0.05)
+        assert [r["run_id"] for r in found] == [run_id]
+        assert found[0]["waiting"] == [
+            {"kind": "agent", "name": "nobody"},
+            {"kind": "timer", "name": "gave-up"},
+        ]

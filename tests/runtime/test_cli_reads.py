@@ -417,7 +417,10 @@ def test_a_version_stored_without_an_outline_is_described_alike(inst: Installati
     asyncio.run(store_as_before())
     old = json.loads(inst.ok("get", "workflow", "legacy", "-o", "json"))
     new = json.loads(inst.ok("get", "workflow", "gated", "-o", "json"))
-    for key in ("name", "spec_hash", "manifest"):
+    # A version stored before sources were kept has none.
+    assert old["source"] is None
+    assert new["source"].startswith("apiVersion: interlock.io/v1")
+    for key in ("name", "spec_hash", "manifest", "source"):
         del old[key], new[key]
     assert old == new
     assert new["kinds"]["review"] == "human_in_the_loop"

@@ -52,10 +52,14 @@ def waiting_for(found: list[RunSummary], wanted: str) -> list[RunSummary]:
     return [r for r in found if any(w.matches(wanted) for w in r.waiting)]
 
 
-async def with_waiting(ops: InterlockClient, found: list[RunSummary]) -> list[RunSummary]:
+async def with_waiting(
+    ops: InterlockClient, found: list[RunSummary], *, complete: bool = False
+) -> list[RunSummary]:
     """The running runs of ``found`` with what their state waits for, read from their
     workflow version's outline (each version read once; a version no longer stored
-    leaves it empty)."""
+    leaves it empty). A version stored by an older release has no record of what its
+    states ask for: it lists no agents, unless ``complete`` (it is compiled once, which a
+    long-lived reader such as the gateway can afford and a CLI command should not)."""
     outlines: dict[tuple[str, str, int], WorkflowOutline | None] = {}
     out = []
     for run in found:
@@ -65,7 +69,7 @@ async def with_waiting(ops: InterlockClient, found: list[RunSummary]) -> list[Ru
         key = (run.namespace, run.workflow, run.version)
         if key not in outlines:
             try:
-                outlines[key] = (await ops.registry.stored(*key)).outline
+                outlines[key] = (await ops.registry.stored(*key, complete=complete)).outline
             except (UnknownWorkflow, KeyNotFoundError, BucketNotFoundError, NotFoundError):
                 outlines[key] = None
         outline = outlines[key]

@@ -306,8 +306,9 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
         found = [r for r in found if _started_between(r.started_at, since, until)]
     if waiting:
         running = [r for r in found if r.status == "running"]
-        found = reading.waiting_for(await reading.with_waiting(gw.api.ops, running), waiting)
-    page = await reading.with_waiting(gw.api.ops, found[offset : offset + limit])
+        filled = await reading.with_waiting(gw.api.ops, running, complete=True)
+        found = reading.waiting_for(filled, waiting)
+    page = await reading.with_waiting(gw.api.ops, found[offset : offset + limit], complete=True)
     more = offset + limit < len(found)
     return json_view(RunPage(runs=page, next_offset=offset + limit if more else None))
 

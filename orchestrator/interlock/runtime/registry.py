@@ -247,18 +247,21 @@ class Registry:
             raise UnknownWorkflow(f"workflow {namespace}/{name} version {version}: {NOT_OURS}")
         return body
 
-    async def stored(self, namespace: str, name: str, version: int) -> StoredWorkflow:
+    async def stored(
+        self, namespace: str, name: str, version: int, *, complete: bool = False
+    ) -> StoredWorkflow:
         """Version ``version`` of a workflow as stored, with its outline, compiling
-        nothing (unless it was stored without an outline, by an older version)."""
+        nothing (unless it was stored without an outline, or, ``complete``, without what
+        its states ask for: by an older version)."""
         from interlock.views.outline import decode_outline, outline_of
 
         key = (namespace, name, version)
         found = self._stored.get(key)
-        if found is None:
+        if found is None or (complete and found.outline.asks is None):
             compiled = self._compiled.get(key)
             body = await self._stored_body(*key)
             outline = decode_outline(body.get("outline"))
-            if outline is None or outline.asks is None:
+            if outline is None or (complete and outline.asks is None):
                 compiled = compiled or self._compile(namespace, name, version, body)
                 body = {**body, "spec_hash": compiled.spec_hash, "manifest": compiled.manifest}
                 outline = outline_of(compiled)

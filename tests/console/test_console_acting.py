@@ -166,6 +166,14 @@ async def test_a_workflows_running_runs_migrate_after_a_preview(console: Console
 
 async def test_a_run_is_started_from_a_form_of_its_inputs(console: Console) -> None:
     await console.gs.stack.apply(GUARDED)
+    # From the list of workflows: the form, with the workflow's inputs.
+    page = await signed_in(console, "#/workflows")
+    await page.get_by_role("button", name="Start a run of default/hello").click()
+    listed = page.get_by_role("dialog")
+    await listed.get_by_label("message").wait_for()
+    await checked(page, "start dialog from the list")
+    await listed.get_by_role("button", name="Back").click()
+    await listed.wait_for(state="detached")
     page = await signed_in(console, "#/workflows/default/guarded", 390, 844)
     source = page.get_by_label("Manifest of v1 as applied")
     assert 'guard: "data.score > 7"' in await source.inner_text()

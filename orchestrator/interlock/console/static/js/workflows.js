@@ -3,7 +3,7 @@ import "../vendor/diff/diff.min.js";
 import { migrateDialog, startDialog } from "./acting.js";
 import { api } from "./api.js";
 import { diagram } from "./diagram.js";
-import { add, errorBox, h, json, table } from "./dom.js";
+import { add, errorBox, h, json, table, toast } from "./dom.js";
 
 export async function workflowsPage(root) {
   const workflows = await api("/workflows");
@@ -15,11 +15,20 @@ export async function workflowsPage(root) {
       w.triggers.length ? w.triggers.map((t) => h("code", { class: "chip" }, t)) : "—",
       w.description || "",
       h("a", { href: `#/runs?workflow=${encodeURIComponent(w.namespace === "default" ? w.name : ref)}` }, "runs"),
+      // Its inputs are asked for when the form opens (the list does not carry them).
+      h("button", { type: "button", class: "start", "aria-label": `Start a run of ${ref}`, onclick: async () => {
+        try {
+          const detail = await api(`/workflows/${encodeURIComponent(w.namespace)}/${encodeURIComponent(w.name)}`);
+          await startDialog(w.namespace === "default" ? w.name : ref, detail.inputs);
+        } catch (e) {
+          toast(e.message, "bad");
+        }
+      } }, "Start…"),
     ];
   });
   add(root, 
     h("h1", {}, "Workflows"),
-    table("!Workflows", ["Workflow", "Newest", "Triggers", "Description", ""], rows, { empty: "No workflow is applied (interlock apply FILE)." }),
+    table("!Workflows", ["Workflow", "Newest", "Triggers", "Description", "Runs", "Start"], rows, { empty: "No workflow is applied (interlock apply FILE).", stacked: true }),
   );
 }
 

@@ -323,6 +323,7 @@ def plain_index(current: dict[str, Any], records: list[Any]) -> tuple[dict[str, 
         elif isinstance(r, ev.StateEntered):
             current["state"] = r.data.state
         elif isinstance(r, ev.RunMigrated):
+            current["migrated_from"] = r.data.from_version
             current["version"] = r.data.version
         elif isinstance(r, ev.RunCompleted):
             current["status"] = "completed"

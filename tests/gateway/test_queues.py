@@ -111,3 +111,46 @@ async def test_queues_show_who_holds_and_who_waits(nats_url: str, subjects: Subj
         assert not [
             f for f in metrics.collect() if f.name.startswith("interlock_conc") and f.samples
         ]
+
+
+async def test_an_operator_pauses_and_resumes_a_workflow_over_http(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with gateway_stack(nats_url, subjects, [LIMITED]) as gs:
+        client = Client(gs.stack.client.nc, gs.stack.subjects)
+        async with gs.http("reader") as reader:
+            refused = await reader.post("/workflows/default/limited/pause")
+            assert refused.status_code == 403
+        async with gs.http("operator") as http:
+            paused = await http.post("/workflows/default/limited/pause")
+            assert paused.status_code == 200, paused.text
+            assert paused.json() == {"workflow": "default/limited", "paused": True, "changed": True}
+            assert (await http.post("/workflows/default/nope/pause")).status_code == 404
+
+            async def seen() -> bool:
+                return gs.stack.orchestrator.flow.admission.pauses.holds("default", "limited")
+
+            await eventually(seen, what="the orchestrator sees the pause")
+            started = await http.post(
+                "/runs", json={"workflow": "limited", "inputs": {"customer": "acme"}}
+            )
+            assert started.status_code in (200, 201, 202), started.text
+            run_id = started.json()["run_id"]
+
+            async def waiting() -> bool:
+                return (await http.get(f"/runs/{run_id}")).json()["slots"][0]["limit"] == (
+                    "default/limited@paused"
+                )
+
+            await eventually(waiting, what="the run waits for the workflow")
+            assert [q.limit for q in await client.queues()] == ["default/limited@paused"]
+            resumed = await http.post("/workflows/default/limited/resume")
+            assert resumed.json() == {
+                "workflow": "default/limited",
+                "paused": False,
+                "changed": True,
+            }
+            gs.stack.recorder.release.set()
+            assert (await client.result(run_id, wait=True, timeout=30)).status == "completed"
+            again = await http.post("/workflows/default/limited/resume")
+            assert again.json()["changed"] is False

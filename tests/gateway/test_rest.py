@@ -241,6 +241,8 @@ ENDPOINTS = [
     ("GET", "/workflows/hello"),
     ("GET", "/agents"),
     ("GET", "/queues"),
+    ("POST", "/workflows/default/hello/pause"),
+    ("POST", "/workflows/default/hello/resume"),
     ("GET", "/runs"),
     ("POST", "/runs"),
     ("GET", "/runs/r1"),
@@ -289,5 +291,7 @@ async def test_each_endpoint_asks_credentials_and_the_right_role(gs: GatewayStac
             "/runs/r1/signals/go": "/runs/{run_id}/signals/{name}",
             "/dead-letters/1": "/dead-letters/{seq}",
             "/dead-letters/1/redrive": "/dead-letters/{seq}/redrive",
+            "/workflows/default/hello/pause": "/workflows/{namespace}/{name}/pause",
+            "/workflows/default/hello/resume": "/workflows/{namespace}/{name}/resume",
         }.get(path, path)
         assert (method, template) in documented

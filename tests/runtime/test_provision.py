@@ -27,7 +27,13 @@ def _all_names(s: Subjects) -> list[str]:
     streams += [s.dead_letter_stream, s.timers_stream, s.parked_stream, s.audit_stream]
     buckets = [s.workflows_bucket, s.agents_bucket, s.workers_bucket, s.runs_bucket]
     buckets += [s.snapshots_bucket]
-    buckets += [s.correlation_bucket, s.slots_bucket, s.secrets_bucket, s.webhooks_bucket]
+    buckets += [
+        s.correlation_bucket,
+        s.slots_bucket,
+        s.paused_bucket,
+        s.secrets_bucket,
+        s.webhooks_bucket,
+    ]
     return [*streams, *buckets, s.http_tokens_bucket, s.deliveries_bucket]
 
 

@@ -182,9 +182,10 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
     and webhooks' signals), appends to run logs (``POST /runs`` and cancel, as the CLI
     does), reads logs, the run index, definitions, workers and dead letters, removes a dead
     letter it redrives, reads its callers' tokens and the webhooks, and writes the
-    deliveries it has answered (the webhook replay guard). Not: stream or consumer
-    administration beyond reading (no durable consumer, no purge, delete or update), task
-    requests, answers, timers, dead letters of its own, definitions, tokens or secrets."""
+    deliveries it has answered (the webhook replay guard) and the workflows operators pause.
+    Not: stream or consumer administration beyond reading (no durable consumer, no purge,
+    delete or update), task requests, answers, timers, dead letters of its own, definitions,
+    tokens or secrets."""
     p = subjects.prefix
     s = subjects
     pub: list[str] = [
@@ -198,6 +199,8 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
         f"{JS_API}.STREAM.MSG.GET.*",
         f"{JS_API}.STREAM.MSG.DELETE.{s.dead_letter_stream}",
         f"$KV.{s.deliveries_bucket}.>",
+        # Pausing and resuming workflows (POST /workflows/{name}/pause, operators).
+        f"$KV.{s.paused_bucket}.>",
         # The log key (it writes run logs): see _log_key.
         *_log_key(s),
         "$JS.FC.>",

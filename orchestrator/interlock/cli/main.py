@@ -25,6 +25,7 @@ ADDERS: tuple[tuple[str, str], ...] = (
     ("process_cmds", "add_process_parsers"),
     ("gateway_cmds", "add_parsers"),
     ("creds", "add_parsers"),
+    ("pause_cmds", "add_parsers"),
 )
 """The modules of ``interlock.cli`` and the function of each that adds its commands, in
 the order ``--help`` lists them (``completion`` comes last, on the whole parser)."""
@@ -65,6 +66,8 @@ COMMANDS: dict[str, tuple[int, str]] = {
     "gateway": (6, "serve CloudEvents over HTTP, signed webhooks and the REST API"),
     "tokens": (6, "bearer tokens of the HTTP gateway's callers"),
     "creds": (7, "keys, credentials per role, revocation (NATS decentralized auth)"),
+    "pause": (8, "new runs of a workflow wait (queued) until it is resumed"),
+    "resume": (8, "the runs a paused workflow held go on, in order"),
 }
 """Each command: the index of its adder in :data:`ADDERS`, and its one-line help."""
 

@@ -279,6 +279,9 @@ def ordinal(n: int) -> str:
 
 def slot_text(slot: Any, queued: bool) -> str:
     """``3rd for key acme under default/limited#1 (2/2 running)``, or that it holds it."""
+    if slot.limit.endswith("@paused"):  # interlock.core.pauses.PAUSED
+        place = "" if slot.place is None else f" ({ordinal(slot.place)} in line)"
+        return f"until {slot.limit.removesuffix('@paused')} is resumed{place}"
     where = f"key {slot.key} under {slot.limit}"
     running = "" if slot.running is None else f" ({slot.running}/{slot.size} running)"
     if slot.holding:

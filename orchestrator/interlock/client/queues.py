@@ -8,10 +8,14 @@ from datetime import UTC, datetime
 import msgspec
 
 from interlock.core.names import WORKFLOW_REF
+from interlock.core.pauses import PAUSED
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.concurrency import SlotEntry, Slots
 from interlock.runtime.errors import UnknownWorkflow
+from interlock.runtime.pausing import Pauses
+from interlock.runtime.registry import StoredWorkflow
+from interlock.transport.clock import utc_now
 from interlock.views.shapes import QueueView, RunDescription, SlotView
 
 
@@ -70,12 +74,32 @@ def queue_view(entry: SlotEntry, now: datetime) -> QueueView:
 async def limit_names(ops: InterlockClient, workflow: str) -> set[str]:
     """The names of the limits the latest version of ``workflow`` declares (read from its
     stored manifest: nothing is compiled). Raises UnknownWorkflow."""
-    if not WORKFLOW_REF.match(workflow):
-        raise UnknownWorkflow(f"no workflow {workflow!r}: not NAME or NAMESPACE/NAME")
-    stored = await ops.registry.stored_latest(workflow)
+    stored = await _stored(ops, workflow)
     spec = stored.manifest.get("spec") or {}
-    out = set()
+    out = {f"{stored.namespace}/{stored.name}{PAUSED}"}
     for i, limit in enumerate(spec.get("concurrency") or []):
         scope = limit.get("scope") if isinstance(limit, dict) else None
         out.add(f"{stored.namespace}/{scope or f'{stored.name}#{i + 1}'}")
     return out
+
+
+async def pause_workflow(ops: InterlockClient, workflow: str, reason: str) -> str:
+    """Pause a workflow (its new runs wait until it is resumed); its ``namespace/name``.
+    Raises UnknownWorkflow."""
+    stored = await _stored(ops, workflow)
+    pauses = Pauses(ops.nc, ops.subjects)
+    await pauses.pause(stored.namespace, stored.name, utc_now(), reason)
+    return f"{stored.namespace}/{stored.name}"
+
+
+async def resume_workflow(ops: InterlockClient, workflow: str) -> tuple[str, bool]:
+    """Resume a workflow: its ``namespace/name``, and whether it was paused."""
+    stored = await _stored(ops, workflow)
+    done = await Pauses(ops.nc, ops.subjects).resume(stored.namespace, stored.name)
+    return f"{stored.namespace}/{stored.name}", done
+
+
+async def _stored(ops: InterlockClient, workflow: str) -> StoredWorkflow:
+    if not WORKFLOW_REF.match(workflow):
+        raise UnknownWorkflow(f"no workflow {workflow!r}: not NAME or NAMESPACE/NAME")
+    return await ops.registry.stored_latest(workflow)

@@ -108,10 +108,12 @@ def started(
     spawn: ev.SpawnBudget | None = None,
     trace: list[GuardCheck] | None = None,
     deadline_s: float | None = None,
+    paused: bool = False,
 ) -> tuple[list[ev.AnyRecord], RunState]:
     """:func:`start`, and the run's state after its records (``fold(records)``, which
     making them has computed already). ``deadline_s``: the run's own deadline (seconds
-    from now) over the workflow's ``spec.deadline.after``; 0 ends it at once."""
+    from now) over the workflow's ``spec.deadline.after``; 0 ends it at once. ``paused``:
+    the workflow is paused: the run waits (``run.queued``) until it is resumed."""
     step = Reactions(definition, RunState(), now, trace=trace)
     step._run_id = run_id
     step.emit(
@@ -141,8 +143,8 @@ def started(
         return step.out, step.state
     if after is not None:
         step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, after))
-    if definition.concurrency:
-        limits.queue(step, definition, inputs, trigger)  # entered once admitted
+    if definition.concurrency or paused:
+        limits.queue(step, definition, inputs, trigger, paused=paused)  # entered once admitted
         return step.out, step.state
     step.enter(definition.initial_state)
     return step.out, step.state

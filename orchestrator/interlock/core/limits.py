@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
 from interlock.core.expr import ExpressionError
+from interlock.core.pauses import pause_claim
 from interlock.core.vocabulary import ErrorClass, TimerPurpose
 
 if TYPE_CHECKING:
@@ -101,12 +102,17 @@ def queue(
     definition: Definition,
     inputs: Mapping[str, Any],
     trigger: Incoming | None,
+    *,
+    paused: bool = False,
 ) -> None:
-    """After ``run.started``: the run waits for its slots (or fails, its keys unknown)."""
+    """After ``run.started``: the run waits for its slots, and (``paused``: its workflow is
+    paused) for its workflow's resumption; or fails, its keys unknown."""
     slots, problem = claims(definition, inputs, trigger)
     if problem is not None:
         step.fail_run(ErrorClass.SCHEMA_ERROR, problem)
         return
+    if paused:
+        slots.insert(0, pause_claim(definition.namespace, definition.name))
     step.emit(ev.RunQueued, ev.RunQueuedData(slots=slots))
 
 
@@ -126,11 +132,9 @@ def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRe
 
 def deadline_while_queued(step: Reactions, timer: ev.TimerScheduledData) -> None:
     """A timer of a queued run: only its deadline counts, and it fails the run."""
-    if timer.purpose != TimerPurpose.RUN_DEADLINE or step.definition.deadline is None:
+    if timer.purpose != TimerPurpose.RUN_DEADLINE:
         return
     step.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
-    after = step.definition.deadline.after_s
     step.fail_run(
-        ErrorClass.TIMEOUT,
-        f"the run waited for a concurrency slot longer than its deadline ({after:g}s)",
+        ErrorClass.TIMEOUT, "the run waited for a concurrency slot longer than its deadline"
     )

@@ -168,7 +168,37 @@ def _before(before: str | None, older_than: str | None) -> datetime | None:
     return min(times) if times else None
 
 
+class PauseResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """``interlock pause|resume workflow NAME --json``."""
+
+    workflow: str
+    paused: bool
+    """Whether it is paused now."""
+    changed: bool
+    """Whether it was not so before."""
+
+
+@operates("pause workflows")
+async def pause_workflow(request: Request, gw: Gateway) -> Response:
+    """``interlock pause workflow NAME``: its new runs wait until it is resumed."""
+    from interlock.client.queues import pause_workflow as pause
+
+    name = await pause(gw.api.ops, _name(request), "paused over HTTP")
+    return json_view(PauseResponse(workflow=name, paused=True, changed=True))
+
+
+@operates("resume workflows")
+async def resume_workflow(request: Request, gw: Gateway) -> Response:
+    """``interlock resume workflow NAME``: the runs it held go on, in order."""
+    from interlock.client.queues import resume_workflow as resume
+
+    name, was = await resume(gw.api.ops, _name(request))
+    return json_view(PauseResponse(workflow=name, paused=False, changed=was))
+
+
 ROUTES = [
+    ("/workflows/{namespace}/{name}/pause", pause_workflow, ["POST"]),
+    ("/workflows/{namespace}/{name}/resume", resume_workflow, ["POST"]),
     ("/runs/{run_id}/fork", fork_run, ["POST"]),
     ("/workflows/{namespace}/{name}/migrate", migrate_workflow, ["POST"]),
     ("/dead-letters/{seq}", discard_dead_letter, ["DELETE"]),

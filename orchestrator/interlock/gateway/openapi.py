@@ -15,7 +15,12 @@ import msgspec
 
 from interlock import __version__, views
 from interlock.gateway import acting, failures, rest
-from interlock.gateway.openapi_acting import acting_paths, discard_many, discard_one
+from interlock.gateway.openapi_acting import (
+    acting_paths,
+    discard_many,
+    discard_one,
+    pause_paths,
+)
 from interlock.gateway.openapi_paths import REF, all_paths, ref
 from interlock.views.shapes import QueueView
 
@@ -41,6 +46,7 @@ _TYPES: list[Any] = [
     acting.MigrateRequest,
     acting.MigrateReport,
     acting.DiscardResponse,
+    acting.PauseResponse,
     failures.FailureReport,
 ]
 
@@ -84,7 +90,7 @@ def _operation_id(method: str, path: str) -> str:
 @cache
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of the gateway, from the types its routes answer with."""
-    paths = {**all_paths(), **acting_paths()}
+    paths = {**all_paths(), **acting_paths(), **pause_paths()}
     paths["/dead-letters/{seq}"]["delete"] = discard_one()
     paths["/dead-letters"]["delete"] = discard_many()
     components = _components()

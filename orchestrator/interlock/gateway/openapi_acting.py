@@ -46,6 +46,28 @@ def acting_paths() -> dict[str, Any]:
     }
 
 
+def pause_paths() -> dict[str, Any]:
+    """``POST /workflows/{namespace}/{name}/pause|resume`` (with the namespace always: a
+    path of three parts would be ``GET /workflows/{namespace}/{name}``'s)."""
+    out: dict[str, Any] = {}
+    name = _param("name", "path", {"type": "string"}, "The workflow's name.")
+    namespace = _param("namespace", "path", {"type": "string"}, "The namespace.")
+    for verb, what in (
+        ("pause", "Pause a workflow: its new runs wait (queued) until it is resumed"),
+        ("resume", "Resume a workflow: the runs it held go on, in order"),
+    ):
+        out[f"/workflows/{{namespace}}/{{name}}/{verb}"] = {
+            "post": _op(
+                f"{what} (operator)",
+                {"200": _json(ref("PauseResponse"))},
+                params=[namespace, name],
+                tag="workflows",
+                errors=(401, 403, 404),
+            )
+        }
+    return out
+
+
 def discard_many() -> dict[str, Any]:
     """``DELETE /dead-letters``, beside its ``GET``."""
     return _op(

@@ -35,6 +35,7 @@ from interlock.runtime.errors import (
 from interlock.runtime.foreign import REASON as FOREIGN_RECORD
 from interlock.runtime.foreign import index_entry
 from interlock.runtime.logstore import RunLog
+from interlock.runtime.pausing import Pauses
 from interlock.runtime.registry import Applied, Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.snapshots import Read, Snapshots, read_state
@@ -148,8 +149,10 @@ class InterlockClient:
     ) -> str:
         definition, version = await self.registry.latest(workflow)
         run_id = run_id or new_run_id()
+        # One read: a paused workflow's run waits for its resumption (runtime.pausing).
+        paused = await Pauses(self.nc, self.subjects).paused(definition.namespace, definition.name)
         created, _ = await self.runs.start(
-            definition, version, run_id, inputs, deadline_s=deadline_s
+            definition, version, run_id, inputs, deadline_s=deadline_s, paused=paused is not None
         )
         if not created:
             raise RunExists(run_id)

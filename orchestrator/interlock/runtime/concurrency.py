@@ -24,6 +24,7 @@ each other's.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import hashlib
 import logging
@@ -36,9 +37,12 @@ from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from interlock.core import events as ev
+from interlock.core.pauses import PAUSED, is_pause, pause_claim
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.foreign import foreign_value
+from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
+from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
@@ -211,6 +215,18 @@ class Slots:
         entered, _ = await self._change(claim, change)
         return entered
 
+    async def take_all(self, claim: ev.SlotClaim) -> list[str]:
+        """Take every waiter out of the line (a workflow resumed); the runs taken, first
+        first."""
+
+        def change(entry: SlotEntry) -> list[str]:
+            taken = [w.run_id for w in entry.waiting]
+            entry.waiting = []
+            return taken
+
+        taken, _ = await self._change(claim, change)
+        return taken
+
     async def release(self, claim: ev.SlotClaim, run_id: str) -> list[str]:
         """Take the run out (holding or waiting); the runs given the slots that frees. When
         the run was not there (freed already: this is done again), the holders, whose
@@ -242,8 +258,9 @@ def _grant(entry: SlotEntry) -> list[str]:
 
 
 def in_order(slots: Sequence[ev.SlotClaim]) -> list[ev.SlotClaim]:
-    """The slots in the order they are taken: by limit name (the same for every run)."""
-    return sorted(slots, key=lambda s: (s.limit, s.key))
+    """The slots in the order they are taken: a paused workflow's first (a run waiting for
+    its workflow holds no slot meanwhile), then by limit name (the same for every run)."""
+    return sorted(slots, key=lambda s: (not is_pause(s), s.limit, s.key))
 
 
 class Admission:
@@ -251,13 +268,45 @@ class Admission:
 
     def __init__(self, nc: Client, subjects: Subjects, runs: Runs, clock: Callable[[], str]):
         self.slots = Slots(nc, subjects)
+        self.pauses = Pauses(nc, subjects)
         self._runs = runs
         self._clock = clock
+        self._sweep: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Follow the paused workflows; then, in the background, let go the runs of every
+        workflow resumed while no orchestrator watched."""
+        await self.pauses.start(self.resumed)
+        self._sweep = asyncio.create_task(self._resumed_meanwhile())
+
+    async def stop(self) -> None:
+        await self.pauses.stop()
+        if self._sweep is not None:
+            await cancel_and_wait(self._sweep)
+
+    async def _resumed_meanwhile(self) -> None:
+        try:
+            for entry in await self.slots.entries():
+                namespace, _, name = entry.limit.removesuffix(PAUSED).partition("/")
+                if entry.limit.endswith(PAUSED) and not self.pauses.holds(namespace, name):
+                    await self.resumed(namespace, name)
+        # Done again at the next start.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not look for runs of resumed workflows: %s", exc)
+
+    async def resumed(self, namespace: str, name: str) -> None:
+        """A workflow resumed: the runs that waited for it go on, first first."""
+        for run_id in await self.slots.take_all(pause_claim(namespace, name)):
+            await self._go_on(run_id)
 
     async def queued(self, run_id: str, slots: Sequence[ev.SlotClaim], since: str) -> None:
         """A run waits for ``slots`` since ``since`` (its ``run.queued``): take what is
         free, admit it once it holds them all."""
         for claim in in_order(slots):
+            if is_pause(claim):
+                namespace, _, name = claim.limit.removesuffix(PAUSED).partition("/")
+                if not self.pauses.holds(namespace, name):
+                    continue  # resumed since (or never seen paused here): on to the rest
             entered = await self.slots.enter(claim, run_id, since)
             for other in entered.others:
                 await self._go_on(other)

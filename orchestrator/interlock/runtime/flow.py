@@ -128,6 +128,7 @@ class ControlFlow:
 
     async def stop(self) -> None:
         await self.timers.stop()
+        await self.admission.stop()
 
     # -- the relay's side ---------------------------------------------------------------
 
@@ -354,6 +355,7 @@ class ControlFlow:
                 traceparent=record.traceparent,
                 parent=parent,
                 spawn=d.spawn,
+                paused=self.admission.pauses.holds(definition.namespace, definition.name),
             )
         except InvalidInputs as exc:
             await self._answers.failed(record, "schema_error", str(exc))

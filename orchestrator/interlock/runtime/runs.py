@@ -355,6 +355,7 @@ class Runs:
         parent: ev.ParentRef | None = None,
         spawn: ev.SpawnBudget | None = None,
         deadline_s: float | None = None,
+        paused: bool = False,
     ) -> Opening:
         """The first records of a run, decided but not appended (:meth:`open` appends
         them): a caller that must wait for something before starting (the ingress, for
@@ -388,6 +389,7 @@ class Runs:
                     parent=parent,
                     spawn=spawn,
                     deadline_s=deadline_s,
+                    paused=paused,
                 )
             ),
             definition,

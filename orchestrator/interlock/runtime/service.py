@@ -237,6 +237,7 @@ class Orchestrator:
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 5.0)
         await self.registry.watch()
+        await self.flow.admission.start()  # the paused workflows known before any start
         await self.index.start()
         self.keeper.start()
         s = self.subjects
@@ -556,6 +557,9 @@ class Orchestrator:
                         start.inputs,
                         trigger=incoming,
                         traceparent=event.extensions.get("traceparent"),
+                        paused=self.flow.admission.pauses.holds(
+                            definition.namespace, definition.name
+                        ),
                     )
                 )
             except InvalidInputs as exc:

@@ -125,6 +125,11 @@ class Subjects:
         return f"{self._bucket_base}_slots"
 
     @property
+    def paused_bucket(self) -> str:
+        """Paused workflows: one key each, written by pause and removed by resume."""
+        return f"{self._bucket_base}_paused"
+
+    @property
     def secrets_bucket(self) -> str:
         """The orchestrator's own secrets (the task-token key); nobody else reads it."""
         return f"{self._bucket_base}_secrets"

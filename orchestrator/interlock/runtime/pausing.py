@@ -1,0 +1,123 @@
+"""Paused workflows: the new runs of a paused workflow wait until it is resumed.
+
+The pauses bucket (``<prefix>_paused``) holds one key per paused workflow,
+``wf.<namespace>.<name>``, written by ``interlock pause workflow`` (``POST
+/workflows/{name}/pause``) and deleted by ``resume``. Whoever starts a run reads it (the
+CLI and the gateway by one direct get, an orchestrator from the copy its watch keeps), and
+a run started while its workflow is paused records ``run.queued`` with the slot
+``<namespace>/<name>@paused`` first (:func:`interlock.core.limits.pause_claim`, size 0:
+nobody ever holds it). The orchestrator puts such a run in that slot's line while the
+workflow is paused; when the workflow is resumed, every orchestrator that sees it (its
+watch) takes the runs out of that line and on, to their concurrency limits and their
+admission, in order. A run whose ``run.queued`` is read after the resumption goes on at
+once. Runs already admitted are not held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+
+from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.jetstream import jetstream
+from interlock.transport.subjects import Subjects
+
+log = logging.getLogger("interlock.pausing")
+
+Resumed = Callable[[str, str], Awaitable[None]]
+"""Told (namespace, name) of a workflow resumed."""
+
+
+def pause_key(namespace: str, name: str) -> str:
+    return f"wf.{namespace}.{name}"
+
+
+class Pauses:
+    """The pauses bucket: one workflow's pause read, written or removed; or, in an
+    orchestrator, every pause followed by a watch."""
+
+    def __init__(self, nc: Client, subjects: Subjects) -> None:
+        self._js = jetstream(nc)
+        self._subjects = subjects
+        self._kv: Any = None
+        self._held: dict[str, dict[str, Any]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def _bucket(self) -> Any:
+        if self._kv is None:
+            self._kv = await self._js.key_value(self._subjects.paused_bucket)
+        return self._kv
+
+    async def paused(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pause of a workflow (when and why), None when it is not paused."""
+        try:
+            entry = await (await self._bucket()).get(pause_key(namespace, name))
+        except (KeyNotFoundError, BucketNotFoundError):  # none: made by a later version
+            return None
+        return _pause_of(entry.value)
+
+    async def pause(self, namespace: str, name: str, at: str, reason: str) -> None:
+        body = json.dumps({"workflow": f"{namespace}/{name}", "at": at, "reason": reason})
+        await (await self._bucket()).put(pause_key(namespace, name), body.encode())
+
+    async def resume(self, namespace: str, name: str) -> bool:
+        """Remove the pause; False when the workflow was not paused."""
+        if await self.paused(namespace, name) is None:
+            return False
+        await (await self._bucket()).delete(pause_key(namespace, name))
+        return True
+
+    # -- an orchestrator's copy ---------------------------------------------------------
+
+    def holds(self, namespace: str, name: str) -> bool:
+        """Whether the watch has seen the workflow paused (no I/O)."""
+        return bool(self._held) and f"{namespace}/{name}" in self._held
+
+    async def start(self, resumed: Resumed) -> None:
+        """Follow the bucket: every pause now is known when this returns; each one removed
+        later is told to ``resumed``."""
+        kv = await self._bucket()
+        watcher = await kv.watchall()
+        loaded = asyncio.get_running_loop().create_future()
+
+        async def follow() -> None:
+            async for entry in watcher:
+                if entry is None:  # every current value has come
+                    if not loaded.done():
+                        loaded.set_result(None)
+                    continue
+                key = entry.key.removeprefix("wf.").replace(".", "/", 1)
+                pause = _pause_of(entry.value) if entry.value else None
+                if pause is not None:
+                    self._held[key] = pause
+                elif self._held.pop(key, None) is not None:
+                    namespace, _, name = key.partition("/")
+                    # A resumption that fails is done again by the next start's sweep.
+                    try:
+                        await resumed(namespace, name)
+                    except Exception as exc:  # noqa: BLE001
+                        log.warning("could not resume the runs of %s: %s", key, exc)
+
+        self._task = asyncio.create_task(follow())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(loaded), 10)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
+
+
+def _pause_of(value: bytes | None) -> dict[str, Any] | None:
+    try:
+        found = json.loads(value or b"")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

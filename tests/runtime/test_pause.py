@@ -1,0 +1,111 @@
+"""Pausing a workflow on a real nats-server, through the CLI as an operator types it: its
+new runs (started by hand or by a trigger) wait, recorded as queued; resumed, they go on in
+order; nothing is lost when the workflow is resumed while no orchestrator runs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from concurrency_support import timeline
+from helpers import HELLO, TIMEOUT, cli_env, connect, eventually, run_cli, running_stack
+
+from interlock.client.queues import list_queues
+from interlock.core import events as ev
+from interlock.runtime.service import Orchestrator
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+
+
+def kinds(records: list[ev.AnyRecord]) -> list[str]:
+    return [ev.record_type(r).removeprefix(ev.PREFIX) for r in records]
+
+
+async def cli(nats_url: str, subjects: Subjects, *args: str) -> str:
+    done = await asyncio.to_thread(run_cli, *args, env=cli_env(nats_url, subjects.prefix))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [HELLO]) as stack:
+        client = stack.client
+        before = await client.start("hello", {"message": "before"})
+        assert (await stack.wait(before)).status == "completed"
+        said = await cli(nats_url, subjects, "pause", "workflow", "hello", "--reason", "vendor")
+        assert "paused default/hello" in said
+
+        async def seen_paused() -> bool:
+            return stack.orchestrator.flow.admission.pauses.holds("default", "hello")
+
+        await eventually(seen_paused, what="the orchestrator sees the pause")
+        held = [await client.start("hello", {"message": f"m{n}"}) for n in range(3)]
+        event = CloudEvent(
+            id="greet-1",
+            source="/test",
+            type="com.example.greet",
+            data={"lang": "en", "message": "t"},
+        )
+        await client.emit(event)
+
+        async def all_waiting() -> list[str] | None:
+            found = await list_queues(client)
+            if found and found[0].queued == 4:
+                return [q.limit for q in found]
+            return None
+
+        assert await eventually(all_waiting, what="four runs waiting") == ["default/hello@paused"]
+        for run_id in held:
+            assert kinds(await stack.records(run_id)) == ["run.started", "run.queued"]
+        shown = await cli(nats_url, subjects, "queues", "--workflow", "hello")
+        assert shown.splitlines()[1].split()[:4] == ["default/hello@paused", "paused", "0/0", "4"]
+        assert stack.recorder.handled == [("echo", f"{before}:3", 1)]
+        described = await cli(nats_url, subjects, "describe", "run", held[1])
+        assert "queued       until default/hello is resumed (2nd in line)" in described
+
+        said = await cli(nats_url, subjects, "resume", "workflow", "hello")
+        assert "resumed default/hello" in said
+        for run_id in held:
+            assert (await stack.wait(run_id)).status == "completed"
+        seen = await timeline(client.nc, subjects)
+        assert [r for r in seen.admitted if r in held] == held
+        assert await list_queues(client) == []
+        again = await cli(nats_url, subjects, "resume", "workflow", "hello")
+        assert "was not paused" in again
+        missing = await asyncio.to_thread(
+            run_cli, "pause", "workflow", "nope", env=cli_env(nats_url, subjects.prefix)
+        )
+        assert missing.returncode == 1
+        assert "nope" in missing.stderr
+
+
+async def test_runs_held_while_no_orchestrator_ran_go_on_when_one_starts(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [HELLO]) as stack:
+        client = stack.client
+        await cli(nats_url, subjects, "pause", "workflow", "hello")
+        await eventually(lambda: _holds(stack.orchestrator), what="the orchestrator sees the pause")
+        held = [await client.start("hello", {"message": f"m{n}"}) for n in range(2)]
+
+        async def waiting() -> bool:
+            found = await list_queues(client)
+            return bool(found) and found[0].queued == 2
+
+        await eventually(waiting, what="both runs waiting")
+        await stack.orchestrator.stop()
+        await cli(nats_url, subjects, "resume", "workflow", "hello")
+        nc = await connect(nats_url)
+        later = Orchestrator(nc, subjects)
+        await later.start()
+        try:
+            for run_id in held:
+                assert (await client.wait(run_id, TIMEOUT)).status == "completed"
+        finally:
+            await later.stop()
+            await nc.close()
+
+
+async def _holds(orchestrator: Orchestrator) -> bool:
+    return orchestrator.flow.admission.pauses.holds("default", "hello")

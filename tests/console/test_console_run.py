@@ -116,3 +116,42 @@ async def test_a_log_with_a_foreign_message_warns_and_shows_the_rest(console: Co
     assert stack.subjects.run(run_id) in text
     assert await page.locator("svg .node.current").get_attribute("data-state") == "s01"
     assert page.errors == []
+
+
+LIMITED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: one-at-a-time}
+spec:
+  concurrency:
+    - {key: '"all"', limit: 1}
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on:
+        - {event: go, goto: done}
+    done: {type: terminal}
+"""
+
+
+async def test_a_run_queued_for_a_slot_shows_its_place_in_line(console: Console) -> None:
+    gs = console.gs
+    await gs.stack.apply(LIMITED)
+    async with gs.http() as http:
+        first = (await http.post("/runs", json={"workflow": "one-at-a-time"})).json()["run_id"]
+        await wait_status(gs, first, "running", "wait")
+        second = (await http.post("/runs", json={"workflow": "one-at-a-time"})).json()["run_id"]
+    page = await console.page()
+    await page.goto(f"{console.url}#/runs/{second}")
+    await page.locator("#queued").wait_for()
+    slots = page.get_by_role("table", name="Concurrency slots")
+    row = await slots.locator("tbody tr").inner_text()
+    assert "one-at-a-time" in row
+    assert "waits, next in line" in row
+    assert await page.evaluate(UNLABELLED) == []
+    await page.goto(f"{console.url}#/runs/{first}")
+    slots = page.get_by_role("table", name="Concurrency slots")
+    assert "holds one" in await slots.locator("tbody tr").inner_text()
+    assert await page.locator("#queued").count() == 0
+    assert page.errors == []

@@ -177,9 +177,25 @@ export async function runPage(root, runId, _params, current) {
       table("Pending actions", ["Capability", "Action", "Attempt", "Item", "Requested", "Deadline"], pending, { empty: "No pending actions." }),
       table("Events that move it", ["Event", "Kind", "Guard", "Goes to"], waits, { empty: "No transitions wait here." }),
       table("Timers", ["Purpose", "Fires at", "State", "Action", "Then"], timers, { empty: "No timers." }),
+      slotsTable(),
       signalOut,
     ].filter(Boolean));
     warnUnserved();
+  }
+
+  // The concurrency slots the run needs: held, or its place in line.
+  function slotsTable() {
+    if (!desc.slots?.length) return null;
+    const rows = desc.slots.map((slot) => [
+      h("code", {}, slot.limit),
+      h("code", {}, slot.key),
+      String(slot.size),
+      slot.holding ? "holds one" : slot.place != null ? `waits, ${slot.place === 1 ? "next" : `place ${slot.place}`} in line` : "waits",
+      slot.running == null ? "—" : String(slot.running),
+    ]);
+    return h("div", {},
+      desc.queued ? h("p", { class: "warning", id: "queued" }, "Queued: the run enters its first state once it holds a slot of every limit below.") : null,
+      table("Concurrency slots", ["Limit", "Key", "Slots", "This run", "Runs holding one"], rows));
   }
 
   // What a timer does when it fires: a state timeout's target, from the diagram's version.

@@ -201,6 +201,33 @@ def secure(data_dir: Path, prefix: str = "il") -> DevAuth:
     return prepare(data_dir, Subjects(prefix), reference_capabilities())
 
 
+def _say_started(url: str, data_dir: Path, auth: DevAuth | None, *, fsync: bool) -> None:
+    """What dev prints once its server is up: where it is, and how the CLI reaches it."""
+    print(f"NATS (JetStream) at {url}, data in {data_dir}", flush=True)
+    print(f"export INTERLOCK_URL={url}", flush=True)
+    if fsync:
+        print(
+            "every write fsynced (sync_interval: always); run-log appends group-committed",
+            flush=True,
+        )
+    recorded = record_context(url, auth.operator if auth else None, data_dir)
+    if auth is not None:
+        where = (
+            f"the CLI run from any folder uses it (recorded in {recorded})"
+            if recorded is not None
+            else f"the CLI run from {data_dir.resolve().parent} uses it"
+            if data_dir.name == DEFAULT_DATA_DIR
+            else "the CLI needs it"
+        )
+        print(
+            f"authentication on: credentials in {auth.creds_dir}; {where}; or "
+            f"export INTERLOCK_CREDS={auth.operator.resolve()}",
+            flush=True,
+        )
+    else:
+        print("authentication OFF (--insecure): anyone who reaches the port may do anything")
+
+
 def run_dev(
     data_dir: Path,
     port: int,
@@ -225,29 +252,7 @@ def run_dev(
     except (NatsServerNotFound, NatsServerFailed) as exc:
         sys.stderr.write(f"interlock dev: {exc}\n")
         return 2
-    print(f"NATS (JetStream) at {server.url}, data in {data_dir}", flush=True)
-    print(f"export INTERLOCK_URL={server.url}", flush=True)
-    if fsync:
-        print(
-            "every write fsynced (sync_interval: always); run-log appends group-committed",
-            flush=True,
-        )
-    recorded = record_context(server.url, auth.operator if auth else None, data_dir)
-    if auth is not None:
-        where = (
-            f"the CLI run from any folder uses it (recorded in {recorded})"
-            if recorded is not None
-            else f"the CLI run from {data_dir.resolve().parent} uses it"
-            if data_dir.name == DEFAULT_DATA_DIR
-            else "the CLI needs it"
-        )
-        print(
-            f"authentication on: credentials in {auth.creds_dir}; {where}; or "
-            f"export INTERLOCK_CREDS={auth.operator.resolve()}",
-            flush=True,
-        )
-    else:
-        print("authentication OFF (--insecure): anyone who reaches the port may do anything")
+    _say_started(server.url, data_dir, auth, fsync=fsync)
 
     async def main() -> None:
         telemetry: list[OrchestratorInstrumentation] = []

@@ -191,3 +191,15 @@ def test_a_priority_that_is_not_an_integer_fails_the_run() -> None:
     failed = Run(compile_one(text), run_id="r7").start({"customer": "acme"})[-1]
     assert isinstance(failed, ev.RunFailed)
     assert "not an integer from" in failed.data.error.message
+
+
+def test_a_fairness_key_is_recorded_with_the_slot_and_checked() -> None:
+    text = LIMITED.replace("      limit: 2\n", "      limit: 2\n      fair: inputs.customer\n")
+    run = Run(compile_one(text), run_id="r8")
+    run.start({"customer": "acme"}, trigger=Incoming(type="t", source="s", id="e", data={}))
+    queued = run.log[-1]
+    assert isinstance(queued, ev.RunQueued)
+    assert [s.fair for s in queued.data.slots] == ["acme", ""]
+    bad = LIMITED.replace("      limit: 2\n", "      limit: 2\n      fair: context.x\n")
+    found = [f"{d.line}:{d.col} {d.rule}" for d in compile_sources([("m.yaml", bad)]).diagnostics]
+    assert found == ["11:13 concurrency-key"]

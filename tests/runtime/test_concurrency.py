@@ -328,3 +328,38 @@ async def test_a_scope_shares_one_limit_and_on_limit_skips_or_cancels_the_oldest
             ("default/newest#1", "acme"): 1,
         }
         assert await stack.orchestrator.flow.admission.slots.entries() == []
+
+
+async def test_fair_share_serves_the_keys_of_one_limit_in_turn(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """One slot shared by every customer (key "all"), fair by customer: acme's six runs
+    queued first do not hold beta's two back; the customers take turns."""
+    gates = Gates()
+    manifest = limited(capability="gate", limit=1).replace(
+        "key: inputs.customer", "key: '\"all\"'\n      fair: inputs.customer"
+    )
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        first = await client.start("limited", {"customer": "zed", "n": 100})
+
+        async def started(count: int) -> bool:
+            return len(gates.started) >= count
+
+        await eventually(lambda: started(1), what="the first run at work")
+        runs = [await client.start("limited", {"customer": "acme", "n": n}) for n in range(1, 7)]
+        runs += [await client.start("limited", {"customer": "beta", "n": n}) for n in (11, 12)]
+
+        async def all_in_line() -> bool:
+            found = await stack.orchestrator.flow.admission.slots.entries()
+            return bool(found) and len(found[0].waiting) == len(runs)
+
+        await eventually(all_in_line, what="every run in line")
+        for n in [100, 1, 2, 3, 4, 5, 6, 11, 12]:
+            gates.gate(n).set()
+        for run_id in [first, *runs]:
+            assert (await stack.wait(run_id)).status == "completed"
+        assert gates.started == [100, 1, 11, 2, 12, 3, 4, 5, 6]

@@ -335,6 +335,8 @@ class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a run does when no slot is free: ``queue``, ``skip`` or ``cancel-oldest``."""
     priority: int = 0
     """The run's ``spec.priority``: in line, higher goes first (then the earlier queued)."""
+    fair: str = ""
+    """The run's value of the limit's ``fair`` expression: the values take turns."""
 
 
 class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

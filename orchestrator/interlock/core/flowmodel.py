@@ -32,3 +32,16 @@ class ConcurrencyLimit(msgspec.Struct, kw_only=True, frozen=True):
         | None
     ) = None
     on_limit: OnLimit = "queue"
+    fair: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                description=(
+                    "A CEL expression over 'inputs', 'event' and 'data': runs waiting for the "
+                    "limit's slots are served in turn by its value (round robin), so one value "
+                    "with many runs waiting does not hold up another with few."
+                )
+            ),
+        ]
+        | None
+    ) = None

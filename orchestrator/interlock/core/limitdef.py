@@ -17,3 +17,5 @@ class LimitDef:
     key: Expression
     size: int
     on_limit: str = "queue"
+    fair: Expression | None = None
+    """Runs waiting are served in turn by this expression's value (None: in order)."""

@@ -64,11 +64,18 @@ def claims(
             key = key_text(limit.key.evaluate(activation))
         except ExpressionError as exc:
             return [], f"the key of concurrency limit {limit.name} cannot be computed: {exc}"
-        if len(key) > MAX_KEY_LENGTH:
-            return [], (
-                f"the key of concurrency limit {limit.name} is {len(key)} characters long "
-                f"(at most {MAX_KEY_LENGTH})"
-            )
+        fair = ""
+        if limit.fair is not None:
+            try:
+                fair = key_text(limit.fair.evaluate(activation))
+            except ExpressionError as exc:
+                return [], f"the fairness key of limit {limit.name} cannot be computed: {exc}"
+        for what, text in (("key", key), ("fairness key", fair)):
+            if len(text) > MAX_KEY_LENGTH:
+                return [], (
+                    f"the {what} of concurrency limit {limit.name} is {len(text)} characters "
+                    f"long (at most {MAX_KEY_LENGTH})"
+                )
         out.append(
             ev.SlotClaim(
                 limit=limit.name,
@@ -76,6 +83,7 @@ def claims(
                 size=limit.size,
                 on_limit=limit.on_limit,
                 priority=priority,
+                fair=fair,
             )
         )
     return out, None

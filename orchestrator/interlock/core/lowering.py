@@ -174,10 +174,20 @@ class WorkflowLowering(LoweringScope):
                 )
             scopes.add(limit.scope or "")
             name = limit.scope or f"{wf.metadata.name}#{i + 1}"
+            fair = None
+            if limit.fair is not None:
+                fair = self._expression((*base, "fair"), limit.fair)
+                reads = sorted(fair.names - {"inputs", "event", "data"}) if fair else []
+                if reads:
+                    self.error(
+                        (*base, "fair"),
+                        "concurrency-key",
+                        "a fairness key sees only 'inputs', 'event' and 'data' (it is computed "
+                        f"when the run starts); it reads {', '.join(repr(n) for n in reads)}",
+                    )
             if key is not None:
-                out.append(
-                    LimitDef(f"{wf.metadata.namespace}/{name}", key, limit.limit, limit.on_limit)
-                )
+                ref = f"{wf.metadata.namespace}/{name}"
+                out.append(LimitDef(ref, key, limit.limit, limit.on_limit, fair))
         return tuple(out)
 
     def _archive(self) -> ArchiveDef | None:

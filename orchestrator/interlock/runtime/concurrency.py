@@ -64,6 +64,8 @@ class Waiter(msgspec.Struct, array_like=True, frozen=True):
     than that do."""
     priority: int = 0
     """In line, a higher priority goes first, then the earlier ``since``."""
+    fair: str = ""
+    """The run's fairness key: waiters of different keys take turns."""
 
 
 class SlotEntry(msgspec.Struct, kw_only=True):
@@ -75,6 +77,8 @@ class SlotEntry(msgspec.Struct, kw_only=True):
     """The limit as the run that joined last declares it (what listings show)."""
     holders: list[Waiter] = []
     waiting: list[Waiter] = []
+    turn: str = ""
+    """The fairness key served last (the next slot goes to the next key after it)."""
 
     def has(self, run_id: str) -> bool:
         return any(w.run_id == run_id for w in (*self.holders, *self.waiting))
@@ -195,13 +199,15 @@ class Slots:
             place = entry.place(run_id)
             if place is None:
                 if len(entry.holders) < claim.size and not entry.waiting:
-                    entry.holders.append(Waiter(run_id, queued_at, claim.size, claim.priority))
+                    entry.holders.append(
+                        Waiter(run_id, queued_at, claim.size, claim.priority, claim.fair)
+                    )
                     return Entered(held=True)
                 if claim.on_limit == "skip":
                     return Entered(held=False, skipped=True)
                 # In line by priority, then the time of its run.queued (then run id),
                 # however late the relay of another replica got to it.
-                waiter = Waiter(run_id, queued_at, claim.size, claim.priority)
+                waiter = Waiter(run_id, queued_at, claim.size, claim.priority, claim.fair)
                 at = bisect.bisect(entry.waiting, _order(waiter), key=_order)
                 entry.waiting.insert(at, waiter)
                 place = at + 1
@@ -248,13 +254,31 @@ def _order(waiter: Waiter) -> tuple[int, str, str]:
 
 
 def _grant(entry: SlotEntry) -> list[str]:
-    """Move waiters, first first, into the free slots; the runs moved."""
+    """Move waiters into the free slots, first first; the runs moved. Where waiters have
+    fairness keys, the keys take turns (round robin, in the order of the keys): the next
+    slot goes to the first waiter of the next key after the one served last."""
     moved: list[str] = []
-    while entry.waiting and len(entry.holders) < entry.waiting[0].size:
-        first = entry.waiting.pop(0)
+    while entry.waiting:
+        at = _next_turn(entry)
+        first = entry.waiting[at]
+        if len(entry.holders) >= first.size:
+            break
+        entry.waiting.pop(at)
         entry.holders.append(first)
+        entry.turn = first.fair
         moved.append(first.run_id)
     return moved
+
+
+def _next_turn(entry: SlotEntry) -> int:
+    """The index of the waiter served next."""
+    if not entry.waiting[0].fair and all(not w.fair for w in entry.waiting):
+        return 0
+    firsts: dict[str, int] = {}
+    for i, waiter in enumerate(entry.waiting):
+        firsts.setdefault(waiter.fair, i)
+    later = sorted(k for k in firsts if k > entry.turn)
+    return firsts[later[0] if later else min(firsts)]
 
 
 def in_order(slots: Sequence[ev.SlotClaim]) -> list[ev.SlotClaim]:

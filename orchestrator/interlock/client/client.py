@@ -28,7 +28,7 @@ from interlock.core.deadline import check_deadline
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient, new_run_id
-from interlock.runtime.registry import Applied
+from interlock.runtime.versions import Applied
 from interlock.runtime.waiting import UnknownRunError
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect

@@ -14,7 +14,7 @@ from interlock.runtime.client import InterlockClient
 from interlock.runtime.concurrency import SlotEntry, Slots
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.pausing import Pauses
-from interlock.runtime.registry import StoredWorkflow
+from interlock.runtime.versions import StoredWorkflow
 from interlock.transport.clock import utc_now
 from interlock.views.shapes import QueueView, RunDescription, SlotView
 

@@ -36,9 +36,10 @@ from interlock.runtime.foreign import REASON as FOREIGN_RECORD
 from interlock.runtime.foreign import index_entry
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.pausing import Pauses
-from interlock.runtime.registry import Applied, Registry
+from interlock.runtime.registry import Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.snapshots import Read, Snapshots, read_state
+from interlock.runtime.versions import Applied
 from interlock.runtime.waiting import RunWatcher, UnknownRunError
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream

@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -35,7 +34,7 @@ from interlock.runtime.foreign import (
     workflow_body,
 )
 from interlock.runtime.revisions import Revisions
-from interlock.runtime.versions import store_version
+from interlock.runtime.versions import Applied, StoredWorkflow, store_version
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
     from interlock.core.compiler import WebhookDefinition
     from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
     from interlock.runtime.schemas import CapabilitySchemas
-    from interlock.views.outline import WorkflowOutline
 
 # The compiler (and jsonschema) are imported where a definition is compiled or a schema
 # checked, not above: a program that only lists workflows or reads runs through the
@@ -58,29 +56,6 @@ log = logging.getLogger("interlock.registry")
 READ_ATTEMPTS = 3
 """Times a read that timed out is asked (each within the JetStream context's timeout): a
 stream's leader election in a cluster takes 4 to 7 s, more on a loaded machine."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredWorkflow:
-    """One stored version of a workflow: its manifest as applied and its outline."""
-
-    namespace: str
-    name: str
-    version: int
-    spec_hash: str
-    manifest: Mapping[str, Any]
-    outline: WorkflowOutline
-    source: str = ""
-    """The manifest as it was written (comments and all), when it was applied as text."""
-
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    kind: str
-    namespace: str
-    name: str
-    version: int
-    changed: bool
 
 
 def _split(ref: str, namespace: str = "default") -> tuple[str, str]:

@@ -1,9 +1,13 @@
-"""Storing a workflow version: under the first free number, never over another's."""
+"""Workflow versions: what one stored version is (:class:`StoredWorkflow`), what applying
+something did (:class:`Applied`), and storing a version under the first free number,
+never over another's."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from nats.js.errors import KeyWrongLastSequenceError
 
@@ -13,6 +17,30 @@ if TYPE_CHECKING:
     from nats.js.kv import KeyValue
 
     from interlock.core.definition import Definition
+    from interlock.views.outline import WorkflowOutline
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWorkflow:
+    """One stored version of a workflow: its manifest as applied and its outline."""
+
+    namespace: str
+    name: str
+    version: int
+    spec_hash: str
+    manifest: Mapping[str, Any]
+    outline: WorkflowOutline
+    source: str = ""
+    """The manifest as it was written (comments and all), when it was applied as text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    kind: str
+    namespace: str
+    name: str
+    version: int
+    changed: bool
 
 
 async def store_version(

@@ -22,6 +22,7 @@ SUITES = {
     "worker": "bench.worker_bench",
     "steps": "bench.steps_bench",
     "longrun": "bench.longrun_bench",
+    "fairness": "bench.fairness_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

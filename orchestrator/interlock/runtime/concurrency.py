@@ -122,6 +122,10 @@ class Slots:
         self._js = jetstream(nc)
         self._subjects = subjects
         self._kv: Any = None
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        """Per entry, its lock and how many hold or await it: this process changes one
+        entry at a time (a hot line read and written by many runs' effects at once lost
+        most of its compare-and-sets to itself), other processes race by revision."""
 
     async def _bucket(self) -> Any:
         if self._kv is None:
@@ -161,6 +165,19 @@ class Slots:
         if the entry is still the one read (else read again and done again)."""
         kv = await self._bucket()
         token = entry_key(claim.limit, claim.key)
+        lock, users = self._locks.setdefault(token, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                return await self._change_held(kv, token, claim, change)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[token]
+
+    async def _change_held(
+        self, kv: Any, token: str, claim: ev.SlotClaim, change: Callable[[SlotEntry], T]
+    ) -> tuple[T, SlotEntry]:
         for _ in range(MAX_TRIES):
             try:
                 found = await kv.get(token)

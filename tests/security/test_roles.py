@@ -62,6 +62,8 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("read a run log", "pub", lambda run: f"$JS.API.DIRECT.GET.{RUNS}.{SUBJECTS.run(run)}"),
     ("read a log message", "pub", lambda run: f"$JS.API.STREAM.MSG.GET.{RUNS}"),
     ("write a workflow", "pub", lambda run: f"$KV.{SUBJECTS.workflows_bucket}.latest.x.y"),
+    ("pause a workflow", "pub", lambda run: f"$KV.{SUBJECTS.paused_bucket}.wf.default.x"),
+    ("take a concurrency slot", "pub", lambda run: f"$KV.{SUBJECTS.slots_bucket}.a.b"),
     ("read the secrets", "pub", lambda run: "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.k"),
     ("dead-letter as the orchestrator", "pub", lambda run: "il.dlq.unknown_run"),
     ("listen to run logs", "sub", lambda run: "il.runs.>"),

@@ -151,7 +151,8 @@ async def test_a_run_queued_for_a_slot_shows_its_place_in_line(console: Console)
     assert "waits, next in line" in row
     assert await page.evaluate(UNLABELLED) == []
     await page.goto(f"{console.url}#/runs/{first}")
+    await page.get_by_role("heading", name=f"Run {first}").wait_for()
     slots = page.get_by_role("table", name="Concurrency slots")
-    assert "holds one" in await slots.locator("tbody tr").inner_text()
+    await slots.locator("tbody tr", has_text="holds one").wait_for()
     assert await page.locator("#queued").count() == 0
     assert page.errors == []

@@ -4,10 +4,12 @@ dot-separated words for capabilities and event types (they become NATS subjects)
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from interlock.core import model
-from interlock.core.diagnostics import Diagnostic
-from interlock.core.source import Document
+if TYPE_CHECKING:
+    from interlock.core import model
+    from interlock.core.diagnostics import Diagnostic
+    from interlock.core.source import Document
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 STATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")

@@ -122,10 +122,11 @@ class Slots:
         self._js = jetstream(nc)
         self._subjects = subjects
         self._kv: Any = None
-        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        """Per entry, its lock and how many hold or await it: this process changes one
-        entry at a time (a hot line read and written by many runs' effects at once lost
-        most of its compare-and-sets to itself), other processes race by revision."""
+        self._pending: dict[str, list[tuple[Callable[[SlotEntry], Any], asyncio.Future[Any]]]] = {}
+        """Per entry being written by this process, the changes asked meanwhile: one entry
+        is changed by one write at a time here (a busy line read and written by many runs'
+        effects at once lost most of its compare-and-sets to itself); other processes race
+        by revision."""
 
     async def _bucket(self) -> Any:
         if self._kv is None:
@@ -162,22 +163,50 @@ class Slots:
         self, claim: ev.SlotClaim, change: Callable[[SlotEntry], T]
     ) -> tuple[T, SlotEntry]:
         """``change`` applied to the entry of the claim's limit and key, and written back
-        if the entry is still the one read (else read again and done again)."""
-        kv = await self._bucket()
+        if the entry is still the one read (else read again and done again).
+
+        The changes this process asks of one entry while a write of it is out are made
+        together, in the order asked, in the next read and write: a busy line (a flood of
+        runs entering it) costs a write per batch, not a write per run."""
         token = entry_key(claim.limit, claim.key)
-        lock, users = self._locks.setdefault(token, (asyncio.Lock(), [0]))
-        users[0] += 1
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[tuple[Any, SlotEntry]] = loop.create_future()
+        pending = self._pending.get(token)
+        if pending is not None:
+            pending.append((change, done))
+            return await done
+        batch: list[tuple[Callable[[SlotEntry], Any], asyncio.Future[Any]]] = [(change, done)]
+        self._pending[token] = batch
         try:
-            async with lock:
-                return await self._change_held(kv, token, claim, change)
+            while batch:
+                self._pending[token] = []
+                kv = await self._bucket()
+                try:
+                    results, entry = await self._change_held(kv, token, claim, batch)
+                # Each asker is told (the relay redoes its effect); the next batch goes on.
+                except Exception as exc:  # noqa: BLE001
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                else:
+                    for (_, future), result in zip(batch, results, strict=True):
+                        if not future.done():
+                            future.set_result((result, entry))
+                batch = self._pending[token]
         finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._locks[token]
+            # Stopped half way (cancelled): nobody is left waiting for good.
+            for _, future in [*batch, *self._pending.pop(token)]:
+                if not future.done():
+                    future.set_exception(RuntimeError("the change of the slots was stopped"))
+        return await done
 
     async def _change_held(
-        self, kv: Any, token: str, claim: ev.SlotClaim, change: Callable[[SlotEntry], T]
-    ) -> tuple[T, SlotEntry]:
+        self,
+        kv: Any,
+        token: str,
+        claim: ev.SlotClaim,
+        batch: list[tuple[Callable[[SlotEntry], Any], asyncio.Future[Any]]],
+    ) -> tuple[list[Any], SlotEntry]:
         for _ in range(MAX_TRIES):
             try:
                 found = await kv.get(token)
@@ -189,10 +218,10 @@ class Slots:
                 revision = None
                 entry = SlotEntry(limit=claim.limit, key=claim.key, size=claim.size)
             before = _encode(entry)
-            result = change(entry)
+            results = [change(entry) for change, _ in batch]
             after = _encode(entry)
             if after == before:
-                return result, entry
+                return results, entry
             try:
                 if revision is None:
                     await kv.create(token, after)
@@ -202,7 +231,7 @@ class Slots:
                     await kv.update(token, after, last=revision)
             except KeyWrongLastSequenceError:
                 continue
-            return result, entry
+            return results, entry
         raise RuntimeError(f"slots of {claim.limit} ({claim.key!r}): too many conflicting writes")
 
     async def enter(self, claim: ev.SlotClaim, run_id: str, queued_at: str) -> Entered:

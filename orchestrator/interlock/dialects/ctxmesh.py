@@ -371,10 +371,6 @@ def _catch(errors: list[str], target: str) -> list[dict[str, Any]]:
     return out
 
 
-def _list(items: list[str]) -> str:
-    return "[" + ", ".join('"' + i.replace('"', '\\"') + '"' for i in items) + "]"
-
-
 def _inputs(out: Lowering, schema: Any) -> dict[str, Any]:
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         if isinstance(schema, dict):

@@ -8,17 +8,16 @@ Workflow becomes is in :mod:`interlock.dialects.ctxmesh`.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
+from interlock.core.names import DNS_LABEL
 from interlock.core.source import Document, Path
 from interlock.dialects.base import Cel, Checker, Name, check_cel, rewrite_cel
 
 DIALECT = "ctxmesh"
 API_VERSIONS = ("agents.ctxmesh.ai/v1beta1",)
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 STEP_KEYS = {
     "name",
     "agentRef",

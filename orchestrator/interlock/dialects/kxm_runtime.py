@@ -17,7 +17,6 @@ impossible``, ``kxm.gate-outcome-renamed``, ``kxm.back-edge-budget``...).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
@@ -35,18 +34,13 @@ from interlock.dialects.kxm_runtime_check import (
 from interlock.dialects.kxm_runtime_edges import (
     attempts_key,
     outcome_edges,
-    q,
-    state_name,
     terminals,
 )
+from interlock.dialects.kxm_states import capability, dns_label, q, state_name
 
 
 def detect(data: Any) -> bool:
     return isinstance(data, dict) and data.get("schema") == SCHEMA
-
-
-def _capability(name: str) -> str:
-    return "kxm." + (re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "agent")
 
 
 def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
@@ -54,7 +48,7 @@ def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     if checked is None:
         return None
     steps = checked.steps
-    name = re.sub(r"[^a-z0-9-]+", "-", _stem(src.path)).strip("-")[:63].strip("-") or "kxm"
+    name = dns_label(_stem(src.path))
     lowered = Lowered(DIALECT, src, warnings=unknown_key_warnings(src, checked))
     out = Lowering(src, DIALECT)
     states: dict[str, Any] = {}
@@ -243,7 +237,7 @@ class _Step:
         )
 
     def action(self, agent: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        cap = _capability(agent)
+        cap = capability(agent)
         if cap not in self.capabilities:
             self.capabilities.append(cap)
         entry: dict[str, Any] = {

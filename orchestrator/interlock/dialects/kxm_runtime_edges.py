@@ -11,19 +11,7 @@ import re
 from typing import Any
 
 from interlock.dialects.kxm_runtime_check import STEP_ATTEMPTS_CODE, TERMINAL
-
-
-def q(text: str) -> str:
-    return json.dumps(text)
-
-
-def ctx(key: str) -> str:
-    return f"context[{q(key)}]"
-
-
-def state_name(step_id: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", step_id)
-    return name if name[:1].isalpha() else f"s_{name}"
+from interlock.dialects.kxm_states import context_ref, q, state_name
 
 
 def terminals(states: dict[str, Any]) -> None:
@@ -172,7 +160,7 @@ def _attempted(
 ) -> list[dict[str, Any]]:
     """An edge into a step with ``maxAttempts``: taken while the step has attempts left
     (counting this one), else the run fails with the Runtime's ``budget_step_attempts``."""
-    counter = ctx(attempts_key(target))
+    counter = context_ref(attempts_key(target))
     attempts = {**sets, attempts_key(target): "{{ " + counter + " + 1 }}"}
     edge = {**(step["on"][key] if isinstance(step["on"][key], dict) else {}), "target": target}
     counted = context["_attempts"]

@@ -56,12 +56,13 @@ def signal_type(definition_id: str, key: str) -> str:
     return f"kxm.{dns_label(definition_id)}.signal.{_NOT_IN_TYPE.sub('_', key).strip('.')}"
 
 
-def _q(text: str) -> str:
+def q(text: str) -> str:
+    """``text`` as a CEL (JSON) string literal."""
     return json.dumps(text)
 
 
 def context_ref(key: str) -> str:
-    return f"context[{_q(key)}]"
+    return f"context[{q(key)}]"
 
 
 def capability(name: str) -> str:
@@ -72,8 +73,9 @@ def dns_label(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-") or "kxm"
 
 
-def _state(stage: Stage) -> str:
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", stage.id)
+def state_name(step_id: str) -> str:
+    """A step's or stage's id as a state's name (letters first, no other punctuation)."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", step_id)
     return name if name[:1].isalpha() else f"s_{name}"
 
 
@@ -84,9 +86,9 @@ def _prompt(template: str) -> str:
         parts = match.group(1).split(".")
         tests = []
         for n in range(len(parts)):
-            parent = "inputs" + "".join(f"[{_q(p)}]" for p in parts[:n])
-            tests.append(f"{_q(parts[n])} in {parent}")
-        value = "inputs" + "".join(f"[{_q(p)}]" for p in parts)
+            parent = "inputs" + "".join(f"[{q(p)}]" for p in parts[:n])
+            tests.append(f"{q(parts[n])} in {parent}")
+        value = "inputs" + "".join(f"[{q(p)}]" for p in parts)
         return "{{ " + f'({" && ".join(tests)}) ? {value} : ""' + " }}"
 
     return _PLACEHOLDER.sub(each, template)
@@ -97,7 +99,7 @@ class StageLowering:
         self.d = definition
         self.out = out
         self.states: dict[str, Any] = {}
-        self.names = {s.id: _state(s) for s in definition.stages}
+        self.names = {s.id: state_name(s.id) for s in definition.stages}
         self.ids = {s.id: k for k, s in enumerate(definition.stages)}
         self.gated = False
         self.budgets: dict[str, int] = {}
@@ -197,7 +199,7 @@ class StageLowering:
                 s,
                 edge,
                 event,
-                _and(is_not_passed, f"{outcome} == {_q(key)}", remain),
+                _and(is_not_passed, f"{outcome} == {q(key)}", remain),
                 {f"attempts:{s.id}": "{{ " + used + " }}"},
             )
         if s.auto_resume is not None:
@@ -305,7 +307,7 @@ class StageLowering:
         requires: dict[str, Any] = dict.fromkeys(keys, True)
         sources = [context_ref(f"evidence:{s.id}"), answered]
         aliases = [  # the normalized spelling proves the key as written
-            f"{_q(normalize(key))} in {src} ? {{{_q(key)}: {src}[{_q(normalize(key))}]}} : {{}}"
+            f"{q(normalize(key))} in {src} ? {{{q(key)}: {src}[{q(normalize(key))}]}} : {{}}"
             for key in keys
             if normalize(key) != key
             for src in sources
@@ -313,15 +315,15 @@ class StageLowering:
         evidence = [sources[0], *aliases, sources[1]]
         if s.id in self.d.require_plan:
             requires[PLAN_HASH] = True
-            evidence.append(f"{{{_q(PLAN_HASH)}: context.plan}}")
+            evidence.append(f"{{{q(PLAN_HASH)}: context.plan}}")
         if self.d.repro and self.d.repro[0] != s.id:
-            key = _q(self.d.repro[1])
+            key = q(self.d.repro[1])
             requires[REPRO] = True
             kept = (
                 f"!({key} in {answered}) || context.repro == null"
                 f" || {answered}[{key}] == context.repro"
             )
-            evidence.append(f'{{{_q(REPRO)}: ({kept}) ? "kept" : ""}}')
+            evidence.append(f'{{{q(REPRO)}: ({kept}) ? "kept" : ""}}')
         if not requires:
             return None
         return {
@@ -381,10 +383,10 @@ class StageLowering:
             (signal_type(self.d.id, s.id), None),
             (SIGNAL_EVENT, f"data.signal == {context_ref('wait:' + s.id)}"),
         ):
-            signal_key = _q(s.id) if key_test is None else "data.signal"
+            signal_key = q(s.id) if key_test is None else "data.signal"
             matches = _and(key_test, '"status" in data')
             route = [
-                _matches_route("workflow.stage", _q(s.id)),
+                _matches_route("workflow.stage", q(s.id)),
                 _matches_route("workflow.signal", signal_key),
                 _matches_route("workflow.run", "run.id"),
             ]
@@ -416,7 +418,7 @@ class StageLowering:
             # A passing signal for this wait is checked like a passing checkpoint; refused,
             # it is not taken (gate.checked records what it missed) and the stage waits on.
             mine = (
-                f"event.type == {_q(signal_type(self.d.id, s.id))} || "
+                f"event.type == {q(signal_type(self.d.id, s.id))} || "
                 f'("signal" in data && data.signal == {context_ref("wait:" + s.id)})'
             )
             gate["when"] = f'({mine}) && "status" in data && data.status == "passed"'
@@ -477,7 +479,7 @@ def _evidence_value(evidence: str, key: str) -> str:
     spellings = sorted({key, normalize(key)})
     value = "null"
     for k in reversed(spellings):
-        value = f"({_q(k)} in {evidence} ? {evidence}[{_q(k)}] : {value})"
+        value = f"({q(k)} in {evidence} ? {evidence}[{q(k)}] : {value})"
     return value
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from interlock.core.vocabulary import ErrorClass
+from interlock.core.events import SOURCE
+from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
@@ -61,7 +62,7 @@ def examples() -> Examples:
     request = tasks.TaskRequest.from_event(
         CloudEvent(
             id=ACTION_ID,
-            source=tasks.ORCHESTRATOR_SOURCE,
+            source=SOURCE,
             type=tasks.TASK_REQUESTED,
             subject=RUN,
             time=TIME,
@@ -77,9 +78,7 @@ def examples() -> Examples:
         run_id=RUN, action_id=ACTION_ID, attempt=2, time=TIME
     )
     event_headers, event_payload = _inbound_example()
-    completed_headers, completed_payload = _answer(
-        tasks.TASK_COMPLETED, {"score": 8}, request.token
-    )
+    completed_headers, completed_payload = _answer(TASK_COMPLETED, {"score": 8}, request.token)
     emitted_headers, emitted_payload = _answer("review.approved", {"score": 9}, request.token)
     failed_headers, failed_payload = _answer(failed_type, failed_data, request.token)
     return Examples(

@@ -14,7 +14,7 @@ import msgspec
 
 from interlock.contracts_examples import SUBJECTS, Examples, examples
 from interlock.core.events import BATCH_CONTENT_TYPE
-from interlock.core.vocabulary import ErrorClass
+from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED, ErrorClass
 from interlock.transport import tasks
 from interlock.transport.cloudevents import STRUCTURED_CONTENT_TYPE
 from interlock.transport.logmac import MAC_HEADER
@@ -248,7 +248,7 @@ def _task_completed(ex: Examples) -> dict[str, Any]:
     return {
         "name": "TaskCompleted",
         "title": "A task done",
-        "summary": f"ce-type `{tasks.TASK_COMPLETED}`; the payload is the result.",
+        "summary": f"ce-type `{TASK_COMPLETED}`; the payload is the result.",
         "headers": answer_headers
         | {"properties": answer_headers["properties"] | {"ce-type": {"const": "task.completed"}}},
         "payload": {
@@ -278,7 +278,7 @@ def _task_failed(ex: Examples) -> dict[str, Any]:
     return {
         "name": "TaskFailed",
         "title": "A task failed",
-        "summary": f"ce-type `{tasks.TASK_FAILED}`, with the error's class, message, "
+        "summary": f"ce-type `{TASK_FAILED}`, with the error's class, message, "
         "whether it may be retried, and an optional code.",
         "headers": answer_headers
         | {"properties": answer_headers["properties"] | {"ce-type": {"const": "task.failed"}}},

@@ -20,6 +20,7 @@ import pytest
 from helpers import TIMEOUT, eventually, running_stack, yaml
 from nats.aio.msg import Msg
 
+from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, decode_message
 from interlock.transport.subjects import Subjects
@@ -70,7 +71,7 @@ def answer_for(
     *,
     run_id: str | None = None,
     attempt: str | None = None,
-    event_type: str = tasks.TASK_COMPLETED,
+    event_type: str = TASK_COMPLETED,
     data: Any = None,
     suffix: str = "answer",
 ) -> CloudEvent:
@@ -172,7 +173,7 @@ async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
         bare = CloudEvent(
             id="bare",
             source="test://forger",
-            type=tasks.TASK_COMPLETED,
+            type=TASK_COMPLETED,
             subject=run_a,
             data={},
             extensions={"runid": run_a, "actionid": req_a.extensions["actionid"]},
@@ -183,7 +184,7 @@ async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
         # Attempt 1 fails (retryable): attempt 2 is dispatched with a token of its own.
         failed = answer_for(
             req_a,
-            event_type=tasks.TASK_FAILED,
+            event_type=TASK_FAILED,
             data={"error": {"class": "agent_error", "message": "flaky", "retryable": True}},
         )
         await publish(subjects.result("slow", run_a), failed, token_a)

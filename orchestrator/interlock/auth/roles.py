@@ -25,7 +25,7 @@ from interlock.transport.subjects import Subjects, inbox_prefix
 from interlock.transport.tasks import consumer_name
 
 __all__ = [
-    "ROLES",
+    "NATS_ROLES",
     "Permissions",
     "Role",
     "agent",
@@ -40,7 +40,9 @@ __all__ = [
     "validate_event_pattern",
 ]
 
-ROLES = ("orchestrator", "operator", "gateway", "agent", "publisher")
+NATS_ROLES = ("orchestrator", "operator", "gateway", "agent", "publisher")
+"""The roles a NATS credential is issued for (``interlock creds issue``); the gateway's HTTP
+tokens have roles of their own (:data:`interlock.gateway.auth.TOKEN_ROLES`)."""
 JS_API = "$JS.API"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -308,7 +310,7 @@ def permissions_for(role: Role, subjects: Subjects, user: str) -> Permissions:
         return agent(subjects, user, role.capabilities)
     if role.name == "publisher":
         return publisher(subjects, user, role.events)
-    raise ValueError(f"unknown role {role.name!r}; expected one of {', '.join(ROLES)}")
+    raise ValueError(f"unknown role {role.name!r}; expected one of {', '.join(NATS_ROLES)}")
 
 
 def templates(subjects: Subjects) -> dict[str, Permissions]:

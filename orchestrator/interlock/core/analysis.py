@@ -55,7 +55,7 @@ from interlock.core.redrive import (
     START,
     TIMER,
     Drive,
-    Outcome,
+    Redriven,
     Step,
     boundaries,
     describe_input,
@@ -88,7 +88,7 @@ __all__ = [
     "START",
     "TIMER",
     "NotPossible",
-    "Outcome",
+    "Redriven",
     "Shadow",
     "Step",
     "acted_on",
@@ -195,7 +195,7 @@ def versions_named(records: Iterable[ev.AnyRecord]) -> list[int]:
     return out
 
 
-def _explain_step(step: Step, before: RunState, outcome: Outcome) -> dict[str, Any]:
+def _explain_step(step: Step, before: RunState, outcome: Redriven) -> dict[str, Any]:
     records = step.records
     out: dict[str, Any] = {
         "seq": step.first,
@@ -227,7 +227,7 @@ def _explain_step(step: Step, before: RunState, outcome: Outcome) -> dict[str, A
     return out
 
 
-def _why_none(step: Step, before: RunState, outcome: Outcome) -> str:
+def _why_none(step: Step, before: RunState, outcome: Redriven) -> str:
     head = step.head
     if step.kind == START:
         return "the run started"

@@ -14,10 +14,8 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.definition import DagDef, DagStep, StateDef
 from interlock.core.fanout import FanOut
-from interlock.core.incoming import TASK_COMPLETED
 from interlock.core.state import DagProgress
-
-ENDED = ("completed", "failed", "skipped")
+from interlock.core.vocabulary import STEP_ENDED, TASK_COMPLETED, StepStatus
 
 
 class Dag(FanOut):
@@ -66,7 +64,7 @@ class Dag(FanOut):
         if (
             self.running
             and final is not None
-            and all(final.status.get(name) in ENDED for name in final.steps)
+            and all(final.status.get(name) in STEP_ENDED for name in final.steps)
         ):
             result = final.view()
             self.emit(ev.DagCompleted, ev.DagCompletedData(state=state.name, result=result))
@@ -78,7 +76,7 @@ class Dag(FanOut):
         progress = self.state.dag
         assert progress is not None
         status = progress.status.get(step.name)
-        if status not in (None, "held"):
+        if status not in (None, StepStatus.HELD):
             return False
         verdict, reason = _readiness(step, progress)
         if verdict == "skip":
@@ -90,7 +88,7 @@ class Dag(FanOut):
             return False
         if step.gate is not None:
             missing = step.gate.missing(self.state.evidence)
-            if missing and status == "held" and not self._gate_moved(step, missing):
+            if missing and status == StepStatus.HELD and not self._gate_moved(step, missing):
                 return False  # still held; what it misses was recorded when it was held
             self.emit(
                 ev.GateChecked,
@@ -139,9 +137,9 @@ def _readiness(step: DagStep, progress: DagProgress) -> tuple[str, str]:
     than its edge asks), with the reason for a skip."""
     for edge in step.depends_on:
         ended = progress.status.get(edge.step)
-        if ended in ENDED and ended not in edge.on:
+        if ended in STEP_ENDED and ended not in edge.on:
             wanted = " or ".join(sorted(edge.on))
             return "skip", f"{edge.step} ended {ended}; {step.name} runs on {wanted}"
-    if any(progress.status.get(edge.step) not in ENDED for edge in step.depends_on):
+    if any(progress.status.get(edge.step) not in STEP_ENDED for edge in step.depends_on):
         return "wait", ""
     return "ready", ""

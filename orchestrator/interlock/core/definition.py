@@ -13,6 +13,7 @@ from typing import Any
 
 from interlock.core.expr import CompiledValue, Expression, Literal
 from interlock.core.limitdef import LimitDef
+from interlock.core.vocabulary import StepStatus
 
 NORMAL = "normal"
 TERMINAL = "terminal"
@@ -89,16 +90,12 @@ class MapDef:
         return self.action
 
 
-ENDED = frozenset({"completed", "failed", "skipped"})
-"""How a DAG step can end."""
-
-
 @dataclass(frozen=True, slots=True)
 class DagEdge:
     """A step waits for ``step`` to end; it runs only if that step ended one of ``on``."""
 
     step: str
-    on: frozenset[str] = frozenset({"completed"})
+    on: frozenset[str] = frozenset({StepStatus.COMPLETED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +159,7 @@ class DagDef:
         """Whether a step's failure is a branch the DAG takes: some step depends on it with
         an edge that a failure satisfies (so under ``completion: all`` it is not fatal)."""
         return any(
-            edge.step == name and "failed" in edge.on
+            edge.step == name and StepStatus.FAILED in edge.on
             for step in self.steps
             for edge in step.depends_on
         )

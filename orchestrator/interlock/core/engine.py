@@ -22,8 +22,6 @@ from interlock.core import events as ev
 from interlock.core import limits
 from interlock.core.definition import Definition
 from interlock.core.incoming import (
-    TASK_COMPLETED,
-    TASK_FAILED,
     TIMER_FIRED,
     Incoming,
     correlation_key,
@@ -38,7 +36,7 @@ from interlock.core.seen import event_key
 from interlock.core.spawn import spawn_budget
 from interlock.core.state import RunState
 from interlock.core.step import GuardCheck, backoff_seconds, plus_seconds
-from interlock.core.vocabulary import RunStatus, TimerPurpose
+from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED, RunStatus, TimerPurpose
 
 __all__ = [
     "TASK_COMPLETED",

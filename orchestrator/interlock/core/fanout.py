@@ -9,11 +9,10 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.definition import StateDef
 from interlock.core.expr import ExpressionError
-from interlock.core.incoming import TASK_COMPLETED
 from interlock.core.state import MapProgress
 from interlock.core.step import error_json
 from interlock.core.transitions import Transitions
-from interlock.core.vocabulary import ErrorClass, TimerPurpose
+from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass, TimerPurpose
 
 
 class FanOut(Transitions):

@@ -13,9 +13,6 @@ import msgspec
 from interlock.core.definition import Definition, TriggerDef
 from interlock.core.expr import ExpressionError, OverBudget, render
 
-TASK_COMPLETED = "task.completed"
-TASK_FAILED = "task.failed"
-
 TIMER_FIRED = "io.interlock.timer.fired"
 """The type of the incoming event that tells a run one of its timers is due (extension
 ``timerid``)."""

@@ -11,7 +11,6 @@ from typing import Protocol
 
 from interlock.core import model
 from interlock.core.definition import (
-    ENDED,
     ActionDef,
     BudgetDef,
     DagDef,
@@ -22,6 +21,7 @@ from interlock.core.definition import (
 from interlock.core.names import STATE_NAME
 from interlock.core.rules import Report
 from interlock.core.source import Path
+from interlock.core.vocabulary import STEP_ENDED
 
 STEPS_VARIABLE = frozenset({"steps"})
 """What a DAG step's input may read besides the run's values: ``steps.<name>.status``,
@@ -111,7 +111,7 @@ def _edge(dep: str | model.DagEdgeSpec) -> DagEdge:
     wanted = dep.on if isinstance(dep.on, list) else [dep.on]
     outcomes: set[str] = set()
     for outcome in wanted:
-        outcomes |= ENDED if outcome == "ended" else {outcome}
+        outcomes |= STEP_ENDED if outcome == "ended" else {outcome}
     return DagEdge(dep.step, frozenset(outcomes))
 
 

@@ -186,7 +186,7 @@ class MapSpec(_Strict, frozen=True, kw_only=True):
     completion: Completion = "all"
 
 
-Outcome = Literal["completed", "failed", "skipped", "ended"]
+EdgeOutcome = Literal["completed", "failed", "skipped", "ended"]
 
 
 class DagEdgeSpec(_Strict, frozen=True, kw_only=True):
@@ -194,7 +194,7 @@ class DagEdgeSpec(_Strict, frozen=True, kw_only=True):
     of completed, failed, skipped); otherwise the dependent step is skipped."""
 
     step: str
-    on: Outcome | list[Outcome] = "completed"
+    on: EdgeOutcome | list[EdgeOutcome] = "completed"
 
 
 class DagStepSpec(_Strict, frozen=True, kw_only=True):

@@ -8,11 +8,17 @@ from interlock.core import events as ev
 from interlock.core.dag import Dag
 from interlock.core.definition import StateDef, StateGateDef
 from interlock.core.expr import ExpressionError, is_literal_true
-from interlock.core.incoming import SPAWNS_EXTENSION, TASK_COMPLETED, TASK_FAILED, Incoming
+from interlock.core.incoming import SPAWNS_EXTENSION, Incoming
 from interlock.core.rfc3339 import parse_time
 from interlock.core.state import PendingAction
 from interlock.core.step import backoff_seconds, error_of, plus_seconds, seconds_text
-from interlock.core.vocabulary import RETRYABLE, ErrorClass, TimerPurpose
+from interlock.core.vocabulary import (
+    RETRYABLE,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    ErrorClass,
+    TimerPurpose,
+)
 
 
 class Reactions(Dag):

@@ -228,7 +228,7 @@ class Drive:
 
 
 @dataclass(slots=True)
-class Outcome:
+class Redriven:
     """What the definition did with one recorded step."""
 
     records: list[ev.AnyRecord]
@@ -291,7 +291,7 @@ def _timer_named(data: ev.TimerFiredData) -> str:
     return f"the {data.purpose} timer" if data.purpose else f"timer {data.timer_id}"
 
 
-def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
+def run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     """Feed one recorded step's input to the new run. ``recorded``: the recorded run's
     state before the step."""
     checks: list[GuardCheck] = []
@@ -302,9 +302,9 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
         return _start(drive, head, checks)
     if drive.state.status == RunStatus.NEW:
         # Its start was not taken, or the log does not begin with one.
-        return Outcome([], checks, "the new run never started")
+        return Redriven([], checks, "the new run never started")
     if drive.state.status != RunStatus.RUNNING:
-        return Outcome([], checks, f"the new run has already ended ({drive.state.status})")
+        return Redriven([], checks, f"the new run has already ended ({drive.state.status})")
     if isinstance(head, ev.ActionCompleted | ev.ActionFailed):
         action_id = _map_action(drive, recorded, head.data.action_id)
         if action_id is None:
@@ -314,26 +314,26 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
                 if old is not None
                 else head.data.action_id
             )
-            return Outcome(
+            return Redriven(
                 [],
                 checks,
                 f"the answer of {what} is not awaited: the new run is in state "
                 f"{drive.state.state!r}",
             )
         incoming = _answer(step, action_id)
-        return Outcome(decide(d, drive.state, incoming, now, trace=checks), checks)
+        return Redriven(decide(d, drive.state, incoming, now, trace=checks), checks)
     if isinstance(head, ev.EventReceived | ev.EvidenceRecorded):
         incoming = event_of(head.data.event)
         records = decide(d, drive.state, incoming, now, trace=checks)
         if not records:
-            return Outcome(
+            return Redriven(
                 [], checks, f"state {drive.state.state!r} has no `on` entry for {incoming.type}"
             )
-        return Outcome(records, checks)
+        return Redriven(records, checks)
     if isinstance(head, ev.TimerFired):
         timer_id = _map_timer(drive, recorded, head.data.timer_id)
         if timer_id is None:
-            return Outcome(
+            return Redriven(
                 [],
                 checks,
                 f"{_timer_named(head.data)} is not set in the new run "
@@ -342,9 +342,9 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
         incoming = Incoming(
             type=TIMER_FIRED, source=REPLAY_SOURCE, id=timer_id, extensions={"timerid": timer_id}
         )
-        return Outcome(decide(d, drive.state, incoming, now, trace=checks), checks)
+        return Redriven(decide(d, drive.state, incoming, now, trace=checks), checks)
     if isinstance(head, ev.RunCancelled):
-        return Outcome(cancel(d, drive.state, reason=head.data.reason, now=now), checks)
+        return Redriven(cancel(d, drive.state, reason=head.data.reason, now=now), checks)
     if isinstance(head, ev.RunForked):
         records = resume_fork(
             d,
@@ -354,17 +354,17 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Outcome:
             version=drive.version or head.data.version,
             now=now,
         )
-        return Outcome(records, checks)
+        return Redriven(records, checks)
     if isinstance(head, ev.RunMigrated):
         version = drive.version or head.data.version
-        return Outcome(migrate(d, drive.state, version=version, now=now), checks)
+        return Redriven(migrate(d, drive.state, version=version, now=now), checks)
     if isinstance(head, ev.RunAdmitted):
         records = admitted(d, drive.state, now)
-        return Outcome(records, checks, None if records else "the new run is not queued")
-    return Outcome([], checks, f"no input of type {ev.record_type(head)} to re-drive")
+        return Redriven(records, checks, None if records else "the new run is not queued")
+    return Redriven([], checks, f"no input of type {ev.record_type(head)} to re-drive")
 
 
-def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Outcome:
+def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Redriven:
     d = drive.definition
     data = head.data
     trigger = None if data.trigger is None else event_of(data.trigger)
@@ -372,11 +372,11 @@ def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Outco
     if trigger is not None:
         found = matching_trigger(d, trigger)
         if found is None:
-            return Outcome([], checks, f"no trigger of the workflow takes {trigger.type} any more")
+            return Redriven([], checks, f"no trigger of the workflow takes {trigger.type} any more")
         given = trigger_inputs(found, trigger)
     inputs, problems = resolve_inputs(d, given)
     if problems:
-        return Outcome([], checks, "the inputs are no longer valid: " + "; ".join(problems))
+        return Redriven([], checks, "the inputs are no longer valid: " + "; ".join(problems))
     records = start(
         d,
         run_id=head.subject,
@@ -388,7 +388,7 @@ def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Outco
         parent=data.parent,
         trace=checks,
     )
-    return Outcome(list(records), checks)
+    return Redriven(list(records), checks)
 
 
 def redrive(

@@ -32,7 +32,7 @@ from interlock.core.redrive import (
     START,
     TIMER,
     Drive,
-    Outcome,
+    Redriven,
     Step,
     describe_input,
     run_step,
@@ -114,7 +114,7 @@ def first_divergence(
     position: int,
     recorded: ev.AnyRecord | None,
     replayed: ev.AnyRecord | None,
-    outcome: Outcome,
+    outcome: Redriven,
     before: RunState,
 ) -> dict[str, Any]:
     """Why the first differing record differs."""
@@ -189,7 +189,7 @@ def _guard_difference(
     state: str,
     recorded_to: str | None,
     replayed_to: str | None,
-    outcome: Outcome,
+    outcome: Redriven,
     out: dict[str, Any],
 ) -> tuple[str, str]:
     """The run's transition differs: the reason (with the guards' verdicts) and the group."""

@@ -16,7 +16,7 @@ from msgspec.structs import replace
 from interlock.core import events as ev
 from interlock.core.seen import taken
 from interlock.core.spawn import SpawnProgress
-from interlock.core.vocabulary import FINISHED, RunStatus, TimerPurpose
+from interlock.core.vocabulary import FINISHED, RunStatus, StepStatus, TimerPurpose
 
 
 class PendingAction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -66,7 +66,7 @@ class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     @property
     def running(self) -> int:
         """Steps in flight (asked for, or waiting for a retry); a held step is not."""
-        return sum(1 for s in self.status.values() if s == "running")
+        return sum(1 for s in self.status.values() if s == StepStatus.RUNNING)
 
     def view(self) -> dict[str, dict[str, Any]]:
         """Each step as CEL reads it in ``steps``: its status, output (or error) and, once
@@ -210,7 +210,7 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
         progress = replace(progress, next=max(progress.next, d.item + 1))
     dag = s.dag
     if d.step is not None and dag is not None:
-        dag = replace(dag, status={**dag.status, d.step: "running"})
+        dag = replace(dag, status={**dag.status, d.step: StepStatus.RUNNING})
     spawn = s.spawn
     if spawn is not None:
         reserved = None if d.spawn is None else d.spawn.allowance
@@ -245,7 +245,7 @@ def _action_completed(s: RunState, r: ev.ActionCompleted) -> RunState:
     if d.step is not None and s.dag is not None:
         dag = replace(
             s.dag,
-            status={**s.dag.status, d.step: "completed"},
+            status={**s.dag.status, d.step: StepStatus.COMPLETED},
             results={**s.dag.results, d.step: d.result},
             sources=s.dag.sources if d.source is None else {**s.dag.sources, d.step: d.source},
         )
@@ -285,7 +285,7 @@ def _action_failed(s: RunState, r: ev.ActionFailed) -> RunState:
     if d.step is not None and dag is not None and not d.will_retry:
         dag = replace(
             dag,
-            status={**dag.status, d.step: "failed"},
+            status={**dag.status, d.step: StepStatus.FAILED},
             errors={**dag.errors, d.step: d.error},
         )
     return replace(s, seq=s.seq + 1, updated_at=r.time, pending=pending, map=progress, dag=dag)
@@ -319,7 +319,7 @@ def _dag_started(s: RunState, r: ev.DagStarted) -> RunState:
 def _step_skipped(s: RunState, r: ev.StepSkipped) -> RunState:
     dag = s.dag
     if dag is not None:
-        dag = replace(dag, status={**dag.status, r.data.step: "skipped"})
+        dag = replace(dag, status={**dag.status, r.data.step: StepStatus.SKIPPED})
     return replace(s, seq=s.seq + 1, updated_at=r.time, dag=dag)
 
 
@@ -343,7 +343,8 @@ def _evidence_recorded(s: RunState, r: ev.EvidenceRecorded) -> RunState:
 def _gate_checked(s: RunState, r: ev.GateChecked) -> RunState:
     dag = s.dag
     if dag is not None and r.data.step:
-        status = "held" if not r.data.proven else dag.status.get(r.data.step, "held")
+        held = StepStatus.HELD
+        status = held if not r.data.proven else dag.status.get(r.data.step, held)
         dag = replace(dag, status={**dag.status, r.data.step: status})
     return replace(s, seq=s.seq + 1, updated_at=r.time, dag=dag)
 

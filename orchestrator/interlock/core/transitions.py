@@ -12,10 +12,10 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.definition import ActionDef, StateDef
 from interlock.core.expr import ExpressionError, is_literal_true, read_values, render
-from interlock.core.incoming import TASK_FAILED, Incoming
+from interlock.core.incoming import Incoming
 from interlock.core.state import PendingAction
 from interlock.core.step import Step, error_json, plus_seconds, retry_info, to_text
-from interlock.core.vocabulary import ErrorClass, TimerPurpose
+from interlock.core.vocabulary import TASK_FAILED, ErrorClass, StepStatus, TimerPurpose
 
 
 class Transitions(Step):
@@ -189,9 +189,8 @@ class Transitions(Step):
         if item is not None and progress is not None:
             sharing += max(0, len(progress.items) - max(progress.next, item + 1))
         elif step is not None and dag is not None:
-            sharing += sum(
-                1 for s in dag.steps if s != step and dag.status.get(s, "held") == "held"
-            )
+            held = StepStatus.HELD
+            sharing += sum(1 for s in dag.steps if s != step and dag.status.get(s, held) == held)
         return spawn.handed_down(sharing)
 
     def action_failed(

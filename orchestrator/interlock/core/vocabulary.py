@@ -50,6 +50,12 @@ RETRYABLE: frozenset[str] = frozenset({ErrorClass.TIMEOUT, ErrorClass.PLATFORM_E
 """Error classes retried under a retry policy; an agent can mark any error retryable."""
 
 
+TASK_COMPLETED = "task.completed"
+"""Answer type of a handler that returned normally."""
+TASK_FAILED = "task.failed"
+"""Answer type of a failed task; its data is ``{"error": {"class", "message", ...}}``."""
+
+
 class RunStatus(StrEnum):
     """Where a run stands; a finished run never changes again."""
 
@@ -65,6 +71,26 @@ FINISHED: frozenset[str] = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, Run
 """The statuses of a finished run."""
 RECORDED: tuple[str, ...] = tuple(s.value for s in RunStatus if s is not RunStatus.NEW)
 """The statuses of a run whose log holds anything, in order: what run listings filter by."""
+
+
+class StepStatus(StrEnum):
+    """Where a step of a DAG state stands (``steps.<name>.status``); no entry yet: not
+    asked for."""
+
+    HELD = "held"
+    """Its evidence gate is not open yet."""
+    RUNNING = "running"
+    """Asked for, or waiting for a retry."""
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    """It can never run: a step it depends on ended otherwise than its edge asks."""
+
+
+STEP_ENDED: frozenset[str] = frozenset(
+    {StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.SKIPPED}
+)
+"""How a DAG step can end."""
 
 
 class TimerPurpose(StrEnum):

@@ -34,7 +34,9 @@ from interlock.runtime.foreign import bucket_object
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
-ROLES = ("operator", "publisher", "reader")
+TOKEN_ROLES = ("operator", "publisher", "reader")
+"""The roles of the gateway's HTTP bearer tokens (not NATS credentials: those have
+:data:`interlock.auth.roles.NATS_ROLES`)."""
 TOKEN_PREFIX = "ilt_"  # noqa: S105 - a marker, not a secret
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PATTERN_WORD = re.compile(r"^(\*|>|[A-Za-z0-9_-]+)$")
@@ -139,8 +141,8 @@ class Tokens:
         events = list(events or [])
         if not _NAME.match(name):
             raise ValueError(f"token name {name!r}: letters, digits, '_', '.', '-' (1-64)")
-        if role not in ROLES:
-            raise ValueError(f"role {role!r}: one of {', '.join(ROLES)}")
+        if role not in TOKEN_ROLES:
+            raise ValueError(f"role {role!r}: one of {', '.join(TOKEN_ROLES)}")
         if role == "publisher" and not events:
             raise ValueError("a publisher token needs at least one --events pattern")
         if role != "publisher" and events:

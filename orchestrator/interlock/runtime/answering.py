@@ -51,7 +51,7 @@ BACKLOG = 16_384
 """Answer requests waiting for one of the ``IN_FLIGHT`` places (beyond, one is dropped:
 its agent gets no reply and sends the answer to the results stream)."""
 
-Outcome = tuple[str, str | None]
+AnswerReply = tuple[str, str | None]
 """The reply's ``Interlock-Answer`` value, and for ``refused`` the dead letter's reason."""
 REPLY_REFUSED = "reply-refused"
 """The dead-letter reason of a request whose reply subject is not the requester's inbox."""
@@ -68,7 +68,7 @@ class AnswerDesk:
         self,
         nc: Client,
         subjects: Subjects,
-        handle: Callable[[Msg], Awaitable[Outcome]],
+        handle: Callable[[Msg], Awaitable[AnswerReply]],
         refuse: Refuse,
         *,
         limit: int = IN_FLIGHT,

@@ -30,6 +30,7 @@ from interlock.core.definition import Definition
 from interlock.core.engine import TIMER_FIRED, Incoming, cancel
 from interlock.core.incoming import SPAWNS_EXTENSION
 from interlock.core.state import RunState
+from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
 from interlock.runtime.answers import Answers
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
@@ -160,7 +161,10 @@ class ControlFlow:
             handler = self._start_child
         elif isinstance(record, ev.ActionCancelled):
             handler = self._action_cancelled
-        elif isinstance(record, ev.ActionFailed) and record.data.error.error_class == "timeout":
+        elif (
+            isinstance(record, ev.ActionFailed)
+            and record.data.error.error_class == ErrorClass.TIMEOUT
+        ):
             handler = self._action_timed_out
         elif isinstance(record, ev.RunCancelled):
             handler = self._run_cancelled
@@ -342,7 +346,7 @@ class ControlFlow:
         try:
             definition, version = await self._registry.latest(d.workflow, namespace)
         except UnknownWorkflow as exc:
-            await self._answers.failed(record, "platform_error", str(exc))
+            await self._answers.failed(record, ErrorClass.PLATFORM_ERROR, str(exc))
             return
         inputs = d.input if isinstance(d.input, dict) else {}
         parent = ev.ParentRef(run_id=record.subject, action_id=d.action_id, attempt=d.attempt)
@@ -358,19 +362,19 @@ class ControlFlow:
                 paused=self.admission.pauses.holds(definition.namespace, definition.name),
             )
         except InvalidInputs as exc:
-            await self._answers.failed(record, "schema_error", str(exc))
+            await self._answers.failed(record, ErrorClass.SCHEMA_ERROR, str(exc))
 
     async def _answer_parent(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled)
         parent = record.data.parent
         assert parent is not None
         if isinstance(record, ev.RunCompleted):
-            event_type, data = tasks.TASK_COMPLETED, dict(record.data.outputs)
+            event_type, data = TASK_COMPLETED, dict(record.data.outputs)
         elif isinstance(record, ev.RunFailed):
             error = record.data.error
             event_type, data = tasks.failure(error.error_class, error.message, code=error.code)
         else:
-            event_type, data = tasks.failure("cancelled", record.data.reason)
+            event_type, data = tasks.failure(ErrorClass.CANCELLED, record.data.reason)
         event = tasks.answer_event(
             run_id=parent.run_id,
             action_id=parent.action_id,

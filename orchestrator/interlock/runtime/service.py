@@ -52,7 +52,7 @@ from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass
 from interlock.runtime import eventloop, writebehind
 from interlock.runtime.addressing import Refused, admit
-from interlock.runtime.answering import AnswerDesk, Outcome
+from interlock.runtime.answering import AnswerDesk, AnswerReply
 from interlock.runtime.answers import (
     LATE_REFUSALS,
     AnswerKey,
@@ -613,7 +613,7 @@ class Orchestrator:
     async def _on_result(self, msg: Msg) -> None:
         await self._take_answer(msg)
 
-    async def _take_answer(self, msg: Msg) -> Outcome:
+    async def _take_answer(self, msg: Msg) -> AnswerReply:
         """Check an agent's answer (from the results stream or a request) and decide on it;
         a refused one is dead-lettered with its reason. Raises when it cannot be taken now."""
         try:

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from interlock.core import events as ev
+from interlock.core.vocabulary import ErrorClass
 from interlock.runtime.metrics import RunTracker
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.runview import RunView, Visit, epoch_seconds
@@ -184,7 +185,7 @@ class OrchestratorTracer(OrchestratorObserver):
             error = f"{error_class}: {record.data.error.message}"
             outcome = "failed"
         elif isinstance(record, ev.ActionCancelled):
-            error_class = "cancelled"
+            error_class = ErrorClass.CANCELLED
             error = f"cancelled: {record.data.reason}" if record.data.reason else "cancelled"
             outcome = "cancelled"
         else:
@@ -257,7 +258,7 @@ class OrchestratorTracer(OrchestratorObserver):
                 pending.requested_at,
                 record.time,
                 error="the run ended first",
-                error_class="cancelled",
+                error_class=ErrorClass.CANCELLED,
                 outcome="abandoned",
             )
         self._end_visit(

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED
 from interlock.transport.cloudevents import CloudEvent
-from interlock.transport.tasks import TASK_COMPLETED, TASK_FAILED
 
 __all__ = ["TASK_COMPLETED", "TASK_FAILED", "Emit", "TaskContext"]
 

@@ -39,9 +39,10 @@ from typing import Any, Final
 import msgspec
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from interlock.core.events import SOURCE
 from interlock.core.ids import capability_token
 from interlock.core.rfc3339 import format_time
-from interlock.core.vocabulary import InterlockError
+from interlock.core.vocabulary import TASK_FAILED, InterlockError
 from interlock.transport.cloudevents import (
     SPECVERSION,
     CloudEvent,
@@ -53,11 +54,6 @@ from interlock.transport.subjects import Subjects
 
 TASK_REQUESTED: Final = "io.interlock.task.requested"
 TASK_CANCEL: Final = "io.interlock.task.cancel"
-TASK_COMPLETED: Final = "task.completed"
-"""Answer type of a handler that returned normally."""
-TASK_FAILED: Final = "task.failed"
-"""Answer type of a failed task; its data is ``{"error": {"class", "message", ...}}``."""
-ORCHESTRATOR_SOURCE: Final = "interlock://orchestrator"
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
 TOKEN_HEADER: Final = "Interlock-Token"  # noqa: S105 - a header name
 """The per-attempt token a request carries and its answer echoes."""
@@ -216,7 +212,7 @@ def encode_request(
         extensions[TRACEPARENT] = traceparent
     event = CloudEvent(
         id=action_id,
-        source=ORCHESTRATOR_SOURCE,
+        source=SOURCE,
         type=TASK_REQUESTED,
         subject=run_id,
         time=time,
@@ -439,7 +435,7 @@ def encode_cancel(
         extensions[ATTEMPT] = str(attempt)
     event = CloudEvent(
         id=f"{action_id}.cancel" if attempt is None else f"{action_id}.{attempt}.cancel",
-        source=ORCHESTRATOR_SOURCE,
+        source=SOURCE,
         type=TASK_CANCEL,
         subject=run_id,
         time=time,

@@ -37,7 +37,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
     workflow_is_file = bool(args.workflow) and Path(args.workflow).is_file()
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        from interlock.runtime.replaying import RunExistsAlready, parse_version
+        from interlock.runtime.errors import RunExists
+        from interlock.runtime.replaying import parse_version
 
         replaying = replaying_of(client)
         records = await client.ops.read(a.run_id)
@@ -82,7 +83,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
             )
         except analysis.NotPossible as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
-        except RunExistsAlready as exc:
+        except RunExists as exc:
             raise CliError(str(exc), EXIT_FAILED) from exc
         return _report_fork(a.run_id, a.at, forked.run_id, forked.version, forked.records, a)
 

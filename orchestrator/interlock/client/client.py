@@ -19,7 +19,6 @@ from nats.aio.client import Client as NatsClient
 from interlock.client import catalog, queues, reading
 from interlock.client.errors import (
     InvalidManifest,
-    UnknownRun,
     no_stream_is_no_run,
 )
 from interlock.client.letters import DeadLetterCalls
@@ -29,7 +28,6 @@ from interlock.core.ids import check_run_id
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.versions import Applied
-from interlock.runtime.waiting import UnknownRunError
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
@@ -341,10 +339,7 @@ class Client(DeadLetterCalls):
         if not wait:
             read = await self._read_state(run_id)
             return run_result(read.records, read.state)
-        try:
-            records = await self._watcher.finished(run_id, timeout)
-        except UnknownRunError:
-            raise UnknownRun(run_id) from None
+        records = await self._watcher.finished(run_id, timeout)
         return run_result(records)
 
     async def run(self, run_id: str) -> RunSummary:

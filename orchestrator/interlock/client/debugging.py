@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from interlock.core.ids import check_run_id
 from interlock.core.state import fold
-from interlock.runtime.errors import RunExists
 
 if TYPE_CHECKING:
     from interlock.core import events as ev
@@ -92,7 +91,6 @@ async def fork(
     ran); with ``dry_run``, what the fork would be, nothing written. The report of
     ``interlock fork --json`` (:func:`fork_report`)."""
     from interlock.core import analysis
-    from interlock.runtime.replaying import RunExistsAlready
 
     replaying = _replaying(ops)
     state = fold(records)
@@ -104,12 +102,7 @@ async def fork(
             records, at, run_id=new, definition=definition, version=chosen, now=replaying.clock()
         )
         return fork_report(state.run_id, at, new, chosen, made, dry_run=True)
-    try:
-        forked = await replaying.fork(
-            records, at, run_id=new, definition=definition, version=chosen
-        )
-    except RunExistsAlready:
-        raise RunExists(new) from None
+    forked = await replaying.fork(records, at, run_id=new, definition=definition, version=chosen)
     return fork_report(state.run_id, at, forked.run_id, forked.version, forked.records)
 
 

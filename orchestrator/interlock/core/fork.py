@@ -19,10 +19,10 @@ from interlock.core.engine import (
 from interlock.core.redrive import boundaries
 from interlock.core.replay import replay
 from interlock.core.state import fold
-from interlock.core.vocabulary import RunStatus
+from interlock.core.vocabulary import InterlockError, RunStatus
 
 
-class NotPossible(ValueError):
+class NotPossible(ValueError, InterlockError):
     """A fork or a migration that cannot be made, with the reason."""
 
 

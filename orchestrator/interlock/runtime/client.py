@@ -40,7 +40,7 @@ from interlock.runtime.registry import Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.snapshots import Read, Snapshots, read_state
 from interlock.runtime.versions import Applied
-from interlock.runtime.waiting import RunWatcher, UnknownRunError
+from interlock.runtime.waiting import RunWatcher
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvread import bucket_values
@@ -223,10 +223,7 @@ class InterlockClient:
         if not await self.watcher.exists(run_id, deadline - loop.time()):
             raise TimeoutError(f"run {run_id} has not started after {timeout}s")
         left = None if timeout is None else max(deadline - loop.time(), 0.0)
-        try:
-            return fold(await self.watcher.finished(run_id, left))
-        except UnknownRunError:
-            raise UnknownRun(run_id) from None
+        return fold(await self.watcher.finished(run_id, left))
 
     async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
         from interlock.core.engine import cancel

@@ -40,10 +40,10 @@ class EventTooLarge(ValueError, InterlockError):
 
 
 class RunExists(ValueError, InterlockError):
-    """A run with the requested id exists already (nothing was started)."""
+    """A run with the requested id exists already (nothing was started, or forked)."""
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} exists already; nothing was started")
+    def __init__(self, run_id: str, *, nothing_was: str = "started") -> None:
+        super().__init__(f"run {run_id!r} exists already; nothing was {nothing_was}")
 
 
 class UnknownDeadLetter(LookupError, InterlockError):

@@ -29,6 +29,8 @@ import os
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+from interlock.core.vocabulary import InterlockError
+
 T = TypeVar("T")
 
 EVENT_LOOP_ENV = "INTERLOCK_EVENT_LOOP"
@@ -38,7 +40,7 @@ GC_THRESHOLD = 20_000
 """Allocations between two collections of the youngest generation (Python's is 700)."""
 
 
-class EventLoopError(ValueError):
+class EventLoopError(ValueError, InterlockError):
     """``INTERLOCK_EVENT_LOOP`` names a loop that is unknown or not installed."""
 
 

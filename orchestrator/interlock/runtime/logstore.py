@@ -31,6 +31,7 @@ from typing import Protocol
 from nats.aio.client import Client
 
 from interlock.core import events as ev
+from interlock.core.vocabulary import InterlockError
 from interlock.runtime.foreign import Foreign, ForeignReport
 from interlock.runtime.groupcommit import GroupCommit
 from interlock.transport.directget import LogReadError, read_entries
@@ -80,7 +81,7 @@ RECORD_HEADROOM = 4 * 1024
 """Room kept below the server's payload limit for an append's headers."""
 
 
-class RecordsTooLarge(ValueError):
+class RecordsTooLarge(ValueError, InterlockError):
     """One decision's records do not fit in one NATS message; nothing was appended."""
 
     def __init__(self, run_id: str, size: int, limit: int) -> None:

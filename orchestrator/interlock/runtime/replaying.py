@@ -20,16 +20,12 @@ from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
 from interlock.core.state import fold
-from interlock.runtime.errors import UnknownWorkflow
+from interlock.runtime.errors import RunExists, UnknownWorkflow
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Registry
 from interlock.transport.errors import AppendConflict
 
 MIGRATE_ATTEMPTS = 5
-
-
-class RunExistsAlready(ValueError):
-    """The fork's run id names a run that exists."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +130,7 @@ class Replaying:
         try:
             await self.log.append(run_id, made, 0)
         except AppendConflict:
-            raise RunExistsAlready(f"run {run_id!r} exists already; nothing was forked") from None
+            raise RunExists(run_id, nothing_was="forked") from None
         return Forked(run_id, made, version)
 
     async def migrate(
@@ -229,7 +225,6 @@ def parse_version(text: str) -> int | None:
 __all__ = [
     "Forked",
     "Replaying",
-    "RunExistsAlready",
     "UnknownWorkflow",
     "compile_manifest",
     "in_flight",

@@ -32,7 +32,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 
 from interlock.core import events as ev
-from interlock.core.vocabulary import InterlockError
+from interlock.runtime.errors import UnknownRun
 from interlock.runtime.logstore import RunLog
 from interlock.transport.directget import LogReadError
 from interlock.transport.natsclient import round_trip
@@ -63,10 +63,6 @@ the wait's own deadline: a busy process can miss an answer a wait still has time
 _T = TypeVar("_T")
 
 _TERMINAL_MARKERS = tuple(t.encode() for t in ev.TERMINAL_TYPES)
-
-
-class UnknownRunError(LookupError, InterlockError):
-    """No run with that id (its log is empty)."""
 
 
 Listener = Callable[[bytes], None]
@@ -180,7 +176,7 @@ class RunWatcher:
         """The run's whole log once it has finished.
 
         Raises:
-            UnknownRunError: there is no such run.
+            UnknownRun: there is no such run (its log is empty).
             TimeoutError: it has not finished within ``timeout`` seconds.
         """
         await self.start()
@@ -197,7 +193,7 @@ class RunWatcher:
             with self.listening(run_id, on_append):
                 last = await self._last(run_id, deadline)
                 if last is None:
-                    raise UnknownRunError(run_id)
+                    raise UnknownRun(run_id)
                 while not _ended(last):
                     # A terminal hint whose message is not readable yet: read again soon.
                     wait, soon = pace.next(unread_hint=hint.is_set())

@@ -32,10 +32,10 @@ unit: install
 test: lint typecheck unit
 
 contracts: install
-	$(BIN)/python -m interlock.contracts_gen
+	$(BIN)/python -m interlock.contracts
 
 demo: install
-	$(BIN)/python -m interlock.demo
+	$(BIN)/python -m interlock.cli.demo
 
 bench: install
 	$(BIN)/python -m bench

@@ -10,12 +10,12 @@ import jsonschema
 import pytest
 from core_support import ROOT, Run, compile_one
 
-from interlock import contracts_gen
+from interlock.contracts import gen
 from interlock.core import events as ev
 
 
 def test_checked_in_contracts_match_the_code(capsys: pytest.CaptureFixture[str]) -> None:
-    code = contracts_gen.main(["--check", "--root", str(ROOT)])
+    code = gen.main(["--check", "--root", str(ROOT)])
     err = capsys.readouterr().err
     assert code == 0, f"contracts/ drifted from the code; run `make contracts`\n{err}"
 
@@ -23,16 +23,16 @@ def test_checked_in_contracts_match_the_code(capsys: pytest.CaptureFixture[str])
 def test_check_names_every_drifted_and_stale_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert contracts_gen.main(["--root", str(tmp_path)]) == 0
+    assert gen.main(["--root", str(tmp_path)]) == 0
     capsys.readouterr()
-    assert contracts_gen.main(["--check", "--root", str(tmp_path)]) == 0
+    assert gen.main(["--check", "--root", str(tmp_path)]) == 0
     workflow = tmp_path / "contracts/schemas/workflow.schema.json"
     workflow.write_text(workflow.read_text().replace('"Workflow"', '"Flow"'))
     (tmp_path / "contracts/runlog/catalogue.md").unlink()
     stale = tmp_path / "contracts/runlog/io.interlock.gone.schema.json"
     stale.write_text("{}\n")
     capsys.readouterr()
-    assert contracts_gen.main(["--check", "--root", str(tmp_path)]) == 1
+    assert gen.main(["--check", "--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "drifted: contracts/schemas/workflow.schema.json" in err
     assert "drifted: contracts/runlog/catalogue.md" in err
@@ -41,8 +41,8 @@ def test_check_names_every_drifted_and_stale_file(
 
 
 def test_output_is_stable_json_with_a_trailing_newline() -> None:
-    first = contracts_gen.generate()
-    assert first == contracts_gen.generate()
+    first = gen.generate()
+    assert first == gen.generate()
     for path, text in first.items():
         assert text.endswith("\n")
         if path.endswith(".json"):
@@ -50,7 +50,7 @@ def test_output_is_stable_json_with_a_trailing_newline() -> None:
 
 
 def test_every_record_type_has_a_schema_and_a_catalogue_line() -> None:
-    generated = contracts_gen.generate()
+    generated = gen.generate()
     catalogue = generated["contracts/runlog/catalogue.md"]
     for cls in ev.RECORD_TYPES:
         tag = cls.__struct_config__.tag

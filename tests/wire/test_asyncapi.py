@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 from node_support import ROOT, node_or_skip, npm_install
 
-from interlock import contracts_wire
 from interlock.auth import roles
+from interlock.contracts import wire
 from interlock.transport import tasks
 from interlock.transport.subjects import Subjects
 
@@ -42,7 +42,7 @@ def test_the_validator_rejects_a_broken_document(tmp_path: Any) -> None:
     node, npm = node_or_skip()
     folder = ROOT / "contracts" / "validate"
     npm_install(npm, folder)
-    broken = contracts_wire.document()
+    broken = wire.document()
     broken["operations"]["receiveTask"]["channel"] = {"$ref": "#/channels/nowhere"}
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))

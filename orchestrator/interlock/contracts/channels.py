@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from interlock.auth import roles
-from interlock.contracts_examples import CAPABILITY, EVENT_TYPE, INSTANCE, RUN, SUBJECTS
+from interlock.contracts.examples import CAPABILITY, EVENT_TYPE, INSTANCE, RUN, SUBJECTS
 from interlock.core.ids import capability_token
 from interlock.transport import provision, tasks
 from interlock.transport.pulling import subject_matches

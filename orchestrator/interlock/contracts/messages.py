@@ -1,8 +1,8 @@
 """The messages of the NATS wire contract, for the AsyncAPI document: each message's
 headers and payload as JSON Schema, and examples that are the encoders' own output for a
 set of sample values (a run, an action, a capability, a worker). The channels that carry
-them are in :mod:`interlock.contracts_channels`; the document is
-:mod:`interlock.contracts_wire`.
+them are in :mod:`interlock.contracts.channels`; the document is
+:mod:`interlock.contracts.wire`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from interlock.contracts_examples import SUBJECTS, Examples, examples
+from interlock.contracts.examples import SUBJECTS, Examples, examples
 from interlock.core.events import BATCH_CONTENT_TYPE
 from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED, ErrorClass
 from interlock.transport import tasks

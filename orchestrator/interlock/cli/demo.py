@@ -26,7 +26,7 @@ from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.connection import ConnectOptions, connect
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code-review.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "code-review.yaml"
 REPO = "zynax-io/zynax"
 
 

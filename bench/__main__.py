@@ -23,6 +23,7 @@ SUITES = {
     "steps": "bench.steps_bench",
     "longrun": "bench.longrun_bench",
     "fairness": "bench.fairness_bench",
+    "runlist": "bench.runlist_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

@@ -3,11 +3,10 @@ offset, or dates; compared as instants (not as text), over a real stack."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from gw_support import GatewayStack, gateway_stack
 
+from interlock.runtime.runlisting import put_entry
 from interlock.transport.subjects import Subjects
 
 pytestmark = pytest.mark.asyncio
@@ -29,7 +28,6 @@ STARTS = {
 
 
 async def test_runs_started_between_two_instants(gs: GatewayStack) -> None:
-    kv = await gs.stack.js.key_value(gs.stack.subjects.runs_bucket)
     for run_id, started in STARTS.items():
         entry = {
             "run_id": run_id,
@@ -41,7 +39,7 @@ async def test_runs_started_between_two_instants(gs: GatewayStack) -> None:
             "started_at": started,
             "updated_at": started,
         }
-        await kv.put(run_id, json.dumps(entry).encode())
+        await put_entry(gs.stack.client.nc, gs.stack.subjects, entry)
 
     async def listed(**params: str) -> list[str]:
         async with gs.http("reader") as http:

@@ -12,9 +12,11 @@ from nats.aio.client import Client
 
 from interlock.core import events as ev
 from interlock.runtime.runindex import RunIndex
+from interlock.runtime.runlisting import RunPages, backfill
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
+from interlock.transport.kvread import bucket_values
 from interlock.transport.provision import JetStreamAPIError, append_soon, provision
 from interlock.transport.subjects import Subjects
 
@@ -119,3 +121,67 @@ async def test_index_writes_sent_at_once_move_the_entry_forward(
     assert not write[1]
     await write[0]
     assert (await _entry(fast, subjects, other))["state"] == "b"
+
+
+async def _listed(fast: Client, subjects: Subjects, run_id: str) -> list[str]:
+    """The listing keys of ``run_id`` stored in the run index."""
+    kv = await jetstream(fast).key_value(subjects.runs_bucket)
+    return sorted(k for k in await bucket_values(kv, "L.>") if k.endswith(f".{run_id}"))
+
+
+async def test_a_run_has_one_listing_key_which_moves_with_its_status(
+    fast: Client, subjects: Subjects
+) -> None:
+    index = RunIndex(fast, subjects)
+    await index.start()
+    await jetstream(fast).publish(subjects.run("warm"), b"-")  # the reply subscription
+    pages = RunPages(fast, subjects)
+    for run_id, soon in (("rsoon", True), ("rread", False)):
+        started = record(ev.RunStarted, run_id, 1, ev.RunStartedData(workflow="wf", spec_hash="h"))
+        done = record(
+            ev.RunFailed,
+            run_id,
+            2,
+            ev.RunFailedData(error=ev.ErrorInfo(error_class="x", message="y")),
+        )
+        if soon:
+            write = index.update_soon(run_id, [started])
+            assert write is not None
+            await write[0]
+        else:
+            await index.update(run_id, [started])
+        assert await _listed(fast, subjects, run_id) == [f"L.running.default.wf.{run_id}"]
+        running, _ = await pages.page(status="running", workflow="default/wf")
+        assert run_id in [r["run_id"] for r in running]
+        if soon:
+            write = index.update_soon(run_id, [done])
+            assert write is not None
+            await write[0]
+        else:
+            fresh = RunIndex(fast, subjects)  # knows nothing: reads the entry first
+            await fresh.start()
+            await fresh.update(run_id, [done])
+        # Moved: the running key purged (no marker left), the failed one written.
+        assert await _listed(fast, subjects, run_id) == [f"L.failed.default.wf.{run_id}"]
+        running, _ = await pages.page(status="running")
+        assert run_id not in [r["run_id"] for r in running]
+        failed, _ = await pages.page(status="failed", workflow="wf")
+        assert failed[0]["run_id"] == run_id
+
+
+async def test_an_index_written_before_listing_keys_is_backfilled_once(
+    fast: Client, subjects: Subjects
+) -> None:
+    kv = await jetstream(fast).key_value(subjects.runs_bucket)
+    for i in range(300):
+        entry = {"run_id": f"rold{i}", "workflow": "wf", "namespace": "default", "version": 1}
+        await kv.put(f"rold{i}", json.dumps({**entry, "status": "completed"}).encode())
+    await kv.put("rodd", b"not an entry")  # reported, not listed
+    pages = RunPages(fast, subjects)
+    assert await pages.page() == ([], False)
+    assert await backfill(fast, subjects) == 300
+    found, more = await pages.page(limit=300)
+    assert sorted(r["run_id"] for r in found) == sorted(f"rold{i}" for i in range(300))
+    assert not more
+    assert await backfill(fast, subjects) == 0  # marked: read nothing again
+    assert await pages.count(status="completed") == 300

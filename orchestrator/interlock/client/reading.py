@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
@@ -32,17 +32,27 @@ async def runs(
     waiting: str | None = None,
 ) -> list[RunSummary]:
     """Runs from the run index, newest first (none when there is no index yet), with
-    what each running one waits for; ``waiting``: only those waiting for that."""
+    what each running one waits for; ``waiting``: only those waiting for that. Read a
+    page at a time from the server (:class:`~interlock.runtime.runlisting.RunPages`):
+    ``limit`` runs cost a page's reads, whatever the index holds."""
+    if limit is not None and limit <= 0:
+        return []
+    # Imported here: a read command loads what it uses only.
+    from interlock.runtime.runlisting import RunPages
+
+    async def keep(items: list[dict[str, Any]]) -> list[Any]:
+        found = [summary_from_index(i) for i in items]
+        return waiting_for(await with_waiting(ops, found), waiting) if waiting else found
+
     try:
-        items = await ops.list_runs(workflow, status)
+        found, _ = await RunPages(ops.nc, ops.subjects).page(
+            workflow=workflow,
+            status="running" if waiting and not status else status,
+            limit=limit if limit is not None else 1 << 31,
+            keep=keep,
+        )
     except (BucketNotFoundError, NotFoundError):
         return []
-    items.reverse()
-    found = [summary_from_index(i) for i in items]
-    if waiting:
-        found = waiting_for(await with_waiting(ops, found), waiting)
-    if limit is not None:
-        found = found[: max(limit, 0)]
     return found if waiting else await with_waiting(ops, found)
 
 

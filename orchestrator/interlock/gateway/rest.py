@@ -261,10 +261,7 @@ async def get_workflow(request: Request, gw: Gateway) -> Response:
         version = int_param(request, "version", 1, 1, 1 << 31)
     detail = await gw.api.workflow(_name(request), version)
     # Runs per version, from the gateway's copy of the run index.
-    counts: dict[int, dict[str, int]] = {}
-    for run in await gw.run_list.runs(workflow=f"{detail.namespace}/{detail.name}"):
-        by_status = counts.setdefault(run.version, {})
-        by_status[run.status] = by_status.get(run.status, 0) + 1
+    counts = await gw.run_list.counts(f"{detail.namespace}/{detail.name}")
     runs = [
         views.VersionRuns(version=v, **{k: n for k, n in c.items() if k in RECORDED})
         for v, c in sorted(counts.items())
@@ -301,15 +298,24 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
         raise Problem(
             400, "bad-parameter", f"waiting is KIND or KIND:NAME, KIND one of {', '.join(KINDS)}"
         )
-    found = await gw.run_list.runs(workflow=request.query_params.get("workflow"), status=status)
-    if since or until:
-        found = [r for r in found if _started_between(r.started_at, since, until)]
-    if waiting:
-        running = [r for r in found if r.status == "running"]
-        filled = await reading.with_waiting(gw.api.ops, running, complete=True)
-        found = reading.waiting_for(filled, waiting)
-    page = await reading.with_waiting(gw.api.ops, found[offset : offset + limit], complete=True)
-    more = offset + limit < len(found)
+
+    async def keep(found: list[views.RunSummary]) -> list[views.RunSummary]:
+        if since or until:
+            found = [r for r in found if _started_between(r.started_at, since, until)]
+        if waiting:
+            running = [r for r in found if r.status == "running"]
+            filled = await reading.with_waiting(gw.api.ops, running, complete=True)
+            found = reading.waiting_for(filled, waiting)
+        return found
+
+    found, more = await gw.run_list.page(
+        workflow=request.query_params.get("workflow"),
+        status="running" if waiting and not status else status,
+        offset=offset,
+        limit=limit,
+        keep=keep if since or until or waiting else None,
+    )
+    page = await reading.with_waiting(gw.api.ops, found, complete=True)
     return json_view(RunPage(runs=page, next_offset=offset + limit if more else None))
 
 

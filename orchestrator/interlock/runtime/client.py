@@ -238,7 +238,8 @@ class InterlockClient:
     ) -> list[dict[str, Any]]:
         kv = await self.js.key_value(self.subjects.runs_bucket)
         out = []
-        for key, value in (await bucket_values(kv)).items():
+        # The entries only (one token: a run id), not the listing keys beside them.
+        for key, value in (await bucket_values(kv, "*")).items():
             item = index_entry(self.subjects.runs_bucket, key, value)
             if item is None:
                 continue  # not an entry the orchestrator wrote (reported)

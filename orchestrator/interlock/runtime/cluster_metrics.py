@@ -167,7 +167,8 @@ class ClusterMetrics(Collector):
         while not self._stopping:
             try:
                 kv = await self._js.key_value(self._subjects.runs_bucket)
-                watcher = await kv.watchall()
+                # The entries (one token: a run id), not the listing keys beside them.
+                watcher = await kv.watch("*")
                 try:
                     async for entry in watcher:
                         if entry is None:

@@ -187,6 +187,9 @@ async def delete_run(
         )
         await js.purge_stream(subjects.runs_stream, subject=subjects.run(run_id))
     await (await js.key_value(subjects.runs_bucket)).purge(run_id)
+    await js.purge_stream(
+        f"KV_{subjects.runs_bucket}", subject=f"$KV.{subjects.runs_bucket}.L.*.*.*.{run_id}"
+    )
     await (await js.key_value(subjects.snapshots_bucket)).purge(run_id)
     return Deleted(run_id, len(records), archived_to, None if status is None else str(status))
 

@@ -20,6 +20,7 @@ from nats.js.kv import KeyValue
 from interlock.core import events as ev
 from interlock.core.vocabulary import FINISHED, RunStatus
 from interlock.runtime.foreign import index_entry
+from interlock.runtime.runlisting import backfill, listing_key
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
 from interlock.transport.provision import append_batch, append_soon
@@ -59,6 +60,7 @@ class RunIndex:
 
     async def start(self) -> None:
         self._kv = await jetstream(self._nc).key_value(self._subjects.runs_bucket)
+        await backfill(self._nc, self._subjects)
 
     async def update(self, run_id: str, records: list[ev.AnyRecord]) -> None:
         """Bring the run's entry up to ``records`` (those of them it is made of)."""
@@ -80,13 +82,21 @@ class RunIndex:
         if unread is None:
             return self._write(run_id, ordered), False
         current, revision = unread
+        listed = listing_key(current) if revision is not None else None
         if not _apply(current, ordered):
             return None  # written already (what is remembered stays)
+        moved = _moved(listed, current)
+        js = jetstream(self._nc)
+        # The listing key first: an entry is never written without it (a crash between
+        # the two leaves a listing the readers check against the entry and skip).
+        listing = js.request_ack_soon(self._subject(moved[1]), b"{}") if moved else None
+        if moved and listing is None:
+            return self._write(run_id, ordered), False
         sent = append_soon(self._nc, self._subject(run_id), _encode(current), revision or 0)
         if sent is None:
             return self._write(run_id, ordered), False
         self._known.pop(run_id, None)
-        return self._written(run_id, ordered, current, sent), True
+        return self._written(run_id, ordered, current, sent, listing, moved), True
 
     async def _written(
         self,
@@ -94,12 +104,18 @@ class RunIndex:
         ordered: list[tuple[int, ev.AnyRecord]],
         current: dict[str, Any],
         sent: Callable[[], Awaitable[int]],
+        listing: Awaitable[Any] | None,
+        moved: tuple[str | None, str] | None,
     ) -> None:
+        if listing is not None:
+            jetstream(self._nc).acknowledged(await listing)
         try:
             revision = await sent()
         except AppendConflict:
             await self._write(key, ordered)  # written meanwhile: read again
             return
+        if moved is not None:
+            await self._unlist(moved[0])
         self._remember(key, current, revision)
 
     async def _write(self, key: str, ordered: list[tuple[int, ev.AnyRecord]]) -> None:
@@ -109,11 +125,15 @@ class RunIndex:
                 current, revision = unread
             else:
                 current, revision = await self._read(key)
+            listed = listing_key(current) if revision is not None else None
             if not _apply(current, ordered):
                 if revision is not None:
                     self._remember(key, current, revision)
                 return
             body = _encode(current)
+            moved = _moved(listed, current)
+            if moved is not None:
+                await jetstream(self._nc).publish(self._subject(moved[1]), b"{}")
             try:
                 # A compare-and-set put, straight on the bucket's stream (what KeyValue.update
                 # does, without its per-call key check and JSON acknowledgement parsing).
@@ -122,9 +142,18 @@ class RunIndex:
                 )
             except AppendConflict:
                 continue  # written meanwhile: read again
+            if moved is not None:
+                await self._unlist(moved[0])
             self._remember(key, current, revision)
             return
         raise RuntimeError(f"run index entry {key}: too many concurrent writers")
+
+    async def _unlist(self, key: str | None) -> None:
+        """Remove a listing key the entry moved from: purged, so no marker stays."""
+        if key is not None:
+            await jetstream(self._nc).purge_stream(
+                f"KV_{self._subjects.runs_bucket}", subject=self._subject(key)
+            )
 
     def _subject(self, key: str) -> str:
         """The subject of the entry ``key`` on the bucket's stream."""
@@ -159,6 +188,12 @@ def _ordered(records: list[ev.AnyRecord]) -> list[tuple[int, ev.AnyRecord]]:
     ordered = [(position(r), r) for r in records if type(r) in _INDEXED]
     ordered.sort(key=_first)  # stable: records at one position stay in their order
     return ordered
+
+
+def _moved(listed: str | None, current: dict[str, Any]) -> tuple[str | None, str] | None:
+    """(the listing key to remove, the one to write) when the entry's changed."""
+    now = listing_key(current)
+    return None if now is None or now == listed else (listed, now)
 
 
 def _first(pair: tuple[int, ev.AnyRecord]) -> int:

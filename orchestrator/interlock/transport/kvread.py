@@ -8,8 +8,9 @@ from nats.js.kv import KeyValue
 from interlock.transport.directget import read_messages
 
 
-async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
-    """Every key of a KV bucket with its current value, read in one pass.
+async def bucket_values(kv: KeyValue, pattern: str = ">") -> dict[str, bytes]:
+    """Every key of a KV bucket (under ``pattern``) with its current value, read in one
+    pass.
 
     See :func:`_fold` for how; the read ends at the bucket's newest record, looked up
     first (a workflow just applied is there when ``start`` reads the bucket next).
@@ -17,7 +18,7 @@ async def bucket_values(kv: KeyValue) -> dict[str, bytes]:
     newest = await newest_revision(kv)
     if newest is None:
         return {}
-    return await _fold(kv, ">", newest)
+    return await _fold(kv, pattern, newest)
 
 
 async def stored_keys(kv: KeyValue, pattern: str) -> list[str]:

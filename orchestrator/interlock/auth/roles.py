@@ -209,9 +209,10 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
         # Queue depth per capability (GET /agents): the task consumers' info, read only.
         f"{JS_API}.CONSUMER.INFO.{s.tasks_stream}.*",
     ]
-    # The run index it keeps in memory, by one watch (an ordered consumer): ephemeral
-    # consumers on that KV stream only. The buckets it lists (definitions, workers,
-    # webhooks, tokens) are read by direct gets, which make no consumer; none on RUNS,
+    # The run index's new writes it follows for GET /live/runs (an ordered consumer):
+    # ephemeral consumers on that KV stream only. Pages of the index and the buckets it
+    # lists (definitions, workers, webhooks, tokens) are read by direct gets, which make
+    # no consumer; none on RUNS,
     # EVENTS or TASKS, where the orchestrator's durables are.
     runs_index = _kv_stream(s.runs_bucket)
     pub += [

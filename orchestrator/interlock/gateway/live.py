@@ -3,8 +3,9 @@
 ``GET /live/runs``: the run index's changes.
 
 A page listing runs learns of new and moved runs from this stream instead of asking for the
-list again and again. It is fed by the watch of the run index the gateway keeps for
-``GET /runs`` (no NATS subscription per follower). Events:
+list again and again. It is fed by the one follower of the run index's new writes the
+gateway keeps for all of them (made when the first comes; see ``RunList.follow``): no
+NATS subscription per follower. Events:
 
 - ``ready``: the stream is following; list now, and apply the changes that follow;
 - ``run``: a run's entry was written (data: its ``RunSummary``);

@@ -260,7 +260,7 @@ async def get_workflow(request: Request, gw: Gateway) -> Response:
     if "version" in request.query_params:
         version = int_param(request, "version", 1, 1, 1 << 31)
     detail = await gw.api.workflow(_name(request), version)
-    # Runs per version, from the gateway's copy of the run index.
+    # Runs per version, from the run index's listing of the workflow (a chunk at a time).
     counts = await gw.run_list.counts(f"{detail.namespace}/{detail.name}")
     runs = [
         views.VersionRuns(version=v, **{k: n for k, n in c.items() if k in RECORDED})

@@ -20,10 +20,6 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
 LONG_MODULES: dict[str, str] = {
-    "runtime/service.py": (
-        "the orchestrator's three consumer loops and dispatch share its message handling and "
-        "dead-letter path; its separable parts (run index, answers, schemas) are out already"
-    ),
     "core/events.py": (
         "the run log's schema: one Struct per record type and its payload, kept in one "
         "place because contracts/runlog is generated from it and read as one catalogue"

@@ -270,7 +270,7 @@ async def test_a_task_request_is_made_ready_while_its_append_is_out(
             appending(records)
 
         def on_appended(records: Sequence[ev.AnyRecord]) -> None:
-            ready = [key[0] for key in orchestrator._ready]
+            ready = [key[0] for key in orchestrator.dispatcher._ready]
             told.append(("appended", [a for a in requests(records) if a in ready]))
             appended(records)
 
@@ -282,7 +282,7 @@ async def test_a_task_request_is_made_ready_while_its_append_is_out(
         assert (await stack.wait(run_id)).status == "completed"
         action = f"{run_id}:3"
         assert told[:2] == [("appending", [action]), ("appended", [action])]
-        assert not orchestrator._ready  # taken when it was sent
+        assert not orchestrator.dispatcher._ready  # taken when it was sent
         assert stack.recorder.per_action() == {action: 1}
 
 

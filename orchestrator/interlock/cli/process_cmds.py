@@ -191,8 +191,9 @@ async def serve(
     ``group_commit`` None: on when the server fsyncs every write, as its monitoring
     endpoint (``nats_monitor``) says (:mod:`interlock.runtime.durability`)."""
     from interlock.runtime.durability import group_commit_for
+    from interlock.runtime.handling import ACK_WAIT
     from interlock.runtime.health import OrchestratorInstrumentation
-    from interlock.runtime.service import ACK_WAIT, Orchestrator
+    from interlock.runtime.service import Orchestrator
     from interlock.transport.health import ALL_HOSTS
     from interlock.transport.tracing import tracer_provider_from_env
 

@@ -28,16 +28,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nats.js import JetStreamContext
 
 from interlock.core import events as ev
+from interlock.core.engine import TASK_FAILED, Incoming
 from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass, InterlockError
+from interlock.runtime.schemas import SchemaMismatch
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 from interlock.transport.tokens import TaskTokens, load_token_key
+
+if TYPE_CHECKING:
+    from interlock.runtime.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,3 +204,50 @@ class Answers:
             time=record.time,
         )
         await self.publish(d.capability, event)
+
+
+def check_output(registry: Registry, incoming: Incoming, state: RunState) -> Incoming:
+    """An answer whose data break the capability's output_schema fails as schema_error."""
+    if incoming.type == TASK_FAILED:
+        return incoming
+    # The capability is the one the run asked for, whatever the answer claims.
+    pending = state.pending.get(incoming.extensions.get("actionid", ""))
+    if pending is None:
+        return incoming  # not awaited: decide ignores it
+    capability = registry.capability(pending.capability)
+    schemas = registry.schemas(pending.capability)
+    if capability is None or schemas is None or schemas.output is None:
+        return incoming
+    try:
+        schemas.output.check(incoming.data)
+    except SchemaMismatch as exc:
+        where = exc.where
+        data = {
+            "error": {
+                "class": ErrorClass.SCHEMA_ERROR,
+                "message": f"output of {capability.name} does not match its output_schema "
+                f"at {where}: {exc.message}",
+            }
+        }
+        return Incoming(
+            type=TASK_FAILED,
+            source=incoming.source,
+            id=incoming.id,
+            data=data,
+            time=incoming.time,
+            extensions=incoming.extensions,
+        )
+    return incoming
+
+
+def too_large_answer(incoming: Incoming, why: str) -> Incoming:
+    """The ``task.failed`` (class ``payload_too_large``) that stands for an answer too
+    large to record."""
+    return Incoming(
+        type=TASK_FAILED,
+        source=incoming.source,
+        id=incoming.id,
+        data={"error": {"class": ErrorClass.PAYLOAD_TOO_LARGE, "message": why}},
+        time=incoming.time,
+        extensions=incoming.extensions,
+    )

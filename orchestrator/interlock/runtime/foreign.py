@@ -9,6 +9,7 @@ the process adds: the orchestrator counts it by stream and dead-letters it, see
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import Counter, OrderedDict
@@ -19,11 +20,14 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
+from interlock.runtime.observe import OrchestratorObserver
 from interlock.transport.consuming import dead_letter_data
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.foreign")
+orchestrator_log = logging.getLogger("interlock.orchestrator")
+"""Where the orchestrator's own dead-lettering of a foreign message is logged."""
 
 COUNTS: Counter[str] = Counter()
 """Foreign messages and bucket values this process found, by stream (each once): the
@@ -214,3 +218,43 @@ async def dead_letter_foreign(nc: Client, subjects: Subjects, found: Foreign) ->
     data = dead_letter_data(found.data, headers, nc.max_payload)
     await jetstream(nc).publish(subject, data, headers=headers)
     return True
+
+
+class ForeignDeadLetters:
+    """What the run logs' reads tell of each foreign message they find: this process
+    dead-letters it (reported once per process), unless that was done before."""
+
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        observer: OrchestratorObserver,
+        counters: Counter[str],
+        stopping: asyncio.Event,
+    ) -> None:
+        self.nc, self.subjects, self.observer = nc, subjects, observer
+        self.counters, self._stopping = counters, stopping
+        self._background: set[asyncio.Task[None]] = set()
+
+    def report(self) -> ForeignReport:
+        """The report a :class:`RunLog` tells of each foreign message it finds."""
+        return ForeignReport(on_new=self._found)
+
+    def _found(self, found: Foreign) -> None:
+        if self._stopping.is_set():
+            return
+        task = asyncio.get_running_loop().create_task(self._dead_letter(found))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _dead_letter(self, found: Foreign) -> None:
+        try:
+            if await dead_letter_foreign(self.nc, self.subjects, found):
+                self.counters[f"dead_lettered:{REASON}"] += 1
+                self.observer.dead_lettered(REASON)
+        # It is still skipped by every reader; a later process dead-letters it.
+        except Exception as exc:  # noqa: BLE001
+            orchestrator_log.warning(
+                "could not dead-letter the foreign message %s: %s", found.seq, exc
+            )

@@ -133,6 +133,8 @@ class Runs:
         observer: OrchestratorObserver | None = None,
         keep_appended: bool = False,
         snapshots: Snapshots | None = None,
+        on_appended: Callable[[Sequence[ev.AnyRecord]], None] | None = None,
+        on_appending: Callable[[Sequence[ev.AnyRecord]], None] | None = None,
     ) -> None:
         """``snapshots``: read runs from their snapshots where they match the log (and,
         where it writes them, write one every :data:`snapshots.EVERY` records)."""
@@ -150,10 +152,10 @@ class Runs:
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._appended: OrderedDict[int, tuple[list[ev.AnyRecord], float]] = OrderedDict()
         self._keep_appended = keep_appended
-        self.on_appended: Callable[[Sequence[ev.AnyRecord]], None] | None = None
+        self.on_appended = on_appended
         """Told each decision's records once their append is acknowledged (the
         orchestrator dispatches the actions they request at once)."""
-        self.on_appending: Callable[[Sequence[ev.AnyRecord]], None] | None = None
+        self.on_appending = on_appending
         """Told each decision's records once their append is sent (in the next turn of the
         event loop, so that it is on its way first): what is done with them once it is
         acknowledged can be made ready while the server stores them."""

@@ -7,7 +7,7 @@ import asyncio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from interlock.runtime.answering import AnswerDesk, Outcome
+from interlock.runtime.answering import AnswerDesk, AnswerReply
 from interlock.transport import tasks
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.subjects import Subjects
@@ -21,7 +21,7 @@ async def test_requests_past_the_limit_wait_their_turn(
     in_hand: list[bytes] = []
     most = 0
 
-    async def handle(msg: Msg) -> Outcome:
+    async def handle(msg: Msg) -> AnswerReply:
         nonlocal most
         in_hand.append(msg.data)
         most = max(most, len(in_hand))

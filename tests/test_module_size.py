@@ -25,8 +25,8 @@ LONG_MODULES: dict[str, str] = {
         "place because contracts/runlog is generated from it and read as one catalogue"
     ),
     "sdk/worker.py": (
-        "the public Worker class with its documented lifecycle; execution, binding and "
-        "liveness are out already"
+        "the public Worker class with its documented lifecycle; execution, binding, "
+        "liveness and answer sending are out already"
     ),
 }
 """Modules over ``MAX_MODULE_LINES`` lines (paths under orchestrator/interlock), and why."""

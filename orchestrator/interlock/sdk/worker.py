@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -36,37 +34,28 @@ from nats.js.api import ConsumerInfo
 
 from interlock.core.rfc3339 import format_time
 from interlock.transport.cancelling import cancel_and_wait
-from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.consuming import (
     dead_letter_data,
     dead_letter_headers,
 )
-from interlock.transport.jetstream import JetStream, jetstream
+from interlock.transport.jetstream import jetstream
 from interlock.transport.natsclient import ack_nowait, js_api
 from interlock.transport.pulling import PullConsumer
 from interlock.transport.slots import SlotPool
 from interlock.transport.subjects import DEFAULT_PREFIX, Subjects
 from interlock.transport.tasks import (
-    ANSWER_FAILED,
-    ANSWER_HEADER,
-    ANSWER_REASON_HEADER,
-    ANSWER_REFUSED,
     BadNotice,
     BadRequest,
     TaskRequest,
-    agent_source,
     consumer_name,
-    encode_answer,
-    failure,
     read_cancel,
 )
 
 from .binding import bind
 from .cancels import CancelMemory, parse_time
 from .context import TASK_COMPLETED, TASK_FAILED
-from .errors import ErrorClass
 from .execution import (
     CANCEL_CLEANUP,
     Abandon,
@@ -82,6 +71,7 @@ from .liveness import Heartbeats
 from .observe import Outcome, WorkerObserver
 from .progress import ProgressAcks
 from .schemas import AgentDefCatalog, CapabilityContract, Schema
+from .sending import ANSWER_HEADROOM, AnswerSender
 
 log = logging.getLogger("interlock.sdk")
 
@@ -89,9 +79,6 @@ H = TypeVar("H", bound=Handler)
 
 # How long to wait for the AgentDefs in the agents bucket before taking the first task.
 _AGENTDEFS_WAIT = 2.0
-# After an answer request got no reply in time, answers go to the results stream for this
-# long (each request that times out costs its task that wait).
-_DIRECT_AFTER_TIMEOUT = 10.0
 
 
 class _Lifecycle:
@@ -155,9 +142,7 @@ class Worker:
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.max_deliver = max_deliver
         self.pull_expires = pull_expires
-        self.answer_timeout = answer_timeout
-        self._direct_until = 0.0
-        """Until this monotonic time answers skip the request (one timed out)."""
+        self._sender = AnswerSender(name, answer_timeout)
         self._observers = list(observers)
         self._handler_log = logging.getLogger(f"interlock.agent.{name}")
         self._capabilities: dict[str, Capability] = {}
@@ -173,6 +158,16 @@ class Worker:
         self._life: _Lifecycle | None = None
 
     # --- registration -------------------------------------------------------------
+
+    @property
+    def answer_timeout(self) -> float:
+        """Seconds to wait for the orchestrator's reply to an answer request before
+        publishing the answer to the results stream instead (0: always the stream)."""
+        return self._sender.timeout
+
+    @answer_timeout.setter
+    def answer_timeout(self, value: float) -> None:
+        self._sender.timeout = value
 
     @property
     def concurrency(self) -> int:
@@ -550,10 +545,10 @@ class Worker:
             assert request is not None
             result_type, data = answered
             slot.free()  # sending the answer (and awaiting its reply) holds no handler slot
-            answer, result_type, data = self._answer(
+            answer, result_type, data = self._sender.answer(
                 request, cap.name, result_type, data, js._nc.max_payload - ANSWER_HEADROOM
             )
-            if await self._send(js, subjects, cap.name, request.run_id, answer):
+            if await self._sender.send(js, subjects, cap.name, request.run_id, answer):
                 job.progress.discard(msg)
                 if not ack_nowait(msg):
                     await msg.ack()
@@ -602,33 +597,6 @@ class Worker:
         if not flights:
             self._flights.pop(action_id or "", None)
 
-    def _answer(
-        self, request: TaskRequest, capability: str, result_type: str, data: Any, limit: int
-    ) -> tuple[_Answer, str, Any]:
-        """The answer, encoded once, or a payload_too_large failure when it would be over
-        ``limit`` bytes: it could never be sent, so the attempt fails now, with the reason in
-        the log, rather than let the run wait for an answer until its timeout."""
-        answer = self._encoded(request, result_type, data)
-        if answer.size <= limit:
-            return answer, result_type, data
-        result_type, data = failure(
-            ErrorClass.PAYLOAD_TOO_LARGE,
-            f"the answer of {capability} takes {answer.size:,} bytes; the NATS server accepts "
-            f"at most {limit:,} in one message",
-        )
-        log.error("%s: %s", request.action_id, data["error"]["message"])
-        return self._encoded(request, result_type, data), result_type, data
-
-    def _encoded(self, request: TaskRequest, result_type: str, data: Any) -> _Answer:
-        event_id, headers, payload = encode_answer(
-            request,
-            source=agent_source(self.name),
-            type=result_type,
-            data=data,
-            time=utc_now(),
-        )
-        return _Answer(event_id, headers, payload)
-
     def _contract(self, cap: Capability) -> CapabilityContract:
         declared = self._catalog.get(cap.name)
         if declared is None:
@@ -643,65 +611,6 @@ class Worker:
         )
         self._merged[cap.name] = (declared, contract)
         return contract
-
-    async def _send(
-        self,
-        js: JetStreamContext,
-        subjects: Subjects,
-        capability: str,
-        run_id: str,
-        answer: _Answer,
-    ) -> bool:
-        """Send an answer: by request (the orchestrator replies once it is in the run's log,
-        or dead-lettered), else to the results stream. True once it is safe."""
-        event_id, headers, payload = answer.event_id, answer.headers, answer.payload
-        if self.answer_timeout > 0 and time.monotonic() >= self._direct_until:
-            subject = subjects.answer(capability, run_id)
-            try:
-                # The connection's shared reply subscription, as for publish acks.
-                shared = js if isinstance(js, JetStream) else jetstream(js._nc)
-                reply = await shared.request_ack(
-                    subject, payload, headers=headers, ack_wait=self.answer_timeout
-                )
-            except nats.errors.NoRespondersError:
-                pass  # no orchestrator up: the stream keeps the answer until one is
-            except (nats.errors.Error, TimeoutError) as exc:
-                log.info(
-                    "no reply to answer %s (%s); sending it to the results stream", event_id, exc
-                )
-                self._direct_until = time.monotonic() + _DIRECT_AFTER_TIMEOUT
-            else:
-                said = reply.headers or {}
-                status = said.get(ANSWER_HEADER)
-                if status == ANSWER_REFUSED:
-                    reason = said.get(ANSWER_REASON_HEADER)
-                    log.warning("answer %s refused and dead-lettered (%s)", event_id, reason)
-                # Recorded, or refused and dead-lettered: sending it again changes nothing.
-                if status is not None and status != ANSWER_FAILED:
-                    return True
-        return await self._publish(
-            js, subjects.result(capability, run_id), headers, payload, event_id
-        )
-
-    async def _publish(
-        self,
-        js: JetStreamContext,
-        subject: str,
-        headers: dict[str, str],
-        payload: bytes,
-        event_id: str,
-    ) -> bool:
-        delay = 0.2
-        for attempt in range(1, 6):
-            try:
-                await js.publish(subject, payload, headers=headers, timeout=5.0)
-            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
-                log.warning("publishing result %s failed (attempt %d): %s", event_id, attempt, exc)
-                await asyncio.sleep(delay)
-                delay *= 2
-            else:
-                return True
-        return False
 
     async def _reject(
         self,
@@ -859,28 +768,6 @@ class _Slot:
         if self._pool is not None:
             self._pool.release()
             self._pool = None
-
-
-ANSWER_HEADROOM = 8 * 1024
-"""Room kept below the server's payload limit for an answer's headers."""
-
-
-class _Answer:
-    """An answer as it goes on the wire (encoded once: measured, then sent)."""
-
-    __slots__ = ("event_id", "headers", "payload", "size")
-
-    def __init__(self, event_id: str, headers: dict[str, str], payload: bytes) -> None:
-        self.event_id = event_id
-        self.headers = headers
-        self.payload = payload
-        # "Name: value\r\n" per header, counted without a Python step per header.
-        self.size = (
-            len(payload)
-            + sum(map(len, headers))
-            + sum(map(len, headers.values()))
-            + 4 * len(headers)
-        )
 
 
 def _settled_as(result_type: str, data: Any) -> tuple[Outcome, str | None]:

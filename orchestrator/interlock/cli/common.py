@@ -7,20 +7,33 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interlock.core.vocabulary import (
+    EXIT_DENIED,
+    EXIT_FAILED,
+    EXIT_NO_RUN,
+    EXIT_NOT_FINISHED,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+
 if TYPE_CHECKING:
     from interlock.core import events as ev
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-"""Invalid input, a failed or cancelled run."""
-EXIT_USAGE = 2
-"""Bad arguments, a file that cannot be read, a server that cannot be reached."""
-EXIT_NOT_FINISHED = 3
-"""``result`` of a run that has not finished yet."""
-EXIT_NO_RUN = 4
-"""No run has the id given (a failed run is 1)."""
-EXIT_DENIED = 5
-"""The credential may not do what the command needs (the server refused a permission)."""
+__all__ = [
+    "EXIT_DENIED",
+    "EXIT_FAILED",
+    "EXIT_NOT_FINISHED",
+    "EXIT_NO_RUN",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CliError",
+    "InvalidInput",
+    "err",
+    "load_json_arg",
+    "print_json",
+    "read_records",
+    "read_sources",
+]
 
 
 class CliError(Exception):

@@ -15,9 +15,10 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from interlock.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_NO_RUN, EXIT_USAGE, CliError
+from interlock.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_USAGE, CliError
 from interlock.cli.output import dump
 from interlock.core.ids import InvalidRunId, check_run_id
+from interlock.core.vocabulary import InterlockError
 
 if TYPE_CHECKING:
     from interlock.transport.connection import ConnectOptions
@@ -95,19 +96,10 @@ def with_client(
         from nats.errors import MaxPayloadError
         from nats.js.errors import ServiceUnavailableError
 
-        from interlock.client import (
-            Client,
-            InvalidInputs,
-            RunExists,
-            UnknownAgent,
-            UnknownRun,
-            UnknownWorkflow,
-        )
-        from interlock.runtime.errors import EventTooLarge
+        from interlock.client import Client
         from interlock.transport.connection import connect
         from interlock.transport.errors import ConnectionFailed
-        from interlock.transport.logmac import LogKeyUnavailable, SecretDamaged
-        from interlock.transport.refusals import PermissionRefused, parse_refusal, refusable
+        from interlock.transport.refusals import parse_refusal, refusable
 
         async def on_error(exc: Exception) -> None:
             # A refusal ends the command that caused it, with its own message.
@@ -123,22 +115,20 @@ def with_client(
             client = Client(nc, opts.subjects, owns_connection=True)
             try:
                 return await refusable(nc, body(client, args))
-            except PermissionRefused as exc:
-                raise CliError(str(exc), EXIT_DENIED) from exc
             finally:
                 with contextlib.suppress(Exception):
                     await client.close()
 
         try:
             return asyncio.run(go())
-        except UnknownRun as exc:
-            raise CliError(f"no run {exc.args[0]!r}", EXIT_NO_RUN) from exc
-        except (UnknownWorkflow, UnknownAgent, InvalidInputs, RunExists, EventTooLarge) as exc:
-            raise CliError(str(exc), EXIT_FAILED) from exc
-        except InvalidRunId as exc:
-            raise CliError(str(exc)) from exc
-        except (SecretDamaged, LogKeyUnavailable) as exc:
-            raise CliError(str(exc), EXIT_FAILED) from exc
+        except InterlockError as exc:
+            # Only on an error: the table names the fork's errors, which load the engine.
+            from interlock.client.error_table import meaning
+
+            found = meaning(exc)
+            if found is None or found.exit_code is None:
+                raise
+            raise CliError(found.detail(exc), found.exit_code) from exc
         except ServiceUnavailableError as exc:
             if exc.err_code != NO_JETSTREAM:
                 raise

@@ -37,7 +37,6 @@ def cmd_fork(args: argparse.Namespace) -> int:
     workflow_is_file = bool(args.workflow) and Path(args.workflow).is_file()
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        from interlock.runtime.errors import RunExists
         from interlock.runtime.replaying import parse_version
 
         replaying = replaying_of(client)
@@ -63,28 +62,24 @@ def cmd_fork(args: argparse.Namespace) -> int:
                 definition = await replaying.definition(
                     applied[0].namespace, applied[0].name, version
                 )
-        try:
-            if a.dry_run:
-                version = state.version if version is None else version
-                definition = definition or await replaying.definition(
-                    state.namespace, state.workflow, version
-                )
-                made = analysis.fork(
-                    records,
-                    a.at,
-                    run_id=run_id,
-                    definition=definition,
-                    version=version,
-                    now=replaying.clock(),
-                )
-                return _report_fork(a.run_id, a.at, run_id, version, made, a)
-            forked = await replaying.fork(
-                records, a.at, run_id=run_id, definition=definition, version=version
+        # NotPossible and RunExists: connecting.with_client answers them (exit 1).
+        if a.dry_run:
+            version = state.version if version is None else version
+            definition = definition or await replaying.definition(
+                state.namespace, state.workflow, version
             )
-        except analysis.NotPossible as exc:
-            raise CliError(str(exc), EXIT_FAILED) from exc
-        except RunExists as exc:
-            raise CliError(str(exc), EXIT_FAILED) from exc
+            made = analysis.fork(
+                records,
+                a.at,
+                run_id=run_id,
+                definition=definition,
+                version=version,
+                now=replaying.clock(),
+            )
+            return _report_fork(a.run_id, a.at, run_id, version, made, a)
+        forked = await replaying.fork(
+            records, a.at, run_id=run_id, definition=definition, version=version
+        )
         return _report_fork(a.run_id, a.at, forked.run_id, forked.version, forked.records, a)
 
     return connecting.with_client(body)(args)

@@ -95,12 +95,7 @@ def _plain(value: Any) -> Any:
 
 
 async def cmd_dead_letters_show(client: Client, args: argparse.Namespace) -> int:
-    from interlock.client import UnknownDeadLetter
-
-    try:
-        letter = await client.dead_letter(args.seq)
-    except UnknownDeadLetter as exc:
-        raise CliError(str(exc), EXIT_FAILED) from exc
+    letter = await client.dead_letter(args.seq)  # UnknownDeadLetter: exit 1 (with_client)
     emit(args, letter, lambda: print_json(letter))
     return EXIT_OK
 

@@ -1,5 +1,5 @@
 """The words every part of Interlock shares: error classes, run statuses, timer purposes,
-and the root of its exceptions.
+the root of its exceptions and the exit codes of the ``interlock`` command.
 
 They are defined here once. Each enum is a ``StrEnum``, so a member *is* its string: it
 compares equal to the text a log carries, encodes as that text, and the log's fields stay
@@ -18,6 +18,19 @@ class InterlockError(Exception):
     The core's errors (a manifest that does not compile, an expression that fails) derive
     from it, and so do the shell's and the SDK's.
     """
+
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""Invalid input, a failed or cancelled run."""
+EXIT_USAGE = 2
+"""Bad arguments, a file that cannot be read, a server that cannot be reached."""
+EXIT_NOT_FINISHED = 3
+"""``result`` of a run that has not finished yet."""
+EXIT_NO_RUN = 4
+"""No run has the id given (a failed run is 1)."""
+EXIT_DENIED = 5
+"""The credential may not do what the command needs (the server refused a permission)."""
 
 
 class ErrorClass(StrEnum):

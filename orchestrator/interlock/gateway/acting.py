@@ -13,7 +13,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from interlock.client import debugging
-from interlock.core.analysis import NotPossible
 from interlock.gateway.problems import Problem
 from interlock.gateway.rest import RunId, _json_body, _name, _seq, json_view, operates
 
@@ -103,12 +102,9 @@ async def fork_run(request: Request, gw: Gateway) -> Response:
     req: ForkRequest = await _json_body(gw, request, ForkRequest, numbers=True)
     records = await gw.api.records(request.path_params["run_id"])
     new = req.run_id or new_run_id()
-    try:
-        report = await debugging.fork(
-            gw.api.ops, records, req.at, req.version, new, dry_run=req.dry_run
-        )
-    except NotPossible as exc:
-        raise Problem(409, "not-possible", str(exc)) from exc
+    report = await debugging.fork(
+        gw.api.ops, records, req.at, req.version, new, dry_run=req.dry_run
+    )
     return json_view(msgspec.convert(report, ForkReport), 200 if req.dry_run else 201)
 
 

@@ -24,8 +24,8 @@ from interlock.gateway import webhooks
 from interlock.gateway.metrics import RequestMetrics
 from interlock.gateway.problems import (
     Problem,
+    error_table_handler,
     http_error_handler,
-    log_key_handler,
     problem_handler,
 )
 from interlock.gateway.service import DEFAULT_MAX_BODY, Gateway
@@ -181,8 +181,8 @@ def build_app(gw: Gateway, console: ConsoleConfig | None = DEFAULT_CONSOLE) -> S
             Problem: problem_handler,
             HTTPException: http_error_handler,
             NatsError: nats_error_handler,
-            SecretDamaged: log_key_handler,
-            LogKeyUnavailable: log_key_handler,
+            SecretDamaged: error_table_handler,
+            LogKeyUnavailable: error_table_handler,
         },
     )
     app.state.gateway = gw

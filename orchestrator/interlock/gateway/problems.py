@@ -95,7 +95,21 @@ def int_param(request: Request, name: str, default: int, low: int, high: int) ->
     return value
 
 
-async def log_key_handler(request: Request, exc: Exception) -> Response:
-    """The log key is damaged or cannot be read: run logs can be neither read nor written
-    (503, saying why and how to restore it; the orchestrator stops at start on the same)."""
-    return Problem(503, "log-key-unavailable", str(exc)).response(request.url.path)
+def as_problem(exc: BaseException) -> Problem | None:
+    """The problem :mod:`interlock.client.error_table` answers ``exc`` with (None: none)."""
+    from interlock.client.error_table import meaning
+
+    found = meaning(exc)
+    if found is None or found.status is None or found.problem is None:
+        return None
+    return Problem(found.status, found.problem, found.detail(exc))
+
+
+async def error_table_handler(request: Request, exc: Exception) -> Response:
+    """An error of the table raised outside the REST routes' guard (the log key damaged or
+    unreadable: run logs can be neither read nor written, 503 saying why and how to restore
+    it; the orchestrator stops at start on the same)."""
+    problem = as_problem(exc)
+    if problem is None:
+        raise exc
+    return problem.response(request.url.path)

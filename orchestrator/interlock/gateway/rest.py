@@ -23,8 +23,8 @@ from interlock.client import debugging, reading
 from interlock.core.bounds import MAX_DEPTH
 from interlock.core.deadline import MAX_DEADLINE_S
 from interlock.core.names import DNS_LABEL
-from interlock.core.vocabulary import RECORDED
-from interlock.gateway.problems import Problem, int_param
+from interlock.core.vocabulary import RECORDED, InterlockError
+from interlock.gateway.problems import Problem, as_problem, int_param
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 
 if TYPE_CHECKING:
@@ -185,31 +185,17 @@ def _name(request: Request) -> str:
 def _guard(
     call: Callable[[Request], Awaitable[Response]],
 ) -> Callable[[Request], Awaitable[Response]]:
-    """Map the client's errors to problems."""
-    from interlock.client import (
-        InvalidInputs,
-        InvalidRunId,
-        NotRedrivable,
-        RunExists,
-        UnknownAgent,
-        UnknownDeadLetter,
-        UnknownRun,
-        UnknownWorkflow,
-    )
+    """Answer the errors a route raises with the problem :mod:`interlock.client.error_table`
+    names for each."""
 
     async def guarded(request: Request) -> Response:
         try:
             return await call(request)
-        except UnknownRun as exc:
-            raise Problem(404, "unknown-run", f"no run {exc.args[0]!r}") from exc
-        except (UnknownWorkflow, UnknownAgent, UnknownDeadLetter) as exc:
-            raise Problem(404, "not-found", str(exc)) from exc
-        except (InvalidInputs, InvalidRunId) as exc:
-            raise Problem(400, "invalid-request", str(exc)) from exc
-        except RunExists as exc:
-            raise Problem(409, "run-exists", str(exc)) from exc
-        except NotRedrivable as exc:
-            raise Problem(409, "not-redrivable", str(exc)) from exc
+        except InterlockError as exc:
+            problem = as_problem(exc)
+            if problem is None:
+                raise
+            raise problem from exc
 
     return guarded
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -25,8 +25,10 @@ from interlock.runtime.logstore import RecordsTooLarge
 from interlock.runtime.observe import Observers
 from interlock.transport.consuming import (
     Overlap,
+    dead_letter_and_settle,
     dead_letter_data,
     dead_letter_headers,
+    dead_letter_id,
     durable_reader,
     in_progress,
 )
@@ -154,33 +156,14 @@ class MessageHandling:
             # Another delivery would fail the same way: dead-letter it at once.
             reason = "too-large" if isinstance(exc, RecordsTooLarge) else "bad-run-id"
             log.warning("%s: dead-lettering (%s): %s", where, reason, exc)
-            try:
-                await self.dead_letter(msg, reason, str(exc))
-            # Not stored anywhere else yet: keep it, and try again later.
-            except Exception:  # noqa: BLE001
-                # Best effort: a message left unsettled comes again after its ack wait.
-                with contextlib.suppress(Exception):
-                    await msg.nak(delay=30.0)
-                return
-            # Best effort: a message left unsettled comes again after its ack wait.
-            with contextlib.suppress(Exception):
-                await msg.ack()
+            await dead_letter_and_settle(msg, partial(self.dead_letter, msg, reason, str(exc)))
         # A consumer loop outlives any one message.
         except Exception as exc:  # noqa: BLE001
             if delivered >= MAX_DELIVERIES:
                 # The reason is the message: no traceback.
                 log.error("%s: dead-lettering after %d attempts: %s", where, delivered, exc)  # noqa: TRY400
-                try:
-                    await self.dead_letter(msg, "processing-failed", str(exc))
-                # A consumer loop outlives any one message.
-                except Exception:  # noqa: BLE001
-                    # Not stored anywhere else yet: keep it, and try again later.
-                    with contextlib.suppress(Exception):
-                        await msg.nak(delay=30.0)
-                    return
-                # Best effort: a message left unsettled comes again after its ack wait.
-                with contextlib.suppress(Exception):
-                    await msg.ack()
+                failed = partial(self.dead_letter, msg, "processing-failed", str(exc))
+                await dead_letter_and_settle(msg, failed)
             else:
                 log.warning("%s: will retry (%d): %s", where, delivered, exc)
                 # Best effort: a message left unsettled comes again after its ack wait.
@@ -191,11 +174,9 @@ class MessageHandling:
 
     async def dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
         headers = dead_letter_headers(msg, reason, detail)
-        # No JetStream metadata (a core message): no dedupe id, nothing else lost.
-        with contextlib.suppress(Exception):  # a redelivered message is dead-lettered once
-            where = f"{msg.metadata.stream}.{msg.metadata.sequence.stream}"
-            digest = hashlib.sha256(f"{reason}\n{detail}".encode()).hexdigest()[:16]
-            headers["Nats-Msg-Id"] = f"{where}.{digest}"
+        msg_id = dead_letter_id(msg, reason, detail)  # a redelivered message: one letter
+        if msg_id is not None:
+            headers["Nats-Msg-Id"] = msg_id
         self.counters[f"dead_lettered:{reason}"] += 1
         self.observers.dead_lettered(reason)
         data = dead_letter_data(msg.data, headers, self.nc.max_payload)

@@ -22,7 +22,7 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from interlock.transport.jetstream import JetStream
+from interlock.transport.jetstream import JetStream, api_prefix, api_timeout, connection
 
 log = logging.getLogger("interlock.registry")
 
@@ -91,7 +91,9 @@ class Revisions:
         if isinstance(self._js, JetStream):
             answer = await self._js.request_ack(subject, body)
         else:
-            answer = await self._js._nc.request(subject, body, timeout=self._js._timeout)
+            answer = await connection(self._js).request(
+                subject, body, timeout=api_timeout(self._js)
+            )
         if not nothing_stored(answer):
             await self._catch_up(bucket, timeout)
 
@@ -132,7 +134,7 @@ class Revisions:
     def _newer(self, bucket: str) -> tuple[str, bytes]:
         """The request for the first message of ``bucket`` stored after the revision its
         watcher has taken into account."""
-        prefix = getattr(self._js, "_prefix", "$JS.API")
+        prefix = api_prefix(self._js)
         after = self._revisions.get(bucket, 0)
         body = b'{"seq":%d,"next_by_subj":"$KV.%s.>"}' % (after + 1, bucket.encode())
         return f"{prefix}.STREAM.MSG.GET.KV_{bucket}", body

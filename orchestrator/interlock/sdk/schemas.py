@@ -14,7 +14,8 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
-from interlock.transport.kvread import bucket_values
+from interlock.transport.jetstream import connection
+from interlock.transport.kvread import bucket_values, kv_prefix
 
 log = logging.getLogger("interlock.sdk")
 
@@ -157,7 +158,7 @@ class AgentDefCatalog:
                     if kv is None:
                         kv = await js.key_value(bucket)
                     if sub is None:
-                        sub = await js._nc.subscribe(f"{kv._pre}>", cb=heard)
+                        sub = await connection(js).subscribe(f"{kv_prefix(kv)}>", cb=heard)
                     changed.clear()
                     stored = await bucket_values(kv)
                 # The bucket does not exist yet, NATS is reconnecting, or the credential

@@ -19,7 +19,7 @@ import nats.js.errors
 from nats.js import JetStreamContext
 
 from interlock.transport.clock import utc_now
-from interlock.transport.jetstream import JetStream, jetstream
+from interlock.transport.jetstream import JetStream, connection, jetstream
 from interlock.transport.subjects import Subjects
 from interlock.transport.tasks import (
     ANSWER_FAILED,
@@ -115,7 +115,7 @@ class AnswerSender:
             subject = subjects.answer(capability, run_id)
             try:
                 # The connection's shared reply subscription, as for publish acks.
-                shared = js if isinstance(js, JetStream) else jetstream(js._nc)
+                shared = js if isinstance(js, JetStream) else jetstream(connection(js))
                 reply = await shared.request_ack(
                     subject, payload, headers=headers, ack_wait=self.timeout
                 )

@@ -14,7 +14,6 @@ Handlers return or raise; the worker alone decides ack, nak and term:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import inspect
 import logging
@@ -37,10 +36,12 @@ from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.consuming import (
+    dead_letter_and_settle,
     dead_letter_data,
     dead_letter_headers,
+    dead_letter_id,
 )
-from interlock.transport.jetstream import jetstream
+from interlock.transport.jetstream import connection, jetstream
 from interlock.transport.natsclient import ack_nowait, js_api
 from interlock.transport.pulling import PullConsumer
 from interlock.transport.slots import SlotPool
@@ -546,7 +547,7 @@ class Worker:
             result_type, data = answered
             slot.free()  # sending the answer (and awaiting its reply) holds no handler slot
             answer, result_type, data = self._sender.answer(
-                request, cap.name, result_type, data, js._nc.max_payload - ANSWER_HEADROOM
+                request, cap.name, result_type, data, connection(js).max_payload - ANSWER_HEADROOM
             )
             if await self._sender.send(js, subjects, cap.name, request.run_id, answer):
                 job.progress.discard(msg)
@@ -623,31 +624,30 @@ class Worker:
     ) -> None:
         """Dead-letter a request that cannot be answered, then terminate it.
 
-        Same letter as the orchestrator's: the ``Interlock-Dead-Letter-*`` headers, none of
-        the message's own ``Nats-*`` headers (they would act on the dead-letter stream), and
-        a ``Nats-Msg-Id`` so a redelivered message is dead-lettered once.
+        Same letter as the orchestrator's, settled the same way
+        (:func:`~interlock.transport.consuming.dead_letter_and_settle`): the
+        ``Interlock-Dead-Letter-*`` headers, none of the message's own ``Nats-*`` headers
+        (they would act on the dead-letter stream), and a ``Nats-Msg-Id`` (the agents'
+        form: stream, sequence, reason) so a redelivered message is dead-lettered once.
         """
         log.error("rejected a message on %s: %s", msg.subject, message)
         headers = dead_letter_headers(msg, reason, message)
         headers["Interlock-Dead-Letter-Worker"] = self.name
-        # No JetStream metadata (a core message): no dedupe id, nothing else lost.
-        with contextlib.suppress(Exception):
-            meta = msg.metadata
-            headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
-        data = dead_letter_data(msg.data, headers, js._nc.max_payload)
-        try:
-            subject = subjects.agent_dead_letter(capability, reason)
-            await js.publish(subject, data, headers=headers, timeout=5)
-        # Keep the message rather than lose it.
-        except Exception as exc:  # noqa: BLE001
-            # Not stored anywhere else yet: keep it (another attempt later), never drop it.
-            # The reason is the message: no traceback.
-            log.error("could not dead-letter a message (%s): %s", reason, exc)  # noqa: TRY400
-            # Best effort: a message left unsettled comes again after its ack wait.
-            with contextlib.suppress(Exception):
-                await msg.nak(delay=30)
-            return
-        await msg.term()
+        msg_id = dead_letter_id(msg, reason)  # a redelivered message: one letter
+        if msg_id is not None:
+            headers["Nats-Msg-Id"] = msg_id
+        data = dead_letter_data(msg.data, headers, connection(js).max_payload)
+
+        async def store() -> None:
+            try:
+                subject = subjects.agent_dead_letter(capability, reason)
+                await js.publish(subject, data, headers=headers, timeout=5)
+            except Exception as exc:
+                # The reason is the message: no traceback.
+                log.error("could not dead-letter a message (%s): %s", reason, exc)  # noqa: TRY400
+                raise
+
+        await dead_letter_and_settle(msg, store, term=True)
 
     # --- cancellation -------------------------------------------------------------
 

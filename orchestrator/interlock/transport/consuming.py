@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -130,6 +131,46 @@ def dead_letter_headers(msg: Msg, reason: str, detail: str) -> dict[str, str]:
     headers["Interlock-Dead-Letter-Detail"] = detail[:1000]
     headers["Interlock-Dead-Letter-Subject"] = msg.subject
     return headers
+
+
+def dead_letter_id(msg: Msg, reason: str, detail: str | None = None) -> str | None:
+    """The ``Nats-Msg-Id`` of a dead letter about ``msg``, so that a redelivered message
+    is dead-lettered once: its stream and its sequence there, then the ``reason`` (the
+    agents' letters, as docs/agents-any-language.md has every agent write them) or, given
+    the ``detail``, a digest of both (the orchestrator's). None for a message with no
+    JetStream metadata (a core message): no dedupe id, nothing else lost."""
+    try:
+        where = f"{msg.metadata.stream}.{msg.metadata.sequence.stream}"
+    except Exception:  # noqa: BLE001
+        return None
+    if detail is None:
+        return f"{where}.{reason}"
+    digest = hashlib.sha256(f"{reason}\n{detail}".encode()).hexdigest()[:16]
+    return f"{where}.{digest}"
+
+
+DEAD_LETTER_RETRY_S = 30.0
+"""How soon a message whose dead letter could not be stored is delivered again."""
+
+
+async def dead_letter_and_settle(
+    msg: Msg, store: Callable[[], Awaitable[object]], *, term: bool = False
+) -> bool:
+    """Settle ``msg`` after ``store()`` dead-letters it: acked (``term``: terminated) once
+    its dead letter is stored; when it cannot be stored (``store`` raises; it says why),
+    handed back for another try in :data:`DEAD_LETTER_RETRY_S`, never dropped, since it
+    is stored nowhere else yet. Both best effort: a message left unsettled comes again
+    after its ack wait. True once the dead letter is stored."""
+    try:
+        await store()
+    # Not stored anywhere else yet: keep it, and try again later.
+    except Exception:  # noqa: BLE001
+        with contextlib.suppress(Exception):
+            await msg.nak(delay=DEAD_LETTER_RETRY_S)
+        return False
+    with contextlib.suppress(Exception):
+        await (msg.term() if term else msg.ack())
+    return True
 
 
 DEAD_LETTER_KEPT = 16 * 1024

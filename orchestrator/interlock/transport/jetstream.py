@@ -44,6 +44,22 @@ def jetstream(nc: Client, timeout: float = 5.0) -> JetStream:
     return js
 
 
+def connection(js: JetStreamContext) -> Client:
+    """The core connection behind a JetStream context (nats-py has no public accessor;
+    it is set in its constructor)."""
+    return js._nc
+
+
+def api_prefix(js: JetStreamContext) -> str:
+    """The JetStream API prefix a context sends its requests to."""
+    return str(getattr(js, "_prefix", api.DEFAULT_PREFIX))
+
+
+def api_timeout(js: JetStreamContext) -> float:
+    """The seconds a context waits for the answer to one of its API requests."""
+    return float(js._timeout)
+
+
 class JetStream(JetStreamContext):
     """``JetStreamContext`` with acknowledgements multiplexed on one subscription."""
 

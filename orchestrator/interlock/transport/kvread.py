@@ -8,6 +8,12 @@ from nats.js.kv import KeyValue
 from interlock.transport.directget import read_messages
 
 
+def kv_prefix(kv: KeyValue) -> str:
+    """The subject prefix of a key-value bucket's keys (``$KV.<bucket>.``, or its
+    account's import): nats-py keeps it in a private attribute."""
+    return str(kv._pre)
+
+
 async def bucket_values(kv: KeyValue, pattern: str = ">") -> dict[str, bytes]:
     """Every key of a KV bucket (under ``pattern``) with its current value, read in one
     pass.
@@ -43,7 +49,7 @@ async def _fold(kv: KeyValue, pattern: str, newest: int | None) -> dict[str, byt
     answered had not reached it yet (a record aged out since leaves it short, and that is
     all there is).
     """
-    nc, stream, prefix = kv._js._nc, kv._stream, kv._pre
+    nc, stream, prefix = kv._js._nc, kv._stream, kv_prefix(kv)
     records = await read_messages(nc, stream, f"{prefix}{pattern}")
     if newest is not None and records and records[-1][0] < newest:
         records += await read_messages(nc, stream, f"{prefix}{pattern}", records[-1][0])

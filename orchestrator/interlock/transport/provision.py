@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.errors import AppendConflict
-from interlock.transport.jetstream import jetstream
+from interlock.transport.jetstream import api_prefix, connection, jetstream
 from interlock.transport.subjects import Subjects
 
 __all__ = [
@@ -270,8 +270,7 @@ def _connection(js: JetStreamContext | Client) -> tuple[Client, str]:
     """The core connection and API prefix behind a JetStream context (or a bare client)."""
     if isinstance(js, Client):
         return js, _DEFAULT_API_PREFIX
-    # nats-py exposes no public accessor for these; both are set in its constructor.
-    return js._nc, js._prefix
+    return connection(js), api_prefix(js)
 
 
 # --- atomic appends -------------------------------------------------------------------

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
-from console_support import ARTIFACTS, DOCS_SHOTS, chromium, playwright_or_skip
-from gw_support import (
+
+from interlock.transport.subjects import Subjects
+from support.console import ARTIFACTS, DOCS_SHOTS, chromium, playwright_or_skip
+from support.gateway import (
     BROKEN,
     HELLO,
     HOOK,
@@ -32,8 +34,6 @@ from gw_support import (
     wait_status,
     yaml,
 )
-
-from interlock.transport.subjects import Subjects
 
 PORTS = Path(__file__).resolve().parents[2] / "examples" / "ports"
 

@@ -21,7 +21,8 @@ from console_stack import (
     shot,
     tab_until,
 )
-from gw_support import wait_status
+
+from support.gateway import wait_status
 
 __all__ = ["console"]
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from console_stack import CONTRAST, UNLABELLED, Console, console, shot, sign_in
-from gw_support import wait_status, yaml
-from helpers import connect
 
 from interlock.sdk import TaskContext, Worker
+from support.gateway import wait_status, yaml
+from support.runtime import connect
 
 __all__ = ["console"]
 

@@ -4,18 +4,14 @@ vendored libraries, its settings, and the headers that keep other origins out.""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-
-from gw_support import gateway_stack
-
 from interlock.console import STATIC, _Files
 from interlock.transport.subjects import Subjects
+from support.gateway import gateway_stack
 
 
 @pytest.mark.asyncio

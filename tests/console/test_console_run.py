@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from console_stack import CONTRAST, UNLABELLED, Console, console, shot, sign_in
-from gw_support import wait_status
+
+from support.gateway import wait_status
 
 __all__ = ["console"]
 

@@ -4,10 +4,9 @@ a loop's iteration or a DAG's step (what ``interlock timers`` and the explain vi
 
 from __future__ import annotations
 
-from core_support import Run, compile_one
-
 from interlock.core import events as ev
 from interlock.core.vocabulary import TimerPurpose
+from support.core import Run, compile_one
 
 FLOW = """\
 apiVersion: interlock.io/v1

@@ -7,7 +7,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from core_support import ROOT
 
 from interlock.core.compiler import (
     compile_agent_data,
@@ -18,6 +17,7 @@ from interlock.core.compiler import (
 )
 from interlock.core.diagnostics import Diagnostic, ManifestError
 from interlock.core.vocabulary import InterlockError
+from support.core import ROOT
 
 WORKFLOW = (ROOT / "examples" / "code-review.yaml").read_text()
 AGENTS = (ROOT / "examples" / "agents.yaml").read_text()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from core_support import ROOT, Run, compile_one
 
 from interlock.contracts import gen
 from interlock.core import events as ev
+from support.core import ROOT, Run, compile_one
 
 
 def test_checked_in_contracts_match_the_code(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,6 @@ sub-workflow actions and actions cancelled when their state is left."""
 from __future__ import annotations
 
 import pytest
-from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
@@ -16,6 +15,7 @@ from interlock.core.engine import (
     event_correlation_key,
 )
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one, types
 
 FETCH = """\
 apiVersion: interlock.io/v1

@@ -4,12 +4,11 @@ with ``budget_exceeded`` (code ``max_cost``), routed like any failure."""
 
 from __future__ import annotations
 
-from core_support import Run, compile_one
-
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one
 
 SPEND = """\
 apiVersion: interlock.io/v1

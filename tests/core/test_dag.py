@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import CapabilityDef, RetryPolicy, link
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import ErrorClass, RunStatus
+from support.core import Run, compile_one, types
 
 RELEASE = """\
 apiVersion: interlock.io/v1

@@ -5,9 +5,8 @@ fails the state with the step named and the agent's class and code kept."""
 
 from __future__ import annotations
 
-from core_support import Run, compile_one
-
 from interlock.core import events as ev
+from support.core import Run, compile_one
 
 FLOW = """\
 apiVersion: interlock.io/v1

@@ -5,12 +5,11 @@ against one, or the workflow must declare its run budget (``unbounded-cycle``)."
 
 from __future__ import annotations
 
-from core_support import Run, compile_one, types
-
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one, types
 
 LOOP = """\
 apiVersion: interlock.io/v1

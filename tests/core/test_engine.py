@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.engine import Incoming, decide
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one, types
 
 ROUTING = """\
 apiVersion: interlock.io/v1

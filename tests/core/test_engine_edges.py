@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.vocabulary import ErrorClass, RunStatus
+from support.core import Run, compile_one, types
 
 LOOP = """\
 apiVersion: interlock.io/v1

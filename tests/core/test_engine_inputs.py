@@ -3,12 +3,11 @@ it: its guard and its ``set`` read the event (``data``, ``event``) like any othe
 
 from __future__ import annotations
 
-from core_support import Run, compile_one, types
-
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.engine import GuardCheck, start
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one, types
 
 WAITING = """\
 apiVersion: interlock.io/v1

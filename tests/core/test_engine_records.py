@@ -4,11 +4,10 @@ attributes, and a map's or a loop's result where a transition reads it."""
 
 from __future__ import annotations
 
-from core_support import Run, compile_one, types
-
 from interlock.core import events as ev
 from interlock.core.engine import Incoming, event_correlation_key, migrate, resume_fork
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one, types
 
 REVIEW = """\
 apiVersion: interlock.io/v1

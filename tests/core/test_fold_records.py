@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core_support import SPAWN_CAPPED_MAP, Run, compile_one
 from msgspec.structs import replace
 
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.engine import Incoming
 from interlock.core.state import RunState, evolve, fold
+from support.core import SPAWN_CAPPED_MAP, Run, compile_one
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -4,12 +4,12 @@ others (``steps.<name>``), what evidence has proven so far, and the DAG's own se
 from __future__ import annotations
 
 import msgspec
-from core_support import Run, compile_one, types
 from msgspec.structs import replace
 
 from interlock.core import events as ev
 from interlock.core.spawn import SpawnProgress
 from interlock.core.state import DagProgress, RunState, encode_state, fold
+from support.core import Run, compile_one, types
 
 RELEASE = """\
 apiVersion: interlock.io/v1

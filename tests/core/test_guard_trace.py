@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from core_support import Run, compile_one
 
 from interlock.core import events as ev
 from interlock.core.engine import GuardCheck, decide
 from interlock.core.incoming import Incoming
+from support.core import Run, compile_one
 
 FLOW = """\
 apiVersion: interlock.io/v1

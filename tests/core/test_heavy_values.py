@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from core_support import compile_one
 
 from interlock.core.definition import loops, may_loop
 from interlock.core.incoming import HEAVY_VALUES, heavy_value
+from support.core import compile_one
 
 
 @pytest.mark.parametrize(

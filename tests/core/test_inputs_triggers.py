@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from core_support import ROOT, compile_one
 
 from interlock.core.definition import resolve_inputs, type_matches
 from interlock.core.engine import (
@@ -15,6 +14,7 @@ from interlock.core.engine import (
     trigger_inputs,
     trigger_matches,
 )
+from support.core import ROOT, compile_one
 
 INPUTS = """\
 apiVersion: interlock.io/v1

@@ -7,12 +7,12 @@ import re
 
 import msgspec
 import pytest
-from core_support import ROOT
 from test_validator import RULES
 
 from interlock.core import model
 from interlock.core.compiler import compile_sources
 from interlock.core.vocabulary import ErrorClass
+from support.core import ROOT
 
 DOC = (ROOT / "docs/language.md").read_text()
 BLOCKS = re.findall(r"```yaml\n(.*?)```", DOC, re.DOTALL)

@@ -4,8 +4,6 @@ limits are checked with file:line:col and a rule."""
 
 from __future__ import annotations
 
-from core_support import Run, compile_one, short
-
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
@@ -13,6 +11,7 @@ from interlock.core.engine import Incoming
 from interlock.core.limits import admitted
 from interlock.core.state import RunState, encode_state, fold
 from interlock.core.vocabulary import RunStatus, TimerPurpose
+from support.core import Run, compile_one, short
 
 LIMITED = """\
 apiVersion: interlock.io/v1

@@ -14,12 +14,12 @@ import uuid
 from typing import Any, NoReturn
 
 import pytest
-from core_support import ROOT, Run
 
 import interlock.core
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.state import encode_state, fold
+from support.core import ROOT, Run
 
 
 def _forbidden(*_: Any, **__: Any) -> NoReturn:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from core_support import Run, compile_one, types
-
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.engine import Incoming
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one, types
 
 PEERS = """\
 apiVersion: interlock.io/v1

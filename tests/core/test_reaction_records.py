@@ -5,11 +5,11 @@ or action."""
 
 from __future__ import annotations
 
-from core_support import Run, compile_one
 from test_spawn_budgets import PARENT, _child, _parent, _report, _requested
 
 from interlock.core import events as ev
 from interlock.core.engine import Incoming
+from support.core import Run, compile_one
 
 TIMED = """\
 apiVersion: interlock.io/v1

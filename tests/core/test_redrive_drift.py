@@ -11,11 +11,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from core_support import Run, code_review, compile_one, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.definition import Definition
+from support.core import Run, code_review, compile_one, golden
 
 ORIGINAL = code_review()
 

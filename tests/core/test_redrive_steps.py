@@ -5,11 +5,11 @@ not take, and timers found again after the new run's ids drift: the cases of
 from __future__ import annotations
 
 import pytest
-from core_support import LOOPER, Run, code_review, compile_one, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.redrive import steps
+from support.core import LOOPER, Run, code_review, compile_one, golden
 
 ORIGINAL = code_review()
 changed = code_review

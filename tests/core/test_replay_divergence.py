@@ -7,13 +7,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from core_support import CODE_REVIEW, GOLDEN, code_review, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
 from interlock.core.replay import comparable
+from support.core import CODE_REVIEW, GOLDEN, code_review, golden
 
 
 def changed(old: str, new: str) -> Definition:

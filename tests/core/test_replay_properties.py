@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core_support import ROOT, at, compile_one
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import TIMER_FIRED, Incoming, cancel, decide, start
 from interlock.core.state import RunState, encode_state, evolve, fold
 from interlock.core.vocabulary import ErrorClass
+from support.core import ROOT, at, compile_one
 
 STEPS = """\
 apiVersion: interlock.io/v1

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from core_support import Run, code_review, golden
 
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.engine import start
 from interlock.core.state import fold
+from support.core import Run, code_review, golden
 
 ORIGINAL = code_review()
 changed = code_review

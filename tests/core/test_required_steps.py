@@ -3,9 +3,8 @@ it to a completing terminal state is refused (``required-step-bypass``)."""
 
 from __future__ import annotations
 
-from core_support import compile_one
-
 from interlock.core.compiler import compile_sources
+from support.core import compile_one
 
 FLOW = """\
 apiVersion: interlock.io/v1

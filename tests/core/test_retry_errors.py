@@ -5,11 +5,11 @@ same."""
 from __future__ import annotations
 
 import pytest
-from core_support import Run, compile_one
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.vocabulary import TimerPurpose
+from support.core import Run, compile_one
 
 FLAKY = """\
 apiVersion: interlock.io/v1

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from core_support import LOOPER, SPAWN_CAPPED_MAP, TWO_STEP_CHILD, Run, compile_one, types
-
 from interlock.core import events as ev
 from interlock.core.engine import Incoming
 from interlock.core.spawn import SpawnProgress
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus
+from support.core import LOOPER, SPAWN_CAPPED_MAP, TWO_STEP_CHILD, Run, compile_one, types
 
 PARENT = """\
 apiVersion: interlock.io/v1

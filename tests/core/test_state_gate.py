@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from core_support import Run, compile_one, types
 
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus
+from support.core import Run, compile_one, types
 
 GATED = """\
 apiVersion: interlock.io/v1

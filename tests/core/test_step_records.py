@@ -3,10 +3,9 @@ that fails reports what it spent, whatever failed it."""
 
 from __future__ import annotations
 
-from core_support import TWO_STEP_CHILD, Run, compile_one
-
 from interlock.core import events as ev
 from interlock.core.vocabulary import ErrorClass, RunStatus
+from support.core import TWO_STEP_CHILD, Run, compile_one
 
 CHILD = TWO_STEP_CHILD.replace("{BUDGET}", "budget: {max_actions: 1}")
 

@@ -13,11 +13,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from core_support import MANIFESTS, ROOT
 
 from interlock.core import lowering_scope
 from interlock.core.compiler import compile_sources
 from interlock.core.diagnostics import Diagnostic
+from support.core import MANIFESTS, ROOT
 
 INVALID = sorted((MANIFESTS / "invalid").glob("*.yaml"))
 EXPECT = re.compile(r"^# expect: (\d+):(\d+) ([a-z-]+): (.+)$")

@@ -4,9 +4,9 @@ and each of the controller's rules refuses a file that breaks it, at the origina
 from __future__ import annotations
 
 import pytest
-from dialect_support import FIXTURES, converted_matches, errors_of, run_cli
 
 from interlock.dialects import detect, prepare
+from support.dialects import FIXTURES, converted_matches, errors_of, run_cli
 
 EXAMPLES = sorted(FIXTURES.glob("ctxmesh-*.yaml"))
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
-from dialect_support import FIXTURES, converted_matches, errors_of, run_cli
 
 from interlock.core.source import load_documents
 from interlock.dialects import prepare
+from support.dialects import FIXTURES, converted_matches, errors_of, run_cli
 
 WEBHOOKS = FIXTURES / "kxm-workflows.json"
 RUNTIME = FIXTURES / "kxm-bug-fix.yaml"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dialect_support import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +13,7 @@ from interlock.core.compiler import compile_sources
 from interlock.core.source import load_documents
 from interlock.dialects import prepare
 from interlock.dialects.jsonpos import load_json
+from support.dialects import FIXTURES
 
 EXAMPLES = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".json", ".yaml"))
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from dialect_support import FIXTURES, converted_matches, errors_of, run_cli
 
 from interlock.dialects import prepare
 from interlock.dialects.synapse import parse, plan
+from support.dialects import FIXTURES, converted_matches, errors_of, run_cli
 
 EXAMPLES = sorted(FIXTURES.glob("synapse-*.json"))
 RELEASE = FIXTURES / "synapse-release.json"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from dialect_support import FIXTURES, converted_matches, errors_of, run_cli
 
 from interlock.dialects import prepare
+from support.dialects import FIXTURES, converted_matches, errors_of, run_cli
 
 EXAMPLES = sorted(FIXTURES.glob("workfile-*.yaml"))
 

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import (
+
+from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
+from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
+from support.flow import (
     REPO,
     RecordingAgents,
     ScriptedStack,
@@ -19,11 +24,6 @@ from flow_support import (
     path,
     worker_orchestrator,
 )
-
-from interlock.cli.main import main as interlock_main
-from interlock.core import events as ev
-from interlock.sdk import AgentError, TaskContext
-from interlock.transport.subjects import Subjects
 
 FIXTURES = REPO / "tests" / "dialects" / "fixtures"
 CAPABILITIES = ["triage-agent", "answer-agent", "billing-agent", "human-handoff-agent"]

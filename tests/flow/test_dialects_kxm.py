@@ -18,17 +18,6 @@ from typing import Any
 import httpx
 import nats
 import pytest
-from flow_support import (
-    API_WAIT,
-    REPO,
-    ScriptedAgents,
-    ScriptedStack,
-    eventually,
-    of,
-    own_workers,
-    path,
-    worker_orchestrator,
-)
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
@@ -39,6 +28,17 @@ from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.httpserver import HttpServer
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
+from support.flow import (
+    API_WAIT,
+    REPO,
+    ScriptedAgents,
+    ScriptedStack,
+    eventually,
+    of,
+    own_workers,
+    path,
+    worker_orchestrator,
+)
 
 FIXTURE = REPO / "tests" / "dialects" / "fixtures" / "kxm-workflows.json"
 COORDINATOR = "kxm.coordinator"

@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import (
+
+from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
+from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
+from support.flow import (
     REPO,
     WAIT,
     ScriptedAgents,
@@ -21,11 +26,6 @@ from flow_support import (
     of,
     worker_orchestrator,
 )
-
-from interlock.cli.main import main as interlock_main
-from interlock.core import events as ev
-from interlock.sdk import AgentError, TaskContext
-from interlock.transport.subjects import Subjects
 
 FIXTURES = REPO / "tests" / "dialects" / "fixtures"
 EVIDENCE = json.loads((REPO / "tests" / "dialects" / "synapse-evidence.json").read_text())

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import (
+
+from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
+from interlock.transport.subjects import Subjects
+from support.flow import (
     REPO,
     RecordingAgents,
     ScriptedStack,
@@ -21,10 +25,6 @@ from flow_support import (
     path,
     worker_orchestrator,
 )
-
-from interlock.cli.main import main as interlock_main
-from interlock.core import events as ev
-from interlock.transport.subjects import Subjects
 
 FIXTURES = REPO / "tests" / "dialects" / "fixtures"
 CAPABILITIES = ["mail.classify", "ticket.open", "payment.transfer"]

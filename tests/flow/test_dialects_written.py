@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import REPO, RecordingAgents, ScriptedStack, of, path, worker_orchestrator
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
 from interlock.sdk import TaskContext
 from interlock.transport.subjects import Subjects
+from support.flow import REPO, RecordingAgents, ScriptedStack, of, path, worker_orchestrator
 
 WRITTEN = REPO / "tests" / "dialects" / "written"
 CAPABILITIES = ["scorer", "handler"]

@@ -21,14 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import (
-    WAIT,
-    RecordingAgents,
-    ScriptedStack,
-    eventually,
-    of,
-    worker_orchestrator,
-)
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
@@ -46,6 +38,14 @@ from interlock.runtime.timers import ClockTimers
 from interlock.sdk import AgentError, RetryableError, TaskContext
 from interlock.transport.cloudevents import CloudEvent, decode_message
 from interlock.transport.subjects import Subjects
+from support.flow import (
+    WAIT,
+    RecordingAgents,
+    ScriptedStack,
+    eventually,
+    of,
+    worker_orchestrator,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

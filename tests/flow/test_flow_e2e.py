@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import WAIT, ClockStack, clock_orchestrator
 
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
@@ -25,6 +24,7 @@ from interlock.sdk import AgentError, RetryableError, TaskContext, Worker
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
+from support.flow import WAIT, ClockStack, clock_orchestrator
 
 REPO = Path(__file__).resolve().parents[2]
 

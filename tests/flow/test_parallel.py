@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import WAIT, RecordingAgents, ScriptedStack, of, worker_orchestrator
 
 from interlock.core import events as ev
 from interlock.sdk import AgentError, TaskContext
 from interlock.transport.subjects import Subjects
+from support.flow import WAIT, RecordingAgents, ScriptedStack, of, worker_orchestrator
 
 AGENTS = """\
 apiVersion: interlock.io/v1

@@ -15,7 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import (
+
+from interlock.core import events as ev
+from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
+from support.flow import (
     RecordingAgents,
     ScriptedStack,
     check_header_command,
@@ -25,10 +29,6 @@ from flow_support import (
     port_files,
     worker_orchestrator,
 )
-
-from interlock.core import events as ev
-from interlock.sdk import AgentError, TaskContext
-from interlock.transport.subjects import Subjects
 
 AGENTS, WORKFLOWS = port_files("ctxmesh")
 CAPABILITIES = [

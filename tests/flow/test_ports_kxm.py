@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from flow_support import PORTS, REPO, ScriptedStack, of, worker_orchestrator
 
 from interlock.cli.main import main as interlock_main
 from interlock.core import events as ev
@@ -21,6 +20,7 @@ from interlock.core.state import RunState
 from interlock.runtime.flow import child_run_id
 from interlock.sdk import AgentError, TaskContext, Worker
 from interlock.transport.subjects import Subjects
+from support.flow import PORTS, REPO, ScriptedStack, of, worker_orchestrator
 
 AGENTS = PORTS / "kxm-agents.yaml"
 WORKFLOW = PORTS / "kxm-jira-development.yaml"

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import (
+
+from interlock.cli.main import main as interlock_main
+from interlock.core import events as ev
+from interlock.runtime.flow import child_run_id
+from interlock.sdk import AgentError, TaskContext
+from interlock.transport.subjects import Subjects
+from support.flow import (
     REPO,
     WAIT,
     Handler,
@@ -23,12 +29,6 @@ from flow_support import (
     port_files,
     worker_orchestrator,
 )
-
-from interlock.cli.main import main as interlock_main
-from interlock.core import events as ev
-from interlock.runtime.flow import child_run_id
-from interlock.sdk import AgentError, TaskContext
-from interlock.transport.subjects import Subjects
 
 AGENTS, WORKFLOWS = port_files("synapse")
 CAPABILITIES = ["ci", "release", "task"]

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import (
+
+from interlock.core import events as ev
+from interlock.core.engine import derive_run_id
+from interlock.runtime.errors import InvalidInputs
+from interlock.runtime.flow import child_run_id
+from interlock.sdk import AgentError, RetryableError, TaskContext
+from interlock.transport.subjects import Subjects
+from support.flow import (
     RecordingAgents,
     ScriptedStack,
     check_header_command,
@@ -26,13 +33,6 @@ from flow_support import (
     port_files,
     worker_orchestrator,
 )
-
-from interlock.core import events as ev
-from interlock.core.engine import derive_run_id
-from interlock.runtime.errors import InvalidInputs
-from interlock.runtime.flow import child_run_id
-from interlock.sdk import AgentError, RetryableError, TaskContext
-from interlock.transport.subjects import Subjects
 
 AGENTS, WORKFLOWS = port_files("workfile")
 CAPABILITIES = ["mail.classify", "ticket.open", "payment.transfer"]

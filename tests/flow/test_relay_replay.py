@@ -9,7 +9,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import nats
-from flow_support import WAIT, clock_orchestrator
 from nats.js.errors import NotFoundError
 
 from interlock.core import events as ev
@@ -18,6 +17,7 @@ from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers
 from interlock.sdk.runner import load_worker
 from interlock.transport.subjects import Subjects
+from support.flow import WAIT, clock_orchestrator
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_support import WAIT, ClockStack, clock_orchestrator
 
 from interlock.cli.main import main as interlock_main
 from interlock.core.definition import ArchiveDef
@@ -22,6 +21,7 @@ from interlock.runtime.retention import Policy, delete_run, retention_timer
 from interlock.runtime.service import Orchestrator
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
+from support.flow import WAIT, ClockStack, clock_orchestrator
 
 HOUR = 3600.0
 

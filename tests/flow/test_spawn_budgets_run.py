@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from flow_support import REPO, RecordingAgents, ScriptedStack, of, worker_orchestrator
 
 from interlock.core import events as ev
 from interlock.runtime.flow import child_run_id
 from interlock.transport.subjects import Subjects
+from support.flow import REPO, RecordingAgents, ScriptedStack, of, worker_orchestrator
 
 BUDGET = REPO / "tests" / "dialects" / "fixtures" / "budget"
 Stack = ScriptedStack[RecordingAgents]

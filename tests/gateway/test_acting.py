@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gw_support import REVIEW, REVIEW_V2, GatewayStack, gateway_stack, wait_status
 
 from interlock.transport.subjects import Subjects
+from support.gateway import REVIEW, REVIEW_V2, GatewayStack, gateway_stack, wait_status
 
 pytestmark = pytest.mark.asyncio
 

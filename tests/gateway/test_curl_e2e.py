@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gw_support import yaml
-from helpers import cli_env, interlock_bg, run_cli
+
+from support.gateway import yaml
+from support.runtime import cli_env, interlock_bg, run_cli
 
 SECRET = "e2e webhook secret"
 

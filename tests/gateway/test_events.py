@@ -8,10 +8,10 @@ import pytest
 from cloudevents.core.bindings import http as sdk_http
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent as SdkEvent
-from gw_support import HELLO, GatewayStack, gateway_stack
 
 from interlock.core.engine import derive_run_id
 from interlock.transport.subjects import Subjects
+from support.gateway import HELLO, GatewayStack, gateway_stack
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,13 +10,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from gw_support import BROKEN, TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
 
 from interlock.client import Client
 from interlock.core import events as ev
 from interlock.gateway.failures import Failures
 from interlock.transport.clock import utc_now
 from interlock.transport.subjects import Subjects
+from support.gateway import BROKEN, TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
 
 pytestmark = pytest.mark.asyncio
 

@@ -7,8 +7,9 @@ import signal
 import uuid
 
 import httpx
-from gw_support import TIMEOUT
-from helpers import cli_env, interlock_bg, run_cli
+
+from support.gateway import TIMEOUT
+from support.runtime import cli_env, interlock_bg, run_cli
 
 
 def test_tokens_and_the_gateway_process(nats_url: str) -> None:

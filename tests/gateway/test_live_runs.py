@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack
 
 from interlock.gateway import runlist
 from interlock.transport.subjects import Subjects
+from support.gateway import HELLO, TIMEOUT, GatewayStack, gateway_stack
 
 pytestmark = pytest.mark.asyncio
 

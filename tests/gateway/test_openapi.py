@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from gw_support import HELLO, GatewayStack, gateway_stack
 
 from interlock.transport.subjects import Subjects
+from support.gateway import HELLO, GatewayStack, gateway_stack
 
 pytestmark = pytest.mark.asyncio
 

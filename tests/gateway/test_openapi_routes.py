@@ -4,11 +4,11 @@ document served over a real socket against the routes of the gateway's app."""
 from __future__ import annotations
 
 import pytest
-from gw_support import gateway_stack
 from starlette.routing import Route
 
 from interlock.gateway.app import build_app
 from interlock.transport.subjects import Subjects
+from support.gateway import gateway_stack
 
 pytestmark = pytest.mark.asyncio
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-from gw_support import gateway_stack
-from helpers import cli_env, eventually, run_cli, yaml
 
 from interlock.client import Client
 from interlock.runtime.cluster_metrics import ClusterMetrics
 from interlock.transport.subjects import Subjects
+from support.gateway import gateway_stack
+from support.runtime import cli_env, eventually, run_cli, yaml
 
 LIMITED = yaml(
     """\

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from gw_support import HELLO, gateway_stack
 from prometheus_client.parser import text_string_to_metric_families
 
 from interlock.transport.subjects import Subjects
+from support.gateway import HELLO, gateway_stack
 
 
 async def scrape(http: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

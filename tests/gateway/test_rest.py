@@ -10,12 +10,12 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from gw_support import HELLO, PARKED, TIMEOUT, GatewayStack, gateway_stack
-from helpers import eventually
 
 from interlock import views
 from interlock.client import Client
 from interlock.transport.subjects import Subjects
+from support.gateway import HELLO, PARKED, TIMEOUT, GatewayStack, gateway_stack
+from support.runtime import eventually
 
 pytestmark = pytest.mark.asyncio
 

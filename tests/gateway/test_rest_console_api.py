@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gw_support import (
+
+from interlock.transport.subjects import Subjects
+from support.gateway import (
     HOOK,
     IDLE_AGENT,
     REVIEW,
@@ -18,8 +20,6 @@ from gw_support import (
     gateway_stack,
     wait_status,
 )
-
-from interlock.transport.subjects import Subjects
 
 pytestmark = pytest.mark.asyncio
 

@@ -4,10 +4,10 @@ offset, or dates; compared as instants (not as text), over a real stack."""
 from __future__ import annotations
 
 import pytest
-from gw_support import GatewayStack, gateway_stack
 
 from interlock.runtime.runlisting import put_entry
 from interlock.transport.subjects import Subjects
+from support.gateway import GatewayStack, gateway_stack
 
 pytestmark = pytest.mark.asyncio
 

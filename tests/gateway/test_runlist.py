@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from gw_support import HELLO, TIMEOUT, GatewayStack, gateway_stack
-from helpers import eventually
 
 from interlock.client import Client
 from interlock.client.reading import with_waiting
 from interlock.runtime.runlisting import put_entries, put_entry
 from interlock.transport.subjects import Subjects
+from support.gateway import HELLO, TIMEOUT, GatewayStack, gateway_stack
+from support.runtime import eventually
 
 pytestmark = pytest.mark.asyncio
 

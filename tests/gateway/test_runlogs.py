@@ -9,7 +9,6 @@ import asyncio
 
 import msgspec
 import pytest
-from gw_support import TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
 
 from interlock import views
 from interlock.client import Client, UnknownRun
@@ -17,6 +16,7 @@ from interlock.core import events as ev
 from interlock.gateway.rest import LogPage
 from interlock.gateway.runlogs import RunLogs
 from interlock.transport.subjects import Subjects
+from support.gateway import TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
 
 pytestmark = pytest.mark.asyncio
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from gw_support import TIMEOUT, GatewayStack, gateway_stack, yaml
 from standardwebhooks import Webhook as StandardSender
 
 from interlock.transport.subjects import Subjects
+from support.gateway import TIMEOUT, GatewayStack, gateway_stack, yaml
 
 pytestmark = pytest.mark.asyncio
 
@@ -168,7 +168,7 @@ async def test_github_signed_pull_request_starts_a_run(gs: GatewayStack) -> None
 
 
 async def _until_state(gs: GatewayStack, run_id: str, name: str):  # type: ignore[no-untyped-def]
-    from helpers import eventually
+    from support.runtime import eventually
 
     async def probe():  # type: ignore[no-untyped-def]
         try:

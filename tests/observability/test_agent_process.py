@@ -8,10 +8,9 @@ import signal
 import socket
 import sys
 
-from obs_support import TIMEOUT, connect, http_get
-
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
+from support.observability import TIMEOUT, connect, http_get
 
 
 def free_port() -> int:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from obs_support import TIMEOUT, http_get, instrumented_stack
 from test_metrics import samples, value
 
 from interlock.client import Client
 from interlock.core import events as ev
 from interlock.runtime.taskqueue import TaskQueue
 from interlock.transport.subjects import Subjects
+from support.observability import TIMEOUT, http_get, instrumented_stack
 
 
 async def until(probe: Any, what: str) -> Any:

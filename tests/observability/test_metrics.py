@@ -6,15 +6,6 @@ import json
 from typing import Any
 
 from nats.aio.msg import Msg
-from obs_support import (
-    TIMEOUT,
-    answer,
-    connect,
-    http_get,
-    http_request,
-    instrumented_stack,
-    plain_agent,
-)
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,6 +16,15 @@ from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.health import HealthServer, nats_readiness
 from interlock.transport.subjects import Subjects
 from interlock.transport.tasks import heartbeat_key
+from support.observability import (
+    TIMEOUT,
+    answer,
+    connect,
+    http_get,
+    http_request,
+    instrumented_stack,
+    plain_agent,
+)
 
 ORCHESTRATOR_FAMILIES = {
     "interlock_runs_started": "counter",

@@ -8,15 +8,6 @@ from typing import Any
 
 import pytest
 from nats.aio.msg import Msg
-from obs_support import (
-    TIMEOUT,
-    answer,
-    connect,
-    eventually,
-    instrumented_stack,
-    memory_provider,
-    plain_agent,
-)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -30,6 +21,15 @@ from interlock.transport.tracing import (
     parse_traceparent,
     trace_id_for,
     tracer_provider_from_env,
+)
+from support.observability import (
+    TIMEOUT,
+    answer,
+    connect,
+    eventually,
+    instrumented_stack,
+    memory_provider,
+    plain_agent,
 )
 
 TRIGGER_TRACE = 0x0AF7651916CD43DD8448EB211C80319C

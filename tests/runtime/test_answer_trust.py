@@ -17,13 +17,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from helpers import TIMEOUT, eventually, running_stack, yaml
 from nats.aio.msg import Msg
 
 from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED
 from interlock.transport import tasks
 from interlock.transport.cloudevents import CloudEvent, decode_message
 from interlock.transport.subjects import Subjects
+from support.runtime import TIMEOUT, eventually, running_stack, yaml
 
 pytestmark = pytest.mark.timeout(60)
 

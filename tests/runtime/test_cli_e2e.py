@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import (
+
+from interlock.core.engine import derive_run_id
+from interlock.runtime.client import InterlockClient
+from support.runtime import (
     HELLO,
     PARKED,
     TIMEOUT,
@@ -34,9 +37,6 @@ from helpers import (
     run_cli,
     yaml,
 )
-
-from interlock.core.engine import derive_run_id
-from interlock.runtime.client import InterlockClient
 
 # The echo capability's input_schema wants an object: this run fails with schema_error.
 FAILING = yaml(

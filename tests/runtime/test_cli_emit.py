@@ -7,7 +7,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from helpers import HELLO, Installation, cli_installation, yaml
+
+from support.runtime import HELLO, Installation, cli_installation, yaml
 
 ORDERS = yaml(
     """\

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import yaml as pyyaml
-from helpers import GATED, HELLO, REPO, Installation, cli_env, cli_installation, run_cli
 
 from interlock.cli.timeline import describe
 from interlock.core import events as ev
+from support.runtime import GATED, HELLO, REPO, Installation, cli_env, cli_installation, run_cli
 
 
 @pytest.fixture(scope="module")

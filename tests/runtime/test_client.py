@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers import GATED, TIMEOUT, connect, running_stack, yaml
 
 import interlock
 from interlock import Client, SyncClient
@@ -18,6 +17,7 @@ from interlock.core import events as ev
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport.subjects import Subjects
 from interlock.views import RunDescription, record_view, to_builtins
+from support.runtime import GATED, TIMEOUT, connect, running_stack, yaml
 
 ECHO_FLOW = yaml(
     """\

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ECHO_MANIFEST, TIMEOUT, cli_env, connect
 
 from interlock import Client
 from interlock.runtime.service import Orchestrator
 from interlock.sdk.runner import load_worker
 from interlock.transport.subjects import Subjects
+from support.runtime import ECHO_MANIFEST, TIMEOUT, cli_env, connect
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 

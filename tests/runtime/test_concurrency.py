@@ -9,13 +9,12 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from concurrency_support import limited, timeline
-from helpers import TIMEOUT, cli_env, connect, eventually, run_cli, running_stack, yaml
-
 from interlock.core import events as ev
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
+from support.concurrency import limited, timeline
+from support.runtime import TIMEOUT, cli_env, connect, eventually, run_cli, running_stack, yaml
 
 GATE_AGENT = yaml(
     """\

@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from concurrency_support import Timeline, limited, timeline
-from helpers import TIMEOUT, connect, eventually, running_stack, yaml
 from test_crash import client_for, serve, started
 
 from interlock.runtime.concurrency import Slots
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
+from support.concurrency import Timeline, limited, timeline
+from support.runtime import TIMEOUT, connect, eventually, running_stack, yaml
 
 NAP_AGENT = yaml(
     """\

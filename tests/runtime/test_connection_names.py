@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli_installation, run_cli
 
 from interlock import Client
 from interlock.runtime.embedded import EmbeddedNats
+from support.runtime import cli_installation, run_cli
 
 
 @pytest.fixture(scope="module")

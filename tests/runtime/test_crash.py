@@ -15,7 +15,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import (
+
+from interlock.core import events as ev
+from interlock.core.engine import derive_run_id
+from interlock.runtime.client import InterlockClient
+from interlock.sdk import TaskContext, Worker
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+from support.runtime import (
     REPO,
     TEST_AGENT,
     TIMEOUT,
@@ -29,13 +36,6 @@ from helpers import (
     running_stack,
     yaml,
 )
-
-from interlock.core import events as ev
-from interlock.core.engine import derive_run_id
-from interlock.runtime.client import InterlockClient
-from interlock.sdk import TaskContext, Worker
-from interlock.transport.cloudevents import CloudEvent
-from interlock.transport.subjects import Subjects
 
 CHAIN = yaml(
     """\
@@ -258,9 +258,11 @@ SLOW = yaml(
 async def test_a_task_of_a_killed_worker_goes_to_another_worker(
     nats_url: str, subjects: Subjects
 ) -> None:
-    env = cli_env(nats_url, subjects.prefix, PYTHONPATH=str(REPO / "tests" / "runtime"))
+    env = cli_env(nats_url, subjects.prefix, PYTHONPATH=str(REPO / "tests"))
     async with running_stack(nats_url, subjects, [SLOW], worker=False, task_ack_wait=2.0) as stack:
-        doomed = interlock_bg("agent", "run", "helpers:slow_worker", "--metrics-port", "0", env=env)
+        doomed = interlock_bg(
+            "agent", "run", "support.runtime:slow_worker", "--metrics-port", "0", env=env
+        )
         try:
             await doomed.await_line("serving slow")
             run_id = await stack.client.start("slow", {})

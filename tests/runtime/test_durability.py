@@ -15,13 +15,13 @@ from typing import Any
 
 import nats
 import pytest
-from helpers import cli_env, interlock_bg, run_cli
 from nats.aio.client import Client
 
 from interlock.cli.common import EXIT_USAGE, CliError
 from interlock.cli.process_cmds import group_commit_setting
 from interlock.runtime.durability import DEFAULT_GROUP_COMMIT, detect, group_commit_for
 from interlock.runtime.embedded import EmbeddedNats
+from support.runtime import cli_env, interlock_bg, run_cli
 
 
 def varz(server: EmbeddedNats) -> dict[str, Any]:

@@ -8,9 +8,9 @@ import gc
 import sys
 
 import pytest
-from helpers import cli_env, run_cli
 
 from interlock.runtime import eventloop
+from support.runtime import cli_env, run_cli
 
 
 async def _running_loop() -> str:

@@ -3,7 +3,6 @@ last block never drains (interlock.runtime.keeper)."""
 
 from __future__ import annotations
 
-from helpers import eventually, running_stack, yaml
 from nats.aio.client import Client
 from nats.js.api import RetentionPolicy, StreamConfig
 from test_runindex_writes import fast
@@ -13,6 +12,7 @@ from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.jetstream import jetstream
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
+from support.runtime import eventually, running_stack, yaml
 
 __all__ = ["fast"]  # the fixture, shared with test_runindex_writes
 

@@ -1,7 +1,7 @@
 """The orchestrator in-process against a real nats-server, with a real agent worker.
 
 Each test runs the router, engine shell and relay (``Orchestrator``), a client as the CLI
-uses it, and a worker of the test AgentDef (``helpers.make_worker``), each on its own
+uses it, and a worker of the test AgentDef (``support.runtime.make_worker``), each on its own
 connection under a prefix of its own.
 """
 
@@ -13,15 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from helpers import (
-    TIMEOUT,
-    DeadLetters,
-    Stack,
-    consumer_settled,
-    eventually,
-    running_stack,
-    yaml,
-)
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -42,6 +33,15 @@ from interlock.transport.cloudevents import (
 )
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
+from support.runtime import (
+    TIMEOUT,
+    DeadLetters,
+    Stack,
+    consumer_settled,
+    eventually,
+    running_stack,
+    yaml,
+)
 
 TRIGGERED = yaml(
     """\

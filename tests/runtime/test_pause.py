@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
-from concurrency_support import timeline
-from helpers import HELLO, TIMEOUT, cli_env, connect, eventually, run_cli, running_stack
-
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
 from interlock.runtime.service import Orchestrator
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
+from support.concurrency import timeline
+from support.runtime import HELLO, TIMEOUT, cli_env, connect, eventually, run_cli, running_stack
 
 
 def kinds(records: list[ev.AnyRecord]) -> list[str]:

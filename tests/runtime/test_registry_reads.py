@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from helpers import TIMEOUT, connect
 from test_waiting import paused
 
 from interlock.runtime.embedded import EmbeddedNats
@@ -17,6 +16,7 @@ from interlock.runtime.registry import READ_ATTEMPTS, Registry
 from interlock.transport.jetstream import JetStream
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
+from support.runtime import TIMEOUT, connect
 
 
 @contextlib.asynccontextmanager

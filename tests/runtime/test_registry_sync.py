@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import yaml
 
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.registry import Registry
@@ -23,6 +22,7 @@ from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.jetstream import JetStream
 from interlock.transport.natsclient import NatsClient
 from interlock.transport.subjects import Subjects
+from support.runtime import yaml
 
 FLOW = yaml(
     """\

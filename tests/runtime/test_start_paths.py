@@ -10,11 +10,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from helpers import TIMEOUT, cli_env, connect, run_cli, running_stack, yaml
 
 from interlock.core import events as ev
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
+from support.runtime import TIMEOUT, cli_env, connect, run_cli, running_stack, yaml
 
 TIMED_AGENT = yaml(
     """\

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-from helpers import GATED, TIMEOUT, connect
 from nats.aio.client import Client
 
 import interlock
@@ -20,6 +19,7 @@ from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.logstore import MemoryRunLog, RunLog
 from interlock.runtime.waiting import READERS, RunWatcher
 from interlock.transport.subjects import Subjects
+from support.runtime import GATED, TIMEOUT, connect
 
 
 def entered(run_id: str) -> ev.StateEntered:

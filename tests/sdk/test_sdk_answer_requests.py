@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from sdk_support import Finished
 
 from interlock.sdk import Outcome, Worker
 from interlock.transport.cloudevents import CloudEvent, decode_message
@@ -26,6 +25,7 @@ from interlock.transport.tasks import (
     ANSWER_RECORDED,
     ANSWER_REFUSED,
 )
+from support.sdk import Finished
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,6 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
-from sdk_support import Finished
 
 from interlock.sdk import (
     AgentError,
@@ -27,6 +26,7 @@ from interlock.sdk import (
 )
 from interlock.transport.subjects import Subjects
 from interlock.transport.tasks import consumer_name, heartbeat_key
+from support.sdk import Finished
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 
 from interlock import Client
 from interlock.auth.roles import Role
@@ -23,6 +22,7 @@ from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.runtime.runs import UnknownRun, utc_now
 from interlock.transport.cloudevents import CloudEvent, encode_binary
+from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # fixtures
 

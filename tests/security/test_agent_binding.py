@@ -11,12 +11,12 @@ import textwrap
 import time
 
 import pytest
-from auth_support import SUBJECTS, Secured, secured, secured_server
 
 from interlock.auth.roles import Role
 from interlock.sdk import Worker
 from interlock.transport.connection import ConnectOptions
 from interlock.transport.tasks import consumer_name
+from support.auth import SUBJECTS, Secured, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # the fixtures, used by name
 

@@ -9,13 +9,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from auth_support import Secured, secured, secured_server
 
 from interlock.auth.jwt import creds_user
 from interlock.auth.keys import MAX_CONTROL_LINE
 from interlock.auth.roles import Role
 from interlock.sdk import Worker
 from interlock.transport.connection import ConnectOptions
+from support.auth import Secured, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # the fixtures, used by name
 

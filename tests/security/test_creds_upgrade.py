@@ -17,7 +17,6 @@ from typing import Any
 import nats
 import pytest
 import pytest_asyncio
-from auth_support import MANIFESTS, SUBJECTS, old_layout
 from nats.errors import Error as NatsError
 
 from interlock.auth.dev import DevAuth
@@ -34,6 +33,7 @@ from interlock.sdk import Worker
 from interlock.sdk.runner import load_worker
 from interlock.transport.cloudevents import CloudEvent, encode_structured
 from interlock.transport.connection import ConnectOptions, connect
+from support.auth import MANIFESTS, SUBJECTS, old_layout
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

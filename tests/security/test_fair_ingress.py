@@ -9,19 +9,14 @@ first records in the run-log stream, not on time. Real nats-server."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-
-from helpers import Stack, eventually, running_stack, yaml
 
 from interlock.runtime.fairness import PUBLISHER_BUDGET
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
+from support.runtime import Stack, eventually, running_stack, yaml
 
 pytestmark = pytest.mark.asyncio
 

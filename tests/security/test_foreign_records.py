@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import httpx
 import pytest
 import pytest_asyncio
-from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 from nats.aio.client import Client
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -34,6 +33,7 @@ from interlock.gateway.service import Gateway
 from interlock.runtime.metrics import OrchestratorMetrics
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.httpserver import HttpServer
+from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # fixtures
 

@@ -26,12 +26,12 @@ import subprocess
 import sys
 
 import pytest
-from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 from nats.aio.client import Client
 
 from interlock.auth.roles import Role
 from interlock.core.ids import capability_token
 from interlock.transport.tokens import TOKEN_KEY
+from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
@@ -114,7 +114,7 @@ async def test_foreign_bucket_values_are_skipped_and_reported(secured: Secured) 
     assert "rjunk" not in (await cli(secured, "runs")).stdout
 
     # Applied again, the workflow starts as before.
-    from auth_support import MANIFESTS
+    from support.auth import MANIFESTS
 
     applied = await secured.operator.apply([("<security>", MANIFESTS)])
     applied.compiled.raise_for_errors()

@@ -15,7 +15,6 @@ import httpx
 import msgspec
 import pytest
 import pytest_asyncio
-from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 from nats.aio.client import Client
 
 from interlock.auth.roles import Role
@@ -25,6 +24,7 @@ from interlock.gateway.auth import Tokens
 from interlock.gateway.service import Gateway
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.httpserver import HttpServer
+from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # fixtures
 

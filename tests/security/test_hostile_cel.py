@@ -12,7 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_support import (
+
+from interlock.core import events as ev
+from interlock.core.expr import STEP_BUDGET, Expression, ExpressionError
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+from support.hostile import (
     ECHO_FLOW,
     TIMEOUT,
     Stack,
@@ -23,11 +28,6 @@ from hostile_support import (
     running_stack,
     yaml,
 )
-
-from interlock.core import events as ev
-from interlock.core.expr import STEP_BUDGET, Expression, ExpressionError
-from interlock.transport.cloudevents import CloudEvent
-from interlock.transport.subjects import Subjects
 
 NESTED = yaml(
     """\

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import nats
 import pytest
-from hostile_support import ECHO_MANIFEST, Background, cli_env, run_cli, yaml
 
 from interlock.auth.jwt import creds_user
 from interlock.auth.roles import Role, inbox_prefix
@@ -39,6 +38,7 @@ from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
+from support.hostile import ECHO_MANIFEST, Background, cli_env, run_cli, yaml
 
 SCALE = float(os.environ.get("CHAOS_SCALE", "1"))
 CLI_RUNS = round(16 * SCALE)

@@ -9,7 +9,10 @@ import asyncio
 import base64
 import json
 
-from hostile_support import (
+from interlock.core.compiler import compile_workflow_text
+from interlock.core.engine import derive_run_id
+from interlock.transport.subjects import Subjects
+from support.hostile import (
     ECHO_FLOW,
     PINGED,
     DeadLetters,
@@ -18,10 +21,6 @@ from hostile_support import (
     run_cli,
     running_stack,
 )
-
-from interlock.core.compiler import compile_workflow_text
-from interlock.core.engine import derive_run_id
-from interlock.transport.subjects import Subjects
 
 DEPTH = 10_000
 

@@ -9,18 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-
-from gw_support import GatewayStack, gateway_stack, yaml
-
 from interlock.transport.cloudevents import MAX_DEPTH
 from interlock.transport.subjects import Subjects
+from support.gateway import GatewayStack, gateway_stack, yaml
 
 pytestmark = pytest.mark.asyncio
 
@@ -234,7 +230,7 @@ async def test_the_cli_refuses_the_same_before_publishing(
     bounds: a clear error, a non-zero exit, nothing written."""
     import asyncio as aio
 
-    from helpers import cli_env, run_cli
+    from support.runtime import cli_env, run_cli
 
     env = cli_env(nats_url, gs.stack.subjects.prefix)
     deep = tmp_path / "deep.json"

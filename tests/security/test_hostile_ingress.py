@@ -8,7 +8,6 @@ run away from the event loop, and ingress fetches on without waiting for them)."
 from __future__ import annotations
 
 import pytest
-from hostile_support import PINGED, DeadLetters, Stack, running_stack, yaml
 
 from interlock.core.compiler import compile_workflow_text
 from interlock.core.engine import derive_run_id
@@ -16,6 +15,7 @@ from interlock.core.expr import STEP_BUDGET
 from interlock.core.incoming import heavy_value
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
+from support.hostile import PINGED, DeadLetters, Stack, running_stack, yaml
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,7 +9,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from hostile_support import (
+
+from interlock.core import events as ev
+from interlock.sdk import TaskContext, Worker
+from interlock.transport.subjects import Subjects
+from support.hostile import (
     ECHO_FLOW,
     TIMEOUT,
     bystander_completes,
@@ -19,10 +23,6 @@ from hostile_support import (
     running_stack,
     yaml,
 )
-
-from interlock.core import events as ev
-from interlock.sdk import TaskContext, Worker
-from interlock.transport.subjects import Subjects
 
 BIG_AGENT = yaml(
     """\

@@ -6,7 +6,11 @@ any run."""
 from __future__ import annotations
 
 import pytest
-from hostile_support import (
+
+from interlock.core.ids import InvalidRunId, is_run_id
+from interlock.transport.cloudevents import CloudEvent, encode_binary, encode_structured
+from interlock.transport.subjects import Subjects
+from support.hostile import (
     ECHO_FLOW,
     DeadLetters,
     bystander_completes,
@@ -14,10 +18,6 @@ from hostile_support import (
     run_cli,
     running_stack,
 )
-
-from interlock.core.ids import InvalidRunId, is_run_id
-from interlock.transport.cloudevents import CloudEvent, encode_binary, encode_structured
-from interlock.transport.subjects import Subjects
 
 HOSTILE = ["bad.id.>", "*", ">", "a b", "", "x" * 129, "run\n2"]
 

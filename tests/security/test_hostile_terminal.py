@@ -12,10 +12,9 @@ import os
 import pty
 import subprocess
 
-from hostile_support import ECHO_FLOW, DeadLetters, cli_env, run_cli, running_stack
-
 from interlock.cli.terminal import shown, shown_json
 from interlock.transport.subjects import Subjects
+from support.hostile import ECHO_FLOW, DeadLetters, cli_env, run_cli, running_stack
 
 REASON = "bad\x1b]0;pwned\x07input"
 DETAIL = "all fine\x1b[2J\x1b[Hnothing to see"
@@ -23,7 +22,7 @@ DETAIL = "all fine\x1b[2J\x1b[Hnothing to see"
 
 def _on_a_terminal(*args: str, env: dict[str, str]) -> tuple[int, str]:
     """``interlock ARGS`` with its standard output and error on a pseudo-terminal."""
-    from helpers import INTERLOCK
+    from support.runtime import INTERLOCK
 
     leader, follower = pty.openpty()
     try:

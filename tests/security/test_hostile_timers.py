@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import time
 
-from hostile_support import (
+from interlock.core import events as ev
+from interlock.runtime.timers import parse_time
+from interlock.transport.subjects import Subjects
+from support.hostile import (
     ECHO_FLOW,
     TIMEOUT,
     bystander_completes,
@@ -15,10 +18,6 @@ from hostile_support import (
     running_stack,
     yaml,
 )
-
-from interlock.core import events as ev
-from interlock.runtime.timers import parse_time
-from interlock.transport.subjects import Subjects
 
 JUNK = 1_200
 LATE_S = 5.0

@@ -10,7 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hostile_support import (
+
+from interlock.runtime.client import InterlockClient
+from interlock.transport.subjects import Subjects
+from support.hostile import (
     billion_laughs,
     cli_env,
     connect,
@@ -18,9 +21,6 @@ from hostile_support import (
     huge_manifest,
     run_capped,
 )
-
-from interlock.runtime.client import InterlockClient
-from interlock.transport.subjects import Subjects
 
 BOUND_S = 10.0
 """Far above the ~0.5 s these take; the unbounded loader took minutes (and gigabytes)."""

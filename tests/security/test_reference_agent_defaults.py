@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,14 +18,11 @@ from typing import Any
 import msgspec
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-
-from helpers import TIMEOUT, Stack, connect, eventually, running_stack, yaml
-
 import interlock_agents
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 from interlock_agents import command, http_fetch
+from support.runtime import TIMEOUT, Stack, connect, eventually, running_stack, yaml
 
 pytestmark = pytest.mark.asyncio
 

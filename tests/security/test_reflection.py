@@ -19,10 +19,10 @@ from pathlib import Path
 import nats
 import pytest
 import pytest_asyncio
-from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 from nats.aio.client import Client
 
 from interlock.core import events as ev
+from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # fixtures
 

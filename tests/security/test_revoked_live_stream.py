@@ -7,18 +7,13 @@ cache is not told); real nats-server, real socket."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-
-from gw_support import PARKED, TIMEOUT, GatewayStack, gateway_stack
-
 from interlock.transport.subjects import Subjects
+from support.gateway import PARKED, TIMEOUT, GatewayStack, gateway_stack
 
 pytestmark = pytest.mark.asyncio
 
@@ -53,7 +48,7 @@ def _has(lines: list[str], line: str):  # type: ignore[no-untyped-def]
 async def test_a_revoked_tokens_streams_end_within_the_revocation_delay(
     gs: GatewayStack, nats_url: str
 ) -> None:
-    from helpers import cli_env, eventually, run_cli
+    from support.runtime import cli_env, eventually, run_cli
 
     async with gs.http() as http:
         started = await http.post("/runs", json={"workflow": "parked"})

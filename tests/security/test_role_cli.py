@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from auth_support import Secured, secured, secured_server
 
 from interlock.core import events as ev
+from support.auth import Secured, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # fixtures
 

@@ -16,7 +16,6 @@ import msgspec
 import nats
 import pytest
 import pytest_asyncio
-from auth_support import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
@@ -35,6 +34,7 @@ from interlock.transport.tasks import (
     TOKEN_HEADER,
     answer_event,
 )
+from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
 
 __all__ = ["secured", "secured_server"]  # fixtures
 

@@ -9,16 +9,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-
-from gw_support import GatewayStack, gateway_stack, yaml
-
 from interlock.transport.subjects import Subjects
+from support.gateway import GatewayStack, gateway_stack, yaml
 
 pytestmark = pytest.mark.asyncio
 
@@ -97,7 +92,7 @@ def signed(body: bytes, delivery: str, event: str = "pull_request", secret: str 
 
 async def _workflows_run(gs: GatewayStack, count: int) -> list[str]:
     """The workflows of the runs listed, once ``count`` are (GET /runs, as an operator)."""
-    from helpers import TIMEOUT, eventually
+    from support.runtime import TIMEOUT, eventually
 
     async def probe() -> list[str] | None:
         async with gs.http() as http:
@@ -191,7 +186,7 @@ async def test_a_signal_signed_for_one_run_cannot_move_another(gs: GatewayStack)
 
 
 async def _until_waiting(gs: GatewayStack, run_id: str) -> None:
-    from helpers import TIMEOUT, eventually
+    from support.runtime import TIMEOUT, eventually
 
     async def probe() -> bool:
         try:

@@ -6,12 +6,12 @@ import subprocess
 from typing import Any
 
 import yaml
-from node_support import ROOT, node_or_skip, npm_install
 
 from interlock.auth import roles
 from interlock.contracts import wire
 from interlock.transport import tasks
 from interlock.transport.subjects import Subjects
+from support.node import ROOT, node_or_skip, npm_install
 
 DOC = ROOT / "contracts" / "asyncapi.yaml"
 

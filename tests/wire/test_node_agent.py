@@ -24,7 +24,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from node_support import ROOT, node_or_skip, npm_install
 
 from interlock.cli.dev import secure, start_stack, stop_stack
 from interlock.core import events as ev
@@ -33,6 +32,7 @@ from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport import tasks
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.subjects import Subjects
+from support.node import ROOT, node_or_skip, npm_install
 
 pytestmark = pytest.mark.timeout(90)
 

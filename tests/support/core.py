@@ -18,7 +18,7 @@ from interlock.core.engine import TIMER_FIRED, Incoming, cancel, decide, start
 from interlock.core.state import RunState, evolve
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = Path(__file__).resolve().parent / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[1] / "core" / "manifests"
 GOLDEN = ROOT / "tests" / "golden"
 CODE_REVIEW = (GOLDEN / "code-review.yaml").read_text()
 """The golden runs' workflow, as written."""

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-
-from helpers import HELLO, PARKED, TIMEOUT, Stack, connect, running_stack, yaml
 
 from interlock.gateway.app import build_app
 from interlock.gateway.service import Gateway
 from interlock.transport.httpserver import HttpServer
 from interlock.transport.subjects import Subjects
+from support.runtime import HELLO, PARKED, TIMEOUT, Stack, connect, running_stack, yaml
 
 __all__ = [
     "HELLO",

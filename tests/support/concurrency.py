@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from helpers import yaml
 from nats.aio.client import Client
 
 from interlock.core import events as ev
 from interlock.transport.directget import read_messages
 from interlock.transport.subjects import Subjects
+from support.runtime import yaml
 
 
 def limited(

@@ -492,7 +492,7 @@ def interlock_bg(*args: str, env: Mapping[str, str], cwd: Path | None = None) ->
 def slow_worker() -> Worker:
     """A worker whose ``slow`` handler announces each task, then never finishes.
 
-    Run in a child process (``interlock agent run helpers:slow_worker``) that a test kills
+    Run in a child process (``interlock agent run support.runtime:slow_worker``) that a test kills
     mid-task. The orchestrator of the test creates the capability's consumer with a short
     ack wait, so JetStream hands the task to another worker two seconds after the
     progress acks stop.

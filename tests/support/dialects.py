@@ -12,7 +12,7 @@ from interlock.cli.main import main as interlock_main
 from interlock.core.compiler import compile_sources
 from interlock.dialects import prepare
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "dialects" / "fixtures"
 
 
 def errors_of(path: str, text: str, dialect: str | None = None) -> list[str]:

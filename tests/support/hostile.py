@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import resource
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-
-from helpers import (
+from support.runtime import (
     ECHO_MANIFEST,
     INTERLOCK,
     TIMEOUT,

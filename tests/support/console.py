@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("INTERLOCK_ARTIFACTS", REPO / ".artifacts")) / "console"

@@ -145,10 +145,25 @@ class RunLog:
         return (await self.read_checked(run_id, after)).messages
 
     async def read_checked(
-        self, run_id: str, after: int = 0, *, limit: int | None = None
+        self, run_id: str, after: int = 0, *, limit: int | None = None, consistent: bool = False
     ) -> LogRead:
         """The messages after ``after`` (the first ``limit`` of them, foreign ones
-        included, when given), each checked: :class:`LogRead`."""
+        included, when given), each checked: :class:`LogRead`.
+
+        ``consistent``: read until the leader's last message is in (on a replicated stream
+        a direct get may come from a replica that has not applied the newest appends yet).
+        """
+        target = await self.last_seq(run_id) if consistent else 0
+        found = await self._read_checked(run_id, after, limit)
+        for attempt in range(20):
+            if found.last >= target:
+                break
+            # A replica behind the leader answered: it catches up within milliseconds.
+            await asyncio.sleep(0.01 * (attempt + 1))
+            found = await self._read_checked(run_id, after, limit)
+        return found
+
+    async def _read_checked(self, run_id: str, after: int, limit: int | None) -> LogRead:
         subject = self._subjects.run(run_id)
         stream = self._subjects.runs_stream
         entries = await read_entries(self._nc, stream, subject, after, limit=limit)
@@ -202,14 +217,7 @@ class RunLog:
         ``consistent``: read until the leader's last record is in (on a replicated stream a
         direct get may come from a replica that has not applied the newest appends yet).
         """
-        target = await self.last_seq(run_id) if consistent else 0
-        found = await self.read_checked(run_id, after)
-        for attempt in range(20):
-            if found.last >= target:
-                break
-            # A replica behind the leader answered: it catches up within milliseconds.
-            await asyncio.sleep(0.01 * (attempt + 1))
-            found = await self.read_checked(run_id, after)
+        found = await self.read_checked(run_id, after, consistent=consistent)
         records = [record for _, data in found.messages for record in ev.decode_batch(data)]
         return records, found.last
 

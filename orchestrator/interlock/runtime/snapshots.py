@@ -267,20 +267,13 @@ class _Tail:
 
 async def _read(log_store: LogStore, run_id: str, after: int, *, consistent: bool) -> _Tail:
     """The run's messages after ``after``; ``consistent``: until the leader's last one is
-    in (a direct get may come from a replica that is behind)."""
-    target = await log_store.last_seq(run_id) if consistent else 0
-    for attempt in range(21):
-        if isinstance(log_store, RunLog):
-            found = await log_store.read_checked(run_id, after)
-            count = len(found.messages) + len(found.foreign)
-            tail = _Tail(found.messages, found.last, count, found.foreign)
-        else:
-            raw = await log_store.read_raw(run_id, after)
-            tail = _Tail(raw, raw[-1][0] if raw else after, len(raw), [])
-        if tail.last >= target or attempt == 20:
-            return tail
-        await asyncio.sleep(0.01 * (attempt + 1))
-    raise AssertionError("unreachable")
+    in (see :meth:`RunLog.read_checked`; a log in memory is always consistent)."""
+    if isinstance(log_store, RunLog):
+        found = await log_store.read_checked(run_id, after, consistent=consistent)
+        count = len(found.messages) + len(found.foreign)
+        return _Tail(found.messages, found.last, count, found.foreign)
+    raw = await log_store.read_raw(run_id, after)
+    return _Tail(raw, raw[-1][0] if raw else after, len(raw), [])
 
 
 async def _direct_get(

@@ -5,7 +5,9 @@ Read from the source (every ``import``, including those inside functions and und
 
 - core      imports nothing of Interlock's outside the core;
 - dialects  import the core at most (a dialect lowers a manifest into core structures);
-- transport imports the core at most, and ``auth.jwt`` (see ``ALLOWED``);
+- transport imports the core at most, and ``auth.jwt`` (see ``ALLOWED``); it also holds
+            what the runtime and the SDK share and the SDK may not take from the runtime
+            (``transport.observing``: the observers' fan-out both use);
 - auth      imports the core and the transport;
 - views     import the core and the transport;
 - runtime   imports the core, the transport, the views and the dialects, never the SDK,
@@ -188,9 +190,11 @@ def _cycles() -> list[list[str]]:
 
 def test_the_graph_is_read() -> None:
     assert "interlock.transport.tasks" in MODULES
-    assert "interlock.transport.tasks" in GRAPH["interlock.sdk.worker"]
+    assert "interlock.transport.tasks" in GRAPH["interlock.sdk.taking"]
     assert "interlock.runtime.service" in GRAPH["interlock.cli.process_cmds"]
     assert "interlock.auth.jwt" in GRAPH["interlock.transport.connection"]
+    assert "interlock.transport.observing" in GRAPH["interlock.runtime.observe"]
+    assert "interlock.transport.observing" in GRAPH["interlock.sdk.observe"]
 
 
 def test_no_module_cycle() -> None:

@@ -24,10 +24,6 @@ LONG_MODULES: dict[str, str] = {
         "the run log's schema: one Struct per record type and its payload, kept in one "
         "place because contracts/runlog is generated from it and read as one catalogue"
     ),
-    "sdk/worker.py": (
-        "the public Worker class with its documented lifecycle; execution, binding, "
-        "liveness and answer sending are out already"
-    ),
 }
 """Modules over ``MAX_MODULE_LINES`` lines (paths under orchestrator/interlock), and why."""
 

@@ -104,7 +104,7 @@ async def test_progress_acks_keep_tasks_of_different_ages_and_forget_settled_one
     assert (info.delivered.consumer_seq, info.num_redelivered) == (2, 0), info
     assert await wire.stored_results(first) == 1
     assert await wire.stored_results(second) == 1
-    assert [len(progress) for progress in worker._progress] == [0, 0]
+    assert [len(progress) for progress in worker._serving.progress] == [0, 0]
 
 
 async def test_queue_wait_is_observed_once_the_task_is_answered(wire, runner, poll) -> None:

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import interlock.sdk
-from interlock.sdk import Emit, Worker
+from interlock.sdk import Emit, Outcome, Worker, WorkerObserver
 from interlock.sdk.execution import settled
+from interlock.sdk.observe import WorkerObservers
 from interlock.sdk.runner import load_worker
 from interlock.sdk.schemas import AgentDefCatalog, Schema
 from interlock.transport.cloudevents import decode_message
 from interlock.transport.slots import SlotPool
 from interlock.transport.tasks import TaskRequest, consumer_name, heartbeat_key, task_request
+from support.sdk import Finished
 
 
 def test_public_names_are_pinned() -> None:
@@ -292,3 +295,24 @@ async def test_settled_waits_for_a_task_without_ever_cancelling_it() -> None:
     assert await waiting is True
     assert task.result() == "done"
     assert await settled(task, 0) is True  # already done: at once
+
+
+class _Breaks(Finished):
+    def task_started(self, capability: str, action_id: str | None) -> None:
+        raise RuntimeError("broken")
+
+
+def test_worker_observers_isolate_a_failing_observer(caplog: pytest.LogCaptureFixture) -> None:
+    """A worker's observers are told through the fan-out the orchestrator's use: one that
+    raises is logged and the others are still told, added before or after it."""
+    first, broken, last = Finished(), _Breaks(), Finished()
+    observers = WorkerObservers([first, broken])
+    observers.add(last)
+    observers.add(WorkerObserver())
+    with caplog.at_level(logging.ERROR, logger="interlock.sdk"):
+        observers.task_started("cap", "a1")
+    assert "observer _Breaks failed in task_started" in caplog.text
+    observers.task_finished("cap", "a1", Outcome.COMPLETED, None, 0.1)
+    for observer in (first, broken, last):
+        assert observer.events.get_nowait() == ("a1", Outcome.COMPLETED, None)
+        assert observer.events.empty()

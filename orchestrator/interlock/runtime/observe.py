@@ -8,9 +8,10 @@ and an exception raised in one is logged and otherwise ignored.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from interlock.core import events as ev
+from interlock.transport.observing import Fanout
 
 log = logging.getLogger("interlock.observe")
 
@@ -70,70 +71,42 @@ _HOOKS = (
 
 
 class Observers(OrchestratorObserver):
-    """Fans each call out to several observers, isolating their failures.
+    """Fans each call out to several observers, isolating their failures
+    (:class:`~interlock.transport.observing.Fanout`).
 
-    Each observer's hooks are looked up once, when it is added, and a hook it leaves as
-    :class:`OrchestratorObserver`'s (which does nothing) is not called at all: the
-    orchestrator calls some of them several times a run.
+    A hook an observer leaves as :class:`OrchestratorObserver`'s (which does nothing) is
+    not called at all: the orchestrator calls some of them several times a run.
     """
 
     def __init__(self, observers: Sequence[OrchestratorObserver] = ()) -> None:
-        self._observers: list[OrchestratorObserver] = []
-        self._hooks: dict[str, list[tuple[str, Callable[..., None]]]] = {
-            name: [] for name in _HOOKS
-        }
-        for observer in observers:
-            self.add(observer)
+        self._fan = Fanout(OrchestratorObserver, _HOOKS, log, observers)
 
     def add(self, observer: OrchestratorObserver) -> None:
-        self._observers.append(observer)
-        for name, hooks in self._hooks.items():
-            hook = getattr(observer, name)
-            if getattr(hook, "__func__", None) is not getattr(OrchestratorObserver, name):
-                hooks.append((type(observer).__name__, hook))
-
-    def _each(self, name: str, *args: object) -> None:
-        for owner, hook in self._hooks[name]:
-            try:
-                hook(*args)
-            except Exception:
-                log.exception("observer %s failed in %s", owner, name)
+        self._fan.add(observer)
 
     def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
-        for owner, hook in self._hooks["appended"]:
-            try:
-                hook(run_id, records)
-            except Exception:
-                log.exception("observer %s failed in %s", owner, "appended")
+        self._fan.call("appended", run_id, records)
 
     def relayed(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
-        for owner, hook in self._hooks["relayed"]:
-            try:
-                hook(run_id, records)
-            except Exception:
-                log.exception("observer %s failed in %s", owner, "relayed")
+        self._fan.call("relayed", run_id, records)
 
     def dispatched(self, record: ev.ActionRequested, headers: dict[str, str]) -> None:
-        for owner, hook in self._hooks["dispatched"]:
-            try:
-                hook(record, headers)
-            except Exception:
-                log.exception("observer %s failed in %s", owner, "dispatched")
+        self._fan.call("dispatched", record, headers)
 
     def dead_lettered(self, reason: str) -> None:
-        self._each("dead_lettered", reason)
+        self._fan.call("dead_lettered", reason)
 
     def answer_late(self, reason: str) -> None:
-        self._each("answer_late", reason)
+        self._fan.call("answer_late", reason)
 
     def unrouted(self, event_type: str) -> None:
-        self._each("unrouted", event_type)
+        self._fan.call("unrouted", event_type)
 
     def redelivered(self, consumer: str) -> None:
-        self._each("redelivered", consumer)
+        self._fan.call("redelivered", consumer)
 
     def deferred(self) -> None:
-        self._each("deferred")
+        self._fan.call("deferred")
 
     def conflict(self) -> None:
-        self._each("conflict")
+        self._fan.call("conflict")

@@ -3,7 +3,8 @@
 Check the deadline and the input (the capability's schema, the handler's input type),
 run the handler within the deadline, stop it when the task is cancelled, and turn what it
 returned or raised into the answer's ``(type, data)``. The serving loop around it (pulling,
-acks, publishing the answer, cancel notices, heartbeats) is :mod:`interlock.sdk.worker`.
+acks, publishing the answer, cancel notices, heartbeats) is :mod:`interlock.sdk.serving`
+and :mod:`interlock.sdk.taking`.
 """
 
 from __future__ import annotations

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from interlock.transport.observing import Fanout
+
 if TYPE_CHECKING:
     from interlock.transport.cloudevents import CloudEvent
+
+log = logging.getLogger("interlock.sdk")
+
+_HOOKS = ("task_received", "task_started", "task_finished")
 
 
 class Outcome(StrEnum):
@@ -52,3 +59,33 @@ class WorkerObserver:
         seconds: float,
     ) -> None:
         """A task message was settled (acked, naked or terminated)."""
+
+
+class WorkerObservers(WorkerObserver):
+    """Fans each call out to a worker's observers, isolating their failures
+    (:class:`~interlock.transport.observing.Fanout`): a hook an observer leaves as
+    :class:`WorkerObserver`'s is not called at all."""
+
+    def __init__(self, observers: Iterable[WorkerObserver] = ()) -> None:
+        self._fan = Fanout(WorkerObserver, _HOOKS, log, observers)
+
+    def add(self, observer: WorkerObserver) -> None:
+        self._fan.add(observer)
+
+    def task_received(
+        self, capability: str, event: CloudEvent, headers: Mapping[str, str] | None
+    ) -> None:
+        self._fan.call("task_received", capability, event, headers)
+
+    def task_started(self, capability: str, action_id: str | None) -> None:
+        self._fan.call("task_started", capability, action_id)
+
+    def task_finished(
+        self,
+        capability: str,
+        action_id: str | None,
+        outcome: Outcome,
+        error_class: str | None,
+        seconds: float,
+    ) -> None:
+        self._fan.call("task_finished", capability, action_id, outcome, error_class, seconds)

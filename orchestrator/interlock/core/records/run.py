@@ -1,0 +1,157 @@
+"""A run's own records: started, queued for and admitted to its concurrency slots,
+forked, migrated, and ended (completed, failed, cancelled)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .base import PREFIX, ErrorInfo, Record, SpawnBudget
+
+
+class ParentRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The action of a parent run that a child run answers."""
+
+    run_id: str
+    action_id: str
+    attempt: int = 1
+
+
+class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    workflow: str
+    namespace: str = "default"
+    version: int = 1
+    spec_hash: str
+    inputs: dict[str, Any] = {}
+    context: dict[str, Any] = {}
+    trigger: dict[str, Any] | None = None
+    """The CloudEvent that started the run (structured form), when a trigger did."""
+    correlation_key: str | None = None
+    """The run's correlation key (``correlate.key``), when the workflow declares one."""
+    parent: ParentRef | None = None
+    """Set on a child run: the parent's action that this run answers."""
+    spawn: SpawnBudget | None = None
+    """A child run's, or a run with spawn budgets (narrowed by its own)."""
+    deadline_s: float | None = None
+    """The deadline the run was started with (seconds from its start), over the
+    workflow's ``spec.deadline.after``; 0: it ended at once, nothing asked for."""
+
+
+class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str
+    outputs: dict[str, Any] = {}
+    parent: ParentRef | None = None
+    """Copied from the run's start: where a child run's end is reported."""
+    spawns: int | None = None
+    """Under a spawn allowance: what the run and its children spent (told to the parent)."""
+
+
+class RunFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str | None = None
+    error: ErrorInfo
+    outputs: dict[str, Any] = {}
+    """What a terminal state with ``fail`` returns with its failure."""
+    parent: ParentRef | None = None
+    """Copied from the run's start: where a child run's end is reported."""
+    spawns: int | None = None
+    """Under a spawn allowance: what the run and its children spent (told to the parent)."""
+
+
+class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    state: str | None = None
+    reason: str = ""
+    cancelled_actions: list[str] = []
+    """Actions in flight when the run was cancelled; their agents are told to stop."""
+    parent: ParentRef | None = None
+    """Copied from the run's start: where a child run's end is reported."""
+    spawns: int | None = None
+    """Under a spawn allowance: what the run and its children spent (told to the parent)."""
+
+
+class RunForkedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The records before this one are a copy of another run's first ``origin_seq``
+    records; from here the run goes on by itself, on the version named here."""
+
+    origin_run_id: str
+    origin_seq: int
+    workflow: str
+    namespace: str = "default"
+    version: int = 1
+    spec_hash: str
+    state: str
+    """The state the run was in at the fork point; it is entered again next."""
+
+
+class RunMigratedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """From here the run goes on under another version of its workflow (its log so far
+    agrees with that version)."""
+
+    from_version: int
+    from_spec_hash: str
+    version: int
+    spec_hash: str
+    checked_through: int
+    """The log position up to which a replay found the log to agree with ``version``."""
+
+
+class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A slot a run must hold before its first state: one of the ``size`` slots of the
+    concurrency limit ``limit`` for ``key``."""
+
+    limit: str
+    """The limit's name: ``<namespace>/<scope>``, or ``<namespace>/<workflow>#<n>`` for a
+    limit of one workflow (its n-th, from 1)."""
+    key: str
+    size: int
+    on_limit: str = "queue"
+    """What a run does when no slot is free: ``queue``, ``skip`` or ``cancel-oldest``."""
+    priority: int = 0
+    """The run's ``spec.priority``: in line, higher goes first (then the earlier queued)."""
+    fair: str = ""
+    """The run's value of the limit's ``fair`` expression: the values take turns."""
+
+
+class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run waits for a slot of each of its workflow's concurrency limits before it
+    enters its first state (the orchestrator admits it when it holds them all)."""
+
+    slots: list[SlotClaim]
+
+
+class RunAdmittedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run holds a slot of each limit it waited for; its first state is entered next."""
+
+    limits: list[str] = []
+
+
+class RunStarted(Record, tag=PREFIX + "run.started", frozen=True):
+    data: RunStartedData
+
+
+class RunCompleted(Record, tag=PREFIX + "run.completed", frozen=True):
+    data: RunCompletedData
+
+
+class RunFailed(Record, tag=PREFIX + "run.failed", frozen=True):
+    data: RunFailedData
+
+
+class RunCancelled(Record, tag=PREFIX + "run.cancelled", frozen=True):
+    data: RunCancelledData
+
+
+class RunForked(Record, tag=PREFIX + "run.forked", frozen=True):
+    data: RunForkedData
+
+
+class RunMigrated(Record, tag=PREFIX + "run.migrated", frozen=True):
+    data: RunMigratedData
+
+
+class RunQueued(Record, tag=PREFIX + "run.queued", frozen=True):
+    data: RunQueuedData
+
+
+class RunAdmitted(Record, tag=PREFIX + "run.admitted", frozen=True):
+    data: RunAdmittedData

@@ -14,7 +14,7 @@ read off the connection and their header blocks.
   names of a block are looked up as they stand (a few dozen distinct ones in all), where
   each was stripped and searched for whitespace, line by line.
 
-``tests/runtime/test_natsinbound.py`` compares each with nats-py's own on random input.
+``tests/transport/test_natsinbound.py`` compares each with nats-py's own on random input.
 """
 
 from __future__ import annotations

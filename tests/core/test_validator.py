@@ -73,6 +73,8 @@ RULES = {
     "concurrency-key",
     "concurrency-scope",
     "priority",
+    "trigger-key",
+    "trigger-flow",
 }
 
 

@@ -64,6 +64,7 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("write a workflow", "pub", lambda run: f"$KV.{SUBJECTS.workflows_bucket}.latest.x.y"),
     ("pause a workflow", "pub", lambda run: f"$KV.{SUBJECTS.paused_bucket}.wf.default.x"),
     ("take a concurrency slot", "pub", lambda run: f"$KV.{SUBJECTS.slots_bucket}.a.b"),
+    ("fill a trigger's window", "pub", lambda run: f"$KV.{SUBJECTS.triggers_bucket}.w.a.b"),
     ("read the secrets", "pub", lambda run: "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.k"),
     ("dead-letter as the orchestrator", "pub", lambda run: "il.dlq.unknown_run"),
     ("listen to run logs", "sub", lambda run: "il.runs.>"),

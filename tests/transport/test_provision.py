@@ -30,6 +30,7 @@ def _all_names(s: Subjects) -> list[str]:
     buckets += [
         s.correlation_bucket,
         s.slots_bucket,
+        s.triggers_bucket,
         s.paused_bucket,
         s.secrets_bucket,
         s.webhooks_bucket,

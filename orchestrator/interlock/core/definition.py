@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock.core.expr import CompiledValue, Expression, Literal
-from interlock.core.limitdef import LimitDef
+from interlock.core.limitdef import LimitDef, TriggerRateDef, WindowDef
 from interlock.core.vocabulary import StepStatus
 
 NORMAL = "normal"
@@ -269,6 +269,9 @@ class TriggerDef:
     event: str
     filter: tuple[tuple[tuple[str, ...], Any], ...] = ()
     input: CompiledValue | None = None
+    name: str = ""  # <namespace>/<workflow>#trigger<n>: its windows and rates are kept by it
+    window: WindowDef | None = None  # its debounce or batch
+    rate: TriggerRateDef | None = None
 
 
 @dataclass(frozen=True, slots=True)

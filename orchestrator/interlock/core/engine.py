@@ -107,6 +107,7 @@ def started(
     trace: list[GuardCheck] | None = None,
     deadline_s: float | None = None,
     paused: bool = False,
+    window: ev.TriggerWindow | None = None,
 ) -> tuple[list[ev.AnyRecord], RunState]:
     """:func:`start`, and the run's state after its records (``fold(records)``, which
     making them has computed already). ``deadline_s``: the run's own deadline (seconds
@@ -128,6 +129,7 @@ def started(
             parent=parent,
             spawn=spawn_budget(definition, spawn),
             deadline_s=deadline_s,
+            window=window,
         ),
         traceparent=traceparent,
     )

@@ -64,6 +64,7 @@ from interlock.core.records.run import (
     RunStarted,
     RunStartedData,
     SlotClaim,
+    TriggerWindow,
 )
 from interlock.core.records.states import (
     DagCompleted,
@@ -147,6 +148,7 @@ __all__ = [
     "TimerScheduledData",
     "TransitionFired",
     "TransitionFiredData",
+    "TriggerWindow",
     "data_schemas",
     "decode",
     "decode_batch",

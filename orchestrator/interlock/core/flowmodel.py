@@ -45,3 +45,48 @@ class ConcurrencyLimit(msgspec.Struct, kw_only=True, frozen=True):
         ]
         | None
     ) = None
+
+
+TriggerKey = Annotated[
+    str,
+    msgspec.Meta(
+        description=(
+            "A CEL expression over the trigger's 'event' and 'data': events with the same "
+            "value share one window (or one rate)."
+        )
+    ),
+]
+FlowDuration = Annotated[
+    str,
+    msgspec.Meta(description="A duration: a number followed by ms, s, m, h or d (e.g. 30s)."),
+]
+
+
+class Debounce(msgspec.Struct, kw_only=True, frozen=True):
+    """One run per key, started ``period`` after the last matching event of the key (with
+    that event), and never later than ``max_wait`` after the first."""
+
+    key: TriggerKey | None = None
+    period: FlowDuration
+    max_wait: FlowDuration | None = None
+
+
+class Batch(msgspec.Struct, kw_only=True, frozen=True):
+    """One run per batch of matching events of a key: cut at ``max_events`` events, or
+    ``max_wait`` after the first, whichever comes first; the events are its input
+    ``events``."""
+
+    key: TriggerKey | None = None
+    max_events: Annotated[int, msgspec.Meta(ge=1, le=1_000)]
+    max_wait: FlowDuration
+
+
+class TriggerRate(msgspec.Struct, kw_only=True, frozen=True):
+    """At most ``limit`` runs started by the trigger per ``per``, for each value of
+    ``key``; the events over it start their runs later (``queue``) or are dead-lettered
+    (``drop``)."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)]
+    per: FlowDuration
+    key: TriggerKey | None = None
+    on_limit: Literal["queue", "drop"] = "queue"

@@ -19,3 +19,31 @@ class LimitDef:
     on_limit: str = "queue"
     fair: Expression | None = None
     """Runs waiting are served in turn by this expression's value (None: in order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDef:
+    """A trigger's debounce or batch: its matching events are gathered per value of ``key``
+    (CEL over ``event`` and ``data``; None: one window for the trigger) into a window that
+    starts one run.
+
+    Debounce (``kind`` ``debounce``): the window closes ``period_s`` after its last event,
+    and at the latest ``max_wait_s`` after its first. Batch (``batch``): it closes at
+    ``max_events`` events, or ``max_wait_s`` after its first."""
+
+    kind: str
+    key: Expression | None
+    max_wait_s: float | None
+    period_s: float = 0.0
+    max_events: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRateDef:
+    """At most ``limit`` runs per ``per_s`` seconds for each value of ``key`` (None: one
+    rate for the trigger); ``on_limit``: ``queue`` (they start later) or ``drop``."""
+
+    limit: int
+    per_s: float
+    key: Expression | None = None
+    on_limit: str = "queue"

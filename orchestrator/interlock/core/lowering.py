@@ -31,7 +31,8 @@ from interlock.core.definition import (
 )
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.expr import Expression, expressions, references
-from interlock.core.limitdef import LimitDef
+from interlock.core.flowmodel import TriggerRate
+from interlock.core.limitdef import LimitDef, TriggerRateDef, WindowDef
 from interlock.core.lowering_dag import STEPS_VARIABLE, check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
@@ -306,7 +307,68 @@ class WorkflowLowering(LoweringScope):
         compiled_input = None
         if trigger.input is not None:
             compiled_input = self._value((*path, "input"), trigger.input)
-        return TriggerDef(trigger.event, filters, compiled_input)
+        meta = self.wf.metadata
+        return TriggerDef(
+            trigger.event,
+            filters,
+            compiled_input,
+            name=f"{meta.namespace}/{meta.name}#trigger{index + 1}",
+            window=self._window(path, trigger),
+            rate=self._trigger_rate(path, getattr(trigger, "rate", None)),
+        )
+
+    def _trigger_key(self, path: Path, source: str | None) -> Expression | None:
+        """A trigger's ``key``: CEL over the event alone (computed when it arrives)."""
+        if source is None:
+            return None
+        key = self._expression(path, source)
+        unseen = sorted(key.names - {"event", "data"}) if key else []
+        if unseen:
+            self.error(
+                path,
+                "trigger-key",
+                "a trigger's key sees only 'event' and 'data' (it is computed when the event "
+                f"arrives); it reads {', '.join(repr(n) for n in unseen)}",
+            )
+        return key
+
+    def _window(self, path: Path, trigger: model.Trigger) -> WindowDef | None:
+        """A trigger's ``debounce`` or ``batch`` (at most one of them and ``rate``)."""
+        given = [n for n in ("debounce", "batch", "rate") if getattr(trigger, n, None)]
+        if len(given) > 1:
+            self.error(
+                (*path, given[1]),
+                "trigger-flow",
+                f"a trigger takes one of debounce, batch and rate; this one has {given[0]} "
+                f"and {given[1]} (use two triggers, or a concurrency limit on the workflow)",
+            )
+        if trigger.debounce is not None:
+            d, base = trigger.debounce, (*path, "debounce")
+            period = self._duration((*base, "period"), d.period) or 0.0
+            max_wait = self._duration((*base, "max_wait"), d.max_wait)
+            if period and max_wait is not None and max_wait < period:
+                self.error(
+                    (*base, "max_wait"),
+                    "trigger-flow",
+                    f"max_wait ({d.max_wait}) is shorter than period ({d.period}): a run "
+                    "would never wait the period after an event",
+                )
+            key = self._trigger_key((*base, "key"), d.key)
+            return WindowDef("debounce", key, max_wait, period_s=period)
+        if trigger.batch is not None:
+            b, base = trigger.batch, (*path, "batch")
+            max_wait = self._duration((*base, "max_wait"), b.max_wait)
+            key = self._trigger_key((*base, "key"), b.key)
+            return WindowDef("batch", key, max_wait, max_events=b.max_events)
+        return None
+
+    def _trigger_rate(self, path: Path, rate: TriggerRate | None) -> TriggerRateDef | None:
+        if rate is None:
+            return None
+        base = (*path, "rate")
+        per = self._duration((*base, "per"), rate.per) or 0.0
+        key = self._trigger_key((*base, "key"), rate.key)
+        return TriggerRateDef(rate.limit, per, key, rate.on_limit)
 
 
 def lower_workflow(

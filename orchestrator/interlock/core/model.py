@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from interlock.core.flowmodel import ConcurrencyLimit
+from interlock.core.flowmodel import Batch, ConcurrencyLimit, Debounce
 from interlock.core.vocabulary import ErrorClass
 
 WORKFLOW_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1")
@@ -77,6 +77,8 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     event: str
     filter: dict[str, Any] = {}
     input: dict[str, Value] | None = None
+    debounce: Debounce | None = None
+    batch: Batch | None = None
 
 
 class Backoff(_Strict, frozen=True, kw_only=True):

@@ -31,6 +31,7 @@ from interlock.core.engine import TIMER_FIRED, Incoming, cancel
 from interlock.core.incoming import SPAWNS_EXTENSION
 from interlock.core.state import RunState
 from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
+from interlock.core.windowing import is_window_timer
 from interlock.runtime.answers import Answers
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
@@ -123,6 +124,8 @@ class ControlFlow:
             )
         )
         """Deletes ended runs past their retention (None: none is ever deleted here)."""
+        self.window_due: Callable[[str, str], Awaitable[None]] | None = None
+        """Closes a debounced or batched trigger's window whose timer fired."""
 
     def start(self) -> None:
         self.timers.start(self.timer_due)
@@ -225,6 +228,10 @@ class ControlFlow:
         await self.timers.schedule(record.subject, record.data.timer_id, record.data.fire_at)
 
     async def timer_due(self, run_id: str, timer_id: str) -> None:
+        if is_window_timer(timer_id):
+            if self.window_due is not None:
+                await self.window_due(run_id, timer_id)
+            return
         if is_retention_timer(run_id, timer_id):
             if self.retainer is not None:
                 await self.retainer.due(run_id)

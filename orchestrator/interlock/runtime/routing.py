@@ -16,8 +16,9 @@ from typing import Any, Protocol, TypeVar
 
 from interlock.core.definition import Definition, TriggerDef, loops
 from interlock.core.engine import Incoming, matching_trigger, trigger_inputs
-from interlock.core.expr import ExpressionError, OverBudget
+from interlock.core.expr import Expression, ExpressionError, OverBudget
 from interlock.core.incoming import event_correlation_key, heavy_value
+from interlock.core.limits import MAX_KEY_LENGTH, key_text
 
 T = TypeVar("T")
 
@@ -37,6 +38,11 @@ class Start:
     version: int
     inputs: dict[str, Any]
     error: str | None = None
+    trigger: TriggerDef | None = None
+    key: str = ""
+    """The trigger's ``debounce``, ``batch`` or ``rate`` key for the event."""
+    reason: str = "bad-trigger-input"
+    """The dead letter's reason when ``error``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +73,18 @@ async def starts(
         out = []
         for definition, version, trigger in matched:
             try:
-                out.append(Start(definition, version, trigger_inputs(trigger, incoming)))
+                inputs = trigger_inputs(trigger, incoming)
             except ExpressionError as exc:
                 out.append(Start(definition, version, {}, f"{definition.name}: {exc}"))
+                continue
+            key, problem = flow_key(trigger, incoming)
+            if problem is not None:
+                problem = f"{definition.name}: {problem}"
+            out.append(Start(definition, version, inputs, problem, trigger, key, "bad-trigger-key"))
         return out
 
-    templates = [t.input for _, _, t in matched if t.input is not None]
+    templates: list[Any] = [t.input for _, _, t in matched if t.input is not None]
+    templates += [k for _, _, t in matched if (k := _key_expression(t)) is not None]
     if templates and (heavy_value(incoming.data) or any(loops(t) for t in templates)):
         return await off_loop.evaluate(render, lane)
     return render()
@@ -103,3 +115,27 @@ async def correlation_keys(
     if expressions and (heavy_value(incoming.data) or any(loops(e) for e in expressions)):
         return await off_loop.evaluate(evaluate, lane)
     return evaluate()
+
+
+def _key_expression(trigger: TriggerDef) -> Expression | None:
+    if trigger.window is not None:
+        return trigger.window.key
+    return None if trigger.rate is None else trigger.rate.key
+
+
+def flow_key(trigger: TriggerDef, incoming: Incoming) -> tuple[str, str | None]:
+    """The key of the trigger's ``debounce``, ``batch`` or ``rate`` for ``incoming`` (""
+    without one), or why it cannot be computed."""
+    expression = _key_expression(trigger)
+    if expression is None:
+        return "", None
+    try:
+        key = key_text(expression.evaluate({"event": incoming.to_dict(), "data": incoming.data}))
+    except ExpressionError as exc:
+        return "", f"the key of trigger {trigger.name} cannot be computed: {exc}"
+    if len(key) > MAX_KEY_LENGTH:
+        return "", (
+            f"the key of trigger {trigger.name} is {len(key)} characters long "
+            f"(at most {MAX_KEY_LENGTH})"
+        )
+    return key, None

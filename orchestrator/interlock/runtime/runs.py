@@ -358,6 +358,7 @@ class Runs:
         spawn: ev.SpawnBudget | None = None,
         deadline_s: float | None = None,
         paused: bool = False,
+        window: ev.TriggerWindow | None = None,
     ) -> Opening:
         """The first records of a run, decided but not appended (:meth:`open` appends
         them): a caller that must wait for something before starting (the ingress, for
@@ -392,6 +393,7 @@ class Runs:
                     spawn=spawn,
                     deadline_s=deadline_s,
                     paused=paused,
+                    window=window,
                 )
             ),
             definition,

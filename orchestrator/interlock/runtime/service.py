@@ -32,7 +32,7 @@ from nats.js.errors import ServiceUnavailableError
 from interlock.core import events as ev
 from interlock.core.bounds import max_event_bytes
 from interlock.core.definition import Definition
-from interlock.core.engine import TASK_FAILED, Incoming, decide, decided, derive_run_id
+from interlock.core.engine import TASK_FAILED, Incoming, decide, decided
 from interlock.core.incoming import heavy_value
 from interlock.core.state import RunState
 from interlock.runtime import eventloop, writebehind
@@ -48,7 +48,7 @@ from interlock.runtime.answers import (
     too_large_answer,
 )
 from interlock.runtime.dispatch import Dispatcher
-from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
+from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.fairness import PUBLISHER_BUDGET, publisher_lane
 from interlock.runtime.flow import ControlFlow, to_incoming
 from interlock.runtime.foreign import ForeignDeadLetters
@@ -59,12 +59,13 @@ from interlock.runtime.observe import Observers, OrchestratorObserver
 from interlock.runtime.registry import Registry
 from interlock.runtime.relay import Relay
 from interlock.runtime.retention import Policy
-from interlock.runtime.routing import Start, starts
+from interlock.runtime.routing import starts
 from interlock.runtime.runindex import RunIndex
-from interlock.runtime.runs import Decided, Opening, Runs
+from interlock.runtime.runs import Decided, Runs
 from interlock.runtime.snapshots import Snapshots
 from interlock.runtime.taskqueue import TaskQueue
 from interlock.runtime.timers import JetStreamTimers, Timers
+from interlock.runtime.triggering import TriggerStarts
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.clock import utc_now
@@ -151,6 +152,8 @@ class Orchestrator:
             answers=self.answers,
             retention=retention or Policy(),
         )
+        self.starting = self._starting()
+        self.flow.window_due = self.starting.windows.due
         self.relay = self._relay(index_hold)
 
     def _dispatcher(self, task_ack_wait: float) -> Dispatcher:
@@ -165,6 +168,20 @@ class Orchestrator:
             counters=self.counters,
             stopping=self._stopping,
             task_ack_wait=task_ack_wait,
+        )
+
+    def _starting(self) -> TriggerStarts:
+        """The starts of trigger events (see :mod:`triggering`)."""
+        return TriggerStarts(
+            self.nc,
+            self.subjects,
+            runs=self.runs,
+            registry=self.registry,
+            timers=self.flow.timers,
+            pauses=self.flow.admission.pauses,
+            clock=self.clock,
+            counters=self.counters,
+            dead_letter=self.handling.dead_letter,
         )
 
     def _relay(self, index_hold: float) -> Relay:
@@ -221,6 +238,7 @@ class Orchestrator:
         ]
         await self.desk.start()
         self.flow.start()
+        self.starting.windows.start()
         loop = eventloop.loop_name(asyncio.get_running_loop())
         log.info("orchestrator started (prefix %s, event loop %s)", s.prefix, loop)
 
@@ -243,6 +261,7 @@ class Orchestrator:
         await self.relay.behind.stop()
         await self.keeper.stop()
         await self.flow.stop()
+        await self.starting.windows.stop()
         await self.registry.close()
 
     def loop_failure(self) -> str | None:
@@ -338,29 +357,18 @@ class Orchestrator:
                 self.counters["events_unrouted"] += 1
                 self.observers.unrouted(event.type)
             return
-        started = 0
         # Routed, and the runs' first records decided, with what is known while the
         # registry check of this batch is out; done again in the rare case that it
         # brought in a workflow (or version) of this type.
         triggered = list(self.registry.triggered_by(event.type))
         found = await starts(triggered, incoming, self.runs, lane)
-        openings = await self._openings(found, event, incoming)
+        openings = await self.starting.openings(found, event, incoming)
         await self._registry_checked()
         now_triggered = list(self.registry.triggered_by(event.type))
         if not _same(triggered, now_triggered):
             found = await starts(now_triggered, incoming, self.runs, lane)
-            openings = await self._openings(found, event, incoming)
-        for start, opening in zip(found, openings, strict=True):
-            if start.error is not None:
-                await self.handling.dead_letter(msg, "bad-trigger-input", start.error)
-                continue
-            if isinstance(opening, InvalidInputs):
-                await self.handling.dead_letter(msg, "invalid-inputs", str(opening))
-                continue
-            assert opening is not None
-            created, _ = await self.runs.open(opening)
-            started += 1
-            self.counters["runs_started" if created else "triggers_duplicate"] += 1
+            openings = await self.starting.openings(found, event, incoming)
+        started = await self.starting.start(msg, incoming, found, openings)
         correlated, refused = await self.flow.route_correlated(event, lane)
         for reason in refused:
             await self.handling.dead_letter(msg, "bad-correlation-key", reason)
@@ -369,35 +377,6 @@ class Orchestrator:
         if not started:
             self.counters["events_unrouted"] += 1
             self.observers.unrouted(event.type)
-
-    async def _openings(
-        self, found: list[Start], event: CloudEvent, incoming: Incoming
-    ) -> list[Opening | InvalidInputs | None]:
-        """The first records of each run ``found`` starts (None where its trigger's input
-        could not be rendered; the inputs' problems where they do not fit the workflow)."""
-        out: list[Opening | InvalidInputs | None] = []
-        for start in found:
-            if start.error is not None:
-                out.append(None)
-                continue
-            definition = start.definition
-            try:
-                out.append(
-                    await self.runs.opening(
-                        definition,
-                        start.version,
-                        derive_run_id(definition, event.source, event.id),
-                        start.inputs,
-                        trigger=incoming,
-                        traceparent=event.extensions.get("traceparent"),
-                        paused=self.flow.admission.pauses.holds(
-                            definition.namespace, definition.name
-                        ),
-                    )
-                )
-            except InvalidInputs as exc:
-                out.append(exc)
-        return out
 
     async def deliver(
         self, run_id: str, incoming: Incoming, *, answer: AnswerKey | None = None

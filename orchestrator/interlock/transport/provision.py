@@ -169,6 +169,7 @@ def desired_configs(
         _bucket(s.snapshots_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
         _bucket(s.slots_bucket, replicas, history=1),
+        _bucket(s.triggers_bucket, replicas, history=1),
         _bucket(s.paused_bucket, replicas, history=1),
         # A secret is written once: a second value for a key is refused (by anyone, a
         # message reflected there included), and no rollup can purge one.

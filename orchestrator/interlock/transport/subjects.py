@@ -125,6 +125,12 @@ class Subjects:
         return f"{self._bucket_base}_slots"
 
     @property
+    def triggers_bucket(self) -> str:
+        """Flow control of triggers: each debounce or batch key's open window of events,
+        and each rate key's next free start (compare-and-set, like the slots)."""
+        return f"{self._bucket_base}_triggers"
+
+    @property
     def paused_bucket(self) -> str:
         """Paused workflows: one key each, written by pause and removed by resume."""
         return f"{self._bucket_base}_paused"

@@ -18,6 +18,25 @@ class ParentRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     attempt: int = 1
 
 
+class TriggerWindow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The window of events a debounced or batched trigger started the run with."""
+
+    kind: str
+    """``debounce`` or ``batch``."""
+    trigger: str
+    """``<namespace>/<workflow>#trigger<n>``."""
+    key: str
+    count: int
+    """Events the window took."""
+    events: list[str] = []
+    """Their CloudEvent ids, in the order they came (a debounce's last 100)."""
+    opened_at: str
+    """When its first event came."""
+    closed_by: str
+    """``period`` (a debounce's quiet period passed), ``max_wait``, ``max_events`` or
+    ``size`` (a batch whose next event would not fit its run's inputs)."""
+
+
 class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     workflow: str
     namespace: str = "default"
@@ -36,6 +55,9 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     deadline_s: float | None = None
     """The deadline the run was started with (seconds from its start), over the
     workflow's ``spec.deadline.after``; 0: it ended at once, nothing asked for."""
+    window: TriggerWindow | None = None
+    """Set when a debounced or batched trigger started the run (``trigger`` is the
+    window's last event)."""
 
 
 class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -1,0 +1,423 @@
+"""Debounced and batched triggers: the events of one key gathered into a window that
+starts one run.
+
+The triggers bucket keeps, per trigger and key, the window open now (its events: a
+batch's every one, a debounce's last, with the ids of all) and, while its run is being
+started, the window closed before it (``sealed``). Every change is a compare-and-set on
+that one entry, so two orchestrator replicas never both take an event or both close a
+window; a stale read costs a retry.
+
+- An event is acknowledged only once it is in the entry (an orchestrator killed before
+  gets it again, and an event already there, by source and id, is not taken twice).
+- A window closes when its durable timer (the TIMERS stream's message scheduling, as for
+  any timer) finds it due: a debounce ``period`` after its last event or ``max_wait``
+  after its first; a batch ``max_wait`` after its first, or at once on its
+  ``max_events``-th event. The timer is scheduled when the window opens; one that finds
+  the window not yet due is scheduled again for when it will be.
+- Closing moves the window to ``sealed`` (events that come meanwhile open the next one),
+  starts its run, then clears it. The run's id is derived from the trigger, the key and
+  the window's first event, so a close done again after a crash (the timer comes again,
+  or the orchestrator that starts next finds the sealed window) is refused as a run that
+  exists already: no window starts two runs, and none is lost.
+- Once a window's run has started, the entry keeps the events' references for
+  ``TAKEN_KEPT_S`` (the message's TTL) so that an event delivered again after its window
+  closed (its orchestrator died between taking it and acknowledging it) is not taken
+  into a second window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.js.errors import APIError, KeyNotFoundError
+
+from interlock.core import events as ev
+from interlock.core.definition import Definition, TriggerDef
+from interlock.core.incoming import Incoming
+from interlock.core.rfc3339 import parse_time
+from interlock.core.windowing import (
+    MAX_LISTED,
+    MAX_REFS,
+    WINDOW_TIMER,
+    Window,
+    WindowEntry,
+    before,
+    decode_entry,
+    due_at,
+    encode,
+    entry_token,
+    event_ref,
+    window_run_id,
+)
+from interlock.runtime.errors import InvalidInputs, UnknownWorkflow
+from interlock.runtime.foreign import foreign_value
+from interlock.runtime.pausing import Pauses
+from interlock.runtime.registry import Registry
+from interlock.runtime.runs import Runs
+from interlock.runtime.timers import Timers
+from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.jetstream import jetstream
+from interlock.transport.kvread import bucket_values
+from interlock.transport.subjects import Subjects
+
+log = logging.getLogger("interlock.windows")
+
+MAX_TRIES = 64
+"""Compare-and-set attempts on one entry before giving up (the event comes again)."""
+TAKEN_KEPT_S = 900
+"""Seconds the references of a started window's events are kept (well over the time an
+event taken but not acknowledged takes to come again)."""
+_TOKEN = re.compile(r"w\.[0-9a-f]{16}\.[0-9a-f]{32}")
+WRONG_LAST_SEQUENCE = 10071
+"""The JetStream error code of a write whose expected last sequence is not the subject's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What :meth:`Windows.take` did with an event."""
+
+    run_id: str
+    """The run of the window it joined."""
+    duplicate: bool = False
+    closed: bool = False
+    """It closed its window (a batch's ``max_events``-th): that run has started."""
+
+
+class Windows:
+    """The orchestrator's side of debounced and batched triggers (see the module)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        runs: Runs,
+        registry: Registry,
+        timers: Timers,
+        pauses: Pauses,
+        clock: Callable[[], str],
+        counters: Counter[str],
+    ) -> None:
+        self._nc = nc
+        self._js = jetstream(nc)
+        self._subjects = subjects
+        self._runs = runs
+        self._registry = registry
+        self._timers = timers
+        self._pauses = pauses
+        self._clock = clock
+        self.counters = counters
+        self._kv: Any = None
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._sweep: asyncio.Task[None] | None = None
+
+    # -- the bucket -------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, token: str) -> AsyncIterator[None]:
+        """One change of an entry at a time in this process (the events of one key are
+        taken together by the ingress: each would lose its compare-and-set to the
+        others); other processes race by revision."""
+        lock, users = self._locks.get(token, (asyncio.Lock(), 0))
+        self._locks[token] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[token]
+            if users == 1:
+                del self._locks[token]
+            else:
+                self._locks[token] = (lock, users - 1)
+
+    async def _bucket(self) -> Any:
+        if self._kv is None:
+            self._kv = await self._js.key_value(self._subjects.triggers_bucket)
+        return self._kv
+
+    async def read(self, token: str) -> tuple[WindowEntry | None, int]:
+        """The entry under ``token`` and its revision (0: none)."""
+        kv = await self._bucket()
+        try:
+            found = await kv.get(token)
+        except KeyNotFoundError:
+            return None, 0
+        if not found.value:
+            return None, found.revision or 0
+        try:
+            return decode_entry(found.value), found.revision or 0
+        except msgspec.DecodeError:
+            foreign_value(self._subjects.triggers_bucket, token, "not a window", found.revision)
+            return None, found.revision or 0
+
+    async def _write(self, token: str, entry: WindowEntry, revision: int) -> bool:
+        """Write ``entry`` if the key is still at ``revision`` (False: it is not). An entry
+        with no window left keeps only its references, for ``TAKEN_KEPT_S``."""
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(revision)}
+        if entry.open is None and entry.sealed is None:
+            headers["Nats-TTL"] = f"{TAKEN_KEPT_S}s"
+        subject = f"$KV.{self._subjects.triggers_bucket}.{token}"
+        try:
+            await self._js.publish(subject, encode(entry), headers=headers)
+        except APIError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
+    async def entries(self) -> list[WindowEntry]:
+        """Every trigger key with a window open or closing (read without a consumer)."""
+        values = await bucket_values(await self._bucket(), "w.>")
+        out = []
+        for value in values.values():
+            try:
+                entry = decode_entry(value)
+            except msgspec.DecodeError:
+                continue
+            if entry.open is not None or entry.sealed is not None:
+                out.append(entry)
+        return out
+
+    # -- events in --------------------------------------------------------------------
+
+    async def take(
+        self,
+        definition: Definition,
+        version: int,
+        trigger: TriggerDef,
+        key: str,
+        event: Incoming,
+        inputs: dict[str, Any],
+        *,
+        room: int,
+    ) -> Taken:
+        """Put ``event`` into the open window of its trigger's ``key`` (opening one), or
+        know it there already; a batch's window that it fills is closed and its run
+        started. ``inputs``: what the trigger renders from the event; ``room``: the bytes
+        a batch's items may take."""
+        token = entry_token(trigger.name, key)
+        async with self._locked(token):
+            return await self._take(token, version, trigger, key, event, inputs, room)
+
+    async def _take(
+        self,
+        token: str,
+        version: int,
+        trigger: TriggerDef,
+        key: str,
+        event: Incoming,
+        inputs: dict[str, Any],
+        room: int,
+    ) -> Taken:
+        spec = trigger.window
+        assert spec is not None
+        ref = event_ref(event)
+        item = inputs if trigger.input is not None else event.to_dict()
+        item_size = len(encode(item)) if spec.kind == "batch" else 0
+        for _ in range(MAX_TRIES):
+            entry, revision = await self.read(token)
+            entry = entry or WindowEntry(trigger=trigger.name, key=key, kind=spec.kind)
+            if entry.sealed is not None:
+                await self._finish(token, entry, revision)  # the one before goes first
+                continue
+            window = entry.open
+            if entry.has(ref):
+                if window is not None and ref in window.refs:
+                    await self._schedule_first(token, entry, window, trigger)
+                return Taken(window.run_id if window else "", duplicate=True)
+            now = self._clock()
+            if window is not None and spec.kind == "batch" and window.size + item_size > room:
+                # Its run's inputs could not take this one too: the batch is cut here.
+                window.closed_by = "size"
+                entry.sealed, entry.open = window, None
+                if await self._write(token, entry, revision):
+                    self.counters["windows_closed"] += 1
+                continue
+            opened = window is None
+            if window is None:
+                run_id = window_run_id(trigger.name, key, ref)
+                window = Window(run_id=run_id, version=version, opened_at=now, last_at=now)
+                entry.open = window
+            window.last_at = now
+            window.count += 1
+            window.ids = [*window.ids, event.id][-MAX_LISTED if spec.kind == "debounce" else 0 :]
+            window.refs = [*window.refs, ref][-MAX_REFS:]
+            if spec.kind == "batch":
+                window.items = [*window.items, item]
+                window.size += item_size
+            else:
+                window.last_inputs = inputs
+            window.last = event
+            full = spec.kind == "batch" and window.count >= spec.max_events
+            if full:
+                window.closed_by = "max_events"
+                entry.sealed, entry.open = window, None
+            if not await self._write(token, entry, revision):
+                continue
+            self.counters["window_events"] += 1
+            if opened:
+                self.counters["windows_opened"] += 1
+                if not full:
+                    await self._schedule_first(token, entry, window, trigger)
+            if full:
+                self.counters["windows_closed"] += 1
+                entry, revision = await self.read(token)
+                if entry is not None and entry.sealed is not None:
+                    await self._finish(token, entry, revision)
+            return Taken(window.run_id, closed=full)
+        raise RuntimeError(f"window of {trigger.name} ({key!r}): too many conflicting writes")
+
+    async def _schedule_first(
+        self, token: str, entry: WindowEntry, window: Window, trigger: TriggerDef
+    ) -> None:
+        """The window's first timer: due when it would close if no event came after its
+        first (the same timer each time asked: scheduling it again changes nothing)."""
+        spec = trigger.window
+        assert spec is not None
+        first = Window(
+            run_id=window.run_id,
+            version=window.version,
+            opened_at=window.opened_at,
+            last_at=window.opened_at,
+        )
+        await self._schedule(token, window.run_id, due_at(entry.kind, first, trigger)[0])
+
+    async def _schedule(self, token: str, run_id: str, at: str) -> None:
+        millis = int(parse_time(at).timestamp() * 1000)
+        await self._timers.schedule(run_id, f"{run_id}{WINDOW_TIMER}{token}:{millis}", at)
+
+    # -- windows out ------------------------------------------------------------------
+
+    async def due(self, run_id: str, timer_id: str) -> None:
+        """A window's timer fired: close the window if it is due, else time it again for
+        when it will be. A timer of a window closed already does nothing."""
+        token = timer_id.split(WINDOW_TIMER, 1)[1].rsplit(":", 1)[0]
+        if not _TOKEN.fullmatch(token):
+            log.warning("a window timer names no window: %r", timer_id)
+            return
+        async with self._locked(token):
+            await self._due(token, run_id)
+
+    async def _due(self, token: str, run_id: str) -> None:
+        for _ in range(MAX_TRIES):
+            entry, revision = await self.read(token)
+            if entry is None:
+                return
+            if entry.sealed is not None:
+                await self._finish(token, entry, revision)
+                continue
+            window = entry.open
+            if window is None or window.run_id != run_id:
+                return  # closed already; the next window has timers of its own
+            trigger = await self._trigger(entry, window)
+            if trigger is None:
+                return
+            at, reason = due_at(entry.kind, window, trigger)
+            if before(self._clock(), at):
+                await self._schedule(token, run_id, at)
+                return
+            window.closed_by = reason
+            entry.sealed, entry.open = window, None
+            if await self._write(token, entry, revision):
+                self.counters["windows_closed"] += 1
+        raise RuntimeError(f"window {token}: too many conflicting writes")
+
+    async def _trigger(self, entry: WindowEntry, window: Window) -> TriggerDef | None:
+        found = await self._definition(entry, window)
+        return None if found is None else found[1]
+
+    async def _definition(
+        self, entry: WindowEntry, window: Window
+    ) -> tuple[Definition, TriggerDef] | None:
+        """The workflow version the window's run starts with, and its trigger."""
+        workflow, _, number = entry.trigger.partition("#trigger")
+        namespace, _, name = workflow.partition("/")
+        try:
+            definition = await self._registry.definition(namespace, name, window.version)
+        except UnknownWorkflow as exc:
+            log.warning("window of %s: %s", entry.trigger, exc)
+            return None
+        index = int(number) - 1 if number.isdigit() else -1
+        if not 0 <= index < len(definition.triggers):
+            return None
+        return definition, definition.triggers[index]
+
+    async def _finish(self, token: str, entry: WindowEntry, revision: int) -> None:
+        """Start the sealed window's run (refused, and fine, when it exists already),
+        then clear the window, keeping its events' references a while."""
+        sealed = entry.sealed
+        assert sealed is not None
+        found = await self._definition(entry, sealed)
+        if found is not None:
+            await self._start(entry, sealed, *found)
+        entry.taken = [*entry.taken, *sealed.refs][-MAX_REFS:]
+        entry.sealed = None
+        await self._write(token, entry, revision)  # lost to a newer write: done again there
+
+    async def _start(
+        self, entry: WindowEntry, window: Window, definition: Definition, trigger: TriggerDef
+    ) -> None:
+        inputs = {"events": window.items} if entry.kind == "batch" else window.last_inputs
+        record = ev.TriggerWindow(
+            kind=entry.kind,
+            trigger=entry.trigger,
+            key=entry.key,
+            count=window.count,
+            events=window.ids,
+            opened_at=window.opened_at,
+            closed_by=window.closed_by,
+        )
+        try:
+            opening = await self._runs.opening(
+                definition,
+                window.version,
+                window.run_id,
+                inputs,
+                trigger=window.last,
+                paused=self._pauses.holds(definition.namespace, definition.name),
+                window=record,
+            )
+        except InvalidInputs as exc:
+            log.warning("window of %s (%r) starts no run: %s", entry.trigger, entry.key, exc)
+            self.counters["windows_refused"] += 1
+            return
+        created, _ = await self._runs.open(opening)
+        if created:
+            self.counters["runs_started"] += 1
+            self.counters[f"window_runs:{entry.kind}"] += 1
+
+    def start(self) -> None:
+        """Sweep the windows left by orchestrators that stopped (in the background)."""
+        self._sweep = asyncio.create_task(self._swept())
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._sweep)
+
+    async def _swept(self) -> None:
+        try:
+            await self.sweep()
+        # Done again at the next start; the timers close the windows meanwhile.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not sweep the triggers' windows: %s", exc)
+
+    async def sweep(self) -> None:
+        """Close what no timer will: windows sealed by an orchestrator that died before
+        their runs started, and windows past due (their timer's message lost)."""
+        for entry in await self.entries():
+            token = entry_token(entry.trigger, entry.key)
+            if entry.sealed is not None:
+                async with self._locked(token):
+                    fresh, revision = await self.read(token)
+                    if fresh is not None and fresh.sealed is not None:
+                        await self._finish(token, fresh, revision)
+            elif entry.open is not None:
+                await self.due(entry.open.run_id, f"{entry.open.run_id}{WINDOW_TIMER}{token}:0")

@@ -1,0 +1,186 @@
+"""Debounced and batched triggers on a real nats-server, with time on an advanceable
+clock: a burst of events of one key starts one run with its last event, never later than
+``max_wait``; a batch is cut at ``max_events`` or ``max_wait``; keys and namespaces keep
+windows of their own, and a flood of one key does not hold up another's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from interlock.core import events as ev
+from interlock.core.windowing import entry_token
+from interlock.runtime.client import InterlockClient
+from interlock.runtime.service import Orchestrator
+from interlock.runtime.timers import ClockTimers
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.subjects import Subjects
+from support.flow import WAIT, clock_orchestrator
+from support.runtime import eventually
+
+
+def workflow(name: str, trigger: str, namespace: str = "default") -> str:
+    return f"""\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  triggers:
+    - event: com.example.push
+{trigger}
+  initial_state: waiting
+  states:
+    waiting:
+      type: human_in_the_loop
+      on:
+        - {{event: go, goto: done}}
+    done:
+      type: terminal
+"""
+
+
+DEBOUNCE = workflow("pushes", "      debounce: {key: data.repo, period: 10s, max_wait: 60s}")
+BATCH = workflow(
+    "rows",
+    "      batch: {key: data.table, max_events: 3, max_wait: 30s}\n"
+    "      input: {row: '{{ data.row }}'}",
+)
+
+
+class Stack:
+    def __init__(
+        self, client: InterlockClient, timers: ClockTimers, orchestrator: Orchestrator
+    ) -> None:
+        self.client, self.timers, self.orchestrator = client, timers, orchestrator
+        self.sent = 0
+
+    async def push(self, key: str, n: int = 1, *, field: str = "repo", **data: object) -> list[str]:
+        ids = []
+        for _ in range(n):
+            self.sent += 1
+            event_id = f"e{self.sent}"
+            await self.client.emit(
+                CloudEvent(
+                    id=event_id,
+                    source="/git",
+                    type="com.example.push",
+                    data={field: key, "n": self.sent, **data},
+                )
+            )
+            ids.append(event_id)
+        return ids
+
+    async def taken(self, trigger: str, key: str, count: int) -> None:
+        """Wait until the window of ``trigger``'s ``key`` holds ``count`` events."""
+        windows = self.orchestrator.starting.windows
+
+        async def holds() -> bool:
+            entry, _ = await windows.read(entry_token(trigger, key))
+            return entry is not None and entry.open is not None and entry.open.count == count
+
+        await eventually(holds, within=WAIT, what=f"{count} events in {key}'s window")
+
+    async def runs(self, workflow: str) -> list[ev.RunStartedData]:
+        out = []
+        for row in await self.client.list_runs():
+            if row["workflow"] == workflow:
+                records, _ = await self.client.runs.log.read(row["run_id"])
+                first = records[0]
+                assert isinstance(first, ev.RunStarted)
+                out.append(first.data)
+        return sorted(out, key=lambda d: d.window.opened_at if d.window else "")
+
+    async def runs_of(self, workflow: str, count: int) -> list[ev.RunStartedData]:
+        async def enough() -> list[ev.RunStartedData] | None:
+            found = await self.runs(workflow)
+            return found if len(found) >= count else None
+
+        found = await eventually(enough, within=WAIT, what=f"{count} runs of {workflow}")
+        assert found is not None
+        return found
+
+
+@pytest.fixture
+async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
+    async with clock_orchestrator(nats_url, subjects) as (client, timers, orchestrator):
+        yield Stack(client, timers, orchestrator)
+
+
+async def test_a_burst_of_one_key_starts_one_run_with_its_last_event(stack: Stack) -> None:
+    await stack.client.apply([("pushes.yaml", DEBOUNCE)])
+    trigger = "default/pushes#trigger1"
+    ids = await stack.push("acme/api", 20)
+    await stack.taken(trigger, "acme/api", 20)
+    await stack.timers.advance(9)
+    assert await stack.runs("pushes") == []
+    await stack.timers.advance(1)
+    [started] = await stack.runs_of("pushes", 1)
+    assert started.trigger is not None
+    assert started.trigger["id"] == ids[-1]
+    assert started.inputs == {"repo": "acme/api", "n": 20}
+    window = started.window
+    assert window is not None
+    assert (window.kind, window.key, window.count, window.closed_by) == (
+        "debounce", "acme/api", 20, "period"
+    )  # fmt: skip
+    assert window.events == ids
+    # Quiet again: nothing more starts; the next burst is a window of its own.
+    await stack.timers.advance(120)
+    assert len(await stack.runs("pushes")) == 1
+
+
+async def test_a_debounce_never_waits_longer_than_max_wait(stack: Stack) -> None:
+    await stack.client.apply([("pushes.yaml", DEBOUNCE)])
+    trigger = "default/pushes#trigger1"
+    sent: list[str] = []
+    # An event every 5 s (the period is 10 s): the window would never be quiet.
+    for n in range(14):
+        sent += await stack.push("acme/web")
+        await stack.taken(trigger, "acme/web", n + 1) if n < 12 else None
+        await stack.timers.advance(5)
+    [started] = await stack.runs_of("pushes", 1)
+    window = started.window
+    assert window is not None
+    assert window.closed_by == "max_wait"
+    # Opened at t=0, closed at t=60: the events sent at 0, 5, ... 55 (12 of them).
+    assert window.events == sent[:12]
+
+
+async def test_a_batch_is_cut_at_max_events_and_at_max_wait(stack: Stack) -> None:
+    await stack.client.apply([("rows.yaml", BATCH)])
+    trigger = "default/rows#trigger1"
+    first = await stack.push("orders", 3, field="table", row="r")
+    [full] = await stack.runs_of("rows", 1)
+    assert full.window is not None
+    assert (full.window.closed_by, full.window.events) == ("max_events", first)
+    assert full.inputs == {"events": [{"row": "r"}] * 3}
+    rest = await stack.push("orders", 2, field="table", row="s")
+    await stack.taken(trigger, "orders", 2)
+    await stack.timers.advance(29)
+    assert len(await stack.runs("rows")) == 1
+    await stack.timers.advance(1)
+    [_, cut] = await stack.runs_of("rows", 2)
+    assert cut.window is not None
+    assert (cut.window.closed_by, cut.window.events, cut.window.count) == ("max_wait", rest, 2)
+    assert cut.inputs == {"events": [{"row": "s"}] * 2}
+
+
+async def test_keys_and_namespaces_keep_windows_of_their_own(stack: Stack) -> None:
+    other = DEBOUNCE.replace("namespace: default", "namespace: other")
+    await stack.client.apply([("pushes.yaml", DEBOUNCE), ("other.yaml", other)])
+    # A flood of one key: the other key's one event closes on its own time.
+    await stack.push("flood", 200)
+    lone = await stack.push("lone")
+    await stack.taken("default/pushes#trigger1", "flood", 200)
+    await stack.taken("other/pushes#trigger1", "lone", 1)
+    await stack.timers.advance(10)
+    runs = await stack.runs_of("pushes", 4)
+    keys = sorted((r.namespace, r.window.key, r.window.count) for r in runs if r.window)
+    assert keys == [
+        ("default", "flood", 200),
+        ("default", "lone", 1),
+        ("other", "flood", 200),
+        ("other", "lone", 1),
+    ]
+    assert all(r.trigger and r.trigger["id"] in (lone[0], "e200") for r in runs)

@@ -202,3 +202,35 @@ def test_a_fairness_key_is_recorded_with_the_slot_and_checked() -> None:
     bad = LIMITED.replace("      limit: 2\n", "      limit: 2\n      fair: context.x\n")
     found = [f"{d.line}:{d.col} {d.rule}" for d in compile_sources([("m.yaml", bad)]).diagnostics]
     assert found == ["11:13 concurrency-key"]
+
+
+def test_a_weight_is_recorded_with_the_slot_and_checked() -> None:
+    weighted = (
+        "      limit: 2\n      fair: inputs.customer\n      weight: 'size(inputs.customer)'\n"
+    )
+    text = LIMITED.replace("      limit: 2\n", weighted)
+    run = Run(compile_one(text), run_id="r9")
+    run.start({"customer": "acme"}, trigger=Incoming(type="t", source="s", id="e", data={}))
+    queued = run.log[-1]
+    assert isinstance(queued, ev.RunQueued)
+    assert [(s.fair, s.weight) for s in queued.data.slots] == [("acme", 4), ("", 1)]
+    # Not an integer from 1 to 1,000: the run fails at its start, saying so.
+    for customer in ("", "x" * 1001):
+        failed = Run(compile_one(text), run_id="r10").start({"customer": customer})[-1]
+        assert isinstance(failed, ev.RunFailed)
+        assert failed.data.error.message == (
+            f"the weight of concurrency limit shop/limited#1 is {len(customer)}, not an "
+            "integer from 1 to 1,000"
+        )
+    # Checked where it is written: it sees what a run starts with, and needs a fair.
+    bad = text.replace("weight: 'size(inputs.customer)'", "weight: context.x")
+    found = [f"{d.line}:{d.col} {d.rule}" for d in compile_sources([("m.yaml", bad)]).diagnostics]
+    assert found == ["12:15 concurrency-key"]
+    alone = LIMITED.replace("      limit: 2\n", "      limit: 2\n      weight: '2'\n")
+    found = [
+        f"{d.line}:{d.col} {d.rule} {d.message}"
+        for d in compile_sources([("m.yaml", alone)]).diagnostics
+    ]
+    assert found == [
+        "11:15 concurrency-key a weight is the share of a fairness key: it needs 'fair' beside it"
+    ]

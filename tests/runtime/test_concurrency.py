@@ -260,7 +260,7 @@ async def test_runs_wait_in_line_by_priority_then_by_when_they_were_queued(
 
         async def all_in_line() -> bool:
             found = await stack.orchestrator.flow.admission.slots.entries()
-            return bool(found) and len(found[0].waiting) == len(order)
+            return bool(found) and found[0].queued == len(order)
 
         await eventually(all_in_line, what="every run in line")
         for n in [100, 49, 25, 55, 11, 31]:
@@ -354,7 +354,7 @@ async def test_fair_share_serves_the_keys_of_one_limit_in_turn(
 
         async def all_in_line() -> bool:
             found = await stack.orchestrator.flow.admission.slots.entries()
-            return bool(found) and len(found[0].waiting) == len(runs)
+            return bool(found) and found[0].queued == len(runs)
 
         await eventually(all_in_line, what="every run in line")
         for n in [100, 1, 2, 3, 4, 5, 6, 11, 12]:

@@ -27,18 +27,22 @@ async def with_places(
     if not state.queued or not described.slots:
         return described
     slots = Slots(ops.nc, ops.subjects)
+    fair = {(c.limit, c.key): c.fair for c in state.slots or []}
     seen: list[SlotView] = []
     for view in described.slots:
-        entry = await slots.read(view.limit, view.key)
-        if entry is None:
+        lines = await slots.lines(view.limit, view.key)
+        if lines is None:
             seen.append(msgspec.structs.replace(view, running=0))
             continue
+        holding = lines.entry.holds(state.run_id)
+        place = (
+            None
+            if holding
+            else await lines.place(state.run_id, fair.get((view.limit, view.key), ""))
+        )
         seen.append(
             msgspec.structs.replace(
-                view,
-                holding=any(h.run_id == state.run_id for h in entry.holders),
-                place=entry.place(state.run_id),
-                running=len(entry.holders),
+                view, holding=holding, place=place, running=len(lines.entry.holders)
             )
         )
     return msgspec.structs.replace(described, slots=seen)
@@ -56,7 +60,7 @@ async def list_queues(ops: InterlockClient, workflow: str | None = None) -> list
 
 
 def queue_view(entry: SlotEntry, now: datetime) -> QueueView:
-    first = entry.waiting[0].since if entry.waiting else None
+    first = entry.oldest
     waited = None
     if first is not None:
         waited = max((now - datetime.fromisoformat(first)).total_seconds(), 0.0)
@@ -65,7 +69,7 @@ def queue_view(entry: SlotEntry, now: datetime) -> QueueView:
         key=entry.key,
         running=len(entry.holders),
         size=entry.size,
-        queued=len(entry.waiting),
+        queued=entry.queued,
         oldest_queued_at=first,
         oldest_wait_s=None if waited is None else round(waited, 3),
     )

@@ -45,6 +45,19 @@ class ConcurrencyLimit(msgspec.Struct, kw_only=True, frozen=True):
         ]
         | None
     ) = None
+    weight: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                description=(
+                    "A CEL expression over 'inputs', 'event' and 'data' giving an integer from "
+                    "1 to 1000: the weight of the run's fairness key, whose share of the slots "
+                    "is its weight against the other keys' waiting (needs 'fair')."
+                )
+            ),
+        ]
+        | None
+    ) = None
 
 
 TriggerKey = Annotated[

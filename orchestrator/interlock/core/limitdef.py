@@ -19,6 +19,12 @@ class LimitDef:
     on_limit: str = "queue"
     fair: Expression | None = None
     """Runs waiting are served in turn by this expression's value (None: in order)."""
+    weight: Expression | None = None
+    """The weight of a fairness key, an integer from 1 to :data:`MAX_WEIGHT` (None: 1)."""
+
+
+MAX_WEIGHT = 1000
+"""The heaviest weight a fairness key may have."""
 
 
 @dataclass(frozen=True, slots=True)

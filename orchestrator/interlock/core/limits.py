@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
 from interlock.core.expr import ExpressionError
+from interlock.core.limitdef import MAX_WEIGHT, LimitDef
 from interlock.core.pauses import pause_claim
 from interlock.core.vocabulary import ErrorClass, TimerPurpose
 
@@ -70,6 +71,9 @@ def claims(
                 fair = key_text(limit.fair.evaluate(activation))
             except ExpressionError as exc:
                 return [], f"the fairness key of limit {limit.name} cannot be computed: {exc}"
+        weight, problem = _weight(limit, activation)
+        if problem is not None:
+            return [], problem
         for what, text in (("key", key), ("fairness key", fair)):
             if len(text) > MAX_KEY_LENGTH:
                 return [], (
@@ -84,9 +88,26 @@ def claims(
                 on_limit=limit.on_limit,
                 priority=priority,
                 fair=fair,
+                weight=weight,
             )
         )
     return out, None
+
+
+def _weight(limit: LimitDef, activation: dict[str, Any]) -> tuple[int, str | None]:
+    """The weight of the run's fairness key (1 without ``weight``), or why it has none."""
+    if limit.weight is None:
+        return 1, None
+    try:
+        value = limit.weight.evaluate(activation)
+    except ExpressionError as exc:
+        return 1, f"the weight of concurrency limit {limit.name} cannot be computed: {exc}"
+    if type(value) is not int or not 1 <= value <= MAX_WEIGHT:
+        return 1, (
+            f"the weight of concurrency limit {limit.name} is {key_text(value)[:64]}, not "
+            f"an integer from 1 to {MAX_WEIGHT:,}"
+        )
+    return value, None
 
 
 def _priority(definition: Definition, activation: dict[str, Any]) -> tuple[int, str | None]:

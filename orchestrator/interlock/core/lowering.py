@@ -186,10 +186,32 @@ class WorkflowLowering(LoweringScope):
                         "a fairness key sees only 'inputs', 'event' and 'data' (it is computed "
                         f"when the run starts); it reads {', '.join(repr(n) for n in reads)}",
                     )
+            weight = self._weight(base, limit.weight, fair)
             if key is not None:
                 ref = f"{wf.metadata.namespace}/{name}"
-                out.append(LimitDef(ref, key, limit.limit, limit.on_limit, fair))
+                out.append(LimitDef(ref, key, limit.limit, limit.on_limit, fair, weight))
         return tuple(out)
+
+    def _weight(self, base: Path, source: str | None, fair: Expression | None) -> Expression | None:
+        """A limit's ``weight``: CEL over what a run starts with, beside a ``fair``."""
+        if source is None:
+            return None
+        if fair is None and self.wf.spec.concurrency[int(base[-1])].fair is None:
+            self.error(
+                (*base, "weight"),
+                "concurrency-key",
+                "a weight is the share of a fairness key: it needs 'fair' beside it",
+            )
+        weight = self._expression((*base, "weight"), source)
+        reads = sorted(weight.names - {"inputs", "event", "data"}) if weight else []
+        if reads:
+            self.error(
+                (*base, "weight"),
+                "concurrency-key",
+                "a weight sees only 'inputs', 'event' and 'data' (it is computed when the "
+                f"run starts); it reads {', '.join(repr(n) for n in reads)}",
+            )
+        return weight
 
     def _archive(self) -> ArchiveDef | None:
         spec = self.wf.spec.archive

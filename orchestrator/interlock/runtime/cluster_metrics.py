@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.runview import epoch_seconds
+from interlock.runtime.slotlines import ENTRIES, SlotEntry
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
@@ -26,6 +27,7 @@ from interlock.transport.subjects import Subjects
 log = logging.getLogger("interlock.metrics")
 
 _decode = msgspec.json.decode
+decode_slots = msgspec.json.Decoder(SlotEntry).decode
 
 
 @dataclass(slots=True)
@@ -137,19 +139,17 @@ class ClusterMetrics(Collector):
         """Each concurrency limit's holders and waiters, summed over its keys."""
         kv = await self._js.key_value(self._subjects.slots_bucket)
         limits: dict[str, _Limit] = {}
-        for value in (await bucket_values(kv)).values():
+        for value in (await bucket_values(kv, ENTRIES)).values():
             try:
-                entry = _decode(value)
-                name = str(entry["limit"])
-                running, waiting = len(entry["holders"]), entry["waiting"]
-                first = epoch_seconds(str(waiting[0][1])) if waiting else None
+                entry = decode_slots(value)
             # What is not an entry is reported by the orchestrator's own reads.
-            except Exception:  # noqa: BLE001, S112
+            except msgspec.DecodeError:
                 continue
-            found = limits.setdefault(name, _Limit())
-            found.running += running
-            found.queued += len(waiting)
-            found.longest = max(found.longest, len(waiting))
+            first = epoch_seconds(entry.oldest) if entry.oldest else None
+            found = limits.setdefault(entry.limit, _Limit())
+            found.running += len(entry.holders)
+            found.queued += entry.queued
+            found.longest = max(found.longest, entry.queued)
             if first is not None and (found.oldest is None or first < found.oldest):
                 found.oldest = first
         return limits

@@ -3,10 +3,11 @@
 The run logs are the truth. A run of a limited workflow starts queued (``run.queued``,
 naming the limit and key of each slot it needs); it holds its slots from ``run.admitted``
 until the record that ends it (completed, failed, cancelled, timed out). The slots bucket
-keeps, per limit and key, the holders and the waiters in order: a cache of what the logs
-say, changed only by compare-and-set, so that two orchestrator replicas can never both
-give away the last slot (the second write finds a newer revision, reads again and decides
-again). A stale read costs a retry, never an extra holder.
+keeps, per limit and key, the holders and a line of waiters per fairness key
+(:mod:`slotlines`): a cache of what the logs say, changed only by compare-and-set, so that
+two orchestrator replicas can never both give away the last slot (the second write finds a
+newer revision, reads again and decides again). A stale read costs a retry, never an
+extra holder.
 
 Every change is made by the relay acting on a record it has read from the run logs, and
 each change repeats safely (a run already holding or waiting is left where it is; a run
@@ -25,81 +26,47 @@ each other's.
 from __future__ import annotations
 
 import asyncio
-import bisect
-import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from fractions import Fraction
+from typing import Any
 
-import msgspec
 from nats.aio.client import Client
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError
 
 from interlock.core import events as ev
 from interlock.core.pauses import PAUSED, is_pause, pause_claim
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
-from interlock.runtime.foreign import foreign_value
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
+from interlock.runtime.slotlines import (
+    ENTRIES,
+    STRIDE,
+    Line,
+    Lines,
+    SlotEntry,
+    Waiter,
+    decode_entry,
+    entry_key,
+    order,
+    read_key,
+)
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
+from interlock.transport.kvbatch import put_all
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.concurrency")
 
-T = TypeVar("T")
+Change = Callable[[Lines], Awaitable[Any]]
+"""A change of one limit and key: what it gives back is told to whoever asked it."""
+
+__all__ = ["Admission", "Entered", "SlotEntry", "Slots", "Waiter", "entry_key", "in_order"]
 
 MAX_TRIES = 64
 """Compare-and-set attempts on one entry before giving up (the relay then redoes it)."""
-
-
-class Waiter(msgspec.Struct, array_like=True, frozen=True):
-    run_id: str
-    since: str
-    """When the run joined (RFC 3339)."""
-    size: int
-    """The limit as the run's workflow declares it: it holds a slot only while fewer runs
-    than that do."""
-    priority: int = 0
-    """In line, a higher priority goes first, then the earlier ``since``."""
-    fair: str = ""
-    """The run's fairness key: waiters of different keys take turns."""
-
-
-class SlotEntry(msgspec.Struct, kw_only=True):
-    """The holders and waiters of one limit and key, as the slots bucket keeps them."""
-
-    limit: str
-    key: str
-    size: int
-    """The limit as the run that joined last declares it (what listings show)."""
-    holders: list[Waiter] = []
-    waiting: list[Waiter] = []
-    turn: str = ""
-    """The fairness key served last (the next slot goes to the next key after it)."""
-
-    def has(self, run_id: str) -> bool:
-        return any(w.run_id == run_id for w in (*self.holders, *self.waiting))
-
-    def place(self, run_id: str) -> int | None:
-        """The run's place among the waiters (1: next), None when it does not wait."""
-        for i, w in enumerate(self.waiting):
-            if w.run_id == run_id:
-                return i + 1
-        return None
-
-
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder(SlotEntry).decode
-
-
-def entry_key(limit: str, key: str) -> str:
-    """The bucket key of a limit and key (hashed: keys are any text)."""
-    first = hashlib.sha256(limit.encode()).hexdigest()[:16]
-    second = hashlib.sha256(f"{limit}\0{key}".encode()).hexdigest()[:32]
-    return f"{first}.{second}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +83,14 @@ class Entered:
 
 
 class Slots:
-    """The slots bucket: each change a compare-and-set on one limit and key."""
+    """The slots bucket: each change a compare-and-set of one limit and key (its entry and
+    the segments of its lines it touched, see :mod:`slotlines`)."""
 
     def __init__(self, nc: Client, subjects: Subjects) -> None:
         self._js = jetstream(nc)
         self._subjects = subjects
         self._kv: Any = None
-        self._pending: dict[str, list[tuple[Callable[[SlotEntry], Any], asyncio.Future[Any]]]] = {}
+        self._pending: dict[str, list[tuple[Change, asyncio.Future[Any]]]] = {}
         """Per entry being written by this process, the changes asked meanwhile: one entry
         is changed by one write at a time here (a busy line read and written by many runs'
         effects at once lost most of its compare-and-sets to itself); other processes race
@@ -133,56 +101,52 @@ class Slots:
             self._kv = await self._js.key_value(self._subjects.slots_bucket)
         return self._kv
 
-    def _entry(self, token: str, value: bytes | None, revision: int = 0) -> SlotEntry | None:
-        """A stored entry; None (reported) for a value that is not one, which the next
-        change writes over with what the relay knows from then on."""
-        if not value:
-            return None
-        try:
-            return _decode(value)
-        except msgspec.DecodeError:
-            foreign_value(self._subjects.slots_bucket, token, "not a slots entry", revision)
-            return None
-
-    async def read(self, limit: str, key: str) -> SlotEntry | None:
+    async def lines(self, limit: str, key: str) -> Lines | None:
+        """One limit and key as stored (its segments read on demand); None: nobody holds
+        or waits."""
         kv = await self._bucket()
         token = entry_key(limit, key)
-        try:
-            found = await kv.get(token)
-        except KeyNotFoundError:
-            return None
-        return self._entry(token, found.value, found.revision)
+        value, revision = await read_key(kv, token)
+        entry = decode_entry(self._subjects.slots_bucket, token, value, revision)
+        return (
+            None
+            if entry is None
+            else Lines(kv, self._subjects.slots_bucket, token, entry, revision)
+        )
+
+    async def read(self, limit: str, key: str) -> SlotEntry | None:
+        found = await self.lines(limit, key)
+        return None if found is None else found.entry
 
     async def entries(self) -> list[SlotEntry]:
         """Every limit and key with a holder or a waiter (read without a consumer)."""
-        values = await bucket_values(await self._bucket())
-        found = (self._entry(token, value) for token, value in values.items())
+        values = await bucket_values(await self._bucket(), ENTRIES)
+        bucket = self._subjects.slots_bucket
+        found = (decode_entry(bucket, token, value) for token, value in values.items())
         return [entry for entry in found if entry is not None]
 
-    async def _change(
-        self, claim: ev.SlotClaim, change: Callable[[SlotEntry], T]
-    ) -> tuple[T, SlotEntry]:
-        """``change`` applied to the entry of the claim's limit and key, and written back
-        if the entry is still the one read (else read again and done again).
+    async def _change(self, claim: ev.SlotClaim, change: Change) -> Any:
+        """``change`` applied to the claim's limit and key, and written back if nothing of
+        it changed since read (else read again and done again).
 
         The changes this process asks of one entry while a write of it is out are made
         together, in the order asked, in the next read and write: a busy line (a flood of
         runs entering it) costs a write per batch, not a write per run."""
         token = entry_key(claim.limit, claim.key)
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[tuple[Any, SlotEntry]] = loop.create_future()
+        done: asyncio.Future[Any] = loop.create_future()
         pending = self._pending.get(token)
         if pending is not None:
             pending.append((change, done))
             return await done
-        batch: list[tuple[Callable[[SlotEntry], Any], asyncio.Future[Any]]] = [(change, done)]
+        batch: list[tuple[Change, asyncio.Future[Any]]] = [(change, done)]
         self._pending[token] = batch
         try:
             while batch:
                 self._pending[token] = []
                 kv = await self._bucket()
                 try:
-                    results, entry = await self._change_held(kv, token, claim, batch)
+                    results = await self._change_held(kv, token, claim, batch)
                 # Each asker is told (the relay redoes its effect); the next batch goes on.
                 except Exception as exc:  # noqa: BLE001
                     for _, future in batch:
@@ -191,7 +155,7 @@ class Slots:
                 else:
                     for (_, future), result in zip(batch, results, strict=True):
                         if not future.done():
-                            future.set_result((result, entry))
+                            future.set_result(result)
                 batch = self._pending[token]
         finally:
             # Stopped half way (cancelled): nobody is left waiting for good.
@@ -205,78 +169,72 @@ class Slots:
         kv: Any,
         token: str,
         claim: ev.SlotClaim,
-        batch: list[tuple[Callable[[SlotEntry], Any], asyncio.Future[Any]]],
-    ) -> tuple[list[Any], SlotEntry]:
+        batch: list[tuple[Change, asyncio.Future[Any]]],
+    ) -> list[Any]:
+        bucket = self._subjects.slots_bucket
         for _ in range(MAX_TRIES):
+            value, revision = await read_key(kv, token)
+            entry = decode_entry(bucket, token, value, revision) or SlotEntry(
+                limit=claim.limit, key=claim.key, size=claim.size
+            )
+            lines = Lines(kv, bucket, token, entry, revision)
+            if entry.waiting:
+                await lines.upgrade()
+            results = [await change(lines) for change, _ in batch]
+            writes = lines.writes()
             try:
-                found = await kv.get(token)
-                revision: int | None = found.revision
-                entry = self._entry(token, found.value, found.revision) or SlotEntry(
-                    limit=claim.limit, key=claim.key, size=claim.size
-                )
-            except KeyNotFoundError:
-                revision = None
-                entry = SlotEntry(limit=claim.limit, key=claim.key, size=claim.size)
-            before = _encode(entry)
-            results = [change(entry) for change, _ in batch]
-            after = _encode(entry)
-            if after == before:
-                return results, entry
-            try:
-                if revision is None:
-                    await kv.create(token, after)
-                elif not entry.holders and not entry.waiting:
-                    await kv.delete(token, last=revision)
+                if len(writes) == 1 and writes[0][1] is not None and not writes[0][2]:
+                    await kv.create(token, writes[0][1])
+                elif len(writes) == 1 and writes[0][1] is not None:
+                    await kv.update(token, writes[0][1], last=writes[0][2])
+                elif len(writes) == 1:
+                    await kv.delete(token, last=writes[0][2])
                 else:
-                    await kv.update(token, after, last=revision)
+                    await put_all(kv, writes)
             except KeyWrongLastSequenceError:
                 continue
-            return results, entry
+            return results
         raise RuntimeError(f"slots of {claim.limit} ({claim.key!r}): too many conflicting writes")
 
     async def enter(self, claim: ev.SlotClaim, run_id: str, queued_at: str) -> Entered:
         """Give the run a slot if one is free and nobody waits before it; else (``queue``,
         ``cancel-oldest``) put it in line, or (``skip``) leave it out. Repeats safely."""
+        waiter = Waiter(run_id, queued_at, claim.size, claim.priority, claim.fair, claim.weight)
 
-        def change(entry: SlotEntry) -> Entered:
+        async def change(lines: Lines) -> Entered:
+            entry = lines.entry
             entry.size = claim.size
-            if any(h.run_id == run_id for h in entry.holders):
+            if entry.holds(run_id):
                 return Entered(held=True)
-            place = entry.place(run_id)
+            place = await lines.find(waiter)
             if place is None:
-                if len(entry.holders) < claim.size and not entry.waiting:
-                    entry.holders.append(
-                        Waiter(run_id, queued_at, claim.size, claim.priority, claim.fair)
-                    )
+                if len(entry.holders) < claim.size and not entry.lines:
+                    entry.holders.append(waiter)
                     return Entered(held=True)
                 if claim.on_limit == "skip":
                     return Entered(held=False, skipped=True)
                 # In line by priority, then the time of its run.queued (then run id),
                 # however late the relay of another replica got to it.
-                waiter = Waiter(run_id, queued_at, claim.size, claim.priority, claim.fair)
-                at = bisect.bisect(entry.waiting, _order(waiter), key=_order)
-                entry.waiting.insert(at, waiter)
-                place = at + 1
-            granted = _grant(entry)
+                place = await lines.insert(waiter)
+            granted = await _grant(lines)
             others = tuple(r for r in granted if r != run_id)
             if run_id in granted:
                 return Entered(held=True, others=others)
             evict = entry.holders[0].run_id if claim.on_limit == "cancel-oldest" else None
             return Entered(held=False, place=place, evict=evict, others=others)
 
-        entered, _ = await self._change(claim, change)
+        entered: Entered = await self._change(claim, change)
         return entered
 
     async def take_all(self, claim: ev.SlotClaim) -> list[str]:
         """Take every waiter out of the line (a workflow resumed); the runs taken, first
         first."""
 
-        def change(entry: SlotEntry) -> list[str]:
-            taken = [w.run_id for w in entry.waiting]
-            entry.waiting = []
-            return taken
+        async def change(lines: Lines) -> list[str]:
+            taken = sorted(await lines.take_all(), key=order)
+            return [w.run_id for w in taken]
 
-        taken, _ = await self._change(claim, change)
+        taken: list[str] = await self._change(claim, change)
         return taken
 
     async def release(self, claim: ev.SlotClaim, run_id: str) -> list[str]:
@@ -284,47 +242,52 @@ class Slots:
         the run was not there (freed already: this is done again), the holders, whose
         admission may be what was left undone."""
 
-        def change(entry: SlotEntry) -> list[str]:
-            present = entry.has(run_id)
+        async def change(lines: Lines) -> list[str]:
+            entry = lines.entry
+            present = entry.holds(run_id)
             entry.holders = [h for h in entry.holders if h.run_id != run_id]
-            entry.waiting = [w for w in entry.waiting if w.run_id != run_id]
-            granted = _grant(entry)
+            if not present:
+                present = await lines.remove(run_id, claim.fair)
+            granted = await _grant(lines)
             return granted if present else [h.run_id for h in entry.holders]
 
-        granted, _ = await self._change(claim, change)
+        granted: list[str] = await self._change(claim, change)
         return granted
 
 
-def _order(waiter: Waiter) -> tuple[int, str, str]:
-    return -waiter.priority, waiter.since, waiter.run_id
-
-
-def _grant(entry: SlotEntry) -> list[str]:
-    """Move waiters into the free slots, first first; the runs moved. Where waiters have
-    fairness keys, the keys take turns (round robin, in the order of the keys): the next
-    slot goes to the first waiter of the next key after the one served last."""
+async def _grant(lines: Lines) -> list[str]:
+    """Move waiters into the free slots; the runs moved. Each free slot goes to the first
+    waiter of the line :func:`_pick` picks."""
+    entry = lines.entry
     moved: list[str] = []
-    while entry.waiting:
-        at = _next_turn(entry)
-        first = entry.waiting[at]
+    while entry.lines:
+        line = _pick(entry)
+        first = await lines.head(line)
         if len(entry.holders) >= first.size:
             break
-        entry.waiting.pop(at)
+        line.passed += STRIDE // max(line.weight, 1)
+        await lines.pop_head(line)
         entry.holders.append(first)
         entry.turn = first.fair
         moved.append(first.run_id)
     return moved
 
 
-def _next_turn(entry: SlotEntry) -> int:
-    """The index of the waiter served next."""
-    if not entry.waiting[0].fair and all(not w.fair for w in entry.waiting):
-        return 0
-    firsts: dict[str, int] = {}
-    for i, waiter in enumerate(entry.waiting):
-        firsts.setdefault(waiter.fair, i)
-    later = sorted(k for k in firsts if k > entry.turn)
-    return firsts[later[0] if later else min(firsts)]
+def _pick(entry: SlotEntry) -> Line:
+    """The line served next: the fairness key holding the fewest slots for its weight;
+    among those, the one given the fewest slots for its weight while it waited (stride
+    scheduling: a key of weight 2 is given two for one of weight 1); among those, the
+    next key after the one served last (round robin, in the order of the keys)."""
+    held: dict[str, int] = {}
+    for holder in entry.holders:
+        held[holder.fair] = held.get(holder.fair, 0) + 1
+
+    def rank(line: Line) -> tuple[Fraction, int]:
+        return Fraction(held.get(line.fair, 0), max(line.weight, 1)), line.passed
+
+    least = min(rank(line) for line in entry.lines)
+    ties = [line for line in entry.lines if rank(line) == least]  # in the keys' order
+    return next((line for line in ties if line.fair > entry.turn), ties[0])
 
 
 def in_order(slots: Sequence[ev.SlotClaim]) -> list[ev.SlotClaim]:

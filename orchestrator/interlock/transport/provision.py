@@ -168,7 +168,8 @@ def desired_configs(
         _bucket(s.runs_bucket, replicas, history=1),
         _bucket(s.snapshots_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
-        _bucket(s.slots_bucket, replicas, history=1),
+        # Several keys of a limit (its holders, its lines) change in one atomic batch.
+        _bucket(s.slots_bucket, replicas, history=1, allow_atomic=True),
         _bucket(s.triggers_bucket, replicas, history=1),
         _bucket(s.paused_bucket, replicas, history=1),
         # A secret is written once: a second value for a key is refused (by anyone, a

@@ -131,7 +131,10 @@ class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     priority: int = 0
     """The run's ``spec.priority``: in line, higher goes first (then the earlier queued)."""
     fair: str = ""
-    """The run's value of the limit's ``fair`` expression: the values take turns."""
+    """The run's value of the limit's ``fair`` expression: the values share the slots."""
+    weight: int = 1
+    """The run's value of the limit's ``weight`` expression: its fairness key's share of
+    the slots against the others' (1 without one)."""
 
 
 class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

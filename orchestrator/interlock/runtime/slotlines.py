@@ -1,0 +1,316 @@
+"""How the slots bucket keeps one limit and key: a small entry, and a line per fairness key.
+
+The entry (bucket key ``<limit hash>.<key hash>``) holds the runs holding a slot and, per
+fairness key with runs waiting, that line's outline: its weight and its segments, each
+with its count, its oldest wait and its last place. The waiters themselves are in the
+segments (``<entry key>.<fairness key hash>.<n>``), at most :data:`SEGMENT` each, in line
+order (higher priority first, then the earlier queued, then run id). A run entering a long
+line or leaving its head rewrites one segment and the entry, never the whole line, and a
+line holds as many runs as there are segments.
+
+Every change rewrites the entry, so the entry's revision orders every change of the limit
+and key: a change writes the entry and the segments it touched in one atomic batch, each
+only if unchanged since read (:func:`interlock.transport.kvbatch.put_all`), and a change
+made from a stale read is refused whole and done again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from typing import Any
+
+import msgspec
+from nats.js.errors import KeyNotFoundError
+
+from interlock.runtime.foreign import foreign_value
+
+SEGMENT = 200
+STRIDE = 720_720
+"""What a line of weight 1 advances per slot it is given (divisible by 1 to 16)."""
+"""The most waiters one segment holds (some 14 kB)."""
+
+
+class Waiter(msgspec.Struct, array_like=True, frozen=True):
+    run_id: str
+    since: str
+    """When the run joined (RFC 3339)."""
+    size: int
+    """The limit as the run's workflow declares it: it holds a slot only while fewer runs
+    than that do."""
+    priority: int = 0
+    """In line, a higher priority goes first, then the earlier ``since``."""
+    fair: str = ""
+    """The run's fairness key: the keys share the slots (see :func:`pick`)."""
+    weight: int = 1
+    """The weight of its fairness key: its share of the slots against the other keys'."""
+
+
+def order(waiter: Waiter) -> tuple[int, str, str]:
+    return -waiter.priority, waiter.since, waiter.run_id
+
+
+class Segment(msgspec.Struct, array_like=True):
+    """One segment of a line, as the entry outlines it."""
+
+    id: int
+    count: int
+    oldest: str
+    """The earliest ``since`` of its waiters."""
+    last: tuple[int, str, str]
+    """The line order of its last waiter."""
+
+
+class Line(msgspec.Struct, array_like=True):
+    """The runs of one fairness key waiting."""
+
+    fair: str
+    weight: int
+    segments: list[Segment]
+    next: int = 0
+    """The id the next new segment takes."""
+    passed: int = 0
+    """Its progress in the weighted turns: :data:`STRIDE` over its weight more for each
+    slot it was given (the line furthest behind is served first among equals)."""
+
+    @property
+    def count(self) -> int:
+        return sum(s.count for s in self.segments)
+
+
+class SlotEntry(msgspec.Struct, kw_only=True):
+    """The holders of one limit and key, and the outline of its lines."""
+
+    limit: str
+    key: str
+    size: int
+    """The limit as the run that joined last declares it (what listings show)."""
+    holders: list[Waiter] = []
+    waiting: list[Waiter] = []
+    """Waiters as entries kept them before lines: moved into lines at the next change."""
+    turn: str = ""
+    """The fairness key served last (keys holding as many slots take turns after it)."""
+    lines: list[Line] = []
+
+    @property
+    def queued(self) -> int:
+        return sum(line.count for line in self.lines) + len(self.waiting)
+
+    @property
+    def oldest(self) -> str | None:
+        """The earliest time a run now waiting joined."""
+        times = [s.oldest for line in self.lines for s in line.segments]
+        times += [w.since for w in self.waiting]
+        return min(times) if times else None
+
+    def holds(self, run_id: str) -> bool:
+        return any(h.run_id == run_id for h in self.holders)
+
+
+encode = msgspec.json.Encoder().encode
+_decode_entry = msgspec.json.Decoder(SlotEntry).decode
+_decode_segment = msgspec.json.Decoder(list[Waiter]).decode
+
+
+def entry_key(limit: str, key: str) -> str:
+    """The bucket key of a limit and key (hashed: keys are any text)."""
+    first = hashlib.sha256(limit.encode()).hexdigest()[:16]
+    second = hashlib.sha256(f"{limit}\0{key}".encode()).hexdigest()[:32]
+    return f"{first}.{second}"
+
+
+ENTRIES = "*.*"
+"""The bucket keys of the entries (segments have two tokens more)."""
+
+
+def segment_key(token: str, fair: str, segment: int) -> str:
+    return f"{token}.{hashlib.sha256(fair.encode()).hexdigest()[:16]}.{segment}"
+
+
+async def read_key(kv: Any, key: str) -> tuple[bytes, int]:
+    """A key's value and revision; no value, and the revision of its delete marker (0:
+    never written), when it has none: a write must name that revision to be accepted."""
+    try:
+        found = await kv.get(key)
+    except KeyNotFoundError as exc:
+        deleted = getattr(exc, "entry", None)
+        return b"", int(getattr(deleted, "revision", 0) or 0)
+    return found.value or b"", found.revision
+
+
+def decode_entry(
+    bucket: str, token: str, value: bytes | None, revision: int = 0
+) -> SlotEntry | None:
+    """A stored entry; None (reported) for a value that is not one, which the next change
+    writes over with what the relay knows from then on."""
+    if not value:
+        return None
+    try:
+        return _decode_entry(value)
+    except msgspec.DecodeError:
+        foreign_value(bucket, token, "not a slots entry", revision)
+        return None
+
+
+class Lines:
+    """One limit and key as read for a change: the entry, the segments read so far, and
+    what the change wrote (to be written back by :meth:`writes`)."""
+
+    def __init__(self, kv: Any, bucket: str, token: str, entry: SlotEntry, revision: int) -> None:
+        self._kv, self._bucket, self.token = kv, bucket, token
+        self.entry, self.revision = entry, revision
+        self._before = encode(entry)
+        self._segments: dict[str, tuple[list[Waiter], int]] = {}
+        self._dirty: set[str] = set()
+
+    # -- reading ---------------------------------------------------------------------
+
+    def line(self, fair: str) -> Line | None:
+        return next((line for line in self.entry.lines if line.fair == fair), None)
+
+    async def segment(self, fair: str, segment: Segment) -> list[Waiter]:
+        """A segment's waiters (read once, then as changed here)."""
+        key = segment_key(self.token, fair, segment.id)
+        held = self._segments.get(key)
+        if held is None:
+            value, revision = await read_key(self._kv, key)
+            try:
+                waiters = _decode_segment(value) if value else []
+            except msgspec.DecodeError:
+                foreign_value(self._bucket, key, "not a slots segment", revision)
+                waiters = []
+            held = (waiters, revision)
+            self._segments[key] = held
+        return held[0]
+
+    async def find(self, waiter: Waiter) -> int | None:
+        """The waiter's place in its line (1: next), found where its order puts it; None
+        when it is not there."""
+        line = self.line(waiter.fair)
+        if line is None:
+            return None
+        before = 0
+        for segment in line.segments:
+            if segment.last >= order(waiter):
+                found = await self.segment(line.fair, segment)
+                for i, other in enumerate(found):
+                    if other.run_id == waiter.run_id:
+                        return before + i + 1
+                return None
+            before += segment.count
+        return None
+
+    async def place(self, run_id: str, fair: str) -> int | None:
+        """The run's place in the line of ``fair`` (1: next), looked for in each segment."""
+        line = self.line(fair)
+        if line is None:
+            return None
+        before = 0
+        for segment in line.segments:
+            for i, other in enumerate(await self.segment(fair, segment)):
+                if other.run_id == run_id:
+                    return before + i + 1
+            before += segment.count
+        return None
+
+    # -- changing --------------------------------------------------------------------
+
+    def _store(self, line: Line, segment: Segment, waiters: list[Waiter]) -> None:
+        key = segment_key(self.token, line.fair, segment.id)
+        self._segments[key] = (waiters, self._segments.get(key, ([], 0))[1])
+        self._dirty.add(key)
+        if waiters:
+            segment.count = len(waiters)
+            segment.oldest = min(w.since for w in waiters)
+            segment.last = order(waiters[-1])
+        else:
+            line.segments.remove(segment)
+            if not line.segments:
+                self.entry.lines.remove(line)
+
+    async def insert(self, waiter: Waiter) -> int:
+        """Put the waiter in its line, in order; its place there."""
+        line = self.line(waiter.fair)
+        if line is None:
+            # A line that starts (again) is as far on as the furthest behind: it is owed
+            # nothing for the time it had nobody waiting.
+            behind = min((other.passed for other in self.entry.lines), default=0)
+            line = Line(fair=waiter.fair, weight=waiter.weight, segments=[], passed=behind)
+            self.entry.lines.append(line)
+            self.entry.lines.sort(key=lambda found: found.fair)
+        line.weight = waiter.weight
+        at = next((s for s in line.segments if s.last >= order(waiter)), None)
+        at = at or (line.segments[-1] if line.segments else None)
+        if at is None or (at.count >= SEGMENT and at.last < order(waiter)):
+            at = Segment(id=line.next, count=0, oldest=waiter.since, last=order(waiter))
+            line.next += 1
+            line.segments.append(at)
+        waiters = list(await self.segment(line.fair, at))
+        i = bisect.bisect(waiters, order(waiter), key=order)
+        waiters.insert(i, waiter)
+        before = sum(s.count for s in line.segments[: line.segments.index(at)])
+        if len(waiters) > SEGMENT:  # split: the later half into a new segment after it
+            half = len(waiters) // 2
+            later = Segment(id=line.next, count=0, oldest="", last=order(waiters[-1]))
+            line.next += 1
+            line.segments.insert(line.segments.index(at) + 1, later)
+            await self.segment(line.fair, later)  # (a delete marker's revision, if any)
+            self._store(line, later, waiters[half:])
+            waiters = waiters[:half]
+        self._store(line, at, waiters)
+        return before + i + 1
+
+    async def head(self, line: Line) -> Waiter:
+        return (await self.segment(line.fair, line.segments[0]))[0]
+
+    async def pop_head(self, line: Line) -> Waiter:
+        segment = line.segments[0]
+        waiters = list(await self.segment(line.fair, segment))
+        first = waiters.pop(0)
+        self._store(line, segment, waiters)
+        return first
+
+    async def remove(self, run_id: str, fair: str) -> bool:
+        """Take the run out of the line of ``fair``; whether it was there."""
+        line = self.line(fair)
+        if line is None:
+            return False
+        for segment in list(line.segments):
+            waiters = await self.segment(fair, segment)
+            if any(w.run_id == run_id for w in waiters):
+                self._store(line, segment, [w for w in waiters if w.run_id != run_id])
+                return True
+        return False
+
+    async def take_all(self) -> list[Waiter]:
+        """Every waiter out of every line, each line in its order."""
+        out: list[Waiter] = []
+        for line in list(self.entry.lines):
+            for segment in list(line.segments):
+                out += await self.segment(line.fair, segment)
+                self._store(line, segment, [])
+        return out
+
+    async def upgrade(self) -> None:
+        """Waiters kept in the entry itself (before lines) moved into lines."""
+        old, self.entry.waiting = self.entry.waiting, []
+        for waiter in old:
+            await self.insert(waiter)
+
+    def writes(self) -> list[tuple[str, bytes | None, int]]:
+        """What to write back: the entry (deleted when nobody holds or waits) and the
+        segments changed, each with the revision read; nothing when nothing changed."""
+        after = encode(self.entry)
+        if after == self._before and not self._dirty:
+            return []
+        empty = not self.entry.holders and not self.entry.lines and not self.entry.waiting
+        out: list[tuple[str, bytes | None, int]] = []
+        if not empty or self.revision:
+            out.append((self.token, None if empty else after, self.revision))
+        for key in sorted(self._dirty):
+            waiters, revision = self._segments[key]
+            if waiters:
+                out.append((key, encode(waiters), revision))
+            elif revision:
+                out.append((key, None, revision))
+        return out

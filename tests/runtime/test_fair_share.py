@@ -1,0 +1,111 @@
+"""Fair share on a real nats-server: weighted turns between fairness keys, and each key's
+line kept in segments of the slots bucket, exact with two orchestrators (the limit never
+exceeded as the logs show it, every run admitted once, nothing left in the bucket)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_concurrency import GATE_AGENT, Gates, gate_worker
+from test_concurrency_replicas import NAP_AGENT, RACE_S, nap_worker, seconds
+
+from interlock.runtime import slotlines
+from interlock.runtime.service import Orchestrator
+from interlock.transport.kvread import bucket_values
+from interlock.transport.subjects import Subjects
+from support.concurrency import limited, timeline
+from support.runtime import connect, eventually, running_stack
+
+FAIR = (
+    "key: '\"all\"'\n      fair: inputs.customer\n"
+    "      weight: 'inputs.customer == \"acme\" ? 2 : 1'"
+)
+
+
+@pytest.fixture(autouse=True)
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three waiters a segment: a few runs make a line of several."""
+    monkeypatch.setattr(slotlines, "SEGMENT", 3)
+
+
+async def test_a_heavier_key_is_given_more_turns(nats_url: str, subjects: Subjects) -> None:
+    """One slot; acme weighs 2, beta 1: acme is given two slots for each of beta's, and each
+    key's runs go in their order across the segments of its line."""
+    gates = Gates()
+    manifest = limited(capability="gate", limit=1).replace("key: inputs.customer", FAIR)
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        first = await client.start("limited", {"customer": "zed", "n": 100})
+        await eventually(lambda: _started(gates, 1), what="the first run at work")
+        runs = [await client.start("limited", {"customer": "acme", "n": n}) for n in range(1, 7)]
+        runs += [await client.start("limited", {"customer": "beta", "n": n}) for n in (11, 12, 13)]
+        slots = stack.orchestrator.flow.admission.slots
+
+        async def all_in_line() -> bool:
+            found = await slots.entries()
+            return bool(found) and found[0].queued == len(runs)
+
+        await eventually(all_in_line, what="every run in line")
+        (entry,) = await slots.entries()
+        assert [(line.fair, line.weight, len(line.segments)) for line in entry.lines] == [
+            ("acme", 2, 2),
+            ("beta", 1, 1),
+        ]
+        for n in [100, 1, 2, 3, 4, 5, 6, 11, 12, 13]:
+            gates.gate(n).set()
+        for run_id in [first, *runs]:
+            assert (await stack.wait(run_id)).status == "completed"
+        # Stride turns (acme advances half as far per slot), equals served after the key
+        # served last: acme, beta, acme, beta, acme, acme, beta, then acme's last two.
+        assert gates.started == [100, 1, 11, 2, 12, 3, 4, 13, 5, 6]
+        kv = await client.js.key_value(subjects.slots_bucket)
+        assert await bucket_values(kv) == {}  # every segment deleted with its last waiter
+
+
+async def test_two_orchestrators_keep_the_lines_exact(nats_url: str, subjects: Subjects) -> None:
+    handled: list[int] = []
+    customers = ("acme", "beta", "gamma")
+    manifest = limited(capability="nap", limit=2).replace("key: inputs.customer", FAIR)
+    async with (
+        running_stack(nats_url, subjects, [NAP_AGENT, manifest]) as s,
+        nap_worker(nats_url, subjects, handled),
+    ):
+        second_nc = await connect(nats_url)
+        second = Orchestrator(second_nc, subjects)
+        await second.start()
+        try:
+            starts = [
+                s.client.start("limited", {"customer": customers[n % 3], "n": n}) for n in range(36)
+            ]
+            run_ids = list(await asyncio.gather(*starts))
+            outcomes = await asyncio.gather(*(s.wait(r, 60) for r in run_ids))
+            assert {o.status for o in outcomes} == {"completed"}
+            assert sorted(handled) == list(range(36))
+            seen = await timeline(s.client.nc, subjects)
+            for run_id in run_ids:
+                counts = seen.counts[run_id]
+                assert counts["run.queued"] == counts["run.admitted"] == 1, counts
+            assert seen.most == {("default/limited#1", "all"): 2}
+            for customer in customers:
+                mine = [r for r in seen.admitted if seen.slots[r][0].fair == customer]
+                for i, early in enumerate(mine):
+                    for late in mine[i + 1 :]:
+                        ahead = seconds(seen.queued_at[late], seen.queued_at[early])
+                        assert ahead > -RACE_S, (customer, early, late, ahead)
+            kv = await s.client.js.key_value(subjects.slots_bucket)
+
+            async def emptied() -> bool:
+                return await bucket_values(kv) == {}
+
+            await eventually(emptied, what="the entry and every segment deleted")
+        finally:
+            await second.stop()
+            await second_nc.close()
+
+
+async def _started(gates: Gates, count: int) -> bool:
+    return len(gates.started) >= count

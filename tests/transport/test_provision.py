@@ -32,6 +32,7 @@ def _all_names(s: Subjects) -> list[str]:
         s.slots_bucket,
         s.triggers_bucket,
         s.paused_bucket,
+        s.partitions_bucket,
         s.secrets_bucket,
         s.webhooks_bucket,
     ]

@@ -26,6 +26,7 @@ from interlock.runtime import eventloop
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.errors import ConnectionFailed
 from interlock.transport.logmac import SecretDamaged
+from interlock.transport.partitions import MAX_PARTITIONS
 
 if TYPE_CHECKING:
     from interlock.runtime.retention import Policy
@@ -54,6 +55,13 @@ def _add_serve_parser(sub: Sub) -> None:
         default=None,
         help="stream replicas when provisioning: 3 on a JetStream cluster "
         "(env INTERLOCK_REPLICAS; default 1)",
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="run-log partitions of an installation provisioned for the first time "
+        "(env INTERLOCK_PARTITIONS; default 1; later: interlock partitions set)",
     )
     p.add_argument(
         "--ack-wait",
@@ -185,6 +193,7 @@ async def serve(
     group_commit: int | None = None,
     nats_monitor: str | None = None,
     retention: Policy | None = None,
+    partitions: int | None = None,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
     serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables.
@@ -207,6 +216,7 @@ async def serve(
         nc,
         opts.subjects,
         replicas=replicas,
+        partitions=partitions,
         ack_wait=ack_wait or ACK_WAIT,
         group_commit=group_commit,
         retention=retention,
@@ -238,6 +248,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     replicas = env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
     if replicas < 1:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
+    partitions = env_int(args.partitions, "INTERLOCK_PARTITIONS", 0) or None
+    if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
+        raise CliError(
+            f"--partitions must be from 1 to {MAX_PARTITIONS}, got {partitions}", EXIT_USAGE
+        )
     if args.ack_wait is not None and args.ack_wait <= 0:
         raise CliError(f"--ack-wait must be positive, got {args.ack_wait}", EXIT_USAGE)
     group_commit = group_commit_setting(args.group_commit)
@@ -252,6 +267,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 group_commit=group_commit,
                 nats_monitor=args.nats_monitor or os.environ.get("INTERLOCK_NATS_MONITOR"),
                 retention=retention_policy(args),
+                partitions=partitions,
             )
         )
     except eventloop.EventLoopError as exc:

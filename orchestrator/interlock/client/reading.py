@@ -120,8 +120,11 @@ async def logs(
 
 async def orchestrator_seen(ops: InterlockClient) -> bool | None:
     """Whether an orchestrator reads the run logs (see ``Client.orchestrator_seen``)."""
+    # The partition new runs go to now (a relay reads every partition).
     try:
-        info = await ops.js.consumer_info(ops.subjects.runs_stream, "relay")
+        found = await ops.log.placement.current()
+        stream = ops.subjects.runs_stream_of(found.current.count - 1)
+        info = await ops.js.consumer_info(stream, "relay")
     except NotFoundError:
         return False
     # A probe: any failure means 'unknown'.

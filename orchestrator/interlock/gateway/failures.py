@@ -146,14 +146,14 @@ class Failures:
 
     # -- reading back ------------------------------------------------------------------------
 
-    async def _direct_get(self, request: dict[str, object]) -> Msg | None:
-        api = f"$JS.API.DIRECT.GET.{self._subjects.runs_stream}"
+    async def _direct_get(self, stream: str, request: dict[str, object]) -> Msg | None:
+        api = f"$JS.API.DIRECT.GET.{stream}"
         msg = await self._nc.request(api, json.dumps(request).encode(), timeout=_TIMEOUT)
         status = (msg.headers or {}).get("Status")
         if status == "404":
             return None
         if status:
-            raise RuntimeError(f"reading {self._subjects.runs_stream} back: status {status}")
+            raise RuntimeError(f"reading {stream} back: status {status}")
         return msg
 
     async def _read_back(self) -> None:
@@ -172,18 +172,27 @@ class Failures:
 
     async def _read_back_window(self) -> None:
         began = time.time() - self._window
-        subject = self._subjects.runs_all
         start = format_time(datetime.fromtimestamp(began, UTC))
-        first = await self._direct_get({"start_time": start, "next_by_subj": subject})
-        last = await self._direct_get({"last_by_subj": subject})
+        found = await self._logs.run_log.placement.load()
+        since = start
+        for partition in range(found.streams):
+            since = max(since, await self._read_back_stream(partition, start))
+        self.since = since
+
+    async def _read_back_stream(self, partition: int, start: str) -> str:
+        """Read one partition's stream back from ``start``; from when its counts are
+        complete."""
+        stream = self._subjects.runs_stream_of(partition)
+        subject = self._subjects.runs_all
+        first = await self._direct_get(stream, {"start_time": start, "next_by_subj": subject})
+        last = await self._direct_get(stream, {"last_by_subj": subject})
         if first is None or last is None:
-            self.since = start
-            return
+            return start
         first_seq = int((first.headers or {})["Nats-Sequence"])
         last_seq = int((last.headers or {})["Nats-Sequence"])
         seq = max(first_seq, last_seq - self._read_back_max + 1)
-        since = start
-        api = f"$JS.API.DIRECT.GET.{self._subjects.runs_stream}"
+        since, read = start, 0
+        api = f"$JS.API.DIRECT.GET.{stream}"
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
         try:
@@ -203,20 +212,23 @@ class Failures:
                     at = int(headers["Nats-Sequence"])
                     if at > last_seq:
                         continue  # appended since: the subscription counts it
-                    if self.read_back == 0 and at > first_seq:
+                    if read == 0 and at > first_seq:
                         # More than READ_BACK messages in the hour: complete from here.
                         stamp = headers.get("Nats-Time-Stamp")
                         since = format_time(datetime.fromisoformat(stamp)) if stamp else start
                     self.read_back += 1
+                    read += 1
                     got += 1
                     seq = at + 1
-                    self._take(headers.get("Nats-Subject", ""), msg.data, headers, at)
+                    # Only the first partition holds messages from before the log key.
+                    signed_at = at if partition == 0 else None
+                    self._take(headers.get("Nats-Subject", ""), msg.data, headers, signed_at)
                 if got < batch or status == "404":
                     break
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-        self.since = since
+        return since
 
     # -- counting -----------------------------------------------------------------------------
 
@@ -234,7 +246,7 @@ class Failures:
         signed = seq is None or seq > self._key.signed_after
         if signed and self._key.refusal(subject, headers, data) is not None:
             return  # foreign: reported by the readers of its log, counted nowhere
-        run_id = subject[len(self._prefix) :]
+        run_id = subject.rpartition(".")[2]  # in any partition
         try:
             records = ev.decode_batch(data)
         except Exception:  # noqa: BLE001 - not a batch of records: not ours to judge

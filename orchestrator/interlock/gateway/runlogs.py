@@ -204,7 +204,7 @@ class RunLogs:
 
     async def _head_page(self, run_id: str, offset: int, limit: int) -> bytes:
         ops = self._ops
-        stream, subject = ops.subjects.runs_stream, ops.subjects.run(run_id)
+        stream, subject = await ops.log.where(run_id)
         wanted = offset + limit
         async with no_stream_is_no_run(run_id):
             found = await ops.log.read_checked(run_id, limit=wanted + 1)

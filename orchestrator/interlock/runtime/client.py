@@ -78,7 +78,7 @@ class InterlockClient:
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
         self.log = RunLog(nc, subjects)
-        self.snapshots = Snapshots(nc, subjects, key=self.log.key)
+        self.snapshots = Snapshots(nc, subjects, key=self.log.key, where=self.log.where)
         self.runs = Runs(self.log, self.registry, cache_size=0, snapshots=self.snapshots)
         self.watcher = RunWatcher(nc, subjects, self.log)
         """The one subscription every wait and follow of this client shares."""

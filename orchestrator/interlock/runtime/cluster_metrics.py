@@ -21,7 +21,9 @@ from interlock.runtime.buckets import live_workers
 from interlock.runtime.runview import epoch_seconds
 from interlock.runtime.slotlines import ENTRIES, SlotEntry
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.jetstream import connection
 from interlock.transport.kvread import bucket_values
+from interlock.transport.partitions import read_map
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.metrics")
@@ -121,7 +123,9 @@ class ClusterMetrics(Collector):
         """Read consumer lag, waiting requests and live workers once."""
         s = self._subjects
         lag: dict[tuple[str, str], tuple[int, int]] = {}
-        for stream in (s.events_stream, s.results_stream, s.runs_stream, s.tasks_stream):
+        found, _ = await read_map(connection(self._js), s)
+        runs = [s.runs_stream_of(p) for p in range(found.streams)]
+        for stream in (s.events_stream, s.results_stream, *runs, s.tasks_stream):
             for info in await self._js.consumers_info(stream):
                 name = info.name or (info.config.durable_name if info.config else "") or ""
                 lag[(stream, name)] = (info.num_pending or 0, info.num_ack_pending or 0)

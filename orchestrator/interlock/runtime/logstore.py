@@ -37,6 +37,7 @@ from interlock.runtime.groupcommit import GroupCommit
 from interlock.transport.directget import LogReadError, read_entries
 from interlock.transport.errors import AppendConflict
 from interlock.transport.logmac import MAC_HEADER, LogKey, load_log_key
+from interlock.transport.partitions import Placement
 from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
 
@@ -116,12 +117,15 @@ class RunLog:
         *,
         group_commit: int = 0,
         foreign: ForeignReport | None = None,
+        placement: Placement | None = None,
     ) -> None:
         """``group_commit``: send appends in atomic batches of at least this many when
         that many await their acknowledgement (0: never; see :mod:`groupcommit`).
-        ``foreign``: told about each foreign message found (by default, a warning)."""
+        ``foreign``: told about each foreign message found (by default, a warning).
+        ``placement``: where runs' logs are (by default, read from the partition map)."""
         self._nc = nc
         self._subjects = subjects
+        self.placement = placement or Placement(nc, subjects)
         self.group = GroupCommit(nc, self._append_one, group_commit) if group_commit else None
         self.foreign = foreign or ForeignReport()
         self._key: LogKey | None = None
@@ -163,10 +167,28 @@ class RunLog:
             found = await self._read_checked(run_id, after, limit)
         return found
 
+    async def where(self, run_id: str) -> tuple[str, str]:
+        """(stream, subject) of the run's log (see :class:`Placement`)."""
+        return self._at(run_id, await self.placement.locate(run_id))
+
+    def _at(self, run_id: str, partition: int) -> tuple[str, str]:
+        return self.placement.stream(partition), self.placement.subject(run_id, partition)
+
+    async def _elsewhere(self, run_id: str, partition: int) -> tuple[str, str] | None:
+        """(stream, subject) of the run's log when it was not found in ``partition`` but
+        is in another (a layout set since the map was read here placed it there)."""
+        other = await self.placement.relocate(run_id, partition)
+        return None if other is None else self._at(run_id, other)
+
     async def _read_checked(self, run_id: str, after: int, limit: int | None) -> LogRead:
-        subject = self._subjects.run(run_id)
-        stream = self._subjects.runs_stream
+        partition = await self.placement.locate(run_id)
+        stream, subject = self._at(run_id, partition)
         entries = await read_entries(self._nc, stream, subject, after, limit=limit)
+        if not entries and not after:
+            elsewhere = await self._elsewhere(run_id, partition)
+            if elsewhere is not None:
+                stream, subject = elsewhere
+                entries = await read_entries(self._nc, stream, subject, after, limit=limit)
         found = LogRead(last=entries[-1][0] if entries else after)
         if not entries:
             return found
@@ -187,9 +209,9 @@ class RunLog:
         message as a direct get answered it (``headers`` and ``data``): that one when it
         is authenticated, else (it is foreign, and reported) the last one read back."""
         seq = int((headers or {}).get("Nats-Sequence", "0") or 0)
-        subject = self._subjects.run(run_id)
+        stream, subject = await self.where(run_id)
         key = self._key or await self.key()
-        found = check_message(key, self._subjects.runs_stream, subject, seq, headers, data)
+        found = check_message(key, stream, subject, seq, headers, data)
         if found is None:
             return data
         self.foreign.saw(found)
@@ -199,13 +221,22 @@ class RunLog:
     async def last_seq(self, run_id: str) -> int:
         """The stream sequence of the run's last message, as the stream leader knows it
         (0: no such run). Direct gets may be answered by a replica that is behind."""
-        api = f"$JS.API.STREAM.MSG.GET.{self._subjects.runs_stream}"
-        body = json.dumps({"last_by_subj": self._subjects.run(run_id)}).encode()
+        partition = await self.placement.locate(run_id)
+        found = await self._last_seq(run_id, *self._at(run_id, partition))
+        if found is None:
+            elsewhere = await self._elsewhere(run_id, partition)
+            if elsewhere is not None:
+                found = await self._last_seq(run_id, *elsewhere)
+        return found or 0
+
+    async def _last_seq(self, run_id: str, stream: str, subject: str) -> int | None:
+        api = f"$JS.API.STREAM.MSG.GET.{stream}"
+        body = json.dumps({"last_by_subj": subject}).encode()
         reply = json.loads((await self._nc.request(api, body, timeout=_TIMEOUT)).data)
         error = reply.get("error")
         if error:
             if error.get("code") == 404:
-                return 0
+                return None
             raise LogReadError(f"reading the last record of {run_id}: {error}")
         return int(reply["message"]["seq"])
 
@@ -233,7 +264,11 @@ class RunLog:
         limit = self._nc.max_payload - RECORD_HEADROOM
         if len(payload) > limit:
             raise RecordsTooLarge(run_id, len(payload), limit)
-        subject = self._subjects.run(run_id)
+        placement = self.placement
+        partition = await (
+            placement.place_new(run_id) if not expected_last_seq else placement.locate(run_id)
+        )
+        subject = placement.subject(run_id, partition)
         key = self._key or await self.key()
         headers = {**_HEADERS, MAC_HEADER: key.mac(subject, payload)}
         if self.group is not None:
@@ -252,8 +287,9 @@ def check_message(
     """None when the message at ``seq`` of ``stream`` is a record Interlock wrote on the run
     log ``subject`` (its MAC checks out, or it predates the log key and decodes as
     records), else what is wrong with it."""
-    # From before the key: records if they decode as records.
-    before = seq <= key.signed_after
+    # From before the key: records if they decode as records. Only the first partition's
+    # stream (``<BASE>_RUNS``, the one stream before partitions) holds messages from then.
+    before = seq <= key.signed_after and stream.endswith("_RUNS")
     why = _not_records(data) if before else key.refusal(subject, headers, data)
     if why is None:
         return None

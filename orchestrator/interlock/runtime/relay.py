@@ -43,6 +43,8 @@ log = logging.getLogger("interlock.orchestrator")
 Effects = tuple[list[ev.AnyRecord], list[ev.TimerScheduled]]
 """The records of a run acted on, and the timers left to the write-behind."""
 
+MAP_CHECK_S = 2.0
+"""How often the relay reads the partition map again for partitions it does not read yet."""
 DISPATCH_CHECK_AGE_S = 60.0
 """An action request read later than this after it was appended is checked against the
 run's log before it is published: the capability stream's dedupe window is two minutes."""
@@ -84,14 +86,44 @@ class Relay:
         )
 
     async def run(self) -> None:
-        """Read the run logs and act on them until the orchestrator stops."""
-        s = self.subjects
-        reader = await self.handling.reader(s.runs_stream, s.runs_all, "relay", 512, 20_000)
-        async with contextlib.aclosing(reader.batches(self.handling.stopping)) as batches:
-            async for msgs in batches:
-                await self._relay_batch(msgs)
+        """Read the run logs of every partition and act on them until the orchestrator
+        stops (a partition added to the map meanwhile is read from when it is seen)."""
+        stopping = self.handling.stopping
+        placement = self.run_log.placement
+        relaying: dict[int, asyncio.Task[None]] = {}
+        try:
+            while not stopping.is_set():
+                with contextlib.suppress(Exception):  # the map read again next time
+                    await placement.load()
+                for partition in range(placement.map.streams):
+                    task = relaying.get(partition)
+                    if task is None or task.done():
+                        relaying[partition] = asyncio.create_task(self.relay(partition))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), MAP_CHECK_S)
+        finally:
+            for task in relaying.values():
+                task.cancel()
+            await asyncio.gather(*relaying.values(), return_exceptions=True)
 
-    async def _relay_batch(self, msgs: list[Msg]) -> None:
+    async def relay(self, partition: int) -> None:
+        """Read one partition's run logs and act on them until the orchestrator stops."""
+        s = self.subjects
+        stream = s.runs_stream_of(partition)
+        # Partition 0's consumer keeps the filter of the one stream before partitions.
+        subject = s.runs_all if partition == 0 else s.runs_of(partition)
+        try:
+            reader = await self.handling.reader(stream, subject, "relay", 512, 20_000)
+            async with contextlib.aclosing(reader.batches(self.handling.stopping)) as batches:
+                async for msgs in batches:
+                    await self._relay_batch(msgs, stream)
+        except asyncio.CancelledError:
+            raise
+        # Started again at the next look at the map.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("relay of %s stopped, starting again: %s", stream, exc)
+
+    async def _relay_batch(self, msgs: list[Msg], stream: str) -> None:
         """Act on one batch of run-log messages: effects per run, then ack and report."""
         by_run: dict[str, list[ev.AnyRecord]] = {}
         msgs_of: dict[str, list[Msg]] = {}
@@ -106,9 +138,8 @@ class Relay:
                 # Appended by this process: its records are at hand, no need to decode,
                 # and the time of the append says whether they are old.
                 seq = stream_sequence(msg)
-                held = self.runs.appended(seq)
+                held = self.runs.appended(self.subjects.run_id_of(msg.subject), seq)
                 if held is None:
-                    stream = self.subjects.runs_stream
                     found = check_message(key, stream, msg.subject, seq, msg.headers, msg.data)
                     if found is not None:
                         self.run_log.foreign.saw(found)

@@ -44,7 +44,7 @@ from interlock.core.state import RunState, fold
 from interlock.core.step import plus_seconds, seconds_text
 from interlock.core.vocabulary import FINISHED
 from interlock.runtime.errors import RunNotEnded, UnknownWorkflow
-from interlock.runtime.logstore import LogStore
+from interlock.runtime.logstore import LogStore, RunLog
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 
@@ -185,7 +185,12 @@ async def delete_run(
             json.dumps(entry, separators=(",", ":")).encode(),
             headers={"Nats-Msg-Id": f"deleted:{run_id}"},
         )
-        await js.purge_stream(subjects.runs_stream, subject=subjects.run(run_id))
+        stream, subject = (
+            await log.where(run_id)
+            if isinstance(log, RunLog)
+            else (subjects.runs_stream, subjects.run(run_id))
+        )
+        await js.purge_stream(stream, subject=subject)
     await (await js.key_value(subjects.runs_bucket)).purge(run_id)
     await js.purge_stream(
         f"KV_{subjects.runs_bucket}", subject=f"$KV.{subjects.runs_bucket}.L.*.*.*.{run_id}"

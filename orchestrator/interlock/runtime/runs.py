@@ -150,7 +150,9 @@ class Runs:
             int, tuple[Definition, tuple[str, ...], tuple[Any, ...], Definition]
         ] = {}
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        self._appended: OrderedDict[int, tuple[list[ev.AnyRecord], float]] = OrderedDict()
+        self._appended: OrderedDict[tuple[str, int], tuple[list[ev.AnyRecord], float]] = (
+            OrderedDict()
+        )
         self._keep_appended = keep_appended
         self.on_appended = on_appended
         """Told each decision's records once their append is acknowledged (the
@@ -203,19 +205,20 @@ class Runs:
         lane = f"workflow:{definition.namespace}/{definition.name}"
         return await self.evaluate(lambda: decision(definition, state), lane)
 
-    def _appended_now(self, seq: int, records: Sequence[ev.AnyRecord]) -> None:
+    def _appended_now(self, run_id: str, seq: int, records: Sequence[ev.AnyRecord]) -> None:
         if self.on_appended is not None:
             self.on_appended(records)
         if not self._keep_appended:
             return
-        self._appended[seq] = (list(records), time.monotonic())
+        self._appended[run_id, seq] = (list(records), time.monotonic())
         if len(self._appended) > APPENDED_KEPT:
             self._appended.popitem(last=False)
 
-    def appended(self, seq: int) -> tuple[list[ev.AnyRecord], float] | None:
-        """The records this process appended at stream sequence ``seq`` and when
-        (``time.monotonic()``), once (None: not appended here, or asked for already)."""
-        return self._appended.pop(seq, None)
+    def appended(self, run_id: str, seq: int) -> tuple[list[ev.AnyRecord], float] | None:
+        """The records this process appended to ``run_id`` at stream sequence ``seq`` (of
+        the run's partition) and when (``time.monotonic()``), once (None: not appended
+        here, or asked for already)."""
+        return self._appended.pop((run_id, seq), None)
 
     def locked(self, run_id: str) -> _RunLock:
         """Decisions on one run, one at a time in this process (others race optimistically):
@@ -323,7 +326,7 @@ class Runs:
                 snapshot_at = state.seq
             kept = Entry(state, last, entry.definition, messages, snapshot_at, entry.foreign)
             self._remember(run_id, kept)
-            self._appended_now(last, records)
+            self._appended_now(run_id, last, records)
             self.observer.appended(run_id, records)
             return records
         raise RuntimeError(f"run {run_id}: gave up after {MAX_ATTEMPTS} conflicting appends")
@@ -414,6 +417,6 @@ class Runs:
         except AppendConflict:
             return False, []
         self._remember(run_id, Entry(opening.decided.state, last, opening.definition, 1))
-        self._appended_now(last, records)
+        self._appended_now(run_id, last, records)
         self.observer.appended(run_id, records)
         return True, records

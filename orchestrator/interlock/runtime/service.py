@@ -89,6 +89,7 @@ class Orchestrator:
         cache_size: int = 10_000,
         observers: Sequence[OrchestratorObserver] = (),
         replicas: int = 1,
+        partitions: int | None = None,
         timers: Timers | None = None,
         ack_wait: float = ACK_WAIT,
         task_ack_wait: float = tasks.TASK_ACK_WAIT,
@@ -101,6 +102,7 @@ class Orchestrator:
         """Seconds before a message taken by a process that died is handed out again."""
         self.replicas = replicas
         """Stream replicas when provisioning (3 on a JetStream cluster)."""
+        self.partitions = partitions  # for an installation provisioned for the first time
         self.nc, self.js, self.subjects, self.clock = nc, jetstream(nc), subjects, clock
         self.registry = Registry(self.js, subjects)
         self.counters: Counter[str] = Counter()
@@ -128,7 +130,9 @@ class Orchestrator:
             cache_size=cache_size,
             observer=self.observers,
             keep_appended=True,  # the relay reads them back
-            snapshots=Snapshots(nc, subjects, write=True, key=self.run_log.key),
+            snapshots=Snapshots(
+                nc, subjects, write=True, key=self.run_log.key, where=self.run_log.where
+            ),
             on_appended=self.dispatcher.dispatch_early,
             on_appending=self.dispatcher.ready_requests,
         )
@@ -244,7 +248,10 @@ class Orchestrator:
 
     async def _prepare(self) -> None:
         """Streams, the token key, definitions and task consumers: each step idempotent."""
-        await provision(self.js, self.subjects, replicas=self.replicas, secrets=True)
+        replicas, partitions = self.replicas, self.partitions
+        await provision(
+            self.js, self.subjects, replicas=replicas, secrets=True, partitions=partitions
+        )
         await self.answers.load()
         await self.run_log.key()
         await self.registry.load()

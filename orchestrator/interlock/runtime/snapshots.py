@@ -111,12 +111,15 @@ class Snapshots:
         *,
         write: bool = False,
         key: Callable[[], Awaitable[LogKey]] | None = None,
+        where: Callable[[str], Awaitable[tuple[str, str]]] | None = None,
     ) -> None:
         """``write``: this process writes snapshots (the orchestrator); readers do not.
         ``key``: the log key (a run log's ``key``), which snapshots are written and
-        checked with; None: none is (for logs in memory)."""
+        checked with; None: none is (for logs in memory). ``where``: the (stream,
+        subject) of a run's log (a run log's ``where``; None: the one stream's)."""
         self.writing = write
         self._key = key
+        self._where = where
         self._nc = nc
         self._subjects = subjects
         self._stream = f"KV_{subjects.snapshots_bucket}"
@@ -124,13 +127,11 @@ class Snapshots:
         self.rejected = 0
         """Snapshots found and not used (they did not match the log)."""
 
-    @property
-    def runs_stream(self) -> str:
-        return self._subjects.runs_stream
-
-    def subject(self, run_id: str) -> str:
-        """The run's log subject."""
-        return self._subjects.run(run_id)
+    async def where(self, run_id: str) -> tuple[str, str]:
+        """The (stream, subject) of the run's log."""
+        if self._where is not None:
+            return await self._where(run_id)
+        return self._subjects.runs_stream, self._subjects.run(run_id)
 
     def _key_subject(self, run_id: str) -> str:
         return f"$KV.{self._subjects.snapshots_bucket}.{run_id}"
@@ -185,8 +186,9 @@ class Snapshots:
         """Write ``snapshot`` with the digest of the message at its sequence (see
         :meth:`keep`); False when it was not (that message is not the run's, or the state
         is too large to keep)."""
-        found = await _direct_get(self._nc, self._subjects.runs_stream, {"seq": snapshot.seq})
-        if found is None or found[1] != self._subjects.run(run_id):
+        stream, subject = await self.where(run_id)
+        found = await _direct_get(self._nc, stream, {"seq": snapshot.seq})
+        if found is None or found[1] != subject:
             return False
         data = msgspec.json.encode(msgspec.structs.replace(snapshot, digest=digest_of(found[2])))
         if len(data) > self._nc.max_payload // 2:
@@ -209,14 +211,14 @@ class Snapshots:
     ) -> list[ev.AnyRecord] | None:
         """The records of the message the snapshot ends with, when the log agrees with it
         (``after``: how many messages were read after it); else None."""
-        subject = self._subjects.run(run_id)
-        found = await _direct_get(self._nc, self._subjects.runs_stream, {"seq": snapshot.seq})
+        stream, subject = await self.where(run_id)
+        found = await _direct_get(self._nc, stream, {"seq": snapshot.seq})
         if found is None or found[1] != subject or digest_of(found[2]) != snapshot.digest:
             return None
         batch = ev.decode_batch(found[2])
         if not batch or not batch[-1].id.endswith(f":{snapshot.state.seq}"):
             return None
-        count = await _messages(self._nc, self._subjects.runs_stream, subject)
+        count = await _messages(self._nc, stream, subject)
         return batch if count == snapshot.messages + after else None
 
 
@@ -232,7 +234,7 @@ async def read_state(
         if ending is not None:
             records = [r for _, data in tail.messages for r in ev.decode_batch(data)]
             state = fold(records, snapshot.state)
-            stream, subject = snapshots.runs_stream, snapshots.subject(run_id)
+            stream, subject = await snapshots.where(run_id)
             before = [
                 Foreign(stream, n.seq, subject, f"{n.why} (before the snapshot)")
                 for n in snapshot.foreign

@@ -136,6 +136,10 @@ class RunWatcher:
                 self.hinted = False
                 self._recheck = min(self._recheck, REFUSED_RECHECK_S)
             self._sub = sub
+        # Where runs are, read once now rather than by the first waits (read again when a
+        # run is not where the map said).
+        with contextlib.suppress(Exception):
+            await self._log.placement.current()
 
     async def close(self) -> None:
         sub, self._sub = self._sub, None
@@ -148,7 +152,8 @@ class RunWatcher:
         subject = msg.subject
         if not subject.startswith(self._prefix):
             return
-        listeners = self._listeners.get(subject[len(self._prefix) :])
+        # In any partition: the run id is the subject's last token.
+        listeners = self._listeners.get(subject.rpartition(".")[2])
         if not listeners:
             return
         for listener in list(listeners):
@@ -305,8 +310,9 @@ class RunWatcher:
         return await self._asked_again(deadline, self._ask_last, run_id)
 
     async def _ask_last(self, run_id: str) -> bytes | None:
-        api = f"$JS.API.DIRECT.GET.{self._subjects.runs_stream}"
-        body = json.dumps({"last_by_subj": self._subjects.run(run_id)}).encode()
+        stream, subject = await self._log.where(run_id)
+        api = f"$JS.API.DIRECT.GET.{stream}"
+        body = json.dumps({"last_by_subj": subject}).encode()
         try:
             async with self._asking:
                 reply = await self._nc.request(api, body, timeout=self._read_timeout)
@@ -314,6 +320,12 @@ class RunWatcher:
             return None  # no runs stream here at all: nothing was ever applied
         status = (reply.headers or {}).get("Status")
         if status in ("404", "503"):  # no such run; no runs stream at all
+            # Unless a layout the map had not when it was read here placed it elsewhere.
+            if await self._log.last_seq(run_id) and await self._log.where(run_id) != (
+                stream,
+                subject,
+            ):
+                return await self._ask_last(run_id)
             return None
         if status:
             raise LogReadError(f"reading the last record of {run_id}: status {status}")

@@ -14,6 +14,7 @@ too (``KV_<bucket>``, laid out as NATS KV clients expect), so one code path serv
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -28,6 +29,7 @@ from nats.js import JetStreamContext
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import api_prefix, connection, jetstream
+from interlock.transport.partitions import balance_leaders, first_map, read_map, write_map
 from interlock.transport.subjects import Subjects
 
 __all__ = [
@@ -116,15 +118,36 @@ def _bucket(
     )
 
 
+def _run_logs(s: Subjects, replicas: int, streams: int) -> list[dict[str, Any]]:
+    """The run-log streams of ``streams`` partitions (one: ``<BASE>_RUNS`` alone, storing
+    every run-log subject, as before partitions)."""
+    partitioned = streams > 1
+    return [
+        _stream(
+            s.runs_stream_of(p),
+            [s.runs_of(p, partitioned=partitioned)],
+            replicas,
+            allow_direct=True,
+            allow_atomic=True,
+        )
+        for p in range(streams)
+    ]
+
+
 def desired_configs(
-    subjects: Subjects, *, replicas: int = 1, event_max_age_s: float = 7 * 86400
+    subjects: Subjects,
+    *,
+    replicas: int = 1,
+    event_max_age_s: float = 7 * 86400,
+    streams: int = 1,
 ) -> list[dict[str, Any]]:
-    """The JetStream stream configurations (as the server's JSON) of one installation."""
+    """The JetStream stream configurations (as the server's JSON) of one installation,
+    with ``streams`` run-log streams (one per partition any layout used)."""
     s = subjects
     event_age = int(event_max_age_s * _NS)
     return [
         _stream(s.events_stream, [s.events_all], replicas, max_age=event_age),
-        _stream(s.runs_stream, [s.runs_all], replicas, allow_direct=True, allow_atomic=True),
+        *_run_logs(s, replicas, streams),
         # The keeper's subject beside the tasks', rolled up to its newest message.
         _stream(
             s.tasks_stream,
@@ -172,6 +195,9 @@ def desired_configs(
         _bucket(s.slots_bucket, replicas, history=1, allow_atomic=True),
         _bucket(s.triggers_bucket, replicas, history=1),
         _bucket(s.paused_bucket, replicas, history=1),
+        # The partition map (its revisions are the layouts' history, in the value) and
+        # the partitions' owners, each key kept by its owner's renewals (a message TTL).
+        _bucket(s.partitions_bucket, replicas, history=1),
         # A secret is written once: a second value for a key is refused (by anyone, a
         # message reflected there included), and no rollup can purge one.
         _bucket(
@@ -198,19 +224,60 @@ async def provision(
     replicas: int = 1,
     event_max_age_s: float = 7 * 86400,
     secrets: bool = False,
+    partitions: int | None = None,
 ) -> None:
     """Create the streams and buckets of ``subjects``, or update those that differ.
 
     Idempotent: a stream whose settings already match is left alone. The secrets bucket
     is updated only with ``secrets`` (the orchestrator's: no other role may change it);
-    others create it when it is missing.
+    others create it when it is missing. ``partitions``: the run-log partitions of an
+    installation that has no partition map yet (one when not given; an installation that
+    has one keeps it: ``interlock partitions set`` changes it); a stream for each
+    partition any layout of the map uses.
 
     Raises:
         JetStreamAPIError: the server refused a configuration (for example a setting that
             cannot change on an existing stream, or a server older than 2.12).
     """
     nc, prefix = _connection(js)
-    for desired in desired_configs(subjects, replicas=replicas, event_max_age_s=event_max_age_s):
+    found, revision = await read_map(nc, subjects)
+    wanted = found
+    if not revision and partitions is not None and partitions != found.current.count:
+        runs = await _stream_info(nc, prefix, subjects.runs_stream)
+        stored = int((runs or {}).get("state", {}).get("messages", 0))
+        wanted = first_map(partitions, stored=bool(stored))
+    await provision_streams(
+        nc,
+        prefix,
+        subjects,
+        desired_configs(
+            subjects,
+            replicas=replicas,
+            event_max_age_s=event_max_age_s,
+            streams=wanted.streams,
+        ),
+        secrets=secrets,
+    )
+    if wanted is not found:
+        # Streams first: no run is placed in a partition whose stream is not there yet.
+        # Another process provisioning at once may have written it: theirs stands.
+        with contextlib.suppress(Exception):
+            await write_map(nc, subjects, wanted, revision)
+    if wanted.streams > 1:
+        await balance_leaders(nc, subjects, wanted.streams)
+
+
+async def provision_streams(
+    nc: Client,
+    prefix: str,
+    subjects: Subjects,
+    configs: list[dict[str, Any]],
+    *,
+    secrets: bool = False,
+) -> None:
+    """Create the streams of ``configs``, or update those that differ (see
+    :func:`provision`)."""
+    for desired in configs:
         name = desired["name"]
         current = await _stream_config(nc, prefix, name)
         if current is None:
@@ -243,14 +310,20 @@ async def check_ready(js: JetStreamContext | Client, subjects: Subjects) -> list
 
 
 async def _stream_config(nc: Client, prefix: str, name: str) -> dict[str, Any] | None:
+    info = await _stream_info(nc, prefix, name)
+    if info is None:
+        return None
+    config: dict[str, Any] = info["config"]
+    return config
+
+
+async def _stream_info(nc: Client, prefix: str, name: str) -> dict[str, Any] | None:
     try:
-        info = await _api(nc, f"{prefix}.STREAM.INFO.{name}", None, f"stream info {name}")
+        return await _api(nc, f"{prefix}.STREAM.INFO.{name}", None, f"stream info {name}")
     except JetStreamAPIError as exc:
         if exc.err_code == _ERR_STREAM_NOT_FOUND:
             return None
         raise
-    config: dict[str, Any] = info["config"]
-    return config
 
 
 async def _api(nc: Client, subject: str, body: dict[str, Any] | None, what: str) -> dict[str, Any]:

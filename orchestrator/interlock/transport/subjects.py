@@ -40,6 +40,11 @@ class Subjects:
         """Run logs: one subject per run (limits retention, never work-queue)."""
         return f"{self._stream_base}_RUNS"
 
+    def runs_stream_of(self, partition: int) -> str:
+        """The run-log stream of ``partition``: ``<BASE>_RUNS`` for partition 0 (the one
+        stream of an installation with one partition), ``<BASE>_RUNS_<n>`` for the others."""
+        return self.runs_stream if partition == 0 else f"{self.runs_stream}_{partition}"
+
     @property
     def tasks_stream(self) -> str:
         """Capability requests (work-queue, one durable consumer per capability)."""
@@ -114,6 +119,12 @@ class Subjects:
         return f"{self._bucket_base}_snapshots"
 
     @property
+    def partitions_bucket(self) -> str:
+        """The partition map (one key, ``map``, its revisions the layouts' history) and the
+        partitions' owners (one key each, kept alive by their owner's renewals)."""
+        return f"{self._bucket_base}_partitions"
+
+    @property
     def runs_bucket(self) -> str:
         """Derived run index (workflow, status); rebuildable from the logs."""
         return f"{self._bucket_base}_runs"
@@ -184,9 +195,30 @@ class Subjects:
         """A run's log; ``run_id`` is checked (a wildcard or a dot would name other runs)."""
         return f"{self.prefix}.runs.{check_run_id(run_id)}"
 
+    def run_in(self, run_id: str, partition: int) -> str:
+        """A run's log in ``partition``: ``<prefix>.runs.<run_id>`` in partition 0 (as with
+        one partition), ``<prefix>.runs.<partition>.<run_id>`` in the others."""
+        if partition == 0:
+            return self.run(run_id)
+        return f"{self.prefix}.runs.{partition}.{check_run_id(run_id)}"
+
+    @staticmethod
+    def run_id_of(log_subject: str) -> str:
+        """The run id a run log's subject names (its last token), in any partition."""
+        return log_subject.rpartition(".")[2]
+
     @property
     def runs_all(self) -> str:
+        """Every run log, in every partition."""
         return f"{self.prefix}.runs.>"
+
+    def runs_of(self, partition: int, *, partitioned: bool = True) -> str:
+        """The run logs of ``partition``: what its stream stores. Partition 0's is
+        ``<prefix>.runs.*`` once there is more than one (``partitioned``), else every
+        run-log subject, as with one stream."""
+        if partition == 0:
+            return f"{self.prefix}.runs.*" if partitioned else self.runs_all
+        return f"{self.prefix}.runs.{partition}.*"
 
     def capability(self, name: str) -> str:
         return f"{self.prefix}.cap.{name}"

@@ -1,0 +1,115 @@
+"""Changing and showing the run-log partitions of a live installation.
+
+``set_partitions`` adds a layout to the partition map (:mod:`interlock.transport.partitions`):
+the streams of the new partitions are made first (as replicated as the first partition's),
+then the map is written with a compare-and-set, so no process ever places a run in a
+partition without a stream. Runs under way stay where they started; new runs go by the new
+layout as soon as each process reads the map (the orchestrators within
+:data:`relay.MAP_CHECK_S`, any process when it misses a run). Lowering the count keeps every
+stream: the runs of the partitions no longer used for new runs finish there, and their logs
+stay readable.
+
+``balance_leaders`` asks each partition's stream leader to step down in favour of a node
+chosen in turn (partition ``p`` on the ``p % n``-th of the stream's ``n`` peers, sorted by
+name), so that appends to different partitions go through different nodes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.client import Client
+
+from interlock.transport.clock import utc_now
+from interlock.transport.partitions import (
+    PartitionMap,
+    PartitionMapConflict,
+    balance_leaders,
+    check_count,
+    read_map,
+    write_map,
+)
+from interlock.transport.provision import (
+    JetStreamAPIError,
+    desired_configs,
+    provision_streams,
+)
+from interlock.transport.subjects import Subjects
+
+_TIMEOUT = 5.0
+_ATTEMPTS = 5
+
+
+@dataclass(slots=True)
+class PartitionInfo:
+    """One partition as the server and the map see it."""
+
+    partition: int
+    stream: str
+    placing: bool
+    """Whether new runs go to it (the current layout counts it)."""
+    leader: str = ""
+    peers: list[str] = field(default_factory=list)
+    messages: int = 0
+    owner: str = ""
+    """The orchestrator replica that decides its runs (empty: none holds it now)."""
+
+
+async def set_partitions(nc: Client, subjects: Subjects, count: int) -> tuple[PartitionMap, bool]:
+    """Make ``count`` the partitions new runs are spread over; (the map, whether it
+    changed). Raises :class:`BadPartitionCount` for a count out of range."""
+    check_count(count)
+    for _ in range(_ATTEMPTS):
+        found, revision = await read_map(nc, subjects)
+        wanted = found.resized(count, utc_now())
+        if wanted is found:
+            return found, False
+        replicas = await _replicas(nc, subjects)
+        configs = desired_configs(subjects, replicas=replicas, streams=wanted.streams)
+        runs = {subjects.runs_stream_of(p) for p in range(wanted.streams)}
+        await provision_streams(nc, "$JS.API", subjects, [c for c in configs if c["name"] in runs])
+        try:
+            await write_map(nc, subjects, wanted, revision)
+        except PartitionMapConflict:
+            continue
+        await balance_leaders(nc, subjects, wanted.streams)
+        return wanted, True
+    raise PartitionMapConflict("the partition map kept changing; try again")
+
+
+async def _replicas(nc: Client, subjects: Subjects) -> int:
+    info = await _api(nc, f"STREAM.INFO.{subjects.runs_stream}")
+    return int(info.get("config", {}).get("num_replicas", 1))
+
+
+async def partitions(nc: Client, subjects: Subjects) -> tuple[PartitionMap, list[PartitionInfo]]:
+    """The map and every partition's stream: leader, peers, messages and owner."""
+    found, _ = await read_map(nc, subjects)
+    held: dict[int, str] = {}
+    out: list[PartitionInfo] = []
+    for p in range(found.streams):
+        stream = subjects.runs_stream_of(p)
+        info = PartitionInfo(p, stream, p < found.current.count, owner=held.get(p, ""))
+        try:
+            got = await _api(nc, f"STREAM.INFO.{stream}")
+        except JetStreamAPIError:
+            out.append(info)
+            continue
+        cluster = got.get("cluster") or {}
+        info.leader = cluster.get("leader", "")
+        info.peers = sorted([info.leader, *(r["name"] for r in cluster.get("replicas", []))])
+        info.messages = int(got.get("state", {}).get("messages", 0))
+        out.append(info)
+    return found, out
+
+
+async def _api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    payload = json.dumps(body).encode() if body is not None else b""
+    reply = json.loads((await nc.request(f"$JS.API.{what}", payload, timeout=_TIMEOUT)).data)
+    error = reply.get("error")
+    if error:
+        raise JetStreamAPIError(what, error)
+    result: dict[str, Any] = reply
+    return result

@@ -1,0 +1,351 @@
+"""Run-log partitions: which of an installation's run-log streams holds a run's log.
+
+A run's partition is ``fnv1a32(run_id) % P``: what the server's own subject mapping
+function ``{{partition(P,1)}}`` gives for a subject whose wildcard is the run id, so a
+mapping ``<prefix>.runs.*`` -> ``<prefix>.runs.{{partition(P,1)}}.{{wildcard(1)}}`` would
+put each run where Interlock does. Interlock computes it itself instead of relying on a
+server mapping: a mapping cannot change for the runs already under way when P changes, and
+the partition count changes on a live installation.
+
+The partition map is one key (``map``) of the partitions bucket. It holds the layouts the
+installation has had, each a version with its count; the newest places new runs, and a run
+stays for good in the partition it started in. Where a run is is therefore one of its
+candidates, one per layout (most often the same one): with a single layout, no lookup at
+all; with several, the first candidate whose stream holds the run's subject (an exact
+read, answered by each stream's leader), remembered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from typing import Any, Final
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from interlock.core.vocabulary import InterlockError
+from interlock.transport.subjects import Subjects
+
+__all__ = [
+    "MAP_KEY",
+    "BadPartitionCount",
+    "Layout",
+    "PartitionMap",
+    "PartitionMapConflict",
+    "Placement",
+    "balance_leaders",
+    "check_count",
+    "first_map",
+    "partition_of",
+    "read_map",
+    "write_map",
+]
+
+MAP_KEY: Final = "map"
+MAX_PARTITIONS: Final = 256
+"""The most partitions an installation may have (each is a stream with its own Raft group,
+consumer and leader)."""
+_FNV_OFFSET: Final = 0x811C9DC5
+_FNV_PRIME: Final = 0x01000193
+_TIMEOUT: Final = 5.0
+_LOCATED_KEPT: Final = 100_000
+_WRONG_LAST_SEQUENCE: Final = 10071
+
+
+def partition_of(run_id: str, count: int) -> int:
+    """The partition of ``run_id`` among ``count``: FNV-1a (32 bits) of the id modulo the
+    count, as the server's ``partition(count, 1)`` mapping function computes it."""
+    h = _FNV_OFFSET
+    for byte in run_id.encode():
+        h = ((h ^ byte) * _FNV_PRIME) & 0xFFFFFFFF
+    return h % count
+
+
+class Layout(msgspec.Struct, frozen=True, kw_only=True):
+    """One version of the partition map: how many partitions new runs were spread over."""
+
+    version: int
+    count: int
+    since: str = ""
+    """When it was set (RFC 3339, UTC; empty for the first)."""
+
+
+class PartitionMap(msgspec.Struct, frozen=True, kw_only=True):
+    """The layouts an installation has had, oldest first; the last places new runs."""
+
+    layouts: tuple[Layout, ...] = (Layout(version=1, count=1),)
+
+    @property
+    def current(self) -> Layout:
+        return self.layouts[-1]
+
+    @property
+    def streams(self) -> int:
+        """How many run-log streams the layouts use (partitions 0 to this, exclusive)."""
+        return max(layout.count for layout in self.layouts)
+
+    def place(self, run_id: str) -> int:
+        """The partition a run started now goes to."""
+        return partition_of(run_id, self.current.count)
+
+    def candidates(self, run_id: str) -> tuple[int, ...]:
+        """The partitions a run may be in: the current layout's first, then each older
+        one's, newest first, each once."""
+        found = dict.fromkeys(partition_of(run_id, x.count) for x in reversed(self.layouts))
+        return tuple(found)
+
+    def resized(self, count: int, since: str) -> PartitionMap:
+        """This map with a new layout of ``count`` partitions (the same map when the
+        current layout has that count already)."""
+        check_count(count)
+        if count == self.current.count:
+            return self
+        layout = Layout(version=self.current.version + 1, count=count, since=since)
+        return PartitionMap(layouts=(*self.layouts, layout))
+
+
+def first_map(count: int, *, stored: bool) -> PartitionMap:
+    """The map an installation is provisioned with: ``count`` partitions from the start,
+    or, when runs are ``stored`` already (in the one stream before partitions), the one
+    partition they were placed by followed by ``count``."""
+    check_count(count)
+    if stored and count != 1:
+        return PartitionMap().resized(count, "")
+    return PartitionMap(layouts=(Layout(version=1, count=count),))
+
+
+class PartitionMapConflict(InterlockError):
+    """The partition map changed since it was read: read it again and decide again."""
+
+
+class BadPartitionCount(ValueError, InterlockError):
+    """A partition count out of range."""
+
+
+def check_count(count: int) -> int:
+    if not 1 <= count <= MAX_PARTITIONS:
+        raise BadPartitionCount(f"a partition count is from 1 to {MAX_PARTITIONS}; {count} is not")
+    return count
+
+
+_decode_map = msgspec.json.Decoder(PartitionMap).decode
+
+
+def _map_subject(subjects: Subjects) -> str:
+    return f"$KV.{subjects.partitions_bucket}.{MAP_KEY}"
+
+
+async def read_map(nc: Client, subjects: Subjects) -> tuple[PartitionMap, int]:
+    """The installation's partition map and its revision (0: never set, so one partition,
+    as an installation provisioned before partitions, or without a partitions bucket)."""
+    bucket = subjects.partitions_bucket
+    api = f"$JS.API.DIRECT.GET.KV_{bucket}.{_map_subject(subjects)}"
+    try:
+        msg = await nc.request(api, b"", timeout=_TIMEOUT)
+    except NoRespondersError:
+        return PartitionMap(), 0
+    headers = msg.headers or {}
+    status = headers.get("Status")
+    if status in ("404", "503") or headers.get("KV-Operation") in ("DEL", "PURGE"):
+        return PartitionMap(), 0
+    if status:
+        raise InterlockError(f"reading the partition map ({bucket}/{MAP_KEY}): status {status}")
+    try:
+        found = _decode_map(msg.data)
+    except msgspec.DecodeError as exc:
+        raise InterlockError(f"the partition map ({bucket}/{MAP_KEY}) is damaged: {exc}") from exc
+    if not found.layouts:
+        raise InterlockError(f"the partition map ({bucket}/{MAP_KEY}) has no layout")
+    return found, int(headers.get("Nats-Sequence", "0") or 0)
+
+
+async def write_map(nc: Client, subjects: Subjects, new: PartitionMap, revision: int) -> int:
+    """Store ``new`` if the map is still at ``revision`` (0: never set); its new revision.
+
+    Raises:
+        PartitionMapConflict: someone changed the map since ``revision``.
+    """
+    headers = {"Nats-Expected-Last-Subject-Sequence": str(revision)}
+    try:
+        reply = await nc.request(
+            _map_subject(subjects), msgspec.json.encode(new), timeout=_TIMEOUT, headers=headers
+        )
+    except NoRespondersError:
+        raise InterlockError(
+            f"no partitions bucket {subjects.partitions_bucket}: provision first"
+        ) from None
+    ack = json.loads(reply.data)
+    error = ack.get("error")
+    if error:
+        if error.get("err_code") == _WRONG_LAST_SEQUENCE:
+            raise PartitionMapConflict("the partition map changed meanwhile; try again")
+        raise InterlockError(f"writing the partition map: {error.get('description', error)}")
+    return int(ack["seq"])
+
+
+class Placement:
+    """Where runs' logs are, for one process: the partition map, read once and again when
+    a run is not where it knows to look (at most once a second), and the runs it located.
+    """
+
+    def __init__(self, nc: Client, subjects: Subjects, found: PartitionMap | None = None) -> None:
+        """``found``: the map to use (else it is read on first use)."""
+        self._nc = nc
+        self.subjects = subjects
+        self.map = found or PartitionMap()
+        self.revision = 0
+        self._loaded = found is not None
+        self._loading = asyncio.Lock()
+        self._read_from = 0.0
+        """When the newest read of the map that came back was asked (monotonic)."""
+        self._reload: asyncio.Future[PartitionMap] | None = None
+        self._located: OrderedDict[str, int] = OrderedDict()
+
+    def stream(self, partition: int) -> str:
+        return self.subjects.runs_stream_of(partition)
+
+    def subject(self, run_id: str, partition: int) -> str:
+        return self.subjects.run_in(run_id, partition)
+
+    async def load(self) -> PartitionMap:
+        """The map, read now (and kept)."""
+        async with self._loading:
+            asked = time.monotonic()
+            self.map, self.revision = await read_map(self._nc, self.subjects)
+            self._loaded = True
+            self._read_from = max(self._read_from, asked)
+        return self.map
+
+    async def _read_since(self, since: float) -> None:
+        """Until the map was read by a request sent after ``since`` (one read at a time,
+        shared by all who wait for it: many misses at once cost one read)."""
+        while self._read_from < since:
+            if self._reload is None:
+                self._reload = asyncio.ensure_future(self.load())
+                self._reload.add_done_callback(self._reloaded)
+            await asyncio.shield(self._reload)
+
+    def _reloaded(self, done: asyncio.Future[PartitionMap]) -> None:
+        if self._reload is done:
+            self._reload = None
+
+    async def current(self) -> PartitionMap:
+        """The map as known here (read first if it never was)."""
+        if not self._loaded:
+            await self.load()
+        return self.map
+
+    def seen(self, run_id: str, partition: int) -> None:
+        """Remember that ``run_id`` is in ``partition`` (read from its stream, or started
+        there)."""
+        if len(self.map.layouts) == 1 and partition == self.map.place(run_id):
+            return
+        self._located[run_id] = partition
+        if len(self._located) > _LOCATED_KEPT:
+            self._located.popitem(last=False)
+
+    async def locate(self, run_id: str) -> int:
+        """The partition to read ``run_id``'s log in: where it was found, or its only
+        candidate (no read), or the first candidate holding it (its current layout's
+        partition when none does: a run not started yet)."""
+        known = self._located.get(run_id)
+        if known is not None:
+            return known
+        current = await self.current()
+        candidates = current.candidates(run_id)
+        if len(candidates) == 1:
+            return candidates[0]
+        found = await self._look(run_id, candidates)
+        return candidates[0] if found is None else found
+
+    async def relocate(self, run_id: str, partition: int) -> int | None:
+        """Another partition holding ``run_id``, which was not found in ``partition``:
+        read the map again (a layout set since it was read here may have placed the run;
+        misses at the same time share one read) and look in the candidates (None: no
+        other holds it)."""
+        if self._located.get(run_id) == partition:
+            del self._located[run_id]
+        await self._read_since(time.monotonic())
+        others = tuple(c for c in self.map.candidates(run_id) if c != partition)
+        return await self._look(run_id, others)
+
+    async def place_new(self, run_id: str) -> int:
+        """Where a run with this id starts: where a run with it is already (so that
+        starting it again finds it), else in the current layout's partition."""
+        current = await self.current()
+        candidates = current.candidates(run_id)
+        found = await self._look(run_id, candidates[1:]) if len(candidates) > 1 else None
+        if found is None:
+            found = candidates[0]
+            self.seen(run_id, found)
+        return found
+
+    async def _look(self, run_id: str, partitions: tuple[int, ...]) -> int | None:
+        """The first of ``partitions`` whose stream holds the run (remembered)."""
+        for partition in partitions:
+            if await self._holds(partition, run_id):
+                self.seen(run_id, partition)
+                return partition
+        return None
+
+    async def _holds(self, partition: int, run_id: str) -> bool:
+        api = f"$JS.API.STREAM.MSG.GET.{self.stream(partition)}"
+        body = json.dumps({"last_by_subj": self.subject(run_id, partition)}).encode()
+        try:
+            reply = json.loads((await self._nc.request(api, body, timeout=_TIMEOUT)).data)
+        except (NoRespondersError, NatsTimeoutError) as exc:
+            raise InterlockError(
+                f"looking for run {run_id} in partition {partition}: {exc}"
+            ) from exc
+        error = reply.get("error")
+        if error is None:
+            return True
+        if error.get("code") == 404:
+            return False
+        raise InterlockError(f"looking for run {run_id} in partition {partition}: {error}")
+
+
+async def balance_leaders(nc: Client, subjects: Subjects, streams: int) -> int:
+    """Ask each partition's leader to hand over to its node in turn; how many were asked
+    (best effort: a stream without replicas, or a server that cannot choose, is left)."""
+    asked = 0
+    for p in range(streams):
+        stream = subjects.runs_stream_of(p)
+        try:
+            got = await _js_api(nc, f"STREAM.INFO.{stream}")
+        except InterlockError:
+            continue
+        cluster = got.get("cluster") or {}
+        leader = cluster.get("leader", "")
+        replicas = [r["name"] for r in cluster.get("replicas", [])]
+        if not leader or not replicas:
+            continue
+        peers = sorted([leader, *replicas])
+        target = peers[p % len(peers)]
+        if target == leader:
+            continue
+        body = {"placement": {"preferred": target}}
+        try:
+            await _js_api(nc, f"STREAM.LEADER.STEPDOWN.{stream}", body)
+            asked += 1
+        except InterlockError:
+            continue
+    return asked
+
+
+async def _js_api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    payload = json.dumps(body).encode() if body is not None else b""
+    try:
+        reply = json.loads((await nc.request(f"$JS.API.{what}", payload, timeout=_TIMEOUT)).data)
+    except (NoRespondersError, NatsTimeoutError) as exc:
+        raise InterlockError(f"{what}: {exc}") from exc
+    error = reply.get("error")
+    if error:
+        raise InterlockError(f"{what}: {error.get('description', error)}")
+    found: dict[str, Any] = reply
+    return found

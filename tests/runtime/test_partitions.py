@@ -1,0 +1,158 @@
+"""Run logs spread over partitions: placement, child runs, addressing, and a live resize."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import nats
+import pytest
+
+from interlock.core import events as ev
+from interlock.runtime.client import InterlockClient
+from interlock.runtime.embedded import EmbeddedNats
+from interlock.runtime.flow import child_run_id
+from interlock.runtime.partitioning import partitions, set_partitions
+from interlock.transport.clock import utc_now
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.partitions import BadPartitionCount, partition_of, read_map
+from interlock.transport.subjects import Subjects
+from support.runtime import REPO, TIMEOUT, connect, running_stack
+
+SUBWORKFLOW = (REPO / "examples" / "subworkflow.yaml").read_text()
+WAITER = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: waiter}
+spec:
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal, outputs: {ok: true}}
+"""
+
+
+async def test_a_runs_partition_is_what_the_servers_partition_mapping_gives(
+    tmp_path: Path,
+) -> None:
+    # The server maps m.<id> onto p.<partition>.<id> with its own hash: ours must agree.
+    conf = tmp_path / "mapping.conf"
+    conf.write_text('mappings = { "m.*": "p.{{partition(7,1)}}.{{wildcard(1)}}" }\n')
+    server = EmbeddedNats(tmp_path / "data", args=["-c", str(conf)])
+    server.start()
+    try:
+        nc = await nats.connect(server.url)
+        got: list[str] = []
+
+        async def seen(msg: nats.aio.msg.Msg) -> None:
+            got.append(msg.subject)
+
+        await nc.subscribe("p.>", cb=seen)
+        ids = [f"r{uuid.uuid4().hex[:12]}" for _ in range(100)] + ["a", "Z_9-x", "0"]
+        for run_id in ids:
+            await nc.publish(f"m.{run_id}", b"")
+        await nc.flush()
+        for _ in range(100):
+            if len(got) == len(ids):
+                break
+            await asyncio.sleep(0.01)
+        await nc.close()
+    finally:
+        server.stop()
+    assert sorted(got) == sorted(f"p.{partition_of(i, 7)}.{i}" for i in ids)
+
+
+async def _stream_of(client: InterlockClient, run_id: str) -> str:
+    return (await client.log.where(run_id))[0]
+
+
+async def test_runs_and_their_children_spread_over_the_partitions_and_complete(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [SUBWORKFLOW], partitions=3) as stack:
+        found, _ = await read_map(stack.client.nc, subjects)
+        assert found.current.count == 3
+        runs = [await stack.client.start("greet-parent", {"who": f"w{i}"}) for i in range(12)]
+        states = [await stack.wait(r) for r in runs]
+        assert [s.status for s in states] == ["completed"] * 12
+        assert [s.outputs for s in states] == [{"greeting": f"hello w{i}"} for i in range(12)]
+        streams = set()
+        for run_id in runs:
+            requested = next(
+                r for r in await stack.records(run_id) if isinstance(r, ev.ActionRequested)
+            )
+            child = child_run_id(requested.data.action_id, 1)
+            for one in (run_id, child):
+                # Each log is in the stream its id hashes to, and only there.
+                stream = subjects.runs_stream_of(partition_of(one, 3))
+                assert await _stream_of(stack.client, one) == stream
+                info = await stack.js.stream_info(stream, subjects_filter=">")
+                assert info.state.subjects is not None
+                assert sum(1 for s in info.state.subjects if s.endswith(f".{one}")) == 1
+                streams.add(stream)
+            assert (await stack.client.state(child)).parent.run_id == run_id  # type: ignore[union-attr]
+        assert len(streams) == 3
+        # The first partition keeps the one stream's name and subjects of a run's log.
+        assert subjects.runs_stream in streams
+        _, infos = await partitions(stack.client.nc, subjects)
+        assert [i.stream for i in infos] == [subjects.runs_stream_of(p) for p in range(3)]
+        assert sum(i.messages for i in infos) >= 24
+
+
+async def test_a_live_resize_places_new_runs_and_runs_under_way_finish_where_they_are(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [WAITER], partitions=2) as stack:
+        before = [await stack.client.start("waiter", {}) for _ in range(8)]
+        # A client that read the map before the resize, and keeps it.
+        stale = InterlockClient(await connect(nats_url), subjects)
+        assert (await stale.log.placement.current()).current.count == 2
+        changed, did = await set_partitions(stack.client.nc, subjects, 5)
+        assert did
+        assert [x.count for x in changed.layouts] == [2, 5]
+        again, did = await set_partitions(stack.client.nc, subjects, 5)
+        assert not did
+        assert again == changed
+        fresh = InterlockClient(await connect(nats_url), subjects)
+        after = [await fresh.start("waiter", {}) for _ in range(10)]
+        # Every run is addressed by its id (the `runid` extension) wherever it is.
+        for i, run_id in enumerate(before + after):
+            event = CloudEvent(
+                id=f"go-{i}",
+                source="test://partitions",
+                type="go",
+                time=utc_now(),
+                extensions={"runid": run_id},
+            )
+            await stack.client.emit(event)
+        for run_id in before + after:
+            state = await asyncio.wait_for(stale.wait(run_id), TIMEOUT)
+            assert state.status == "completed", run_id
+        for run_id in before:
+            assert await _stream_of(fresh, run_id) == subjects.runs_stream_of(
+                partition_of(run_id, 2)
+            )
+        for run_id in after:
+            assert await _stream_of(fresh, run_id) == subjects.runs_stream_of(
+                partition_of(run_id, 5)
+            )
+        # A run under way is not started again under the new layout.
+        assert not (await fresh.runs.start(*(await _waiter(fresh)), before[0], {}))[0]
+        # Lowering keeps every stream: the old partitions' logs stay readable.
+        lowered, _ = await set_partitions(stack.client.nc, subjects, 1)
+        assert lowered.streams == 5
+        assert lowered.current.count == 1
+        for run_id in before + after:
+            assert (await stale.state(run_id)).status == "completed"
+        with pytest.raises(BadPartitionCount):
+            await set_partitions(stack.client.nc, subjects, 0)
+        for client in (stale, fresh):
+            await client.nc.close()
+
+
+async def _waiter(client: InterlockClient) -> tuple[object, int]:
+    definition, version = await client.registry.latest("waiter")
+    return definition, version

@@ -20,6 +20,7 @@ from interlock.cli.dev import secure, start_stack, stop_stack
 from interlock.cli.timeline import describe
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
+from interlock.core.vocabulary import RunStatus
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport.clock import utc_now
@@ -96,7 +97,7 @@ async def demo(url: str, auth: DevAuth) -> int:
             print("    " + describe(record))
         say(f"result (interlock result {run_id}), {elapsed * 1000:.0f} ms from trigger to end")
         print(json.dumps({"status": state.status, "outputs": state.outputs}, indent=2))
-        ok = state.status == "completed" and bool((state.outputs or {}).get("merged"))
+        ok = state.status == RunStatus.COMPLETED and bool((state.outputs or {}).get("merged"))
         say("demo " + ("succeeded" if ok else "FAILED"))
         return 0 if ok else 1
     finally:

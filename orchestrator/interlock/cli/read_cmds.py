@@ -21,6 +21,7 @@ from interlock.cli.common import (
 )
 from interlock.cli.connecting import print_json, with_client
 from interlock.cli.output import dump, emit, output_format, print_table
+from interlock.core.vocabulary import FINISHED, RunStatus
 from interlock.views.build import waiting_text
 
 if TYPE_CHECKING:
@@ -292,9 +293,9 @@ def _replay(records: list[ev.AnyRecord], as_json: bool) -> int:
 
 
 def exit_code(result: RunResult) -> int:
-    if result.status == "completed":
+    if result.status == RunStatus.COMPLETED:
         return EXIT_OK
-    if result.status in ("failed", "cancelled"):
+    if result.status in FINISHED:  # failed or cancelled
         return EXIT_FAILED
     return EXIT_NOT_FINISHED
 
@@ -305,9 +306,9 @@ def show_result(args: argparse.Namespace, result: RunResult, *, whole: bool = Fa
     if whole or output_format(args) != "table":
         emit(args, result, lambda: print_json(result))
         return code
-    if result.status == "completed":
+    if result.status == RunStatus.COMPLETED:
         print_json(result.outputs or {})
-    elif result.status in ("failed", "cancelled"):
+    elif result.status in FINISHED:  # failed or cancelled
         if result.outputs:  # a terminal state that fails may still return outputs
             print_json(result.outputs)
         if result.error is not None:

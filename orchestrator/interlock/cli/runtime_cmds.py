@@ -49,7 +49,7 @@ from interlock.cli.read_cmds import (
     show_result,
     wait_timeout,
 )
-from interlock.core.vocabulary import RECORDED
+from interlock.core.vocabulary import RECORDED, RunStatus
 
 if TYPE_CHECKING:
     from interlock.client import Client
@@ -404,7 +404,7 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
     )
     # The decision that took it may also have ended the run: failed (or cancelled) is
     # not what the signal was for.
-    ended = told.after in ("failed", "cancelled")
+    ended = told.after in (RunStatus.FAILED, RunStatus.CANCELLED)
     code = EXIT_OK if told.outcome in ("moved", "recorded") and not ended else EXIT_FAILED
     if output_format(args) != "table":
         emit(args, told)
@@ -414,7 +414,7 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
         moved = f"{name} moved run {run} from {told.state} to {told.to_state}"
         if ended:
             err(f"{moved} and {told.after}: {told.error or 'no reason given'}")
-        elif told.after == "completed":
+        elif told.after == RunStatus.COMPLETED:
             print(f"{moved} and completed")
         else:
             print(moved)

@@ -132,7 +132,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         replaying = replaying_of(client)
         namespace, _, name = a.workflow.rpartition("/")
         definition = await replaying.definition(namespace or "default", name, version)
-        running = in_flight(await client.ops.list_runs(a.workflow, "running"), version)
+        running = in_flight(await client.ops.list_runs(a.workflow, RunStatus.RUNNING), version)
         summary = await replaying.migrate(running, definition, version, dry_run=a.dry_run)
         return _report_migrate(summary, a)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock.core.ids import check_run_id
 from interlock.core.state import fold
+from interlock.core.vocabulary import RunStatus
 
 if TYPE_CHECKING:
     from interlock.core import events as ev
@@ -137,7 +138,7 @@ async def migrate(ops: InterlockClient, workflow: str, to: int, *, dry_run: bool
     namespace, _, name = workflow.rpartition("/")
     replaying = _replaying(ops)
     definition = await replaying.definition(namespace or "default", name, to)
-    running = in_flight(await ops.list_runs(workflow, "running"), to)
+    running = in_flight(await ops.list_runs(workflow, RunStatus.RUNNING), to)
     return await replaying.migrate(running, definition, to, dry_run=dry_run)
 
 

@@ -47,7 +47,7 @@ async def runs(
     try:
         found, _ = await RunPages(ops.nc, ops.subjects).page(
             workflow=workflow,
-            status="running" if waiting and not status else status,
+            status=RunStatus.RUNNING if waiting and not status else status,
             limit=limit if limit is not None else 1 << 31,
             keep=keep,
         )

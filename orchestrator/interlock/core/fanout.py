@@ -12,7 +12,7 @@ from interlock.core.expr import ExpressionError
 from interlock.core.state import MapProgress
 from interlock.core.step import error_json
 from interlock.core.transitions import Transitions
-from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass, TimerPurpose
+from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass, ItemStatus, TimerPurpose
 
 
 class FanOut(Transitions):
@@ -173,8 +173,10 @@ class FanOut(Transitions):
 
 
 def _settled(progress: MapProgress, index: int) -> dict[str, Any]:
-    """How one item of an ``all_settled`` map ended: its result, or its error."""
+    """How one item of an ``all_settled`` map ended: its result, or its error.
+
+    The status is the enum's plain text, as the record that carries it decodes."""
     if index in progress.results:
-        return {"status": "completed", "result": progress.results[index]}
+        return {"status": ItemStatus.COMPLETED.value, "result": progress.results[index]}
     error = progress.failed[index]
-    return {"status": "failed", "error": error_json(error)}
+    return {"status": ItemStatus.FAILED.value, "error": error_json(error)}

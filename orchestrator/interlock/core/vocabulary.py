@@ -106,6 +106,15 @@ STEP_ENDED: frozenset[str] = frozenset(
 """How a DAG step can end."""
 
 
+class ItemStatus(StrEnum):
+    """How one item of an ``all_settled`` map ended (``result[i].status``)."""
+
+    COMPLETED = "completed"
+    """Its action completed: ``result[i].result`` is its output."""
+    FAILED = "failed"
+    """Its action failed (retries exhausted): ``result[i].error`` says why."""
+
+
 class TimerPurpose(StrEnum):
     """What a durable timer is for, recorded in ``timer.scheduled``."""
 

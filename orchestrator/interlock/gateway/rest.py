@@ -23,7 +23,7 @@ from interlock.client import debugging, reading
 from interlock.core.bounds import MAX_DEPTH
 from interlock.core.deadline import MAX_DEADLINE_S
 from interlock.core.names import DNS_LABEL
-from interlock.core.vocabulary import RECORDED, InterlockError
+from interlock.core.vocabulary import RECORDED, InterlockError, RunStatus
 from interlock.gateway.problems import Problem, as_problem, int_param
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 
@@ -289,14 +289,14 @@ async def list_runs(request: Request, gw: Gateway) -> Response:
         if since or until:
             found = [r for r in found if _started_between(r.started_at, since, until)]
         if waiting:
-            running = [r for r in found if r.status == "running"]
+            running = [r for r in found if r.status == RunStatus.RUNNING]
             filled = await reading.with_waiting(gw.api.ops, running, complete=True)
             found = reading.waiting_for(filled, waiting)
         return found
 
     found, more = await gw.run_list.page(
         workflow=request.query_params.get("workflow"),
-        status="running" if waiting and not status else status,
+        status=RunStatus.RUNNING if waiting and not status else status,
         offset=offset,
         limit=limit,
         keep=keep if since or until or waiting else None,

@@ -22,6 +22,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from interlock.runtime.foreign import index_entry
 from interlock.runtime.runlisting import Keep, RunPages
+from interlock.transport.jetstream import connection
 from interlock.transport.subjects import Subjects
 from interlock.views import RunSummary, summary_from_index
 
@@ -42,7 +43,7 @@ class RunList:
     def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
         self._js = js
         self._subjects = subjects
-        self._pages = RunPages(js._nc, subjects)
+        self._pages = RunPages(connection(js), subjects)
         self._sub: Any = None
         self._watchers: set[Changes] = set()
         self._following = asyncio.Lock()

@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from interlock.core.vocabulary import RunStatus
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.runview import epoch_seconds
 from interlock.runtime.slotlines import ENTRIES, SlotEntry
@@ -197,7 +198,7 @@ class ClusterMetrics(Collector):
             current = _decode(value or b"{}")
         except ValueError:  # msgspec.DecodeError is one
             current = {}
-        if current.get("status") != "running" or not current.get("state"):
+        if current.get("status") != RunStatus.RUNNING or not current.get("state"):
             self._stays.pop(key, None)
             return
         since = epoch_seconds(str(current.get("updated_at") or current.get("started_at") or ""))

@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from interlock.core import events as ev
+from interlock.core.vocabulary import RunStatus
 from interlock.runtime import foreign
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
@@ -422,9 +423,9 @@ class OrchestratorMetrics(OrchestratorObserver):
     ) -> None:
         workflow = run.workflow or "unknown"
         status = RUN_STATUSES[type(record)]
-        if status == "completed":
+        if status == RunStatus.COMPLETED:
             self._completed[workflow].inc()
-        elif status == "failed":
+        elif status == RunStatus.FAILED:
             assert isinstance(record, ev.RunFailed)
             self._failed[workflow, record.data.error.error_class].inc()
         else:

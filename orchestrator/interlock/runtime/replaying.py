@@ -20,6 +20,7 @@ from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
 from interlock.core.state import fold
+from interlock.core.vocabulary import RunStatus
 from interlock.runtime.errors import RunExists, UnknownWorkflow
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Registry
@@ -202,7 +203,7 @@ def in_flight(listed: Sequence[dict[str, Any]], version: int) -> list[str]:
     return [
         str(r["run_id"])
         for r in listed
-        if r.get("status") == "running" and int(r.get("version", 0)) != version
+        if r.get("status") == RunStatus.RUNNING and int(r.get("version", 0)) != version
     ]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time as parse_rfc3339
+from interlock.core.vocabulary import RunStatus
 
 
 def epoch_seconds(text: str) -> float:
@@ -64,11 +65,11 @@ class RunView:
     stream_seq: int = 0
     visit: Visit | None = None
     pending: dict[str, PendingView] = field(default_factory=dict)
-    status: str = "running"
+    status: str = RunStatus.RUNNING
 
     @property
     def finished(self) -> bool:
-        return self.status != "running"
+        return self.status != RunStatus.RUNNING
 
     def apply(self, record: ev.AnyRecord, seq: int | None = None) -> None:
         at = record_seq(record) if seq is None else seq  # seq: its position, if known
@@ -175,10 +176,10 @@ ACTION_OUTCOMES: dict[type, str] = {
     ev.ActionCancelled: "cancelled",
 }
 """The records that end an action's attempt, and the outcome each names."""
-RUN_STATUSES: dict[type, str] = {
-    ev.RunCompleted: "completed",
-    ev.RunFailed: "failed",
-    ev.RunCancelled: "cancelled",
+RUN_STATUSES: dict[type, RunStatus] = {
+    ev.RunCompleted: RunStatus.COMPLETED,
+    ev.RunFailed: RunStatus.FAILED,
+    ev.RunCancelled: RunStatus.CANCELLED,
 }
 """The records that end a run, and the status each leaves it in."""
 VIEW_CHANGES: dict[type, Callable[[RunView, Any, int], None]] = {

@@ -12,6 +12,7 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
+from interlock.core.vocabulary import RunStatus
 from interlock.transport.cloudevents import too_deep
 from interlock.views.outline import WorkflowOutline, outline_of
 from interlock.views.shapes import (
@@ -53,7 +54,7 @@ def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
         workflow=str(item.get("workflow", "")),
         namespace=str(item.get("namespace", "default")),
         version=int(item.get("version", 0) or 0),
-        status=str(item.get("status", "running")),
+        status=str(item.get("status", RunStatus.RUNNING)),
         state=str(item.get("state", "")),
         started_at=str(item.get("started_at", "")),
         updated_at=str(item.get("updated_at", "")),

@@ -8,7 +8,7 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
-from interlock.core.vocabulary import FINISHED
+from interlock.core.vocabulary import FINISHED, RunStatus
 
 TASK_EVENTS = frozenset({"task.completed", "task.failed"})
 """Transition events that an agent's answer (not an outside system) brings."""
@@ -318,7 +318,7 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     took it in time)."""
     state: str = ""
     """The state the run was in when the event arrived."""
-    status: str = "running"
+    status: str = RunStatus.RUNNING
     """The run's status when the event was sent (or refused)."""
     to_state: str | None = None
     guard_errors: list[str] = []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 import uuid
 from pathlib import Path
 
@@ -13,12 +15,13 @@ from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.flow import child_run_id
+from interlock.runtime.ownership import Ownership, owners
 from interlock.runtime.partitioning import partitions, set_partitions
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.partitions import BadPartitionCount, partition_of, read_map
 from interlock.transport.subjects import Subjects
-from support.runtime import REPO, TIMEOUT, connect, running_stack
+from support.runtime import REPO, TIMEOUT, cli_env, connect, run_cli, running_stack
 
 SUBWORKFLOW = (REPO / "examples" / "subworkflow.yaml").read_text()
 WAITER = """
@@ -156,3 +159,66 @@ async def test_a_live_resize_places_new_runs_and_runs_under_way_finish_where_the
 async def _waiter(client: InterlockClient) -> tuple[object, int]:
     definition, version = await client.registry.latest("waiter")
     return definition, version
+
+
+async def test_leases_spread_partitions_over_replicas_and_a_dead_ones_move(
+    nats_url: str, subjects: Subjects
+) -> None:
+    # Three replicas' leases on six partitions, with a one-second TTL: each takes its share,
+    # none twice; one that stops renewing (dead) loses its partitions to the others.
+    client = InterlockClient(await connect(nats_url), subjects)
+    await client.ensure_provisioned()
+    nc = client.nc
+    a, b, c = (Ownership(nc, subjects, name, ttl=1) for name in ("a", "b", "c"))
+    for replica in (a, b, c):
+        await replica.round(6)  # each says it is alive; a takes what it can first
+    for _ in range(3):
+        for replica in (a, b, c):
+            await replica.round(6)
+    held = [set(r.held) for r in (a, b, c)]
+    assert sorted(len(h) for h in held) == [2, 2, 2]
+    assert set().union(*held) == set(range(6))
+    assert await owners(nc, subjects) == {p: r.me for r in (a, b, c) for p in r.held}
+    # c dies: its leases (and its presence) expire, and a and b take its partitions.
+    lost = set(c.held)
+    began = time.monotonic()
+    while set(a.held) | set(b.held) != set(range(6)):
+        assert time.monotonic() - began < 5, "the dead replica's partitions did not move"
+        await asyncio.sleep(0.25)
+        for replica in (a, b):
+            await replica.round(6)
+    assert not (set(a.held) & set(b.held))
+    assert lost <= set(a.held) | set(b.held)
+    # A replica whose lease was taken while it was away lets it go at its next renewal.
+    await c.round(6)
+    assert not (set(c.held) & (set(a.held) | set(b.held)))
+    # A replica that stops releases its leases: taken at once by the others' next round.
+    await b.release_all()
+    await b.nc.publish(f"$KV.{subjects.partitions_bucket}.replica.b", b"")  # gone too
+    for _ in range(2):
+        for replica in (a, c):
+            await replica.round(6)
+    assert set(a.held) | set(c.held) == set(range(6))
+    await nc.close()
+
+
+def test_the_cli_shows_and_sets_the_partitions(nats_url: str, subjects: Subjects) -> None:
+    env = cli_env(nats_url, subjects.prefix)
+    assert run_cli("apply", str(REPO / "examples" / "subworkflow.yaml"), env=env).returncode == 0
+    shown = run_cli("partitions", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert [p["stream"] for p in json.loads(shown.stdout)["partitions"]] == [subjects.runs_stream]
+    raised = run_cli("partitions", "set", "3", env=env)
+    assert raised.returncode == 0, raised.stderr
+    assert "new runs go to 3 partitions" in raised.stdout
+    table = run_cli("partitions", env=env)
+    assert table.returncode == 0, table.stderr
+    assert subjects.runs_stream_of(2) in table.stdout
+    assert "layouts: 1: 1, 2: 3" in table.stdout
+    started = run_cli("start", "greet-parent", "--input", '{"who": "x"}', env=env)
+    assert started.returncode == 0, started.stderr
+    wrong = run_cli("partitions", "set", "0", env=env)
+    assert wrong.returncode == 2
+    assert "from 1 to 256" in wrong.stderr
+    after = json.loads(run_cli("partitions", "--json", env=env).stdout)
+    assert [x["count"] for x in after["layouts"]] == [1, 3]

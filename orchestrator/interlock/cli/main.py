@@ -26,6 +26,7 @@ ADDERS: tuple[tuple[str, str], ...] = (
     ("gateway_cmds", "add_parsers"),
     ("creds", "add_parsers"),
     ("pause_cmds", "add_parsers"),
+    ("partition_cmds", "add_parsers"),
 )
 """The modules of ``interlock.cli`` and the function of each that adds its commands, in
 the order ``--help`` lists them (``completion`` comes last, on the whole parser)."""
@@ -68,6 +69,7 @@ COMMANDS: dict[str, tuple[int, str]] = {
     "creds": (7, "keys, credentials per role, revocation (NATS decentralized auth)"),
     "pause": (8, "new runs of a workflow wait (queued) until it is resumed"),
     "resume": (8, "the runs a paused workflow held go on, in order"),
+    "partitions": (9, "the run-log partitions: layout, leaders, owners; set N changes P live"),
 }
 """Each command: the index of its adder in :data:`ADDERS`, and its one-line help."""
 

@@ -86,8 +86,10 @@ async def _replicas(nc: Client, subjects: Subjects) -> int:
 
 async def partitions(nc: Client, subjects: Subjects) -> tuple[PartitionMap, list[PartitionInfo]]:
     """The map and every partition's stream: leader, peers, messages and owner."""
+    from interlock.runtime.ownership import owners
+
     found, _ = await read_map(nc, subjects)
-    held: dict[int, str] = {}
+    held = await owners(nc, subjects)
     out: list[PartitionInfo] = []
     for p in range(found.streams):
         stream = subjects.runs_stream_of(p)

@@ -30,6 +30,7 @@ from interlock.runtime.flow import ControlFlow
 from interlock.runtime.handling import MessageHandling
 from interlock.runtime.logstore import RunLog, check_message
 from interlock.runtime.observe import Observers
+from interlock.runtime.ownership import ROUND_S, Ownership, replica_name
 from interlock.runtime.runindex import INDEXED, RunIndex
 from interlock.runtime.runs import Runs
 from interlock.runtime.timers import JetStreamTimers
@@ -43,8 +44,9 @@ log = logging.getLogger("interlock.orchestrator")
 Effects = tuple[list[ev.AnyRecord], list[ev.TimerScheduled]]
 """The records of a run acted on, and the timers left to the write-behind."""
 
-MAP_CHECK_S = 2.0
-"""How often the relay reads the partition map again for partitions it does not read yet."""
+MAP_CHECK_S = ROUND_S
+"""How often the relay reads the partition map again, and renews, takes or lets go of
+partition leases."""
 DISPATCH_CHECK_AGE_S = 60.0
 """An action request read later than this after it was appended is checked against the
 run's log before it is published: the capability stream's dedupe window is two minutes."""
@@ -71,6 +73,8 @@ class Relay:
         self.runs, self.run_log, self.flow = runs, run_log, flow
         self.dispatcher, self.observers = dispatcher, observers
         self.behind = self._write_behind(index, index_hold)
+        self.ownership = Ownership(handling.nc, subjects, replica_name())
+        """This replica's partition leases (with more than one partition)."""
 
     def _write_behind(self, index: RunIndex, hold: float) -> WriteBehind:
         """The relay's write-behind of the run index (see :mod:`writebehind`)."""
@@ -86,8 +90,9 @@ class Relay:
         )
 
     async def run(self) -> None:
-        """Read the run logs of every partition and act on them until the orchestrator
-        stops (a partition added to the map meanwhile is read from when it is seen)."""
+        """Read the run logs and act on them until the orchestrator stops: every
+        partition's with one partition, else those this replica holds the lease of
+        (:mod:`ownership`), a partition added to the map meanwhile from when it is seen."""
         stopping = self.handling.stopping
         placement = self.run_log.placement
         relaying: dict[int, asyncio.Task[None]] = {}
@@ -95,7 +100,11 @@ class Relay:
             while not stopping.is_set():
                 with contextlib.suppress(Exception):  # the map read again next time
                     await placement.load()
-                for partition in range(placement.map.streams):
+                wanted = await self._wanted(placement.map.streams, set(relaying))
+                for partition in set(relaying) - wanted:
+                    relaying.pop(partition).cancel()
+                    log.info("partition %d: relayed by another replica now", partition)
+                for partition in sorted(wanted):
                     task = relaying.get(partition)
                     if task is None or task.done():
                         relaying[partition] = asyncio.create_task(self.relay(partition))
@@ -105,6 +114,21 @@ class Relay:
             for task in relaying.values():
                 task.cancel()
             await asyncio.gather(*relaying.values(), return_exceptions=True)
+            if self.ownership.held:
+                with contextlib.suppress(Exception):
+                    await self.ownership.release_all()
+
+    async def _wanted(self, streams: int, now: set[int]) -> set[int]:
+        """The partitions to relay: all of one; else those held (what is relayed now
+        when the leases cannot be read or written this round)."""
+        if streams == 1 and not self.ownership.held:
+            return {0}
+        try:
+            return await self.ownership.round(streams)
+        # Leases expire on their own: the next round takes or lets go.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("partition leases: %s", exc)
+            return now
 
     async def relay(self, partition: int) -> None:
         """Read one partition's run logs and act on them until the orchestrator stops."""

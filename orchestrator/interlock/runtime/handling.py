@@ -25,10 +25,8 @@ from interlock.runtime.logstore import RecordsTooLarge
 from interlock.runtime.observe import Observers
 from interlock.transport.consuming import (
     Overlap,
+    dead_letter,
     dead_letter_and_settle,
-    dead_letter_data,
-    dead_letter_headers,
-    dead_letter_id,
     durable_reader,
     in_progress,
 )
@@ -173,13 +171,9 @@ class MessageHandling:
                     await msg.nak(delay=min(0.5 * 2**delivered, 30.0))
 
     async def dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
-        headers = dead_letter_headers(msg, reason, detail)
-        msg_id = dead_letter_id(msg, reason, detail)  # a redelivered message: one letter
-        if msg_id is not None:
-            headers["Nats-Msg-Id"] = msg_id
+        headers, data = dead_letter(msg, reason, detail, self.nc.max_payload, digest=True)
         self.counters[f"dead_lettered:{reason}"] += 1
         self.observers.dead_lettered(reason)
-        data = dead_letter_data(msg.data, headers, self.nc.max_payload)
         try:
             await self.js.publish(self.subjects.dead_letter(reason), data, headers=headers)
         except Exception as exc:

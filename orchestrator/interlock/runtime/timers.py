@@ -30,8 +30,8 @@ from interlock.core.ids import is_run_id
 from interlock.core.rfc3339 import format_time, parse_time
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.consuming import (
-    dead_letter_data,
-    dead_letter_headers,
+    dead_letter,
+    dead_letter_and_settle,
     ensure_consumer,
     until_done,
 )
@@ -197,24 +197,19 @@ class JetStreamTimers:
             await msg.nak(delay=min(2.0 ** (delivered - 1), self._retry_cap))
 
     async def _dead_letter(self, msg: Msg, detail: str, *, reason: str = "bad-timer") -> None:
-        headers = dead_letter_headers(msg, reason, detail)
-        with contextlib.suppress(Exception):
-            meta = msg.metadata
-            headers["Nats-Msg-Id"] = f"{meta.stream}.{meta.sequence.stream}.{reason}"
-        data = dead_letter_data(msg.data, headers, self._nc.max_payload)
-        try:
-            await self._js.publish(self._subjects.dead_letter(reason), data, headers=headers)
-        # Keep the message rather than lose it: it comes again.
-        except Exception as exc:  # noqa: BLE001
-            # The reason is the message: no traceback.
-            log.error("timers: could not dead-letter a message: %s", exc)  # noqa: TRY400
-            # Best effort: a message left unsettled comes again after its ack wait.
-            with contextlib.suppress(Exception):
-                await msg.nak(delay=5)
-            return
-        log.warning("timers: dead-lettered a message on %s: %s", msg.subject, detail)
-        with contextlib.suppress(Exception):
-            await msg.term()
+        headers, data = dead_letter(msg, reason, detail, self._nc.max_payload)
+
+        async def store() -> None:
+            try:
+                await self._js.publish(self._subjects.dead_letter(reason), data, headers=headers)
+            except Exception as exc:
+                # The reason is the message: no traceback.
+                log.error("timers: could not dead-letter a message: %s", exc)  # noqa: TRY400
+                raise
+            log.warning("timers: dead-lettered a message on %s: %s", msg.subject, detail)
+
+        # Kept rather than lost when the letter cannot be stored: it comes again in 5 s.
+        await dead_letter_and_settle(msg, store, term=True, retry_s=5)
 
     async def _ensure_consumer(self) -> None:
         """Create the ``timers`` consumer if it is missing, trying again while JetStream

@@ -20,10 +20,8 @@ from nats.js import JetStreamContext
 
 from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
 from interlock.transport.consuming import (
+    dead_letter,
     dead_letter_and_settle,
-    dead_letter_data,
-    dead_letter_headers,
-    dead_letter_id,
 )
 from interlock.transport.jetstream import connection
 from interlock.transport.natsclient import ack_nowait
@@ -231,12 +229,13 @@ class TaskPath:
         form: stream, sequence, reason) so a redelivered message is dead-lettered once.
         """
         log.error("rejected a message on %s: %s", msg.subject, message)
-        headers = dead_letter_headers(msg, reason, message)
-        headers["Interlock-Dead-Letter-Worker"] = self._worker
-        msg_id = dead_letter_id(msg, reason)  # a redelivered message: one letter
-        if msg_id is not None:
-            headers["Nats-Msg-Id"] = msg_id
-        data = dead_letter_data(msg.data, headers, connection(js).max_payload)
+        headers, data = dead_letter(
+            msg,
+            reason,
+            message,
+            connection(js).max_payload,
+            extra={"Interlock-Dead-Letter-Worker": self._worker},
+        )
 
         async def store() -> None:
             try:

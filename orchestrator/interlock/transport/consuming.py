@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -149,24 +149,50 @@ def dead_letter_id(msg: Msg, reason: str, detail: str | None = None) -> str | No
     return f"{where}.{digest}"
 
 
+def dead_letter(
+    msg: Msg,
+    reason: str,
+    detail: str,
+    max_payload: int,
+    *,
+    digest: bool = False,
+    extra: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], bytes]:
+    """The headers and data of a dead letter about ``msg``: :func:`dead_letter_headers`,
+    then ``extra`` (who wrote it), then the ``Nats-Msg-Id`` of :func:`dead_letter_id`
+    (``digest``: the orchestrator's form), and what :func:`dead_letter_data` keeps of the
+    message for a server whose payload limit is ``max_payload``."""
+    headers = dead_letter_headers(msg, reason, detail)
+    if extra:
+        headers.update(extra)
+    msg_id = dead_letter_id(msg, reason, detail if digest else None)
+    if msg_id is not None:  # a redelivered message: one letter
+        headers["Nats-Msg-Id"] = msg_id
+    return headers, dead_letter_data(msg.data, headers, max_payload)
+
+
 DEAD_LETTER_RETRY_S = 30.0
 """How soon a message whose dead letter could not be stored is delivered again."""
 
 
 async def dead_letter_and_settle(
-    msg: Msg, store: Callable[[], Awaitable[object]], *, term: bool = False
+    msg: Msg,
+    store: Callable[[], Awaitable[object]],
+    *,
+    term: bool = False,
+    retry_s: float = DEAD_LETTER_RETRY_S,
 ) -> bool:
     """Settle ``msg`` after ``store()`` dead-letters it: acked (``term``: terminated) once
     its dead letter is stored; when it cannot be stored (``store`` raises; it says why),
-    handed back for another try in :data:`DEAD_LETTER_RETRY_S`, never dropped, since it
-    is stored nowhere else yet. Both best effort: a message left unsettled comes again
-    after its ack wait. True once the dead letter is stored."""
+    handed back for another try in ``retry_s`` seconds, never dropped, since it is stored
+    nowhere else yet. Both best effort: a message left unsettled comes again after its
+    ack wait. True once the dead letter is stored."""
     try:
         await store()
     # Not stored anywhere else yet: keep it, and try again later.
     except Exception:  # noqa: BLE001
         with contextlib.suppress(Exception):
-            await msg.nak(delay=DEAD_LETTER_RETRY_S)
+            await msg.nak(delay=retry_s)
         return False
     with contextlib.suppress(Exception):
         await (msg.term() if term else msg.ack())

@@ -224,6 +224,7 @@ def test_statuses_and_purposes() -> None:
         "retry",
         "state-timeout",
         "run-deadline",
+        "rate",
     ]
 
 

@@ -187,8 +187,20 @@ def _describe_head(d: RunDescription) -> None:
         status += f" ({d.reason})"
     print(f"status       {status}")
     print(f"state        {d.state}")
+    if d.rate is not None:
+        r = d.rate
+        print(
+            f"{'queued':<12} until {r.until} by the rate of {r.trigger} for key {r.key!r} "
+            f"({r.limit} per {r.per_s:g}s)"
+        )
     for slot in (s for s in d.slots if d.queued or s.holding):
         print(f"{'queued' if d.queued else 'slot':<12} {slot_text(slot, d.queued)}")
+    if d.window is not None:
+        w = d.window
+        print(
+            f"{'window':<12} {w.kind} of {w.count} event(s) for key {w.key!r} of {w.trigger}, "
+            f"opened {w.opened_at}, closed by {w.closed_by}: {', '.join(w.events)}"
+        )
 
 
 def _describe_table(d: RunDescription) -> None:
@@ -301,14 +313,14 @@ async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
 
     def table() -> None:
         if not found:
-            print("no run holds or waits for a concurrency slot")
+            print("no run holds or waits for a concurrency slot, and no trigger gathers events")
             return
         print_table(
             ["LIMIT", "KEY", "RUNNING", "QUEUED", "OLDEST WAIT"],
             [
                 (
                     q.limit,
-                    q.key,
+                    q.key or "-",
                     f"{q.running}/{q.size}",
                     q.queued,
                     "-" if q.oldest_wait_s is None else f"{q.oldest_wait_s:.1f}s",

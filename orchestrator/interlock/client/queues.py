@@ -14,6 +14,7 @@ from interlock.runtime.client import InterlockClient
 from interlock.runtime.concurrency import SlotEntry, Slots
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.pausing import Pauses
+from interlock.runtime.triggerstate import rate_entries, window_entries
 from interlock.runtime.versions import StoredWorkflow
 from interlock.transport.clock import utc_now
 from interlock.views.shapes import QueueView, RunDescription, SlotView
@@ -52,11 +53,47 @@ async def list_queues(ops: InterlockClient, workflow: str | None = None) -> list
     """Every concurrency limit and key with a run holding or waiting, sorted by limit then
     key; with ``workflow`` (``name`` or ``namespace/name``), the limits it declares."""
     entries = await Slots(ops.nc, ops.subjects).entries()
+    now = datetime.now(UTC)
+    views = [queue_view(e, now) for e in entries]
+    views += await trigger_views(ops, now)
     if workflow is not None:
         names = await limit_names(ops, workflow)
-        entries = [e for e in entries if e.limit in names]
-    now = datetime.now(UTC)
-    return sorted((queue_view(e, now) for e in entries), key=lambda q: (q.limit, q.key))
+        views = [v for v in views if v.limit in names]
+    return sorted(views, key=lambda q: (q.limit, q.key))
+
+
+async def trigger_views(ops: InterlockClient, now: datetime) -> list[QueueView]:
+    """The triggers' open windows (``<trigger>@debounce``, ``@batch``: the events
+    gathered, since the first came) and rates (``<trigger>@rate``: the runs started in
+    the last ``per``, of its ``limit``, and the runs waiting their turn)."""
+    out = []
+    for entry in await window_entries(ops.js, ops.subjects):
+        window = entry.open or entry.sealed
+        assert window is not None
+        waited = max((now - datetime.fromisoformat(window.opened_at)).total_seconds(), 0.0)
+        out.append(
+            QueueView(
+                limit=f"{entry.trigger}@{entry.kind}",
+                key=entry.key,
+                running=0,
+                size=0,
+                queued=window.count,
+                oldest_queued_at=window.opened_at,
+                oldest_wait_s=round(waited, 3),
+            )
+        )
+    now_ms = int(now.timestamp() * 1000)
+    for rate in await rate_entries(ops.js, ops.subjects):
+        out.append(
+            QueueView(
+                limit=f"{rate.trigger}@rate",
+                key=rate.key,
+                running=rate.running(now_ms),
+                size=rate.limit,
+                queued=rate.queued(now_ms),
+            )
+        )
+    return out
 
 
 def queue_view(entry: SlotEntry, now: datetime) -> QueueView:
@@ -84,6 +121,10 @@ async def limit_names(ops: InterlockClient, workflow: str) -> set[str]:
     for i, limit in enumerate(spec.get("concurrency") or []):
         scope = limit.get("scope") if isinstance(limit, dict) else None
         out.add(f"{stored.namespace}/{scope or f'{stored.name}#{i + 1}'}")
+    for i, trigger in enumerate(spec.get("triggers") or []):
+        for kind in ("debounce", "batch", "rate"):
+            if isinstance(trigger, dict) and trigger.get(kind):
+                out.add(f"{stored.namespace}/{stored.name}#trigger{i + 1}@{kind}")
     return out
 
 

@@ -108,6 +108,7 @@ def started(
     deadline_s: float | None = None,
     paused: bool = False,
     window: ev.TriggerWindow | None = None,
+    rate: ev.RateHold | None = None,
 ) -> tuple[list[ev.AnyRecord], RunState]:
     """:func:`start`, and the run's state after its records (``fold(records)``, which
     making them has computed already). ``deadline_s``: the run's own deadline (seconds
@@ -143,8 +144,9 @@ def started(
         return step.out, step.state
     if after is not None:
         step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, after))
-    if definition.concurrency or paused:
-        limits.queue(step, definition, inputs, trigger, paused=paused)  # entered once admitted
+    if definition.concurrency or paused or rate:
+        # entered once admitted
+        limits.queue(step, definition, inputs, trigger, paused=paused, rate=rate)
         return step.out, step.state
     step.enter(definition.initial_state)
     return step.out, step.state
@@ -189,7 +191,7 @@ def _react(step: Reactions, definition: Definition, state: RunState, event: Inco
     if state.queued:  # waiting for its concurrency slots: only its deadline counts
         timer = state.timers.get(event.extensions.get("timerid", ""))
         if event.type == TIMER_FIRED and timer is not None:
-            limits.deadline_while_queued(step, timer)
+            limits.deadline_while_queued(step, timer, state)
         return
     if event.type == TIMER_FIRED:
         timer = state.timers.get(event.extensions.get("timerid", ""))

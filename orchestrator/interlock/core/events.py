@@ -47,6 +47,7 @@ from interlock.core.records.flow import (
 )
 from interlock.core.records.run import (
     ParentRef,
+    RateHold,
     RunAdmitted,
     RunAdmittedData,
     RunCancelled,
@@ -118,6 +119,7 @@ __all__ = [
     "MapStarted",
     "MapStartedData",
     "ParentRef",
+    "RateHold",
     "Record",
     "RetryInfo",
     "RunAdmitted",

@@ -133,16 +133,27 @@ def queue(
     trigger: Incoming | None,
     *,
     paused: bool = False,
+    rate: ev.RateHold | None = None,
 ) -> None:
     """After ``run.started``: the run waits for its slots, and (``paused``: its workflow is
-    paused) for its workflow's resumption; or fails, its keys unknown."""
+    paused) for its workflow's resumption; or fails, its keys unknown. ``rate``: first
+    until the time its trigger's rate gave it (a timer)."""
     slots, problem = claims(definition, inputs, trigger)
     if problem is not None:
         step.fail_run(ErrorClass.SCHEMA_ERROR, problem)
         return
     if paused:
         slots.insert(0, pause_claim(definition.namespace, definition.name))
-    step.emit(ev.RunQueued, ev.RunQueuedData(slots=slots))
+    step.emit(ev.RunQueued, ev.RunQueuedData(slots=slots, rate=rate))
+    if rate is not None:
+        step.schedule(TimerPurpose.RATE, rate.until)
+
+
+def rate_passed(step: Reactions, state: RunState, timer: ev.TimerScheduledData) -> None:
+    """A run held by its trigger's rate reached its time: on to its slots (a second
+    ``run.queued``, which the orchestrator admits at once when it needs none)."""
+    step.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))
+    step.emit(ev.RunQueued, ev.RunQueuedData(slots=list(state.slots or [])))
 
 
 def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
@@ -159,8 +170,14 @@ def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRe
     return step.out
 
 
-def deadline_while_queued(step: Reactions, timer: ev.TimerScheduledData) -> None:
-    """A timer of a queued run: only its deadline counts, and it fails the run."""
+def deadline_while_queued(
+    step: Reactions, timer: ev.TimerScheduledData, state: RunState | None = None
+) -> None:
+    """A timer of a queued run: its deadline fails the run; its trigger's rate lets it
+    go on (``rate_passed``)."""
+    if timer.purpose == TimerPurpose.RATE and state is not None:
+        rate_passed(step, state, timer)
+        return
     if timer.purpose != TimerPurpose.RUN_DEADLINE:
         return
     step.emit(ev.TimerFired, ev.TimerFiredData(timer_id=timer.timer_id, purpose=timer.purpose))

@@ -336,7 +336,7 @@ class WorkflowLowering(LoweringScope):
             compiled_input,
             name=f"{meta.namespace}/{meta.name}#trigger{index + 1}",
             window=self._window(path, trigger),
-            rate=self._trigger_rate(path, getattr(trigger, "rate", None)),
+            rate=self._trigger_rate(path, trigger.rate),
         )
 
     def _trigger_key(self, path: Path, source: str | None) -> Expression | None:
@@ -356,7 +356,7 @@ class WorkflowLowering(LoweringScope):
 
     def _window(self, path: Path, trigger: model.Trigger) -> WindowDef | None:
         """A trigger's ``debounce`` or ``batch`` (at most one of them and ``rate``)."""
-        given = [n for n in ("debounce", "batch", "rate") if getattr(trigger, n, None)]
+        given = [n for n in ("debounce", "batch", "rate") if getattr(trigger, n) is not None]
         if len(given) > 1:
             self.error(
                 (*path, given[1]),

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from interlock.core.flowmodel import Batch, ConcurrencyLimit, Debounce
+from interlock.core.flowmodel import Batch, ConcurrencyLimit, Debounce, TriggerRate
 from interlock.core.vocabulary import ErrorClass
 
 WORKFLOW_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1")
@@ -79,6 +79,7 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     input: dict[str, Value] | None = None
     debounce: Debounce | None = None
     batch: Batch | None = None
+    rate: TriggerRate | None = None
 
 
 class Backoff(_Strict, frozen=True, kw_only=True):

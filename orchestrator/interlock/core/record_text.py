@@ -33,7 +33,17 @@ def summarize(record: ev.AnyRecord) -> str:
     d: Any = record.data
     kind = ev.record_type(record).removeprefix(ev.PREFIX)
     if isinstance(record, ev.RunStarted):
-        return f"{kind} {d.workflow} v{d.version}"
+        w = d.window
+        came = (
+            ""
+            if w is None
+            else f" from a {w.kind} window of {w.count} event(s) for key {w.key!r} of "
+            f"{w.trigger}, closed by {w.closed_by} (events {', '.join(w.events)})"
+        )
+        return f"{kind} {d.workflow} v{d.version}{came}"
+    if isinstance(record, ev.RunQueued) and d.rate is not None:
+        r = d.rate
+        return f"{kind} until {r.until} by the rate of {r.trigger} for key {r.key!r}"
     if isinstance(record, ev.StateEntered):
         return f"{kind} {d.state}"
     if isinstance(record, ev.ActionRequested):

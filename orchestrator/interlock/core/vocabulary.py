@@ -127,3 +127,6 @@ class TimerPurpose(StrEnum):
     RUN_DEADLINE = "run-deadline"
     """The run did not finish within ``spec.deadline``: the one timer that belongs to the
     run rather than to a state visit."""
+    RATE = "rate"
+    """The run's trigger was over its rate: the run starts now (``run.queued``'s
+    ``rate.until``)."""

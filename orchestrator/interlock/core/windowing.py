@@ -1,17 +1,34 @@
-"""Debounced and batched triggers' windows, as the triggers bucket keeps them, and when
-one is due. Pure (the runtime's :mod:`interlock.runtime.windows` keeps and closes them)."""
+"""Debounced and batched triggers' windows and triggers' rates, as the triggers bucket
+keeps them: when a window is due, and what start a rate gives. Pure (the runtime's
+:mod:`interlock.runtime.windows` and :mod:`interlock.runtime.rates` keep them)."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from interlock.core.definition import TriggerDef
-from interlock.core.incoming import Incoming
 from interlock.core.rfc3339 import format_time, parse_time
+
+if TYPE_CHECKING:  # the listings read windows without the compiler's modules
+    from interlock.core.definition import TriggerDef
+    from interlock.core.incoming import Incoming
+
+
+class EventCopy(msgspec.Struct, kw_only=True, frozen=True):
+    """A window's copy of an event (the fields of an ``Incoming``)."""
+
+    type: str
+    source: str
+    id: str
+    data: Any = None
+    time: str | None = None
+    subject: str | None = None
+    extensions: dict[str, str] = {}
+
 
 WINDOW_TIMER = ":window:"
 """Part of the id of a window's timer: ``<run id>:window:<entry>:<fire time, ms>``."""
@@ -39,7 +56,7 @@ class Window(msgspec.Struct, kw_only=True):
     """A batch's run input items, in order (a debounce keeps none)."""
     size: int = 0
     """Bytes of ``items``."""
-    last: Incoming | None = None
+    last: EventCopy | None = None
     """Its last event: the run's trigger event."""
     last_inputs: dict[str, Any] = {}
     """The inputs a debounce's trigger renders from its last event."""
@@ -110,3 +127,49 @@ def due_at(entry_kind: str, window: Window, trigger: TriggerDef) -> tuple[str, s
         if not before(due, latest):
             return latest, "max_wait"
     return due, "period"
+
+
+# --- rates ------------------------------------------------------------------------
+
+
+class RateEntry(msgspec.Struct, kw_only=True):
+    """A trigger's key's recent and coming starts, as the triggers bucket keeps them."""
+
+    trigger: str
+    key: str
+    limit: int
+    per_s: float
+    starts: list[int] = []
+    """Start times given (ms since the epoch), ascending; the last ``limit``."""
+
+    def running(self, now_ms: int) -> int:
+        """Starts given in the ``per`` up to now.
+
+        Of the ``limit`` kept, each one still to come stands for one of the same place
+        ``per`` earlier (a run that waited was given the start ``limit`` places before it,
+        plus ``per``), so it counts too."""
+        since = now_ms - self.per_s * 1000
+        return sum(1 for at in self.starts if at > since)
+
+    def queued(self, now_ms: int) -> int:
+        """Starts given that are still to come: each kept one to come, and those it stands
+        for every ``per`` before it that are still to come (see :meth:`running`)."""
+        per = self.per_s * 1000
+        return sum(math.ceil((at - now_ms) / per) for at in self.starts if at > now_ms)
+
+
+decode_rate = msgspec.json.Decoder(RateEntry).decode
+
+
+def rate_token(trigger: str, key: str) -> str:
+    first = hashlib.sha256(trigger.encode()).hexdigest()[:16]
+    second = hashlib.sha256(f"{trigger}\0{key}".encode()).hexdigest()[:32]
+    return f"r.{first}.{second}"
+
+
+def next_start(entry: RateEntry, now_ms: int) -> int:
+    """The start time the next event is given (see the module)."""
+    at = max(now_ms, entry.starts[-1]) if entry.starts else now_ms
+    if len(entry.starts) >= entry.limit:
+        at = max(at, entry.starts[-entry.limit] + math.ceil(entry.per_s * 1000))
+    return at

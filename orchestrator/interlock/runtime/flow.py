@@ -200,6 +200,8 @@ class ControlFlow:
 
     async def _queued(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.RunQueued)
+        if record.data.rate is not None:
+            return  # its rate's timer queues it again, for its slots, when its time comes
         await self.admission.queued(record.subject, record.data.slots, record.time)
 
     async def _finished(

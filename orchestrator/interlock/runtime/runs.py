@@ -362,6 +362,7 @@ class Runs:
         deadline_s: float | None = None,
         paused: bool = False,
         window: ev.TriggerWindow | None = None,
+        rate: ev.RateHold | None = None,
     ) -> Opening:
         """The first records of a run, decided but not appended (:meth:`open` appends
         them): a caller that must wait for something before starting (the ingress, for
@@ -397,6 +398,7 @@ class Runs:
                     deadline_s=deadline_s,
                     paused=paused,
                     window=window,
+                    rate=rate,
                 )
             ),
             definition,

@@ -10,10 +10,13 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from interlock.core import events as ev
 from interlock.core.bounds import max_event_bytes
 from interlock.core.engine import Incoming, derive_run_id
+from interlock.core.step import seconds_text
 from interlock.runtime.errors import InvalidInputs
 from interlock.runtime.pausing import Pauses
+from interlock.runtime.rates import Rates
 from interlock.runtime.registry import Registry
 from interlock.runtime.routing import Start
 from interlock.runtime.runs import Opening, Runs
@@ -47,6 +50,7 @@ class TriggerStarts:
         self._pauses = pauses
         self._counters = counters
         self._dead_letter = dead_letter
+        self.rates = Rates(nc, subjects, clock=clock, counters=counters)
         self.windows = Windows(
             nc,
             subjects,
@@ -70,22 +74,26 @@ class TriggerStarts:
             if start.error is not None or (window is not None and window.kind == "batch"):
                 out.append(None)
                 continue
-            definition = start.definition
             try:
-                out.append(
-                    await self._runs.opening(
-                        definition,
-                        start.version,
-                        derive_run_id(definition, event.source, event.id),
-                        start.inputs,
-                        trigger=incoming,
-                        traceparent=event.extensions.get("traceparent"),
-                        paused=self._pauses.holds(definition.namespace, definition.name),
-                    )
-                )
+                out.append(await self._opening(start, incoming))
             except InvalidInputs as exc:
                 out.append(exc)
         return out
+
+    async def _opening(
+        self, start: Start, incoming: Incoming, rate: ev.RateHold | None = None
+    ) -> Opening:
+        definition = start.definition
+        return await self._runs.opening(
+            definition,
+            start.version,
+            derive_run_id(definition, incoming.source, incoming.id),
+            start.inputs,
+            trigger=incoming,
+            traceparent=incoming.extensions.get("traceparent"),
+            paused=self._pauses.holds(definition.namespace, definition.name),
+            rate=rate,
+        )
 
     async def start(
         self,
@@ -94,7 +102,8 @@ class TriggerStarts:
         found: list[Start],
         openings: list[Opening | InvalidInputs | None],
     ) -> int:
-        """Start (or window) what ``found`` says; how many of them took the event."""
+        """Start (or window, or hold to its rate) what ``found`` says; how many of them
+        took the event."""
         started = 0
         for start, opening in zip(found, openings, strict=True):
             if start.error is not None:
@@ -103,19 +112,50 @@ class TriggerStarts:
             if isinstance(opening, InvalidInputs):
                 await self._dead_letter(msg, "invalid-inputs", str(opening))
                 continue
-            started += 1
-            if start.trigger is not None and start.trigger.window is not None:
+            trigger = start.trigger
+            if trigger is not None and trigger.window is not None:
                 await self.windows.take(
                     start.definition,
                     start.version,
-                    start.trigger,
+                    trigger,
                     start.key,
                     incoming,
                     start.inputs,
                     room=max_event_bytes(self._nc.max_payload),
                 )
+                started += 1
                 continue
+            if trigger is not None and trigger.rate is not None:
+                opening = await self._rated(msg, start, incoming, opening)
+                if opening is None:
+                    continue
             assert opening is not None
+            started += 1
             created, _ = await self._runs.open(opening)
             self._counters["runs_started" if created else "triggers_duplicate"] += 1
         return started
+
+    async def _rated(
+        self, msg: Msg, start: Start, incoming: Incoming, opening: Opening | None
+    ) -> Opening | None:
+        """The opening of a run of a trigger with a ``rate``: as decided when it may start
+        now, one that waits its turn when later, None (dead-lettered) when dropped."""
+        trigger = start.trigger
+        assert trigger is not None
+        rate = trigger.rate
+        assert rate is not None
+        given = await self.rates.give(trigger, start.key)
+        if given.dropped:
+            await self._dead_letter(
+                msg,
+                "rate-limited",
+                f"{trigger.name} starts at most {rate.limit} runs per {seconds_text(rate.per_s)}"
+                f" for key {start.key!r}: this event is over it and is dropped (on_limit: drop)",
+            )
+            return None
+        if given.at is None:
+            return opening
+        hold = ev.RateHold(
+            trigger=trigger.name, key=start.key, until=given.at, limit=rate.limit, per_s=rate.per_s
+        )
+        return await self._opening(start, incoming, hold)

@@ -28,11 +28,10 @@ window; a stale read costs a retry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +47,7 @@ from interlock.core.windowing import (
     MAX_LISTED,
     MAX_REFS,
     WINDOW_TIMER,
+    EventCopy,
     Window,
     WindowEntry,
     before,
@@ -60,13 +60,14 @@ from interlock.core.windowing import (
 )
 from interlock.runtime.errors import InvalidInputs, UnknownWorkflow
 from interlock.runtime.foreign import foreign_value
+from interlock.runtime.keylocks import KeyLocks
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.registry import Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.timers import Timers
+from interlock.runtime.triggerstate import window_entries
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
-from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.windows")
@@ -117,27 +118,10 @@ class Windows:
         self._clock = clock
         self.counters = counters
         self._kv: Any = None
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks = KeyLocks()
         self._sweep: asyncio.Task[None] | None = None
 
     # -- the bucket -------------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _locked(self, token: str) -> AsyncIterator[None]:
-        """One change of an entry at a time in this process (the events of one key are
-        taken together by the ingress: each would lose its compare-and-set to the
-        others); other processes race by revision."""
-        lock, users = self._locks.get(token, (asyncio.Lock(), 0))
-        self._locks[token] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[token]
-            if users == 1:
-                del self._locks[token]
-            else:
-                self._locks[token] = (lock, users - 1)
 
     async def _bucket(self) -> Any:
         if self._kv is None:
@@ -176,16 +160,7 @@ class Windows:
 
     async def entries(self) -> list[WindowEntry]:
         """Every trigger key with a window open or closing (read without a consumer)."""
-        values = await bucket_values(await self._bucket(), "w.>")
-        out = []
-        for value in values.values():
-            try:
-                entry = decode_entry(value)
-            except msgspec.DecodeError:
-                continue
-            if entry.open is not None or entry.sealed is not None:
-                out.append(entry)
-        return out
+        return await window_entries(self._js, self._subjects)
 
     # -- events in --------------------------------------------------------------------
 
@@ -205,7 +180,7 @@ class Windows:
         started. ``inputs``: what the trigger renders from the event; ``room``: the bytes
         a batch's items may take."""
         token = entry_token(trigger.name, key)
-        async with self._locked(token):
+        async with self._locks.locked(token):
             return await self._take(token, version, trigger, key, event, inputs, room)
 
     async def _take(
@@ -256,7 +231,7 @@ class Windows:
                 window.size += item_size
             else:
                 window.last_inputs = inputs
-            window.last = event
+            window.last = EventCopy(**msgspec.structs.asdict(event))
             full = spec.kind == "batch" and window.count >= spec.max_events
             if full:
                 window.closed_by = "max_events"
@@ -304,7 +279,7 @@ class Windows:
         if not _TOKEN.fullmatch(token):
             log.warning("a window timer names no window: %r", timer_id)
             return
-        async with self._locked(token):
+        async with self._locks.locked(token):
             await self._due(token, run_id)
 
     async def _due(self, token: str, run_id: str) -> None:
@@ -382,7 +357,9 @@ class Windows:
                 window.version,
                 window.run_id,
                 inputs,
-                trigger=window.last,
+                trigger=None
+                if window.last is None
+                else Incoming(**msgspec.structs.asdict(window.last)),
                 paused=self._pauses.holds(definition.namespace, definition.name),
                 window=record,
             )
@@ -415,7 +392,7 @@ class Windows:
         for entry in await self.entries():
             token = entry_token(entry.trigger, entry.key)
             if entry.sealed is not None:
-                async with self._locked(token):
+                async with self._locks.locked(token):
                     fresh, revision = await self.read(token)
                     if fresh is not None and fresh.sealed is not None:
                         await self._finish(token, fresh, revision)

@@ -250,7 +250,23 @@ def describe_run(
         warnings=list(warnings),
         queued=state.queued,
         slots=slot_views(state),
+        window=_window(records),
+        rate=_rate_hold(records) if state.queued else None,
     )
+
+
+def _window(records: Sequence[ev.AnyRecord]) -> ev.TriggerWindow | None:
+    first = records[0] if records else None
+    return first.data.window if isinstance(first, ev.RunStarted) else None
+
+
+def _rate_hold(records: Sequence[ev.AnyRecord]) -> ev.RateHold | None:
+    """The rate a queued run waits for (None once its time came: the last ``run.queued``
+    has none)."""
+    for record in reversed(records):
+        if isinstance(record, ev.RunQueued):
+            return record.data.rate
+    return None
 
 
 def slot_views(state: RunState) -> list[SlotView]:

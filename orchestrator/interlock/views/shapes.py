@@ -216,6 +216,10 @@ class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     """Waiting for its concurrency slots (``slots`` says where it stands)."""
     slots: list[SlotView] = []
     """The concurrency slots the run needs (none: its workflow declares no limit)."""
+    window: ev.TriggerWindow | None = None
+    """The window of events a debounced or batched trigger started the run with."""
+    rate: ev.RateHold | None = None
+    """While the run waits for its trigger's rate: until when, under which key."""
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

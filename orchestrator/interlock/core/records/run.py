@@ -137,11 +137,26 @@ class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     the slots against the others' (1 without one)."""
 
 
+class RateHold(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run's trigger was over its ``rate``: the run starts at ``until``, its place in
+    the trigger's line for ``key``."""
+
+    trigger: str
+    """``<namespace>/<workflow>#trigger<n>``."""
+    key: str
+    until: str
+    limit: int
+    per_s: float
+
+
 class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The run waits for a slot of each of its workflow's concurrency limits before it
-    enters its first state (the orchestrator admits it when it holds them all)."""
+    enters its first state (the orchestrator admits it when it holds them all); with
+    ``rate``, first until the time its trigger's rate gave it (then a second
+    ``run.queued``, without ``rate``, takes its slots)."""
 
     slots: list[SlotClaim]
+    rate: RateHold | None = None
 
 
 class RunAdmittedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

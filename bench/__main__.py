@@ -24,6 +24,7 @@ SUITES = {
     "longrun": "bench.longrun_bench",
     "fairness": "bench.fairness_bench",
     "runlist": "bench.runlist_bench",
+    "scale": "bench.scale_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

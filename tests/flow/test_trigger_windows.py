@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from interlock.core import events as ev
+from interlock.core.incoming import Incoming
 from interlock.core.windowing import entry_token
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
@@ -184,3 +185,41 @@ async def test_keys_and_namespaces_keep_windows_of_their_own(stack: Stack) -> No
         ("other", "lone", 1),
     ]
     assert all(r.trigger and r.trigger["id"] in (lone[0], "e200") for r in runs)
+
+
+async def test_a_window_sealed_by_an_orchestrator_that_died_starts_one_run(stack: Stack) -> None:
+    await stack.client.apply([("pushes.yaml", DEBOUNCE)])
+    trigger = "default/pushes#trigger1"
+    ids = await stack.push("x", 2)
+    await stack.taken(trigger, "x", 2)
+    windows = stack.orchestrator.starting.windows
+    token = entry_token(trigger, "x")
+    entry, revision = await windows.read(token)
+    assert entry is not None
+    window = entry.open
+    assert window is not None
+    # What an orchestrator killed between closing the window and starting its run leaves.
+    window.closed_by = "period"
+    entry.sealed, entry.open = window, None
+    assert await windows._write(token, entry, revision)
+    # Every path that finds it finishes it: the sweep of each starting orchestrator, its
+    # timer coming again, the next event of its key. One run, with both events.
+    await windows.sweep()
+    await windows.sweep()
+    await windows.due(window.run_id, f"{window.run_id}:window:{token}:0")
+    later = await stack.push("x")
+    [started] = await stack.runs_of("pushes", 1)
+    assert started.window is not None
+    assert started.window.events == ids
+    # An event delivered again (its orchestrator died before acknowledging it) after its
+    # window's run started is not taken into the next window.
+    definition, version = await stack.client.registry.latest("pushes")
+    again = Incoming(type="com.example.push", source="/git", id=ids[0], data={"repo": "x"})
+    taken = await windows.take(
+        definition, version, definition.triggers[0], "x", again, {"repo": "x"}, room=1 << 16
+    )
+    assert taken.duplicate
+    await stack.timers.advance(10)
+    [_, second] = await stack.runs_of("pushes", 2)
+    assert second.window is not None
+    assert second.window.events == later

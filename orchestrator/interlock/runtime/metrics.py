@@ -46,6 +46,7 @@ from interlock.runtime.runview import (
     epoch_seconds,
     record_seq,
 )
+from interlock.runtime.triggermetrics import TriggerFlowMetrics
 
 log = logging.getLogger("interlock.metrics")
 
@@ -331,6 +332,7 @@ class OrchestratorMetrics(OrchestratorObserver):
     def _keep_children(self, r: CollectorRegistry) -> None:
         """Each labelled metric's children kept, and what each kind of record counts."""
         r.register(_ForeignMessages())
+        self._triggers = TriggerFlowMetrics(r)
         self.answers_late = PlainCounter(
             "interlock_answers_late",
             "Answers to attempts the run itself stopped waiting for: dropped, not dead-lettered",
@@ -386,6 +388,9 @@ class OrchestratorMetrics(OrchestratorObserver):
 
     def conflict(self) -> None:
         self.append_conflicts.inc()
+
+    def trigger_flow(self, what: str, detail: str) -> None:
+        self._triggers.count(what, detail)
 
     # -- records ------------------------------------------------------------------------
 

@@ -56,6 +56,9 @@ class OrchestratorObserver:
     def conflict(self) -> None:
         """An optimistic append lost and the decision was made again."""
 
+    def trigger_flow(self, what: str, detail: str) -> None:
+        """A trigger's window or rate did ``what`` (:mod:`interlock.runtime.triggermetrics`)."""
+
 
 _HOOKS = (
     "appended",
@@ -67,6 +70,7 @@ _HOOKS = (
     "redelivered",
     "deferred",
     "conflict",
+    "trigger_flow",
 )
 
 
@@ -110,3 +114,6 @@ class Observers(OrchestratorObserver):
 
     def conflict(self) -> None:
         self._fan.call("conflict")
+
+    def trigger_flow(self, what: str, detail: str) -> None:
+        self._fan.call("trigger_flow", what, detail)

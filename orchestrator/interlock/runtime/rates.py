@@ -20,7 +20,6 @@ nothing twice (its second time given is not used).
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +32,7 @@ from nats.js.errors import APIError, KeyNotFoundError
 from interlock.core.rfc3339 import format_time, parse_time
 from interlock.core.windowing import RateEntry, decode_rate, encode, next_start, rate_token
 from interlock.runtime.keylocks import KeyLocks
+from interlock.runtime.triggermetrics import RATE
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 
@@ -64,12 +64,17 @@ class Rates:
     """The orchestrator's side of triggers' rates (see the module)."""
 
     def __init__(
-        self, nc: Client, subjects: Subjects, *, clock: Callable[[], str], counters: Counter[str]
+        self,
+        nc: Client,
+        subjects: Subjects,
+        *,
+        clock: Callable[[], str],
+        observe: Callable[[str, str], None] = lambda what, detail: None,
     ) -> None:
         self._js = jetstream(nc)
         self._subjects = subjects
         self._clock = clock
-        self._counters = counters
+        self._observe = observe
         self._kv: Any = None
         self._locks = KeyLocks()
 
@@ -100,15 +105,15 @@ class Rates:
                 now = _ms(self._clock())
                 at = next_start(entry, now)
                 if at > now and rate.on_limit == "drop":
-                    self._counters["trigger_rate:dropped"] += 1
+                    self._observe(RATE, "dropped")
                     return Given(dropped=True)
                 entry.starts = [*entry.starts, at][-rate.limit :]
                 if not await self._write(token, entry, revision, now):
                     continue
                 if at > now:
-                    self._counters["trigger_rate:queued"] += 1
+                    self._observe(RATE, "queued")
                     return Given(at=_time(at))
-                self._counters["trigger_rate:now"] += 1
+                self._observe(RATE, "now")
                 return Given()
         raise RuntimeError(f"rate of {trigger.name} ({key!r}): too many conflicting writes")
 

@@ -186,6 +186,7 @@ class Orchestrator:
             clock=self.clock,
             counters=self.counters,
             dead_letter=self.handling.dead_letter,
+            observe=self.observers.trigger_flow,
         )
 
     def _relay(self, index_hold: float) -> Relay:

@@ -44,13 +44,14 @@ class TriggerStarts:
         clock: Callable[[], str],
         counters: Counter[str],
         dead_letter: DeadLetter,
+        observe: Callable[[str, str], None] = lambda what, detail: None,
     ) -> None:
         self._nc = nc
         self._runs = runs
         self._pauses = pauses
         self._counters = counters
         self._dead_letter = dead_letter
-        self.rates = Rates(nc, subjects, clock=clock, counters=counters)
+        self.rates = Rates(nc, subjects, clock=clock, observe=observe)
         self.windows = Windows(
             nc,
             subjects,
@@ -60,6 +61,7 @@ class TriggerStarts:
             pauses=pauses,
             clock=clock,
             counters=counters,
+            observe=observe,
         )
 
     async def openings(

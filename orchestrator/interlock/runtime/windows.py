@@ -65,6 +65,7 @@ from interlock.runtime.pausing import Pauses
 from interlock.runtime.registry import Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.timers import Timers
+from interlock.runtime.triggermetrics import WINDOW_CLOSED, WINDOW_EVENT, WINDOW_RUN
 from interlock.runtime.triggerstate import window_entries
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
@@ -107,6 +108,7 @@ class Windows:
         pauses: Pauses,
         clock: Callable[[], str],
         counters: Counter[str],
+        observe: Callable[[str, str], None] = lambda what, detail: None,
     ) -> None:
         self._nc = nc
         self._js = jetstream(nc)
@@ -117,6 +119,7 @@ class Windows:
         self._pauses = pauses
         self._clock = clock
         self.counters = counters
+        self._observe = observe
         self._kv: Any = None
         self._locks = KeyLocks()
         self._sweep: asyncio.Task[None] | None = None
@@ -215,7 +218,7 @@ class Windows:
                 window.closed_by = "size"
                 entry.sealed, entry.open = window, None
                 if await self._write(token, entry, revision):
-                    self.counters["windows_closed"] += 1
+                    self._observe(WINDOW_CLOSED, f"{spec.kind}:size")
                 continue
             opened = window is None
             if window is None:
@@ -238,13 +241,13 @@ class Windows:
                 entry.sealed, entry.open = window, None
             if not await self._write(token, entry, revision):
                 continue
-            self.counters["window_events"] += 1
+            self._observe(WINDOW_EVENT, spec.kind)
             if opened:
                 self.counters["windows_opened"] += 1
                 if not full:
                     await self._schedule_first(token, entry, window, trigger)
             if full:
-                self.counters["windows_closed"] += 1
+                self._observe(WINDOW_CLOSED, f"{spec.kind}:max_events")
                 entry, revision = await self.read(token)
                 if entry is not None and entry.sealed is not None:
                     await self._finish(token, entry, revision)
@@ -303,7 +306,7 @@ class Windows:
             window.closed_by = reason
             entry.sealed, entry.open = window, None
             if await self._write(token, entry, revision):
-                self.counters["windows_closed"] += 1
+                self._observe(WINDOW_CLOSED, f"{entry.kind}:{reason}")
         raise RuntimeError(f"window {token}: too many conflicting writes")
 
     async def _trigger(self, entry: WindowEntry, window: Window) -> TriggerDef | None:
@@ -370,7 +373,7 @@ class Windows:
         created, _ = await self._runs.open(opening)
         if created:
             self.counters["runs_started"] += 1
-            self.counters[f"window_runs:{entry.kind}"] += 1
+            self._observe(WINDOW_RUN, entry.kind)
 
     def start(self) -> None:
         """Sweep the windows left by orchestrators that stopped (in the background)."""

@@ -1,4 +1,5 @@
-"""pause and resume: a paused workflow's new runs wait until it is resumed."""
+"""pause and resume: a paused workflow's new runs wait until it is resumed; a paused run
+takes no transition until it is resumed (the events that reach it are held)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,43 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: Sub) -> None:
-    for verb, what, func in (
-        ("pause", "new runs of a workflow wait (queued) until it is resumed", cmd_pause),
-        ("resume", "the runs a paused workflow held go on, in order", cmd_resume),
+    for verb, what, run_what, func, run_func in (
+        (
+            "pause",
+            "new runs of a workflow wait (queued) until it is resumed",
+            "a run takes no transition until it is resumed (events reaching it are held)",
+            cmd_pause,
+            cmd_pause_run,
+        ),
+        (
+            "resume",
+            "the runs a paused workflow held go on, in order",
+            "a paused run goes on: the events it held are decided on, in order",
+            cmd_resume,
+            cmd_resume_run,
+        ),
     ):
-        p = sub.add_parser(verb, help=what)
+        p = sub.add_parser(verb, help=f"{what}; or {run_what}")
         kinds = p.add_subparsers(dest=f"{verb}_kind", metavar="KIND", required=True)
         q = kinds.add_parser("workflow", help=what)
         q.add_argument("name", metavar="NAME", help="NAME or NAMESPACE/NAME")
         if verb == "pause":
             q.add_argument("--reason", default="paused by an operator", help="recorded with it")
+            q.add_argument(
+                "--runs",
+                action="store_true",
+                help="its runs in flight are paused too (resuming the workflow resumes them)",
+            )
         q.add_argument("--json", action="store_true")
         add_connection_flags(q)
         q.set_defaults(func=with_client(func))
+        r = kinds.add_parser("run", help=run_what)
+        r.add_argument("run_id", metavar="ID", help="the run's id")
+        if verb == "pause":
+            r.add_argument("--reason", default="paused by an operator", help="recorded with it")
+        r.add_argument("--json", action="store_true")
+        add_connection_flags(r)
+        r.set_defaults(func=with_client(run_func))
 
 
 async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
@@ -35,13 +60,15 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
     from interlock.client.queues import pause_workflow
 
     try:
-        name = await pause_workflow(client.ops, args.name, args.reason)
+        name, runs = await pause_workflow(client.ops, args.name, args.reason, runs=args.runs)
     except UnknownWorkflow as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
     if args.json:
-        print_json({"workflow": name, "paused": True})
-    else:
-        print(f"paused {name}: its new runs wait until 'interlock resume workflow {name}'")
+        print_json({"workflow": name, "paused": True, "runs": runs})
+        return EXIT_OK
+    print(f"paused {name}: its new runs wait until 'interlock resume workflow {name}'")
+    if args.runs:
+        print(f"paused {len(runs)} run(s) in flight with it")
     return EXIT_OK
 
 
@@ -50,13 +77,48 @@ async def cmd_resume(client: Client, args: argparse.Namespace) -> int:
     from interlock.client.queues import resume_workflow
 
     try:
-        name, was = await resume_workflow(client.ops, args.name)
+        name, was, runs = await resume_workflow(client.ops, args.name)
     except UnknownWorkflow as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
     if args.json:
-        print_json({"workflow": name, "resumed": was})
-    elif was:
+        print_json({"workflow": name, "resumed": was, "runs": runs})
+        return EXIT_OK
+    if was:
         print(f"resumed {name}: the runs it held go on, in order")
     else:
         print(f"{name} was not paused")
+    if runs:
+        print(f"resumed {len(runs)} run(s) paused with it")
+    return EXIT_OK
+
+
+async def cmd_pause_run(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownRun
+
+    try:
+        done = await client.pause_run(args.run_id, args.reason)
+    except UnknownRun as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    if args.json:
+        print_json({"run_id": args.run_id, "paused": True, "changed": done})
+    elif done:
+        print(f"paused run {args.run_id}: it holds what reaches it until resumed")
+    else:
+        print(f"run {args.run_id} was not paused: it has ended, or was paused already")
+    return EXIT_OK
+
+
+async def cmd_resume_run(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client import UnknownRun
+
+    try:
+        done = await client.resume_run(args.run_id)
+    except UnknownRun as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    if args.json:
+        print_json({"run_id": args.run_id, "paused": False, "changed": done})
+    elif done:
+        print(f"resumed run {args.run_id}: what it held is decided on, in order")
+    else:
+        print(f"run {args.run_id} was not paused")
     return EXIT_OK

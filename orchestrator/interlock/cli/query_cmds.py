@@ -186,6 +186,11 @@ def _describe_head(d: RunDescription) -> None:
     elif d.reason:
         status += f" ({d.reason})"
     print(f"status       {status}")
+    if d.paused is not None:
+        with_workflow = " with its workflow" if d.paused.workflow else ""
+        why = f": {d.paused.reason}" if d.paused.reason else ""
+        print(f"paused       since {d.paused.at}{with_workflow}{why}")
+        print(f"{'':<12} {d.paused.held} event(s) held until 'interlock resume run {d.run_id}'")
     print(f"state        {d.state}")
     if d.rate is not None:
         r = d.rate

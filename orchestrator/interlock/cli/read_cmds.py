@@ -47,7 +47,7 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
                 (
                     r.run_id,
                     f"{r.namespace}/{r.workflow}",
-                    r.status,
+                    f"{r.status} (paused)" if r.paused is not None else r.status,
                     r.state,
                     waiting_text(r.waiting),
                     r.started_at,

@@ -405,7 +405,7 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
     # The decision that took it may also have ended the run: failed (or cancelled) is
     # not what the signal was for.
     ended = told.after in (RunStatus.FAILED, RunStatus.CANCELLED)
-    code = EXIT_OK if told.outcome in ("moved", "recorded") and not ended else EXIT_FAILED
+    code = EXIT_OK if told.outcome in ("moved", "recorded", "held") and not ended else EXIT_FAILED
     if output_format(args) != "table":
         emit(args, told)
         return code
@@ -424,6 +424,8 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
         _print_gates(told.gates)
         if not told.gates:
             print("  no gate checked it yet: a gate reads the evidence kept when it is checked")
+    elif told.outcome == "held":
+        print(f"{name} held by paused run {run}: decided on when it is resumed")
     elif told.outcome == "declined":
         err(f"run {run} took {name} in state {told.state}, but no guard was true: it stays")
         for why in told.declined:

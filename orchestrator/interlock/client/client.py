@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
 
@@ -52,14 +52,14 @@ if TYPE_CHECKING:
     from interlock.runtime.retention import Deleted
     from interlock.runtime.snapshots import Read
 
-# What loads the compiler, the dialects or the engine (apply, emit, signal and the debugging
-# calls) imports it when called, and so do the modules behind those calls (emitting,
-# signalling, debugging): a program that only reads never loads them.
+# What loads the compiler, the dialects or the engine (apply, emit, signal, debugging) is
+# imported when called, by the modules behind those calls too: reading never loads them.
 
 EMIT_WAIT_S = 5.0
 """How long ``emit`` waits for the runs it starts to be in the log, by default."""
 SIGNAL_WAIT_S = 5.0
 """How long ``signal`` waits to see what the run did with the event, by default."""
+T = TypeVar("T")
 
 
 class Client(DeadLetterCalls):
@@ -298,15 +298,27 @@ class Client(DeadLetterCalls):
         signal = signalling.Signal(run_id, name, data, source, id or secrets.token_hex(8))
         return await signalling.send(self._ops, self._watcher, signal, wait)
 
+    async def pause_run(self, run_id: str, reason: str = "paused by an operator") -> bool:
+        """Pause a running run: no transition until resumed, what reaches it held in its
+        log (False: ended, or paused already). Operators only. Raises UnknownRun."""
+        return await self._on_run(run_id, self._ops.pause_run, reason)
+
+    async def resume_run(self, run_id: str) -> bool:
+        """Resume a paused run, what it held decided on in order (False: not paused)."""
+        return await self._on_run(run_id, self._ops.resume_run)
+
     async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
         """Cancel a running run; False when it had finished already.
 
         Raises:
             UnknownRun: no such run.
         """
+        return await self._on_run(run_id, self._ops.cancel, reason)
+
+    async def _on_run(self, run_id: str, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         check_run_id(run_id)
         async with no_stream_is_no_run(run_id):
-            return await self._ops.cancel(run_id, reason)
+            return await call(run_id, *args)
 
     async def delete_run(
         self, run_id: str, *, archive_bucket: str | None = None, archive_dir: str | None = None
@@ -381,9 +393,7 @@ class Client(DeadLetterCalls):
 
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
         """The run's log: every record, in order. Raises :class:`UnknownRun`."""
-        check_run_id(run_id)
-        async with no_stream_is_no_run(run_id):
-            return await self._ops.read(run_id)
+        return await self._on_run(run_id, self._ops.read)
 
     async def state(self, run_id: str) -> RunState:
         """The run's state folded from its log (the engine's own view)."""
@@ -391,9 +401,7 @@ class Client(DeadLetterCalls):
 
     async def _read_state(self, run_id: str) -> Read:
         """The run's state from its snapshot and the records after (UnknownRun: none)."""
-        check_run_id(run_id)
-        async with no_stream_is_no_run(run_id):
-            return await self._ops.read_state(run_id)
+        return await self._on_run(run_id, self._ops.read_state)
 
     async def logs(
         self,

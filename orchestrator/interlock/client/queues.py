@@ -128,20 +128,38 @@ async def limit_names(ops: InterlockClient, workflow: str) -> set[str]:
     return out
 
 
-async def pause_workflow(ops: InterlockClient, workflow: str, reason: str) -> str:
-    """Pause a workflow (its new runs wait until it is resumed); its ``namespace/name``.
+async def pause_workflow(
+    ops: InterlockClient, workflow: str, reason: str, *, runs: bool = False
+) -> tuple[str, list[str]]:
+    """Pause a workflow (its new runs wait until it is resumed) and, with ``runs``, its
+    runs in flight (each paused with it); its ``namespace/name`` and the runs paused.
     Raises UnknownWorkflow."""
     stored = await _stored(ops, workflow)
+    name = f"{stored.namespace}/{stored.name}"
     pauses = Pauses(ops.nc, ops.subjects)
-    await pauses.pause(stored.namespace, stored.name, utc_now(), reason)
-    return f"{stored.namespace}/{stored.name}"
+    await pauses.pause(stored.namespace, stored.name, utc_now(), reason, runs=runs)
+    paused: list[str] = []
+    if runs:
+        for item in await ops.list_runs(workflow=name, status="running"):
+            run_id = str(item.get("run_id", ""))
+            if await ops.pause_run(run_id, reason, workflow=True):
+                paused.append(run_id)
+    return name, paused
 
 
-async def resume_workflow(ops: InterlockClient, workflow: str) -> tuple[str, bool]:
-    """Resume a workflow: its ``namespace/name``, and whether it was paused."""
+async def resume_workflow(ops: InterlockClient, workflow: str) -> tuple[str, bool, list[str]]:
+    """Resume a workflow, and the runs paused with it: its ``namespace/name``, whether it
+    was paused, and the runs resumed."""
     stored = await _stored(ops, workflow)
+    name = f"{stored.namespace}/{stored.name}"
     done = await Pauses(ops.nc, ops.subjects).resume(stored.namespace, stored.name)
-    return f"{stored.namespace}/{stored.name}", done
+    resumed: list[str] = []
+    for item in await ops.list_runs(workflow=name, status="running"):
+        run_id = str(item.get("run_id", ""))
+        state = await ops.state(run_id)
+        if state.paused is not None and state.paused.workflow and await ops.resume_run(run_id):
+            resumed.append(run_id)
+    return name, done, resumed
 
 
 async def _stored(ops: InterlockClient, workflow: str) -> StoredWorkflow:

@@ -52,7 +52,15 @@ async def send(
     definition = await definition_of(ops, state)
     takes = definition.states[state.state].transitions_for(signal.name) if definition else ()
     # Evidence is kept whatever state the run is in (a gate reads it when checked).
-    if definition is not None and not takes and signal.name not in definition.evidence_events:
+    # A paused run is sent the event whatever its state: it holds what it will take once
+    # resumed, and that may be a later state's.
+    paused = state.paused is not None
+    if (
+        definition is not None
+        and not takes
+        and not paused
+        and signal.name not in definition.evidence_events
+    ):
         waits = sorted({t.event for t in definition.states[state.state].transitions})
         return base.result("not-waiting", waiting_for=waits)
     ce = CloudEvent(
@@ -99,7 +107,7 @@ async def _decision_on(
             # Evidence is kept as evidence.recorded, an event the state waits for as
             # event.received: either is the decision that took it.
             if (
-                isinstance(record, ev.EventReceived | ev.EvidenceRecorded)
+                isinstance(record, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld)
                 and record.data.event.get("id") == event_id
             ):
                 return batch
@@ -205,6 +213,8 @@ def _outcome(
                 gates=gates,
                 ended=ended,
             )
+    if any(isinstance(r, ev.EventHeld) for r in batch):
+        return base.result("held")
     if any(isinstance(r, ev.EvidenceRecorded) for r in batch):
         return base.result("recorded", guard_errors=errors, gates=gates, ended=ended)
     return base.result(

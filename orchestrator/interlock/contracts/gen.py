@@ -74,6 +74,12 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "`run.admitted`.",
     "run.admitted": "The run holds a slot of each limit it waited for (freed by the record "
     "that ends it); its first state is entered next.",
+    "run.paused": "The run takes no transition and requests no action until `run.resumed` "
+    "(the reason; `workflow`: paused with its workflow, resumed with it).",
+    "event.held": "An event reached the paused run that it would take (an answer, a due "
+    "timer, an external event): a full copy, decided on once the run is resumed.",
+    "run.resumed": "The run goes on: the events it held are decided on next, in the order "
+    "they came, their records following this one.",
 }
 """One line per record type, keyed by the type without the ``io.interlock.`` prefix."""
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core import limits
+from interlock.core import limits, runpause
 from interlock.core.definition import Definition
 from interlock.core.incoming import (
     TIMER_FIRED,
@@ -34,7 +34,7 @@ from interlock.core.incoming import (
 from interlock.core.reactions import Reactions
 from interlock.core.seen import event_key
 from interlock.core.spawn import spawn_budget
-from interlock.core.state import RunState
+from interlock.core.state import RunState, fold
 from interlock.core.step import GuardCheck, backoff_seconds, plus_seconds
 from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED, RunStatus, TimerPurpose
 
@@ -181,6 +181,14 @@ def decided(
     which deciding has computed already)."""
     if state.status != RunStatus.RUNNING:
         return [], state
+    if state.paused is not None:  # held if the run, resumed, would take it (runpause)
+        resumed = fold(resume(definition, state, now), state)
+        if resumed.status != RunStatus.RUNNING:
+            return [], state
+        step = Reactions(definition, resumed, now)
+        _react(step, definition, resumed, event)
+        held = runpause.hold(state, event, now) if step.out else []
+        return held, fold(held, state)
     step = Reactions(definition, state, now, trace=trace)
     _react(step, definition, state, event)
     return step.out, step.state
@@ -234,6 +242,19 @@ def _evidence(step: Reactions, event: Incoming) -> None:
         return
     if current.dag is not None and step.running and step.state.dag is not None:
         step.advance_dag(current, current.dag)
+
+
+def resume(definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
+    """``run.resumed`` of a paused run, then the records of each event it held decided on
+    in turn (see :mod:`runpause`); nothing for a run that is not paused."""
+    if state.status != RunStatus.RUNNING or state.paused is None:
+        return []
+    out: list[ev.AnyRecord] = [runpause.resumed(state, now)]
+    current = fold(out, state)
+    for event in state.paused.held:
+        records, current = decided(definition, current, runpause.incoming(event), now)
+        out += records
+    return out
 
 
 def cancel(definition: Definition, state: RunState, *, reason: str, now: str) -> list[ev.AnyRecord]:

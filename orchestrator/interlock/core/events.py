@@ -46,6 +46,8 @@ from interlock.core.records.flow import (
     TransitionFiredData,
 )
 from interlock.core.records.run import (
+    EventHeld,
+    EventHeldData,
     ParentRef,
     RateHold,
     RunAdmitted,
@@ -60,8 +62,13 @@ from interlock.core.records.run import (
     RunForkedData,
     RunMigrated,
     RunMigratedData,
+    RunPause,
+    RunPaused,
+    RunPausedData,
     RunQueued,
     RunQueuedData,
+    RunResumed,
+    RunResumedData,
     RunStarted,
     RunStartedData,
     SlotClaim,
@@ -106,6 +113,8 @@ __all__ = [
     "DagStarted",
     "DagStartedData",
     "ErrorInfo",
+    "EventHeld",
+    "EventHeldData",
     "EventReceived",
     "EventReceivedData",
     "EvidenceRecorded",
@@ -134,8 +143,13 @@ __all__ = [
     "RunForkedData",
     "RunMigrated",
     "RunMigratedData",
+    "RunPause",
+    "RunPaused",
+    "RunPausedData",
     "RunQueued",
     "RunQueuedData",
+    "RunResumed",
+    "RunResumedData",
     "RunStarted",
     "RunStartedData",
     "SlotClaim",
@@ -186,6 +200,9 @@ AnyRecord = (
     | GateChecked
     | RunQueued
     | RunAdmitted
+    | RunPaused
+    | EventHeld
+    | RunResumed
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__

@@ -162,8 +162,8 @@ def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRe
     records nothing twice."""
     from interlock.core.reactions import Reactions
 
-    if not state.queued or state.slots is None:
-        return []
+    if not state.queued or state.slots is None or state.paused is not None:
+        return []  # (a paused run is admitted when it is resumed)
     step = Reactions(definition, state, now)
     step.emit(ev.RunAdmitted, ev.RunAdmittedData(limits=[s.limit for s in state.slots]))
     step.enter(definition.initial_state)

@@ -16,6 +16,7 @@ from msgspec.structs import replace
 from interlock.core import events as ev
 from interlock.core.seen import taken
 from interlock.core.spawn import SpawnProgress
+from interlock.core.statecodec import encode_state as encode_state
 from interlock.core.vocabulary import FINISHED, RunStatus, StepStatus, TimerPurpose
 
 
@@ -133,6 +134,8 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     spawn: SpawnProgress | None = None
     """The run's depth and spawn allowance (None: a root run without spawn budgets)."""
     slots: list[ev.SlotClaim] | None = None
+    paused: ev.RunPause | None = None
+    """Set while the run is paused (``run.paused`` to ``run.resumed``)."""
     """The concurrency slots the run needs (None: its workflow declares no limit)."""
 
     @property
@@ -433,6 +436,17 @@ def _run_queued(s: RunState, r: ev.RunQueued) -> RunState:
     return replace(s, seq=s.seq + 1, updated_at=r.time, slots=r.data.slots)
 
 
+def _pause(s: RunState, r: ev.RunPaused | ev.EventHeld | ev.RunResumed) -> RunState:
+    """Paused; an event held while paused; resumed (see :mod:`interlock.core.runpause`)."""
+    paused: ev.RunPause | None = None
+    if isinstance(r, ev.RunPaused):
+        paused = ev.RunPause(at=r.time, reason=r.data.reason, workflow=r.data.workflow)
+    elif isinstance(r, ev.EventHeld):
+        held = s.paused or ev.RunPause(at=r.time)
+        paused = replace(held, held=[*held.held, r.data.event])
+    return replace(s, seq=s.seq + 1, updated_at=r.time, paused=paused)
+
+
 _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.RunStarted: _run_started,
     ev.StateEntered: _state_entered,
@@ -459,6 +473,9 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.GateChecked: _gate_checked,
     ev.RunQueued: _run_queued,
     ev.RunAdmitted: _counted,
+    ev.RunPaused: _pause,
+    ev.EventHeld: _pause,
+    ev.RunResumed: _pause,
 }
 
 
@@ -474,21 +491,3 @@ def fold(records: Iterable[ev.Record], state: RunState | None = None) -> RunStat
     for record in records:
         current = table[type(record)](current, record)
     return current
-
-
-_state_encoder = msgspec.json.Encoder()
-
-_LATER_FIELDS = ("dag", "evidence", "cost", "spent", "spawn", "slots")
-"""Fields added to RunState after states were first pinned (tests/golden): left out of
-the canonical bytes while unset, so a run that does not use them encodes as before."""
-
-
-def encode_state(state: RunState) -> bytes:
-    """Canonical bytes of a state (the replay guarantee compares these)."""
-    unset = [name for name in _LATER_FIELDS if getattr(state, name) is None]
-    if not unset:
-        return _state_encoder.encode(state)
-    fields = msgspec.structs.asdict(state)
-    for name in unset:
-        del fields[name]
-    return _state_encoder.encode(fields)

@@ -164,6 +164,17 @@ def _before(before: str | None, older_than: str | None) -> datetime | None:
     return min(times) if times else None
 
 
+Reason = Annotated[str, msgspec.Meta(max_length=1024)]
+
+
+class PauseRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Pause a workflow (an empty body is this with its defaults); ``runs``: its runs in
+    flight are paused too, and resumed with it."""
+
+    reason: Reason = "paused over HTTP"
+    runs: bool = False
+
+
 class PauseResponse(msgspec.Struct, frozen=True, kw_only=True):
     """``interlock pause|resume workflow NAME --json``."""
 
@@ -172,15 +183,32 @@ class PauseResponse(msgspec.Struct, frozen=True, kw_only=True):
     """Whether it is paused now."""
     changed: bool
     """Whether it was not so before."""
+    runs: list[str] = []
+    """The runs paused (or resumed) with it."""
+
+
+class RunPauseRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    reason: Reason = "paused over HTTP"
+
+
+class RunPauseResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """``interlock pause|resume run ID --json``."""
+
+    run_id: str
+    paused: bool
+    """Whether it is paused now (as far as this call knows: False once it has ended)."""
+    changed: bool
+    """Whether this call paused (or resumed) it."""
 
 
 @operates("pause workflows")
 async def pause_workflow(request: Request, gw: Gateway) -> Response:
-    """``interlock pause workflow NAME``: its new runs wait until it is resumed."""
+    """``interlock pause workflow NAME [--runs]``: its new runs wait until it is resumed."""
     from interlock.client.queues import pause_workflow as pause
 
-    name = await pause(gw.api.ops, _name(request), "paused over HTTP")
-    return json_view(PauseResponse(workflow=name, paused=True, changed=True))
+    req: PauseRequest = await _json_body(gw, request, PauseRequest)
+    name, runs = await pause(gw.api.ops, _name(request), req.reason, runs=req.runs)
+    return json_view(PauseResponse(workflow=name, paused=True, changed=True, runs=runs))
 
 
 @operates("resume workflows")
@@ -188,13 +216,32 @@ async def resume_workflow(request: Request, gw: Gateway) -> Response:
     """``interlock resume workflow NAME``: the runs it held go on, in order."""
     from interlock.client.queues import resume_workflow as resume
 
-    name, was = await resume(gw.api.ops, _name(request))
-    return json_view(PauseResponse(workflow=name, paused=False, changed=was))
+    name, was, runs = await resume(gw.api.ops, _name(request))
+    return json_view(PauseResponse(workflow=name, paused=False, changed=was, runs=runs))
+
+
+@operates("pause runs")
+async def pause_run(request: Request, gw: Gateway) -> Response:
+    """``interlock pause run ID``: it takes no transition until resumed."""
+    req: RunPauseRequest = await _json_body(gw, request, RunPauseRequest)
+    run_id = request.path_params["run_id"]
+    done = await gw.api.pause_run(run_id, req.reason)
+    return json_view(RunPauseResponse(run_id=run_id, paused=done, changed=done))
+
+
+@operates("resume runs")
+async def resume_run(request: Request, gw: Gateway) -> Response:
+    """``interlock resume run ID``: what it held is decided on, in order."""
+    run_id = request.path_params["run_id"]
+    done = await gw.api.resume_run(run_id)
+    return json_view(RunPauseResponse(run_id=run_id, paused=False, changed=done))
 
 
 ROUTES = [
     ("/workflows/{namespace}/{name}/pause", pause_workflow, ["POST"]),
     ("/workflows/{namespace}/{name}/resume", resume_workflow, ["POST"]),
+    ("/runs/{run_id}/pause", pause_run, ["POST"]),
+    ("/runs/{run_id}/resume", resume_run, ["POST"]),
     ("/runs/{run_id}/fork", fork_run, ["POST"]),
     ("/workflows/{namespace}/{name}/migrate", migrate_workflow, ["POST"]),
     ("/dead-letters/{seq}", discard_dead_letter, ["DELETE"]),

@@ -46,7 +46,10 @@ _TYPES: list[Any] = [
     acting.MigrateRequest,
     acting.MigrateReport,
     acting.DiscardResponse,
+    acting.PauseRequest,
     acting.PauseResponse,
+    acting.RunPauseRequest,
+    acting.RunPauseResponse,
     failures.FailureReport,
 ]
 

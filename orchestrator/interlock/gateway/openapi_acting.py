@@ -48,7 +48,8 @@ def acting_paths() -> dict[str, Any]:
 
 def pause_paths() -> dict[str, Any]:
     """``POST /workflows/{namespace}/{name}/pause|resume`` (with the namespace always: a
-    path of three parts would be ``GET /workflows/{namespace}/{name}``'s)."""
+    path of three parts would be ``GET /workflows/{namespace}/{name}``'s), and ``POST
+    /runs/{run_id}/pause|resume``."""
     out: dict[str, Any] = {}
     name = _param("name", "path", {"type": "string"}, "The workflow's name.")
     namespace = _param("namespace", "path", {"type": "string"}, "The namespace.")
@@ -56,13 +57,34 @@ def pause_paths() -> dict[str, Any]:
         ("pause", "Pause a workflow: its new runs wait (queued) until it is resumed"),
         ("resume", "Resume a workflow: the runs it held go on, in order"),
     ):
+        body = {"content": {"application/json": {"schema": ref("PauseRequest")}}}
         out[f"/workflows/{{namespace}}/{{name}}/{verb}"] = {
             "post": _op(
                 f"{what} (operator)",
                 {"200": _json(ref("PauseResponse"))},
                 params=[namespace, name],
+                body=body if verb == "pause" else None,
                 tag="workflows",
-                errors=(401, 403, 404),
+                errors=(400, 401, 403, 404) if verb == "pause" else (401, 403, 404),
+            )
+        }
+    for verb, what in (
+        (
+            "pause",
+            "Pause a run: it takes no transition and requests no action until resumed; the "
+            "events that reach it meanwhile are held in its log",
+        ),
+        ("resume", "Resume a paused run: the events it held are decided on, in order"),
+    ):
+        body = {"content": {"application/json": {"schema": ref("RunPauseRequest")}}}
+        out[f"/runs/{{run_id}}/{verb}"] = {
+            "post": _op(
+                f"{what} (operator)",
+                {"200": _json(ref("RunPauseResponse"))},
+                params=[_RUN_ID],
+                body=body if verb == "pause" else None,
+                tag="runs",
+                errors=(400, 401, 403, 404),
             )
         }
     return out

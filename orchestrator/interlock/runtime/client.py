@@ -233,6 +233,25 @@ class InterlockClient:
         )
         return bool(records)
 
+    async def pause_run(self, run_id: str, reason: str, *, workflow: bool = False) -> bool:
+        """Pause a running run (``run.paused``); False when it had ended or was paused."""
+        from interlock.core.runpause import pause
+
+        now = self.runs.clock()
+        records = await self.runs.apply(
+            run_id, lambda d, s: pause(s, reason=reason, now=now, workflow=workflow)
+        )
+        return bool(records)
+
+    async def resume_run(self, run_id: str) -> bool:
+        """Resume a paused run: ``run.resumed``, then what it held decided on; False when
+        it was not paused (or had ended)."""
+        from interlock.core.engine import resume
+
+        now = self.runs.clock()
+        records = await self.runs.apply(run_id, lambda d, s: resume(d, s, now))
+        return bool(records)
+
     async def list_runs(
         self, workflow: str | None = None, status: str | None = None
     ) -> list[dict[str, Any]]:

@@ -367,6 +367,10 @@ class Admission:
                 if other != run_id:
                     await self._go_on(other)
 
+    async def go_on(self, run_id: str) -> None:
+        """A run that may hold all its slots now (resumed): admitted if it does."""
+        await self._go_on(run_id)
+
     async def _go_on(self, run_id: str) -> None:
         """A run given a slot: on to its next limits (or admitted); one that ended in the
         meantime gives its slots back."""

@@ -10,7 +10,8 @@
 - ``run.started`` with a correlation key: the run is indexed under it; ``state.entered``
   of such a run: events parked for its key are offered to it again.
 - ``run.queued``: the run takes the concurrency slots it needs, or its place in line
-  (:mod:`concurrency`); the end of a run that needed slots gives them to the next in line.
+  (:mod:`concurrency`); the end of a run that needed slots gives them to the next in line;
+  ``run.resumed`` of a run still queued admits it if it holds them (not while paused).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ _MAY_ACT = frozenset(
         ev.RunCompleted,
         ev.RunFailed,
         ev.RunQueued,
+        ev.RunResumed,
     }
 )
 """The record types :meth:`ControlFlow.effect` may act on (the others have no effect)."""
@@ -177,6 +179,8 @@ class ControlFlow:
             handler = self._offer_parked
         elif isinstance(record, ev.RunQueued):
             handler = self._queued
+        elif isinstance(record, ev.RunResumed):
+            handler = self._resumed
         if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
             orphan = record.data.parent is None
             retained = self.retainer is not None and self.retainer.active
@@ -203,6 +207,14 @@ class ControlFlow:
         if record.data.rate is not None:
             return  # its rate's timer queues it again, for its slots, when its time comes
         await self.admission.queued(record.subject, record.data.slots, record.time)
+
+    async def _resumed(self, record: ev.AnyRecord) -> None:
+        """A run resumed: if it waits for its slots, it is admitted once it holds them (it
+        was not while paused)."""
+        entry = self._runs.cached(record.subject)
+        if entry is not None and entry.state.slots is None:
+            return  # no limit: nothing to admit
+        await self.admission.go_on(record.subject)
 
     async def _finished(
         self, handler: Callable[[ev.AnyRecord], Awaitable[None]] | None, record: ev.AnyRecord

@@ -63,8 +63,11 @@ class Pauses:
             return None
         return _pause_of(entry.value)
 
-    async def pause(self, namespace: str, name: str, at: str, reason: str) -> None:
-        body = json.dumps({"workflow": f"{namespace}/{name}", "at": at, "reason": reason})
+    async def pause(
+        self, namespace: str, name: str, at: str, reason: str, *, runs: bool = False
+    ) -> None:
+        pause = {"workflow": f"{namespace}/{name}", "at": at, "reason": reason, "runs": runs}
+        body = json.dumps(pause)
         await (await self._bucket()).put(pause_key(namespace, name), body.encode())
 
     async def resume(self, namespace: str, name: str) -> bool:

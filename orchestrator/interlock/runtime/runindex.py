@@ -44,6 +44,8 @@ INDEXED = (
     ev.RunMigrated,
     ev.RunQueued,
     ev.RunAdmitted,
+    ev.RunPaused,
+    ev.RunResumed,
 )
 """The records an entry is made of; the others leave it as it is."""
 
@@ -289,12 +291,24 @@ def _run_migrated(current: dict[str, Any], record: ev.RunMigrated) -> None:
     current["version"] = record.data.version
 
 
+def _run_paused(current: dict[str, Any], record: ev.RunPaused) -> None:
+    current["paused"] = {"at": record.time, "reason": record.data.reason}
+    if record.data.workflow:
+        current["paused"]["workflow"] = True
+
+
+def _run_resumed(current: dict[str, Any], record: ev.RunResumed) -> None:
+    current.pop("paused", None)
+
+
 def _run_completed(current: dict[str, Any], record: ev.RunCompleted) -> None:
     current["status"] = _COMPLETED
+    current.pop("paused", None)
 
 
 def _run_failed(current: dict[str, Any], record: ev.RunFailed) -> None:
     current["status"] = _FAILED
+    current.pop("paused", None)
     current["error"] = {
         "class": record.data.error.error_class,
         "message": record.data.error.message,
@@ -303,6 +317,7 @@ def _run_failed(current: dict[str, Any], record: ev.RunFailed) -> None:
 
 def _run_cancelled(current: dict[str, Any], record: ev.RunCancelled) -> None:
     current["status"] = _CANCELLED
+    current.pop("paused", None)
 
 
 _UPDATES: dict[type, Callable[[dict[str, Any], Any], None]] = {
@@ -312,6 +327,8 @@ _UPDATES: dict[type, Callable[[dict[str, Any], Any], None]] = {
     ev.RunMigrated: _run_migrated,
     ev.RunQueued: _run_queued,
     ev.RunAdmitted: _run_admitted,
+    ev.RunPaused: _run_paused,
+    ev.RunResumed: _run_resumed,
     ev.RunCompleted: _run_completed,
     ev.RunFailed: _run_failed,
     ev.RunCancelled: _run_cancelled,

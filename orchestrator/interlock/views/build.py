@@ -23,6 +23,7 @@ from interlock.views.shapes import (
     ErrorView,
     GuardErrorView,
     MapView,
+    PauseView,
     PendingActionView,
     RunDescription,
     RunOrigin,
@@ -72,6 +73,7 @@ def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
             migrated if isinstance(migrated := item.get("migrated_from"), int) else None
         ),
         waiting=_queued(item.get("queued")),
+        paused=PauseView.of(item.get("paused")),
     )
 
 
@@ -125,6 +127,7 @@ def summary_of(state: RunState) -> RunSummary:
         started_at=state.started_at,
         updated_at=state.updated_at,
         error=ErrorView.of(state.error),
+        paused=PauseView.of(None if state.finished else state.paused),
     )
 
 
@@ -212,16 +215,6 @@ def describe_run(
         )
         for t in sorted(state.timers.values(), key=lambda t: t.fire_at)
     ]
-    progress = None
-    if state.map is not None and not state.finished:
-        m = state.map
-        progress = MapView(
-            items=len(m.items),
-            done=len(m.results),
-            failed=len(m.failed),
-            parallelism=m.parallelism,
-            completion=m.completion,
-        )
     return RunDescription(
         run_id=state.run_id,
         workflow=state.workflow,
@@ -239,7 +232,7 @@ def describe_run(
         pending=pending,
         waiting_for=_waits(definition, state),
         timers=timers,
-        map=progress,
+        map=_map_view(state),
         outputs=state.outputs,
         error=ErrorView.of(state.error),
         reason=reason,
@@ -252,6 +245,7 @@ def describe_run(
         slots=slot_views(state),
         window=_window(records),
         rate=_rate_hold(records) if state.queued else None,
+        paused=PauseView.of(None if state.finished else state.paused),
     )
 
 
@@ -267,6 +261,20 @@ def _rate_hold(records: Sequence[ev.AnyRecord]) -> ev.RateHold | None:
         if isinstance(record, ev.RunQueued):
             return record.data.rate
     return None
+
+
+def _map_view(state: RunState) -> MapView | None:
+    """A map state's progress (None: the run is not in one)."""
+    m = state.map
+    if m is None or state.finished:
+        return None
+    return MapView(
+        items=len(m.items),
+        done=len(m.results),
+        failed=len(m.failed),
+        parallelism=m.parallelism,
+        completion=m.completion,
+    )
 
 
 def slot_views(state: RunState) -> list[SlotView]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -56,6 +57,31 @@ class RunOrigin(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
 
 
+class PauseView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A paused run's pause: since when, why, whether with its workflow
+    (``pause workflow --runs``), and how many events it holds for when it is resumed."""
+
+    at: str
+    reason: str = ""
+    workflow: bool = False
+    held: int = 0
+
+    @classmethod
+    def of(cls, pause: ev.RunPause | Mapping[str, Any] | None) -> PauseView | None:
+        """A run state's pause, or a run-index entry's (None: not paused)."""
+        if isinstance(pause, ev.RunPause):
+            return cls(
+                at=pause.at, reason=pause.reason, workflow=pause.workflow, held=len(pause.held)
+            )
+        if not isinstance(pause, Mapping):
+            return None
+        return cls(
+            at=str(pause.get("at", "")),
+            reason=str(pause.get("reason", "")),
+            workflow=bool(pause.get("workflow", False)),
+        )
+
+
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One line of a run list (``interlock runs``, ``GET /runs``)."""
 
@@ -77,6 +103,8 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """A forked run's origin."""
     migrated_from: int | None = None
     """The version a migrated run ran before it was moved to ``version``."""
+    paused: PauseView | None = None
+    """Set while the run is paused (it takes no transition until resumed)."""
 
 
 class PendingActionView(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,6 +248,9 @@ class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     """The window of events a debounced or batched trigger started the run with."""
     rate: ev.RateHold | None = None
     """While the run waits for its trigger's rate: until when, under which key."""
+    paused: PauseView | None = None
+    """Set while the run is paused: it takes no transition until resumed, and the events
+    that reach it meanwhile are held (``held``) and decided on then."""
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -317,7 +348,9 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     outcome: str
     """``moved`` (a transition fired), ``recorded`` (evidence, kept by the run: ``gates``
     says what each gate it was checked by proved), ``declined`` (the run took the event but
-    no guard was true), ``not-waiting`` (the run's state does not wait for it: not sent),
+    no guard was true), ``held`` (the run is paused and will take it: kept in its log, and
+    decided on when it is resumed), ``not-waiting`` (the run's state does not wait for it:
+    not sent),
     ``finished`` (the run has ended: not sent) or ``unanswered`` (sent, and no orchestrator
     took it in time)."""
     state: str = ""

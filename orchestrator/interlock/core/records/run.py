@@ -1,5 +1,5 @@
 """A run's own records: started, queued for and admitted to its concurrency slots,
-forked, migrated, and ended (completed, failed, cancelled)."""
+forked, migrated, paused and resumed, and ended (completed, failed, cancelled)."""
 
 from __future__ import annotations
 
@@ -195,3 +195,47 @@ class RunQueued(Record, tag=PREFIX + "run.queued", frozen=True):
 
 class RunAdmitted(Record, tag=PREFIX + "run.admitted", frozen=True):
     data: RunAdmittedData
+
+
+class RunPausedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run takes no transition until it is resumed: the events that reach it meanwhile
+    are kept (``event.held``) and decided on when it is."""
+
+    reason: str = ""
+    workflow: bool = False
+    """Paused with its workflow (``pause workflow --runs``): resuming the workflow resumes
+    it."""
+
+
+class EventHeldData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    event: dict[str, Any]
+    """A full copy of the CloudEvent (an answer, a due timer, an external event) that
+    reached the paused run, to be decided on once it is resumed."""
+
+
+class RunResumedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run goes on; the events held while it was paused are decided on next, in the
+    order they came (their records follow this one)."""
+
+    held: int = 0
+
+
+class RunPause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A paused run's pause, in its state: since when, why, and the events held."""
+
+    at: str
+    reason: str = ""
+    workflow: bool = False
+    held: list[dict[str, Any]] = []
+
+
+class RunPaused(Record, tag=PREFIX + "run.paused", frozen=True):
+    data: RunPausedData
+
+
+class EventHeld(Record, tag=PREFIX + "event.held", frozen=True):
+    data: EventHeldData
+
+
+class RunResumed(Record, tag=PREFIX + "run.resumed", frozen=True):
+    data: RunResumedData

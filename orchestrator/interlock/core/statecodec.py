@@ -1,0 +1,24 @@
+"""The canonical bytes of a run's state (what the replay guarantee compares)."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["encode_state"]
+
+_state_encoder = msgspec.json.Encoder()
+
+_LATER_FIELDS = ("dag", "evidence", "cost", "spent", "spawn", "slots", "paused")
+"""Fields added to RunState after states were first pinned (tests/golden): left out of
+the canonical bytes while unset, so a run that does not use them encodes as before."""
+
+
+def encode_state(state: msgspec.Struct) -> bytes:
+    """Canonical bytes of a state (a ``RunState``: the replay guarantee compares these)."""
+    unset = [name for name in _LATER_FIELDS if getattr(state, name) is None]
+    if not unset:
+        return _state_encoder.encode(state)
+    fields = msgspec.structs.asdict(state)
+    for name in unset:
+        del fields[name]
+    return _state_encoder.encode(fields)

@@ -388,6 +388,8 @@ async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
             print(f"reached  {run}  (waiting for it by its correlation key)")
         for workflow in done.parked:
             print(f"kept for {workflow}: no run of its correlation key yet (kept 15 minutes)")
+        for window in done.gathered:
+            print(f"gathered into the window of {window}: its run starts when it closes")
         for r in done.refused:
             print(f"dead-lettered ({r.reason}) by {r.namespace}/{r.workflow}: {r.detail}")
         if not done.matched and not done.refused:

@@ -85,6 +85,7 @@ class Foreseen:
     refused: list[EventRefusal] = field(default_factory=list)
     reached: list[str] = field(default_factory=list)
     parked: list[str] = field(default_factory=list)
+    gathered: list[str] = field(default_factory=list)
 
 
 async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
@@ -100,6 +101,7 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
     from interlock.core.incoming import event_correlation_key
     from interlock.runtime.correlation import CorrelationIndex
     from interlock.runtime.flow import to_incoming
+    from interlock.runtime.routing import flow_key
 
     registry = ops.registry
     with contextlib.suppress(BucketNotFoundError, NotFoundError):
@@ -121,12 +123,19 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
             except ExpressionError as exc:
                 out.refused.append(_refusal(definition, "bad-trigger-input", f"{name}: {exc}"))
                 inputs = None
+            # A batch's run takes its events as its inputs: one event's are not checked.
+            batched = trigger.window is not None and trigger.window.kind == "batch"
             problems = (
-                resolve_inputs(registry.link(definition), inputs)[1] if inputs is not None else None
+                resolve_inputs(registry.link(definition), inputs)[1]
+                if inputs is not None and not batched
+                else None
             )
             if problems:
                 detail = "; ".join(str(p) for p in problems)
                 out.refused.append(_refusal(definition, "invalid-inputs", detail))
+            elif inputs is not None and trigger.window is not None:
+                window_key, _ = flow_key(trigger, incoming)
+                out.gathered.append(f"{trigger.name}@{trigger.window.kind} {window_key}")
             elif inputs is not None:
                 run_id = derive_run_id(definition, event.source, event.id)
                 out.started.append(
@@ -231,5 +240,6 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
         reached=foreseen.reached,
         parked=foreseen.parked,
         refused=foreseen.refused,
+        gathered=foreseen.gathered,
         unknown=unknown,
     )

@@ -318,6 +318,9 @@ class EmitResult(msgspec.Struct, frozen=True, kw_only=True):
     the event is kept 15 minutes, offered to a run of that key that starts meanwhile."""
     refused: list[EventRefusal] = []
     """Workflows that take it and cannot use it: the event is dead-lettered for them."""
+    gathered: list[str] = []
+    """Debounced or batched triggers whose window for its key takes it
+    (``<trigger>@<kind> <key>``): their run starts when the window closes."""
     unknown: str | None = None
     """Why what the event does could not be worked out (the credential may not read the
     workflows, say, as a publisher's may not): it was sent, and nothing more is known."""
@@ -325,7 +328,8 @@ class EmitResult(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def matched(self) -> bool:
         """It starts a run, reaches one, or is kept for one."""
-        return bool(self.started or self.reached or self.parked) or self.run_id is not None
+        taken = self.started or self.reached or self.parked or self.gathered
+        return bool(taken) or self.run_id is not None
 
 
 class GateView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

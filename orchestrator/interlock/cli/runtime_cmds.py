@@ -376,13 +376,9 @@ async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
         if done.run_id:
             print(f"sent to run {done.run_id}")
         for s in done.started:
-            how = (
-                "started before"
-                if s.existed
-                else "not started yet: no orchestrator took the event"
-                if s.pending
-                else "started"
-            )
+            how = "started before" if s.existed else "started"
+            if s.pending and not s.existed:
+                how = "not started yet: no orchestrator took the event"
             print(f"{how}  {s.run_id}  {s.namespace}/{s.workflow} v{s.version}")
         for run in done.reached:
             print(f"reached  {run}  (waiting for it by its correlation key)")

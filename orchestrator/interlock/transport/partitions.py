@@ -18,6 +18,7 @@ read, answered by each stream's leader), remembered.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections import OrderedDict
@@ -57,6 +58,7 @@ _LOCATED_KEPT: Final = 100_000
 _WRONG_LAST_SEQUENCE: Final = 10071
 
 
+@functools.lru_cache(maxsize=65_536)
 def partition_of(run_id: str, count: int) -> int:
     """The partition of ``run_id`` among ``count``: FNV-1a (32 bits) of the id modulo the
     count, as the server's ``partition(count, 1)`` mapping function computes it."""
@@ -134,6 +136,7 @@ def check_count(count: int) -> int:
 
 
 _decode_map = msgspec.json.Decoder(PartitionMap).decode
+_ONE = PartitionMap().layouts
 
 
 def _map_subject(subjects: Subjects) -> str:
@@ -253,6 +256,8 @@ class Placement:
         """The partition to read ``run_id``'s log in: where it was found, or its only
         candidate (no read), or the first candidate holding it (its current layout's
         partition when none does: a run not started yet)."""
+        if self._loaded and self.map.layouts == _ONE:
+            return 0  # one stream, as before partitions: nothing to compute
         known = self._located.get(run_id)
         if known is not None:
             return known
@@ -278,6 +283,8 @@ class Placement:
         """Where a run with this id starts: where a run with it is already (so that
         starting it again finds it), else in the current layout's partition."""
         current = await self.current()
+        if current.layouts == _ONE:
+            return 0
         candidates = current.candidates(run_id)
         found = await self._look(run_id, candidates[1:]) if len(candidates) > 1 else None
         if found is None:

@@ -164,12 +164,13 @@ async def _waiter(client: InterlockClient) -> tuple[object, int]:
 async def test_leases_spread_partitions_over_replicas_and_a_dead_ones_move(
     nats_url: str, subjects: Subjects
 ) -> None:
-    # Three replicas' leases on six partitions, with a one-second TTL: each takes its share,
-    # none twice; one that stops renewing (dead) loses its partitions to the others.
+    # Three replicas' leases on six partitions, with a short TTL: each takes its share, none
+    # twice; one that stops renewing (dead) loses its partitions to the others. (Two seconds:
+    # a busy machine can hold a round up for one, and a lease must outlive that.)
     client = InterlockClient(await connect(nats_url), subjects)
     await client.ensure_provisioned()
     nc = client.nc
-    a, b, c = (Ownership(nc, subjects, name, ttl=1) for name in ("a", "b", "c"))
+    a, b, c = (Ownership(nc, subjects, name, ttl=2) for name in ("a", "b", "c"))
     for replica in (a, b, c):
         await replica.round(6)  # each says it is alive; a takes what it can first
     for _ in range(3):
@@ -183,7 +184,7 @@ async def test_leases_spread_partitions_over_replicas_and_a_dead_ones_move(
     lost = set(c.held)
     began = time.monotonic()
     while set(a.held) | set(b.held) != set(range(6)):
-        assert time.monotonic() - began < 5, "the dead replica's partitions did not move"
+        assert time.monotonic() - began < 8, "the dead replica's partitions did not move"
         await asyncio.sleep(0.25)
         for replica in (a, b):
             await replica.round(6)

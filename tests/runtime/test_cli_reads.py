@@ -505,12 +505,24 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
             "STREAM.INFO kv_P_workflows",
         ],
         # A log read checks each record's MAC: the log key is one direct get of its key.
+        # Which stream holds the log: the partition map, one direct get of its key.
         # A run's state is read from its snapshot where there is one (here none).
-        "get run": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets", "DIRECT.GET kv_P_snapshots"],
-        "logs": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets"],
-        "result": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_secrets", "DIRECT.GET kv_P_snapshots"],
+        "get run": [
+            "DIRECT.GET P_runs",
+            "DIRECT.GET kv_P_partitions",
+            "DIRECT.GET kv_P_secrets",
+            "DIRECT.GET kv_P_snapshots",
+        ],
+        "logs": ["DIRECT.GET P_runs", "DIRECT.GET kv_P_partitions", "DIRECT.GET kv_P_secrets"],
+        "result": [
+            "DIRECT.GET P_runs",
+            "DIRECT.GET kv_P_partitions",
+            "DIRECT.GET kv_P_secrets",
+            "DIRECT.GET kv_P_snapshots",
+        ],
         "describe run": [
             "DIRECT.GET P_runs",
+            "DIRECT.GET kv_P_partitions",
             "DIRECT.GET kv_P_secrets",
             "DIRECT.GET kv_P_snapshots",
             "DIRECT.GET kv_P_workflows",

@@ -23,7 +23,13 @@ def event_key(source: str, event_id: str) -> str:
 def taken(seen: dict[str, None], event: dict[str, Any]) -> dict[str, None]:
     """``seen`` with the event's source+id added last, the oldest beyond SEEN_KEPT gone."""
     out = dict(seen)
-    out[event_key(str(event.get("source", "")), str(event.get("id", "")))] = None
-    while len(out) > SEEN_KEPT:
-        del out[next(iter(out))]
+    take(out, event)
     return out
+
+
+def take(seen: dict[str, None], event: dict[str, Any]) -> None:
+    """What :func:`taken` returns, made in ``seen`` itself: for a dict no one else holds
+    (a fold's own copy), so that folding many events copies it once, not once each."""
+    seen[event_key(str(event.get("source", "")), str(event.get("id", "")))] = None
+    while len(seen) > SEEN_KEPT:
+        del seen[next(iter(seen))]

@@ -14,7 +14,7 @@ import msgspec
 from msgspec.structs import replace
 
 from interlock.core import events as ev
-from interlock.core.seen import taken
+from interlock.core.seen import take, taken
 from interlock.core.spawn import SpawnProgress
 from interlock.core.statecodec import encode_state as encode_state
 from interlock.core.vocabulary import FINISHED, RunStatus, StepStatus, TimerPurpose
@@ -485,9 +485,16 @@ def evolve(state: RunState, record: ev.Record) -> RunState:
 
 
 def fold(records: Iterable[ev.Record], state: RunState | None = None) -> RunState:
-    """The state after every record, in order, starting from ``state`` (or nothing)."""
+    """The state after every record, in order, from ``state`` (or nothing): what evolve
+    gives record by record, but the events a run remembers are copied once, not once per
+    event received (the fold's own copy, changed in place; ``state`` is left as it was)."""
     current = state if state is not None else RunState()
-    table = _EVOLVE
+    own: dict[str, None] = {}
     for record in records:
-        current = table[type(record)](current, record)
+        if type(record) is ev.EventReceived:
+            own = own if current.seen is own else dict(current.seen)
+            take(own, record.data.event)
+            current = replace(current, seq=current.seq + 1, updated_at=record.time, seen=own)
+        else:
+            current = _EVOLVE[type(record)](current, record)
     return current

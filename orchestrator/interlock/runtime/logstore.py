@@ -157,10 +157,15 @@ class RunLog:
         ``consistent``: read until the leader's last message is in (on a replicated stream
         a direct get may come from a replica that has not applied the newest appends yet).
         """
-        target = await self.last_seq(run_id) if consistent else 0
-        found = await self._read_checked(run_id, after, limit)
+        if consistent:
+            # The leader's last sequence and the read, asked at once: one round trip.
+            target, found = await asyncio.gather(
+                self.last_seq(run_id), self._read_checked(run_id, after, limit)
+            )
+        else:
+            target, found = 0, await self._read_checked(run_id, after, limit)
         for attempt in range(20):
-            if found.last >= target:
+            if found.last >= target or (limit is not None and _read_count(found) >= limit):
                 break
             # A replica behind the leader answered: it catches up within milliseconds.
             await asyncio.sleep(0.01 * (attempt + 1))
@@ -279,6 +284,11 @@ class RunLog:
         self, subject: str, headers: dict[str, str], data: bytes, expected: int
     ) -> int:
         return await append_batch(self._nc, subject, [(headers, data)], expected)
+
+
+def _read_count(found: LogRead) -> int:
+    """Messages a read returned, foreign ones too."""
+    return len(found.messages) + len(found.foreign)
 
 
 def check_message(

@@ -6,11 +6,15 @@ A snapshot is derived data, never trusted over the log. It is kept in the KV buc
 the run's log: that message's stream sequence, the SHA-256 of its payload, and how many
 messages of the run's subject there were up to it. Reading one (:func:`read_state`):
 
-1. the message at that sequence is read back (one direct get): it must be on this run's
-   subject, with that digest, and its last record must be the state's last position;
-2. the records after it are read and folded onto the snapshot's state;
-3. the run's subject must hold exactly the snapshot's count plus the messages read after
-   it (one stream-info request), so no message before the snapshot went missing.
+1. the run's log is read from that message on (batched direct gets), and, at the same
+   time, how many messages the run's subject holds (one stream-info request): two
+   requests after the snapshot's, in one round trip, however long the log;
+2. the first message read must be at that sequence, on this run's subject, with that
+   digest, and its last record must be the state's last position;
+3. the subject must hold exactly the snapshot's count plus the messages read after that
+   first one, so no message before the snapshot went missing (when it holds more, the
+   run moved between the two answers: both are asked again, a few times at most);
+4. the records after it are folded onto the snapshot's state.
 
 A snapshot carries the record MAC of the run logs (:mod:`interlock.transport.logmac`:
 ``Interlock-Record-Mac`` over its KV subject and its bytes, under the log key): one
@@ -54,6 +58,9 @@ EVERY = 256
 FOREIGN_KEPT = 100
 """Foreign messages a snapshot names (``describe`` warns of each)."""
 _TIMEOUT = 5.0
+_COUNT_ATTEMPTS = 3
+"""Reads of the tail and the count that may disagree because the run moved in between,
+before the snapshot is not used."""
 
 
 class ForeignNote(msgspec.Struct, frozen=True):
@@ -206,21 +213,6 @@ class Snapshots:
             timeout=_TIMEOUT,
         )
 
-    async def _matches(
-        self, run_id: str, snapshot: Snapshot, after: int
-    ) -> list[ev.AnyRecord] | None:
-        """The records of the message the snapshot ends with, when the log agrees with it
-        (``after``: how many messages were read after it); else None."""
-        stream, subject = await self.where(run_id)
-        found = await _direct_get(self._nc, stream, {"seq": snapshot.seq})
-        if found is None or found[1] != subject or digest_of(found[2]) != snapshot.digest:
-            return None
-        batch = ev.decode_batch(found[2])
-        if not batch or not batch[-1].id.endswith(f":{snapshot.state.seq}"):
-            return None
-        count = await _messages(self._nc, stream, subject)
-        return batch if count == snapshot.messages + after else None
-
 
 async def read_state(
     log_store: LogStore, snapshots: Snapshots | None, run_id: str, *, consistent: bool = False
@@ -229,25 +221,9 @@ async def read_state(
     matches the log, else by folding the whole log. None: no such run."""
     snapshot = None if snapshots is None else await snapshots.get(run_id)
     if snapshots is not None and snapshot is not None:
-        tail = await _read(log_store, run_id, snapshot.seq, consistent=consistent)
-        ending = await snapshots._matches(run_id, snapshot, tail.count)
-        if ending is not None:
-            records = [r for _, data in tail.messages for r in ev.decode_batch(data)]
-            state = fold(records, snapshot.state)
-            stream, subject = await snapshots.where(run_id)
-            before = [
-                Foreign(stream, n.seq, subject, f"{n.why} (before the snapshot)")
-                for n in snapshot.foreign
-            ]
-            messages = snapshot.messages + tail.count
-            return Read(
-                state,
-                tail.last,
-                records or ending,
-                messages,
-                snapshot.state.seq,
-                [*before, *tail.foreign],
-            )
+        found = await _from_snapshot(log_store, snapshots, run_id, snapshot, consistent)
+        if found is not None:
+            return found
         snapshots.rejected += 1
         log.warning("the snapshot of run %s does not match its log: the log is read whole", run_id)
     whole = await _read(log_store, run_id, 0, consistent=consistent)
@@ -255,6 +231,58 @@ async def read_state(
     if not records:
         return None
     return Read(fold(records), whole.last, records, whole.count, 0, whole.foreign)
+
+
+async def _from_snapshot(
+    log_store: LogStore, snapshots: Snapshots, run_id: str, snapshot: Snapshot, consistent: bool
+) -> Read | None:
+    """The run's state from ``snapshot`` and the messages after it, when the log agrees
+    with the snapshot (None: it does not)."""
+    stream, subject = await snapshots.where(run_id)
+    for _ in range(_COUNT_ATTEMPTS):
+        # The snapshot's own message is read with those after it, and the count asked
+        # at the same time: one round trip, whatever the log's length.
+        tail, count = await asyncio.gather(
+            _read(log_store, run_id, snapshot.seq - 1, consistent=consistent),
+            _messages(snapshots._nc, stream, subject),
+        )
+        ending = _ending(tail, snapshot)
+        if ending is None:
+            return None
+        after = tail.count - 1
+        if count < snapshot.messages + after:
+            return None  # a message before the snapshot is gone
+        if count > snapshot.messages + after:
+            continue  # appended between the two answers: ask both again
+        records = [r for _, data in tail.messages[1:] for r in ev.decode_batch(data)]
+        before = [
+            Foreign(stream, n.seq, subject, f"{n.why} (before the snapshot)")
+            for n in snapshot.foreign
+        ]
+        return Read(
+            fold(records, snapshot.state),
+            tail.last,
+            records or ending,
+            snapshot.messages + after,
+            snapshot.state.seq,
+            [*before, *tail.foreign],
+        )
+    return None
+
+
+def _ending(tail: _Tail, snapshot: Snapshot) -> list[ev.AnyRecord] | None:
+    """The records of the message the snapshot ends with, when the first message of
+    ``tail`` (read from the snapshot's sequence on) is that message: at that sequence,
+    authenticated, with that digest, ending at the state's last position; else None."""
+    if not tail.messages or tail.messages[0][0] != snapshot.seq:
+        return None
+    data = tail.messages[0][1]
+    if digest_of(data) != snapshot.digest:
+        return None
+    batch = ev.decode_batch(data)
+    if not batch or not batch[-1].id.endswith(f":{snapshot.state.seq}"):
+        return None
+    return batch
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from interlock.client.queues import list_queues
 from interlock.core import events as ev
+from interlock.core.engine import derive_run_id
 from interlock.core.rfc3339 import parse_time
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.timers import ClockTimers
@@ -161,3 +163,24 @@ async def test_events_over_the_rate_are_dropped_with_a_dead_letter(
     await stack.timers.advance(60)
     await stack.call("acme")
     await stack.settled(2, 2)
+
+
+async def test_a_run_past_its_rate_still_waits_for_its_concurrency_slot(stack: Stack) -> None:
+    limited = workflow("{limit: 1, per: 10s}").replace(
+        "  initial_state:", "  concurrency: [{key: '\"all\"', limit: 1}]\n  initial_state:"
+    )
+    await stack.client.apply([("calls.yaml", limited)])
+    ids = await stack.call("acme", 2)
+    await stack.settled(2, 1)
+    await stack.timers.advance(10)  # its rate lets the second go on: to its slot, held
+
+    async def in_line() -> bool:
+        found = await list_queues(stack.client)
+        return any(q.limit == "default/calls#1" and q.queued == 1 for q in found)
+
+    await eventually(in_line, within=WAIT, what="the second run in line for the slot")
+    assert set(await stack.admitted()) == {ids[0]}
+    definition, _ = await stack.client.registry.latest("calls")
+    assert await stack.client.cancel(derive_run_id(definition, "/api", ids[0]), "done")
+    found = await stack.settled(2, 2)
+    assert set(found) == set(ids)

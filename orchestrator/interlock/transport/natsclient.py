@@ -94,6 +94,11 @@ class NatsClient(Client):
         self._ps = MessageParser(self)
         self.refusals = Refusals()
         """The server's permission violations (see :mod:`interlock.transport.refusals`)."""
+        self.sent: list[tuple[str, bytes]] | None = None
+        """When a list, each message this connection publishes (requests too) is added to
+        it as (subject, payload): what an operation asks of the server, counted where it
+        is sent (tests and benchmarks set it; None, the default, costs one test a
+        publish)."""
 
     async def _process_err(self, err_msg: str) -> None:
         self.refusals.seen(err_msg)
@@ -153,6 +158,8 @@ class NatsClient(Client):
                 raise errors.OutboundBufferLimitError
         if payload_size > self._max_payload:
             raise errors.MaxPayloadError
+        if self.sent is not None:
+            self.sent.append((subject, payload))
         await self._send_publish(subject, reply, payload, payload_size, headers)
 
     def publish_nowait(
@@ -197,6 +204,8 @@ class NatsClient(Client):
             return False  # publish flushes first, and waits for it
         self.stats["out_msgs"] += 1
         self.stats["out_bytes"] += payload_size
+        if self.sent is not None:
+            self.sent.append((subject, payload))
         self._pending.append(command)
         self._pending_data_size = size
         if now and not self._wrote_through and self._write_through():

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from interlock.client.queues import list_queues
+from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
 from interlock.core.rfc3339 import parse_time
@@ -112,6 +113,15 @@ async def test_events_over_the_rate_start_later_in_order(stack: Stack) -> None:
     # No 10 s ever held more than two starts of acme.
     times = sorted(waited[i] for i in ids)
     assert all(times[k + 2] - times[k] >= 10 for k in range(len(times) - 2))
+    # explain and replay re-drive each run to its log, its wait for the rate included.
+    definition, _ = await stack.client.registry.latest("calls")
+    said = []
+    for row in await stack.client.list_runs():
+        records, _ = await stack.client.runs.log.read(row["run_id"])
+        report = analysis.explain(records, definition)
+        assert report["reproduces"], report.get("mismatch")
+        said += [r["summary"] for step in report["steps"] for r in step["records"]]
+    assert sum("by the rate of default/calls#trigger1 for key 'acme'" in s for s in said) == 3
 
 
 async def test_a_queued_run_says_why_it_waits(

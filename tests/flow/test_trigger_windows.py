@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.incoming import Incoming
 from interlock.core.windowing import entry_token
@@ -101,6 +102,19 @@ class Stack:
         assert found is not None
         return found
 
+    async def explained(self, workflow: str, says: str) -> None:
+        """Each run of ``workflow`` re-drives to its log (``explain``, ``replay``), and one
+        says ``says`` of its start."""
+        definition, _ = await self.client.registry.latest(workflow)
+        summaries = []
+        for row in await self.client.list_runs():
+            if row["workflow"] == workflow:
+                records, _ = await self.client.runs.log.read(row["run_id"])
+                report = analysis.explain(records, definition)
+                assert report["reproduces"], report.get("mismatch")
+                summaries += [r["summary"] for r in report["steps"][0]["records"]]
+        assert any(says in s for s in summaries), summaries
+
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
@@ -126,6 +140,7 @@ async def test_a_burst_of_one_key_starts_one_run_with_its_last_event(stack: Stac
         "debounce", "acme/api", 20, "period"
     )  # fmt: skip
     assert window.events == ids
+    await stack.explained("pushes", "from a debounce window of 20 event(s) for key 'acme/api'")
     # Quiet again: nothing more starts; the next burst is a window of its own.
     await stack.timers.advance(120)
     assert len(await stack.runs("pushes")) == 1
@@ -165,6 +180,7 @@ async def test_a_batch_is_cut_at_max_events_and_at_max_wait(stack: Stack) -> Non
     assert cut.window is not None
     assert (cut.window.closed_by, cut.window.events, cut.window.count) == ("max_wait", rest, 2)
     assert cut.inputs == {"events": [{"row": "s"}] * 2}
+    await stack.explained("rows", "from a batch window of 2 event(s)")
 
 
 async def test_keys_and_namespaces_keep_windows_of_their_own(stack: Stack) -> None:

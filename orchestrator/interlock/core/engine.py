@@ -72,6 +72,8 @@ def start(
     parent: ev.ParentRef | None = None,
     spawn: ev.SpawnBudget | None = None,
     trace: list[GuardCheck] | None = None,
+    window: ev.TriggerWindow | None = None,
+    rate: ev.RateHold | None = None,
 ) -> list[ev.AnyRecord]:
     """The first records of a new run: started, then the initial state entered.
 
@@ -90,6 +92,8 @@ def start(
         parent=parent,
         spawn=spawn,
         trace=trace,
+        window=window,
+        rate=rate,
     )[0]
 
 

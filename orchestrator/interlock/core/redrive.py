@@ -299,7 +299,7 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     now = head.time
     d = drive.definition
     if isinstance(head, ev.RunStarted):
-        return _start(drive, head, checks)
+        return _start(drive, step, head, checks)
     if drive.state.status == RunStatus.NEW:
         # Its start was not taken, or the log does not begin with one.
         return Redriven([], checks, "the new run never started")
@@ -364,12 +364,13 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     return Redriven([], checks, f"no input of type {ev.record_type(head)} to re-drive")
 
 
-def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Redriven:
+def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardCheck]) -> Redriven:
     d = drive.definition
     data = head.data
     trigger = None if data.trigger is None else event_of(data.trigger)
     given: dict[str, Any] = dict(data.inputs)
-    if trigger is not None:
+    # A window's run: its inputs are its events' (a batch) or its last event's, as recorded.
+    if trigger is not None and data.window is None:
         found = matching_trigger(d, trigger)
         if found is None:
             return Redriven([], checks, f"no trigger of the workflow takes {trigger.type} any more")
@@ -387,6 +388,11 @@ def _start(drive: Drive, head: ev.RunStarted, checks: list[GuardCheck]) -> Redri
         traceparent=head.traceparent,
         parent=data.parent,
         trace=checks,
+        window=data.window,
+        rate=next(
+            (r.data.rate for r in step.records if isinstance(r, ev.RunQueued) and r.data.rate),
+            None,
+        ),
     )
     return Redriven(list(records), checks)
 

@@ -318,3 +318,67 @@ async def test_the_agents_page_is_compact_and_lists_each_worker_once(console: Co
         await worker.stop()
         task.cancel()
         await nc.close()
+
+
+PAUSABLE = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: pausable
+    spec:
+      initial_state: approval
+      states:
+        approval:
+          type: human_in_the_loop
+          on:
+            - {event: approval.granted, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
+    console: Console,
+) -> None:
+    gs = console.gs
+    await gs.stack.apply(PAUSABLE)
+    async with gs.http() as http:
+        run_id = (await http.post("/runs", json={"workflow": "pausable"})).json()["run_id"]
+    await wait_status(gs, run_id, "running", "approval")
+    page = await signed_in(console, f"#/runs/{run_id}")
+    await page.locator("#pause-run").click()
+    await page.locator("#run-paused").wait_for()
+    await page.locator(".title-row .status-paused").wait_for()
+    async with gs.http() as http:
+        assert (await http.get(f"/runs/{run_id}")).json()["paused"]["reason"] == "paused over HTTP"
+    await page.goto(f"{console.url}#/runs?workflow=pausable")
+    await page.locator("tr", has_text=run_id).locator(".status-paused").wait_for()
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    await page.get_by_role("button", name="Resume run").click()
+    await page.locator("#run-paused").wait_for(state="detached")
+    async with gs.http() as http:
+        assert (await http.get(f"/runs/{run_id}")).json()["paused"] is None
+
+    # The workflow: paused from its page, its new run held, resumed from the queues page.
+    await page.goto(f"{console.url}#/workflows/default/pausable")
+    await page.locator("#pause-workflow").click()
+    await page.locator("#workflow-paused").wait_for()
+    async with gs.http() as http:
+        held = (await http.post("/runs", json={"workflow": "pausable"})).json()["run_id"]
+    await page.get_by_role("link", name="Queues").click()
+    line = page.locator("tr", has_text="default/pausable@paused")
+    for _ in range(50):  # until the orchestrator has put the run in the workflow's line
+        if await line.count():
+            break
+        await asyncio.sleep(0.1)
+        await page.reload()
+    await line.locator(".status-paused").wait_for()
+    await checked(page, "the queues page")
+    await shot(page, "queues", docs=True)
+    paused = page.locator("tr", has_text="default/pausable").filter(has_not_text="@paused")
+    await paused.get_by_role("button", name="Resume workflow").click()
+    await page.get_by_text("No workflow is paused.").wait_for()
+    await wait_status(gs, held, "running", "approval")
+    assert page.errors == []

@@ -6,15 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from interlock.client.errors import UnknownAgent
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.foreign import bucket_object, version_of
+from interlock.runtime.pausing import Pauses
 from interlock.transport.kvread import bucket_values, stored_keys
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
 from interlock.views.build import agent_view, workflow_detail_of, workflow_summary_of
+from interlock.views.pauses import WorkflowPause
 
 if TYPE_CHECKING:
     from interlock.core.definition import Definition
@@ -57,8 +60,12 @@ async def catalog(ops: InterlockClient) -> Catalog:
 async def workflows(ops: InterlockClient) -> list[WorkflowSummary]:
     """The newest version of every workflow applied, by namespace and name."""
     applied = await catalog(ops)
+    paused = await Pauses(ops.nc, ops.subjects).every()
     out = [
-        workflow_summary_of(ns, name, version, spec_hash, manifest)
+        msgspec.structs.replace(
+            workflow_summary_of(ns, name, version, spec_hash, manifest),
+            paused=WorkflowPause.of(paused.get(f"{ns}/{name}")),
+        )
         for (ns, name), (version, spec_hash, manifest) in applied.items()
     ]
     return sorted(out, key=lambda w: (w.namespace, w.name))
@@ -78,7 +85,8 @@ async def workflow(ops: InterlockClient, name: str, version: int | None) -> Work
             raise UnknownWorkflow(f"workflow {name} version {version} is not applied") from None
         raise UnknownWorkflow(f"workflow {name} is not applied (interlock apply FILE)") from None
     stored = await versions(ops, found.namespace, found.name)
-    return workflow_detail_of(
+    pause = await Pauses(ops.nc, ops.subjects).paused(found.namespace, found.name)
+    detail = workflow_detail_of(
         found.namespace,
         found.name,
         found.version,
@@ -88,6 +96,7 @@ async def workflow(ops: InterlockClient, name: str, version: int | None) -> Work
         outline=found.outline,
         source=found.source,
     )
+    return msgspec.structs.replace(detail, paused=WorkflowPause.of(pause))
 
 
 async def delete_workflow(ops: InterlockClient, name: str) -> int:

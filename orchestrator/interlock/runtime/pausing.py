@@ -27,6 +27,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
+from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.pausing")
@@ -69,6 +70,19 @@ class Pauses:
         pause = {"workflow": f"{namespace}/{name}", "at": at, "reason": reason, "runs": runs}
         body = json.dumps(pause)
         await (await self._bucket()).put(pause_key(namespace, name), body.encode())
+
+    async def every(self) -> dict[str, dict[str, Any]]:
+        """Every paused workflow (``namespace/name``) with its pause, in one read."""
+        try:
+            values = await bucket_values(await self._bucket())
+        except BucketNotFoundError:
+            return {}
+        out = {}
+        for key, value in values.items():
+            pause = _pause_of(value)
+            if pause is not None:
+                out[key.removeprefix("wf.").replace(".", "/", 1)] = pause
+        return out
 
     async def resume(self, namespace: str, name: str) -> bool:
         """Remove the pause; False when the workflow was not paused."""

@@ -15,6 +15,7 @@ from interlock.core.state import RunState, fold
 from interlock.core.vocabulary import RunStatus
 from interlock.transport.cloudevents import too_deep
 from interlock.views.outline import WorkflowOutline, outline_of
+from interlock.views.pauses import PauseView
 from interlock.views.shapes import (
     TASK_EVENTS,
     AgentView,
@@ -23,7 +24,6 @@ from interlock.views.shapes import (
     ErrorView,
     GuardErrorView,
     MapView,
-    PauseView,
     PendingActionView,
     RunDescription,
     RunOrigin,

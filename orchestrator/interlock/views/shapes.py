@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -10,6 +9,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
 from interlock.core.vocabulary import FINISHED, RunStatus
+from interlock.views.pauses import PauseView, WorkflowPause
 
 TASK_EVENTS = frozenset({"task.completed", "task.failed"})
 """Transition events that an agent's answer (not an outside system) brings."""
@@ -55,31 +55,6 @@ class RunOrigin(msgspec.Struct, frozen=True, kw_only=True):
 
     run_id: str
     seq: int
-
-
-class PauseView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A paused run's pause: since when, why, whether with its workflow
-    (``pause workflow --runs``), and how many events it holds for when it is resumed."""
-
-    at: str
-    reason: str = ""
-    workflow: bool = False
-    held: int = 0
-
-    @classmethod
-    def of(cls, pause: ev.RunPause | Mapping[str, Any] | None) -> PauseView | None:
-        """A run state's pause, or a run-index entry's (None: not paused)."""
-        if isinstance(pause, ev.RunPause):
-            return cls(
-                at=pause.at, reason=pause.reason, workflow=pause.workflow, held=len(pause.held)
-            )
-        if not isinstance(pause, Mapping):
-            return None
-        return cls(
-            at=str(pause.get("at", "")),
-            reason=str(pause.get("reason", "")),
-            workflow=bool(pause.get("workflow", False)),
-        )
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -425,6 +400,8 @@ class WorkflowSummary(msgspec.Struct, frozen=True, kw_only=True):
     description: str | None = None
     triggers: list[str] = []
     """The event types that start it."""
+    paused: WorkflowPause | None = None
+    """Set while it is paused (its new runs wait)."""
 
 
 class TransitionView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -464,6 +441,8 @@ class WorkflowDetail(msgspec.Struct, frozen=True, kw_only=True):
     source: str | None = None
     """The manifest as it was applied, comments and all (None: applied before sources
     were kept, or not written as text)."""
+    paused: WorkflowPause | None = None
+    """Set while it is paused (its new runs wait)."""
     runs: list[VersionRuns] = []
     """How many runs of each version the run index holds, by status (``GET
     /workflows/...`` counts them; the client leaves it empty: ``runs(workflow=)`` lists

@@ -1,9 +1,10 @@
 // The console's router: #/runs, #/runs/<id>, #/workflows[/<ns>/<name>], #/agents,
-// #/dead-letters[/<seq>]. Each page renders into <main> and may return a cleanup function.
+// #/queues, #/dead-letters[/<seq>]. Each page renders into <main> and may return a cleanup function.
 import { ApiError, setToken, token } from "./api.js";
 import { errorBox, h } from "./dom.js";
 import { agentsPage } from "./agents.js";
 import { deadLetterPage, deadLettersPage } from "./deadletters.js";
+import { queuesPage } from "./queues.js";
 import { runPage } from "./run.js";
 import { runsPage } from "./runs.js";
 import { workflowPage, workflowsPage } from "./workflows.js";
@@ -26,6 +27,7 @@ function pageFor(parts) {
   if (section === "workflows" && rest.length) return ["workflows", workflowPage, rest.join("/")];
   if (section === "workflows") return ["workflows", workflowsPage];
   if (section === "agents") return ["agents", agentsPage];
+  if (section === "queues") return ["queues", queuesPage];
   if (section === "dead-letters" && rest.length === 1) return ["dead-letters", deadLetterPage, rest[0]];
   if (section === "dead-letters") return ["dead-letters", deadLettersPage];
   return [null, null];

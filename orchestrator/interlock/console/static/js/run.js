@@ -14,6 +14,7 @@ import { api, ApiError, config, follow } from "./api.js";
 import { diagram, takenEdges } from "./diagram.js";
 import { add, ask, between, duration, errorBox, h, json, status, table, timeCell, toast } from "./dom.js";
 import { mapSection } from "./mapitems.js";
+import { pauseButton, pausedBadge } from "./pausing.js";
 import { CHUNK, PREFIX, Timeline } from "./timeline.js";
 
 const PAGE = 5000;
@@ -127,6 +128,7 @@ export async function runPage(root, runId, _params, current) {
     header.replaceChildren(
       h("h1", {}, "Run ", h("span", { class: "mono" }, known.run_id || runId)),
       desc ? status(desc.status) : h("span", { class: "muted", id: "run-reading" }, "reading its log…"),
+      pausedBadge(desc?.paused),
     );
     const wf = known.namespace === "default" ? known.workflow : `${known.namespace}/${known.workflow}`;
     const items = [
@@ -172,7 +174,9 @@ export async function runPage(root, runId, _params, current) {
       h("div", { class: "actions" },
         h("button", { type: "button", id: "signal", onclick: () => signalDialog(path, desc.waiting_for, signalOut, refresh) }, "Send signal…"),
         h("button", { type: "button", id: "cancel", class: "danger", onclick: cancel }, "Cancel run…"),
+        pauseButton(path, "Run", !!desc.paused, refresh, { id: "pause-run" }),
       ),
+      desc.paused ? h("p", { class: "warning", id: "run-paused" }, `Paused${desc.paused.reason ? ` (${desc.paused.reason})` : ""}: it takes no transition until resumed; ${desc.paused.held} event(s) held.`) : null,
       desc.map ? h("p", {}, `Map: ${desc.map.done} of ${desc.map.items} items done, ${desc.map.failed} failed (parallelism ${desc.map.parallelism}, join ${desc.map.completion}).`) : null,
       table("Pending actions", ["Capability", "Action", "Attempt", "Item", "Requested", "Deadline"], pending, { empty: "No pending actions." }),
       table("Events that move it", ["Event", "Kind", "Guard", "Goes to"], waits, { empty: "No transitions wait here." }),

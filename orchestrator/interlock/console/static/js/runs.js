@@ -1,6 +1,7 @@
 // Runs: the run index as a table, filtered, paged, kept live by the run index's stream.
 import { api, ApiError, watchRuns } from "./api.js";
 import { add, between, duration, errorBox, h, status, table, timeCell, waitingText } from "./dom.js";
+import { pausedBadge } from "./pausing.js";
 
 const STATUSES = ["running", "completed", "failed", "cancelled"];
 const WAITS = ["approval", "event", "agent", "workflow", "timer", "slot"];
@@ -159,7 +160,7 @@ export async function runsPage(root, _arg, params, current) {
       ],
       r.namespace === "default" ? r.workflow : `${r.namespace}/${r.workflow}`,
       `v${r.version}`,
-      status(r.status),
+      [status(r.status), pausedBadge(r.paused)],
       r.state,
       r.waiting?.length ? h("span", { class: "waiting" }, waitingText(r.waiting)) : "",
       timeCell(r.started_at),

@@ -4,13 +4,14 @@ import { migrateDialog, startDialog } from "./acting.js";
 import { api } from "./api.js";
 import { diagram } from "./diagram.js";
 import { add, errorBox, h, json, table, toast } from "./dom.js";
+import { pauseButton, pausedBadge } from "./pausing.js";
 
 export async function workflowsPage(root) {
   const workflows = await api("/workflows");
   const rows = workflows.map((w) => {
     const ref = `${w.namespace}/${w.name}`;
     return [
-      h("a", { href: `#/workflows/${ref}` }, w.namespace === "default" ? w.name : ref),
+      [h("a", { href: `#/workflows/${ref}` }, w.namespace === "default" ? w.name : ref), pausedBadge(w.paused)],
       `v${w.version}`,
       w.triggers.length ? w.triggers.map((t) => h("code", { class: "chip" }, t)) : "—",
       w.description || "",
@@ -108,6 +109,8 @@ export async function workflowPage(root, ref, params) {
       ? h("button", { type: "button", id: "migrate", disabled: !running, "aria-describedby": running ? null : "migrate-why", onclick: () => migrateDialog(base, detail) }, "Migrate running runs…")
       : null,
     detail.versions.length > 1 && !running ? h("span", { id: "migrate-why", class: "hint" }, "No run of this workflow is running.") : null,
+    pauseButton(`/workflows/${ns}/${name}`, "Workflow", !!detail.paused, () => window.dispatchEvent(new HashChangeEvent("hashchange")), { id: "pause-workflow" }),
+    detail.paused ? null : pauseButton(`/workflows/${ns}/${name}`, "Workflow and its runs", false, () => window.dispatchEvent(new HashChangeEvent("hashchange")), { id: "pause-workflow-runs", body: { runs: true } }),
   );
   // The manifest as it was applied (YAML, comments and all), else as stored.
   const manifest = detail.source
@@ -142,7 +145,8 @@ export async function workflowPage(root, ref, params) {
   );
 
   add(root, 
-    h("div", { class: "title-row" }, h("h1", {}, "Workflow ", h("span", { class: "mono" }, label)), h("span", { class: "chip" }, `v${detail.version}`)),
+    h("div", { class: "title-row" }, h("h1", {}, "Workflow ", h("span", { class: "mono" }, label)), h("span", { class: "chip" }, `v${detail.version}`), pausedBadge(detail.paused)),
+    detail.paused ? h("p", { class: "warning", id: "workflow-paused" }, `Paused${detail.paused.reason ? ` (${detail.paused.reason})` : ""}: its new runs wait until it is resumed${detail.paused.runs ? "; its runs in flight were paused with it" : ""}.`) : null,
     detail.description ? h("p", {}, detail.description) : null,
     actions,
     h("dl", { class: "meta" },

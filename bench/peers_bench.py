@@ -12,6 +12,7 @@ a note; raw NATS is needed for the ratios. Interlock runs from this checkout's v
 
     python -m bench peers      # 3 rounds of nats-raw, interlock, their fsync twins, restate
     python -m bench peers --only "nats-raw interlock" --rounds "r1 r2"
+    python -m bench peers --only "nats-raw interlock interlock-limited"   # flow control's cost
     PEERS=/path/to/peers python -m bench peers --baseline-venv /path/to/other/.venv
 """
 
@@ -59,6 +60,13 @@ def systems(peers: Path, interlock: Path, baseline: Path | None) -> list[System]
     found = [
         System("nats-raw", nats, "nats_raw.py"),
         System("interlock", interlock, "interlock_bench.py"),
+        # The same workflow with a concurrency limit it never reaches (200 runs in flight).
+        System(
+            "interlock-limited",
+            interlock,
+            "interlock_bench.py",
+            ("--system", "interlock-limited", "--limit", "100000"),
+        ),
         System("nats-raw-fsync", nats, "nats_raw.py", ("--fsync", "always")),
         System("interlock-fsync", interlock, "interlock_bench.py", ("--fsync", "always")),
         System("dbos", peers / "venv-dbos/bin/python", "dbos_sqlite.py"),
@@ -183,6 +191,14 @@ GOALS: list[tuple[str, str, str, str, Callable[[float], bool], str]] = [
     ("defaults p50", "interlock", "nats-raw", "p50_ms", lambda r: r <= 2.5, "<= 2.5"),
     ("defaults p99", "interlock", "nats-raw", "p99_ms", lambda r: r <= 3, "<= 3"),
     ("fsync runs/s", "interlock-fsync", "restate", "runs_per_s", lambda r: r > 1, "> 1"),
+    (
+        "flow control declared, not binding, runs/s",
+        "interlock-limited",
+        "interlock",
+        "runs_per_s",
+        lambda r: r >= 0.9,
+        ">= 0.9",
+    ),
     ("fsync p50", "interlock-fsync", "restate", "p50_ms", lambda r: r < 1, "< 1"),
 ]
 """Each goal is a ratio of one system's figure to another's in the same round."""

@@ -163,8 +163,15 @@ async def bench(args) -> None:
         common.wait_port(port, 30, srv)
         # 1. the manifests, with the CLI (validates, provisions the streams, stores both)
         t0 = time.perf_counter()
+        manifest = MANIFEST
+        if args.limit:
+            # Flow control declared but not binding: one limit over every run, never full.
+            manifest = str(wd / "approval-limited.yaml")
+            with open(MANIFEST) as f, open(manifest, "w") as out:
+                limit = f"  concurrency:\n    - {{key: '\"all\"', limit: {args.limit}}}\n"
+                out.write(f.read().replace("  triggers:\n", limit + "  triggers:\n"))
         ap = subprocess.run(
-            [il, "apply", MANIFEST, "--server", url], capture_output=True, text=True, env=env
+            [il, "apply", manifest, "--server", url], capture_output=True, text=True, env=env
         )
         apply_s = time.perf_counter() - t0
         if ap.returncode != 0:
@@ -391,6 +398,13 @@ def main() -> None:
         )
         p.add_argument("--concurrency", type=int, default=200, help="the worker's --concurrency")
         p.add_argument("--keep-data", action="store_true")
+        p.add_argument(
+            "--limit",
+            type=int,
+            default=0,
+            help="declare spec.concurrency [{key: '\"all\"', limit: N}] on the workflow "
+            "(flow control's cost when it does not bind)",
+        )
         p.add_argument("--fsync", choices=["default", "always"], default="default")
         p.add_argument(
             "--group-commit",

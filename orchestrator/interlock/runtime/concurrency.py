@@ -90,6 +90,11 @@ class Slots:
         self._js = jetstream(nc)
         self._subjects = subjects
         self._kv: Any = None
+        self._known: dict[str, tuple[bytes, int]] = {}
+        """The keys this process wrote or read last, with their revisions: the next change
+        starts from them instead of reading (a stale one makes the write fail, and the
+        change is done again from fresh reads; a change that writes nothing is checked
+        against fresh reads before it is believed)."""
         self._pending: dict[str, list[tuple[Change, asyncio.Future[Any]]]] = {}
         """Per entry being written by this process, the changes asked meanwhile: one entry
         is changed by one write at a time here (a busy line read and written by many runs'
@@ -172,29 +177,67 @@ class Slots:
         batch: list[tuple[Change, asyncio.Future[Any]]],
     ) -> list[Any]:
         bucket = self._subjects.slots_bucket
-        for _ in range(MAX_TRIES):
-            value, revision = await read_key(kv, token)
+        known = self._known
+        for attempt in range(MAX_TRIES):
+            used: set[str] = set()
+            cached = attempt == 0
+
+            async def read(
+                key: str, cached: bool = cached, used: set[str] = used
+            ) -> tuple[bytes, int]:
+                found = known.get(key) if cached else None
+                if found is None:
+                    found = known[key] = await read_key(kv, key)
+                else:
+                    used.add(key)
+                return found
+
+            value, revision = await read(token)
             entry = decode_entry(bucket, token, value, revision) or SlotEntry(
                 limit=claim.limit, key=claim.key, size=claim.size
             )
-            lines = Lines(kv, bucket, token, entry, revision)
+            lines = Lines(kv, bucket, token, entry, revision, read)
             if entry.waiting:
                 await lines.upgrade()
             results = [await change(lines) for change, _ in batch]
             writes = lines.writes()
+            if not writes and used:
+                continue  # decided on what this process knew: believed once read afresh
             try:
-                if len(writes) == 1 and writes[0][1] is not None and not writes[0][2]:
-                    await kv.create(token, writes[0][1])
-                elif len(writes) == 1 and writes[0][1] is not None:
-                    await kv.update(token, writes[0][1], last=writes[0][2])
-                elif len(writes) == 1:
-                    await kv.delete(token, last=writes[0][2])
-                else:
-                    await put_all(kv, writes)
+                await self._write(kv, writes)
             except KeyWrongLastSequenceError:
+                for key in [token, *(k for k, _, _ in writes), *used]:
+                    known.pop(key, None)
                 continue
+            except BaseException:  # not known how far it went: read afresh next time
+                for key in [token, *(k for k, _, _ in writes)]:
+                    known.pop(key, None)
+                raise
             return results
         raise RuntimeError(f"slots of {claim.limit} ({claim.key!r}): too many conflicting writes")
+
+    async def _write(self, kv: Any, writes: list[tuple[str, bytes | None, int]]) -> None:
+        """Write back what a change made (nothing, one key, or several in one batch), and
+        keep the revisions written."""
+        if len(self._known) > 8192:
+            self._known.clear()
+        if not writes:
+            return
+        if len(writes) == 1:
+            key, value, last = writes[0]
+            if value is None:
+                self._known.pop(key, None)
+                await kv.delete(key, last=last)
+                return
+            seq = await (kv.create(key, value) if not last else kv.update(key, value, last=last))
+            self._known[key] = (value, seq)
+            return
+        first = await put_all(kv, writes)
+        for i, (key, value, _) in enumerate(writes):
+            if value is None:
+                self._known.pop(key, None)
+            else:
+                self._known[key] = (value, first + i)
 
     async def enter(self, claim: ev.SlotClaim, run_id: str, queued_at: str) -> Entered:
         """Give the run a slot if one is free and nobody waits before it; else (``queue``,

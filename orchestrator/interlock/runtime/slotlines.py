@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -156,8 +157,17 @@ class Lines:
     """One limit and key as read for a change: the entry, the segments read so far, and
     what the change wrote (to be written back by :meth:`writes`)."""
 
-    def __init__(self, kv: Any, bucket: str, token: str, entry: SlotEntry, revision: int) -> None:
+    def __init__(
+        self,
+        kv: Any,
+        bucket: str,
+        token: str,
+        entry: SlotEntry,
+        revision: int,
+        read: Callable[[str], Awaitable[tuple[bytes, int]]] | None = None,
+    ) -> None:
         self._kv, self._bucket, self.token = kv, bucket, token
+        self._read = read or (lambda key: read_key(kv, key))
         self.entry, self.revision = entry, revision
         self._before = encode(entry)
         self._segments: dict[str, tuple[list[Waiter], int]] = {}
@@ -173,7 +183,7 @@ class Lines:
         key = segment_key(self.token, fair, segment.id)
         held = self._segments.get(key)
         if held is None:
-            value, revision = await read_key(self._kv, key)
+            value, revision = await self._read(key)
             try:
                 waiters = _decode_segment(value) if value else []
             except msgspec.DecodeError:

@@ -38,15 +38,16 @@ Write = tuple[str, bytes | None, int]
 """A key, its new value (None: deleted), and the revision it must still have (0: none)."""
 
 
-async def put_all(kv: KeyValue, writes: Sequence[Write], *, ack_wait: float = 5.0) -> None:
-    """Write every key or none.
+async def put_all(kv: KeyValue, writes: Sequence[Write], *, ack_wait: float = 5.0) -> int:
+    """Write every key or none; the revision of the first (the others follow it, one by
+    one: a batch is stored with consecutive sequences).
 
     Raises:
         KeyWrongLastSequenceError: a key was written since it was read; nothing is stored.
         JetStreamAPIError: any other refusal (a bucket without atomic batches...).
     """
     if not writes:
-        return
+        return 0
     nc, prefix = kv._js._nc, kv_prefix(kv)
     batch_id = uuid.uuid4().hex
     last = len(writes) - 1
@@ -75,4 +76,5 @@ async def put_all(kv: KeyValue, writes: Sequence[Write], *, ack_wait: float = 5.
             if ack.error.get("err_code") == _WRONG_LAST_SEQUENCE:
                 raise KeyWrongLastSequenceError(description=ack.error.get("description"))
             raise JetStreamAPIError(f"write of {key!r}", ack.error)
-        return
+        return ack.seq - last
+    raise AssertionError("unreachable")

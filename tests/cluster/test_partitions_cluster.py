@@ -155,7 +155,13 @@ async def test_partitions_spread_move_and_grow_while_nodes_and_replicas_die(
             check_log(records)
             assert records[-1].data.outputs == {"n": int(records[0].data.inputs["n"])}  # type: ignore[union-attr]
         assert late > 0  # some runs started after the resize went to the new partitions
-        await until(lambda: owned(9, 3), "nine partitions owned by the three replicas", 30)
+        try:
+            await until(lambda: owned(9, 3), "nine partitions owned by the three replicas", 30)
+        except AssertionError:
+            print("owners:", await owners(nc, subjects))
+            for proc in procs:
+                print(proc.tail(20))
+            raise
         _, infos = await partitions(nc, subjects)
         leaders = Counter(i.leader for i in infos)
         print(

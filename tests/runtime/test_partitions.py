@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import nats
@@ -15,8 +16,10 @@ from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.flow import child_run_id
+from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.ownership import Ownership, owners
 from interlock.runtime.partitioning import partitions, set_partitions
+from interlock.runtime.service import Orchestrator
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.partitions import BadPartitionCount, partition_of, read_map
@@ -223,3 +226,67 @@ def test_the_cli_shows_and_sets_the_partitions(nats_url: str, subjects: Subjects
     assert "from 1 to 256" in wrong.stderr
     after = json.loads(run_cli("partitions", "--json", env=env).stdout)
     assert [x["count"] for x in after["layouts"]] == [1, 3]
+
+
+class _Appends(OrchestratorObserver):
+    """The answers one orchestrator appended, by run."""
+
+    def __init__(self) -> None:
+        self.answered: list[str] = []
+
+    def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        if any(isinstance(r, ev.ActionCompleted) for r in records):
+            self.answered.append(run_id)
+
+
+TWO_STEPS = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: two-steps}
+spec:
+  initial_state: a
+  states:
+    a:
+      actions: [{capability: echo, input: {step: 1}}]
+      on: [{event: task.completed, goto: b}]
+    b:
+      actions: [{capability: echo, input: {step: 2}}]
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal, outputs: {step: "$.states.b.output.step"}}
+"""
+
+
+async def test_two_replicas_each_decide_the_answers_of_the_partitions_they_hold(
+    nats_url: str, subjects: Subjects
+) -> None:
+    first, second = _Appends(), _Appends()
+    async with running_stack(
+        nats_url, subjects, [TWO_STEPS], partitions=4, observers=[first]
+    ) as stack:
+        other = Orchestrator(await connect(nats_url), subjects, observers=[second])
+        await other.start()
+        try:
+            mine, theirs = stack.orchestrator.relay.ownership, other.relay.ownership
+            for _ in range(40):  # two rounds or three: each holds two of the four
+                if len(mine.held) == len(theirs.held) == 2:
+                    break
+                await asyncio.sleep(0.25)
+            assert set(mine.held) | set(theirs.held) == set(range(4))
+            runs = [await stack.client.start("two-steps", {}) for _ in range(24)]
+            for run_id in runs:
+                state = await stack.wait(run_id)
+                assert state.outputs == {"step": 2}
+                completed = [
+                    r for r in await stack.records(run_id) if isinstance(r, ev.ActionCompleted)
+                ]
+                assert len(completed) == 2
+            # Each answer was taken by request by the replica holding the run's partition,
+            # none went the slow way round (the results stream).
+            for run_id in runs:
+                owner = first if partition_of(run_id, 4) in mine.held else second
+                assert owner.answered.count(run_id) == 2, run_id
+            results = await stack.js.stream_info(subjects.results_stream)
+            assert results.state.messages == 0
+        finally:
+            await other.stop()
+            await other.nc.close()

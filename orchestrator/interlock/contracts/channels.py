@@ -201,7 +201,8 @@ def _answer_request_channels(cap_desc: str, run_desc: str) -> dict[str, Any]:
             {"capability": cap_desc, "run_id": run_desc},
             sample=s.answer(CAPABILITY, RUN),
             delivery="Core NATS request/reply, not stored: the orchestrator replicas serve "
-            "it in one queue group. With no reply in time (say 5 s), no responders (no "
+            "it in one queue group (with several run-log partitions, the replica that holds "
+            "the run's partition takes it). With no reply in time (say 5 s), no responders (no "
             "orchestrator up) or a reply `failed`, publish the same message on the "
             "answers channel; acknowledge the task only after a reply `recorded` or "
             "`refused`, or the stream's publish ack.",

@@ -82,15 +82,36 @@ class AnswerDesk:
         self._sub: Subscription | None = None
         self._open = False
         self._working: set[asyncio.Task[None]] = set()
+        self._mine: Callable[[str], bool] | None = None
 
     async def start(self) -> None:
         self._open = True
+        await self._subscribe()
+
+    async def _subscribe(self) -> None:
         subject = self._subjects.answers_all
+        # One of the replicas in the queue group takes each request; with partitions every
+        # replica hears every request and takes those of the runs it relays.
+        queue = QUEUE if self._mine is None else ""
         direct = direct_subscriber(self._nc)
         if direct is not None:
-            self._sub = await direct(subject, self._take, queue=QUEUE)
+            self._sub = await direct(subject, self._take, queue=queue)
         else:
-            self._sub = await self._nc.subscribe(subject, queue=QUEUE, cb=self._on_request)
+            self._sub = await self._nc.subscribe(subject, queue=queue, cb=self._on_request)
+
+    async def route(self, mine: Callable[[str], bool] | None) -> None:
+        """Take the requests of the runs ``mine`` says (by run id) from now on, or (None)
+        one request in turn with the other replicas, as with one partition. A request
+        that comes while the subscription changes gets no reply: its agent sends the
+        answer to the results stream."""
+        self._mine = mine
+        if self._sub is None:
+            return
+        old, self._sub = self._sub, None
+        with contextlib.suppress(Exception):
+            await old.unsubscribe()
+        if self._open:
+            await self._subscribe()
 
     async def stop(self, grace: float = 2.0) -> None:
         """No new request is taken; those in hand get ``grace`` seconds (an agent that gets
@@ -113,6 +134,8 @@ class AnswerDesk:
         # the answers of other runs.
         if not self._open:
             return  # stopping: the agent sends it the other way
+        if self._mine is not None and not self._mine(msg.subject.rpartition(".")[2]):
+            return  # another replica's run
         if self._free > 0:
             self._free -= 1
             self._begin(msg)

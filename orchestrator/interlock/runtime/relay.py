@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -68,11 +68,15 @@ class Relay:
         index: RunIndex,
         observers: Observers,
         index_hold: float,
+        route_answers: Callable[[Callable[[str], bool] | None], Awaitable[None]] | None = None,
     ) -> None:
+        """``route_answers``: told, when the installation gets more than one partition
+        (or goes back to one), which runs' answers this replica takes (None: any)."""
         self.subjects, self.clock, self.handling = subjects, clock, handling
         self.runs, self.run_log, self.flow = runs, run_log, flow
         self.dispatcher, self.observers = dispatcher, observers
         self.behind = self._write_behind(index, index_hold)
+        self.route_answers = route_answers
         self.ownership = Ownership(handling.nc, subjects, replica_name())
         """This replica's partition leases (with more than one partition)."""
 
@@ -96,11 +100,20 @@ class Relay:
         stopping = self.handling.stopping
         placement = self.run_log.placement
         relaying: dict[int, asyncio.Task[None]] = {}
+        routed = False
         try:
             while not stopping.is_set():
                 with contextlib.suppress(Exception):  # the map read again next time
                     await placement.load()
                 wanted = await self._wanted(placement.map.streams, set(relaying))
+                partitioned = placement.map.streams > 1
+                if self.route_answers is not None and partitioned != routed:
+                    try:
+                        await self.route_answers(self._mine if partitioned else None)
+                        routed = partitioned
+                    # Tried again next round; meanwhile agents answer the other way.
+                    except Exception as exc:  # noqa: BLE001
+                        log.warning("cannot subscribe to answers: %s", exc)
                 for partition in set(relaying) - wanted:
                     relaying.pop(partition).cancel()
                     log.info("partition %d: relayed by another replica now", partition)
@@ -117,6 +130,14 @@ class Relay:
             if self.ownership.held:
                 with contextlib.suppress(Exception):
                     await self.ownership.release_all()
+
+    def _mine(self, run_id: str) -> bool:
+        """Whether this replica relays ``run_id``'s partition (as far as it knows; a run
+        not seen yet under a map of several layouts: any partition it may be in)."""
+        placement, held = self.run_log.placement, self.ownership.held
+        if len(placement.map.layouts) == 1 or placement.located(run_id):
+            return placement.known(run_id) in held
+        return any(p in held for p in placement.map.candidates(run_id))
 
     async def _wanted(self, streams: int, now: set[int]) -> set[int]:
         """The partitions to relay: all of one; else those held (what is relayed now
@@ -140,6 +161,11 @@ class Relay:
             reader = await self.handling.reader(stream, subject, "relay", 512, 20_000)
             async with contextlib.aclosing(reader.batches(self.handling.stopping)) as batches:
                 async for msgs in batches:
+                    if len(self.run_log.placement.map.layouts) > 1:
+                        # Runs placed by an older layout: known to be here from now on.
+                        for msg in msgs:
+                            run_id = s.run_id_of(msg.subject)
+                            self.run_log.placement.seen(run_id, partition)
                     await self._relay_batch(msgs, stream)
         except asyncio.CancelledError:
             raise

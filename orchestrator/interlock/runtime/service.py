@@ -202,6 +202,7 @@ class Orchestrator:
             index=self.index,
             observers=self.observers,
             index_hold=index_hold,
+            route_answers=self.desk.route,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -243,6 +243,16 @@ class Placement:
             await self.load()
         return self.map
 
+    def located(self, run_id: str) -> bool:
+        """Whether this process found or saw where ``run_id`` is."""
+        return run_id in self._located
+
+    def known(self, run_id: str) -> int:
+        """The partition ``run_id`` is in as far as this process knows without asking: where
+        it was found or seen, else its current layout's partition."""
+        found = self._located.get(run_id)
+        return self.map.place(run_id) if found is None else found
+
     def seen(self, run_id: str, partition: int) -> None:
         """Remember that ``run_id`` is in ``partition`` (read from its stream, or started
         there)."""

@@ -12,7 +12,7 @@ import pytest
 from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.incoming import Incoming
-from interlock.core.windowing import entry_token
+from interlock.core.windowing import DUPLICATE, entry_token
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers
@@ -234,7 +234,7 @@ async def test_a_window_sealed_by_an_orchestrator_that_died_starts_one_run(stack
     taken = await windows.take(
         definition, version, definition.triggers[0], "x", again, {"repo": "x"}, room=1 << 16
     )
-    assert taken.duplicate
+    assert taken == DUPLICATE
     await stack.timers.advance(10)
     [_, second] = await stack.runs_of("pushes", 2)
     assert second.window is not None

@@ -173,3 +173,67 @@ def next_start(entry: RateEntry, now_ms: int) -> int:
     if len(entry.starts) >= entry.limit:
         at = max(at, entry.starts[-entry.limit] + math.ceil(entry.per_s * 1000))
     return at
+
+
+# --- an event into its window --------------------------------------------------------
+
+DUPLICATE = "duplicate"
+"""The event is in the window already (or in one whose run has started)."""
+CUT = "cut"
+"""The open batch was closed (``size``) before the event: it goes into the next one."""
+OPENED = "opened"
+"""The event opened a window."""
+JOINED = "joined"
+"""The event joined the open window."""
+
+
+class Arrival(msgspec.Struct, kw_only=True, frozen=True):
+    """An event for a trigger's key's window, with what its trigger made of it."""
+
+    version: int
+    """The workflow version its trigger is of (a window's run starts with the first's)."""
+    event: EventCopy
+    ref: str
+    """Its reference (:func:`event_ref`)."""
+    inputs: dict[str, Any]
+    """What its trigger renders from it."""
+    item: Any
+    """What it adds to a batch's inputs."""
+    item_size: int
+
+
+def take_into(
+    entry: WindowEntry, arrival: Arrival, *, kind: str, max_events: int, room: int, now: str
+) -> str:
+    """Put ``arrival`` into ``entry``'s open window (changed in place), and say how
+    (:data:`DUPLICATE`, :data:`CUT`, :data:`OPENED`, :data:`JOINED`). A batch that the
+    event fills is moved to ``sealed`` with it."""
+    if entry.has(arrival.ref):
+        return DUPLICATE
+    window = entry.open
+    if window is not None and kind == "batch" and window.size + arrival.item_size > room:
+        # Its run's inputs could not take this one too: the batch is cut here.
+        window.closed_by = "size"
+        entry.sealed, entry.open = window, None
+        return CUT
+    opened = window is None
+    if window is None:
+        run_id = window_run_id(entry.trigger, entry.key, arrival.ref)
+        window = Window(run_id=run_id, version=arrival.version, opened_at=now, last_at=now)
+        entry.open = window
+    window.last_at = now
+    window.count += 1
+    window.ids.append(arrival.event.id)
+    window.refs.append(arrival.ref)
+    del window.refs[:-MAX_REFS]
+    if kind == "batch":
+        window.items.append(arrival.item)
+        window.size += arrival.item_size
+    else:
+        del window.ids[:-MAX_LISTED]
+        window.last_inputs = arrival.inputs
+    window.last = arrival.event
+    if kind == "batch" and window.count >= max_events:
+        window.closed_by = "max_events"
+        entry.sealed, entry.open = window, None
+    return OPENED if opened else JOINED

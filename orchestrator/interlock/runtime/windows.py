@@ -32,7 +32,6 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -44,9 +43,12 @@ from interlock.core.definition import Definition, TriggerDef
 from interlock.core.incoming import Incoming
 from interlock.core.rfc3339 import parse_time
 from interlock.core.windowing import (
-    MAX_LISTED,
+    CUT,
+    DUPLICATE,
     MAX_REFS,
+    OPENED,
     WINDOW_TIMER,
+    Arrival,
     EventCopy,
     Window,
     WindowEntry,
@@ -56,7 +58,7 @@ from interlock.core.windowing import (
     encode,
     entry_token,
     event_ref,
-    window_run_id,
+    take_into,
 )
 from interlock.runtime.errors import InvalidInputs, UnknownWorkflow
 from interlock.runtime.foreign import foreign_value
@@ -81,17 +83,6 @@ event taken but not acknowledged takes to come again)."""
 _TOKEN = re.compile(r"w\.[0-9a-f]{16}\.[0-9a-f]{32}")
 WRONG_LAST_SEQUENCE = 10071
 """The JetStream error code of a write whose expected last sequence is not the subject's."""
-
-
-@dataclass(frozen=True, slots=True)
-class Taken:
-    """What :meth:`Windows.take` did with an event."""
-
-    run_id: str
-    """The run of the window it joined."""
-    duplicate: bool = False
-    closed: bool = False
-    """It closed its window (a batch's ``max_events``-th): that run has started."""
 
 
 class Windows:
@@ -122,6 +113,8 @@ class Windows:
         self._observe = observe
         self._kv: Any = None
         self._locks = KeyLocks()
+        self._arrivals: dict[str, list[tuple[Arrival, asyncio.Future[str]]]] = {}
+        """Per entry being written here, the events that came meanwhile (see :meth:`take`)."""
         self._sweep: asyncio.Task[None] | None = None
 
     # -- the bucket -------------------------------------------------------------------
@@ -177,82 +170,117 @@ class Windows:
         inputs: dict[str, Any],
         *,
         room: int,
-    ) -> Taken:
+    ) -> str:
         """Put ``event`` into the open window of its trigger's ``key`` (opening one), or
-        know it there already; a batch's window that it fills is closed and its run
-        started. ``inputs``: what the trigger renders from the event; ``room``: the bytes
-        a batch's items may take."""
-        token = entry_token(trigger.name, key)
-        async with self._locks.locked(token):
-            return await self._take(token, version, trigger, key, event, inputs, room)
+        know it there already (:data:`DUPLICATE`); a batch's window that it fills is
+        closed and its run started. ``inputs``: what the trigger renders from the event;
+        ``room``: the bytes a batch's items may take.
 
-    async def _take(
-        self,
-        token: str,
-        version: int,
-        trigger: TriggerDef,
-        key: str,
-        event: Incoming,
-        inputs: dict[str, Any],
-        room: int,
-    ) -> Taken:
+        The events of one key that this process takes while a write of its entry is out
+        go in together in the next write (in the order they came): a flood of one key
+        costs a write per batch of events, not one per event, so it does not hold up the
+        ingress of every other key's events."""
         spec = trigger.window
         assert spec is not None
-        ref = event_ref(event)
         item = inputs if trigger.input is not None else event.to_dict()
-        item_size = len(encode(item)) if spec.kind == "batch" else 0
-        for _ in range(MAX_TRIES):
+        arrival = Arrival(
+            version=version,
+            event=EventCopy(**msgspec.structs.asdict(event)),
+            ref=event_ref(event),
+            inputs=inputs,
+            item=item,
+            item_size=len(encode(item)) if spec.kind == "batch" else 0,
+        )
+        token = entry_token(trigger.name, key)
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        waiting = self._arrivals.get(token)
+        if waiting is not None:
+            waiting.append((arrival, done))
+            return await done
+        self._arrivals[token] = [(arrival, done)]
+        batch: list[tuple[Arrival, asyncio.Future[str]]] = []
+        try:
+            async with self._locks.locked(token):
+                while batch := self._arrivals[token]:
+                    self._arrivals[token] = []
+                    try:
+                        await self._take_all(token, trigger, key, batch, room)
+                    # Each asker is told (its event comes again); the next batch goes on.
+                    except Exception as exc:  # noqa: BLE001
+                        _tell(batch, exc)
+        finally:
+            # Stopped half way: nobody is left waiting for good (the events come again).
+            stopped = RuntimeError("the window's change was stopped")
+            _tell([*batch, *self._arrivals.pop(token, [])], stopped)
+        return await done
+
+    async def _take_all(
+        self,
+        token: str,
+        trigger: TriggerDef,
+        key: str,
+        batch: list[tuple[Arrival, asyncio.Future[str]]],
+        room: int,
+    ) -> None:
+        """``batch`` into the entry, in as few writes as it takes (one, unless windows
+        close on the way: a write each, their runs started between)."""
+        spec = trigger.window
+        assert spec is not None
+        at, closed = 0, False
+        for _ in range(MAX_TRIES + len(batch)):
+            if at == len(batch) and not closed:
+                return
             entry, revision = await self.read(token)
             entry = entry or WindowEntry(trigger=trigger.name, key=key, kind=spec.kind)
             if entry.sealed is not None:
-                await self._finish(token, entry, revision)  # the one before goes first
+                # The one before goes first (a batch just filled: its run starts now).
+                await self._finish(token, entry, revision)
                 continue
-            window = entry.open
-            if entry.has(ref):
-                if window is not None and ref in window.refs:
-                    await self._schedule_first(token, entry, window, trigger)
-                return Taken(window.run_id if window else "", duplicate=True)
+            closed = False
+            if at == len(batch):
+                return
             now = self._clock()
-            if window is not None and spec.kind == "batch" and window.size + item_size > room:
-                # Its run's inputs could not take this one too: the batch is cut here.
-                window.closed_by = "size"
-                entry.sealed, entry.open = window, None
-                if await self._write(token, entry, revision):
-                    self._observe(WINDOW_CLOSED, f"{spec.kind}:size")
-                continue
-            opened = window is None
-            if window is None:
-                run_id = window_run_id(trigger.name, key, ref)
-                window = Window(run_id=run_id, version=version, opened_at=now, last_at=now)
-                entry.open = window
-            window.last_at = now
-            window.count += 1
-            window.ids = [*window.ids, event.id][-MAX_LISTED if spec.kind == "debounce" else 0 :]
-            window.refs = [*window.refs, ref][-MAX_REFS:]
-            if spec.kind == "batch":
-                window.items = [*window.items, item]
-                window.size += item_size
-            else:
-                window.last_inputs = inputs
-            window.last = EventCopy(**msgspec.structs.asdict(event))
-            full = spec.kind == "batch" and window.count >= spec.max_events
-            if full:
-                window.closed_by = "max_events"
-                entry.sealed, entry.open = window, None
+            taken: list[str] = []
+            for arrival, _ in batch[at:]:
+                how = take_into(
+                    entry, arrival, kind=spec.kind, max_events=spec.max_events,
+                    room=room, now=now,
+                )  # fmt: skip
+                if how != CUT:
+                    taken.append(how)
+                if entry.sealed is not None:
+                    break  # written now, its run started next, then on with the rest
             if not await self._write(token, entry, revision):
                 continue
-            self._observe(WINDOW_EVENT, spec.kind)
-            if opened:
-                self.counters["windows_opened"] += 1
-                if not full:
-                    await self._schedule_first(token, entry, window, trigger)
-            if full:
-                self._observe(WINDOW_CLOSED, f"{spec.kind}:max_events")
-                entry, revision = await self.read(token)
-                if entry is not None and entry.sealed is not None:
-                    await self._finish(token, entry, revision)
-            return Taken(window.run_id, closed=full)
+            await self._taken(token, entry, trigger, batch[at : at + len(taken)], taken)
+            at += len(taken)
+            closed = entry.sealed is not None
         raise RuntimeError(f"window of {trigger.name} ({key!r}): too many conflicting writes")
+
+    async def _taken(
+        self,
+        token: str,
+        entry: WindowEntry,
+        trigger: TriggerDef,
+        batch: list[tuple[Arrival, asyncio.Future[str]]],
+        taken: list[str],
+    ) -> None:
+        """After a write: the first timer of a window opened (and not closed at once),
+        what closed, the askers told."""
+        kind = entry.kind
+        window = entry.open
+        for how in taken:
+            if how != DUPLICATE:
+                self._observe(WINDOW_EVENT, kind)
+            if how == OPENED:
+                self.counters["windows_opened"] += 1
+        if window is not None and (OPENED in taken or DUPLICATE in taken):
+            await self._schedule_first(token, entry, window, trigger)
+        if entry.sealed is not None:
+            self._observe(WINDOW_CLOSED, f"{kind}:{entry.sealed.closed_by}")
+        for (_, future), how in zip(batch, taken, strict=True):
+            if not future.done():
+                future.set_result(how)
 
     async def _schedule_first(
         self, token: str, entry: WindowEntry, window: Window, trigger: TriggerDef
@@ -401,3 +429,9 @@ class Windows:
                         await self._finish(token, fresh, revision)
             elif entry.open is not None:
                 await self.due(entry.open.run_id, f"{entry.open.run_id}{WINDOW_TIMER}{token}:0")
+
+
+def _tell(batch: list[tuple[Arrival, asyncio.Future[str]]], error: Exception) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(error)

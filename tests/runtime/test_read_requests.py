@@ -162,3 +162,33 @@ async def test_a_read_asks_as_much_of_a_long_run_as_of_a_short_one(two: Runs2, w
         assert 1 <= len(rest[1:]) <= 4, rest
         assert all(p.startswith("log from ") for p in rest[1:]), rest
     assert all(int(p.removeprefix("log from ")) > last for p in long[4:]), long
+
+
+async def test_the_gateway_describes_a_long_run_from_its_snapshot_and_keeps_its_state(
+    two: Runs2,
+) -> None:
+    """``GET /runs/{id}`` (the gateway's run logs): a long run's description reads what the
+    client's does and keeps the state, not the records; the next reads what was appended.
+    A short run's whole log, read for its description, is kept for its log pages."""
+    from interlock.gateway.runlogs import RunLogs
+
+    client, logs = two.client, RunLogs(two.client.ops)
+    covered = {s.seq for s in [await client.ops.snapshots.get(two.long)] if s is not None}
+    two.nc.sent = []
+    described = await logs.describe(two.long)
+    first, two.nc.sent = _asked(two, two.nc.sent), []
+    again = await logs.describe(two.long)
+    second, two.nc.sent = _asked(two, two.nc.sent), None
+
+    assert described == again == await client.describe(two.long)
+    assert described.records == len(await client.records(two.long))
+    assert first[0] == "snapshot"
+    assert sorted(first[1:]) in [["count", f"log from {seq}"] for seq in covered], first
+    last = await client.ops.log.last_seq(two.long)
+    assert second == [f"log from {last + 1}"]
+    assert logs.kept_records == 0
+
+    short = await logs.describe(two.short)
+    assert short == await client.describe(two.short)
+    records = await client.records(two.short)
+    assert short.records == len(records) == logs.kept_records

@@ -14,6 +14,12 @@ recently used run's log dropped first; a log longer than that is read and served
 kept. The records are kept as the bytes the log page sends (their CloudEvent JSON), so a
 page of records is the bytes of its records joined, with no re-encoding.
 
+A description (``GET /runs/{id}``) of a run whose log is not kept is read as the client
+reads one: from the run's snapshot and the records after it (a long run's description costs
+what follows its snapshot, not its whole log). When no snapshot was used the whole log was
+read, and it is kept as the pages read it; a long run's state alone is kept (at most
+``STATES_KEPT`` of them), brought up to date from what was appended, as a kept log is.
+
 The first read of a long log costs its whole length (a few tenths of a second for 2,500
 messages on a busy machine), but a page near its start needs only its first messages: a
 log page of a run not kept yet, within the first ``HEAD_RECORDS`` records, is answered from
@@ -29,8 +35,10 @@ reads it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from interlock import views
@@ -50,6 +58,8 @@ MAX_RECORDS = 200_000
 """Records kept over all runs by default (a few hundred MB at most for large records)."""
 HEAD_RECORDS = 1000
 """A page of a log not kept yet that ends within this many records is read from its head."""
+STATES_KEPT = 1000
+"""Long runs described from their snapshot whose state is kept (not their records)."""
 _TIMEOUT = 5.0
 _ENDINGS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
 
@@ -97,6 +107,18 @@ class CachedLog:
 
 
 @dataclass
+class _Described:
+    """A run described from its snapshot: its state, and the records read after it (at
+    least its last message's: whether and when it ended), not its whole log."""
+
+    last_seq: int
+    state: RunState
+    records: list[ev.AnyRecord]
+    foreign: list[Foreign]
+    described: tuple[int, views.RunDescription] | None = None
+
+
+@dataclass
 class _Lock:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
@@ -109,6 +131,7 @@ class RunLogs:
         self._ops = ops
         self._max = max_records
         self._kept: OrderedDict[str, CachedLog] = OrderedDict()
+        self._states: OrderedDict[str, _Described] = OrderedDict()
         self._locks: dict[str, _Lock] = {}
         self.reads = 0
         """Messages read from the stream into the kept logs so far (what the cache saves
@@ -128,6 +151,21 @@ class RunLogs:
     def forget(self) -> None:
         """Drop every kept log (the next answers read their logs again, as after a start)."""
         self._kept.clear()
+        self._states.clear()
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, run_id: str) -> AsyncIterator[None]:
+        """One reader per run at a time: a page's description and log asked for together
+        read the log once, the second only what the first did not see."""
+        held = self._locks.setdefault(run_id, _Lock())
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if not held.users:
+                self._locks.pop(run_id, None)
 
     async def log(self, run_id: str) -> CachedLog:
         """The run's log up to date: what was kept, and the messages appended since.
@@ -136,32 +174,56 @@ class RunLogs:
             UnknownRun: no such run.
         """
         check_run_id(run_id)
-        # One reader per run at a time: a page's description and log asked for together
-        # read the log once, the second only what the first did not see.
-        held = self._locks.setdefault(run_id, _Lock())
-        held.users += 1
-        try:
-            async with held.lock:
-                cached = self._kept.get(run_id) or CachedLog(run_id)
-                async with no_stream_is_no_run(run_id):
-                    found = await self._ops.log.read_checked(run_id, after=cached.last_seq)
-                raw = found.messages
-                if not raw and not cached.records:
-                    raise UnknownRun(run_id)
-                cached.foreign.extend(found.foreign)
-                cached.last_seq = found.last
-                if raw:
-                    self.reads += len(raw)
-                    added = [r for _, payload in raw for r in ev.decode_batch(payload)]
-                    cached.records.extend(added)
-                    cached.encoded.extend(ev.encode(r) for r in added)
-                    cached.state = fold(added, cached.state)
+        async with self._holding(run_id):
+            return await self._log(run_id)
+
+    async def _log(self, run_id: str) -> CachedLog:
+        cached = self._kept.get(run_id) or CachedLog(run_id)
+        async with no_stream_is_no_run(run_id):
+            found = await self._ops.log.read_checked(run_id, after=cached.last_seq)
+        raw = found.messages
+        if not raw and not cached.records:
+            raise UnknownRun(run_id)
+        cached.foreign.extend(found.foreign)
+        cached.last_seq = found.last
+        if raw:
+            self.reads += len(raw)
+            added = [r for _, payload in raw for r in ev.decode_batch(payload)]
+            cached.records.extend(added)
+            cached.encoded.extend(ev.encode(r) for r in added)
+            cached.state = fold(added, cached.state)
+        self._keep(cached)
+        return cached
+
+    async def _state(self, run_id: str) -> CachedLog | _Described:
+        """The run as its description needs it, up to date: its kept log, or its kept
+        state, or read from its snapshot and the records after it."""
+        if run_id in self._kept:
+            return await self._log(run_id)
+        known = self._states.pop(run_id, None)
+        if known is not None:
+            found = await self._ops.log.read_checked(run_id, after=known.last_seq)
+            known.foreign.extend(found.foreign)
+            known.last_seq = found.last
+            if found.messages:
+                added = [r for _, payload in found.messages for r in ev.decode_batch(payload)]
+                known.records, known.state = added, fold(added, known.state)
+        else:
+            async with no_stream_is_no_run(run_id):
+                read = await self._ops.read_state(run_id)
+            if not read.covered:
+                # No snapshot used: the whole log was read; kept as the pages read it.
+                self.reads += read.messages - len(read.foreign)
+                cached = CachedLog(run_id, read.last, read.records, state=read.state)
+                cached.encoded = [ev.encode(r) for r in read.records]
+                cached.foreign = list(read.foreign)
                 self._keep(cached)
                 return cached
-        finally:
-            held.users -= 1
-            if not held.users:
-                self._locks.pop(run_id, None)
+            known = _Described(read.last, read.state, read.records, list(read.foreign))
+        self._states[run_id] = known
+        while len(self._states) > STATES_KEPT:
+            self._states.popitem(last=False)
+        return known
 
     def _keep(self, cached: CachedLog) -> None:
         if len(cached.records) > self._max:
@@ -175,8 +237,11 @@ class RunLogs:
             total -= len(dropped.records)
 
     async def describe(self, run_id: str) -> views.RunDescription:
-        """``GET /runs/{id}``: as ``Client.describe``, from the kept log and its state."""
-        cached = await self.log(run_id)
+        """``GET /runs/{id}``: as ``Client.describe``, from the kept log or state (see the
+        module's notes)."""
+        check_run_id(run_id)
+        async with self._holding(run_id):
+            cached = await self._state(run_id)
         if cached.described is not None and cached.described[0] == cached.last_seq:
             # A queued run's place in line changes with no record of its own: read again.
             return await with_places(self._ops, cached.described[1], cached.state)

@@ -226,7 +226,7 @@ def describe_run(
         started_at=state.started_at,
         updated_at=state.updated_at,
         finished_at=finished_at,
-        records=len(records),
+        records=state.seq,
         inputs=dict(state.inputs),
         context=dict(state.context),
         pending=pending,

@@ -12,6 +12,7 @@ from pathlib import Path
 import nats
 import pytest
 
+import interlock
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
@@ -206,9 +207,11 @@ async def test_leases_spread_partitions_over_replicas_and_a_dead_ones_move(
     await nc.close()
 
 
-def test_the_cli_shows_and_sets_the_partitions(nats_url: str, subjects: Subjects) -> None:
+async def test_the_cli_shows_and_sets_the_partitions(nats_url: str, subjects: Subjects) -> None:
+    provisioned = InterlockClient(await connect(nats_url), subjects)
+    await provisioned.ensure_provisioned()
+    await provisioned.nc.close()
     env = cli_env(nats_url, subjects.prefix)
-    assert run_cli("apply", str(REPO / "examples" / "subworkflow.yaml"), env=env).returncode == 0
     shown = run_cli("partitions", "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     assert [p["stream"] for p in json.loads(shown.stdout)["partitions"]] == [subjects.runs_stream]
@@ -219,13 +222,13 @@ def test_the_cli_shows_and_sets_the_partitions(nats_url: str, subjects: Subjects
     assert table.returncode == 0, table.stderr
     assert subjects.runs_stream_of(2) in table.stdout
     assert "layouts: 1: 1, 2: 3" in table.stdout
-    started = run_cli("start", "greet-parent", "--input", '{"who": "x"}', env=env)
-    assert started.returncode == 0, started.stderr
     wrong = run_cli("partitions", "set", "0", env=env)
     assert wrong.returncode == 2
     assert "from 1 to 256" in wrong.stderr
-    after = json.loads(run_cli("partitions", "--json", env=env).stdout)
-    assert [x["count"] for x in after["layouts"]] == [1, 3]
+    nc = await connect(nats_url)
+    after, _ = await read_map(nc, subjects)
+    await nc.close()
+    assert [x.count for x in after.layouts] == [1, 3]
 
 
 class _Appends(OrchestratorObserver):
@@ -290,3 +293,44 @@ async def test_two_replicas_each_decide_the_answers_of_the_partitions_they_hold(
         finally:
             await other.stop()
             await other.nc.close()
+
+
+WAITER_V2 = WAITER.replace("outputs: {ok: true}", "outputs: {ok: true, v: 2}")
+
+
+async def test_forks_and_migrations_reach_runs_in_every_partition(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [WAITER], partitions=3) as stack:
+        client = interlock.Client(await connect(nats_url), subjects, owns_connection=True)
+        try:
+            runs = [await stack.client.start("waiter", {}) for _ in range(9)]
+            assert len({partition_of(r, 3) for r in runs}) == 3
+            (applied,) = [
+                a for a in await client.apply([("v2.yaml", WAITER_V2)]) if a.kind == "Workflow"
+            ]
+            moved = await client.migrate("waiter", applied.version)
+            assert sorted(m["run_id"] for m in moved["moved"]) == sorted(runs), moved
+            # A fork of each run goes to the partition its own id hashes to.
+            forks = []
+            for i, run_id in enumerate(runs[:3]):
+                fork = await client.fork(run_id, 2, fork_id=f"fork-of-{i}")
+                assert (await stack.client.log.where(fork))[0] == subjects.runs_stream_of(
+                    partition_of(fork, 3)
+                )
+                forks.append(fork)
+            for i, run_id in enumerate(runs + forks):
+                event = CloudEvent(
+                    id=f"go-{i}",
+                    source="test://migrate",
+                    type="go",
+                    time=utc_now(),
+                    extensions={"runid": run_id},
+                )
+                await stack.client.emit(event)
+            for run_id in runs:
+                assert (await stack.wait(run_id)).outputs == {"ok": True, "v": 2}
+            for run_id in forks:
+                assert (await stack.wait(run_id)).status == "completed"
+        finally:
+            await client.close()

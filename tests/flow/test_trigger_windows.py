@@ -6,6 +6,7 @@ windows of their own, and a flood of one key does not hold up another's."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +43,8 @@ spec:
 """
 
 
-DEBOUNCE = workflow("pushes", "      debounce: {key: data.repo, period: 10s, max_wait: 60s}")
+DEBOUNCE = (Path(__file__).resolve().parents[2] / "examples" / "debounce.yaml").read_text()
+"""One build per burst of pushes of a repository (10 s quiet, 60 s at most)."""
 BATCH = workflow(
     "rows",
     "      batch: {key: data.table, max_events: 3, max_wait: 30s}\n"
@@ -123,14 +125,14 @@ async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
 
 
 async def test_a_burst_of_one_key_starts_one_run_with_its_last_event(stack: Stack) -> None:
-    await stack.client.apply([("pushes.yaml", DEBOUNCE)])
-    trigger = "default/pushes#trigger1"
+    await stack.client.apply([("debounce.yaml", DEBOUNCE)])
+    trigger = "default/build-on-push#trigger1"
     ids = await stack.push("acme/api", 20)
     await stack.taken(trigger, "acme/api", 20)
     await stack.timers.advance(9)
-    assert await stack.runs("pushes") == []
+    assert await stack.runs("build-on-push") == []
     await stack.timers.advance(1)
-    [started] = await stack.runs_of("pushes", 1)
+    [started] = await stack.runs_of("build-on-push", 1)
     assert started.trigger is not None
     assert started.trigger["id"] == ids[-1]
     assert started.inputs == {"repo": "acme/api", "n": 20}
@@ -140,22 +142,24 @@ async def test_a_burst_of_one_key_starts_one_run_with_its_last_event(stack: Stac
         "debounce", "acme/api", 20, "period"
     )  # fmt: skip
     assert window.events == ids
-    await stack.explained("pushes", "from a debounce window of 20 event(s) for key 'acme/api'")
+    await stack.explained(
+        "build-on-push", "from a debounce window of 20 event(s) for key 'acme/api'"
+    )
     # Quiet again: nothing more starts; the next burst is a window of its own.
     await stack.timers.advance(120)
-    assert len(await stack.runs("pushes")) == 1
+    assert len(await stack.runs("build-on-push")) == 1
 
 
 async def test_a_debounce_never_waits_longer_than_max_wait(stack: Stack) -> None:
-    await stack.client.apply([("pushes.yaml", DEBOUNCE)])
-    trigger = "default/pushes#trigger1"
+    await stack.client.apply([("debounce.yaml", DEBOUNCE)])
+    trigger = "default/build-on-push#trigger1"
     sent: list[str] = []
     # An event every 5 s (the period is 10 s): the window would never be quiet.
     for n in range(14):
         sent += await stack.push("acme/web")
         await stack.taken(trigger, "acme/web", n + 1) if n < 12 else None
         await stack.timers.advance(5)
-    [started] = await stack.runs_of("pushes", 1)
+    [started] = await stack.runs_of("build-on-push", 1)
     window = started.window
     assert window is not None
     assert window.closed_by == "max_wait"
@@ -185,14 +189,14 @@ async def test_a_batch_is_cut_at_max_events_and_at_max_wait(stack: Stack) -> Non
 
 async def test_keys_and_namespaces_keep_windows_of_their_own(stack: Stack) -> None:
     other = DEBOUNCE.replace("namespace: default", "namespace: other")
-    await stack.client.apply([("pushes.yaml", DEBOUNCE), ("other.yaml", other)])
+    await stack.client.apply([("debounce.yaml", DEBOUNCE), ("other.yaml", other)])
     # A flood of one key: the other key's one event closes on its own time.
     await stack.push("flood", 200)
     lone = await stack.push("lone")
-    await stack.taken("default/pushes#trigger1", "flood", 200)
-    await stack.taken("other/pushes#trigger1", "lone", 1)
+    await stack.taken("default/build-on-push#trigger1", "flood", 200)
+    await stack.taken("other/build-on-push#trigger1", "lone", 1)
     await stack.timers.advance(10)
-    runs = await stack.runs_of("pushes", 4)
+    runs = await stack.runs_of("build-on-push", 4)
     keys = sorted((r.namespace, r.window.key, r.window.count) for r in runs if r.window)
     assert keys == [
         ("default", "flood", 200),
@@ -204,8 +208,8 @@ async def test_keys_and_namespaces_keep_windows_of_their_own(stack: Stack) -> No
 
 
 async def test_a_window_sealed_by_an_orchestrator_that_died_starts_one_run(stack: Stack) -> None:
-    await stack.client.apply([("pushes.yaml", DEBOUNCE)])
-    trigger = "default/pushes#trigger1"
+    await stack.client.apply([("debounce.yaml", DEBOUNCE)])
+    trigger = "default/build-on-push#trigger1"
     ids = await stack.push("x", 2)
     await stack.taken(trigger, "x", 2)
     windows = stack.orchestrator.starting.windows
@@ -224,18 +228,18 @@ async def test_a_window_sealed_by_an_orchestrator_that_died_starts_one_run(stack
     await windows.sweep()
     await windows.due(window.run_id, f"{window.run_id}:window:{token}:0")
     later = await stack.push("x")
-    [started] = await stack.runs_of("pushes", 1)
+    [started] = await stack.runs_of("build-on-push", 1)
     assert started.window is not None
     assert started.window.events == ids
     # An event delivered again (its orchestrator died before acknowledging it) after its
     # window's run started is not taken into the next window.
-    definition, version = await stack.client.registry.latest("pushes")
+    definition, version = await stack.client.registry.latest("build-on-push")
     again = Incoming(type="com.example.push", source="/git", id=ids[0], data={"repo": "x"})
     taken = await windows.take(
         definition, version, definition.triggers[0], "x", again, {"repo": "x"}, room=1 << 16
     )
     assert taken == DUPLICATE
     await stack.timers.advance(10)
-    [_, second] = await stack.runs_of("pushes", 2)
+    [_, second] = await stack.runs_of("build-on-push", 2)
     assert second.window is not None
     assert second.window.events == later

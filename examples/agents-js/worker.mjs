@@ -5,10 +5,11 @@
 //
 // Environment: INTERLOCK_URL (default nats://127.0.0.1:4222), INTERLOCK_CREDS (an agent
 // credential: `interlock creds issue agent --capability demo.greet -o greet.creds`),
-// INTERLOCK_PREFIX (default il), WORKER_NAME (default greeter-js), CONCURRENCY (default 4).
+// INTERLOCK_PREFIX (default il), WORKER_NAME (default greeter-js), CONCURRENCY (default 4),
+// INTERLOCK_OBJECT_THRESHOLD (bytes; default 262144: a larger answer goes by reference).
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { connect, credsAuthenticator, headers as natsHeaders } from "nats";
 
 // --- the work: one handler per capability ----------------------------------------------
@@ -33,7 +34,9 @@ const HANDLERS = {
     }
     if (input.wait_seconds) await sleep(input.wait_seconds * 1000, task.signal);
     if (input.emit) return { type: "greet.emitted", data: { name: input.name } };
-    return { data: { greeting: `hello ${input.name}`, attempt: task.attempt } };
+    // A large answer (`size` exclamation marks) goes by reference: see byReference.
+    const greeting = `hello ${input.name}` + "!".repeat(input.size ?? 0);
+    return { data: { greeting, attempt: task.attempt } };
   },
 };
 
@@ -46,6 +49,8 @@ const NAME = process.env.WORKER_NAME ?? "greeter-js";
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 4);
 const INSTANCE = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
 const HEARTBEAT_MS = 5000;
+const THRESHOLD = Number(process.env.INTERLOCK_OBJECT_THRESHOLD ?? 256 * 1024);
+const CHUNK = 128 * 1024;
 const GRACE_MS = 10000;
 
 // Names (contracts/asyncapi.yaml): streams and buckets follow the prefix.
@@ -102,6 +107,8 @@ function userClaims(credsText) {
 // imports the API subjects it may use under `<prefix>.js.API` (its `js-api:` tag says so);
 // `$JS.API` there answers "JetStream not enabled for account".
 let jsApi = "$JS.API";
+// The credential's own object bucket (its `objects:` tag), for answers by reference.
+let objectsBucket;
 
 async function open() {
   const options = { servers: URL, name: `${NAME} ${INSTANCE}` };
@@ -113,6 +120,8 @@ async function open() {
     options.inboxPrefix = `_INBOX.${claims.sub}`;
     const tag = (claims.nats?.tags ?? []).find((t) => t.startsWith("js-api:"));
     if (tag) jsApi = tag.slice("js-api:".length);
+    const own = (claims.nats?.tags ?? []).find((t) => t.startsWith("objects:"));
+    if (own) objectsBucket = own.slice("objects:".length);
   }
   return connect(options);
 }
@@ -175,6 +184,29 @@ async function heartbeat(js, capabilities, remove = false) {
       log("heartbeat failed:", err.message);
     }
   }
+}
+
+// Large payloads, by reference: the answer's JSON goes to the credential's own object
+// bucket as an object store client writes it (128 KiB chunks on $O.<bucket>.C.<nuid>, then
+// its info on $O.<bucket>.M.<name, base64url padded> with Nats-Rollup: sub), and the
+// answer carries a reference. Each publish is a JetStream publish (its ack to our inbox).
+const b64url = (bytes) => Buffer.from(bytes).toString("base64").replace(/\+/g, "-").replace(/\//g, "_");
+
+async function byReference(js, bytes, name) {
+  const nuid = randomBytes(11).toString("hex");
+  const hash = createHash("sha256");
+  let chunks = 0;
+  for (let at = 0; at < bytes.length; at += CHUNK) {
+    const part = bytes.subarray(at, at + CHUNK);
+    hash.update(part);
+    await js.publish(`$O.${objectsBucket}.C.${nuid}`, part);
+    chunks += 1;
+  }
+  const digest = `SHA-256=${b64url(hash.digest())}`;
+  const info = { name, bucket: objectsBucket, nuid, size: bytes.length, chunks, digest, mtime: now() };
+  const meta = `$O.${objectsBucket}.M.${b64url(new TextEncoder().encode(name))}`;
+  await js.publish(meta, json(info), { headers: writeHeaders({ "Nats-Rollup": "sub" }) });
+  return { $object: { bucket: objectsBucket, name, size: bytes.length, digest } };
 }
 
 // Steps 4-6: one task: read it, keep it ours (progress acks), run the handler, answer, ack.
@@ -258,7 +290,11 @@ async function handle(js, capability, msg, ackWaitMs) {
     "Nats-Msg-Id": `${source}:${id}`,
   });
   try {
-    await js.publish(`${PREFIX}.results.${capability}.${runId}`, json(data), { headers: answer });
+    let payload = json(data);
+    if (payload.length > THRESHOLD && objectsBucket) {
+      payload = json(await byReference(js, payload, `${token(task.actionId)}.${task.attempt}.result`));
+    }
+    await js.publish(`${PREFIX}.results.${capability}.${runId}`, payload, { headers: answer });
   } catch (err) {
     log("could not publish the answer:", err.message);
     msg.nak(1000); // the answer is not stored: let the task come again

@@ -139,15 +139,22 @@ async def test_a_type_of_ten_thousand_words_is_a_400(gs: GatewayStack) -> None:
     assert await gs.stored_events() == 0
 
 
-async def test_an_event_larger_than_the_orchestrator_takes_is_a_413(gs: GatewayStack) -> None:
+async def test_an_event_larger_than_the_objects_bound_is_a_413(gs: GatewayStack) -> None:
+    """Data over the threshold goes by reference, up to the bound of objects (set low
+    here: 256 KiB, the inline limit, so the bodies stay small)."""
+    objects = gs.gateway.client.payloads.objects
     limit = gs.gateway.nc.max_payload // 4
-    big = json.dumps({"blob": "x" * (limit + 1)})
-    async with gs.http("publisher") as http:
-        r = await http.post("/events", content=big, headers=_binary("com.example.big"))
-        body = problem(r, 413, "event-too-large")
-        assert str(limit) in body["detail"].replace(",", "")
-        fits = json.dumps({"blob": "x" * (limit - 1000)})
-        ok = await http.post("/events", content=fits, headers=_binary("com.example.big", "b-2"))
+    objects.max_bytes, kept = limit, objects.max_bytes
+    try:
+        big = json.dumps({"blob": "x" * (limit + 1)})
+        async with gs.http("publisher") as http:
+            r = await http.post("/events", content=big, headers=_binary("com.example.big"))
+            body = problem(r, 413, "event-too-large")
+            assert str(limit) in body["detail"].replace(",", "")
+            fits = json.dumps({"blob": "x" * (limit - 1000)})
+            ok = await http.post("/events", content=fits, headers=_binary("com.example.big", "b-2"))
+    finally:
+        objects.max_bytes = kept
     assert ok.status_code == 202, ok.text
     assert await gs.stored_events() == 1
 
@@ -232,7 +239,8 @@ async def test_the_cli_refuses_the_same_before_publishing(
 
     from support.runtime import cli_env, run_cli
 
-    env = cli_env(nats_url, gs.stack.subjects.prefix)
+    # The bound of payloads by reference, set below the event's size.
+    env = {**cli_env(nats_url, gs.stack.subjects.prefix), "INTERLOCK_OBJECT_MAX_BYTES": "512KiB"}
     deep = tmp_path / "deep.json"
     deep.write_text('{"x": ' + deep_json(100) + "}")
     deeper = tmp_path / "deeper.json"

@@ -33,7 +33,20 @@ def test_templates_follow_the_layout() -> None:
     }
     # No consumer of any kind: the consumers it uses are the orchestrator's durables.
     assert not [s for s in agent_pub if "CONSUMER.CREATE" in s or "$JS.FC" in s]
-    assert roles["publisher"].pub_allow == ("il.events.{events}",)
+    # Its own object bucket: the chunks and meta of its uploads, and the meta read of a put.
+    assert roles["publisher"].pub_allow == (
+        "il.events.{events}",
+        "$O.{bucket}.C.*",
+        "$O.{bucket}.M.*",
+        "il.js.API.STREAM.MSG.GET.OBJ_{bucket}",
+        "il.js.API.STREAM.INFO.OBJ_{bucket}",
+    )
+    # An agent reads its capabilities' task inputs by direct gets, and writes its own bucket.
+    assert {
+        "il.js.API.DIRECT.GET.OBJ_il_in_{capability_token}",
+        "$O.{bucket}.C.*",
+        "$O.{bucket}.M.*",
+    } <= agent_pub
     assert roles["publisher"].pub_deny == ("il.events.@run.>",)
     assert roles["publisher"].sub_allow == ("_INBOX.{user}.>",)
     gateway = roles["gateway"]

@@ -36,7 +36,8 @@ def _all_names(s: Subjects) -> list[str]:
         s.secrets_bucket,
         s.webhooks_bucket,
     ]
-    return [*streams, *buckets, s.http_tokens_bucket, s.deliveries_bucket]
+    objects = [s.objects_bucket, s.uploads_bucket]
+    return [*streams, *buckets, s.http_tokens_bucket, s.deliveries_bucket, *objects]
 
 
 async def _api_calls(nc: Client, kind: str) -> list[str]:

@@ -27,6 +27,7 @@ import pytest
 
 from interlock.cli.dev import secure, start_stack, stop_stack
 from interlock.core import events as ev
+from interlock.core.objects import parse_ref
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.transport import tasks
@@ -61,6 +62,7 @@ MANIFESTS = textwrap.dedent(
         flaky: {type: boolean, default: false}
         wait_seconds: {type: number, default: 0}
         emit: {type: boolean, default: false}
+        size: {type: integer, default: 0}
       initial_state: work
       states:
         work:
@@ -71,6 +73,7 @@ MANIFESTS = textwrap.dedent(
                 flaky: "{{ inputs.flaky }}"
                 wait_seconds: "{{ inputs.wait_seconds }}"
                 emit: "{{ inputs.emit }}"
+                size: "{{ inputs.size }}"
               retry:
                 max_attempts: 2
                 backoff: {initial: 1s, multiplier: 1, max: 1s, jitter: false}
@@ -225,6 +228,15 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
             records = await client.read(run)
             failed = [r for r in records if isinstance(r, ev.ActionFailed)]
             assert [(r.data.attempt, r.data.error.retryable) for r in failed] == [(1, True)]
+
+            # A large answer goes by reference, and comes back whole.
+            run = await client.start("greet", {"name": "fay", "size": 1_000_000})
+            state = await client.wait(run, timeout=WAIT)
+            assert state.status == "completed", state
+            outputs = await client.payloads.loaded_values(state.outputs, "outputs")
+            assert outputs["greeting"] == "hello fay" + "!" * 1_000_000
+            [done] = [r for r in await client.read(run) if isinstance(r, ev.ActionCompleted)]
+            assert parse_ref(done.data.result).bucket == SUBJECTS.objects_bucket
 
             # The worker's own event type.
             run = await client.start("greet", {"name": "cy", "emit": True})

@@ -31,6 +31,7 @@ from interlock.transport.tasks import consumer_name
 
 __all__ = [
     "JS_API_TAG",
+    "OBJECTS_TAG",
     "PARTY_ROLES",
     "exports",
     "imports",
@@ -41,6 +42,8 @@ PARTY_ROLES = ("agent", "publisher")
 """Roles whose credentials get an account of their own."""
 JS_API_TAG = "js-api:"
 """A user JWT tag naming the JetStream API prefix its client must use (party accounts)."""
+OBJECTS_TAG = "objects:"
+"""A user JWT tag naming its party's own object bucket (party accounts)."""
 
 SINGLETON, STREAM = "Singleton", "Stream"
 
@@ -60,7 +63,7 @@ def _stream(subject: str) -> dict[str, Any]:
 def exports(subjects: Subjects) -> list[dict[str, Any]]:
     """What the orchestrator's account offers parties, for one subject prefix."""
     p, s = subjects.prefix, subjects
-    tasks, agents, workers = s.tasks_stream, _kv(s.agents_bucket), _kv(s.workers_bucket)
+    tasks, agents = s.tasks_stream, _kv(s.agents_bucket)
     return [
         # Requests in, one answer (a JetStream acknowledgement, the orchestrator's reply)
         # back to the requester's inbox.
@@ -74,15 +77,52 @@ def exports(subjects: Subjects) -> list[dict[str, Any]]:
         _service(f"{JS_API}.CONSUMER.MSG.NEXT.{tasks}.*", STREAM),
         _service(f"{JS_API}.CONSUMER.INFO.{tasks}.*"),
         _service(f"$JS.ACK.{tasks}.>"),
-        # A batched direct get is answered by every message of the batch, then a status.
-        _service(f"{JS_API}.DIRECT.GET.{agents}", STREAM),
+        # A batched direct get is answered by every message of the batch, then a status
+        # (the form with the request in the body, ``DIRECT.GET.<stream>``, is exported for
+        # every stream by object_exports: two exports may not overlap).
         _service(f"{JS_API}.DIRECT.GET.{agents}.>", STREAM),
-        _service(f"{JS_API}.STREAM.INFO.{agents}"),
-        _service(f"{JS_API}.STREAM.INFO.{workers}"),
         # Messages out: cancel notices, and writes to the AgentDefs.
         _stream(f"{p}.control.>"),
         _stream(f"$KV.{s.agents_bucket}.>"),
     ]
+
+
+def object_exports() -> list[dict[str, Any]]:
+    """What the orchestrator's account offers for payloads kept by reference, whatever
+    the prefix (object buckets are named by it): a party's uploads (the chunks and meta
+    messages of its own bucket, and the meta read of nats-py's ``put``), and reading a
+    bucket by direct gets (a batch: every chunk, then a status). Each party imports only
+    its own bucket and, an agent, its capabilities' task inputs."""
+    return [
+        _service("$O.>"),
+        _service(f"{JS_API}.STREAM.MSG.GET.*"),
+        # Also the info of the AgentDefs' and workers' buckets agents read (two exports
+        # may not overlap, so the exports for every prefix are these).
+        _service(f"{JS_API}.STREAM.INFO.*"),
+        _service(f"{JS_API}.DIRECT.GET.*", STREAM),
+    ]
+
+
+def _object_imports(
+    exporter: str, api: str, own: str | None, readable: list[str]
+) -> list[dict[str, Any]]:
+    """A party's imports of its own bucket (``own``: write chunks and meta, read its meta)
+    and of the buckets it may read (``readable``: direct gets only)."""
+    out: list[dict[str, Any]] = []
+    if own is not None:
+        out += [
+            _import(exporter, f"$O.{own}.C.*", "service"),
+            _import(exporter, f"$O.{own}.M.*", "service"),
+            _import(exporter, f"{JS_API}.STREAM.MSG.GET.OBJ_{own}", "service",
+                    f"{api}.STREAM.MSG.GET.OBJ_{own}"),
+            _import(exporter, f"{JS_API}.STREAM.INFO.OBJ_{own}", "service",
+                    f"{api}.STREAM.INFO.OBJ_{own}"),
+        ]  # fmt: skip
+    out += [
+        _import(exporter, f"{JS_API}.DIRECT.GET.OBJ_{b}", "service", f"{api}.DIRECT.GET.OBJ_{b}")
+        for b in readable
+    ]
+    return out
 
 
 def _import(account: str, subject: str, kind: str, local: str | None = None) -> dict[str, Any]:
@@ -92,9 +132,11 @@ def _import(account: str, subject: str, kind: str, local: str | None = None) -> 
     return out
 
 
-def imports(role: Role, subjects: Subjects, exporter: str) -> list[dict[str, Any]]:
+def imports(
+    role: Role, subjects: Subjects, exporter: str, bucket: str | None = None
+) -> list[dict[str, Any]]:
     """What a party of ``role`` imports from the orchestrator's account (public key
-    ``exporter``): exactly its role's subjects."""
+    ``exporter``): exactly its role's subjects, and its own object bucket ``bucket``."""
     s = subjects
     if role.name == "publisher":
         patterns = list(dict.fromkeys(role.events))
@@ -102,7 +144,8 @@ def imports(role: Role, subjects: Subjects, exporter: str) -> list[dict[str, Any
             raise ValueError("a publisher credential needs at least one event type pattern")
         for pattern in patterns:
             validate_event_pattern(pattern)
-        return [_import(exporter, s.event(pattern), "service") for pattern in patterns]
+        events = [_import(exporter, s.event(pattern), "service") for pattern in patterns]
+        return events + _object_imports(exporter, s.party_js_api, bucket, [])
     if role.name != "agent":
         raise ValueError(f"role {role.name!r} has no account of its own")
     caps = list(dict.fromkeys(role.capabilities))
@@ -135,7 +178,7 @@ def imports(role: Role, subjects: Subjects, exporter: str) -> list[dict[str, Any
         js_api(f"STREAM.INFO.{workers}"),
         _import(exporter, f"$KV.{s.agents_bucket}.>", "stream"),
     ]
-    return out
+    return out + _object_imports(exporter, api, bucket, [s.inputs_bucket(c) for c in caps])
 
 
 def party_account_claims(
@@ -144,12 +187,13 @@ def party_account_claims(
     exporter: str,
     limits: dict[str, Any],
     revocations: dict[str, int] | None = None,
+    bucket: str | None = None,
 ) -> dict[str, Any]:
     """The ``nats`` claims of a party's account JWT: its imports, no JetStream."""
     nats: dict[str, Any] = {
         "type": "account",
         "limits": limits,
-        "imports": imports(role, subjects, exporter),
+        "imports": imports(role, subjects, exporter, bucket),
         "default_permissions": {"pub": {}, "sub": {}},
     }
     if revocations:
@@ -162,4 +206,4 @@ def exports_for(prefixes: Iterable[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for prefix in sorted(set(prefixes)):
         out += exports(Subjects(prefix))
-    return out
+    return out + object_exports()

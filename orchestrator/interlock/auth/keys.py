@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from interlock.auth import jwt
-from interlock.auth.accounts import JS_API_TAG, PARTY_ROLES, exports_for, party_account_claims
+from interlock.auth import accounts, jwt
+from interlock.auth.accounts import PARTY_ROLES
 from interlock.auth.roles import Role, permissions_for, system
 from interlock.core.ids import capability_token, token_taken
 from interlock.core.vocabulary import InterlockError
@@ -191,6 +191,10 @@ class KeyStore:
         except OSError as exc:
             raise KeysMissing(f"cannot read {path}: {exc.strerror or exc}") from exc
 
+    def account_key(self) -> jwt.KeyPair:
+        """The orchestrator account's key pair (it signs that account's users)."""
+        return self._seed("account")
+
     def read_jwt(self, name: str) -> str:
         path = self.dir / f"{name}.jwt"
         try:
@@ -241,15 +245,16 @@ class KeyStore:
         by default a new user key.
         """
         user = jwt.read_key(seed) if seed else jwt.new_key("user")
-        perms = permissions_for(role, subjects, user.public_key)
         self._check_tokens(role, user.public_key)
         label = name or _default_name(role)
         tags = [f"role:{role.name}", *(f"capability:{c}" for c in role.capabilities)]
-        account, account_key = self._seed("account"), None
+        account, account_key, bucket = self._seed("account"), None, None
         if role.name in PARTY_ROLES:
             account = self._party_account(role, subjects, user.public_key)
             account_key = account.public_key
-            tags.append(JS_API_TAG + subjects.party_js_api)
+            bucket = subjects.party_bucket(account_key)
+            tags += [accounts.JS_API_TAG + subjects.party_js_api, accounts.OBJECTS_TAG + bucket]
+        perms = permissions_for(role, subjects, user.public_key, bucket=bucket)
         nats: dict[str, Any] = {
             "type": "user",
             **perms.claims(),
@@ -292,8 +297,9 @@ class KeyStore:
             key = jwt.new_key("account")
             (self.dir / "accounts").mkdir(mode=0o700, exist_ok=True)
             jwt.write_secret(self._account_path(key.public_key, "nk"), key.seed + "\n")
-        claims = party_account_claims(
-            role, subjects, self.account_public_key, _UNLIMITED, self._party_revocations(key)
+        revoked, bucket = self._party_revocations(key), subjects.party_bucket(key.public_key)
+        claims = accounts.party_account_claims(
+            role, subjects, self.account_public_key, _UNLIMITED, revoked, bucket
         )
         self._write_signed(self._account_path(key.public_key, "jwt"), key.public_key, claims)
         return key
@@ -420,7 +426,7 @@ class KeyStore:
         nats: dict[str, Any] = {
             "type": "account",
             "limits": {**_UNLIMITED, **_JETSTREAM},
-            "exports": exports_for(prefixes),
+            "exports": accounts.exports_for(prefixes),
             "default_permissions": {"pub": {}, "sub": {}},
         }
         if revocations:

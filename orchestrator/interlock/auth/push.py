@@ -27,7 +27,8 @@ async def push_account(
 
     Returns the server's message for the last. A full resolver keeps each update (and
     shares it with the other servers of a cluster); clients of revoked users are
-    disconnected at once.
+    disconnected at once. Then the object bucket of each party credential is made where
+    it is missing (interlock.auth.buckets).
     """
     sys_opts = ConnectOptions(
         servers=opts.servers,
@@ -43,9 +44,18 @@ async def push_account(
         message = "no account to push"
         for token in keys.account_jwts() if tokens is None else tokens:
             message = await _push_one(nc, token, wait)
-        return message
     finally:
         await nc.close()
+    # Each party's own object bucket, in the orchestrator's account (made once).
+    from interlock.auth.buckets import ensure_party_buckets
+
+    try:
+        await ensure_party_buckets(opts, keys)
+    except Exception as exc:
+        raise PushFailed(
+            f"pushed, but the parties' object buckets could not be made: {exc}"
+        ) from exc
+    return message
 
 
 async def _push_one(nc: Client, account_jwt: str, wait: float) -> str:

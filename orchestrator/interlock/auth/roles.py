@@ -205,6 +205,9 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
         f"$KV.{s.paused_bucket}.>",
         # The log key (it writes run logs): see _log_key.
         *_log_key(s),
+        # Payloads it stores by reference: a large event's data, a run's inputs.
+        f"$O.{s.uploads_bucket}.>",
+        f"$O.{s.objects_bucket}.>",
         "$JS.FC.>",
         # Queue depth per capability (GET /agents): the task consumers' info, read only.
         f"{JS_API}.CONSUMER.INFO.{s.tasks_stream}.*",
@@ -229,7 +232,20 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
     )
 
 
-def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permissions:
+def _objects(subjects: Subjects, own: str | None, readable: Iterable[str] = ()) -> list[str]:
+    """A party's object buckets: writing its own (``own``: chunks, meta, and the meta read
+    of nats-py's ``put``), and reading by direct gets the buckets it may read."""
+    api = subjects.party_js_api
+    out: list[str] = []
+    if own is not None:
+        out += [f"$O.{own}.C.*", f"$O.{own}.M.*", f"{api}.STREAM.MSG.GET.OBJ_{own}"]
+        out.append(f"{api}.STREAM.INFO.OBJ_{own}")  # an object store client binds with it
+    return out + [f"{api}.DIRECT.GET.OBJ_{bucket}" for bucket in readable]
+
+
+def agent(
+    subjects: Subjects, user: str, capabilities: Iterable[str], bucket: str | None = None
+) -> Permissions:
     """Take tasks of its capabilities through their (orchestrator-made) durable consumers,
     answer them (by request, the reply coming to its own inbox, or to the results stream),
     hear their cancel notices, heartbeat under their keys, read the AgentDefs, dead-letter
@@ -270,10 +286,13 @@ def agent(subjects: Subjects, user: str, capabilities: Iterable[str]) -> Permiss
             f"$KV.{workers}.{capability_token(cap)}.*",
         ]
         sub.append(f"{p}.control.{cap}.*")
+    pub += _objects(subjects, bucket, [subjects.inputs_bucket(c) for c in caps])
     return Permissions(pub_allow=tuple(pub), sub_allow=tuple(sub))
 
 
-def publisher(subjects: Subjects, user: str, patterns: Iterable[str]) -> Permissions:
+def publisher(
+    subjects: Subjects, user: str, patterns: Iterable[str], bucket: str | None = None
+) -> Permissions:
     """Publish CloudEvents whose types match ``patterns`` (NATS wildcards over the type's
     dot-separated words), with JetStream acks; nothing else: not the subjects of events
     addressed to one run."""
@@ -283,7 +302,7 @@ def publisher(subjects: Subjects, user: str, patterns: Iterable[str]) -> Permiss
     for pattern in pats:
         validate_event_pattern(pattern)
     return Permissions(
-        pub_allow=tuple(subjects.event(pattern) for pattern in pats),
+        pub_allow=(*(subjects.event(pattern) for pattern in pats), *_objects(subjects, bucket)),
         # Events addressed to one run: even a publisher of every type (``>``) may not
         # steer a run by its id (interlock.runtime.addressing).
         pub_deny=(subjects.addressed_all,),
@@ -299,8 +318,11 @@ def system(user: str) -> Permissions:
     )
 
 
-def permissions_for(role: Role, subjects: Subjects, user: str) -> Permissions:
-    """The permissions of ``role`` for the user with public key ``user``."""
+def permissions_for(
+    role: Role, subjects: Subjects, user: str, *, bucket: str | None = None
+) -> Permissions:
+    """The permissions of ``role`` for the user with public key ``user`` (an agent's or a
+    publisher's own object bucket: ``bucket``)."""
     if role.name == "orchestrator":
         return orchestrator(subjects, user)
     if role.name == "operator":
@@ -308,18 +330,20 @@ def permissions_for(role: Role, subjects: Subjects, user: str) -> Permissions:
     if role.name == "gateway":
         return gateway(subjects, user)
     if role.name == "agent":
-        return agent(subjects, user, role.capabilities)
+        return agent(subjects, user, role.capabilities, bucket)
     if role.name == "publisher":
-        return publisher(subjects, user, role.events)
+        return publisher(subjects, user, role.events, bucket)
     raise ValueError(f"unknown role {role.name!r}; expected one of {', '.join(NATS_ROLES)}")
 
 
 def templates(subjects: Subjects) -> dict[str, Permissions]:
     """Every role's permissions with placeholders, for contracts and docs: ``{capability}``
     (an agent's capability), ``{capability_token}`` (the same as one token), ``{events}``
-    (a publisher's event-type pattern) and ``{user}`` (the user's public key)."""
+    (a publisher's event-type pattern), ``{bucket}`` (an agent's or a publisher's own object
+    bucket) and ``{user}`` (the user's public key)."""
     # A capability with a dot tells its name (``CAPA.BILITY``) from its token (``CAPA_BILITY``).
     user, cap, token, events = "USERKEY", "CAPA.BILITY", "CAPA_BILITY", "EVENTS"
+    bucket = "OWNBUCKET"
 
     def fill(perms: Permissions) -> Permissions:
         def sub(items: tuple[str, ...]) -> tuple[str, ...]:
@@ -328,6 +352,7 @@ def templates(subjects: Subjects) -> dict[str, Permissions]:
                 .replace(token, "{capability_token}")
                 .replace(cap, "{capability}")
                 .replace(events, "{events}")
+                .replace(bucket, "{bucket}")
                 for i in items
             )
 
@@ -343,8 +368,8 @@ def templates(subjects: Subjects) -> dict[str, Permissions]:
         "orchestrator": fill(orchestrator(subjects, user)),
         "operator": fill(operator(subjects, user)),
         "gateway": fill(gateway(subjects, user)),
-        "agent": fill(agent(subjects, user, [cap])),
-        "publisher": fill(publisher(subjects, user, [events])),
+        "agent": fill(agent(subjects, user, [cap], bucket)),
+        "publisher": fill(publisher(subjects, user, [events], bucket)),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from interlock.core.vocabulary import (
 
 if TYPE_CHECKING:
     from interlock.core import events as ev
+    from interlock.transport.objects import ObjectLimits
 
 __all__ = [
     "EXIT_DENIED",
@@ -28,8 +30,10 @@ __all__ = [
     "EXIT_USAGE",
     "CliError",
     "InvalidInput",
+    "add_object_flags",
     "err",
     "load_json_arg",
+    "object_limits",
     "print_json",
     "read_records",
     "read_sources",
@@ -123,3 +127,37 @@ def print_json(value: Any) -> None:
 
 def err(message: str) -> None:
     sys.stderr.write(message + "\n")
+
+
+def add_object_flags(p: argparse.ArgumentParser) -> None:
+    """``--object-threshold`` and ``--object-max-bytes`` (payloads kept by reference)."""
+    p.add_argument(
+        "--object-threshold",
+        default=None,
+        metavar="SIZE",
+        help="payloads whose JSON is larger go to an object bucket, the log holding a "
+        "reference (e.g. 256KiB; env INTERLOCK_OBJECT_THRESHOLD; default 256KiB)",
+    )
+    p.add_argument(
+        "--object-max-bytes",
+        default=None,
+        metavar="SIZE",
+        help="the largest payload stored or loaded by reference (e.g. 64MiB; env "
+        "INTERLOCK_OBJECT_MAX_BYTES; default 64MiB)",
+    )
+
+
+def object_limits(args: argparse.Namespace) -> ObjectLimits:
+    """The flags of :func:`add_object_flags`, else their variables, else the defaults."""
+    from interlock.transport.objects import ObjectLimits, parse_bytes
+
+    try:
+        env = ObjectLimits.from_env()
+        threshold, bound = env.threshold, env.max_bytes
+        if args.object_threshold is not None:
+            threshold = parse_bytes(args.object_threshold)
+        if args.object_max_bytes is not None:
+            bound = parse_bytes(args.object_max_bytes)
+        return ObjectLimits(threshold=threshold, max_bytes=bound)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc

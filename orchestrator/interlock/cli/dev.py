@@ -17,6 +17,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 import interlock_agents
+from interlock.auth.buckets import PARTY_MAX_AGE_S, party_buckets
 from interlock.auth.dev import DEFAULT_DATA_DIR, DevAuth, prepare, record_context
 from interlock.runtime import eventloop
 from interlock.runtime.client import InterlockClient
@@ -73,6 +74,9 @@ async def start_stack(
     nc = await connect(opts)
     client = InterlockClient(nc, opts.subjects)
     await client.ensure_provisioned()
+    if auth is not None:  # each agent's and publisher's own object bucket
+        for bucket in party_buckets(auth.keys.issued()):
+            await client.payloads.objects.ensure_bucket(bucket, max_age_s=PARTY_MAX_AGE_S)
     if agents:
         sources = [(f"<{name}>", interlock_agents.manifest_text(name)) for name in REFERENCE]
         result = await client.apply(sources)

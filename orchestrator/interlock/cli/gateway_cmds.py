@@ -6,7 +6,14 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, print_json
+from interlock.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CliError,
+    add_object_flags,
+    object_limits,
+    print_json,
+)
 from interlock.cli.connecting import (
     add_connection_flags,
     env_int,
@@ -51,8 +58,10 @@ def add_parsers(sub: Sub) -> None:
         type=int,
         default=None,
         metavar="BYTES",
-        help="largest request body taken (default 1048576)",
+        help="largest request body taken (default 16777216: an event's data over the object "
+        "threshold is stored by reference)",
     )
+    add_object_flags(p)
     p.add_argument("--no-console", action="store_true", help="do not serve the web console at /ui/")
     p.add_argument(
         "--trace-url",
@@ -111,6 +120,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         console = ConsoleConfig.from_environment()
         if args.trace_url:
             console = ConsoleConfig(trace_url=args.trace_url)
+    limits = object_limits(args)
 
     async def go() -> None:
         nc = await connect(opts)
@@ -126,6 +136,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
                         port=port,
                         open_mode=args.open,
                         max_body=args.max_body or DEFAULT_MAX_BODY,
+                        objects=limits,
                         console=console,
                         stop=stop,
                         started=started,

@@ -14,6 +14,8 @@ from interlock.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    add_object_flags,
+    object_limits,
 )
 from interlock.cli.connecting import (
     add_connection_flags,
@@ -30,6 +32,7 @@ from interlock.transport.partitions import MAX_PARTITIONS
 
 if TYPE_CHECKING:
     from interlock.runtime.retention import Policy
+    from interlock.transport.objects import ObjectLimits
 
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -109,6 +112,7 @@ def _add_serve_parser(sub: Sub) -> None:
         metavar="DIR",
         help="the same, to a folder of this host (env INTERLOCK_ARCHIVE_DIR)",
     )
+    add_object_flags(p)
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
     p.set_defaults(func=cmd_serve)
@@ -194,6 +198,7 @@ async def serve(
     nats_monitor: str | None = None,
     retention: Policy | None = None,
     partitions: int | None = None,
+    objects: ObjectLimits | None = None,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
     serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables.
@@ -220,6 +225,7 @@ async def serve(
         ack_wait=ack_wait or ACK_WAIT,
         group_commit=group_commit,
         retention=retention,
+        objects=objects,
     )
     telemetry = OrchestratorInstrumentation(
         orchestrator,
@@ -268,6 +274,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 nats_monitor=args.nats_monitor or os.environ.get("INTERLOCK_NATS_MONITOR"),
                 retention=retention_policy(args),
                 partitions=partitions,
+                objects=object_limits(args),
             )
         )
     except eventloop.EventLoopError as exc:

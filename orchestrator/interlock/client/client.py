@@ -329,7 +329,7 @@ class Client(DeadLetterCalls):
         RunNotEnded (nothing deleted) for a run that has not ended."""
         from interlock.core.definition import ArchiveDef
 
-        records = await self.records(run_id)
+        records = await self._on_run(run_id, self._ops.read)  # as logged: refs, not values
         archive = ArchiveDef(archive_bucket, archive_dir) if archive_bucket or archive_dir else None
         return await self._ops.delete(run_id, records, archive)
 
@@ -350,9 +350,9 @@ class Client(DeadLetterCalls):
         check_run_id(run_id)
         if not wait:
             read = await self._read_state(run_id)
-            return run_result(read.records, read.state)
+            return await reading.loaded_result(self._ops, run_result(read.records, read.state))
         records = await self._watcher.finished(run_id, timeout)
-        return run_result(records)
+        return await reading.loaded_result(self._ops, run_result(records))
 
     async def run(self, run_id: str) -> RunSummary:
         """One run's summary, folded from its log. Raises :class:`UnknownRun`."""
@@ -371,7 +371,7 @@ class Client(DeadLetterCalls):
         outline = await catalog.outline_of_run(self._ops, read.state)
         warnings = [f.warning() for f in read.foreign]
         described = describe_run(read.records, outline, state=read.state, warnings=warnings)
-        return await queues.with_places(self._ops, described, read.state)
+        return await reading.described(self._ops, described, read.state)
 
     async def queues(self, workflow: str | None = None) -> list[QueueView]:
         """Each concurrency limit and key with runs holding or waiting (of ``workflow``)."""
@@ -392,8 +392,8 @@ class Client(DeadLetterCalls):
         return await reading.runs(self._ops, workflow, status, limit, waiting)
 
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
-        """The run's log: every record, in order. Raises :class:`UnknownRun`."""
-        return await self._on_run(run_id, self._ops.read)
+        """The run's log, every record in order, payloads loaded. Raises :class:`UnknownRun`."""
+        return await self._ops.payloads.loaded(await self._on_run(run_id, self._ops.read))
 
     async def state(self, run_id: str) -> RunState:
         """The run's state folded from its log (the engine's own view)."""

@@ -17,6 +17,7 @@ from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 from interlock.client.catalog import catalog
 from interlock.core.bounds import MAX_DEPTH, max_event_bytes, too_deep
 from interlock.core.ids import check_event_type, check_run_id
+from interlock.core.objects import is_marker
 from interlock.runtime.errors import EventTooLarge
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, encode_binary, from_dict
@@ -57,17 +58,41 @@ def build_event(
     )
 
 
-def check_size(payload: bytes, max_payload: int) -> None:
+def check_size(payload: bytes, max_payload: int, max_bytes: int | None = None) -> None:
     """Raise :class:`EventTooLarge` for a payload the orchestrator's ingress would refuse
-    (the same bound: ``max_event_bytes``)."""
-    limit = max_event_bytes(max_payload)
+    (the same bound: ``max_event_bytes``), or, with ``max_bytes`` (its data goes by
+    reference when over that bound), one over the bound of an object."""
+    limit = max_event_bytes(max_payload) if max_bytes is None else max_bytes
     if len(payload) > limit:
-        raise EventTooLarge(len(payload), limit)
+        raise EventTooLarge(len(payload), limit, by_reference=max_bytes is not None)
+
+
+def by_reference_from(ops: InterlockClient) -> int:
+    """The size from which an event's data is sent by reference: the threshold, and never
+    more than the ingress takes inline."""
+    return min(ops.payloads.threshold, max_event_bytes(ops.nc.max_payload))
+
+
+async def by_reference(ops: InterlockClient, event: CloudEvent) -> CloudEvent:
+    """``event`` with its data stored in an object bucket (this credential's own, else the
+    orchestrator account's uploads) and a reference in its place, when its data is over
+    :func:`by_reference_from`; else ``event`` itself."""
+    if event.data is None or is_marker(event.data):
+        return event
+    data = msgspec.json.encode(event.data)
+    if len(data) <= by_reference_from(ops):
+        return event
+    check_size(data, ops.nc.max_payload, ops.payloads.objects.max_bytes)
+    bucket = getattr(ops.nc, "objects_bucket", None) or ops.subjects.uploads_bucket
+    ref = await ops.payloads.objects.put(bucket, data)
+    return msgspec.structs.replace(event, data=ref.to_json(), datacontenttype="application/json")
 
 
 async def publish(ops: InterlockClient, event: CloudEvent) -> tuple[int, bool]:
     """Store ``event`` on its subject, deduplicated by source and id as on NATS: (stream
-    sequence, whether the stream had it already)."""
+    sequence, whether the stream had it already). Data over the threshold goes by
+    reference (:func:`by_reference`)."""
+    event = await by_reference(ops, event)
     headers, payload = encode_binary(event)
     check_size(payload, ops.nc.max_payload)
     headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"

@@ -15,10 +15,11 @@ from interlock.client.errors import UnknownRun, UnknownWorkflow, no_stream_is_no
 from interlock.core import events as ev
 from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
-from interlock.views import DeadLetterView, RunSummary
+from interlock.views import DeadLetterView, RunDescription, RunResult, RunSummary
 from interlock.views.build import dead_letter_view, summary_from_index, waiting_of
 
 if TYPE_CHECKING:
+    from interlock.core.state import RunState
     from interlock.runtime.client import DeadLetter, InterlockClient
     from interlock.transport.subjects import Subjects
     from interlock.views.outline import WorkflowOutline
@@ -159,3 +160,32 @@ def letter_view(d: DeadLetter, subjects: Subjects) -> DeadLetterView:
         d.data,
         d.redrive_refusal(subjects),
     )
+
+
+async def loaded_result(ops: InterlockClient, found: RunResult) -> RunResult:
+    """``found`` with the outputs kept by reference loaded."""
+    if not found.outputs:
+        return found
+    outputs = await ops.payloads.loaded_values(found.outputs, "outputs")
+    return replace(found, outputs=outputs)
+
+
+async def loaded_description(ops: InterlockClient, described: RunDescription) -> RunDescription:
+    """The description with the payloads kept by reference in it loaded (the inputs, the
+    context values, the outputs)."""
+    load = ops.payloads.loaded_values
+    return replace(
+        described,
+        inputs=await load(described.inputs, "inputs"),
+        context=await load(described.context, "context"),
+        outputs=await load(described.outputs, "outputs"),
+    )
+
+
+async def described(
+    ops: InterlockClient, described: RunDescription, state: RunState
+) -> RunDescription:
+    """``Client.describe``'s answer: payloads loaded, and a queued run's place in line."""
+    from interlock.client.queues import with_places
+
+    return await with_places(ops, await loaded_description(ops, described), state)

@@ -138,6 +138,19 @@ def messages() -> dict[str, Any]:
     }
 
 
+_BY_REFERENCE = (
+    "A payload over the installation's threshold (256 KiB of JSON by default) travels by "
+    'reference instead: `{"$object": {"bucket", "name", "size", "digest"}}`, the JSON '
+    "stored in a JetStream object bucket (`digest`: `SHA-256=` and the base64url of the "
+    "bytes' SHA-256, as the object store writes it). A task input's bucket is "
+    "`<prefix>_in_<capability token>`, read by direct gets; an answer's or an event's is "
+    "the sender's own (its credential's `objects:` tag). A reference whose object is "
+    "missing, over the bound (64 MiB by default) or not of that size and digest is "
+    'refused (dead letter `bad-object`). docs/agents-any-language.md, "Large payloads, '
+    'by reference", spells out the reads and writes.'
+)
+
+
 def _inbound_event(ex: Examples) -> dict[str, Any]:
     return {
         "name": "InboundEvent",
@@ -153,7 +166,7 @@ def _inbound_event(ex: Examples) -> dict[str, Any]:
         "`Nats-Msg-Id` `<source>:<id>` makes a repeat a no-op within the stream's "
         "duplicate window. Events carrying `actionid` or `timerid`, or of type "
         "`io.interlock.timer.fired`, `task.completed` or `task.failed`, are refused "
-        "(dead letter `reserved-attribute`).",
+        "(dead letter `reserved-attribute`). " + _BY_REFERENCE,
         "headers": {
             "type": "object",
             "properties": {
@@ -237,7 +250,8 @@ def _task_request(ex: Examples) -> dict[str, Any]:
         ),
         "payload": {
             "type": "object",
-            "description": "The action's input; the capability's AgentDef input_schema says more.",
+            "description": "The action's input; the capability's AgentDef input_schema says "
+            "more. " + _BY_REFERENCE,
         },
         "examples": [_example("attempt 2", ex.req_headers, ex.req_payload)],
     }
@@ -254,7 +268,7 @@ def _task_completed(ex: Examples) -> dict[str, Any]:
         "payload": {
             "type": "object",
             "description": "The result (checked against the AgentDef's output_schema: "
-            "a mismatch fails the action as schema_error).",
+            "a mismatch fails the action as schema_error). " + _BY_REFERENCE,
         },
         "examples": [_example("completed", ex.completed_headers, ex.completed_payload)],
     }

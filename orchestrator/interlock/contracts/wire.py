@@ -164,6 +164,7 @@ def _accounts_component() -> dict[str, Any]:
         text = yaml.safe_dump(short(entries))
         text = text.replace("CAPA_BILITY", "{capability_token}")
         text = text.replace("CAPA.BILITY", "{capability}").replace("EVENTS", "{events}")
+        text = text.replace("OWNBUCKET", "{bucket}")
         loaded: list[dict[str, Any]] = yaml.safe_load(text)
         return loaded
 
@@ -172,9 +173,9 @@ def _accounts_component() -> dict[str, Any]:
             "agent": SUBJECTS.party_js_api,
             "publisher": "(none: it uses no JetStream API)",
         },
-        "orchestratorExports": short(accounts.exports(SUBJECTS)),
-        "agentImports": fill(accounts.imports(agent, SUBJECTS, exporter)),
-        "publisherImports": fill(accounts.imports(publisher, SUBJECTS, exporter)),
+        "orchestratorExports": short(accounts.exports(SUBJECTS) + accounts.object_exports()),
+        "agentImports": fill(accounts.imports(agent, SUBJECTS, exporter, "OWNBUCKET")),
+        "publisherImports": fill(accounts.imports(publisher, SUBJECTS, exporter, "OWNBUCKET")),
     }
 
 
@@ -195,7 +196,8 @@ keep their names. Each channel's
 `x-interlock-permissions` lists the roles whose credentials allow publishing to it,
 subscribing to it, and reading it through the JetStream API, worked out from the roles'
 permissions (`components.x-interlock-roles`, with `{{capability}}`,
-`{{capability_token}}`, `{{events}}` and `{{user}}` placeholders).
+`{{capability_token}}`, `{{events}}`, `{{bucket}}` (the party's own object bucket, its
+JWT's `objects:` tag) and `{{user}}` placeholders).
 
 Messages are CloudEvents 1.0 in binary mode (`ce-` headers, values percent-encoded,
 payload = data) unless said otherwise; receivers also accept structured mode

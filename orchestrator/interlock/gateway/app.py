@@ -32,6 +32,7 @@ from interlock.gateway.service import DEFAULT_MAX_BODY, Gateway
 from interlock.transport.cloudevents import InvalidCloudEvent
 from interlock.transport.health import health_routes, nats_readiness
 from interlock.transport.logmac import LogKeyUnavailable, SecretDamaged
+from interlock.transport.objects import ObjectLimits
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.gateway")
@@ -203,6 +204,7 @@ async def serve_gateway(
     console: ConsoleConfig | None = DEFAULT_CONSOLE,
     stop: asyncio.Event,
     started: asyncio.Future[str] | None = None,
+    objects: ObjectLimits | None = None,
 ) -> None:
     """Serve the gateway on ``host:port`` until ``stop`` is set (with the web console at
     ``/ui/`` unless ``console`` is None)."""
@@ -210,7 +212,7 @@ async def serve_gateway(
 
     if open_mode and not is_loopback(host):
         raise ValueError(f"open mode listens on loopback only, not on {host}")
-    gateway = Gateway(nc, subjects, open_mode=open_mode, max_body=max_body)
+    gateway = Gateway(nc, subjects, open_mode=open_mode, max_body=max_body, objects=objects)
     await gateway.start()
     server = HttpServer(build_app(gateway, console), port, host=host)
     try:

@@ -46,6 +46,7 @@ from interlock.client import UnknownRun
 from interlock.client.catalog import outline_of_run
 from interlock.client.errors import no_stream_is_no_run
 from interlock.client.queues import with_places
+from interlock.client.reading import loaded_description
 from interlock.core import events as ev
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
@@ -252,6 +253,7 @@ class RunLogs:
             state=cached.state,
             warnings=[f.warning() for f in cached.foreign],
         )
+        described = await loaded_description(self._ops, described)  # payloads, whole
         cached.described = (cached.last_seq, described)
         return await with_places(self._ops, described, cached.state)
 

@@ -20,12 +20,14 @@ from interlock.gateway.problems import Problem
 from interlock.gateway.runlist import RunList
 from interlock.gateway.runlogs import RunLogs
 from interlock.transport.cloudevents import CloudEvent, encode_binary
+from interlock.transport.objects import ObjectLimits
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.gateway")
 
-DEFAULT_MAX_BODY = 1 << 20
-"""Largest request body taken by default (1 MiB, the default NATS max payload)."""
+DEFAULT_MAX_BODY = 16 << 20
+"""Largest request body taken by default (16 MiB: an event's data over the object
+threshold is stored by reference, up to the object bound)."""
 
 
 class Gateway:
@@ -37,6 +39,9 @@ class Gateway:
         open_mode: no credentials asked (every caller is an operator); the process serving
             it must listen on loopback only.
         max_body: the largest request body taken, in bytes (413 above it).
+        objects: from which size an event's data or a run's inputs are stored by
+            reference, and the largest stored (default: INTERLOCK_OBJECT_*, else 256 KiB
+            and 64 MiB).
     """
 
     def __init__(
@@ -47,10 +52,13 @@ class Gateway:
         open_mode: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
         metrics: CollectorRegistry = REGISTRY,
+        objects: ObjectLimits | None = None,
     ) -> None:
         self.nc = nc
         self.subjects = subjects
         self.api = Client(nc, subjects)
+        if objects is not None:
+            self.api.ops.use_objects(objects)
         """What the REST routes and /events go through: the same client as any program."""
         self.client = self.api.ops
         """The operations underneath ``api`` (one registry and one run-log watcher)."""
@@ -93,8 +101,9 @@ class Gateway:
                     check_run_id(run_id)
                 except InvalidRunId as exc:
                     raise Problem(400, "invalid-event", f"{where}extension runid: {exc}") from exc
-            try:
-                check_size(encode_binary(event)[1], self.nc.max_payload)
+            try:  # data over the threshold goes by reference (client.emitting.by_reference)
+                limit = self.client.payloads.objects.max_bytes
+                check_size(encode_binary(event)[1], self.nc.max_payload, limit)
             except EventTooLarge as exc:
                 raise Problem(
                     413, "event-too-large", where + str(exc), max_bytes=exc.limit, index=index

@@ -36,6 +36,7 @@ from interlock.runtime.foreign import REASON as FOREIGN_RECORD
 from interlock.runtime.foreign import index_entry
 from interlock.runtime.logstore import RunLog
 from interlock.runtime.pausing import Pauses
+from interlock.runtime.payloads import payloads_for
 from interlock.runtime.registry import Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.snapshots import Read, Snapshots, read_state
@@ -44,6 +45,7 @@ from interlock.runtime.waiting import RunWatcher
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvread import bucket_values
+from interlock.transport.objects import ObjectLimits
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -72,16 +74,31 @@ class ApplyResult:
 class InterlockClient:
     """Operations on workflows, runs and events of one installation."""
 
-    def __init__(self, nc: NatsClient, subjects: Subjects) -> None:
+    def __init__(
+        self, nc: NatsClient, subjects: Subjects, *, objects: ObjectLimits | None = None
+    ) -> None:
         self.nc = nc
         self.js = jetstream(nc)
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
         self.log = RunLog(nc, subjects)
         self.snapshots = Snapshots(nc, subjects, key=self.log.key, where=self.log.where)
-        self.runs = Runs(self.log, self.registry, cache_size=0, snapshots=self.snapshots)
+        self.payloads = payloads_for(nc, subjects, objects or ObjectLimits.from_env())
+        """Payloads by reference: loaded for readers, stored when too large to log."""
+        self.runs = Runs(
+            self.log,
+            self.registry,
+            cache_size=0,
+            snapshots=self.snapshots,
+            payloads=self.payloads,
+        )
         self.watcher = RunWatcher(nc, subjects, self.log)
         """The one subscription every wait and follow of this client shares."""
+
+    def use_objects(self, limits: ObjectLimits) -> None:
+        """Store and load payloads by reference under ``limits`` (the threshold and the
+        bound; by default INTERLOCK_OBJECT_*)."""
+        self.payloads = self.runs.payloads = payloads_for(self.nc, self.subjects, limits)
 
     async def ensure_provisioned(self) -> None:
         from interlock.transport.provision import provision
@@ -229,7 +246,7 @@ class InterlockClient:
         from interlock.core.engine import cancel
 
         records = await self.runs.apply(
-            run_id, lambda d, s: cancel(d, s, reason=reason, now=self.runs.clock())
+            run_id, lambda d, s: cancel(d, s, reason=reason, now=self.runs.clock()), loads=False
         )
         return bool(records)
 

@@ -450,6 +450,8 @@ class Admission:
         now = self._clock()
         async with self._runs.locked(run_id):
             try:
-                await self._runs.apply(run_id, lambda d, s: cancel(d, s, reason=reason, now=now))
+                await self._runs.apply(
+                    run_id, lambda d, s: cancel(d, s, reason=reason, now=now), loads=False
+                )
             except (UnknownRun, UnknownWorkflow) as exc:
                 log.warning("cannot cancel run %s: %s", run_id, exc)

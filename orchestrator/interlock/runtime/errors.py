@@ -29,14 +29,16 @@ class InvalidInputs(ValueError, InterlockError):
 class EventTooLarge(ValueError, InterlockError):
     """An event larger than the orchestrator takes (nothing was published)."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, *, by_reference: bool = False) -> None:
         self.size = size
         self.limit = limit
-        super().__init__(
-            f"the event takes {size:,} bytes; events take at most {limit:,} (a quarter of "
-            "the server's payload limit: an event is copied into the logs of the runs it "
-            "reaches)"
+        why = (
+            "the bound of payloads stored by reference (INTERLOCK_OBJECT_MAX_BYTES)"
+            if by_reference
+            else "a quarter of the server's payload limit: an event is copied into the logs "
+            "of the runs it reaches"
         )
+        super().__init__(f"the event takes {size:,} bytes; events take at most {limit:,} ({why})")
 
 
 class RunExists(ValueError, InterlockError):

@@ -348,7 +348,7 @@ class ControlFlow:
                 return cancel(definition, state, reason=reason, now=now)  # noqa: B023
 
             try:
-                await self._runs.apply(child, decision)
+                await self._runs.apply(child, decision, loads=False)
             except UnknownRun:
                 if not attempt:
                     return  # attempts are numbered from 1: no child n, no child n + 1

@@ -20,6 +20,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from interlock.core.ids import InvalidRunId
+from interlock.core.objects import ObjectError
 from interlock.runtime.fairness import Deferred
 from interlock.runtime.logstore import RecordsTooLarge
 from interlock.runtime.observe import Observers
@@ -150,9 +151,15 @@ class MessageHandling:
             # Best effort: a message left unsettled comes again after its ack wait.
             with contextlib.suppress(Exception):
                 await msg.nak(delay=deferred.delay)
-        except (RecordsTooLarge, InvalidRunId) as exc:
+        except (RecordsTooLarge, InvalidRunId, ObjectError) as exc:
             # Another delivery would fail the same way: dead-letter it at once.
-            reason = "too-large" if isinstance(exc, RecordsTooLarge) else "bad-run-id"
+            reason = (
+                "too-large"
+                if isinstance(exc, RecordsTooLarge)
+                else exc.reason
+                if isinstance(exc, ObjectError)
+                else "bad-run-id"
+            )
             log.warning("%s: dead-lettering (%s): %s", where, reason, exc)
             await dead_letter_and_settle(msg, partial(self.dead_letter, msg, reason, str(exc)))
         # A consumer loop outlives any one message.

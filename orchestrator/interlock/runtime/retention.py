@@ -7,13 +7,14 @@ runs out, with the timer id ``<run id>:retention``. When it fires, :func:`delete
 
 1. reads the run's log and refuses a run that has not ended (deleting never touches a
    live run; an ended run gets no more records);
-2. writes the log, in the format of ``interlock export``, to the archive (an Object Store
-   bucket, or a directory of the orchestrator's host), replacing a copy left by an
-   attempt that was cut short;
+2. writes the log, in the format of ``interlock export`` (payloads kept by reference
+   loaded into their places), to the archive (an Object Store bucket, or a directory of
+   the orchestrator's host), replacing a copy left by an attempt that was cut short;
 3. records the deletion in the audit stream (``<prefix>.audit.deleted.<run id>``, with a
    message id, so a repeated attempt records it once);
-4. purges the run's subject from the run-log stream, then its run-index entry and its
-   snapshot.
+4. purges the run's subject from the run-log stream, then deletes the run's objects
+   (the payloads its log references, which the audit record names, so a repetition after
+   the purge still finds them), then its run-index entry and its snapshot.
 
 Each step can be repeated, and the timer's message is acknowledged only after the last,
 so a process killed anywhere leaves the timer to fire again and finish the work: nothing
@@ -29,7 +30,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,13 +40,16 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from interlock.core import events as ev
 from interlock.core.definition import ArchiveDef, Definition
+from interlock.core.objects import ObjectRef
 from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState, fold
 from interlock.core.step import plus_seconds, seconds_text
 from interlock.core.vocabulary import FINISHED
 from interlock.runtime.errors import RunNotEnded, UnknownWorkflow
 from interlock.runtime.logstore import LogStore, RunLog
+from interlock.runtime.payloads import Payloads, run_objects
 from interlock.transport.jetstream import jetstream
+from interlock.transport.objects import Objects
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -99,7 +103,13 @@ class Deleted:
 
 
 def audit_entry(
-    run_id: str, records: list[ev.AnyRecord], *, by: str, reason: str, archived_to: str | None
+    run_id: str,
+    records: list[ev.AnyRecord],
+    *,
+    by: str,
+    reason: str,
+    archived_to: str | None,
+    objects: Sequence[ObjectRef] = (),
 ) -> dict[str, Any]:
     state = fold(records)
     return {
@@ -114,6 +124,7 @@ def audit_entry(
         "by": by,
         "reason": reason,
         "archived_to": archived_to,
+        "objects": [{"bucket": o.bucket, "name": o.name, "size": o.size} for o in objects],
     }
 
 
@@ -166,9 +177,10 @@ async def delete_run(
     records: list[ev.AnyRecord] | None = None,
 ) -> Deleted:
     """Archive (where ``archive`` says), record in the audit stream, and delete one ended
-    run: its log and its run-index entry. Raises :class:`RunNotEnded` for a run that has
-    not ended (nothing is touched). Repeating it after a crash finishes the work.
-    ``records``: the run's log as just read (else it is read here)."""
+    run: its log, its objects (payloads kept by reference) and its run-index entry. Raises
+    :class:`RunNotEnded` for a run that has not ended (nothing is touched). Repeating it
+    after a crash finishes the work. ``records``: the run's log as just read (else it is
+    read here)."""
     if records is None:
         records, _ = await log.read(run_id, consistent=True)
     js = jetstream(nc)
@@ -176,10 +188,16 @@ async def delete_run(
     if records and status not in FINISHED:
         raise RunNotEnded(run_id, str(status))
     archived_to = None
+    objects = Objects(nc)
     if records:
+        refs = await run_objects(subjects, records, run_id)
         if archive is not None:
-            archived_to = await archive_log(nc, run_id, records, archive)
-        entry = audit_entry(run_id, records, by=by, reason=reason, archived_to=archived_to)
+            # The archive holds the payloads themselves: it replays with no server.
+            loaded = await Payloads(objects, subjects).loaded(records) if refs else records
+            archived_to = await archive_log(nc, run_id, loaded, archive)
+        entry = audit_entry(
+            run_id, records, by=by, reason=reason, archived_to=archived_to, objects=refs
+        )
         await js.publish(
             subjects.audit_deleted(run_id),
             json.dumps(entry, separators=(",", ":")).encode(),
@@ -191,12 +209,30 @@ async def delete_run(
             else (subjects.runs_stream, subjects.run(run_id))
         )
         await js.purge_stream(stream, subject=subject)
+    else:  # a repetition after the purge: the objects the audit record names
+        refs = await _audited_objects(js, subjects, run_id)
+    for ref in refs:
+        await objects.delete(ref)
     await (await js.key_value(subjects.runs_bucket)).purge(run_id)
     await js.purge_stream(
         f"KV_{subjects.runs_bucket}", subject=f"$KV.{subjects.runs_bucket}.L.*.*.*.{run_id}"
     )
     await (await js.key_value(subjects.snapshots_bucket)).purge(run_id)
     return Deleted(run_id, len(records), archived_to, None if status is None else str(status))
+
+
+async def _audited_objects(js: Any, subjects: Subjects, run_id: str) -> list[ObjectRef]:
+    """The objects the audit record of the run's deletion names (none: no record)."""
+    try:
+        msg = await js.get_last_msg(subjects.audit_stream, subjects.audit_deleted(run_id))
+    except NotFoundError:
+        return []
+    named = json.loads(msg.data).get("objects", [])
+    # Deleting needs no digest: any one of the right shape names the object.
+    return [
+        ObjectRef(bucket=o["bucket"], name=o["name"], size=o.get("size", 0), digest="")
+        for o in named
+    ]
 
 
 class Retainer:

@@ -23,6 +23,7 @@ from interlock.runtime.fairness import FairLanes
 from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
+from interlock.runtime.payloads import Payloads
 from interlock.runtime.registry import Registry
 from interlock.runtime.snapshots import EVERY, Snapshots, read_state
 from interlock.transport.clock import utc_now
@@ -135,9 +136,13 @@ class Runs:
         snapshots: Snapshots | None = None,
         on_appended: Callable[[Sequence[ev.AnyRecord]], None] | None = None,
         on_appending: Callable[[Sequence[ev.AnyRecord]], None] | None = None,
+        payloads: Payloads | None = None,
     ) -> None:
         """``snapshots``: read runs from their snapshots where they match the log (and,
-        where it writes them, write one every :data:`snapshots.EVERY` records)."""
+        where it writes them, write one every :data:`snapshots.EVERY` records).
+        ``payloads``: load the references in a run's state before deciding, and store the
+        values of its records over the threshold (:mod:`interlock.runtime.payloads`)."""
+        self.payloads = payloads
         self.observer = observer or OrchestratorObserver()
         self.log = log_store
         self.snapshots = snapshots
@@ -288,18 +293,28 @@ class Runs:
         return linked
 
     async def apply(
-        self, run_id: str, decision: Decision, *, heavy: bool = False
+        self, run_id: str, decision: Decision, *, heavy: bool = False, loads: bool = True
     ) -> list[ev.AnyRecord]:
         """Decide on the run's current state and append; on a lost race, re-read and retry.
-        ``heavy``: the decision meets many values (see :meth:`_decide`)."""
+        ``heavy``: the decision meets many values (see :meth:`_decide`). ``loads``: the
+        decision may read payloads kept by reference (a cancellation reads none, so an
+        object that fails its check does not keep a run from being cancelled)."""
         for attempt in range(MAX_ATTEMPTS):
             from_cache = attempt == 0 and run_id in self._cache
             entry = await self.load(run_id, fresh=attempt > 0)
             if entry is None:
                 raise UnknownRun(run_id)
-            out = await self._decide(decision, entry.definition, entry.state, heavy=heavy)
-            after = out.state if isinstance(out, Decided) else None
+            state = entry.state
+            if self.payloads is not None and loads:
+                state = await self.payloads.state(state)
+            loaded = state is not entry.state
+            out = await self._decide(decision, entry.definition, state, heavy=heavy or loaded)
+            after = out.state if isinstance(out, Decided) and not loaded else None
             records = list(out.records if isinstance(out, Decided) else out)
+            if records and self.payloads is not None:
+                stored = await self.payloads.records(records)
+                if stored is not None:
+                    records, after = stored, None
             if not records:
                 # "Nothing to do" may only mean that the cached copy is behind the log (another
                 # replica, or the CLI, appended since): an answer to an action requested there
@@ -374,6 +389,8 @@ class Runs:
         from interlock.core.incoming import heavy_value
 
         await self.registry.current_agents()
+        if self.payloads is not None:  # a child run's inputs, stored by its parent's log
+            inputs = await self.payloads.value(inputs, "inputs")
         definition = self._link(definition)
         # Nesting first: nothing recursive (type checks, CEL, a log's readers) may see it.
         problems = too_deep_inputs(inputs)
@@ -406,6 +423,10 @@ class Runs:
             heavy=heavy_value(inputs) or (trigger is not None and heavy_value(trigger.data)),
         )
         assert isinstance(out, Decided)
+        if self.payloads is not None:
+            stored = await self.payloads.records(out.records)
+            if stored is not None:
+                out = Decided(stored, fold(stored))
         return Opening(run_id, definition, out)
 
     async def open(self, opening: Opening) -> tuple[bool, list[ev.AnyRecord]]:

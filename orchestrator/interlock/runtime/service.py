@@ -34,6 +34,7 @@ from interlock.core.bounds import max_event_bytes
 from interlock.core.definition import Definition
 from interlock.core.engine import TASK_FAILED, Incoming, decide, decided
 from interlock.core.incoming import heavy_value
+from interlock.core.objects import ObjectError
 from interlock.core.state import RunState
 from interlock.runtime import eventloop, writebehind
 from interlock.runtime.addressing import Refused, admit
@@ -56,6 +57,7 @@ from interlock.runtime.handling import ACK_WAIT, MessageHandling
 from interlock.runtime.keeper import TaskQueueKeeper
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
+from interlock.runtime.payloads import payloads_for
 from interlock.runtime.registry import Registry
 from interlock.runtime.relay import Relay
 from interlock.runtime.retention import Policy
@@ -71,6 +73,7 @@ from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.jetstream import jetstream
+from interlock.transport.objects import ObjectLimits
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 
@@ -96,6 +99,7 @@ class Orchestrator:
         index_hold: float = writebehind.HOLD,
         group_commit: int = 0,
         retention: Policy | None = None,
+        objects: ObjectLimits | None = None,
     ) -> None:
         self.observers = Observers(observers)
         self.ack_wait = ack_wait
@@ -120,22 +124,12 @@ class Orchestrator:
             ack_wait=ack_wait,
             stopping=self._stopping,
         )
+        self.payloads = payloads_for(nc, subjects, objects or ObjectLimits())
+        """Payloads by reference: loaded before a decision, stored when too large to log."""
         self.answers = Answers(self.js, subjects)
         self.queue = TaskQueue(self.js, subjects)
         self.dispatcher = self._dispatcher(task_ack_wait)
-        self.runs = Runs(
-            self.run_log,
-            self.registry,
-            clock=clock,
-            cache_size=cache_size,
-            observer=self.observers,
-            keep_appended=True,  # the relay reads them back
-            snapshots=Snapshots(
-                nc, subjects, write=True, key=self.run_log.key, where=self.run_log.where
-            ),
-            on_appended=self.dispatcher.dispatch_early,
-            on_appending=self.dispatcher.ready_requests,
-        )
+        self.runs = self._runs(cache_size)
         self._tasks: list[asyncio.Task[None]] = []
         self._registry_check: asyncio.Future[None] | None = None
         """The registry check of the ingress batch last fetched (see _check_registry)."""
@@ -159,6 +153,23 @@ class Orchestrator:
         self.starting = self._starting()
         self.flow.window_due = self.starting.windows.due
         self.relay = self._relay(index_hold)
+
+    def _runs(self, cache_size: int) -> Runs:
+        """The runs, with a cache of recent states, snapshots and payloads by reference."""
+        return Runs(
+            self.run_log,
+            self.registry,
+            clock=self.clock,
+            cache_size=cache_size,
+            observer=self.observers,
+            keep_appended=True,  # the relay reads them back
+            snapshots=Snapshots(
+                self.nc, self.subjects, write=True, key=self.run_log.key, where=self.run_log.where
+            ),
+            on_appended=self.dispatcher.dispatch_early,
+            on_appending=self.dispatcher.ready_requests,
+            payloads=self.payloads,
+        )
 
     def _dispatcher(self, task_ack_wait: float) -> Dispatcher:
         """The dispatch of task requests (see :mod:`dispatch`)."""
@@ -353,12 +364,12 @@ class Orchestrator:
             return
         try:
             # What the event may reach is what its subject (whose publishers NATS checks)
-            # allows: see interlock.runtime.addressing.
+            # allows: see interlock.runtime.addressing. Its data, if by reference, loaded.
             event, run_id = admit(self.subjects, msg.subject, event)
-        except Refused as exc:
+            incoming = await self.payloads.incoming(to_incoming(event))
+        except (Refused, ObjectError) as exc:
             await self.handling.dead_letter(msg, exc.reason, exc.detail)
             return
-        incoming = to_incoming(event)
         self.counters["events_received"] += 1
         if run_id:
             delivered = await self.deliver(run_id, incoming)
@@ -397,6 +408,7 @@ class Orchestrator:
         the capability's output schema.
         """
         now = self.clock()
+        incoming = await self.payloads.incoming(incoming)  # a parked event's, an answer's
         # Converting many values for CEL costs in proportion: decided off the loop.
         heavy = heavy_value(incoming.data)
 
@@ -446,7 +458,7 @@ class Orchestrator:
         try:
             key = self.answers.key_of(msg.subject, event, msg.headers)
             await self.deliver(key.run_id, to_incoming(event), answer=key)
-        except AnswerRefused as exc:
+        except (AnswerRefused, ObjectError) as exc:
             late = await self._late(key, exc)
             if late is not None:
                 log.debug("late answer on %s dropped (%s): %s", msg.subject, late, exc.detail)
@@ -458,7 +470,9 @@ class Orchestrator:
             return tasks.ANSWER_REFUSED, exc.reason
         return tasks.ANSWER_RECORDED, None
 
-    async def _late(self, key: AnswerKey | None, refused: AnswerRefused) -> str | None:
+    async def _late(
+        self, key: AnswerKey | None, refused: AnswerRefused | ObjectError
+    ) -> str | None:
         """Why the run stopped waiting for the attempt an authentic answer speaks for, when
         it did so itself (None: a dead letter). Reads the run's log: refusals are rare."""
         if key is None or refused.reason not in LATE_REFUSALS:

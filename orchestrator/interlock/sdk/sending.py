@@ -14,12 +14,15 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 
+from interlock.core.objects import ObjectError, is_marker
 from interlock.transport.clock import utc_now
 from interlock.transport.jetstream import JetStream, connection, jetstream
+from interlock.transport.objects import ObjectLimits, Objects
 from interlock.transport.subjects import Subjects
 from interlock.transport.tasks import (
     ANSWER_FAILED,
@@ -67,11 +70,37 @@ class AnswerSender:
 
     def __init__(self, name: str, timeout: float) -> None:
         self._source = agent_source(name)
+        self.limits = ObjectLimits.from_env()
+        """From which size an answer goes by reference, and the largest one."""
         self.timeout = timeout
         """Seconds to wait for the orchestrator's reply to an answer request before
         publishing the answer to the results stream instead (0: always the stream)."""
         self._direct_until = 0.0
         """Until this monotonic time answers skip the request (one timed out)."""
+
+    async def by_reference(
+        self, js: JetStreamContext, subjects: Subjects, capability: str, data: Any
+    ) -> tuple[Any, str | None]:
+        """The answer's data, stored in an object bucket with its reference in its place
+        when its JSON is over the threshold (``INTERLOCK_OBJECT_THRESHOLD``); the bucket is
+        the credential's own (its ``objects:`` tag), else the orchestrator account's uploads. With
+        the reason when it cannot be (over the bound, or the bucket refused it): the
+        attempt then fails as ``payload_too_large``."""
+        if data is None or is_marker(data):
+            return data, None
+        encoded = msgspec.json.encode(data)
+        if len(encoded) <= self.limits.threshold:
+            return data, None
+        nc = connection(js)
+        bucket = getattr(nc, "objects_bucket", None) or subjects.uploads_bucket
+        try:
+            ref = await Objects(nc, max_bytes=self.limits.max_bytes).put(bucket, encoded)
+        except ObjectError as exc:
+            return data, f"the answer of {capability}: {exc}"
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            why = f"the answer of {capability} could not be stored in bucket {bucket}: {exc}"
+            return data, why
+        return ref.to_json(), None
 
     def answer(
         self, request: TaskRequest, capability: str, result_type: str, data: Any, limit: int

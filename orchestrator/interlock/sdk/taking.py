@@ -15,9 +15,11 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from interlock.core.objects import ObjectError, is_marker, parse_ref
 from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
 from interlock.transport.consuming import (
     dead_letter,
@@ -25,12 +27,14 @@ from interlock.transport.consuming import (
 )
 from interlock.transport.jetstream import connection
 from interlock.transport.natsclient import ack_nowait
+from interlock.transport.objects import Objects
 from interlock.transport.slots import SlotPool
 from interlock.transport.subjects import Subjects
-from interlock.transport.tasks import BadNotice, BadRequest, TaskRequest, read_cancel
+from interlock.transport.tasks import BadNotice, BadRequest, TaskRequest, failure, read_cancel
 
 from .cancels import CancelMemory, parse_time
 from .context import TASK_COMPLETED, TASK_FAILED
+from .errors import ErrorClass
 from .execution import Abandon, Capability, InFlight, answer_of, finish, start
 from .observe import Outcome, WorkerObservers
 from .progress import ProgressAcks
@@ -116,17 +120,42 @@ class TaskPath:
                 flight.stop("cancelled")
             self._flights.setdefault(action_id, []).append(flight)
             job.contract = self._contract(cap)
-            job.answered = start(
-                cap,
-                job.contract,
-                request,
-                msg,
-                flight,
-                worker=self._worker,
-                handler_log=self._handler_log,
-            )
+            if is_marker(request.event.data):
+                job.by_reference = True  # its input is loaded first (in _process)
+                return
+            self._start(job, request)
         except Exception as exc:  # noqa: BLE001 - raised again where the task is settled
             job.fault = exc
+
+    def _start(self, job: Job, request: TaskRequest) -> None:
+        assert job.contract is not None
+        assert job.flight is not None
+        job.answered = start(
+            job.cap,
+            job.contract,
+            request,
+            job.msg,
+            job.flight,
+            worker=self._worker,
+            handler_log=self._handler_log,
+        )
+
+    async def _load_input(self, js: JetStreamContext, job: Job) -> None:
+        """Load a task's input kept by reference (checked against its digest), then start
+        its handler; an input that cannot be loaded fails the attempt (platform_error)."""
+        request = job.request
+        assert request is not None
+        objects = Objects(connection(js), max_bytes=self._sender.limits.max_bytes)
+        try:
+            value = await objects.get_value(parse_ref(request.event.data, "the task's input"))
+        except ObjectError as exc:
+            why = f"the task's input could not be loaded: {exc}"
+            log.error("%s: %s", request.action_id, why)  # noqa: TRY400 - said in full
+            job.answered = failure(ErrorClass.PLATFORM_ERROR, why)
+            return
+        event = msgspec.structs.replace(request.event, data=value)
+        job.request = request = msgspec.structs.replace(request, event=event)
+        self._start(job, request)
 
     async def _process(self, js: JetStreamContext, subjects: Subjects, job: Job) -> None:
         cap, msg, slot = job.cap, job.msg, job.slot
@@ -137,6 +166,8 @@ class TaskPath:
                 await self._reject(js, subjects, cap.name, msg, reason, message)
                 outcome = Outcome.REJECTED
                 return
+            if job.by_reference:
+                await self._load_input(js, job)
             answered = await self._answered(job)
             if answered is None:
                 return  # handed back
@@ -144,6 +175,10 @@ class TaskPath:
             assert request is not None
             result_type, data = answered
             slot.free()  # sending the answer (and awaiting its reply) holds no handler slot
+            data, refused = await self._sender.by_reference(js, subjects, cap.name, data)
+            if refused is not None:
+                log.error("%s: %s", request.action_id, refused)
+                result_type, data = failure(ErrorClass.PAYLOAD_TOO_LARGE, refused)
             answer, result_type, data = self._sender.answer(
                 request, cap.name, result_type, data, connection(js).max_payload - ANSWER_HEADROOM
             )
@@ -280,6 +315,7 @@ class Job:
     __slots__ = (
         "action_id",
         "answered",
+        "by_reference",
         "cap",
         "contract",
         "fault",
@@ -305,6 +341,8 @@ class Job:
         self.contract: CapabilityContract | None = None
         self.answered: tuple[str, Any] | None = None
         """The answer found without running the handler (None: the handler runs)."""
+        self.by_reference = False
+        """Its input is kept by reference: loaded before the handler starts."""
         self.rejected: tuple[str, str] | None = None
         """Why the message cannot be answered (reason, message): dead-letter it."""
         self.fault: Exception | None = None

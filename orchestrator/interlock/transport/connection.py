@@ -167,6 +167,7 @@ async def connect(
     if nc is not None:
         if isinstance(nc, NatsClient):
             nc.js_api = _creds_js_api(opts.creds_file) or nc.js_api
+            nc.objects_bucket = _creds_tag(opts.creds_file, "objects:")
         return nc
     raise connecting.failure(opts.connect_wait)
 
@@ -338,6 +339,12 @@ def _creds_inbox(creds_file: str | None) -> str | None:
 def _creds_js_api(creds_file: str | None) -> str | None:
     """The JetStream API prefix a creds file's user JWT names (its ``js-api:`` tag: an
     agent's own account imports its API subjects there), else ``None``."""
+    return _creds_tag(creds_file, "js-api:")
+
+
+def _creds_tag(creds_file: str | None, name: str) -> str | None:
+    """The value of the tag ``name`` (``js-api:``, ``objects:``) of a creds file's user
+    JWT, else ``None``."""
     if creds_file is None:
         return None
     from interlock.auth.jwt import creds_tags
@@ -347,8 +354,8 @@ def _creds_js_api(creds_file: str | None) -> str | None:
     except (OSError, ValueError, KeyError):
         return None
     for tag in tags:
-        if tag.startswith("js-api:"):
-            return tag.removeprefix("js-api:")
+        if tag.startswith(name):
+            return tag.removeprefix(name)
     return None
 
 

@@ -84,6 +84,9 @@ class NatsClient(Client):
     js_api = JS_API
     """The JetStream API prefix of this connection's account (``<prefix>.js.API`` for an
     agent's own account, where its API subjects are imported; interlock.auth.accounts)."""
+    objects_bucket: str | None = None
+    """The object bucket of this connection's party (its creds' ``objects:`` tag): where
+    it stores the payloads it sends by reference (None: the orchestrator account's)."""
 
     def __init__(self) -> None:
         self._wrote_through = False

@@ -211,7 +211,32 @@ def desired_configs(
         _bucket(s.http_tokens_bucket, replicas, history=1),
         # A delivery is remembered for its webhook's replay window, at most this long.
         _bucket(s.deliveries_bucket, replicas, history=1, ttl_s=DELIVERIES_MAX_AGE_S),
+        *_object_buckets(s, replicas, event_age),
     ]
+
+
+def _object_buckets(s: Subjects, replicas: int, event_age: int) -> list[dict[str, Any]]:
+    """Payloads kept by reference: runs' own (deleted with their run), and the operators'
+    and the gateway's uploads (kept as long as events; a run keeps a copy). The task-input
+    and party buckets are made as they are needed."""
+    return [
+        _object_bucket(s.objects_bucket, replicas),
+        _object_bucket(s.uploads_bucket, replicas, max_age=event_age),
+    ]
+
+
+def _object_bucket(bucket: str, replicas: int, **settings: Any) -> dict[str, Any]:
+    """The layout NATS object store clients create and expect (nats-py
+    create_object_store, ADR-20)."""
+    return _stream(
+        f"OBJ_{bucket}",
+        [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        replicas,
+        discard="new",
+        allow_rollup_hdrs=True,
+        allow_direct=True,
+        **settings,
+    )
 
 
 # --- provisioning ---------------------------------------------------------------------
@@ -305,7 +330,7 @@ async def check_ready(js: JetStreamContext | Client, subjects: Subjects) -> list
     for desired in desired_configs(subjects):
         name: str = desired["name"]
         if await _stream_config(nc, prefix, name) is None:
-            missing.append(name.removeprefix("KV_") if name.startswith("KV_") else name)
+            missing.append(name.removeprefix("KV_").removeprefix("OBJ_"))
     return missing
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from interlock.core.ids import check_run_id
+from interlock.core.ids import capability_token, check_run_id
 
 DEFAULT_PREFIX = "il"
 
@@ -150,6 +150,40 @@ class Subjects:
     def secrets_bucket(self) -> str:
         """The orchestrator's own secrets (the task-token key); nobody else reads it."""
         return f"{self._bucket_base}_secrets"
+
+    # --- object buckets (payloads kept by reference) ---------------------------------
+    @property
+    def objects_bucket(self) -> str:
+        """The payloads runs' logs reference (each run's own objects, named after it):
+        large inputs, answers, events, outputs and context values. Only the orchestrator's
+        account writes it."""
+        return f"{self._bucket_base}_objects"
+
+    @property
+    def uploads_bucket(self) -> str:
+        """Large payloads sent by the operators and the gateway (an event's data), kept as
+        long as events are (the orchestrator copies what a run takes into the run's own)."""
+        return f"{self._bucket_base}_uploads"
+
+    def inputs_bucket(self, capability: str) -> str:
+        """Large task inputs of ``capability``: its agents may read this bucket alone."""
+        return f"{self._bucket_base}_in_{capability_token(capability)}"
+
+    def party_bucket(self, account: str) -> str:
+        """The uploads of one party (an agent's answers, a publisher's events): its
+        account, ``account`` (public key), may write and read this bucket alone."""
+        return f"{self._bucket_base}_party_{account}"
+
+    def orchestrator_bucket(self, bucket: str) -> bool:
+        """Whether only the orchestrator's account writes ``bucket`` (its own, or a
+        capability's task inputs): where the objects a run's log references are kept."""
+        return bucket == self.objects_bucket or bucket.startswith(f"{self._bucket_base}_in_")
+
+    def may_reference(self, bucket: str) -> bool:
+        """Whether an event or an answer may name ``bucket``: the uploads of the
+        orchestrator's account, or a party's (never a run's objects or a capability's task
+        inputs)."""
+        return bucket == self.uploads_bucket or bucket.startswith(f"{self._bucket_base}_party_")
 
     # --- subjects ------------------------------------------------------------------
     @property

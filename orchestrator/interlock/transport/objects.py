@@ -1,0 +1,224 @@
+"""Payloads by reference in JetStream object buckets: storing a payload, loading it back
+checked against its digest and a bound, and deleting it.
+
+Writing goes through nats-py's object store (``ObjectStore.put``: 128 KiB chunks, then the
+meta message, both with publish acknowledgements). Reading is by batched direct gets of
+the same layout (the meta message of ``$O.<bucket>.M.<name>``, then the chunks of
+``$O.<bucket>.C.<nuid>``), for two reasons: it makes no consumer (nats-py's ``get`` makes
+an ordered push consumer per read, which the gateway's and the parties' permissions do not
+allow, and whose pushed messages cannot leave the orchestrator's account toward an
+agent's), and it stops at the bound before it has read more than the meta promised.
+Every read is checked against the SHA-256 the reference names, so an object replaced
+under the same name is refused, never taken for the one the log meant.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client
+from nats.js import api
+from nats.js.errors import BadRequestError, NotFoundError, ObjectNotFoundError
+from nats.js.object_store import ObjectStore
+
+from interlock.core.objects import ObjectError, ObjectRef, ObjectUnavailable, digest_of, name_of
+from interlock.transport.directget import LogReadError, read_subject
+from interlock.transport.jetstream import jetstream
+from interlock.transport.natsclient import js_api
+
+DEFAULT_THRESHOLD = 256 * 1024
+"""Bytes from which a payload is stored by reference (its encoded JSON)."""
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""The largest payload stored or loaded by reference."""
+_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectLimits:
+    """From which size a payload goes by reference, and the largest one taken."""
+
+    threshold: int = DEFAULT_THRESHOLD
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    @classmethod
+    def from_env(cls) -> ObjectLimits:
+        """``INTERLOCK_OBJECT_THRESHOLD`` and ``INTERLOCK_OBJECT_MAX_BYTES``, else defaults."""
+        return cls(
+            threshold=_env_bytes("INTERLOCK_OBJECT_THRESHOLD", DEFAULT_THRESHOLD),
+            max_bytes=_env_bytes("INTERLOCK_OBJECT_MAX_BYTES", DEFAULT_MAX_BYTES),
+        )
+
+    def __post_init__(self) -> None:
+        if self.threshold < 1024 or self.max_bytes < self.threshold:
+            raise ValueError(
+                f"object limits: the threshold ({self.threshold}) must be at least 1024 "
+                f"bytes and the bound ({self.max_bytes}) at least the threshold"
+            )
+
+
+def _env_bytes(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return parse_bytes(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from exc
+
+
+def parse_bytes(text: str) -> int:
+    """``262144``, ``256KiB``, ``64MiB``, ``1GiB`` (also KB, MB, GB as powers of 1000)."""
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6,
+             "gb": 10**9, "b": 1}  # fmt: skip
+    lowered = text.strip().lower()
+    for unit, factor in units.items():
+        if lowered.endswith(unit) and lowered[: -len(unit)].strip().isdigit():
+            return int(lowered[: -len(unit)]) * factor
+    if lowered.isdigit():
+        return int(lowered)
+    raise ValueError(f"{text!r} is not a size (262144, 256KiB, 64MiB)")
+
+
+def stream_of(bucket: str) -> str:
+    return f"OBJ_{bucket}"
+
+
+def _meta_subject(bucket: str, name: str) -> str:
+    return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
+
+class Objects:
+    """Object buckets seen through one connection (its account's JetStream API prefix)."""
+
+    def __init__(self, nc: Client, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.nc = nc
+        self.js = jetstream(nc)
+        self.max_bytes = max_bytes
+
+    async def ensure_bucket(
+        self, bucket: str, *, replicas: int = 1, max_age_s: float | None = None
+    ) -> None:
+        """Make the bucket if it is missing (the orchestrator's and operators' accounts),
+        its objects kept ``max_age_s`` seconds (None: until deleted)."""
+        try:
+            await self.js.stream_info(stream_of(bucket))
+        except NotFoundError:
+            try:
+                await self.js.create_object_store(
+                    bucket,
+                    api.ObjectStoreConfig(
+                        bucket=bucket,
+                        description="Interlock payloads kept by reference",
+                        replicas=replicas,
+                        ttl=max_age_s,
+                    ),
+                )
+            except BadRequestError:  # made meanwhile by another process
+                await self.js.stream_info(stream_of(bucket))
+
+    async def put(self, bucket: str, data: bytes, *, prefix: str = "") -> ObjectRef:
+        """Store ``data`` under a name derived from its digest, after ``prefix`` (once:
+        stored already with that digest, it is not sent again) and return its reference."""
+        if len(data) > self.max_bytes:
+            raise ObjectError(
+                f"a payload of {len(data)} bytes is over the bound of {self.max_bytes} bytes"
+            )
+        digest = digest_of(data)
+        name = prefix + name_of(digest)
+        store = ObjectStore(name=bucket, stream=stream_of(bucket), js=self.js)
+        ref = ObjectRef(bucket=bucket, name=name, size=len(data), digest=digest)
+        try:
+            info = await store.get_info(name)
+        except ObjectNotFoundError:
+            info = None
+        if info is not None and info.digest == digest and info.size == len(data):
+            return ref
+        await store.put(name, data)
+        return ref
+
+    async def put_value(self, bucket: str, value: Any) -> dict[str, Any]:
+        """Store ``value`` as JSON and return the reference that stands in its place."""
+        return (await self.put(bucket, msgspec.json.encode(value))).to_json()
+
+    async def get(self, ref: ObjectRef) -> bytes:
+        """The bytes ``ref`` names, checked: its size within the bound, the meta and the
+        bytes read matching its size and digest. :class:`ObjectError` says what failed."""
+        where = f"object {ref.bucket}/{ref.name}"
+        if ref.size > self.max_bytes:
+            raise ObjectError(f"{where}: {ref.size} bytes, over the bound of {self.max_bytes}")
+        stream = stream_of(ref.bucket)
+        meta = await self._meta(stream, ref, where)
+        if meta.get("deleted"):
+            raise ObjectError(f"{where}: deleted")
+        if meta.get("digest") != ref.digest or meta.get("size") != ref.size:
+            raise ObjectError(
+                f"{where}: digest mismatch: the reference names {ref.digest} ({ref.size} "
+                f"bytes), the bucket holds {meta.get('digest')} ({meta.get('size')} bytes)"
+            )
+        if ref.size == 0:
+            data = b""
+        else:
+            nuid, chunks = meta.get("nuid"), meta.get("chunks")
+            if not isinstance(nuid, str) or type(chunks) is not int or chunks <= 0:
+                raise ObjectError(f"{where}: malformed meta")
+            try:
+                got = await read_subject(self.nc, stream, f"$O.{ref.bucket}.C.{nuid}", limit=chunks)
+            except (LogReadError, nats.errors.Error) as exc:
+                raise ObjectUnavailable(f"{where}: {exc}") from exc
+            data = b"".join(part for _, part in got)
+        if len(data) != ref.size or digest_of(data) != ref.digest:
+            raise ObjectError(
+                f"{where}: digest mismatch: the bytes stored ({len(data)}) do not hash to "
+                f"{ref.digest}; the object was changed after it was referenced"
+            )
+        return data
+
+    async def get_value(self, ref: ObjectRef) -> Any:
+        """The JSON value ``ref`` names (see :meth:`get`)."""
+        data = await self.get(ref)
+        try:
+            return msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ObjectError(f"object {ref.bucket}/{ref.name}: not JSON: {exc}") from exc
+
+    async def _meta(self, stream: str, ref: ObjectRef, where: str) -> dict[str, Any]:
+        body = json.dumps({"last_by_subj": _meta_subject(ref.bucket, ref.name)}).encode()
+        try:
+            msg = await self.nc.request(
+                f"{js_api(self.nc)}.DIRECT.GET.{stream}", body, timeout=_TIMEOUT
+            )
+        except Exception as exc:
+            raise ObjectUnavailable(
+                f"{where}: cannot be read ({type(exc).__name__}: {exc})"
+            ) from exc
+        status = (msg.headers or {}).get("Status")
+        if status == "404":
+            raise ObjectError(f"{where}: not found")
+        if status:
+            raise ObjectUnavailable(f"{where}: cannot be read (status {status})")
+        try:
+            meta = json.loads(msg.data)
+        except ValueError as exc:
+            raise ObjectError(f"{where}: malformed meta") from exc
+        if not isinstance(meta, dict):
+            raise ObjectError(f"{where}: malformed meta")
+        return meta
+
+    async def delete(self, ref: ObjectRef) -> None:
+        """Remove the object (its chunks and its meta), whatever it holds now; gone
+        already is not an error."""
+        store = ObjectStore(name=ref.bucket, stream=stream_of(ref.bucket), js=self.js)
+        try:
+            info = await store.get_info(ref.name, show_deleted=True)
+        except (ObjectNotFoundError, NotFoundError):
+            return
+        stream = stream_of(ref.bucket)
+        if info.nuid:
+            await self.js.purge_stream(stream, subject=f"$O.{ref.bucket}.C.{info.nuid}")
+        await self.js.purge_stream(stream, subject=_meta_subject(ref.bucket, ref.name))

@@ -212,6 +212,18 @@ async def test_a_10_mb_cloudevent_posted_to_the_gateway(stack: Secured) -> None:
             outputs = got.json()["outputs"]
             assert outputs["size"] == BIG
             assert outputs["blob"] == "h" * BIG
+            # A run started over HTTP with large inputs: stored by the gateway, read whole.
+            blob = "i" * 2_000_000
+            started = await http.post(
+                "/runs", json={"workflow": "ingest", "inputs": {"blob": blob}}, headers=auth
+            )
+            assert started.status_code == 201, started.text
+            begun = started.json()["run_id"]
+            described = await http.get(f"/runs/{begun}", headers=auth)
+            assert described.json()["inputs"] == {"blob": blob}
+            [first] = (await operator.ops.read(begun))[:1]
+            assert isinstance(first, ev.RunStarted)
+            assert parse_ref(first.data.inputs).name.startswith(f"{begun}.")
     finally:
         await operator.close()
         await server.stop()

@@ -99,15 +99,16 @@ async def two(nats_url: str) -> AsyncIterator[Runs2]:
 
 
 def _asked(two: Runs2, sent: list[tuple[str, bytes]]) -> list[str]:
-    """Each message sent, named by what it asks: ``snapshot``, ``log from <seq>``,
-    ``count``, ``event``, or its subject (the workflow's definition left out)."""
+    """Each message sent, named by what it asks: ``snapshot``, ``log from <seq>``, ``last
+    message``, ``count``, ``event``, or its subject (the workflow's definition left out)."""
     s = two.subjects
     names = []
     for subject, payload in sent:
         if subject == f"$JS.API.DIRECT.GET.KV_{s.snapshots_bucket}":
             names.append("snapshot")
         elif subject == f"$JS.API.DIRECT.GET.{s.runs_stream}":
-            names.append(f"log from {json.loads(payload)['seq']}")
+            body = json.loads(payload)
+            names.append(f"log from {body['seq']}" if "seq" in body else "last message")
         elif subject == f"$JS.API.STREAM.INFO.{s.runs_stream}":
             names.append("count")
         elif subject.startswith(f"{s.prefix}.events."):
@@ -192,3 +193,20 @@ async def test_the_gateway_describes_a_long_run_from_its_snapshot_and_keeps_its_
     assert short == await client.describe(two.short)
     records = await client.records(two.short)
     assert short.records == len(records) == logs.kept_records
+
+
+async def test_waiting_for_a_long_runs_result_reads_its_snapshot_not_its_log(two: Runs2) -> None:
+    """``result`` with a wait (``interlock result --wait``, ``GET /runs/{id}/result?timeout``):
+    the run's last message (it ended), then its state as any read takes it. (Last in this
+    module: it ends the long run.)"""
+    client = two.client
+    assert (await client.signal(two.long, "stop", wait=30)).outcome == "moved"
+    covered = {s.seq for s in [await client.ops.snapshots.get(two.long)] if s is not None}
+    two.nc.sent = []
+    result = await client.result(two.long, wait=True, timeout=30)
+    asked = _asked(two, two.nc.sent)
+    two.nc.sent = None
+
+    assert result.status == "completed"
+    assert asked[:2] == ["last message", "snapshot"], asked
+    assert sorted(asked[2:]) in [["count", f"log from {seq}"] for seq in covered], asked

@@ -351,8 +351,8 @@ class Client(DeadLetterCalls):
         if not wait:
             read = await self._read_state(run_id)
             return await reading.loaded_result(self._ops, run_result(read.records, read.state))
-        records = await self._watcher.finished(run_id, timeout)
-        return await reading.loaded_result(self._ops, run_result(records))
+        read = await self._watcher.finished_read(run_id, timeout, self._read_state)
+        return await reading.loaded_result(self._ops, run_result(read.records, read.state))
 
     async def run(self, run_id: str) -> RunSummary:
         """One run's summary, folded from its log. Raises :class:`UnknownRun`."""

@@ -23,7 +23,7 @@ from nats.js.errors import NotFoundError
 from interlock.core import events as ev
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
-from interlock.core.state import RunState, fold
+from interlock.core.state import RunState
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import (
     NotRedrivable,
@@ -240,7 +240,7 @@ class InterlockClient:
         if not await self.watcher.exists(run_id, deadline - loop.time()):
             raise TimeoutError(f"run {run_id} has not started after {timeout}s")
         left = None if timeout is None else max(deadline - loop.time(), 0.0)
-        return fold(await self.watcher.finished(run_id, left))
+        return (await self.watcher.finished_read(run_id, left, self.read_state)).state
 
     async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
         from interlock.core.engine import cancel

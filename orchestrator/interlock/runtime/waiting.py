@@ -184,6 +184,48 @@ class RunWatcher:
             UnknownRun: there is no such run (its log is empty).
             TimeoutError: it has not finished within ``timeout`` seconds.
         """
+        return await self.finished_read(run_id, timeout, self._read_whole)
+
+    async def finished_read(
+        self,
+        run_id: str,
+        timeout: float | None,  # noqa: ASYNC109
+        read: Callable[[str], Awaitable[_T]],
+    ) -> _T:
+        """``read(run_id)`` once the run has finished (a finished run's log no longer
+        changes), a few reads at a time (each holds a reply subscription while it lasts),
+        asked again when the server's answer does not come in time: the whole log
+        (:meth:`finished`), or its state from its snapshot (``Client.result``).
+
+        Raises:
+            UnknownRun: there is no such run (its log is empty).
+            TimeoutError: it has not finished within ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        await self.until_finished(run_id, timeout)
+
+        async def bounded(run_id: str) -> _T:
+            async with self._reading:
+                return await read(run_id)
+
+        try:
+            return await self._asked_again(deadline, bounded, run_id)
+        except TimeoutError:
+            raise TimeoutError(f"run {run_id} has not finished after {timeout}s") from None
+
+    async def until_finished(
+        self,
+        run_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> None:
+        """Until the run has finished (its last message ends it): what :meth:`finished`
+        waits for, without reading the log (a reader of its state reads what it needs).
+
+        Raises:
+            UnknownRun: there is no such run (its log is empty).
+            TimeoutError: it has not finished within ``timeout`` seconds.
+        """
         await self.start()
         hint = asyncio.Event()
 
@@ -215,15 +257,11 @@ class RunWatcher:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(hint.wait(), wait)
                     last = await self._last(run_id, deadline) or b""
-            # A finished run's log no longer changes: read it whole, a few runs at a time
-            # (each read holds a reply subscription while it lasts).
-            return await self._asked_again(deadline, self._read_whole, run_id)
         except TimeoutError:
             raise TimeoutError(f"run {run_id} has not finished after {timeout}s") from None
 
     async def _read_whole(self, run_id: str) -> list[ev.AnyRecord]:
-        async with self._reading:
-            records, _ = await self._log.read(run_id)
+        records, _ = await self._log.read(run_id)
         return records
 
     async def _asked_again(

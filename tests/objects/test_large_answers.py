@@ -48,7 +48,9 @@ MANIFESTS = textwrap.dedent(
     metadata: {name: bulk}
     spec:
       capabilities:
-        - {name: bulk.sdk, input_schema: {type: object}, output_schema: {type: object}}
+        - name: bulk.sdk
+          input_schema: {type: object, required: [text, n], properties: {text: {type: string}}}
+          output_schema: {type: object}
         - {name: bulk.raw, input_schema: {type: object}, output_schema: {type: object}}
     ---
     apiVersion: interlock.io/v1
@@ -57,6 +59,8 @@ MANIFESTS = textwrap.dedent(
     spec:
       inputs:
         capability: {type: string, required: true}
+        text: {type: string, default: ""}
+        n: {type: integer, default: 50000000}
       initial_state: pick
       states:
         pick:
@@ -65,7 +69,7 @@ MANIFESTS = textwrap.dedent(
             - {event: go.sdk, goto: sdk}
             - {event: go.raw, goto: raw}
         sdk:
-          actions: [{capability: bulk.sdk, input: {}}]
+          actions: [{capability: bulk.sdk, input: {text: "{{ inputs.text }}", n: "{{ inputs.n }}"}}]
           on:
             - event: task.completed
               guard: 'result.score > 7 && size(result.blob) > 1000000'
@@ -83,6 +87,7 @@ MANIFESTS = textwrap.dedent(
           outputs:
             score: "{{ result.score }}"
             size: "{{ size(result.blob) }}"
+            got: "{{ has(result.got) ? result.got : 0 }}"
         refused:
           type: terminal
     """
@@ -102,9 +107,9 @@ async def stack(secured_server: tuple[EmbeddedNats, DevAuth, Path]) -> AsyncIter
         await stop_stack(*running)
 
 
-async def _started(url: str, operator: Path, event: str) -> tuple[Client, str]:
+async def _started(url: str, operator: Path, event: str, **inputs: Any) -> tuple[Client, str]:
     client = await Client.connect(url, creds=operator)
-    run_id = await client.start("bulky", {"capability": event})
+    run_id = await client.start("bulky", {"capability": event, **inputs})
     await client.signal(run_id, event, {}, wait=0)
     return client, run_id
 
@@ -115,8 +120,8 @@ async def test_a_50_mb_answer_from_an_sdk_worker(stack: Secured) -> None:
     worker = Worker("bulk-sdk")
 
     @worker.capability("bulk.sdk")
-    async def bulk(_: dict[str, Any]) -> dict[str, Any]:
-        return {"score": 9, "blob": "x" * BIG}
+    async def bulk(inp: dict[str, Any]) -> dict[str, Any]:
+        return {"score": 9, "blob": "x" * inp["n"], "got": len(inp["text"])}
 
     serving = asyncio.create_task(
         worker.run(ConnectOptions.resolve(stack.url, creds_file=str(creds)))
@@ -125,7 +130,7 @@ async def test_a_50_mb_answer_from_an_sdk_worker(stack: Secured) -> None:
     try:
         result = await client.result(run_id, wait=True, timeout=90)
         assert result.status == "completed", result
-        assert result.outputs == {"score": 9, "size": BIG}
+        assert result.outputs == {"score": 9, "size": BIG, "got": 0}
         # The log holds a reference in the answer's place: the run's own copy, in the
         # orchestrator account's bucket (the agent's upload is its to change or expire).
         raw = await client.ops.read(run_id)
@@ -137,6 +142,15 @@ async def test_a_50_mb_answer_from_an_sdk_worker(stack: Secured) -> None:
         # The client gives it back whole.
         [loaded] = [r for r in await client.records(run_id) if isinstance(r, ev.ActionCompleted)]
         assert loaded.data.result["blob"] == "x" * BIG
+        # A large task input: stored in its capability's bucket, which the agent reads;
+        # checked against the input schema as loaded, at dispatch and by the worker.
+        text = "t" * 2_000_000
+        second = await client.start("bulky", {"capability": "go.sdk", "text": text, "n": 1_000_001})
+        await client.signal(second, "go.sdk", {}, wait=0)
+        result = await client.result(second, wait=True, timeout=90)
+        assert result.outputs == {"score": 9, "size": 1_000_001, "got": len(text)}, result
+        [asked] = [r for r in await client.ops.read(second) if isinstance(r, ev.ActionRequested)]
+        assert parse_ref(asked.data.input).bucket == SUBJECTS.inputs_bucket("bulk.sdk")
     finally:
         await client.close()
         await worker.stop()
@@ -215,7 +229,7 @@ async def test_a_50_mb_answer_from_a_worker_written_to_the_protocol(stack: Secur
         assert said["Interlock-Answer"] == "recorded", said
         result = await client.result(run_id, wait=True, timeout=60)
         assert result.status == "completed", result
-        assert result.outputs == {"score": 9, "size": BIG}
+        assert result.outputs == {"score": 9, "size": BIG, "got": 0}
     finally:
         await client.close()
         await agent.nc.close()

@@ -21,9 +21,11 @@ from nats.js.errors import BadRequestError
 
 from interlock.core import events as ev
 from interlock.core.engine import plus_seconds
+from interlock.core.objects import is_marker
 from interlock.core.vocabulary import ErrorClass
 from interlock.runtime.answers import Answers
 from interlock.runtime.observe import Observers
+from interlock.runtime.payloads import Payloads
 from interlock.runtime.registry import Registry
 from interlock.runtime.schemas import SchemaMismatch
 from interlock.runtime.taskqueue import TaskQueue
@@ -58,8 +60,11 @@ class Dispatcher:
         counters: Counter[str],
         stopping: asyncio.Event,
         task_ack_wait: float,
+        payloads: Payloads | None = None,
     ) -> None:
         self.js, self.subjects, self.registry = js, subjects, registry
+        self.payloads = payloads
+        """Loads a task input kept by reference, to check it against the input schema."""
         self.answers, self.queue, self.observers = answers, queue, observers
         self.counters = counters
         """The orchestrator's counters (``actions_dispatched`` is counted here)."""
@@ -133,6 +138,8 @@ class Dispatcher:
             return None
         schemas = self.registry.schemas(d.capability)
         if schemas is not None and schemas.input is not None:
+            if is_marker(d.input):
+                return None  # kept by reference: checked once loaded, the awaited way
             try:
                 schemas.input.check(d.input)
             except SchemaMismatch:
@@ -207,7 +214,10 @@ class Dispatcher:
         schemas = self.registry.schemas(d.capability)
         if capability is not None and schemas is not None and schemas.input is not None:
             try:
-                schemas.input.check(d.input)
+                checked = d.input
+                if is_marker(checked) and self.payloads is not None:
+                    checked = await self.payloads.value(checked, "input")  # as its agent reads it
+                schemas.input.check(checked)
             except SchemaMismatch as exc:
                 where = exc.where
                 await self.answers.failed(

@@ -183,6 +183,7 @@ class Orchestrator:
             counters=self.counters,
             stopping=self._stopping,
             task_ack_wait=task_ack_wait,
+            payloads=self.payloads,
         )
 
     def _starting(self) -> TriggerStarts:

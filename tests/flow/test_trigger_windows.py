@@ -17,10 +17,11 @@ from interlock.core.windowing import DUPLICATE, entry_token
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
 from interlock.runtime.timers import ClockTimers
+from interlock.runtime.triggerstate import window_entries
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 from support.flow import WAIT, clock_orchestrator
-from support.runtime import eventually
+from support.runtime import ECHO_MANIFEST, DeadLetters, eventually
 
 
 def workflow(name: str, trigger: str, namespace: str = "default") -> str:
@@ -44,6 +45,7 @@ spec:
 
 
 DEBOUNCE = (Path(__file__).resolve().parents[2] / "examples" / "debounce.yaml").read_text()
+DEBOUNCE += "---\n" + ECHO_MANIFEST.read_text()
 """One build per burst of pushes of a repository (10 s quiet, 60 s at most)."""
 BATCH = workflow(
     "rows",
@@ -108,6 +110,7 @@ class Stack:
         """Each run of ``workflow`` re-drives to its log (``explain``, ``replay``), and one
         says ``says`` of its start."""
         definition, _ = await self.client.registry.latest(workflow)
+        definition = self.client.registry.link(definition)
         summaries = []
         for row in await self.client.list_runs():
             if row["workflow"] == workflow:
@@ -120,7 +123,11 @@ class Stack:
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    async with clock_orchestrator(nats_url, subjects) as (client, timers, orchestrator):
+    async with clock_orchestrator(nats_url, subjects, index_hold=0) as (
+        client,
+        timers,
+        orchestrator,
+    ):
         yield Stack(client, timers, orchestrator)
 
 
@@ -243,3 +250,18 @@ async def test_a_window_sealed_by_an_orchestrator_that_died_starts_one_run(stack
     [_, second] = await stack.runs_of("build-on-push", 2)
     assert second.window is not None
     assert second.window.events == later
+
+
+async def test_an_event_whose_key_cannot_be_computed_is_dead_lettered(
+    stack: Stack, subjects: Subjects
+) -> None:
+    await stack.client.apply([("debounce.yaml", DEBOUNCE)])
+    async with DeadLetters(stack.client.js, subjects) as letters:
+        await stack.push("x" * 300)  # a key longer than 256 characters
+        await stack.push("acme", field="repository")  # no data.repo: no key
+        refused = [await letters.next(), await letters.next()]
+    reasons = [m.headers.get("Interlock-Dead-Letter-Reason") for m in refused if m.headers]
+    assert reasons == ["bad-trigger-key"] * 2
+    details = " ".join(str(m.headers.get("Interlock-Dead-Letter-Detail")) for m in refused)
+    assert "is 300 characters long (at most 256)" in details
+    assert await window_entries(stack.client.js, subjects) == []

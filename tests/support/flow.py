@@ -46,10 +46,11 @@ AgentsT = TypeVar("AgentsT")
 
 @contextlib.asynccontextmanager
 async def clock_orchestrator(
-    nats_url: str, subjects: Subjects, retention: Policy | None = None
+    nats_url: str, subjects: Subjects, retention: Policy | None = None, index_hold: float = 2.0
 ) -> AsyncIterator[tuple[InterlockClient, ClockTimers, Orchestrator]]:
     """An orchestrator and a client (each on its own connection) that share one manual clock;
-    ``retention``: the orchestrator's default for finished runs."""
+    ``retention``: the orchestrator's default for finished runs; ``index_hold``: seconds a
+    running run's index changes are held (0: the run list shows a run at once)."""
     clock = ManualClock(utc_now())
     timers = ClockTimers(clock)
     nc_o = await nats.connect(nats_url)
@@ -58,7 +59,9 @@ async def clock_orchestrator(
     # request here after more than the 5 s the contexts wait by default.
     for nc in (nc_o, nc_c):
         jetstream(nc, timeout=API_WAIT)
-    orchestrator = Orchestrator(nc_o, subjects, clock=clock, timers=timers, retention=retention)
+    orchestrator = Orchestrator(
+        nc_o, subjects, clock=clock, timers=timers, retention=retention, index_hold=index_hold
+    )
     await orchestrator.start()
     client = InterlockClient(nc_c, subjects)
     client.runs.clock = clock  # runs started by the client are timed by the same clock

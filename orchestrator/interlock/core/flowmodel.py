@@ -99,7 +99,7 @@ class TriggerRate(msgspec.Struct, kw_only=True, frozen=True):
     ``key``; the events over it start their runs later (``queue``) or are dead-lettered
     (``drop``)."""
 
-    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)]
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1_000)]
     per: FlowDuration
     key: TriggerKey | None = None
     on_limit: Literal["queue", "drop"] = "queue"

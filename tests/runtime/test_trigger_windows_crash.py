@@ -125,7 +125,7 @@ async def test_sigkill_mid_window_loses_no_event_and_starts_no_run_twice(
             return [*pushed, *batched] if pushed and len(taken) == 20 else None
 
         await eventually(settled, within=TIMEOUT, what="both windows' runs")
-        await asyncio.sleep(2)  # the time another run would need to appear: none does
+        await asyncio.sleep(1)  # the time another run would need to appear: none does
         [pushed] = await windows_of(client, "pushed")
         assert pushed.events == first + second
         assert pushed.closed_by == "period"

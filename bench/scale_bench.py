@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import nats_server_binary
+from interlock.runtime.ownership import owners
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 
@@ -197,7 +198,7 @@ async def _cell(args: argparse.Namespace, partitions: int, replicas: int) -> Cel
             return await asyncio.wait_for(future, 120)
 
         await asyncio.wait_for(one(-1), 120)  # the whole pipeline is up
-        await asyncio.sleep(2.5)  # every replica holds its share of the partitions
+        await _shared(nc, subjects, partitions, replicas)
         pids = {"orchestrators": [p.pid for p in procs[:replicas]], "agent": [procs[-1].pid]}
         pids["nats-server"] = [s.pid for s in servers]
         before = {k: sum(_cpu(p) for p in v) for k, v in pids.items()}
@@ -234,6 +235,21 @@ async def _cell(args: argparse.Namespace, partitions: int, replicas: int) -> Cel
         _stop(servers)  # type: ignore[arg-type]
         shutil.rmtree(work, ignore_errors=True)
     return cell
+
+
+async def _shared(nc: nats.NATS, subjects: Subjects, partitions: int, replicas: int) -> None:
+    """Until every partition has an owner, as many owners as can have one (one replica
+    alone reads the one partition's relay with no lease)."""
+    if partitions == 1:
+        await asyncio.sleep(1.0)
+        return
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        held = await owners(nc, subjects)
+        if len(held) == partitions and len(set(held.values())) == min(partitions, replicas):
+            return
+        await asyncio.sleep(0.25)
+    raise RuntimeError(f"the partitions were not shared out in 60 s: {held}")
 
 
 def _median(cells: list[Cell]) -> Cell:

@@ -70,6 +70,9 @@ class Ownership:
     """Partition -> the revision of this replica's lease on it."""
     moves: int = 0
     """Partitions taken or let go since start."""
+    short: bool = False
+    """Whether the last round left this replica below its fair share (another has yet to
+    let some go: the next round comes sooner, so that a partition let go is taken at once)."""
 
     def _key(self, name: str) -> str:
         return f"$KV.{self.subjects.partitions_bucket}.{name}"
@@ -109,6 +112,7 @@ class Ownership:
             if taken is not None:
                 self.held[p] = taken
                 self.moves += 1
+        self.short = len(self.held) < fair
         return set(self.held)
 
     async def release_all(self) -> None:

@@ -44,6 +44,8 @@ log = logging.getLogger("interlock.orchestrator")
 Effects = tuple[list[ev.AnyRecord], list[ev.TimerScheduled]]
 """The records of a run acted on, and the timers left to the write-behind."""
 
+SHORT_CHECK_S = 0.25
+"""How soon the next round comes while this replica holds less than its fair share."""
 MAP_CHECK_S = ROUND_S
 """How often the relay reads the partition map again, and renews, takes or lets go of
 partition leases."""
@@ -121,8 +123,9 @@ class Relay:
                     task = relaying.get(partition)
                     if task is None or task.done():
                         relaying[partition] = asyncio.create_task(self.relay(partition))
+                wait = SHORT_CHECK_S if self.ownership.short else MAP_CHECK_S
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), MAP_CHECK_S)
+                    await asyncio.wait_for(stopping.wait(), wait)
         finally:
             for task in relaying.values():
                 task.cancel()

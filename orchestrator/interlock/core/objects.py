@@ -111,26 +111,3 @@ def ref_of(value: Any) -> ObjectRef | None:
     """The reference ``value`` is, or None when it is a value of its own (a malformed
     reference raises :class:`ObjectError`)."""
     return parse_ref(value) if is_marker(value) else None
-
-
-def state_refs(
-    inputs: Any, context: Any, states: Any, result: Any
-) -> list[tuple[tuple[str, ...], ObjectRef]]:
-    """Every reference standing in a run's state, with its place: the inputs (whole), a
-    context value, a state's output, the last result. Only these places hold one, so
-    finding them costs a look at each, never a walk of the values."""
-    out: list[tuple[tuple[str, ...], ObjectRef]] = []
-    if is_marker(inputs):
-        out.append((("inputs",), parse_ref(inputs, "inputs")))
-    if type(context) is dict:
-        for key, value in context.items():
-            if is_marker(value):
-                out.append((("context", key), parse_ref(value, f"context.{key}")))
-    if type(states) is dict:
-        for name, entry in states.items():
-            output = entry.get("output") if type(entry) is dict else None
-            if is_marker(output):
-                out.append((("states", name), parse_ref(output, f"states.{name}.output")))
-    if is_marker(result):
-        out.append((("result",), parse_ref(result, "result")))
-    return out

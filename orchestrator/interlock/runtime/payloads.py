@@ -23,7 +23,7 @@ import msgspec
 from nats.aio.client import Client
 
 from interlock.core import events as ev
-from interlock.core.objects import ObjectError, ObjectRef, is_marker, parse_ref, state_refs
+from interlock.core.objects import ObjectError, ObjectRef, is_marker, parse_ref
 from interlock.transport.objects import DEFAULT_THRESHOLD, ObjectLimits, Objects
 from interlock.transport.subjects import Subjects
 
@@ -125,23 +125,48 @@ class Payloads:
         return await self.load(parse_ref(value, where)) if is_marker(value) else value
 
     async def state(self, state: RunState) -> RunState:
-        """``state`` with every reference in it loaded (the same object when it holds none)."""
-        found = state_refs(state.inputs, state.context, state.states, state.result)
-        if not found:
+        """``state`` with every reference in it loaded (the same object when it holds none):
+        the inputs, each context value, each state's output, the last result, and the
+        results a map or a DAG state collects (in these places, and one level into a list
+        there, so finding them is a look at each, never a walk of the values)."""
+        inputs = await self._place(state.inputs, "inputs")
+        context = await self._places(state.context, "context")
+        states = state.states
+        for name, entry in state.states.items():
+            output = entry.get("output") if type(entry) is dict else None
+            loaded = await self._place(output, f"states.{name}.output")
+            if loaded is not output:
+                states = {**states, name: {**entry, "output": loaded}}
+        result = await self._place(state.result, "result")
+        map_, dag = state.map, state.dag
+        if map_ is not None and map_.results:
+            results = await self._places(map_.results, "map")
+            map_ = (
+                map_ if results is map_.results else msgspec.structs.replace(map_, results=results)
+            )
+        if dag is not None and dag.results:
+            results = await self._places(dag.results, "steps")
+            dag = dag if results is dag.results else msgspec.structs.replace(dag, results=results)
+        same = (inputs, context, states, result, map_, dag)
+        before = (state.inputs, state.context, state.states, state.result, state.map, state.dag)
+        if all(a is b for a, b in zip(same, before, strict=True)):
             return state
-        values = {place: await self.load(ref) for place, ref in found}
-        inputs = values.get(("inputs",), state.inputs)
-        context = dict(state.context)
-        states = dict(state.states)
-        for place, value in values.items():
-            if place[0] == "context":
-                context[place[1]] = value
-            elif place[0] == "states":
-                states[place[1]] = {**states[place[1]], "output": value}
-        result = values.get(("result",), state.result)
         return msgspec.structs.replace(
-            state, inputs=inputs, context=context, states=states, result=result
+            state, inputs=inputs, context=context, states=states, result=result, map=map_, dag=dag
         )
+
+    async def _place(self, value: Any, where: str) -> Any:
+        """``value`` loaded when it is a reference, or a list with references (loaded);
+        else ``value`` itself."""
+        if is_marker(value):
+            return await self.load(parse_ref(value, where))
+        if type(value) is list and any(is_marker(v) for v in value):
+            return [await self._place(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    async def _places(self, values: dict[Any, Any], where: str) -> dict[Any, Any]:
+        out = {k: await self._place(v, f"{where}.{k}") for k, v in values.items()}
+        return values if all(out[k] is values[k] for k in values) else out
 
     # --- storing -------------------------------------------------------------------------
 

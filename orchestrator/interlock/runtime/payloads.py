@@ -129,6 +129,8 @@ class Payloads:
         the inputs, each context value, each state's output, the last result, and the
         results a map or a DAG state collects (in these places, and one level into a list
         there, so finding them is a look at each, never a walk of the values)."""
+        if not _holds_refs(state):
+            return state
         inputs = await self._place(state.inputs, "inputs")
         context = await self._places(state.context, "context")
         states = state.states
@@ -257,6 +259,25 @@ async def run_objects(
     for record in records:
         await on_slots(subjects, record, collect)
     return list(found)
+
+
+def _holds_refs(state: RunState) -> bool:
+    """Whether a reference stands in one of the places :meth:`Payloads.state` loads (a
+    plain look, no coroutine: most decisions' states hold none)."""
+
+    def ref(value: Any) -> bool:
+        return is_marker(value) or (type(value) is list and any(map(is_marker, value)))
+
+    if ref(state.inputs) or ref(state.result):
+        return True
+    if any(map(ref, state.context.values())):
+        return True
+    if any(type(e) is dict and ref(e.get("output")) for e in state.states.values()):
+        return True
+    m, d = state.map, state.dag
+    return bool(
+        (m and any(map(ref, m.results.values()))) or (d and any(map(ref, d.results.values())))
+    )
 
 
 def payloads_for(nc: Client, subjects: Subjects, limits: ObjectLimits) -> Payloads:

@@ -67,6 +67,16 @@ async def test_a_batched_post_fills_its_windows(gs: GatewayStack) -> None:
         ["default/rows#trigger1@batch users"]
     ] * 5
     assert all(a["started"] == [] for a in answers)
+    async with gs.http("publisher") as http:
+        keyless = {**row(99, "x"), "data": {"row": 99}}  # no table: no key
+        r = await http.post(
+            "/events",
+            headers={"Content-Type": "application/cloudevents+json"},
+            content=json.dumps(keyless),
+        )
+    [refused] = r.json()["events"][0]["refused"]
+    assert refused["reason"] == "bad-trigger-key"
+    assert r.json()["events"][0]["gathered"] == []
     async with gs.http("reader") as http:
         for _ in range(600):
             runs = (await http.get("/runs", params={"workflow": "rows"})).json()["runs"]

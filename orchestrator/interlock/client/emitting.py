@@ -148,6 +148,10 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
             except ExpressionError as exc:
                 out.refused.append(_refusal(definition, "bad-trigger-input", f"{name}: {exc}"))
                 inputs = None
+            window_key, problem = flow_key(trigger, incoming)
+            if inputs is not None and problem is not None:
+                out.refused.append(_refusal(definition, "bad-trigger-key", f"{name}: {problem}"))
+                inputs = None
             # A batch's run takes its events as its inputs: one event's are not checked.
             batched = trigger.window is not None and trigger.window.kind == "batch"
             problems = (
@@ -159,7 +163,6 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
                 detail = "; ".join(str(p) for p in problems)
                 out.refused.append(_refusal(definition, "invalid-inputs", detail))
             elif inputs is not None and trigger.window is not None:
-                window_key, _ = flow_key(trigger, incoming)
                 out.gathered.append(f"{trigger.name}@{trigger.window.kind} {window_key}")
             elif inputs is not None:
                 run_id = derive_run_id(definition, event.source, event.id)

@@ -135,6 +135,7 @@ def test_reading_a_log_does_not_load_the_compiler() -> None:
             "interlock.core.records",
             "interlock.core.records.actions",
             "interlock.core.records.base",
+            "interlock.core.records.capacity",
             "interlock.core.records.flow",
             "interlock.core.records.run",
             "interlock.core.records.states",

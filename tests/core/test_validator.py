@@ -75,6 +75,7 @@ RULES = {
     "priority",
     "trigger-key",
     "trigger-flow",
+    "capability-key",
 }
 
 
@@ -98,6 +99,7 @@ def _emitted_rules() -> set[str]:
         "lowering_scope.py",
         "lowering_states.py",
         "lowering_dag.py",
+        "lowering_capacity.py",
         "outcomes.py",
         "rules.py",
         "source.py",

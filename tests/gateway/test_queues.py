@@ -81,7 +81,7 @@ async def test_queues_show_who_holds_and_who_waits(nats_url: str, subjects: Subj
         shown = await asyncio.to_thread(run_cli, "queues", "--workflow", "limited", env=env)
         assert shown.returncode == 0, shown.stderr
         lines = shown.stdout.splitlines()
-        assert lines[0].split() == ["LIMIT", "KEY", "RUNNING", "QUEUED", "OLDEST", "WAIT"]
+        assert lines[0].split() == ["LIMIT", "KEY", "RUNNING", "QUEUED", "OLDEST", "WAIT", "PAUSED"]
         assert lines[1].split()[:4] == ["default/slow-api", "acme", "1/1", "2"]
         as_json = await asyncio.to_thread(run_cli, "queues", "-o", "json", env=env)
         assert msgspec.json.decode(as_json.stdout)[0]["queued"] == 2
@@ -160,3 +160,45 @@ async def test_an_operator_pauses_and_resumes_a_workflow_over_http(
             assert (await client.result(run_id, wait=True, timeout=30)).status == "completed"
             again = await http.post("/workflows/default/limited/resume")
             assert again.json()["changed"] is False
+
+
+async def test_an_operator_pauses_and_resumes_a_capability_over_http(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """POST /capabilities/{name}/pause holds every new request of the capability (a reader
+    may not; an unknown capability is 404); GET /queues says so, and ?capability= lists
+    that capability's lines; resume lets the held request go on."""
+    async with gateway_stack(nats_url, subjects, [LIMITED]) as gs:
+        client = Client(gs.stack.client.nc, gs.stack.subjects)
+        gs.stack.recorder.release.set()
+        async with gs.http("reader") as reader:
+            assert (await reader.post("/capabilities/slow/pause")).status_code == 403
+        async with gs.http("operator") as http:
+            paused = await http.post("/capabilities/slow/pause")
+            assert paused.status_code == 200, paused.text
+            assert paused.json() == {"capability": "slow", "paused": True, "changed": True}
+            assert (await http.post("/capabilities/nope/pause")).status_code == 404
+
+            async def seen() -> bool:
+                return gs.stack.orchestrator.flow.admission.pauses.holds_capability("slow")
+
+            await eventually(seen, what="the orchestrator sees the pause")
+            run_id = await client.start("limited", {"customer": "acme"})
+
+            async def held() -> list[dict[str, object]] | None:
+                found = (await http.get("/queues", params={"capability": "slow"})).json()
+                return found if found and found[0]["queued"] == 1 else None
+
+            (line,) = await eventually(held, what="the request held")
+            assert {k: line[k] for k in ("limit", "kind", "capability", "paused")} == {
+                "limit": "cap:slow@paused",
+                "kind": "paused",
+                "capability": "slow",
+                "paused": True,
+            }
+            everything = (await http.get("/queues")).json()
+            assert {q["limit"] for q in everything} == {"default/slow-api", "cap:slow@paused"}
+            resumed = await http.post("/capabilities/slow/resume")
+            assert resumed.json() == {"capability": "slow", "paused": False, "changed": True}
+            assert (await client.result(run_id, wait=True, timeout=30)).status == "completed"
+            assert (await http.get("/queues")).json() == []

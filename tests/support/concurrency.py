@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.client import Client
 
 from interlock.core import events as ev
+from interlock.sdk import TaskContext, Worker
 from interlock.transport.directget import read_messages
 from interlock.transport.subjects import Subjects
 from support.runtime import yaml
@@ -94,3 +97,88 @@ async def timeline(nc: Client, subjects: Subjects) -> Timeline:
                 for claim in out.slots.get(run, []):
                     holding[(claim.limit, claim.key)].discard(run)
     return out
+
+
+@dataclass
+class Requests:
+    """Every limited request's records, in the order the RUNS stream holds them: when it
+    was admitted and when it ended, and the most at work at once per limit and key."""
+
+    admitted: list[str] = field(default_factory=list)
+    """``<run>/<action>#<attempt>`` in the order of their ``action.admitted``."""
+    admitted_at: dict[str, str] = field(default_factory=dict)
+    queued: dict[str, list[str]] = field(default_factory=dict)
+    """request -> the limits its ``action.queued`` records named"""
+    requested_at: dict[str, str] = field(default_factory=dict)
+    ended: dict[str, str] = field(default_factory=dict)
+    most: dict[tuple[str, str], int] = field(default_factory=dict)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    """request -> record type -> how often the log holds it for the request"""
+
+
+async def requests(nc: Client, subjects: Subjects) -> Requests:
+    out = Requests()
+    claims: dict[str, list[ev.SlotClaim]] = {}
+    holding: dict[tuple[str, str], set[str]] = defaultdict(set)
+    attempts: dict[tuple[str, str], int] = {}
+    messages = await read_messages(nc, subjects.runs_stream, subjects.runs_all)
+
+    def name(run: str, action_id: str, attempt: int) -> str:
+        return f"{run}/{action_id}#{attempt}"
+
+    def count(request: str, kind: str) -> None:
+        seen = out.counts.setdefault(request, {})
+        seen[kind] = seen.get(kind, 0) + 1
+
+    def end(request: str, kind: str) -> None:
+        out.ended[request] = kind
+        count(request, kind)
+        for claim in claims.get(request, []):
+            holding[(claim.limit, claim.key)].discard(request)
+
+    for _, _, payload in messages:
+        for r in ev.decode_batch(payload):
+            run = r.subject
+            if isinstance(r, ev.ActionRequested) and r.data.limits:
+                me = name(run, r.data.action_id, r.data.attempt)
+                attempts[(run, r.data.action_id)] = r.data.attempt
+                claims[me] = [c for c in r.data.limits if not c.per_s]
+                out.requested_at[me] = r.time
+                count(me, "action.requested")
+            elif isinstance(r, ev.ActionQueued):
+                me = name(run, r.data.action_id, r.data.attempt)
+                out.queued.setdefault(me, []).append(r.data.limit)
+                count(me, "action.queued")
+            elif isinstance(r, ev.ActionAdmitted):
+                me = name(run, r.data.action_id, r.data.attempt)
+                out.admitted.append(me)
+                out.admitted_at[me] = r.time
+                count(me, "action.admitted")
+                for claim in claims.get(me, []):
+                    at = (claim.limit, claim.key)
+                    holding[at].add(me)
+                    out.most[at] = max(out.most.get(at, 0), len(holding[at]))
+            elif isinstance(r, ev.ActionCompleted | ev.ActionCancelled) and r.data.freed:
+                freed = r.data.freed
+                end(name(run, freed.action_id, freed.attempt), ev.record_type(r))
+            elif isinstance(r, ev.ActionFailed) and r.data.freed:
+                end(name(run, r.data.action_id, r.data.attempt), ev.record_type(r))
+            elif isinstance(r, ev.RunCancelled):
+                for freed in r.data.freed:
+                    end(name(run, freed.action_id, freed.attempt), ev.record_type(r))
+    return out
+
+
+def stuck_worker() -> Worker:
+    """A worker whose ``capped`` handler announces each task, then never finishes: run
+    in a child process (``interlock agent run support.concurrency:stuck_worker``) that a
+    test kills mid-task."""
+    worker = Worker("cappedagent", concurrency=4, grace_period=0.1)
+
+    @worker.capability("capped")
+    async def capped(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        print(f"STARTED {ctx.action_id} attempt={ctx.attempt}", flush=True)
+        await asyncio.sleep(3600)
+        return {}
+
+    return worker

@@ -201,7 +201,7 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
         f"{JS_API}.STREAM.MSG.GET.*",
         f"{JS_API}.STREAM.MSG.DELETE.{s.dead_letter_stream}",
         f"$KV.{s.deliveries_bucket}.>",
-        # Pausing and resuming workflows (POST /workflows/{name}/pause, operators).
+        # Pausing and resuming workflows and capabilities (POST .../pause, operators).
         f"$KV.{s.paused_bucket}.>",
         # The log key (it writes run logs): see _log_key.
         *_log_key(s),

@@ -59,7 +59,7 @@ COMMANDS: dict[str, tuple[int, str]] = {
     "workflows": (4, "list the workflows applied (newest versions)"),
     "get": (4, "one workflow, run or agent"),
     "describe": (4, "everything about one run now"),
-    "queues": (4, "concurrency limits: runs holding and waiting, per key"),
+    "queues": (4, "concurrency and rate limits: runs and requests at work and waiting, per key"),
     "delete": (4, "stop a workflow from starting new runs"),
     "serve": (5, "run the orchestrator"),
     "agent": (5, "agent workers"),
@@ -67,8 +67,8 @@ COMMANDS: dict[str, tuple[int, str]] = {
     "gateway": (6, "serve CloudEvents over HTTP, signed webhooks and the REST API"),
     "tokens": (6, "bearer tokens of the HTTP gateway's callers"),
     "creds": (7, "keys, credentials per role, revocation (NATS decentralized auth)"),
-    "pause": (8, "new runs of a workflow wait (queued) until it is resumed"),
-    "resume": (8, "the runs a paused workflow held go on, in order"),
+    "pause": (8, "hold a workflow's new runs, a run, or a capability's requests, until resumed"),
+    "resume": (8, "let what a paused workflow, run or capability held go on, in order"),
     "partitions": (9, "the run-log partitions: layout, leaders, owners; set N changes P live"),
 }
 """Each command: the index of its adder in :data:`ADDERS`, and its one-line help."""

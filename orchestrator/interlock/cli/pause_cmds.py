@@ -1,5 +1,6 @@
 """pause and resume: a paused workflow's new runs wait until it is resumed; a paused run
-takes no transition until it is resumed (the events that reach it are held)."""
+takes no transition until it is resumed (the events that reach it are held); a paused
+capability's requests wait, undispatched, until it is resumed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,18 @@ if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
+VERB_HELP = {
+    "pause": "hold a workflow's new runs, a run, or a capability's requests, until resumed",
+    "resume": "let what a paused workflow, run or capability held go on, in order",
+}
+
+
 def add_parsers(sub: Sub) -> None:
+    capability_what = {
+        "pause": "nothing more of a capability is dispatched until it is resumed",
+        "resume": "the requests a paused capability held go on, in order",
+    }
+    capability_func = {"pause": cmd_pause_cap, "resume": cmd_resume_cap}
     for verb, what, run_what, func, run_func in (
         (
             "pause",
@@ -32,7 +44,7 @@ def add_parsers(sub: Sub) -> None:
             cmd_resume_run,
         ),
     ):
-        p = sub.add_parser(verb, help=f"{what}; or {run_what}")
+        p = sub.add_parser(verb, help=VERB_HELP[verb])
         kinds = p.add_subparsers(dest=f"{verb}_kind", metavar="KIND", required=True)
         q = kinds.add_parser("workflow", help=what)
         q.add_argument("name", metavar="NAME", help="NAME or NAMESPACE/NAME")
@@ -53,6 +65,13 @@ def add_parsers(sub: Sub) -> None:
         r.add_argument("--json", action="store_true")
         add_connection_flags(r)
         r.set_defaults(func=with_client(run_func))
+        c = kinds.add_parser("capability", help=capability_what[verb])
+        c.add_argument("name", metavar="NAME", help="the capability (dot-separated words)")
+        if verb == "pause":
+            c.add_argument("--reason", default="paused by an operator", help="recorded with it")
+        c.add_argument("--json", action="store_true")
+        add_connection_flags(c)
+        c.set_defaults(func=with_client(capability_func[verb]))
 
 
 async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
@@ -121,4 +140,39 @@ async def cmd_resume_run(client: Client, args: argparse.Namespace) -> int:
         print(f"resumed run {args.run_id}: what it held is decided on, in order")
     else:
         print(f"run {args.run_id} was not paused")
+    return EXIT_OK
+
+
+async def cmd_pause_cap(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client.capqueues import pause_capability
+    from interlock.client.errors import UnknownAgent
+
+    try:
+        name = await pause_capability(client.ops, args.name, args.reason)
+    except UnknownAgent as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    if args.json:
+        print_json({"capability": name, "paused": True, "changed": True})
+    else:
+        print(
+            f"paused capability {name}: its requests wait, undispatched, until "
+            f"'interlock resume capability {name}' (those already sent go on)"
+        )
+    return EXIT_OK
+
+
+async def cmd_resume_cap(client: Client, args: argparse.Namespace) -> int:
+    from interlock.client.capqueues import resume_capability
+    from interlock.client.errors import UnknownAgent
+
+    try:
+        was = await resume_capability(client.ops, args.name)
+    except UnknownAgent as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    if args.json:
+        print_json({"capability": args.name, "paused": False, "changed": was})
+    elif was:
+        print(f"resumed capability {args.name}: the requests it held go on, in order")
+    else:
+        print(f"capability {args.name} was not paused")
     return EXIT_OK

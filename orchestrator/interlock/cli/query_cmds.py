@@ -54,8 +54,13 @@ def add_parsers(sub: Sub) -> None:
     add_connection_flags(q)
     q.set_defaults(func=with_client(cmd_describe_run))
 
-    p = sub.add_parser("queues", help="concurrency limits: runs holding and waiting, per key")
+    p = sub.add_parser(
+        "queues", help="concurrency and rate limits: runs and requests at work and waiting, per key"
+    )
     p.add_argument("--workflow", metavar="NAME", help="only the limits NAME declares")
+    p.add_argument(
+        "--capability", metavar="NAME", help="only the capability NAME's limits (each of them)"
+    )
     add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_queues))
@@ -243,7 +248,7 @@ def _describe_table(d: RunDescription) -> None:
                     p.capability,
                     f"{p.attempt} of {p.max_attempts}",
                     p.requested_at,
-                    p.deadline or "-",
+                    p.deadline or (f"held: {p.held}" if p.held else "-"),
                 )
                 for p in d.pending
             ],
@@ -310,18 +315,22 @@ def slot_text(slot: Any, queued: bool) -> str:
 
 async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
     from interlock.client import UnknownWorkflow
+    from interlock.client.errors import UnknownAgent
 
     try:
-        found = await client.queues(args.workflow)
-    except UnknownWorkflow as exc:
+        found = await client.queues(args.workflow, capability=args.capability)
+    except (UnknownWorkflow, UnknownAgent) as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
 
     def table() -> None:
         if not found:
-            print("no run holds or waits for a concurrency slot, and no trigger gathers events")
+            print(
+                "no run or request holds or waits for a limit, nothing is paused, "
+                "and no trigger gathers events"
+            )
             return
         print_table(
-            ["LIMIT", "KEY", "RUNNING", "QUEUED", "OLDEST WAIT"],
+            ["LIMIT", "KEY", "RUNNING", "QUEUED", "OLDEST WAIT", "PAUSED"],
             [
                 (
                     q.limit,
@@ -329,6 +338,7 @@ async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
                     f"{q.running}/{q.size}",
                     q.queued,
                     "-" if q.oldest_wait_s is None else f"{q.oldest_wait_s:.1f}s",
+                    "paused" if q.paused else "-",
                 )
                 for q in found
             ],

@@ -10,6 +10,7 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
+from interlock.core.pauses import waiting_for
 from interlock.core.state import RunState, encode_state, evolve
 
 
@@ -21,7 +22,8 @@ def _short(value: Any, limit: int = 120) -> str:
 def describe(record: ev.AnyRecord) -> str:
     """``time  seq  what happened``."""
     seq = record.id.rsplit(":", 1)[-1]
-    return f"{record.time}  #{seq:>3}  {_what_dag(record) or _what(record)}"
+    what = _what_dag(record) or _what_held(record) or _what(record)
+    return f"{record.time}  #{seq:>3}  {what}"
 
 
 def _what_dag(r: ev.AnyRecord) -> str | None:
@@ -118,6 +120,17 @@ def _what(r: ev.AnyRecord) -> str:
     if isinstance(r, ev.RunMigrated):
         return f"run migrated     v{r.data.from_version} -> v{r.data.version}"
     return ev.record_type(r)
+
+
+def _what_held(r: ev.AnyRecord) -> str | None:
+    """A request held for its capability's limits or pause, and its admission."""
+    if isinstance(r, ev.ActionQueued):
+        w = r.data
+        return f"action queued    {w.action_id} {waiting_for(w.limit, w.key)} (place {w.place})"
+    if isinstance(r, ev.ActionAdmitted):
+        deadline = f"; deadline {r.data.deadline}" if r.data.deadline else ""
+        return f"action admitted  {r.data.action_id}, dispatched{deadline}"
+    return None
 
 
 def _action(state: str, index: int, item: int | None, iteration: int | None) -> str:

@@ -46,7 +46,7 @@ from interlock.views.build import (
     run_result,
     summary_of,
 )
-from interlock.views.shapes import QueueView
+from interlock.views.queueshape import QueueView
 
 if TYPE_CHECKING:
     from interlock.runtime.retention import Deleted
@@ -373,9 +373,11 @@ class Client(DeadLetterCalls):
         described = describe_run(read.records, outline, state=read.state, warnings=warnings)
         return await reading.described(self._ops, described, read.state)
 
-    async def queues(self, workflow: str | None = None) -> list[QueueView]:
-        """Each concurrency limit and key with runs holding or waiting (of ``workflow``)."""
-        return await queues.list_queues(self._ops, workflow)
+    async def queues(
+        self, workflow: str | None = None, *, capability: str | None = None
+    ) -> list[QueueView]:
+        """Limits and keys held or waited for, what is paused (see :mod:`queues`)."""
+        return await queues.list_queues(self._ops, workflow, capability)
 
     async def runs(
         self,
@@ -387,8 +389,7 @@ class Client(DeadLetterCalls):
     ) -> list[RunSummary]:
         """Runs from the run index, newest first: all, or of one ``workflow`` (``name`` or
         ``namespace/name``) and/or ``status``, and/or waiting for ``waiting`` (a kind of
-        :class:`~interlock.views.WaitingOn`, ``approval``, or a kind and a name,
-        ``agent:review``); at most ``limit``."""
+        :class:`~interlock.views.WaitingOn`, or ``kind:name``); at most ``limit``."""
         return await reading.runs(self._ops, workflow, status, limit, waiting)
 
     async def records(self, run_id: str) -> list[ev.AnyRecord]:
@@ -453,8 +454,7 @@ class Client(DeadLetterCalls):
         runs: int | None = None,
         since: str | None = None,
     ) -> dict[str, Any]:
-        """Recorded runs of ``workflow`` replayed against a candidate manifest, grouped by
-        where and why they would diverge."""
+        """Recorded runs of ``workflow`` replayed against a candidate, grouped by divergence."""
         from interlock.client import debugging
 
         return await debugging.shadow(self._ops, workflow, candidate, runs, since)

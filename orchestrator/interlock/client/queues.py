@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from interlock.client import capqueues
 from interlock.core.names import WORKFLOW_REF
 from interlock.core.pauses import PAUSED
 from interlock.core.state import RunState
@@ -17,7 +18,8 @@ from interlock.runtime.pausing import Pauses
 from interlock.runtime.triggerstate import rate_entries, window_entries
 from interlock.runtime.versions import StoredWorkflow
 from interlock.transport.clock import utc_now
-from interlock.views.shapes import QueueView, RunDescription, SlotView
+from interlock.views.queueshape import QueueView
+from interlock.views.shapes import RunDescription, SlotView
 
 
 async def with_places(
@@ -49,16 +51,25 @@ async def with_places(
     return msgspec.structs.replace(described, slots=seen)
 
 
-async def list_queues(ops: InterlockClient, workflow: str | None = None) -> list[QueueView]:
-    """Every concurrency limit and key with a run holding or waiting, sorted by limit then
-    key; with ``workflow`` (``name`` or ``namespace/name``), the limits it declares."""
+async def list_queues(
+    ops: InterlockClient, workflow: str | None = None, capability: str | None = None
+) -> list[QueueView]:
+    """Every concurrency limit and key with a run or a request holding or waiting, every
+    capability's rate with tokens out or requests waiting, every paused workflow and
+    capability, and the triggers' windows and rates, sorted by limit then key; with
+    ``workflow`` (``name`` or ``namespace/name``), the limits it declares; with
+    ``capability``, that capability's limits (each one, waited for or not)."""
     entries = await Slots(ops.nc, ops.subjects).entries()
     now = datetime.now(UTC)
-    views = [queue_view(e, now) for e in entries]
-    views += await trigger_views(ops, now)
+    paused = await capqueues.paused_now(ops)
+    views = [capqueues.annotated(queue_view(e, now), e, now, paused) for e in entries]
+    views += [capqueues.annotated(v, None, now, paused) for v in await trigger_views(ops, now)]
+    views += capqueues.pause_lines(views, paused)
     if workflow is not None:
         names = await limit_names(ops, workflow)
         views = [v for v in views if v.limit in names]
+    if capability is not None:
+        views = await capqueues.capability_lines(ops, capability, views)
     return sorted(views, key=lambda q: (q.limit, q.key))
 
 

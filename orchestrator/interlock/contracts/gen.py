@@ -80,6 +80,12 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "timer, an external event): a full copy, decided on once the run is resumed.",
     "run.resumed": "The run goes on: the events it held are decided on next, in the order "
     "they came, their records following this one.",
+    "action.queued": "A request waits, undispatched, for a slot or token of its capability's "
+    "limit `limit` for `key` (its `place` in line then), or for its paused capability "
+    "(`limit` `cap:NAME@paused`); its deadline runs only from `action.admitted`.",
+    "action.admitted": "A request holds a slot and a token of each limit of its capability "
+    "(`limits` of `action.requested`): it is dispatched now, its `deadline` counted from "
+    "here. The record that ends the attempt names the lines it leaves (`freed`).",
 }
 """One line per record type, keyed by the type without the ``io.interlock.`` prefix."""
 

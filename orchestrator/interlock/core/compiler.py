@@ -24,6 +24,7 @@ from interlock.core.definition import AgentDefinition, CapabilityDef, Definition
 from interlock.core.diagnostics import Diagnostic, ManifestError
 from interlock.core.ids import capability_token, token_taken
 from interlock.core.lowering import lower_workflow
+from interlock.core.lowering_capacity import lower_capacity
 from interlock.core.lowering_scope import parse_duration
 from interlock.core.names import CAPABILITY_NAME, check_metadata
 from interlock.core.source import Document, Path, load_documents
@@ -233,6 +234,7 @@ def _compile_agent(doc: Document, diags: list[Diagnostic]) -> AgentDefinition | 
             timeout_s=cap.timeout_seconds,
             max_retries=cap.max_retries,
             description=cap.description,
+            limits=lower_capacity(doc, diags, i, cap),
         )
     if len(diags) != before:
         return None

@@ -6,13 +6,15 @@ Every dialect compiles to these classes; the engine reads nothing else.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock.core.expr import CompiledValue, Expression, Literal
-from interlock.core.limitdef import LimitDef, TriggerRateDef, WindowDef
+from interlock.core.inputtypes import json_type
+from interlock.core.inputtypes import known_type as known_type
+from interlock.core.inputtypes import type_matches as type_matches
+from interlock.core.limitdef import CapacityDef, LimitDef, TriggerRateDef, WindowDef
 from interlock.core.vocabulary import StepStatus
 
 NORMAL = "normal"
@@ -45,6 +47,10 @@ class ActionDef:
     """None: the capability's default (its AgentDef's max_retries), else no retries."""
     workflow: str | None = None
     """A sub-workflow to run as a child run instead of a capability."""
+    priority: Expression | None = None
+    """Its place in its capability's lines (CEL over the run's values): highest first."""
+    limits: tuple[CapacityDef, ...] = ()
+    """Its capability's limits (linked from the AgentDef, like the timeout)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +344,8 @@ class CapabilityDef:
     timeout_s: float | None = None
     max_retries: int | None = None
     description: str | None = None
+    limits: tuple[CapacityDef, ...] = ()
+    """Its concurrency limit, then its rate limit, where declared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +371,7 @@ def link(definition: Definition, capabilities: Mapping[str, CapabilityDef]) -> D
         retry = action.retry
         if retry is None and cap.max_retries:
             retry = RetryPolicy(max_attempts=cap.max_retries + 1)
-        return replace(action, timeout_s=timeout, retry=retry)
+        return replace(action, timeout_s=timeout, retry=retry, limits=cap.limits)
 
     states = {}
     for name, state in definition.states.items():
@@ -390,45 +398,6 @@ def link(definition: Definition, capabilities: Mapping[str, CapabilityDef]) -> D
     return replace(definition, states=states)
 
 
-# --- typed inputs ----------------------------------------------------------------------
-
-_SCALARS: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "int": (int,),
-    "number": (int, float),
-    "float": (int, float),
-    "boolean": (bool,),
-    "bool": (bool,),
-    "object": (dict,),
-    "map": (dict,),
-    "list": (list,),
-    "any": (object,),
-}
-_LIST = re.compile(r"^list\[(.+)\]$")
-
-
-def known_type(type_name: str) -> bool:
-    """Whether an input type is one the language knows."""
-    inner = _LIST.match(type_name)
-    if inner:
-        return known_type(inner.group(1).strip())
-    return type_name in _SCALARS
-
-
-def type_matches(type_name: str, value: Any) -> bool:
-    """Whether ``value`` is of the declared input type (``list[string]`` checks items)."""
-    inner = _LIST.match(type_name)
-    if inner:
-        return isinstance(value, list) and all(
-            type_matches(inner.group(1).strip(), v) for v in value
-        )
-    allowed = _SCALARS.get(type_name, (object,))
-    if bool not in allowed and isinstance(value, bool) and type_name != "any":
-        return False  # true is not an integer here, whatever Python says
-    return isinstance(value, allowed)
-
-
 def resolve_inputs(
     definition: Definition, given: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
@@ -444,27 +413,9 @@ def resolve_inputs(
             continue
         if not type_matches(spec.type, given[spec.name]):
             problems.append(
-                f"input {spec.name!r} must be {spec.type}, got {_json_type(given[spec.name])}"
+                f"input {spec.name!r} must be {spec.type}, got {json_type(given[spec.name])}"
             )
     return resolved, problems
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def may_loop(definition: Definition) -> bool:

@@ -214,8 +214,10 @@ def _react(step: Reactions, definition: Definition, state: RunState, event: Inco
     action_id = event.extensions.get("actionid")
     if action_id is not None:
         pending = state.pending.get(action_id)
-        if pending is None:
-            return  # a duplicate, or the answer to an action no longer awaited
+        if pending is None or pending.held:
+            # A duplicate, the answer to an action no longer awaited, or to a request
+            # held for its capability's limits: never sent, so nobody can answer it.
+            return
         attempt = event.extensions.get("attempt")
         if attempt is not None and attempt.isdigit() and int(attempt) != pending.attempt:
             return  # the answer to an earlier attempt that timed out

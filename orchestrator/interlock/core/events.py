@@ -33,6 +33,13 @@ from interlock.core.records.base import (
     Record,
     SpawnBudget,
 )
+from interlock.core.records.capacity import (
+    ActionAdmitted,
+    ActionAdmittedData,
+    ActionQueued,
+    ActionQueuedData,
+    FreedSlots,
+)
 from interlock.core.records.flow import (
     EventReceived,
     EventReceivedData,
@@ -99,12 +106,16 @@ __all__ = [
     "RECORD_TYPES",
     "SOURCE",
     "TERMINAL_TYPES",
+    "ActionAdmitted",
+    "ActionAdmittedData",
     "ActionCancelled",
     "ActionCancelledData",
     "ActionCompleted",
     "ActionCompletedData",
     "ActionFailed",
     "ActionFailedData",
+    "ActionQueued",
+    "ActionQueuedData",
     "ActionRequested",
     "ActionRequestedData",
     "AnyRecord",
@@ -119,6 +130,7 @@ __all__ = [
     "EventReceivedData",
     "EvidenceRecorded",
     "EvidenceRecordedData",
+    "FreedSlots",
     "GateChecked",
     "GateCheckedData",
     "GuardFailed",
@@ -203,6 +215,8 @@ AnyRecord = (
     | RunPaused
     | EventHeld
     | RunResumed
+    | ActionQueued
+    | ActionAdmitted
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -103,3 +103,62 @@ class TriggerRate(msgspec.Struct, kw_only=True, frozen=True):
     per: FlowDuration
     key: TriggerKey | None = None
     on_limit: Literal["queue", "drop"] = "queue"
+
+
+CapabilityKey = Annotated[
+    str,
+    msgspec.Meta(
+        description=(
+            "A CEL expression over the action's rendered 'input': requests with the same "
+            "value share the limit (none: one limit for every request)."
+        )
+    ),
+]
+
+
+class CapabilityConcurrency(msgspec.Struct, kw_only=True, frozen=True):
+    """At most ``limit`` requests of the capability are at work at once for each value of
+    ``key``, across every workflow that uses it; the others wait, in order, undispatched."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)]
+    key: CapabilityKey | None = None
+
+
+class CapabilityRate(msgspec.Struct, kw_only=True, frozen=True):
+    """At most ``limit`` requests of the capability are dispatched per ``per`` for each
+    value of ``key`` (evenly spaced; ``burst`` of them at once after a quiet spell)."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+    per: Annotated[
+        str,
+        msgspec.Meta(
+            description="A duration: the window the limit counts over (1s, 1m, 1h).",
+            examples=["1s", "1m", "1h"],
+        ),
+    ]
+    key: CapabilityKey | None = None
+    burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1
+
+
+ActionPriority = Annotated[
+    str | int,
+    msgspec.Meta(
+        description=(
+            "An integer, or CEL giving one (-1,000,000 to 1,000,000): where the action's "
+            "requests wait in line for their capability's limits, highest first."
+        )
+    ),
+]
+
+
+class Capability(msgspec.Struct, kw_only=True, frozen=True):
+    """An AgentDef's capability: its schemas, defaults, and the limits on its requests."""
+
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    concurrency: CapabilityConcurrency | None = None
+    rate: CapabilityRate | None = None

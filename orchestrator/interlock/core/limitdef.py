@@ -1,10 +1,31 @@
-"""The compiled form of a workflow's concurrency limits (part of the Definition IR)."""
+"""The compiled form of flow-control limits (part of the Definition IR): a workflow's
+concurrency limits on its runs, and a capability's concurrency and rate limits on the
+requests made of it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from interlock.core.expr import Expression
+if TYPE_CHECKING:
+    from interlock.core.expr import Expression
+
+MAX_PRIORITY = 1_000_000
+"""Priorities go from minus this to this."""
+MAX_KEY_LENGTH = 256
+"""The longest key a limit's expression may give (longer ones fail the run)."""
+
+
+def key_text(value: Any) -> str:
+    """The key a limit's expression gave, as text (structured values as canonical JSON)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +74,31 @@ class TriggerRateDef:
     per_s: float
     key: Expression | None = None
     on_limit: str = "queue"
+
+
+CAPABILITY_LIMIT = "cap:"
+"""How the names of capabilities' limits begin (no workflow limit's name can: those begin
+with a namespace, a DNS label)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityDef:
+    """A limit on the requests of one capability, per value of ``key`` (CEL over the
+    action's rendered ``input``; None: one key for all): ``size`` at work at once
+    (``per_s`` 0), or ``size`` dispatched per ``per_s`` seconds, ``burst`` at once."""
+
+    name: str
+    """``cap:<capability>`` (concurrency) or ``cap:<capability>:rate``."""
+    size: int
+    key: Expression | None = None
+    per_s: float = 0.0
+    burst: int = 1
+
+    @property
+    def is_rate(self) -> bool:
+        return self.per_s > 0
+
+
+def capacity_names(capability: str) -> tuple[str, str]:
+    """The names of a capability's concurrency limit and its rate limit."""
+    return f"{CAPABILITY_LIMIT}{capability}", f"{CAPABILITY_LIMIT}{capability}:rate"

@@ -13,13 +13,15 @@ run, whatever ends it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
 from interlock.core.expr import ExpressionError
+from interlock.core.limitdef import MAX_KEY_LENGTH as MAX_KEY_LENGTH
+from interlock.core.limitdef import MAX_PRIORITY as MAX_PRIORITY
 from interlock.core.limitdef import MAX_WEIGHT, LimitDef
+from interlock.core.limitdef import key_text as key_text
 from interlock.core.pauses import pause_claim
 from interlock.core.vocabulary import ErrorClass, TimerPurpose
 
@@ -28,22 +30,6 @@ if TYPE_CHECKING:
     from interlock.core.incoming import Incoming
     from interlock.core.reactions import Reactions
     from interlock.core.state import RunState
-
-MAX_PRIORITY = 1_000_000
-"""Priorities go from minus this to this."""
-MAX_KEY_LENGTH = 256
-"""The longest key a limit's expression may give (longer ones fail the run)."""
-
-
-def key_text(value: Any) -> str:
-    """The key a limit's expression gave, as text (structured values as canonical JSON)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def claims(

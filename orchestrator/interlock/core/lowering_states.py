@@ -24,6 +24,7 @@ from interlock.core.definition import (
     TransitionDef,
 )
 from interlock.core.expr import VARIABLES, CompileError, Expression
+from interlock.core.limitdef import MAX_PRIORITY
 from interlock.core.lowering_dag import lower_dag
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.names import (
@@ -342,7 +343,25 @@ class StateLowering(LoweringScope):
             output=tuple(action.output.items()),
             retry=retry,
             workflow=action.workflow,
+            priority=self._action_priority((*path, "priority"), action, extra),
         )
+
+    def _action_priority(
+        self, path: Path, action: model.Action, extra: frozenset[str]
+    ) -> Expression | None:
+        """An action's ``priority``: an integer, or CEL over the run's values giving one."""
+        if action.priority is None:
+            return None
+        if action.workflow is not None:
+            self.error(path, "priority", "priority orders a capability's requests: not a workflow")
+            return None
+        if isinstance(action.priority, int) and abs(action.priority) > MAX_PRIORITY:
+            self.error(
+                path, "priority", f"priority must be from {-MAX_PRIORITY:,} to {MAX_PRIORITY:,}"
+            )
+            return None
+        source = action.priority if isinstance(action.priority, str) else str(action.priority)
+        return self._expression(path, source, extra)
 
     def _transition(self, path: Path, index: int, t: model.Transition) -> TransitionDef:
         if not EVENT_TYPE.match(t.event):

@@ -13,7 +13,14 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from interlock.core.flowmodel import Batch, ConcurrencyLimit, Debounce, TriggerRate
+from interlock.core.flowmodel import (
+    ActionPriority,
+    Batch,
+    Capability,
+    ConcurrencyLimit,
+    Debounce,
+    TriggerRate,
+)
 from interlock.core.vocabulary import ErrorClass
 
 WORKFLOW_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1")
@@ -117,6 +124,7 @@ class Action(_Strict, frozen=True, kw_only=True):
     output: dict[str, str] = {}
     retry: Retry | None = None
     description: str | None = None
+    priority: ActionPriority | None = None
 
 
 class Catch(_Strict, frozen=True, kw_only=True):
@@ -414,15 +422,6 @@ class Workflow(_Strict, frozen=True, kw_only=True):
     kind: Literal["Workflow"]
     metadata: Metadata
     spec: WorkflowSpec
-
-
-class Capability(_Strict, frozen=True, kw_only=True):
-    name: str
-    description: str | None = None
-    input_schema: dict[str, Any] | None = None
-    output_schema: dict[str, Any] | None = None
-    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    max_retries: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class AgentDefSpec(_Strict, frozen=True, kw_only=True):

@@ -16,3 +16,16 @@ def pause_claim(namespace: str, workflow: str) -> ev.SlotClaim:
 
 def is_pause(claim: ev.SlotClaim) -> bool:
     return claim.limit.endswith(PAUSED)
+
+
+def capability_pause_claim(capability: str) -> ev.SlotClaim:
+    """The line a request of a paused capability waits in until it is resumed."""
+    return ev.SlotClaim(limit=f"cap:{capability}{PAUSED}", key="paused", size=0)
+
+
+def waiting_for(limit: str, key: str) -> str:
+    """What a held request waits for, as a person reads it (from its ``action.queued``)."""
+    if limit.endswith(PAUSED):
+        return f"waits until capability {limit[4:].removesuffix(PAUSED)} is resumed"
+    what = "a token" if limit.endswith(":rate") else "a slot"
+    return f"waits for {what} of {limit}" + (f" for key {key!r}" if key else "")

@@ -263,6 +263,8 @@ class Reactions(Dag):
             pending = self.state.pending.get(timer.action_id or "")
             if pending is None or pending.attempt != timer.attempt:
                 return
+            if pending.held or pending.deadline != timer.fire_at:
+                return  # held for its capability since: its deadline runs from admission
             seconds = "" if pending.deadline is None else f" (deadline {pending.deadline})"
             self.action_failed(
                 pending,

@@ -14,6 +14,7 @@ from interlock.core.engine import (
     GuardCheck,
 )
 from interlock.core.expr import ABSENT
+from interlock.core.pauses import waiting_for
 
 
 def short(value: Any) -> str:
@@ -48,7 +49,8 @@ def summarize(record: ev.AnyRecord) -> str:
         return f"{kind} {d.state}"
     if isinstance(record, ev.ActionRequested):
         target = d.workflow or d.capability
-        return f"{kind} {target} input={short(d.input)}" + (
+        limits = f" limited by {', '.join(c.limit for c in d.limits)}" if d.limits else ""
+        return f"{kind} {target} input={short(d.input)}{limits}" + (
             f" (attempt {d.attempt})" if d.attempt > 1 else ""
         )
     if isinstance(record, ev.ActionCompleted):
@@ -80,6 +82,12 @@ def summarize(record: ev.AnyRecord) -> str:
         return f"{kind} v{d.from_version} -> v{d.version}"
     if isinstance(record, ev.ActionCancelled):
         return f"{kind} {d.action_id}: {d.reason}"
+    if isinstance(record, ev.ActionQueued):
+        return f"{kind} {d.action_id} {waiting_for(d.limit, d.key)} (place {d.place})"
+    if isinstance(record, ev.ActionAdmitted):
+        return f"{kind} {d.action_id}, dispatched" + (
+            f"; deadline {d.deadline}" if d.deadline else ""
+        )
     return kind
 
 

@@ -14,6 +14,9 @@ import msgspec
 from msgspec.structs import replace
 
 from interlock.core import events as ev
+from interlock.core.pauses import is_pause
+from interlock.core.progress import DagProgress as DagProgress
+from interlock.core.progress import MapProgress as MapProgress
 from interlock.core.seen import take, taken
 from interlock.core.spawn import SpawnProgress
 from interlock.core.statecodec import encode_state as encode_state
@@ -33,57 +36,14 @@ class PendingAction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     item: int | None = None
     iteration: int | None = None
     step: str | None = None
-
-
-class MapProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A map state's items and what became of each."""
-
-    items: list[Any] = []
-    parallelism: int = 1
-    completion: str = "all"
-    next: int = 0
-    """The next item to request."""
-    results: dict[int, Any] = {}
-    failed: dict[int, ev.ErrorInfo] = {}
-    at_least: int = 0
-    sources: dict[int, str] = {}
-    """Who answered each completed item (the answer's ``source``), for a quorum."""
-
-
-class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A DAG state's steps and how far each got: ``held`` (its dependencies allow it but
-    its evidence gate does not yet), ``running`` (asked for, or waiting for a retry), then
-    ``completed``, ``failed`` or ``skipped``; a step not in ``status`` has not started."""
-
-    steps: list[str] = []
-    parallelism: int = 1
-    completion: str = "all"
-    status: dict[str, str] = {}
-    results: dict[str, Any] = {}
-    errors: dict[str, ev.ErrorInfo] = {}
-    sources: dict[str, str] = {}
-    """Who answered each completed step (the answer's ``source``)."""
-
-    @property
-    def running(self) -> int:
-        """Steps in flight (asked for, or waiting for a retry); a held step is not."""
-        return sum(1 for s in self.status.values() if s == StepStatus.RUNNING)
-
-    def view(self) -> dict[str, dict[str, Any]]:
-        """Each step as CEL reads it in ``steps``: its status, output (or error) and, once
-        completed, who answered it (``source``)."""
-        out: dict[str, dict[str, Any]] = {}
-        for name in self.steps:
-            entry: dict[str, Any] = {"status": self.status.get(name, "pending")}
-            if name in self.results:
-                entry["output"] = self.results[name]
-            if name in self.errors:
-                e = self.errors[name]
-                entry["error"] = {"class": e.error_class, "message": e.message, "code": e.code}
-            if name in self.sources:
-                entry["source"] = self.sources[name]
-            out[name] = entry
-        return out
+    limits: list[ev.SlotClaim] = []
+    """The capability's lines the request is in (see :mod:`interlock.core.capacity`)."""
+    held: bool = False
+    """Waiting for ``action.admitted``: not dispatched, no deadline running."""
+    timeout_s: float | None = None
+    """A held request's timeout, counted from its admission."""
+    queued: str = ""
+    """The limit its ``action.queued`` last said it waits for."""
 
 
 class RunState(msgspec.Struct, frozen=True, kw_only=True):
@@ -207,6 +167,9 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
         item=d.item,
         iteration=d.iteration,
         step=d.step,
+        limits=d.limits,
+        held=bool(d.limits),
+        timeout_s=d.timeout_s if d.limits else None,
     )
     progress = s.map
     if d.item is not None and progress is not None:
@@ -447,6 +410,36 @@ def _pause(s: RunState, r: ev.RunPaused | ev.EventHeld | ev.RunResumed) -> RunSt
     return replace(s, seq=s.seq + 1, updated_at=r.time, paused=paused)
 
 
+def _action_queued(s: RunState, r: ev.ActionQueued) -> RunState:
+    """The request waits: held, its deadline void until it is admitted; a request held
+    for its paused capability is in that line too."""
+    d = r.data
+    pending = s.pending.get(d.action_id)
+    if pending is None or pending.attempt != d.attempt:
+        return replace(s, seq=s.seq + 1, updated_at=r.time)
+    limits = pending.limits
+    if d.limit.endswith("@paused") and not any(c.limit == d.limit for c in limits):
+        limits = [ev.SlotClaim(limit=d.limit, key=d.key, size=0), *limits]
+    held = replace(
+        pending, held=True, deadline=None, timeout_s=d.timeout_s, limits=limits, queued=d.limit
+    )
+    return replace(s, seq=s.seq + 1, updated_at=r.time, pending={**s.pending, d.action_id: held})
+
+
+def _action_admitted(s: RunState, r: ev.ActionAdmitted) -> RunState:
+    """The request goes out: no longer held, its deadline running (a paused capability's
+    line is left behind)."""
+    d = r.data
+    pending = s.pending.get(d.action_id)
+    if pending is None or pending.attempt != d.attempt:
+        return replace(s, seq=s.seq + 1, updated_at=r.time)
+    limits = [c for c in pending.limits if not is_pause(c)]
+    admitted = replace(pending, held=False, deadline=d.deadline, limits=limits, queued="")
+    return replace(
+        s, seq=s.seq + 1, updated_at=r.time, pending={**s.pending, d.action_id: admitted}
+    )
+
+
 _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.RunStarted: _run_started,
     ev.StateEntered: _state_entered,
@@ -476,6 +469,8 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.RunPaused: _pause,
     ev.EventHeld: _pause,
     ev.RunResumed: _pause,
+    ev.ActionQueued: _action_queued,
+    ev.ActionAdmitted: _action_admitted,
 }
 
 

@@ -19,8 +19,12 @@ from interlock.core import events as ev
 from interlock.core.definition import Definition, RetryPolicy, StateDef
 from interlock.core.incoming import Incoming
 from interlock.core.rfc3339 import format_time, parse_time
-from interlock.core.state import RunState, evolve
+from interlock.core.state import PendingAction, RunState, evolve
 from interlock.core.vocabulary import ERROR_CLASSES, ErrorClass, RunStatus
+
+_ENDS_REQUESTS = frozenset(
+    {ev.ActionCompleted, ev.ActionFailed, ev.ActionCancelled, ev.RunCancelled}
+)
 
 
 def plus_seconds(now: str, seconds: float) -> str:
@@ -49,6 +53,15 @@ def retry_info(policy: RetryPolicy | None) -> ev.RetryInfo | None:
         max_s=policy.max_s,
         jitter=policy.jitter,
         errors=list(policy.errors),
+    )
+
+
+def freed(pending: PendingAction) -> ev.FreedSlots | None:
+    """What ending this request frees: its places in its capability's lines."""
+    if not pending.limits:
+        return None
+    return ev.FreedSlots(
+        action_id=pending.action_id, attempt=pending.attempt, limits=pending.limits
     )
 
 
@@ -108,6 +121,8 @@ class Step:
         )
 
     def emit(self, cls: type[ev.AnyRecord], data: Any, traceparent: str | None = None) -> None:
+        if cls in _ENDS_REQUESTS:
+            data = self._freeing(data)
         seq = self.state.seq + 1
         run_id = self.state.run_id or self._run_id
         record = cls(
@@ -122,6 +137,17 @@ class Step:
         )
         self.state = evolve(self.state, record)
         self.out.append(record)
+
+    def _freeing(self, data: Any) -> Any:
+        """A record that ends requests names the capability lines they leave (the
+        orchestrator frees their slots on it)."""
+        pending = self.state.pending
+        if isinstance(data, ev.RunCancelledData):
+            found = [f for p in pending.values() if (f := freed(p)) is not None]
+            return msgspec.structs.replace(data, freed=found) if found else data
+        held = pending.get(data.action_id)
+        slots = None if held is None else freed(held)
+        return data if slots is None else msgspec.structs.replace(data, freed=slots)
 
     @property
     def next_id(self) -> str:

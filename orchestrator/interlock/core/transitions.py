@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from interlock.core import events as ev
+from interlock.core.capacity import claims
 from interlock.core.definition import ActionDef, StateDef
 from interlock.core.expr import ExpressionError, is_literal_true, read_values, render
 from interlock.core.incoming import Incoming
@@ -120,8 +121,16 @@ class Transitions(Step):
                 f"input of action {index} in state {state.name!r}: {exc}",
             )
             return False
+        limits, problem = claims(
+            action, payload, self.activation(extra=self.variables(item, iteration))
+        )
+        if problem is not None:
+            self.fail_run(ErrorClass.SCHEMA_ERROR, problem)
+            return False
         action_id = action_id or self.next_id
-        deadline = None if action.timeout_s is None else plus_seconds(self.now, action.timeout_s)
+        # A request held for its capability's limits has no deadline until admitted.
+        timeout = None if limits else action.timeout_s
+        deadline = None if timeout is None else plus_seconds(self.now, timeout)
         data = ev.ActionRequestedData(
             action_id=action_id,
             state=state.name,
@@ -137,6 +146,7 @@ class Transitions(Step):
             iteration=iteration,
             step=step,
             spawn=None if action.workflow is None else self.handed_down(item, step),
+            limits=limits,
         )
         if self.spawn_refused(data):
             return False

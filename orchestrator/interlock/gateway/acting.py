@@ -237,11 +237,43 @@ async def resume_run(request: Request, gw: Gateway) -> Response:
     return json_view(RunPauseResponse(run_id=run_id, paused=False, changed=done))
 
 
+class CapabilityPauseResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """``interlock pause|resume capability NAME --json``."""
+
+    capability: str
+    paused: bool
+    """Whether it is paused now."""
+    changed: bool
+    """Whether it was not so before."""
+
+
+@operates("pause capabilities")
+async def pause_capability(request: Request, gw: Gateway) -> Response:
+    """``interlock pause capability NAME``: nothing more of it is dispatched."""
+    from interlock.client.capqueues import pause_capability as pause
+
+    reason = "paused over HTTP"
+    name = await pause(gw.api.ops, request.path_params["capability"], reason)
+    return json_view(CapabilityPauseResponse(capability=name, paused=True, changed=True))
+
+
+@operates("resume capabilities")
+async def resume_capability(request: Request, gw: Gateway) -> Response:
+    """``interlock resume capability NAME``: the requests it held go on, in order."""
+    from interlock.client.capqueues import resume_capability as resume
+
+    name = request.path_params["capability"]
+    was = await resume(gw.api.ops, name)
+    return json_view(CapabilityPauseResponse(capability=name, paused=False, changed=was))
+
+
 ROUTES = [
     ("/workflows/{namespace}/{name}/pause", pause_workflow, ["POST"]),
     ("/workflows/{namespace}/{name}/resume", resume_workflow, ["POST"]),
     ("/runs/{run_id}/pause", pause_run, ["POST"]),
     ("/runs/{run_id}/resume", resume_run, ["POST"]),
+    ("/capabilities/{capability}/pause", pause_capability, ["POST"]),
+    ("/capabilities/{capability}/resume", resume_capability, ["POST"]),
     ("/runs/{run_id}/fork", fork_run, ["POST"]),
     ("/workflows/{namespace}/{name}/migrate", migrate_workflow, ["POST"]),
     ("/dead-letters/{seq}", discard_dead_letter, ["DELETE"]),

@@ -22,7 +22,7 @@ from interlock.gateway.openapi_acting import (
     pause_paths,
 )
 from interlock.gateway.openapi_paths import REF, all_paths, ref
-from interlock.views.shapes import QueueView
+from interlock.views.queueshape import QueueView
 
 _TYPES: list[Any] = [
     views.WorkflowSummary,
@@ -50,6 +50,7 @@ _TYPES: list[Any] = [
     acting.PauseResponse,
     acting.RunPauseRequest,
     acting.RunPauseResponse,
+    acting.CapabilityPauseResponse,
     failures.FailureReport,
 ]
 

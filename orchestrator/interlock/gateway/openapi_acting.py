@@ -87,6 +87,20 @@ def pause_paths() -> dict[str, Any]:
                 errors=(400, 401, 403, 404),
             )
         }
+    capability = _param("capability", "path", {"type": "string"}, "The capability's name.")
+    for verb, what in (
+        ("pause", "Pause a capability: nothing more of it is dispatched until it is resumed"),
+        ("resume", "Resume a capability: the requests it held go on, in order"),
+    ):
+        out[f"/capabilities/{{capability}}/{verb}"] = {
+            "post": _op(
+                f"{what} (operator)",
+                {"200": _json(ref("CapabilityPauseResponse"))},
+                params=[capability],
+                tag="agents",
+                errors=(401, 403, 404),
+            )
+        }
     return out
 
 

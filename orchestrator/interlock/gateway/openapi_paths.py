@@ -230,9 +230,9 @@ def _definition_paths() -> dict[str, Any]:
         },
         "/queues": {
             "get": _op(
-                "Concurrency limits: per limit and key, runs holding a slot and waiting",
+                "Limits per key: runs and requests at work and waiting, and what is paused",
                 {"200": _json({"type": "array", "items": ref("QueueView")})},
-                params=[_param("workflow", "query", {"type": "string"}, _ONLY_ITS_LIMITS)],
+                params=[_param(n, "query", {"type": "string"}, d) for n, d in _QUEUES_BY],
                 tag="runs",
                 errors=(401, 403, 404),
             )
@@ -240,7 +240,10 @@ def _definition_paths() -> dict[str, Any]:
     }
 
 
-_ONLY_ITS_LIMITS = "Only the limits this workflow declares (NAME or NAMESPACE/NAME)."
+_QUEUES_BY = (
+    ("workflow", "Only the limits this workflow declares (NAME or NAMESPACE/NAME)."),
+    ("capability", "Only this capability's limits, each of them (waited for or not)."),
+)
 
 
 def _run_paths() -> dict[str, Any]:

@@ -263,7 +263,8 @@ async def list_agents(request: Request, gw: Gateway) -> Response:
 @reads
 async def list_queues(request: Request, gw: Gateway) -> Response:
     workflow = request.query_params.get("workflow") or None
-    return json_view(await gw.api.queues(workflow))
+    capability = request.query_params.get("capability") or None
+    return json_view(await gw.api.queues(workflow, capability=capability))
 
 
 @reads

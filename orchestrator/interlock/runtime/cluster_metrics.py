@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from interlock.core.vocabulary import RunStatus
 from interlock.runtime.buckets import live_workers
+from interlock.runtime.pausing import CAPABILITY, Pauses
 from interlock.runtime.runview import epoch_seconds
 from interlock.runtime.slotlines import ENTRIES, SlotEntry
 from interlock.transport.cancelling import cancel_and_wait
@@ -89,6 +90,8 @@ class ClusterMetrics(Collector):
         self._workers: dict[str, int] = {}
         self._stays: dict[str, _Stay] = {}
         self._limits: dict[str, _Limit] = {}
+        self._paused: list[str] = []
+        """The capabilities paused (their requests wait until resumed)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.index_synced = asyncio.Event()
@@ -139,6 +142,10 @@ class ClusterMetrics(Collector):
         }
         self._workers = await self._live_workers()
         self._limits = await self._concurrency()
+        paused = await Pauses(connection(self._js), self._subjects).all_paused()
+        self._paused = sorted(
+            k.removeprefix(CAPABILITY) for k in paused if k.startswith(CAPABILITY)
+        )
 
     async def _concurrency(self) -> dict[str, _Limit]:
         """Each concurrency limit's holders and waiters, summed over its keys."""
@@ -269,29 +276,39 @@ class ClusterMetrics(Collector):
             oldest.add_metric([workflow, state, waits], max(now - earliest, 0.0))
         for (workflow, state), count in sorted(counts.items()):
             active.add_metric([workflow, state], count)
-        return [lag, ack, in_flight, workers, active, oldest, *self._limit_families(now)]
+        paused = GaugeMetricFamily(
+            "interlock_capability_paused",
+            "1 for a paused capability: its requests wait, undispatched, until it is resumed",
+            labels=["capability"],
+        )
+        for capability in self._paused:
+            paused.add_metric([capability], 1)
+        families = [lag, ack, in_flight, workers, active, oldest, paused]
+        return [*families, *self._limit_families(now)]
 
     def _limit_families(self, now: float) -> list[GaugeMetricFamily]:
         """Per concurrency limit (its name a label, its keys not): runs holding a slot,
         waiting, the longest line of one key, and the longest wait."""
         running = GaugeMetricFamily(
             "interlock_concurrency_running",
-            "Runs holding a slot of a concurrency limit (all its keys)",
+            "Runs (or a capability's requests) holding a slot of a concurrency limit (all "
+            "its keys)",
             labels=["limit"],
         )
         queued = GaugeMetricFamily(
             "interlock_concurrency_queued",
-            "Runs waiting for a slot of a concurrency limit (all its keys)",
+            "Runs (or a capability's requests) waiting for a slot or a token of a limit "
+            "(all its keys)",
             labels=["limit"],
         )
         longest = GaugeMetricFamily(
             "interlock_concurrency_queued_worst_key",
-            "Runs waiting for a slot of the limit's key with the longest line",
+            "Runs or requests waiting for the limit's key with the longest line",
             labels=["limit"],
         )
         waited = GaugeMetricFamily(
             "interlock_concurrency_oldest_wait_seconds",
-            "How long the run waiting longest for a slot of the limit (any key) has waited",
+            "How long the run or request waiting longest for the limit (any key) has waited",
             labels=["limit"],
         )
         for name, limit in sorted(self._limits.items()):

@@ -36,6 +36,7 @@ from nats.aio.client import Client
 from nats.js.errors import KeyWrongLastSequenceError
 
 from interlock.core import events as ev
+from interlock.core.limitdef import CAPABILITY_LIMIT
 from interlock.core.pauses import PAUSED, is_pause, pause_claim
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.pausing import Pauses
@@ -130,14 +131,14 @@ class Slots:
         found = (decode_entry(bucket, token, value) for token, value in values.items())
         return [entry for entry in found if entry is not None]
 
-    async def _change(self, claim: ev.SlotClaim, change: Change) -> Any:
-        """``change`` applied to the claim's limit and key, and written back if nothing of
-        it changed since read (else read again and done again).
+    async def change(self, claim: ev.SlotClaim, change: Change, token: str = "") -> Any:
+        """``change`` applied to the claim's limit and key (or the entry ``token``), and
+        written back if nothing of it changed since read (else read again and done again).
 
         The changes this process asks of one entry while a write of it is out are made
         together, in the order asked, in the next read and write: a busy line (a flood of
         runs entering it) costs a write per batch, not a write per run."""
-        token = entry_key(claim.limit, claim.key)
+        token = token or entry_key(claim.limit, claim.key)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         pending = self._pending.get(token)
@@ -266,7 +267,7 @@ class Slots:
             evict = entry.holders[0].run_id if claim.on_limit == "cancel-oldest" else None
             return Entered(held=False, place=place, evict=evict, others=others)
 
-        entered: Entered = await self._change(claim, change)
+        entered: Entered = await self.change(claim, change)
         return entered
 
     async def take_all(self, claim: ev.SlotClaim) -> list[str]:
@@ -277,7 +278,7 @@ class Slots:
             taken = sorted(await lines.take_all(), key=order)
             return [w.run_id for w in taken]
 
-        taken: list[str] = await self._change(claim, change)
+        taken: list[str] = await self.change(claim, change)
         return taken
 
     async def release(self, claim: ev.SlotClaim, run_id: str) -> list[str]:
@@ -294,7 +295,7 @@ class Slots:
             granted = await _grant(lines)
             return granted if present else [h.run_id for h in entry.holders]
 
-        granted: list[str] = await self._change(claim, change)
+        granted: list[str] = await self.change(claim, change)
         return granted
 
 
@@ -303,7 +304,7 @@ async def _grant(lines: Lines) -> list[str]:
     waiter of the line :func:`_pick` picks."""
     entry = lines.entry
     moved: list[str] = []
-    while entry.lines:
+    while entry.lines and not entry.per_s:  # a rate's lines go as tokens come
         line = _pick(entry)
         first = await lines.head(line)
         if len(entry.holders) >= first.size:
@@ -348,11 +349,13 @@ class Admission:
         self._runs = runs
         self._clock = clock
         self._sweep: asyncio.Task[None] | None = None
+        self.capability_resumed: Callable[[str], Awaitable[None]] | None = None
+        """Told the name of a capability resumed (its requests' lines are not runs')."""
 
     async def start(self) -> None:
         """Follow the paused workflows; then, in the background, let go the runs of every
         workflow resumed while no orchestrator watched."""
-        await self.pauses.start(self.resumed)
+        await self.pauses.start(self.resumed, self.capability_resumed)
         self._sweep = asyncio.create_task(self._resumed_meanwhile())
 
     async def stop(self) -> None:
@@ -363,8 +366,17 @@ class Admission:
     async def _resumed_meanwhile(self) -> None:
         try:
             for entry in await self.slots.entries():
-                namespace, _, name = entry.limit.removesuffix(PAUSED).partition("/")
-                if entry.limit.endswith(PAUSED) and not self.pauses.holds(namespace, name):
+                if not entry.limit.endswith(PAUSED):
+                    continue
+                paused = entry.limit.removesuffix(PAUSED)
+                if paused.startswith(CAPABILITY_LIMIT):
+                    capability = paused.removeprefix(CAPABILITY_LIMIT)
+                    resumed = self.capability_resumed
+                    if resumed is not None and not self.pauses.holds_capability(capability):
+                        await resumed(capability)
+                    continue
+                namespace, _, name = paused.partition("/")
+                if not self.pauses.holds(namespace, name):
                     await self.resumed(namespace, name)
         # Done again at the next start.
         except Exception as exc:  # noqa: BLE001

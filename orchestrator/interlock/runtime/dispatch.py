@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nats.aio.msg import Msg
 from nats.js.errors import BadRequestError
@@ -41,6 +41,7 @@ EARLY_KEPT = 4_096
 relay reads the request back (the oldest are forgotten first: the relay then publishes
 again, and the message id makes that a no-op)."""
 
+AdmittedRequest = Callable[[ev.ActionAdmitted], ev.ActionRequested | None]
 Early = asyncio.Task[bool] | asyncio.Future[Msg]
 """An early dispatch: the task that awaits it, or the future of its acknowledgement."""
 
@@ -80,6 +81,11 @@ class Dispatcher:
         self._task_consumers: set[str] = set()
         """Capabilities whose consumer this process has made sure of."""
         self._background: set[asyncio.Task[None]] = set()
+        self.held: Callable[[ev.ActionRequested], bool] = lambda r: bool(r.data.limits)
+        """Whether a request waits for its capability's limits or pause rather than going
+        out (:mod:`capacity` says; its ``action.admitted`` lets it go)."""
+        self.admitted_request: AdmittedRequest = lambda r: None
+        """The request an admission lets go, when it is at hand (no I/O)."""
 
     def acknowledged(self, early: Early) -> bool:
         """Whether an early dispatch that is done was acknowledged."""
@@ -101,8 +107,9 @@ class Dispatcher:
         dispatched; if this fails, or the process dies first, the relay dispatches them.
         A request that needs nothing awaited first is sent at once, without a task: the
         relay reads its acknowledgement (:meth:`early_done`)."""
-        for record in records:
-            if not isinstance(record, ev.ActionRequested) or record.data.workflow:
+        for found in records:
+            record = self._to_send(found)
+            if record is None:
                 continue
             key = (record.data.action_id, record.data.attempt)
             if key in self.early or self._stopping.is_set():
@@ -119,8 +126,9 @@ class Dispatcher:
         out (the server storing it), so that its acknowledgement is followed by nothing
         but their publishes. Encoding a request is pure: one made for an append that is
         refused is replaced by the next decision's, or forgotten."""
-        for record in records:
-            if not isinstance(record, ev.ActionRequested) or record.data.workflow:
+        for found in records:
+            record = self._to_send(found)
+            if record is None:
                 continue
             ready = self._request_of(record)
             if ready is not None:
@@ -128,6 +136,15 @@ class Dispatcher:
                 self._ready[(d.action_id, d.attempt)] = ready
                 while len(self._ready) > EARLY_KEPT:
                     self._ready.popitem(last=False)
+
+    def _to_send(self, record: ev.AnyRecord) -> ev.ActionRequested | None:
+        """The task request a record asks to send: a request not held, or the request an
+        admission lets go."""
+        if isinstance(record, ev.ActionAdmitted):
+            return self.admitted_request(record)
+        if not isinstance(record, ev.ActionRequested) or record.data.workflow:
+            return None
+        return None if self.held(record) else record
 
     def _request_of(self, record: ev.ActionRequested) -> tuple[str, dict[str, str], bytes] | None:
         """The subject, headers and payload of an action's task request, if nothing needs

@@ -12,6 +12,8 @@
 - ``run.queued``: the run takes the concurrency slots it needs, or its place in line
   (:mod:`concurrency`); the end of a run that needed slots gives them to the next in line;
   ``run.resumed`` of a run still queued admits it if it holds them (not while paused).
+- A request of a limited or paused capability, its admission and the records that end it
+  are the relay's to take to :mod:`capacity` (they dispatch, or not).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from interlock.core.state import RunState
 from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
 from interlock.core.windowing import is_window_timer
 from interlock.runtime.answers import Answers
+from interlock.runtime.capacity import Capacity, is_rate_timer
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
@@ -112,6 +115,8 @@ class ControlFlow:
         self.timers = timers
         self.correlation = CorrelationIndex(nc, subjects)
         self.admission = Admission(nc, subjects, runs, clock)
+        self.capacity = Capacity(self.admission.slots, self.admission.pauses, runs, timers, clock)
+        self.admission.capability_resumed = self.capacity.resumed
         self.retainer = (
             None
             if retention is None
@@ -245,6 +250,9 @@ class ControlFlow:
         if is_window_timer(timer_id):
             if self.window_due is not None:
                 await self.window_due(run_id, timer_id)
+            return
+        if is_rate_timer(run_id, timer_id):
+            await self.capacity.wake(run_id)
             return
         if is_retention_timer(run_id, timer_id):
             if self.retainer is not None:

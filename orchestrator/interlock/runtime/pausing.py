@@ -34,10 +34,18 @@ log = logging.getLogger("interlock.pausing")
 
 Resumed = Callable[[str, str], Awaitable[None]]
 """Told (namespace, name) of a workflow resumed."""
+CapabilityResumed = Callable[[str], Awaitable[None]]
+"""Told the name of a capability resumed."""
+CAPABILITY = "cap."
+"""How a paused capability's key begins (``cap.<name>``; a workflow's is ``wf.``)."""
 
 
 def pause_key(namespace: str, name: str) -> str:
     return f"wf.{namespace}.{name}"
+
+
+def capability_key(name: str) -> str:
+    return f"{CAPABILITY}{name}"
 
 
 class Pauses:
@@ -58,8 +66,11 @@ class Pauses:
 
     async def paused(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pause of a workflow (when and why), None when it is not paused."""
+        return await self._read(pause_key(namespace, name))
+
+    async def _read(self, key: str) -> dict[str, Any] | None:
         try:
-            entry = await (await self._bucket()).get(pause_key(namespace, name))
+            entry = await (await self._bucket()).get(key)
         except (KeyNotFoundError, BucketNotFoundError):  # none: made by a later version
             return None
         return _pause_of(entry.value)
@@ -80,16 +91,41 @@ class Pauses:
         out = {}
         for key, value in values.items():
             pause = _pause_of(value)
-            if pause is not None:
+            if pause is not None and not key.startswith(CAPABILITY):
                 out[key.removeprefix("wf.").replace(".", "/", 1)] = pause
         return out
 
     async def resume(self, namespace: str, name: str) -> bool:
         """Remove the pause; False when the workflow was not paused."""
-        if await self.paused(namespace, name) is None:
+        return await self._remove(pause_key(namespace, name))
+
+    async def _remove(self, key: str) -> bool:
+        if await self._read(key) is None:
             return False
-        await (await self._bucket()).delete(pause_key(namespace, name))
+        await (await self._bucket()).delete(key)
         return True
+
+    async def capability_paused(self, name: str) -> dict[str, Any] | None:
+        """The pause of a capability (when and why), None when it is not paused."""
+        return await self._read(capability_key(name))
+
+    async def pause_capability(self, name: str, at: str, reason: str) -> None:
+        body = json.dumps({"capability": name, "at": at, "reason": reason})
+        await (await self._bucket()).put(capability_key(name), body.encode())
+
+    async def resume_capability(self, name: str) -> bool:
+        """Remove the capability's pause; False when it was not paused."""
+        return await self._remove(capability_key(name))
+
+    async def all_paused(self) -> dict[str, dict[str, Any]]:
+        """Every pause now, by key (``wf.<namespace>.<name>``, ``cap.<name>``)."""
+        from interlock.transport.kvread import bucket_values
+
+        try:
+            values = await bucket_values(await self._bucket())
+        except BucketNotFoundError:
+            return {}
+        return {key: _pause_of(value) or {} for key, value in values.items() if value}
 
     # -- an orchestrator's copy ---------------------------------------------------------
 
@@ -97,9 +133,15 @@ class Pauses:
         """Whether the watch has seen the workflow paused (no I/O)."""
         return bool(self._held) and f"{namespace}/{name}" in self._held
 
-    async def start(self, resumed: Resumed) -> None:
+    def holds_capability(self, name: str) -> bool:
+        """Whether the watch has seen the capability paused (no I/O)."""
+        return bool(self._held) and f"{CAPABILITY}{name}" in self._held
+
+    async def start(
+        self, resumed: Resumed, capability_resumed: CapabilityResumed | None = None
+    ) -> None:
         """Follow the bucket: every pause now is known when this returns; each one removed
-        later is told to ``resumed``."""
+        later is told to ``resumed`` (a workflow's) or ``capability_resumed``."""
         kv = await self._bucket()
         watcher = await kv.watchall()
         loaded = asyncio.get_running_loop().create_future()
@@ -110,7 +152,10 @@ class Pauses:
                     if not loaded.done():
                         loaded.set_result(None)
                     continue
-                key = entry.key.removeprefix("wf.").replace(".", "/", 1)
+                capability = entry.key.startswith(CAPABILITY)
+                key = (
+                    entry.key if capability else entry.key.removeprefix("wf.").replace(".", "/", 1)
+                )
                 pause = _pause_of(entry.value) if entry.value else None
                 if pause is not None:
                     self._held[key] = pause
@@ -118,9 +163,12 @@ class Pauses:
                     namespace, _, name = key.partition("/")
                     # A resumption that fails is done again by the next start's sweep.
                     try:
-                        await resumed(namespace, name)
+                        if not capability:
+                            await resumed(namespace, name)
+                        elif capability_resumed is not None:
+                            await capability_resumed(key.removeprefix(CAPABILITY))
                     except Exception as exc:  # noqa: BLE001
-                        log.warning("could not resume the runs of %s: %s", key, exc)
+                        log.warning("could not resume what waited for %s: %s", key, exc)
 
         self._task = asyncio.create_task(follow())
         with contextlib.suppress(TimeoutError):

@@ -310,6 +310,8 @@ class Relay:
         deferred: list[ev.TimerScheduled] = []
         dispatched: list[tuple[str, int]] = []
         for record in records:
+            if _for_capacity(record, self.flow.capacity.holds):
+                return None
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 key = (record.data.action_id, record.data.attempt)
                 early = self.dispatcher.early.get(key)
@@ -349,33 +351,66 @@ class Relay:
         stale = redelivered or (
             dated
             and any(
-                isinstance(r, ev.ActionRequested) and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
+                isinstance(r, ev.ActionRequested | ev.ActionAdmitted)
+                and self._older_than(r.time, DISPATCH_CHECK_AGE_S)
                 for r in records
             )
         )
         awaited = await self._still_awaited(run_id) if stale else None
         deferred: list[ev.TimerScheduled] = []
         now: datetime | None = None
+        capacity = self.flow.capacity
         for record in records:
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 d = record.data
-                early = self.dispatcher.early.pop((d.action_id, d.attempt), None)
                 if awaited is not None and awaited.get(d.action_id) != d.attempt:
                     # Redelivered after a crash (or read late), and the run no longer waits
                     # for this attempt: it was dispatched and answered before. Publishing it
                     # again once the dedupe window has passed would do the work twice.
+                    self.dispatcher.early.pop((d.action_id, d.attempt), None)
                     continue
-                if early is None or not await self.dispatcher.early_done(early, record):
-                    await self.dispatcher.dispatch(record)
+                if capacity.holds(record):
+                    await capacity.requested(record)  # in line: out on its admission
+                else:
+                    await self._dispatch(record)
+            elif isinstance(record, ev.ActionAdmitted):
+                await self._admitted(record, awaited)
             elif isinstance(record, ev.TimerScheduled):
                 now = now or parse_time(self.clock())
                 if self.behind.defers(record, now):
                     deferred.append(record)  # scheduled at the flush, if still needed
                     continue
+            freed = _freed(record)
+            if freed:
+                await capacity.freed(record.subject, freed)
             effect = self.flow.effect(record)
             if effect is not None:
                 await effect
         return records, deferred
+
+    async def _dispatch(self, record: ev.ActionRequested) -> None:
+        """Publish a task request, unless it went out as its append was acknowledged."""
+        d = record.data
+        early = self.dispatcher.early.pop((d.action_id, d.attempt), None)
+        if early is None or not await self.dispatcher.early_done(early, record):
+            await self.dispatcher.dispatch(record)
+
+    async def _admitted(self, record: ev.ActionAdmitted, awaited: dict[str, int] | None) -> None:
+        """A held request admitted: dispatched (its deadline the admission's), and the
+        token it held let go."""
+        capacity = self.flow.capacity
+        d = record.data
+        request = await capacity.request_of(record)
+        if request is None:
+            log.warning(
+                "relay: no request for the admission of %s in %s", d.action_id, record.subject
+            )
+            return
+        if awaited is not None and awaited.get(d.action_id) != d.attempt:
+            self.dispatcher.early.pop((d.action_id, d.attempt), None)  # answered before
+        else:
+            await self._dispatch(request)
+        await capacity.admitted(record, request)
 
     async def _schedule_timer(self, record: ev.TimerScheduled) -> None:
         await self.flow.timers.schedule(record.subject, record.data.timer_id, record.data.fire_at)
@@ -397,3 +432,19 @@ class Relay:
         if entry is None:
             return None
         return {p.action_id: p.attempt for p in entry.state.pending.values()}
+
+
+def _freed(record: ev.AnyRecord) -> list[ev.FreedSlots]:
+    """The capability lines a record ends requests' places in."""
+    if isinstance(record, ev.RunCancelled):
+        return record.data.freed
+    if isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
+        return [] if record.data.freed is None else [record.data.freed]
+    return []
+
+
+def _for_capacity(record: ev.AnyRecord, holds: Callable[[ev.ActionRequested], bool]) -> bool:
+    """Whether the record's effect is the capability limits' (none of it done at once)."""
+    if isinstance(record, ev.ActionRequested):
+        return not record.data.workflow and holds(record)
+    return isinstance(record, ev.ActionAdmitted) or bool(_freed(record))

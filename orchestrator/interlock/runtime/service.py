@@ -202,7 +202,10 @@ class Orchestrator:
         )
 
     def _relay(self, index_hold: float) -> Relay:
-        """The relay over the run logs (see :mod:`relay`)."""
+        """The relay over the run logs (see :mod:`relay`); held requests go out through
+        it once admitted (see :mod:`capacity`)."""
+        self.dispatcher.held = self.flow.capacity.holds
+        self.dispatcher.admitted_request = self.flow.capacity.request_at_hand
         return Relay(
             self.subjects,
             clock=self.clock,

@@ -92,6 +92,13 @@ class SlotEntry(msgspec.Struct, kw_only=True):
     turn: str = ""
     """The fairness key served last (keys holding as many slots take turns after it)."""
     lines: list[Line] = []
+    per_s: float = 0.0
+    """A capability's rate limit: ``size`` tokens per this many seconds (0: slots). Its
+    holders hold a token until their admission is read; its lines go as tokens come."""
+    burst: int = 0
+    tat: float = 0.0
+    """A rate's theoretical arrival time (GCRA, seconds since the epoch): its next token
+    is there from ``tat - (burst - 1) * per_s / size``; 0: every token is there."""
 
     @property
     def queued(self) -> int:
@@ -313,7 +320,8 @@ class Lines:
         after = encode(self.entry)
         if after == self._before and not self._dirty:
             return []
-        empty = not self.entry.holders and not self.entry.lines and not self.entry.waiting
+        entry = self.entry
+        empty = not entry.holders and not entry.lines and not entry.waiting and not entry.tat
         out: list[tuple[str, bytes | None, int]] = []
         if not empty or self.revision:
             out.append((self.token, None if empty else after, self.revision))

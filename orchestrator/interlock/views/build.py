@@ -202,6 +202,7 @@ def describe_run(
             deadline=p.deadline,
             item=p.item,
             iteration=p.iteration,
+            held=(p.queued or ", ".join(c.limit for c in p.limits)) if p.held else None,
         )
         for p in sorted(state.pending.values(), key=lambda p: (p.index, p.item or 0))
     ]

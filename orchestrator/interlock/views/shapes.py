@@ -10,6 +10,7 @@ from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
 from interlock.core.vocabulary import FINISHED, RunStatus
 from interlock.views.pauses import PauseView, WorkflowPause
+from interlock.views.queueshape import QueueView as QueueView
 
 TASK_EVENTS = frozenset({"task.completed", "task.failed"})
 """Transition events that an agent's answer (not an outside system) brings."""
@@ -98,6 +99,8 @@ class PendingActionView(msgspec.Struct, frozen=True, kw_only=True):
     """A map item's position."""
     iteration: int | None = None
     """A loop's iteration."""
+    held: str | None = None
+    """Not dispatched yet: what it waits for (its capability's limit, or its pause)."""
 
 
 class WaitView(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,21 +166,6 @@ class SlotView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     holding: bool = False
     place: int | None = None
     running: int | None = None
-
-
-class QueueView(msgspec.Struct, frozen=True, kw_only=True):
-    """One concurrency limit and key now (``interlock queues``, ``GET /queues``): runs
-    holding a slot of the ``size``, runs waiting, and since when the first has waited."""
-
-    limit: str
-    key: str
-    running: int
-    size: int
-    queued: int
-    oldest_queued_at: str | None = None
-    """When the run first in line was queued (None: nobody waits)."""
-    oldest_wait_s: float | None = None
-    """How long it has waited, in seconds."""
 
 
 class RunDescription(msgspec.Struct, frozen=True, kw_only=True):

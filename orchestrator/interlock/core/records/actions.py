@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from .base import PREFIX, ErrorInfo, Record, SpawnBudget
+from .capacity import FreedSlots, SlotClaim
 
 
 class RetryInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -41,6 +42,9 @@ class ActionRequestedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     """The step's name, for an action of a DAG state."""
     spawn: SpawnBudget | None = None
     """For a ``workflow`` action: what the child run is handed (reserved until it ends)."""
+    limits: list[SlotClaim] = []
+    """Its capability's limits, the key its input gives each: the request waits for
+    ``action.admitted`` (no deadline runs until then) before it is dispatched."""
 
 
 class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -62,6 +66,8 @@ class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     """What the answer reports it cost (its result's ``cost``), summed into the run's."""
     spawns: int | None = None
     """For a ``workflow`` action under a spawn allowance: the spawns its child run made."""
+    freed: FreedSlots | None = None
+    """The capability limits' lines the request was in: it leaves them now."""
 
 
 class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -80,6 +86,8 @@ class ActionFailedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     step: str | None = None
     spawns: int | None = None
     """For a ``workflow`` action under a spawn allowance: the spawns its child run made."""
+    freed: FreedSlots | None = None
+    """The capability limits' lines the attempt was in: it leaves them now."""
 
 
 class ActionCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -87,6 +95,8 @@ class ActionCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     state: str
     reason: str = ""
     workflow: str | None = None
+    freed: FreedSlots | None = None
+    """The capability limits' lines the request was in: it leaves them now."""
 
 
 class ActionRequested(Record, tag=PREFIX + "action.requested", frozen=True):

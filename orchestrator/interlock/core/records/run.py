@@ -8,6 +8,9 @@ from typing import Any
 import msgspec
 
 from .base import PREFIX, ErrorInfo, Record, SpawnBudget
+from .capacity import FreedSlots, SlotClaim
+
+__all__ = ["SlotClaim"]  # defined beside the capability limits' records
 
 
 class ParentRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -89,6 +92,8 @@ class RunCancelledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     """Copied from the run's start: where a child run's end is reported."""
     spawns: int | None = None
     """Under a spawn allowance: what the run and its children spent (told to the parent)."""
+    freed: list[FreedSlots] = []
+    """The capability limits' lines its requests were in: they leave them now."""
 
 
 class RunForkedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -115,26 +120,6 @@ class RunMigratedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     spec_hash: str
     checked_through: int
     """The log position up to which a replay found the log to agree with ``version``."""
-
-
-class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A slot a run must hold before its first state: one of the ``size`` slots of the
-    concurrency limit ``limit`` for ``key``."""
-
-    limit: str
-    """The limit's name: ``<namespace>/<scope>``, or ``<namespace>/<workflow>#<n>`` for a
-    limit of one workflow (its n-th, from 1)."""
-    key: str
-    size: int
-    on_limit: str = "queue"
-    """What a run does when no slot is free: ``queue``, ``skip`` or ``cancel-oldest``."""
-    priority: int = 0
-    """The run's ``spec.priority``: in line, higher goes first (then the earlier queued)."""
-    fair: str = ""
-    """The run's value of the limit's ``fair`` expression: the values share the slots."""
-    weight: int = 1
-    """The run's value of the limit's ``weight`` expression: its fairness key's share of
-    the slots against the others' (1 without one)."""
 
 
 class RateHold(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

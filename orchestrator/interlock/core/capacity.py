@@ -1,0 +1,149 @@
+"""Limits on the requests of a capability, as the core decides them. Pure.
+
+An AgentDef capability may declare ``concurrency`` (at most N of its requests at work at
+once per key) and ``rate`` (at most N dispatched per window per key); the keys are CEL over
+the action's rendered input. A run asking for such an action records ``action.requested``
+with ``limits``: each limit and the key its input gives. No deadline runs yet and nothing
+is dispatched: the orchestrator keeps each limit's line (:mod:`interlock.runtime.capacity`)
+and, once the request holds a slot and a token of each, calls :func:`admitted`, which
+records ``action.admitted`` with the attempt's deadline, counted from then; the request is
+dispatched on that record. A request that has to wait first gets ``action.queued``
+(:func:`queued`), naming the limit and key it waits for, so the log says why it waits; so
+does a request of a paused capability (limited or not), whose deadline is void until it
+is admitted. The record that ends the attempt (completed, failed, cancelled; a cancelled
+run's) names the lines it leaves (``freed``), and the orchestrator frees them on it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from interlock.core import events as ev
+from interlock.core.expr import ExpressionError
+from interlock.core.limitdef import MAX_KEY_LENGTH, MAX_PRIORITY, key_text
+from interlock.core.rfc3339 import parse_time
+from interlock.core.step import Step, plus_seconds
+from interlock.core.vocabulary import TimerPurpose
+
+if TYPE_CHECKING:
+    from interlock.core.definition import ActionDef, Definition
+    from interlock.core.state import PendingAction, RunState
+
+
+def claims(
+    action: ActionDef, payload: Any, activation: dict[str, Any]
+) -> tuple[list[ev.SlotClaim], str | None]:
+    """The lines a request of ``action`` with input ``payload`` joins (none when its
+    capability declares no limit), or why they cannot be computed."""
+    if not action.limits or action.workflow is not None:
+        return [], None
+    priority = 0
+    if action.priority is not None:
+        try:
+            value = action.priority.evaluate(activation)
+        except ExpressionError as exc:
+            return [], f"the priority of an action of {action.capability} cannot be computed: {exc}"
+        if type(value) is not int or not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+            return [], (
+                f"the priority of an action of {action.capability} is {key_text(value)[:64]}, "
+                f"not an integer from {-MAX_PRIORITY:,} to {MAX_PRIORITY:,}"
+            )
+        priority = value
+    out: list[ev.SlotClaim] = []
+    for limit in action.limits:
+        key = ""
+        if limit.key is not None:
+            try:
+                key = key_text(limit.key.evaluate({"input": payload}))
+            except ExpressionError as exc:
+                return [], f"the key of {limit.name}'s limit cannot be computed: {exc}"
+        if len(key) > MAX_KEY_LENGTH:
+            return [], (
+                f"the key of {limit.name}'s limit is {len(key)} characters long "
+                f"(at most {MAX_KEY_LENGTH})"
+            )
+        out.append(
+            ev.SlotClaim(
+                limit=limit.name,
+                key=key,
+                size=limit.size,
+                priority=priority,
+                per_s=limit.per_s,
+                burst=limit.burst if limit.is_rate else 0,
+            )
+        )
+    return out, None
+
+
+def _waiting(state: RunState, action_id: str, attempt: int) -> PendingAction | None:
+    pending = state.pending.get(action_id)
+    if pending is None or pending.attempt != attempt or state.finished:
+        return None
+    return pending
+
+
+def queued(
+    definition: Definition,
+    state: RunState,
+    now: str,
+    *,
+    action_id: str,
+    attempt: int,
+    limit: str,
+    key: str,
+    place: int,
+) -> list[ev.AnyRecord]:
+    """``action.queued``: the request waits for ``limit``'s line for ``key``. Nothing
+    for a request no longer pending, admitted already, or recorded waiting there."""
+    pending = _waiting(state, action_id, attempt)
+    if pending is None or (not pending.held and pending.limits):
+        return []
+    if pending.queued == limit:
+        return []  # said so already
+    timeout = pending.timeout_s
+    if timeout is None and pending.deadline is not None and pending.requested_at:
+        timeout = (parse_time(pending.deadline) - parse_time(pending.requested_at)).total_seconds()
+    step = Step(definition, state, now)
+    step.emit(
+        ev.ActionQueued,
+        ev.ActionQueuedData(
+            action_id=action_id,
+            attempt=attempt,
+            capability=pending.capability,
+            limit=limit,
+            key=key,
+            place=place,
+            timeout_s=timeout,
+        ),
+    )
+    return step.out
+
+
+def admitted(
+    definition: Definition, state: RunState, now: str, *, action_id: str, attempt: int
+) -> list[ev.AnyRecord]:
+    """``action.admitted``: the request holds all it waited for and goes out now, its
+    deadline counted from ``now`` (and its timer scheduled). Nothing for a request that
+    is not held (admitted already, ended), so admitting twice records nothing twice."""
+    pending = _waiting(state, action_id, attempt)
+    if pending is None or not pending.held:
+        return []
+    deadline = None if pending.timeout_s is None else plus_seconds(now, pending.timeout_s)
+    step = Step(definition, state, now)
+    step.emit(
+        ev.ActionAdmitted,
+        ev.ActionAdmittedData(action_id=action_id, attempt=attempt, deadline=deadline),
+    )
+    if deadline is not None:
+        step.schedule(
+            TimerPurpose.ACTION_TIMEOUT,
+            deadline,
+            state=pending.state,
+            action_id=action_id,
+            attempt=attempt,
+            index=pending.index,
+            item=pending.item,
+            iteration=pending.iteration,
+            step=pending.step,
+        )
+    return step.out

@@ -1,0 +1,398 @@
+"""Capabilities' limits: requests held in line until they hold a slot and a token.
+
+The run logs are the truth (:mod:`interlock.core.capacity`): a request of a limited
+capability is ``action.requested`` with ``limits``; it is dispatched on ``action.admitted``
+and leaves its lines on the record that ends it (``freed``). The slots bucket keeps, per
+limit and key, who holds and who waits, in order (the same entries and compare-and-set
+writes as runs' limits, :mod:`interlock.runtime.concurrency`), each request named
+``<run>/<action>#<attempt>``:
+
+- **concurrency**: a request holds a slot from before its ``action.admitted`` until after
+  the record that ends it, so the requests the logs show admitted and not ended never
+  outnumber the limit.
+- **rate**: the entry keeps the limit's theoretical arrival time (GCRA): a token is there
+  once the clock reaches ``tat - (burst - 1) * per / limit``, and taking one moves ``tat``
+  on by ``per / limit``. A request given a token holds it from then until its
+  ``action.admitted`` is read (so a crash between the two finds it there again, and never
+  takes a second token for it). When requests wait, a durable timer (``Timers``: a
+  JetStream scheduled message) wakes the line when the next token is due, whichever
+  orchestrator reads it.
+- **pause**: a request of a paused capability waits in the line ``cap:<name>@paused``
+  (size 0) until the capability is resumed; resuming takes the line out in order.
+
+Every change is the effect of a record the relay acknowledges only once it is done (or of
+a fired timer, acknowledged the same way), and each repeats safely: a request holding or
+waiting stays where it is, one admitted already records nothing, one that ended gives
+back what it was given.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from msgspec.structs import replace
+
+from interlock.core import events as ev
+from interlock.core.pauses import capability_pause_claim, is_pause
+from interlock.core.rfc3339 import format_time, parse_time
+from interlock.runtime.concurrency import Slots
+from interlock.runtime.errors import UnknownRun, UnknownWorkflow
+from interlock.runtime.pausing import Pauses
+from interlock.runtime.runs import Runs
+from interlock.runtime.slotlines import Lines, SlotEntry, Waiter, entry_key
+from interlock.runtime.timers import Timers
+
+log = logging.getLogger("interlock.capacity")
+
+KEPT = 16_384
+"""Requests held here remembered whole (one dispatched from another replica's hold, or
+after a restart, is read back from its run's log)."""
+RATE_ROUTE = "rate-"
+"""How the run id a rate line's wake-up timer is routed by begins (the timer's id says
+it is one: ``<route>:rate:<ms>``; a run's own timers are ``<run>:<position>``)."""
+EPSILON_S = 1e-6
+
+
+def waiter_id(run_id: str, action_id: str, attempt: int) -> str:
+    return f"{run_id}/{action_id}#{attempt}"
+
+
+def parse_waiter(waiter: str) -> tuple[str, str, int] | None:
+    """(run id, action id, attempt) of a request's name in a line (None: a run's)."""
+    run_id, slash, rest = waiter.partition("/")
+    action_id, hash_, attempt = rest.rpartition("#")
+    if not slash or not hash_ or not attempt.isdigit():
+        return None
+    return run_id, action_id, int(attempt)
+
+
+def is_rate_timer(run_id: str, timer_id: str) -> bool:
+    return run_id.startswith(RATE_ROUTE) and timer_id.startswith(f"{run_id}:rate:")
+
+
+def _route(token: str) -> str:
+    return RATE_ROUTE + token.replace(".", "-", 1)
+
+
+def _token(route: str) -> str:
+    return route.removeprefix(RATE_ROUTE).replace("-", ".", 1)
+
+
+def _interval(entry: SlotEntry) -> float:
+    return entry.per_s / max(entry.size, 1)
+
+
+def next_token_at(entry: SlotEntry) -> float:
+    """When the rate's next token is there (seconds since the epoch)."""
+    return entry.tat - (max(entry.burst, 1) - 1) * _interval(entry)
+
+
+def _take_token(entry: SlotEntry, now: float) -> bool:
+    if now + EPSILON_S < next_token_at(entry):
+        return False
+    entry.tat = max(entry.tat, now) + _interval(entry)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Took:
+    """Where a request stands in one line: holding (``held``), or waiting at ``place``;
+    ``others``: requests moved into slots or given tokens meanwhile (to take further);
+    ``wake_at``: when a rate's line should be woken (its next token)."""
+
+    held: bool
+    place: int = 0
+    others: tuple[str, ...] = ()
+    wake_at: float | None = None
+
+
+class Capacity:
+    """Requests of limited or paused capabilities into their lines, and out."""
+
+    def __init__(
+        self,
+        slots: Slots,
+        pauses: Pauses,
+        runs: Runs,
+        timers: Timers,
+        clock: Callable[[], str],
+    ) -> None:
+        self.slots, self.pauses, self._runs = slots, pauses, runs
+        self._timers, self._clock = timers, clock
+        self._requests: OrderedDict[tuple[str, int], ev.ActionRequested] = OrderedDict()
+
+    # -- what the relay asks ------------------------------------------------------------
+
+    def holds(self, record: ev.ActionRequested) -> bool:
+        """Whether the request waits here rather than going out now (no I/O)."""
+        d = record.data
+        return bool(d.limits) or self.pauses.holds_capability(d.capability)
+
+    def remember(self, record: ev.ActionRequested) -> None:
+        key = (record.data.action_id, record.data.attempt)
+        self._requests[key] = record
+        self._requests.move_to_end(key)
+        while len(self._requests) > KEPT:
+            self._requests.popitem(last=False)
+
+    async def requested(self, record: ev.ActionRequested) -> None:
+        """A request read from its run's log: into its lines (and admitted when it holds
+        them all)."""
+        self.remember(record)
+        d = record.data
+        lines = list(d.limits)
+        if self.pauses.holds_capability(d.capability):
+            lines.insert(0, capability_pause_claim(d.capability))
+        await self._go_on(record.subject, d.action_id, d.attempt, lines, record.time)
+
+    def request_at_hand(self, admitted: ev.ActionAdmitted) -> ev.ActionRequested | None:
+        """:meth:`request_of` when the request is remembered here (no I/O)."""
+        d = admitted.data
+        record = self._requests.get((d.action_id, d.attempt))
+        return None if record is None else _with_deadline(record, d.deadline)
+
+    async def request_of(self, admitted: ev.ActionAdmitted) -> ev.ActionRequested | None:
+        """The request an ``action.admitted`` lets go, its deadline the admission's."""
+        d = admitted.data
+        record = self._requests.get((d.action_id, d.attempt))
+        if record is None:
+            records, _ = await self._runs.log.read(admitted.subject)
+            for found in records:
+                if (
+                    isinstance(found, ev.ActionRequested)
+                    and found.data.action_id == d.action_id
+                    and found.data.attempt == d.attempt
+                ):
+                    record = found
+            if record is None:
+                return None
+        return _with_deadline(record, d.deadline)
+
+    async def admitted(self, record: ev.ActionAdmitted, request: ev.ActionRequested) -> None:
+        """An admission read back (its request dispatched): the token it held leaves its
+        rate's line."""
+        d = record.data
+        me = waiter_id(record.subject, d.action_id, d.attempt)
+        for claim in request.data.limits:
+            if claim.per_s:
+                await self._leave(claim, me)
+        self._requests.pop((d.action_id, d.attempt), None)
+
+    async def freed(self, run_id: str, freed: Sequence[ev.FreedSlots]) -> None:
+        """Requests ended (the record names them): out of their lines, and the slots
+        they held given to the next in line."""
+        for slots in freed:
+            me = waiter_id(run_id, slots.action_id, slots.attempt)
+            self._requests.pop((slots.action_id, slots.attempt), None)
+            for claim in slots.limits:
+                if claim.per_s or is_pause(claim):
+                    await self._leave(claim, me)
+                    continue
+                for other in await self.slots.release(claim, me):
+                    if other != me:
+                        await self._go_on_named(other)
+
+    async def resumed(self, capability: str) -> None:
+        """A capability resumed: the requests that waited for it go on, first first."""
+        for other in await self.slots.take_all(capability_pause_claim(capability)):
+            await self._go_on_named(other)
+
+    async def wake(self, route: str) -> None:
+        """A rate line's timer: tokens to the first in line, as many as are there."""
+        token = _token(route)
+        now = parse_time(self._clock()).timestamp()
+
+        async def change(lines: Lines) -> tuple[list[str], float | None]:
+            entry = lines.entry
+            if not entry.per_s:
+                return [], None
+            while entry.lines and _take_token(entry, now):
+                entry.holders.append(await lines.pop_head(entry.lines[0]))
+            wake_at = next_token_at(entry) if entry.lines else None
+            return [h.run_id for h in entry.holders], wake_at
+
+        nobody = ev.SlotClaim(limit="", key="", size=0)
+        holders, wake_at = await self.slots.change(nobody, change, token)
+        if wake_at is not None:
+            await self._wake_later(token, wake_at)
+        for holder in holders:
+            parsed = parse_waiter(holder)
+            if parsed is not None:  # a rate's line is a request's last: admitted now
+                await self._admit(*parsed, lines=None)
+
+    # -- taking lines in turn -----------------------------------------------------------
+
+    async def _go_on(
+        self,
+        run_id: str,
+        action_id: str,
+        attempt: int,
+        lines: Sequence[ev.SlotClaim],
+        since: str,
+    ) -> None:
+        """Take the request's lines in order (pause, slot, token); admit it once it holds
+        them all, else record what it waits for."""
+        me = waiter_id(run_id, action_id, attempt)
+        for claim in lines:
+            if is_pause(claim):
+                if not self.pauses.holds_capability(claim.limit[4:].removesuffix("@paused")):
+                    continue  # resumed since: on to the rest
+                took = await self._enter(claim, me, since)
+            elif claim.per_s:
+                took = await self._enter_rate(claim, me, since)
+            else:
+                took = await self._enter(claim, me, since)
+            for other in took.others:
+                await self._go_on_named(other)
+            if not took.held:
+                await self._queued(run_id, action_id, attempt, claim, took.place)
+                return
+        await self._admit(run_id, action_id, attempt, lines)
+
+    async def _go_on_named(self, waiter: str) -> None:
+        """A request moved into a slot (or given a token): on to its next lines, read
+        from its run; one that ended meanwhile gives back what it holds."""
+        parsed = parse_waiter(waiter)
+        if parsed is None:
+            return
+        run_id, action_id, attempt = parsed
+        entry = await self._runs.load(run_id, fresh=True)
+        pending = None if entry is None else entry.state.pending.get(action_id)
+        if entry is None or entry.state.finished or pending is None or pending.attempt != attempt:
+            await self._give_back(run_id, action_id, attempt)
+            return
+        if pending.held:
+            await self._go_on(run_id, action_id, attempt, pending.limits, pending.requested_at)
+
+    async def _give_back(self, run_id: str, action_id: str, attempt: int) -> None:
+        """A request that ended, found holding or waiting (its end's effect came first,
+        or it was put back in line by a repeat read after it): out of its lines."""
+        record = self._requests.get((action_id, attempt))
+        if record is None:
+            records, _ = await self._runs.log.read(run_id)
+            for found in records:
+                if (
+                    isinstance(found, ev.ActionRequested)
+                    and found.data.action_id == action_id
+                    and found.data.attempt == attempt
+                ):
+                    record = found
+        if record is None:
+            return
+        lines = [capability_pause_claim(record.data.capability), *record.data.limits]
+        freed = ev.FreedSlots(action_id=action_id, attempt=attempt, limits=lines)
+        await self.freed(run_id, [freed])
+
+    async def _admit(
+        self, run_id: str, action_id: str, attempt: int, lines: Sequence[ev.SlotClaim] | None
+    ) -> None:
+        """Record the admission (dispatched when the relay reads it); one that records
+        nothing (admitted already, or ended) leaves an ended request's ``lines`` (None:
+        read from its request)."""
+        from interlock.core.capacity import admitted  # the engine: not for readers
+
+        now = self._clock()
+        async with self._runs.locked(run_id):
+            try:
+                records = await self._runs.apply(
+                    run_id,
+                    lambda d, s: admitted(d, s, now, action_id=action_id, attempt=attempt),
+                )
+            except (UnknownRun, UnknownWorkflow) as exc:
+                log.warning("cannot admit %s of run %s: %s", action_id, run_id, exc)
+                return
+        if records:
+            return
+        entry = await self._runs.load(run_id, fresh=True)
+        pending = None if entry is None else entry.state.pending.get(action_id)
+        if pending is None or pending.attempt != attempt or entry is None or entry.state.finished:
+            if lines is None:
+                await self._give_back(run_id, action_id, attempt)
+                return
+            freed = ev.FreedSlots(action_id=action_id, attempt=attempt, limits=list(lines))
+            await self.freed(run_id, [freed])
+
+    async def _queued(
+        self, run_id: str, action_id: str, attempt: int, claim: ev.SlotClaim, place: int
+    ) -> None:
+        from interlock.core.capacity import queued  # the engine: not for readers
+
+        now = self._clock()
+        async with self._runs.locked(run_id):
+            try:
+                await self._runs.apply(
+                    run_id,
+                    lambda d, s: queued(
+                        d,
+                        s,
+                        now,
+                        action_id=action_id,
+                        attempt=attempt,
+                        limit=claim.limit,
+                        key=claim.key,
+                        place=place,
+                    ),
+                )
+            except (UnknownRun, UnknownWorkflow) as exc:
+                log.warning("cannot record the wait of %s of run %s: %s", action_id, run_id, exc)
+
+    # -- one line -----------------------------------------------------------------------
+
+    async def _enter(self, claim: ev.SlotClaim, me: str, since: str) -> Took:
+        """A slot if one is free and nobody waits first, else a place in line (a pause's
+        line, size 0, always waits)."""
+        entered = await self.slots.enter(claim, me, since)
+        return Took(held=entered.held, place=entered.place, others=entered.others)
+
+    async def _enter_rate(self, claim: ev.SlotClaim, me: str, since: str) -> Took:
+        """A token if one is there and nobody waits first, else a place in line (and the
+        line's wake-up timer set for its next token)."""
+        now = parse_time(self._clock()).timestamp()
+        waiter = Waiter(me, since, claim.size, claim.priority)
+
+        async def change(lines: Lines) -> Took:
+            entry = lines.entry
+            entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
+            if entry.holds(me):
+                return Took(held=True)
+            place = await lines.find(waiter)
+            if place is None:
+                if not entry.lines and _take_token(entry, now):
+                    entry.holders.append(waiter)
+                    return Took(held=True)
+                place = await lines.insert(waiter)
+            return Took(held=False, place=place, wake_at=next_token_at(entry))
+
+        took: Took = await self.slots.change(claim, change)
+        if took.wake_at is not None:
+            await self._wake_later(entry_key(claim.limit, claim.key), took.wake_at)
+        return took
+
+    async def _leave(self, claim: ev.SlotClaim, me: str) -> None:
+        """Out of a line that frees no slot (a rate's, a pause's)."""
+        now = parse_time(self._clock()).timestamp()
+
+        async def change(lines: Lines) -> None:
+            entry = lines.entry
+            entry.holders = [h for h in entry.holders if h.run_id != me]
+            await lines.remove(me, "")
+            if not entry.holders and not entry.lines and entry.tat <= now:
+                entry.tat = 0.0  # every token back: nothing worth keeping
+
+        await self.slots.change(claim, change)
+
+    async def _wake_later(self, token: str, at: float) -> None:
+        """The rate line's wake-up, at ``at`` (the same one asked twice is one timer)."""
+        route = _route(token)
+        ms = math.ceil(at * 1000 - EPSILON_S)
+        fire_at = format_time(datetime.fromtimestamp(ms / 1000, UTC))
+        await self._timers.schedule(route, f"{route}:rate:{ms}", fire_at)
+
+
+def _with_deadline(record: ev.ActionRequested, deadline: str | None) -> ev.ActionRequested:
+    return replace(record, data=replace(record.data, deadline=deadline))

@@ -1,0 +1,163 @@
+"""Capability limits on a real nats-server: a capability's requests over its concurrency
+limit wait undispatched (their logs say for what) and go out as slots free, highest
+priority first then oldest, across workflows; never more at work than the limit, as the
+logs show it; a cancelled run's held and queued requests leave at once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from test_concurrency import Gates, gate_worker
+
+from interlock.core import events as ev
+from interlock.transport.subjects import Subjects
+from support.concurrency import requests
+from support.runtime import TIMEOUT, cli_env, eventually, run_cli, running_stack, yaml
+
+GATE_AGENT = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: gateagent
+    spec:
+      capabilities:
+        - name: gate
+          timeout_seconds: 60
+          concurrency: {limit: 2, key: input.customer}
+    """
+)
+
+
+def asking(name: str, *, priority: str = "0") -> str:
+    """A workflow of one ``gate`` action for ``inputs.customer``."""
+    return yaml(
+        f"""\
+        apiVersion: interlock.io/v1
+        kind: Workflow
+        metadata:
+          name: {name}
+        spec:
+          inputs:
+            customer: {{type: string, required: true}}
+            n: {{type: integer, default: 0}}
+            urgent: {{type: integer, default: 0}}
+          initial_state: work
+          states:
+            work:
+              actions:
+                - capability: gate
+                  priority: "{priority}"
+                  input: {{customer: "{{{{ inputs.customer }}}}", n: "{{{{ inputs.n }}}}"}}
+              on:
+                - {{event: task.completed, goto: done}}
+            done:
+              type: terminal
+        """
+    )
+
+
+async def test_requests_over_the_limit_wait_and_go_out_in_order_across_workflows(
+    nats_url: str, subjects: Subjects
+) -> None:
+    gates = Gates()
+    manifests = [GATE_AGENT, asking("first"), asking("second", priority="inputs.urgent")]
+    async with (
+        running_stack(nats_url, subjects, manifests, worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        runs = [await client.start("first", {"customer": "acme", "n": n}) for n in range(2)]
+        runs += [await client.start("second", {"customer": "acme", "n": n}) for n in (2, 3)]
+        beta = await client.start("first", {"customer": "beta", "n": 100})
+
+        async def started(count: int) -> bool:
+            return len(gates.started) >= count
+
+        await eventually(lambda: started(3), what="two acme requests and beta's at work")
+
+        # The third and fourth wait, and their logs say for what.
+        async def queued() -> bool:
+            records = await stack.records(runs[3])
+            return any(isinstance(r, ev.ActionQueued) for r in records)
+
+        await eventually(queued, what="the fourth request recorded waiting")
+        await asyncio.sleep(0.2)  # nothing more goes out
+        assert sorted(gates.started) == [0, 1, 100]
+        records = await stack.records(runs[3])
+        (waiting,) = [r for r in records if isinstance(r, ev.ActionQueued)]
+        assert (waiting.data.limit, waiting.data.key, waiting.data.place) == (
+            "cap:gate",
+            "acme",
+            2,
+        )
+        assert not any(isinstance(r, ev.ActionAdmitted) for r in records)
+        # describe and logs say what it waits for, as a user reads them.
+        env = cli_env(nats_url, subjects.prefix)
+        shown = await asyncio.to_thread(run_cli, "describe", "run", runs[3], env=env)
+        assert "held: cap:gate" in shown.stdout, shown.stdout
+        shown = await asyncio.to_thread(run_cli, "logs", runs[3], env=env)
+        assert "waits for a slot of cap:gate for key 'acme' (place 2)" in shown.stdout, shown.stdout
+        # An urgent one asked later goes before both.
+        urgent = await client.start("second", {"customer": "acme", "n": 4, "urgent": 5})
+        await eventually(
+            lambda: _has(stack, urgent, ev.ActionQueued), what="the urgent one in line"
+        )
+        gates.gate(0).set()
+        await eventually(lambda: started(4), what="the next acme request at work")
+        assert gates.started[-1] == 4
+        for n in (1, 2, 3, 4, 100):
+            gates.gate(n).set()
+        outcomes = [await stack.wait(r) for r in [*runs, urgent, beta]]
+        assert {o.status for o in outcomes} == {"completed"}
+        assert [n for n in gates.started if n < 100] == [0, 1, 4, 2, 3]
+
+        seen = await requests(stack.client.nc, subjects)
+        assert seen.most == {("cap:gate", "acme"): 2, ("cap:gate", "beta"): 1}
+        for counts in seen.counts.values():
+            assert counts["action.admitted"] == 1, counts
+            assert counts.get("action.queued", 0) <= 1, counts
+        # Nothing is left holding or waiting.
+        assert await stack.orchestrator.flow.admission.slots.entries() == []
+
+
+async def _has(stack: Any, run_id: str, kind: type[ev.Record]) -> bool:
+    return any(isinstance(r, kind) for r in await stack.records(run_id))
+
+
+async def test_a_cancelled_run_drops_its_held_request_and_frees_its_slot(
+    nats_url: str, subjects: Subjects
+) -> None:
+    gates = Gates()
+    agent = GATE_AGENT.replace("limit: 2", "limit: 1")
+    async with (
+        running_stack(nats_url, subjects, [agent, asking("first")], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        runs = [await client.start("first", {"customer": "acme", "n": n}) for n in range(3)]
+
+        async def started(count: int) -> bool:
+            return len(gates.started) >= count
+
+        await eventually(lambda: started(1), what="the first request at work")
+        await eventually(lambda: _has(stack, runs[2], ev.ActionQueued), what="the third held")
+        await client.cancel(runs[1], "not wanted")  # held: it leaves the line at once
+        entries = await stack.orchestrator.flow.admission.slots.entries()
+
+        async def one_waits() -> bool:
+            found = await stack.orchestrator.flow.admission.slots.entries()
+            return [e.queued for e in found] == [1]
+
+        await eventually(one_waits, what="the cancelled run's request out of the line")
+        del entries
+        await client.cancel(runs[0], "stop")  # at work: its slot goes to the third
+        await eventually(lambda: started(2), what="the third request at work")
+        assert gates.started == [0, 2]
+        gates.gate(2).set()
+        assert (await stack.wait(runs[2], TIMEOUT)).status == "completed"
+        seen = await requests(stack.client.nc, subjects)
+        assert seen.most == {("cap:gate", "acme"): 1}
+        assert [r.split("/")[0] for r in seen.admitted] == [runs[0], runs[2]]
+        assert await stack.orchestrator.flow.admission.slots.entries() == []

@@ -1,0 +1,152 @@
+"""Pausing a capability on a real nats-server, through the CLI as an operator types it:
+nothing more of it is dispatched (its requests wait, recorded as queued, their deadlines not
+running); resumed, every request goes on, in order, once; interlock queues says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from interlock.client.queues import list_queues
+from interlock.core import events as ev
+from interlock.sdk import TaskContext, Worker
+from interlock.transport.subjects import Subjects
+from support.concurrency import requests
+from support.runtime import TIMEOUT, cli_env, connect, eventually, run_cli, running_stack, yaml
+
+AGENT = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: napagent
+    spec:
+      capabilities:
+        - name: nap
+          timeout_seconds: 5
+        - name: nap.capped
+          concurrency: {limit: 1}
+    """
+)
+
+WORKFLOW = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: napping
+    spec:
+      inputs:
+        n: {type: integer, required: true}
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: nap
+              input: {n: "{{ inputs.n }}"}
+            - capability: nap.capped
+              input: {n: "{{ inputs.n }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+async def cli(nats_url: str, subjects: Subjects, *args: str) -> Any:
+    return await asyncio.to_thread(run_cli, *args, env=cli_env(nats_url, subjects.prefix))
+
+
+async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
+    nats_url: str, subjects: Subjects
+) -> None:
+    handled: list[tuple[str, int]] = []
+    async with running_stack(nats_url, subjects, [AGENT, WORKFLOW], worker=False) as stack:
+        nc = await connect(nats_url)
+        worker = Worker("napagent", concurrency=8, grace_period=0.1)
+
+        @worker.capability("nap")
+        async def nap(inp: dict[str, int], ctx: TaskContext) -> dict[str, int]:
+            handled.append(("nap", inp["n"]))
+            return inp
+
+        @worker.capability("nap.capped")
+        async def capped(inp: dict[str, int], ctx: TaskContext) -> dict[str, int]:
+            handled.append(("nap.capped", inp["n"]))
+            return inp
+
+        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+            for name in ("nap", "nap.capped"):
+                done = await cli(nats_url, subjects, "pause", "capability", name)
+                assert done.returncode == 0, done.stderr
+                assert f"paused capability {name}" in done.stdout
+            pauses = stack.orchestrator.flow.admission.pauses
+
+            async def seen() -> bool:
+                return pauses.holds_capability("nap") and pauses.holds_capability("nap.capped")
+
+            await eventually(seen, what="the orchestrator sees both pauses")
+            runs = [await stack.client.start("napping", {"n": n}) for n in range(3)]
+
+            async def all_held() -> bool:
+                for run_id in runs:
+                    found = await stack.records(run_id)
+                    if not any(isinstance(r, ev.ActionQueued) for r in found):
+                        return False
+                return True
+
+            await eventually(all_held, what="three requests held")
+            await asyncio.sleep(0.3)  # nothing is dispatched meanwhile
+            assert handled == []
+            (queued,) = [r for r in await stack.records(runs[0]) if isinstance(r, ev.ActionQueued)]
+            assert (queued.data.limit, queued.data.timeout_s) == ("cap:nap@paused", 5)
+            shown = await cli(nats_url, subjects, "queues", "--capability", "nap", "--json")
+            assert shown.returncode == 0, shown.stderr
+            (line,) = json.loads(shown.stdout)
+            assert (line["limit"], line["queued"], line["kind"], line["paused"]) == (
+                "cap:nap@paused",
+                3,
+                "paused",
+                True,
+            )
+            # A paused capability nobody waits for yet is shown too, with its limit.
+            shown = await cli(nats_url, subjects, "queues", "--capability", "nap.capped")
+            rows = [row.split() for row in shown.stdout.splitlines()[1:]]
+            assert rows == [
+                ["cap:nap.capped", "-", "0/1", "0", "-", "paused"],
+                ["cap:nap.capped@paused", "paused", "0/0", "0", "-", "paused"],
+            ]
+
+            done = await cli(nats_url, subjects, "resume", "capability", "nap")
+            assert "resumed capability nap" in done.stdout
+
+            # On to the next action, held by its own paused capability.
+            async def capped_held() -> bool:
+                queued = await list_queues(stack.client, capability="nap.capped")
+                return any(q.queued == 3 for q in queued)
+
+            await eventually(capped_held, what="the second actions held in turn")
+            assert sorted(handled) == [("nap", 0), ("nap", 1), ("nap", 2)]
+            done = await cli(nats_url, subjects, "resume", "capability", "nap.capped")
+            assert done.returncode == 0
+            outcomes = [await stack.wait(r) for r in runs]
+            assert {o.status for o in outcomes} == {"completed"}
+            assert [n for c, n in handled if c == "nap.capped"] == [0, 1, 2]  # in order
+            seen_requests = await requests(stack.client.nc, subjects)
+            assert len(seen_requests.counts) == 6  # every request held: admitted once each
+            for counts in seen_requests.counts.values():
+                assert counts["action.admitted"] == 1, counts
+            assert await stack.orchestrator.flow.admission.slots.entries() == []
+            again = await cli(nats_url, subjects, "resume", "capability", "nap")
+            assert "was not paused" in again.stdout
+            missing = await cli(nats_url, subjects, "pause", "capability", "nope")
+            assert missing.returncode == 1
+            assert "no AgentDef declares capability 'nope'" in missing.stderr
+        finally:
+            await worker.stop(force=True)
+            await task
+            await nc.close()

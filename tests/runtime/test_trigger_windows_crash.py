@@ -1,6 +1,7 @@
-"""Debounced and batched triggers under crashes and replicas, on a real nats-server: an
-``interlock serve`` killed with SIGKILL in the middle of a window loses no event and starts
-no run twice; two orchestrators taking one key's events at once cut a batch exactly."""
+"""Debounced, batched and rate-limited triggers under crashes and replicas, on a real
+nats-server: an ``interlock serve`` killed with SIGKILL in the middle of a window loses no
+event and starts no run twice; two orchestrators taking one key's events at once cut a
+batch exactly, and never give one start of a rate twice."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
+from interlock.core.rfc3339 import parse_time
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
 from interlock.transport.cloudevents import CloudEvent
@@ -173,6 +175,41 @@ async def test_two_orchestrators_cut_one_keys_batches_exactly(
         taken = [e for w in batches for e in w.events]
         assert sorted(taken) == sorted(sent)
         assert {w.closed_by for w in batches} == {"max_events"}
+    finally:
+        for replica in replicas:
+            await replica.stop()
+        for nc in ncs:
+            await nc.close()
+
+
+async def test_two_orchestrators_never_give_a_rates_start_twice(
+    nats_url: str, subjects: Subjects
+) -> None:
+    ncs = [await connect(nats_url) for _ in range(3)]
+    replicas = [Orchestrator(nc, subjects) for nc in ncs[:2]]
+    for replica in replicas:
+        await replica.start()
+    client = InterlockClient(ncs[2], subjects)
+    try:
+        await client.apply([("calls.yaml", workflow("calls", "rate: {limit: 5, per: 1h}"))])
+        await emit(client, "calls", [f"c{n}" for n in range(12)])
+
+        async def all_started() -> list[list[ev.AnyRecord]] | None:
+            runs = await client.list_runs()
+            if len(runs) < 12:
+                return None
+            return [(await client.runs.log.read(r["run_id"]))[0] for r in runs]
+
+        logs = await eventually(all_started, within=TIMEOUT, what="twelve runs")
+        entered = [log for log in logs if any(isinstance(r, ev.StateEntered) for r in log)]
+        holds = [
+            r.data.rate for log in logs for r in log if isinstance(r, ev.RunQueued) and r.data.rate
+        ]
+        assert len(entered) == 5  # the hour's five
+        assert len(holds) == 7
+        # No hour holds more than five starts: the sixth waiting run is an hour after the first.
+        untils = sorted(parse_time(h.until) for h in holds)
+        assert (untils[5] - untils[0]).total_seconds() >= 3600
     finally:
         for replica in replicas:
             await replica.stop()

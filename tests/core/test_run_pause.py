@@ -4,7 +4,10 @@ twice; it folds and replays the same; a paused queued run is not admitted."""
 
 from __future__ import annotations
 
+import pytest
+
 from interlock.core import events as ev
+from interlock.core import runpause
 from interlock.core.engine import resume
 from interlock.core.limits import admitted
 from interlock.core.runpause import pause
@@ -97,3 +100,19 @@ def test_the_pause_records_say_what_they_are() -> None:
     assert isinstance(paused, ev.RunPaused)
     assert ev.record_type(paused) == "io.interlock.run.paused"
     assert ev.decode(ev.encode(paused)) == paused
+
+
+def test_a_paused_run_holds_at_most_so_many_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    looping = TWO_STEPS.replace(
+        "        - {event: com.example.go, goto: second}",
+        "        - {event: com.example.go, goto: wait}\n"
+        "        - {event: com.example.end, goto: second}",
+    )
+    run = Run(compile_one(looping), run_id="r3")
+    run.start()
+    run.answer({"ok": 1})
+    assert run.state.state == "wait"
+    run._apply(pause(run.state, reason="", now=run.now()))
+    monkeypatch.setattr(runpause, "MAX_HELD", 3)
+    held = [run.send("com.example.go", event_id=f"go-{n}") for n in range(5)]
+    assert [types(h) for h in held] == [["event.held"]] * 3 + [[], []]

@@ -186,6 +186,8 @@ def decided(
     if state.status != RunStatus.RUNNING:
         return [], state
     if state.paused is not None:  # held if the run, resumed, would take it (runpause)
+        if len(state.paused.held) >= runpause.MAX_HELD:
+            return [], state
         resumed = fold(resume(definition, state, now), state)
         if resumed.status != RunStatus.RUNNING:
             return [], state

@@ -23,6 +23,10 @@ from interlock.core.vocabulary import RunStatus
 if TYPE_CHECKING:
     from interlock.core.state import RunState
 
+MAX_HELD = 1_000
+"""The most events a paused run holds: past that, what reaches it is not taken (deciding
+whether to hold one decides the held ones again, so a flood would cost their square)."""
+
 _ENVELOPE = frozenset({"specversion", "id", "source", "type", "subject", "time", "data"})
 
 

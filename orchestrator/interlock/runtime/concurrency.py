@@ -387,17 +387,26 @@ class Admission:
         for run_id in await self.slots.take_all(pause_claim(namespace, name)):
             await self._go_on(run_id)
 
-    async def queued(self, run_id: str, slots: Sequence[ev.SlotClaim], since: str) -> None:
+    async def queued(
+        self,
+        run_id: str,
+        slots: Sequence[ev.SlotClaim],
+        since: str,
+        held: ev.SlotClaim | None = None,
+    ) -> None:
         """A run waits for ``slots`` since ``since`` (its ``run.queued``): take what is
-        free, admit it once it holds them all."""
+        free, admit it once it holds them all. ``held``: a slot it was just given (a
+        write that moved it into the holders said so): not asked for again."""
         for claim in in_order(slots):
+            if held is not None and (claim.limit, claim.key) == (held.limit, held.key):
+                continue
             if is_pause(claim):
                 namespace, _, name = claim.limit.removesuffix(PAUSED).partition("/")
                 if not self.pauses.holds(namespace, name):
                     continue  # resumed since (or never seen paused here): on to the rest
             entered = await self.slots.enter(claim, run_id, since)
             for other in entered.others:
-                await self._go_on(other)
+                await self._go_on(other, claim)
             if entered.skipped:
                 await self._cancel(
                     run_id,
@@ -420,22 +429,22 @@ class Admission:
         for claim in in_order(slots):
             for other in await self.slots.release(claim, run_id):
                 if other != run_id:
-                    await self._go_on(other)
+                    await self._go_on(other, claim)
 
     async def go_on(self, run_id: str) -> None:
         """A run that may hold all its slots now (resumed): admitted if it does."""
         await self._go_on(run_id)
 
-    async def _go_on(self, run_id: str) -> None:
-        """A run given a slot: on to its next limits (or admitted); one that ended in the
-        meantime gives its slots back."""
+    async def _go_on(self, run_id: str, held: ev.SlotClaim | None = None) -> None:
+        """A run given a slot (``held``, when the write that gave it is known): on to its
+        next limits (or admitted); one that ended in the meantime gives its slots back."""
         entry = await self._runs.load(run_id, fresh=True)
         if entry is None or entry.state.slots is None:
             return
         if entry.state.finished:
             await self.ended(run_id, entry.state.slots)
         elif entry.state.queued:
-            await self.queued(run_id, entry.state.slots, entry.state.started_at)
+            await self.queued(run_id, entry.state.slots, entry.state.started_at, held)
 
     async def _admit(self, run_id: str) -> None:
         """Record the run's admission; a run that is no longer queued records nothing, and

@@ -93,7 +93,7 @@ class Stack:
 
 @pytest.fixture
 async def stack(nats_url: str, subjects: Subjects) -> AsyncIterator[Stack]:
-    async with clock_orchestrator(nats_url, subjects) as (client, timers, _):
+    async with clock_orchestrator(nats_url, subjects, index_hold=0) as (client, timers, _):
         yield Stack(client, timers)
 
 

@@ -381,4 +381,15 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
     await paused.get_by_role("button", name="Resume workflow").click()
     await page.get_by_text("No workflow is paused.").wait_for()
     await wait_status(gs, held, "running", "approval")
+
+    # A capability: paused from the form, listed paused, resumed from its line.
+    await page.get_by_label("Capability").select_option("slow")
+    await page.locator("#pause-cap-go").click()
+    resume = page.get_by_role("button", name="Resume capability slow")
+    await resume.wait_for()
+    async with gs.http("reader") as http:
+        lines = (await http.get("/queues", params={"capability": "slow"})).json()
+        assert [(q["capability"], q["paused"]) for q in lines] == [("slow", True)]
+    await resume.click()
+    await page.get_by_role("button", name="Resume capability slow").wait_for(state="detached")
     assert page.errors == []

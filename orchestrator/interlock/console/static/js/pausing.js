@@ -1,5 +1,6 @@
-// Pausing from the console: a paused badge, and the buttons that pause and resume a run or
-// a workflow through the REST API with the caller's token (operators; a reader is told no).
+// Pausing from the console: a paused badge, and the buttons that pause and resume a run, a
+// workflow or a capability through the REST API with the caller's token (operators; a
+// reader is told no).
 import { api } from "./api.js";
 import { h, toast } from "./dom.js";
 
@@ -10,22 +11,19 @@ export function pausedBadge(pause) {
   return h("span", { class: "status status-paused", title: why.filter(Boolean).join(" · ") }, "paused");
 }
 
-// A button that pauses (or resumes) what `path` names (/runs/<id>, /workflows/<ns>/<name>).
-// `body`: the pause's body; `onDone` redraws the page.
+// Pause (or resume) what `path` names (/runs/<id>, /workflows/<ns>/<name>,
+// /capabilities/<name>), say what came of it, then `onDone` (which redraws the page).
+export async function pauseOrResume(path, what, paused, onDone, body = {}) {
+  try {
+    const r = await api(`${path}/${paused ? "resume" : "pause"}`, { method: "POST", body: paused ? undefined : body });
+    toast(r.changed ? `${what} ${paused ? "resumed" : "paused"}.` : `${what} was ${paused ? "not paused" : "paused already, or has ended"}.`, "good");
+  } catch (e) {
+    toast(e.message, "bad");
+  }
+  onDone?.();
+}
+
 export function pauseButton(path, what, paused, onDone, { id, body = {} } = {}) {
-  const verb = paused ? "resume" : "pause";
-  return h("button", {
-    type: "button",
-    id,
-    onclick: async () => {
-      try {
-        const r = await api(`${path}/${verb}`, { method: "POST", body: paused ? undefined : body });
-        const changed = r.changed;
-        toast(changed ? `${what} ${paused ? "resumed" : "paused"}.` : `${what} was ${paused ? "not paused" : "paused already, or has ended"}.`, "good");
-      } catch (e) {
-        toast(e.message, "bad");
-      }
-      onDone?.();
-    },
-  }, paused ? `Resume ${what.toLowerCase()}` : `Pause ${what.toLowerCase()}`);
+  const label = `${paused ? "Resume" : "Pause"} ${what.charAt(0).toLowerCase()}${what.slice(1)}`;
+  return h("button", { type: "button", id, onclick: () => pauseOrResume(path, what, paused, onDone, body) }, label);
 }

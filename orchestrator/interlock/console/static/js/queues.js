@@ -1,8 +1,10 @@
-// Queues: each concurrency limit and key with runs holding a slot or waiting (GET /queues),
-// and the paused workflows, each with a button to resume it.
+// Queues: each line of GET /queues (a concurrency limit and key, a capability's limit or
+// rate, a trigger's window, what a paused workflow or capability holds), with a button to
+// pause or resume each capability; the paused workflows, each with a button to resume it;
+// and a form to pause a capability that holds nothing yet.
 import { api } from "./api.js";
 import { add, h, table, timeCell } from "./dom.js";
-import { pauseButton, pausedBadge } from "./pausing.js";
+import { pauseButton, pausedBadge, pauseOrResume } from "./pausing.js";
 
 function wait(seconds) {
   if (seconds == null) return "—";
@@ -11,21 +13,29 @@ function wait(seconds) {
   return `${(seconds / 3600).toFixed(1)} h`;
 }
 
+const capPath = (name) => `/capabilities/${encodeURIComponent(name)}`;
+
 export async function queuesPage(root, _arg, _params, current) {
-  const [queues, workflows] = await Promise.all([api("/queues"), api("/workflows")]);
+  const [queues, workflows, agents] = await Promise.all([api("/queues"), api("/workflows"), api("/agents")]);
   const paused = workflows.filter((w) => w.paused);
   // Redrawn as the router draws a page (the same hash, drawn again).
   const draw = () => current() && window.dispatchEvent(new HashChangeEvent("hashchange"));
-  // A line for runs of a paused workflow is named <namespace>/<workflow>@paused.
+  const pausedCaps = new Set(queues.filter((q) => q.capability && q.paused).map((q) => q.capability));
+  const buttoned = new Set();
   const rows = queues.map((q) => {
-    const held = q.limit.endsWith("@paused");
+    // A line for what a paused workflow or capability holds is named ...@paused.
+    const held = q.kind === "paused" || q.limit.endsWith("@paused");
+    const first = q.capability && !buttoned.has(q.capability);
+    if (first) buttoned.add(q.capability);
     return [
       h("code", {}, q.limit),
+      q.kind || "concurrency",
       held ? "—" : h("code", {}, q.key),
       held ? "—" : `${q.running}/${q.size}`,
       String(q.queued),
       q.oldest_queued_at ? [wait(q.oldest_wait_s), " (since ", timeCell(q.oldest_queued_at), ")"] : "—",
-      held ? h("span", { class: "status status-paused" }, "paused") : "no",
+      q.paused || held ? h("span", { class: "status status-paused" }, "paused") : "no",
+      first ? pauseButton(capPath(q.capability), `Capability ${q.capability}`, pausedCaps.has(q.capability), draw) : "",
     ];
   });
   const pausedRows = paused.map((w) => {
@@ -39,11 +49,21 @@ export async function queuesPage(root, _arg, _params, current) {
       pauseButton(`/workflows/${encodeURIComponent(w.namespace)}/${encodeURIComponent(w.name)}`, "Workflow", true, draw),
     ];
   });
+  const names = [...new Set(agents.flatMap((a) => a.capabilities.map((c) => c.name)))].filter((n) => !pausedCaps.has(n)).sort();
+  const choice = h("select", { id: "pause-cap", name: "capability" }, names.map((n) => h("option", { value: n }, n)));
+  const pauseForm = names.length
+    ? h("form", { class: "filters", onsubmit: (ev) => ev.preventDefault() },
+        h("div", { class: "field" }, h("label", { for: "pause-cap" }, "Capability"), choice),
+        h("button", { type: "button", id: "pause-cap-go", onclick: () => pauseOrResume(capPath(choice.value), `Capability ${choice.value}`, false, draw) }, "Pause capability"))
+    : null;
   add(root,
     h("h1", {}, "Queues"),
-    h("p", { class: "hint" }, "Per concurrency limit and key: the runs holding a slot of the limit, the runs waiting, and how long the first in line has waited."),
-    table("!Queues", ["Limit", "Key", "Running", "Queued", "Oldest wait", "Paused"], rows, { empty: "Nothing holds or waits for a slot.", stacked: true }),
+    h("p", { class: "hint" }, "Per concurrency limit and key: the runs (or a capability's requests) holding a slot of the limit, those waiting, and how long the first in line has waited."),
+    table("!Queues", ["Limit", "Kind", "Key", "Running", "Queued", "Oldest wait", "Paused", "Act"], rows, { empty: "Nothing holds or waits for a slot.", stacked: true }),
     h("h2", { id: "paused-h" }, "Paused workflows"),
     table("!Paused workflows", ["Workflow", "State", "Reason", "Runs paused with it", "Since", "Act"], pausedRows, { empty: "No workflow is paused.", stacked: true }),
+    h("h2", { id: "pause-cap-h" }, "Pause a capability"),
+    h("p", { class: "hint" }, "Nothing more of a paused capability is dispatched; its requests wait, in order, until it is resumed."),
+    pauseForm || h("p", { class: "muted" }, "No capability to pause."),
   );
 }

@@ -265,3 +265,18 @@ async def test_an_event_whose_key_cannot_be_computed_is_dead_lettered(
     details = " ".join(str(m.headers.get("Interlock-Dead-Letter-Detail")) for m in refused)
     assert "is 300 characters long (at most 256)" in details
     assert await window_entries(stack.client.js, subjects) == []
+
+
+async def test_an_event_a_batchs_inputs_cannot_take_is_refused_when_it_comes(
+    stack: Stack, subjects: Subjects
+) -> None:
+    strings = BATCH.replace(
+        "  triggers:", '  inputs: {events: {type: "list[string]", required: true}}\n  triggers:'
+    )
+    await stack.client.apply([("rows.yaml", strings)])
+    async with DeadLetters(stack.client.js, subjects) as letters:
+        await stack.push("orders", field="table", row="r")  # an item {"row": "r"}: no string
+        [refused] = [await letters.next()]
+    assert refused.headers is not None
+    assert refused.headers.get("Interlock-Dead-Letter-Reason") == "invalid-inputs"
+    assert await window_entries(stack.client.js, subjects) == []

@@ -25,7 +25,7 @@ from interlock.transport.refusals import PermissionRefused, refusable
 from interlock.views import EmitResult, EventRefusal, StartedRun
 
 if TYPE_CHECKING:
-    from interlock.core.definition import Definition
+    from interlock.core.definition import Definition, TriggerDef
     from interlock.runtime.client import InterlockClient
 
 
@@ -120,13 +120,11 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
     the inputs it makes do not work, or its correlation key cannot be computed), the runs
     its correlation keys reach, and the workflows it is kept for (no run of its key yet)."""
     # Deciding what an event starts compiles workflows: the engine is loaded here only.
-    from interlock.core.definition import resolve_inputs
-    from interlock.core.engine import derive_run_id, matching_trigger, trigger_inputs
-    from interlock.core.expr import ExpressionError, OverBudget
+    from interlock.core.engine import matching_trigger
+    from interlock.core.expr import OverBudget
     from interlock.core.incoming import event_correlation_key
     from interlock.runtime.correlation import CorrelationIndex
     from interlock.runtime.flow import to_incoming
-    from interlock.runtime.routing import flow_key
 
     registry = ops.registry
     with contextlib.suppress(BucketNotFoundError, NotFoundError):
@@ -143,38 +141,7 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
             continue
         trigger = matching_trigger(definition, incoming) if triggers else None
         if trigger is not None:
-            try:
-                inputs = trigger_inputs(trigger, incoming)
-            except ExpressionError as exc:
-                out.refused.append(_refusal(definition, "bad-trigger-input", f"{name}: {exc}"))
-                inputs = None
-            window_key, problem = flow_key(trigger, incoming)
-            if inputs is not None and problem is not None:
-                out.refused.append(_refusal(definition, "bad-trigger-key", f"{name}: {problem}"))
-                inputs = None
-            # A batch's run takes its events as its inputs: one event's are not checked.
-            batched = trigger.window is not None and trigger.window.kind == "batch"
-            problems = (
-                resolve_inputs(registry.link(definition), inputs)[1]
-                if inputs is not None and not batched
-                else None
-            )
-            if problems:
-                detail = "; ".join(str(p) for p in problems)
-                out.refused.append(_refusal(definition, "invalid-inputs", detail))
-            elif inputs is not None and trigger.window is not None:
-                out.gathered.append(f"{trigger.name}@{trigger.window.kind} {window_key}")
-            elif inputs is not None:
-                run_id = derive_run_id(definition, event.source, event.id)
-                out.started.append(
-                    StartedRun(
-                        run_id=run_id,
-                        workflow=definition.name,
-                        namespace=definition.namespace,
-                        version=version,
-                        existed=await ops.log.last_seq(run_id) > 0,
-                    )
-                )
+            await _foresee_start(ops, out, definition, version, trigger, event)
         if not correlates:
             continue
         try:
@@ -189,6 +156,56 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
         if not runs:
             out.parked.append(f"{ns}/{name}")
     return out
+
+
+async def _foresee_start(
+    ops: InterlockClient,
+    out: Foreseen,
+    definition: Definition,
+    version: int,
+    trigger: TriggerDef,
+    event: CloudEvent,
+) -> None:
+    """What the workflow's ``trigger`` does with ``event``: starts a run, takes it into a
+    window, or dead-letters it (the orchestrator's checks, in its order)."""
+    from interlock.core.definition import resolve_inputs
+    from interlock.core.engine import derive_run_id, trigger_inputs
+    from interlock.core.expr import ExpressionError
+    from interlock.runtime.flow import to_incoming
+    from interlock.runtime.routing import flow_key
+
+    incoming = to_incoming(event)
+    name = definition.name
+    try:
+        inputs: dict[str, Any] | None = trigger_inputs(trigger, incoming)
+    except ExpressionError as exc:
+        out.refused.append(_refusal(definition, "bad-trigger-input", f"{name}: {exc}"))
+        return
+    window_key, problem = flow_key(trigger, incoming)
+    if problem is not None:
+        out.refused.append(_refusal(definition, "bad-trigger-key", f"{name}: {problem}"))
+        return
+    # A batch's run takes its events as its inputs: the event is checked as one item.
+    given = inputs
+    if trigger.window is not None and trigger.window.kind == "batch":
+        given = {"events": [inputs if trigger.input is not None else incoming.to_dict()]}
+    problems = resolve_inputs(ops.registry.link(definition), given or {})[1]
+    if problems:
+        detail = "; ".join(str(p) for p in problems)
+        out.refused.append(_refusal(definition, "invalid-inputs", detail))
+    elif trigger.window is not None:
+        out.gathered.append(f"{trigger.name}@{trigger.window.kind} {window_key}")
+    else:
+        run_id = derive_run_id(definition, event.source, event.id)
+        out.started.append(
+            StartedRun(
+                run_id=run_id,
+                workflow=definition.name,
+                namespace=definition.namespace,
+                version=version,
+                existed=await ops.log.last_seq(run_id) > 0,
+            )
+        )
 
 
 def _refusal(definition: Definition, reason: str, detail: str) -> EventRefusal:

@@ -73,7 +73,10 @@ class TriggerStarts:
         out: list[Opening | InvalidInputs | None] = []
         for start in found:
             window = None if start.trigger is None else start.trigger.window
-            if start.error is not None or (window is not None and window.kind == "batch"):
+            if start.error is None and window is not None and window.kind == "batch":
+                out.append(batch_item_refused(start, incoming))
+                continue
+            if start.error is not None:
                 out.append(None)
                 continue
             try:
@@ -161,3 +164,18 @@ class TriggerStarts:
             trigger=trigger.name, key=start.key, until=given.at, limit=rate.limit, per_s=rate.per_s
         )
         return await self._opening(start, incoming, hold)
+
+
+def batch_item_refused(start: Start, incoming: Incoming) -> InvalidInputs | None:
+    """Why the event, as the one item of a batch, breaks its workflow's inputs (a batch's
+    run takes ``{"events": [...]}``): refused now, not when its window closes."""
+    from interlock.core.definition import resolve_inputs
+
+    trigger = start.trigger
+    assert trigger is not None
+    item = start.inputs if trigger.input is not None else incoming.to_dict()
+    definition = start.definition
+    _, problems = resolve_inputs(definition, {"events": [item]})
+    if not problems:
+        return None
+    return InvalidInputs(f"{definition.namespace}/{definition.name}", problems)

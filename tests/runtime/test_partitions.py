@@ -11,12 +11,14 @@ from pathlib import Path
 
 import nats
 import pytest
+from prometheus_client import CollectorRegistry
 
 import interlock
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.flow import child_run_id
+from interlock.runtime.health import OrchestratorInstrumentation
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.ownership import Ownership, owners
 from interlock.runtime.partitioning import partitions, set_partitions
@@ -277,6 +279,13 @@ async def test_two_replicas_each_decide_the_answers_of_the_partitions_they_hold(
                     break
                 await asyncio.sleep(0.25)
             assert set(mine.held) | set(theirs.held) == set(range(4))
+            # Each replica says how many it relays.
+            registry = CollectorRegistry()
+            OrchestratorInstrumentation(other, port=None, registry=registry)
+            assert registry.get_sample_value("interlock_partitions_held") == 2
+            moves = registry.get_sample_value("interlock_partition_moves_total")
+            assert moves is not None
+            assert moves >= 2
             runs = [await stack.client.start("two-steps", {}) for _ in range(24)]
             for run_id in runs:
                 state = await stack.wait(run_id)

@@ -7,6 +7,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from interlock.transport.health import (
     ALL_HOSTS,
@@ -18,8 +20,11 @@ from interlock.transport.health import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from opentelemetry.sdk.trace import TracerProvider
 
+    from interlock.runtime.ownership import Ownership
     from interlock.runtime.service import Orchestrator
 
 __all__ = [
@@ -39,6 +44,26 @@ def consumers_alive(orchestrator: Orchestrator) -> Liveness:
     """Alive while every consumer loop of ``orchestrator`` runs (or was stopped)."""
 
     return orchestrator.loop_failure
+
+
+class _Partitions(Collector):
+    """The run-log partitions this replica relays (its leases), and how often they moved."""
+
+    def __init__(self, ownership: Ownership) -> None:
+        self._ownership = ownership
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        held = GaugeMetricFamily(
+            "interlock_partitions_held",
+            "Run-log partitions this replica relays (holds the lease of; 0 with one partition)",
+        )
+        held.add_metric([], len(self._ownership.held))
+        moves = CounterMetricFamily(
+            "interlock_partition_moves",
+            "Partition leases this replica took or let go",
+        )
+        moves.add_metric([], self._ownership.moves)
+        return iter((held, moves))
 
 
 class OrchestratorInstrumentation:
@@ -87,6 +112,7 @@ class OrchestratorInstrumentation:
             registry=registry,
             interval=poll_interval,
         )
+        registry.register(_Partitions(orchestrator.relay.ownership))
         ready = nats_readiness(orchestrator.nc, orchestrator.subjects)
         alive = consumers_alive(orchestrator)
         self.server = (

@@ -75,6 +75,7 @@ RUN_ELSEWHERE = {
     "ingest.yaml": "tests/flow/test_flow_e2e.py",
     "code-review.yaml": "tests/flow/test_signal_cli.py",
     "debounce.yaml": "tests/flow/test_trigger_windows.py",
+    "capability-limits.yaml": "tests/runtime/test_capability_limits.py",
 }
 """Examples run end to end by other modules."""
 

@@ -20,7 +20,7 @@ from interlock.runtime.concurrency import Slots
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import Requests, requests
+from support.concurrency import Requests, all_freed, requests
 from support.runtime import REPO, TIMEOUT, cli_env, connect, eventually, interlock_bg, yaml
 
 KEYS = ("acme", "beta", "gamma")
@@ -120,17 +120,17 @@ async def test_two_orchestrators_share_a_capability_limit_exactly(
         await second.start()
         try:
             starts = [
-                s.client.start("napping", {"customer": KEYS[n % 3], "n": n}) for n in range(45)
+                s.client.start("napping", {"customer": KEYS[n % 3], "n": n}) for n in range(30)
             ]
             run_ids = list(await asyncio.gather(*starts))
             outcomes = await asyncio.gather(*(s.wait(r, 60) for r in run_ids))
             assert {o.status for o in outcomes} == {"completed"}
-            assert sorted(handled) == list(range(45))  # each request handed out once
+            assert sorted(handled) == list(range(30))  # each request handed out once
             assert max(most.values()) == 2, most  # as the worker saw it, too
             assert s.orchestrator.counters["actions_dispatched"] > 0
             assert second.counters["actions_dispatched"] > 0
-            check(await requests(s.client.nc, subjects), 45)
-            assert await s.orchestrator.flow.admission.slots.entries() == []
+            check(await requests(s.client.nc, subjects), 30)
+            await all_freed(s.orchestrator.flow.admission.slots)
         finally:
             await second.stop()
             await second_nc.close()
@@ -154,7 +154,7 @@ async def test_an_orchestrator_killed_mid_run_leaks_no_slot_and_loses_no_request
             second = serve(nats_url, subjects.prefix)
             await started(second)
             run_ids = [
-                await client.start("napping", {"customer": KEYS[n % 3], "n": n}) for n in range(36)
+                await client.start("napping", {"customer": KEYS[n % 3], "n": n}) for n in range(24)
             ]
             waits = [asyncio.create_task(client.wait(r, 60)) for r in run_ids]
 
@@ -165,8 +165,8 @@ async def test_an_orchestrator_killed_mid_run_leaks_no_slot_and_loses_no_request
             first.kill()
             outcomes = await asyncio.gather(*waits)
             assert {o.status for o in outcomes} == {"completed"}
-            assert sorted(set(handled)) == list(range(36))
-            check(await requests(client.nc, subjects), 36)
+            assert sorted(set(handled)) == list(range(24))
+            check(await requests(client.nc, subjects), 24)
             slots = Slots(client.nc, subjects)
 
             async def freed() -> bool:
@@ -265,7 +265,7 @@ async def test_a_killed_agent_holds_its_slot_only_until_its_attempt_times_out(
             if isinstance(r, ev.ActionFailed) and r.data.error.error_class == "timeout"
         ]
         assert [r.data.attempt for r in timed_out] == [1]
-        assert await s.orchestrator.flow.admission.slots.entries() == []
+        await all_freed(s.orchestrator.flow.admission.slots)
 
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,14 +6,24 @@ logs show it; a cancelled run's held and queued requests leave at once."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from test_concurrency import Gates, gate_worker
 
 from interlock.core import events as ev
+from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import requests
-from support.runtime import TIMEOUT, cli_env, eventually, run_cli, running_stack, yaml
+from support.concurrency import all_freed, requests
+from support.runtime import (
+    TIMEOUT,
+    cli_env,
+    connect,
+    eventually,
+    run_cli,
+    running_stack,
+    yaml,
+)
 
 GATE_AGENT = yaml(
     """\
@@ -119,7 +129,7 @@ async def test_requests_over_the_limit_wait_and_go_out_in_order_across_workflows
             assert counts["action.admitted"] == 1, counts
             assert counts.get("action.queued", 0) <= 1, counts
         # Nothing is left holding or waiting.
-        assert await stack.orchestrator.flow.admission.slots.entries() == []
+        await all_freed(stack.orchestrator.flow.admission.slots)
 
 
 async def _has(stack: Any, run_id: str, kind: type[ev.Record]) -> bool:
@@ -160,4 +170,64 @@ async def test_a_cancelled_run_drops_its_held_request_and_frees_its_slot(
         seen = await requests(stack.client.nc, subjects)
         assert seen.most == {("cap:gate", "acme"): 1}
         assert [r.split("/")[0] for r in seen.admitted] == [runs[0], runs[2]]
-        assert await stack.orchestrator.flow.admission.slots.entries() == []
+        await all_freed(stack.orchestrator.flow.admission.slots)
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "capability-limits.yaml"
+
+
+async def test_the_capability_limits_example_keeps_two_at_work_per_account(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """examples/capability-limits.yaml end to end: four tickets of one account and one of
+    another; never more than two of an account's calls at work, the urgent one first."""
+    at_work: dict[str, int] = {}
+    most: dict[str, int] = {}
+    order: list[str] = []
+    release = asyncio.Event()
+    async with running_stack(nats_url, subjects, [EXAMPLE.read_text()], worker=False) as stack:
+        nc = await connect(nats_url)
+        worker = Worker("llm-agent", concurrency=16, grace_period=0.1)
+
+        @worker.capability("llm.complete")
+        async def complete(inp: dict[str, str], ctx: TaskContext) -> dict[str, str]:
+            account = inp["account"]
+            order.append(inp["prompt"])
+            at_work[account] = at_work.get(account, 0) + 1
+            most[account] = max(most.get(account, 0), at_work[account])
+            try:
+                await release.wait()
+            finally:
+                at_work[account] -= 1
+            return {"summary": inp["prompt"].upper()}
+
+        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+            runs = [
+                await stack.client.start("summarize-ticket", {"account": "acme", "text": t})
+                for t in ("a", "b", "c")
+            ]
+            runs.append(
+                await stack.client.start("summarize-ticket", {"account": "beta", "text": "x"})
+            )
+
+            async def three_at_work() -> bool:
+                return len(order) >= 3
+
+            await eventually(three_at_work, what="two of acme's and beta's at work")
+            await eventually(lambda: _has(stack, runs[2], ev.ActionQueued), what="c held")
+            urgent = {"account": "acme", "text": "now", "urgent": True}
+            runs.append(await stack.client.start("summarize-ticket", urgent))
+            await eventually(lambda: _has(stack, runs[-1], ev.ActionQueued), what="urgent held")
+            release.set()
+            outcomes = [await stack.wait(r) for r in runs]
+            assert {o.status for o in outcomes} == {"completed"}
+            assert outcomes[0].outputs == {"summary": "SUMMARIZE: A"}
+            assert most == {"acme": 2, "beta": 1}
+            assert order[3:] == ["Summarize: now", "Summarize: c"]  # the urgent one first
+        finally:
+            release.set()
+            await worker.stop(force=True)
+            await task
+            await nc.close()

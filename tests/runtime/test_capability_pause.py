@@ -12,7 +12,7 @@ from interlock.client.queues import list_queues
 from interlock.core import events as ev
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import requests
+from support.concurrency import all_freed, requests
 from support.runtime import TIMEOUT, cli_env, connect, eventually, run_cli, running_stack, yaml
 
 AGENT = yaml(
@@ -140,7 +140,7 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             assert len(seen_requests.counts) == 6  # every request held: admitted once each
             for counts in seen_requests.counts.values():
                 assert counts["action.admitted"] == 1, counts
-            assert await stack.orchestrator.flow.admission.slots.entries() == []
+            await all_freed(stack.orchestrator.flow.admission.slots)
             again = await cli(nats_url, subjects, "resume", "capability", "nap")
             assert "was not paused" in again.stdout
             missing = await cli(nats_url, subjects, "pause", "capability", "nope")

@@ -182,3 +182,17 @@ def stuck_worker() -> Worker:
         return {}
 
     return worker
+
+
+async def all_freed(slots: Any) -> None:
+    """Wait until no slot is held and nobody waits (the relay frees a slot on the record
+    that ends its holder, a moment after a waiter of the run sees the run end); fails the
+    test, naming what is left, when that does not happen."""
+    from support.runtime import TIMEOUT
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while (left := await slots.entries()) != []:
+        if loop.time() > deadline:
+            raise AssertionError(f"slots left held or waited for: {left}")
+        await asyncio.sleep(0.05)

@@ -199,3 +199,18 @@ def test_limits_are_checked_where_they_are_written() -> None:
     bad = AGENT.replace("key: input.account}", "key: run.id}", 1).replace("per: 1m", "per: 0s")
     found = [f"{d.line}:{d.col} {d.rule}" for d in compile_sources([("a.yaml", bad)]).diagnostics]
     assert found == ["8:36 capability-key", "9:30 bad-duration"]
+
+
+def test_a_key_that_cannot_be_computed_fails_the_run() -> None:
+    from interlock.core.definition import link
+
+    text = WORKFLOW.replace('input: {account: "{{ inputs.account }}"}', "input: {other: 1}")
+    compiled = compile_sources([("agent.yaml", AGENT), ("wf.yaml", text)])
+    assert not compiled.diagnostics, compiled.diagnostics
+    run = Run(link(compiled.workflows[0], compiled.agents[0].capabilities), run_id="r1")
+    run.start({"account": "acme"})
+    failed = run.log[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.data.error.error_class == "schema_error"
+    assert "the key of cap:llm.complete's limit cannot be computed" in failed.data.error.message
+    assert not any(isinstance(r, ev.ActionRequested) for r in run.log)

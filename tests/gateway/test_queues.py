@@ -198,6 +198,17 @@ async def test_an_operator_pauses_and_resumes_a_capability_over_http(
             }
             everything = (await http.get("/queues")).json()
             assert {q["limit"] for q in everything} == {"default/slow-api", "cap:slow@paused"}
+            # Metrics: the pause, and the request it holds, with no key as a label.
+            metrics = ClusterMetrics(gs.stack.js, subjects, registry=None)
+            await metrics.poll()
+            values = {
+                (family.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in metrics.collect()
+                for sample in family.samples
+            }
+            assert values[("interlock_capability_paused", (("capability", "slow"),))] == 1
+            held = ("interlock_concurrency_queued", (("limit", "cap:slow@paused"),))
+            assert values[held] == 1
             resumed = await http.post("/capabilities/slow/resume")
             assert resumed.json() == {"capability": "slow", "paused": False, "changed": True}
             assert (await client.result(run_id, wait=True, timeout=30)).status == "completed"

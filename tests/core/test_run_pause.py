@@ -116,3 +116,23 @@ def test_a_paused_run_holds_at_most_so_many_events(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(runpause, "MAX_HELD", 3)
     held = [run.send("com.example.go", event_id=f"go-{n}") for n in range(5)]
     assert [types(h) for h in held] == [["event.held"]] * 3 + [[], []]
+
+
+def test_logs_say_what_the_pause_records_are() -> None:
+    from interlock.core.record_text import summarize
+
+    run = paused_run()
+    run.answer({"ok": 1})
+    run._apply(resume(run.definition, run.state, run.now()))
+    lines = [
+        summarize(r)
+        for r in run.log
+        if "paused" in ev.record_type(r)
+        or "held" in ev.record_type(r)
+        or "resumed" in ev.record_type(r)
+    ]
+    assert lines == [
+        "run.paused: vendor down",
+        "event.held task.completed id=answer-1 (decided on when resumed)",
+        "run.resumed, 1 held event(s) decided on",
+    ]

@@ -499,8 +499,12 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
     # would fill the stream's 1,000.
     assert made == {
         "runs": ["STREAM.INFO kv_P_runs"],
+        # Whether each workflow is paused: the pauses bucket read whole (empty: its
+        # handle and its newest revision, no get).
         "workflows": [
             "DIRECT.GET kv_P_workflows",
+            "STREAM.INFO kv_P_paused",
+            "STREAM.INFO kv_P_paused",
             "STREAM.INFO kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
         ],
@@ -528,10 +532,13 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
             "DIRECT.GET kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
         ],
+        # Whether it is paused: one direct get of its key in the pauses bucket.
         "get workflow": [
+            "DIRECT.GET kv_P_paused",
             "DIRECT.GET kv_P_workflows",
             "DIRECT.GET kv_P_workflows",
             "DIRECT.GET kv_P_workflows",
+            "STREAM.INFO kv_P_paused",
             "STREAM.INFO kv_P_workflows",
         ],
     }

@@ -84,6 +84,12 @@ def summarize(record: ev.AnyRecord) -> str:
         return f"{kind} {d.action_id}: {d.reason}"
     if isinstance(record, ev.ActionQueued):
         return f"{kind} {d.action_id} {waiting_for(d.limit, d.key)} (place {d.place})"
+    if isinstance(record, ev.RunPaused):
+        return f"{kind}{' with its workflow' if d.workflow else ''}: {d.reason}"
+    if isinstance(record, ev.EventHeld):
+        return f"{kind} {d.event.get('type')} id={d.event.get('id')} (decided on when resumed)"
+    if isinstance(record, ev.RunResumed):
+        return f"{kind}, {d.held} held event(s) decided on"
     if isinstance(record, ev.ActionAdmitted):
         return f"{kind} {d.action_id}, dispatched" + (
             f"; deadline {d.deadline}" if d.deadline else ""

@@ -433,6 +433,13 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
                 "runs", env=cli_env(given, "il", INTERLOCK_CONTEXT=context), cwd=tmp_path
             )
             assert anywhere.returncode == 0, anywhere.stderr
+        # In dev's own folder (its data in ./.interlock), with no URL given: the port dev
+        # took (0: any free one), not 4222, with the operator's creds it wrote there.
+        here = tmp_path / "here"
+        here.mkdir()
+        (here / ".interlock").symlink_to(data_dir)
+        inside = run_cli("runs", env=cli_env("", "il", INTERLOCK_CONTEXT=context), cwd=here)
+        assert inside.returncode == 0, inside.stderr
         env = cli_env(url, "il", INTERLOCK_CREDS=operator)
         applied = run_cli("apply", str(tmp_path / "hello.yaml"), env=env)
         assert applied.returncode == 0, applied.stderr

@@ -34,9 +34,11 @@ __all__ = [
     "DevContext",
     "context_file",
     "default_operator_creds",
+    "folder_defaults",
     "prepare",
     "record_context",
     "recorded_context",
+    "recorded_server",
 ]
 
 DEFAULT_DATA_DIR = ".interlock"
@@ -192,3 +194,22 @@ def recorded_context() -> DevContext | None:
     if creds is not None and not (isinstance(creds, str) and Path(creds).is_file()):
         return None
     return DevContext(url=url, creds=creds, data_dir=data_dir)
+
+
+def recorded_server(creds: str) -> str | None:
+    """The server the last ``interlock dev`` serves when ``creds`` is its operator's
+    credential (the CLI run in its folder: it may have taken another port than 4222)."""
+    context = recorded_context()
+    if context is None or context.creds is None:
+        return None
+    return context.url if Path(creds).resolve() == Path(context.creds).resolve() else None
+
+
+def folder_defaults(server: object = None) -> tuple[str | None, str | None]:
+    """The operator's credential ``interlock dev`` wrote in this folder (or None), and,
+    when neither ``server`` nor ``INTERLOCK_URL`` names one, that ``interlock dev``'s own
+    server (it may have taken another port than 4222; None: the default)."""
+    creds = default_operator_creds()
+    if creds is None or server or os.environ.get("INTERLOCK_URL"):
+        return creds, None
+    return creds, recorded_server(creds)

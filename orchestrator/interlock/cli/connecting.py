@@ -59,11 +59,13 @@ def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOption
             for v in ("INTERLOCK_CREDS", "INTERLOCK_NKEY", "INTERLOCK_USER", "INTERLOCK_TOKEN")
         )
     ):
-        from interlock.auth.dev import default_operator_creds, recorded_context
+        from interlock.auth.dev import folder_defaults, recorded_context
 
-        creds_file = default_operator_creds()
-        context = recorded_context() if creds_file is None else None
         given = server or os.environ.get("INTERLOCK_URL")
+        # In the folder `interlock dev` runs in: its server, on whatever port it took.
+        creds_file, found = folder_defaults(server)
+        server = server or found
+        context = recorded_context() if creds_file is None else None
         if context is not None and (not given or given.strip() == context.url):
             # What the last `interlock dev` recorded, from any folder: its server, or
             # the one asked for when it is that one.

@@ -103,17 +103,17 @@ class Client(DeadLetterCalls):
     ) -> Client:
         """Connect as the CLI does: arguments, else ``INTERLOCK_*`` variables, else defaults
         (``nats://127.0.0.1:4222``, prefix ``il``, and with no credentials given, those
-        ``interlock dev`` wrote under ``.interlock/creds/`` in the current folder).
+        ``interlock dev`` wrote under ``.interlock/creds/`` here, on the server it serves).
 
         Raises:
             ConnectionFailed: no server answered in time, or it refused the credentials.
         """
         if options is None:
             if not (creds or nkey or user or token or _auth_in_environment()):
-                # As the CLI: run where `interlock dev` runs, use the operator's creds it wrote.
-                from interlock.auth.dev import default_operator_creds
+                from interlock.auth.dev import folder_defaults  # as the CLI, in dev's folder
 
-                creds = default_operator_creds()
+                creds, found = folder_defaults(server)
+                server = server or found
             options = ConnectOptions.resolve(
                 server,
                 creds_file=_path(creds),

@@ -66,6 +66,39 @@ async def test_a_heavier_key_is_given_more_turns(nats_url: str, subjects: Subjec
         assert await bucket_values(kv) == {}  # every segment deleted with its last waiter
 
 
+async def test_a_run_given_a_free_slot_counts_as_its_keys_turn(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """acme's first run takes the free slot at once; then acme and beta each queue one:
+    the slot it frees goes to beta, the key after the one served last, not to acme again."""
+    gates = Gates()
+    fair = "key: '\"all\"'\n      fair: inputs.customer"
+    manifest = limited(capability="gate", limit=1).replace("key: inputs.customer", fair)
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        first = await client.start("limited", {"customer": "acme", "n": 100})
+        await eventually(lambda: _started(gates, 1), what="the first run at work")
+        runs = [
+            await client.start("limited", {"customer": c, "n": n})
+            for c, n in (("acme", 1), ("beta", 11))
+        ]
+        slots = stack.orchestrator.flow.admission.slots
+
+        async def both_in_line() -> bool:
+            found = await slots.entries()
+            return bool(found) and found[0].queued == 2
+
+        await eventually(both_in_line, what="both runs in line")
+        for n in (100, 1, 11):
+            gates.gate(n).set()
+        for run_id in [first, *runs]:
+            assert (await stack.wait(run_id)).status == "completed"
+        assert gates.started == [100, 11, 1]
+
+
 async def test_two_orchestrators_keep_the_lines_exact(nats_url: str, subjects: Subjects) -> None:
     handled: list[int] = []
     customers = ("acme", "beta", "gamma")

@@ -254,6 +254,8 @@ class Slots:
             if place is None:
                 if len(entry.holders) < claim.size and not entry.lines:
                     entry.holders.append(waiter)
+                    if claim.fair:
+                        entry.turn = claim.fair  # served: its key had the last turn
                     return Entered(held=True)
                 if claim.on_limit == "skip":
                     return Entered(held=False, skipped=True)

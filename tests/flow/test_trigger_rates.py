@@ -141,6 +141,11 @@ async def test_a_queued_run_says_why_it_waits(
             described = done.stdout
     assert described is not None
     assert "by the rate of default/calls#trigger1 for key '' (1 per 3600s)" in described
+    # The run list says what it waits for: its trigger's rate (the index is written behind).
+    listed = await eventually(
+        lambda: _listed_waiting(nats_url, subjects), within=WAIT, what="the run list's line"
+    )
+    assert "slot default/calls#trigger1@rate" in listed
     shown = await asyncio.to_thread(
         run_cli, "queues", "--workflow", "calls", env=cli_env(nats_url, subjects.prefix)
     )
@@ -194,3 +199,12 @@ async def test_a_run_past_its_rate_still_waits_for_its_concurrency_slot(stack: S
     assert await stack.client.cancel(derive_run_id(definition, "/api", ids[0]), "done")
     found = await stack.settled(2, 2)
     assert set(found) == set(ids)
+
+
+async def _listed_waiting(nats_url: str, subjects: Subjects) -> str | None:
+    """``interlock runs --waiting slot``'s table once it lists a run, else None."""
+    done = await asyncio.to_thread(
+        run_cli, "runs", "--waiting", "slot", env=cli_env(nats_url, subjects.prefix)
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout if len(done.stdout.splitlines()) > 1 else None

@@ -279,7 +279,8 @@ def _run_forked(current: dict[str, Any], record: ev.RunForked) -> None:
 
 
 def _run_queued(current: dict[str, Any], record: ev.RunQueued) -> None:
-    current["queued"] = sorted({c.limit for c in record.data.slots})
+    rate = [f"{record.data.rate.trigger}@rate"] if record.data.rate is not None else []
+    current["queued"] = rate + sorted({c.limit for c in record.data.slots})
 
 
 def _run_admitted(current: dict[str, Any], record: ev.RunAdmitted) -> None:

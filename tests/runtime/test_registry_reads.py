@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_waiting import paused
 
 from interlock.runtime.embedded import EmbeddedNats
@@ -17,6 +18,10 @@ from interlock.transport.jetstream import JetStream
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 from support.runtime import TIMEOUT, connect
+
+# Reads time out after 0.1-0.3 s while the server is stopped (SIGSTOP): another test
+# process busy beside it on a 2-core machine makes those timeouts a race.
+pytestmark = pytest.mark.serial
 
 
 @contextlib.asynccontextmanager

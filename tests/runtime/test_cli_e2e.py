@@ -440,6 +440,14 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
         (here / ".interlock").symlink_to(data_dir)
         inside = run_cli("runs", env=cli_env("", "il", INTERLOCK_CONTEXT=context), cwd=here)
         assert inside.returncode == 0, inside.stderr
+        # creds issue there pushes the new account to that server too.
+        issued = run_cli(
+            *("creds", "issue", "publisher", "--events", "acme.>", "-o", "acme.creds"),
+            env=cli_env("", "il", INTERLOCK_CONTEXT=context),
+            cwd=here,
+        )
+        assert issued.returncode == 0, issued.stderr
+        assert f"pushed to {url}" in issued.stdout
         env = cli_env(url, "il", INTERLOCK_CREDS=operator)
         applied = run_cli("apply", str(tmp_path / "hello.yaml"), env=env)
         assert applied.returncode == 0, applied.stderr

@@ -196,13 +196,15 @@ def recorded_context() -> DevContext | None:
     return DevContext(url=url, creds=creds, data_dir=data_dir)
 
 
-def recorded_server(creds: str) -> str | None:
-    """The server the last ``interlock dev`` serves when ``creds`` is its operator's
-    credential (the CLI run in its folder: it may have taken another port than 4222)."""
+def recorded_server(path: str | os.PathLike[str]) -> str | None:
+    """The server the last ``interlock dev`` serves when ``path`` (its operator's
+    credential, its keys folder) is in its data folder: the CLI run there uses it, whatever
+    port it took (None: elsewhere, or nothing recorded)."""
     context = recorded_context()
-    if context is None or context.creds is None:
+    if context is None:
         return None
-    return context.url if Path(creds).resolve() == Path(context.creds).resolve() else None
+    inside = Path(path).resolve().is_relative_to(Path(context.data_dir).resolve())
+    return context.url if inside else None
 
 
 def folder_defaults(server: object = None) -> tuple[str | None, str | None]:

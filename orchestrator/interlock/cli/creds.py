@@ -276,10 +276,12 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def _push(args: argparse.Namespace, store: KeyStore, tokens: list[str] | None = None) -> int:
+    from interlock.auth.dev import recorded_server
     from interlock.auth.push import PushFailed, push_account
     from interlock.transport.connection import ConnectionFailed, ConnectOptions
 
-    opts = ConnectOptions.resolve(args.server)
+    server = args.server or os.environ.get("INTERLOCK_URL") or recorded_server(store.dir)
+    opts = ConnectOptions.resolve(server)
     try:
         message = asyncio.run(push_account(opts, store, tokens))
     except (PushFailed, ConnectionFailed) as exc:

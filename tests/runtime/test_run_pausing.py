@@ -147,6 +147,9 @@ async def test_pausing_a_workflow_with_its_runs_holds_them_until_it_is_resumed(
             await eventually(answers_held, what="both answers held")
             for run_id in running:
                 assert (await client.state(run_id)).paused.workflow  # type: ignore[union-attr]
+            # Paused with its workflow: describe names what resumes it.
+            described = await cli(nats_url, subjects, "describe", "run", running[0])
+            assert "held until 'interlock resume workflow default/twosteps'" in described
             assert kinds(await client.read(later))[-1] == "run.queued"
             # A run paused on its own stays paused when the workflow is resumed.
             said = await cli(nats_url, subjects, "resume", "workflow", "twosteps")

@@ -195,7 +195,8 @@ def _describe_head(d: RunDescription) -> None:
         with_workflow = " with its workflow" if d.paused.workflow else ""
         why = f": {d.paused.reason}" if d.paused.reason else ""
         print(f"paused       since {d.paused.at}{with_workflow}{why}")
-        print(f"{'':<12} {d.paused.held} event(s) held until 'interlock resume run {d.run_id}'")
+        resume = f"workflow {d.namespace}/{d.workflow}" if d.paused.workflow else f"run {d.run_id}"
+        print(f"{'':<12} {d.paused.held} event(s) held until 'interlock resume {resume}'")
     print(f"state        {d.state}")
     if d.rate is not None:
         r = d.rate

@@ -81,6 +81,8 @@ async def test_a_paused_run_holds_what_reaches_it_across_a_crash(
             # The event it will wait for once resumed is sent and held too.
             told = await cli(nats_url, subjects, "signal", run_id, "com.example.go")
             assert "held by paused run" in told
+            # One it would not take, even resumed, is not sent.
+            await cli(nats_url, subjects, "signal", run_id, "com.example.nope", code=1)
             records = await client.read(run_id)
             assert kinds(records)[-3:] == ["run.paused", "event.held", "event.held"]
             assert (await client.state(run_id)).state == "first"

@@ -19,7 +19,8 @@ from interlock.transport.cloudevents import CloudEvent
 from interlock.views import GateView, SignalResult
 
 if TYPE_CHECKING:
-    from interlock.core.definition import TransitionDef
+    from interlock.core.definition import Definition, TransitionDef
+    from interlock.core.state import RunState
     from interlock.runtime.client import InterlockClient
     from interlock.runtime.waiting import RunWatcher
 
@@ -51,14 +52,18 @@ async def send(
         return base.result("finished")
     definition = await definition_of(ops, state)
     takes = definition.states[state.state].transitions_for(signal.name) if definition else ()
-    # Evidence is kept whatever state the run is in (a gate reads it when checked).
-    # A paused run is sent the event whatever its state: it holds what it will take once
-    # resumed, and that may be a later state's.
-    paused = state.paused is not None
+    # Evidence is kept whatever state the run is in (a gate reads it when checked). A
+    # paused run holds what it will take once resumed, which may be a later state's: the
+    # core says whether it would hold this one.
+    held = (
+        state.paused is not None
+        and definition is not None
+        and _would_hold(definition, state, signal)
+    )
     if (
         definition is not None
         and not takes
-        and not paused
+        and not held
         and signal.name not in definition.evidence_events
     ):
         waits = sorted({t.event for t in definition.states[state.state].transitions})
@@ -95,6 +100,21 @@ async def send(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(hint.wait(), min(left, 1.0))
             hint.clear()
+
+
+def _would_hold(definition: Definition, state: RunState, signal: Signal) -> bool:
+    """Whether the paused run would hold ``signal`` (it would take it once resumed)."""
+    from interlock.core.engine import decide
+    from interlock.core.incoming import Incoming
+
+    probe = Incoming(
+        type=signal.name,
+        source=signal.source,
+        id=signal.id,
+        data=signal.data,
+        extensions={"runid": signal.run_id},
+    )
+    return bool(decide(definition, state, probe, utc_now()))
 
 
 async def _decision_on(

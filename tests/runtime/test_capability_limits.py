@@ -97,11 +97,10 @@ async def test_requests_over_the_limit_wait_and_go_out_in_order_across_workflows
         assert sorted(gates.started) == [0, 1, 100]
         records = await stack.records(runs[3])
         (waiting,) = [r for r in records if isinstance(r, ev.ActionQueued)]
-        assert (waiting.data.limit, waiting.data.key, waiting.data.place) == (
-            "cap:gate",
-            "acme",
-            2,
-        )
+        assert (waiting.data.limit, waiting.data.key) == ("cap:gate", "acme")
+        # Its place when it joined: 2nd, or 1st if the relay put it in line first (its
+        # place follows the requests' times, not the order they were read).
+        assert waiting.data.place in (1, 2)
         assert not any(isinstance(r, ev.ActionAdmitted) for r in records)
         # describe and logs say what it waits for, as a user reads them.
         env = cli_env(nats_url, subjects.prefix)

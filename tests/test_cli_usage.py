@@ -30,3 +30,23 @@ def test_a_wrong_flag_prints_the_commands_usage(argv: list[str], usage: str) -> 
     assert done.stderr.startswith(usage), done.stderr
     assert done.stderr.rstrip().endswith("error: unrecognized arguments: --frobnicate")
     assert done.stdout == ""
+
+
+def test_a_server_that_does_not_answer_names_the_one_dev_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`interlock dev` took another port than the one asked for: the failure says where it is."""
+    from interlock.auth.dev import record_context
+    from interlock.cli.connecting import _credential_hint
+
+    monkeypatch.setenv("INTERLOCK_CONTEXT", str(tmp_path / "dev.json"))
+    creds = tmp_path / ".interlock" / "creds" / "operator.creds"
+    creds.parent.mkdir(parents=True)
+    creds.write_text("x")
+    record_context("nats://127.0.0.1:40407", creds, tmp_path / ".interlock")
+    failed = "cannot connect to NATS at nats://127.0.0.1:4222 (gave up after 5 s): refused"
+    hint = _credential_hint(failed)
+    assert "the last `interlock dev` serves nats://127.0.0.1:40407" in hint
+    assert "export INTERLOCK_URL=nats://127.0.0.1:40407" in hint
+    there = "cannot connect to NATS at nats://127.0.0.1:40407 (gave up after 5 s): refused"
+    assert _credential_hint(there) == ""  # dev's own server did not answer: nothing to add

@@ -150,11 +150,18 @@ def with_client(
 
 
 def _credential_hint(failure: str) -> str:
-    """What to set when the server refused to connect without (the right) credentials."""
-    if "refused the credentials" not in failure:
-        return ""
+    """What to set when the server refused to connect without (the right) credentials, or
+    when none answered where the last ``interlock dev`` does not serve."""
     from interlock.auth.dev import context_file, recorded_context
 
+    if "refused the credentials" not in failure:
+        context = recorded_context()
+        if context is None or "cannot connect" not in failure or context.url in failure:
+            return ""
+        return (
+            f"\n  the last `interlock dev` serves {context.url}: --server {context.url} "
+            f"or export INTERLOCK_URL={context.url}"
+        )
     hint = (
         "\n  this server wants a credential: --creds FILE or export INTERLOCK_CREDS=FILE "
         "(`interlock dev` writes DATA_DIR/creds/operator.creds, and records its server "

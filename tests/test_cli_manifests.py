@@ -58,7 +58,7 @@ BROKEN_ERRORS = [
     "(a number and a unit: 250ms, 30s, 30m, 1h, 1d)",
     "broken.yaml:14:32: cel-compile: CEL does not compile: 'result.score >'",
     "broken.yaml:16:11: unknown-key: unknown key 'when' in spec.states.work.on.0 "
-    "(allowed: budget, description, event, goto, guard, set)",
+    "(allowed: budget, continue_as_new, description, event, goto, guard, set)",
 ]
 
 # Each call starts a process (about a second on a loaded machine): one call per behaviour.

@@ -334,7 +334,12 @@ def test_migration_moves_only_runs_whose_log_agrees() -> None:
     before = fold(running)
     assert (
         msgspec.structs.replace(
-            after, version=1, spec_hash=ORIGINAL.spec_hash, seq=14, updated_at=before.updated_at
+            after,
+            version=1,
+            spec_hash=ORIGINAL.spec_hash,
+            seq=14,
+            updated_at=before.updated_at,
+            size=before.size,
         )
         == before
     )

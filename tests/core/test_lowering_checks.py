@@ -218,7 +218,7 @@ def test_a_dag_cycle_names_a_step_on_it_not_one_that_only_waits_for_it() -> None
 def test_error_classes_are_checked_where_an_author_names_one() -> None:
     known = (
         "timeout, cancelled, budget_exceeded, schema_error, agent_error, platform_error, "
-        "expression_error, workflow_failed, payload_too_large"
+        "expression_error, workflow_failed, payload_too_large, history_exceeded"
     )
     assert problems(
         """\

@@ -136,6 +136,7 @@ def test_reading_a_log_does_not_load_the_compiler() -> None:
             "interlock.core.records.actions",
             "interlock.core.records.base",
             "interlock.core.records.capacity",
+            "interlock.core.records.chain",
             "interlock.core.records.flow",
             "interlock.core.records.run",
             "interlock.core.records.states",
@@ -204,6 +205,7 @@ def test_error_classes_are_defined_once_in_documented_order() -> None:
         "expression_error",
         "workflow_failed",
         "payload_too_large",
+        "history_exceeded",
     )
     assert tuple(ErrorClass) == ERROR_CLASSES
     assert {"timeout", "platform_error"} == RETRYABLE
@@ -218,8 +220,15 @@ def test_members_are_their_strings(vocabulary: type[enum.StrEnum]) -> None:
 
 
 def test_statuses_and_purposes() -> None:
-    assert [s.value for s in RunStatus] == ["new", "running", "completed", "failed", "cancelled"]
-    assert {"completed", "failed", "cancelled"} == FINISHED
+    assert [s.value for s in RunStatus] == [
+        "new",
+        "running",
+        "completed",
+        "failed",
+        "cancelled",
+        "continued",
+    ]
+    assert {"completed", "failed", "cancelled", "continued"} == FINISHED
     assert [p.value for p in TimerPurpose] == [
         "action-timeout",
         "retry",

@@ -23,6 +23,8 @@ INVALID = sorted((MANIFESTS / "invalid").glob("*.yaml"))
 EXPECT = re.compile(r"^# expect: (\d+):(\d+) ([a-z-]+): (.+)$")
 
 RULES = {
+    "bad-size",
+    "continue-terminal",
     "action-target",
     "capability-clash",
     "budget",
@@ -654,7 +656,7 @@ def test_errors_inside_optional_sections_name_the_section_and_the_rest_is_still_
         "8:12 missing-field: spec.states.work.map: 'as' is a required property",
         "9:16 missing-field: spec.states.work.timeout: 'goto' is a required property",
         "10:48 unknown-key: unknown key 'when' in spec.states.work.on.0 "
-        "(allowed: budget, description, event, goto, guard, set)",
+        "(allowed: budget, continue_as_new, description, event, goto, guard, set)",
     ]
     unknown = diagnostics(
         states

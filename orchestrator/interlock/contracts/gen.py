@@ -86,6 +86,11 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "action.admitted": "A request holds a slot and a token of each limit of its capability "
     "(`limits` of `action.requested`): it is dispatched now, its `deadline` counted from "
     "here. The record that ends the attempt names the lines it leaves (`freed`).",
+    "run.continued": "The run's log ends here and the run goes on as a new run (`run_id`, "
+    "derived from this run's id and this record's position) that enters `state` with "
+    "`inputs` and takes over the run's context, states' outputs and the rest; its "
+    "`run.started` names this run in `continued_from`. `reason`: a `continue_as_new` "
+    "transition, or a history limit neared (`history.max_records`, `history.max_bytes`).",
 }
 """One line per record type, keyed by the type without the ``io.interlock.`` prefix."""
 

@@ -200,6 +200,14 @@ class CorrelationDef:
 
 
 @dataclass(frozen=True, slots=True)
+class ContinueDef:
+    """A transition's ``continue_as_new``: ``goto`` is entered in a new run, whose inputs
+    are the run's with these replaced."""
+
+    inputs: tuple[tuple[str, CompiledValue], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TransitionDef:
     index: int
     event: str
@@ -208,6 +216,8 @@ class TransitionDef:
     set: tuple[tuple[str, CompiledValue], ...] = ()
     budget: tuple[str, ...] = ()
     """The edge budgets it counts against."""
+    renew: ContinueDef | None = None
+    """Set when the transition continues the run as new (``continue_as_new``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +261,15 @@ class DeadlineDef:
     after_s: float | None
     goto: str | None = None
     set: tuple[tuple[str, CompiledValue], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryDef:
+    """``spec.history``: each field None where the workflow leaves it to the installation."""
+
+    max_records: int | None = None
+    max_bytes: int | None = None
+    continue_as_new: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +334,8 @@ class Definition:
     """How long a finished run is kept (None: the installation's default)."""
     archive: ArchiveDef | None = None
     """Where a run's log goes before retention deletes it (None: the installation's)."""
+    history: HistoryDef | None = None
+    """How long a run's log may grow (None: as the installation says)."""
     concurrency: tuple[LimitDef, ...] = ()
     priority: Expression | None = None
     source: str = ""

@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core import limits, runpause
+from interlock.core import history, limits, runpause
+from interlock.core.continuing import Carried, carried, handed_spawn
 from interlock.core.definition import Definition
+from interlock.core.history import limits as limits_of
 from interlock.core.incoming import (
     TIMER_FIRED,
     Incoming,
@@ -36,7 +38,13 @@ from interlock.core.seen import event_key
 from interlock.core.spawn import spawn_budget
 from interlock.core.state import RunState, fold
 from interlock.core.step import GuardCheck, backoff_seconds, plus_seconds
-from interlock.core.vocabulary import TASK_COMPLETED, TASK_FAILED, RunStatus, TimerPurpose
+from interlock.core.vocabulary import (
+    TASK_COMPLETED,
+    TASK_FAILED,
+    ErrorClass,
+    RunStatus,
+    TimerPurpose,
+)
 
 __all__ = [
     "TASK_COMPLETED",
@@ -46,6 +54,7 @@ __all__ = [
     "Incoming",
     "backoff_seconds",
     "cancel",
+    "continuation",
     "correlation_key",
     "decide",
     "derive_run_id",
@@ -74,6 +83,7 @@ def start(
     trace: list[GuardCheck] | None = None,
     window: ev.TriggerWindow | None = None,
     rate: ev.RateHold | None = None,
+    history: ev.HistoryLimits | None = None,
 ) -> list[ev.AnyRecord]:
     """The first records of a new run: started, then the initial state entered.
 
@@ -94,6 +104,7 @@ def start(
         trace=trace,
         window=window,
         rate=rate,
+        history=history,
     )[0]
 
 
@@ -113,11 +124,15 @@ def started(
     paused: bool = False,
     window: ev.TriggerWindow | None = None,
     rate: ev.RateHold | None = None,
+    history: ev.HistoryLimits | None = None,
+    carried: Carried | None = None,
 ) -> tuple[list[ev.AnyRecord], RunState]:
     """:func:`start`, and the run's state after its records (``fold(records)``, which
     making them has computed already). ``deadline_s``: the run's own deadline (seconds
     from now) over the workflow's ``spec.deadline.after``; 0 ends it at once. ``paused``:
-    the workflow is paused: the run waits (``run.queued``) until it is resumed."""
+    the workflow is paused: the run waits (``run.queued``) until it is resumed.
+    ``history``: the history limits in force (:func:`interlock.core.history.limits`).
+    ``carried``: what a run continued as new takes over (:func:`continuation`)."""
     step = Reactions(definition, RunState(), now, trace=trace)
     step._run_id = run_id
     step.emit(
@@ -128,16 +143,29 @@ def started(
             version=version,
             spec_hash=definition.spec_hash,
             inputs=dict(inputs),
-            context=dict(definition.context),
-            trigger=None if trigger is None else trigger.to_dict(),
-            correlation_key=correlation_key(definition, inputs),
+            context=dict(definition.context) if carried is None else carried.context,
+            trigger=(
+                carried.trigger
+                if carried is not None
+                else None
+                if trigger is None
+                else trigger.to_dict()
+            ),
+            correlation_key=(
+                correlation_key(definition, inputs) if carried is None else carried.correlation_key
+            ),
             parent=parent,
             spawn=spawn_budget(definition, spawn),
             deadline_s=deadline_s,
             window=window,
+            history=history if history is not None else limits_of(definition),
+            continued_from=None if carried is None else carried.continued_from,
         ),
         traceparent=traceparent,
     )
+    if carried is not None:
+        _go_on(step, definition, carried, inputs, paused=paused)
+        return step.out, step.state
     after = deadline_s
     if after is None and definition.deadline is not None:
         after = definition.deadline.after_s
@@ -154,6 +182,52 @@ def started(
         return step.out, step.state
     step.enter(definition.initial_state)
     return step.out, step.state
+
+
+def _go_on(
+    step: Reactions,
+    definition: Definition,
+    carried: Carried,
+    inputs: Mapping[str, Any],
+    *,
+    paused: bool,
+) -> None:
+    """A continued run after its ``run.started``: its deadline as it was, then the state
+    it goes on in (once admitted, when its workflow limits how many run at once)."""
+    cf = carried.continued_from
+    if cf.deadline_at is not None:
+        step.schedule(TimerPurpose.RUN_DEADLINE, cf.deadline_at)
+    if definition.concurrency or paused:
+        trigger = None if carried.trigger is None else Incoming.from_dict(carried.trigger)
+        limits.queue(step, definition, inputs, trigger, paused=paused)
+        return
+    step.enter(cf.state)
+
+
+def continuation(
+    definition: Definition,
+    state: RunState,
+    record: ev.RunContinued,
+    *,
+    paused: bool = False,
+) -> tuple[list[ev.AnyRecord], RunState]:
+    """The first records of the run that continues the one whose state (after its
+    ``run.continued``, ``record``) is ``state``: started with what it takes over, under
+    the same version and limits, at the time of ``record`` (so that deciding it twice
+    gives the same records), then in the state it goes on in."""
+    return started(
+        definition,
+        run_id=record.data.run_id,
+        inputs=record.data.inputs,
+        now=record.time,
+        version=state.version,
+        traceparent=state.traceparent,
+        parent=record.data.parent,
+        spawn=handed_spawn(state),
+        paused=paused,
+        history=state.history or history.DEFAULT,  # as the run before, never recomputed
+        carried=carried(state, record),
+    )
 
 
 def decide(
@@ -197,6 +271,12 @@ def decided(
         return held, fold(held, state)
     step = Reactions(definition, state, now, trace=trace)
     _react(step, definition, state, event)
+    if step.out and step.state.status == RunStatus.RUNNING:
+        limit = history.over(step.state)
+        if limit is not None:
+            # The history limit: what would take the log past it is not recorded.
+            step = Reactions(definition, state, now)
+            step.fail_run(ErrorClass.HISTORY_EXCEEDED, history.exceeded_message(state, limit))
     return step.out, step.state
 
 

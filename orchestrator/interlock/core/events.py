@@ -40,6 +40,7 @@ from interlock.core.records.capacity import (
     ActionQueuedData,
     FreedSlots,
 )
+from interlock.core.records.chain import ContinuedFrom, HistoryLimits
 from interlock.core.records.flow import (
     EventReceived,
     EventReceivedData,
@@ -63,6 +64,8 @@ from interlock.core.records.run import (
     RunCancelledData,
     RunCompleted,
     RunCompletedData,
+    RunContinued,
+    RunContinuedData,
     RunFailed,
     RunFailedData,
     RunForked,
@@ -119,6 +122,7 @@ __all__ = [
     "ActionRequested",
     "ActionRequestedData",
     "AnyRecord",
+    "ContinuedFrom",
     "DagCompleted",
     "DagCompletedData",
     "DagStarted",
@@ -135,6 +139,7 @@ __all__ = [
     "GateCheckedData",
     "GuardFailed",
     "GuardFailedData",
+    "HistoryLimits",
     "MapCompleted",
     "MapCompletedData",
     "MapStarted",
@@ -149,6 +154,8 @@ __all__ = [
     "RunCancelledData",
     "RunCompleted",
     "RunCompletedData",
+    "RunContinued",
+    "RunContinuedData",
     "RunFailed",
     "RunFailedData",
     "RunForked",
@@ -217,11 +224,17 @@ AnyRecord = (
     | RunResumed
     | ActionQueued
     | ActionAdmitted
+    | RunContinued
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = AnyRecord.__args__
 TERMINAL_TYPES = frozenset(
-    {PREFIX + "run.completed", PREFIX + "run.failed", PREFIX + "run.cancelled"}
+    {
+        PREFIX + "run.completed",
+        PREFIX + "run.failed",
+        PREFIX + "run.cancelled",
+        PREFIX + "run.continued",
+    }
 )
 
 _encoder = msgspec.json.Encoder()

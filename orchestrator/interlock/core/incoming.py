@@ -21,6 +21,9 @@ SPAWNS_EXTENSION = "spawns"
 allowance it was handed."""
 
 
+_ATTRIBUTES = frozenset({"specversion", "id", "source", "type", "subject", "time", "data"})
+
+
 class Incoming(msgspec.Struct, frozen=True, kw_only=True):
     """A CloudEvent arriving at a run: an agent's answer or an external event.
 
@@ -34,6 +37,20 @@ class Incoming(msgspec.Struct, frozen=True, kw_only=True):
     time: str | None = None
     subject: str | None = None
     extensions: dict[str, str] = {}
+
+    @classmethod
+    def from_dict(cls, copy: Mapping[str, Any]) -> Incoming:
+        """The event a structured-mode copy holds (an ``event.received`` record's, a run's
+        trigger): what :meth:`to_dict` wrote, read back."""
+        return cls(
+            type=str(copy.get("type", "")),
+            source=str(copy.get("source", "")),
+            id=str(copy.get("id", "")),
+            data=copy.get("data"),
+            time=copy.get("time"),
+            subject=copy.get("subject"),
+            extensions={k: str(v) for k, v in copy.items() if k not in _ATTRIBUTES},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The structured-mode CloudEvent, as recorded in the log."""

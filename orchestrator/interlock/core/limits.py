@@ -152,7 +152,8 @@ def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRe
         return []  # (a paused run is admitted when it is resumed)
     step = Reactions(definition, state, now)
     step.emit(ev.RunAdmitted, ev.RunAdmittedData(limits=[s.limit for s in state.slots]))
-    step.enter(definition.initial_state)
+    chain = state.chain
+    step.enter(chain.state if chain is not None and chain.state else definition.initial_state)
     return step.out
 
 

@@ -24,6 +24,7 @@ from interlock.core.definition import (
     CorrelationDef,
     DeadlineDef,
     Definition,
+    HistoryDef,
     InputDef,
     TriggerDef,
     known_type,
@@ -32,6 +33,7 @@ from interlock.core.definition import (
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.expr import Expression, expressions, references
 from interlock.core.flowmodel import TriggerRate
+from interlock.core.history import MIN_HISTORY_BYTES, parse_size
 from interlock.core.limitdef import LimitDef, TriggerRateDef, WindowDef
 from interlock.core.lowering_dag import STEPS_VARIABLE, check_gates
 from interlock.core.lowering_scope import LoweringScope
@@ -93,6 +95,7 @@ class WorkflowLowering(LoweringScope):
         deadline = self._deadline()
         retention_s = self._duration(("spec", "retention"), spec.retention)
         archive = self._archive()
+        history = self._history()
         concurrency = self._concurrency()
         priority = self._priority()
         check_graph(spec, self.error)
@@ -123,6 +126,7 @@ class WorkflowLowering(LoweringScope):
             evidence_events=frozenset(spec.evidence.events if spec.evidence else ()),
             retention_s=retention_s,
             archive=archive,
+            history=history,
             concurrency=concurrency,
             priority=priority,
             source=self.doc.text,
@@ -212,6 +216,29 @@ class WorkflowLowering(LoweringScope):
                 f"run starts); it reads {', '.join(repr(n) for n in reads)}",
             )
         return weight
+
+    def _history(self) -> HistoryDef | None:
+        spec = self.wf.spec.history
+        if spec is None:
+            return None
+        max_bytes = spec.max_bytes
+        if isinstance(max_bytes, str):
+            max_bytes = parse_size(max_bytes)
+            if max_bytes is None:
+                self.error(
+                    ("spec", "history", "max_bytes"),
+                    "bad-size",
+                    f"max_bytes {spec.max_bytes!r} is not a size (a number of bytes, or a "
+                    "whole number followed by KB, MB, GB, KiB, MiB or GiB: 64MiB)",
+                )
+        if max_bytes is not None and max_bytes < MIN_HISTORY_BYTES:
+            self.error(
+                ("spec", "history", "max_bytes"),
+                "bad-size",
+                f"max_bytes must be at least {MIN_HISTORY_BYTES} (a run's first records "
+                "take a few KB)",
+            )
+        return HistoryDef(spec.max_records, max_bytes, spec.continue_as_new)
 
     def _archive(self) -> ArchiveDef | None:
         spec = self.wf.spec.archive

@@ -13,6 +13,7 @@ from interlock.core.definition import (
     TERMINAL,
     ActionDef,
     CatchDef,
+    ContinueDef,
     FailDef,
     GateDef,
     LoopDef,
@@ -377,7 +378,24 @@ class StateLowering(LoweringScope):
                 self._cel_error((*path, "guard"), exc)
         sets = tuple((k, self._value((*path, "set", k), v)) for k, v in t.set.items())
         budget = self._budgets((*path, "budget"), t.budget)
-        return TransitionDef(index, t.event, t.goto, guard, sets, budget)
+        return TransitionDef(index, t.event, t.goto, guard, sets, budget, self._renew(path, t))
+
+    def _renew(self, path: Path, t: model.Transition) -> ContinueDef | None:
+        """A transition's ``continue_as_new``: its inputs compiled; never into a terminal
+        state (the new run would end at once: go there in this one)."""
+        if t.continue_as_new is False:
+            return None
+        target = self.states.get(t.goto)
+        if target is not None and target.type == "terminal":
+            self.error(
+                (*path, "continue_as_new"),
+                "continue-terminal",
+                f"continue_as_new into terminal state {t.goto!r}: the new run would end at "
+                "once; go there in this run (drop continue_as_new)",
+            )
+        given = {} if t.continue_as_new is True else t.continue_as_new.inputs
+        at: Path = (*path, "continue_as_new", "inputs")
+        return ContinueDef(tuple((k, self._value((*at, k), v)) for k, v in given.items()))
 
 
 def _completion(spec: model.Completion) -> tuple[str, int]:

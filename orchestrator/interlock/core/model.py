@@ -21,6 +21,7 @@ from interlock.core.flowmodel import (
     Debounce,
     TriggerRate,
 )
+from interlock.core.historymodel import ContinueAsNew, History
 from interlock.core.vocabulary import ErrorClass
 
 WORKFLOW_API_VERSIONS = ("interlock.io/v1", "zynax.io/v1")
@@ -266,6 +267,8 @@ class Transition(_Strict, frozen=True, kw_only=True):
     guard: CelExpression | None = None
     set: dict[str, Value] = {}
     budget: EdgeBudgets = []
+    continue_as_new: bool | ContinueAsNew = False
+    """Enter ``goto`` in a new run that continues this one (true, or ``{inputs: {...}}``)."""
     description: str | None = None
 
 
@@ -412,6 +415,7 @@ class WorkflowSpec(_Strict, frozen=True, kw_only=True):
     evidence: EvidenceSpec | None = None
     retention: Duration | None = None
     archive: Archive | None = None
+    history: History | None = None
     numbers: Literal["typed", "double"] = "typed"  # JSON numbers in CEL: as written, or doubles
     concurrency: list[ConcurrencyLimit] = []
     priority: CelExpression | None = None

@@ -1,4 +1,5 @@
-"""How far a map state's items and a DAG state's steps got (part of a run's state)."""
+"""How far a map state's items and a DAG state's steps got, and where a run stands in a
+chain of runs continued as new (parts of a run's state)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,38 @@ class DagProgress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
                 entry["source"] = self.sources[name]
             out[name] = entry
         return out
+
+
+class Chain(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A run's place in a chain of runs continued as new: the run before it (whose
+    ``run.continued`` names it), the run after it (once it has continued), its place."""
+
+    previous: str | None = None
+    next: str | None = None
+    link: int = 0
+    """0 for the first run of a chain, then 1, 2..."""
+    state: str = ""
+    """The state a continued run enters first (once admitted, when it waits for slots)."""
+
+
+class PendingAction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    action_id: str
+    state: str
+    index: int
+    capability: str
+    attempt: int = 1
+    requested_at: str = ""
+    deadline: str | None = None
+    retry: ev.RetryInfo | None = None
+    workflow: str | None = None
+    item: int | None = None
+    iteration: int | None = None
+    step: str | None = None
+    limits: list[ev.SlotClaim] = []
+    """The capability's lines the request is in (see :mod:`interlock.core.capacity`)."""
+    held: bool = False
+    """Waiting for ``action.admitted``: not dispatched, no deadline running."""
+    timeout_s: float | None = None
+    """A held request's timeout, counted from its admission."""
+    queued: str = ""
+    """The limit its ``action.queued`` last said it waits for."""

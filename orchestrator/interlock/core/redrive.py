@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlock.core import events as ev
+from interlock.core.continuing import Carried
 from interlock.core.definition import Definition, resolve_inputs
 from interlock.core.engine import (
     TASK_FAILED,
@@ -28,6 +29,7 @@ from interlock.core.engine import (
     migrate,
     resume_fork,
     start,
+    started,
     trigger_inputs,
 )
 from interlock.core.limits import admitted
@@ -162,20 +164,9 @@ def _answer(step: Step, action_id: str) -> Incoming:
     )
 
 
-_EVENT_ATTRIBUTES = ("specversion", "id", "source", "type", "subject", "time", "data")
-
-
 def event_of(copy: dict[str, Any]) -> Incoming:
     """The incoming event an ``event.received`` record (or a run's trigger) holds a copy of."""
-    return Incoming(
-        type=str(copy.get("type", "")),
-        source=str(copy.get("source", "")),
-        id=str(copy.get("id", "")),
-        data=copy.get("data"),
-        time=copy.get("time"),
-        subject=copy.get("subject"),
-        extensions={k: str(v) for k, v in copy.items() if k not in _EVENT_ATTRIBUTES},
-    )
+    return Incoming.from_dict(copy)
 
 
 def describe_input(step: Step) -> dict[str, Any]:
@@ -367,6 +358,24 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
 def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardCheck]) -> Redriven:
     d = drive.definition
     data = head.data
+    version = drive.version if drive.version else data.version
+    if data.continued_from is not None:
+        # A run continued from another: it starts with what it took over, as recorded.
+        carried = Carried(data.continued_from, data.context, data.correlation_key, data.trigger)
+        records, _ = started(
+            d,
+            run_id=head.subject,
+            inputs=data.inputs,
+            now=head.time,
+            version=version,
+            traceparent=head.traceparent,
+            parent=data.parent,
+            spawn=data.spawn,
+            trace=checks,
+            history=data.history,
+            carried=carried,
+        )
+        return Redriven(records, checks)
     trigger = None if data.trigger is None else event_of(data.trigger)
     given: dict[str, Any] = dict(data.inputs)
     # A window's run: its inputs are its events' (a batch) or its last event's, as recorded.
@@ -383,7 +392,7 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
         run_id=head.subject,
         inputs=inputs,
         now=head.time,
-        version=drive.version if drive.version else data.version,
+        version=version,
         trigger=trigger,
         traceparent=head.traceparent,
         parent=data.parent,
@@ -393,6 +402,7 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
             (r.data.rate for r in step.records if isinstance(r, ev.RunQueued) and r.data.rate),
             None,
         ),
+        history=data.history,
     )
     return Redriven(list(records), checks)
 

@@ -15,101 +15,22 @@ from msgspec.structs import replace
 
 from interlock.core import events as ev
 from interlock.core.pauses import is_pause
+from interlock.core.progress import Chain as Chain
 from interlock.core.progress import DagProgress as DagProgress
 from interlock.core.progress import MapProgress as MapProgress
+from interlock.core.progress import PendingAction as PendingAction
+from interlock.core.runstate import RunState as RunState
 from interlock.core.seen import take, taken
 from interlock.core.spawn import SpawnProgress
 from interlock.core.statecodec import encode_state as encode_state
-from interlock.core.vocabulary import FINISHED, RunStatus, StepStatus, TimerPurpose
-
-
-class PendingAction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    action_id: str
-    state: str
-    index: int
-    capability: str
-    attempt: int = 1
-    requested_at: str = ""
-    deadline: str | None = None
-    retry: ev.RetryInfo | None = None
-    workflow: str | None = None
-    item: int | None = None
-    iteration: int | None = None
-    step: str | None = None
-    limits: list[ev.SlotClaim] = []
-    """The capability's lines the request is in (see :mod:`interlock.core.capacity`)."""
-    held: bool = False
-    """Waiting for ``action.admitted``: not dispatched, no deadline running."""
-    timeout_s: float | None = None
-    """A held request's timeout, counted from its admission."""
-    queued: str = ""
-    """The limit its ``action.queued`` last said it waits for."""
-
-
-class RunState(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything decide needs to know about a run; rebuilt by folding its log."""
-
-    run_id: str = ""
-    workflow: str = ""
-    namespace: str = "default"
-    version: int = 0
-    spec_hash: str = ""
-    status: str = RunStatus.NEW
-    seq: int = 0
-    """How many records have been folded: the log position of the last one."""
-    started_at: str = ""
-    updated_at: str = ""
-    state: str = ""
-    inputs: dict[str, Any] = {}
-    context: dict[str, Any] = {}
-    states: dict[str, dict[str, Any]] = {}
-    """``states.<name>.output``: the result of each state's last completed action."""
-    pending: dict[str, PendingAction] = {}
-    next_action: int = 0
-    result: Any = None
-    transitions: int = 0
-    actions: int = 0
-    seen: dict[str, None] = {}
-    """Source+id of the last :data:`SEEN_KEPT` external events taken, oldest first (so
-    encoding is stable): a redelivery of one of them is not taken again."""
-    outputs: dict[str, Any] | None = None
-    error: ev.ErrorInfo | None = None
-    traceparent: str | None = None
-    trigger: dict[str, Any] | None = None
-    visit: int = 0
-    """Log position of the current state's ``state.entered``: timers of an earlier visit
-    are stale."""
-    timers: dict[str, ev.TimerScheduledData] = {}
-    map: MapProgress | None = None
-    correlation_key: str | None = None
-    parent: ev.ParentRef | None = None
-    dag: DagProgress | None = None
-    evidence: dict[str, dict[str, Any]] | None = None
-    """What evidence events have proven, by subject then predicate (the latest value of
-    each); kept across states, so evidence sent before a gate is checked still counts."""
-    cost: float | None = None
-    """The sum of the ``cost`` the answers reported (None: none reported any)."""
-    spent: dict[str, int] | None = None
-    """Transitions fired per edge budget (None: none spent)."""
-    spawn: SpawnProgress | None = None
-    """The run's depth and spawn allowance (None: a root run without spawn budgets)."""
-    slots: list[ev.SlotClaim] | None = None
-    paused: ev.RunPause | None = None
-    """Set while the run is paused (``run.paused`` to ``run.resumed``)."""
-    """The concurrency slots the run needs (None: its workflow declares no limit)."""
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED
-
-    @property
-    def queued(self) -> bool:
-        """Waiting for its concurrency slots: running, and no state entered yet."""
-        return self.slots is not None and not self.state and self.status == RunStatus.RUNNING
+from interlock.core.vocabulary import RunStatus, StepStatus, TimerPurpose
 
 
 def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
     d = r.data
+    if d.continued_from is not None:  # what it takes over is folded in
+        plain = _run_started(s, replace(r, data=replace(d, continued_from=None)))
+        return _taken_over(plain, d.continued_from)
     return RunState(
         run_id=r.subject,
         workflow=d.workflow,
@@ -127,6 +48,35 @@ def _run_started(s: RunState, r: ev.RunStarted) -> RunState:
         correlation_key=d.correlation_key,
         parent=d.parent,
         spawn=SpawnProgress.of(d.spawn),
+        history=d.history,
+    )
+
+
+def _taken_over(state: RunState, c: ev.ContinuedFrom) -> RunState:
+    """The state after the ``run.started`` of a run continued from another (``state``:
+    as a plain start leaves it): what it takes over, so it goes on where that one left."""
+    return replace(
+        state,
+        states=dict(c.states),
+        evidence=c.evidence,
+        spent=c.spent,
+        cost=c.cost,
+        seen=dict.fromkeys(c.seen),
+        chain=Chain(previous=c.run_id, link=c.link, state=c.state),
+    )
+
+
+def _run_continued(s: RunState, r: ev.RunContinued) -> RunState:
+    """The state after ``run.continued``: ended, naming the run that goes on."""
+    chain = s.chain or Chain()
+    return replace(
+        s,
+        seq=s.seq + 1,
+        updated_at=r.time,
+        status=RunStatus.CONTINUED,
+        pending={},
+        timers={},
+        chain=replace(chain, next=r.data.run_id),
     )
 
 
@@ -471,12 +421,17 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.RunResumed: _pause,
     ev.ActionQueued: _action_queued,
     ev.ActionAdmitted: _action_admitted,
+    ev.RunContinued: _run_continued,
 }
+
+
+_record_encoder = msgspec.json.Encoder()
 
 
 def evolve(state: RunState, record: ev.Record) -> RunState:
     """The state after one more record. Pure: ``state`` is not changed."""
-    return _EVOLVE[type(record)](state, record)
+    after = _EVOLVE[type(record)](state, record)
+    return replace(after, size=after.size + len(_record_encoder.encode(record)))
 
 
 def fold(records: Iterable[ev.Record], state: RunState | None = None) -> RunState:
@@ -485,6 +440,8 @@ def fold(records: Iterable[ev.Record], state: RunState | None = None) -> RunStat
     event received (the fold's own copy, changed in place; ``state`` is left as it was)."""
     current = state if state is not None else RunState()
     own: dict[str, None] = {}
+    size = 0
+    encode = _record_encoder.encode
     for record in records:
         if type(record) is ev.EventReceived:
             own = own if current.seen is own else dict(current.seen)
@@ -492,4 +449,6 @@ def fold(records: Iterable[ev.Record], state: RunState | None = None) -> RunStat
             current = replace(current, seq=current.seq + 1, updated_at=record.time, seen=own)
         else:
             current = _EVOLVE[type(record)](current, record)
-    return current
+        size += len(encode(record))
+    # run.started starts the count afresh (a new state), and it is only ever first.
+    return replace(current, size=current.size + size) if size else current

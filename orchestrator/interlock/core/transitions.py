@@ -11,8 +11,10 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.capacity import claims
-from interlock.core.definition import ActionDef, StateDef
+from interlock.core.continuing import continued_run_id, deadline_at
+from interlock.core.definition import ActionDef, ContinueDef, StateDef, resolve_inputs
 from interlock.core.expr import ExpressionError, is_literal_true, read_values, render
+from interlock.core.history import TRANSITION, continues_by_itself
 from interlock.core.incoming import Incoming
 from interlock.core.state import PendingAction
 from interlock.core.step import Step, error_json, plus_seconds, retry_info, to_text
@@ -247,6 +249,7 @@ class Transitions(Step):
         act: dict[str, Any],
         budgets: tuple[str, ...] = (),
         guard_errors: tuple[int, ...] = (),
+        renew: ContinueDef | None = None,
     ) -> None:
         budget = self.definition.budget
         spent = self.state.spent or {}
@@ -272,6 +275,15 @@ class Transitions(Step):
             except ExpressionError as exc:
                 self.fail_run(ErrorClass.EXPRESSION_ERROR, f"set {key!r} on {event_type}: {exc}")
                 return
+        inputs: dict[str, Any] | None = None
+        reason = None
+        if renew is not None:
+            inputs = self.renewed_inputs(renew, act, event_type)
+            if inputs is None:
+                return
+            reason = TRANSITION
+        elif not self.definition.states[to].terminal:
+            reason = continues_by_itself(self.state)
         self.cancel_pending(f"left state {self.state.state!r} on {event_type}")
         self.emit(
             ev.TransitionFired,
@@ -286,7 +298,51 @@ class Transitions(Step):
                 guard_errors=list(guard_errors),
             ),
         )
+        if reason is not None:
+            self.continue_as_new(to, reason, self.state.inputs if inputs is None else inputs)
+            return
         self.enter(to)
+
+    def renewed_inputs(
+        self, renew: ContinueDef, act: dict[str, Any], event_type: str
+    ) -> dict[str, Any] | None:
+        """The inputs of the run a ``continue_as_new`` transition starts: the run's, with
+        the ones it gives rendered over them and checked; None when the run failed."""
+        given = dict(self.state.inputs)
+        for key, value_def in renew.inputs:
+            try:
+                given[key] = render(value_def, act)
+            except ExpressionError as exc:
+                self.fail_run(
+                    ErrorClass.EXPRESSION_ERROR,
+                    f"continue_as_new input {key!r} on {event_type}: {exc}",
+                )
+                return None
+        inputs, problems = resolve_inputs(self.definition, given)
+        if problems:
+            self.fail_run(
+                ErrorClass.SCHEMA_ERROR,
+                f"continue_as_new inputs on {event_type}: " + "; ".join(problems),
+            )
+            return None
+        return inputs
+
+    def continue_as_new(self, to: str, reason: str, inputs: dict[str, Any]) -> None:
+        """End the run's log: it goes on as a new run that enters ``to`` (started by the
+        shell, from this record)."""
+        seq = self.state.seq + 1
+        self.emit(
+            ev.RunContinued,
+            ev.RunContinuedData(
+                run_id=continued_run_id(self.state.run_id, seq),
+                state=to,
+                inputs=inputs,
+                reason=reason,
+                records=seq,
+                deadline_at=deadline_at(self.state),
+                parent=self.state.parent,
+            ),
+        )
 
     def route(self, event_type: str, event: Incoming | None, result: Any = None) -> bool:
         """Fire the first transition of the current state that the event takes."""
@@ -332,6 +388,7 @@ class Transitions(Step):
                 act,
                 t.budget,
                 guard_errors=tuple(errored),
+                renew=t.renew,
             )
             return True
         return False

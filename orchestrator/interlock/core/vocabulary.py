@@ -54,6 +54,9 @@ class ErrorClass(StrEnum):
     """The workflow itself ended the run as failed (a ``fail:`` terminal state)."""
     PAYLOAD_TOO_LARGE = "payload_too_large"
     """An answer too large to carry in one message, or to record in the run's log."""
+    HISTORY_EXCEEDED = "history_exceeded"
+    """The run's log reached its history limit (``spec.history``) and was not continued
+    as a new run."""
 
 
 ERROR_CLASSES: tuple[str, ...] = tuple(ErrorClass)
@@ -78,10 +81,14 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    CONTINUED = "continued"
+    """The run's log ended and the run goes on in a new one (``run.continued`` names it)."""
 
 
-FINISHED: frozenset[str] = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-"""The statuses of a finished run."""
+FINISHED: frozenset[str] = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.CONTINUED}
+)
+"""The statuses of a run whose log is finished (a continued run's chain goes on)."""
 RECORDED: tuple[str, ...] = tuple(s.value for s in RunStatus if s is not RunStatus.NEW)
 """The statuses of a run whose log holds anything, in order: what run listings filter by."""
 
@@ -130,3 +137,17 @@ class TimerPurpose(StrEnum):
     RATE = "rate"
     """The run's trigger was over its rate: the run starts now (``run.queued``'s
     ``rate.until``)."""
+
+
+class ContinueMode(StrEnum):
+    """What a run does once its log nears its history limit (``spec.history``)."""
+
+    AUTO = "auto"
+    """Its next transition continues it as a new run."""
+    NEVER = "never"
+    """It goes on in this log, and fails with ``history_exceeded`` at the limit."""
+
+
+SUGGESTED_SHARE = 0.8
+"""The share of a history limit at which continuing as new is suggested (a warning, a
+metric) and, under ``continue_as_new: auto``, done at the next transition."""

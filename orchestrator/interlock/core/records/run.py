@@ -11,6 +11,7 @@ from .base import PREFIX, ErrorInfo, Record, SpawnBudget
 from .capacity import FreedSlots, SlotClaim
 
 __all__ = ["SlotClaim"]  # defined beside the capability limits' records
+from .chain import ContinuedFrom, HistoryLimits
 
 
 class ParentRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -61,6 +62,10 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     window: TriggerWindow | None = None
     """Set when a debounced or batched trigger started the run (``trigger`` is the
     window's last event)."""
+    history: HistoryLimits | None = None
+    """The history limits in force for the run (None: the defaults)."""
+    continued_from: ContinuedFrom | None = None
+    """Set on a run that continues another (``run.continued``): what it takes over."""
 
 
 class RunCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -224,3 +229,27 @@ class EventHeld(Record, tag=PREFIX + "event.held", frozen=True):
 
 class RunResumed(Record, tag=PREFIX + "run.resumed", frozen=True):
     data: RunResumedData
+
+
+class RunContinuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The run's log ends here and the run goes on as ``run_id``, a new run that starts in
+    ``state`` with the inputs, context and the rest it takes over (its ``run.started``
+    names this run in ``continued_from``)."""
+
+    run_id: str
+    """The new run (derived from this run's id and this record's position)."""
+    state: str
+    inputs: dict[str, Any] = {}
+    """The new run's inputs."""
+    reason: str = "transition"
+    """``transition``, ``history.max_records`` or ``history.max_bytes``."""
+    records: int = 0
+    """This run's records, this one included."""
+    deadline_at: str | None = None
+    """When the run's deadline comes: the new run's comes then too."""
+    parent: ParentRef | None = None
+    """Copied from the run's start: the new run answers the parent in its place."""
+
+
+class RunContinued(Record, tag=PREFIX + "run.continued", frozen=True):
+    data: RunContinuedData

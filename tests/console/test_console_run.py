@@ -157,3 +157,77 @@ async def test_a_run_queued_for_a_slot_shows_its_place_in_line(console: Console)
     await slots.locator("tbody tr", has_text="holds one").wait_for()
     assert await page.locator("#queued").count() == 0
     assert page.errors == []
+
+
+CHAINED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: chained}
+spec:
+  initial_state: waiting
+  states:
+    waiting:
+      type: human_in_the_loop
+      on:
+        - {event: renew, goto: waiting, continue_as_new: true}
+        - {event: finish, goto: done}
+    done: {type: terminal, outputs: {done: true}}
+"""
+
+
+async def test_a_chain_of_runs_continued_as_new_is_linked_both_ways(console: Console) -> None:
+    """A run that continued three times: each page links the run before and the run
+    after; the first run's result over HTTP follows the chain to the last."""
+    gs = console.gs
+    await gs.stack.apply(CHAINED)
+    chain: list[str] = []
+    async with gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "chained", "inputs": {}})
+        chain.append(r.json()["run_id"])
+        await wait_status(gs, chain[0], "running", "waiting")
+        for _ in range(3):
+            # Addressed to the first run: each signal goes on to the newest.
+            r = await http.post(f"/runs/{chain[0]}/signals/renew", params={"wait": 5})
+            told = r.json()
+            assert told["outcome"] == "moved", r.text
+            assert told["run_id"] == chain[-1]
+            chain.append(told["continued_to"])
+            await wait_status(gs, chain[-1], "running", "waiting")
+        r = await http.post(f"/runs/{chain[0]}/signals/finish", params={"wait": 5})
+        assert r.json()["run_id"] == chain[-1]
+        result = (await http.get(f"/runs/{chain[0]}/result", params={"timeout": 10})).json()
+        assert (result["status"], result["run_id"], result["chain"]) == (
+            "completed",
+            chain[-1],
+            chain,
+        )
+
+    page = await console.page(token=None)
+    await page.goto(f"{console.url}#/runs/{chain[0]}")
+    await sign_in(page, gs.tokens["reader"])
+    for i, run_id in enumerate(chain):
+        header = page.locator("h1")
+        await header.filter(has_text=run_id).wait_for()
+        if i == 0:
+            assert await page.locator("#chain-previous").count() == 0
+        else:
+            previous = page.locator("#chain-previous")
+            await previous.wait_for()
+            assert await previous.inner_text() == chain[i - 1]
+        if i + 1 < len(chain):
+            nxt = page.locator("#chain-next")
+            await nxt.wait_for()
+            assert await nxt.inner_text() == chain[i + 1]
+            assert "continued" in await page.locator(".title-row .status").inner_text()
+            await nxt.click()
+        else:
+            assert await page.locator("#chain-next").count() == 0
+            await page.locator(".title-row .status", has_text="completed").wait_for()
+    # And back, from the last run to the first.
+    for run_id in reversed(chain[:-1]):
+        await page.locator("#chain-previous").click()
+        await page.locator("h1").filter(has_text=run_id).wait_for()
+    await page.locator("#chain-next").wait_for()
+    assert "(transition)" in await page.locator(".rec-run-continued").inner_text()
+    await shot(page, "run-chain")
+    assert page.errors == []

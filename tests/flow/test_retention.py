@@ -19,6 +19,7 @@ from interlock.core.state import fold
 from interlock.runtime.errors import RunNotEnded, UnknownRun
 from interlock.runtime.retention import Policy, delete_run, retention_timer
 from interlock.runtime.service import Orchestrator
+from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 from support.flow import WAIT, ClockStack, clock_orchestrator
@@ -38,6 +39,7 @@ spec:
       type: human_in_the_loop
       on:
         - {{event: go, goto: done}}
+        - {{event: renew, goto: waiting, continue_as_new: true}}
     done:
       type: terminal
 """
@@ -174,6 +176,47 @@ async def test_a_deletion_cut_short_is_finished_by_the_next_attempt_and_audited_
     assert await stack.gone(finished)
     assert not await stack.indexed(finished)
     assert [e["run_id"] for e in await stack.audit()] == [finished]
+
+
+async def test_a_chain_is_deleted_only_once_its_last_run_has_ended(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A run that continued as new gets no deletion of its own: its chain is deleted,
+    every run of it archived, once its last run has ended and its retention run out."""
+    first = await stack.client.start("kept", {})
+
+    async def signal(run_id: str, name: str, n: int) -> None:
+        await stack.emit(
+            CloudEvent(
+                id=f"{name}-{n}",
+                source="https://t.example",
+                type=name,
+                extensions={"runid": run_id},
+            )
+        )
+
+    await signal(first, "renew", 1)
+    state = await stack.run_until(first, lambda s: s.status == "continued", "continued")
+    assert state.chain is not None
+    assert state.chain.next is not None
+    second = state.chain.next
+    await stack.run_until(second, lambda s: s.state == "waiting", "started")
+    await stack.timers.advance(2 * HOUR)
+    assert not await stack.gone(first), "a run that continued is kept while its chain runs"
+    assert not stack.timers.knows(retention_timer(first))
+    with pytest.raises(RunNotEnded, match="a chain is deleted once its last run has ended"):
+        await stack.client.delete(first, await stack.client.read(first), None)
+    # A signal to the first run goes on to the second: the chain ends.
+    await signal(first, "go", 2)
+    await stack.run_until(second, lambda s: s.status == "completed", "completed")
+    await stack.retention_scheduled(second)
+    await stack.timers.advance(HOUR + 60)
+    assert await stack.gone(second)
+    assert await stack.gone(first)
+    for run_id in (first, second):
+        archived = tmp_path / f"{run_id}.jsonl"
+        assert await cli(["replay", "--file", str(archived), "--json"]) == 0
+    assert [e["run_id"] for e in await stack.audit()] == [first, second]
 
 
 async def test_a_run_that_has_not_ended_is_never_deleted(stack: Stack) -> None:

@@ -62,6 +62,11 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("read a run log", "pub", lambda run: f"$JS.API.DIRECT.GET.{RUNS}.{SUBJECTS.run(run)}"),
     ("read a log message", "pub", lambda run: f"$JS.API.STREAM.MSG.GET.{RUNS}"),
     ("write a workflow", "pub", lambda run: f"$KV.{SUBJECTS.workflows_bucket}.latest.x.y"),
+    (
+        "change the installation's history limits",
+        "pub",
+        lambda run: f"$KV.{SUBJECTS.workflows_bucket}.settings.history",
+    ),
     ("pause a workflow", "pub", lambda run: f"$KV.{SUBJECTS.paused_bucket}.wf.default.x"),
     ("take a concurrency slot", "pub", lambda run: f"$KV.{SUBJECTS.slots_bucket}.a.b"),
     ("fill a trigger's window", "pub", lambda run: f"$KV.{SUBJECTS.triggers_bucket}.w.a.b"),

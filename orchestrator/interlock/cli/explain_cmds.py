@@ -67,6 +67,12 @@ def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
         f"run {report['run_id']} ({w['namespace']}/{w['name']} v{w['version']}): "
         f"{report['status']}\n"
     )
+    chain = report.get("chain") or {}
+    if chain.get("previous"):
+        out(
+            f"it continues run {chain['previous']} (run {chain['link'] + 1} of its chain: "
+            f"interlock explain {chain['previous']})\n"
+        )
     if not report["reproduces"]:
         m = report["mismatch"]
         out(
@@ -89,6 +95,11 @@ def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
             out(f"  outputs: {analysis.short(step['outputs'])}\n")
         for line in step["records"]:
             out(f"    #{line['seq']:<3} {line['summary']}\n")
+    if chain.get("next"):
+        out(
+            f"\ncontinued as new: run {chain['next']} goes on from here "
+            f"(interlock explain {chain['next']})\n"
+        )
     waiting = report.get("waiting")
     if waiting is not None:
         if args.at is not None and report["steps"]:

@@ -31,6 +31,7 @@ from interlock.transport.logmac import SecretDamaged
 from interlock.transport.partitions import MAX_PARTITIONS
 
 if TYPE_CHECKING:
+    from interlock.core.events import HistoryLimits
     from interlock.runtime.retention import Policy
     from interlock.transport.objects import ObjectLimits
 
@@ -113,9 +114,37 @@ def _add_serve_parser(sub: Sub) -> None:
         help="the same, to a folder of this host (env INTERLOCK_ARCHIVE_DIR)",
     )
     add_object_flags(p)
+    _add_history_flags(p)
     p.add_argument("--log-level", default="info")
     add_connection_flags(p)
     p.set_defaults(func=cmd_serve)
+
+
+def _add_history_flags(p: argparse.ArgumentParser) -> None:
+    """The installation's history limits (see docs/operations.md#history-limits)."""
+    p.add_argument(
+        "--history-max-records",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the records of one run's log when its workflow sets no spec.history.max_records "
+        "(env INTERLOCK_HISTORY_MAX_RECORDS; default 200000)",
+    )
+    p.add_argument(
+        "--history-max-bytes",
+        default=None,
+        metavar="SIZE",
+        help="the bytes of one run's log, e.g. 64MiB, when its workflow sets no "
+        "spec.history.max_bytes (env INTERLOCK_HISTORY_MAX_BYTES; default 256MiB)",
+    )
+    p.add_argument(
+        "--continue-as-new",
+        choices=["auto", "never"],
+        default=None,
+        help="near a history limit, continue a run as new at its next transition (auto) or "
+        "let it fail at the limit (never), when its workflow does not say "
+        "(env INTERLOCK_CONTINUE_AS_NEW; default auto)",
+    )
 
 
 def _add_metrics_host(p: argparse.ArgumentParser, default: str) -> None:
@@ -199,6 +228,7 @@ async def serve(
     retention: Policy | None = None,
     partitions: int | None = None,
     objects: ObjectLimits | None = None,
+    history: HistoryLimits | None = None,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
     serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables.
@@ -227,6 +257,7 @@ async def serve(
         retention=retention,
         objects=objects,
     )
+    orchestrator.history = history
     telemetry = OrchestratorInstrumentation(
         orchestrator,
         port=metrics_port or None,
@@ -275,6 +306,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 retention=retention_policy(args),
                 partitions=partitions,
                 objects=object_limits(args),
+                history=history_limits(args),
             )
         )
     except eventloop.EventLoopError as exc:
@@ -308,6 +340,36 @@ def retention_policy(args: argparse.Namespace) -> Policy:
         raise CliError(f"--archive-bucket {bucket!r}: letters, digits, '-' and '_'", EXIT_USAGE)
     archive = ArchiveDef(bucket, folder) if bucket or folder else None
     return Policy(seconds, archive)
+
+
+def history_limits(args: argparse.Namespace) -> HistoryLimits:
+    """``--history-max-records``, ``--history-max-bytes``, ``--continue-as-new`` (else their
+    variables, else the defaults)."""
+    from interlock.core.events import HistoryLimits
+    from interlock.core.history import DEFAULT, MIN_HISTORY_BYTES, parse_size
+
+    records_text = os.environ.get("INTERLOCK_HISTORY_MAX_RECORDS")
+    records = args.history_max_records
+    if records is None and records_text:
+        records = int(records_text) if records_text.isdigit() else -1
+    if records is not None and records < 10:
+        raise CliError("--history-max-records takes a whole number of at least 10", EXIT_USAGE)
+    size_text = args.history_max_bytes or os.environ.get("INTERLOCK_HISTORY_MAX_BYTES")
+    size = None if size_text is None else parse_size(size_text)
+    if size_text is not None and (size is None or size < MIN_HISTORY_BYTES):
+        raise CliError(
+            f"--history-max-bytes takes a size of at least {MIN_HISTORY_BYTES} bytes "
+            f"(a number, or 64MiB, 1GB...), got {size_text!r}",
+            EXIT_USAGE,
+        )
+    mode = args.continue_as_new or os.environ.get("INTERLOCK_CONTINUE_AS_NEW")
+    if mode is not None and mode not in ("auto", "never"):
+        raise CliError(f"--continue-as-new takes auto or never, got {mode!r}", EXIT_USAGE)
+    return HistoryLimits(
+        max_records=records or DEFAULT.max_records,
+        max_bytes=size or DEFAULT.max_bytes,
+        continue_as_new=mode or DEFAULT.continue_as_new,
+    )
 
 
 def group_commit_setting(flag: int | None) -> int | None:

@@ -225,6 +225,19 @@ def _describe_table(d: RunDescription) -> None:
     print(f"updated      {d.updated_at} ({d.records} records)")
     if d.finished_at:
         print(f"finished     {d.finished_at}")
+    if d.chain is not None:
+        c = d.chain
+        if c.previous:
+            print(f"continues    {c.previous} (run {c.link + 1} of its chain; {c.reason})")
+        if c.next:
+            print(f"continued as {c.next}")
+    if d.history is not None and (d.history.suggested or d.chain is not None):
+        h = d.history
+        print(
+            f"history      {h.records} records, {h.bytes} bytes of {h.max_records} records, "
+            f"{h.max_bytes} bytes (continue_as_new: {h.continue_as_new})"
+            + ("; continuing as new is suggested" if h.suggested else "")
+        )
     if d.parent_run:
         print(f"parent run   {d.parent_run}")
     if d.correlation_key:

@@ -306,6 +306,8 @@ def show_result(args: argparse.Namespace, result: RunResult, *, whole: bool = Fa
     if whole or output_format(args) != "table":
         emit(args, result, lambda: print_json(result))
         return code
+    if result.chain:
+        err(f"continued as new: {' -> '.join(result.chain)}")
     if result.status == RunStatus.COMPLETED:
         print_json(result.outputs or {})
     elif result.status in FINISHED:  # failed or cancelled

@@ -34,6 +34,7 @@ from interlock.cli.connecting import (
     run_id_arg,
     with_client,
 )
+from interlock.cli.delete_cmd import cmd_runs_delete
 from interlock.cli.output import add_output_flags, emit, output_format
 from interlock.cli.read_cmds import (
     DEFAULT_WAIT_TIMEOUT,
@@ -408,12 +409,16 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
         emit(args, told)
         return code
     run, name = told.run_id, told.type
+    if told.addressed:
+        print(f"run {told.addressed} continued as new: {name} went to {run}, its newest run")
     if told.outcome == "moved":
         moved = f"{name} moved run {run} from {told.state} to {told.to_state}"
         if ended:
             err(f"{moved} and {told.after}: {told.error or 'no reason given'}")
         elif told.after == RunStatus.COMPLETED:
             print(f"{moved} and completed")
+        elif told.continued_to:
+            print(f"{moved}, continued as new as run {told.continued_to}")
         else:
             print(moved)
         _print_gates(told.gates)
@@ -456,30 +461,6 @@ def _print_gates(gates: list[GateView]) -> None:
             print(f"  gate of {what}: proven, it goes on")
         else:
             print(f"  gate of {what}: not proven yet, missing {', '.join(gate.missing)}")
-
-
-async def cmd_runs_delete(client: Client, args: argparse.Namespace) -> int:
-    from interlock.client import RunNotEnded
-
-    try:
-        deleted = await client.delete_run(
-            args.run_id, archive_bucket=args.archive_bucket, archive_dir=args.archive_dir
-        )
-    except RunNotEnded as exc:
-        raise CliError(str(exc), EXIT_FAILED) from exc
-    if args.json:
-        print_json(
-            {
-                "run_id": deleted.run_id,
-                "status": deleted.status,
-                "records": deleted.records,
-                "archived_to": deleted.archived_to,
-            }
-        )
-        return EXIT_OK
-    where = f", archived to {deleted.archived_to}" if deleted.archived_to else ""
-    print(f"deleted {deleted.run_id} ({deleted.status}, {deleted.records} records{where})")
-    return EXIT_OK
 
 
 async def cmd_cancel(client: Client, args: argparse.Namespace) -> int:

@@ -46,8 +46,7 @@ def _what_dag(r: ev.AnyRecord) -> str | None:
 
 def _what(r: ev.AnyRecord) -> str:
     if isinstance(r, ev.RunStarted):
-        d = r.data
-        return f"run started      {d.namespace}/{d.workflow} v{d.version} inputs={_short(d.inputs)}"
+        return _started(r.data)
     if isinstance(r, ev.StateEntered):
         return f"state entered    {r.data.state}"
     if isinstance(r, ev.ActionRequested):
@@ -119,6 +118,8 @@ def _what(r: ev.AnyRecord) -> str:
         )
     if isinstance(r, ev.RunMigrated):
         return f"run migrated     v{r.data.from_version} -> v{r.data.version}"
+    if isinstance(r, ev.RunContinued):
+        return f"run continued    as {r.data.run_id} in {r.data.state} ({r.data.reason})"
     return ev.record_type(r)
 
 
@@ -131,6 +132,11 @@ def _what_held(r: ev.AnyRecord) -> str | None:
         deadline = f"; deadline {r.data.deadline}" if r.data.deadline else ""
         return f"action admitted  {r.data.action_id}, dispatched{deadline}"
     return None
+
+
+def _started(d: ev.RunStartedData) -> str:
+    on = "" if d.continued_from is None else f" continuing {d.continued_from.run_id}"
+    return f"run started      {d.namespace}/{d.workflow} v{d.version}{on} inputs={_short(d.inputs)}"
 
 
 def _action(state: str, index: int, item: int | None, iteration: int | None) -> str:

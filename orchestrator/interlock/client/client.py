@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
 
-from interlock.client import catalog, queues, reading
+from interlock.client import catalog, chains, queues, reading
 from interlock.client.errors import (
     InvalidManifest,
     no_stream_is_no_run,
@@ -43,7 +43,6 @@ from interlock.views import (
 )
 from interlock.views.build import (
     describe_run,
-    run_result,
     summary_of,
 )
 from interlock.views.queueshape import QueueView
@@ -342,17 +341,15 @@ class Client(DeadLetterCalls):
     ) -> RunResult:
         """How the run ended: ``status``, ``outputs``, ``error`` (class, message), a cancelled
         run's ``reason``. Without ``wait`` a running run answers at once with status
-        ``running``; with it, once the run has finished.
+        ``running``; with it, once the run has finished. A run that continued as new is
+        followed to its chain's last run (``run_id``; ``chain``: the runs followed).
 
         Raises:
             UnknownRun: no such run. TimeoutError: still running after ``timeout`` seconds.
         """
         check_run_id(run_id)
-        if not wait:
-            read = await self._read_state(run_id)
-            return await reading.loaded_result(self._ops, run_result(read.records, read.state))
-        read = await self._watcher.finished_read(run_id, timeout, self._read_state)
-        return await reading.loaded_result(self._ops, run_result(read.records, read.state))
+        result = await chains.result(self._ops, self._watcher, run_id, wait, timeout)
+        return await reading.loaded_result(self._ops, result)
 
     async def run(self, run_id: str) -> RunSummary:
         """One run's summary, folded from its log. Raises :class:`UnknownRun`."""

@@ -16,7 +16,8 @@ from interlock.core import events as ev
 from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
 from interlock.views import DeadLetterView, RunDescription, RunResult, RunSummary
-from interlock.views.build import dead_letter_view, summary_from_index, waiting_of
+from interlock.views.build import dead_letter_view, waiting_of
+from interlock.views.listing import summary_from_index
 
 if TYPE_CHECKING:
     from interlock.core.state import RunState

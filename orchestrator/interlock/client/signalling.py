@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from interlock.client import chains
 from interlock.client.catalog import definition_of
 from interlock.client.emitting import publish
 from interlock.client.errors import no_stream_is_no_run
@@ -41,12 +42,18 @@ async def send(
 ) -> SignalResult:
     """Send ``signal`` unless the run would drop it, and wait up to ``wait`` seconds for
     the decision that took it (see :meth:`interlock.Client.signal`)."""
-    run_id = signal.run_id
-    async with no_stream_is_no_run(run_id):
-        read = await ops.read_state(run_id)
+    async with no_stream_is_no_run(signal.run_id):
+        # A run that continued as new: the signal goes to the newest run of its chain.
+        read, followed = await chains.newest(ops, signal.run_id)
+    run_id = followed[-1]
     state = read.state
     base = _SignalBase(
-        run_id=run_id, type=signal.name, id=signal.id, state=state.state, status=state.status
+        run_id=run_id,
+        type=signal.name,
+        id=signal.id,
+        state=state.state,
+        status=state.status,
+        addressed=signal.run_id if len(followed) > 1 else None,
     )
     if state.finished:
         return base.result("finished")
@@ -141,6 +148,7 @@ class _SignalBase:
     id: str
     state: str
     status: str
+    addressed: str | None = None
 
     def result(
         self,
@@ -151,7 +159,7 @@ class _SignalBase:
         guard_errors: list[str] | None = None,
         waiting_for: list[str] | None = None,
         gates: list[GateView] | None = None,
-        ended: tuple[str, str | None] | None = None,
+        ended: tuple[str, str | None, str | None] | None = None,
         declined: list[str] | None = None,
     ) -> SignalResult:
         return SignalResult(
@@ -168,20 +176,26 @@ class _SignalBase:
             after=None if ended is None else ended[0],
             error=None if ended is None else ended[1],
             declined=declined or [],
+            addressed=self.addressed,
+            continued_to=None if ended is None or len(ended) < 3 else ended[2],
         )
 
 
-def _ended(batch: list[ev.AnyRecord]) -> tuple[str, str | None]:
-    """The run's status after the decision ``batch``, and its failure if it failed."""
+def _ended(batch: list[ev.AnyRecord]) -> tuple[str, str | None, str | None]:
+    """The run's status after the decision ``batch``, its failure if it failed, and the run
+    that continues it if it continued as new."""
     for record in batch:
         if isinstance(record, ev.RunFailed):
             error = record.data.error
-            return RunStatus.FAILED, f"{error.error_class}: {plain_cel_error(error.message)}"
+            failure = f"{error.error_class}: {plain_cel_error(error.message)}"
+            return RunStatus.FAILED, failure, None
         if isinstance(record, ev.RunCompleted):
-            return RunStatus.COMPLETED, None
+            return RunStatus.COMPLETED, None, None
         if isinstance(record, ev.RunCancelled):
-            return RunStatus.CANCELLED, record.data.reason or None
-    return RunStatus.RUNNING, None
+            return RunStatus.CANCELLED, record.data.reason or None, None
+        if isinstance(record, ev.RunContinued):
+            return RunStatus.CONTINUED, None, record.data.run_id
+    return RunStatus.RUNNING, None, None
 
 
 def _declined(batch: list[ev.AnyRecord], takes: Sequence[TransitionDef]) -> list[str]:

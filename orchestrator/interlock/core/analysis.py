@@ -166,6 +166,9 @@ def explain(
         "reproduces": mismatch is None,
         "steps": explained,
     }
+    if recorded.chain is not None:
+        c = recorded.chain
+        out["chain"] = {"link": c.link, "previous": c.previous, "next": c.next}
     if mismatch is not None:
         out["mismatch"] = {k: mismatch[k] for k in ("seq", "kind", "reason")}
     if final.status == RunStatus.RUNNING:

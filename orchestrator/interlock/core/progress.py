@@ -72,6 +72,8 @@ class Chain(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """0 for the first run of a chain, then 1, 2..."""
     state: str = ""
     """The state a continued run enters first (once admitted, when it waits for slots)."""
+    reason: str = ""
+    """Why the run before continued (``run.continued``'s ``reason``)."""
 
 
 class PendingAction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

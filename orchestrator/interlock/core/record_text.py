@@ -80,6 +80,8 @@ def summarize(record: ev.AnyRecord) -> str:
         return f"{kind} from {d.origin_run_id} at {d.origin_seq}, v{d.version}, state {d.state}"
     if isinstance(record, ev.RunMigrated):
         return f"{kind} v{d.from_version} -> v{d.version}"
+    if isinstance(record, ev.RunContinued):
+        return f"{kind} as {d.run_id} in {d.state} ({d.reason})"
     if isinstance(record, ev.ActionCancelled):
         return f"{kind} {d.action_id}: {d.reason}"
     if isinstance(record, ev.ActionQueued):

@@ -268,6 +268,8 @@ def end_of(state: RunState) -> dict[str, Any]:
         out["outputs"] = state.outputs
     if state.error is not None:
         out["error"] = {"class": state.error.error_class, "message": state.error.message}
+    if state.chain is not None and state.chain.next is not None:
+        out["continued_as"] = state.chain.next
     return out
 
 

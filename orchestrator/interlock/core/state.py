@@ -62,7 +62,7 @@ def _taken_over(state: RunState, c: ev.ContinuedFrom) -> RunState:
         spent=c.spent,
         cost=c.cost,
         seen=dict.fromkeys(c.seen),
-        chain=Chain(previous=c.run_id, link=c.link, state=c.state),
+        chain=Chain(previous=c.run_id, link=c.link, state=c.state, reason=c.reason),
     )
 
 

@@ -62,7 +62,7 @@ HEAD_RECORDS = 1000
 STATES_KEPT = 1000
 """Long runs described from their snapshot whose state is kept (not their records)."""
 _TIMEOUT = 5.0
-_ENDINGS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
+_ENDINGS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunContinued)
 
 
 def page_json(encoded: list[bytes], next_offset: int | None, finished: bool) -> bytes:

@@ -188,7 +188,8 @@ class InterlockClient:
         """Delete the ended run whose log is ``records`` (see :func:`retention.delete_run`)."""
         from interlock.runtime import retention
 
-        return await retention.delete_run(
+        links = await retention.chain_of(self.log, run_id)
+        return await retention.delete_chain(
             self.nc,
             self.subjects,
             self.log,
@@ -196,7 +197,7 @@ class InterlockClient:
             by="operator",
             reason="interlock runs delete",
             archive=archive,
-            records=records,
+            links=links if len(links) > 1 else [(run_id, records)],
         )
 
     async def read_state(self, run_id: str) -> Read:
@@ -243,8 +244,11 @@ class InterlockClient:
         return (await self.watcher.finished_read(run_id, left, self.read_state)).state
 
     async def cancel(self, run_id: str, reason: str = "cancelled by user") -> bool:
+        """Cancel the run, or, when it continued as new, the newest run of its chain."""
         from interlock.core.engine import cancel
+        from interlock.runtime import chains
 
+        run_id = await chains.newest(self.runs, run_id)
         records = await self.runs.apply(
             run_id, lambda d, s: cancel(d, s, reason=reason, now=self.runs.clock()), loads=False
         )

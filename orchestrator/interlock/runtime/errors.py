@@ -69,7 +69,14 @@ class NotRedrivable(ValueError, InterlockError):
 class RunNotEnded(ValueError, InterlockError):
     """Only a run that has ended may be deleted; nothing was deleted."""
 
-    def __init__(self, run_id: str, status: str) -> None:
-        super().__init__(f"run {run_id} is {status}: only an ended run can be deleted")
+    def __init__(self, run_id: str, status: str, *, newest: str | None = None) -> None:
+        if newest is None:
+            why = f"run {run_id} is {status}: only an ended run can be deleted"
+        else:
+            why = (
+                f"run {run_id} continued as new, and the newest run of its chain, {newest}, "
+                f"is {status}: a chain is deleted once its last run has ended"
+            )
+        super().__init__(why)
         self.run_id = run_id
         self.status = status

@@ -37,6 +37,7 @@ from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
 from interlock.core.windowing import is_window_timer
 from interlock.runtime.answers import Answers
 from interlock.runtime.capacity import Capacity, is_rate_timer
+from interlock.runtime.chains import newest, start_next
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
@@ -78,9 +79,13 @@ _MAY_ACT = frozenset(
         ev.RunFailed,
         ev.RunQueued,
         ev.RunResumed,
+        ev.RunContinued,
     }
 )
 """The record types :meth:`ControlFlow.effect` may act on (the others have no effect)."""
+
+
+_ENDS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunContinued)  # a log's last
 
 
 class ControlFlow:
@@ -188,6 +193,10 @@ class ControlFlow:
             handler = self._resumed
         if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
             orphan = record.data.parent is None
+        elif isinstance(record, ev.RunContinued):
+            handler = self._go_on
+        if isinstance(record, _ENDS):
+            orphan = record.data.parent is None or isinstance(record, ev.RunContinued)
             retained = self.retainer is not None and self.retainer.active
             # A run not cached is loaded by _finished, which then sees its slots.
             plain = self._uncorrelated(record.subject) and not self._limited(record.subject)
@@ -206,6 +215,11 @@ class ControlFlow:
         """Whether the cached state shows the run needed concurrency slots."""
         entry = self._runs.cached(run_id)
         return entry is not None and entry.state.slots is not None
+
+    async def _go_on(self, record: ev.AnyRecord) -> None:
+        """A run continued as new: the run that goes on in its place is started."""
+        assert isinstance(record, ev.RunContinued)
+        await start_next(self._runs, record, self.admission.pauses.holds)
 
     async def _queued(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.RunQueued)
@@ -226,10 +240,10 @@ class ControlFlow:
     ) -> None:
         """A run ended: its own effect, its parent told, out of the correlation index, and
         its deletion scheduled where it is kept for a limited time."""
-        assert isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled)
+        assert isinstance(record, _ENDS)
         if handler is not None:
             await handler(record)
-        if record.data.parent is not None:
+        if record.data.parent is not None and not isinstance(record, ev.RunContinued):
             await self._answer_parent(record)
         entry = self._runs.cached(record.subject) or await self._runs.load(record.subject)
         if entry is not None and entry.state.slots is not None:
@@ -349,7 +363,7 @@ class ControlFlow:
         ``retry.max_attempts`` has no upper bound, so they are tried until one has none."""
         attempts: Iterable[int] = [attempt] if attempt else itertools.count(1)
         for n in attempts:
-            child = child_run_id(action_id, n)
+            child = await newest(self._runs, child_run_id(action_id, n))
             now = self._clock()
 
             def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from interlock.core import events as ev
 from interlock.core.vocabulary import RunStatus
 from interlock.runtime import foreign
+from interlock.runtime.chainmetrics import ChainMetrics
 from interlock.runtime.logstore import LogStore
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.plaincounts import PlainCounter, PlainHistogram
@@ -327,6 +328,7 @@ class OrchestratorMetrics(OrchestratorObserver):
         self.events_deferred = PlainCounter(
             "interlock_events_deferred", "Inbound events deferred: a lane was full", registry=r
         )
+        self.chains = ChainMetrics(r)
         self._keep_children(r)
 
     def _keep_children(self, r: CollectorRegistry) -> None:
@@ -361,6 +363,7 @@ class OrchestratorMetrics(OrchestratorObserver):
             ev.ActionRequested: self._action_requested,
             **dict.fromkeys(ACTION_OUTCOMES, self._action_ended),
             **dict.fromkeys(RUN_STATUSES, self._run_ended),
+            ev.RunContinued: self._run_continued,
         }
         """What each kind of record counts, by the record's type."""
 
@@ -391,6 +394,9 @@ class OrchestratorMetrics(OrchestratorObserver):
 
     def trigger_flow(self, what: str, detail: str) -> None:
         self._triggers.count(what, detail)
+
+    def history_near(self, run_id: str, workflow: str, limit: str) -> None:
+        self.chains.near(workflow, limit)
 
     # -- records ------------------------------------------------------------------------
 
@@ -437,6 +443,9 @@ class OrchestratorMetrics(OrchestratorObserver):
             self._cancelled[workflow].inc()
         if run.started_at:
             self._run_took[workflow, status].observe(_elapsed(run.started_at, record.time))
+
+    def _run_continued(self, run: RunView, record: ev.RunContinued) -> None:
+        self.chains.continued(run.workflow or "unknown", record.data.reason)
 
 
 class _Kept(dict[Any, Any]):

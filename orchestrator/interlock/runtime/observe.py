@@ -59,6 +59,10 @@ class OrchestratorObserver:
     def trigger_flow(self, what: str, detail: str) -> None:
         """A trigger's window or rate did ``what`` (:mod:`interlock.runtime.triggermetrics`)."""
 
+    def history_near(self, run_id: str, workflow: str, limit: str) -> None:
+        """A run's log reached 80% of its history ``limit`` (``history.max_records`` or
+        ``history.max_bytes``): continuing it as new is suggested."""
+
 
 _HOOKS = (
     "appended",
@@ -71,6 +75,7 @@ _HOOKS = (
     "deferred",
     "conflict",
     "trigger_flow",
+    "history_near",
 )
 
 
@@ -117,3 +122,6 @@ class Observers(OrchestratorObserver):
 
     def trigger_flow(self, what: str, detail: str) -> None:
         self._fan.call("trigger_flow", what, detail)
+
+    def history_near(self, run_id: str, workflow: str, limit: str) -> None:
+        self._fan.call("history_near", run_id, workflow, limit)

@@ -34,6 +34,7 @@ from interlock.runtime.foreign import (
     workflow_body,
 )
 from interlock.runtime.revisions import Revisions
+from interlock.runtime.settings import HISTORY_KEY, HistorySetting
 from interlock.runtime.versions import Applied, StoredWorkflow, store_version
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.kvread import bucket_values
@@ -90,6 +91,8 @@ class Registry:
         self._agents_read: int | None = None
         """The agents bucket's last sequence when ``current_agents`` last read it."""
         self.retaining = False  # whether a workflow compiled here deletes its ended runs
+        self.history = HistorySetting(self.workflows_kv)
+        """The installation's history limits (:mod:`interlock.runtime.settings`)."""
 
     async def workflows_kv(self) -> KeyValue:
         """The workflows bucket (a reader needs no handle on the agents bucket)."""
@@ -465,7 +468,9 @@ class Registry:
         async for entry in watcher:
             if entry is None:
                 continue
-            if entry.value and entry.key.startswith("latest."):
+            if entry.key == HISTORY_KEY:
+                self.history.take(entry.value)
+            elif entry.value and entry.key.startswith("latest."):
                 try:
                     _, ns, name = entry.key.split(".", 2)
                     version = pointed_version(self._subjects.workflows_bucket, entry)

@@ -44,7 +44,7 @@ from interlock.core.objects import ObjectRef
 from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState, fold
 from interlock.core.step import plus_seconds, seconds_text
-from interlock.core.vocabulary import FINISHED
+from interlock.core.vocabulary import FINISHED, RunStatus
 from interlock.runtime.errors import RunNotEnded, UnknownWorkflow
 from interlock.runtime.logstore import LogStore, RunLog
 from interlock.runtime.payloads import Payloads, run_objects
@@ -100,6 +100,9 @@ class Deleted:
     """Records deleted (0: the log was gone already)."""
     archived_to: str | None
     status: str | None
+    chain: tuple[str, ...] = ()
+    """Every run deleted with it, first to last, when it was one of a chain of runs
+    continued as new (its records and status are then the chain's)."""
 
 
 def audit_entry(
@@ -235,6 +238,71 @@ async def _audited_objects(js: Any, subjects: Subjects, run_id: str) -> list[Obj
     ]
 
 
+async def chain_of(log: LogStore, run_id: str) -> list[tuple[str, list[ev.AnyRecord]]]:
+    """Every run of ``run_id``'s chain of runs continued as new, with its log, first to
+    last (``run_id`` alone when it is in none; a run whose log is gone ends the walk)."""
+    records, _ = await log.read(run_id, consistent=True)
+    links = [(run_id, records)]
+    state = fold(records) if records else None
+    chain = None if state is None else state.chain
+    previous = None if chain is None else chain.previous
+    while previous is not None:
+        before, _ = await log.read(previous, consistent=True)
+        if not before:
+            break  # deleted already, by an attempt cut short (the first runs go first)
+        links.insert(0, (previous, before))
+        earlier = fold(before).chain
+        previous = None if earlier is None else earlier.previous
+    nxt = None if chain is None else chain.next
+    while nxt is not None:
+        after, _ = await log.read(nxt, consistent=True)
+        if not after:
+            break  # not started yet
+        links.append((nxt, after))
+        later = fold(after).chain
+        nxt = None if later is None else later.next
+    return links
+
+
+async def delete_chain(
+    nc: Client,
+    subjects: Subjects,
+    log: LogStore,
+    run_id: str,
+    *,
+    by: str,
+    reason: str,
+    archive: ArchiveDef | None,
+    links: list[tuple[str, list[ev.AnyRecord]]] | None = None,
+) -> Deleted:
+    """:func:`delete_run` of ``run_id`` and, when it is one of a chain of runs continued
+    as new, of every run of the chain, first to last, once the last has ended (else
+    :class:`RunNotEnded`, nothing touched). A repetition after a crash finds the runs not
+    deleted yet: the first ones go first, and the walk back stops at one gone."""
+    links = links if links is not None else await chain_of(log, run_id)
+    if len(links) == 1:
+        return await delete_run(
+            nc, subjects, log, run_id, by=by, reason=reason, archive=archive, records=links[0][1]
+        )
+    last_id, last = links[-1]
+    status = fold(last).status
+    if status not in FINISHED or status == RunStatus.CONTINUED:
+        raise RunNotEnded(run_id, str(status), newest=last_id)
+    done = [
+        await delete_run(
+            nc, subjects, log, link, by=by, reason=reason, archive=archive, records=records
+        )
+        for link, records in links
+    ]
+    return Deleted(
+        run_id,
+        sum(d.records for d in done),
+        done[-1].archived_to,
+        str(status),
+        tuple(link for link, _ in links),
+    )
+
+
 class Retainer:
     """The orchestrator's side: schedules each ended run's deletion, and deletes it when
     its timer fires (see the module's docstring)."""
@@ -273,7 +341,10 @@ class Retainer:
         return self.policy.of(definition)
 
     async def ended(self, run_id: str, ended_at: str, state: RunState) -> None:
-        """A run ended at ``ended_at``: its deletion scheduled, if it is not kept forever."""
+        """A run ended at ``ended_at``: its deletion scheduled, if it is not kept forever.
+        A run that continued as new is deleted with its chain, once its last run ends."""
+        if state.status == RunStatus.CONTINUED:
+            return
         kept, _ = await self._kept(state)
         if kept is not None:
             await self._timers.schedule(
@@ -296,7 +367,8 @@ class Retainer:
                 archive=None,
             )
         state = fold(records)
-        if state.status not in FINISHED:
+        if state.status not in FINISHED or state.status == RunStatus.CONTINUED:
+            # (A run that continued is deleted with its chain, by its last run's timer.)
             log.warning("retention: run %s is %s, not ended: kept", run_id, state.status)
             return None
         kept, archive = await self._kept(state)
@@ -306,15 +378,19 @@ class Retainer:
         if parse_time(due) > parse_time(self._clock()):
             await self._timers.schedule(run_id, retention_timer(run_id), due)
             return None
-        deleted = await delete_run(
+        deleted = await delete_chain(
             self._nc,
             self._subjects,
             self._log,
             run_id,
-            records=records,
             by="retention",
             reason=f"retention {seconds_text(kept)}",
             archive=archive,
         )
-        log.info("retention: deleted run %s (%d records)", run_id, deleted.records)
+        log.info(
+            "retention: deleted run %s (%d records%s)",
+            run_id,
+            deleted.records,
+            f"; with its chain {', '.join(deleted.chain)}" if deleted.chain else "",
+        )
         return deleted

@@ -46,6 +46,7 @@ INDEXED = (
     ev.RunAdmitted,
     ev.RunPaused,
     ev.RunResumed,
+    ev.RunContinued,
 )
 """The records an entry is made of; the others leave it as it is."""
 
@@ -264,6 +265,13 @@ _COMPLETED, _FAILED, _CANCELLED = (
 
 def _run_started(current: dict[str, Any], record: ev.RunStarted) -> None:
     _started(current, record, status=None)
+    if record.data.continued_from is not None:
+        current["continued_from"] = record.data.continued_from.run_id
+
+
+def _run_continued(current: dict[str, Any], record: ev.RunContinued) -> None:
+    current["status"] = str(RunStatus.CONTINUED)
+    current["continued_to"] = record.data.run_id
 
 
 def _state_entered(current: dict[str, Any], record: ev.StateEntered) -> None:
@@ -333,6 +341,7 @@ _UPDATES: dict[type, Callable[[dict[str, Any], Any], None]] = {
     ev.RunCompleted: _run_completed,
     ev.RunFailed: _run_failed,
     ev.RunCancelled: _run_cancelled,
+    ev.RunContinued: _run_continued,
 }
 """How each record an entry is made of changes it (beyond ``updated_at`` and ``seq``), by
 the record's type: every record kind is a direct subclass of ``Record``."""

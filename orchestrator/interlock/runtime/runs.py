@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from interlock.core import events as ev
+from interlock.core.history import in_force, near
 from interlock.core.state import RunState, fold
+from interlock.core.vocabulary import ContinueMode, RunStatus
 from interlock.runtime.errors import InvalidInputs, UnknownRun
 from interlock.runtime.fairness import FairLanes
 from interlock.runtime.foreign import Foreign
@@ -333,6 +335,13 @@ class Runs:
                 self.forget(run_id)
                 continue
             state = fold(records, entry.state) if after is None else after
+            limit = near(state)
+            if (
+                limit is not None
+                and state.status == RunStatus.RUNNING
+                and near(entry.state) is None
+            ):
+                self._history_near(run_id, state, limit)
             messages = entry.messages + 1 if entry.messages else 0
             snapshot_at = entry.snapshot_at
             snapshots = self.snapshots
@@ -345,6 +354,28 @@ class Runs:
             self.observer.appended(run_id, records)
             return records
         raise RuntimeError(f"run {run_id}: gave up after {MAX_ATTEMPTS} conflicting appends")
+
+    def _history_near(self, run_id: str, state: RunState, limit: str) -> None:
+        """A run's log just reached 80% of a history limit: said once, when it does."""
+        h = in_force(state)
+        if h.continue_as_new == ContinueMode.AUTO:
+            then = "it continues as new at its next transition"
+        else:
+            then = "it fails with history_exceeded at the limit (continue_as_new: never)"
+        log.warning(
+            "run %s of workflow %s/%s: continue-as-new suggested: its log holds %d records, "
+            "%d bytes, past 80%% of %s (records %s, bytes %s); %s",
+            run_id,
+            state.namespace,
+            state.workflow,
+            state.seq,
+            state.size,
+            limit,
+            h.max_records,
+            h.max_bytes,
+            then,
+        )
+        self.observer.history_near(run_id, state.workflow, limit)
 
     async def start(
         self,
@@ -386,11 +417,13 @@ class Runs:
         from interlock.core.bounds import too_deep_inputs
         from interlock.core.definition import resolve_inputs
         from interlock.core.engine import started
+        from interlock.core.history import limits
         from interlock.core.incoming import heavy_value
 
         await self.registry.current_agents()
         if self.payloads is not None:  # a child run's inputs, stored by its parent's log
             inputs = await self.payloads.value(inputs, "inputs")
+        history = limits(definition, await self.registry.history.get())
         definition = self._link(definition)
         # Nesting first: nothing recursive (type checks, CEL, a log's readers) may see it.
         problems = too_deep_inputs(inputs)
@@ -416,6 +449,7 @@ class Runs:
                     paused=paused,
                     window=window,
                     rate=rate,
+                    history=history,
                 )
             ),
             definition,

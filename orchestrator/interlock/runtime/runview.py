@@ -166,7 +166,7 @@ def _noted(
         run.visit.notes.append(_note(record))
 
 
-def _ended(run: RunView, record: ev.RunCompleted | ev.RunFailed | ev.RunCancelled, at: int) -> None:
+def _ended(run: RunView, record: ev.Record, at: int) -> None:
     run.status = RUN_STATUSES[type(record)]
 
 
@@ -180,8 +180,9 @@ RUN_STATUSES: dict[type, RunStatus] = {
     ev.RunCompleted: RunStatus.COMPLETED,
     ev.RunFailed: RunStatus.FAILED,
     ev.RunCancelled: RunStatus.CANCELLED,
+    ev.RunContinued: RunStatus.CONTINUED,
 }
-"""The records that end a run, and the status each leaves it in."""
+"""The records that end a run's log, and the status each leaves it in."""
 VIEW_CHANGES: dict[type, Callable[[RunView, Any, int], None]] = {
     ev.RunStarted: _started,
     ev.StateEntered: _entered,

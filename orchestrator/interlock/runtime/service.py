@@ -36,7 +36,7 @@ from interlock.core.engine import TASK_FAILED, Incoming, decide, decided
 from interlock.core.incoming import heavy_value
 from interlock.core.objects import ObjectError
 from interlock.core.state import RunState
-from interlock.runtime import eventloop, writebehind
+from interlock.runtime import chains, eventloop, writebehind
 from interlock.runtime.addressing import Refused, admit
 from interlock.runtime.answering import AnswerDesk, AnswerReply
 from interlock.runtime.answers import (
@@ -82,6 +82,8 @@ log = logging.getLogger("interlock.orchestrator")
 
 class Orchestrator:
     """The router, engine shell and dispatcher of one orchestrator process."""
+
+    history: ev.HistoryLimits | None = None  # the installation's (serve --history-*)
 
     def __init__(
         self,
@@ -272,6 +274,7 @@ class Orchestrator:
         await self.answers.load()
         await self.run_log.key()
         await self.registry.load()
+        await self.registry.history.put(self.history)
         for capability in sorted(self.registry.known_capabilities()):
             await self.dispatcher.ensure_task_consumer(capability)
 
@@ -443,7 +446,7 @@ class Orchestrator:
                 records = await self.runs.apply(
                     run_id, lambda definition, state: decide(definition, state, failed, now)
                 )
-        return bool(records)
+        return bool(records) or await chains.forward(self.runs, run_id, incoming, self.deliver)
 
     # -- results --------------------------------------------------------------------------
 

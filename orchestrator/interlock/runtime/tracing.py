@@ -143,7 +143,7 @@ class OrchestratorTracer(OrchestratorObserver):
             self._end_visit(run, record.time, extra=event)
         elif isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
             self._end_action(run, record)
-        elif isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
+        elif isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled | ev.RunContinued):
             self._end_run(run, record)
 
     def _end_visit(
@@ -241,7 +241,9 @@ class OrchestratorTracer(OrchestratorObserver):
         span.end(end_time=_ns(end))
 
     def _end_run(
-        self, run: RunView, record: ev.RunCompleted | ev.RunFailed | ev.RunCancelled
+        self,
+        run: RunView,
+        record: ev.RunCompleted | ev.RunFailed | ev.RunCancelled | ev.RunContinued,
     ) -> None:
         error = None
         if isinstance(record, ev.RunFailed):

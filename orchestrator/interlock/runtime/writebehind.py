@@ -51,7 +51,7 @@ this)."""
 SLICE = 0.0002
 """Seconds a flush works at least before it lets the event loop run what came meanwhile
 (a run's next step): see :class:`_Share`."""
-FINISHING = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
+FINISHING = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunContinued)
 
 Done = Callable[[str, list[ev.AnyRecord]], None]
 """Called with a run and the records whose messages were just acknowledged."""

@@ -15,18 +15,23 @@ from interlock.views.build import (
     describe_run,
     record_view,
     run_result,
-    summary_from_index,
     to_builtins,
     waiting_of,
 )
+from interlock.views.chains import ChainView, HistoryView
+from interlock.views.eventshapes import (
+    EmitResult,
+    EventRefusal,
+    GateView,
+    SignalResult,
+    StartedRun,
+)
+from interlock.views.listing import summary_from_index
 from interlock.views.shapes import (
     AgentView,
     CapabilityView,
     DeadLetterView,
-    EmitResult,
     ErrorView,
-    EventRefusal,
-    GateView,
     GuardErrorView,
     MapView,
     PendingActionView,
@@ -34,8 +39,6 @@ from interlock.views.shapes import (
     RunOrigin,
     RunResult,
     RunSummary,
-    SignalResult,
-    StartedRun,
     TimerView,
     TransitionView,
     VersionRuns,
@@ -49,12 +52,14 @@ from interlock.views.shapes import (
 __all__ = [
     "AgentView",
     "CapabilityView",
+    "ChainView",
     "DeadLetterView",
     "EmitResult",
     "ErrorView",
     "EventRefusal",
     "GateView",
     "GuardErrorView",
+    "HistoryView",
     "MapView",
     "PendingActionView",
     "RunDescription",

@@ -12,8 +12,8 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
-from interlock.core.vocabulary import RunStatus
 from interlock.transport.cloudevents import too_deep
+from interlock.views.chains import chain_view, history_view
 from interlock.views.outline import WorkflowOutline, outline_of
 from interlock.views.pauses import PauseView
 from interlock.views.shapes import (
@@ -26,7 +26,6 @@ from interlock.views.shapes import (
     MapView,
     PendingActionView,
     RunDescription,
-    RunOrigin,
     RunResult,
     RunSummary,
     SlotView,
@@ -45,42 +44,6 @@ if TYPE_CHECKING:
 def to_builtins(value: Any) -> Any:
     """A view (or list of views) as plain dicts and lists, ready for JSON or YAML."""
     return msgspec.to_builtins(value)
-
-
-def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
-    """A run-index entry (the runs bucket the orchestrator keeps) as a summary."""
-    error = item.get("error")
-    return RunSummary(
-        run_id=str(item.get("run_id", "")),
-        workflow=str(item.get("workflow", "")),
-        namespace=str(item.get("namespace", "default")),
-        version=int(item.get("version", 0) or 0),
-        status=str(item.get("status", RunStatus.RUNNING)),
-        state=str(item.get("state", "")),
-        started_at=str(item.get("started_at", "")),
-        updated_at=str(item.get("updated_at", "")),
-        error=(
-            ErrorView(error_class=str(error.get("class", "")), message=str(error.get("message")))
-            if isinstance(error, Mapping)
-            else None
-        ),
-        forked_from=(
-            RunOrigin(run_id=str(forked.get("run_id", "")), seq=int(forked.get("seq", 0) or 0))
-            if isinstance(forked := item.get("forked_from"), Mapping)
-            else None
-        ),
-        migrated_from=(
-            migrated if isinstance(migrated := item.get("migrated_from"), int) else None
-        ),
-        waiting=_queued(item.get("queued")),
-        paused=PauseView.of(item.get("paused")),
-    )
-
-
-def _queued(limits: Any) -> list[WaitingOn]:
-    """What a run queued for slots of concurrency limits waits for (it has entered no
-    state yet): each limit's slot."""
-    return [WaitingOn(kind="slot", name=str(n)) for n in limits] if isinstance(limits, list) else []
 
 
 def waiting_text(waiting: Iterable[WaitingOn]) -> str:
@@ -128,6 +91,8 @@ def summary_of(state: RunState) -> RunSummary:
         updated_at=state.updated_at,
         error=ErrorView.of(state.error),
         paused=PauseView.of(None if state.finished else state.paused),
+        continued_from=None if state.chain is None else state.chain.previous,
+        continued_to=None if state.chain is None else state.chain.next,
     )
 
 
@@ -138,7 +103,7 @@ def _ending(records: Sequence[ev.AnyRecord]) -> tuple[str | None, str | None]:
     last = records[-1]
     if isinstance(last, ev.RunCancelled):
         return last.time, last.data.reason
-    if isinstance(last, ev.RunCompleted | ev.RunFailed):
+    if isinstance(last, ev.RunCompleted | ev.RunFailed | ev.RunContinued):
         return last.time, None
     return None, None
 
@@ -247,6 +212,8 @@ def describe_run(
         window=_window(records),
         rate=_rate_hold(records) if state.queued else None,
         paused=PauseView.of(None if state.finished else state.paused),
+        chain=chain_view(state),
+        history=history_view(state),
     )
 
 

@@ -138,6 +138,19 @@ export async function runPage(root, runId, _params, current) {
       desc?.finished_at ? ["Finished", timeCell(desc.finished_at)] : null,
       desc ? ["Duration", duration(between(desc.started_at, desc.finished_at || new Date().toISOString()))] : null,
       desc ? ["Records", String(desc.records)] : null,
+      desc?.chain?.previous
+        ? ["Continues", h("span", {},
+            h("a", { href: `#/runs/${encodeURIComponent(desc.chain.previous)}`, id: "chain-previous", class: "mono" }, desc.chain.previous),
+            ` (run ${desc.chain.link + 1} of its chain; ${desc.chain.reason || "transition"})`)]
+        : null,
+      desc?.chain?.next
+        ? ["Continued as", h("a", { href: `#/runs/${encodeURIComponent(desc.chain.next)}`, id: "chain-next", class: "mono" }, desc.chain.next)]
+        : null,
+      desc?.history?.suggested
+        ? ["History", h("span", { class: "warning" },
+            `${desc.history.records} records, ${desc.history.bytes} bytes: near its limit (${desc.history.max_records} records, ${desc.history.max_bytes} bytes); ` +
+            (desc.history.continue_as_new === "auto" ? "it continues as new at its next transition" : "it fails at the limit"))]
+        : null,
       desc?.parent_run ? ["Parent run", h("a", { href: `#/runs/${encodeURIComponent(desc.parent_run)}` }, desc.parent_run)] : null,
       desc?.correlation_key ? ["Correlation key", h("code", {}, desc.correlation_key)] : null,
     ];

@@ -3,7 +3,7 @@ import { api, ApiError, watchRuns } from "./api.js";
 import { add, between, duration, errorBox, h, status, table, timeCell, waitingText } from "./dom.js";
 import { pausedBadge } from "./pausing.js";
 
-const STATUSES = ["running", "completed", "failed", "cancelled"];
+const STATUSES = ["running", "completed", "failed", "cancelled", "continued"];
 const WAITS = ["approval", "event", "agent", "workflow", "timer", "slot"];
 const LIMIT = 50;
 // After a change, the page is listed again at most this often.
@@ -157,6 +157,14 @@ export async function runsPage(root, _arg, params, current) {
               ` at #${r.forked_from.seq}`)
           : null,
         r.migrated_from ? h("div", { class: "origin" }, `migrated from v${r.migrated_from}`) : null,
+        r.continued_from
+          ? h("div", { class: "origin" }, "continues ",
+              h("a", { href: `#/runs/${encodeURIComponent(r.continued_from)}`, class: "mono" }, r.continued_from))
+          : null,
+        r.continued_to
+          ? h("div", { class: "origin" }, "continued as ",
+              h("a", { href: `#/runs/${encodeURIComponent(r.continued_to)}`, class: "mono" }, r.continued_to))
+          : null,
       ],
       r.namespace === "default" ? r.workflow : `${r.namespace}/${r.workflow}`,
       `v${r.version}`,

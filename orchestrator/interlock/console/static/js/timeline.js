@@ -109,6 +109,9 @@ export class Reading {
         return [h("span", { class: "bad" }, "failed"), `: ${d.error?.class || ""} ${d.error?.message || ""}`];
       case "run.cancelled":
         return [h("span", { class: "bad" }, "cancelled"), d.reason ? `: ${d.reason}` : ""];
+      case "run.continued":
+        return ["continued as new as ", h("a", { href: `#/runs/${encodeURIComponent(d.run_id)}`, class: "mono" }, d.run_id),
+          ` in ${d.state} (${d.reason || "transition"})`];
       case "run.forked":
         return ["forked from ", h("a", { href: `#/runs/${encodeURIComponent(d.origin_run_id)}` }, d.origin_run_id), ` at #${d.origin_seq}`];
       case "run.migrated":

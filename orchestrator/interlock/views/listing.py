@@ -1,0 +1,53 @@
+"""A run of the run list as the run index's entry has it (the orchestrator writes the
+index behind the runs; the gateway and the client page it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from interlock.core.vocabulary import RunStatus
+from interlock.views.pauses import PauseView
+from interlock.views.shapes import ErrorView, RunOrigin, RunSummary, WaitingOn
+
+
+def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
+    """A run-index entry (the runs bucket the orchestrator keeps) as a summary."""
+    error = item.get("error")
+    return RunSummary(
+        run_id=str(item.get("run_id", "")),
+        workflow=str(item.get("workflow", "")),
+        namespace=str(item.get("namespace", "default")),
+        version=int(item.get("version", 0) or 0),
+        status=str(item.get("status", RunStatus.RUNNING)),
+        state=str(item.get("state", "")),
+        started_at=str(item.get("started_at", "")),
+        updated_at=str(item.get("updated_at", "")),
+        error=(
+            ErrorView(error_class=str(error.get("class", "")), message=str(error.get("message")))
+            if isinstance(error, Mapping)
+            else None
+        ),
+        forked_from=(
+            RunOrigin(run_id=str(forked.get("run_id", "")), seq=int(forked.get("seq", 0) or 0))
+            if isinstance(forked := item.get("forked_from"), Mapping)
+            else None
+        ),
+        migrated_from=(
+            migrated if isinstance(migrated := item.get("migrated_from"), int) else None
+        ),
+        continued_from=_text(item.get("continued_from")),
+        continued_to=_text(item.get("continued_to")),
+        waiting=_queued(item.get("queued")),
+        paused=PauseView.of(item.get("paused")),
+    )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _queued(limits: Any) -> list[WaitingOn]:
+    """What a run queued for slots of concurrency limits waits for (it has entered no
+    state yet): each limit's slot."""
+    return [WaitingOn(kind="slot", name=str(n)) for n in limits] if isinstance(limits, list) else []

@@ -224,6 +224,7 @@ def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: CliInstallatio
         "error": None,
         "reason": None,
         "finished_at": full["finished_at"],
+        "chain": [],
     }
     assert full["finished_at"].endswith("Z")
 
@@ -649,6 +650,7 @@ def test_a_terminal_state_that_fails_ends_the_run_failed(inst: CliInstallation) 
         "error": {"class": "workflow_failed", "message": "score 3 is below 5"},
         "reason": None,
         "finished_at": started["finished_at"],
+        "chain": [],
     }
     assert started == expected
     assert f"started {run_id}" in done.stderr

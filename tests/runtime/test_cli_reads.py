@@ -499,11 +499,10 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
     # would fill the stream's 1,000.
     assert made == {
         "runs": ["STREAM.INFO kv_P_runs"],
-        # Whether each workflow is paused: the pauses bucket read whole (empty: its
-        # handle and its newest revision, no get).
+        # Whether each workflow is paused: the pauses bucket read whole from its stream's
+        # info, which holds its newest revision (empty here: no get, and no bucket handle).
         "workflows": [
             "DIRECT.GET kv_P_workflows",
-            "STREAM.INFO kv_P_paused",
             "STREAM.INFO kv_P_paused",
             "STREAM.INFO kv_P_workflows",
             "STREAM.INFO kv_P_workflows",
@@ -538,7 +537,6 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
             "DIRECT.GET kv_P_workflows",
             "DIRECT.GET kv_P_workflows",
             "DIRECT.GET kv_P_workflows",
-            "STREAM.INFO kv_P_paused",
             "STREAM.INFO kv_P_workflows",
         ],
     }

@@ -23,11 +23,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.errors import NoRespondersError
+from nats.js.errors import NotFoundError
 
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
-from interlock.transport.kvread import bucket_values
+from interlock.transport.kvread import named_bucket_values
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.pausing")
@@ -36,6 +39,7 @@ Resumed = Callable[[str, str], Awaitable[None]]
 """Told (namespace, name) of a workflow resumed."""
 CapabilityResumed = Callable[[str], Awaitable[None]]
 """Told the name of a capability resumed."""
+_TIMEOUT = 5.0
 CAPABILITY = "cap."
 """How a paused capability's key begins (``cap.<name>``; a workflow's is ``wf.``)."""
 
@@ -53,6 +57,7 @@ class Pauses:
     orchestrator, every pause followed by a watch."""
 
     def __init__(self, nc: Client, subjects: Subjects) -> None:
+        self._nc = nc
         self._js = jetstream(nc)
         self._subjects = subjects
         self._kv: Any = None
@@ -69,11 +74,28 @@ class Pauses:
         return await self._read(pause_key(namespace, name))
 
     async def _read(self, key: str) -> dict[str, Any] | None:
+        """One key's pause by one direct get of its subject (no bucket handle: binding one
+        is a stream info request more, on every run started)."""
+        bucket = self._subjects.paused_bucket
+        api = f"{js_api(self._nc)}.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}"
         try:
-            entry = await (await self._bucket()).get(key)
-        except (KeyNotFoundError, BucketNotFoundError):  # none: made by a later version
+            msg = await self._nc.request(api, b"", timeout=_TIMEOUT)
+        except NoRespondersError:  # no bucket: made by a later version
             return None
-        return _pause_of(entry.value)
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "404" or headers.get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        if status:
+            raise InterlockError(f"reading {bucket}/{key}: status {status}")
+        return _pause_of(msg.data)
+
+    async def _values(self) -> dict[str, bytes]:
+        """Every key's value: one stream info request, and direct gets when there are any."""
+        try:
+            return await named_bucket_values(self._js, self._subjects.paused_bucket)
+        except NotFoundError:  # no bucket: made by a later version
+            return {}
 
     async def pause(
         self, namespace: str, name: str, at: str, reason: str, *, runs: bool = False
@@ -84,10 +106,7 @@ class Pauses:
 
     async def every(self) -> dict[str, dict[str, Any]]:
         """Every paused workflow (``namespace/name``) with its pause, in one read."""
-        try:
-            values = await bucket_values(await self._bucket())
-        except BucketNotFoundError:
-            return {}
+        values = await self._values()
         out = {}
         for key, value in values.items():
             pause = _pause_of(value)
@@ -119,12 +138,7 @@ class Pauses:
 
     async def all_paused(self) -> dict[str, dict[str, Any]]:
         """Every pause now, by key (``wf.<namespace>.<name>``, ``cap.<name>``)."""
-        from interlock.transport.kvread import bucket_values
-
-        try:
-            values = await bucket_values(await self._bucket())
-        except BucketNotFoundError:
-            return {}
+        values = await self._values()
         return {key: _pause_of(value) or {} for key, value in values.items() if value}
 
     # -- an orchestrator's copy ---------------------------------------------------------

@@ -3,6 +3,8 @@ gets (no consumer)."""
 
 from __future__ import annotations
 
+from nats.aio.client import Client
+from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 from interlock.transport.directget import read_messages
@@ -27,6 +29,18 @@ async def bucket_values(kv: KeyValue, pattern: str = ">") -> dict[str, bytes]:
     return await _fold(kv, pattern, newest)
 
 
+async def named_bucket_values(js: JetStreamContext, bucket: str) -> dict[str, bytes]:
+    """:func:`bucket_values` of the bucket named ``bucket`` without binding it first: its
+    stream's info (one request, where a handle and then its status make two) gives the
+    newest record, and an empty bucket needs no more. Raises ``NotFoundError`` when there
+    is no such bucket."""
+    stream = f"KV_{bucket}"
+    state = (await js.stream_info(stream)).state
+    if not state.messages:
+        return {}
+    return await _fold_stream(js._nc, stream, f"$KV.{bucket}.", ">", state.last_seq)
+
+
 async def stored_keys(kv: KeyValue, pattern: str) -> list[str]:
     """The keys matching ``pattern`` (a key filter: ``wf.default.echo.*``) that hold a
     value, sorted."""
@@ -49,7 +63,13 @@ async def _fold(kv: KeyValue, pattern: str, newest: int | None) -> dict[str, byt
     answered had not reached it yet (a record aged out since leaves it short, and that is
     all there is).
     """
-    nc, stream, prefix = kv._js._nc, kv._stream, kv_prefix(kv)
+    return await _fold_stream(kv._js._nc, kv._stream, kv_prefix(kv), pattern, newest)
+
+
+async def _fold_stream(
+    nc: Client, stream: str, prefix: str, pattern: str, newest: int | None
+) -> dict[str, bytes]:
+    """:func:`_fold` of a bucket's stream and key prefix."""
     records = await read_messages(nc, stream, f"{prefix}{pattern}")
     if newest is not None and records and records[-1][0] < newest:
         records += await read_messages(nc, stream, f"{prefix}{pattern}", records[-1][0])

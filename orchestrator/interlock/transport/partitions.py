@@ -228,19 +228,24 @@ class Placement:
         """Until the map was read by a request sent after ``since`` (one read at a time,
         shared by all who wait for it: many misses at once cost one read)."""
         while self._read_from < since:
-            if self._reload is None:
-                self._reload = asyncio.ensure_future(self.load())
-                self._reload.add_done_callback(self._reloaded)
-            await asyncio.shield(self._reload)
+            await self._shared_load()
+
+    async def _shared_load(self) -> None:
+        """The read of the map under way, else a new one: all who wait share it."""
+        if self._reload is None:
+            self._reload = asyncio.ensure_future(self.load())
+            self._reload.add_done_callback(self._reloaded)
+        await asyncio.shield(self._reload)
 
     def _reloaded(self, done: asyncio.Future[PartitionMap]) -> None:
         if self._reload is done:
             self._reload = None
 
     async def current(self) -> PartitionMap:
-        """The map as known here (read first if it never was)."""
-        if not self._loaded:
-            await self.load()
+        """The map as known here (read first if it never was: one read, however many ask
+        for it at once, as the first appends of a process do)."""
+        while not self._loaded:
+            await self._shared_load()
         return self.map
 
     def located(self, run_id: str) -> bool:

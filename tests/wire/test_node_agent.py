@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 import sys
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -41,56 +40,7 @@ SUBJECTS = Subjects("il")
 CAPABILITY = "demo.greet"
 WAIT = 20.0
 
-MANIFESTS = textwrap.dedent(
-    """\
-    apiVersion: interlock.io/v1
-    kind: AgentDef
-    metadata: {name: greeter-js}
-    spec:
-      capabilities:
-        - name: demo.greet
-          input_schema: {type: object, required: [name]}
-          output_schema: {type: object}
-          timeout_seconds: 60
-    ---
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata: {name: greet}
-    spec:
-      inputs:
-        name: {type: string, required: true}
-        flaky: {type: boolean, default: false}
-        wait_seconds: {type: number, default: 0}
-        emit: {type: boolean, default: false}
-        size: {type: integer, default: 0}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: demo.greet
-              input:
-                name: "{{ inputs.name }}"
-                flaky: "{{ inputs.flaky }}"
-                wait_seconds: "{{ inputs.wait_seconds }}"
-                emit: "{{ inputs.emit }}"
-                size: "{{ inputs.size }}"
-              retry:
-                max_attempts: 2
-                backoff: {initial: 1s, multiplier: 1, max: 1s, jitter: false}
-          on:
-            - {event: task.completed, goto: done}
-            - {event: greet.emitted, goto: emitted}
-        done:
-          type: terminal
-          outputs:
-            greeting: "$.states.work.output.greeting"
-            attempt: "$.states.work.output.attempt"
-        emitted:
-          type: terminal
-          outputs:
-            name: "$.states.work.output.name"
-    """
-)
+MANIFESTS = (ROOT / "examples" / "agents-js" / "greet.yaml").read_text()
 
 
 class NodeWorker:

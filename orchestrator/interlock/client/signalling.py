@@ -98,15 +98,19 @@ async def send(
     with watcher.listening(run_id, on_append):
         await publish(ops, ce)
         while True:
+            # The log is read once the decision's append is heard (its payload names the
+            # event: listened to since before the publish), not right after the publish,
+            # when it would find nothing yet; at least every second, should a hint be lost.
+            left = deadline - loop.time()
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(hint.wait(), min(left, 1.0))
+            hint.clear()
             found = await _decision_on(ops, run_id, after, signal.id)
             if found is not None:
                 return _outcome(found, base, takes)
-            left = deadline - loop.time()
-            if left <= 0:
+            if deadline - loop.time() <= 0:
                 return base.result("unanswered")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(hint.wait(), min(left, 1.0))
-            hint.clear()
 
 
 def _would_hold(definition: Definition, state: RunState, signal: Signal) -> bool:

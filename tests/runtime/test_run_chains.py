@@ -197,6 +197,29 @@ async def test_a_child_that_continues_answers_its_parent_and_cancel_follows_the_
         assert (ended.run_id, ended.status, ended.reason) == (newest, "cancelled", "enough")
         assert ended.chain == [other, newest]
         assert not await client.cancel(other)
+
+        # A parent cancelled while its child continued: the child's newest run is cancelled.
+        for _ in range(500):  # the run list has every run so far
+            listed = {r.run_id for r in await client.runs(workflow="ticking")}
+            if newest in listed:
+                break
+            await asyncio.sleep(0.02)
+        seen = listed
+        parent = await client.start("parent", {"order": "o-4"})
+        child_id = ""
+        for _ in range(500):
+            kids = [r.run_id for r in await client.runs(workflow="ticking") if r.run_id not in seen]
+            if kids:
+                (child_id,) = kids
+                break
+            await asyncio.sleep(0.02)
+        told = await client.signal(child_id, "renew", wait=TIMEOUT)
+        newest_child = await _newest(client, child_id)
+        assert newest_child == told.continued_to
+        assert await client.cancel(parent, "parent gone")
+        gone = await client.result(child_id, wait=True, timeout=TIMEOUT)
+        assert (gone.run_id, gone.status) == (newest_child, "cancelled")
+        assert gone.reason == "parent cancelled"
         try:
             await client.result("rnosuch", wait=True, timeout=1)
         except interlock.UnknownRun:

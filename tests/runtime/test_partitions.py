@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from interlock.runtime.service import Orchestrator
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.partitions import BadPartitionCount, partition_of, read_map
+from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 from support.runtime import REPO, TIMEOUT, cli_env, connect, run_cli, running_stack
 
@@ -211,7 +213,9 @@ async def test_leases_spread_partitions_over_replicas_and_a_dead_ones_move(
     await nc.close()
 
 
-async def test_the_cli_shows_and_sets_the_partitions(nats_url: str, subjects: Subjects) -> None:
+async def test_the_cli_shows_and_sets_the_partitions(
+    nats_url: str, subjects: Subjects, caplog: pytest.LogCaptureFixture
+) -> None:
     provisioned = InterlockClient(await connect(nats_url), subjects)
     await provisioned.ensure_provisioned()
     await provisioned.nc.close()
@@ -230,6 +234,11 @@ async def test_the_cli_shows_and_sets_the_partitions(nats_url: str, subjects: Su
     assert wrong.returncode == 2
     assert "from 1 to 256" in wrong.stderr
     nc = await connect(nats_url)
+    # A replica started with another --partitions keeps the map, and says so.
+    with caplog.at_level(logging.WARNING, logger="interlock.provision"):
+        await provision(nc, subjects, partitions=5)
+    assert "5 partitions asked" in caplog.text
+    assert "this one keeps its 3" in caplog.text
     after, _ = await read_map(nc, subjects)
     await nc.close()
     assert [x.count for x in after.layouts] == [1, 3]

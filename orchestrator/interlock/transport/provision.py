@@ -15,6 +15,7 @@ too (``KV_<bucket>``, laid out as NATS KV clients expect), so one code path serv
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -31,6 +32,8 @@ from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import api_prefix, connection, jetstream
 from interlock.transport.partitions import balance_leaders, first_map, read_map, write_map
 from interlock.transport.subjects import Subjects
+
+log = logging.getLogger("interlock.provision")
 
 __all__ = [
     "AppendConflict",
@@ -267,6 +270,14 @@ async def provision(
     nc, prefix = _connection(js)
     found, revision = await read_map(nc, subjects)
     wanted = found
+    if revision and partitions is not None and partitions != found.current.count:
+        log.warning(
+            "%d partitions asked (--partitions, INTERLOCK_PARTITIONS) are for an installation "
+            "provisioned for the first time: this one keeps its %d (`interlock partitions "
+            "set N` changes them)",
+            partitions,
+            found.current.count,
+        )
     if not revision and partitions is not None and partitions != found.current.count:
         runs = await _stream_info(nc, prefix, subjects.runs_stream)
         stored = int((runs or {}).get("state", {}).get("messages", 0))

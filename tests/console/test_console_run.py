@@ -4,6 +4,8 @@ collapsed below the diagram, and on a phone the diagram opened at the current st
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from console_stack import CONTRAST, UNLABELLED, Console, console, shot, sign_in
 
@@ -201,6 +203,15 @@ async def test_a_chain_of_runs_continued_as_new_is_linked_both_ways(console: Con
             chain[-1],
             chain,
         )
+        # The workflow's runs per version count the runs that continued.
+        want = {"version": 1, "running": 0, "completed": 1, "failed": 0, "cancelled": 0}
+        want["continued"] = 3
+        for _ in range(100):
+            runs = (await http.get("/workflows/chained")).json()["runs"]
+            if runs == [want]:
+                break
+            await asyncio.sleep(0.05)
+        assert runs == [want]
 
     page = await console.page(token=None)
     await page.goto(f"{console.url}#/runs/{chain[0]}")

@@ -199,7 +199,16 @@ async def test_a_workflow_keeps_its_source_and_counts_runs_per_version(gs: Gatew
             if runs and runs[0]["cancelled"] == 1:
                 break
             await asyncio.sleep(0.05)
-        assert runs == [{"version": 1, "running": 1, "completed": 0, "failed": 0, "cancelled": 1}]
+        assert runs == [
+            {
+                "version": 1,
+                "running": 1,
+                "completed": 0,
+                "failed": 0,
+                "cancelled": 1,
+                "continued": 0,
+            }
+        ]
 
 
 LIMITED = """\

@@ -347,6 +347,8 @@ class VersionRuns(msgspec.Struct, frozen=True, kw_only=True):
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
+    continued: int = 0
+    """Runs whose log ended in ``run.continued`` (their chain goes on in a newer run)."""
 
 
 class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):

@@ -101,6 +101,7 @@ export async function workflowPage(root, ref, params) {
     runsLink(r.version, "completed", r.completed),
     runsLink(r.version, "failed", r.failed),
     runsLink(r.version, "cancelled", r.cancelled),
+    runsLink(r.version, "continued", r.continued || 0),
   ]);
   const running = (detail.runs || []).reduce((n, r) => n + r.running, 0);
   const actions = h("div", { class: "actions" },
@@ -156,7 +157,7 @@ export async function workflowPage(root, ref, params) {
       h("dt", {}, "Runs"), h("dd", {}, h("a", { href: `#/runs?workflow=${encodeURIComponent(label)}` }, "runs of this workflow")),
     ),
     h("h2", {}, "Runs per version"),
-    table("Runs per version", ["Version", "Running", "Completed", "Failed", "Cancelled"], counts, { empty: "No runs yet." }),
+    table("Runs per version", ["Version", "Running", "Completed", "Failed", "Cancelled", "Continued"], counts, { empty: "No runs yet." }),
     h("h2", {}, "Inputs"),
     table("!Inputs", ["Input", "Type", "Required", "Default"], inputs, { empty: "No declared inputs." }),
     h("h2", {}, "Diagram"),

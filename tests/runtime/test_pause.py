@@ -95,6 +95,9 @@ async def test_runs_held_while_no_orchestrator_ran_go_on_when_one_starts(
         await eventually(waiting, what="both runs waiting")
         await stack.orchestrator.stop()
         await cli(nats_url, subjects, "resume", "workflow", "hello")
+        # Resumed, though no orchestrator has taken them on yet: describe says so.
+        described = await cli(nats_url, subjects, "describe", "run", held[0])
+        assert "queued       default/hello is resumed: it goes on in turn" in described
         nc = await connect(nats_url)
         later = Orchestrator(nc, subjects)
         await later.start()

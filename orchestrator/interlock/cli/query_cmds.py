@@ -316,6 +316,8 @@ def ordinal(n: int) -> str:
 def slot_text(slot: Any, queued: bool) -> str:
     """``3rd for key acme under default/limited#1 (2/2 running)``, or that it holds it."""
     if slot.limit.endswith("@paused"):  # interlock.core.pauses.PAUSED
+        if slot.holding:
+            return f"{slot.limit.removesuffix('@paused')} is resumed: it goes on in turn"
         place = "" if slot.place is None else f" ({ordinal(slot.place)} in line)"
         return f"until {slot.limit.removesuffix('@paused')} is resumed{place}"
     where = f"key {slot.key} under {slot.limit}"

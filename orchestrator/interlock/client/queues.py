@@ -33,6 +33,10 @@ async def with_places(
     fair = {(c.limit, c.key): c.fair for c in state.slots or []}
     seen: list[SlotView] = []
     for view in described.slots:
+        paused_workflow = view.limit.endswith(PAUSED) and not view.limit.startswith("cap:")
+        if paused_workflow and not await _still_paused(ops, view.limit):
+            seen.append(msgspec.structs.replace(view, holding=True))  # resumed: past it
+            continue
         lines = await slots.lines(view.limit, view.key)
         if lines is None:
             seen.append(msgspec.structs.replace(view, running=0))
@@ -49,6 +53,12 @@ async def with_places(
             )
         )
     return msgspec.structs.replace(described, slots=seen)
+
+
+async def _still_paused(ops: InterlockClient, limit: str) -> bool:
+    """Whether the workflow of a pause slot (``<namespace>/<name>@paused``) is paused now."""
+    namespace, _, name = limit.removesuffix(PAUSED).partition("/")
+    return await Pauses(ops.nc, ops.subjects).paused(namespace, name) is not None
 
 
 async def list_queues(

@@ -7,6 +7,7 @@ import re
 
 import msgspec
 import pytest
+import yaml
 from test_validator import RULES
 
 from interlock.core import model
@@ -83,3 +84,25 @@ def test_the_doc_names_every_field(kind: str) -> None:
 def test_the_doc_names_every_input_type() -> None:
     for type_name in ("string", "integer", "number", "boolean", "object", "list", "any"):
         assert f"`{type_name}`" in DOC
+
+
+SNIPPETS = [b for b in BLOCKS if b.startswith("spec:")]
+PLACEHOLDER_STATES = {
+    "s": {"type": "human_in_the_loop", "on": [{"event": "go", "goto": "done"}]},
+    "done": {"type": "terminal"},
+}
+
+
+@pytest.mark.parametrize("block", SNIPPETS, ids=[f"spec-{i}" for i in range(len(SNIPPETS))])
+def test_every_spec_snippet_validates_in_a_manifest(block: str) -> None:
+    """A ``spec:`` snippet (a trigger's debounce, a rate, fair-share concurrency, history
+    limits, a capability's limits), pasted into a manifest as a reader would, validates;
+    only a ``goto`` naming a state the snippet leaves out may be missing."""
+    spec = yaml.safe_load(block)["spec"]
+    kind = "AgentDef" if "capabilities" in spec else "Workflow"
+    if kind == "Workflow":
+        spec.setdefault("initial_state", "s")
+        spec.setdefault("states", PLACEHOLDER_STATES)
+    manifest = {"apiVersion": "interlock.io/v1", "kind": kind, "metadata": {"name": "snip"}}
+    compiled = compile_sources([("docs/language.md", yaml.safe_dump(manifest | {"spec": spec}))])
+    assert [d for d in compiled.diagnostics if d.rule != "unknown-goto"] == []

@@ -71,7 +71,7 @@ async def test_a_paused_run_holds_what_reaches_it_across_a_crash(
             said = await cli(nats_url, subjects, "pause", "run", run_id, "--reason", "vendor")
             assert f"paused run {run_id}" in said
             again = await cli(nats_url, subjects, "pause", "run", run_id)
-            assert "was not paused: it has ended, or was paused already" in again
+            assert f"run {run_id} is paused already (since " in again
             gates.gate(1).set()  # the answer comes while it is paused
 
             async def held() -> bool:
@@ -110,6 +110,8 @@ async def test_a_paused_run_holds_what_reaches_it_across_a_crash(
             assert after.count("action.requested") == 1
             assert gates.started == [1]  # dispatched once
             assert "was not paused" in await cli(nats_url, subjects, "resume", "run", run_id)
+            ended = await cli(nats_url, subjects, "pause", "run", run_id)
+            assert f"run {run_id} was not paused: it has ended (completed)" in ended
             missing = await cli(nats_url, subjects, "pause", "run", "nope", code=1)
             assert missing == ""
     finally:

@@ -123,7 +123,11 @@ async def cmd_pause_run(client: Client, args: argparse.Namespace) -> int:
     elif done:
         print(f"paused run {args.run_id}: it holds what reaches it until resumed")
     else:
-        print(f"run {args.run_id} was not paused: it has ended, or was paused already")
+        state = await client.state(args.run_id)
+        if state.paused is not None:
+            print(f"run {args.run_id} is paused already (since {state.paused.at})")
+        else:
+            print(f"run {args.run_id} was not paused: it has ended ({state.status})")
     return EXIT_OK
 
 

@@ -140,6 +140,10 @@ class Snapshots:
             return await self._where(run_id)
         return self._subjects.runs_stream, self._subjects.run(run_id)
 
+    async def messages(self, stream: str, subject: str) -> int:
+        """How many messages ``stream`` holds on ``subject`` (a run's log)."""
+        return await _messages(self._nc, stream, subject)
+
     def _key_subject(self, run_id: str) -> str:
         return f"$KV.{self._subjects.snapshots_bucket}.{run_id}"
 
@@ -244,7 +248,7 @@ async def _from_snapshot(
         # at the same time: one round trip, whatever the log's length.
         tail, count = await asyncio.gather(
             _read(log_store, run_id, snapshot.seq - 1, consistent=consistent),
-            _messages(snapshots._nc, stream, subject),
+            snapshots.messages(stream, subject),
         )
         ending = _ending(tail, snapshot)
         if ending is None:

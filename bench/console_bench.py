@@ -10,12 +10,12 @@ Measured, best and median of ``--rounds`` page loads each (a fresh tab each time
 
 - the runs page: from navigation to the first page of 50 runs in the table;
 - the run page: from navigation to its first paint (header, the diagram of its workflow,
-  and the timeline's first 200 records: the rest is drawn as the reader scrolls), and to
-  the page complete (the run's status and its path on the diagram, which need the whole
-  log folded); both for a load whose log the gateway has not read yet (as after a start:
+  and the timeline's newest 200 records, the only page of the log it reads), and to the
+  page complete (the run's status and its current state on the diagram); both for a load
+  whose log the gateway has not read yet (as after a start:
   the gateway's kept logs are dropped before it) and for a load after it; then to the
-  guards from ``explain`` given to the timeline, and to every record drawn ("Show all",
-  also timed from the click);
+  guards from ``explain`` given to the timeline, and from a click on "Earlier records" to
+  the page before drawn;
 - the baseline in the same run: the same API answers fetched by the same browser without
   drawing anything (``fetch`` of ``/runs?limit=50``, and of the description and the whole
   log), so the ratio says what the console adds to what the API costs.
@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import shutil
 import statistics
@@ -178,7 +177,7 @@ async def _drawn(page: Any, last: int, t0: float) -> tuple[float, float]:
     and to the page complete (the run's status, and its path on the diagram, which need
     the whole log)."""
     await page.locator("svg.diagram").wait_for(state="attached")
-    await page.locator(f"#rec-{min(last, FIRST_DRAWN)}").wait_for(state="attached")
+    await page.locator(f"#rec-{last}").wait_for(state="attached")
     painted = time.perf_counter() - t0
     await page.locator("svg.diagram .node.current").wait_for(state="attached")
     await page.locator(".title-row .status").wait_for(state="attached")
@@ -253,11 +252,8 @@ async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str,
         "run page": [],
         "run page, first load: first paint": [],
         "run page, first load: complete": [],
-        "run page, whole timeline": [],
         "run page + guards": [],
-        "Show all: click to the next 200": [],
-        "Show all: click to the last record": [],
-        "Show all: longest task blocking the page": [],
+        "Earlier records: click to the page before": [],
         "run API (fetch)": [],
         "run API (fetch), first read": [],
     }
@@ -320,41 +316,15 @@ async def _measure(env: dict[str, Any], chromium: str, rounds: int) -> dict[str,
             page, t0 = await _open_run(context, f"{ui}#/runs/{run_id}", last, out, "")
             await page.wait_for_function("performance.getEntriesByName('run:explained').length > 0")
             out["run page + guards"].append(time.perf_counter() - t0)
-            # Every record drawn ("Show all"), from the same navigation.
-            # The longest the page was blocked meanwhile (tasks over 50 ms).
-            await page.evaluate(
-                """() => {
-                  window.__longest = 0;
-                  document.addEventListener("click", (e) => {
-                    if (e.target.id === "timeline-all") window.__clicked = performance.now();
-                  }, true);
-                  new PerformanceObserver((list) => {
-                    for (const e of list.getEntries()) {
-                      window.__longest = Math.max(window.__longest, e.duration);
-                    }
-                  }).observe({ type: "longtask" });
-                }"""
-            )
+            # The page before the newest ("Earlier records"), from the same navigation.
             clicked = time.perf_counter()
             if last > FIRST_DRAWN:
-                # Clicked where it is: scrolling to it draws the next chunk by itself, which
-                # moves the button, and a click at its old place missed it now and then.
-                await page.locator("#timeline-all").dispatch_event("click")
-            await page.locator(f"#rec-{FIRST_DRAWN * 2}").wait_for(state="attached")
-            out["Show all: click to the next 200"].append(time.perf_counter() - clicked)
-            await page.locator(f"#rec-{last}").wait_for(state="attached")
-            out["run page, whole timeline"].append(time.perf_counter() - t0)
-            out["Show all: click to the last record"].append(time.perf_counter() - clicked)
-            # The page's own clock: from the click to the mark set once the last batch
-            # is drawn (the waits above poll the page, which slows it a little).
-            drawn = await page.evaluate(
-                """() => (performance.getEntriesByName('timeline:all')[0]?.startTime
-                          - window.__clicked) / 1000"""
-            )
-            if drawn is not None and not math.isnan(drawn):  # NaN: no mark (nothing to draw)
-                out.setdefault("  in the page: Show all, click to all drawn", []).append(drawn)
-            longest = await page.evaluate("window.__longest")
-            out["Show all: longest task blocking the page"].append(longest / 1000)
+                await page.locator("#timeline-earlier").click()
+                first = max(1, last - 2 * FIRST_DRAWN + 1)
+                await page.locator(f"#rec-{first}").wait_for(state="attached")
+                out["Earlier records: click to the page before"].append(
+                    time.perf_counter() - clicked
+                )
             out["run API (fetch)"].append(await _fetch_run(page, env))
             await page.close()
         await browser.close()

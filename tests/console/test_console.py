@@ -8,6 +8,7 @@ One stack and one browser for the module; each test opens its own page. Screensh
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from console_stack import (
     console,
     dead_letters_page,
     shot,
+    sign_in,
     tab_until,
 )
 
@@ -318,55 +320,55 @@ async def test_every_control_is_labelled_and_text_meets_contrast(console: Consol
         assert page.errors == []
 
 
-async def test_a_long_log_is_drawn_a_chunk_at_a_time(console: Console) -> None:
-    """The first 200 records at once; more as the reader scrolls or asks; the diagram and a
-    state's visits know every record. The gateway has not kept the log (as after a start):
-    the first records come from the log's head, the rest after them."""
-    page = await console.page()
-    run_id = console.runs["long"]
+async def test_a_long_log_shows_its_newest_page_and_reads_earlier_ones_when_asked(
+    console: Console,
+) -> None:
+    """A run of more records than a page: its page reads the newest 200 of its log, and
+    "Earlier records" reads the page before, one request a page. The gateway has not kept
+    the log (as after a start)."""
     console.gs.gateway.run_logs.forget()
+    page = await console.page(token=None)
+    asked: list[str] = []
+    page.on(
+        "request",
+        lambda r: asked.append(r.url) if re.search(r"/runs/[^/]+/log(\?|$)", r.url) else None,
+    )
+    run_id = console.runs["long"]
     await page.goto(f"{console.url}#/runs/{run_id}")
+    await sign_in(page, console.gs.tokens["reader"])
     records = page.locator(".timeline .rec")
-    await page.locator("#rec-200").wait_for(state="attached")
-    assert await records.count() == 200
     total = int(await page.locator(".meta dd").nth(5).inner_text())
-    assert total > 440
-    assert await page.locator("#timeline-all").inner_text() == f"Show all {total}"
-    # The run ended in a state whose records are not drawn yet: the diagram marks it.
+    assert 400 < total <= 600
+    await page.locator(f"#rec-{total}").wait_for(state="attached")
+
+    async def shown() -> list[int]:
+        ids = await records.evaluate_all("rows => rows.map(r => r.id)")
+        return [int(i.removeprefix("rec-")) for i in ids]
+
+    assert await shown() == list(range(total - 199, total + 1))
+    assert len(asked) == 1, asked
+    assert f"offset={total - 200}" in asked[0]
+    assert await page.locator(".visit h3").first.inner_text() == "Continued from earlier records"
+    # The run ended in a state whose visit is among the records read: the diagram marks it,
+    # and choosing the state and its visit goes there.
     svg = page.get_by_role("group", name="State diagram of looper")
     assert await svg.locator(".node.current").get_attribute("data-state") == "done"
-    # Choosing that state and its visit draws the records up to it, and goes there.
     await svg.locator(".node[data-state='done']").click()
     await page.get_by_role("button", name="Visit 1").click()
-    visit = page.locator(".visit[data-state='done']")
-    await visit.wait_for()
     assert await page.evaluate("document.activeElement.dataset.state") == "done"
-    assert await records.count() == total
-    assert await page.locator("#timeline-more").is_hidden()
 
-    # Scrolling to the end of what is drawn draws the next chunk.
-    console.gs.gateway.run_logs.forget()
-    await page.reload()
-    await page.locator("#rec-200").wait_for(state="attached")
-    await page.locator("#timeline-more").scroll_into_view_if_needed()
-    await page.locator("#rec-400").wait_for(state="attached")
-    await page.locator("#timeline-more").scroll_into_view_if_needed()
-    await page.locator(f"#rec-{total}").wait_for(state="attached")
-
-    # "Show all": the next chunk at once, the rest a batch per frame, each record once.
-    assert page.errors == []
-    page = await console.page()
-    records = page.locator(".timeline .rec")
-    await page.goto(f"{console.url}#/runs/{run_id}")
-    await page.locator("#rec-200").wait_for(state="attached")
-    # The button shows once the whole log is known (the rest of it comes after the first
-    # paint). Clicked where it is: scrolling to it would draw the next chunk by itself.
-    await page.locator("#timeline-all", has_text=f"Show all {total}").wait_for()
-    await page.locator("#timeline-all").dispatch_event("click")
-    await page.locator(f"#rec-{total}").wait_for(state="attached")
-    ids = await records.evaluate_all("rows => rows.map(r => r.id)")
-    assert ids == [f"rec-{n}" for n in range(1, total + 1)]
-    assert await page.locator("#timeline-more").is_hidden()
+    # "Earlier records": the page before, then the first records, and no more to ask for.
+    earlier = page.locator("#timeline-earlier")
+    await earlier.click()
+    await page.locator(f"#rec-{total - 399}").wait_for(state="attached")
+    assert await shown() == list(range(total - 399, total + 1))
+    assert len(asked) == 2, asked
+    await earlier.click()
+    await page.locator("#rec-1").wait_for(state="attached")
+    assert await shown() == list(range(1, total + 1))
+    assert await earlier.is_hidden()
+    assert await page.locator(".visit h3").first.inner_text() == "Start"
+    assert len(asked) == 3, asked
     assert page.errors == []
 
 

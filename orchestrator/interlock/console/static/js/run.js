@@ -1,57 +1,19 @@
 // A run: its diagram, what it waits for now (and buttons to move it), outputs or error, and
 // the timeline of its log, kept live by the log stream while it runs.
 //
-// The page is drawn in two steps. First, from the log's first page (which the gateway
-// answers from the log's head, without reading the rest) and the workflow version it
-// names: the run's workflow and start, the diagram of its version and the timeline's
-// first records. Then, once the run's description (its log folded, which needs the whole
-// log; asked for after the version, so the gateway's read of a long log does not hold the
-// version up) and the rest of the log arrive: its status and state, the path it took on
-// the diagram, what it waits for, its outputs or error, and the rest of the timeline. A
-// long log's first paint does not wait for it.
+// The page reads what it shows. First the run's description (from its snapshot and the
+// records after it: the same cost at any log length), which says its workflow and version,
+// status and state, and how many records its log holds; then, together, the diagram's
+// version and the newest page of its log (the records before them are read a page at a
+// time when the reader asks for them, with "Earlier records"); then, while it runs, the
+// records appended, live. A run of 100,000 records reads one page of them.
 import { forkDialog, signalDialog } from "./acting.js";
 import { api, ApiError, config, follow } from "./api.js";
 import { diagram, takenEdges } from "./diagram.js";
 import { add, ask, between, duration, errorBox, h, json, status, table, timeCell, toast } from "./dom.js";
 import { mapSection } from "./mapitems.js";
 import { pauseButton, pausedBadge } from "./pausing.js";
-import { CHUNK, PREFIX, Timeline } from "./timeline.js";
-
-const PAGE = 5000;
-
-// The log after its first `from` records: its next page asked for at once (with the
-// description), the pages after that (a log of more than 5,200 records) all at once when
-// the description has counted them, then any appended meanwhile.
-async function restOfLog(runId, described, from) {
-  const page = (offset) =>
-    api(`/runs/${encodeURIComponent(runId)}/log`, { params: { limit: PAGE, offset } });
-  const first = await page(from);
-  const records = [...first.records];
-  let next = first.next_offset;
-  if (next !== null) {
-    const { records: count } = await described;
-    const asked = [];
-    for (let offset = next; offset < count; offset += PAGE) asked.push(page(offset));
-    for (const more of await Promise.all(asked)) {
-      records.push(...more.records);
-      next = more.next_offset;
-    }
-  }
-  while (next !== null) {
-    const more = await page(next);
-    records.push(...more.records);
-    next = more.next_offset;
-  }
-  return records;
-}
-
-// What the run's first record says about it (null when it does not start with one).
-function startOf(records) {
-  const first = records[0];
-  if (!first || first.type !== `${PREFIX}run.started`) return null;
-  const d = first.data || {};
-  return { run_id: first.subject, workflow: d.workflow, namespace: d.namespace || "default", version: d.version ?? 1, started_at: first.time };
-}
+import { CHUNK, Timeline } from "./timeline.js";
 
 function workflowPath(desc) {
   return `/workflows/${encodeURIComponent(desc.namespace)}/${encodeURIComponent(desc.workflow)}`;
@@ -69,11 +31,9 @@ function traceLink(template, runId, records) {
 export async function runPage(root, runId, _params, current) {
   const path = `/runs/${encodeURIComponent(runId)}`;
   performance.mark("run:start");
-  const [head, settings] = await Promise.all([api(`${path}/log`, { params: { limit: CHUNK } }), config()]);
+  const [described, settings] = await Promise.all([api(path), config()]);
   performance.mark("run:fetched");
-  let desc = null;
-  // What the page knows of the run before its description: from the log's first record.
-  const start = startOf(head.records);
+  let desc = described;
 
   // The workflow version the diagram draws (undefined: not asked for yet; null: not stored).
   let detail;
@@ -89,18 +49,16 @@ export async function runPage(root, runId, _params, current) {
       detail = null;
     }
   }
-  // The diagram's version first, then the description: the description of a long run
-  // the gateway has not read yet waits for its whole log, and the gateway answers the
-  // version faster without that read going on.
-  const detailed = start ? fetchDetail(start) : Promise.resolve();
-  // The description and the rest of the log together (the gateway reads the log once
-  // for both), before the diagram is drawn.
-  const describe = () => api(path);
-  const described = detailed.then(describe, describe);
-  const readRest = () => (head.next_offset === null ? [] : restOfLog(runId, described, head.next_offset));
-  const rested = detailed.then(readRest, readRest);
-  for (const p of [described, rested]) p.catch(() => {}); // awaited below; a failure is shown there
-  let records = head.records;
+  // A page of the log: the records from `from` up to `to` (at most one page).
+  const logPage = async (from, to) =>
+    (await api(`${path}/log`, { params: { offset: from, limit: Math.max(1, to - from) } })).records;
+  // The newest page, and the diagram's version, together.
+  let base = Math.max(0, desc.records - CHUNK);
+  const tailed = desc.records ? logPage(base, desc.records) : Promise.resolve([]);
+  const detailed = fetchDetail(desc);
+  for (const p of [tailed, detailed]) p.catch(() => {}); // awaited below; a failure is shown there
+  // The records read: the log's from `base` on.
+  let seen = [];
 
   const header = h("div", { class: "title-row" });
   const meta = h("dl", { class: "meta" });
@@ -110,8 +68,20 @@ export async function runPage(root, runId, _params, current) {
   const ending = h("section", { "aria-labelledby": "end-h" });
   const picture = h("div", { class: "diagram-box", tabindex: "-1" });
   const visitsPanel = h("div", { class: "visits", "aria-live": "polite" });
-  const timeline = new Timeline();
-  timeline.load(records, { complete: head.next_offset === null });
+  const timeline = new Timeline({
+    onEarlier: async (from, to) => {
+      const earlier = await logPage(from, to);
+      if (!live()) return [];
+      base = from;
+      seen = [...earlier, ...seen];
+      return earlier;
+    },
+    onPrepend: () => {
+      drawHeader();
+      drawDiagram();
+      drawMap();
+    },
+  });
   // What the last signal sent from this page did (kept across redraws).
   const signalOut = h("div", { id: "signal-outcome", role: "status" });
   const mapBox = h("div");
@@ -124,7 +94,7 @@ export async function runPage(root, runId, _params, current) {
   ending.hidden = true;
 
   function drawHeader() {
-    const known = desc || start || { run_id: runId };
+    const known = desc;
     header.replaceChildren(
       h("h1", {}, "Run ", h("span", { class: "mono" }, known.run_id || runId)),
       desc ? status(desc.status) : h("span", { class: "muted", id: "run-reading" }, "reading its log…"),
@@ -154,7 +124,7 @@ export async function runPage(root, runId, _params, current) {
       desc?.parent_run ? ["Parent run", h("a", { href: `#/runs/${encodeURIComponent(desc.parent_run)}` }, desc.parent_run)] : null,
       desc?.correlation_key ? ["Correlation key", h("code", {}, desc.correlation_key)] : null,
     ];
-    const trace = traceLink(settings.trace_url, runId, records);
+    const trace = traceLink(settings.trace_url, runId, seen);
     if (trace) items.push(["Trace", trace]);
     meta.replaceChildren(...items.filter(Boolean).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
     warned.replaceChildren(...(desc?.warnings || []).map((w) => h("p", { class: "warning" }, w)));
@@ -282,10 +252,8 @@ export async function runPage(root, runId, _params, current) {
     return visited;
   }
 
-  let seen = [...records];
-
   function drawDiagram() {
-    const of = desc || start;
+    const of = desc;
     if (detail === undefined) {
       picture.replaceChildren(h("p", { class: "muted" }, "Drawing the diagram…"));
       return;
@@ -294,18 +262,16 @@ export async function runPage(root, runId, _params, current) {
       picture.replaceChildren(h("p", { class: "muted" }, `Version ${of.version} of ${of.workflow} is not stored: no diagram.`));
       return;
     }
-    // Before the description, the workflow alone: the run's path is drawn once its whole
-    // log is in.
+    // The run's path as far as the records read say (a long log's earlier records add
+    // theirs when read); its current state from the description.
     picture.replaceChildren(
-      diagram(detail, desc
-        ? {
-            visited: visitedOf(),
-            taken: takenEdges(detail, seen),
-            current: desc.state,
-            currentStatus: desc.status,
-            onSelect: showVisits,
-          }
-        : { onSelect: showVisits }),
+      diagram(detail, {
+        visited: visitedOf(),
+        taken: takenEdges(detail, seen),
+        current: desc.state,
+        currentStatus: desc.status,
+        onSelect: showVisits,
+      }),
     );
   }
 
@@ -445,7 +411,7 @@ export async function runPage(root, runId, _params, current) {
     now,
     h("section", { "aria-labelledby": "diagram-h" },
       h("h2", { id: "diagram-h" }, "Diagram"),
-      h("p", { class: "hint" }, "Visited states are shaded, taken transitions drawn bold, the current state outlined. Choose a state to list its visits."),
+      h("p", { class: "hint" }, "Visited states are shaded, taken transitions drawn bold (as far as the timeline's records go), the current state outlined. Choose a state to list its visits."),
       h("div", { class: "diagram-row" }, picture, visitsPanel)),
     ending,
     mapBox,
@@ -458,22 +424,10 @@ export async function runPage(root, runId, _params, current) {
   let stop = null;
   let closed = false;
   const live = () => !closed && current();
-  // The diagram of the version the run started on, while the rest is read.
-  const drawn = detailed.then(() => {
-    if (live() && !desc) {
-      drawDiagram();
-      performance.mark("run:painted");
-    }
-  });
-  drawn.catch(() => {});
-
-  // The rest: the description, the rest of the log, the diagram's version if it moved.
+  // The newest records and the diagram's version.
   (async () => {
-    let rest = [];
     try {
-      [desc, rest] = await Promise.all([described, rested]);
-      await drawn.catch(() => {});
-      await fetchDetail(desc);
+      [seen] = await Promise.all([tailed, detailed]);
     } catch (e) {
       if (!live()) return;
       header.querySelector("#run-reading")?.remove();
@@ -482,9 +436,8 @@ export async function runPage(root, runId, _params, current) {
       return;
     }
     if (!live()) return;
-    records = records.concat(rest);
-    seen = [...records];
-    timeline.extend(rest);
+    timeline.load(seen, { base });
+    performance.mark("run:painted");
     drawHeader();
     drawNow();
     drawEnding();
@@ -496,9 +449,9 @@ export async function runPage(root, runId, _params, current) {
     performance.mark("run:complete");
     explain();
     if (desc.status === "running") {
-      stop = follow(runId, records.length, {
+      stop = follow(runId, base + seen.length, {
         onRecord: (r, position) => {
-          if (!current() || position < seen.length) return;
+          if (!current() || position < base + seen.length) return;
           seen.push(r);
           timeline.add(r, position + 1);
           refresh();

@@ -130,20 +130,41 @@ const FRAME_MS = 10;
 // Records per block of a visit's list (each block is laid out only when on screen).
 const BLOCK = 100;
 
-// The timeline of a run. What the records say (the visits of each state, for the diagram)
-// is known for every record at once; their DOM is built a chunk at a time, the first chunk
-// at once and the next when the reader scrolls near the end of what is drawn (or asks for
-// it), so a 5,000-record log does not build 5,000 rows before the page shows.
+// The timeline of a run: the records read of its log, a window that ends at the newest
+// record (a long log's earlier records are read a page at a time when asked for, with
+// "Earlier records"). What the records read say (the visits of each state, for the
+// diagram) is known at once; their DOM is built a chunk at a time, the first chunk at once
+// and the next when the reader scrolls near the end of what is drawn (or asks for it).
 export class Timeline {
-  constructor({ chunk = CHUNK } = {}) {
+  // onEarlier(from, to): the log's records from `from` up to `to` (a promise); onPrepend():
+  // called once they are laid out.
+  constructor({ chunk = CHUNK, onEarlier = null, onPrepend = null } = {}) {
     this.chunk = chunk;
+    this.base = 0; // records of the log before the first one read
+    this.onEarlier = onEarlier;
+    this.onPrepend = onPrepend;
+    this.explained = new Map(); // seq -> explain step, every one given
+    this.earlierStatus = h("span", { class: "muted", id: "timeline-earlier-status", role: "status" });
+    this.earlierButton = h("button", { type: "button", id: "timeline-earlier", onclick: () => this.askEarlier() }, "Earlier records");
+    this.earlierEl = h("div", { class: "timeline-more actions", hidden: true }, this.earlierStatus, this.earlierButton);
     this.groupsEl = h("div", { class: "timeline-groups" });
     this.status = h("span", { class: "muted", role: "status" });
     this.moreButton = h("button", { type: "button", id: "timeline-more", onclick: () => this.showMore() }, "Show more");
     this.allButton = h("button", { type: "button", id: "timeline-all", onclick: () => this.showAll() }, "Show all");
     this.moreEl = h("div", { class: "timeline-more actions" }, this.status, this.moreButton, this.allButton);
-    this.el = h("div", { class: "timeline" }, this.groupsEl, this.moreEl);
+    this.el = h("div", { class: "timeline" }, this.earlierEl, this.groupsEl, this.moreEl);
+    this.reset();
+    this.complete = true; // false while only the log's first records are known
+    this.updateMore();
+  }
+
+  // Nothing read yet (and nothing drawn).
+  reset() {
+    this.stop();
+    this.groupsEl.replaceChildren();
+    const start = this.reading?.start ?? null;
     this.reading = new Reading();
+    this.reading.start = start;
     this.visits = new Map(); // state -> [{n, id, group, entered, left}]
     this.groups = []; // {id, state, n, time}
     this.records = []; // {r, seq, group}
@@ -153,9 +174,7 @@ export class Timeline {
     this.drawnGroup = -1;
     this.list = null;
     this.checks = new Map(); // seq -> explain step, drawn with its record
-    this.observer = null;
-    this.complete = true; // false while only the log's first records are known
-    this.updateMore();
+    for (const [seq, step] of this.explained) this.checks.set(seq, step);
   }
 
   openGroup(state, time) {
@@ -169,7 +188,9 @@ export class Timeline {
       this.visits.set(state, seen);
       this.lastState = state;
     }
-    this.groups.push({ id, state, n, time });
+    // Before the first state entry read of a log read from its middle: the visit it
+    // continues is in the records before.
+    this.groups.push({ id, state, n, time, continued: state === null && this.base > 0 });
   }
 
   // What the record says, without drawing it.
@@ -187,17 +208,58 @@ export class Timeline {
 
   // The log as first read (the whole log, or its first records when `complete` is false
   // and the rest comes with extend): the first chunk drawn.
-  load(records, { complete = true } = {}) {
+  // `base`: the records of the log before these (a window of its newest records).
+  load(records, { complete = true, base = 0 } = {}) {
     this.complete = complete;
-    records.forEach((r, i) => this.note(r, i + 1));
+    this.base = base;
+    records.forEach((r, i) => this.note(r, base + i + 1));
     this.drawTo(this.chunk);
+    this.updateEarlier();
+  }
+
+  // The records just before the first one read: the timeline is laid out again from
+  // them on, with as many records drawn as before (plus these).
+  prepend(records) {
+    const known = this.records.map((x) => x.r);
+    const shown = this.shown;
+    this.base -= records.length;
+    this.reset();
+    [...records, ...known].forEach((r, i) => this.note(r, this.base + i + 1));
+    this.drawTo(shown + records.length);
+    this.updateEarlier();
+  }
+
+  async askEarlier() {
+    if (!this.onEarlier || this.base <= 0 || this.earlierButton.disabled) return;
+    this.earlierButton.disabled = true;
+    this.earlierStatus.textContent = "Reading earlier records…";
+    try {
+      const records = await this.onEarlier(Math.max(0, this.base - this.chunk), this.base);
+      this.earlierButton.disabled = false;
+      if (records.length) this.prepend(records);
+      this.onPrepend?.();
+    } catch (e) {
+      this.earlierButton.disabled = false;
+      this.earlierStatus.textContent = `Earlier records could not be read: ${e.message}`;
+      return;
+    }
+    this.updateEarlier();
+  }
+
+  updateEarlier() {
+    this.earlierEl.hidden = this.base <= 0;
+    if (this.base > 0 && !this.earlierButton.disabled) {
+      const first = this.records.length ? this.base + 1 : this.base;
+      this.earlierStatus.textContent = `Records ${first}–${this.base + this.records.length} read; ${this.base} earlier.`;
+      this.earlierButton.textContent = `Earlier records (${Math.min(this.base, this.chunk)})`;
+    }
   }
 
   // The rest of a log whose first records were loaded: known at once, drawn as asked.
   extend(records) {
     this.complete = true;
     const drawnAll = this.shown === this.records.length && this.shown < this.chunk;
-    for (const r of records) this.note(r, this.records.length + 1);
+    for (const r of records) this.note(r, this.base + this.records.length + 1);
     if (drawnAll) this.drawTo(this.chunk);
     else this.updateMore();
   }
@@ -239,7 +301,7 @@ export class Timeline {
 
   // Draw records up to (and including) the one at position `seq`, and a chunk after it.
   reveal(seq) {
-    if (seq > this.shown) this.drawTo(seq + this.chunk);
+    if (seq > this.base + this.shown) this.drawTo(seq - this.base + this.chunk);
   }
 
   // Draw the records of a group (a state visit) and return its element.
@@ -263,7 +325,11 @@ export class Timeline {
         const heading = h(
           "h3",
           {},
-          g.state === null ? "Start" : ["State ", code(g.state), g.n > 1 ? ` · visit ${g.n}` : ""],
+          g.continued
+            ? "Continued from earlier records"
+            : g.state === null
+              ? "Start"
+              : ["State ", code(g.state), g.n > 1 && this.base === 0 ? ` · visit ${g.n}` : ""],
           g.time ? [" · ", timeCell(g.time)] : null,
         );
         list = h("ol", { class: this.listClass() });
@@ -281,7 +347,7 @@ export class Timeline {
     }
     this.list = list;
     this.groupsEl.append(fragment);
-    for (const [seq, step] of this.checks) if (seq <= this.shown) this.drawChecks(step);
+    for (const [seq, step] of this.checks) if (seq <= this.base + this.shown) this.drawChecks(step);
     if (!quiet) this.updateMore();
   }
 
@@ -308,14 +374,14 @@ export class Timeline {
     this.moreEl.hidden = left <= 0 && this.complete;
     this.moreButton.hidden = this.allButton.hidden = left <= 0;
     if (left <= 0) {
-      this.status.textContent = this.complete ? "" : `Records 1–${this.shown} shown; reading the rest of the log…`;
+      this.status.textContent = this.complete ? "" : `Records ${this.base + 1}–${this.base + this.shown} shown; reading the rest of the log…`;
       this.observer?.disconnect();
       this.observer = null;
       return;
     }
     this.status.textContent = this.filling
-      ? `Drawing records: 1–${this.shown} of ${this.records.length} shown…`
-      : `Records 1–${this.shown} of ${this.records.length} shown.`;
+      ? `Drawing records: ${this.base + 1}–${this.base + this.shown} of ${this.base + this.records.length} shown…`
+      : `Records ${this.base + 1}–${this.base + this.shown} of ${this.base + this.records.length} shown.`;
     this.moreButton.textContent = `Show ${Math.min(left, this.chunk)} more`;
     this.allButton.textContent = `Show all ${this.records.length}`;
     // Scrolling near the end of what is drawn draws the next chunk.
@@ -342,7 +408,8 @@ export class Timeline {
   explain(step) {
     if (!step.checks?.length) return;
     this.checks.set(step.seq, step);
-    if (step.seq <= this.shown) this.drawChecks(step);
+    this.explained.set(step.seq, step);
+    if (step.seq <= this.base + this.shown) this.drawChecks(step);
   }
 
   drawChecks(step) {

@@ -8,13 +8,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from interlock.core import events as ev
 from interlock.core.incoming import TIMER_FIRED
+from interlock.core.state import RunState, fold
 from interlock.core.vocabulary import RunStatus
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.runs import Decided, Opening, Runs
 
 if TYPE_CHECKING:
+    from interlock.core.definition import Definition
     from interlock.core.incoming import Incoming
 
 log = logging.getLogger("interlock.flow")
@@ -59,8 +63,6 @@ async def start_next(
     version; False when it exists already (started before a crash, or by another
     replica: its id derives from the old run's, so it is never started twice).
     ``paused(namespace, workflow)``: whether the workflow is paused (the run then waits)."""
-    from interlock.core.engine import continuation
-
     entry = runs.cached(record.subject)
     if entry is None or entry.state.seq < record.data.records:
         entry = await runs.load(record.subject, fresh=True)
@@ -69,7 +71,7 @@ async def start_next(
     definition, state = entry.definition, entry.state
     held = paused(state.namespace, state.workflow)
     try:
-        out = Decided(*continuation(definition, state, record, paused=held))
+        out = await _continuation(runs, definition, state, record, held)
         created, _ = await runs.open(Opening(record.data.run_id, definition, out))
     except UnknownWorkflow as exc:
         log.warning(
@@ -81,3 +83,27 @@ async def start_next(
             "run %s continued as %s (%s)", record.subject, record.data.run_id, record.data.reason
         )
     return created
+
+
+async def _continuation(
+    runs: Runs, definition: Definition, state: RunState, record: ev.RunContinued, held: bool
+) -> Decided:
+    """The first records of the run ``record`` starts, decided on the values the old run's
+    references name (its state, and the inputs ``record`` holds) and stored, as any
+    decision's, under the new run's name: the new run's log references only its own
+    objects, which go with it, and never a payload over the threshold."""
+    from interlock.core.engine import continuation
+
+    payloads = runs.payloads
+    if payloads is not None:
+        state = await payloads.state(state)
+        inputs = await payloads.value(record.data.inputs, "inputs")
+        if inputs is not record.data.inputs:
+            data = msgspec.structs.replace(record.data, inputs=inputs)
+            record = msgspec.structs.replace(record, data=data)
+    out = Decided(*continuation(definition, state, record, paused=held))
+    if payloads is not None:
+        stored = await payloads.records(out.records)
+        if stored is not None:
+            out = Decided(stored, fold(stored))
+    return out

@@ -326,9 +326,34 @@ async def _run_started(s: _Slots, d: ev.RunStartedData) -> Any:
         data = await s.one(trigger["data"], "trigger.data")
         if data is not trigger["data"]:
             trigger = {**trigger, "data": data}
-    if inputs is d.inputs and context is d.context and trigger is d.trigger:
+    came = d.continued_from
+    if came is not None:  # the outputs of the states of the run it continues
+        states = await _state_outputs(s, came.states, "continued_from.states")
+        came = came if states is came.states else msgspec.structs.replace(came, states=states)
+    same, before = (
+        (inputs, context, trigger, came),
+        (d.inputs, d.context, d.trigger, d.continued_from),
+    )
+    if all(a is b for a, b in zip(same, before, strict=True)):
         return d
-    return msgspec.structs.replace(d, inputs=inputs, context=context, trigger=trigger)
+    return msgspec.structs.replace(
+        d, inputs=inputs, context=context, trigger=trigger, continued_from=came
+    )
+
+
+async def _state_outputs(s: _Slots, states: dict[str, Any], where: str) -> dict[str, Any]:
+    out = states
+    for name, entry in states.items():
+        if type(entry) is dict and entry.get("output") is not None:
+            output = await s.one(entry["output"], f"{where}.{name}.output")
+            if output is not entry["output"]:
+                out = {**out, name: {**entry, "output": output}}
+    return out
+
+
+async def _run_continued(s: _Slots, d: ev.RunContinuedData) -> Any:
+    inputs = await s.one(d.inputs, "inputs")
+    return d if inputs is d.inputs else msgspec.structs.replace(d, inputs=inputs)
 
 
 async def _action_requested(s: _Slots, d: ev.ActionRequestedData) -> Any:
@@ -371,6 +396,7 @@ async def _outputs(s: _Slots, d: Any) -> Any:
 
 _SLOTS: dict[type, Callable[[_Slots, Any], Awaitable[Any]]] = {
     ev.RunStarted: _run_started,
+    ev.RunContinued: _run_continued,
     ev.ActionRequested: _action_requested,
     ev.ActionCompleted: _action_completed,
     ev.MapCompleted: _result,

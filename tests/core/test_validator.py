@@ -631,6 +631,26 @@ def test_a_wrong_type_names_what_was_expected_and_what_was_given() -> None:
     ]
 
 
+def test_a_number_where_a_cel_expression_goes_says_to_quote_it() -> None:
+    """``weight: 2`` is a number to YAML; a CEL field wants its text."""
+    found = diagnostics(
+        """\
+        apiVersion: interlock.io/v1
+        kind: Workflow
+        metadata: {name: w}
+        spec:
+          concurrency:
+            - {key: '"all"', limit: 1, fair: inputs.tenant, weight: 2}
+          initial_state: done
+          states: {done: {type: terminal}}
+        """
+    )
+    assert [f"{d.line}:{d.col} {d.rule}: {d.message}" for d in found] == [
+        "6:61 wrong-type: spec.concurrency.0.weight must be string, got int "
+        "(a CEL expression: quote it, weight: '2')",
+    ]
+
+
 def test_errors_inside_optional_sections_name_the_section_and_the_rest_is_still_checked() -> None:
     """``map`` and ``timeout`` are optional: an error inside one is reported at the key
     that is wrong in it, not as "the section is not null"; unknown keys are dropped so the

@@ -160,9 +160,25 @@ def _schema_diagnostics(doc: Document, error: jsonschema.ValidationError) -> lis
         expected = _expected_types(error)
         got = type(error.instance).__name__ if error.instance is not None else "null"
         got = {"dict": "mapping", "str": "string"}.get(got, got)
-        return [doc.diag(path, "wrong-type", f"{where} must be {expected}, got {got}")]
+        hint = ""
+        if got in ("int", "float", "bool") and _is_cel(error) and path:
+            # `weight: 2`: an expression is text, and YAML read a number.
+            hint = f" (a CEL expression: quote it, {path[-1]}: '{_scalar_text(error.instance)}')"
+        return [doc.diag(path, "wrong-type", f"{where} must be {expected}, got {got}{hint}")]
     # Anything else (enum, const, minimum, pattern...): jsonschema's own words, at the value.
     return [doc.diag(path, "invalid-value", f"{where}: {error.message}")]
+
+
+def _is_cel(error: jsonschema.ValidationError) -> bool:
+    """Whether the field is a CEL expression (its schema's description says so)."""
+    schema = _schema_of(error)
+    branches = [schema, *(b for b in schema.get("anyOf", []) if isinstance(b, dict))]
+    return any(str(b.get("description", "")).startswith("A CEL expression") for b in branches)
+
+
+def _scalar_text(value: Any) -> str:
+    """A YAML scalar as it was meant: ``true``, not ``True``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _schema_of(error: jsonschema.ValidationError) -> dict[str, Any]:

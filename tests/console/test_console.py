@@ -354,6 +354,8 @@ async def test_a_long_log_shows_its_newest_page_and_reads_earlier_ones_when_aske
     svg = page.get_by_role("group", name="State diagram of looper")
     assert await svg.locator(".node.current").get_attribute("data-state") == "done"
     await svg.locator(".node[data-state='done']").click()
+    heading = page.locator(".visits h3")
+    assert await heading.inner_text() == "Visits of done in the records read"
     await page.get_by_role("button", name="Visit 1").click()
     assert await page.evaluate("document.activeElement.dataset.state") == "done"
 

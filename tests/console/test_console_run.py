@@ -242,3 +242,52 @@ async def test_a_chain_of_runs_continued_as_new_is_linked_both_ways(console: Con
     assert "(transition)" in await page.locator(".rec-run-continued").inner_text()
     await shot(page, "run-chain")
     assert page.errors == []
+
+
+async def test_a_long_running_runs_page_reads_its_newest_page_and_follows_it_live(
+    console: Console,
+) -> None:
+    """A running run of more records than a page: its page reads the newest page only, a
+    record appended while it is open joins the end of the timeline, and "Earlier records"
+    still reads the page before."""
+    cycle = ("step.done", "step.done", "step.redo")  # s01 -> s02 -> s03 -> s01
+    async with console.gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "stages", "inputs": {}})
+        run_id = r.json()["run_id"]
+        await wait_status(console.gs, run_id, "running", "s01")
+        while (await http.get(f"/runs/{run_id}")).json()["records"] <= 210:
+            for event in cycle:
+                r = await http.post(f"/runs/{run_id}/signals/{event}", params={"wait": 5})
+                assert r.json()["outcome"] == "moved", r.text
+        total = (await http.get(f"/runs/{run_id}")).json()["records"]
+    page = await console.page(token=None)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/log?" in r.url else None)
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    await sign_in(page, console.gs.tokens["reader"])
+    records = page.locator(".timeline .rec")
+    await page.locator(f"#rec-{total}").wait_for(state="attached")
+    await page.locator("#pause-run").wait_for()  # following the stream from here on
+
+    async def shown() -> list[int]:
+        ids = await records.evaluate_all("rows => rows.map(r => r.id)")
+        return [int(i.removeprefix("rec-")) for i in ids]
+
+    assert await shown() == list(range(total - 199, total + 1))
+    async with console.gs.http() as http:
+        r = await http.post(f"/runs/{run_id}/signals/step.done", params={"wait": 5})
+        assert r.json()["outcome"] == "moved", r.text
+        now = (await http.get(f"/runs/{run_id}")).json()["records"]
+    assert now > total
+    await page.locator(f"#rec-{now}").wait_for(state="attached")
+    assert await shown() == list(range(total - 199, now + 1))
+    node = page.locator("svg .node.current[data-state='s02']")
+    await node.wait_for()
+    assert len(asked) == 1, asked
+
+    await page.locator("#timeline-earlier").click()
+    await page.locator("#rec-1").wait_for(state="attached")
+    assert await shown() == list(range(1, now + 1))
+    assert await page.locator("#timeline-earlier").is_hidden()
+    assert len(asked) == 2, asked
+    assert page.errors == []

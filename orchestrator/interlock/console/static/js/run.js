@@ -291,7 +291,8 @@ export async function runPage(root, runId, _params, current) {
     for (const n of picture.querySelectorAll(".node.selected")) n.classList.remove("selected");
     picture.querySelector(`.node[data-state="${CSS.escape(state)}"]`)?.classList.add("selected");
     visitsPanel.replaceChildren(
-      h("h3", {}, "Visits of ", h("code", {}, state)),
+      // Of a log read from its middle, the visits counted from the first record read.
+      h("h3", {}, "Visits of ", h("code", {}, state), timeline.base > 0 ? " in the records read" : ""),
       visits.length
         ? h("ol", {}, visits.map((v) =>
             h("li", {},

@@ -590,6 +590,8 @@ async def test_cluster_survives_a_node_loss_and_replicas_never_double_apply(
             try:
                 await until(counted, "both replicas' counters add up", within=10)
             except AssertionError as exc:
+                if not seen:  # no scrape answered (each waits 5 s for a process's /metrics)
+                    raise
                 done, again = seen[-1]
                 raise AssertionError(
                     f"{exc}: {done:g} counted, {RUNS + RACES} ran, {again:g} relay redeliveries"

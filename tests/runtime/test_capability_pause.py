@@ -150,3 +150,90 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             await worker.stop(force=True)
             await task
             await nc.close()
+
+
+CAPPED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: capped
+    spec:
+      inputs:
+        n: {type: integer, required: true}
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: nap.capped
+              input: {n: "{{ inputs.n }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+async def test_a_request_in_a_limits_line_stays_held_when_its_capability_is_paused(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """Paused while a request waits for the limit's slot: when the slot frees, the
+    request is not admitted (nor dispatched) until the capability is resumed."""
+    handled: list[int] = []
+    gate = asyncio.Event()
+    async with running_stack(nats_url, subjects, [AGENT, CAPPED], worker=False) as stack:
+        nc = await connect(nats_url)
+        worker = Worker("napagent", concurrency=8, grace_period=0.1)
+
+        @worker.capability("nap.capped")
+        async def capped(inp: dict[str, int], ctx: TaskContext) -> dict[str, int]:
+            handled.append(inp["n"])
+            if inp["n"] == 0:
+                await gate.wait()
+            return inp
+
+        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+            first = await stack.client.start("capped", {"n": 0})
+
+            async def working() -> bool:
+                return handled == [0]
+
+            await eventually(working, what="the first request at work")
+            second = await stack.client.start("capped", {"n": 1})
+
+            async def in_line(limit: str) -> bool:
+                found = await stack.records(second)
+                return any(isinstance(r, ev.ActionQueued) and r.data.limit == limit for r in found)
+
+            await eventually(lambda: in_line("cap:nap.capped"), what="the second in line")
+            done = await cli(nats_url, subjects, "pause", "capability", "nap.capped")
+            assert done.returncode == 0, done.stderr
+            pauses = stack.orchestrator.flow.admission.pauses
+
+            async def seen() -> bool:
+                return pauses.holds_capability("nap.capped")
+
+            await eventually(seen, what="the orchestrator sees the pause")
+            gate.set()  # the first completes: its slot frees while the capability is paused
+            assert (await stack.wait(first)).status == "completed"
+            await eventually(lambda: in_line("cap:nap.capped@paused"), what="held for the pause")
+            await asyncio.sleep(0.3)  # nothing is dispatched meanwhile
+            assert handled == [0]
+            assert not any(isinstance(r, ev.ActionAdmitted) for r in await stack.records(second))
+
+            done = await cli(nats_url, subjects, "resume", "capability", "nap.capped")
+            assert done.returncode == 0, done.stderr
+            assert (await stack.wait(second)).status == "completed"
+            assert handled == [0, 1]
+            seen_requests = await requests(stack.client.nc, subjects)
+            for counts in seen_requests.counts.values():
+                assert counts["action.admitted"] == 1, counts
+            await all_freed(stack.orchestrator.flow.admission.slots)
+        finally:
+            gate.set()
+            await worker.stop(force=True)
+            await task
+            await nc.close()

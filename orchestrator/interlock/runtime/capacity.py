@@ -145,10 +145,9 @@ class Capacity:
         them all)."""
         self.remember(record)
         d = record.data
-        lines = list(d.limits)
-        if self.pauses.holds_capability(d.capability):
-            lines.insert(0, capability_pause_claim(d.capability))
-        await self._go_on(record.subject, d.action_id, d.attempt, lines, record.time)
+        await self._go_on(
+            record.subject, d.action_id, d.attempt, d.limits, record.time, d.capability
+        )
 
     def request_at_hand(self, admitted: ev.ActionAdmitted) -> ev.ActionRequested | None:
         """:meth:`request_of` when the request is remembered here (no I/O)."""
@@ -222,8 +221,17 @@ class Capacity:
             await self._wake_later(token, wake_at)
         for holder in holders:
             parsed = parse_waiter(holder)
-            if parsed is not None:  # a rate's line is a request's last: admitted now
-                await self._admit(*parsed, lines=None)
+            if parsed is None:
+                continue
+            record = self._requests.get(parsed[1:])
+            if (
+                record is not None
+                and record.subject == parsed[0]
+                and not self.pauses.holds_capability(record.data.capability)
+            ):
+                await self._admit(*parsed, lines=None)  # a rate's line is a request's last
+            else:  # read from its run: held for its paused capability, if it is
+                await self._go_on_named(holder)
 
     # -- taking lines in turn -----------------------------------------------------------
 
@@ -234,10 +242,16 @@ class Capacity:
         attempt: int,
         lines: Sequence[ev.SlotClaim],
         since: str,
+        capability: str,
     ) -> None:
         """Take the request's lines in order (pause, slot, token); admit it once it holds
-        them all, else record what it waits for."""
+        them all, else record what it waits for. The capability's pause is checked each
+        time: a request moved into a slot while its capability is paused keeps the slot
+        and waits for the resume in the pause's line."""
         me = waiter_id(run_id, action_id, attempt)
+        lines = [c for c in lines if not is_pause(c)]
+        if self.pauses.holds_capability(capability):
+            lines.insert(0, capability_pause_claim(capability))
         for claim in lines:
             if is_pause(claim):
                 if not self.pauses.holds_capability(claim.limit[4:].removesuffix("@paused")):
@@ -267,7 +281,9 @@ class Capacity:
             await self._give_back(run_id, action_id, attempt)
             return
         if pending.held:
-            await self._go_on(run_id, action_id, attempt, pending.limits, pending.requested_at)
+            await self._go_on(
+                run_id, action_id, attempt, pending.limits, pending.requested_at, pending.capability
+            )
 
     async def _give_back(self, run_id: str, action_id: str, attempt: int) -> None:
         """A request that ended, found holding or waiting (its end's effect came first,

@@ -10,6 +10,7 @@ from typing import Any
 
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
+from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
 from support.concurrency import all_freed, requests
@@ -27,6 +28,8 @@ AGENT = yaml(
           timeout_seconds: 5
         - name: nap.capped
           concurrency: {limit: 1}
+        - name: nap.rated
+          rate: {limit: 1, per: 1m}
     """
 )
 
@@ -152,27 +155,32 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             await nc.close()
 
 
-CAPPED = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: capped
-    spec:
-      inputs:
-        n: {type: integer, required: true}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: nap.capped
-              input: {n: "{{ inputs.n }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-    """
-)
+def one_action(name: str, capability: str) -> Any:
+    return yaml(
+        f"""\
+        apiVersion: interlock.io/v1
+        kind: Workflow
+        metadata:
+          name: {name}
+        spec:
+          inputs:
+            n: {{type: integer, required: true}}
+          initial_state: work
+          states:
+            work:
+              actions:
+                - capability: {capability}
+                  input: {{n: "{{{{ inputs.n }}}}"}}
+              on:
+                - {{event: task.completed, goto: done}}
+            done:
+              type: terminal
+        """
+    )
+
+
+CAPPED = one_action("capped", "nap.capped")
+RATED = one_action("rated", "nap.rated")
 
 
 async def test_a_request_in_a_limits_line_stays_held_when_its_capability_is_paused(
@@ -234,6 +242,63 @@ async def test_a_request_in_a_limits_line_stays_held_when_its_capability_is_paus
             await all_freed(stack.orchestrator.flow.admission.slots)
         finally:
             gate.set()
+            await worker.stop(force=True)
+            await task
+            await nc.close()
+
+
+async def test_a_request_given_a_rate_token_stays_held_when_its_capability_is_paused(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """Paused while a request waits for its rate's next token: when the token comes (the
+    line's timer, its clock simulated), the request keeps it, held until the resume."""
+    clock = ManualClock("2026-01-01T00:00:00Z")
+    timers = ClockTimers(clock)
+    handled: list[int] = []
+    manifests = [AGENT, RATED]
+    async with running_stack(
+        nats_url, subjects, manifests, worker=False, clock=clock, timers=timers
+    ) as stack:
+        nc = await connect(nats_url)
+        worker = Worker("napagent", concurrency=8, grace_period=0.1)
+
+        @worker.capability("nap.rated")
+        async def rated(inp: dict[str, int], ctx: TaskContext) -> dict[str, int]:
+            handled.append(inp["n"])
+            return inp
+
+        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+            first = await stack.client.start("rated", {"n": 0})
+            assert (await stack.wait(first)).status == "completed"
+            second = await stack.client.start("rated", {"n": 1})
+
+            async def in_line(limit: str) -> bool:
+                found = await stack.records(second)
+                return any(isinstance(r, ev.ActionQueued) and r.data.limit == limit for r in found)
+
+            await eventually(lambda: in_line("cap:nap.rated:rate"), what="waiting for a token")
+            done = await cli(nats_url, subjects, "pause", "capability", "nap.rated")
+            assert done.returncode == 0, done.stderr
+            pauses = stack.orchestrator.flow.admission.pauses
+
+            async def seen() -> bool:
+                return pauses.holds_capability("nap.rated")
+
+            await eventually(seen, what="the orchestrator sees the pause")
+            assert await timers.advance(60.0) == 1  # the next token, to the paused request
+            await eventually(lambda: in_line("cap:nap.rated@paused"), what="held for the pause")
+            await asyncio.sleep(0.3)  # nothing is dispatched meanwhile
+            assert handled == [0]
+            assert not any(isinstance(r, ev.ActionAdmitted) for r in await stack.records(second))
+
+            done = await cli(nats_url, subjects, "resume", "capability", "nap.rated")
+            assert done.returncode == 0, done.stderr
+            assert (await stack.wait(second)).status == "completed"
+            assert handled == [0, 1]  # with the token it was given: no second one waited for
+            assert timers.pending == 0
+        finally:
             await worker.stop(force=True)
             await task
             await nc.close()

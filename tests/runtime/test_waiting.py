@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -118,11 +119,31 @@ async def test_following_logs_reads_them_first_within_the_watchers_bound(
     await watcher.close()
 
 
+def wait_stopped(pid: int) -> None:
+    """Until every thread of ``pid`` is in the stopped state (``T`` in /proc), at most 5 s."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # a thread that has just ended
+                # The state follows the command's closing parenthesis: "pid (comm) T ...".
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop within 5 s")
+
+
 @contextlib.contextmanager
 def paused(server: EmbeddedNats) -> Iterator[None]:
-    """The server stopped (SIGSTOP) meanwhile: it answers nothing until resumed."""
+    """The server stopped (SIGSTOP) meanwhile: it answers nothing until resumed.
+
+    ``kill`` returns once the signal is queued, while a thread of the server may still be
+    running on another core and answer a request sent just after: wait until every thread
+    of the process is seen stopped."""
     assert server.pid is not None
     os.kill(server.pid, signal.SIGSTOP)
+    wait_stopped(server.pid)
     try:
         yield
     finally:

@@ -28,7 +28,9 @@ async def test_a_run_waiting_for_an_unserved_capability_says_so(console: Console
     assert "goes to gave-up" in await row.inner_text()
     # A run whose capability has a worker: no warning.
     await page.goto(f"{console.url}#/runs/{console.runs['hook']}")
-    await page.get_by_role("table", name="Events that move it").wait_for()
+    # The unserved run's page has a table of that name too: wait for the hook run's own.
+    events = page.get_by_role("table", name="Events that move it")
+    await events.filter(has_text="deploy.finished").wait_for()
     assert await page.locator("#unserved").count() == 0
     assert page.errors == []
 

@@ -89,37 +89,24 @@ def pause_lines(views: list[QueueView], paused: tuple[set[str], set[str]]) -> li
     """A line for each paused capability and workflow that holds nothing yet (a paused
     thing says so wherever queues are shown)."""
     shown = {v.limit for v in views}
-    out: list[QueueView] = []
-    for capability in sorted(paused[0]):
-        limit = f"{CAPABILITY_LIMIT}{capability}{PAUSED}"
-        if limit not in shown:
-            out.append(
-                QueueView(
-                    limit=limit,
-                    key="paused",
-                    running=0,
-                    size=0,
-                    queued=0,
-                    kind="paused",
-                    capability=capability,
-                    paused=True,
-                )
-            )
-    for workflow in sorted(paused[1]):
-        limit = f"{workflow}{PAUSED}"
-        if limit not in shown:
-            out.append(
-                QueueView(
-                    limit=limit,
-                    key="paused",
-                    running=0,
-                    size=0,
-                    queued=0,
-                    kind="paused",
-                    paused=True,
-                )
-            )
-    return out
+    wanted: list[tuple[str, str | None]] = [
+        (f"{CAPABILITY_LIMIT}{c}{PAUSED}", c) for c in sorted(paused[0])
+    ]
+    wanted += [(f"{w}{PAUSED}", None) for w in sorted(paused[1])]
+    return [
+        QueueView(
+            limit=limit,
+            key="paused",
+            running=0,
+            size=0,
+            queued=0,
+            kind="paused",
+            capability=capability,
+            paused=True,
+        )
+        for limit, capability in wanted
+        if limit not in shown
+    ]
 
 
 async def declared(ops: InterlockClient, capability: str) -> dict[str, Any]:

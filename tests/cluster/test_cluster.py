@@ -50,7 +50,9 @@ WAIT = 30.0
 SERVE = [sys.executable, "-m", "interlock", "serve", "--replicas", "3", "--log-level", "warning"]
 AGENT = [sys.executable, "-m", "interlock", "agent", "run", "echo", "--concurrency", "32"]
 
-pytestmark = pytest.mark.timeout(150)
+# Three nats-servers and two orchestrators on 127.0.0.1: run alone, after the others
+# (`serial`), not beside another module's processes on a 2-core machine.
+pytestmark = [pytest.mark.timeout(150), pytest.mark.serial]
 
 CHAIN = textwrap.dedent(
     """\

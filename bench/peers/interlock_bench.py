@@ -167,12 +167,26 @@ async def bench(args) -> None:
         # 1. the manifests, with the CLI (validates, provisions the streams, stores both)
         t0 = time.perf_counter()
         manifest = MANIFEST
-        if args.limit:
-            # Flow control declared but not binding: one limit over every run, never full.
+        if args.limit or args.cap_concurrency or args.cap_rate:
+            # Flow control declared but not binding: one limit over every run, or on each
+            # capability, never full.
             manifest = str(wd / "approval-limited.yaml")
-            with open(MANIFEST) as f, open(manifest, "w") as out:
+            with open(MANIFEST) as f:
+                text = f.read()
+            if args.limit:
                 limit = f"  concurrency:\n    - {{key: '\"all\"', limit: {args.limit}}}\n"
-                out.write(f.read().replace("  triggers:\n", limit + "  triggers:\n"))
+                text = text.replace("  triggers:\n", limit + "  triggers:\n")
+            for name in ("review", "merge", "fix"):
+                declared = f"    - name: {name}\n"
+                if args.cap_concurrency:
+                    declared += f"      concurrency: {{limit: {args.cap_concurrency}}}\n"
+                if args.cap_rate:
+                    declared += (
+                        f"      rate: {{limit: {args.cap_rate}, per: 1s, burst: {args.cap_rate}}}\n"
+                    )
+                text = text.replace(f"    - name: {name}\n", declared)
+            with open(manifest, "w") as out:
+                out.write(text)
         ap = subprocess.run(
             [il, "apply", manifest, "--server", url], capture_output=True, text=True, env=env
         )
@@ -418,6 +432,20 @@ def main() -> None:
             default=0,
             help="declare spec.concurrency [{key: '\"all\"', limit: N}] on the workflow "
             "(flow control's cost when it does not bind)",
+        )
+        p.add_argument(
+            "--cap-concurrency",
+            type=int,
+            default=0,
+            help="declare concurrency: {limit: N} on each capability of the AgentDef "
+            "(a capability limit's cost when it does not bind)",
+        )
+        p.add_argument(
+            "--cap-rate",
+            type=int,
+            default=0,
+            help="declare rate: {limit: N, per: 1s, burst: N} on each capability of the "
+            "AgentDef (a capability rate's cost when it does not bind)",
         )
         p.add_argument("--fsync", choices=["default", "always"], default="default")
         p.add_argument(

@@ -22,7 +22,6 @@ import functools
 import hashlib
 import itertools
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
 from msgspec.structs import replace
@@ -41,6 +40,7 @@ from interlock.runtime.chains import newest, start_next
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
+from interlock.runtime.notices import CancelNotices
 from interlock.runtime.registry import Registry
 from interlock.runtime.retention import Policy, Retainer, is_retention_timer
 from interlock.runtime.routing import correlation_keys
@@ -55,7 +55,6 @@ from interlock.transport.subjects import Subjects
 log = logging.getLogger("interlock.flow")
 
 TIMERS_SOURCE = "interlock://timers"
-_CAPABILITIES_KNOWN = 16_384
 
 Deliver = Callable[[str, Incoming], Awaitable[bool]]
 """Decide on an event for a run (the orchestrator's ``deliver``); False: no such run."""
@@ -105,7 +104,6 @@ class ControlFlow:
         answers: Answers,
         retention: Policy | None = None,
     ) -> None:
-        self._nc = nc
         self._js = jetstream(nc)
         self._subjects = subjects
         self._runs = runs
@@ -113,10 +111,7 @@ class ControlFlow:
         self._clock = clock
         self._deliver = deliver
         self._answers = answers
-        self._queue = queue
-        self._capability_of: OrderedDict[str, str] = OrderedDict()
-        """Action id -> capability, of the requests this process has seen (cancel notices
-        go to the capability's agents)."""
+        self.notices = CancelNotices(nc, subjects, queue, runs.log)
         self.timers = timers
         self.correlation = CorrelationIndex(nc, subjects)
         self.admission = Admission(nc, subjects, runs, clock)
@@ -153,7 +148,7 @@ class ControlFlow:
         if type(record) not in _MAY_ACT:
             return None
         if isinstance(record, ev.ActionRequested) and not record.data.workflow:
-            self._note_capability(record.data.action_id, record.data.capability)
+            self.notices.note(record.data.action_id, record.data.capability)
         act = self._act(record)
         return None if act is None else act(record)
 
@@ -165,7 +160,7 @@ class ControlFlow:
         if self._act(record) is not None:
             return False
         if isinstance(record, ev.ActionRequested) and not record.data.workflow:
-            self._note_capability(record.data.action_id, record.data.capability)
+            self.notices.note(record.data.action_id, record.data.capability)
         return True
 
     def _act(self, record: ev.AnyRecord) -> Callable[[ev.AnyRecord], Awaitable[None]] | None:
@@ -306,36 +301,7 @@ class ControlFlow:
     ) -> None:
         """Publish a cancel notice: about one attempt of the action, or (None) all of it;
         a request no agent has taken yet leaves the queue."""
-        capability = await self._capability(run_id, action_id)
-        if capability is None:
-            log.debug("no agent works on %s of run %s: nobody to tell", action_id, run_id)
-            return
-        headers, payload = tasks.encode_cancel(
-            run_id=run_id, action_id=action_id, time=time, attempt=attempt
-        )
-        await self._nc.publish(self._subjects.control(capability, run_id), payload, headers=headers)
-        await self._queue.remove(capability, action_id, attempt)
-
-    def _note_capability(self, action_id: str, capability: str) -> None:
-        self._capability_of[action_id] = capability
-        self._capability_of.move_to_end(action_id)
-        if len(self._capability_of) > _CAPABILITIES_KNOWN:
-            self._capability_of.popitem(last=False)
-
-    async def _capability(self, run_id: str, action_id: str) -> str | None:
-        """The capability an action was requested of: as seen here, else from its log
-        (another replica relayed the request)."""
-        known = self._capability_of.get(action_id)
-        if known is not None:
-            return known
-        records, _ = await self._runs.log.read(run_id)
-        for record in records:
-            if isinstance(record, ev.ActionRequested) and record.data.action_id == action_id:
-                if record.data.workflow:
-                    return None
-                self._note_capability(action_id, record.data.capability)
-                return record.data.capability
-        return None
+        await self.notices.tell(run_id, [action_id], time, attempt)
 
     async def _action_cancelled(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.ActionCancelled)
@@ -354,8 +320,8 @@ class ControlFlow:
 
     async def _run_cancelled(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.RunCancelled)
+        await self.notices.tell(record.subject, record.data.cancelled_actions, record.time)
         for action_id in record.data.cancelled_actions:
-            await self.tell_agent(record.subject, action_id, record.time)
             await self._cancel_children(action_id, "parent cancelled")
 
     async def _cancel_children(self, action_id: str, reason: str, attempt: int = 0) -> None:

@@ -8,11 +8,14 @@ in ``interlock_actions_in_flight`` and by ``InterlockCapabilityWithoutWorker``, 
 to the first worker that comes, only to be refused. So the orchestrator deletes it.
 
 Its stream sequence is what a delete needs: the dispatcher notes it from the publish's
-acknowledgement (a bounded memory of the latest requests). A request dispatched by another
-replica, or before a restart, is looked for among the capability's queued requests (by its
-``Nats-Msg-Id``, ``<action id>.<attempt>``), at most ``SCAN_LIMIT`` of them. A request an
-agent has taken is gone from the stream already, and its agent is told by the cancel
-notice: deleting it again finds nothing, which is fine.
+acknowledgement (a bounded memory of the latest requests). A request whose sequence is not
+known here (dispatched by another replica, or before a restart) is looked for among all the
+capability's queued requests, by its ``Nats-Msg-Id`` (``<action id>.<attempt>``), however
+deep the queue: the stream allows direct gets, so the scan reads it in batches of a few
+MiB, keeping only their headers, from whichever replica of the stream answers, then reads
+what the stream's leader stored after the last request seen (a follower may be a few
+messages behind). A request an agent has taken is gone from the stream already, and its
+agent is told by the cancel notice: deleting it again finds nothing, which is fine.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from nats.js.errors import NotFoundError
 
+from interlock.transport.directget import scan_headers
+from interlock.transport.jetstream import connection
 from interlock.transport.subjects import Subjects
 from interlock.transport.tasks import MSG_ID_HEADER
 
@@ -31,8 +37,6 @@ log = logging.getLogger("interlock.taskqueue")
 
 KEPT = 65_536
 """Requests whose stream sequence is remembered."""
-SCAN_LIMIT = 256
-"""Queued requests of a capability looked through for one whose sequence is not known."""
 
 
 class TaskQueue:
@@ -43,6 +47,8 @@ class TaskQueue:
         self._subjects = subjects
         self._seqs: OrderedDict[str, dict[int, int]] = OrderedDict()
         """Action id -> its attempts' sequences."""
+        self.scans = 0
+        """Queues scanned for requests whose sequence was not known here."""
 
     def dispatched(self, action_id: str, attempt: int, seq: int) -> None:
         """The request of this attempt is at ``seq`` in the task requests' stream."""
@@ -55,48 +61,71 @@ class TaskQueue:
             self._seqs.move_to_end(action_id)
         attempts[attempt] = seq
 
-    async def remove(self, capability: str, action_id: str, attempt: int | None = None) -> int:
-        """Delete the queued requests of the action (of one attempt, or all of them);
-        how many were deleted. Best effort: a failure is logged, never raised."""
+    def knows(self, action_id: str) -> bool:
+        """Whether a request of the action (some attempt of it) was dispatched here."""
+        return action_id in self._seqs
+
+    async def remove(self, capability: str, requests: Mapping[str, int | None]) -> int:
+        """Delete the queued requests of ``requests`` (action id -> the attempt its run
+        requested last, None when not known), all of them capability's; how many were
+        deleted. A request whose sequence is known here is deleted by it; the others, and
+        every attempt of an action whose last one is not known, are looked for in one scan
+        of the capability's queue. Best effort: a failure is logged, never raised."""
         try:
-            seqs = self._known(action_id, attempt)
-            if not seqs:
-                seqs = await self._look_for(capability, action_id, attempt)
+            seqs: list[int] = []
+            unknown: set[str] = set()
+            for action_id, attempt in requests.items():
+                seq = self._known(action_id, attempt)
+                if seq is None:
+                    unknown.add(action_id)
+                else:
+                    seqs.append(seq)
+            if unknown:
+                seqs += await self._look_for(capability, unknown)
             removed = 0
             for seq in seqs:
                 with contextlib.suppress(NotFoundError):  # taken by an agent meanwhile
                     removed += bool(await self._js.delete_msg(self._subjects.tasks_stream, seq))
         # Best effort: a request left queued is refused when an agent answers it.
         except Exception as exc:  # noqa: BLE001
-            log.warning("could not take the requests of %s out of the queue: %s", action_id, exc)
+            log.warning("could not take the requests of %s out of the queue: %s", requests, exc)
             return 0
         return removed
 
-    def _known(self, action_id: str, attempt: int | None) -> list[int]:
+    def _known(self, action_id: str, attempt: int | None) -> int | None:
+        """The sequence of the attempt's request if dispatched here (forgotten now)."""
         attempts = self._seqs.get(action_id)
-        if attempts is None:
-            return []
-        if attempt is None:
-            del self._seqs[action_id]
-            return list(attempts.values())
+        if attempts is None or attempt is None:
+            return None
         seq = attempts.pop(attempt, None)
-        return [] if seq is None else [seq]
+        if not attempts:
+            del self._seqs[action_id]
+        return seq
 
-    async def _look_for(self, capability: str, action_id: str, attempt: int | None) -> list[int]:
+    async def _look_for(self, capability: str, actions: set[str]) -> list[int]:
+        """The sequences of the queued requests of ``actions`` (any attempt)."""
+        self.scans += 1
         subject = self._subjects.capability(capability)
         stream = self._subjects.tasks_stream
-        wanted = f"{action_id}." if attempt is None else f"{action_id}.{attempt}"
         found: list[int] = []
-        seq = 0
-        for _ in range(SCAN_LIMIT):
+        last = 0
+
+        def wanted(headers: dict[str, str]) -> bool:
+            action_id, _, attempt = headers.get(MSG_ID_HEADER, "").rpartition(".")
+            return attempt.isdigit() and action_id in actions
+
+        async for batch in scan_headers(connection(self._js), stream, subject):
+            for seq, headers in batch:
+                last = seq
+                if wanted(headers):
+                    found.append(seq)
+        # What the leader stored after the last request the scan saw (a replica that
+        # answered the direct gets may be behind it).
+        while True:
             try:
-                msg = await self._js.get_msg(stream, seq + 1, subject=subject, next=True)
+                msg = await self._js.get_msg(stream, last + 1, subject=subject, next=True)
             except NotFoundError:
-                break
-            seq = int(msg.seq or 0)
-            msg_id = (msg.headers or {}).get(MSG_ID_HEADER, "")
-            if (msg_id.startswith(wanted) if attempt is None else msg_id == wanted) and (
-                attempt is not None or msg_id[len(wanted) :].isdigit()
-            ):
-                found.append(seq)
-        return found
+                return found
+            last = int(msg.seq or 0)
+            if wanted(dict(msg.headers or {})):
+                found.append(last)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import nats.errors
 from nats.aio.client import Client
@@ -107,6 +108,76 @@ async def _read(
             if ended.result() or len(out) - before < batch:
                 return out
             start = out[-1][0] + 1
+    finally:
+        if not ended.done():
+            ended.cancel()
+        await sub.unsubscribe()
+
+
+SCAN_BYTES = 4 * 1024 * 1024
+"""Bytes of messages one batch of :func:`scan_headers` asks for at most."""
+
+
+async def scan_headers(
+    nc: Client, stream: str, subject: str, after: int = 0, *, max_bytes: int = SCAN_BYTES
+) -> AsyncIterator[list[tuple[int, dict[str, str]]]]:
+    """(stream sequence, headers) of every message of ``subject`` after ``after``, a
+    batch at a time, by batched direct gets (the stream needs ``allow_direct``): each
+    batch asks for at most ``max_bytes``, and only the headers are kept, so a scan of a
+    stream of any size holds one batch's headers at a time.
+
+    The replica that answers may be behind the stream's leader (a replicated stream's
+    followers answer direct gets once nearly caught up): what the leader stored after the
+    last message a scan saw is for the caller to read from the leader.
+    """
+    api = f"{js_api(nc)}.DIRECT.GET.{stream}"
+    loop = asyncio.get_running_loop()
+    found: list[tuple[int, dict[str, str]]] = []
+    # Resolved at the end of each batch: the sequence to go on after, None at the end.
+    ended: asyncio.Future[int | None] = loop.create_future()
+
+    async def collect(msg: Msg) -> None:
+        if ended.done():
+            return
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "404":
+            ended.set_result(None)
+        elif status == "204":
+            pending = headers.get("Nats-Num-Pending", "0")
+            last = int(headers.get("Nats-Last-Sequence", "0") or 0)
+            ended.set_result(None if pending == "0" or not last else last)
+        elif status:
+            ended.set_exception(LogReadError(f"scanning {subject}: status {status}"))
+        elif (seq := headers.get("Nats-Sequence")) is None:
+            ended.set_exception(LogReadError(f"scanning {subject}: a message without a sequence"))
+        else:
+            found.append((int(seq), headers))
+
+    sub = await nc.subscribe(nc.new_inbox(), cb=collect)
+    try:
+        start: int | None = after
+        while start is not None:
+            ended = loop.create_future()
+            request = {
+                "seq": start + 1,
+                "next_by_subj": subject,
+                "batch": _BATCH,
+                "max_bytes": max_bytes,
+            }
+            await nc.publish(api, json.dumps(request).encode(), reply=sub.subject)
+            while True:
+                seen = len(found)
+                done, _ = await asyncio.wait((ended,), timeout=_TIMEOUT)
+                if done:
+                    break
+                if len(found) == seen:
+                    ended.cancel()
+                    raise nats.errors.TimeoutError
+            start = ended.result()
+            batch, found = found, []
+            if batch:
+                yield batch
     finally:
         if not ended.done():
             ended.cancel()

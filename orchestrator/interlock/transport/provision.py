@@ -137,6 +137,20 @@ def _run_logs(s: Subjects, replicas: int, streams: int) -> list[dict[str, Any]]:
     ]
 
 
+def _tasks(s: Subjects, replicas: int) -> dict[str, Any]:
+    """The task requests' work queue: the keeper's subject beside the tasks', rolled up to
+    its newest message; direct gets, so that the requests of a cancelled run are looked
+    for in the whole queue (runtime/taskqueue.py)."""
+    return _stream(
+        s.tasks_stream,
+        [s.capabilities_all, s.tasks_keeper],
+        replicas,
+        retention="workqueue",
+        allow_rollup_hdrs=True,
+        allow_direct=True,
+    )
+
+
 def desired_configs(
     subjects: Subjects,
     *,
@@ -151,14 +165,7 @@ def desired_configs(
     return [
         _stream(s.events_stream, [s.events_all], replicas, max_age=event_age),
         *_run_logs(s, replicas, streams),
-        # The keeper's subject beside the tasks', rolled up to its newest message.
-        _stream(
-            s.tasks_stream,
-            [s.capabilities_all, s.tasks_keeper],
-            replicas,
-            retention="workqueue",
-            allow_rollup_hdrs=True,
-        ),
+        _tasks(s, replicas),
         # Results are copied into run logs as they arrive; keep them as long as events.
         _stream(s.results_stream, [s.results_all], replicas, max_age=event_age),
         _stream(

@@ -73,13 +73,40 @@ MANIFEST = textwrap.dedent(
     """
 )
 
+LEDGER = textwrap.dedent(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata: {name: ledger}
+    spec:
+      inputs:
+        account: {type: string, required: true}
+      correlate:
+        key: "{{ inputs.account }}"
+        events: {acme.ledger.entry: data.account}
+      initial_state: open
+      states:
+        open:
+          on:
+            - event: acme.ledger.entry
+              guard: 'size(data.blob) > 300000'
+              goto: done
+              set: {size: "{{ size(data.blob) }}"}
+        done:
+          type: terminal
+          outputs:
+            size: "{{ context.size }}"
+    """
+)
+
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(secured_server: tuple[EmbeddedNats, DevAuth, Path]) -> AsyncIterator[Secured]:
     server, auth, data = secured_server
     running = await start_stack(server.url, auth=auth, agents=False)
     client = await Client.connect(server.url, creds=auth.operator)
-    (await client.ops.apply([("<events>", MANIFEST)])).compiled.raise_for_errors()
+    applied = await client.ops.apply([("<events>", MANIFEST), ("<ledger>", LEDGER)])
+    applied.compiled.raise_for_errors()
     secured = Secured(server=server, auth=auth, data=data, operator=client.ops)
     secured.orchestrator = running[0]
     try:
@@ -229,6 +256,31 @@ async def test_a_10_mb_cloudevent_posted_to_the_gateway(stack: Secured) -> None:
         await server.stop()
         await gateway.stop()
         await nc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_large_event_reaches_the_run_its_correlation_key_names(
+    stack: Secured, tmp_path: Path
+) -> None:
+    """``interlock emit`` of an event over the threshold, on a publisher's credential,
+    whose ``data.account`` names a running run: the key is read from the event's data,
+    not from the reference that stands for it, and the run takes it."""
+    creds, _ = _publisher(stack, "ledger-publisher")
+    client = await Client.connect(stack.url, creds=stack.auth.operator)
+    try:
+        run_id = await client.start("ledger", {"account": "acct-7"})
+        data = tmp_path / "entry.json"
+        data.write_text(json.dumps({"account": "acct-7", "blob": "l" * 400_000}))
+        code, _, err = await _cli(
+            "emit", "acme.ledger.entry", "--source", "https://acme.example", "--id", "entry-1",
+            "--data", f"@{data}", "--creds", str(creds), "-s", stack.url,
+        )  # fmt: skip
+        assert code == 0, err
+        result = await client.result(run_id, wait=True, timeout=30)
+        assert result.status == "completed", result
+        assert result.outputs == {"size": 400_000}
+    finally:
+        await client.close()
 
 
 async def _plain_publisher(stack: Secured, creds: Path) -> Any:

@@ -422,11 +422,14 @@ class ControlFlow:
         for event in parked:
             await self._deliver(record.subject, to_incoming(event))
 
-    async def route_correlated(self, event: CloudEvent, lane: str = "") -> tuple[bool, list[str]]:
+    async def route_correlated(
+        self, event: CloudEvent, incoming: Incoming, lane: str = ""
+    ) -> tuple[bool, list[str]]:
         """Deliver an event to the runs its correlation key names; park it when none takes
-        it. Gives whether some workflow correlates events of its type, and why the keys
-        that could not be computed were refused (their expression ran out of budget)."""
-        incoming = to_incoming(event)
+        it. ``incoming``: the event with its data loaded when it came by reference (the
+        keys read the data; ``event``, as it came, is what is parked). Gives whether some
+        workflow correlates events of its type, and why the keys that could not be
+        computed were refused (their expression ran out of budget)."""
         correlated = False
         refused: list[str] = []
         keys = await correlation_keys(

@@ -396,7 +396,7 @@ class Orchestrator:
             found = await starts(now_triggered, incoming, self.runs, lane)
             openings = await self.starting.openings(found, event, incoming)
         started = await self.starting.start(msg, incoming, found, openings)
-        correlated, refused = await self.flow.route_correlated(event, lane)
+        correlated, refused = await self.flow.route_correlated(event, incoming, lane)
         for reason in refused:
             await self.handling.dead_letter(msg, "bad-correlation-key", reason)
         if correlated:

@@ -17,7 +17,7 @@ from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
 from interlock.views import DeadLetterView, RunDescription, RunResult, RunSummary
 from interlock.views.build import dead_letter_view, waiting_of
-from interlock.views.listing import summary_from_index
+from interlock.views.listing import held_by_pause, past_pauses, summary_from_index
 
 if TYPE_CHECKING:
     from interlock.core.state import RunState
@@ -74,7 +74,12 @@ async def with_waiting(
     long-lived reader such as the gateway can afford and a CLI command should not)."""
     outlines: dict[tuple[str, str, int], WorkflowOutline | None] = {}
     out = []
+    paused: set[str] | None = None
     for run in found:
+        if run.status == str(RunStatus.RUNNING) and not run.state and held_by_pause(run):
+            if paused is None:  # read once, and only for a list with such a run
+                paused = await paused_workflows(ops)
+            run = past_pauses(run, paused)
         if run.status != str(RunStatus.RUNNING) or not run.state:
             out.append(run)
             continue
@@ -87,6 +92,13 @@ async def with_waiting(
         outline = outlines[key]
         out.append(run if outline is None else replace(run, waiting=waiting_of(outline, run.state)))
     return out
+
+
+async def paused_workflows(ops: InterlockClient) -> set[str]:
+    """The workflows (``namespace/name``) paused now."""
+    from interlock.client.capqueues import paused_now  # loaded by the lists that need it
+
+    return (await paused_now(ops))[1]
 
 
 async def logs(

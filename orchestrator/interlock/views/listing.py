@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from interlock.core.vocabulary import RunStatus
 from interlock.views.pauses import PauseView
 from interlock.views.shapes import ErrorView, RunOrigin, RunSummary, WaitingOn
@@ -51,3 +53,36 @@ def _queued(limits: Any) -> list[WaitingOn]:
     """What a run queued for slots of concurrency limits waits for (it has entered no
     state yet): each limit's slot."""
     return [WaitingOn(kind="slot", name=str(n)) for n in limits] if isinstance(limits, list) else []
+
+
+PAUSED = "@paused"
+"""A workflow's pause line (interlock.core.pauses.PAUSED, not imported: views stay light)."""
+RESUMED = "@resumed"
+"""What a queued run shows for its workflow's pause line once the workflow is resumed."""
+
+
+def held_by_pause(run: RunSummary) -> bool:
+    """Whether the run is listed as waiting in a workflow's pause line."""
+    return any(_pause_line(w) is not None for w in run.waiting)
+
+
+def past_pauses(run: RunSummary, paused: set[str]) -> RunSummary:
+    """The run with the pause line of its workflow (``<namespace>/<name>@paused``) shown
+    as ``<namespace>/<name>@resumed`` when the workflow is not in ``paused`` (the
+    workflows paused now, ``namespace/name``): the index keeps the limits of the run's
+    ``run.queued`` until it is admitted, and no record says that the workflow was
+    resumed meanwhile."""
+    waiting = [
+        WaitingOn(kind=w.kind, name=f"{line}{RESUMED}")
+        if (line := _pause_line(w)) is not None and line not in paused
+        else w
+        for w in run.waiting
+    ]
+    return run if waiting == run.waiting else msgspec.structs.replace(run, waiting=waiting)
+
+
+def _pause_line(w: WaitingOn) -> str | None:
+    """The workflow (``namespace/name``) whose pause line ``w`` is, if it is one."""
+    if w.kind != "slot" or not w.name.endswith(PAUSED) or w.name.startswith("cap:"):
+        return None
+    return w.name.removesuffix(PAUSED)

@@ -1,0 +1,90 @@
+"""What the operator reads of runs held by flow control, with the credential `interlock creds
+issue` gives it: `interlock runs` after a paused workflow is resumed, and the place of a run
+waiting under a fair-share limit (describe, GET /runs/{id})."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from test_role_cli import cli
+
+from interlock.core import events as ev
+from support.auth import Secured, secured, secured_server
+
+__all__ = ["secured", "secured_server"]  # fixtures
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ONE_AT_A_TIME = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: one-at-a-time}
+spec:
+  concurrency:
+    - {key: '"all"', limit: 1}
+  initial_state: waiting
+  states:
+    waiting:
+      type: human_in_the_loop
+      on:
+        - {event: acme.order.approved, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def operator_cli(secured: Secured, *args: str) -> str:
+    code, out, errs, _ = await cli(secured, secured.auth.operator, *args)
+    assert code == 0, (args, out, errs)
+    return out
+
+
+async def listed(secured: Secured, workflow: str, *more: str) -> dict[str, list[str]]:
+    """Run id -> what ``interlock runs --json`` says it waits for (``kind:name``)."""
+    out = await operator_cli(secured, "runs", "--workflow", workflow, "--json", *more)
+    return {
+        r["run_id"]: [f"{w['kind']}:{w['name']}" for w in r["waiting"]] for r in json.loads(out)
+    }
+
+
+async def until_recorded(secured: Secured, run_id: str, kind: type[Any]) -> None:
+    for _ in range(200):
+        if any(isinstance(r, kind) for r in await secured.operator.read(run_id)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{run_id} never recorded {kind.__name__}")
+
+
+async def test_the_run_list_says_a_workflow_was_resumed(secured: Secured) -> None:
+    applied = await secured.operator.apply([("one.yaml", ONE_AT_A_TIME)])
+    applied.compiled.raise_for_errors()
+    said = await operator_cli(secured, "pause", "workflow", "one-at-a-time")
+    assert "paused default/one-at-a-time" in said
+    runs = [await secured.operator.start("one-at-a-time", {}) for _ in range(3)]
+    for run_id in runs:
+        await until_recorded(secured, run_id, ev.RunQueued)
+    paused = "slot:default/one-at-a-time@paused"
+    for _ in range(100):  # the run index is written behind the runs
+        shown = await listed(secured, "one-at-a-time")
+        if len(shown) == len(runs):
+            break
+        await asyncio.sleep(0.1)
+    assert {r: paused in w for r, w in shown.items()} == dict.fromkeys(runs, True), shown
+
+    await operator_cli(secured, "resume", "workflow", "one-at-a-time")
+    await until_recorded(secured, runs[0], ev.RunAdmitted)
+    # The first holds the one slot; the others wait in the limit's line, no longer for
+    # the pause (nothing in their logs says so: they are still queued).
+    shown = await listed(secured, "one-at-a-time")
+    for run_id in runs[1:]:
+        assert "slot:default/one-at-a-time@resumed" in shown[run_id], shown
+        assert paused not in shown[run_id], shown
+        assert "slot:default/one-at-a-time#1" in shown[run_id], shown
+    assert await listed(secured, "one-at-a-time", "--waiting", paused) == {}
+    table = await operator_cli(secured, "runs", "--workflow", "one-at-a-time")
+    assert "@paused" not in table, table
+    for run_id in runs:
+        await operator_cli(secured, "cancel", run_id)

@@ -25,6 +25,7 @@ SUITES = {
     "fairness": "bench.fairness_bench",
     "runlist": "bench.runlist_bench",
     "scale": "bench.scale_bench",
+    "owners": "bench.owners_bench",
 }
 """Suite name -> module with ``main(argv: list[str] | None) -> int``."""
 

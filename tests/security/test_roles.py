@@ -76,6 +76,10 @@ ATTACKS: list[tuple[str, str, Callable[[str], str]]] = [
     ("purge a partition's stream", "pub", lambda run: f"$JS.API.STREAM.PURGE.{RUNS}_1"),
     ("read the secrets", "pub", lambda run: "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.k"),
     ("dead-letter as the orchestrator", "pub", lambda run: "il.dlq.unknown_run"),
+    # What one orchestrator hands the holder of a run's partition is decided as if read
+    # from its stream: a fired timer, an answer, a signal.
+    ("hand a fired timer to a run's holder", "pub", lambda run: SUBJECTS.owner(0, "timer", run)),
+    ("take what is handed to a holder", "sub", lambda run: SUBJECTS.owned(0)),
     ("listen to run logs", "sub", lambda run: "il.runs.>"),
     ("listen to tasks", "sub", lambda run: "il.cap.>"),
     ("listen to answers", "sub", lambda run: "il.results.>"),
@@ -250,6 +254,8 @@ async def test_a_revoked_credential_is_disconnected_and_refused(secured: Secured
 
 OPERATOR_REFUSED = [
     "il.timers.fired.{run}",
+    "il.owner.0.timer.{run}",
+    "il.owner.1.event.{run}",
     "il.cap.echo",
     "il.results.held.{run}",
     "il.answer.held.{run}",

@@ -36,8 +36,20 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from interlock.core.objects import ObjectError
+from interlock.runtime.answers import (
+    LATE_REFUSALS,
+    AnswerKey,
+    AnswerRefused,
+    Answers,
+    late_reason,
+)
+from interlock.runtime.flow import to_incoming
+from interlock.runtime.logstore import RunLog
+from interlock.runtime.observe import Observers
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
+from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
 from interlock.transport.natsclient import NatsClient, direct_subscriber
 from interlock.transport.subjects import Subjects, is_inbox
 
@@ -186,3 +198,57 @@ class AnswerDesk:
         # The agent that gets no reply sends the answer to the results stream.
         except Exception:
             log.debug("cannot reply to the answer on %s", msg.subject, exc_info=True)
+
+
+Deliver = Callable[..., Awaitable[bool]]
+"""Decides on an incoming event for a run: ``deliver(run_id, incoming, answer=key)``."""
+
+
+class AnswerTaking:
+    """Checks an agent's answer (from the results stream or a request) and decides on it;
+    a refused one is dead-lettered with its reason, a late one dropped and counted."""
+
+    def __init__(
+        self,
+        answers: Answers,
+        deliver: Deliver,
+        refuse: Refuse,
+        log_store: RunLog,
+        observers: Observers,
+        counters: collections.Counter[str],
+    ) -> None:
+        self._answers, self._deliver, self._refuse = answers, deliver, refuse
+        self._log, self._observers, self._counters = log_store, observers, counters
+
+    async def take(self, msg: Msg) -> AnswerReply:
+        """Decide on the answer ``msg``; what to reply. Raises when it cannot be taken now."""
+        try:
+            event = decode_message(msg.headers, msg.data)
+        except InvalidCloudEvent as exc:
+            await self._refuse(msg, exc.reason, str(exc))
+            return tasks.ANSWER_REFUSED, exc.reason
+        key: AnswerKey | None = None
+        try:
+            key = self._answers.key_of(msg.subject, event, msg.headers)
+            await self._deliver(key.run_id, to_incoming(event), answer=key)
+        except (AnswerRefused, ObjectError) as exc:
+            late = await self._late(key, exc)
+            if late is not None:
+                log.debug("late answer on %s dropped (%s): %s", msg.subject, late, exc.detail)
+                self._counters[f"answers_late:{late}"] += 1
+                self._observers.answer_late(late)
+                return tasks.ANSWER_LATE, late
+            log.warning("refused an answer on %s: %s", msg.subject, exc.detail)
+            await self._refuse(msg, exc.reason, exc.detail)
+            return tasks.ANSWER_REFUSED, exc.reason
+        return tasks.ANSWER_RECORDED, None
+
+    async def _late(
+        self, key: AnswerKey | None, refused: AnswerRefused | ObjectError
+    ) -> str | None:
+        """Why the run stopped waiting for the attempt an authentic answer speaks for, when
+        it did so itself (None: a dead letter). Reads the run's log: refusals are rare."""
+        if key is None or refused.reason not in LATE_REFUSALS:
+            return None
+        records, _ = await self._log.read(key.run_id)
+        return late_reason(records, key)

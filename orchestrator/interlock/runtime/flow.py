@@ -134,8 +134,8 @@ class ControlFlow:
         self.window_due: Callable[[str, str], Awaitable[None]] | None = None
         """Closes a debounced or batched trigger's window whose timer fired."""
 
-    def start(self) -> None:
-        self.timers.start(self.timer_due)
+    def start(self, due: Callable[[str, str], Awaitable[None]] | None = None) -> None:
+        self.timers.start(due or self.timer_due)  # (the orchestrator's: see owners)
 
     async def stop(self) -> None:
         await self.timers.stop()

@@ -55,6 +55,17 @@ DEFERRALS_KEPT = 20_000
 or forgotten here, counts its deferrals as deliveries)."""
 
 
+FINAL = (RecordsTooLarge, InvalidRunId, ObjectError)
+"""What a handler raises for a message another delivery would fail on the same way."""
+
+
+def final_reason(exc: Exception) -> str:
+    """The dead-letter reason of a :data:`FINAL` failure."""
+    if isinstance(exc, RecordsTooLarge):
+        return "too-large"
+    return exc.reason if isinstance(exc, ObjectError) else "bad-run-id"
+
+
 class MessageHandling:
     """The consumer loops of one orchestrator process: reading, settling, dead-lettering."""
 
@@ -151,15 +162,9 @@ class MessageHandling:
             # Best effort: a message left unsettled comes again after its ack wait.
             with contextlib.suppress(Exception):
                 await msg.nak(delay=deferred.delay)
-        except (RecordsTooLarge, InvalidRunId, ObjectError) as exc:
+        except FINAL as exc:
             # Another delivery would fail the same way: dead-letter it at once.
-            reason = (
-                "too-large"
-                if isinstance(exc, RecordsTooLarge)
-                else exc.reason
-                if isinstance(exc, ObjectError)
-                else "bad-run-id"
-            )
+            reason = final_reason(exc)
             log.warning("%s: dead-lettering (%s): %s", where, reason, exc)
             await dead_letter_and_settle(msg, partial(self.dead_letter, msg, reason, str(exc)))
         # A consumer loop outlives any one message.

@@ -20,10 +20,12 @@ from interlock.transport.health import (
 )
 
 if TYPE_CHECKING:
+    from collections import Counter
     from collections.abc import Iterator
 
     from opentelemetry.sdk.trace import TracerProvider
 
+    from interlock.runtime.owners import OwnerDesk
     from interlock.runtime.ownership import Ownership
     from interlock.runtime.service import Orchestrator
 
@@ -49,8 +51,8 @@ def consumers_alive(orchestrator: Orchestrator) -> Liveness:
 class _Partitions(Collector):
     """The run-log partitions this replica relays (its leases), and how often they moved."""
 
-    def __init__(self, ownership: Ownership) -> None:
-        self._ownership = ownership
+    def __init__(self, ownership: Ownership, counters: Counter[str], desk: OwnerDesk) -> None:
+        self._ownership, self._counters, self._desk = ownership, counters, desk
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         held = GaugeMetricFamily(
@@ -63,7 +65,21 @@ class _Partitions(Collector):
             "Partition leases this replica took or let go",
         )
         moves.add_metric([], self._ownership.moves)
-        return iter((held, moves))
+        handed = CounterMetricFamily(
+            "interlock_handovers",
+            "Messages for runs of partitions other replicas hold, by what became of them: "
+            "handed (decided by the holder), unheld (no holder: decided here), unanswered "
+            "(no reply in time: decided here)",
+            labels=["outcome"],
+        )
+        for outcome in ("handed", "unheld", "unanswered"):
+            handed.add_metric([outcome], self._counters[f"handovers_{outcome}"])
+        taken = CounterMetricFamily(
+            "interlock_handovers_taken",
+            "Messages handed here by other replicas and decided here",
+        )
+        taken.add_metric([], self._desk.decided)
+        return iter((held, moves, handed, taken))
 
 
 class OrchestratorInstrumentation:
@@ -112,7 +128,10 @@ class OrchestratorInstrumentation:
             registry=registry,
             interval=poll_interval,
         )
-        registry.register(_Partitions(orchestrator.relay.ownership))
+        owners = orchestrator.owners
+        registry.register(
+            _Partitions(orchestrator.relay.ownership, orchestrator.counters, owners.desk)
+        )
         ready = nats_readiness(orchestrator.nc, orchestrator.subjects)
         alive = consumers_alive(orchestrator)
         self.server = (

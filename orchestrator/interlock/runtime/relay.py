@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -81,6 +81,8 @@ class Relay:
         self.route_answers = route_answers
         self.ownership = Ownership(handling.nc, subjects, replica_name())
         """This replica's partition leases (with more than one partition)."""
+        self.hold: Callable[[Collection[int]], Awaitable[None]] | None = None
+        """Told each round which partitions' handed-over messages to take (:mod:`owners`)."""
 
     def _write_behind(self, index: RunIndex, hold: float) -> WriteBehind:
         """The relay's write-behind of the run index (see :mod:`writebehind`)."""
@@ -116,6 +118,12 @@ class Relay:
                     # Tried again next round; meanwhile agents answer the other way.
                     except Exception as exc:  # noqa: BLE001
                         log.warning("cannot subscribe to answers: %s", exc)
+                if self.hold is not None:
+                    try:
+                        await self.hold(wanted if partitioned else ())
+                    # Tried again next round; meanwhile the readers decide them.
+                    except Exception as exc:  # noqa: BLE001
+                        log.warning("cannot take messages handed over: %s", exc)
                 for partition in set(relaying) - wanted:
                     relaying.pop(partition).cancel()
                     log.info("partition %d: relayed by another replica now", partition)

@@ -13,6 +13,9 @@ Three durable pull consumers and one request service, all stateless to restart:
   the run index is written behind the runs (:mod:`writebehind`: once for a short run, with
   the deadlines the answers beat never scheduled). Effects follow the log, never precede
   it, so a crash anywhere re-does them without duplicates.
+
+With several partitions, a message of ``ingress``, ``results`` or ``timers`` for a run of
+a partition another replica holds is handed to that replica, which decides it (:mod:`owners`).
 """
 
 from __future__ import annotations
@@ -38,14 +41,12 @@ from interlock.core.objects import ObjectError
 from interlock.core.state import RunState
 from interlock.runtime import chains, eventloop, writebehind
 from interlock.runtime.addressing import Refused, admit
-from interlock.runtime.answering import AnswerDesk, AnswerReply
+from interlock.runtime.answering import AnswerDesk, AnswerTaking
 from interlock.runtime.answers import (
-    LATE_REFUSALS,
     AnswerKey,
     AnswerRefused,
     Answers,
     check_output,
-    late_reason,
     too_large_answer,
 )
 from interlock.runtime.dispatch import Dispatcher
@@ -57,6 +58,7 @@ from interlock.runtime.handling import ACK_WAIT, MessageHandling
 from interlock.runtime.keeper import TaskQueueKeeper
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
+from interlock.runtime.owners import Handlers, Owners
 from interlock.runtime.payloads import payloads_for
 from interlock.runtime.registry import Registry
 from interlock.runtime.relay import Relay
@@ -71,7 +73,7 @@ from interlock.runtime.triggering import TriggerStarts
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.clock import utc_now
-from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
+from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
 from interlock.transport.jetstream import jetstream
 from interlock.transport.objects import ObjectLimits
 from interlock.transport.provision import provision
@@ -139,7 +141,8 @@ class Orchestrator:
         """Every registry check still out (batches overlap): all are cancelled on stop."""
         self.index = RunIndex(nc, subjects)
         self.keeper = TaskQueueKeeper(nc, subjects, lambda: self.counters["actions_dispatched"])
-        self.desk = AnswerDesk(nc, subjects, self._take_answer, self.handling.dead_letter)
+        self.taking = self._taking()
+        self.desk = AnswerDesk(nc, subjects, self.taking.take, self.handling.dead_letter)
         self.flow = ControlFlow(
             nc,
             subjects,
@@ -155,6 +158,33 @@ class Orchestrator:
         self.starting = self._starting()
         self.flow.window_due = self.starting.windows.due
         self.relay = self._relay(index_hold)
+        self.owners = self._owners()
+
+    def _taking(self) -> AnswerTaking:
+        """Agents' answers checked and decided on (see :mod:`answering`)."""
+        return AnswerTaking(
+            self.answers,
+            self.deliver,
+            self.handling.dead_letter,
+            self.run_log,
+            self.observers,
+            self.counters,
+        )
+
+    def _owners(self) -> Owners:
+        """The shared consumers' messages of runs in partitions other replicas hold, handed
+        to them, and theirs decided here (see :mod:`owners`)."""
+        owners = Owners(
+            self.nc,
+            self.subjects,
+            self.run_log.placement,
+            lambda: self.relay.ownership.held,
+            self.counters,
+            handlers=Handlers(self._ingress, self.taking.take, self.flow.timer_due),
+            dead_letter=self.handling.dead_letter,
+        )
+        self.relay.hold = owners.desk.hold
+        return owners
 
     def _runs(self, cache_size: int) -> Runs:
         """The runs, with a cache of recent states, snapshots and payloads by reference."""
@@ -250,17 +280,19 @@ class Orchestrator:
                     s.events_stream,
                     s.events_all,
                     "ingress",
-                    self._on_ingress,
+                    self.owners.on_event,
                     before=self._check_registry,
                 )
             ),
             asyncio.create_task(
-                self.handling.consume(s.results_stream, s.results_all, "results", self._on_result)
+                self.handling.consume(
+                    s.results_stream, s.results_all, "results", self.owners.on_result
+                )
             ),
             asyncio.create_task(self.relay.run()),
         ]
         await self.desk.start()
-        self.flow.start()
+        self.flow.start(self.owners.on_timer)
         self.starting.windows.start()
         loop = eventloop.loop_name(asyncio.get_running_loop())
         log.info("orchestrator started (prefix %s, event loop %s)", s.prefix, loop)
@@ -281,6 +313,7 @@ class Orchestrator:
     async def stop(self) -> None:
         self._stopping.set()
         await self.desk.stop()
+        await self.owners.desk.stop()
         # Stopping: what ended the task was logged where it happened.
         await cancel_and_wait(*self._tasks)
         # Then every registry check still out (the loops, ended, start no more).
@@ -343,12 +376,9 @@ class Orchestrator:
             with contextlib.suppress(Exception):
                 await asyncio.shield(check)
 
-    def _decode(self, msg: Msg) -> CloudEvent:
-        return decode_message(msg.headers, msg.data)
-
     # -- ingress --------------------------------------------------------------------------
 
-    async def _on_ingress(self, msg: Msg) -> None:
+    async def _ingress(self, msg: Msg) -> None:
         lane = publisher_lane(self.subjects, msg.subject)
         if self.runs.lanes.pending(lane) >= PUBLISHER_BUDGET:
             # This publisher's costly evaluations fill its share of the thread: its event
@@ -365,7 +395,7 @@ class Orchestrator:
             )
             return
         try:
-            event = self._decode(msg)
+            event = decode_message(msg.headers, msg.data)
         except InvalidCloudEvent as exc:
             await self.handling.dead_letter(msg, exc.reason, str(exc))
             return
@@ -447,45 +477,6 @@ class Orchestrator:
                     run_id, lambda definition, state: decide(definition, state, failed, now)
                 )
         return bool(records) or await chains.forward(self.runs, run_id, incoming, self.deliver)
-
-    # -- results --------------------------------------------------------------------------
-
-    async def _on_result(self, msg: Msg) -> None:
-        await self._take_answer(msg)
-
-    async def _take_answer(self, msg: Msg) -> AnswerReply:
-        """Check an agent's answer (from the results stream or a request) and decide on it;
-        a refused one is dead-lettered with its reason. Raises when it cannot be taken now."""
-        try:
-            event = self._decode(msg)
-        except InvalidCloudEvent as exc:
-            await self.handling.dead_letter(msg, exc.reason, str(exc))
-            return tasks.ANSWER_REFUSED, exc.reason
-        key: AnswerKey | None = None
-        try:
-            key = self.answers.key_of(msg.subject, event, msg.headers)
-            await self.deliver(key.run_id, to_incoming(event), answer=key)
-        except (AnswerRefused, ObjectError) as exc:
-            late = await self._late(key, exc)
-            if late is not None:
-                log.debug("late answer on %s dropped (%s): %s", msg.subject, late, exc.detail)
-                self.counters[f"answers_late:{late}"] += 1
-                self.observers.answer_late(late)
-                return tasks.ANSWER_LATE, late
-            log.warning("refused an answer on %s: %s", msg.subject, exc.detail)
-            await self.handling.dead_letter(msg, exc.reason, exc.detail)
-            return tasks.ANSWER_REFUSED, exc.reason
-        return tasks.ANSWER_RECORDED, None
-
-    async def _late(
-        self, key: AnswerKey | None, refused: AnswerRefused | ObjectError
-    ) -> str | None:
-        """Why the run stopped waiting for the attempt an authentic answer speaks for, when
-        it did so itself (None: a dead letter). Reads the run's log: refusals are rare."""
-        if key is None or refused.reason not in LATE_REFUSALS:
-            return None
-        records, _ = await self.runs.log.read(key.run_id)
-        return late_reason(records, key)
 
     async def answer_failed(
         self, record: ev.ActionRequested, error_class: str, message: str

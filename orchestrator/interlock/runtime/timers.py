@@ -110,6 +110,12 @@ def read_fired(subject: str, data: bytes) -> tuple[str, str]:
     return run_id, timer_id
 
 
+def fired_message(nc: Client, subjects: Subjects, run_id: str, timer_id: str) -> Msg:
+    """A fired timer as the message the server stores for it (to hand it over)."""
+    body = json.dumps({"run_id": run_id, "timer_id": timer_id}).encode()
+    return Msg(_client=nc, subject=subjects.timer_fired(run_id), data=body)
+
+
 MAX_TIMER_DELIVERIES = 10
 """Deliveries of a fired timer tried before it is dead-lettered (``timer-failed``)."""
 

@@ -368,6 +368,16 @@ class Subjects:
         """Fired timers of every run (what the ``timers`` consumer reads)."""
         return f"{self.prefix}.timers.fired.>"
 
+    def owner(self, partition: int, kind: str, run_id: str) -> str:
+        """A message for a run handed to the replica holding its partition (core NATS,
+        between orchestrator replicas only): ``kind`` is ``event``, ``result`` or
+        ``timer``."""
+        return f"{self.prefix}.owner.{partition}.{kind}.{check_run_id(run_id)}"
+
+    def owned(self, partition: int) -> str:
+        """Every message handed to the holder of ``partition`` (what it subscribes to)."""
+        return f"{self.prefix}.owner.{partition}.>"
+
     def control(self, capability: str, run_id: str) -> str:
         """Cancellation notices to the agents of ``capability`` working for a run (core
         NATS, not stored)."""

@@ -1,0 +1,320 @@
+"""Messages for a run decided by the replica that holds the run's partition.
+
+With more than one partition, each partition is held by one replica at a time
+(:mod:`ownership`), which keeps its runs' states warm. Events addressed to a run, answers
+on the results stream and fired timers still come through the shared durable consumers
+(``ingress``, ``results``, ``timers``) that every replica reads. A replica that takes one
+for a run of a partition it does not hold hands it to the holder, by request on
+``<prefix>.owner.<partition>.<kind>.<run_id>`` (:class:`Handover`): the holder, which
+subscribes to the subjects of the partitions it holds (:class:`OwnerDesk`, a queue group:
+during a handover two holders may overlap, and one takes it), decides it as if it had read
+it and replies how that went. The replica that read the message settles it in JetStream as
+usual, only after the reply: acknowledged once the holder decided it (or dead-lettered
+it), deferred or retried as the holder says. When no replica holds the partition (between
+two holders), or the holder does not reply within :data:`HAND_TIMEOUT_S` (gone, paused,
+overloaded), the message is decided where it was read, as with one partition: a lease is
+never what keeps a log right, the optimistic append is, and the run ignores an event,
+answer or timer it has taken already.
+
+Nothing is lost in a handover because nothing is settled before it is decided: a replica
+killed while holding a message leaves it unacknowledged, and JetStream hands it out again
+after its ack wait. Nothing is doubled because the decision is idempotent (a second
+delivery of a taken answer is late, of a fired timer stale, of an event a duplicate).
+
+With one partition nothing is handed over: every replica decides what it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import NamedTuple
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from interlock.core.ids import is_run_id
+from interlock.core.windowing import is_window_timer
+from interlock.runtime.capacity import is_rate_timer
+from interlock.runtime.fairness import Deferred
+from interlock.runtime.handling import FINAL, final_reason
+from interlock.runtime.retention import is_retention_timer
+from interlock.runtime.timers import fired_message, read_fired
+from interlock.transport.natsclient import NatsClient, direct_subscriber
+from interlock.transport.partitions import Placement
+from interlock.transport.subjects import Subjects, is_inbox
+
+log = logging.getLogger("interlock.orchestrator")
+
+EVENT, RESULT, TIMER = "event", "result", "timer"
+"""What is handed over: an event addressed to a run, an answer read from the results
+stream, a fired timer."""
+HAND_TIMEOUT_S = 5.0
+"""How long a replica waits for the holder's reply before it decides the message itself."""
+QUEUE = "interlock-owner"
+
+OUTCOME = "Interlock-Owner-Outcome"
+"""The reply's header: :data:`DONE`, :data:`DEFERRED` or :data:`FAILED`."""
+DETAIL = "Interlock-Owner-Detail"
+"""The deferral's delay in seconds, or why it failed."""
+SUBJECT = "Interlock-Owner-Subject"
+"""The subject the message was read on (what it may reach is decided from it)."""
+ACK = "Interlock-Owner-Ack"
+"""The JetStream reply subject of the message's delivery (its stream, sequence and
+deliveries: a dead letter about it is stored once, however often it comes)."""
+DONE, DEFERRED, FAILED = "done", "deferred", "failed"
+
+Handler = Callable[[Msg], Awaitable[object]]
+DeadLetter = Callable[[Msg, str, str], Awaitable[None]]
+
+
+def run_timer(run_id: str, timer_id: str) -> bool:
+    """Whether a timer is a run's own (decided by the run), not a trigger window's, a
+    rate's or a retention's (kept by key, decided by any replica)."""
+    return not (
+        is_window_timer(timer_id)
+        or is_rate_timer(run_id, timer_id)
+        or is_retention_timer(run_id, timer_id)
+    )
+
+
+class HandedFailed(Exception):
+    """The holder could not decide a message now: it is retried, like a local failure."""
+
+
+class Handover:
+    """The reading side: hands a run's message to its partition's holder."""
+
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        placement: Placement,
+        held: Callable[[], Collection[int]],
+        counters: Counter[str],
+        *,
+        timeout: float = HAND_TIMEOUT_S,
+    ) -> None:
+        """``held``: the partitions this replica holds now."""
+        self._nc, self._subjects, self._placement = nc, subjects, placement
+        self._held, self._counters, self._timeout = held, counters, timeout
+
+    async def hand(
+        self,
+        kind: str,
+        run_id: str,
+        msg: Msg,
+    ) -> bool:
+        """Whether the holder of ``run_id``'s partition decided ``msg`` (True: settle it
+        as handled); False: decide it here (one partition, this replica's own, or no
+        reply). Raises :class:`Deferred` or :class:`HandedFailed` as the holder says."""
+        placement = self._placement
+        if placement.map.streams <= 1 or not is_run_id(run_id):
+            return False
+        try:
+            partition = await placement.locate(run_id)
+        # Where a run is could not be read: decided here, as before partitions.
+        except Exception as exc:  # noqa: BLE001
+            log.debug("cannot locate run %s to hand it over: %s", run_id, exc)
+            return False
+        if partition in self._held():
+            return False
+        headers = dict(msg.headers or {})
+        headers[SUBJECT] = msg.subject
+        if msg.reply:
+            headers[ACK] = msg.reply
+        else:
+            headers.pop(ACK, None)
+        subject = self._subjects.owner(partition, kind, run_id)
+        try:
+            reply = await self._nc.request(subject, msg.data, self._timeout, headers=headers)
+        except NoRespondersError:
+            self._counters["handovers_unheld"] += 1
+            return False
+        except NatsTimeoutError:
+            self._counters["handovers_unanswered"] += 1
+            log.info("partition %d: no reply from its holder about run %s", partition, run_id)
+            return False
+        # Too large with the headers added, a connection between two servers: here.
+        except Exception as exc:  # noqa: BLE001
+            log.info("partition %d: cannot hand a message of run %s: %s", partition, run_id, exc)
+            return False
+        outcome = (reply.headers or {}).get(OUTCOME)
+        detail = (reply.headers or {}).get(DETAIL, "")
+        if outcome == DONE:
+            self._counters["handovers_handed"] += 1
+            return True
+        if outcome == DEFERRED:
+            try:
+                delay = float(detail)
+            except ValueError:
+                delay = 1.0
+            raise Deferred(delay)
+        if outcome == FAILED:
+            raise HandedFailed(f"partition {partition}'s holder: {detail}")
+        return False
+
+
+class OwnerDesk:
+    """The holding side: decides the messages handed to the partitions it holds, with the
+    handler of each kind, and replies how that went."""
+
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        handlers: Mapping[str, Handler],
+        dead_letter: DeadLetter,
+    ) -> None:
+        self._nc, self._subjects = nc, subjects
+        self._handlers = handlers
+        self._dead_letter = dead_letter
+        self._subs: dict[int, Subscription] = {}
+        self._working: set[asyncio.Task[None]] = set()
+        self._open = True
+        self.decided = 0
+        """Messages decided here for another replica."""
+
+    @property
+    def serving(self) -> set[int]:
+        """The partitions whose messages are taken here now."""
+        return set(self._subs)
+
+    async def hold(self, partitions: Collection[int]) -> None:
+        """Take the messages of ``partitions`` from now on (and no longer the others')."""
+        for p in set(self._subs) - set(partitions):
+            sub = self._subs.pop(p)
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        if not self._open:
+            return
+        for p in sorted(set(partitions) - set(self._subs)):
+            subject = self._subjects.owned(p)
+            direct = direct_subscriber(self._nc)
+            if direct is not None:
+                self._subs[p] = await direct(subject, self._take, queue=QUEUE)
+            else:
+                self._subs[p] = await self._nc.subscribe(subject, queue=QUEUE, cb=self._on)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """No new message is taken; those in hand get ``grace`` seconds (a replica that
+        gets no reply decides the message itself)."""
+        self._open = False
+        await self.hold(())
+        if self._working:
+            _, late = await asyncio.wait(set(self._working), timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def _on(self, msg: Msg) -> None:
+        self._take(msg)
+
+    def _take(self, msg: Msg) -> None:
+        # Only orchestrators may publish here, and they reply on their inboxes: a reply
+        # subject of any other kind is not theirs, and is neither decided nor answered.
+        if not self._open or not msg.reply or not is_inbox(msg.reply):
+            return
+        # The readers that hand messages over bound how many come at once (each holds at
+        # most its consumers' batches in hand).
+        task = asyncio.get_running_loop().create_task(self._decide(msg))
+        self._working.add(task)
+        task.add_done_callback(self._working.discard)
+
+    async def _decide(self, msg: Msg) -> None:
+        kind = msg.subject.split(".")[-2]
+        handler = self._handlers.get(kind)
+        headers = dict(msg.headers or {})
+        subject = headers.pop(SUBJECT, "")
+        ack = headers.pop(ACK, "")
+        if handler is None or not subject:
+            return
+        inner = Msg(_client=self._nc, subject=subject, data=msg.data, headers=headers or None)
+        if ack:
+            with contextlib.suppress(Exception):
+                inner._metadata = Msg.Metadata._from_reply(ack)
+        outcome, detail = DONE, ""
+        try:
+            await handler(inner)
+            self.decided += 1
+        except Deferred as deferred:
+            outcome, detail = DEFERRED, f"{deferred.delay:.3f}"
+        except FINAL as exc:
+            try:
+                await self._dead_letter(inner, final_reason(exc), str(exc))
+            except Exception as error:  # noqa: BLE001
+                outcome, detail = FAILED, f"cannot dead-letter it: {error}"
+        # The reader retries it, as it would its own failure.
+        except Exception as exc:  # noqa: BLE001
+            outcome, detail = FAILED, str(exc)[:500]
+        reply = {OUTCOME: outcome, DETAIL: detail}
+        nc = self._nc
+        try:
+            if not (isinstance(nc, NatsClient) and nc.publish_nowait(msg.reply, headers=reply)):
+                await nc.publish(msg.reply, b"", headers=reply)
+        # The reader that gets no reply decides it itself (the run takes it once).
+        except Exception:
+            log.debug("cannot reply about a message handed over on %s", msg.subject, exc_info=True)
+
+
+class Handlers(NamedTuple):
+    """How this replica decides each kind of message itself."""
+
+    event: Handler
+    """An inbound event (from the ``ingress`` consumer)."""
+    result: Handler
+    """An answer on the results stream."""
+    timer: Callable[[str, str], Awaitable[None]]
+    """A due timer: (run id, timer id)."""
+
+
+class Owners:
+    """The shared consumers' messages of one replica: those of runs whose partition another
+    replica holds handed to it, the others decided here, and those handed here decided."""
+
+    def __init__(
+        self,
+        nc: Client,
+        subjects: Subjects,
+        placement: Placement,
+        held: Callable[[], Collection[int]],
+        counters: Counter[str],
+        *,
+        handlers: Handlers,
+        dead_letter: DeadLetter,
+    ) -> None:
+        self._subjects, self._nc, self._handlers = subjects, nc, handlers
+        self.handover = Handover(nc, subjects, placement, held, counters)
+        own = {EVENT: handlers.event, RESULT: handlers.result, TIMER: self._timer_fired}
+        self.desk = OwnerDesk(nc, subjects, own, dead_letter)
+
+    async def on_event(self, msg: Msg) -> None:
+        """An event from the ``ingress`` consumer: one addressed to a run goes to the run's
+        holder; triggers start runs here."""
+        route = self._subjects.inbound_route(msg.subject)
+        run_id = route[0] if route is not None else None
+        if not run_id or not await self.handover.hand(EVENT, run_id, msg):
+            await self._handlers.event(msg)
+
+    async def on_result(self, msg: Msg) -> None:
+        """An answer from the results stream (its subject's last token names the run)."""
+        if not await self.handover.hand(RESULT, msg.subject.rpartition(".")[2], msg):
+            await self._handlers.result(msg)
+
+    async def on_timer(self, run_id: str, timer_id: str) -> None:
+        """A due timer: a run's own goes to the run's holder."""
+        if run_timer(run_id, timer_id):
+            fired = fired_message(self._nc, self._subjects, run_id, timer_id)
+            if await self.handover.hand(TIMER, run_id, fired):
+                return
+        await self._handlers.timer(run_id, timer_id)
+
+    async def _timer_fired(self, msg: Msg) -> None:
+        """A fired timer handed over by another replica."""
+        await self._handlers.timer(*read_fired(msg.subject, msg.data))

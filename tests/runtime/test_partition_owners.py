@@ -1,0 +1,229 @@
+"""Signals, answers on the results stream and fired timers are decided by the replica that
+holds the run's partition, and a handover (a replica killed -9) loses and doubles nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from interlock.core import events as ev
+from interlock.runtime.health import OrchestratorInstrumentation
+from interlock.runtime.observe import OrchestratorObserver
+from interlock.runtime.ownership import owners
+from interlock.runtime.service import Orchestrator
+from interlock.transport.clock import utc_now
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.partitions import partition_of
+from interlock.transport.subjects import Subjects
+from support.runtime import TIMEOUT, Background, Stack, cli_env, connect, running_stack
+
+# An answer (on the results stream: the test worker never answers by request), a signal
+# and a state's timer, one after the other.
+OWNED = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: owned}
+spec:
+  initial_state: ask
+  states:
+    ask:
+      actions: [{capability: echo, input: {step: 1}}]
+      on: [{event: task.completed, goto: wait}]
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: nap}]
+    nap:
+      type: human_in_the_loop
+      timeout: {after: 100ms, goto: done}
+    done: {type: terminal, outputs: {ok: true}}
+"""
+
+
+class _Appends(OrchestratorObserver):
+    """Every record one replica appended, by run."""
+
+    def __init__(self) -> None:
+        self.by_run: dict[str, list[ev.AnyRecord]] = {}
+
+    def appended(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        self.by_run.setdefault(run_id, []).extend(records)
+
+
+def _kinds(records: Sequence[ev.AnyRecord]) -> Counter[str]:
+    """The records that the three kinds of message make: an answer taken, a signal taken,
+    a state's timer fired."""
+    out: Counter[str] = Counter()
+    for r in records:
+        if isinstance(r, ev.ActionCompleted):
+            out["answer"] += 1
+        elif isinstance(r, ev.EventReceived) and r.data.event.get("type") == "go":
+            out["signal"] += 1
+        elif isinstance(r, ev.TransitionFired) and r.data.event_type == "state.timeout":
+            out["timer"] += 1
+    return out
+
+
+async def _signal(stack: Stack, run_id: str) -> None:
+    event = CloudEvent(
+        id=f"go-{run_id}",
+        source="test://owners",
+        type="go",
+        time=utc_now(),
+        extensions={"runid": run_id},
+    )
+    await stack.client.emit(event)
+
+
+async def _in_state(stack: Stack, run_id: str, state: str) -> None:
+    began = time.monotonic()
+    while (await stack.client.state(run_id)).state != state:
+        assert time.monotonic() - began < TIMEOUT, f"{run_id} never reached {state}"
+        await asyncio.sleep(0.05)
+
+
+async def _settled(replicas: dict[str, Orchestrator], partitions: int) -> None:
+    """Until the replicas hold every partition between them, each its fair share."""
+    fair = -(-partitions // len(replicas))
+    began = time.monotonic()
+    while True:
+        held = [set(o.relay.ownership.held) for o in replicas.values()]
+        serving = [o.owners.desk.serving for o in replicas.values()]
+        if set().union(*held) == set(range(partitions)) and all(
+            len(h) == fair and s == h for h, s in zip(held, serving, strict=True)
+        ):
+            return
+        assert time.monotonic() - began < TIMEOUT, f"leases never settled: {held}"
+        await asyncio.sleep(0.1)
+
+
+async def _flow(stack: Stack, runs: list[str]) -> None:
+    """Each run answered, signalled, and its timer fired, to the end."""
+    for run_id in runs:
+        await _in_state(stack, run_id, "wait")
+    for run_id in runs:
+        await _signal(stack, run_id)
+    for run_id in runs:
+        assert (await stack.wait(run_id)).status == "completed", run_id
+
+
+async def test_signals_results_stream_answers_and_timers_are_decided_by_the_holder(
+    nats_url: str, subjects: Subjects
+) -> None:
+    first, second = _Appends(), _Appends()
+    async with running_stack(nats_url, subjects, [OWNED], partitions=4, observers=[first]) as stack:
+        assert stack.worker is not None
+        stack.worker.answer_timeout = 0  # every answer through the results stream
+        other = Orchestrator(await connect(nats_url), subjects, observers=[second])
+        await other.start()
+        try:
+            replicas = {"first": stack.orchestrator, "second": other}
+            await _settled(replicas, 4)
+            held = {name: set(o.relay.ownership.held) for name, o in replicas.items()}
+            moves = {name: o.relay.ownership.moves for name, o in replicas.items()}
+            runs = [await stack.client.start("owned", {}) for _ in range(16)]
+            assert {partition_of(r, 4) for r in runs} == set(range(4))
+            await _flow(stack, runs)
+            # No lease moved meanwhile: each run had one holder throughout.
+            assert {n: o.relay.ownership.moves for n, o in replicas.items()} == moves
+            appends = {"first": first, "second": second}
+            for run_id in runs:
+                holder = next(n for n, h in held.items() if partition_of(run_id, 4) in h)
+                mine = appends[holder].by_run.get(run_id, [])
+                assert _kinds(mine) == {"answer": 1, "signal": 1, "timer": 1}, run_id
+                for name, seen in appends.items():
+                    if name != holder:
+                        # Not one record of the run was appended by the other replica.
+                        assert run_id not in seen.by_run, (run_id, name)
+            # Messages were handed over both ways, and nothing conflicted.
+            assert stack.orchestrator.owners.desk.decided > 0
+            assert other.owners.desk.decided > 0
+            registry = CollectorRegistry()
+            OrchestratorInstrumentation(other, port=None, registry=registry)
+            taken = registry.get_sample_value("interlock_handovers_taken_total")
+            assert taken == other.owners.desk.decided
+            handed = {"outcome": "handed"}
+            assert registry.get_sample_value("interlock_handovers_total", handed) == (
+                stack.orchestrator.owners.desk.decided
+            )
+            assert stack.orchestrator.runs.conflicts == other.runs.conflicts == 0
+        finally:
+            await other.stop()
+            await other.nc.close()
+
+
+def _serve(url: str, prefix: str) -> Background:
+    argv = [sys.executable, "-m", "interlock", "serve", "--server", url, "--prefix", prefix]
+    argv += ["--ack-wait", "2", "--metrics-port", "0", "--partitions", "6"]
+    return Background(argv, cli_env(url, prefix))
+
+
+@pytest.mark.timeout(120)
+async def test_a_holder_killed_mid_flow_loses_and_doubles_nothing_and_the_next_decides(
+    nats_url: str, subjects: Subjects
+) -> None:
+    a_seen, c_seen = _Appends(), _Appends()
+    async with running_stack(
+        nats_url, subjects, [OWNED], partitions=6, observers=[a_seen], ack_wait=2
+    ) as stack:
+        assert stack.worker is not None
+        stack.worker.answer_timeout = 0
+        c = Orchestrator(await connect(nats_url), subjects, observers=[c_seen], ack_wait=2)
+        await c.start()
+        doomed = _serve(nats_url, subjects.prefix)
+        try:
+            await doomed.await_line("orchestrator started")
+            began = time.monotonic()
+            while len(set((await owners(stack.client.nc, subjects)).values())) < 3:
+                assert time.monotonic() - began < TIMEOUT, "the third replica took nothing"
+                await asyncio.sleep(0.1)
+            # Runs in every partition, the killed replica's among them, wait for a signal.
+            runs = [await stack.client.start("owned", {}) for _ in range(18)]
+            for run_id in runs:
+                await _in_state(stack, run_id, "wait")
+            lost = {
+                p
+                for p, o in (await owners(stack.client.nc, subjects)).items()
+                if o not in {stack.orchestrator.relay.ownership.me, c.relay.ownership.me}
+            }
+            assert lost
+            # Killed while the signals come: what it held in hand comes back (ack wait).
+            for run_id in runs[:6]:
+                await _signal(stack, run_id)
+            doomed.kill()
+            for run_id in runs[6:]:
+                await _signal(stack, run_id)
+            for run_id in runs:
+                state = await stack.wait(run_id, 60)
+                assert state.status == "completed", run_id
+                assert _kinds(await stack.records(run_id)) == {
+                    "answer": 1,
+                    "signal": 1,
+                    "timer": 1,
+                }, run_id
+            # Once its partitions moved to the survivors, they decide those runs.
+            replicas = {"a": stack.orchestrator, "c": c}
+            await _settled(replicas, 6)
+            held = {name: set(o.relay.ownership.held) for name, o in replicas.items()}
+            later = [await stack.client.start("owned", {}) for _ in range(12)]
+            assert {partition_of(r, 6) for r in later} & lost
+            await _flow(stack, later)
+            appends = {"a": a_seen, "c": c_seen}
+            for run_id in later:
+                holder = next(n for n, h in held.items() if partition_of(run_id, 6) in h)
+                assert _kinds(appends[holder].by_run.get(run_id, [])) == {
+                    "answer": 1,
+                    "signal": 1,
+                    "timer": 1,
+                }, run_id
+                other = "c" if holder == "a" else "a"
+                assert run_id not in appends[other].by_run, run_id
+        finally:
+            doomed.kill()
+            await c.stop()
+            await c.nc.close()

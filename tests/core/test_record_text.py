@@ -178,6 +178,21 @@ SUMMARIES = [
     ),
     (record(ev.MapStarted, state="each", items=[1, 2]), "map.started"),
     (record(ev.DagStarted, state="build", steps=["a"]), "dag.started"),
+    (
+        record(
+            ev.RunQueued,
+            slots=[
+                ev.SlotClaim(limit="default/hello@paused", key="paused", size=0),
+                ev.SlotClaim(limit="default/model-api", key="acme", size=3),
+            ],
+        ),
+        "run.queued until default/hello is resumed, for a slot of default/model-api for key 'acme'",
+    ),
+    (record(ev.RunQueued, slots=[]), "run.queued"),
+    (
+        record(ev.RunAdmitted, limits=["default/model-api"]),
+        "run.admitted: holds a slot of default/model-api",
+    ),
 ]
 
 

@@ -62,6 +62,8 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
         assert stack.recorder.handled == [("echo", f"{before}:3", 1)]
         described = await cli(nats_url, subjects, "describe", "run", held[1])
         assert "queued       until default/hello is resumed (2nd in line)" in described
+        logged = await cli(nats_url, subjects, "logs", held[1])
+        assert "run queued       until default/hello is resumed" in logged, logged
 
         said = await cli(nats_url, subjects, "resume", "workflow", "hello")
         assert "resumed default/hello" in said
@@ -69,6 +71,9 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
             assert (await stack.wait(run_id)).status == "completed"
         seen = await timeline(client.nc, subjects)
         assert [r for r in seen.admitted if r in held] == held
+        logged = await cli(nats_url, subjects, "logs", held[1])
+        assert "io.interlock" not in logged, logged
+        assert "run admitted" in logged, logged
         assert await list_queues(client) == []
         again = await cli(nats_url, subjects, "resume", "workflow", "hello")
         assert "was not paused" in again

@@ -10,7 +10,7 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
-from interlock.core.pauses import waiting_for
+from interlock.core.pauses import slot_text, waiting_for
 from interlock.core.state import RunState, encode_state, evolve
 
 
@@ -120,7 +120,30 @@ def _what(r: ev.AnyRecord) -> str:
         return f"run migrated     v{r.data.from_version} -> v{r.data.version}"
     if isinstance(r, ev.RunContinued):
         return f"run continued    as {r.data.run_id} in {r.data.state} ({r.data.reason})"
-    return ev.record_type(r)
+    return _summarized(r)
+
+
+def _summarized(r: ev.AnyRecord) -> str:
+    """A queued or admitted run, a pause and what it holds; any other record by its type
+    (``run.queued`` as ``run queued``)."""
+    d: Any = r.data
+    if isinstance(r, ev.RunQueued) and d.rate is not None:
+        rate = d.rate
+        rest = f"until {rate.until} by the rate of {rate.trigger} for key {rate.key!r}"
+    elif isinstance(r, ev.RunQueued):
+        rest = ", ".join(slot_text(c) for c in d.slots)
+    elif isinstance(r, ev.RunAdmitted):
+        rest = f"holds a slot of {', '.join(d.limits)}" if d.limits else ""
+    elif isinstance(r, ev.RunPaused):
+        rest = ("with its workflow: " if d.workflow else "") + d.reason
+    elif isinstance(r, ev.EventHeld):
+        rest = f"{d.event.get('type')} id={d.event.get('id')} (decided on when resumed)"
+    elif isinstance(r, ev.RunResumed):
+        rest = f"{d.held} held event(s) decided on"
+    else:
+        rest = ""
+    kind = ev.record_type(r).removeprefix(ev.PREFIX).replace(".", " ")
+    return f"{kind:<16} {rest}".rstrip()
 
 
 def _what_held(r: ev.AnyRecord) -> str | None:

@@ -29,3 +29,11 @@ def waiting_for(limit: str, key: str) -> str:
         return f"waits until capability {limit[4:].removesuffix(PAUSED)} is resumed"
     what = "a token" if limit.endswith(":rate") else "a slot"
     return f"waits for {what} of {limit}" + (f" for key {key!r}" if key else "")
+
+
+def slot_text(claim: ev.SlotClaim) -> str:
+    """What a queued run waits for (from its ``run.queued``): ``for a slot of default/api
+    for key 'acme'``, or ``until default/hello is resumed``."""
+    if claim.limit.endswith(PAUSED):
+        return f"until {claim.limit.removesuffix(PAUSED)} is resumed"
+    return f"for a slot of {claim.limit} for key {claim.key!r}"

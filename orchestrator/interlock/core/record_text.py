@@ -14,7 +14,7 @@ from interlock.core.engine import (
     GuardCheck,
 )
 from interlock.core.expr import ABSENT
-from interlock.core.pauses import waiting_for
+from interlock.core.pauses import slot_text, waiting_for
 
 
 def short(value: Any) -> str:
@@ -45,6 +45,10 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.RunQueued) and d.rate is not None:
         r = d.rate
         return f"{kind} until {r.until} by the rate of {r.trigger} for key {r.key!r}"
+    if isinstance(record, ev.RunQueued):
+        return " ".join([kind, ", ".join(slot_text(c) for c in d.slots)]).rstrip()
+    if isinstance(record, ev.RunAdmitted) and d.limits:
+        return f"{kind}: holds a slot of {', '.join(d.limits)}"
     if isinstance(record, ev.StateEntered):
         return f"{kind} {d.state}"
     if isinstance(record, ev.ActionRequested):

@@ -163,6 +163,55 @@ async def test_a_run_queued_for_a_slot_shows_its_place_in_line(console: Console)
     assert page.errors == []
 
 
+SHARED_FAIRLY = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: shared-fairly}
+spec:
+  inputs: {customer: {type: string, required: true}}
+  concurrency:
+    - {key: '"all"', limit: 1, fair: inputs.customer}
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on:
+        - {event: go, goto: done}
+    done: {type: terminal}
+"""
+
+
+async def test_a_place_under_fair_share_is_among_the_runs_of_its_fairness_key(
+    console: Console,
+) -> None:
+    gs = console.gs
+    await gs.stack.apply(SHARED_FAIRLY)
+    async with gs.http() as http:
+
+        async def start(customer: str) -> str:
+            body = {"workflow": "shared-fairly", "inputs": {"customer": customer}}
+            return str((await http.post("/runs", json=body)).json()["run_id"])
+
+        await wait_status(gs, await start("acme"), "running", "wait")
+        for customer in ("beta", "acme"):
+            await start(customer)
+        last = await start("acme")
+        # Third in the line, second among acme's runs (beta's goes next).
+        for _ in range(100):
+            slot = (await http.get(f"/runs/{last}")).json()["slots"][0]
+            if slot.get("place") is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert (slot["fair"], slot["place"]) == ("acme", 2), slot
+    page = await console.page()
+    await page.goto(f"{console.url}#/runs/{last}")
+    await page.locator("#queued").wait_for()
+    slots = page.get_by_role("table", name="Concurrency slots")
+    row = await slots.locator("tbody tr").inner_text()
+    assert "waits, place 2 in line among acme's runs" in row, row
+    assert page.errors == []
+
+
 CHAINED = """\
 apiVersion: interlock.io/v1
 kind: Workflow

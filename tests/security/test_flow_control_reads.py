@@ -88,3 +88,54 @@ async def test_the_run_list_says_a_workflow_was_resumed(secured: Secured) -> Non
     assert "@paused" not in table, table
     for run_id in runs:
         await operator_cli(secured, "cancel", run_id)
+
+
+SHARED_FAIRLY = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: shared-fairly}
+spec:
+  inputs: {customer: {type: string, required: true}}
+  concurrency:
+    - {key: '"all"', limit: 1, fair: inputs.customer}
+  initial_state: waiting
+  states:
+    waiting:
+      type: human_in_the_loop
+      on:
+        - {event: acme.order.approved, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def test_describe_says_a_place_under_fair_share_is_among_the_fairness_keys_runs(
+    secured: Secured,
+) -> None:
+    applied = await secured.operator.apply([("fair.yaml", SHARED_FAIRLY)])
+    applied.compiled.raise_for_errors()
+    holder = await secured.operator.start("shared-fairly", {"customer": "acme"})
+    await until_recorded(secured, holder, ev.RunAdmitted)
+    waiting = [
+        await secured.operator.start("shared-fairly", {"customer": c})
+        for c in ("beta", "acme", "acme")
+    ]
+    # Third in the limit's line, second among acme's runs: the one the line serves next
+    # is beta's (acme holds the slot).
+    line = "queued       {} for key all under default/shared-fairly#1 (1/1 running)"
+    expected = {
+        waiting[0]: line.format("1st among beta's runs"),
+        waiting[2]: line.format("2nd among acme's runs"),
+    }
+    for run_id, said in expected.items():
+        for _ in range(100):  # the orchestrator puts it in line as it reads its run.queued
+            out = await operator_cli(secured, "describe", "run", run_id)
+            if said in out:
+                break
+            await asyncio.sleep(0.1)
+        assert said in out, out
+    described = json.loads(await operator_cli(secured, "describe", "run", waiting[2], "--json"))
+    (slot,) = described["slots"]
+    assert (slot["fair"], slot["place"], slot.get("holding")) == ("acme", 2, None), slot
+    for run_id in (holder, *waiting):
+        await operator_cli(secured, "cancel", run_id)

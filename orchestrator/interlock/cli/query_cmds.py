@@ -314,7 +314,9 @@ def ordinal(n: int) -> str:
 
 
 def slot_text(slot: Any, queued: bool) -> str:
-    """``3rd for key acme under default/limited#1 (2/2 running)``, or that it holds it."""
+    """``3rd for key acme under default/limited#1 (2/2 running)`` (under a fair-share limit,
+    ``3rd among acme's runs for key all under ...``: its place within its fairness key),
+    or that it holds it."""
     if slot.limit.endswith("@paused"):  # interlock.core.pauses.PAUSED
         if slot.holding:
             return f"{slot.limit.removesuffix('@paused')} is resumed: it goes on in turn"
@@ -325,7 +327,8 @@ def slot_text(slot: Any, queued: bool) -> str:
     if slot.holding:
         return f"holds a slot for {where}{running}"
     if queued and slot.place is not None:
-        return f"{ordinal(slot.place)} for {where}{running}"
+        among = "" if not slot.fair else f" among {slot.fair}'s runs"
+        return f"{ordinal(slot.place)}{among} for {where}{running}"
     return f"waits for a slot for {where}{running}"
 
 

@@ -249,7 +249,8 @@ def slot_views(state: RunState) -> list[SlotView]:
     """The concurrency slots a run needs; held while it runs after its admission."""
     holding = not state.queued and not state.finished
     return [
-        SlotView(limit=c.limit, key=c.key, size=c.size, holding=holding) for c in state.slots or ()
+        SlotView(limit=c.limit, key=c.key, size=c.size, holding=holding, fair=c.fair or None)
+        for c in state.slots or ()
     ]
 
 

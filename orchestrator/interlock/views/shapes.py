@@ -172,6 +172,9 @@ class SlotView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     holding: bool = False
     place: int | None = None
     running: int | None = None
+    fair: str | None = None
+    """The run's fairness key under a limit with ``fair``: ``place`` is then its place
+    among that key's runs waiting (the keys share the slots), not in the whole line."""
 
 
 class RunDescription(msgspec.Struct, frozen=True, kw_only=True):

@@ -170,14 +170,15 @@ export async function runPage(root, runId, _params, current) {
     warnUnserved();
   }
 
-  // The concurrency slots the run needs: held, or its place in line.
+  // The concurrency slots the run needs: held, or its place in line (under a fair-share
+  // limit, among its fairness key's runs).
   function slotsTable() {
     if (!desc.slots?.length) return null;
     const rows = desc.slots.map((slot) => [
       h("code", {}, slot.limit),
       h("code", {}, slot.key),
       String(slot.size),
-      slot.holding ? "holds one" : slot.place != null ? `waits, ${slot.place === 1 ? "next" : `place ${slot.place}`} in line` : "waits",
+      slot.holding ? "holds one" : slot.place != null ? `waits, ${slot.place === 1 ? "next" : `place ${slot.place}`} in line${slot.fair ? ` among ${slot.fair}'s runs` : ""}` : "waits",
       slot.running == null ? "—" : String(slot.running),
     ]);
     return h("div", {},

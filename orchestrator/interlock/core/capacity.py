@@ -120,11 +120,18 @@ def queued(
 
 
 def admitted(
-    definition: Definition, state: RunState, now: str, *, action_id: str, attempt: int
+    definition: Definition,
+    state: RunState,
+    now: str,
+    *,
+    action_id: str,
+    attempt: int,
+    at_once: bool = False,
 ) -> list[ev.AnyRecord]:
     """``action.admitted``: the request holds all it waited for and goes out now, its
     deadline counted from ``now`` (and its timer scheduled). Nothing for a request that
-    is not held (admitted already, ended), so admitting twice records nothing twice."""
+    is not held (admitted already, ended), so admitting twice records nothing twice.
+    ``at_once``: admitted in the append of its request, its slots and tokens taken first."""
     pending = _waiting(state, action_id, attempt)
     if pending is None or not pending.held:
         return []
@@ -132,7 +139,9 @@ def admitted(
     step = Step(definition, state, now)
     step.emit(
         ev.ActionAdmitted,
-        ev.ActionAdmittedData(action_id=action_id, attempt=attempt, deadline=deadline),
+        ev.ActionAdmittedData(
+            action_id=action_id, attempt=attempt, deadline=deadline, at_once=at_once
+        ),
     )
     if deadline is not None:
         step.schedule(

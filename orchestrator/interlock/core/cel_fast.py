@@ -1,5 +1,5 @@
-"""The two shapes most expressions have, ``a.b.c`` and ``a.b op literal``, evaluated
-without CEL when the values make the answer certain to be CEL's own; anything else is left
+"""The shapes most expressions have, ``a.b.c``, ``a.b op literal`` and a literal alone,
+evaluated without CEL when the values make the answer certain to be CEL's own; anything else is left
 to :mod:`interlock.core.cel`. Converting an activation to CEL values costs more than
 evaluating a small guard, and most guards are of these shapes.
 """
@@ -16,6 +16,7 @@ _FAST_COMPARE = re.compile(
     rf"^\s*({_PATH})\s*(==|!=|<=|>=|<|>)\s*"
     r"(-?\d+\.\d+|-?\d+(?![\d.eEu])|\"[^\"\\]*\"|'[^'\\]*'|true|false)\s*$"
 )
+_FAST_LITERAL = re.compile(r"^\s*(-?\d+(?![\d.eEu])|\"[^\"\\]*\"|'[^'\\]*'|true|false)\s*$")
 _INT64 = (-(2**63), 2**63 - 1)
 MISS = object()
 """What a fast form answers when CEL must decide."""
@@ -64,6 +65,8 @@ class FastForm:
         self.literal = literal
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
+        if not self.path:
+            return self.literal  # a constant (a limit's one key for all: '"all"')
         if self.path[0] not in activation:
             return MISS
         node = activation[self.path[0]]
@@ -84,6 +87,11 @@ class FastForm:
 
 
 def fast_form(source: str, names: frozenset[str]) -> FastForm | None:
+    match = _FAST_LITERAL.match(source)
+    if match:
+        value = _literal(match.group(1))
+        in_range = not isinstance(value, int) or _INT64[0] <= value <= _INT64[1]
+        return FastForm((), None, value) if in_range else None
     match = _FAST_PATH.match(source)
     if match:
         path = tuple(match.group(1).split("."))

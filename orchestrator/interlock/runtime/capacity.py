@@ -92,7 +92,8 @@ def next_token_at(entry: SlotEntry) -> float:
     return entry.tat - (max(entry.burst, 1) - 1) * _interval(entry)
 
 
-def _take_token(entry: SlotEntry, now: float) -> bool:
+def take_token(entry: SlotEntry, now: float) -> bool:
+    """Take the rate's next token if it is there by ``now`` (``tat`` moved on)."""
     if now + EPSILON_S < next_token_at(entry):
         return False
     entry.tat = max(entry.tat, now) + _interval(entry)
@@ -125,6 +126,8 @@ class Capacity:
         self.slots, self.pauses, self._runs = slots, pauses, runs
         self._timers, self._clock = timers, clock
         self._requests: OrderedDict[tuple[str, int], ev.ActionRequested] = OrderedDict()
+        self._at_once: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        """Requests admitted at once here (:mod:`atonce`): they hold no token in a line."""
 
     # -- what the relay asks ------------------------------------------------------------
 
@@ -139,6 +142,12 @@ class Capacity:
         self._requests.move_to_end(key)
         while len(self._requests) > KEPT:
             self._requests.popitem(last=False)
+
+    def note_at_once(self, run_id: str, action_id: str, attempt: int) -> None:
+        """A request is being admitted at once: its end leaves no rate's line."""
+        self._at_once[run_id, action_id, attempt] = None
+        while len(self._at_once) > KEPT:
+            self._at_once.popitem(last=False)
 
     async def requested(self, record: ev.ActionRequested) -> None:
         """A request read from its run's log: into its lines (and admitted when it holds
@@ -172,13 +181,17 @@ class Capacity:
                 return None
         return _with_deadline(record, d.deadline)
 
+    def forget(self, admitted: ev.ActionAdmitted) -> None:
+        """An admission at once read back: nothing of it is kept here any more."""
+        self._requests.pop((admitted.data.action_id, admitted.data.attempt), None)
+
     async def admitted(self, record: ev.ActionAdmitted, request: ev.ActionRequested) -> None:
         """An admission read back (its request dispatched): the token it held leaves its
         rate's line."""
         d = record.data
         me = waiter_id(record.subject, d.action_id, d.attempt)
         for claim in request.data.limits:
-            if claim.per_s:
+            if claim.per_s and not d.at_once:  # (one admitted at once took its token only)
                 await self._leave(claim, me)
         self._requests.pop((d.action_id, d.attempt), None)
 
@@ -188,7 +201,11 @@ class Capacity:
         for slots in freed:
             me = waiter_id(run_id, slots.action_id, slots.attempt)
             self._requests.pop((slots.action_id, slots.attempt), None)
+            at_once = (run_id, slots.action_id, slots.attempt) in self._at_once
+            self._at_once.pop((run_id, slots.action_id, slots.attempt), None)
             for claim in slots.limits:
+                if claim.per_s and at_once:
+                    continue  # in no rate's line, ever
                 if claim.per_s or is_pause(claim):
                     await self._leave(claim, me)
                     continue
@@ -210,7 +227,7 @@ class Capacity:
             entry = lines.entry
             if not entry.per_s:
                 return [], None
-            while entry.lines and _take_token(entry, now):
+            while entry.lines and take_token(entry, now):
                 entry.holders.append(await lines.pop_head(entry.lines[0]))
             wake_at = next_token_at(entry) if entry.lines else None
             return [h.run_id for h in entry.holders], wake_at
@@ -378,7 +395,7 @@ class Capacity:
                 return Took(held=True)
             place = await lines.find(waiter)
             if place is None:
-                if not entry.lines and _take_token(entry, now):
+                if not entry.lines and take_token(entry, now):
                     entry.holders.append(waiter)
                     return Took(held=True)
                 place = await lines.insert(waiter)

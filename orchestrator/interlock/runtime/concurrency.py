@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -351,6 +351,9 @@ class Admission:
         self._runs = runs
         self._clock = clock
         self._sweep: asyncio.Task[None] | None = None
+        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        """Kept going from :meth:`start` to :meth:`stop` (the sweep of :mod:`atonce`)."""
+        self._background: list[asyncio.Task[None]] = []
         self.capability_resumed: Callable[[str], Awaitable[None]] | None = None
         """Told the name of a capability resumed (its requests' lines are not runs')."""
 
@@ -359,11 +362,13 @@ class Admission:
         workflow resumed while no orchestrator watched."""
         await self.pauses.start(self.resumed, self.capability_resumed)
         self._sweep = asyncio.create_task(self._resumed_meanwhile())
+        self._background = [asyncio.create_task(work()) for work in self.background]
 
     async def stop(self) -> None:
         await self.pauses.stop()
-        if self._sweep is not None:
-            await cancel_and_wait(self._sweep)
+        for task in [self._sweep, *self._background]:
+            if task is not None:
+                await cancel_and_wait(task)
 
     async def _resumed_meanwhile(self) -> None:
         try:

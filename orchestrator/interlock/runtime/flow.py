@@ -35,6 +35,7 @@ from interlock.core.state import RunState
 from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
 from interlock.core.windowing import is_window_timer
 from interlock.runtime.answers import Answers
+from interlock.runtime.atonce import AtOnce
 from interlock.runtime.capacity import Capacity, is_rate_timer
 from interlock.runtime.chains import newest, start_next
 from interlock.runtime.concurrency import Admission
@@ -117,6 +118,7 @@ class ControlFlow:
         self.admission = Admission(nc, subjects, runs, clock)
         self.capacity = Capacity(self.admission.slots, self.admission.pauses, runs, timers, clock)
         self.admission.capability_resumed = self.capacity.resumed
+        runs.at_once = AtOnce(self.admission, self.capacity, runs, clock)
         self.retainer = (
             None
             if retention is None
@@ -186,9 +188,7 @@ class ControlFlow:
             handler = self._queued
         elif isinstance(record, ev.RunResumed):
             handler = self._resumed
-        if isinstance(record, ev.RunCompleted | ev.RunFailed | ev.RunCancelled):
-            orphan = record.data.parent is None
-        elif isinstance(record, ev.RunContinued):
+        if isinstance(record, ev.RunContinued):
             handler = self._go_on
         if isinstance(record, _ENDS):
             orphan = record.data.parent is None or isinstance(record, ev.RunContinued)

@@ -25,6 +25,7 @@ from interlock.core import events as ev
 from interlock.core.analysis import acted_on
 from interlock.core.engine import plus_seconds
 from interlock.core.rfc3339 import parse_time
+from interlock.runtime.atonce import admitted_later, at_once
 from interlock.runtime.dispatch import Dispatcher
 from interlock.runtime.flow import ControlFlow
 from interlock.runtime.handling import MessageHandling
@@ -317,8 +318,19 @@ class Relay:
         now: datetime | None = None
         deferred: list[ev.TimerScheduled] = []
         dispatched: list[tuple[str, int]] = []
+        admitted, run_admitted = at_once(records), admitted_later(records)
         for record in records:
-            if _for_capacity(record, self.flow.capacity.holds):
+            if type(record) is ev.RunQueued and run_admitted:
+                continue  # its slots were taken before its append (atonce)
+            if type(record) is ev.ActionRequested and _key(record) in admitted:
+                self.flow.effect_now(record)  # (its capability noted) out on its admission
+                continue
+            if isinstance(record, ev.ActionAdmitted) and record.data.at_once:
+                request = self.flow.capacity.request_at_hand(record)
+                if request is None:
+                    return None
+                record = request  # dispatched as its request, below
+            elif _for_capacity(record, self.flow.capacity.holds):
                 return None
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 key = (record.data.action_id, record.data.attempt)
@@ -341,6 +353,9 @@ class Relay:
                 return None
         for key in dispatched:
             del self.dispatcher.early[key]
+        for record in records:
+            if isinstance(record, ev.ActionAdmitted) and record.data.at_once:
+                self.flow.capacity.forget(record)
         return records, deferred
 
     async def _effects(
@@ -368,7 +383,10 @@ class Relay:
         deferred: list[ev.TimerScheduled] = []
         now: datetime | None = None
         capacity = self.flow.capacity
+        admitted, run_admitted = at_once(records), admitted_later(records)
         for record in records:
+            if type(record) is ev.RunQueued and run_admitted:
+                continue  # its slots were taken before its append (atonce)
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 d = record.data
                 if awaited is not None and awaited.get(d.action_id) != d.attempt:
@@ -377,7 +395,9 @@ class Relay:
                     # again once the dedupe window has passed would do the work twice.
                     self.dispatcher.early.pop((d.action_id, d.attempt), None)
                     continue
-                if capacity.holds(record):
+                if _key(record) in admitted:
+                    capacity.remember(record)  # out on its admission, next
+                elif capacity.holds(record):
                     await capacity.requested(record)  # in line: out on its admission
                 else:
                     await self._dispatch(record)
@@ -440,6 +460,10 @@ class Relay:
         if entry is None:
             return None
         return {p.action_id: p.attempt for p in entry.state.pending.values()}
+
+
+def _key(record: ev.ActionRequested) -> tuple[str, int]:
+    return record.data.action_id, record.data.attempt
 
 
 def _freed(record: ev.AnyRecord) -> list[ev.FreedSlots]:

@@ -34,6 +34,7 @@ from interlock.transport.errors import AppendConflict
 if TYPE_CHECKING:
     from interlock.core.definition import Definition
     from interlock.core.engine import Incoming
+    from interlock.runtime.admitport import AdmitsAtOnce
 
 log = logging.getLogger("interlock.runs")
 T = TypeVar("T")
@@ -169,6 +170,7 @@ class Runs:
         event loop, so that it is on its way first): what is done with them once it is
         acknowledged can be made ready while the server stores them."""
         self.conflicts = 0
+        self.at_once: AdmitsAtOnce | None = None  # admissions appended at once (atonce)
         self._loops: dict[int, tuple[Definition, bool]] = {}
         # One thread: a costly decision never holds up the loop, and several hold up at
         # most each other and the loop's share of the interpreter, never all of it.
@@ -313,6 +315,12 @@ class Runs:
             out = await self._decide(decision, entry.definition, state, heavy=heavy or loaded)
             after = out.state if isinstance(out, Decided) and not loaded else None
             records = list(out.records if isinstance(out, Decided) else out)
+            taken = None
+            if self.at_once is not None and not loaded:  # (no value by reference in play)
+                taken = await self.at_once.take(
+                    run_id, entry.definition, records, (entry.state, after), self._decide
+                )
+                records, after = (records, after) if taken is None else taken.appending()
             if records and self.payloads is not None:
                 stored = await self.payloads.records(records)
                 if stored is not None:
@@ -325,11 +333,15 @@ class Runs:
                     self.forget(run_id)
                     continue
                 return []
+            if taken is not None and not taken.in_time():
+                records, after = records[: taken.asked], None  # the relay admits them
             if self.on_appending is not None:
                 asyncio.get_running_loop().call_soon(self.on_appending, records)
             try:
                 last = await self.log.append(run_id, records, entry.last_seq)
             except AppendConflict:
+                if taken is not None:
+                    taken.refused()
                 self.conflicts += 1
                 self.observer.conflict()
                 self.forget(run_id)
@@ -467,13 +479,21 @@ class Runs:
         """Append a run's first records (:meth:`opening`); (False, []) when a run with
         this id exists already."""
         run_id, records = opening.run_id, opening.decided.records
+        state, taken = opening.decided.state, None
+        if self.at_once is not None:
+            taken = await self.at_once.opening(
+                run_id, opening.definition, (records, state), self.payloads, self._decide
+            )
+            records, state = (records, state) if taken is None else taken.appending()
         if self.on_appending is not None:
             asyncio.get_running_loop().call_soon(self.on_appending, records)
         try:
             last = await self.log.append(run_id, records, 0)
         except AppendConflict:
+            if taken is not None:
+                taken.refused()
             return False, []
-        self._remember(run_id, Entry(opening.decided.state, last, opening.definition, 1))
+        self._remember(run_id, Entry(state, last, opening.definition, 1))
         self._appended_now(run_id, last, records)
         self.observer.appended(run_id, records)
         return True, records

@@ -45,6 +45,9 @@ class Waiter(msgspec.Struct, array_like=True, frozen=True):
     """The run's fairness key: the keys share the slots (see :func:`pick`)."""
     weight: int = 1
     """The weight of its fairness key: its share of the slots against the other keys'."""
+    early: int = 0
+    """1: a holder that took its slot before the record asking for it was appended (see
+    :mod:`interlock.runtime.atonce`): until a sweep finds that record, it may be in no log."""
 
 
 def order(waiter: Waiter) -> tuple[int, str, str]:

@@ -64,6 +64,9 @@ class ActionAdmittedData(msgspec.Struct, frozen=True, kw_only=True, omit_default
     action_id: str
     attempt: int
     deadline: str | None = None
+    at_once: bool = False
+    """Admitted with its request, in the same append: its slots and tokens were free and
+    taken before the append (it never waited, and holds no token in a rate's line)."""
 
 
 class ActionQueued(Record, tag=PREFIX + "action.queued", frozen=True):

@@ -1,0 +1,395 @@
+"""Admission at once: free slots and tokens taken before the append that asks for them.
+
+A run of a limited workflow asks for its slots in ``run.queued``, a request of a limited
+capability in ``action.requested`` (``limits``), and the relay, reading the record, takes
+them and appends the admission (:mod:`concurrency`, :mod:`capacity`): one more append,
+one more relay read. When the orchestrator decides the start or the request itself and
+finds every slot free with nobody in line (and every token there), it takes them first,
+each a compare-and-set of its limit's entry, and appends the admission with the record
+that asks: ``run.started``, ``run.queued``, ``run.admitted`` and the first state in one
+append; ``action.requested`` then ``action.admitted`` (``at_once``) in one. The log says
+what it says when the relay admits, in one message, and a limit that does not bind costs
+its compare-and-sets and nothing else.
+
+Such a slot is held before any log asks for it, so its holder is marked ``early`` in the
+entry, named as every holder is (the run, or ``<run>/<action>#<attempt>``), with when it
+was taken (``since``). If the append never happens (the process dies between the two, or
+the append is refused), the slot is held for nothing: :meth:`AtOnce.sweep`, run by every
+orchestrator every :data:`SWEEP_EVERY_S`, frees an early holder older than
+:data:`GRACE_S` whose log does not ask for that slot (no such run, the run or the request
+ended, another attempt) and clears the mark of one whose log does; a refused append has
+its own holders checked at once. The admission goes in the append only if the append is
+sent within :data:`APPEND_WITHIN_S` of the first take (else the records go without it,
+and the relay admits as when it waits), so an append cannot admit a run or a request whose
+slot a sweep freed: between them lie at least ``GRACE_S - APPEND_WITHIN_S`` (45 s), which a
+publish does not spend in flight. A token taken for an append that never happens is lost:
+the rate is the stricter for it, never the looser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
+
+from interlock.core import events as ev
+from interlock.core.pauses import is_pause
+from interlock.core.rfc3339 import parse_time
+from interlock.core.state import RunState, fold
+from interlock.runtime.admitport import Decide
+from interlock.runtime.capacity import Capacity, parse_waiter, take_token, waiter_id
+from interlock.runtime.concurrency import Admission, in_order
+from interlock.runtime.slotlines import Lines, SlotEntry, Waiter, entry_key
+
+if TYPE_CHECKING:
+    from interlock.core.definition import Definition
+    from interlock.runtime.payloads import Payloads
+    from interlock.runtime.runs import Runs
+
+log = logging.getLogger("interlock.atonce")
+
+GRACE_S = 60.0
+"""How old an early holder is before a sweep may free it for want of a log asking."""
+APPEND_WITHIN_S = 15.0
+"""The admission goes with the append only if it is sent this soon after the first take."""
+SWEEP_EVERY_S = 60.0
+"""How often each orchestrator sweeps the slots bucket (give or take a tenth)."""
+
+
+@dataclass(slots=True)
+class Taken:
+    """A decision's records with the admissions made at once added after them."""
+
+    records: list[ev.AnyRecord]
+    state: RunState
+    asked: int
+    """How many of ``records`` the decision made (the admissions follow)."""
+    held: list[tuple[ev.SlotClaim, str]]
+    """The slots taken here, with their holders' names."""
+    at: float
+    """``time.monotonic()`` before the first take."""
+    owner: AtOnce
+
+    def in_time(self) -> bool:
+        """Whether the admissions may still go with the append (:data:`APPEND_WITHIN_S`)."""
+        return time.monotonic() - self.at <= APPEND_WITHIN_S
+
+    def appending(self) -> tuple[list[ev.AnyRecord], RunState]:
+        """What to append, and the run's state after it."""
+        return self.records, self.state
+
+    def refused(self) -> None:
+        """The append was refused: the slots taken for it are checked against the logs."""
+        self.owner.refused(self)
+
+
+def wants(records: Sequence[ev.AnyRecord]) -> bool:
+    """Whether a decision's records ask for slots or tokens (no I/O)."""
+    for record in records:
+        if type(record) is ev.RunQueued:
+            return True
+        if isinstance(record, ev.ActionRequested) and record.data.limits:
+            return True
+    return False
+
+
+def admitted_later(records: Sequence[ev.AnyRecord]) -> bool:
+    """Whether a run's records (read by the relay) admit it: its ``run.queued`` before
+    then needs nothing done (its slots were taken before the append)."""
+    return any(type(record) is ev.RunAdmitted for record in records)
+
+
+def at_once(records: Sequence[ev.AnyRecord]) -> set[tuple[str, int]]:
+    """The requests (action id, attempt) that ``records`` admit at once."""
+    return {
+        (r.data.action_id, r.data.attempt)
+        for r in records
+        if type(r) is ev.ActionAdmitted and r.data.at_once
+    }
+
+
+class AtOnce:
+    """Slots and tokens taken before the append (see the module), and the sweep."""
+
+    def __init__(
+        self, admission: Admission, capacity: Capacity, runs: Runs, clock: Callable[[], str]
+    ) -> None:
+        self.slots, self.pauses = admission.slots, admission.pauses
+        self._admission, self._capacity, self._runs, self._clock = admission, capacity, runs, clock
+        self._later: set[asyncio.Task[None]] = set()
+        admission.background.append(self._sweeping)
+
+    # -- before the append ----------------------------------------------------------------
+
+    async def opening(
+        self,
+        run_id: str,
+        definition: Definition,
+        decided: tuple[list[ev.AnyRecord], RunState],
+        payloads: Payloads | None,
+        decide: Decide,
+    ) -> Taken | None:
+        """A run's first records (and its state after them) with its admission (and its
+        requests') when its slots are free; None for a run whose values are kept by
+        reference (the relay admits it)."""
+        records, state = decided
+        if not wants(records):
+            return None
+        if payloads is not None and await payloads.state(state) is not state:
+            return None
+        taken = await self._take(run_id, definition, records, state, decide)
+        return taken if taken is not None and taken.in_time() else None
+
+    async def take(
+        self,
+        run_id: str,
+        definition: Definition,
+        records: list[ev.AnyRecord],
+        states: tuple[RunState, RunState | None],
+        decide: Decide,
+    ) -> Taken | None:
+        """A decision's ``records`` on a run's state (``states``: before them, and after
+        them when known) with the admissions of its requests whose slots and tokens are
+        free, taken here; None: none is."""
+        if not wants(records):
+            return None
+        before, after = states
+        state = after if after is not None else fold(records, before)
+        return await self._take(run_id, definition, records, state, decide)
+
+    async def _take(
+        self,
+        run_id: str,
+        definition: Definition,
+        records: list[ev.AnyRecord],
+        state: RunState,
+        decide: Decide,
+    ) -> Taken | None:
+        began = time.monotonic()
+        taken = Taken(list(records), state, len(records), [], began, self)
+        queued = next((r for r in records if type(r) is ev.RunQueued), None)
+        slots = state.slots
+        if (
+            isinstance(queued, ev.RunQueued)
+            and queued.data.rate is None
+            and state.queued
+            and slots
+            and not any(is_pause(c) for c in slots)
+            and await self._take_all(in_order(slots), run_id, queued.time, taken)
+        ):
+            from interlock.core.limits import admitted  # the engine: not for readers
+
+            now = self._clock()
+            await self._extend(taken, decide, definition, lambda d, s: admitted(d, s, now))
+        for record in list(taken.records):
+            if type(record) is not ev.ActionRequested or not record.data.limits:
+                continue
+            d = record.data
+            pending = taken.state.pending.get(d.action_id)
+            if (
+                d.workflow
+                or pending is None
+                or pending.attempt != d.attempt
+                or not pending.held
+                or self.pauses.holds_capability(d.capability)
+            ):
+                continue
+            me = waiter_id(run_id, d.action_id, d.attempt)
+            if not await self._take_all(d.limits, me, record.time, taken):
+                continue
+            now = self._clock()
+            self._capacity.remember(record)
+            self._capacity.note_at_once(run_id, d.action_id, d.attempt)
+            await self._extend(taken, decide, definition, _admitting(d, now))
+        return taken if taken.held or len(taken.records) > taken.asked else None
+
+    async def _extend(
+        self,
+        taken: Taken,
+        decide: Decide,
+        definition: Definition,
+        decision: Callable[[Definition, RunState], list[ev.AnyRecord]],
+    ) -> None:
+        out = await decide(decision, definition, taken.state)
+        more = list(out)
+        taken.records += more
+        taken.state = fold(more, taken.state)
+
+    async def _take_all(
+        self, claims: Sequence[ev.SlotClaim], name: str, since: str, taken: Taken
+    ) -> bool:
+        """Take a slot (or a token) of each claim, in the order given, while each is free;
+        whether all were. The slots taken stay taken (the relay's admission finds them held)."""
+        for claim in claims:
+            if claim.per_s:
+                if not await self._token(claim):
+                    return False
+                continue
+            if not await self._slot(claim, name, since):
+                return False
+            taken.held.append((claim, name))
+        return True
+
+    async def _slot(self, claim: ev.SlotClaim, name: str, since: str) -> bool:
+        """A free slot of ``claim`` for ``name``, if one is and nobody waits."""
+        holder = Waiter(name, since, claim.size, claim.priority, claim.fair, claim.weight, 1)
+
+        async def change(lines: Lines) -> bool:
+            entry = lines.entry
+            if entry.per_s or entry.lines or entry.waiting or entry.holds(name):
+                return False
+            if len(entry.holders) >= claim.size:
+                return False
+            entry.size = claim.size
+            entry.holders.append(holder)
+            if claim.fair:
+                entry.turn = claim.fair
+            return True
+
+        took: bool = await self.slots.change(claim, change)
+        return took
+
+    async def _token(self, claim: ev.SlotClaim) -> bool:
+        """A token of the rate ``claim``, if one is there and nobody waits."""
+        now = parse_time(self._clock()).timestamp()
+
+        async def change(lines: Lines) -> bool:
+            entry = lines.entry
+            if entry.lines or entry.waiting:
+                return False
+            entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
+            return take_token(entry, now)
+
+        took: bool = await self.slots.change(claim, change)
+        return took
+
+    # -- when the append is refused -------------------------------------------------------
+
+    def refused(self, taken: Taken) -> None:
+        """The append of ``taken`` was refused: each slot it took is given back unless a
+        log asks for it (another append with the same holder's name went first), in the
+        background (a run's lock may be held here; giving back moves others on)."""
+        task = asyncio.create_task(self._settle_all(taken.held))
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def _settle_all(self, held: Sequence[tuple[ev.SlotClaim, str]]) -> None:
+        try:
+            for claim, name in held:
+                await self._settle(claim, name, await self._asked(claim, name))
+        # The sweep frees what is left.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not give back slots taken for a refused append: %s", exc)
+
+    # -- the sweep ------------------------------------------------------------------------
+
+    async def _sweeping(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S * random.uniform(0.9, 1.1))
+            try:
+                await self.sweep()
+            # Done again at the next round.
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not sweep the slots taken at once: %s", exc)
+
+    async def sweep(self, grace_s: float = GRACE_S) -> int:
+        """Every early holder older than ``grace_s``: freed when no log asks for its slot,
+        else its mark cleared; and rates whose every token is back, deleted. How many
+        holders were freed."""
+        now = parse_time(self._clock()).timestamp()
+        freed = 0
+        for entry in await self.slots.entries():
+            if entry.per_s:
+                if not entry.holders and not entry.lines and entry.tat and entry.tat <= now:
+                    await self._forget_rate(entry, now)
+                continue
+            for holder in entry.holders:
+                if not holder.early or now - parse_time(holder.since).timestamp() < grace_s:
+                    continue
+                claim = ev.SlotClaim(limit=entry.limit, key=entry.key, size=holder.size)
+                asked = await self._asked(claim, holder.run_id)
+                freed += await self._settle(claim, holder.run_id, asked)
+        return freed
+
+    async def _asked(self, claim: ev.SlotClaim, name: str) -> bool:
+        """Whether the log of ``name`` (a run, or a run's request) asks for the slot and
+        has not ended."""
+        parsed = parse_waiter(name)
+        run_id = name if parsed is None else parsed[0]
+        entry = await self._runs.load(run_id, fresh=True)
+        if entry is None or entry.state.finished:
+            return False
+        wanted = (claim.limit, claim.key)
+        if parsed is None:
+            return any((c.limit, c.key) == wanted for c in entry.state.slots or [])
+        pending = entry.state.pending.get(parsed[1])
+        return (
+            pending is not None
+            and pending.attempt == parsed[2]
+            and any((c.limit, c.key) == wanted for c in pending.limits)
+        )
+
+    async def _settle(self, claim: ev.SlotClaim, name: str, asked: bool) -> int:
+        """An early holder checked against its log: kept, its mark cleared (``asked``),
+        or given back, the slot going to the next in line (1)."""
+        if not asked:
+            parsed = parse_waiter(name)
+            if parsed is None:
+                await self._admission.ended(name, [claim])
+            else:
+                run_id, action_id, attempt = parsed
+                gone = ev.FreedSlots(action_id=action_id, attempt=attempt, limits=[claim])
+                await self._capacity.freed(run_id, [gone])
+            log.info(
+                "freed a slot of %s (%r) taken for %s, which no log asks for", *_of(claim, name)
+            )
+            return 1
+
+        async def change(lines: Lines) -> None:
+            entry = lines.entry
+            entry.holders = [
+                replace(h, early=0) if h.run_id == name and h.early else h for h in entry.holders
+            ]
+
+        await self.slots.change(claim, change)
+        return 0
+
+    async def _forget_rate(self, entry: SlotEntry, now: float) -> None:
+        """A rate whose every token is back: its entry deleted (a full burst is there)."""
+
+        async def change(lines: Lines) -> None:
+            found = lines.entry
+            if not found.holders and not found.lines and found.tat <= now:
+                found.tat = 0.0
+
+        claim = ev.SlotClaim(limit=entry.limit, key=entry.key, size=entry.size)
+        await self.slots.change(claim, change, entry_key(entry.limit, entry.key))
+
+
+def _admitting(
+    request: ev.ActionRequestedData, now: str
+) -> Callable[[Definition, RunState], list[ev.AnyRecord]]:
+    """The decision that admits ``request`` at once."""
+    from interlock.core.capacity import admitted  # the engine: not for readers
+
+    def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
+        return admitted(
+            definition,
+            state,
+            now,
+            action_id=request.action_id,
+            attempt=request.attempt,
+            at_once=True,
+        )
+
+    return decision
+
+
+def _of(claim: ev.SlotClaim, name: str) -> tuple[str, str, str]:
+    return claim.limit, claim.key, name

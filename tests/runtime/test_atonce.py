@@ -1,0 +1,368 @@
+"""Admission at once (runtime/atonce.py) on a real nats-server: a run or a request whose
+slots are free is admitted in the append that asks for them; the limits are never
+exceeded at any instant (as the RUNS stream orders the records) with two orchestrators and
+one killed with SIGKILL; a slot taken by a process killed before its append is freed by
+the sweep, and one taken for an append refused is given back; with nothing declared, no
+bucket is touched."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+from datetime import timedelta
+from typing import Any
+
+from test_crash import client_for, serve, started
+
+from interlock.core import events as ev
+from interlock.core.engine import derive_run_id
+from interlock.core.rfc3339 import format_time, parse_time
+from interlock.runtime.atonce import GRACE_S, AtOnce
+from interlock.runtime.concurrency import Slots
+from interlock.runtime.service import Orchestrator
+from interlock.sdk import TaskContext, Worker
+from interlock.transport.clock import utc_now
+from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.directget import read_messages
+from interlock.transport.subjects import Subjects
+from support.concurrency import requests, timeline
+from support.runtime import (
+    REPO,
+    TIMEOUT,
+    Background,
+    cli_env,
+    connect,
+    eventually,
+    running_stack,
+    yaml,
+)
+
+KEYS = ("acme", "beta", "gamma")
+SOURCE = "test://atonce"
+
+NAP_AGENT = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: napagent
+    spec:
+      capabilities:
+        - name: nap
+          concurrency: {limit: 1, key: input.customer}
+    """
+)
+
+# Started by a trigger (the orchestrator decides the start), two requests in turn (the
+# second decided on the first's answer): both paths of admission at once, limits that
+# bind now and then (2 runs, 1 request at once per customer).
+NAPS = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: naps
+    spec:
+      inputs:
+        customer: {type: string, required: true}
+        n: {type: integer, required: true}
+      triggers:
+        - event: test.nap
+      concurrency:
+        - {key: inputs.customer, limit: 2}
+      initial_state: first
+      states:
+        first:
+          actions:
+            - capability: nap
+              input: {customer: "{{ inputs.customer }}", n: "{{ inputs.n }}"}
+          on:
+            - {event: task.completed, goto: second}
+        second:
+          actions:
+            - capability: nap
+              input: {customer: "{{ inputs.customer }}", n: "{{ inputs.n }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+ONE = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: one
+    spec:
+      inputs:
+        customer: {type: string, required: true}
+      concurrency:
+        - {key: inputs.customer, limit: 1}
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: slow
+              input: {customer: "{{ inputs.customer }}"}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+PLAIN = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: plain
+    spec:
+      triggers:
+        - event: test.plain
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: echo
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+def nap_worker() -> Worker:
+    worker = Worker("napagent", concurrency=64, grace_period=0.5)
+
+    @worker.capability("nap")
+    async def nap(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        await asyncio.sleep(random.uniform(0.002, 0.02))
+        return {"n": inp["n"]}
+
+    return worker
+
+
+def nap(n: int) -> CloudEvent:
+    data = {"customer": KEYS[n % len(KEYS)], "n": n}
+    return CloudEvent(id=f"nap-{n}", source=SOURCE, type="test.nap", data=data)
+
+
+async def messages(nc: Any, subjects: Subjects) -> list[list[ev.AnyRecord]]:
+    """Each message of the RUNS stream, decoded, in stream order."""
+    found = await read_messages(nc, subjects.runs_stream, subjects.runs_all)
+    return [ev.decode_batch(payload) for _, _, payload in found]
+
+
+def with_types(batch: list[ev.AnyRecord]) -> list[str]:
+    return [ev.record_type(r).removeprefix(ev.PREFIX) for r in batch]
+
+
+async def test_two_orchestrators_one_killed_admit_at_once_and_never_exceed_a_limit(
+    nats_url: str, subjects: Subjects
+) -> None:
+    count = 30
+    first = serve(nats_url, subjects.prefix)
+    second: Background | None = None
+    try:
+        async with client_for(nats_url, subjects) as client:
+            assert (await client.apply([("agent", NAP_AGENT), ("wf", NAPS)])).compiled.ok
+            definition, _ = await client.registry.latest("naps")
+            run_ids = [derive_run_id(definition, SOURCE, f"nap-{n}") for n in range(count)]
+            nc = await connect(nats_url)
+            worker = nap_worker()
+            task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+            try:
+                await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+                await started(first)
+                second = serve(nats_url, subjects.prefix)
+                await started(second)
+                for n in range(count):
+                    await client.emit(nap(n))
+
+                async def ended(at_least: int) -> bool:
+                    return len((await timeline(client.nc, subjects)).ended) >= at_least
+
+                await eventually(lambda: ended(6), what="a few runs ended before the kill")
+                first.kill()
+                await eventually(lambda: ended(count), within=60, what="every run ended")
+            finally:
+                await worker.stop(force=True)
+                await task
+                await nc.close()
+            runs = await timeline(client.nc, subjects)
+            assert set(runs.ended) == set(run_ids)
+            assert set(runs.ended.values()) == {"run.completed"}
+            assert all(runs.counts[r].get("run.admitted") == 1 for r in run_ids), runs.counts
+            assert max(runs.most.values()) <= 2, runs.most  # never passed, at any instant
+            asked = await requests(client.nc, subjects)
+            assert len(asked.admitted) == 2 * count
+            assert all(c.get("action.admitted") == 1 for c in asked.counts.values())
+            assert max(asked.most.values()) == 1, asked.most
+            # Admitted at once, where free: the start, its admission and its first
+            # request in one message; a request and its admission in one message.
+            batches = await messages(client.nc, subjects)
+            at_once_runs = [
+                b for b in batches if {"run.started", "run.admitted"} <= set(with_types(b))
+            ]
+            assert at_once_runs, "no run was admitted in the append of its start"
+            admitted_with_request = [
+                r
+                for b in batches
+                for r in b
+                if isinstance(r, ev.ActionAdmitted)
+                and r.data.at_once
+                and any(isinstance(q, ev.ActionRequested) for q in b)
+            ]
+            assert admitted_with_request, "no request was admitted in the append of its request"
+            assert all(
+                r.data.at_once is False
+                for b in batches
+                for r in b
+                if isinstance(r, ev.ActionAdmitted)
+                and not any(isinstance(q, ev.ActionRequested) for q in b)
+            )
+            assert second.stop() == 0, second.output
+            second = None
+            # No slot leaked: what is left (a slot the killed process took for an append
+            # it never sent) is an early holder no log asks for, the sweep's to free.
+            sweeper = Orchestrator(await connect(nats_url), subjects)
+            sweeping = sweeper.runs.at_once
+            assert sweeping is not None
+            slots = Slots(client.nc, subjects)
+            for entry in await slots.entries():
+                assert all(h.early for h in entry.holders), entry
+                assert not entry.lines, entry
+            await sweeping.sweep(grace_s=0)
+            assert await slots.entries() == []
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+
+
+def crash_after_taking(url: str, subjects: Subjects, run_id: str, customer: str) -> Background:
+    """A process that starts ``run_id`` of ``one`` as an orchestrator does and is killed
+    (SIGKILL) between taking its slot and appending its first records."""
+    env = cli_env(url, subjects.prefix, PYTHONPATH=str(REPO / "tests"))
+    argv = [sys.executable, "-m", "support.atonce_crash", url, subjects.prefix, "one", run_id]
+    return Background([*argv, json.dumps({"customer": customer})], env)
+
+
+class Clock:
+    """The orchestrators' clock, moved on by the test."""
+
+    def __init__(self) -> None:
+        self.at = parse_time(utc_now())
+
+    def __call__(self) -> str:
+        return format_time(self.at)
+
+    def advance(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+
+
+async def test_a_slot_taken_by_a_process_killed_before_its_append_is_freed_by_the_sweep(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [ONE]) as s:
+        slots = s.orchestrator.flow.admission.slots
+        doomed = crash_after_taking(nats_url, subjects, "rdoomed", "acme")
+        taken = doomed.wait_for(r"^TAKEN (.*)$")
+        assert taken.group(1) == "rdoomed"
+        assert doomed.proc.wait(TIMEOUT) == -9
+        assert await s.client.runs.load("rdoomed") is None  # never appended
+        (entry,) = await slots.entries()
+        assert [(h.run_id, h.early) for h in entry.holders] == [("rdoomed", 1)]
+
+        # The slot is held for nothing: the next run of the key waits behind it.
+        s.recorder.release.set()
+        waiting = await s.client.start("one", {"customer": "acme"})
+
+        async def in_line() -> bool:
+            found = await slots.entries()
+            return bool(found and found[0].lines)
+
+        await eventually(in_line, what="the second run in line")
+
+        clock = Clock()
+        flow = s.orchestrator.flow
+        sweep = AtOnce(flow.admission, flow.capacity, s.orchestrator.runs, clock).sweep
+        assert await sweep() == 0  # too young: its append may be on its way
+        (entry,) = await slots.entries()
+        assert [h.run_id for h in entry.holders] == ["rdoomed"]
+        clock.advance(GRACE_S + 1)
+        assert await sweep() == 1
+        outcome = await s.wait(waiting, TIMEOUT)
+        assert outcome.status == "completed"
+        runs = await timeline(s.client.nc, subjects)
+        assert max(runs.most.values()) == 1
+        assert await slots.entries() == []
+
+
+async def test_an_early_holder_whose_log_asks_keeps_its_slot_and_loses_its_mark(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [ONE]) as s:
+        slots = s.orchestrator.flow.admission.slots
+        runs = s.orchestrator.runs
+        definition, version = await runs.registry.latest("one")
+        created, records = await runs.start(definition, version, "rkept", {"customer": "acme"})
+        assert created
+        assert with_types(records)[:4] == [
+            "run.started",
+            "run.queued",
+            "run.admitted",
+            "state.entered",
+        ]
+        (entry,) = await slots.entries()
+        assert [(h.run_id, h.early) for h in entry.holders] == [("rkept", 1)]
+        clock = Clock()
+        clock.advance(GRACE_S + 1)
+        flow = s.orchestrator.flow
+        assert await AtOnce(flow.admission, flow.capacity, runs, clock).sweep() == 0
+        (entry,) = await slots.entries()
+        assert [(h.run_id, h.early) for h in entry.holders] == [("rkept", 0)]
+
+
+async def test_a_slot_taken_for_a_start_that_is_refused_is_given_back(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [ONE]) as s:
+        s.recorder.release.set()
+        runs = s.orchestrator.runs
+        definition, version = await runs.registry.latest("one")
+        run_id = await s.client.start("one", {"customer": "acme"})
+        assert (await s.wait(run_id, TIMEOUT)).status == "completed"
+        slots = s.orchestrator.flow.admission.slots
+        await eventually(lambda: _empty(slots), what="its slot freed")
+        # The same run started again (a trigger's event delivered twice, say): the slot
+        # is free, taken, and the append refused, the run existing.
+        created, _ = await runs.start(definition, version, run_id, {"customer": "acme"})
+        assert not created
+        await eventually(lambda: _empty(slots), what="the slot given back")
+        runs_seen = await timeline(s.client.nc, subjects)
+        assert runs_seen.counts[run_id].get("run.admitted") == 1
+
+
+async def _empty(slots: Slots) -> bool:
+    return await slots.entries() == []
+
+
+async def test_a_run_of_a_workflow_without_limits_touches_no_bucket(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [PLAIN]) as s:
+        definition, _ = await s.client.registry.latest("plain")
+        event = CloudEvent(id="p1", source=SOURCE, type="test.plain", data={})
+        await s.client.emit(event)
+        run_id = derive_run_id(definition, SOURCE, "p1")
+        assert (await s.wait(run_id, TIMEOUT)).status == "completed"
+        js = s.client.nc.jetstream()
+        info = await js.stream_info(f"KV_{subjects.slots_bucket}")
+        assert info.state.last_seq == 0

@@ -10,6 +10,7 @@ from interlock.cli.connecting import add_connection_flags, print_json, with_clie
 
 if TYPE_CHECKING:
     from interlock.client import Client
+    from interlock.transport.partitions import Layout, PartitionMap
 
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -21,7 +22,8 @@ def add_parsers(sub: Sub) -> None:
         description="Without a verb: each partition's stream, its leader and peers, its "
         "messages and the orchestrator replica that relays it, and the layouts of the "
         "partition map. 'set N': new runs go to N partitions from now on; runs under way "
-        "finish where they are.",
+        "finish where they are. 'retire': retire the layouts no run in flight needs now "
+        "(the orchestrators do it every 30 s).",
     )
     p.add_argument("--json", action="store_true")
     add_connection_flags(p)
@@ -32,6 +34,21 @@ def add_parsers(sub: Sub) -> None:
     q.add_argument("--json", action="store_true")
     add_connection_flags(q)
     q.set_defaults(func=with_client(cmd_partitions_set))
+    r = verbs.add_parser(
+        "retire",
+        help="retire the layouts no run in flight needs, forget those no stored run needs",
+    )
+    r.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long ago a layout must have been replaced (default 60: a process "
+        "places runs by a map at most 5 s old; 0 only once every process has read the map)",
+    )
+    r.add_argument("--json", action="store_true")
+    add_connection_flags(r)
+    r.set_defaults(func=with_client(cmd_partitions_retire))
 
 
 async def cmd_partitions(client: Client, args: argparse.Namespace) -> int:
@@ -42,14 +59,15 @@ async def cmd_partitions(client: Client, args: argparse.Namespace) -> int:
         print_json(
             {
                 "layouts": [
-                    {"version": x.version, "count": x.count, "since": x.since}
-                    for x in found.layouts
+                    {"version": x.version, "count": x.count, "since": x.since, "retired": old}
+                    for x, old in _layouts(found)
                 ],
                 "partitions": [
                     {
                         "partition": i.partition,
                         "stream": i.stream,
                         "placing": i.placing,
+                        "relayed": i.relayed,
                         "leader": i.leader,
                         "peers": i.peers,
                         "messages": i.messages,
@@ -70,7 +88,7 @@ async def cmd_partitions(client: Client, args: argparse.Namespace) -> int:
             (
                 str(i.partition),
                 i.stream,
-                "yes" if i.placing else "no",
+                "yes" if i.placing else "no" if i.relayed else "retired",
                 i.leader or "-",
                 ",".join(i.peers) or "-",
                 str(i.messages),
@@ -80,9 +98,21 @@ async def cmd_partitions(client: Client, args: argparse.Namespace) -> int:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    if len(found.layouts) > 1:
-        print("layouts: " + ", ".join(f"{x.version}: {x.count}" for x in found.layouts))
+    if not found.single:
+        print(
+            "layouts: "
+            + ", ".join(
+                f"{x.version}: {x.count}" + (" (retired)" if old else "")
+                for x, old in _layouts(found)
+            )
+        )
     return EXIT_OK
+
+
+def _layouts(found: PartitionMap) -> list[tuple[Layout, bool]]:
+    """Every layout of the map, oldest first, each with whether it is retired."""
+    every = [(x, True) for x in found.retired] + [(x, False) for x in found.layouts]
+    return sorted(every, key=lambda pair: pair[0].version)
 
 
 async def cmd_partitions_set(client: Client, args: argparse.Namespace) -> int:
@@ -103,4 +133,35 @@ async def cmd_partitions_set(client: Client, args: argparse.Namespace) -> int:
         )
     else:
         print(f"already {current.count} partitions (layout {current.version})")
+    return EXIT_OK
+
+
+async def cmd_partitions_retire(client: Client, args: argparse.Namespace) -> int:
+    from interlock.runtime.layouts import RETIRE_GRACE_S, retire_layouts
+
+    grace = RETIRE_GRACE_S if args.grace is None else args.grace
+    if grace < 0:
+        raise CliError(
+            f"--grace is a number of seconds, 0 or more; {args.grace:g} is not", EXIT_USAGE
+        )
+    done = await retire_layouts(client.nc, client.subjects, grace=grace)
+    if args.json:
+        print_json(
+            {
+                "retired": [x.version for x in done.retired],
+                "forgotten": [x.version for x in done.forgotten],
+                "kept": {str(v): why for v, why in done.kept.items()},
+                "layouts": [x.version for x in done.map.layouts],
+                "retired_layouts": [x.version for x in done.map.retired],
+            }
+        )
+        return EXIT_OK
+    for x in done.retired:
+        print(f"layout {x.version} ({x.count} partitions) retired: no run in flight needs it")
+    for x in done.forgotten:
+        print(f"layout {x.version} ({x.count} partitions) forgotten: no stored run needs it")
+    for version, why in sorted(done.kept.items()):
+        print(f"layout {version} kept: {why}")
+    if not (done.retired or done.forgotten or done.kept):
+        print("nothing to retire: one layout")
     return EXIT_OK

@@ -5,8 +5,10 @@ the streams of the new partitions are made first (as replicated as the first par
 then the map is written with a compare-and-set, so no process ever places a run in a
 partition without a stream. Runs under way stay where they started; new runs go by the new
 layout as soon as each process reads the map (the orchestrators within
-:data:`relay.MAP_CHECK_S`, any process when it misses a run). Lowering the count keeps every
-stream: the runs of the partitions no longer used for new runs finish there, and their logs
+:data:`relay.MAP_CHECK_S`, any process within :data:`PLACE_FRESH_S` before it places a run,
+and when it misses one). Lowering the count keeps every stream: the runs of the partitions
+no longer used for new runs finish there, then the old layout is retired
+(:mod:`interlock.runtime.layouts`) and those partitions are no longer relayed; their logs
 stay readable.
 
 ``balance_leaders`` asks each partition's stream leader to step down in favour of a node
@@ -50,6 +52,9 @@ class PartitionInfo:
     stream: str
     placing: bool
     """Whether new runs go to it (the current layout counts it)."""
+    relayed: bool = True
+    """Whether runs in flight may be in it (a live layout counts it): the orchestrators
+    relay it. Else it is retired: its stream keeps ended runs' logs, read only."""
     leader: str = ""
     peers: list[str] = field(default_factory=list)
     messages: int = 0
@@ -93,7 +98,9 @@ async def partitions(nc: Client, subjects: Subjects) -> tuple[PartitionMap, list
     out: list[PartitionInfo] = []
     for p in range(found.streams):
         stream = subjects.runs_stream_of(p)
-        info = PartitionInfo(p, stream, p < found.current.count, owner=held.get(p, ""))
+        info = PartitionInfo(
+            p, stream, p < found.current.count, p < found.relayed, owner=held.get(p, "")
+        )
         try:
             got = await _api(nc, f"STREAM.INFO.{stream}")
         except JetStreamAPIError:

@@ -29,6 +29,7 @@ from interlock.runtime.atonce import admitted_later, at_once
 from interlock.runtime.dispatch import Dispatcher
 from interlock.runtime.flow import ControlFlow
 from interlock.runtime.handling import MessageHandling
+from interlock.runtime.layouts import Housekeeping
 from interlock.runtime.logstore import RunLog, check_message
 from interlock.runtime.observe import Observers
 from interlock.runtime.ownership import ROUND_S, Ownership, replica_name
@@ -84,6 +85,7 @@ class Relay:
         """This replica's partition leases (with more than one partition)."""
         self.hold: Callable[[Collection[int]], Awaitable[None]] | None = None
         """Told each round which partitions' handed-over messages to take (:mod:`owners`)."""
+        self._tidy = Housekeeping()
 
     def _write_behind(self, index: RunIndex, hold: float) -> WriteBehind:
         """The relay's write-behind of the run index (see :mod:`writebehind`)."""
@@ -110,8 +112,9 @@ class Relay:
             while not stopping.is_set():
                 with contextlib.suppress(Exception):  # the map read again next time
                     await placement.load()
-                wanted = await self._wanted(placement.map.streams, set(relaying))
-                partitioned = placement.map.streams > 1
+                wanted = await self._wanted(placement.map.relayed, set(relaying))
+                partitioned = placement.map.relayed > 1
+                self._housekeeping()
                 if self.route_answers is not None and partitioned != routed:
                     try:
                         await self.route_answers(self._mine if partitioned else None)
@@ -136,6 +139,7 @@ class Relay:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), wait)
         finally:
+            self._tidy.stop()
             for task in relaying.values():
                 task.cancel()
             await asyncio.gather(*relaying.values(), return_exceptions=True)
@@ -149,7 +153,15 @@ class Relay:
         placement, held = self.run_log.placement, self.ownership.held
         if len(placement.map.layouts) == 1 or placement.located(run_id):
             return placement.known(run_id) in held
-        return any(p in held for p in placement.map.candidates(run_id))
+        return any(p in held for p in placement.map.live_candidates(run_id))
+
+    def _housekeeping(self) -> None:
+        """Retire the partition layouts no run needs (:mod:`layouts`), now and then, in the
+        background: by the holder of partition 0, or by every replica when none is held."""
+        map_, held = self.run_log.placement.map, self.ownership.held
+        if map_.single or (held and 0 not in held) or not self._tidy.due():
+            return
+        self._tidy.start(self.handling.nc, self.subjects)
 
     async def _wanted(self, streams: int, now: set[int]) -> set[int]:
         """The partitions to relay: all of one; else those held (what is relayed now
@@ -173,7 +185,7 @@ class Relay:
             reader = await self.handling.reader(stream, subject, "relay", 512, 20_000)
             async with contextlib.aclosing(reader.batches(self.handling.stopping)) as batches:
                 async for msgs in batches:
-                    if len(self.run_log.placement.map.layouts) > 1:
+                    if not self.run_log.placement.map.single:
                         # Runs placed by an older layout: known to be here from now on.
                         for msg in msgs:
                             run_id = s.run_id_of(msg.subject)

@@ -7,12 +7,15 @@ put each run where Interlock does. Interlock computes it itself instead of relyi
 server mapping: a mapping cannot change for the runs already under way when P changes, and
 the partition count changes on a live installation.
 
-The partition map is one key (``map``) of the partitions bucket. It holds the layouts the
-installation has had, each a version with its count; the newest places new runs, and a run
-stays for good in the partition it started in. Where a run is is therefore one of its
-candidates, one per layout (most often the same one): with a single layout, no lookup at
-all; with several, the first candidate whose stream holds the run's subject (an exact
-read, answered by each stream's leader), remembered.
+The partition map is one key (``map``) of the partitions bucket. It holds the live layouts,
+each a version with its count: the newest places new runs, and a run stays for good in the
+partition it started in, so every run in flight is at one of the live layouts' partitions.
+A layout none of whose runs is in flight any more is retired (:mod:`interlock.runtime.layouts`):
+it moves to the map's retired layouts, kept while a run it placed (ended) is still stored,
+so that run's log stays readable. Where a run is is therefore one of its candidates, one
+per layout (most often the same one), the live layouts' first: with a single layout, no
+lookup at all; with several, the first candidate whose stream holds the run's subject (an
+exact read, answered by each stream's leader), remembered.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ _FNV_PRIME: Final = 0x01000193
 _TIMEOUT: Final = 5.0
 _LOCATED_KEPT: Final = 100_000
 _WRONG_LAST_SEQUENCE: Final = 10071
+PLACE_FRESH_S: Final = 5.0
+"""A process places a new run by a map it read at most this long before (read again
+first when older), so a layout stops placing runs everywhere within this of its change."""
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -77,18 +83,36 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
     """When it was set (RFC 3339, UTC; empty for the first)."""
 
 
-class PartitionMap(msgspec.Struct, frozen=True, kw_only=True):
-    """The layouts an installation has had, oldest first; the last places new runs."""
+class PartitionMap(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The live layouts, oldest first (the last places new runs; every run in flight is
+    in one of their partitions), and the retired ones (no run of theirs in flight; kept
+    while a run they placed is stored)."""
 
     layouts: tuple[Layout, ...] = (Layout(version=1, count=1),)
+    retired: tuple[Layout, ...] = ()
+    """Oldest first. A reader looks in their partitions after the live layouts'."""
+    made: int = 0
+    """The run-log streams made so far (partitions 0 to this, exclusive): they stay, so
+    that a layout retired and forgotten never narrows what exists."""
 
     @property
     def current(self) -> Layout:
         return self.layouts[-1]
 
     @property
+    def single(self) -> bool:
+        """Whether there is one layout and no other: every run is where it hashes to."""
+        return len(self.layouts) == 1 and not self.retired
+
+    @property
     def streams(self) -> int:
-        """How many run-log streams the layouts use (partitions 0 to this, exclusive)."""
+        """How many run-log streams there are (partitions 0 to this, exclusive)."""
+        return max(self.made, *(x.count for x in (*self.layouts, *self.retired)))
+
+    @property
+    def relayed(self) -> int:
+        """The partitions runs in flight may be in (0 to this, exclusive): those the
+        orchestrators relay. The others' runs have all ended."""
         return max(layout.count for layout in self.layouts)
 
     def place(self, run_id: str) -> int:
@@ -97,7 +121,13 @@ class PartitionMap(msgspec.Struct, frozen=True, kw_only=True):
 
     def candidates(self, run_id: str) -> tuple[int, ...]:
         """The partitions a run may be in: the current layout's first, then each older
-        one's, newest first, each once."""
+        live one's, newest first, then each retired one's, each once."""
+        every = (*self.retired, *self.layouts)
+        found = dict.fromkeys(partition_of(run_id, x.count) for x in reversed(every))
+        return tuple(found)
+
+    def live_candidates(self, run_id: str) -> tuple[int, ...]:
+        """The partitions a run in flight may be in: the live layouts' (newest first)."""
         found = dict.fromkeys(partition_of(run_id, x.count) for x in reversed(self.layouts))
         return tuple(found)
 
@@ -107,8 +137,11 @@ class PartitionMap(msgspec.Struct, frozen=True, kw_only=True):
         check_count(count)
         if count == self.current.count:
             return self
-        layout = Layout(version=self.current.version + 1, count=count, since=since)
-        return PartitionMap(layouts=(*self.layouts, layout))
+        version = max(x.version for x in (*self.layouts, *self.retired)) + 1
+        layout = Layout(version=version, count=count, since=since)
+        return msgspec.structs.replace(
+            self, layouts=(*self.layouts, layout), made=max(self.streams, count)
+        )
 
 
 def first_map(count: int, *, stored: bool) -> PartitionMap:
@@ -261,7 +294,7 @@ class Placement:
     def seen(self, run_id: str, partition: int) -> None:
         """Remember that ``run_id`` is in ``partition`` (read from its stream, or started
         there)."""
-        if len(self.map.layouts) == 1 and partition == self.map.place(run_id):
+        if self.map.single and partition == self.map.place(run_id):
             return
         self._located[run_id] = partition
         if len(self._located) > _LOCATED_KEPT:
@@ -271,7 +304,7 @@ class Placement:
         """The partition to read ``run_id``'s log in: where it was found, or its only
         candidate (no read), or the first candidate holding it (its current layout's
         partition when none does: a run not started yet)."""
-        if self._loaded and self.map.layouts == _ONE:
+        if self._loaded and self.map.layouts == _ONE and not self.map.retired:
             return 0  # one stream, as before partitions: nothing to compute
         known = self._located.get(run_id)
         if known is not None:
@@ -296,9 +329,13 @@ class Placement:
 
     async def place_new(self, run_id: str) -> int:
         """Where a run with this id starts: where a run with it is already (so that
-        starting it again finds it), else in the current layout's partition."""
-        current = await self.current()
-        if current.layouts == _ONE:
+        starting it again finds it), else in the current layout's partition (by a map
+        read at most :data:`PLACE_FRESH_S` ago)."""
+        now = time.monotonic()
+        if now - self._read_from > PLACE_FRESH_S:
+            await self._read_since(now - PLACE_FRESH_S)
+        current = self.map
+        if current.layouts == _ONE and not current.retired:
             return 0
         candidates = current.candidates(run_id)
         found = await self._look(run_id, candidates[1:]) if len(candidates) > 1 else None

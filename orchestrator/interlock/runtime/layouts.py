@@ -1,0 +1,294 @@
+"""Retiring partition layouts: the housekeeping of the partition map.
+
+Every resize adds a layout to the map (:mod:`interlock.transport.partitions`), and each
+layout adds a partition where a run of unknown place may be. :func:`retire_layouts` takes
+them away again, in one pass over the run-log streams that writes the map with a
+compare-and-set (so replicas doing it at once, or a resize meanwhile, make all but one
+read the map again and decide again, and a process killed anywhere leaves the old map or
+the new one, never half of it):
+
+1. A live layout other than the current one is **retired** when (a) the layout after it
+   was set at least ``grace`` seconds ago (every process places a new run by a map read at
+   most :data:`PLACE_FRESH_S` before, so none places a run by it any more), (b) every run
+   stored where it places the run and where no other live layout does has ended (the last
+   record of its log is a run's end), and (c) the partitions that no live layout uses once
+   it is gone have nothing left in their ``relay`` consumer (every effect of their runs'
+   records done and acknowledged). It moves to the map's retired layouts: the runs in flight
+   are all at the live layouts' partitions, and the orchestrators stop relaying the
+   partitions no live layout uses (:attr:`PartitionMap.relayed`): their streams stay, read
+   only, and are used again if the count is raised again.
+2. A retired layout is **forgotten** (taken out of the map) when no run is stored where it
+   places the run and where no other layout does: the runs it placed were all deleted
+   (retention, ``interlock runs delete``). Until then a reader that does not find a run at
+   the live layouts' partitions looks at the retired ones' too, so an ended run's log is
+   read, exported and replayed as before.
+
+Layouts are taken one at a time, oldest first, each against the ones left, so two layouts
+that place a run in the same partition never both go while the run is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, timedelta
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+
+from interlock.core import events as ev
+from interlock.core.rfc3339 import parse_time
+from interlock.transport.clock import utc_now
+from interlock.transport.partitions import (
+    PLACE_FRESH_S,
+    Layout,
+    PartitionMap,
+    PartitionMapConflict,
+    partition_of,
+    read_map,
+    write_map,
+)
+from interlock.transport.provision import JetStreamAPIError
+from interlock.transport.subjects import Subjects
+
+__all__ = ["HOUSEKEEPING_S", "RETIRE_GRACE_S", "Housekeeping", "Retirement", "retire_layouts"]
+
+log = logging.getLogger("interlock.partitions")
+
+RETIRE_GRACE_S = 60.0
+"""How long after a layout stopped placing runs it may be retired (many times
+:data:`PLACE_FRESH_S`: a process paused for a while still places by the map it had)."""
+HOUSEKEEPING_S = 30.0
+"""How often an orchestrator looks for layouts to retire (while the map has more than one):
+twice as long after each pass that changed nothing, up to :data:`HOUSEKEEPING_MAX_S`."""
+HOUSEKEEPING_MAX_S = 600.0
+_TIMEOUT = 5.0
+_ATTEMPTS = 5
+_READS_AT_ONCE = 64
+_TERMINAL = tuple(t.encode() for t in ev.TERMINAL_TYPES)
+assert PLACE_FRESH_S < RETIRE_GRACE_S
+
+
+@dataclass(slots=True)
+class Retirement:
+    """What one pass did and why it left what it left."""
+
+    retired: list[Layout] = field(default_factory=list)
+    forgotten: list[Layout] = field(default_factory=list)
+    kept: dict[int, str] = field(default_factory=dict)
+    """Layout version -> why it stays (live or retired)."""
+    map: PartitionMap = field(default_factory=PartitionMap)
+    """The map after the pass."""
+
+
+async def retire_layouts(
+    nc: Client, subjects: Subjects, *, grace: float = RETIRE_GRACE_S, now: str | None = None
+) -> Retirement:
+    """Retire the live layouts no run in flight needs and forget the retired ones no
+    stored run needs (see the module); what was done. ``now``: the time (RFC 3339) the
+    grace is counted to (the clock when not given)."""
+    for _ in range(_ATTEMPTS):
+        found, revision = await read_map(nc, subjects)
+        done = Retirement(map=found)
+        if found.single:
+            return done
+        stored = await _stored_runs(nc, subjects, found.streams)
+        wanted = await _decide(nc, subjects, found, stored, grace, now or utc_now(), done)
+        if wanted == found:
+            return done
+        try:
+            await write_map(nc, subjects, wanted, revision)
+        except PartitionMapConflict:
+            continue
+        for layout in done.retired:
+            log.info("partition layout %d (%d) retired", layout.version, layout.count)
+        for layout in done.forgotten:
+            log.info("partition layout %d (%d) forgotten", layout.version, layout.count)
+        done.map = wanted
+        return done
+    raise PartitionMapConflict("the partition map kept changing; try again")
+
+
+async def _decide(
+    nc: Client,
+    subjects: Subjects,
+    found: PartitionMap,
+    stored: dict[int, list[str]],
+    grace: float,
+    now: str,
+    done: Retirement,
+) -> PartitionMap:
+    live, retired = list(found.layouts), list(found.retired)
+    limit = parse_time(now).replace(tzinfo=UTC) - timedelta(seconds=grace)
+    for i, layout in enumerate(found.layouts[:-1]):
+        after = found.layouts[i + 1].since
+        if after and parse_time(after).replace(tzinfo=UTC) > limit:
+            done.kept[layout.version] = f"replaced less than {grace:g} s ago"
+            continue
+        others = [x for x in live if x is not layout]
+        runs = _needing(stored, layout, others)
+        running = await _in_flight(nc, subjects, runs)
+        if running:
+            p, run_id = running[0]
+            done.kept[layout.version] = (
+                f"{len(running)} run(s) in flight (such as {run_id} in partition {p})"
+            )
+            continue
+        relayed = max(x.count for x in others)
+        busy = await _unrelayed(nc, subjects, range(relayed, max(x.count for x in live)))
+        if busy:
+            done.kept[layout.version] = busy
+            continue
+        live = others
+        retired.append(layout)
+        done.retired.append(layout)
+    for layout in list(retired):
+        others = [x for x in (*live, *retired) if x is not layout]
+        left = _needing(stored, layout, others)
+        if not left:
+            retired.remove(layout)
+            done.forgotten.append(layout)
+        elif left:
+            p, run_id = left[0]
+            done.kept[layout.version] = (
+                f"{len(left)} ended run(s) stored by it (such as {run_id} in partition {p})"
+            )
+    retired.sort(key=lambda x: x.version)
+    return msgspec.structs.replace(
+        found, layouts=tuple(live), retired=tuple(retired), made=found.streams
+    )
+
+
+def _needing(
+    stored: dict[int, list[str]], layout: Layout, others: list[Layout]
+) -> list[tuple[int, str]]:
+    """The stored runs only ``layout`` places where they are: (partition, run id)."""
+    return [
+        (p, run_id)
+        for p, ids in stored.items()
+        if p < layout.count
+        for run_id in ids
+        if partition_of(run_id, layout.count) == p
+        and all(partition_of(run_id, x.count) != p for x in others)
+    ]
+
+
+async def _stored_runs(nc: Client, subjects: Subjects, streams: int) -> dict[int, list[str]]:
+    """Each partition's stored runs (the run ids of its stream's subjects)."""
+    out: dict[int, list[str]] = {}
+    for p in range(streams):
+        filter_ = subjects.runs_of(p, partitioned=streams > 1)
+        names = await _subjects(nc, subjects.runs_stream_of(p), filter_)
+        out[p] = [subjects.run_id_of(name) for name in names]
+    return out
+
+
+async def _subjects(nc: Client, stream: str, filter_: str) -> list[str]:
+    """Every subject of ``stream`` matching ``filter_`` (paged as the server pages it)."""
+    found: list[str] = []
+    while True:
+        body = {"subjects_filter": filter_, "offset": len(found)}
+        try:
+            info = await _api(nc, f"STREAM.INFO.{stream}", body)
+        except JetStreamAPIError as exc:
+            if exc.code == 404:
+                return found
+            raise
+        page = list((info.get("state") or {}).get("subjects") or {})
+        found += page
+        total = int(info.get("total", 0) or 0)
+        if not page or len(found) >= total:
+            return found
+
+
+async def _in_flight(
+    nc: Client, subjects: Subjects, runs: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The runs of ``runs`` whose log's last record is not a run's end."""
+    gate = asyncio.Semaphore(_READS_AT_ONCE)
+
+    async def ended(p: int, run_id: str) -> bool:
+        stream = subjects.runs_stream_of(p)
+        api = f"$JS.API.DIRECT.GET.{stream}.{subjects.run_in(run_id, p)}"
+        async with gate:
+            msg = await nc.request(api, b"", timeout=_TIMEOUT)
+        status = (msg.headers or {}).get("Status")
+        if status == "404":
+            return True  # deleted since it was listed
+        if status:
+            raise JetStreamAPIError(f"DIRECT.GET.{stream}", {"code": int(status)})
+        # A batch of records whose last is a run's end (a message that is not records is
+        # not one: the run is taken to be in flight).
+        if not any(t in msg.data for t in _TERMINAL):
+            return False
+        try:
+            batch = ev.decode_batch(msg.data)
+        except Exception:  # noqa: BLE001
+            return False
+        return bool(batch) and ev.record_type(batch[-1]) in ev.TERMINAL_TYPES
+
+    results = await asyncio.gather(*(ended(p, r) for p, r in runs))
+    return [run for run, done in zip(runs, results, strict=True) if not done]
+
+
+async def _unrelayed(nc: Client, subjects: Subjects, partitions: range) -> str:
+    """Why the partitions about to be relayed no more cannot be yet (empty: they can)."""
+    for p in partitions:
+        stream = subjects.runs_stream_of(p)
+        try:
+            info = await _api(nc, f"CONSUMER.INFO.{stream}.relay")
+        except JetStreamAPIError as exc:
+            if exc.code == 404:
+                continue  # never relayed: nothing to act on
+            raise
+        left = int(info.get("num_pending", 0)) + int(info.get("num_ack_pending", 0))
+        if left:
+            return f"partition {p}'s relay has {left} message(s) to act on"
+    return ""
+
+
+async def _api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    payload = json.dumps(body).encode() if body is not None else b""
+    reply = json.loads((await nc.request(f"$JS.API.{what}", payload, timeout=_TIMEOUT)).data)
+    error = reply.get("error")
+    if error:
+        raise JetStreamAPIError(what, error)
+    result: dict[str, Any] = reply
+    return result
+
+
+class Housekeeping:
+    """An orchestrator's passes of :func:`retire_layouts`: one at a time, in a task of its
+    own (a pass over many stored runs must not hold the lease renewals up), at most every
+    :data:`HOUSEKEEPING_S`."""
+
+    def __init__(self, every: float = HOUSEKEEPING_S) -> None:
+        self.first = self.every = every
+        self._task: asyncio.Task[None] | None = None
+        self._last = -every
+
+    def due(self) -> bool:
+        running = self._task is not None and not self._task.done()
+        return not running and time.monotonic() - self._last >= self.every
+
+    def start(self, nc: Client, subjects: Subjects) -> None:
+        self._last = time.monotonic()
+        self._task = asyncio.create_task(self._pass(nc, subjects))
+
+    async def _pass(self, nc: Client, subjects: Subjects) -> None:
+        try:
+            done = await retire_layouts(nc, subjects)
+            # A pass lists every stored run: one that changed nothing waits longer.
+            changed = done.retired or done.forgotten
+            self.every = self.first if changed else min(2 * self.every, HOUSEKEEPING_MAX_S)
+        # Tried again at the next pass; the map is untouched by a pass that failed.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("retiring partition layouts: %s", exc)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -115,7 +115,7 @@ class Handover:
         as handled); False: decide it here (one partition, this replica's own, or no
         reply). Raises :class:`Deferred` or :class:`HandedFailed` as the holder says."""
         placement = self._placement
-        if placement.map.streams <= 1 or not is_run_id(run_id):
+        if placement.map.relayed <= 1 or not is_run_id(run_id):
             return False
         try:
             partition = await placement.locate(run_id)

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
 from test_concurrency import Gates, gate_worker
 
 from interlock.core import events as ev
@@ -230,3 +231,48 @@ async def test_the_capability_limits_example_keeps_two_at_work_per_account(
             await worker.stop(force=True)
             await task
             await nc.close()
+
+
+async def test_two_runs_requests_with_the_same_action_id_are_kept_apart(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """The requests a capability's lines hold are remembered per run: an admission finds
+    its own run's request (its input, its subject), never another run's of the same action
+    id and attempt, and one run's request ending forgets only that one."""
+    one_slot = GATE_AGENT.replace("limit: 2, key: input.customer", "limit: 1, key: '\"all\"'")
+    async with running_stack(
+        nats_url, subjects, [one_slot, asking("first")], worker=False
+    ) as stack:
+        client = stack.client
+        first = await client.start("first", {"customer": "acme", "n": 1})
+        second = await client.start("first", {"customer": "acme", "n": 2})
+
+        async def recorded(run_id: str, kind: type[Any]) -> Any:
+            found = [r for r in await stack.records(run_id) if isinstance(r, kind)]
+            return found[0] if found else None
+
+        admitted = await eventually(
+            lambda: recorded(first, ev.ActionAdmitted), what="the first run's request admitted"
+        )
+        await eventually(lambda: recorded(second, ev.ActionQueued), what="the second in line")
+        request = await recorded(first, ev.ActionRequested)
+        other = await recorded(second, ev.ActionRequested)
+        # The second run's request as it is when two runs share an action id.
+        twin = replace(other, data=replace(other.data, action_id=request.data.action_id))
+        capacity = stack.orchestrator.flow.capacity
+        capacity.remember(request)
+        capacity.remember(twin)
+        at_hand = capacity.request_at_hand(admitted)
+        assert at_hand is not None
+        assert (at_hand.subject, at_hand.data.input["n"]) == (first, 1)
+        of = await capacity.request_of(admitted)
+        assert of is not None
+        assert (of.subject, of.data.input["n"]) == (first, 1)
+        twin_admitted = replace(admitted, subject=second)
+        found = capacity.request_at_hand(twin_admitted)
+        assert found is not None
+        assert (found.subject, found.data.input["n"]) == (second, 2)
+        ended = ev.FreedSlots(action_id=twin.data.action_id, attempt=twin.data.attempt, limits=[])
+        await capacity.freed(second, [ended])
+        assert capacity.request_at_hand(twin_admitted) is None
+        assert capacity.request_at_hand(admitted) is not None

@@ -125,7 +125,8 @@ class Capacity:
     ) -> None:
         self.slots, self.pauses, self._runs = slots, pauses, runs
         self._timers, self._clock = timers, clock
-        self._requests: OrderedDict[tuple[str, int], ev.ActionRequested] = OrderedDict()
+        self._requests: OrderedDict[tuple[str, str, int], ev.ActionRequested] = OrderedDict()
+        """(run id, action id, attempt) -> the request, as read from its run's log."""
         self._at_once: OrderedDict[tuple[str, str, int], None] = OrderedDict()
         """Requests admitted at once here (:mod:`atonce`): they hold no token in a line."""
 
@@ -137,7 +138,7 @@ class Capacity:
         return bool(d.limits) or self.pauses.holds_capability(d.capability)
 
     def remember(self, record: ev.ActionRequested) -> None:
-        key = (record.data.action_id, record.data.attempt)
+        key = (record.subject, record.data.action_id, record.data.attempt)
         self._requests[key] = record
         self._requests.move_to_end(key)
         while len(self._requests) > KEPT:
@@ -161,13 +162,13 @@ class Capacity:
     def request_at_hand(self, admitted: ev.ActionAdmitted) -> ev.ActionRequested | None:
         """:meth:`request_of` when the request is remembered here (no I/O)."""
         d = admitted.data
-        record = self._requests.get((d.action_id, d.attempt))
+        record = self._requests.get((admitted.subject, d.action_id, d.attempt))
         return None if record is None else _with_deadline(record, d.deadline)
 
     async def request_of(self, admitted: ev.ActionAdmitted) -> ev.ActionRequested | None:
         """The request an ``action.admitted`` lets go, its deadline the admission's."""
         d = admitted.data
-        record = self._requests.get((d.action_id, d.attempt))
+        record = self._requests.get((admitted.subject, d.action_id, d.attempt))
         if record is None:
             records, _ = await self._runs.log.read(admitted.subject)
             for found in records:
@@ -183,7 +184,8 @@ class Capacity:
 
     def forget(self, admitted: ev.ActionAdmitted) -> None:
         """An admission at once read back: nothing of it is kept here any more."""
-        self._requests.pop((admitted.data.action_id, admitted.data.attempt), None)
+        d = admitted.data
+        self._requests.pop((admitted.subject, d.action_id, d.attempt), None)
 
     async def admitted(self, record: ev.ActionAdmitted, request: ev.ActionRequested) -> None:
         """An admission read back (its request dispatched): the token it held leaves its
@@ -193,14 +195,14 @@ class Capacity:
         for claim in request.data.limits:
             if claim.per_s and not d.at_once:  # (one admitted at once took its token only)
                 await self._leave(claim, me)
-        self._requests.pop((d.action_id, d.attempt), None)
+        self._requests.pop((record.subject, d.action_id, d.attempt), None)
 
     async def freed(self, run_id: str, freed: Sequence[ev.FreedSlots]) -> None:
         """Requests ended (the record names them): out of their lines, and the slots
         they held given to the next in line."""
         for slots in freed:
             me = waiter_id(run_id, slots.action_id, slots.attempt)
-            self._requests.pop((slots.action_id, slots.attempt), None)
+            self._requests.pop((run_id, slots.action_id, slots.attempt), None)
             at_once = (run_id, slots.action_id, slots.attempt) in self._at_once
             self._at_once.pop((run_id, slots.action_id, slots.attempt), None)
             for claim in slots.limits:
@@ -240,12 +242,8 @@ class Capacity:
             parsed = parse_waiter(holder)
             if parsed is None:
                 continue
-            record = self._requests.get(parsed[1:])
-            if (
-                record is not None
-                and record.subject == parsed[0]
-                and not self.pauses.holds_capability(record.data.capability)
-            ):
+            record = self._requests.get(parsed)
+            if record is not None and not self.pauses.holds_capability(record.data.capability):
                 await self._admit(*parsed, lines=None)  # a rate's line is a request's last
             else:  # read from its run: held for its paused capability, if it is
                 await self._go_on_named(holder)
@@ -305,7 +303,7 @@ class Capacity:
     async def _give_back(self, run_id: str, action_id: str, attempt: int) -> None:
         """A request that ended, found holding or waiting (its end's effect came first,
         or it was put back in line by a repeat read after it): out of its lines."""
-        record = self._requests.get((action_id, attempt))
+        record = self._requests.get((run_id, action_id, attempt))
         if record is None:
             records, _ = await self._runs.log.read(run_id)
             for found in records:

@@ -139,6 +139,14 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             outcomes = [await stack.wait(r) for r in runs]
             assert {o.status for o in outcomes} == {"completed"}
             assert [n for c, n in handled if c == "nap.capped"] == [0, 1, 2]  # in order
+            # Its own version explains and replays it: the waits were the orchestrator's.
+            explained = await cli(nats_url, subjects, "explain", runs[1])
+            assert explained.returncode == 0, explained.stderr
+            assert "does not reproduce" not in explained.stdout, explained.stdout
+            assert "waits until capability nap is resumed" in explained.stdout
+            replayed = await cli(nats_url, subjects, "replay", runs[1], "--against", "1")
+            assert replayed.returncode == 0, replayed.stdout
+            assert "agree" in replayed.stdout
             seen_requests = await requests(stack.client.nc, subjects)
             assert len(seen_requests.counts) == 6  # every request held: admitted once each
             for counts in seen_requests.counts.values():

@@ -74,6 +74,8 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
         logged = await cli(nats_url, subjects, "logs", held[1])
         assert "io.interlock" not in logged, logged
         assert "run admitted" in logged, logged
+        explained = await cli(nats_url, subjects, "explain", held[1])
+        assert "does not reproduce" not in explained, explained
         assert await list_queues(client) == []
         again = await cli(nats_url, subjects, "resume", "workflow", "hello")
         assert "was not paused" in again

@@ -109,6 +109,10 @@ async def test_a_paused_run_holds_what_reaches_it_across_a_crash(
             assert after.count("event.received") == 1
             assert after.count("action.requested") == 1
             assert gates.started == [1]  # dispatched once
+            # Explained by its own version: the pause, what it held, the resume.
+            explained = await cli(nats_url, subjects, "explain", run_id)
+            assert "does not reproduce" not in explained, explained
+            assert "resume in first" in explained, explained
             assert "was not paused" in await cli(nats_url, subjects, "resume", "run", run_id)
             ended = await cli(nats_url, subjects, "pause", "run", run_id)
             assert f"run {run_id} was not paused: it has ended (completed)" in ended

@@ -51,7 +51,9 @@ from interlock.core.redrive import (
     EVENT,
     FORK,
     MIGRATE,
+    PAUSE,
     REPLAY_SOURCE,
+    RESUME,
     START,
     TIMER,
     Drive,
@@ -234,8 +236,10 @@ def _why_none(step: Step, before: RunState, outcome: Redriven) -> str:
     head = step.head
     if step.kind == START:
         return "the run started"
-    if step.kind in (CANCEL, FORK, MIGRATE):
+    if step.kind in (CANCEL, FORK, MIGRATE, PAUSE, RESUME):
         return f"a {step.kind}, not a transition"
+    if isinstance(head, ev.EventHeld):
+        return "held: the run is paused (decided on when it is resumed)"
     if outcome.checks:
         if all(c.outcome != "fired" for c in outcome.checks):
             return "every `on` entry for the event was weighed and none gave true"

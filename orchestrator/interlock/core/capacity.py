@@ -16,6 +16,7 @@ run's) names the lines it leaves (``freed``), and the orchestrator frees them on
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
@@ -156,3 +157,46 @@ def admitted(
             step=pending.step,
         )
     return step.out
+
+
+def again(
+    definition: Definition,
+    state: RunState,
+    recorded: Iterable[ev.AnyRecord],
+    ids: Mapping[str, str],
+) -> list[ev.AnyRecord]:
+    """The ``action.queued`` and ``action.admitted`` (with its timer) among ``recorded``
+    (one decision's records, as another run's log has them), made again for the run
+    ``state`` is of: where a re-drive takes the orchestrator's admission of a limited or
+    paused capability's requests as recorded. ``ids``: the recorded action ids mapped
+    to this run's, where they differ."""
+    from interlock.core.state import fold
+
+    out: list[ev.AnyRecord] = []
+    for record in recorded:
+        if isinstance(record, ev.ActionQueued):
+            q = record.data
+            new = queued(
+                definition,
+                state,
+                record.time,
+                action_id=ids.get(q.action_id, q.action_id),
+                attempt=q.attempt,
+                limit=q.limit,
+                key=q.key,
+                place=q.place,
+            )
+        elif isinstance(record, ev.ActionAdmitted):
+            a = record.data
+            new = admitted(
+                definition,
+                state,
+                record.time,
+                action_id=ids.get(a.action_id, a.action_id),
+                attempt=a.attempt,
+            )
+        else:
+            continue
+        out += new
+        state = fold(new, state)
+    return out

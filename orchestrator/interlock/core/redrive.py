@@ -7,6 +7,12 @@ through :func:`~interlock.core.engine.decide` with a definition, mapping the ids
 recorded run used onto the ones the re-drive makes, so the analyses in
 :mod:`interlock.core.analysis`, :mod:`interlock.core.replay` and :mod:`interlock.core.fork`
 can compare the two logs.
+
+What the orchestrator decided from outside the definition is taken as recorded, the way
+an event is: an operator's pause and resume of the run (steps of their own), its
+workflow's pause at its start (the run waits for the pause's slot), and when a limited
+capability's request waited and was admitted (``action.queued``, ``action.admitted``,
+made again for the new run's request after the step's own records).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from interlock.core import capacity, runpause
 from interlock.core import events as ev
 from interlock.core.continuing import Carried
 from interlock.core.definition import Definition, resolve_inputs
@@ -27,12 +34,13 @@ from interlock.core.engine import (
     decide,
     matching_trigger,
     migrate,
+    resume,
     resume_fork,
-    start,
     started,
     trigger_inputs,
 )
 from interlock.core.limits import admitted
+from interlock.core.pauses import is_pause
 from interlock.core.state import RunState, evolve, fold
 from interlock.core.vocabulary import RunStatus
 
@@ -63,6 +71,12 @@ MIGRATE = "migrate"
 ADMIT = "admit"
 
 
+PAUSE = "pause"
+
+
+RESUME = "resume"
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """The records one decision appended, and the input that caused it."""
@@ -84,7 +98,7 @@ class Step:
 def _starts_step(record: ev.AnyRecord) -> str | None:
     if isinstance(record, ev.RunStarted):
         return START
-    if isinstance(record, ev.EventReceived | ev.EvidenceRecorded):
+    if isinstance(record, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld):
         return EVENT
     if isinstance(record, ev.ActionCompleted):
         return ANSWER
@@ -103,6 +117,10 @@ def _starts_step(record: ev.AnyRecord) -> str | None:
         return MIGRATE
     if isinstance(record, ev.RunAdmitted):
         return ADMIT
+    if isinstance(record, ev.RunPaused):
+        return PAUSE
+    if isinstance(record, ev.RunResumed):
+        return RESUME
     return None
 
 
@@ -116,8 +134,21 @@ def steps(records: Sequence[ev.AnyRecord]) -> list[Step]:
     current: list[ev.AnyRecord] = []
     kind = START
     first = 1
+    held: set[str] = set()
+    resuming: set[str] = set()
     for position, record in enumerate(records, start=1):
         begins = _starts_step(record)
+        if isinstance(record, ev.EventHeld):
+            held.add(str(record.data.event.get("id")))
+        elif isinstance(record, ev.RunResumed):
+            held, resuming = set(), held
+        elif begins is not None and resuming:
+            # What a paused run held is decided on in its resumption's step.
+            if _input_id(record) in resuming:
+                resuming.discard(_input_id(record) or "")
+                current.append(record)
+                continue
+            resuming = set()
         if begins is not None and current:
             out.append(Step(kind, first, tuple(current)))
             current = []
@@ -127,6 +158,17 @@ def steps(records: Sequence[ev.AnyRecord]) -> list[Step]:
     if current:
         out.append(Step(kind, first, tuple(current)))
     return out
+
+
+def _input_id(record: ev.AnyRecord) -> str | None:
+    """The id of the input a step-beginning record took (as a held copy of it names it)."""
+    if isinstance(record, ev.EventReceived | ev.EvidenceRecorded):
+        return str(record.data.event.get("id"))
+    if isinstance(record, ev.ActionCompleted | ev.ActionFailed):
+        return record.data.event_id
+    if isinstance(record, ev.TimerFired):
+        return record.data.timer_id
+    return None
 
 
 def boundaries(records: Sequence[ev.AnyRecord]) -> list[int]:
@@ -184,7 +226,7 @@ def describe_input(step: Step) -> dict[str, Any]:
         )
         if head.data.source:
             out["source"] = head.data.source
-    elif isinstance(head, ev.EventReceived | ev.EvidenceRecorded):
+    elif isinstance(head, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld):
         copy = head.data.event
         out.update(type=copy.get("type"), id=copy.get("id"), source=copy.get("source"))
         out["data"] = copy.get("data")
@@ -198,6 +240,8 @@ def describe_input(step: Step) -> dict[str, Any]:
         out.update(from_version=head.data.from_version, version=head.data.version)
     elif isinstance(head, ev.RunAdmitted):
         out["limits"] = head.data.limits
+    elif isinstance(head, ev.RunPaused):
+        out["reason"] = head.data.reason
     return out
 
 
@@ -285,6 +329,13 @@ def _timer_named(data: ev.TimerFiredData) -> str:
 def run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     """Feed one recorded step's input to the new run. ``recorded``: the recorded run's
     state before the step."""
+    outcome = _run_step(drive, step, recorded)
+    after = fold(outcome.records, drive.state)
+    outcome.records.extend(capacity.again(drive.definition, after, step.records, drive.ids))
+    return outcome
+
+
+def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     checks: list[GuardCheck] = []
     head = step.head
     now = head.time
@@ -313,14 +364,24 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
             )
         incoming = _answer(step, action_id)
         return Redriven(decide(d, drive.state, incoming, now, trace=checks), checks)
-    if isinstance(head, ev.EventReceived | ev.EvidenceRecorded):
-        incoming = event_of(head.data.event)
+    if isinstance(head, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld):
+        if isinstance(head, ev.EventHeld):
+            incoming = runpause.incoming(head.data.event)
+        else:
+            incoming = event_of(head.data.event)
         records = decide(d, drive.state, incoming, now, trace=checks)
         if not records:
             return Redriven(
                 [], checks, f"state {drive.state.state!r} has no `on` entry for {incoming.type}"
             )
         return Redriven(records, checks)
+    if isinstance(head, ev.RunPaused):
+        p = head.data
+        records = runpause.pause(drive.state, reason=p.reason, now=now, workflow=p.workflow)
+        return Redriven(records, checks, None if records else "the new run is paused already")
+    if isinstance(head, ev.RunResumed):
+        records = resume(d, drive.state, now)
+        return Redriven(records, checks, None if records else "the new run is not paused")
     if isinstance(head, ev.TimerFired):
         timer_id = _map_timer(drive, recorded, head.data.timer_id)
         if timer_id is None:
@@ -359,6 +420,10 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
     d = drive.definition
     data = head.data
     version = drive.version if drive.version else data.version
+    # Its workflow was paused when it started: it waited for the pause's slot first.
+    paused = any(
+        is_pause(c) for r in step.records if isinstance(r, ev.RunQueued) for c in r.data.slots
+    )
     if data.continued_from is not None:
         # A run continued from another: it starts with what it took over, as recorded.
         carried = Carried(data.continued_from, data.context, data.correlation_key, data.trigger)
@@ -374,6 +439,7 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
             trace=checks,
             history=data.history,
             carried=carried,
+            paused=paused,
         )
         return Redriven(records, checks)
     trigger = None if data.trigger is None else event_of(data.trigger)
@@ -387,7 +453,7 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
     inputs, problems = resolve_inputs(d, given)
     if problems:
         return Redriven([], checks, "the inputs are no longer valid: " + "; ".join(problems))
-    records = start(
+    records, _ = started(
         d,
         run_id=head.subject,
         inputs=inputs,
@@ -397,6 +463,8 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
         traceparent=head.traceparent,
         parent=data.parent,
         trace=checks,
+        deadline_s=data.deadline_s,
+        paused=paused,
         window=data.window,
         rate=next(
             (r.data.rate for r in step.records if isinstance(r, ev.RunQueued) and r.data.rate),
@@ -404,7 +472,7 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
         ),
         history=data.history,
     )
-    return Redriven(list(records), checks)
+    return Redriven(records, checks)
 
 
 def redrive(

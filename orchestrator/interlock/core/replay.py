@@ -238,7 +238,7 @@ def _group_not_taken(kind: str, step: Step, before: RunState, state: str) -> str
         old = before.pending.get(head.data.action_id)
         what = old.capability if old is not None else "an action"
         return f"answer of {what} no longer awaited"
-    if isinstance(head, ev.EventReceived | ev.EvidenceRecorded):
+    if isinstance(head, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld):
         return f"{head.data.event.get('type')} not taken"
     if isinstance(head, ev.TimerFired):
         return f"{head.data.purpose} timer not set" if head.data.purpose else "timer not set"
@@ -251,7 +251,7 @@ def _event_type(step: Step) -> str:
         return head.data.event_type
     if isinstance(head, ev.ActionFailed):
         return TASK_FAILED
-    if isinstance(head, ev.EventReceived | ev.EvidenceRecorded):
+    if isinstance(head, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld):
         return str(head.data.event.get("type", ""))
     if isinstance(head, ev.TimerFired):
         return f"timer {head.data.purpose}"

@@ -194,6 +194,7 @@ def again(
                 record.time,
                 action_id=ids.get(a.action_id, a.action_id),
                 attempt=a.attempt,
+                at_once=a.at_once,
             )
         else:
             continue

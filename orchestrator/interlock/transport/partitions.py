@@ -33,6 +33,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from interlock.core.vocabulary import InterlockError
+from interlock.transport.sharing import SharedCall
 from interlock.transport.subjects import Subjects
 
 __all__ = [
@@ -239,7 +240,8 @@ class Placement:
         self._loading = asyncio.Lock()
         self._read_from = 0.0
         """When the newest read of the map that came back was asked (monotonic)."""
-        self._reload: asyncio.Future[PartitionMap] | None = None
+        self._reload = SharedCall(self.load)
+        """The read of the map under way, else a new one: all who wait share it."""
         self._located: OrderedDict[str, int] = OrderedDict()
 
     def stream(self, partition: int) -> str:
@@ -261,24 +263,13 @@ class Placement:
         """Until the map was read by a request sent after ``since`` (one read at a time,
         shared by all who wait for it: many misses at once cost one read)."""
         while self._read_from < since:
-            await self._shared_load()
-
-    async def _shared_load(self) -> None:
-        """The read of the map under way, else a new one: all who wait share it."""
-        if self._reload is None:
-            self._reload = asyncio.ensure_future(self.load())
-            self._reload.add_done_callback(self._reloaded)
-        await asyncio.shield(self._reload)
-
-    def _reloaded(self, done: asyncio.Future[PartitionMap]) -> None:
-        if self._reload is done:
-            self._reload = None
+            await self._reload()
 
     async def current(self) -> PartitionMap:
         """The map as known here (read first if it never was: one read, however many ask
         for it at once, as the first appends of a process do)."""
         while not self._loaded:
-            await self._shared_load()
+            await self._reload()
         return self.map
 
     def located(self, run_id: str) -> bool:

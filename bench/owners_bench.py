@@ -2,8 +2,9 @@
 
 Three orchestrator replicas (in this one process) over six partitions, and runs that each
 take an answer on the results stream (the worker never answers by request), a signal
-(``<prefix>.events.@run.<run>.go``) and a state's timer: the three kinds of message that
-come through the shared ``results``, ``ingress`` and ``timers`` consumers. Two passes on
+(``<prefix>.events.@run.<run>.go``), a state's timer, then four answers at once (a map
+of four items): the three kinds of message that come through the shared ``results``,
+``ingress`` and ``timers`` consumers, one after the other and together. Two passes on
 one nats-server, each under a prefix of its own: ``shared`` (every replica decides what it
 reads, as before the handover) and ``owner`` (a message for a run of another replica's
 partition is handed to that replica). For each: runs/s, and per run the appends that lost
@@ -60,7 +61,15 @@ spec:
       on: [{event: go, goto: nap}]
     nap:
       type: human_in_the_loop
-      timeout: {after: 100ms, goto: done}
+      timeout: {after: 100ms, goto: fan}
+    fan:
+      map:
+        over: "[1, 2, 3, 4]"
+        as: n
+        parallelism: 4
+        completion: all
+        action: {capability: echo, input: {n: "{{ n }}"}}
+      on: [{event: task.completed, goto: done}]
     done: {type: terminal, outputs: {ok: true}}
 """
 

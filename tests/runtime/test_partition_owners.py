@@ -4,12 +4,14 @@ holds the run's partition, and a handover (a replica killed -9) loses and double
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 
 import pytest
+from nats.aio.msg import Msg
 from prometheus_client import CollectorRegistry
 
 from interlock.core import events as ev
@@ -18,7 +20,7 @@ from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.ownership import owners
 from interlock.runtime.service import Orchestrator
 from interlock.transport.clock import utc_now
-from interlock.transport.cloudevents import CloudEvent
+from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.partitions import partition_of
 from interlock.transport.subjects import Subjects
 from support.runtime import TIMEOUT, Background, Stack, cli_env, connect, running_stack
@@ -69,15 +71,18 @@ def _kinds(records: Sequence[ev.AnyRecord]) -> Counter[str]:
     return out
 
 
-async def _signal(stack: Stack, run_id: str) -> None:
-    event = CloudEvent(
+def _go(run_id: str) -> CloudEvent:
+    return CloudEvent(
         id=f"go-{run_id}",
         source="test://owners",
         type="go",
         time=utc_now(),
         extensions={"runid": run_id},
     )
-    await stack.client.emit(event)
+
+
+async def _signal(stack: Stack, run_id: str) -> None:
+    await stack.client.emit(_go(run_id))
 
 
 async def _in_state(stack: Stack, run_id: str, state: str) -> None:
@@ -159,71 +164,95 @@ async def test_signals_results_stream_answers_and_timers_are_decided_by_the_hold
 
 def _serve(url: str, prefix: str) -> Background:
     argv = [sys.executable, "-m", "interlock", "serve", "--server", url, "--prefix", prefix]
-    argv += ["--ack-wait", "2", "--metrics-port", "0", "--partitions", "6"]
+    argv += ["--ack-wait", "2", "--metrics-port", "0", "--partitions", "8"]
     return Background(argv, cli_env(url, prefix))
 
 
+def _unanswered(*replicas: Orchestrator) -> int:
+    return sum(o.counters["handovers_unanswered"] for o in replicas)
+
+
 @pytest.mark.timeout(120)
-async def test_a_holder_killed_mid_flow_loses_and_doubles_nothing_and_the_next_decides(
+async def test_holders_paused_past_their_lease_or_killed_lose_and_double_nothing(
     nats_url: str, subjects: Subjects
 ) -> None:
+    # Four replicas on eight partitions, two each: two in this process (their appends
+    # seen), one to be paused (SIGSTOP: its leases expire while its connection stays) and
+    # one to be killed -9, while the signals of runs in every partition come.
     a_seen, c_seen = _Appends(), _Appends()
     async with running_stack(
-        nats_url, subjects, [OWNED], partitions=6, observers=[a_seen], ack_wait=2
+        nats_url, subjects, [OWNED], partitions=8, observers=[a_seen], ack_wait=2
     ) as stack:
         assert stack.worker is not None
         stack.worker.answer_timeout = 0
+        a = stack.orchestrator
         c = Orchestrator(await connect(nats_url), subjects, observers=[c_seen], ack_wait=2)
         await c.start()
-        doomed = _serve(nats_url, subjects.prefix)
+        paused, doomed = _serve(nats_url, subjects.prefix), _serve(nats_url, subjects.prefix)
         try:
-            await doomed.await_line("orchestrator started")
+            for process in (paused, doomed):
+                await process.await_line("orchestrator started")
             began = time.monotonic()
-            while len(set((await owners(stack.client.nc, subjects)).values())) < 3:
-                assert time.monotonic() - began < TIMEOUT, "the third replica took nothing"
+            while len(set((await owners(stack.client.nc, subjects)).values())) < 4:
+                assert time.monotonic() - began < TIMEOUT, "not every replica took a share"
                 await asyncio.sleep(0.1)
-            # Runs in every partition, the killed replica's among them, wait for a signal.
-            runs = [await stack.client.start("owned", {}) for _ in range(18)]
+            held_then = await owners(stack.client.nc, subjects)
+            theirs = {
+                p
+                for p, o in held_then.items()
+                if o not in {a.relay.ownership.me, c.relay.ownership.me}
+            }
+            stopped = {p for p, o in held_then.items() if f"-{paused.proc.pid}-" in o}
+            assert stopped
+            assert len(theirs) == 4
+            # Runs in every partition, at least four in the partitions of the one paused.
+            runs: list[str] = []
+            while len(runs) < 24 or sum(partition_of(r, 8) in stopped for r in runs) < 4:
+                runs.append(await stack.client.start("owned", {}))
             for run_id in runs:
                 await _in_state(stack, run_id, "wait")
-            lost = {
-                p
-                for p, o in (await owners(stack.client.nc, subjects)).items()
-                if o not in {stack.orchestrator.relay.ownership.me, c.relay.ownership.me}
-            }
-            assert lost
-            # Killed while the signals come: what it held in hand comes back (ack wait).
-            for run_id in runs[:6]:
+            late = [r for r in runs if partition_of(r, 8) in stopped]
+            early = [r for r in runs if r not in late]
+            for run_id in early[: len(early) // 2]:
                 await _signal(stack, run_id)
+            paused.signal(signal.SIGSTOP)
             doomed.kill()
-            for run_id in runs[6:]:
+            for run_id in early[len(early) // 2 :]:
                 await _signal(stack, run_id)
+            # Their leases expire; the two left take every partition between them.
+            replicas = {"a": a, "c": c}
+            await _settled(replicas, 8)
+            unanswered = _unanswered(a, c)
+            # The runs of the paused replica's partitions, signalled through the replica
+            # that does not hold them now: none waits for the paused one (the new holder
+            # answers at once).
+            for run_id in late:
+                holder = a if partition_of(run_id, 8) in a.relay.ownership.held else c
+                reader = c if holder is a else a
+                headers, data = encode_binary(_go(run_id))
+                msg = Msg(
+                    reader.nc, subject=subjects.addressed(run_id, "go"), data=data, headers=headers
+                )
+                assert await reader.owners.handover.hand("event", run_id, msg), run_id
+            assert _unanswered(a, c) == unanswered
             for run_id in runs:
-                state = await stack.wait(run_id, 60)
-                assert state.status == "completed", run_id
-                assert _kinds(await stack.records(run_id)) == {
-                    "answer": 1,
-                    "signal": 1,
-                    "timer": 1,
-                }, run_id
-            # Once its partitions moved to the survivors, they decide those runs.
-            replicas = {"a": stack.orchestrator, "c": c}
-            await _settled(replicas, 6)
+                assert (await stack.wait(run_id, 60)).status == "completed", run_id
+                counted = _kinds(await stack.records(run_id))
+                assert counted == {"answer": 1, "signal": 1, "timer": 1}, run_id
+            # The new holders decide everything of the runs of the partitions they took.
             held = {name: set(o.relay.ownership.held) for name, o in replicas.items()}
             later = [await stack.client.start("owned", {}) for _ in range(12)]
-            assert {partition_of(r, 6) for r in later} & lost
+            assert {partition_of(r, 8) for r in later} & theirs
             await _flow(stack, later)
             appends = {"a": a_seen, "c": c_seen}
             for run_id in later:
-                holder = next(n for n, h in held.items() if partition_of(run_id, 6) in h)
-                assert _kinds(appends[holder].by_run.get(run_id, [])) == {
-                    "answer": 1,
-                    "signal": 1,
-                    "timer": 1,
-                }, run_id
+                holder = next(n for n, h in held.items() if partition_of(run_id, 8) in h)
+                counted = _kinds(appends[holder].by_run.get(run_id, []))
+                assert counted == {"answer": 1, "signal": 1, "timer": 1}, run_id
                 other = "c" if holder == "a" else "a"
                 assert run_id not in appends[other].by_run, run_id
         finally:
             doomed.kill()
+            paused.kill()
             await c.stop()
             await c.nc.close()

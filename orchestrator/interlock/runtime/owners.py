@@ -6,15 +6,18 @@ on the results stream and fired timers still come through the shared durable con
 (``ingress``, ``results``, ``timers``) that every replica reads. A replica that takes one
 for a run of a partition it does not hold hands it to the holder, by request on
 ``<prefix>.owner.<partition>.<kind>.<run_id>`` (:class:`Handover`): the holder, which
-subscribes to the subjects of the partitions it holds (:class:`OwnerDesk`, a queue group:
-during a handover two holders may overlap, and one takes it), decides it as if it had read
-it and replies how that went. The replica that read the message settles it in JetStream as
-usual, only after the reply: acknowledged once the holder decided it (or dead-lettered
-it), deferred or retried as the holder says. When no replica holds the partition (between
-two holders), or the holder does not reply within :data:`HAND_TIMEOUT_S` (gone, paused,
-overloaded), the message is decided where it was read, as with one partition: a lease is
-never what keeps a log right, the optimistic append is, and the run ignores an event,
-answer or timer it has taken already.
+subscribes to the subjects of the partitions it holds (:class:`OwnerDesk`), decides it as
+if it had read it and replies how that went. Not in a queue group: a replica that lost a
+lease while paused keeps its subscription until its next round, and a queue group would
+send it a share of the requests, each waiting out the timeout; without one, every
+subscriber hears the request, the live holder replies first, and the late one decides
+nothing new (the run has taken the message). The replica that read the message settles
+it in JetStream as usual, only after the reply: acknowledged once the holder decided it
+(or dead-lettered it), deferred or retried as the holder says. When no replica holds the
+partition (between two holders), or the holder does not reply within
+:data:`HAND_TIMEOUT_S` (gone, paused, overloaded), the message is decided where it was
+read, as with one partition: a lease is never what keeps a log right, the optimistic
+append is, and the run ignores an event, answer or timer it has taken already.
 
 Nothing is lost in a handover because nothing is settled before it is decided: a replica
 killed while holding a message leaves it unacknowledged, and JetStream hands it out again
@@ -57,7 +60,6 @@ EVENT, RESULT, TIMER = "event", "result", "timer"
 stream, a fired timer."""
 HAND_TIMEOUT_S = 5.0
 """How long a replica waits for the holder's reply before it decides the message itself."""
-QUEUE = "interlock-owner"
 
 OUTCOME = "Interlock-Owner-Outcome"
 """The reply's header: :data:`DONE`, :data:`DEFERRED` or :data:`FAILED`."""
@@ -198,9 +200,9 @@ class OwnerDesk:
             subject = self._subjects.owned(p)
             direct = direct_subscriber(self._nc)
             if direct is not None:
-                self._subs[p] = await direct(subject, self._take, queue=QUEUE)
+                self._subs[p] = await direct(subject, self._take)
             else:
-                self._subs[p] = await self._nc.subscribe(subject, queue=QUEUE, cb=self._on)
+                self._subs[p] = await self._nc.subscribe(subject, cb=self._on)
 
     async def stop(self, grace: float = 2.0) -> None:
         """No new message is taken; those in hand get ``grace`` seconds (a replica that

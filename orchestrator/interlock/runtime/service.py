@@ -149,7 +149,7 @@ class Orchestrator:
             queue=self.queue,
             runs=self.runs,
             registry=self.registry,
-            timers=timers or JetStreamTimers(nc, subjects),
+            timers=timers or JetStreamTimers(nc, subjects, ack_wait=ack_wait),
             clock=clock,
             deliver=self.deliver,
             answers=self.answers,

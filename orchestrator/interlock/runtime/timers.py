@@ -33,6 +33,7 @@ from interlock.transport.consuming import (
     dead_letter,
     dead_letter_and_settle,
     ensure_consumer,
+    in_progress,
     until_done,
 )
 from interlock.transport.jetstream import jetstream
@@ -130,9 +131,13 @@ class JetStreamTimers:
         *,
         max_deliveries: int = MAX_TIMER_DELIVERIES,
         retry_cap: float = 30.0,
+        ack_wait: float = 30.0,
     ) -> None:
         """``max_deliveries``: deliveries of a fired timer that fails before it is
-        dead-lettered; ``retry_cap``: the longest wait between two (seconds)."""
+        dead-lettered; ``retry_cap``: the longest wait between two (seconds);
+        ``ack_wait``: how long the timers a stopped process had taken wait before another
+        gets them (a batch in hand says it is, however long it takes)."""
+        self._ack_wait = ack_wait
         self._nc = nc
         self._js = jetstream(nc)
         self._subjects = subjects
@@ -172,20 +177,30 @@ class JetStreamTimers:
         await self._ensure_consumer()
         async with contextlib.aclosing(reader.batches(self._stopping)) as batches:
             async for msgs in batches:
+                # Each run's timers in order, different runs' at once (one waiting for its
+                # run's holder holds up no other run's).
+                by_run: dict[str, list[Msg]] = {}
                 for msg in msgs:
-                    try:
-                        run_id, timer_id = read_fired(msg.subject, msg.data)
-                    except ValueError as exc:
-                        # Another delivery would not make it readable: dead-letter it at
-                        # once, so junk never holds up the timers of every run.
-                        await self._dead_letter(msg, str(exc))
-                        continue
-                    try:
-                        await deliver(run_id, timer_id)
-                        await msg.ack()
-                    # The timer is retried; the loop goes on.
-                    except Exception as exc:  # noqa: BLE001
-                        await self._failed(msg, exc)
+                    by_run.setdefault(msg.subject, []).append(msg)
+                async with in_progress(msgs, self._ack_wait / 3):
+                    await asyncio.gather(*(self._run(ms, deliver) for ms in by_run.values()))
+
+    async def _run(self, msgs: list[Msg], deliver: Deliver) -> None:
+        """One run's fired timers, in order."""
+        for msg in msgs:
+            try:
+                run_id, timer_id = read_fired(msg.subject, msg.data)
+            except ValueError as exc:
+                # Another delivery would not make it readable: dead-letter it at once, so
+                # junk never holds up the timers of every run.
+                await self._dead_letter(msg, str(exc))
+                continue
+            try:
+                await deliver(run_id, timer_id)
+                await msg.ack()
+            # The timer is retried; the loop goes on.
+            except Exception as exc:  # noqa: BLE001
+                await self._failed(msg, exc)
 
     async def _failed(self, msg: Msg, exc: Exception) -> None:
         """A fired timer whose delivery failed: tried again, later each time (1, 2, 4 s ...
@@ -225,12 +240,12 @@ class JetStreamTimers:
             durable_name="timers",
             filter_subject=s.timers_fired_all,
             ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=30,
+            ack_wait=self._ack_wait,
             deliver_policy=DeliverPolicy.ALL,
         )
 
         async def attempt() -> None:
-            await ensure_consumer(self._js, s.timers_stream, config, log=log)
+            await ensure_consumer(self._js, s.timers_stream, config, update=True, log=log)
 
         await until_done(attempt, self._stopping, "timers", log)
 

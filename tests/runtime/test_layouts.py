@@ -64,7 +64,7 @@ async def test_lowering_and_raising_p_with_runs_in_flight_retires_and_forgets_la
     await _cli(env, "signal", ended[0], "acme.order.approved")
     # Lowered to one partition: the first layout (1) places nothing the live ones do not,
     # so it goes at once; layout 2 has runs in flight.
-    assert "new runs go to 1 partitions (layout 3)" in await _cli(env, "partitions", "set", "1")
+    assert "new runs go to 1 partition (layout 3)" in await _cli(env, "partitions", "set", "1")
     done = await _cli(env, "partitions", "retire", "--grace", "0", "--json")
     assert done["retired"] == [1]
     assert done["forgotten"] == [1]

@@ -128,12 +128,16 @@ async def cmd_partitions_set(client: Client, args: argparse.Namespace) -> int:
         print_json({"count": current.count, "version": current.version, "changed": changed})
     elif changed:
         print(
-            f"new runs go to {current.count} partitions (layout {current.version}); "
+            f"new runs go to {_partitions(current.count)} (layout {current.version}); "
             "runs under way finish where they are"
         )
     else:
-        print(f"already {current.count} partitions (layout {current.version})")
+        print(f"already {_partitions(current.count)} (layout {current.version})")
     return EXIT_OK
+
+
+def _partitions(count: int) -> str:
+    return f"{count} partition{'s' if count != 1 else ''}"
 
 
 async def cmd_partitions_retire(client: Client, args: argparse.Namespace) -> int:

@@ -435,6 +435,9 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
             err(f"  {why}")
     elif told.outcome == "finished":
         err(f"run {run} is already {told.status} (in state {told.state}); nothing was sent")
+    elif told.outcome == "not-waiting" and not told.state:
+        err(f"run {run} is queued, in no state yet: it takes no event until it is admitted")
+        err(f"(`interlock describe run {run}` says what it waits for); nothing was sent")
     elif told.outcome == "not-waiting":
         waits = ", ".join(told.waiting_for) or "nothing"
         err(

@@ -58,7 +58,9 @@ async def send(
     if state.finished:
         return base.result("finished")
     definition = await definition_of(ops, state)
-    takes = definition.states[state.state].transitions_for(signal.name) if definition else ()
+    # A run queued for its slots is in no state yet: it takes no event until admitted.
+    current = definition.states.get(state.state) if definition else None
+    takes = current.transitions_for(signal.name) if current else ()
     # Evidence is kept whatever state the run is in (a gate reads it when checked). A
     # paused run holds what it will take once resumed, which may be a later state's: the
     # core says whether it would hold this one.
@@ -73,7 +75,7 @@ async def send(
         and not held
         and signal.name not in definition.evidence_events
     ):
-        waits = sorted({t.event for t in definition.states[state.state].transitions})
+        waits = sorted({t.event for t in current.transitions}) if current else []
         return base.result("not-waiting", waiting_for=waits)
     ce = CloudEvent(
         id=signal.id,

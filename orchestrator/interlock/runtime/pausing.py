@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
@@ -32,6 +32,11 @@ from interlock.transport.jetstream import jetstream
 from interlock.transport.kvread import named_bucket_values
 from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
+
+if TYPE_CHECKING:
+    from interlock.core import events as ev
+    from interlock.core.definition import Definition
+    from interlock.core.state import RunState
 
 log = logging.getLogger("interlock.pausing")
 
@@ -146,6 +151,26 @@ class Pauses:
     def holds(self, namespace: str, name: str) -> bool:
         """Whether the watch has seen the workflow paused (no I/O)."""
         return bool(self._held) and f"{namespace}/{name}" in self._held
+
+    def paused_first(self, definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
+        """What a run's next decision records first when its workflow is paused with its
+        runs (``pause workflow --runs``, as the watch has it) and the run is in flight and
+        not paused: ``run.paused``, with the workflow. So a run the pause's list of runs
+        did not show (started in the instant before the pause, or not yet in the run
+        index) takes no transition either: it is paused at its next step, and what reached
+        it is held. Nothing for any other run (one held in the pause's line waits there)."""
+        if not self._held:
+            return []
+        pause = self._held.get(f"{definition.namespace}/{definition.name}")
+        if not pause or not pause.get("runs") or state.paused is not None:
+            return []
+        from interlock.core.pauses import PAUSED
+        from interlock.core.runpause import pause as pause_run
+
+        if state.queued and any(c.limit.endswith(PAUSED) for c in state.slots or ()):
+            return []
+        reason = str(pause.get("reason") or "paused with its workflow")
+        return pause_run(state, reason=reason, now=now, workflow=True)
 
     def holds_capability(self, name: str) -> bool:
         """Whether the watch has seen the capability paused (no I/O)."""

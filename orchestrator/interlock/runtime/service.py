@@ -38,7 +38,7 @@ from interlock.core.definition import Definition
 from interlock.core.engine import TASK_FAILED, Incoming, decide, decided
 from interlock.core.incoming import heavy_value
 from interlock.core.objects import ObjectError
-from interlock.core.state import RunState
+from interlock.core.state import RunState, fold
 from interlock.runtime import chains, eventloop, writebehind
 from interlock.runtime.addressing import Refused, admit
 from interlock.runtime.answering import AnswerDesk, AnswerTaking
@@ -449,11 +449,18 @@ class Orchestrator:
         # Converting many values for CEL costs in proportion: decided off the loop.
         heavy = heavy_value(incoming.data)
 
+        pauses = self.flow.admission.pauses
+
         def decision(definition: Definition, state: RunState) -> Decided:
             event = incoming
             if answer is not None:
                 Answers.check_awaited(answer, state)
                 event = check_output(self.registry, incoming, state)
+            # A run of a workflow paused with its runs is paused first (pause --runs).
+            first = pauses.paused_first(definition, state, now)
+            if first:
+                records, after = decided(definition, fold(first, state), event, now)
+                return Decided([*first, *records], after)
             return Decided(*decided(definition, state, event, now))
 
         async with self.runs.locked(run_id):

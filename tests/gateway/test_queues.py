@@ -174,9 +174,21 @@ async def test_an_operator_pauses_and_resumes_a_capability_over_http(
         async with gs.http("reader") as reader:
             assert (await reader.post("/capabilities/slow/pause")).status_code == 403
         async with gs.http("operator") as http:
-            paused = await http.post("/capabilities/slow/pause")
+            bad = await http.post("/capabilities/slow/pause", json={"reason": 5})
+            assert bad.status_code == 400, bad.text
+            assert "reason" in bad.json()["detail"]
+            paused = await http.post("/capabilities/slow/pause", json={"reason": "vendor 429s"})
             assert paused.status_code == 200, paused.text
             assert paused.json() == {"capability": "slow", "paused": True, "changed": True}
+            # Paused already: its pause stays (since when, why), nothing changed.
+            again = await http.post("/capabilities/slow/pause", json={"reason": "other"})
+            assert again.json() == {"capability": "slow", "paused": True, "changed": False}
+            said = await asyncio.to_thread(
+                run_cli, "pause", "capability", "slow", env=cli_env(nats_url, subjects.prefix)
+            )
+            assert said.returncode == 0, said.stderr
+            assert "capability slow is paused already (since " in said.stdout
+            assert "vendor 429s" in said.stdout
             assert (await http.post("/capabilities/nope/pause")).status_code == 404
 
             async def seen() -> bool:

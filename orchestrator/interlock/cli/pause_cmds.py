@@ -152,11 +152,17 @@ async def cmd_pause_cap(client: Client, args: argparse.Namespace) -> int:
     from interlock.client.errors import UnknownAgent
 
     try:
-        name = await pause_capability(client.ops, args.name, args.reason)
+        already = await pause_capability(client.ops, args.name, args.reason)
     except UnknownAgent as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
+    name = args.name
     if args.json:
-        print_json({"capability": name, "paused": True, "changed": True})
+        print_json({"capability": name, "paused": True, "changed": already is None})
+    elif already is not None:
+        print(
+            f"capability {name} is paused already (since {already.get('at')}: "
+            f"{already.get('reason')})"
+        )
     else:
         print(
             f"paused capability {name}: its requests wait, undispatched, until "

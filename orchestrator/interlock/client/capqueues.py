@@ -165,12 +165,14 @@ async def capability_lines(
     return mine
 
 
-async def pause_capability(ops: InterlockClient, capability: str, reason: str) -> str:
-    """Pause a capability (nothing more of it is dispatched until it is resumed); raises
-    UnknownAgent when no AgentDef declares it."""
+async def pause_capability(
+    ops: InterlockClient, capability: str, reason: str
+) -> dict[str, Any] | None:
+    """Pause a capability (nothing more of it is dispatched until it is resumed): the
+    pause already in force (``at``, ``reason``; left as it is), or None when this call
+    paused it. Raises UnknownAgent when no AgentDef declares it."""
     await declared(ops, capability)
-    await Pauses(ops.nc, ops.subjects).pause_capability(capability, utc_now(), reason)
-    return capability
+    return await Pauses(ops.nc, ops.subjects).pause_capability(capability, utc_now(), reason)
 
 
 async def resume_capability(ops: InterlockClient, capability: str) -> bool:

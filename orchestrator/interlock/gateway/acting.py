@@ -191,6 +191,12 @@ class RunPauseRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     reason: Reason = "paused over HTTP"
 
 
+class CapabilityPauseRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Pause a capability (an empty body is this with its default reason)."""
+
+    reason: Reason = "paused over HTTP"
+
+
 class RunPauseResponse(msgspec.Struct, frozen=True, kw_only=True):
     """``interlock pause|resume run ID --json``."""
 
@@ -249,12 +255,14 @@ class CapabilityPauseResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 @operates("pause capabilities")
 async def pause_capability(request: Request, gw: Gateway) -> Response:
-    """``interlock pause capability NAME``: nothing more of it is dispatched."""
+    """``interlock pause capability NAME``: nothing more of it is dispatched (a
+    capability paused already keeps its pause: ``changed`` false)."""
     from interlock.client.capqueues import pause_capability as pause
 
-    reason = "paused over HTTP"
-    name = await pause(gw.api.ops, request.path_params["capability"], reason)
-    return json_view(CapabilityPauseResponse(capability=name, paused=True, changed=True))
+    req: CapabilityPauseRequest = await _json_body(gw, request, CapabilityPauseRequest)
+    name = request.path_params["capability"]
+    already = await pause(gw.api.ops, name, req.reason)
+    return json_view(CapabilityPauseResponse(capability=name, paused=True, changed=already is None))
 
 
 @operates("resume capabilities")

@@ -50,6 +50,7 @@ _TYPES: list[Any] = [
     acting.PauseResponse,
     acting.RunPauseRequest,
     acting.RunPauseResponse,
+    acting.CapabilityPauseRequest,
     acting.CapabilityPauseResponse,
     failures.FailureReport,
 ]

@@ -92,13 +92,15 @@ def pause_paths() -> dict[str, Any]:
         ("pause", "Pause a capability: nothing more of it is dispatched until it is resumed"),
         ("resume", "Resume a capability: the requests it held go on, in order"),
     ):
+        body = {"content": {"application/json": {"schema": ref("CapabilityPauseRequest")}}}
         out[f"/capabilities/{{capability}}/{verb}"] = {
             "post": _op(
                 f"{what} (operator)",
                 {"200": _json(ref("CapabilityPauseResponse"))},
                 params=[capability],
+                body=body if verb == "pause" else None,
                 tag="agents",
-                errors=(401, 403, 404),
+                errors=(400, 401, 403, 404) if verb == "pause" else (401, 403, 404),
             )
         }
     return out

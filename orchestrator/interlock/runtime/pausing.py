@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
-from nats.js.errors import NotFoundError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.cancelling import cancel_and_wait
@@ -133,9 +133,20 @@ class Pauses:
         """The pause of a capability (when and why), None when it is not paused."""
         return await self._read(capability_key(name))
 
-    async def pause_capability(self, name: str, at: str, reason: str) -> None:
-        body = json.dumps({"capability": name, "at": at, "reason": reason})
-        await (await self._bucket()).put(capability_key(name), body.encode())
+    async def pause_capability(self, name: str, at: str, reason: str) -> dict[str, Any] | None:
+        """Pause a capability; the pause already in force (kept as it is: since when and
+        why), or None when this call paused it."""
+        body = json.dumps({"capability": name, "at": at, "reason": reason}).encode()
+        key = capability_key(name)
+        kv = await self._bucket()
+        try:
+            await kv.create(key, body)
+        except KeyWrongLastSequenceError:
+            found = await self._read(key)
+            if found is not None:
+                return found
+            await kv.put(key, body)  # resumed meanwhile
+        return None
 
     async def resume_capability(self, name: str) -> bool:
         """Remove the capability's pause; False when it was not paused."""

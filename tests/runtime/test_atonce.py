@@ -8,6 +8,7 @@ bucket is touched."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import sys
@@ -166,7 +167,7 @@ def with_types(batch: list[ev.AnyRecord]) -> list[str]:
 async def test_two_orchestrators_one_killed_admit_at_once_and_never_exceed_a_limit(
     nats_url: str, subjects: Subjects
 ) -> None:
-    count = 30
+    count = 24
     first = serve(nats_url, subjects.prefix)
     second: Background | None = None
     try:
@@ -366,3 +367,101 @@ async def test_a_run_of_a_workflow_without_limits_touches_no_bucket(
         js = s.client.nc.jetstream()
         info = await js.stream_info(f"KV_{subjects.slots_bucket}")
         assert info.state.last_seq == 0
+
+
+TICK_AGENT = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: tickagent
+    spec:
+      capabilities:
+        - name: tick
+          rate: {limit: 2, per: 1s}
+    """
+)
+
+TICKS = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: ticks
+    spec:
+      inputs:
+        n: {type: integer, required: true}
+      triggers:
+        - event: test.tick
+      initial_state: first
+      states:
+        first:
+          actions:
+            - {capability: tick, input: {n: "{{ inputs.n }}"}}
+          on:
+            - {event: task.completed, goto: second}
+        second:
+          actions:
+            - {capability: tick, input: {n: "{{ inputs.n }}"}}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+async def test_a_rate_taken_at_once_and_in_line_is_never_exceeded(
+    nats_url: str, subjects: Subjects
+) -> None:
+    from interlock.runtime.timers import ClockTimers, ManualClock
+
+    clock = ManualClock("2026-01-01T00:00:00Z")
+    timers = ClockTimers(clock)
+    manifests = [TICK_AGENT, TICKS]
+    async with running_stack(
+        nats_url, subjects, manifests, worker=False, clock=clock, timers=timers
+    ) as s:
+        worker = Worker("tickagent", concurrency=16, grace_period=0.1)
+
+        @worker.capability("tick")
+        async def tick(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+            return inp
+
+        nc = await connect(nats_url)
+        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+            for n in range(5):
+                await s.client.emit(
+                    CloudEvent(id=f"t{n}", source=SOURCE, type="test.tick", data={"n": n})
+                )
+
+            async def done() -> int:
+                return len((await timeline(s.client.nc, subjects)).ended)
+
+            async def moving() -> bool:
+                return timers.pending > 0 or await done() == 5
+
+            for _ in range(40):
+                await eventually(moving, what="a request in line with its wake-up set")
+                if await done() == 5:
+                    break
+                await timers.advance(0.5)
+            assert await done() == 5
+        finally:
+            await worker.stop(force=True)
+            await task
+            await nc.close()
+        admitted = sorted(
+            (parse_time(r.time), r.data.at_once)
+            for b in await messages(s.client.nc, subjects)
+            for r in b
+            if isinstance(r, ev.ActionAdmitted)
+        )
+        assert len(admitted) == 10
+        assert any(at_once for _, at_once in admitted), "no request admitted at once"
+        assert any(not at_once for _, at_once in admitted), "no request waited in line"
+        # One token every half second, burst 1: no two dispatches closer than that.
+        gaps = [(b - a).total_seconds() for (a, _), (b, _) in itertools.pairwise(admitted)]
+        assert min(gaps) >= 0.5, gaps

@@ -136,3 +136,41 @@ def test_logs_say_what_the_pause_records_are() -> None:
         "event.held task.completed id=answer-1 (decided on when resumed)",
         "run.resumed, 1 held event(s) decided on",
     ]
+
+
+LATE = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: bounded}
+spec:
+  deadline: {after: 60s, goto: late}
+  initial_state: work
+  states:
+    work:
+      actions: [{capability: echo}]
+      on:
+        - {event: task.completed, goto: wait}
+    wait:
+      on:
+        - {event: com.example.go, goto: done}
+    late: {type: terminal}
+    done: {type: terminal}
+"""
+
+
+def test_a_paused_runs_deadline_keeps_counting_and_is_decided_on_when_resumed() -> None:
+    """Time does not stop for a paused run: its deadline comes due while it is paused, is
+    held like any event, and is decided on at the resume after what was held before it
+    (the answer moves the run on, then the deadline takes it to its goto)."""
+    run = Run(compile_one(LATE), run_id="r1")
+    run.start()
+    run._apply(pause(run.state, reason="vendor down", now=run.now()))
+    assert types(run.answer({"ok": 1})) == ["event.held"]
+    assert types(run.fire("run-deadline")) == ["event.held"]
+    assert run.state.status == RunStatus.RUNNING
+    assert run.state.state == "work"
+    records = run._apply(resume(run.definition, run.state, run.now()))
+    entered = [r.data.state for r in records if isinstance(r, ev.StateEntered)]
+    assert entered == ["wait", "late"]
+    assert run.state.status == RunStatus.COMPLETED
+    assert encode_state(fold(run.log)) == encode_state(run.state)

@@ -8,8 +8,9 @@ events are decided on in the order they came, their records following ``run.resu
 So a paused run loses nothing, and a crash while it is paused loses nothing either: what
 it holds is in its log. Actions requested before the pause still go out; their answers
 are held. A paused run can be cancelled, and its deadline, if it has one, still counts
-(the timer is held, and fails the run on resume). A queued run that is paused is not
-admitted until it is resumed.
+(the timer is held, and decided on at the resume after what was held before it: the
+deadline's ``goto``, or the run fails). A queued run that is paused is not admitted until
+it is resumed.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from test_metrics import samples, value
 from interlock.client import Client
 from interlock.core import events as ev
 from interlock.runtime.taskqueue import TaskQueue
+from interlock.transport import tasks
 from interlock.transport.subjects import Subjects
 from support.observability import TIMEOUT, http_get, instrumented_stack
 
@@ -53,8 +54,25 @@ async def test_cancelled_runs_leave_no_queued_tasks(nats_url: str, subjects: Sub
         (requested,) = [
             r for r in await stack.client.read(third) if isinstance(r, ev.ActionRequested)
         ]
+        # Its next attempt queued beside it (a retry dispatched as the first timed out):
+        # taking the timed-out attempt out leaves the retry queued.
+        d = requested.data
+        headers, payload = tasks.encode_request(
+            run_id=third,
+            action_id=d.action_id,
+            capability="nobody",
+            attempt=d.attempt + 1,
+            data={},
+            time=requested.time,
+            deadline=None,
+            traceparent=None,
+            token="t",
+        )
+        await stack.client.js.publish(subjects.capability("nobody"), payload, headers=headers)
         fresh = TaskQueue(stack.client.js, subjects)
-        assert await fresh.remove("nobody", {requested.data.action_id: None}) == 1
+        assert await fresh.remove("nobody", {d.action_id: d.attempt}, exact=True) == 1
+        assert await fresh.remove("nobody", {d.action_id: d.attempt}, exact=True) == 0
+        assert await fresh.remove("nobody", {d.action_id: None}) == 1  # cancelled: every one
         await until(lambda: shown(0), "the third run's task stayed queued")
 
 

@@ -61,7 +61,7 @@ class CancelNotices:
             await self._nc.publish(subject, payload, headers=headers)
             by_capability.setdefault(capability, {})[action_id] = last
         for capability, requests in by_capability.items():
-            await self._queue.remove(capability, requests)
+            await self._queue.remove(capability, requests, exact=attempt is not None)
 
     async def _requests(
         self, run_id: str, action_ids: Iterable[str], attempt: int | None

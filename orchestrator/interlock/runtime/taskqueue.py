@@ -65,19 +65,23 @@ class TaskQueue:
         """Whether a request of the action (some attempt of it) was dispatched here."""
         return action_id in self._seqs
 
-    async def remove(self, capability: str, requests: Mapping[str, int | None]) -> int:
+    async def remove(
+        self, capability: str, requests: Mapping[str, int | None], *, exact: bool = False
+    ) -> int:
         """Delete the queued requests of ``requests`` (action id -> the attempt its run
         requested last, None when not known), all of them capability's; how many were
-        deleted. A request whose sequence is known here is deleted by it; the others, and
-        every attempt of an action whose last one is not known, are looked for in one scan
-        of the capability's queue. Best effort: a failure is logged, never raised."""
+        deleted. With ``exact``, only that attempt's request goes (a timed-out attempt: a
+        retry may be queued already); else every attempt's (an action cancelled). A
+        request whose sequence is known here is deleted by it; the others are looked for
+        in one scan of the capability's queue. Best effort: a failure is logged, never
+        raised."""
         try:
             seqs: list[int] = []
-            unknown: set[str] = set()
+            unknown: dict[str, int | None] = {}
             for action_id, attempt in requests.items():
                 seq = self._known(action_id, attempt)
                 if seq is None:
-                    unknown.add(action_id)
+                    unknown[action_id] = attempt if exact else None
                 else:
                     seqs.append(seq)
             if unknown:
@@ -102,8 +106,9 @@ class TaskQueue:
             del self._seqs[action_id]
         return seq
 
-    async def _look_for(self, capability: str, actions: set[str]) -> list[int]:
-        """The sequences of the queued requests of ``actions`` (any attempt)."""
+    async def _look_for(self, capability: str, actions: Mapping[str, int | None]) -> list[int]:
+        """The sequences of the queued requests of ``actions`` (action id -> its attempt,
+        None: any attempt)."""
         self.scans += 1
         subject = self._subjects.capability(capability)
         stream = self._subjects.tasks_stream
@@ -112,7 +117,10 @@ class TaskQueue:
 
         def wanted(headers: dict[str, str]) -> bool:
             action_id, _, attempt = headers.get(MSG_ID_HEADER, "").rpartition(".")
-            return attempt.isdigit() and action_id in actions
+            if not attempt.isdigit() or action_id not in actions:
+                return False
+            only = actions[action_id]
+            return only is None or int(attempt) == only
 
         async for batch in scan_headers(connection(self._js), stream, subject):
             for seq, headers in batch:

@@ -130,6 +130,18 @@ def test_init_writes_a_workflow_that_validates(work: Path) -> None:
     assert check.stderr == "note: capabilities not checked (no AgentDef given: add --agents FILE)\n"
 
 
+def test_a_workflow_that_asks_for_no_capability_validates_without_a_note(work: Path) -> None:
+    (work / "timer.yaml").write_text(
+        "apiVersion: interlock.io/v1\nkind: Workflow\nmetadata: {name: timer}\n"
+        "spec:\n  initial_state: wait\n  states:\n"
+        "    wait: {timeout: {after: 1s, goto: done}}\n    done: {type: terminal}\n"
+    )
+    check = interlock("validate", "timer.yaml", cwd=work)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.startswith("ok  workflow default/timer: 2 states, 0 triggers, ")
+    assert check.stderr == ""
+
+
 def test_init_refuses_to_overwrite_without_force(work: Path) -> None:
     target = work / "mine.yaml"
     target.write_text("# my work\n")

@@ -104,7 +104,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"ok  webhook {h.namespace}/{h.name}: POST /webhooks/{h.name}, "
             f"scheme {h.spec.scheme}, source {h.source}{signals}"
         )
-    if compiled.workflows and not compiled.capabilities_checked:
+    asking = any(w.capabilities() for w in compiled.workflows)
+    if asking and not compiled.capabilities_checked:
         err("note: capabilities not checked (no AgentDef given: add --agents FILE)")
     return EXIT_OK
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -301,6 +302,17 @@ async def test_a_scope_shares_one_limit_and_on_limit_skips_or_cancels_the_oldest
         assert end.data.reason == (
             "skipped: concurrency limit default/vendor is full for key 'acme'"
         )
+
+        async def listed() -> list[dict[str, Any]] | None:
+            env = cli_env(nats_url, subjects.prefix)
+            shown = await asyncio.to_thread(
+                run_cli, "runs", "--workflow", "second", "-o", "json", env=env
+            )
+            return [r for r in json.loads(shown.stdout) if r["run_id"] == skipped] or None
+
+        # Listed as what it is: cancelled, waiting for no slot any more.
+        (row,) = await eventually(listed, what="the skipped run in the run list")
+        assert (row["status"], row["waiting"]) == ("cancelled", [])
         other_key = await client.start("second", {"customer": "beta", "n": 3})
         await eventually(lambda: started(2), what="another key's run at work")
         gates.gate(1).set()

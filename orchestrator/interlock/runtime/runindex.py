@@ -310,14 +310,18 @@ def _run_resumed(current: dict[str, Any], record: ev.RunResumed) -> None:
     current.pop("paused", None)
 
 
-def _run_completed(current: dict[str, Any], record: ev.RunCompleted) -> None:
-    current["status"] = _COMPLETED
+def _ended(current: dict[str, Any], status: str) -> None:
+    current["status"] = status
     current.pop("paused", None)
+    current.pop("queued", None)  # a run that ended while queued (skipped, cancelled...)
+
+
+def _run_completed(current: dict[str, Any], record: ev.RunCompleted) -> None:
+    _ended(current, _COMPLETED)
 
 
 def _run_failed(current: dict[str, Any], record: ev.RunFailed) -> None:
-    current["status"] = _FAILED
-    current.pop("paused", None)
+    _ended(current, _FAILED)
     current["error"] = {
         "class": record.data.error.error_class,
         "message": record.data.error.message,
@@ -325,8 +329,7 @@ def _run_failed(current: dict[str, Any], record: ev.RunFailed) -> None:
 
 
 def _run_cancelled(current: dict[str, Any], record: ev.RunCancelled) -> None:
-    current["status"] = _CANCELLED
-    current.pop("paused", None)
+    _ended(current, _CANCELLED)
 
 
 _UPDATES: dict[type, Callable[[dict[str, Any], Any], None]] = {

@@ -16,12 +16,13 @@ from interlock.views.shapes import ErrorView, RunOrigin, RunSummary, WaitingOn
 def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
     """A run-index entry (the runs bucket the orchestrator keeps) as a summary."""
     error = item.get("error")
+    status = str(item.get("status", RunStatus.RUNNING))
     return RunSummary(
         run_id=str(item.get("run_id", "")),
         workflow=str(item.get("workflow", "")),
         namespace=str(item.get("namespace", "default")),
         version=int(item.get("version", 0) or 0),
-        status=str(item.get("status", RunStatus.RUNNING)),
+        status=status,
         state=str(item.get("state", "")),
         started_at=str(item.get("started_at", "")),
         updated_at=str(item.get("updated_at", "")),
@@ -40,7 +41,8 @@ def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
         ),
         continued_from=_text(item.get("continued_from")),
         continued_to=_text(item.get("continued_to")),
-        waiting=_queued(item.get("queued")),
+        # A run that ended while queued (skipped, cancelled, out of time) waits no more.
+        waiting=_queued(item.get("queued")) if status == RunStatus.RUNNING else [],
         paused=PauseView.of(item.get("paused")),
     )
 

@@ -11,15 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from nats.js.errors import NotFoundError
 
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.layouts import _needing, retire_layouts
 from interlock.runtime.ownership import owners
 from interlock.runtime.partitioning import set_partitions
+from interlock.runtime.service import Orchestrator
 from interlock.transport.partitions import Layout, PartitionMap, partition_of, read_map
 from interlock.transport.subjects import Subjects
 from support.auth import SUBJECTS, Secured, secured, secured_server  # noqa: F401
-from support.runtime import cli_env, connect, run_cli
+from support.runtime import cli_env, connect, eventually, run_cli
 
 
 def _ids(wanted: Callable[[str], bool], n: int) -> list[str]:
@@ -190,3 +192,67 @@ async def test_replicas_retiring_at_once_and_a_resize_meanwhile_keep_the_map_who
         for other in others:
             await other.close()
         await nc.close()
+
+
+WAITER = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: waiter}
+spec:
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal, outputs: {ok: true}}
+"""
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_layout_waits_for_the_relay_to_act_on_the_end_of_its_last_run(
+    nats_url: str, subjects: Subjects
+) -> None:
+    client = InterlockClient(await connect(nats_url), subjects)
+    await client.ensure_provisioned()
+    assert (await client.apply([("waiter.yaml", WAITER)])).compiled.ok
+    await set_partitions(client.nc, subjects, 3)
+    first = Orchestrator(await connect(nats_url), subjects)
+    await first.start()
+    js = client.js
+    relay_of = subjects.runs_stream_of(2)
+
+    async def relayed() -> bool:
+        try:
+            await js.consumer_info(relay_of, "relay")
+        except NotFoundError:
+            return False
+        return True
+
+    await eventually(relayed, what="partition 2 relayed")
+    await first.stop()
+    await first.nc.close()
+    # With no orchestrator up, a run of partition 2 starts and is cancelled: it has ended,
+    # but nothing has acted on its records yet.
+    run_id = _ids(lambda r: partition_of(r, 3) == 2, 1)[0]
+    await client.start("waiter", {}, run_id=run_id)
+    assert await client.cancel(run_id)
+    await set_partitions(client.nc, subjects, 1)
+    done = await retire_layouts(client.nc, subjects, grace=0)
+    assert [x.version for x in done.retired] == [1]
+    assert "partition 2's relay has 2 message(s) to act on" in done.kept[2]
+    second = Orchestrator(await connect(nats_url), subjects)
+    await second.start()
+    try:
+        done = await eventually(
+            lambda: _retiring(client, subjects, 2), within=20, what="layout 2 retired"
+        )
+        assert [x.count for x in done.map.layouts] == [1]
+    finally:
+        await second.stop()
+        await second.nc.close()
+        await client.nc.close()
+
+
+async def _retiring(client: InterlockClient, subjects: Subjects, version: int) -> Any:
+    done = await retire_layouts(client.nc, subjects, grace=0)
+    return done if [x.version for x in done.retired] == [version] else None

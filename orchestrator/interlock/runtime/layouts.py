@@ -42,6 +42,7 @@ from nats.aio.client import Client
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.clock import utc_now
 from interlock.transport.partitions import (
     PLACE_FRESH_S,
@@ -188,21 +189,30 @@ async def _stored_runs(nc: Client, subjects: Subjects, streams: int) -> dict[int
 
 
 async def _subjects(nc: Client, stream: str, filter_: str) -> list[str]:
-    """Every subject of ``stream`` matching ``filter_`` (paged as the server pages it)."""
-    found: list[str] = []
+    """Every subject of ``stream`` matching ``filter_``, paged as the server pages it.
+
+    Raises:
+        InterlockError: the pages did not add up to the total the server gave (a pass then
+            retires nothing: it never judges a layout on part of its runs).
+    """
+    found: dict[str, None] = {}
     while True:
         body = {"subjects_filter": filter_, "offset": len(found)}
         try:
             info = await _api(nc, f"STREAM.INFO.{stream}", body)
         except JetStreamAPIError as exc:
             if exc.code == 404:
-                return found
+                return list(found)
             raise
-        page = list((info.get("state") or {}).get("subjects") or {})
-        found += page
-        total = int(info.get("total", 0) or 0)
-        if not page or len(found) >= total:
-            return found
+        before = len(found)
+        found.update(dict.fromkeys((info.get("state") or {}).get("subjects") or {}))
+        total = info.get("total")
+        if total is None or len(found) >= int(total):
+            return list(found)
+        if len(found) == before:
+            raise InterlockError(
+                f"listing the runs of {stream}: {len(found)} of {total} subjects read"
+            )
 
 
 async def _in_flight(
@@ -231,8 +241,12 @@ async def _in_flight(
             return False
         return bool(batch) and ev.record_type(batch[-1]) in ev.TERMINAL_TYPES
 
-    results = await asyncio.gather(*(ended(p, r) for p, r in runs))
-    return [run for run, done in zip(runs, results, strict=True) if not done]
+    out: list[tuple[int, str]] = []
+    for i in range(0, len(runs), _READS_AT_ONCE * 16):  # bounded memory however many
+        some = runs[i : i + _READS_AT_ONCE * 16]
+        results = await asyncio.gather(*(ended(p, r) for p, r in some))
+        out += [run for run, done in zip(some, results, strict=True) if not done]
+    return out
 
 
 async def _unrelayed(nc: Client, subjects: Subjects, partitions: range) -> str:

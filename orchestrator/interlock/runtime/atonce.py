@@ -346,7 +346,7 @@ class AtOnce:
                 run_id, action_id, attempt = parsed
                 gone = ev.FreedSlots(action_id=action_id, attempt=attempt, limits=[claim])
                 await self._capacity.freed(run_id, [gone])
-            log.info(
+            log.warning(
                 "freed a slot of %s (%r) taken for %s, which no log asks for", *_of(claim, name)
             )
             return 1

@@ -28,6 +28,9 @@ NOT_ERRORS = {
     # to wait its turn (Deferred): decisions about a message, caught where it is settled.
     "interlock.runtime.addressing.Refused",
     "interlock.runtime.fairness.Deferred",
+    # A partition's holder could not decide a message handed to it: the reading replica's
+    # consumer loop takes it as a failure of its own (retried, dead-lettered at the last try).
+    "interlock.runtime.owners.HandedFailed",
     # A worker stopping hands its task back unanswered: caught by the worker's loop.
     "interlock.sdk.execution.Abandon",
 }

@@ -150,6 +150,14 @@ async def test_partitions_spread_move_and_grow_while_nodes_and_replicas_die(
 
         found, _ = await read_map(nc, subjects)
         assert found.streams == 9
+        # A read asked of a partition's leader rides over that leader handing over (the
+        # request that reaches it as it steps down gets no answer): a replica's start
+        # asks leaders to spread over the nodes, and the stream of a run is read at once.
+        stream, _ = await client.log.where(run_ids[0])
+        stepdown = await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)
+        assert b'"success":true' in stepdown.data, stepdown.data
+        records, _ = await client.log.read(run_ids[0], consistent=True)
+        check_log(records)
         late = 0
         for run_id in run_ids:
             where = await client.log.where(run_id)

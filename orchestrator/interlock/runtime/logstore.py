@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from nats.aio.client import Client
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from interlock.core import events as ev
 from interlock.core.vocabulary import InterlockError
@@ -42,6 +44,10 @@ from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
 
 _TIMEOUT = 5.0
+LEADER_WAIT_S = 10.0
+"""How long a read asked of a stream's leader waits for one while the stream has none
+(an election takes 4 to 7 s after a node's loss, a leader handing over some 50 ms)."""
+_LEADER_POLL_S = 0.05
 _HEADERS = {"Content-Type": ev.BATCH_CONTENT_TYPE}
 
 
@@ -235,15 +241,32 @@ class RunLog:
         return found or 0
 
     async def _last_seq(self, run_id: str, stream: str, subject: str) -> int | None:
+        """Asked of the stream's leader. While the stream has none (an election after a
+        node's loss, a leader handing over) the server answers 503 or, for a request that
+        reached the old leader as it stepped down, nothing: asked again, each time with a
+        longer wait for the answer, for up to ``LEADER_WAIT_S``."""
         api = f"$JS.API.STREAM.MSG.GET.{stream}"
         body = json.dumps({"last_by_subj": subject}).encode()
-        reply = json.loads((await self._nc.request(api, body, timeout=_TIMEOUT)).data)
-        error = reply.get("error")
-        if error:
+        deadline = time.monotonic() + LEADER_WAIT_S
+        wait = 0.5
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                msg = await self._nc.request(api, body, timeout=max(0.1, min(wait, left)))
+            except NatsTimeoutError:
+                if left <= wait:
+                    raise
+                wait = min(wait * 2, _TIMEOUT)
+                continue
+            reply = json.loads(msg.data)
+            error = reply.get("error")
+            if not error:
+                return int(reply["message"]["seq"])
             if error.get("code") == 404:
                 return None
-            raise LogReadError(f"reading the last record of {run_id}: {error}")
-        return int(reply["message"]["seq"])
+            if error.get("code") != 503 or left <= _LEADER_POLL_S:
+                raise LogReadError(f"reading the last record of {run_id}: {error}")
+            await asyncio.sleep(_LEADER_POLL_S)
 
     async def read(
         self, run_id: str, after: int = 0, *, consistent: bool = False

@@ -306,6 +306,70 @@ async def test_a_slot_taken_by_a_process_killed_before_its_append_is_freed_by_th
         assert await slots.entries() == []
 
 
+NAP_ONCE = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: naponce
+    spec:
+      inputs:
+        customer: {type: string, required: true}
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: nap
+              input: {customer: "{{ inputs.customer }}", n: 1}
+          on:
+            - {event: task.completed, goto: done}
+        done:
+          type: terminal
+    """
+)
+
+
+async def test_a_request_slot_taken_by_a_process_killed_before_its_append_is_freed(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [NAP_AGENT, NAP_ONCE], worker=False) as s:
+        slots = s.orchestrator.flow.admission.slots
+        env = cli_env(nats_url, subjects.prefix, PYTHONPATH=str(REPO / "tests"))
+        argv = [sys.executable, "-m", "support.atonce_crash", nats_url, subjects.prefix]
+        argv += ["naponce", "rcap", json.dumps({"customer": "acme"})]
+        doomed = Background(argv, env)
+        taken = doomed.wait_for(r"^TAKEN (.*)$").group(1)
+        assert doomed.proc.wait(TIMEOUT) == -9
+        assert taken.startswith("rcap/")
+        assert taken.endswith("#1")
+        assert await s.client.runs.load("rcap") is None
+        nc = await connect(nats_url)
+        worker = nap_worker()
+        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+        try:
+            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+            waiting = await s.client.start("naponce", {"customer": "acme"})
+
+            async def in_line() -> bool:
+                found = await slots.entries()
+                return bool(found and found[0].lines)
+
+            await eventually(in_line, what="the other run's request in line")
+            clock = Clock()
+            clock.advance(GRACE_S + 1)
+            flow = s.orchestrator.flow
+            sweep = AtOnce(flow.admission, flow.capacity, s.orchestrator.runs, clock).sweep
+            assert await sweep() == 1
+            assert (await s.wait(waiting, TIMEOUT)).status == "completed"
+        finally:
+            await worker.stop(force=True)
+            await task
+            await nc.close()
+        seen = await requests(s.client.nc, subjects)
+        assert max(seen.most.values()) == 1
+        await eventually(lambda: _empty(slots), what="every slot freed")
+
+
 async def test_an_early_holder_whose_log_asks_keeps_its_slot_and_loses_its_mark(
     nats_url: str, subjects: Subjects
 ) -> None:

@@ -251,6 +251,10 @@ async def test_a_10_mb_cloudevent_posted_to_the_gateway(stack: Secured) -> None:
             [first] = (await operator.ops.read(begun))[:1]
             assert isinstance(first, ev.RunStarted)
             assert parse_ref(first.data.inputs).name.startswith(f"{begun}.")
+            explained = (await http.get(f"/runs/{begun}/explain", headers=auth)).json()
+            assert explained["reproduces"] is True, explained.get("mismatch")
+            replayed = (await http.get(f"/runs/{begun}/replay?against=1", headers=auth)).json()
+            assert replayed["agree"] is True, replayed.get("divergence")
     finally:
         await operator.close()
         await server.stop()
@@ -279,6 +283,17 @@ async def test_a_large_event_reaches_the_run_its_correlation_key_names(
         result = await client.result(run_id, wait=True, timeout=30)
         assert result.status == "completed", result
         assert result.outputs == {"size": 400_000}
+        # Its own version explains and replays it, deciding on the event it loaded.
+        operator = str(stack.auth.operator)
+        code, out, err = await _cli(
+            "explain", run_id, "--json", "--creds", operator, "-s", stack.url
+        )
+        assert code == 0, err
+        assert json.loads(out)["reproduces"] is True, out[:2000]
+        code, out, err = await _cli(
+            "replay", run_id, "--against", "1", "--creds", operator, "-s", stack.url
+        )
+        assert code == 0, out[:2000]
     finally:
         await client.close()
 

@@ -35,7 +35,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        records = await client.ops.read(a.run_id)
+        # Payloads kept by reference loaded, as the run decided on them (and as export
+        # writes them): a reference is not the value it stands for.
+        records = await client.records(a.run_id)
         replaying = replaying_of(client)
         if a.workflow:
             definition = replaying.registry.link(manifest(a.workflow, a.agents))
@@ -156,7 +158,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     against_is_file = Path(args.against).is_file()
 
     async def body(client: Any, a: argparse.Namespace) -> int:
-        records = await client.ops.read(a.run_id)
+        records = await client.records(a.run_id)
         definition, version, label = await definition_against(
             replaying_of(client), records, a.against, a.agents, is_file=against_is_file
         )

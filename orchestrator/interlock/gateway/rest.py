@@ -350,8 +350,10 @@ async def explain_run(request: Request, gw: Gateway) -> Response:
     if "at" in request.query_params:
         at = int_param(request, "at", 1, 1, 1 << 31)
     cached = await gw.run_logs.log(request.path_params["run_id"])
+    # Decided on the payloads kept by reference, loaded, as the run decided on them.
+    records = await gw.api.ops.payloads.loaded(list(cached.records))
     try:
-        return json_view(await debugging.explain(gw.api.ops, list(cached.records), at))
+        return json_view(await debugging.explain(gw.api.ops, records, at))
     except ValueError as exc:
         raise Problem(400, "bad-parameter", str(exc)) from exc
 
@@ -365,8 +367,9 @@ async def replay_run(request: Request, gw: Gateway) -> Response:
     # A number only: Client.replay takes a string as a manifest file on this host.
     against = int_param(request, "against", 1, 1, 1 << 31)
     cached = await gw.run_logs.log(request.path_params["run_id"])
+    records = await gw.api.ops.payloads.loaded(list(cached.records))
     try:
-        return json_view(await debugging.replay(gw.api.ops, list(cached.records), against))
+        return json_view(await debugging.replay(gw.api.ops, records, against))
     except ValueError as exc:
         raise Problem(400, "bad-parameter", str(exc)) from exc
 

@@ -47,6 +47,26 @@ spec:
 """
 
 
+# Events that reach runs through a correlation key, published as a courier would.
+PARCEL = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: parcel}
+spec:
+  inputs:
+    order: {type: string, required: true}
+  correlate:
+    key: "{{ inputs.order }}"
+    events: {parcel.delivered: data.order_id}
+  initial_state: in_transit
+  states:
+    in_transit:
+      type: human_in_the_loop
+      on: [{event: parcel.delivered, goto: delivered}]
+    delivered: {type: terminal, outputs: {ok: true}}
+"""
+
+
 class _Appends(OrchestratorObserver):
     """Every record one replica appended, by run."""
 
@@ -66,6 +86,8 @@ def _kinds(records: Sequence[ev.AnyRecord]) -> Counter[str]:
             out["answer"] += 1
         elif isinstance(r, ev.EventReceived) and r.data.event.get("type") == "go":
             out["signal"] += 1
+        elif isinstance(r, ev.EventReceived) and r.data.event.get("type") == "parcel.delivered":
+            out["correlated"] += 1
         elif isinstance(r, ev.TransitionFired) and r.data.event_type == "state.timeout":
             out["timer"] += 1
     return out
@@ -121,7 +143,9 @@ async def test_signals_results_stream_answers_and_timers_are_decided_by_the_hold
     nats_url: str, subjects: Subjects
 ) -> None:
     first, second = _Appends(), _Appends()
-    async with running_stack(nats_url, subjects, [OWNED], partitions=4, observers=[first]) as stack:
+    async with running_stack(
+        nats_url, subjects, [OWNED, PARCEL], partitions=4, observers=[first]
+    ) as stack:
         assert stack.worker is not None
         stack.worker.answer_timeout = 0  # every answer through the results stream
         other = Orchestrator(await connect(nats_url), subjects, observers=[second])
@@ -134,6 +158,19 @@ async def test_signals_results_stream_answers_and_timers_are_decided_by_the_hold
             runs = [await stack.client.start("owned", {}) for _ in range(16)]
             assert {partition_of(r, 4) for r in runs} == set(range(4))
             await _flow(stack, runs)
+            parcels = [await stack.client.start("parcel", {"order": f"o{i}"}) for i in range(8)]
+            assert len({partition_of(r, 4) for r in parcels}) > 1
+            for i in range(len(parcels)):
+                delivered = CloudEvent(
+                    id=f"d{i}",
+                    source="test://courier",
+                    type="parcel.delivered",
+                    time=utc_now(),
+                    data={"order_id": f"o{i}"},
+                )
+                await stack.client.emit(delivered)
+            for run_id in parcels:
+                assert (await stack.wait(run_id)).status == "completed", run_id
             # No lease moved meanwhile: each run had one holder throughout.
             assert {n: o.relay.ownership.moves for n, o in replicas.items()} == moves
             appends = {"first": first, "second": second}
@@ -145,6 +182,12 @@ async def test_signals_results_stream_answers_and_timers_are_decided_by_the_hold
                     if name != holder:
                         # Not one record of the run was appended by the other replica.
                         assert run_id not in seen.by_run, (run_id, name)
+            for run_id in parcels:
+                holder = next(n for n, h in held.items() if partition_of(run_id, 4) in h)
+                mine = appends[holder].by_run.get(run_id, [])
+                assert _kinds(mine) == {"correlated": 1}, run_id
+                elsewhere = "second" if holder == "first" else "first"
+                assert run_id not in appends[elsewhere].by_run, run_id
             # Messages were handed over both ways, and nothing conflicted.
             assert stack.orchestrator.owners.desk.decided > 0
             assert other.owners.desk.decided > 0
@@ -193,8 +236,11 @@ async def test_holders_paused_past_their_lease_or_killed_lose_and_double_nothing
             for process in (paused, doomed):
                 await process.await_line("orchestrator started")
             began = time.monotonic()
-            while len(set((await owners(stack.client.nc, subjects)).values())) < 4:
-                assert time.monotonic() - began < TIMEOUT, "not every replica took a share"
+            while True:  # two partitions each
+                shares = Counter((await owners(stack.client.nc, subjects)).values())
+                if sorted(shares.values()) == [2, 2, 2, 2]:
+                    break
+                assert time.monotonic() - began < TIMEOUT, f"not shared out: {shares}"
                 await asyncio.sleep(0.1)
             held_then = await owners(stack.client.nc, subjects)
             theirs = {
@@ -233,7 +279,7 @@ async def test_holders_paused_past_their_lease_or_killed_lose_and_double_nothing
                 msg = Msg(
                     reader.nc, subject=subjects.addressed(run_id, "go"), data=data, headers=headers
                 )
-                assert await reader.owners.handover.hand("event", run_id, msg), run_id
+                assert await reader.owners.handover.hand("event", run_id, msg) == "", run_id
             assert _unanswered(a, c) == unanswered
             for run_id in runs:
                 assert (await stack.wait(run_id, 60)).status == "completed", run_id

@@ -24,6 +24,10 @@ killed while holding a message leaves it unacknowledged, and JetStream hands it 
 after its ack wait. Nothing is doubled because the decision is idempotent (a second
 delivery of a taken answer is late, of a fired timer stale, of an event a duplicate).
 
+An event that reaches runs by their correlation key is routed where it was read (triggers
+start runs on any replica) and handed to each run's holder as the run takes it
+(:meth:`Owners.deliver`): the reply says whether the run took it.
+
 With one partition nothing is handed over: every replica decides what it reads.
 """
 
@@ -34,8 +38,10 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from contextvars import ContextVar
 from typing import NamedTuple
 
+import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -43,6 +49,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from interlock.core.ids import is_run_id
+from interlock.core.incoming import Incoming
 from interlock.core.windowing import is_window_timer
 from interlock.runtime.capacity import is_rate_timer
 from interlock.runtime.fairness import Deferred
@@ -55,9 +62,12 @@ from interlock.transport.subjects import Subjects, is_inbox
 
 log = logging.getLogger("interlock.orchestrator")
 
-EVENT, RESULT, TIMER = "event", "result", "timer"
+EVENT, RESULT, TIMER, INCOMING = "event", "result", "timer", "incoming"
 """What is handed over: an event addressed to a run, an answer read from the results
-stream, a fired timer."""
+stream, a fired timer (each as it was read), an event for a run its correlation key
+reached it by (as the run takes it)."""
+TAKEN = "taken"
+"""The detail of a reply about an event the run took."""
 HAND_TIMEOUT_S = 5.0
 """How long a replica waits for the holder's reply before it decides the message itself."""
 
@@ -107,26 +117,21 @@ class Handover:
         self._nc, self._subjects, self._placement = nc, subjects, placement
         self._held, self._counters, self._timeout = held, counters, timeout
 
-    async def hand(
-        self,
-        kind: str,
-        run_id: str,
-        msg: Msg,
-    ) -> bool:
-        """Whether the holder of ``run_id``'s partition decided ``msg`` (True: settle it
-        as handled); False: decide it here (one partition, this replica's own, or no
+    async def hand(self, kind: str, run_id: str, msg: Msg) -> str | None:
+        """What the holder of ``run_id``'s partition said once it decided ``msg`` (settle
+        it as handled); None: decide it here (one partition, this replica's own, or no
         reply). Raises :class:`Deferred` or :class:`HandedFailed` as the holder says."""
         placement = self._placement
         if placement.map.relayed <= 1 or not is_run_id(run_id):
-            return False
+            return None
         try:
             partition = await placement.locate(run_id)
         # Where a run is could not be read: decided here, as before partitions.
         except Exception as exc:  # noqa: BLE001
             log.debug("cannot locate run %s to hand it over: %s", run_id, exc)
-            return False
+            return None
         if partition in self._held():
-            return False
+            return None
         headers = dict(msg.headers or {})
         headers[SUBJECT] = msg.subject
         if msg.reply:
@@ -138,20 +143,20 @@ class Handover:
             reply = await self._nc.request(subject, msg.data, self._timeout, headers=headers)
         except NoRespondersError:
             self._counters["handovers_unheld"] += 1
-            return False
+            return None
         except NatsTimeoutError:
             self._counters["handovers_unanswered"] += 1
             log.info("partition %d: no reply from its holder about run %s", partition, run_id)
-            return False
+            return None
         # Too large with the headers added, a connection between two servers: here.
         except Exception as exc:  # noqa: BLE001
             log.info("partition %d: cannot hand a message of run %s: %s", partition, run_id, exc)
-            return False
+            return None
         outcome = (reply.headers or {}).get(OUTCOME)
         detail = (reply.headers or {}).get(DETAIL, "")
         if outcome == DONE:
             self._counters["handovers_handed"] += 1
-            return True
+            return detail
         if outcome == DEFERRED:
             try:
                 delay = float(detail)
@@ -160,7 +165,7 @@ class Handover:
             raise Deferred(delay)
         if outcome == FAILED:
             raise HandedFailed(f"partition {partition}'s holder: {detail}")
-        return False
+        return None
 
 
 class OwnerDesk:
@@ -243,7 +248,9 @@ class OwnerDesk:
                 inner._metadata = Msg.Metadata._from_reply(ack)
         outcome, detail = DONE, ""
         try:
-            await handler(inner)
+            said = await handler(inner)
+            if isinstance(said, str):
+                detail = said
             self.decided += 1
         except Deferred as deferred:
             outcome, detail = DEFERRED, f"{deferred.delay:.3f}"
@@ -274,6 +281,13 @@ class Handlers(NamedTuple):
     """An answer on the results stream."""
     timer: Callable[[str, str], Awaitable[None]]
     """A due timer: (run id, timer id)."""
+    deliver: Callable[[str, Incoming], Awaitable[bool]]
+    """An event for a run, decided by it: whether the run took it."""
+
+
+_HERE: ContextVar[bool] = ContextVar("interlock_decided_here", default=False)
+"""Set while a message is decided here for want of a holder that answered: what it
+delivers to its run is not handed over again (its timeout waited out once)."""
 
 
 class Owners:
@@ -293,30 +307,64 @@ class Owners:
     ) -> None:
         self._subjects, self._nc, self._handlers = subjects, nc, handlers
         self.handover = Handover(nc, subjects, placement, held, counters)
-        own = {EVENT: handlers.event, RESULT: handlers.result, TIMER: self._timer_fired}
+        own = {
+            EVENT: handlers.event,
+            RESULT: handlers.result,
+            TIMER: self._timer_fired,
+            INCOMING: self._delivered,
+        }
         self.desk = OwnerDesk(nc, subjects, own, dead_letter)
 
     async def on_event(self, msg: Msg) -> None:
         """An event from the ``ingress`` consumer: one addressed to a run goes to the run's
-        holder; triggers start runs here."""
+        holder; triggers start runs here (and events correlated to runs go to theirs, by
+        :meth:`deliver`)."""
         route = self._subjects.inbound_route(msg.subject)
         run_id = route[0] if route is not None else None
-        if not run_id or not await self.handover.hand(EVENT, run_id, msg):
+        if not run_id or await self.handover.hand(EVENT, run_id, msg) is None:
             await self._handlers.event(msg)
 
     async def on_result(self, msg: Msg) -> None:
         """An answer from the results stream (its subject's last token names the run)."""
-        if not await self.handover.hand(RESULT, msg.subject.rpartition(".")[2], msg):
+        if await self.handover.hand(RESULT, msg.subject.rpartition(".")[2], msg) is None:
             await self._handlers.result(msg)
 
     async def on_timer(self, run_id: str, timer_id: str) -> None:
         """A due timer: a run's own goes to the run's holder."""
         if run_timer(run_id, timer_id):
             fired = fired_message(self._nc, self._subjects, run_id, timer_id)
-            if await self.handover.hand(TIMER, run_id, fired):
+            if await self.handover.hand(TIMER, run_id, fired) is not None:
                 return
-        await self._handlers.timer(run_id, timer_id)
+        token = _HERE.set(True)
+        try:
+            await self._handlers.timer(run_id, timer_id)
+        finally:
+            _HERE.reset(token)
+
+    async def deliver(self, run_id: str, incoming: Incoming) -> bool:
+        """Decide ``incoming`` for the run (an event its correlation key reached it by), by
+        the run's holder; whether the run took it."""
+        if not _HERE.get():
+            msg = Msg(
+                self._nc,
+                subject=self._subjects.owner(0, INCOMING, run_id),
+                data=msgspec.json.encode(incoming),
+            )
+            said = await self.handover.hand(INCOMING, run_id, msg)
+            if said is not None:
+                return said == TAKEN
+        return await self._handlers.deliver(run_id, incoming)
 
     async def _timer_fired(self, msg: Msg) -> None:
         """A fired timer handed over by another replica."""
-        await self._handlers.timer(*read_fired(msg.subject, msg.data))
+        token = _HERE.set(True)
+        try:
+            await self._handlers.timer(*read_fired(msg.subject, msg.data))
+        finally:
+            _HERE.reset(token)
+
+    async def _delivered(self, msg: Msg) -> str:
+        """An event for a run handed over by another replica; whether the run took it."""
+        incoming = msgspec.json.decode(msg.data, type=Incoming)
+        taken = await self._handlers.deliver(msg.subject.rpartition(".")[2], incoming)
+        return TAKEN if taken else ""

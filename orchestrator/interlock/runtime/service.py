@@ -151,7 +151,8 @@ class Orchestrator:
             registry=self.registry,
             timers=timers or JetStreamTimers(nc, subjects, ack_wait=ack_wait),
             clock=clock,
-            deliver=self.deliver,
+            # Events for runs decided by the holder of the run's partition (see owners).
+            deliver=lambda run_id, incoming: self.owners.deliver(run_id, incoming),
             answers=self.answers,
             retention=retention or Policy(),
         )
@@ -180,7 +181,7 @@ class Orchestrator:
             self.run_log.placement,
             lambda: self.relay.ownership.held,
             self.counters,
-            handlers=Handlers(self._ingress, self.taking.take, self.flow.timer_due),
+            handlers=Handlers(self._ingress, self.taking.take, self.flow.timer_due, self.deliver),
             dead_letter=self.handling.dead_letter,
         )
         self.relay.hold = owners.desk.hold

@@ -370,8 +370,8 @@ class Subjects:
 
     def owner(self, partition: int, kind: str, run_id: str) -> str:
         """A message for a run handed to the replica holding its partition (core NATS,
-        between orchestrator replicas only): ``kind`` is ``event``, ``result`` or
-        ``timer``."""
+        between orchestrator replicas only): ``kind`` is ``event``, ``result``, ``timer``
+        or ``incoming``."""
         return f"{self.prefix}.owner.{partition}.{kind}.{check_run_id(run_id)}"
 
     def owned(self, partition: int) -> str:

@@ -161,7 +161,7 @@ async def test_an_agent_cannot_read_the_queue_by_direct_gets(
                 f"{api}.DIRECT.GET.{SUBJECTS.tasks_stream}.{SUBJECTS.capability('held')}",
             ):
                 try:
-                    msg = await agent.request(subject, body, timeout=0.5)
+                    msg = await agent.request(subject, body, timeout=0.25)
                 except (NoRespondersError, NatsTimeout):
                     continue
                 assert (msg.headers or {}).get("Status"), (subject, msg.headers)

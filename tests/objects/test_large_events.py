@@ -294,6 +294,13 @@ async def test_a_large_event_reaches_the_run_its_correlation_key_names(
             "replay", run_id, "--against", "1", "--creds", operator, "-s", stack.url
         )
         assert code == 0, out[:2000]
+        (tmp_path / "ledger.yaml").write_text(LEDGER)
+        code, out, err = await _cli(
+            "shadow", "ledger", "--candidate", str(tmp_path / "ledger.yaml"), "--json",
+            "--creds", operator, "-s", stack.url,
+        )  # fmt: skip
+        assert code == 0, err
+        assert json.loads(out)["diverge"] == 0, out[:2000]
     finally:
         await client.close()
 

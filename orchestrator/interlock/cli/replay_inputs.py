@@ -57,7 +57,7 @@ def replaying_of(client: Any) -> Replaying:
     from interlock.runtime.replaying import Replaying
     from interlock.transport.clock import utc_now
 
-    return Replaying(client.ops.log, client.ops.registry, utc_now)
+    return Replaying(client.ops.log, client.ops.registry, utc_now, client.ops.payloads.loaded)
 
 
 async def definition_against(

@@ -26,7 +26,7 @@ Manifest = str | Path | tuple[str, str]
 def _replaying(ops: InterlockClient) -> Replaying:
     from interlock.runtime.replaying import Replaying
 
-    return Replaying(ops.log, ops.registry, ops.runs.clock)
+    return Replaying(ops.log, ops.registry, ops.runs.clock, ops.payloads.loaded)
 
 
 def label_of(manifest: Manifest) -> str:

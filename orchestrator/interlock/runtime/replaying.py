@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ from interlock.runtime.logstore import RunLog
 from interlock.runtime.registry import Registry
 from interlock.transport.errors import AppendConflict
 
+Loader = Callable[[list[ev.AnyRecord]], Awaitable[list[ev.AnyRecord]]]
+
 MIGRATE_ATTEMPTS = 5
 
 
@@ -39,11 +41,19 @@ class Forked:
 class Replaying:
     """Reading runs with the definitions they ran, forking them and migrating them."""
 
-    def __init__(self, log: RunLog, registry: Registry, clock: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        log: RunLog,
+        registry: Registry,
+        clock: Callable[[], str],
+        loaded: Loader | None = None,
+    ) -> None:
         self.log = log
         self.registry = registry
         self.clock = clock
         self._loaded = False
+        self._payloads = loaded
+        """Loads the payloads a log keeps by reference (shadow decides on the values)."""
 
     async def load_capabilities(self) -> None:
         if not self._loaded:
@@ -106,6 +116,8 @@ class Replaying:
         summary = analysis.Shadow(self.registry.link(candidate), label=label)
         for run_id in run_ids:
             records, _ = await self.log.read(run_id)
+            if self._payloads is not None:
+                records = await self._payloads(records)
             summary.add(records)
         return summary.summary()
 

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nats.aio.client import Client
 from nats.js.errors import KeyWrongLastSequenceError
@@ -58,10 +58,6 @@ from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
-
-if TYPE_CHECKING:
-    from interlock.core.definition import Definition
-    from interlock.core.state import RunState
 
 log = logging.getLogger("interlock.concurrency")
 
@@ -462,9 +458,12 @@ class Admission:
         one that has ended meanwhile (its ``run.queued`` read again after a crash, after
         its end freed its slots) gives back the slots it was just given."""
         now = self._clock()
+        holding = await self.pauses.holding(self._runs, run_id)
         async with self._runs.locked(run_id):
             try:
-                records = await self._runs.apply(run_id, lambda d, s: self._admitted(d, s, now))
+                records = await self._runs.apply(
+                    run_id, lambda d, s: self.pauses.admitted(d, s, now, holding=holding)
+                )
             except (UnknownRun, UnknownWorkflow) as exc:
                 log.warning("cannot admit run %s: %s", run_id, exc)
                 return
@@ -473,15 +472,6 @@ class Admission:
         entry = await self._runs.load(run_id, fresh=True)
         if entry is not None and entry.state.finished and entry.state.slots is not None:
             await self.ended(run_id, entry.state.slots)
-
-    def _admitted(self, definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
-        """``run.admitted``; for a run of a workflow paused with its runs, ``run.paused``
-        instead (see :meth:`Pauses.paused_first`): a paused run is not admitted."""
-        from interlock.core.limits import admitted  # the engine: not for readers of slots
-        from interlock.core.state import fold
-
-        first = self.pauses.paused_first(definition, state, now)
-        return [*first, *admitted(definition, fold(first, state) if first else state, now)]
 
     async def _cancel(self, run_id: str, reason: str) -> None:
         from interlock.core.engine import cancel  # the engine: not for readers of slots

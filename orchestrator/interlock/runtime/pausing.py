@@ -163,6 +163,28 @@ class Pauses:
         """Whether the watch has seen the workflow paused (no I/O)."""
         return bool(self._held) and f"{namespace}/{name}" in self._held
 
+    async def holding(self, runs: Any, run_id: str) -> bool:
+        """Whether the run's next decision is to check :meth:`paused_first`: a workflow is
+        paused with its runs (no I/O otherwise), and the run was not resumed on its own
+        (``resume run``) since its workflow's pause, which it then goes on despite.
+        ``runs``: the orchestrator's :class:`~interlock.runtime.runs.Runs`."""
+        if not any(p.get("runs") for p in self._held.values()):
+            return False
+        entry = await runs.load(run_id)
+        if entry is None:
+            return False
+        state = entry.state  # (its workflow: the cached state may be behind the log)
+        pause = self._held.get(f"{state.namespace}/{state.workflow}")
+        if not pause or not pause.get("runs"):
+            return False
+        from interlock.core import events as ev
+        from interlock.core.rfc3339 import parse_time
+
+        since = parse_time(str(pause.get("at", "")))
+        records, _ = await runs.log.read(run_id)
+        resumed = (r for r in records if isinstance(r, ev.RunResumed))
+        return not any(parse_time(r.time) >= since for r in resumed)
+
     def paused_first(self, definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
         """What a run's next decision records first when its workflow is paused with its
         runs (``pause workflow --runs``, as the watch has it) and the run is in flight and
@@ -182,6 +204,18 @@ class Pauses:
             return []
         reason = str(pause.get("reason") or "paused with its workflow")
         return pause_run(state, reason=reason, now=now, workflow=True)
+
+    def admitted(
+        self, definition: Definition, state: RunState, now: str, *, holding: bool
+    ) -> list[ev.AnyRecord]:
+        """A queued run's ``run.admitted`` (:func:`interlock.core.limits.admitted`), or,
+        ``holding`` (see :meth:`holding`), ``run.paused`` instead for a run its workflow's
+        pause holds: a paused run is not admitted."""
+        from interlock.core.limits import admitted  # the engine: not for readers
+        from interlock.core.state import fold
+
+        first = self.paused_first(definition, state, now) if holding else []
+        return [*first, *admitted(definition, fold(first, state) if first else state, now)]
 
     def holds_capability(self, name: str) -> bool:
         """Whether the watch has seen the capability paused (no I/O)."""

@@ -451,6 +451,7 @@ class Orchestrator:
         heavy = heavy_value(incoming.data)
 
         pauses = self.flow.admission.pauses
+        holding = await pauses.holding(self.runs, run_id)  # (a workflow paused with its runs)
 
         def decision(definition: Definition, state: RunState) -> Decided:
             event = incoming
@@ -458,7 +459,7 @@ class Orchestrator:
                 Answers.check_awaited(answer, state)
                 event = check_output(self.registry, incoming, state)
             # A run of a workflow paused with its runs is paused first (pause --runs).
-            first = pauses.paused_first(definition, state, now)
+            first = pauses.paused_first(definition, state, now) if holding else []
             if first:
                 records, after = decided(definition, fold(first, state), event, now)
                 return Decided([*first, *records], after)

@@ -302,3 +302,42 @@ async def test_holders_paused_past_their_lease_or_killed_lose_and_double_nothing
             paused.kill()
             await c.stop()
             await c.nc.close()
+
+
+async def test_a_replica_added_then_one_stopped_mid_flow_lose_and_double_nothing(
+    nats_url: str, subjects: Subjects
+) -> None:
+    # Partitions move while signals, results-stream answers and timers flow: to a replica
+    # that joins (the others let some go), then from one that stops (it lets all go).
+    async with running_stack(nats_url, subjects, [OWNED], partitions=6, ack_wait=2) as stack:
+        assert stack.worker is not None
+        stack.worker.answer_timeout = 0
+        b = Orchestrator(await connect(nats_url), subjects, ack_wait=2)
+        await b.start()
+        c: Orchestrator | None = None
+        try:
+            await _settled({"a": stack.orchestrator, "b": b}, 6)
+            runs = [await stack.client.start("owned", {}) for _ in range(18)]
+            for run_id in runs:
+                await _in_state(stack, run_id, "wait")
+            c = Orchestrator(await connect(nats_url), subjects, ack_wait=2)
+            await c.start()
+            for run_id in runs[:9]:
+                await _signal(stack, run_id)
+            await _settled({"a": stack.orchestrator, "b": b, "c": c}, 6)
+            await b.stop()  # as interlock serve stops: its leases let go, then it exits
+            await b.nc.close()
+            for run_id in runs[9:]:
+                await _signal(stack, run_id)
+            for run_id in runs:
+                assert (await stack.wait(run_id)).status == "completed", run_id
+                counted = _kinds(await stack.records(run_id))
+                assert counted == {"answer": 1, "signal": 1, "timer": 1}, run_id
+            await _settled({"a": stack.orchestrator, "c": c}, 6)
+        finally:
+            if not b.nc.is_closed:
+                await b.stop()
+                await b.nc.close()
+            if c is not None:
+                await c.stop()
+                await c.nc.close()

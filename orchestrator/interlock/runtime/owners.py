@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from contextvars import ContextVar
 from typing import NamedTuple
 
@@ -72,7 +72,8 @@ HAND_TIMEOUT_S = 5.0
 """How long a replica waits for the holder's reply before it decides the message itself."""
 
 OUTCOME = "Interlock-Owner-Outcome"
-"""The reply's header: :data:`DONE`, :data:`DEFERRED` or :data:`FAILED`."""
+"""The reply's header: :data:`DONE`, :data:`DEFERRED`, :data:`FAILED`, or :data:`GONE`
+(the replica no longer takes them: the reader decides it)."""
 DETAIL = "Interlock-Owner-Detail"
 """The deferral's delay in seconds, or why it failed."""
 SUBJECT = "Interlock-Owner-Subject"
@@ -80,7 +81,7 @@ SUBJECT = "Interlock-Owner-Subject"
 ACK = "Interlock-Owner-Ack"
 """The JetStream reply subject of the message's delivery (its stream, sequence and
 deliveries: a dead letter about it is stored once, however often it comes)."""
-DONE, DEFERRED, FAILED = "done", "deferred", "failed"
+DONE, DEFERRED, FAILED, GONE = "done", "deferred", "failed", "gone"
 
 Handler = Callable[[Msg], Awaitable[object]]
 DeadLetter = Callable[[Msg, str, str], Awaitable[None]]
@@ -165,6 +166,7 @@ class Handover:
             raise Deferred(delay)
         if outcome == FAILED:
             raise HandedFailed(f"partition {partition}'s holder: {detail}")
+        self._counters["handovers_unheld"] += 1  # gone: it lets the partition go
         return None
 
 
@@ -226,11 +228,19 @@ class OwnerDesk:
     def _take(self, msg: Msg) -> None:
         # Only orchestrators may publish here, and they reply on their inboxes: a reply
         # subject of any other kind is not theirs, and is neither decided nor answered.
-        if not self._open or not msg.reply or not is_inbox(msg.reply):
+        if not msg.reply or not is_inbox(msg.reply):
+            return
+        if not self._open:
+            # Stopping (or letting the partition go): the reader decides it at once
+            # rather than after its timeout.
+            self._spawn(self._reply(msg, GONE, ""))
             return
         # The readers that hand messages over bound how many come at once (each holds at
         # most its consumers' batches in hand).
-        task = asyncio.get_running_loop().create_task(self._decide(msg))
+        self._spawn(self._decide(msg))
+
+    def _spawn(self, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._working.add(task)
         task.add_done_callback(self._working.discard)
 
@@ -262,6 +272,9 @@ class OwnerDesk:
         # The reader retries it, as it would its own failure.
         except Exception as exc:  # noqa: BLE001
             outcome, detail = FAILED, str(exc)[:500]
+        await self._reply(msg, outcome, detail)
+
+    async def _reply(self, msg: Msg, outcome: str, detail: str) -> None:
         reply = {OUTCOME: outcome, DETAIL: detail}
         nc = self._nc
         try:

@@ -154,12 +154,17 @@ async def test_a_run_queued_for_a_slot_shows_its_place_in_line(console: Console)
     row = await slots.locator("tbody tr").inner_text()
     assert "one-at-a-time" in row
     assert "waits, next in line" in row
+    # Its timeline says what it waits for; its header shows only what is there.
+    waits = page.get_by_text("queued: waits for a slot of default/one-at-a-time#1 for key all")
+    await waits.wait_for()
+    assert "null" not in await page.locator(".title-row").inner_text()
     assert await page.evaluate(UNLABELLED) == []
     await page.goto(f"{console.url}#/runs/{first}")
     await page.get_by_role("heading", name=f"Run {first}").wait_for()
     slots = page.get_by_role("table", name="Concurrency slots")
     await slots.locator("tbody tr", has_text="holds one").wait_for()
     assert await page.locator("#queued").count() == 0
+    await page.get_by_text("admitted: holds a slot of default/one-at-a-time#1").wait_for()
     assert page.errors == []
 
 

@@ -98,7 +98,8 @@ export async function runPage(root, runId, _params, current) {
     header.replaceChildren(
       h("h1", {}, "Run ", h("span", { class: "mono" }, known.run_id || runId)),
       desc ? status(desc.status) : h("span", { class: "muted", id: "run-reading" }, "reading its log…"),
-      pausedBadge(desc?.paused),
+      // (replaceChildren writes a null as the text "null")
+      ...[pausedBadge(desc?.paused)].filter(Boolean),
     );
     const wf = known.namespace === "default" ? known.workflow : `${known.namespace}/${known.workflow}`;
     const items = [

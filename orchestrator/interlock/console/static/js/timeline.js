@@ -9,6 +9,21 @@ export function short(type) {
 
 const code = (text) => h("code", {}, text);
 
+// What a queued run waits for, one slot of its run.queued.
+function slotText(s) {
+  return s.limit.endsWith("@paused")
+    ? ["until ", code(s.limit.slice(0, -"@paused".length)), " is resumed"]
+    : ["a slot of ", code(s.limit), s.key ? [" for key ", code(s.key)] : null];
+}
+
+// What a held request waits for (its action.queued).
+function heldFor(d) {
+  if (d.limit.endsWith("@paused")) return ["waits until capability ", code(d.limit.slice(4, -"@paused".length)), " is resumed"];
+  return [d.limit.endsWith(":rate") ? "waits for a token of " : "waits for a slot of ", code(d.limit), d.key ? [" for key ", code(d.key)] : null];
+}
+
+const joined = (parts) => parts.flatMap((p, i) => (i ? [", ", p] : [p]));
+
 // What is known while reading the log front to back (durations need the request times).
 export class Reading {
   constructor() {
@@ -116,6 +131,24 @@ export class Reading {
         return ["forked from ", h("a", { href: `#/runs/${encodeURIComponent(d.origin_run_id)}` }, d.origin_run_id), ` at #${d.origin_seq}`];
       case "run.migrated":
         return [`migrated v${d.from_version} → v${d.version}`];
+      case "run.queued":
+        return d.rate
+          ? ["queued until ", timeCell(d.rate.until), " by the rate of ", code(d.rate.trigger), d.rate.key ? [" for key ", code(d.rate.key)] : null]
+          : ["queued: waits for ", joined((d.slots || []).map(slotText))];
+      case "run.admitted":
+        return ["admitted", (d.limits || []).length ? [": holds a slot of ", joined(d.limits.map(code))] : null];
+      case "action.queued":
+        return [`action ${d.action_id} `, heldFor(d), d.place ? ` (place ${d.place})` : null];
+      case "action.admitted":
+        return [`action ${d.action_id} admitted${d.at_once ? " at once" : ""}, dispatched`, d.deadline ? [" deadline ", timeCell(d.deadline)] : null];
+      case "run.paused":
+        return [h("span", { class: "status status-paused" }, "paused"), d.workflow ? " with its workflow" : null, d.reason ? `: ${d.reason}` : null];
+      case "event.held": {
+        const e = d.event || {};
+        return ["held ", code(e.type || "?"), " for when it is resumed", json(e.data, "data")];
+      }
+      case "run.resumed":
+        return [`resumed: ${d.held ?? 0} held event(s) decided on`];
       default:
         return [json(d, "data")];
     }

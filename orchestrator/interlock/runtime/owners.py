@@ -56,6 +56,7 @@ from interlock.runtime.fairness import Deferred
 from interlock.runtime.handling import FINAL, final_reason
 from interlock.runtime.retention import is_retention_timer
 from interlock.runtime.timers import fired_message, read_fired
+from interlock.transport.jetstream import delivered_elsewhere
 from interlock.transport.natsclient import NatsClient, direct_subscriber
 from interlock.transport.partitions import Placement
 from interlock.transport.subjects import Subjects, is_inbox
@@ -252,10 +253,7 @@ class OwnerDesk:
         ack = headers.pop(ACK, "")
         if handler is None or not subject:
             return
-        inner = Msg(_client=self._nc, subject=subject, data=msg.data, headers=headers or None)
-        if ack:
-            with contextlib.suppress(Exception):
-                inner._metadata = Msg.Metadata._from_reply(ack)
+        inner = delivered_elsewhere(self._nc, subject, msg.data, headers or None, ack)
         outcome, detail = DONE, ""
         try:
             said = await handler(inner)

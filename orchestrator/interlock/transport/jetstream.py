@@ -12,6 +12,7 @@ own: a bucket opened through this context writes through the faster ``publish`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -58,6 +59,20 @@ def api_prefix(js: JetStreamContext) -> str:
 def api_timeout(js: JetStreamContext) -> float:
     """The seconds a context waits for the answer to one of its API requests."""
     return float(js._timeout)
+
+
+def delivered_elsewhere(
+    nc: Client, subject: str, data: bytes, headers: dict[str, str] | None, ack: str
+) -> Msg:
+    """A JetStream delivery rebuilt on another connection: its stream, sequence and
+    deliveries read from ``ack`` (the delivery's reply subject; none if it is not one),
+    but no reply of its own, so whoever takes it cannot settle the delivery (nats-py
+    has no public way to give a message metadata without its reply)."""
+    msg = Msg(_client=nc, subject=subject, data=data, headers=headers)
+    if ack:
+        with contextlib.suppress(Exception):
+            msg._metadata = Msg.Metadata._from_reply(ack)
+    return msg
 
 
 class JetStream(JetStreamContext):

@@ -48,6 +48,7 @@ from interlock.runtime.slotlines import (
     Lines,
     SlotEntry,
     Waiter,
+    Written,
     decode_entry,
     entry_key,
     order,
@@ -96,6 +97,7 @@ class Slots:
         starts from them instead of reading (a stale one makes the write fail, and the
         change is done again from fresh reads; a change that writes nothing is checked
         against fresh reads before it is believed)."""
+        self._written = Written()
         self._pending: dict[str, list[tuple[Change, asyncio.Future[Any]]]] = {}
         """Per entry being written by this process, the changes asked meanwhile: one entry
         is changed by one write at a time here (a busy line read and written by many runs'
@@ -194,10 +196,13 @@ class Slots:
                 return found
 
             value, revision = await read(token)
-            entry = decode_entry(bucket, token, value, revision) or SlotEntry(
-                limit=claim.limit, key=claim.key, size=claim.size
+            entry, before = self._written.take(token, value)
+            entry = (
+                entry
+                or decode_entry(bucket, token, value, revision)
+                or SlotEntry(limit=claim.limit, key=claim.key, size=claim.size)
             )
-            lines = Lines(kv, bucket, token, entry, revision, read)
+            lines = Lines(kv, bucket, token, entry, revision, read, before)
             if entry.waiting:
                 await lines.upgrade()
             results = [await change(lines) for change, _ in batch]
@@ -214,6 +219,7 @@ class Slots:
                 for key in [token, *(k for k, _, _ in writes)]:
                     known.pop(key, None)
                 raise
+            self._written.keep(token, writes, entry)
             return results
         raise RuntimeError(f"slots of {claim.limit} ({claim.key!r}): too many conflicting writes")
 
@@ -351,8 +357,7 @@ class Admission:
         self._runs = runs
         self._clock = clock
         self._sweep: asyncio.Task[None] | None = None
-        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
-        """Kept going from :meth:`start` to :meth:`stop` (the sweep of :mod:`atonce`)."""
+        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []  # atonce's sweep
         self._background: list[asyncio.Task[None]] = []
         self.capability_resumed: Callable[[str], Awaitable[None]] | None = None
         """Told the name of a capability resumed (its requests' lines are not runs')."""
@@ -366,9 +371,8 @@ class Admission:
 
     async def stop(self) -> None:
         await self.pauses.stop()
-        for task in [self._sweep, *self._background]:
-            if task is not None:
-                await cancel_and_wait(task)
+        for task in filter(None, [self._sweep, *self._background]):
+            await cancel_and_wait(task)
 
     async def _resumed_meanwhile(self) -> None:
         try:

@@ -20,10 +20,12 @@ agent is told by the cancel notice: deleting it again finds nothing, which is fi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from nats.js.errors import NotFoundError
@@ -49,6 +51,10 @@ class TaskQueue:
         """Action id -> its attempts' sequences."""
         self.scans = 0
         """Queues scanned for requests whose sequence was not known here."""
+        self._next: dict[str, _Scan] = {}
+        """Capability -> the scan its next lookups join (not started yet)."""
+        self._scanning: dict[str, asyncio.Lock] = {}
+        """Capability -> held while its queue is scanned."""
 
     def dispatched(self, action_id: str, attempt: int, seq: int) -> None:
         """The request of this attempt is at ``seq`` in the task requests' stream."""
@@ -108,25 +114,52 @@ class TaskQueue:
 
     async def _look_for(self, capability: str, actions: Mapping[str, int | None]) -> list[int]:
         """The sequences of the queued requests of ``actions`` (action id -> its attempt,
-        None: any attempt)."""
+        None: any attempt). The lookups of one capability that come while its queue is
+        being scanned wait and share the next scan: many cancels at once cost a scan or
+        two of the queue, not one each."""
+        scan = self._next.get(capability)
+        if scan is None:
+            scan = self._next[capability] = _Scan()
+            scan.task = asyncio.create_task(self._scan_in_turn(capability, scan))
+        for action_id, attempt in actions.items():
+            scan.wanted.setdefault(action_id, set()).add(attempt)
+        assert scan.task is not None
+        found = await asyncio.shield(scan.task)
+        return [
+            seq
+            for action_id, only in actions.items()
+            for attempt, seq in found.get(action_id, ())
+            if only is None or attempt == only
+        ]
+
+    async def _scan_in_turn(self, capability: str, scan: _Scan) -> dict[str, list[tuple[int, int]]]:
+        lock = self._scanning.setdefault(capability, asyncio.Lock())
+        async with lock:
+            if self._next.get(capability) is scan:
+                del self._next[capability]  # lookups from now on wait for the next scan
+            return await self._scan(capability, scan.wanted)
+
+    async def _scan(
+        self, capability: str, actions: Mapping[str, set[int | None]]
+    ) -> dict[str, list[tuple[int, int]]]:
+        """Action id -> (attempt, sequence) of each queued request of ``actions`` (with an
+        attempt wanted, or None: any)."""
         self.scans += 1
         subject = self._subjects.capability(capability)
         stream = self._subjects.tasks_stream
-        found: list[int] = []
+        found: dict[str, list[tuple[int, int]]] = {}
         last = 0
 
-        def wanted(headers: dict[str, str]) -> bool:
+        def note(seq: int, headers: Mapping[str, str]) -> None:
             action_id, _, attempt = headers.get(MSG_ID_HEADER, "").rpartition(".")
-            if not attempt.isdigit() or action_id not in actions:
-                return False
-            only = actions[action_id]
-            return only is None or int(attempt) == only
+            wanted = actions.get(action_id)
+            if wanted and attempt.isdigit() and (None in wanted or int(attempt) in wanted):
+                found.setdefault(action_id, []).append((int(attempt), seq))
 
         async for batch in scan_headers(connection(self._js), stream, subject):
             for seq, headers in batch:
                 last = seq
-                if wanted(headers):
-                    found.append(seq)
+                note(seq, headers)
         # What the leader stored after the last request the scan saw (a replica that
         # answered the direct gets may be behind it).
         while True:
@@ -135,5 +168,12 @@ class TaskQueue:
             except NotFoundError:
                 return found
             last = int(msg.seq or 0)
-            if wanted(dict(msg.headers or {})):
-                found.append(last)
+            note(last, msg.headers or {})
+
+
+@dataclass(slots=True)
+class _Scan:
+    """A scan of one capability's queue to come: what it looks for, and its task."""
+
+    wanted: dict[str, set[int | None]] = field(default_factory=dict)
+    task: asyncio.Task[dict[str, list[tuple[int, int]]]] | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import time
 from collections import OrderedDict
 from typing import Any, Final
@@ -39,6 +40,7 @@ from interlock.transport.subjects import Subjects
 __all__ = [
     "MAP_KEY",
     "BadPartitionCount",
+    "DamagedPartitionMap",
     "Layout",
     "PartitionMap",
     "PartitionMapConflict",
@@ -50,6 +52,8 @@ __all__ = [
     "read_map",
     "write_map",
 ]
+
+log = logging.getLogger("interlock.partitions")
 
 MAP_KEY: Final = "map"
 MAX_PARTITIONS: Final = 256
@@ -169,8 +173,24 @@ def check_count(count: int) -> int:
     return count
 
 
-_decode_map = msgspec.json.Decoder(PartitionMap).decode
+class DamagedPartitionMap(InterlockError):
+    """The partition map's value is not what Interlock writes there."""
+
+
+_MAP_FIELDS: Final = frozenset(PartitionMap.__struct_fields__)
 _ONE = PartitionMap().layouts
+
+
+def _decode_map(data: bytes) -> PartitionMap:
+    """The map a value holds. Every field of the map has a default, so a JSON object of
+    other fields would decode as the map of one partition: a JetStream acknowledgement or
+    API answer written onto the key (a reply subject a user of the account named) is
+    refused instead, as anything naming none of the map's fields (``{}``, the map of one
+    partition, is what the map with every default encodes to)."""
+    found = msgspec.json.decode(data)
+    if not isinstance(found, dict) or (found and not _MAP_FIELDS & found.keys()):
+        raise msgspec.ValidationError("not a partition map (none of its fields)")
+    return msgspec.convert(found, PartitionMap)
 
 
 def _map_subject(subjects: Subjects) -> str:
@@ -194,10 +214,12 @@ async def read_map(nc: Client, subjects: Subjects) -> tuple[PartitionMap, int]:
         raise InterlockError(f"reading the partition map ({bucket}/{MAP_KEY}): status {status}")
     try:
         found = _decode_map(msg.data)
-    except msgspec.DecodeError as exc:
-        raise InterlockError(f"the partition map ({bucket}/{MAP_KEY}) is damaged: {exc}") from exc
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise DamagedPartitionMap(
+            f"the partition map ({bucket}/{MAP_KEY}) is damaged: {exc}"
+        ) from exc
     if not found.layouts:
-        raise InterlockError(f"the partition map ({bucket}/{MAP_KEY}) has no layout")
+        raise DamagedPartitionMap(f"the partition map ({bucket}/{MAP_KEY}) has no layout")
     return found, int(headers.get("Nats-Sequence", "0") or 0)
 
 
@@ -254,10 +276,32 @@ class Placement:
         """The map, read now (and kept)."""
         async with self._loading:
             asked = time.monotonic()
-            self.map, self.revision = await read_map(self._nc, self.subjects)
+            try:
+                found, revision = await read_map(self._nc, self.subjects)
+            except DamagedPartitionMap as exc:
+                if not self._loaded:
+                    raise
+                self._keep(str(exc))
+            else:
+                if revision or not self.revision:
+                    self.map, self.revision = found, revision
+                # Nothing of Interlock's removes the map once written.
+                else:
+                    self._keep("the partition map was removed")
             self._loaded = True
             self._read_from = max(self._read_from, asked)
         return self.map
+
+    def _keep(self, why: str) -> None:
+        """Go on with the map read last, which a damaged or removed value does not
+        replace (that would place and look for runs by one partition)."""
+        log.warning(
+            "%s; going on with the map read before (revision %d), to write back with a put "
+            "of this value to the key: %s",
+            why,
+            self.revision,
+            msgspec.json.encode(self.map).decode(),
+        )
 
     async def _read_since(self, since: float) -> None:
         """Until the map was read by a request sent after ``since`` (one read at a time,

@@ -66,15 +66,6 @@ async def _ready(proc: Proc, port: int) -> None:
     await until(ready, f"{proc.name} ready", within=30)
 
 
-# Known to fail about two runs in three on a 2-core machine, in two ways not yet mended:
-# after the NATS node's kill some runs stop progressing ("256 of 300 ... after none
-# completed for 30 s", their requests' queue entries not found), or a killed replica's
-# partitions are not all taken within 20 s. Kept running (a pass shows as XPASS) until the
-# ownership and relay paths are fixed; docs/operations.md#partitions says so.
-@pytest.mark.xfail(
-    reason="partition ownership and relaying after a node's kill -9 are not yet reliable",
-    strict=False,
-)
 async def test_partitions_spread_move_and_grow_while_nodes_and_replicas_die(
     cluster: Cluster, tmp_path: Path
 ) -> None:

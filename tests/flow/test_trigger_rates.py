@@ -173,7 +173,19 @@ async def test_events_over_the_rate_are_dropped_with_a_dead_letter(
         env=cli_env(nats_url, subjects.prefix),
     )
     assert listed.stdout.count("rate-limited") == 2, listed.stdout
-    assert "default/calls#trigger1 starts at most 1 runs per 60s" in listed.stdout
+    assert "default/calls#trigger1 starts at most 1 run per 60s" in listed.stdout
+    # interlock emit of one more says that it is dropped, where it said that no
+    # orchestrator had started its run.
+    said = await asyncio.to_thread(
+        run_cli, "emit", "com.example.call", "--source", "/api", "--id", "c-cli",
+        "--data", '{"customer": "acme"}', env=cli_env(nats_url, subjects.prefix),
+    )  # fmt: skip
+    assert said.returncode == 0, said.stderr
+    assert (
+        "dead-lettered (rate-limited) by default/calls: default/calls#trigger1 starts at most "
+        "1 run per 60s for key '': this event is over it and is dropped (on_limit: drop)"
+    ) in said.stdout, said.stdout
+    assert "not started" not in said.stdout
     # A minute on, the rate has room again.
     await stack.timers.advance(60)
     await stack.call("acme")

@@ -195,6 +195,10 @@ async def _foresee_start(
         out.refused.append(_refusal(definition, "invalid-inputs", detail))
     elif trigger.window is not None:
         out.gathered.append(f"{trigger.name}@{trigger.window.kind} {window_key}")
+    elif await _over_rate(ops, trigger, window_key):
+        from interlock.runtime.rates import dropped
+
+        out.refused.append(_refusal(definition, "rate-limited", dropped(trigger, window_key)))
     else:
         run_id = derive_run_id(definition, event.source, event.id)
         out.started.append(
@@ -206,6 +210,19 @@ async def _foresee_start(
                 existed=await ops.log.last_seq(run_id) > 0,
             )
         )
+
+
+async def _over_rate(ops: InterlockClient, trigger: TriggerDef, key: str) -> bool:
+    """Whether the trigger's rate drops the event now (``on_limit: drop``, its key's last
+    starts filling the window); False when it cannot tell (no right to read the rates)."""
+    from interlock.runtime.rates import Rates
+
+    if trigger.rate is None or trigger.rate.on_limit != "drop":
+        return False
+    try:
+        return await Rates(ops.nc, ops.subjects, clock=utc_now).over(trigger, key)
+    except Exception:  # noqa: BLE001 - a guess it cannot make: the run is listed
+        return False
 
 
 def _refusal(definition: Definition, reason: str, detail: str) -> EventRefusal:

@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.js.errors import APIError, KeyNotFoundError
 
 from interlock.core.rfc3339 import format_time, parse_time
+from interlock.core.step import seconds_text
 from interlock.core.windowing import RateEntry, decode_rate, encode, next_start, rate_token
 from interlock.runtime.keylocks import KeyLocks
 from interlock.runtime.triggermetrics import RATE
@@ -58,6 +59,17 @@ class Given:
 
     at: str | None = None
     dropped: bool = False
+
+
+def dropped(trigger: TriggerDef, key: str) -> str:
+    """Why an event over ``trigger``'s rate (``on_limit: drop``) starts no run."""
+    rate = trigger.rate
+    assert rate is not None
+    runs = "run" if rate.limit == 1 else "runs"
+    return (
+        f"{trigger.name} starts at most {rate.limit} {runs} per {seconds_text(rate.per_s)} for "
+        f"key {key!r}: this event is over it and is dropped (on_limit: drop)"
+    )
 
 
 class Rates:
@@ -116,6 +128,23 @@ class Rates:
                 self._observe(RATE, "now")
                 return Given()
         raise RuntimeError(f"rate of {trigger.name} ({key!r}): too many conflicting writes")
+
+    async def over(self, trigger: TriggerDef, key: str) -> bool:
+        """Whether one more event of ``trigger``'s ``key`` now would be over its rate (read
+        only: what :meth:`give` would do, as far as the entry now says)."""
+        rate = trigger.rate
+        assert rate is not None
+        kv = await self._bucket()
+        try:
+            found = await kv.get(rate_token(trigger.name, key))
+            entry = decode_rate(found.value) if found.value else None
+        except (KeyNotFoundError, msgspec.DecodeError):
+            entry = None
+        if entry is None:
+            return False
+        entry.limit, entry.per_s = rate.limit, rate.per_s
+        now = _ms(self._clock())
+        return next_start(entry, now) > now
 
     async def _write(self, token: str, entry: RateEntry, revision: int, now_ms: int) -> bool:
         """Write ``entry`` if the key is still at ``revision``; it lives until its last

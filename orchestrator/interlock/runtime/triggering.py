@@ -13,10 +13,9 @@ from nats.aio.msg import Msg
 from interlock.core import events as ev
 from interlock.core.bounds import max_event_bytes
 from interlock.core.engine import Incoming, derive_run_id
-from interlock.core.step import seconds_text
 from interlock.runtime.errors import InvalidInputs
 from interlock.runtime.pausing import Pauses
-from interlock.runtime.rates import Rates
+from interlock.runtime.rates import Rates, dropped
 from interlock.runtime.registry import Registry
 from interlock.runtime.routing import Start
 from interlock.runtime.runs import Opening, Runs
@@ -151,12 +150,7 @@ class TriggerStarts:
         assert rate is not None
         given = await self.rates.give(trigger, start.key)
         if given.dropped:
-            await self._dead_letter(
-                msg,
-                "rate-limited",
-                f"{trigger.name} starts at most {rate.limit} runs per {seconds_text(rate.per_s)}"
-                f" for key {start.key!r}: this event is over it and is dropped (on_limit: drop)",
-            )
+            await self._dead_letter(msg, "rate-limited", dropped(trigger, start.key))
             return None
         if given.at is None:
             return opening

@@ -341,3 +341,24 @@ async def test_a_replica_added_then_one_stopped_mid_flow_lose_and_double_nothing
             if c is not None:
                 await c.stop()
                 await c.nc.close()
+
+
+async def test_with_one_partition_two_replicas_hand_nothing_over(
+    nats_url: str, subjects: Subjects
+) -> None:
+    # One partition: no leases, no owner subscriptions, every replica decides what it reads.
+    async with running_stack(nats_url, subjects, [OWNED]) as stack:
+        assert stack.worker is not None
+        stack.worker.answer_timeout = 0
+        other = Orchestrator(await connect(nats_url), subjects)
+        await other.start()
+        try:
+            runs = [await stack.client.start("owned", {}) for _ in range(4)]
+            await _flow(stack, runs)
+            for o in (stack.orchestrator, other):
+                assert not o.relay.ownership.held
+                assert not o.owners.desk.serving
+                assert not any(k.startswith("handovers_") for k in o.counters)
+        finally:
+            await other.stop()
+            await other.nc.close()

@@ -216,11 +216,11 @@ async def delete_run(
         refs = await _audited_objects(js, subjects, run_id)
     for ref in refs:
         await objects.delete(ref)
-    await (await js.key_value(subjects.runs_bucket)).purge(run_id)
+    await (await js.key_value(subjects.runs_bucket)).delete(run_id)
     await js.purge_stream(
         f"KV_{subjects.runs_bucket}", subject=f"$KV.{subjects.runs_bucket}.L.*.*.*.{run_id}"
     )
-    await (await js.key_value(subjects.snapshots_bucket)).purge(run_id)
+    await (await js.key_value(subjects.snapshots_bucket)).delete(run_id)
     return Deleted(run_id, len(records), archived_to, None if status is None else str(status))
 
 

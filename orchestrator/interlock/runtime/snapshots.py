@@ -213,7 +213,7 @@ class Snapshots:
         await self._nc.request(
             self._key_subject(run_id),
             b"",
-            headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"},
+            headers={"KV-Operation": "DEL"},
             timeout=_TIMEOUT,
         )
 

@@ -97,12 +97,16 @@ def _bucket(
     *,
     history: int,
     ttl_s: float = 0.0,
-    rollups: bool = True,
+    rollups: bool = False,
     **settings: Any,
 ) -> dict[str, Any]:
-    """The layout NATS KV clients create and expect (nats-py create_key_value, ADR-8).
-    ``rollups``: whether a message may carry ``Nats-Rollup`` (a KV purge does; on a bucket
-    other parties write, a rollup on one's own key would wipe everyone's)."""
+    """The layout NATS KV clients create and expect (nats-py create_key_value, ADR-8),
+    without rollups: nothing of Interlock's purges a key by one (it deletes keys, which
+    leaves a marker as a purge does where one value is kept), and a message stored with
+    ``Nats-Rollup: all`` wipes every key of its bucket: on a bucket agents write, one on
+    an agent's own key; on any, a copy a user of the orchestrator's account has made the
+    server write there (a direct get of a message it stored with that header, the copy's
+    reply subject naming a key of the bucket). ``rollups``: allow them all the same."""
     ttl = int(ttl_s * _NS)
     window = min(ttl, int(DUPLICATE_WINDOW_S * _NS)) if ttl else int(DUPLICATE_WINDOW_S * _NS)
     return _stream(
@@ -195,9 +199,9 @@ def desired_configs(
         _stream(s.audit_stream, [s.audit_all], replicas, deny_delete=True, deny_purge=True),
         _bucket(s.workflows_bucket, replicas, history=64),
         _bucket(s.agents_bucket, replicas, history=16),
-        # Agents write their own heartbeats here: no rollups (one on an agent's own key
-        # would purge every other key), and nothing of Interlock's purges a heartbeat.
-        _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S, rollups=False),
+        # Agents write their own heartbeats here (no rollups, as on every bucket: one on
+        # an agent's own key would purge every other key).
+        _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),
         _bucket(s.runs_bucket, replicas, history=1),
         _bucket(s.snapshots_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),
@@ -210,13 +214,7 @@ def desired_configs(
         _bucket(s.partitions_bucket, replicas, history=1),
         # A secret is written once: a second value for a key is refused (by anyone, a
         # message reflected there included), and no rollup can purge one.
-        _bucket(
-            s.secrets_bucket,
-            replicas,
-            history=1,
-            rollups=False,
-            discard_new_per_subject=True,
-        ),
+        _bucket(s.secrets_bucket, replicas, history=1, discard_new_per_subject=True),
         _bucket(s.webhooks_bucket, replicas, history=16),
         _bucket(s.http_tokens_bucket, replicas, history=1),
         # A delivery is remembered for its webhook's replay window, at most this long.

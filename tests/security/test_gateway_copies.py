@@ -1,0 +1,60 @@
+"""What the gateway's own credential (as ``interlock creds issue gateway`` makes it) can
+have the server write where it may not: a direct get answers with the stored message,
+headers and all, on the reply subject the requester names, so a message the gateway
+stored with ``Nats-Rollup: all`` (an upload's meta: object buckets take rollups) and then
+asked for by a direct get with a bucket key as the reply subject reaches that bucket as a
+rollup. It wiped every key of the workflows bucket. No key-value bucket takes a rollup
+now: the copy is refused and every key stays."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from interlock.auth.roles import Role
+from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.runtime import eventually
+
+__all__ = ["secured", "secured_server"]  # fixtures
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def keys(secured: Secured, bucket: str) -> list[str]:
+    return sorted(await (await secured.operator.js.key_value(bucket)).keys())
+
+
+async def test_a_rollup_copied_onto_a_bucket_key_wipes_nothing(secured: Secured) -> None:
+    targets = [SUBJECTS.workflows_bucket, SUBJECTS.agents_bucket, SUBJECTS.runs_bucket]
+    run_id = await secured.operator.start("awaiting", {})
+
+    async def indexed() -> bool:
+        return run_id in await keys(secured, SUBJECTS.runs_bucket)
+
+    await eventually(indexed, what="the run in the run index")
+    before = {bucket: await keys(secured, bucket) for bucket in targets}
+    assert all(before.values()), before
+
+    creds = secured.issue(Role("gateway"), "copying-gateway")
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    uploads = SUBJECTS.uploads_bucket
+    stored = f"$O.{uploads}.M.rolling"
+    try:
+        ack = await nc.request(stored, b"{}", timeout=5, headers={"Nats-Rollup": "sub"})
+        assert b'"seq"' in ack.data, ack.data  # stored, the header with it
+        await nc.request(f"$O.{uploads}.M.all", b"{}", timeout=5, headers={"Nats-Rollup": "all"})
+        for bucket in targets:
+            await nc.publish(
+                f"$JS.API.DIRECT.GET.OBJ_{uploads}.$O.{uploads}.M.all",
+                b"",
+                reply=f"$KV.{bucket}.zz-copied",
+            )
+        await nc.flush()
+    finally:
+        await nc.close()
+    assert not refusals.errors  # nothing refused the gateway: the buckets are the fence
+    await asyncio.sleep(0.5)  # the copies are written (or refused) by the server
+    after = {bucket: await keys(secured, bucket) for bucket in targets}
+    assert after == before

@@ -130,6 +130,15 @@ async def test_an_operator_pauses_and_resumes_a_workflow_over_http(
                 "changed": True,
                 "runs": [],  # (its runs in flight go on: no "runs": true)
             }
+            # Paused already: the pause stays as it was (since when, why), nothing changed.
+            again = await http.post("/workflows/default/limited/pause", json={"reason": "x"})
+            assert again.json()["changed"] is False, again.text
+            said = await asyncio.to_thread(
+                run_cli, "pause", "workflow", "limited", env=cli_env(nats_url, subjects.prefix)
+            )
+            assert said.returncode == 0, said.stderr
+            assert "default/limited is paused already (since " in said.stdout
+            assert ": paused over HTTP)" in said.stdout
             assert (await http.post("/workflows/default/nope/pause")).status_code == 404
 
             async def seen() -> bool:

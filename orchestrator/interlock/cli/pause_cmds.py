@@ -79,13 +79,18 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
     from interlock.client.queues import pause_workflow
 
     try:
-        name, runs = await pause_workflow(client.ops, args.name, args.reason, runs=args.runs)
+        name, runs, already = await pause_workflow(
+            client.ops, args.name, args.reason, runs=args.runs
+        )
     except UnknownWorkflow as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
     if args.json:
-        print_json({"workflow": name, "paused": True, "runs": runs})
+        print_json({"workflow": name, "paused": True, "changed": already is None, "runs": runs})
         return EXIT_OK
-    print(f"paused {name}: its new runs wait until 'interlock resume workflow {name}'")
+    if already is not None:
+        print(f"{name} is paused already (since {already.get('at')}: {already.get('reason')})")
+    else:
+        print(f"paused {name}: its new runs wait until 'interlock resume workflow {name}'")
     if args.runs:
         print(f"paused {len(runs)} run(s) in flight with it")
     return EXIT_OK

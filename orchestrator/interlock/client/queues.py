@@ -4,6 +4,7 @@ run stands, and every limit and key's runs holding and waiting."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -151,21 +152,22 @@ async def limit_names(ops: InterlockClient, workflow: str) -> set[str]:
 
 async def pause_workflow(
     ops: InterlockClient, workflow: str, reason: str, *, runs: bool = False
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[str], dict[str, Any] | None]:
     """Pause a workflow (its new runs wait until it is resumed) and, with ``runs``, its
-    runs in flight (each paused with it); its ``namespace/name`` and the runs paused.
-    Raises UnknownWorkflow."""
+    runs in flight (each paused with it); its ``namespace/name``, the runs paused, and the
+    pause already in force (kept as it is; None: this call paused it). Raises
+    UnknownWorkflow."""
     stored = await _stored(ops, workflow)
     name = f"{stored.namespace}/{stored.name}"
     pauses = Pauses(ops.nc, ops.subjects)
-    await pauses.pause(stored.namespace, stored.name, utc_now(), reason, runs=runs)
+    already = await pauses.pause(stored.namespace, stored.name, utc_now(), reason, runs=runs)
     paused: list[str] = []
     if runs:
         for item in await ops.list_runs(workflow=name, status="running"):
             run_id = str(item.get("run_id", ""))
             if await ops.pause_run(run_id, reason, workflow=True):
                 paused.append(run_id)
-    return name, paused
+    return name, paused, already
 
 
 async def resume_workflow(ops: InterlockClient, workflow: str) -> tuple[str, bool, list[str]]:

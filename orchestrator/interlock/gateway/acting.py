@@ -213,8 +213,9 @@ async def pause_workflow(request: Request, gw: Gateway) -> Response:
     from interlock.client.queues import pause_workflow as pause
 
     req: PauseRequest = await _json_body(gw, request, PauseRequest)
-    name, runs = await pause(gw.api.ops, _name(request), req.reason, runs=req.runs)
-    return json_view(PauseResponse(workflow=name, paused=True, changed=True, runs=runs))
+    name, runs, already = await pause(gw.api.ops, _name(request), req.reason, runs=req.runs)
+    changed = already is None or bool(runs)  # (paused already: its runs paused now, if any)
+    return json_view(PauseResponse(workflow=name, paused=True, changed=changed, runs=runs))
 
 
 @operates("resume workflows")

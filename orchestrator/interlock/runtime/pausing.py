@@ -104,10 +104,23 @@ class Pauses:
 
     async def pause(
         self, namespace: str, name: str, at: str, reason: str, *, runs: bool = False
-    ) -> None:
+    ) -> dict[str, Any] | None:
+        """Pause a workflow; the pause already in force (kept: since when and why; asked
+        with ``runs`` where it had none, its runs are paused from now on too), or None when
+        this call paused it."""
         pause = {"workflow": f"{namespace}/{name}", "at": at, "reason": reason, "runs": runs}
-        body = json.dumps(pause)
-        await (await self._bucket()).put(pause_key(namespace, name), body.encode())
+        key = pause_key(namespace, name)
+        kv = await self._bucket()
+        try:
+            await kv.create(key, json.dumps(pause).encode())
+        except KeyWrongLastSequenceError:
+            found = await self._read(key)
+            if found is not None:
+                if runs and not found.get("runs"):
+                    await kv.put(key, json.dumps({**found, "runs": True}).encode())
+                return found
+            await kv.put(key, json.dumps(pause).encode())  # resumed meanwhile
+        return None
 
     async def every(self) -> dict[str, dict[str, Any]]:
         """Every paused workflow (``namespace/name``) with its pause, in one read."""

@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from test_cluster import (  # the three-node cluster and its helpers
     AGENT,
     CHAIN,
@@ -38,6 +40,7 @@ from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.ownership import owners
 from interlock.runtime.partitioning import partitions, set_partitions
+from interlock.runtime.taskqueue import TaskQueue
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.partitions import partition_of, read_map
 from interlock.transport.provision import provision
@@ -64,6 +67,24 @@ async def _ready(proc: Proc, port: int) -> None:
         return bool(status == 200)
 
     await until(ready, f"{proc.name} ready", within=30)
+
+
+async def _requests_taken_already_are_passed_over(js: JetStreamContext, subjects: Subjects) -> None:
+    """Taking timed-out or cancelled requests out of the task queue goes on past one an
+    agent took already: a replicated stream's leader refuses its delete otherwise than one
+    server does ("no message found" as a 500, "sequence N not found")."""
+    subject, stream = subjects.capability("nobody"), subjects.tasks_stream
+    gone, kept = [
+        (await js.publish(subject, b"{}", headers={"Nats-Msg-Id": f"{a}.1"})).seq
+        for a in ("gone", "kept")
+    ]
+    await js.delete_msg(stream, gone)
+    queue = TaskQueue(js, subjects)
+    queue.dispatched("gone", 1, gone)
+    queue.dispatched("kept", 1, kept)
+    assert await queue.remove("nobody", {"gone": 1, "kept": 1}, exact=True) == 1
+    with pytest.raises(NotFoundError):
+        await js.get_msg(stream, kept)
 
 
 async def test_partitions_spread_move_and_grow_while_nodes_and_replicas_die(
@@ -149,6 +170,7 @@ async def test_partitions_spread_move_and_grow_while_nodes_and_replicas_die(
         assert b'"success":true' in stepdown.data, stepdown.data
         records, _ = await client.log.read(run_ids[0], consistent=True)
         check_log(records)
+        await _requests_taken_already_are_passed_over(js, subjects)
         late = 0
         for run_id in run_ids:
             where = await client.log.where(run_id)

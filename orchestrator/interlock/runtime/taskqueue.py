@@ -21,14 +21,13 @@ agent is told by the cancel notice: deleting it again finds nothing, which is fi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from interlock.transport.directget import scan_headers
 from interlock.transport.jetstream import connection
@@ -39,6 +38,17 @@ log = logging.getLogger("interlock.taskqueue")
 
 KEPT = 65_536
 """Requests whose stream sequence is remembered."""
+_SEQUENCE_NOT_FOUND = 10043
+_DELETE_FAILED = 10057
+
+
+def _taken_already(exc: APIError) -> bool:
+    """Whether a delete of a request failed because it is gone from the queue already (an
+    agent took it). One server says 404; a replicated stream's leader says "sequence N not
+    found" (400) or, the delete failing in its store, "no message found" (500)."""
+    if isinstance(exc, NotFoundError) or exc.err_code == _SEQUENCE_NOT_FOUND:
+        return True
+    return exc.err_code == _DELETE_FAILED and "no message found" in (exc.description or "")
 
 
 class TaskQueue:
@@ -94,8 +104,11 @@ class TaskQueue:
                 seqs += await self._look_for(capability, unknown)
             removed = 0
             for seq in seqs:
-                with contextlib.suppress(NotFoundError):  # taken by an agent meanwhile
+                try:
                     removed += bool(await self._js.delete_msg(self._subjects.tasks_stream, seq))
+                except APIError as exc:
+                    if not _taken_already(exc):
+                        raise
         # Best effort: a request left queued is refused when an agent answers it.
         except Exception as exc:  # noqa: BLE001
             log.warning("could not take the requests of %s out of the queue: %s", requests, exc)

@@ -65,7 +65,7 @@ async def test_an_append_sent_at_once_is_checked_as_append_batch_checks(
     assert await nxt() > seq
     nowhere = append_soon(fast, f"{subjects.prefix}.nowhere", b"x", 0)
     assert nowhere is not None
-    with pytest.raises(JetStreamAPIError, match="no stream"):
+    with pytest.raises(JetStreamAPIError, match="none stores this subject, or its stream has no"):
         await nowhere()
 
 

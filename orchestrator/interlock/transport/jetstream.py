@@ -101,7 +101,8 @@ class JetStream(JetStreamContext):
         """Publish and wait for the server's answer (the raw reply message).
 
         Raises:
-            NoRespondersError: no stream stores ``subject``.
+            NoRespondersError: no stream stores ``subject``, or its stream has no
+                leader right now (an election).
             nats.errors.TimeoutError: no answer within ``ack_wait`` (default: the
                 context's timeout).
         """

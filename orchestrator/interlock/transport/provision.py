@@ -449,15 +449,20 @@ async def append_batch(
         try:
             reply = await jetstream(nc).request_ack(subject, data, headers=hdrs, ack_wait=ack_wait)
         except NoRespondersError as exc:
-            raise JetStreamAPIError(
-                f"append to {subject!r}", {"description": "no stream stores this subject"}
-            ) from exc
+            raise JetStreamAPIError(f"append to {subject!r}", {"description": _NO_STREAM}) from exc
         except NatsTimeoutError as exc:
             raise JetStreamAPIError(
                 f"append to {subject!r}", {"description": f"no acknowledgement in {ack_wait:g} s"}
             ) from exc
         return _appended(subject, reply, expected_last_subject_seq)
     raise AssertionError("unreachable")
+
+
+_NO_STREAM = (
+    "no stream answered: none stores this subject, or its stream has no leader yet "
+    "(an election after a node's loss)"
+)
+"""Why an append got no answer from JetStream at all (no responders)."""
 
 
 def _appended(subject: str, reply: Msg, expected: int | None) -> int:
@@ -489,9 +494,7 @@ def append_soon(
                 f"append to {subject!r}", {"description": "no acknowledgement in time"}
             ) from exc
         if reply.headers and reply.headers.get("Status") == "503" and not reply.data:
-            raise JetStreamAPIError(
-                f"append to {subject!r}", {"description": "no stream stores this subject"}
-            )
+            raise JetStreamAPIError(f"append to {subject!r}", {"description": _NO_STREAM})
         return _appended(subject, reply, expected_last_subject_seq)
 
     return appended

@@ -117,7 +117,13 @@ async def test_requests_over_the_limit_wait_and_go_out_in_order_across_workflows
         gates.gate(0).set()
         await eventually(lambda: started(4), what="the next acme request at work")
         assert gates.started[-1] == 4
-        for n in (1, 2, 3, 4, 100):
+        # One slot freed at a time: two freed together send out two requests whose tasks
+        # reach the worker in either order.
+        gates.gate(1).set()
+        await eventually(lambda: started(5), what="the oldest acme request at work")
+        gates.gate(4).set()
+        await eventually(lambda: started(6), what="the last acme request at work")
+        for n in (2, 3, 100):
             gates.gate(n).set()
         outcomes = [await stack.wait(r) for r in [*runs, urgent, beta]]
         assert {o.status for o in outcomes} == {"completed"}

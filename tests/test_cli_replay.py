@@ -167,3 +167,69 @@ def test_the_walkthrough_manifests_validate(version: int) -> None:
         str(ROOT / "examples" / "agents.yaml"),
     )
     assert done.returncode == 0, done.stderr
+
+
+LIMITED_AGENT = """\
+apiVersion: interlock.io/v1
+kind: AgentDef
+metadata: {name: llm-agent}
+spec:
+  capabilities:
+    - name: llm.complete
+      timeout_seconds: 30
+      concurrency: {limit: 2, key: input.account}
+"""
+
+ASKS = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: asks}
+spec:
+  inputs:
+    account: {type: string, required: true}
+  initial_state: work
+  states:
+    work:
+      actions:
+        - capability: llm.complete
+          input: {account: "{{ inputs.account }}"}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+
+def test_offline_a_run_its_capabilities_shaped_needs_their_agentdefs(tmp_path: Path) -> None:
+    """A run whose capability declares a timeout and a limit, explained and replayed from
+    its exported log with the workflow alone: the records the AgentDef shaped differ, and
+    the command says to give it (--agents); given, the log is reproduced."""
+    from interlock.core.capacity import admitted
+    from interlock.core.compiler import compile_sources
+    from interlock.core.definition import link
+    from support.core import Run
+
+    compiled = compile_sources([("agent.yaml", LIMITED_AGENT), ("asks.yaml", ASKS)])
+    (agent,) = compiled.agents
+    run = Run(link(compiled.workflows[0], agent.capabilities), run_id="r1")
+    run.start({"account": "acme"})
+    action = run.pending_id()
+    run._apply(admitted(run.definition, run.state, run.now(), action_id=action, attempt=1))
+    run.answer({"text": "ok"}, action_id=action)
+    exported = tmp_path / "r1.jsonl"
+    exported.write_bytes(b"".join(ev.encode(r) + b"\n" for r in run.log))
+    (tmp_path / "asks.yaml").write_text(ASKS)
+    (tmp_path / "agent.yaml").write_text(LIMITED_AGENT)
+    workflow, agents = str(tmp_path / "asks.yaml"), str(tmp_path / "agent.yaml")
+    note = "note: no AgentDef given (--agents FILE)"
+    alone = interlock("explain", "--file", str(exported), "--workflow", workflow)
+    assert "does not reproduce" in alone.stdout
+    assert note in alone.stderr
+    replayed = interlock("replay", "--file", str(exported), "--against", workflow)
+    assert replayed.returncode == 1
+    assert note in replayed.stderr
+    linked = interlock(
+        "explain", "--file", str(exported), "--workflow", workflow, "--agents", agents
+    )
+    assert "does not reproduce" not in linked.stdout
+    assert linked.stderr == ""
+    again = interlock("replay", "--file", str(exported), "--against", workflow, "--agents", agents)
+    assert again.returncode == 0, again.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.cli import connecting, read_cmds
-from interlock.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, print_json
+from interlock.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, err, print_json
 from interlock.cli.replay_inputs import (
     definition_against,
     end_text,
@@ -30,7 +30,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             raise CliError("with --file, give the manifest the run ran: --workflow FILE")
         records = read_log(args.file)
         definition = manifest(args.workflow, args.agents, fold(records).workflow)
-        return _explain(records, definition, args)
+        return _explain(records, definition, args, offline=True)
     if not args.run_id:
         raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
 
@@ -51,12 +51,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return connecting.with_client(body)(args)
 
 
-def _explain(records: list[ev.AnyRecord], definition: Definition, args: argparse.Namespace) -> int:
+def _explain(
+    records: list[ev.AnyRecord],
+    definition: Definition,
+    args: argparse.Namespace,
+    *,
+    offline: bool = False,
+) -> int:
     try:
         report = analysis.explain(records, definition, at=args.at)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    return _print_explain(report, args)
+    code = _print_explain(report, args)
+    if offline and not report["reproduces"]:
+        _no_agents_note(definition, args)
+    return code
+
+
+def _no_agents_note(definition: Definition, args: argparse.Namespace) -> None:
+    """Offline, a manifest given without its AgentDefs: the capabilities' own timeouts,
+    retries and limits are not known, so the records they shaped differ. Say so."""
+    if not args.agents and definition.capabilities():
+        err(
+            "note: no AgentDef given (--agents FILE): the timeouts, retries and limits the "
+            "run's capabilities declare are not known, and the records they shaped differ"
+        )
 
 
 def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
@@ -152,7 +171,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not Path(args.against).is_file():
             raise CliError("offline, --against takes a manifest file")
         definition = manifest(args.against, args.agents, fold(records).workflow)
-        return _report_replay(analysis.replay(records, definition, label=args.against), args)
+        report = analysis.replay(records, definition, label=args.against)
+        code = _report_replay(report, args)
+        if not report["agree"]:
+            _no_agents_note(definition, args)
+        return code
     if not args.run_id:
         raise CliError("give a RUN_ID or --file FILE", EXIT_USAGE)
     against_is_file = Path(args.against).is_file()

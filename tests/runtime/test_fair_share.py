@@ -11,6 +11,7 @@ from test_concurrency import GATE_AGENT, Gates, gate_worker
 from test_concurrency_replicas import NAP_AGENT, RACE_S, nap_worker, seconds
 
 from interlock.runtime import slotlines
+from interlock.runtime.client import new_run_id
 from interlock.runtime.service import Orchestrator
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
@@ -142,3 +143,35 @@ async def test_two_orchestrators_keep_the_lines_exact(nats_url: str, subjects: S
 
 async def _started(gates: Gates, count: int) -> bool:
     return len(gates.started) >= count
+
+
+async def test_a_key_whose_admission_is_held_up_does_not_hold_up_another_keys_runs(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """acme's run is given a slot but its admission cannot be recorded yet (its run is
+    busy, as a slow decision of it keeps it): beta's run, read after it, is admitted and
+    ends meanwhile; acme's goes on once its run is free."""
+    gates = Gates()
+    manifest = limited(capability="gate", limit=2).replace(
+        "key: inputs.customer", "key: '\"all\"'\n      fair: inputs.customer"
+    )
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client, slots = stack.client, stack.orchestrator.flow.admission.slots
+        gates.gate(1).set()
+        gates.gate(2).set()
+        acme = new_run_id()
+        async with stack.orchestrator.runs.locked(acme):
+            await client.start("limited", {"customer": "acme", "n": 1}, run_id=acme)
+
+            async def acme_holds() -> bool:
+                return any(e.holds(acme) for e in await slots.entries())
+
+            await eventually(acme_holds, what="acme's run given its slot")
+            beta = await client.start("limited", {"customer": "beta", "n": 2})
+            assert (await stack.wait(beta, 10)).status == "completed"
+            assert (await client.state(acme)).queued  # its admission not recorded yet
+        assert (await stack.wait(acme)).status == "completed"
+        assert gates.started == [2, 1]

@@ -201,3 +201,12 @@ def again(
         out += new
         state = fold(new, state)
     return out
+
+
+def freed_by(record: ev.AnyRecord) -> list[ev.FreedSlots]:
+    """The capability lines a record ends requests' places in."""
+    if isinstance(record, ev.RunCancelled):
+        return record.data.freed
+    if isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
+        return [] if record.data.freed is None else [record.data.freed]
+    return []

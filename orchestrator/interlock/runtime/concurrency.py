@@ -170,6 +170,7 @@ class Slots:
             for _, future in [*batch, *self._pending.pop(token)]:
                 if not future.done():
                     future.set_exception(RuntimeError("the change of the slots was stopped"))
+                    future.exception()  # its asker may be stopping too: not reported unread
         return await done
 
     async def _change_held(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -23,12 +24,14 @@ from nats.aio.msg import Msg
 
 from interlock.core import events as ev
 from interlock.core.analysis import acted_on
+from interlock.core.capacity import freed_by
 from interlock.core.engine import plus_seconds
 from interlock.core.rfc3339 import parse_time
 from interlock.runtime.atonce import admitted_later, at_once
 from interlock.runtime.dispatch import Dispatcher
 from interlock.runtime.flow import ControlFlow
 from interlock.runtime.handling import MessageHandling
+from interlock.runtime.inturn import Acting, Batch
 from interlock.runtime.layouts import Housekeeping
 from interlock.runtime.logstore import RunLog, check_message
 from interlock.runtime.observe import Observers
@@ -181,6 +184,7 @@ class Relay:
         stream = s.runs_stream_of(partition)
         # Partition 0's consumer keeps the filter of the one stream before partitions.
         subject = s.runs_all if partition == 0 else s.runs_of(partition)
+        acting = Acting()  # several batches at once, each run's records in turn
         try:
             reader = await self.handling.reader(stream, subject, "relay", 512, 20_000)
             async with contextlib.aclosing(reader.batches(self.handling.stopping)) as batches:
@@ -190,15 +194,19 @@ class Relay:
                         for msg in msgs:
                             run_id = s.run_id_of(msg.subject)
                             self.run_log.placement.seen(run_id, partition)
-                    await self._relay_batch(msgs, stream)
+                    runs = (s.run_id_of(msg.subject) for msg in msgs)
+                    await acting.act(runs, functools.partial(self._relay_batch, msgs, stream))
         except asyncio.CancelledError:
             raise
         # Started again at the next look at the map.
         except Exception as exc:  # noqa: BLE001
             log.warning("relay of %s stopped, starting again: %s", stream, exc)
+        finally:
+            await acting.stop()
 
-    async def _relay_batch(self, msgs: list[Msg], stream: str) -> None:
-        """Act on one batch of run-log messages: effects per run, then ack and report."""
+    async def _relay_batch(self, msgs: list[Msg], stream: str, turn: Batch) -> None:
+        """Act on one batch of run-log messages: effects per run, then ack and report.
+        ``turn``: the runs whose records an earlier batch still acts on (waited for)."""
         by_run: dict[str, list[ev.AnyRecord]] = {}
         msgs_of: dict[str, list[Msg]] = {}
         # Runs whose requests are checked against their log (redelivered, or old), and
@@ -246,7 +254,7 @@ class Relay:
                 again.add(run_id)
                 self.observers.redelivered("relay")
         runs = list(by_run)
-        outcomes = await self._runs_effects(runs, by_run, msgs, again=again, dated=dated)
+        outcomes = await self._runs_effects(runs, by_run, msgs, turn, again=again, dated=dated)
         for run_id, outcome in zip(runs, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 log.warning("relay: effects of run %s failed, will redo: %s", run_id, outcome)
@@ -277,6 +285,7 @@ class Relay:
         runs: list[str],
         by_run: dict[str, list[ev.AnyRecord]],
         msgs: list[Msg],
+        turn: Batch,
         *,
         again: set[str],
         dated: set[str],
@@ -284,8 +293,10 @@ class Relay:
         """The effects of each run's records (or why they failed), in the order of ``runs``."""
         # A run's effects are done in log order; different runs go in parallel. Most
         # need nothing awaited (their actions dispatched already): done here, no task.
+        # A run an earlier batch still acts on waits for it (not done here).
+        held = again | {r for r in runs if turn.waits(r)}
         first = [
-            self._effects_now(r, by_run[r], redelivered=r in again, dated=r in dated) for r in runs
+            self._effects_now(r, by_run[r], redelivered=r in held, dated=r in dated) for r in runs
         ]
         # Those whose requests' acknowledgements are on their way wait for them together.
         acks = {o for o in first if isinstance(o, asyncio.Future)}
@@ -301,7 +312,9 @@ class Relay:
             async with self.handling.working(msgs):
                 awaited = await asyncio.gather(
                     *(
-                        self._effects(r, by_run[r], redelivered=r in again, dated=r in dated)
+                        turn.in_turn(
+                            r, self._effects, r, by_run[r], redelivered=r in again, dated=r in dated
+                        )
                         for r in (runs[i] for i in later)
                     ),
                     return_exceptions=True,
@@ -420,7 +433,7 @@ class Relay:
                 if self.behind.defers(record, now):
                     deferred.append(record)  # scheduled at the flush, if still needed
                     continue
-            freed = _freed(record)
+            freed = freed_by(record)
             if freed:
                 await capacity.freed(record.subject, freed)
             effect = self.flow.effect(record)
@@ -478,17 +491,8 @@ def _key(record: ev.ActionRequested) -> tuple[str, int]:
     return record.data.action_id, record.data.attempt
 
 
-def _freed(record: ev.AnyRecord) -> list[ev.FreedSlots]:
-    """The capability lines a record ends requests' places in."""
-    if isinstance(record, ev.RunCancelled):
-        return record.data.freed
-    if isinstance(record, ev.ActionCompleted | ev.ActionFailed | ev.ActionCancelled):
-        return [] if record.data.freed is None else [record.data.freed]
-    return []
-
-
 def _for_capacity(record: ev.AnyRecord, holds: Callable[[ev.ActionRequested], bool]) -> bool:
     """Whether the record's effect is the capability limits' (none of it done at once)."""
     if isinstance(record, ev.ActionRequested):
         return not record.data.workflow and holds(record)
-    return isinstance(record, ev.ActionAdmitted) or bool(_freed(record))
+    return isinstance(record, ev.ActionAdmitted) or bool(freed_by(record))

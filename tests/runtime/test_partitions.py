@@ -172,11 +172,12 @@ async def _waiter(client: InterlockClient) -> tuple[object, int]:
 
 
 async def test_leases_spread_partitions_over_replicas_and_a_dead_ones_move(
-    nats_url: str, subjects: Subjects
+    nats_url: str, subjects: Subjects, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Three replicas' leases on six partitions, with a short TTL: each takes its share, none
     # twice; one that stops renewing (dead) loses its partitions to the others. (Two seconds:
     # a busy machine can hold a round up for one, and a lease must outlive that.)
+    caplog.set_level(logging.INFO, logger="interlock.orchestrator")
     client = InterlockClient(await connect(nats_url), subjects)
     await client.ensure_provisioned()
     nc = client.nc
@@ -200,6 +201,12 @@ async def test_leases_spread_partitions_over_replicas_and_a_dead_ones_move(
             await replica.round(6)
     assert not (set(a.held) & set(b.held))
     assert lost <= set(a.held) | set(b.held)
+    # Each move is logged with the share that made it.
+    taken = {r.getMessage() for r in caplog.records if "lease taken" in r.getMessage()}
+    for p in lost:
+        assert (
+            f"partition {p}: lease taken (a fair share of 3 of 6 with 2 live replicas)" in taken
+        ), taken
     # A replica whose lease was taken while it was away lets it go at its next renewal.
     await c.round(6)
     assert not (set(c.held) & (set(a.held) | set(b.held)))

@@ -92,8 +92,11 @@ class Ownership:
         for p in [p for p in self.held if p >= partitions]:
             await self._release(p)
         replicas, owners = await self._read()
-        fair = math.ceil(partitions / max(1, len(replicas | {self.me})))
+        live = len(replicas | {self.me})
+        fair = math.ceil(partitions / live)
+        share = f"a fair share of {fair} of {partitions} with {live} live replicas"
         for p in sorted(self.held, reverse=True)[: max(0, len(self.held) - fair)]:
+            log.info("partition %d: letting the lease go (%s)", p, share)
             await self._release(p)
         # Free partitions, starting from one of this replica's own (replicas starting
         # together then try different ones first).
@@ -110,6 +113,7 @@ class Ownership:
                 f"owner.{p}", Lease(self.me, utc_now()), found[0] if found else 0
             )
             if taken is not None:
+                log.info("partition %d: lease taken (%s)", p, share)
                 self.held[p] = taken
                 self.moves += 1
         self.short = len(self.held) < fair

@@ -111,6 +111,7 @@ class Relay:
         placement = self.run_log.placement
         relaying: dict[int, asyncio.Task[None]] = {}
         routed = False
+        log.info("replica name (the owner of its partition leases): %s", self.ownership.me)
         try:
             while not stopping.is_set():
                 with contextlib.suppress(Exception):  # the map read again next time

@@ -27,9 +27,19 @@ from nats.js.errors import KeyNotFoundError
 from interlock.runtime.foreign import foreign_value
 
 SEGMENT = 200
+"""The most waiters one segment holds (some 14 kB)."""
 STRIDE = 720_720
 """What a line of weight 1 advances per slot it is given (divisible by 1 to 16)."""
-"""The most waiters one segment holds (some 14 kB)."""
+MAX_LINES = 256
+"""The most fairness keys with a line of their own in one limit and key. Fairness keys
+are read from what starts a run (an event's data: whatever its publisher wrote), and the
+entry outlines every line, up to some 2 kB each: without a bound, some 3,000 runs of
+distinct keys made the entry larger than the server takes, and no change of it (another
+key's run joining, a holder's end freeing its slot) could be written again. The runs of
+keys beyond these wait in one line of their own, :data:`OTHERS`."""
+OTHERS = "(other keys)"
+"""The fairness key of the line the runs of keys past :data:`MAX_LINES` share (each
+keeps its own key; a real key of this text shares the line, which changes nothing)."""
 
 
 class Waiter(msgspec.Struct, array_like=True, frozen=True):
@@ -216,6 +226,11 @@ class Lines:
     def line(self, fair: str) -> Line | None:
         return next((line for line in self.entry.lines if line.fair == fair), None)
 
+    def _lines_of(self, fair: str) -> list[Line]:
+        """The lines a run of ``fair`` may wait in: its key's own, then the others'."""
+        own, others = self.line(fair), self.line(OTHERS)
+        return [line for line in (own, others if others is not own else None) if line]
+
     async def segment(self, fair: str, segment: Segment) -> list[Waiter]:
         """A segment's waiters (read once, then as changed here)."""
         key = segment_key(self.token, fair, segment.id)
@@ -234,31 +249,27 @@ class Lines:
     async def find(self, waiter: Waiter) -> int | None:
         """The waiter's place in its line (1: next), found where its order puts it; None
         when it is not there."""
-        line = self.line(waiter.fair)
-        if line is None:
-            return None
-        before = 0
-        for segment in line.segments:
-            if segment.last >= order(waiter):
-                found = await self.segment(line.fair, segment)
-                for i, other in enumerate(found):
-                    if other.run_id == waiter.run_id:
-                        return before + i + 1
-                return None
-            before += segment.count
+        for line in self._lines_of(waiter.fair):
+            before = 0
+            for segment in line.segments:
+                if segment.last >= order(waiter):
+                    found = await self.segment(line.fair, segment)
+                    for i, other in enumerate(found):
+                        if other.run_id == waiter.run_id:
+                            return before + i + 1
+                    break
+                before += segment.count
         return None
 
     async def place(self, run_id: str, fair: str) -> int | None:
         """The run's place in the line of ``fair`` (1: next), looked for in each segment."""
-        line = self.line(fair)
-        if line is None:
-            return None
-        before = 0
-        for segment in line.segments:
-            for i, other in enumerate(await self.segment(fair, segment)):
-                if other.run_id == run_id:
-                    return before + i + 1
-            before += segment.count
+        for line in self._lines_of(fair):
+            before = 0
+            for segment in line.segments:
+                for i, other in enumerate(await self.segment(line.fair, segment)):
+                    if other.run_id == run_id:
+                        return before + i + 1
+                before += segment.count
         return None
 
     # -- changing --------------------------------------------------------------------
@@ -279,14 +290,20 @@ class Lines:
     async def insert(self, waiter: Waiter) -> int:
         """Put the waiter in its line, in order; its place there."""
         line = self.line(waiter.fair)
+        if line is None and len(self.entry.lines) >= MAX_LINES:
+            line = self.line(OTHERS)
         if line is None:
             # A line that starts (again) is as far on as the furthest behind: it is owed
             # nothing for the time it had nobody waiting.
             behind = min((other.passed for other in self.entry.lines), default=0)
-            line = Line(fair=waiter.fair, weight=waiter.weight, segments=[], passed=behind)
+            fair = waiter.fair if len(self.entry.lines) < MAX_LINES else OTHERS
+            line = Line(fair=fair, weight=waiter.weight, segments=[], passed=behind)
             self.entry.lines.append(line)
             self.entry.lines.sort(key=lambda found: found.fair)
-        line.weight = waiter.weight
+        if line.fair == waiter.fair:
+            line.weight = waiter.weight
+        else:
+            line.weight = 1  # the others' line: no one key's weight
         at = next((s for s in line.segments if s.last >= order(waiter)), None)
         at = at or (line.segments[-1] if line.segments else None)
         if at is None or (at.count >= SEGMENT and at.last < order(waiter)):
@@ -320,14 +337,12 @@ class Lines:
 
     async def remove(self, run_id: str, fair: str) -> bool:
         """Take the run out of the line of ``fair``; whether it was there."""
-        line = self.line(fair)
-        if line is None:
-            return False
-        for segment in list(line.segments):
-            waiters = await self.segment(fair, segment)
-            if any(w.run_id == run_id for w in waiters):
-                self._store(line, segment, [w for w in waiters if w.run_id != run_id])
-                return True
+        for line in self._lines_of(fair):
+            for segment in list(line.segments):
+                waiters = await self.segment(line.fair, segment)
+                if any(w.run_id == run_id for w in waiters):
+                    self._store(line, segment, [w for w in waiters if w.run_id != run_id])
+                    return True
         return False
 
     async def take_all(self) -> list[Waiter]:

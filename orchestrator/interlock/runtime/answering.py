@@ -30,7 +30,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -43,6 +43,7 @@ from interlock.runtime.answers import (
     AnswerRefused,
     Answers,
     late_reason,
+    recorded,
 )
 from interlock.runtime.flow import to_incoming
 from interlock.runtime.logstore import RunLog
@@ -51,6 +52,7 @@ from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
 from interlock.transport.natsclient import NatsClient, direct_subscriber
+from interlock.transport.partitions import Placement
 from interlock.transport.subjects import Subjects, is_inbox
 
 log = logging.getLogger("interlock.answering")
@@ -68,8 +70,35 @@ AnswerReply = tuple[str, str | None]
 REPLY_REFUSED = "reply-refused"
 """The dead-letter reason of a request whose reply subject is not the requester's inbox."""
 
+DUPLICATE = "duplicate"
+"""An answer decided already (the log holds it): replied to as recorded, never a dead letter."""
 Refuse = Callable[[Msg, str, str], Awaitable[None]]
 """Dead-letters a message with a reason and a detail."""
+
+
+class AnswerRouting:
+    """Which runs' answer requests this replica takes, with more than one partition: those
+    of the runs in the partitions it holds (``held``), each located exactly. A run not seen
+    here yet under a map of several layouts may be in any of its live layouts' partitions,
+    held by different replicas: it is located by a read of the streams first (remembered),
+    so that one replica only, the holder of the partition it is in, takes the request."""
+
+    def __init__(self, placement: Placement, held: Callable[[], Collection[int]]) -> None:
+        self._placement, self._held = placement, held
+
+    def mine(self, run_id: str) -> bool | None:
+        """Whether ``run_id`` is in a partition held here, as known without a read (None:
+        not seen yet, and one of the partitions it may be in is held here)."""
+        placement, held = self._placement, self._held()
+        if len(placement.map.layouts) == 1 or placement.located(run_id):
+            return placement.known(run_id) in held
+        if any(p in held for p in placement.map.live_candidates(run_id)):
+            return None
+        return False
+
+    async def locate(self, run_id: str) -> bool:
+        """Whether ``run_id`` is in a partition held here, read where it is."""
+        return await self._placement.locate(run_id) in self._held()
 
 
 class AnswerDesk:
@@ -90,11 +119,11 @@ class AnswerDesk:
         self._handle = handle
         self._refuse = refuse
         self._free = limit
-        self._backlog: collections.deque[Msg] = collections.deque()
+        self._backlog: collections.deque[tuple[Msg, bool]] = collections.deque()
         self._sub: Subscription | None = None
         self._open = False
         self._working: set[asyncio.Task[None]] = set()
-        self._mine: Callable[[str], bool] | None = None
+        self._routing: AnswerRouting | None = None
 
     async def start(self) -> None:
         self._open = True
@@ -104,19 +133,19 @@ class AnswerDesk:
         subject = self._subjects.answers_all
         # One of the replicas in the queue group takes each request; with partitions every
         # replica hears every request and takes those of the runs it relays.
-        queue = QUEUE if self._mine is None else ""
+        queue = QUEUE if self._routing is None else ""
         direct = direct_subscriber(self._nc)
         if direct is not None:
             self._sub = await direct(subject, self._take, queue=queue)
         else:
             self._sub = await self._nc.subscribe(subject, queue=queue, cb=self._on_request)
 
-    async def route(self, mine: Callable[[str], bool] | None) -> None:
-        """Take the requests of the runs ``mine`` says (by run id) from now on, or (None)
-        one request in turn with the other replicas, as with one partition. A request
-        that comes while the subscription changes gets no reply: its agent sends the
-        answer to the results stream."""
-        self._mine = mine
+    async def route(self, routing: AnswerRouting | None) -> None:
+        """Take the requests of the runs ``routing`` says from now on, or (None) one
+        request in turn with the other replicas, as with one partition. A request that
+        comes while the subscription changes, or whose run cannot be located, gets no
+        reply: its agent sends the answer to the results stream after its timeout."""
+        self._routing = routing
         if self._sub is None:
             return
         old, self._sub = self._sub, None
@@ -146,29 +175,47 @@ class AnswerDesk:
         # the answers of other runs.
         if not self._open:
             return  # stopping: the agent sends it the other way
-        if self._mine is not None and not self._mine(msg.subject.rpartition(".")[2]):
-            return  # another replica's run
+        check = False
+        if self._routing is not None:
+            verdict = self._routing.mine(msg.subject.rpartition(".")[2])
+            if verdict is False:
+                return  # another replica's run
+            check = verdict is None  # located first
         if self._free > 0:
             self._free -= 1
-            self._begin(msg)
+            self._begin(msg, check)
         elif len(self._backlog) < BACKLOG:
-            self._backlog.append(msg)
+            self._backlog.append((msg, check))
         else:
             log.warning("answer on %s dropped: too many waiting", msg.subject)
 
-    def _begin(self, msg: Msg) -> None:
-        task = asyncio.get_running_loop().create_task(self._answer(msg))
+    def _begin(self, msg: Msg, check: bool) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer(msg, check))
         self._working.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._working.discard(task)
         if self._backlog and self._open:
-            self._begin(self._backlog.popleft())
+            self._begin(*self._backlog.popleft())
         else:
             self._free += 1
 
-    async def _answer(self, msg: Msg) -> None:
+    async def _here(self, msg: Msg) -> bool:
+        """Whether the run of ``msg`` is in a partition held here (read where it is)."""
+        if self._routing is None:
+            return True
+        run_id = msg.subject.rpartition(".")[2]
+        try:
+            return await self._routing.locate(run_id)
+        # Not taken: its holder takes it, or the agent sends it the other way.
+        except Exception as exc:  # noqa: BLE001
+            log.info("cannot locate run %s for its answer on %s: %s", run_id, msg.subject, exc)
+            return False
+
+    async def _answer(self, msg: Msg, check: bool = False) -> None:
+        if check and not await self._here(msg):
+            return  # another replica's run: its holder replies
         if msg.reply and not is_inbox(msg.reply):
             detail = (
                 f"the reply subject {msg.reply[:200]!r} is not an inbox of the requester: "
@@ -232,7 +279,11 @@ class AnswerTaking:
             key = self._answers.key_of(msg.subject, event, msg.headers)
             await self._deliver(key.run_id, to_incoming(event), answer=key)
         except (AnswerRefused, ObjectError) as exc:
-            late = await self._late(key, exc)
+            late = await self._late(key, exc, event.id)
+            if late == DUPLICATE:
+                log.debug("answer on %s taken already: %s", msg.subject, exc.detail)
+                self._counters["answers_duplicate"] += 1
+                return tasks.ANSWER_RECORDED, None
             if late is not None:
                 log.debug("late answer on %s dropped (%s): %s", msg.subject, late, exc.detail)
                 self._counters[f"answers_late:{late}"] += 1
@@ -244,11 +295,14 @@ class AnswerTaking:
         return tasks.ANSWER_RECORDED, None
 
     async def _late(
-        self, key: AnswerKey | None, refused: AnswerRefused | ObjectError
+        self, key: AnswerKey | None, refused: AnswerRefused | ObjectError, event_id: str
     ) -> str | None:
         """Why the run stopped waiting for the attempt an authentic answer speaks for, when
-        it did so itself (None: a dead letter). Reads the run's log: refusals are rare."""
+        it did so itself, or :data:`DUPLICATE` when this very answer is in the log (None: a
+        dead letter). Reads the run's log: refusals are rare."""
         if key is None or refused.reason not in LATE_REFUSALS:
             return None
         records, _ = await self._log.read(key.run_id)
+        if recorded(records, key, event_id):
+            return DUPLICATE
         return late_reason(records, key)

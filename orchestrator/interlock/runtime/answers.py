@@ -90,6 +90,19 @@ def late_reason(records: Sequence[ev.AnyRecord], key: AnswerKey) -> str | None:
     return reason if requested else None
 
 
+def recorded(records: Sequence[ev.AnyRecord], key: AnswerKey, event_id: str) -> bool:
+    """Whether the answer ``event_id`` to the attempt ``key`` names is in the log already:
+    the same answer decided twice (taken by two replicas, or sent again), not a dead
+    letter."""
+    return any(
+        r.data.event_id == event_id
+        and r.data.action_id == key.action_id
+        and (isinstance(r, ev.ActionCompleted) or r.data.attempt == key.attempt)
+        for r in records
+        if isinstance(r, ev.ActionCompleted | ev.ActionFailed)
+    )
+
+
 class AnswerRefused(InterlockError):
     """An answer the orchestrator does not append; dead-lettered with ``reason``."""
 

@@ -27,6 +27,7 @@ from interlock.core.analysis import acted_on
 from interlock.core.capacity import freed_by
 from interlock.core.engine import plus_seconds
 from interlock.core.rfc3339 import parse_time
+from interlock.runtime.answering import AnswerRouting
 from interlock.runtime.atonce import admitted_later, at_once
 from interlock.runtime.dispatch import Dispatcher
 from interlock.runtime.flow import ControlFlow
@@ -75,7 +76,7 @@ class Relay:
         index: RunIndex,
         observers: Observers,
         index_hold: float,
-        route_answers: Callable[[Callable[[str], bool] | None], Awaitable[None]] | None = None,
+        route_answers: Callable[[AnswerRouting | None], Awaitable[None]] | None = None,
     ) -> None:
         """``route_answers``: told, when the installation gets more than one partition
         (or goes back to one), which runs' answers this replica takes (None: any)."""
@@ -89,6 +90,7 @@ class Relay:
         self.hold: Callable[[Collection[int]], Awaitable[None]] | None = None
         """Told each round which partitions' handed-over messages to take (:mod:`owners`)."""
         self._tidy = Housekeeping()
+        self._routing = AnswerRouting(run_log.placement, lambda: self.ownership.held)
 
     def _write_behind(self, index: RunIndex, hold: float) -> WriteBehind:
         """The relay's write-behind of the run index (see :mod:`writebehind`)."""
@@ -121,7 +123,7 @@ class Relay:
                 self._housekeeping()
                 if self.route_answers is not None and partitioned != routed:
                     try:
-                        await self.route_answers(self._mine if partitioned else None)
+                        await self.route_answers(self._routing if partitioned else None)
                         routed = partitioned
                     # Tried again next round; meanwhile agents answer the other way.
                     except Exception as exc:  # noqa: BLE001
@@ -150,14 +152,6 @@ class Relay:
             if self.ownership.held:
                 with contextlib.suppress(Exception):
                     await self.ownership.release_all()
-
-    def _mine(self, run_id: str) -> bool:
-        """Whether this replica relays ``run_id``'s partition (as far as it knows; a run
-        not seen yet under a map of several layouts: any partition it may be in)."""
-        placement, held = self.run_log.placement, self.ownership.held
-        if len(placement.map.layouts) == 1 or placement.located(run_id):
-            return placement.known(run_id) in held
-        return any(p in held for p in placement.map.live_candidates(run_id))
 
     def _housekeeping(self) -> None:
         """Retire the partition layouts no run needs (:mod:`layouts`), now and then, in the

@@ -371,7 +371,7 @@ async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
         dup = " (a duplicate: dropped)" if done.duplicate else ""
         if done.unknown is not None:
             print(f"sent {done.type} id={done.id}{dup}")
-            print(f"what it starts is not known: {done.unknown}")
+            print(done.unknown)
             return
         print(f"emitted {done.type} id={done.id}{dup}")
         if done.run_id:

@@ -252,6 +252,14 @@ def _triggers_on(manifest: Mapping[str, Any], event_type: str) -> bool:
     return any(isinstance(t, Mapping) and t.get("event") == event_type for t in triggers)
 
 
+NOT_READ = (
+    "which runs it starts is not shown: this credential does not read workflows "
+    "(a publisher's does not; that is expected)"
+)
+"""``EmitResult.unknown`` for a credential that may publish the event and not read the
+workflows that take it."""
+
+
 async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
     """Publish ``ce`` and say which runs it starts, waiting up to ``wait`` seconds for
     the orchestrator to start them (see ``Client.emit``)."""
@@ -268,18 +276,16 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
     else:
         try:
             foreseen = await refusable(ops.nc, foresee(ops, ce))
-        except PermissionRefused as exc:
-            # A publisher may publish its events and read nothing: the event still goes.
-            unknown = (
-                f"this credential may not read the workflows ({exc.operation} to {exc.subject})"
-            )
-        except (NoRespondersError, APIError) as exc:
-            # A credential of an account of its own, without JetStream: the same for it.
-            unknown = (
-                f"this credential may not read the workflows ({exc.__class__.__name__}: {exc})"
-            )
+        except (PermissionRefused, NoRespondersError, APIError):
+            # A publisher may publish its events and read nothing (a credential of an
+            # account of its own has no JetStream at all): the event still goes, and which
+            # runs it starts is for the orchestrator to say, not this credential.
+            unknown = NOT_READ
         except NatsTimeout as exc:
-            unknown = f"the workflows could not be read in time ({exc})"
+            unknown = (
+                "which runs it starts is not known: the workflows could not be read in "
+                f"time ({exc})"
+            )
     ack_seq, duplicate = await publish(ops, ce)
     started = foreseen.started
     if wait > 0 and started:

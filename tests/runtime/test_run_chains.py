@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -271,6 +272,16 @@ async def test_the_cli_follows_the_chain_and_each_link_replays_from_its_log(
 
         _, out, _ = await cli("describe", "run", second)
         assert f"continues    {first} (run 2 of its chain; transition)" in out
+        # Its log's size beside its limits, for people (the JSON keeps the numbers).
+        history = re.search(r"^history +(.*)$", out, re.M)
+        assert history is not None, out
+        assert re.fullmatch(
+            r"\d+ records \(\d+\.\d KiB\) of at most 20 records / 256 MiB "
+            r"\(continue_as_new: auto\)",
+            history[1],
+        ), history[1]
+        _, out, _ = await cli("describe", "run", second, "-o", "json")
+        assert json.loads(out)["history"]["max_bytes"] == 256 * 1024 * 1024
         _, out, _ = await cli("explain", first)
         assert f"continued as new: run {second} goes on" in out
         _, out, _ = await cli("logs", first)

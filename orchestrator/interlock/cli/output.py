@@ -66,6 +66,18 @@ def emit(
     sys.stdout.write(dump(value, "yaml" if fmt == "yaml" else "json"))
 
 
+def binary_size(size: int) -> str:
+    """``size`` bytes for people: ``812 B``, ``3.0 KiB``, ``256 MiB`` (whole units bare)."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            if unit == "B" or value.is_integer():
+                return f"{int(value):,} {unit}"
+            return f"{value:,.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Columns as wide as their widest cell; the last column is not padded."""
     cells = [[str(c) if c is not None else "" for c in row] for row in rows]

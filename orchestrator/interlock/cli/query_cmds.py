@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err
 from interlock.cli.connecting import add_connection_flags, print_json, run_id_arg, with_client
-from interlock.cli.output import add_output_flags, emit, print_table
+from interlock.cli.output import add_output_flags, binary_size, emit, print_table
 
 if TYPE_CHECKING:
     from interlock.client import Client
@@ -234,8 +234,9 @@ def _describe_table(d: RunDescription) -> None:
     if d.history is not None and (d.history.suggested or d.chain is not None):
         h = d.history
         print(
-            f"history      {h.records} records, {h.bytes} bytes of {h.max_records} records, "
-            f"{h.max_bytes} bytes (continue_as_new: {h.continue_as_new})"
+            f"history      {h.records:,} records ({binary_size(h.bytes)}) of at most "
+            f"{h.max_records:,} records / {binary_size(h.max_bytes)} "
+            f"(continue_as_new: {h.continue_as_new})"
             + ("; continuing as new is suggested" if h.suggested else "")
         )
     if d.parent_run:

@@ -233,10 +233,13 @@ def _describe_table(d: RunDescription) -> None:
             print(f"continued as {c.next}")
     if d.history is not None and (d.history.suggested or d.chain is not None):
         h = d.history
+        limits = [f"{h.max_records:,} records"] if h.max_records is not None else []
+        limits += [binary_size(h.max_bytes)] if h.max_bytes is not None else []
+        limits[:1] = [f"at most {limits[0]}"] if limits else []
         print(
-            f"history      {h.records:,} records ({binary_size(h.bytes)}) of at most "
-            f"{h.max_records:,} records / {binary_size(h.max_bytes)} "
-            f"(continue_as_new: {h.continue_as_new})"
+            f"history      {h.records:,} records ({binary_size(h.bytes)}) of "
+            + " / ".join(limits or ["no limit"])
+            + f" (continue_as_new: {h.continue_as_new})"
             + ("; continuing as new is suggested" if h.suggested else "")
         )
     if d.parent_run:

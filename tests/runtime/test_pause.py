@@ -118,3 +118,48 @@ async def test_runs_held_while_no_orchestrator_ran_go_on_when_one_starts(
 
 async def _holds(orchestrator: Orchestrator) -> bool:
     return orchestrator.flow.admission.pauses.holds("default", "hello")
+
+
+LIMITED = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: limited}
+spec:
+  concurrency:
+    - {key: '"k"', limit: 3}
+  initial_state: hold
+  states:
+    hold:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+"""
+
+
+async def test_describe_says_only_the_pause_holds_a_run_of_a_paused_workflow(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [LIMITED], worker=False) as stack:
+        await cli(nats_url, subjects, "pause", "workflow", "limited")
+
+        async def seen_paused() -> bool:
+            return stack.orchestrator.flow.admission.pauses.holds("default", "limited")
+
+        await eventually(seen_paused, what="the orchestrator sees the pause")
+        run_id = await stack.client.start("limited", {})
+
+        async def queued() -> bool:
+            return any(isinstance(r, ev.RunQueued) for r in await stack.records(run_id))
+
+        await eventually(queued, what="the run queued")
+        described = await cli(nats_url, subjects, "describe", "run", run_id)
+        assert "queued       until default/limited is resumed" in described, described
+        assert "slot" not in described, described
+        await cli(nats_url, subjects, "resume", "workflow", "limited")
+
+        async def admitted() -> bool:
+            return any(isinstance(r, ev.RunAdmitted) for r in await stack.records(run_id))
+
+        await eventually(admitted, what="the run admitted once its workflow is resumed")
+        described = await cli(nats_url, subjects, "describe", "run", run_id)
+        assert "slot         holds a slot for key k under default/limited" in described, described

@@ -204,7 +204,7 @@ def _describe_head(d: RunDescription) -> None:
             f"{'queued':<12} until {r.until} by the rate of {r.trigger} for key {r.key!r} "
             f"({r.limit} per {r.per_s:g}s)"
         )
-    for slot in (s for s in d.slots if d.queued or s.holding):
+    for slot in _holding_it(d):
         print(f"{'queued' if d.queued else 'slot':<12} {slot_text(slot, d.queued)}")
     if d.window is not None:
         w = d.window
@@ -212,6 +212,17 @@ def _describe_head(d: RunDescription) -> None:
             f"{'window':<12} {w.kind} of {w.count} event(s) for key {w.key!r} of {w.trigger}, "
             f"opened {w.opened_at}, closed by {w.closed_by}: {', '.join(w.events)}"
         )
+
+
+def _holding_it(d: RunDescription) -> list[Any]:
+    """The slots to show: those the run holds, and what holds it. A run its workflow's
+    pause holds waits for that alone (the limits' slots are asked for once it is resumed)."""
+    if not d.queued:
+        return [s for s in d.slots if s.holding]
+    paused = [s for s in d.slots if s.limit.endswith("@paused") and not s.holding]
+    if not paused:
+        return list(d.slots)
+    return [s for s in d.slots if s.holding or s in paused]
 
 
 def _describe_table(d: RunDescription) -> None:

@@ -16,9 +16,11 @@ import pytest
 from test_role_cli import cli
 
 from interlock.auth.roles import Role
+from interlock.runtime.ownership import owners
 from interlock.runtime.partitioning import set_partitions
 from interlock.transport.partitions import partition_of, read_map
 from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
@@ -89,3 +91,37 @@ async def test_an_acknowledgement_written_onto_the_map_is_not_one_partition(
     kv = await secured.operator.js.key_value(SUBJECTS.partitions_bucket)
     await kv.put("map", msgspec.json.encode(good))
     assert (await read_map(secured.operator.nc, SUBJECTS))[0] == good
+
+
+async def test_an_acknowledgement_written_onto_a_lease_keeps_no_partition(
+    secured: Secured,
+) -> None:
+    """A lease key holds its owner's name with a TTL; an acknowledgement written there has
+    neither, and counted as a live lease: the holder's next renewal found the key changed
+    and let the partition go, and no replica took it again (nothing relayed it)."""
+    await set_partitions(secured.operator.nc, SUBJECTS, 2)
+
+    async def both_held() -> dict[int, str] | None:
+        found = await owners(secured.operator.nc, SUBJECTS)
+        return found if set(found) == {0, 1} else None
+
+    await eventually(both_held, what="both partitions held")
+    creds = secured.issued.get("reflecting-gateway") or secured.issue(
+        Role("gateway"), "reflecting-gateway"
+    )
+    nc = await plain_client(secured.url, creds, Refusals())
+    try:
+        headers = {"ce-specversion": "1.0", "ce-id": "r2", "ce-source": "s", "ce-type": "acme.x"}
+        lease = f"$KV.{SUBJECTS.partitions_bucket}.owner.1"
+        await nc.publish("il.events.acme.x", b"{}", reply=lease, headers=headers)
+        await nc.flush()
+    finally:
+        await nc.close()
+    kv = await secured.operator.js.key_value(SUBJECTS.partitions_bucket)
+    junk = (await kv.get("owner.1")).revision
+
+    async def taken_again() -> bool:
+        entry = await kv.get("owner.1")
+        return entry.revision > junk and 1 in await owners(secured.operator.nc, SUBJECTS)
+
+    await eventually(taken_again, within=20, what="partition 1's lease taken again")

@@ -58,6 +58,23 @@ class Lease(msgspec.Struct, frozen=True):
     since: str = ""
 
 
+_decode_lease = msgspec.json.Decoder(Lease).decode
+
+
+def _lease(value: bytes) -> Lease | None:
+    """The lease a key holds; None for no value, or one that is not a lease: a JetStream
+    acknowledgement written there by a user of the account that named the key as a reply
+    subject has no TTL, and read as a live lease it kept the partition from every replica
+    for good (its holder's next renewal found the key changed and let it go)."""
+    if not value:
+        return None
+    try:
+        found = _decode_lease(value)
+    except msgspec.DecodeError:
+        return None
+    return found if found.owner else None
+
+
 @dataclass(slots=True)
 class Ownership:
     """One replica's leases."""
@@ -170,12 +187,12 @@ async def read_leases(
     owners: dict[int, tuple[int, bool]] = {}
     for seq, subject, value in await read_messages(nc, f"KV_{bucket}", f"{prefix}>"):
         key = subject[len(prefix) :]
-        if key.startswith("replica.") and value:
+        if key.startswith("replica.") and _lease(value) is not None:
             replicas.add(key.removeprefix("replica."))
         elif key.startswith("owner."):
             number = key.removeprefix("owner.")
             if number.isdigit():
-                owners[int(number)] = (seq, bool(value))
+                owners[int(number)] = (seq, _lease(value) is not None)
     return replicas, owners
 
 
@@ -186,11 +203,11 @@ async def owners(nc: Client, subjects: Subjects) -> dict[int, str]:
     out: dict[int, str] = {}
     for _, subject, value in await read_messages(nc, f"KV_{bucket}", f"{prefix}*"):
         number = subject[len(prefix) :]
-        if value and number.isdigit():
-            try:
-                out[int(number)] = msgspec.json.decode(value, type=Lease).owner
-            except msgspec.DecodeError:
-                continue
-        elif number.isdigit():
+        if not number.isdigit():
+            continue
+        lease = _lease(value)
+        if lease is None:
             out.pop(int(number), None)
+        else:
+            out[int(number)] = lease.owner
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from interlock.client.errors import UnknownAgent
 from interlock.core.fork import NotPossible
 from interlock.core.ids import InvalidRunId
+from interlock.core.objects import ObjectError, StoredObjectDamaged
 from interlock.core.vocabulary import (
     EXIT_DENIED,
     EXIT_FAILED,
@@ -72,6 +73,11 @@ ERRORS: dict[type[InterlockError], Meaning] = {
     # The gateway answers an event too large where it checks each event of a batch (413,
     # naming the event); a REST route has no general answer for it.
     EventTooLarge: Meaning(None, None, EXIT_FAILED),
+    # A value a run's log keeps by reference, damaged where it is stored: no fault of the
+    # caller's (500, saying which value and why); a reference a caller sent that names
+    # nothing usable is the request's fault.
+    StoredObjectDamaged: Meaning(500, "stored-object-damaged", EXIT_FAILED),
+    ObjectError: Meaning(400, "invalid-reference", EXIT_FAILED),
     SecretDamaged: _LOG_KEY,
     LogKeyUnavailable: _LOG_KEY,
     # A refusal of the gateway's own connection is no fault of the caller's: no general

@@ -40,6 +40,12 @@ class ObjectError(InterlockError):
         return str(self)
 
 
+class StoredObjectDamaged(ObjectError):
+    """A value a run's own log names by reference whose stored object is missing or does
+    not match its reference (overwritten, deleted, or otherwise damaged in its bucket):
+    nothing the reader sent is at fault, the stored data is."""
+
+
 class ObjectUnavailable(InterlockError):
     """An object that could not be read now (the server did not answer in time): reading
     it again may succeed, unlike an :class:`ObjectError`."""

@@ -23,6 +23,7 @@ from interlock.client import debugging, reading
 from interlock.core.bounds import MAX_DEPTH
 from interlock.core.deadline import MAX_DEADLINE_S
 from interlock.core.names import DNS_LABEL
+from interlock.core.objects import is_marker
 from interlock.core.vocabulary import RECORDED, InterlockError, RunStatus
 from interlock.gateway.problems import Problem, as_problem, int_param
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
@@ -391,6 +392,14 @@ async def signal_run(request: Request, gw: Gateway) -> Response:
         raise Problem(400, "invalid-request", f"the body (the data) is not JSON: {exc}") from exc
     except InvalidCloudEvent as exc:  # nested too deep
         raise Problem(400, "invalid-request", str(exc), reason=exc.reason) from exc
+    if is_marker(data):
+        # The gateway names its own uploads: a caller's reference would have it name
+        # whatever object the caller chose.
+        raise Problem(
+            400,
+            "invalid-reference",
+            "the body is a reference to a stored object ($object): send a signal's data whole",
+        )
     wait = _seconds_param(request, "wait", 5.0)
     result = await gw.api.signal(
         request.path_params["run_id"],

@@ -23,7 +23,13 @@ import msgspec
 from nats.aio.client import Client
 
 from interlock.core import events as ev
-from interlock.core.objects import ObjectError, ObjectRef, is_marker, parse_ref
+from interlock.core.objects import (
+    ObjectError,
+    ObjectRef,
+    StoredObjectDamaged,
+    is_marker,
+    parse_ref,
+)
 from interlock.transport.objects import DEFAULT_THRESHOLD, ObjectLimits, Objects
 from interlock.transport.subjects import Subjects
 
@@ -198,15 +204,37 @@ class Payloads:
     async def loaded(self, records: list[ev.AnyRecord]) -> list[ev.AnyRecord]:
         """``records`` with the reference in each payload's place loaded (what a reader
         shows, an export keeps and a replay decides on)."""
-        return [await on_slots(self.subjects, r, self._load_slot) for r in records]
+        out = []
+        for record in records:
+
+            async def slot(value: Any, bucket: str, where: str, record: Any = record) -> Any:
+                try:
+                    return await self._load_slot(value, bucket, where)
+                except ObjectError as exc:
+                    tag = type(record).__struct_config__.tag
+                    raise StoredObjectDamaged(
+                        f"run {record.subject}: the {where} of record {record.id} ({tag}), "
+                        f"kept by reference, is damaged in its object bucket: {exc}"
+                    ) from exc
+
+            out.append(await on_slots(self.subjects, record, slot))
+        return out
 
     async def loaded_values(self, values: dict[str, Any] | None, where: str) -> Any:
         """``values`` (outputs, inputs, context) with each reference among them loaded."""
         if values is None:
             return None
-        if is_marker(values):  # inputs stored whole
-            return await self.load(parse_ref(values, where))
-        return {k: await self._load_slot(v, "", f"{where}.{k}") for k, v in values.items()}
+        try:
+            if is_marker(values):  # inputs stored whole
+                return await self.load(parse_ref(values, where))
+            return {k: await self._load_slot(v, "", f"{where}.{k}") for k, v in values.items()}
+        except StoredObjectDamaged:
+            raise
+        except ObjectError as exc:
+            raise StoredObjectDamaged(
+                f"the run's {where}: a value kept by reference is damaged in its object "
+                f"bucket: {exc}"
+            ) from exc
 
     async def _load_slot(self, value: Any, bucket: str, where: str) -> Any:
         return await self.load(parse_ref(value, where)) if is_marker(value) else value

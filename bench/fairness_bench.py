@@ -1,15 +1,29 @@
 """Fair share under one concurrency limit: does a flood of one key hold up another key?
 
-Starts a fresh embedded nats-server, an orchestrator and a worker in this process (the
-worker answers at once), and a workflow whose runs share ``--limit`` slots (key ``"all"``).
-For fair share off and on (``fair: inputs.customer``), three phases, each on a fresh
-prefix: key B alone starts ``--few`` runs; then key A starts ``--flood`` runs and, as soon
-as they are in, key B its ``--few``. A run's time to start is from its ``run.started`` to
-its ``run.admitted`` (both in its log, one clock). Printed: B's median time to start in the
-flood against the same median alone (measured in the same invocation), as a ratio; the
-goal with fair share on is at most 2x.
+Starts a fresh embedded nats-server, then an orchestrator and a worker in this process (the
+worker answers at once) for each phase, on a fresh prefix, with a workflow whose runs share
+``--limit`` slots (key ``"all"``), with fair share off or on (``fair: inputs.customer``).
+Two phases, interleaved ``--rounds`` times for each setting: key B alone starts ``--few``
+runs at once; key A starts ``--flood`` runs and, as soon as they are in, key B its
+``--few``. A run's time to start is from its ``run.started`` to its ``run.admitted`` (both
+in its log, one clock).
 
-    python -m bench fairness [--flood 5000] [--few 50] [--limit 10]
+Printed per round and setting: B's median time to start alone and beside the flood, and
+their ratio (the goal with fair share on: at most 2x); then the median of the rounds and
+their spread. Because the machine's load moves both by tens of times between invocations,
+each phase also measures its own *slot time*: how long a slot takes to serve one run, the
+limit over the runs admitted per second (counted from every run's ``run.admitted`` while B
+was being served), that is the run's own work plus handing its slot to the next run; B's
+wait is printed in those units too.
+
+What equal shares imply, in slot times T: alone, B's runs fill the ``--limit`` slots in
+waves, so its median run starts after about ``(few / 2) // limit`` waves (2 T for 50 runs in
+10 slots). Beside a flood that keeps every slot busy, B's first runs wait for A's runs to
+end (half a slot time on average) and B then holds half of the slots, so its median run
+starts after about ``(few / 2) // (limit / 2)`` T more (4.75 T for 50 in 10): equal shares
+alone make the ratio about 2.4x when the slot time is the same in both phases.
+
+    python -m bench fairness [--flood 5000] [--few 50] [--limit 10] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -23,12 +37,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from nats.aio.msg import Msg
+
 from interlock.core import events as ev
-from interlock.runtime.client import InterlockClient
+from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
@@ -71,20 +88,59 @@ def manifest(limit: int, fair: bool) -> str:
     return WORKFLOW.replace("LIMIT", str(limit)).replace("FAIR", line)
 
 
-def seconds(a: str, b: str) -> float:
-    return (datetime.fromisoformat(a) - datetime.fromisoformat(b)).total_seconds()
+def stamp(time_: str) -> float:
+    return datetime.fromisoformat(time_).timestamp()
+
+
+def equal_shares(few: int, limit: int) -> tuple[float, float]:
+    """B's median time to start in slot times, alone and beside a flood, if every run
+    took one slot time and the keys shared the slots equally (see the module's text)."""
+
+    def median_start(starts: list[float]) -> float:
+        return statistics.median(sorted(starts))
+
+    alone = [float(i // limit) for i in range(few)]
+    half = max(limit // 2, 1)
+    # Beside: A's holders end spread over one slot time; B takes the first `half` freed.
+    beside = [(i % half + 0.5) / limit + i // half for i in range(few)]
+    return median_start(alone), median_start(beside)
+
+
+class Admissions:
+    """Every ``run.admitted`` of a prefix, as the run logs are appended (a plain
+    subscription: it reads what the orchestrator writes, it changes nothing)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    async def on_msg(self, msg: Msg) -> None:
+        with contextlib.suppress(Exception):  # not a batch of records: not counted
+            for record in ev.decode_batch(msg.data):
+                if isinstance(record, ev.RunAdmitted):
+                    self.times.append(stamp(record.time))
+
+    def slot_time(self, limit: int, first: float, last: float, *, wave: int) -> float:
+        """Seconds a slot takes per run: the limit over the admissions per second from
+        ``first`` to ``last`` (``wave``: admissions at ``first`` that started the window
+        together, not counted)."""
+        count = sum(1 for t in self.times if first <= t <= last) - wave
+        return limit * (last - first) / count if count > 0 and last > first else float("nan")
 
 
 @contextlib.asynccontextmanager
-async def stack(url: str, limit: int, fair: bool) -> AsyncIterator[InterlockClient]:
+async def stack(
+    url: str, limit: int, fair: bool
+) -> AsyncIterator[tuple[InterlockClient, Admissions]]:
     """A fresh prefix: the manifests applied, an orchestrator and a worker running."""
     subjects = Subjects(prefix=f"f{uuid.uuid4().hex[:10]}")
     opts = ConnectOptions.resolve(url, name="fairness bench")
-    conns = [await connect(opts) for _ in range(3)]
+    conns = [await connect(opts) for _ in range(4)]
     client = InterlockClient(conns[0], subjects)
     await client.ensure_provisioned()
     applied = await client.apply([("agent", AGENT), ("workflow", manifest(limit, fair))])
     assert applied.compiled.ok, applied.compiled.diagnostics
+    admissions = Admissions()
+    await conns[3].subscribe(subjects.runs_all, cb=admissions.on_msg)
     orchestrator = Orchestrator(conns[1], subjects)
     await orchestrator.start()
     worker = Worker("fastagent", concurrency=64)
@@ -96,7 +152,7 @@ async def stack(url: str, limit: int, fair: bool) -> AsyncIterator[InterlockClie
     task = asyncio.create_task(worker.run(conns[2], prefix=subjects.prefix))
     try:
         await asyncio.wait_for(worker.wait_ready(), 30)
-        yield client
+        yield client, admissions
     finally:
         await worker.stop(force=True)
         await task
@@ -106,66 +162,123 @@ async def stack(url: str, limit: int, fair: bool) -> AsyncIterator[InterlockClie
 
 
 async def start_many(client: InterlockClient, customer: str, count: int) -> list[str]:
+    """``count`` runs of ``customer``, decided first and then appended together, so that
+    they start at the same time whatever the pace of this process's client."""
+    definition, version = await client.registry.latest("shared")
     out: list[str] = []
     for first in range(0, count, CHUNK):
         n = min(CHUNK, count - first)
-        out += await asyncio.gather(
-            *(client.start("shared", {"customer": customer}) for _ in range(n))
+        openings = await asyncio.gather(
+            *(
+                client.runs.opening(definition, version, new_run_id(), {"customer": customer})
+                for _ in range(n)
+            )
         )
+        await asyncio.gather(*(client.runs.open(opening) for opening in openings))
+        out += [opening.run_id for opening in openings]
     return out
 
 
-async def times_to_start(client: InterlockClient, run_ids: list[str]) -> list[float]:
-    """Each run's seconds from run.started to run.admitted, once it has ended."""
+@dataclass(frozen=True)
+class Phase:
+    wait: float
+    """B's median seconds from run.started to run.admitted."""
+    slot: float
+    """Seconds a slot took per run meanwhile."""
+
+
+async def served(client: InterlockClient, run_ids: list[str]) -> list[tuple[float, float]]:
+    """Each run's run.started and run.admitted times, once it has ended."""
     out = []
     for run_id in run_ids:
         await client.wait(run_id, 900)
         records = await client.read(run_id)
         admitted = next(r for r in records if isinstance(r, ev.RunAdmitted))
-        out.append(seconds(admitted.time, records[0].time))
+        out.append((stamp(records[0].time), stamp(admitted.time)))
     return out
 
 
-async def measure(url: str, flood: int, few: int, limit: int, fair: bool) -> tuple[float, float]:
-    """B's median time to start alone, and beside A's flood (seconds)."""
-    async with stack(url, limit, fair) as client:
-        alone = statistics.median(await times_to_start(client, await start_many(client, "B", few)))
-    async with stack(url, limit, fair) as client:
-        flooding = await start_many(client, "A", flood)
-        beside = await start_many(client, "B", few)
-        crowded = statistics.median(await times_to_start(client, beside))
-        for run_id in flooding:
-            await client.wait(run_id, 900)
-    return alone, crowded
+async def alone(url: str, few: int, limit: int, fair: bool) -> Phase:
+    async with stack(url, limit, fair) as (client, admissions):
+        times = await served(client, await start_many(client, "B", few))
+    # From the first admission to the last: the first wave's runs took their slots at once.
+    first, last = min(a for _, a in times), max(a for _, a in times)
+    return Phase(
+        wait=statistics.median(a - s for s, a in times),
+        slot=admissions.slot_time(limit, first, last, wave=min(limit, few)),
+    )
+
+
+async def beside(url: str, flood: int, few: int, limit: int, fair: bool) -> Phase:
+    async with stack(url, limit, fair) as (client, admissions):
+        await start_many(client, "A", flood)
+        times = await served(client, await start_many(client, "B", few))
+        # A's runs left unfinished: this prefix is dropped with its orchestrator.
+    first, last = min(s for s, _ in times), max(a for _, a in times)
+    return Phase(
+        wait=statistics.median(a - s for s, a in times),
+        slot=admissions.slot_time(limit, first, last, wave=0),
+    )
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f}, {min(values):.2f}-{max(values):.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench fairness", description=__doc__.split("\n")[0])
+    doc = __doc__ or ""
+    p = argparse.ArgumentParser(prog="python -m bench fairness", description=doc.split("\n")[0])
     p.add_argument("--flood", type=int, default=5000, help="runs key A starts")
     p.add_argument("--few", type=int, default=50, help="runs key B starts")
     p.add_argument("--limit", type=int, default=10, help="slots shared by both keys")
+    p.add_argument("--rounds", type=int, default=3, help="alone/flood pairs per setting")
     args = p.parse_args(argv)
     began = time.time()
+    loads = [os.getloadavg()[0]]
+    ideal_alone, ideal_beside = equal_shares(args.few, args.limit)
+    print(
+        f"key B's median time to start, {args.few} runs alone and beside key A's "
+        f"{args.flood}, {args.limit} slots shared; T = a slot's time per run in that phase"
+    )
+    print(
+        f"equal shares imply: alone {ideal_alone:.2f} T, beside {ideal_beside:.2f} T, "
+        f"{ideal_beside / ideal_alone:.2f}x at equal T"
+    )
+    ratios: dict[bool, list[float]] = {False: [], True: []}
+    units: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     with tempfile.TemporaryDirectory(prefix="interlock-fairness-") as tmp:
         server = EmbeddedNats(Path(tmp) / "nats")
         server.start()
         try:
-            rows = [
-                (fair, asyncio.run(measure(server.url, args.flood, args.few, args.limit, fair)))
-                for fair in (False, True)
-            ]
+            for round_ in range(1, args.rounds + 1):
+                for fair in (False, True):
+                    a = asyncio.run(alone(server.url, args.few, args.limit, fair))
+                    b = asyncio.run(beside(server.url, args.flood, args.few, args.limit, fair))
+                    loads.append(os.getloadavg()[0])
+                    ratio = b.wait / a.wait if a.wait > 0 else float("inf")
+                    ratios[fair].append(ratio)
+                    units[fair].append((a.wait / a.slot, b.wait / b.slot))
+                    print(
+                        f"  round {round_} fair share {'on ' if fair else 'off'}: "
+                        f"alone {a.wait * 1000:7.1f} ms (T {a.slot * 1000:6.1f} ms, "
+                        f"{a.wait / a.slot:5.2f} T), beside {b.wait * 1000:8.1f} ms "
+                        f"(T {b.slot * 1000:6.1f} ms, {b.wait / b.slot:6.2f} T): "
+                        f"{ratio:6.1f}x, {b.wait / b.slot / (a.wait / a.slot):5.1f}x in T",
+                        flush=True,
+                    )
         finally:
             server.stop()
     print(
-        f"key B's median time to start, {args.few} runs beside key A's {args.flood}, "
-        f"{args.limit} slots shared (load average {os.getloadavg()[0]:.1f}, "
-        f"{time.time() - began:.0f} s)"
+        f"over {args.rounds} rounds (load average {min(loads):.1f}-{max(loads):.1f}, "
+        f"{time.time() - began:.0f} s):"
     )
-    for fair, (alone, crowded) in rows:
-        ratio = crowded / alone if alone > 0 else float("inf")
+    for fair in (False, True):
+        ratio = statistics.median(ratios[fair])
         goal = " (goal <= 2x: " + ("met" if ratio <= 2 else "NOT met") + ")" if fair else ""
+        in_t = [b / a for a, b in units[fair]]
         print(
-            f"  fair share {'on ' if fair else 'off'}: alone {alone * 1000:8.1f} ms, "
-            f"beside the flood {crowded * 1000:9.1f} ms, {ratio:7.1f}x{goal}"
+            f"  fair share {'on ' if fair else 'off'}: beside / alone {spread(ratios[fair])}x"
+            f"{goal}; in T: alone {spread([a for a, _ in units[fair]])}, beside "
+            f"{spread([b for _, b in units[fair]])}, ratio {spread(in_t)}x"
         )
     return 0

@@ -36,6 +36,12 @@ DEFAULT_THRESHOLD = 256 * 1024
 """Bytes from which a payload is stored by reference (its encoded JSON)."""
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """The largest payload stored or loaded by reference."""
+MIN_CHUNK_BYTES = 1024
+"""The smallest chunks an object's size may be cut into, on average: an object of ``size``
+bytes has at most ``ceil(size / MIN_CHUNK_BYTES)`` chunks (NATS clients cut 128 KiB ones).
+A party writes its own bucket's chunks and meta, and the meta says how many chunks to
+read: without a bound, a few bytes' reference to a meta of a million empty chunks made
+every event naming it cost a read of all of them."""
 _TIMEOUT = 10.0
 
 
@@ -167,6 +173,11 @@ class Objects:
             nuid, chunks = meta.get("nuid"), meta.get("chunks")
             if not isinstance(nuid, str) or type(chunks) is not int or chunks <= 0:
                 raise ObjectError(f"{where}: malformed meta")
+            if chunks > -(-ref.size // MIN_CHUNK_BYTES):
+                raise ObjectError(
+                    f"{where}: {chunks} chunks for {ref.size} bytes (chunks of "
+                    f"{MIN_CHUNK_BYTES} bytes at least, on average)"
+                )
             try:
                 got = await read_subject(self.nc, stream, f"$O.{ref.bucket}.C.{nuid}", limit=chunks)
             except (LogReadError, nats.errors.Error) as exc:

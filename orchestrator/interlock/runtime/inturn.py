@@ -96,11 +96,12 @@ class Acting:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def act(self, run_ids: Iterable[str], batch: Callable[[Batch], Awaitable[None]]) -> None:
-        """Start ``batch`` (given its turn) once fewer than the limit run; the runs of its
-        messages, in log order, are lined up before this returns."""
-        await bounded(self._tasks)
+        """Start ``batch`` (given its turn: the runs of its messages, in log order, lined
+        up at once), then wait until fewer than the limit run: the next batch is taken only
+        then, so that no batch waits here unacted on (and unrenewed) for long."""
         turn = self.turns.line_up(run_ids)
         self._tasks.add(asyncio.create_task(_in_turn(batch, turn)))
+        await bounded(self._tasks)
 
     async def stop(self) -> None:
         await stop_all(self._tasks)

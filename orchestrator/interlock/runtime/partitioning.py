@@ -11,9 +11,9 @@ no longer used for new runs finish there, then the old layout is retired
 (:mod:`interlock.runtime.layouts`) and those partitions are no longer relayed; their logs
 stay readable.
 
-``balance_leaders`` asks each partition's stream leader to step down in favour of a node
-chosen in turn (partition ``p`` on the ``p % n``-th of the stream's ``n`` peers, sorted by
-name), so that appends to different partitions go through different nodes.
+``balance_leaders`` (:mod:`interlock.transport.leaders`) asks the partitions' stream
+leaders to step down only where they are not spread over the nodes, the fewest of them,
+so that appends to different partitions go through different nodes.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 from nats.aio.client import Client
@@ -34,6 +34,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from interlock.core.vocabulary import InterlockError
+from interlock.transport.leaders import balance_leaders
 from interlock.transport.sharing import SharedCall
 from interlock.transport.subjects import Subjects
 
@@ -402,44 +403,3 @@ class Placement:
         if error.get("code") == 404:
             return False
         raise InterlockError(f"looking for run {run_id} in partition {partition}: {error}")
-
-
-async def balance_leaders(nc: Client, subjects: Subjects, streams: int) -> int:
-    """Ask each partition's leader to hand over to its node in turn; how many were asked
-    (best effort: a stream without replicas, or a server that cannot choose, is left)."""
-    asked = 0
-    for p in range(streams):
-        stream = subjects.runs_stream_of(p)
-        try:
-            got = await _js_api(nc, f"STREAM.INFO.{stream}")
-        except InterlockError:
-            continue
-        cluster = got.get("cluster") or {}
-        leader = cluster.get("leader", "")
-        replicas = [r["name"] for r in cluster.get("replicas", [])]
-        if not leader or not replicas:
-            continue
-        peers = sorted([leader, *replicas])
-        target = peers[p % len(peers)]
-        if target == leader:
-            continue
-        body = {"placement": {"preferred": target}}
-        try:
-            await _js_api(nc, f"STREAM.LEADER.STEPDOWN.{stream}", body)
-            asked += 1
-        except InterlockError:
-            continue
-    return asked
-
-
-async def _js_api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    payload = json.dumps(body).encode() if body is not None else b""
-    try:
-        reply = json.loads((await nc.request(f"$JS.API.{what}", payload, timeout=_TIMEOUT)).data)
-    except (NoRespondersError, NatsTimeoutError) as exc:
-        raise InterlockError(f"{what}: {exc}") from exc
-    error = reply.get("error")
-    if error:
-        raise InterlockError(f"{what}: {error.get('description', error)}")
-    found: dict[str, Any] = reply
-    return found

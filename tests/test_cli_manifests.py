@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,37 @@ def test_validate_a_webhook(work: Path) -> None:
         "ok  webhook default/github: POST /webhooks/github, scheme github, "
         "source interlock://webhooks/default/github\n"
     )
+
+
+def test_an_unknown_name_lists_only_what_the_expression_may_read(work: Path) -> None:
+    """A weight, a fairness key, a limit key and a priority are computed when the run
+    starts, a trigger's key when its event arrives: an unknown name lists what each sees."""
+    (work / "unknown.yaml").write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: interlock.io/v1
+            kind: Workflow
+            metadata: {name: wf}
+            spec:
+              priority: prio.x
+              triggers:
+                - {event: a.b, debounce: {period: 1m, key: kk.y}}
+              concurrency:
+                - {key: team.z, limit: 2, fair: tenant.z, weight: tier.w}
+              initial_state: a
+              states:
+                a: {type: terminal}
+            """
+        )
+    )
+    result = interlock("validate", "unknown.yaml", cwd=work)
+    assert result.returncode == 1
+    start = "(known: data, event, inputs)"
+    assert result.stderr.splitlines() == [
+        f"unknown.yaml:5:13: cel-compile: unknown variable 'prio' in CEL {start}",
+        "unknown.yaml:7:48: cel-compile: unknown variable 'kk' in CEL (known: data, event)",
+        f"unknown.yaml:9:13: cel-compile: unknown variable 'team' in CEL {start}",
+        f"unknown.yaml:9:37: cel-compile: unknown variable 'tenant' in CEL {start}",
+        f"unknown.yaml:9:55: cel-compile: unknown variable 'tier' in CEL {start}",
+        "5 errors",
+    ]

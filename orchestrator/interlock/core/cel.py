@@ -175,8 +175,15 @@ class Expression:
     __slots__ = ("_fast", "_program", "doubles", "loops", "names", "source")
 
     def __init__(
-        self, source: str, extra: frozenset[str] = frozenset(), *, doubles: bool = False
+        self,
+        source: str,
+        extra: frozenset[str] = frozenset(),
+        *,
+        doubles: bool = False,
+        sees: frozenset[str] | None = None,
     ) -> None:
+        """``sees``: the variables where it stands may read, named when it reads one it
+        does not know (None: every variable, ``extra`` with them)."""
         self.source = source
         self.doubles = doubles
         try:
@@ -206,7 +213,7 @@ class Expression:
         if unknown:
             # The first one read, where it is read (not a field of the same name before it).
             line, col, name = unknown[0]
-            known = ", ".join(sorted(VARIABLES | extra))
+            known = ", ".join(sorted(VARIABLES | extra if sees is None else sees))
             raise CompileError(f"unknown variable {name!r} in CEL (known: {known})", line, col)
         self.names = names & (VARIABLES | extra)
         self._program = _env().program(tree, _mixed_numbers() if doubles else None)

@@ -43,6 +43,10 @@ from interlock.core.outcomes import check_outcomes
 from interlock.core.rules import check_cycles, check_graph, check_references, check_required
 from interlock.core.source import Document, Path
 
+AT_START = frozenset({"inputs", "event", "data"})
+"""What an expression computed when a run starts may read (its priority, its concurrency
+limits' key, fairness key and weight)."""
+
 
 def spec_hash(document: Any) -> str:
     """A stable hash of a manifest's content (key order does not matter)."""
@@ -137,7 +141,7 @@ class WorkflowLowering(LoweringScope):
         source = self.wf.spec.priority
         if source is None:
             return None
-        expression = self._expression(("spec", "priority"), source)
+        expression = self._expression(("spec", "priority"), source, sees=AT_START)
         unseen = sorted(expression.names - {"inputs", "event", "data"}) if expression else []
         if unseen:
             self.error(
@@ -156,7 +160,7 @@ class WorkflowLowering(LoweringScope):
         scopes: set[str] = set()
         for i, limit in enumerate(wf.spec.concurrency):
             base: Path = ("spec", "concurrency", i)
-            key = self._expression((*base, "key"), limit.key)
+            key = self._expression((*base, "key"), limit.key, sees=AT_START)
             unseen = sorted(key.names - {"inputs", "event", "data"}) if key else []
             if unseen:
                 self.error(
@@ -181,7 +185,7 @@ class WorkflowLowering(LoweringScope):
             name = limit.scope or f"{wf.metadata.name}#{i + 1}"
             fair = None
             if limit.fair is not None:
-                fair = self._expression((*base, "fair"), limit.fair)
+                fair = self._expression((*base, "fair"), limit.fair, sees=AT_START)
                 reads = sorted(fair.names - {"inputs", "event", "data"}) if fair else []
                 if reads:
                     self.error(
@@ -206,7 +210,7 @@ class WorkflowLowering(LoweringScope):
                 "concurrency-key",
                 "a weight is the share of a fairness key: it needs 'fair' beside it",
             )
-        weight = self._expression((*base, "weight"), source)
+        weight = self._expression((*base, "weight"), source, sees=AT_START)
         reads = sorted(weight.names - {"inputs", "event", "data"}) if weight else []
         if reads:
             self.error(
@@ -370,7 +374,7 @@ class WorkflowLowering(LoweringScope):
         """A trigger's ``key``: CEL over the event alone (computed when it arrives)."""
         if source is None:
             return None
-        key = self._expression(path, source)
+        key = self._expression(path, source, sees=frozenset({"event", "data"}))
         unseen = sorted(key.names - {"event", "data"}) if key else []
         if unseen:
             self.error(

@@ -50,7 +50,7 @@ def lower_capacity(
 def _key(scope: LoweringScope, path: Path, source: str | None) -> Expression | None:
     if source is None:
         return None
-    expression = scope._expression(path, source, INPUT)
+    expression = scope._expression(path, source, INPUT, sees=INPUT)
     reads = sorted(expression.names - INPUT) if expression is not None else []
     if reads:
         scope.error(

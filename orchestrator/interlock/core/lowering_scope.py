@@ -62,10 +62,15 @@ class LoweringScope:
         self.diags.append(self.doc.diag(path, rule, message, key=key))
 
     def _expression(
-        self, path: Path, source: str, extra: frozenset[str] = frozenset()
+        self,
+        path: Path,
+        source: str,
+        extra: frozenset[str] = frozenset(),
+        sees: frozenset[str] | None = None,
     ) -> Expression | None:
+        """``sees``: what it may read where it stands, named when it reads an unknown name."""
         try:
-            return Expression(source, extra, doubles=self.doubles)
+            return Expression(source, extra, doubles=self.doubles, sees=sees)
         except CompileError as exc:
             self._cel_error(path, exc)
             return None

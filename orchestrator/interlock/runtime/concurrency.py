@@ -231,21 +231,17 @@ class Slots:
             self._known.clear()
         if not writes:
             return
-        if len(writes) == 1:
-            key, value, last = writes[0]
-            if value is None:
-                self._known.pop(key, None)
-                await kv.delete(key, last=last)
-                return
+        key, value, last = writes[0]
+        if len(writes) == 1 and value is not None:
             seq = await (kv.create(key, value) if not last else kv.update(key, value, last=last))
             self._known[key] = (value, seq)
             return
+        # A delete is written with its revision known too: the next change of the key (a
+        # limit that empties and fills again, as each run or request of a quiet one does)
+        # writes over the delete marker without reading it first.
         first = await put_all(kv, writes)
         for i, (key, value, _) in enumerate(writes):
-            if value is None:
-                self._known.pop(key, None)
-            else:
-                self._known[key] = (value, first + i)
+            self._known[key] = (value or b"", first + i)
 
     async def enter(self, claim: ev.SlotClaim, run_id: str, queued_at: str) -> Entered:
         """Give the run a slot if one is free and nobody waits before it; else (``queue``,

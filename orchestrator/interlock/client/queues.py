@@ -175,14 +175,40 @@ async def resume_workflow(ops: InterlockClient, workflow: str) -> tuple[str, boo
     was paused, and the runs resumed."""
     stored = await _stored(ops, workflow)
     name = f"{stored.namespace}/{stored.name}"
-    done = await Pauses(ops.nc, ops.subjects).resume(stored.namespace, stored.name)
+    pauses = Pauses(ops.nc, ops.subjects)
+    pause = await pauses.paused(stored.namespace, stored.name) or {}
+    removed = utc_now()
+    done = await pauses.resume(stored.namespace, stored.name)
     resumed: list[str] = []
+    # The orchestrators resume the runs they paused with it as they see the pause removed
+    # (those the run list misses included): each run paused with it is resumed once, by
+    # whichever comes first, and said here.
     for item in await ops.list_runs(workflow=name, status="running"):
         run_id = str(item.get("run_id", ""))
         state = await ops.state(run_id)
-        if state.paused is not None and state.paused.workflow and await ops.resume_run(run_id):
+        if state.paused is not None and state.paused.workflow:
+            if await ops.resume_run(run_id) or (await ops.state(run_id)).paused is None:
+                resumed.append(run_id)
+        elif done and pause.get("runs") and _resumed_since(await ops.read(run_id), removed):
             resumed.append(run_id)
     return name, done, resumed
+
+
+def _resumed_since(records: list[Any], removed: str) -> bool:
+    """Whether the run's last pause was with its workflow and ended at or after
+    ``removed`` (its orchestrator resumed it as it saw the workflow resumed)."""
+    from interlock.core import events as ev
+    from interlock.core.rfc3339 import parse_time
+
+    pause: Any = None
+    for record in records:
+        if isinstance(record, ev.RunPaused):
+            pause = record
+        elif isinstance(record, ev.RunResumed) and pause is not None:
+            if pause.data.workflow and parse_time(record.time) >= parse_time(removed):
+                return True
+            pause = None
+    return False
 
 
 async def _stored(ops: InterlockClient, workflow: str) -> StoredWorkflow:

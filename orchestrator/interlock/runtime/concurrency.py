@@ -391,9 +391,11 @@ class Admission:
             log.warning("could not look for runs of resumed workflows: %s", exc)
 
     async def resumed(self, namespace: str, name: str) -> None:
-        """A workflow resumed: the runs that waited for it go on, first first."""
+        """A workflow resumed: the runs that waited for it go on, first first, and those
+        paused with it here are resumed."""
         for run_id in await self.slots.take_all(pause_claim(namespace, name)):
             await self._go_on(run_id)
+        await self.pauses.resume_here(self._runs, namespace, name, self._clock())
 
     async def queued(
         self,

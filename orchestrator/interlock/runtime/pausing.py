@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
@@ -68,6 +69,12 @@ class Pauses:
         self._kv: Any = None
         self._held: dict[str, dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._watched_from: datetime | None = None
+        """When the watch began: a workflow not paused then had no pause before."""
+        self._resumed_at: dict[str, datetime] = {}
+        """When the watch saw each workflow's pause removed (its resumption)."""
+        self._paused_here: dict[str, set[str]] = {}
+        """The runs this process paused with their workflow, by workflow."""
 
     async def _bucket(self) -> Any:
         if self._kv is None:
@@ -216,7 +223,56 @@ class Pauses:
         if state.queued and any(c.limit.endswith(PAUSED) for c in state.slots or ()):
             return []
         reason = str(pause.get("reason") or "paused with its workflow")
+        self._paused_here.setdefault(f"{definition.namespace}/{definition.name}", set()).add(
+            state.run_id
+        )
         return pause_run(state, reason=reason, now=now, workflow=True)
+
+    def first(
+        self, definition: Definition, state: RunState, now: str, *, holding: bool
+    ) -> list[ev.AnyRecord]:
+        """What a run's next decision records first: ``run.paused`` (``holding``: see
+        :meth:`paused_first`), or the run's resumption (see :meth:`resumed_first`)."""
+        if holding:
+            return self.paused_first(definition, state, now)
+        return self.resumed_first(definition, state, now)
+
+    def resumed_first(
+        self, definition: Definition, state: RunState, now: str
+    ) -> list[ev.AnyRecord]:
+        """What a run paused with its workflow (``pause workflow --runs``, not on its own)
+        records first at its next decision once that pause has ended (the watch saw it
+        removed after the run was paused, or the workflow was not paused when the watch
+        began): ``run.resumed``, then the events it held decided on, as ``resume run``
+        does. So a run ``resume workflow`` did not find (the run list is written behind
+        the runs) goes on all the same. Nothing while the workflow is paused, nor for a run
+        paused after the removal was seen (a new pause the watch has not seen yet)."""
+        paused, since = state.paused, self._watched_from
+        if paused is None or not paused.workflow or since is None:
+            return []
+        key = f"{definition.namespace}/{definition.name}"
+        if key in self._held:
+            return []
+        from interlock.core.engine import resume
+        from interlock.core.rfc3339 import parse_time
+
+        ended = max(since, self._resumed_at.get(key, since))
+        if parse_time(paused.at) >= ended:
+            return []
+        return resume(definition, state, now)
+
+    async def resume_here(self, runs: Any, namespace: str, name: str, now: str) -> None:
+        """The workflow was resumed: the runs this process paused with it at their next
+        step (:meth:`paused_first`) are resumed now (:meth:`resumed_first`), those the
+        run list did not show ``resume workflow`` included. ``runs``: the orchestrator's
+        :class:`~interlock.runtime.runs.Runs`."""
+        for run_id in sorted(self._paused_here.pop(f"{namespace}/{name}", ())):
+            async with runs.locked(run_id):
+                try:
+                    await runs.apply(run_id, lambda d, s: self.resumed_first(d, s, now))
+                # Resumed at its next decision instead.
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("could not resume run %s with its workflow: %s", run_id, exc)
 
     def admitted(
         self, definition: Definition, state: RunState, now: str, *, holding: bool
@@ -227,7 +283,7 @@ class Pauses:
         from interlock.core.limits import admitted  # the engine: not for readers
         from interlock.core.state import fold
 
-        first = self.paused_first(definition, state, now) if holding else []
+        first = self.first(definition, state, now, holding=holding)
         return [*first, *admitted(definition, fold(first, state) if first else state, now)]
 
     def holds_capability(self, name: str) -> bool:
@@ -240,6 +296,7 @@ class Pauses:
         """Follow the bucket: every pause now is known when this returns; each one removed
         later is told to ``resumed`` (a workflow's) or ``capability_resumed``."""
         kv = await self._bucket()
+        self._watched_from = datetime.now(UTC)
         watcher = await kv.watchall()
         loaded = asyncio.get_running_loop().create_future()
 
@@ -257,6 +314,7 @@ class Pauses:
                 if pause is not None:
                     self._held[key] = pause
                 elif self._held.pop(key, None) is not None:
+                    self._resumed_at[key] = datetime.now(UTC)
                     namespace, _, name = key.partition("/")
                     # A resumption that fails is done again by the next start's sweep.
                     try:

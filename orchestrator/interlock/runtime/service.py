@@ -458,8 +458,8 @@ class Orchestrator:
             if answer is not None:
                 Answers.check_awaited(answer, state)
                 event = check_output(self.registry, incoming, state)
-            # A run of a workflow paused with its runs is paused first (pause --runs).
-            first = pauses.paused_first(definition, state, now) if holding else []
+            # Paused first with its workflow (pause --runs), or resumed once that ended.
+            first = pauses.first(definition, state, now, holding=holding)
             if first:
                 records, after = decided(definition, fold(first, state), event, now)
                 return Decided([*first, *records], after)

@@ -157,7 +157,12 @@ async def test_an_operator_pauses_and_resumes_a_workflow_over_http(
                 )
 
             await eventually(waiting, what="the run waits for the workflow")
-            assert [q.limit for q in await client.queues()] == ["default/limited@paused"]
+            (held,) = await client.queues()
+            assert held.limit == "default/limited@paused"
+            assert (held.paused, held.paused_reason) == (True, "paused over HTTP")
+            (line,) = (await http.get("/queues")).json()
+            assert line["paused_reason"] == "paused over HTTP"
+            assert line["paused_since"] is not None
             resumed = await http.post("/workflows/default/limited/resume")
             assert resumed.json() == {
                 "workflow": "default/limited",
@@ -211,12 +216,15 @@ async def test_an_operator_pauses_and_resumes_a_capability_over_http(
                 return found if found and found[0]["queued"] == 1 else None
 
             (line,) = await eventually(held, what="the request held")
-            assert {k: line[k] for k in ("limit", "kind", "capability", "paused")} == {
+            keys = ("limit", "kind", "capability", "paused", "paused_reason")
+            assert {k: line[k] for k in keys} == {
                 "limit": "cap:slow@paused",
                 "kind": "paused",
                 "capability": "slow",
                 "paused": True,
+                "paused_reason": "vendor 429s",  # the first pause's: the second changed nothing
             }
+            assert line["paused_since"].endswith("Z"), line
             everything = (await http.get("/queues")).json()
             assert {q["limit"] for q in everything} == {"default/slow-api", "cap:slow@paused"}
             # Metrics: the pause, and the request it holds, with no key as a label.

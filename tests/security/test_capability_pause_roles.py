@@ -5,6 +5,7 @@ a publisher's are refused by NATS at once with one line, the pause left as it wa
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from test_role_cli import EXIT_DENIED, cli, issued
@@ -47,7 +48,9 @@ async def test_only_an_operator_pauses_a_capability(secured: Secured) -> None:
     assert code == 0, errs
     assert '"paused": true' not in out  # the refused pauses left nothing
 
-    code, out, errs, _ = await cli(secured, operator, "pause", "capability", "held")
+    code, out, errs, _ = await cli(
+        secured, operator, "pause", "capability", "held", "--reason", "vendor outage"
+    )
     assert code == 0, errs
     assert "paused capability held" in out
     run_id = await held_request(secured)
@@ -60,8 +63,15 @@ async def test_only_an_operator_pauses_a_capability(secured: Secured) -> None:
     code, out, errs, _ = await cli(secured, operator, "queues", "--capability", "held")
     assert code == 0, errs
     (row,) = [line.split() for line in out.splitlines() if line.startswith("cap:held@paused")]
-    assert row[-1] == "paused", out
+    assert row[-4:-2] == ["since", row[-3]], out  # PAUSED: since when, and why
+    assert row[-3].endswith("Z:"), out
+    assert row[-2:] == ["vendor", "outage"], out
     assert int(row[3]) >= 1, out  # QUEUED: the held request
+    code, out, errs, _ = await cli(secured, operator, "queues", "--capability", "held", "--json")
+    lines = [q for q in json.loads(out) if q["paused"]]
+    assert lines, out
+    assert {q["paused_reason"] for q in lines} == {"vendor outage"}, out
+    assert all(q["paused_since"].endswith("Z") for q in lines), out
 
     code, out, errs, _ = await cli(secured, operator, "resume", "capability", "held")
     assert code == 0, errs

@@ -372,7 +372,7 @@ async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
                     f"{q.running}/{q.size}",
                     q.queued,
                     "-" if q.oldest_wait_s is None else f"{q.oldest_wait_s:.1f}s",
-                    "paused" if q.paused else "-",
+                    _paused_text(q),
                 )
                 for q in found
             ],
@@ -380,6 +380,14 @@ async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
 
     emit(args, found, table)
     return EXIT_OK
+
+
+def _paused_text(q: Any) -> str:
+    """A queue line's PAUSED cell: ``since <time>: <reason>``, or ``-``."""
+    if not q.paused:
+        return "-"
+    since = f"since {q.paused_since}" if q.paused_since else "paused"
+    return f"{since}: {q.paused_reason}" if q.paused_reason else since
 
 
 async def cmd_delete_workflow(client: Client, args: argparse.Namespace) -> int:

@@ -61,38 +61,64 @@ def rate_view(view: QueueView, entry: SlotEntry, now: datetime) -> QueueView:
     )
 
 
-async def paused_now(ops: InterlockClient) -> tuple[set[str], set[str]]:
-    """The capabilities and the workflows (``namespace/name``) paused now."""
+Paused = tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]
+"""The capabilities and the workflows (``namespace/name``) paused now, each with its pause
+(``at``: since when, ``reason``)."""
+
+
+async def paused_now(ops: InterlockClient) -> Paused:
+    """The capabilities and the workflows (``namespace/name``) paused now, with their
+    pauses."""
     found = await Pauses(ops.nc, ops.subjects).all_paused()
-    capabilities = {k.removeprefix(CAPABILITY) for k in found if k.startswith(CAPABILITY)}
-    workflows = {k.removeprefix("wf.").replace(".", "/", 1) for k in found if k.startswith("wf.")}
+    capabilities = {
+        k.removeprefix(CAPABILITY): v for k, v in found.items() if k.startswith(CAPABILITY)
+    }
+    workflows = {
+        k.removeprefix("wf.").replace(".", "/", 1): v
+        for k, v in found.items()
+        if k.startswith("wf.")
+    }
     return capabilities, workflows
 
 
-def annotated(
-    view: QueueView, entry: SlotEntry | None, now: datetime, paused: tuple[set[str], set[str]]
-) -> QueueView:
-    """A line with what it is, whose it is and whether that is paused."""
+def _why(pause: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """A pause's since-when and reason (``paused_since``, ``paused_reason``)."""
+    if pause is None:
+        return None, None
+    at, reason = pause.get("at"), pause.get("reason")
+    return (at if isinstance(at, str) else None), (reason if isinstance(reason, str) else None)
+
+
+def annotated(view: QueueView, entry: SlotEntry | None, now: datetime, paused: Paused) -> QueueView:
+    """A line with what it is, whose it is and whether that is paused (since when, why)."""
     capability = capability_of(view.limit)
     kind = kind_of(view.limit)
     if capability is not None:
-        on = capability in paused[0]
+        pause = paused[0].get(capability)
     else:
-        on = kind == "paused" and view.limit.removesuffix(PAUSED) in paused[1]
-    view = msgspec.structs.replace(view, kind=kind, capability=capability, paused=on)
+        pause = paused[1].get(view.limit.removesuffix(PAUSED)) if kind == "paused" else None
+    since, reason = _why(pause)
+    view = msgspec.structs.replace(
+        view,
+        kind=kind,
+        capability=capability,
+        paused=pause is not None,
+        paused_since=since,
+        paused_reason=reason,
+    )
     if kind == "rate" and capability is not None and entry is not None:
         view = rate_view(view, entry, now)
     return view
 
 
-def pause_lines(views: list[QueueView], paused: tuple[set[str], set[str]]) -> list[QueueView]:
+def pause_lines(views: list[QueueView], paused: Paused) -> list[QueueView]:
     """A line for each paused capability and workflow that holds nothing yet (a paused
     thing says so wherever queues are shown)."""
     shown = {v.limit for v in views}
-    wanted: list[tuple[str, str | None]] = [
-        (f"{CAPABILITY_LIMIT}{c}{PAUSED}", c) for c in sorted(paused[0])
+    wanted: list[tuple[str, str | None, dict[str, Any]]] = [
+        (f"{CAPABILITY_LIMIT}{c}{PAUSED}", c, p) for c, p in sorted(paused[0].items())
     ]
-    wanted += [(f"{w}{PAUSED}", None) for w in sorted(paused[1])]
+    wanted += [(f"{w}{PAUSED}", None, p) for w, p in sorted(paused[1].items())]
     return [
         QueueView(
             limit=limit,
@@ -103,8 +129,10 @@ def pause_lines(views: list[QueueView], paused: tuple[set[str], set[str]]) -> li
             kind="paused",
             capability=capability,
             paused=True,
+            paused_since=_why(pause)[0],
+            paused_reason=_why(pause)[1],
         )
-        for limit, capability in wanted
+        for limit, capability, pause in wanted
         if limit not in shown
     ]
 
@@ -131,6 +159,7 @@ async def capability_lines(
     mine = [v for v in views if v.limit in names]
     shown = {v.limit for v in mine}
     paused = any(v.paused for v in mine)
+    since, reason = next(((v.paused_since, v.paused_reason) for v in mine if v.paused), _why(None))
     limit = cap.get("concurrency")
     if isinstance(limit, dict) and concurrency not in shown:
         mine.append(
@@ -142,6 +171,8 @@ async def capability_lines(
                 queued=0,
                 capability=capability,
                 paused=paused,
+                paused_since=since,
+                paused_reason=reason,
             )
         )
     limit = cap.get("rate")
@@ -158,6 +189,8 @@ async def capability_lines(
                 kind="rate",
                 capability=capability,
                 paused=paused,
+                paused_since=since,
+                paused_reason=reason,
                 rate_limit=int(limit.get("limit", 0)),
                 per_s=parse_duration(str(limit.get("per", ""))),
             )

@@ -98,7 +98,7 @@ async def paused_workflows(ops: InterlockClient) -> set[str]:
     """The workflows (``namespace/name``) paused now."""
     from interlock.client.capqueues import paused_now  # loaded by the lists that need it
 
-    return (await paused_now(ops))[1]
+    return set((await paused_now(ops))[1])
 
 
 async def logs(

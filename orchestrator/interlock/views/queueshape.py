@@ -28,6 +28,10 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     paused: bool = False
     """Whether the capability (or, for a workflow's ``@paused`` line, the workflow) is
     paused now: nothing of it goes on until it is resumed."""
+    paused_since: str | None = None
+    """When it was paused (None: not paused)."""
+    paused_reason: str | None = None
+    """Why, as the operator who paused it said (None: not paused)."""
     rate_limit: int | None = None
     """A capability's rate: ``rate_limit`` requests per ``per_s`` seconds (``running`` of
     ``size`` is then the tokens not yet back of its ``burst``)."""

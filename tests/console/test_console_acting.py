@@ -348,11 +348,15 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
         run_id = (await http.post("/runs", json={"workflow": "pausable"})).json()["run_id"]
     await wait_status(gs, run_id, "running", "approval")
     page = await signed_in(console, f"#/runs/{run_id}")
+    await page.get_by_label("Why pause run").fill("waiting for the vendor")
     await page.locator("#pause-run").click()
-    await page.locator("#run-paused").wait_for()
+    said = page.locator("#run-paused")
+    await said.wait_for()
     await page.locator(".title-row .status-paused").wait_for()
     async with gs.http() as http:
-        assert (await http.get(f"/runs/{run_id}")).json()["paused"]["reason"] == "paused over HTTP"
+        pause = (await http.get(f"/runs/{run_id}")).json()["paused"]
+    assert pause["reason"] == "waiting for the vendor"
+    assert f"Paused since {pause['at']}: waiting for the vendor." in await said.inner_text()
     await page.goto(f"{console.url}#/runs?workflow=pausable")
     await page.locator("tr", has_text=run_id).locator(".status-paused").wait_for()
     await page.goto(f"{console.url}#/runs/{run_id}")
@@ -363,8 +367,9 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
 
     # The workflow: paused from its page, its new run held, resumed from the queues page.
     await page.goto(f"{console.url}#/workflows/default/pausable")
+    await page.get_by_label("Why pause workflow").fill("release freeze")
     await page.locator("#pause-workflow").click()
-    await page.locator("#workflow-paused").wait_for()
+    await page.locator("#workflow-paused", has_text=": release freeze.").wait_for()
     async with gs.http() as http:
         held = (await http.post("/runs", json={"workflow": "pausable"})).json()["run_id"]
     await page.get_by_role("link", name="Queues").click()
@@ -375,6 +380,8 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
         await asyncio.sleep(0.1)
         await page.reload()
     await line.locator(".status-paused").wait_for()
+    # Since when and why, on the line of what it holds and in the paused workflows' table.
+    await line.get_by_text(": release freeze").wait_for()
     await checked(page, "the queues page")
     await shot(page, "queues", docs=True)
     paused = page.locator("tr", has_text="default/pausable").filter(has_not_text="@paused")
@@ -383,13 +390,17 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
     await wait_status(gs, held, "running", "approval")
 
     # A capability: paused from the form, listed paused, resumed from its line.
-    await page.get_by_label("Capability").select_option("slow")
+    await page.get_by_label("Capability", exact=True).select_option("slow")
+    await page.get_by_label("Reason").fill("vendor 429s")
     await page.locator("#pause-cap-go").click()
     resume = page.get_by_role("button", name="Resume capability slow")
     await resume.wait_for()
     async with gs.http("reader") as http:
         lines = (await http.get("/queues", params={"capability": "slow"})).json()
         assert [(q["capability"], q["paused"]) for q in lines] == [("slow", True)]
+        assert lines[0]["paused_reason"] == "vendor 429s"
+    line = page.locator("tr", has_text="cap:slow@paused")
+    await line.get_by_text(f"since {lines[0]['paused_since']}: vendor 429s").wait_for()
     await resume.click()
     await page.get_by_role("button", name="Resume capability slow").wait_for(state="detached")
     assert page.errors == []

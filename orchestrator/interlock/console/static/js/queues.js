@@ -4,7 +4,7 @@
 // and a form to pause a capability that holds nothing yet.
 import { api } from "./api.js";
 import { add, h, table, timeCell } from "./dom.js";
-import { pauseButton, pausedBadge, pauseOrResume } from "./pausing.js";
+import { pauseButton, pausedBadge, pausedText, reasonField } from "./pausing.js";
 
 function wait(seconds) {
   if (seconds == null) return "—";
@@ -34,7 +34,9 @@ export async function queuesPage(root, _arg, _params, current) {
       held ? "—" : `${q.running}/${q.size}`,
       String(q.queued),
       q.oldest_queued_at ? [wait(q.oldest_wait_s), " (since ", timeCell(q.oldest_queued_at), ")"] : "—",
-      q.paused || held ? h("span", { class: "status status-paused" }, "paused") : "no",
+      q.paused || held
+        ? [h("span", { class: "status status-paused" }, "paused"), q.paused_since || q.paused_reason ? h("span", { class: "paused-why" }, " ", pausedText(q.paused_since, q.paused_reason)) : null]
+        : "no",
       first ? pauseButton(capPath(q.capability), `Capability ${q.capability}`, pausedCaps.has(q.capability), draw) : "",
     ];
   });
@@ -51,10 +53,13 @@ export async function queuesPage(root, _arg, _params, current) {
   });
   const names = [...new Set(agents.flatMap((a) => a.capabilities.map((c) => c.name)))].filter((n) => !pausedCaps.has(n)).sort();
   const choice = h("select", { id: "pause-cap", name: "capability" }, names.map((n) => h("option", { value: n }, n)));
+  const why = reasonField("pause-cap-reason", null); // named by its <label>
+  const go = () => pauseButton(capPath(choice.value), `Capability ${choice.value}`, false, draw, { reason: why }).click();
   const pauseForm = names.length
-    ? h("form", { class: "filters", onsubmit: (ev) => ev.preventDefault() },
+    ? h("form", { class: "filters", onsubmit: (ev) => { ev.preventDefault(); go(); } },
         h("div", { class: "field" }, h("label", { for: "pause-cap" }, "Capability"), choice),
-        h("button", { type: "button", id: "pause-cap-go", onclick: () => pauseOrResume(capPath(choice.value), `Capability ${choice.value}`, false, draw) }, "Pause capability"))
+        h("div", { class: "field" }, h("label", { for: "pause-cap-reason" }, "Reason"), why),
+        h("button", { type: "button", id: "pause-cap-go", onclick: go }, "Pause capability"))
     : null;
   add(root,
     h("h1", {}, "Queues"),

@@ -12,7 +12,7 @@ import { api, ApiError, config, follow } from "./api.js";
 import { diagram, takenEdges } from "./diagram.js";
 import { add, ask, between, duration, errorBox, h, json, status, table, timeCell, toast } from "./dom.js";
 import { mapSection } from "./mapitems.js";
-import { pauseButton, pausedBadge } from "./pausing.js";
+import { pauseButton, pausedBadge, pausedText } from "./pausing.js";
 import { CHUNK, Timeline } from "./timeline.js";
 
 function workflowPath(desc) {
@@ -160,7 +160,7 @@ export async function runPage(root, runId, _params, current) {
         h("button", { type: "button", id: "cancel", class: "danger", onclick: cancel }, "Cancel run…"),
         pauseButton(path, "Run", !!desc.paused, refresh, { id: "pause-run" }),
       ),
-      desc.paused ? h("p", { class: "warning", id: "run-paused" }, `Paused${desc.paused.reason ? ` (${desc.paused.reason})` : ""}: it takes no transition until resumed; ${desc.paused.held} event(s) held.`) : null,
+      desc.paused ? h("p", { class: "warning", id: "run-paused" }, `Paused ${pausedText(desc.paused.at, desc.paused.reason)}${desc.paused.workflow ? " (with its workflow)" : ""}. It takes no transition until resumed; ${desc.paused.held} event(s) held.`) : null,
       desc.map ? h("p", {}, `Map: ${desc.map.done} of ${desc.map.items} items done, ${desc.map.failed} failed (parallelism ${desc.map.parallelism}, join ${desc.map.completion}).`) : null,
       table("Pending actions", ["Capability", "Action", "Attempt", "Item", "Requested", "Deadline"], pending, { empty: "No pending actions." }),
       table("Events that move it", ["Event", "Kind", "Guard", "Goes to"], waits, { empty: "No transitions wait here." }),

@@ -4,7 +4,7 @@ import { migrateDialog, startDialog } from "./acting.js";
 import { api } from "./api.js";
 import { diagram } from "./diagram.js";
 import { add, errorBox, h, json, table, toast } from "./dom.js";
-import { pauseButton, pausedBadge } from "./pausing.js";
+import { pauseButton, pausedBadge, pausedText, reasonField } from "./pausing.js";
 
 export async function workflowsPage(root) {
   const workflows = await api("/workflows");
@@ -104,14 +104,17 @@ export async function workflowPage(root, ref, params) {
     runsLink(r.version, "continued", r.continued || 0),
   ]);
   const running = (detail.runs || []).reduce((n, r) => n + r.running, 0);
+  const redraw = () => window.dispatchEvent(new HashChangeEvent("hashchange"));
+  const why = reasonField("pause-workflow-reason", "workflow"); // one reason for either pause
   const actions = h("div", { class: "actions" },
     h("button", { type: "button", id: "start", class: "primary", onclick: () => startDialog(label, detail.inputs) }, "Start a run…"),
     detail.versions.length > 1
       ? h("button", { type: "button", id: "migrate", disabled: !running, "aria-describedby": running ? null : "migrate-why", onclick: () => migrateDialog(base, detail) }, "Migrate running runs…")
       : null,
     detail.versions.length > 1 && !running ? h("span", { id: "migrate-why", class: "hint" }, "No run of this workflow is running.") : null,
-    pauseButton(`/workflows/${ns}/${name}`, "Workflow", !!detail.paused, () => window.dispatchEvent(new HashChangeEvent("hashchange")), { id: "pause-workflow" }),
-    detail.paused ? null : pauseButton(`/workflows/${ns}/${name}`, "Workflow and its runs", false, () => window.dispatchEvent(new HashChangeEvent("hashchange")), { id: "pause-workflow-runs", body: { runs: true } }),
+    detail.paused ? null : why,
+    pauseButton(`/workflows/${ns}/${name}`, "Workflow", !!detail.paused, redraw, { id: "pause-workflow", reason: why }),
+    detail.paused ? null : pauseButton(`/workflows/${ns}/${name}`, "Workflow and its runs", false, redraw, { id: "pause-workflow-runs", body: { runs: true }, reason: why }),
   );
   // The manifest as it was applied (YAML, comments and all), else as stored.
   const manifest = detail.source
@@ -147,7 +150,7 @@ export async function workflowPage(root, ref, params) {
 
   add(root, 
     h("div", { class: "title-row" }, h("h1", {}, "Workflow ", h("span", { class: "mono" }, label)), h("span", { class: "chip" }, `v${detail.version}`), pausedBadge(detail.paused)),
-    detail.paused ? h("p", { class: "warning", id: "workflow-paused" }, `Paused${detail.paused.reason ? ` (${detail.paused.reason})` : ""}: its new runs wait until it is resumed${detail.paused.runs ? "; its runs in flight were paused with it" : ""}.`) : null,
+    detail.paused ? h("p", { class: "warning", id: "workflow-paused" }, `Paused ${pausedText(detail.paused.at, detail.paused.reason)}. Its new runs wait until it is resumed${detail.paused.runs ? "; its runs in flight were paused with it" : ""}.`) : null,
     detail.description ? h("p", {}, detail.description) : null,
     actions,
     h("dl", { class: "meta" },

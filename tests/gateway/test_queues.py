@@ -5,6 +5,7 @@ without a token may."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import msgspec
 
@@ -139,6 +140,14 @@ async def test_an_operator_pauses_and_resumes_a_workflow_over_http(
             assert said.returncode == 0, said.stderr
             assert "default/limited is paused already (since " in said.stdout
             assert ": paused over HTTP)" in said.stdout
+            listed = await asyncio.to_thread(
+                run_cli, "workflows", env=cli_env(nats_url, subjects.prefix)
+            )
+            assert re.search(
+                r"^paused: default/limited since \S+Z: paused over HTTP \(its new runs wait",
+                listed.stdout,
+                re.M,
+            ), listed.stdout
             assert (await http.post("/workflows/default/nope/pause")).status_code == 404
 
             async def seen() -> bool:

@@ -95,6 +95,14 @@ async def cmd_workflows(client: Client, args: argparse.Namespace) -> int:
                 for w in found
             ],
         )
+        for w in found:
+            if w.paused is not None:
+                with_runs = " with its runs in flight" if w.paused.runs else ""
+                why = f": {w.paused.reason}" if w.paused.reason else ""
+                print(
+                    f"paused: {w.namespace}/{w.name}{with_runs} since {w.paused.at}{why} "
+                    f"(its new runs wait until 'interlock resume workflow {w.namespace}/{w.name}')"
+                )
 
     emit(args, found, table)
     return EXIT_OK

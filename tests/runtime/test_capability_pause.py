@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from interlock.client.queues import list_queues
@@ -118,11 +119,14 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             )
             # A paused capability nobody waits for yet is shown too, with its limit.
             shown = await cli(nats_url, subjects, "queues", "--capability", "nap.capped")
-            rows = [row.split() for row in shown.stdout.splitlines()[1:]]
-            assert rows == [
-                ["cap:nap.capped", "-", "0/1", "0", "-", "paused"],
-                ["cap:nap.capped@paused", "paused", "0/0", "0", "-", "paused"],
+            rows = [row.split(maxsplit=5) for row in shown.stdout.splitlines()[1:]]
+            assert [row[:5] for row in rows] == [
+                ["cap:nap.capped", "-", "0/1", "0", "-"],
+                ["cap:nap.capped@paused", "paused", "0/0", "0", "-"],
             ]
+            # PAUSED: since when (the pause's own time on both lines), and why.
+            (since,) = {row[5] for row in rows}
+            assert re.fullmatch(r"since \S+Z: paused by an operator", since), shown.stdout
 
             done = await cli(nats_url, subjects, "resume", "capability", "nap")
             assert "resumed capability nap" in done.stdout

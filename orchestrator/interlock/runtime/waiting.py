@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -326,28 +327,47 @@ class RunWatcher:
         hint = asyncio.Event()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        # The run is most often not started yet: with one layout read a moment ago, the
+        # first look does not read the map again for a layout set since (no map read per
+        # run waited for); every later look (a hint, a second, the deadline) does.
+        elsewhere = looked = not self._log.placement.lately_single()
+        answered = False
         with self.listening(run_id, lambda _: hint.set()):
             while True:
                 try:
-                    if await self._last(run_id, deadline) is not None:
+                    if await self._last(run_id, deadline, elsewhere=elsewhere) is not None:
                         return True
                 except TimeoutError:
-                    return False
+                    break
+                answered, looked = True, elsewhere
                 left = deadline - loop.time()
                 if left <= 0:
-                    return False
+                    break
+                elsewhere = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(hint.wait(), min(left, 1.0))
                 hint.clear()
+        if looked or not answered:
+            return False
+        # Out of time before a look under a layout set since the map was read (and the
+        # server answers): one now, within one read's time.
+        try:
+            return await self._last(run_id, loop.time() + self._read_timeout) is not None
+        except TimeoutError:
+            return False
 
-    async def _last(self, run_id: str, deadline: float | None) -> bytes | None:
+    async def _last(
+        self, run_id: str, deadline: float | None, *, elsewhere: bool = True
+    ) -> bytes | None:
         """The payload of the run's last log message (None: no such run), by a direct get
         on the connection's shared reply subscription, asked again when its answer does
         not come in time, until ``deadline`` (loop time; None: none). A finished run's
-        last message holds its terminal record."""
-        return await self._asked_again(deadline, self._ask_last, run_id)
+        last message holds its terminal record. ``elsewhere``: when not there, look for it
+        under a layout set since the map was read here (which reads the map again)."""
+        ask = functools.partial(self._ask_last, elsewhere=elsewhere)
+        return await self._asked_again(deadline, ask, run_id)
 
-    async def _ask_last(self, run_id: str) -> bytes | None:
+    async def _ask_last(self, run_id: str, *, elsewhere: bool = True) -> bytes | None:
         stream, subject = await self._log.where(run_id)
         api = f"$JS.API.DIRECT.GET.{stream}"
         body = json.dumps({"last_by_subj": subject}).encode()
@@ -359,9 +379,14 @@ class RunWatcher:
         status = (reply.headers or {}).get("Status")
         if status in ("404", "503"):  # no such run; no runs stream at all
             # Unless a layout the map had not when it was read here placed it elsewhere.
-            if await self._log.last_seq(run_id) and await self._log.where(run_id) != (
-                stream,
-                subject,
+            if (
+                elsewhere
+                and await self._log.last_seq(run_id)
+                and await self._log.where(run_id)
+                != (
+                    stream,
+                    subject,
+                )
             ):
                 return await self._ask_last(run_id)
             return None

@@ -68,6 +68,10 @@ _WRONG_LAST_SEQUENCE: Final = 10071
 PLACE_FRESH_S: Final = 5.0
 """A process places a new run by a map it read at most this long before (read again
 first when older), so a layout stops placing runs everywhere within this of its change."""
+MISS_FRESH_S: Final = 1.0
+"""A wait for a run that is not there yet does not read the map again at its first miss
+when this process's copy is one layout read less than this long before (see
+:meth:`Placement.lately_single`)."""
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -250,7 +254,7 @@ async def write_map(nc: Client, subjects: Subjects, new: PartitionMap, revision:
 
 class Placement:
     """Where runs' logs are, for one process: the partition map, read once and again when
-    a run is not where it knows to look (at most once a second), and the runs it located.
+    a run is not where it knows to look, and the runs it located.
     """
 
     def __init__(self, nc: Client, subjects: Subjects, found: PartitionMap | None = None) -> None:
@@ -362,6 +366,17 @@ class Placement:
         await self._read_since(time.monotonic())
         others = tuple(c for c in self.map.candidates(run_id) if c != partition)
         return await self._look(run_id, others)
+
+    def lately_single(self) -> bool:
+        """Whether this process's copy of the map is one layout (none retired) read less
+        than :data:`MISS_FRESH_S` ago: a run not found then is most likely not started yet,
+        so a wait for it need not read the map again before its next look."""
+        return (
+            self._loaded
+            and self.map.layouts == _ONE
+            and not self.map.retired
+            and time.monotonic() - self._read_from < MISS_FRESH_S
+        )
 
     async def place_new(self, run_id: str) -> int:
         """Where a run with this id starts: where a run with it is already (so that

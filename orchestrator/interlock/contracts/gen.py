@@ -71,9 +71,9 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "or not (the step is held; `missing` names the predicates not proven).",
     "run.queued": "The run waits for a slot of each of its workflow's concurrency limits "
     "(`spec.concurrency`): each slot's limit, key and size; no state is entered until "
-    "`run.admitted`.",
+    "`run.admitted`. A fork's (after `run.forked`) names the `state` it goes on in.",
     "run.admitted": "The run holds a slot of each limit it waited for (freed by the record "
-    "that ends it); its first state is entered next.",
+    "that ends it); its first state (a fork's: the state it was forked in) is entered next.",
     "run.paused": "The run takes no transition and requests no action until `run.resumed` "
     "(the reason; `workflow`: paused with its workflow, resumed with it).",
     "event.held": "An event reached the paused run that it would take (an answer, a due "

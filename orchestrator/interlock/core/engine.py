@@ -371,10 +371,14 @@ def resume_fork(
     origin_seq: int,
     version: int,
     now: str,
+    queue: bool | None = None,
 ) -> list[ev.AnyRecord]:
     """The records that turn a copied log prefix into a run of its own: the fork marker,
     then the state the run was in entered again under ``definition``, so its work is asked
-    for afresh (with fresh deadlines and inputs rendered by this definition)."""
+    for afresh (with fresh deadlines and inputs rendered by this definition). Under the
+    definition's concurrency limits the fork is a new run in flight: it waits for its
+    slots first (``run.queued``), and enters that state once admitted. ``queue``: whether
+    it does (None: as the definition says; a re-drive follows the recorded fork)."""
     if state.status != RunStatus.RUNNING:
         return []
     step = Reactions(definition, state, now)
@@ -390,6 +394,11 @@ def resume_fork(
             state=state.state,
         ),
     )
+    if definition.concurrency if queue is None else queue:
+        # A new run in flight: it waits for its slots as a run started now would.
+        trigger = None if state.trigger is None else Incoming.from_dict(state.trigger)
+        limits.queue(step, definition, state.inputs, trigger, enters=state.state)
+        return step.out
     step.enter(state.state)
     return step.out
 

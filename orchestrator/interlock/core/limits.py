@@ -120,17 +120,19 @@ def queue(
     *,
     paused: bool = False,
     rate: ev.RateHold | None = None,
+    enters: str | None = None,
 ) -> None:
     """After ``run.started``: the run waits for its slots, and (``paused``: its workflow is
     paused) for its workflow's resumption; or fails, its keys unknown. ``rate``: first
-    until the time its trigger's rate gave it (a timer)."""
+    until the time its trigger's rate gave it (a timer). ``enters``: a fork's state, entered
+    once admitted."""
     slots, problem = claims(definition, inputs, trigger)
     if problem is not None:
         step.fail_run(ErrorClass.SCHEMA_ERROR, problem)
         return
     if paused:
         slots.insert(0, pause_claim(definition.namespace, definition.name))
-    step.emit(ev.RunQueued, ev.RunQueuedData(slots=slots, rate=rate))
+    step.emit(ev.RunQueued, ev.RunQueuedData(slots=slots, rate=rate, state=enters))
     if rate is not None:
         step.schedule(TimerPurpose.RATE, rate.until)
 
@@ -153,7 +155,10 @@ def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRe
     step = Reactions(definition, state, now)
     step.emit(ev.RunAdmitted, ev.RunAdmittedData(limits=[s.limit for s in state.slots]))
     chain = state.chain
-    step.enter(chain.state if chain is not None and chain.state else definition.initial_state)
+    if state.enters is not None:
+        step.enter(state.enters)  # a fork, where it was forked
+    else:
+        step.enter(chain.state if chain is not None and chain.state else definition.initial_state)
     return step.out
 
 

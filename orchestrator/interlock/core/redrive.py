@@ -405,6 +405,7 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
             origin_seq=head.data.origin_seq,
             version=drive.version or head.data.version,
             now=now,
+            queue=any(isinstance(r, ev.RunQueued) for r in step.records),
         )
         return Redriven(records, checks)
     if isinstance(head, ev.RunMigrated):

@@ -68,6 +68,8 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     """The history limits the run was started under (None: none)."""
     chain: Chain | None = None
     """Where the run stands in a chain of runs continued as new (None: in none)."""
+    enters: str | None = None
+    """The state a queued fork enters once admitted (None: none waits)."""
     size: int = 0
     """The bytes of the records folded, each as :func:`events.encode` writes it: what
     ``history.max_bytes`` counts (never pinned: see :mod:`interlock.core.statecodec`)."""

@@ -346,7 +346,17 @@ def _counted(s: RunState, r: ev.Record) -> RunState:
 
 
 def _run_queued(s: RunState, r: ev.RunQueued) -> RunState:
+    if r.data.state is not None:  # a fork: in no state until admitted, then in that one
+        return replace(
+            s, seq=s.seq + 1, updated_at=r.time, slots=r.data.slots, state="", enters=r.data.state
+        )
     return replace(s, seq=s.seq + 1, updated_at=r.time, slots=r.data.slots)
+
+
+def _run_admitted(s: RunState, r: ev.RunAdmitted) -> RunState:
+    if s.enters is None:
+        return _counted(s, r)
+    return replace(s, seq=s.seq + 1, updated_at=r.time, enters=None)
 
 
 def _pause(s: RunState, r: ev.RunPaused | ev.EventHeld | ev.RunResumed) -> RunState:
@@ -415,7 +425,7 @@ _EVOLVE: dict[type[ev.Record], Callable[[RunState, Any], RunState]] = {
     ev.EvidenceRecorded: _evidence_recorded,
     ev.GateChecked: _gate_checked,
     ev.RunQueued: _run_queued,
-    ev.RunAdmitted: _counted,
+    ev.RunAdmitted: _run_admitted,
     ev.RunPaused: _pause,
     ev.EventHeld: _pause,
     ev.RunResumed: _pause,

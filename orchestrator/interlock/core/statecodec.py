@@ -18,6 +18,7 @@ _LATER_FIELDS = (
     "paused",
     "history",
     "chain",
+    "enters",
 )
 """Fields added to RunState after states were first pinned (tests/golden): left out of
 the canonical bytes while unset, so a run that does not use them encodes as before."""

@@ -147,6 +147,8 @@ class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 
     slots: list[SlotClaim]
     rate: RateHold | None = None
+    state: str | None = None
+    """A fork's: the state it goes on in once admitted (None: the workflow's first)."""
 
 
 class RunAdmittedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

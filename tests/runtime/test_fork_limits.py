@@ -1,0 +1,82 @@
+"""A fork is a new run in flight: under its workflow's concurrency limits it takes its slot
+as a run started now does, queued while the limit is full and admitted, into the state it
+was forked in, when a slot frees."""
+
+from __future__ import annotations
+
+import asyncio
+
+from interlock.client.queues import list_queues
+from interlock.core import events as ev
+from interlock.transport.subjects import Subjects
+from support.runtime import cli_env, eventually, run_cli, running_stack
+
+ONE = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: one}
+spec:
+  concurrency:
+    - {key: '"k"', limit: 1}
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+"""
+
+
+async def test_a_fork_waits_for_a_slot_of_its_workflows_limit_as_a_start_does(
+    nats_url: str, subjects: Subjects
+) -> None:
+    env = cli_env(nats_url, subjects.prefix)
+
+    async def cli(*args: str) -> str:
+        done = await asyncio.to_thread(run_cli, *args, env=env)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    async with running_stack(nats_url, subjects, [ONE], worker=False) as stack:
+
+        async def kinds(run_id: str) -> list[type]:
+            return [type(r) for r in await stack.records(run_id)]
+
+        await cli("start", "one", "--run-id", "one-3")
+
+        async def admitted() -> bool:
+            return ev.StateEntered in await kinds("one-3")
+
+        await eventually(admitted, what="one-3 admitted, in its state")
+        at = len(await stack.records("one-3"))
+        await cli("fork", "one-3", "--at", str(at), "--run-id", "one-fork")
+
+        async def fork_queued() -> bool:
+            found = await list_queues(stack.client)
+            return bool(found) and (found[0].running, found[0].queued) == (1, 1)
+
+        await eventually(fork_queued, what="the fork queued behind one-3")
+        forked = await stack.records("one-fork")
+        assert isinstance(forked[-1], ev.RunQueued), forked[-1]
+        assert (await stack.client.state("one-fork")).state == ""
+        shown = await cli("queues")
+        assert "1/1" in shown, shown
+        described = await cli("describe", "run", "one-fork")
+        assert "queued       1st for key k under default/one" in described, described
+        # A third run waits behind the fork, in order.
+        await cli("start", "one", "--run-id", "one-4")
+        await cli("signal", "one-3", "go")
+        assert (await stack.wait("one-3")).status == "completed"
+
+        async def fork_in_its_state() -> bool:
+            return (await stack.client.state("one-fork")).state == "wait"
+
+        await eventually(fork_in_its_state, what="the fork admitted into its state")
+        assert ev.StateEntered not in await kinds("one-4")
+        await cli("signal", "one-fork", "go")
+        assert (await stack.wait("one-fork")).status == "completed"
+
+        async def third_in() -> bool:
+            return (await stack.client.state("one-4")).state == "wait"
+
+        await eventually(third_in, what="the third run admitted once the fork ended")

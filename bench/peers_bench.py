@@ -7,8 +7,9 @@ CPU per run (every process of the system, and Interlock's orchestrator alone), t
 goals per round and over the rounds (three by default: one round on a shared machine
 moves by tens of percent). Peers that are not installed under ``$PEERS`` are skipped with
 a note; raw NATS is needed for the ratios. Interlock runs from this checkout's venv
-(``sys.executable``); ``--baseline-venv`` also runs another checkout's venv beside it, as
-``interlock-base``.
+(``sys.executable``); ``--baseline-venv`` also runs another checkout's venv beside it, each
+of Interlock's systems right after its twin, as ``interlock-base`` (``interlock-base-fsync``,
+``interlock-base-cap-concurrency``...).
 
     python -m bench peers      # 3 rounds of nats-raw, interlock, their fsync twins, restate
     python -m bench peers --only "nats-raw interlock" --rounds "r1 r2"
@@ -101,12 +102,22 @@ def systems(
         ),
     ]
     if baseline is not None:
+        # Each of Interlock's systems again on the other checkout, right after it:
+        # interlock-base, interlock-base-cap-concurrency, interlock-base-fsync...
         python = baseline / "bin/python"
-        base = ("--system", "interlock-base")
-        found.insert(2, System("interlock-base", python, "interlock_bench.py", base))
-        fsync = (*base, "--fsync", "always")
-        at = next(i for i, s in enumerate(found) if s.name == "nats-raw-fsync") + 1
-        found.insert(at, System("interlock-base-fsync", python, "interlock_bench.py", fsync))
+        twins: list[System] = []
+        for system in found:
+            twins.append(system)
+            if system.python != interlock:
+                continue
+            name = "interlock-base" + system.name.removeprefix("interlock")
+            args = list(system.args)
+            if "--system" in args:
+                args[args.index("--system") + 1] = name
+            else:
+                args = ["--system", name, *args]
+            twins.append(System(name, python, system.script, tuple(args), system.needs))
+        found = twins
     return found
 
 

@@ -21,6 +21,7 @@ from interlock.core.objects import is_marker
 from interlock.runtime.errors import EventTooLarge
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, encode_binary, from_dict
+from interlock.transport.cloudevents_model import check_event_id
 from interlock.transport.refusals import PermissionRefused, refusable
 from interlock.views import EmitResult, EventRefusal, StartedRun
 
@@ -264,6 +265,7 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
     """Publish ``ce`` and say which runs it starts, waiting up to ``wait`` seconds for
     the orchestrator to start them (see ``Client.emit``)."""
     check_event_type(ce.type)  # before anything is published or looked up
+    check_event_id(ce.id)
     if too_deep(ce.data):
         raise InvalidCloudEvent(
             "too-deep", f"the event's data nests deeper than {MAX_DEPTH} levels"

@@ -20,6 +20,13 @@ EVENT_SHARE: Final = 4
 is copied into the logs of the runs it reaches, beside the records it causes."""
 
 
+MAX_EVENT_ID_BYTES: Final = 256
+"""Longest CloudEvent ``id`` taken, in UTF-8 bytes (the specification sets no bound): an
+id is kept in the windows of debounced and batched triggers (up to 1,000 of them in a
+batch's) and in the records of the runs they start, which the server's payload limit
+bounds. Longer is refused as any invalid event is (reason ``id-too-long``)."""
+
+
 def max_event_bytes(max_payload: int) -> int:
     """The largest event payload taken, for a server whose payload limit is ``max_payload``."""
     return max_payload // EVENT_SHARE

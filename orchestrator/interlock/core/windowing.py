@@ -56,6 +56,8 @@ class Window(msgspec.Struct, kw_only=True):
     """A batch's run input items, in order (a debounce keeps none)."""
     size: int = 0
     """Bytes of ``items``."""
+    last_size: int = 0
+    """Bytes of ``last`` and ``last_inputs``."""
     last: EventCopy | None = None
     """Its last event: the run's trigger event."""
     last_inputs: dict[str, Any] = {}
@@ -185,6 +187,8 @@ OPENED = "opened"
 """The event opened a window."""
 JOINED = "joined"
 """The event joined the open window."""
+TOO_LARGE = "too-large-for-window"
+"""The event alone takes more than a window may (:func:`window_budget`): refused."""
 
 
 class Arrival(msgspec.Struct, kw_only=True, frozen=True):
@@ -200,19 +204,63 @@ class Arrival(msgspec.Struct, kw_only=True, frozen=True):
     item: Any
     """What it adds to a batch's inputs."""
     item_size: int
+    last_size: int = 0
+    """Bytes of the event's copy, and of its inputs for a debounce (what ``last`` and
+    ``last_inputs`` take while it is the window's last)."""
+
+
+REF_BYTES = 23
+"""Bytes a reference takes in an entry (20 hex digits, its quotes and a comma)."""
+ENTRY_OVERHEAD = 2048
+"""Bytes of an entry beyond its windows' contents, its key and its references: field
+names, counts, times, the run id, and the write's headers."""
+
+
+def id_bytes(event_id: str) -> int:
+    """Most bytes an id takes in an entry (a quote or backslash is escaped: 2 bytes)."""
+    return 2 * len(event_id.encode()) + 3
+
+
+def window_bytes(window: Window) -> int:
+    """The most a window takes in its entry (its fixed fields in ``ENTRY_OVERHEAD``)."""
+    ids = sum(id_bytes(i) for i in window.ids)
+    return ids + REF_BYTES * len(window.refs) + window.size + window.last_size
+
+
+def window_budget(entry: WindowEntry, max_payload: int) -> int:
+    """The bytes each of an entry's two windows (open and sealed) may take, so that the
+    entry, with its references kept, is never more than the server takes in a message."""
+    fixed = ENTRY_OVERHEAD + len(encode(entry.trigger)) + len(encode(entry.key))
+    return (max_payload - fixed - REF_BYTES * MAX_REFS) // 2
 
 
 def take_into(
-    entry: WindowEntry, arrival: Arrival, *, kind: str, max_events: int, room: int, now: str
+    entry: WindowEntry,
+    arrival: Arrival,
+    *,
+    kind: str,
+    max_events: int,
+    room: int,
+    now: str,
+    budget: int | None = None,
 ) -> str:
     """Put ``arrival`` into ``entry``'s open window (changed in place), and say how
-    (:data:`DUPLICATE`, :data:`CUT`, :data:`OPENED`, :data:`JOINED`). A batch that the
-    event fills is moved to ``sealed`` with it."""
+    (:data:`DUPLICATE`, :data:`CUT`, :data:`OPENED`, :data:`JOINED`, :data:`TOO_LARGE`).
+    A batch that the event fills is moved to ``sealed`` with it. ``room``: the bytes a
+    batch's items may take; ``budget``: the bytes a window may take
+    (:func:`window_budget`; None: the entry's own for the default 1 MiB payload limit)."""
     if entry.has(arrival.ref):
         return DUPLICATE
+    limit = window_budget(entry, 1024 * 1024) if budget is None else budget
+    adds = id_bytes(arrival.event.id) + REF_BYTES + arrival.item_size + arrival.last_size
+    if adds > limit or (kind == "batch" and arrival.item_size > room):
+        return TOO_LARGE  # it could not be taken even into a window of its own
     window = entry.open
-    if window is not None and kind == "batch" and window.size + arrival.item_size > room:
-        # Its run's inputs could not take this one too: the batch is cut here.
+    if window is not None and (
+        (kind == "batch" and window.size + arrival.item_size > room)
+        or window_bytes(window) - window.last_size + adds > limit
+    ):
+        # Its run's inputs, or the entry, could not take this one too: cut here.
         window.closed_by = "size"
         entry.sealed, entry.open = window, None
         return CUT
@@ -233,6 +281,7 @@ def take_into(
         del window.ids[:-MAX_LISTED]
         window.last_inputs = arrival.inputs
     window.last = arrival.event
+    window.last_size = arrival.last_size
     if kind == "batch" and window.count >= max_events:
         window.closed_by = "max_events"
         entry.sealed, entry.open = window, None

@@ -43,6 +43,7 @@ from interlock.runtime.snapshots import Read, Snapshots, read_state
 from interlock.runtime.versions import Applied
 from interlock.runtime.waiting import RunWatcher
 from interlock.transport.cloudevents import CloudEvent, encode_binary, too_deep
+from interlock.transport.cloudevents_model import check_event_id
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvread import bucket_values
 from interlock.transport.objects import ObjectLimits
@@ -302,6 +303,7 @@ class InterlockClient:
         Raises ValueError (nothing is published) for a type that cannot be a subject or a
         ``runid`` extension that is no run id."""
         check_event_type(event.type)
+        check_event_id(event.id)
         if "runid" in event.extensions:
             check_run_id(event.extensions["runid"])
         headers, payload = encode_binary(event)

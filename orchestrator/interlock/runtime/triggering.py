@@ -12,7 +12,9 @@ from nats.aio.msg import Msg
 
 from interlock.core import events as ev
 from interlock.core.bounds import max_event_bytes
+from interlock.core.definition import TriggerDef
 from interlock.core.engine import Incoming, derive_run_id
+from interlock.core.windowing import TOO_LARGE
 from interlock.runtime.errors import InvalidInputs
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.rates import Rates, dropped
@@ -118,7 +120,7 @@ class TriggerStarts:
                 continue
             trigger = start.trigger
             if trigger is not None and trigger.window is not None:
-                await self.windows.take(
+                how = await self.windows.take(
                     start.definition,
                     start.version,
                     trigger,
@@ -127,6 +129,9 @@ class TriggerStarts:
                     start.inputs,
                     room=max_event_bytes(self._nc.max_payload),
                 )
+                if how == TOO_LARGE:
+                    await self._dead_letter(msg, TOO_LARGE, too_large(trigger, self._nc))
+                    continue
                 started += 1
                 continue
             if trigger is not None and trigger.rate is not None:
@@ -173,3 +178,12 @@ def batch_item_refused(start: Start, incoming: Incoming) -> InvalidInputs | None
     if not problems:
         return None
     return InvalidInputs(f"{definition.namespace}/{definition.name}", problems)
+
+
+def too_large(trigger: TriggerDef, nc: Client) -> str:
+    """Why an event is refused by its trigger's window (:data:`TOO_LARGE`)."""
+    return (
+        f"the event (its copy, its id and what {trigger.name} renders from it) takes more "
+        f"than a window of its key may hold: half of the server's payload limit "
+        f"({nc.max_payload:,} bytes) less the window's references"
+    )

@@ -47,6 +47,7 @@ from interlock.core.windowing import (
     DUPLICATE,
     MAX_REFS,
     OPENED,
+    TOO_LARGE,
     WINDOW_TIMER,
     Arrival,
     EventCopy,
@@ -59,6 +60,7 @@ from interlock.core.windowing import (
     entry_token,
     event_ref,
     take_into,
+    window_budget,
 )
 from interlock.runtime.errors import InvalidInputs, UnknownWorkflow
 from interlock.runtime.foreign import foreign_value
@@ -183,13 +185,16 @@ class Windows:
         spec = trigger.window
         assert spec is not None
         item = inputs if trigger.input is not None else event.to_dict()
+        copy = EventCopy(**msgspec.structs.asdict(event))
+        last_size = len(encode(copy)) + (len(encode(inputs)) if spec.kind != "batch" else 0)
         arrival = Arrival(
             version=version,
-            event=EventCopy(**msgspec.structs.asdict(event)),
+            event=copy,
             ref=event_ref(event),
             inputs=inputs,
             item=item,
             item_size=len(encode(item)) if spec.kind == "batch" else 0,
+            last_size=last_size,
         )
         token = entry_token(trigger.name, key)
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -244,7 +249,7 @@ class Windows:
             for arrival, _ in batch[at:]:
                 how = take_into(
                     entry, arrival, kind=spec.kind, max_events=spec.max_events,
-                    room=room, now=now,
+                    room=room, now=now, budget=window_budget(entry, self._nc.max_payload),
                 )  # fmt: skip
                 if how != CUT:
                     taken.append(how)
@@ -270,7 +275,7 @@ class Windows:
         kind = entry.kind
         window = entry.open
         for how in taken:
-            if how != DUPLICATE:
+            if how not in (DUPLICATE, TOO_LARGE):
                 self._observe(WINDOW_EVENT, kind)
             if how == OPENED:
                 self.counters["windows_opened"] += 1

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from interlock.core.bounds import MAX_DEPTH, too_deep
+from interlock.core.bounds import MAX_DEPTH, MAX_EVENT_ID_BYTES, too_deep
 from interlock.core.ids import InvalidRunId, is_run_id
 from interlock.core.vocabulary import InterlockError
 
@@ -74,8 +74,8 @@ class InvalidCloudEvent(ValueError, InterlockError):
         reason: a short machine-readable slug (``missing-attribute``, ``bad-specversion``,
             ``bad-attribute``, ``bad-extension-name``, ``bad-time``, ``bad-json``,
             ``bad-header-encoding``, ``undecodable-data``, ``unencodable-data``,
-            ``unsupported-content-type``, ``too-deep``, ``bad-run-id``), fit for a metric
-            label or a dead-letter subject.
+            ``unsupported-content-type``, ``too-deep``, ``bad-run-id``, ``id-too-long``),
+            fit for a metric label or a dead-letter subject.
     """
 
     def __init__(self, reason: str, message: str) -> None:
@@ -227,6 +227,7 @@ def build_event(attrs: dict[str, str], extensions: dict[str, str], data: Any) ->
         for name, value in extensions.items():
             check_extension_name(name)
             _check_string(name, value)
+    check_event_id(attrs["id"])
     if "runid" in extensions and not is_run_id(extensions["runid"]):
         raise InvalidCloudEvent(
             "bad-run-id", f"extension 'runid' is no run id: {InvalidRunId(extensions['runid'])}"
@@ -246,6 +247,16 @@ def build_event(attrs: dict[str, str], extensions: dict[str, str], data: Any) ->
         data=data,
         extensions=extensions,
     )
+
+
+def check_event_id(value: str) -> None:
+    """Refuse an id longer than :data:`MAX_EVENT_ID_BYTES` (``id-too-long``)."""
+    if len(value) > MAX_EVENT_ID_BYTES // 4 and len(value.encode()) > MAX_EVENT_ID_BYTES:
+        raise InvalidCloudEvent(
+            "id-too-long",
+            f"the event's id takes {len(value.encode()):,} bytes; ids take at most "
+            f"{MAX_EVENT_ID_BYTES} (UTF-8), starting {value[:40]!r}",
+        )
 
 
 def _check_string(name: str, value: str) -> None:

@@ -80,3 +80,32 @@ async def test_a_fork_waits_for_a_slot_of_its_workflows_limit_as_a_start_does(
             return (await stack.client.state("one-4")).state == "wait"
 
         await eventually(third_in, what="the third run admitted once the fork ended")
+        # A fork while the workflow is paused waits for its resumption, then for its slot.
+        await cli("pause", "workflow", "one")
+
+        async def seen_paused() -> bool:
+            return stack.orchestrator.flow.admission.pauses.holds("default", "one")
+
+        await eventually(seen_paused, what="the orchestrator sees the pause")
+        await cli("fork", "one-3", "--at", str(at), "--run-id", "one-fork2")
+        await eventually(
+            lambda: _queued(stack, "one-fork2"), what="the second fork queued behind the pause"
+        )
+        described = await cli("describe", "run", "one-fork2")
+        assert "queued       until default/one is resumed" in described, described
+        await cli("resume", "workflow", "one")
+        await cli("signal", "one-4", "go")
+        assert (await stack.wait("one-4")).status == "completed"
+
+        async def second_fork_in() -> bool:
+            return (await stack.client.state("one-fork2")).state == "wait"
+
+        await eventually(second_fork_in, what="the second fork admitted into its state")
+
+
+async def _queued(stack: object, run_id: str) -> bool:
+    try:
+        records = await stack.records(run_id)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001  (not written yet)
+        return False
+    return bool(records) and isinstance(records[-1], ev.RunQueued)

@@ -37,6 +37,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     workflow_is_file = bool(args.workflow) and Path(args.workflow).is_file()
 
     async def body(client: Any, a: argparse.Namespace) -> int:
+        from interlock.client.debugging import workflow_paused
         from interlock.runtime.replaying import parse_version
 
         replaying = replaying_of(client)
@@ -63,6 +64,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
                     applied[0].namespace, applied[0].name, version
                 )
         # NotPossible and RunExists: connecting.with_client answers them (exit 1).
+        paused = await workflow_paused(client.ops, state.namespace, state.workflow)
         if a.dry_run:
             version = state.version if version is None else version
             definition = definition or await replaying.definition(
@@ -75,10 +77,11 @@ def cmd_fork(args: argparse.Namespace) -> int:
                 definition=definition,
                 version=version,
                 now=replaying.clock(),
+                paused=paused,
             )
             return _report_fork(a.run_id, a.at, run_id, version, made, a)
         forked = await replaying.fork(
-            records, a.at, run_id=run_id, definition=definition, version=version
+            records, a.at, run_id=run_id, definition=definition, version=version, paused=paused
         )
         return _report_fork(a.run_id, a.at, forked.run_id, forked.version, forked.records, a)
 

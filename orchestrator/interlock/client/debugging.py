@@ -98,13 +98,30 @@ async def fork(
     check_run_id(new)
     chosen = state.version if version is None else version
     definition = await replaying.definition(state.namespace, state.workflow, chosen)
+    paused = await workflow_paused(ops, state.namespace, state.workflow)
     if dry_run:
         made = analysis.fork(
-            records, at, run_id=new, definition=definition, version=chosen, now=replaying.clock()
+            records,
+            at,
+            run_id=new,
+            definition=definition,
+            version=chosen,
+            now=replaying.clock(),
+            paused=paused,
         )
         return fork_report(state.run_id, at, new, chosen, made, dry_run=True)
-    forked = await replaying.fork(records, at, run_id=new, definition=definition, version=chosen)
+    forked = await replaying.fork(
+        records, at, run_id=new, definition=definition, version=chosen, paused=paused
+    )
     return fork_report(state.run_id, at, forked.run_id, forked.version, forked.records)
+
+
+async def workflow_paused(ops: InterlockClient, namespace: str, name: str) -> bool:
+    """Whether the workflow is paused now: a fork of it waits for its resumption, as a run
+    started now does."""
+    from interlock.runtime.pausing import Pauses
+
+    return await Pauses(ops.nc, ops.subjects).paused(namespace, name) is not None
 
 
 def fork_report(

@@ -372,13 +372,16 @@ def resume_fork(
     version: int,
     now: str,
     queue: bool | None = None,
+    paused: bool = False,
 ) -> list[ev.AnyRecord]:
     """The records that turn a copied log prefix into a run of its own: the fork marker,
     then the state the run was in entered again under ``definition``, so its work is asked
     for afresh (with fresh deadlines and inputs rendered by this definition). Under the
     definition's concurrency limits the fork is a new run in flight: it waits for its
     slots first (``run.queued``), and enters that state once admitted. ``queue``: whether
-    it does (None: as the definition says; a re-drive follows the recorded fork)."""
+    it does (None: as the definition says; a re-drive follows the recorded fork).
+    ``paused``: the workflow is paused: the fork waits for its resumption first, as a run
+    started now does."""
     if state.status != RunStatus.RUNNING:
         return []
     step = Reactions(definition, state, now)
@@ -394,10 +397,10 @@ def resume_fork(
             state=state.state,
         ),
     )
-    if definition.concurrency if queue is None else queue:
+    if (definition.concurrency or paused) if queue is None else queue:
         # A new run in flight: it waits for its slots as a run started now would.
         trigger = None if state.trigger is None else Incoming.from_dict(state.trigger)
-        limits.queue(step, definition, state.inputs, trigger, enters=state.state)
+        limits.queue(step, definition, state.inputs, trigger, paused=paused, enters=state.state)
         return step.out
     step.enter(state.state)
     return step.out

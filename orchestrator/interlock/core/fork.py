@@ -56,13 +56,15 @@ def fork(
     definition: Definition,
     version: int,
     now: str,
+    paused: bool = False,
 ) -> list[ev.AnyRecord]:
     """The log of a new run: the first ``at`` records of ``records`` (as records of
     ``run_id``), a ``run.forked`` marker, and the state the run was in at ``at`` entered
     again under ``definition``, so its work is asked for afresh.
 
     ``at`` must end a decision (a log cut mid-decision is no state a run was ever in), and
-    the run must still be running there, in a state ``definition`` has.
+    the run must still be running there, in a state ``definition`` has. ``paused``: its
+    workflow is paused (the fork waits for its resumption, then for its slots).
     """
     if not records:
         raise NotPossible("the log is empty")
@@ -109,6 +111,7 @@ def fork(
         origin_seq=at,
         version=version,
         now=now,
+        paused=paused,
     )
     return copied + resumed
 

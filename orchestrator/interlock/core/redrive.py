@@ -398,6 +398,7 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     if isinstance(head, ev.RunCancelled):
         return Redriven(cancel(d, drive.state, reason=head.data.reason, now=now), checks)
     if isinstance(head, ev.RunForked):
+        queued = next((r for r in step.records if isinstance(r, ev.RunQueued)), None)
         records = resume_fork(
             d,
             drive.state,
@@ -405,7 +406,8 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
             origin_seq=head.data.origin_seq,
             version=drive.version or head.data.version,
             now=now,
-            queue=any(isinstance(r, ev.RunQueued) for r in step.records),
+            queue=queued is not None,
+            paused=queued is not None and any(is_pause(s) for s in queued.data.slots),
         )
         return Redriven(records, checks)
     if isinstance(head, ev.RunMigrated):

@@ -129,6 +129,7 @@ class Replaying:
         run_id: str,
         definition: Definition | None = None,
         version: int | None = None,
+        paused: bool = False,
     ) -> Forked:
         """Start run ``run_id`` from the first ``at`` records of ``records``, on
         ``definition`` (default: the version the original ran)."""
@@ -138,7 +139,13 @@ class Replaying:
             definition = await self.definition(state.namespace, state.workflow, state.version)
         assert version is not None
         made = analysis.fork(
-            records, at, run_id=run_id, definition=definition, version=version, now=self.clock()
+            records,
+            at,
+            run_id=run_id,
+            definition=definition,
+            version=version,
+            now=self.clock(),
+            paused=paused,
         )
         try:
             await self.log.append(run_id, made, 0)

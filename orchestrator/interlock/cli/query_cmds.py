@@ -99,8 +99,9 @@ async def cmd_workflows(client: Client, args: argparse.Namespace) -> int:
             if w.paused is not None:
                 with_runs = " with its runs in flight" if w.paused.runs else ""
                 why = f": {w.paused.reason}" if w.paused.reason else ""
+                since = f" since {w.paused.at}" if w.paused.at else ""
                 print(
-                    f"paused: {w.namespace}/{w.name}{with_runs} since {w.paused.at}{why} "
+                    f"paused: {w.namespace}/{w.name}{with_runs}{since}{why} "
                     f"(its new runs wait until 'interlock resume workflow {w.namespace}/{w.name}')"
                 )
 

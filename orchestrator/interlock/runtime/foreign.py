@@ -81,9 +81,11 @@ class ForeignReport:
 _VALUES_SEEN: OrderedDict[tuple[str, str, int], None] = OrderedDict()
 
 
-def foreign_value(bucket: str, key: str, why: str, revision: int = 0) -> None:
-    """Report a bucket value that is not what its writer writes (it is skipped): once per
-    process for each revision of a key."""
+def foreign_value(
+    bucket: str, key: str, why: str, revision: int = 0, *, kept: str = "skipped"
+) -> None:
+    """Report a bucket value that is not what its writer writes (it is skipped, or what
+    ``kept`` says): once per process for each revision of a key."""
     where = (bucket, key, revision)
     if where in _VALUES_SEEN:
         return
@@ -92,10 +94,11 @@ def foreign_value(bucket: str, key: str, why: str, revision: int = 0) -> None:
         _VALUES_SEEN.popitem(last=False)
     COUNTS[f"KV_{bucket}"] += 1
     log.warning(
-        "the value of %r in bucket %s is not what Interlock writes there (%s): skipped",
+        "the value of %r in bucket %s is not what Interlock writes there (%s): %s",
         key,
         bucket,
         why,
+        kept,
     )
 
 

@@ -50,6 +50,10 @@ CAPABILITY = "cap."
 """How a paused capability's key begins (``cap.<name>``; a workflow's is ``wf.``)."""
 
 
+DAMAGED = "its stored pause is damaged: held as paused until resumed"
+"""The reason shown for a pause whose value does not decode."""
+
+
 def pause_key(namespace: str, name: str) -> str:
     return f"wf.{namespace}.{name}"
 
@@ -81,6 +85,17 @@ class Pauses:
             self._kv = await self._js.key_value(self._subjects.paused_bucket)
         return self._kv
 
+    def _pause_of(self, key: str, value: bytes | None, revision: int = 0) -> dict[str, Any]:
+        """The pause ``value`` says (:func:`pause_of`); a damaged one reported (once per
+        revision of its key)."""
+        pause, damaged = pause_of(value)
+        if damaged:
+            from interlock.runtime.foreign import foreign_value
+
+            bucket = self._subjects.paused_bucket
+            foreign_value(bucket, key, damaged, revision, kept="read as a pause until resumed")
+        return pause
+
     async def paused(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pause of a workflow (when and why), None when it is not paused."""
         return await self._read(pause_key(namespace, name))
@@ -100,7 +115,7 @@ class Pauses:
             return None
         if status:
             raise InterlockError(f"reading {bucket}/{key}: status {status}")
-        return _pause_of(msg.data)
+        return self._pause_of(key, msg.data, int(headers.get("Nats-Sequence") or 0))
 
     async def _values(self) -> dict[str, bytes]:
         """Every key's value: one stream info request, and direct gets when there are any."""
@@ -122,11 +137,11 @@ class Pauses:
             await kv.create(key, json.dumps(pause).encode())
         except KeyWrongLastSequenceError:
             found = await self._read(key)
-            if found is not None:
+            if found is not None and not found.get("damaged"):
                 if runs and not found.get("runs"):
                     await kv.put(key, json.dumps({**found, "runs": True}).encode())
                 return found
-            await kv.put(key, json.dumps(pause).encode())  # resumed meanwhile
+            await kv.put(key, json.dumps(pause).encode())  # resumed meanwhile, or damaged
         return None
 
     async def every(self) -> dict[str, dict[str, Any]]:
@@ -134,7 +149,7 @@ class Pauses:
         values = await self._values()
         out = {}
         for key, value in values.items():
-            pause = _pause_of(value)
+            pause = self._pause_of(key, value)
             if pause is not None and not key.startswith(CAPABILITY):
                 out[key.removeprefix("wf.").replace(".", "/", 1)] = pause
         return out
@@ -163,9 +178,9 @@ class Pauses:
             await kv.create(key, body)
         except KeyWrongLastSequenceError:
             found = await self._read(key)
-            if found is not None:
+            if found is not None and not found.get("damaged"):
                 return found
-            await kv.put(key, body)  # resumed meanwhile
+            await kv.put(key, body)  # resumed meanwhile, or damaged: written over
         return None
 
     async def resume_capability(self, name: str) -> bool:
@@ -175,7 +190,7 @@ class Pauses:
     async def all_paused(self) -> dict[str, dict[str, Any]]:
         """Every pause now, by key (``wf.<namespace>.<name>``, ``cap.<name>``)."""
         values = await self._values()
-        return {key: _pause_of(value) or {} for key, value in values.items() if value}
+        return {key: self._pause_of(key, value) for key, value in values.items() if value}
 
     # -- an orchestrator's copy ---------------------------------------------------------
 
@@ -310,7 +325,11 @@ class Pauses:
                 key = (
                     entry.key if capability else entry.key.removeprefix("wf.").replace(".", "/", 1)
                 )
-                pause = _pause_of(entry.value) if entry.value else None
+                pause = (
+                    self._pause_of(entry.key, entry.value, entry.revision or 0)
+                    if entry.value
+                    else None
+                )
                 if pause is not None:
                     self._held[key] = pause
                 elif self._held.pop(key, None) is not None:
@@ -335,9 +354,16 @@ class Pauses:
             self._task = None
 
 
-def _pause_of(value: bytes | None) -> dict[str, Any] | None:
+def pause_of(value: bytes | None) -> tuple[dict[str, Any], str]:
+    """The pause a value of the bucket says, and, when it is damaged (not a JSON object),
+    why; such a value is still a pause (as a ``pause`` wrote one there), with
+    :data:`DAMAGED` for its reason and ``damaged`` set, until resumed."""
     try:
         found = json.loads(value or b"")
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
+    except (ValueError, RecursionError):
+        why = "not JSON"
+    else:
+        if isinstance(found, dict):
+            return found, ""
+        why = "not a JSON object"
+    return {"at": "", "reason": f"{DAMAGED} ({why})", "damaged": True}, why

@@ -42,6 +42,9 @@ class WorkflowPause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     at: str = ""
     reason: str = ""
     runs: bool = False
+    damaged: bool = False
+    """Its stored value does not decode: held as a pause (with no since-when) until
+    resumed, and reported where it is read."""
 
     @classmethod
     def of(cls, pause: Mapping[str, Any] | None) -> WorkflowPause | None:
@@ -52,4 +55,5 @@ class WorkflowPause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
             at=str(pause.get("at", "")),
             reason=str(pause.get("reason", "")),
             runs=bool(pause.get("runs", False)),
+            damaged=pause.get("damaged") is True,
         )

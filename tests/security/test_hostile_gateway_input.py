@@ -130,6 +130,24 @@ def _binary(type_: str, id_: str = "b-1") -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("mode", ["structured", "binary"])
+async def test_an_id_over_256_bytes_is_a_400(gs: GatewayStack, mode: str) -> None:
+    long_id = "i" * 257
+    async with gs.http("publisher") as http:
+        if mode == "structured":
+            r = await http.post(
+                "/events",
+                content=structured("1", id_=long_id),
+                headers={"Content-Type": "application/cloudevents+json"},
+            )
+        else:
+            r = await http.post(
+                "/events", content="1", headers=_binary("com.example.deep", long_id)
+            )
+    body = problem(r, 400, "invalid-event")
+    assert body["reason"] == "id-too-long"
+
+
 async def test_a_type_of_ten_thousand_words_is_a_400(gs: GatewayStack) -> None:
     long_type = ".".join(["com"] + ["w"] * 10_000)
     async with gs.http("operator") as http:

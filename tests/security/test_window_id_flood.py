@@ -11,6 +11,7 @@ starts its run, of their events only, once each; ids at the bound are taken."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -19,7 +20,7 @@ from interlock.auth.roles import Role
 from interlock.core import events as ev
 from interlock.core.bounds import MAX_EVENT_ID_BYTES
 from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
-from support.runtime import DeadLetters, eventually
+from support.runtime import DeadLetters, cli_env, eventually, run_cli
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
@@ -100,3 +101,21 @@ async def test_long_ids_are_refused_and_the_shared_window_closes(secured: Secure
         await nc.close()
     assert not refusals.errors
     assert len(await started(secured)) == 1  # once
+
+
+async def test_emit_refuses_a_long_id_before_publishing(secured: Secured) -> None:
+    creds = secured.issue(Role("publisher", events=("acme.>",)), "emitting-publisher")
+    env = cli_env(secured.url, SUBJECTS.prefix, INTERLOCK_CREDS=str(creds))
+    before = (await secured.operator.js.stream_info(SUBJECTS.events_stream)).state.messages
+    long_id = "z" * (MAX_EVENT_ID_BYTES + 1)
+    args = ["emit", "acme.row", "--source", "/p", "--id", long_id, "--data", '{"table": "t"}']
+    done = await asyncio.to_thread(run_cli, *args, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "256" in done.stderr
+    assert "id" in done.stderr
+    after = (await secured.operator.js.stream_info(SUBJECTS.events_stream)).state.messages
+    assert after == before  # nothing published
+    done = await asyncio.to_thread(
+        run_cli, *args[:4], "--id", long_id[1:], *args[6:], "--wait", "0", env=env
+    )
+    assert done.returncode == 0, done.stderr

@@ -80,6 +80,19 @@ async def test_a_damaged_stored_object_is_a_problem_naming_it(
         got = await http.post(f"/runs/{run_id}/signals/finish", json=ref)
         assert got.status_code == 400, got.text
         assert got.json()["type"].endswith("/invalid-reference"), got.text
+        event = {"specversion": "1.0", "id": "e1", "source": "https://x.example",
+                 "type": "go.go", "data": ref}  # fmt: skip
+        got = await http.post(
+            "/events", json=event, headers={"content-type": "application/cloudevents+json"}
+        )
+        assert got.status_code == 400, got.text
+        assert got.json()["type"].endswith("/invalid-reference"), got.text
+        assert await gs.stored_events() == 0  # nothing published
+        # As a run's inputs: it names nothing stored (it was a 500 with no problem body).
+        got = await http.post("/runs", json={"workflow": "holding", "inputs": ref})
+        assert got.status_code == 400, got.text
+        assert got.json()["type"].endswith("/invalid-reference"), got.text
+        assert "not found" in got.json()["detail"], got.text
 
         # The command line says the same, exits non-zero, and prints no traceback.
         proc = await asyncio.create_subprocess_exec(

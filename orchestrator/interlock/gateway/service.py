@@ -13,6 +13,7 @@ from starlette.requests import Request
 from interlock import views
 from interlock.client import Client
 from interlock.core.ids import check_run_id
+from interlock.core.objects import is_marker
 from interlock.gateway import webhooks
 from interlock.gateway.auth import OPEN, STREAM_MAX_AGE_S, Caller, Tokens
 from interlock.gateway.failures import Failures
@@ -95,6 +96,16 @@ class Gateway:
         # Every event checked before the first is stored: a batch goes whole or not at all.
         for index, event in enumerate(events):
             where = f"event {index} of the batch: " if len(events) > 1 else ""
+            if is_marker(event.data):
+                # The gateway stores what is over the threshold itself: a reference sent
+                # in would have it name an object of the caller's choosing.
+                raise Problem(
+                    400,
+                    "invalid-reference",
+                    f"{where}the event's data is a reference to a stored object ($object): "
+                    "send the data whole",
+                    index=index,
+                )
             run_id = event.extensions.get("runid")
             if run_id is not None:
                 try:

@@ -4,7 +4,7 @@
 // and a form to pause a capability that holds nothing yet.
 import { api } from "./api.js";
 import { add, h, table, timeCell } from "./dom.js";
-import { pauseButton, pausedBadge, pausedText, reasonField } from "./pausing.js";
+import { pauseButton, pausedBadge, reasonField } from "./pausing.js";
 
 function wait(seconds) {
   if (seconds == null) return "—";
@@ -35,7 +35,9 @@ export async function queuesPage(root, _arg, _params, current) {
       String(q.queued),
       q.oldest_queued_at ? [wait(q.oldest_wait_s), " (since ", timeCell(q.oldest_queued_at), ")"] : "—",
       q.paused || held
-        ? [h("span", { class: "status status-paused" }, "paused"), q.paused_since || q.paused_reason ? h("span", { class: "paused-why" }, " ", pausedText(q.paused_since, q.paused_reason)) : null]
+        ? [h("span", { class: "status status-paused" }, "paused"),
+           q.paused_since ? [" since ", timeCell(q.paused_since)] : null,
+           q.paused_reason ? `${q.paused_since ? ":" : ""} ${q.paused_reason}` : null]
         : "no",
       first ? pauseButton(capPath(q.capability), `Capability ${q.capability}`, pausedCaps.has(q.capability), draw) : "",
     ];

@@ -280,3 +280,24 @@ async def test_an_event_a_batchs_inputs_cannot_take_is_refused_when_it_comes(
     assert refused.headers is not None
     assert refused.headers.get("Interlock-Dead-Letter-Reason") == "invalid-inputs"
     assert await window_entries(stack.client.js, subjects) == []
+
+
+async def test_a_debounce_of_the_largest_events_takes_them(stack: Stack) -> None:
+    """Events near the largest taken (a quarter of the payload limit) are each kept once
+    in a debounce's window, their data being its run's inputs, not twice: the window,
+    beside the one closed before it, stays within what the server takes."""
+    large = workflow("large", "      debounce: {key: data.repo, period: 10s}")
+    await stack.client.apply([("large.yaml", large)])
+    blob = "b" * (250 * 1024)
+    first = await stack.push("big", blob=blob)
+    await stack.taken("default/large#trigger1", "big", 1)
+    await stack.timers.advance(11)
+    (run,) = await stack.runs_of("large", 1)
+    second = await stack.push("big", blob=blob)
+    await stack.taken("default/large#trigger1", "big", 1)
+    await stack.timers.advance(11)
+    runs = await stack.runs_of("large", 2)
+    assert [r.trigger["id"] for r in runs if r.trigger] == [*first, *second]
+    assert all(r.inputs["blob"] == blob for r in runs)
+    assert run.window is not None
+    assert run.window.closed_by == "period"

@@ -61,7 +61,8 @@ class Window(msgspec.Struct, kw_only=True):
     last: EventCopy | None = None
     """Its last event: the run's trigger event."""
     last_inputs: dict[str, Any] = {}
-    """The inputs a debounce's trigger renders from its last event."""
+    """The inputs a debounce's trigger's ``input`` renders from its last event (none
+    without one: its inputs are then the last event's data, kept once, in ``last``)."""
     closed_by: str = ""
 
 

@@ -40,7 +40,7 @@ from nats.js.errors import APIError, KeyNotFoundError
 
 from interlock.core import events as ev
 from interlock.core.definition import Definition, TriggerDef
-from interlock.core.incoming import Incoming
+from interlock.core.incoming import Incoming, trigger_inputs
 from interlock.core.rfc3339 import parse_time
 from interlock.core.windowing import (
     CUT,
@@ -186,15 +186,17 @@ class Windows:
         assert spec is not None
         item = inputs if trigger.input is not None else event.to_dict()
         copy = EventCopy(**msgspec.structs.asdict(event))
-        last_size = len(encode(copy)) + (len(encode(inputs)) if spec.kind != "batch" else 0)
+        # A debounce keeps what its trigger's input renders; its event's data, which are
+        # the inputs without one, only once (in its copy: see _start).
+        kept = inputs if spec.kind != "batch" and trigger.input is not None else {}
         arrival = Arrival(
             version=version,
             event=copy,
             ref=event_ref(event),
-            inputs=inputs,
+            inputs=kept,
             item=item,
             item_size=len(encode(item)) if spec.kind == "batch" else 0,
-            last_size=last_size,
+            last_size=len(encode(copy)) + len(encode(kept)),
         )
         token = entry_token(trigger.name, key)
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -378,6 +380,8 @@ class Windows:
         self, entry: WindowEntry, window: Window, definition: Definition, trigger: TriggerDef
     ) -> None:
         inputs = {"events": window.items} if entry.kind == "batch" else window.last_inputs
+        if entry.kind != "batch" and trigger.input is None and window.last is not None:
+            inputs = trigger_inputs(trigger, Incoming(**msgspec.structs.asdict(window.last)))
         record = ev.TriggerWindow(
             kind=entry.kind,
             trigger=entry.trigger,

@@ -301,3 +301,30 @@ async def test_a_debounce_of_the_largest_events_takes_them(stack: Stack) -> None
     assert all(r.inputs["blob"] == blob for r in runs)
     assert run.window is not None
     assert run.window.closed_by == "period"
+
+
+async def test_an_event_larger_than_its_window_may_hold_is_dead_lettered(
+    stack: Stack, subjects: Subjects
+) -> None:
+    """A debounced event whose ``input`` renders its data twice over takes more than a
+    window may hold (half the payload limit): refused with its reason, the window left
+    as it was, and the key's next event taken."""
+    twice = workflow(
+        "twice",
+        "      debounce: {key: data.repo, period: 10s}\n"
+        "      input: {a: '{{ data.blob }}', b: '{{ data.blob }}'}",
+    )
+    await stack.client.apply([("twice.yaml", twice)])
+    async with DeadLetters(stack.client.js, subjects) as letters:
+        await stack.push("k", blob="b" * 200_000)
+        refused = await letters.next()
+    headers = refused.headers or {}
+    assert headers.get("Interlock-Dead-Letter-Reason") == "too-large-for-window"
+    assert "default/twice#trigger1" in str(headers.get("Interlock-Dead-Letter-Detail"))
+    assert await window_entries(stack.client.js, subjects) == []
+    (small,) = await stack.push("k", blob="small")
+    await stack.taken("default/twice#trigger1", "k", 1)
+    await stack.timers.advance(11)
+    (run,) = await stack.runs_of("twice", 1)
+    assert run.trigger is not None
+    assert run.trigger["id"] == small

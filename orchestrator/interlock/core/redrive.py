@@ -41,6 +41,7 @@ from interlock.core.engine import (
 )
 from interlock.core.limits import admitted
 from interlock.core.pauses import is_pause
+from interlock.core.redrive_ids import map_action, map_timer
 from interlock.core.state import RunState, evolve, fold
 from interlock.core.vocabulary import RunStatus
 
@@ -272,55 +273,6 @@ class Redriven:
     """Why the input changed nothing in the new run (it was not awaited there)."""
 
 
-def _pending_key(p: Any) -> tuple[Any, ...]:
-    return (p.state, p.index, p.item, p.iteration)
-
-
-def _map_action(drive: Drive, recorded: RunState, action_id: str) -> str | None:
-    """The new run's action that stands for a recorded one (same state, position, item)."""
-    mapped = drive.ids.get(action_id, action_id)
-    old = recorded.pending.get(action_id)
-    found = drive.state.pending.get(mapped)
-    if found is not None and (old is None or _pending_key(found) == _pending_key(old)):
-        return mapped
-    if old is None:
-        return None
-    for pending in drive.state.pending.values():
-        if _pending_key(pending) == _pending_key(old):
-            drive.ids[action_id] = pending.action_id
-            return pending.action_id
-    return None
-
-
-def _timer_key(t: ev.TimerScheduledData) -> tuple[Any, ...]:
-    return (t.purpose, t.state, t.index, t.item, t.iteration, t.attempt)
-
-
-def _map_timer(drive: Drive, recorded: RunState, timer_id: str) -> str | None:
-    """The new run's timer that stands for a recorded one (same purpose, state, position
-    and attempt, and set for the action that stands for the recorded timer's action)."""
-    old = recorded.timers.get(timer_id)
-    mapped = drive.ids.get(timer_id, timer_id)
-    found = drive.state.timers.get(mapped)
-    if found is not None and (old is None or _timer_key(found) == _timer_key(old)):
-        return mapped
-    if old is None:
-        return None
-    action_id = None
-    if old.action_id is not None:
-        # The action may not have been answered yet (a timeout): map it here.
-        action_id = _map_action(drive, recorded, old.action_id) or drive.ids.get(
-            old.action_id, old.action_id
-        )
-    for new in drive.state.timers.values():
-        if _timer_key(new) == _timer_key(old) and (
-            old.action_id is None or new.action_id == action_id
-        ):
-            drive.ids[timer_id] = new.timer_id
-            return new.timer_id
-    return None
-
-
 def _timer_named(data: ev.TimerFiredData) -> str:
     """``the retry timer``; a timer of an older log that names no purpose by its id."""
     return f"the {data.purpose} timer" if data.purpose else f"timer {data.timer_id}"
@@ -348,22 +300,7 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     if drive.state.status != RunStatus.RUNNING:
         return Redriven([], checks, f"the new run has already ended ({drive.state.status})")
     if isinstance(head, ev.ActionCompleted | ev.ActionFailed):
-        action_id = _map_action(drive, recorded, head.data.action_id)
-        if action_id is None:
-            old = recorded.pending.get(head.data.action_id)
-            what = (
-                f"{old.capability or old.workflow} (state {old.state!r}, action {old.index})"
-                if old is not None
-                else head.data.action_id
-            )
-            return Redriven(
-                [],
-                checks,
-                f"the answer of {what} is not awaited: the new run is in state "
-                f"{drive.state.state!r}",
-            )
-        incoming = _answer(step, action_id)
-        return Redriven(decide(d, drive.state, incoming, now, trace=checks), checks)
+        return _answered(drive, step, head, recorded, checks)
     if isinstance(head, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld):
         if isinstance(head, ev.EventHeld):
             incoming = runpause.incoming(head.data.event)
@@ -383,7 +320,7 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
         records = resume(d, drive.state, now)
         return Redriven(records, checks, None if records else "the new run is not paused")
     if isinstance(head, ev.TimerFired):
-        timer_id = _map_timer(drive, recorded, head.data.timer_id)
+        timer_id = map_timer(drive.ids, drive.state, recorded, head.data.timer_id)
         if timer_id is None:
             return Redriven(
                 [],
@@ -398,18 +335,7 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     if isinstance(head, ev.RunCancelled):
         return Redriven(cancel(d, drive.state, reason=head.data.reason, now=now), checks)
     if isinstance(head, ev.RunForked):
-        queued = next((r for r in step.records if isinstance(r, ev.RunQueued)), None)
-        records = resume_fork(
-            d,
-            drive.state,
-            origin_run_id=head.data.origin_run_id,
-            origin_seq=head.data.origin_seq,
-            version=drive.version or head.data.version,
-            now=now,
-            queue=queued is not None,
-            paused=queued is not None and any(is_pause(s) for s in queued.data.slots),
-        )
-        return Redriven(records, checks)
+        return Redriven(_forked(drive, step, head), checks)
     if isinstance(head, ev.RunMigrated):
         version = drive.version or head.data.version
         return Redriven(migrate(d, drive.state, version=version, now=now), checks)
@@ -417,6 +343,46 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
         records = admitted(d, drive.state, now)
         return Redriven(records, checks, None if records else "the new run is not queued")
     return Redriven([], checks, f"no input of type {ev.record_type(head)} to re-drive")
+
+
+def _answered(
+    drive: Drive,
+    step: Step,
+    head: ev.ActionCompleted | ev.ActionFailed,
+    recorded: RunState,
+    checks: list[GuardCheck],
+) -> Redriven:
+    action_id = map_action(drive.ids, drive.state, recorded, head.data.action_id)
+    if action_id is None:
+        old = recorded.pending.get(head.data.action_id)
+        what = (
+            f"{old.capability or old.workflow} (state {old.state!r}, action {old.index})"
+            if old is not None
+            else head.data.action_id
+        )
+        return Redriven(
+            [],
+            checks,
+            f"the answer of {what} is not awaited: the new run is in state {drive.state.state!r}",
+        )
+    incoming = _answer(step, action_id)
+    return Redriven(
+        decide(drive.definition, drive.state, incoming, head.time, trace=checks), checks
+    )
+
+
+def _forked(drive: Drive, step: Step, head: ev.RunForked) -> list[ev.AnyRecord]:
+    queued = next((r for r in step.records if isinstance(r, ev.RunQueued)), None)
+    return resume_fork(
+        drive.definition,
+        drive.state,
+        origin_run_id=head.data.origin_run_id,
+        origin_seq=head.data.origin_seq,
+        version=drive.version or head.data.version,
+        now=head.time,
+        queue=queued is not None,
+        paused=queued is not None and any(is_pause(s) for s in queued.data.slots),
+    )
 
 
 def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardCheck]) -> Redriven:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sized
+from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
@@ -97,14 +98,7 @@ async def _read(
             ended = loop.create_future()
             request = {"seq": start, "next_by_subj": subject, "batch": batch}
             await nc.publish(api, json.dumps(request).encode(), reply=sub.subject)
-            while True:
-                seen = len(out)
-                done, _ = await asyncio.wait((ended,), timeout=_TIMEOUT)
-                if done:
-                    break
-                if len(out) == seen:
-                    ended.cancel()
-                    raise nats.errors.TimeoutError
+            await _batch_end(ended, out)
             if ended.result() or len(out) - before < batch:
                 return out
             start = out[-1][0] + 1
@@ -112,6 +106,20 @@ async def _read(
         if not ended.done():
             ended.cancel()
         await sub.unsubscribe()
+
+
+async def _batch_end(ended: asyncio.Future[Any], found: Sized) -> None:
+    """Wait for a batched direct get's end marker: as long as messages keep coming (``found``
+    grows), however long the batch takes; a wait of ``_TIMEOUT`` with none raises
+    :class:`nats.errors.TimeoutError`."""
+    while True:
+        seen = len(found)
+        done, _ = await asyncio.wait((ended,), timeout=_TIMEOUT)
+        if done:
+            return
+        if len(found) == seen:
+            ended.cancel()
+            raise nats.errors.TimeoutError
 
 
 SCAN_BYTES = 4 * 1024 * 1024
@@ -166,14 +174,7 @@ async def scan_headers(
                 "max_bytes": max_bytes,
             }
             await nc.publish(api, json.dumps(request).encode(), reply=sub.subject)
-            while True:
-                seen = len(found)
-                done, _ = await asyncio.wait((ended,), timeout=_TIMEOUT)
-                if done:
-                    break
-                if len(found) == seen:
-                    ended.cancel()
-                    raise nats.errors.TimeoutError
+            await _batch_end(ended, found)
             start = ended.result()
             batch, found = found, []
             if batch:

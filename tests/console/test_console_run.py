@@ -295,7 +295,9 @@ async def test_a_chain_of_runs_continued_as_new_is_linked_both_ways(console: Con
         await page.locator("#chain-previous").click()
         await page.locator("h1").filter(has_text=run_id).wait_for()
     await page.locator("#chain-next").wait_for()
-    assert "(transition)" in await page.locator(".rec-run-continued").inner_text()
+    # The timeline is drawn after the header: wait for the record (a wait that times
+    # out fails the test as the assertion did).
+    await page.locator(".rec-run-continued", has_text="(transition)").wait_for()
     await shot(page, "run-chain")
     assert page.errors == []
 

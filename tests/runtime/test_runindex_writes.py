@@ -13,11 +13,12 @@ from nats.aio.client import Client
 from interlock.core import events as ev
 from interlock.runtime.runindex import RunIndex
 from interlock.runtime.runlisting import RunPages, backfill
+from interlock.transport.appends import append_soon
 from interlock.transport.connection import ConnectOptions, connect
-from interlock.transport.errors import AppendConflict
+from interlock.transport.errors import AppendConflict, JetStreamAPIError
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvread import bucket_values
-from interlock.transport.provision import JetStreamAPIError, append_soon, provision
+from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 
 T0 = "2026-01-01T00:00:00.000Z"

@@ -12,13 +12,9 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StreamConfig
 from nats.js.errors import NotFoundError
 
-from interlock.transport.errors import AppendConflict
-from interlock.transport.provision import (
-    JetStreamAPIError,
-    append_batch,
-    check_ready,
-    provision,
-)
+from interlock.transport.appends import append_batch
+from interlock.transport.errors import AppendConflict, JetStreamAPIError
+from interlock.transport.provision import check_ready, provision
 from interlock.transport.subjects import Subjects
 
 

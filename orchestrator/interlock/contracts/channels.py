@@ -12,7 +12,7 @@ from typing import Any
 from interlock.auth import roles
 from interlock.contracts.examples import CAPABILITY, EVENT_TYPE, INSTANCE, RUN, SUBJECTS
 from interlock.core.ids import capability_token
-from interlock.transport import provision, tasks
+from interlock.transport import streamconfigs, tasks
 from interlock.transport.pulling import subject_matches
 
 
@@ -59,9 +59,9 @@ def _param(description: str) -> dict[str, Any]:
 
 
 def _stream(name: str) -> dict[str, Any]:
-    """The settings of a stream (from :func:`provision.desired_configs`) a reader cares
+    """The settings of a stream (from :func:`streamconfigs.desired_configs`) a reader cares
     about."""
-    for config in provision.desired_configs(SUBJECTS):
+    for config in streamconfigs.desired_configs(SUBJECTS):
         if config["name"] == name:
             out = {
                 "name": name,
@@ -232,7 +232,7 @@ def _worker_channels() -> dict[str, Any]:
         "heartbeats": _channel(
             f"$KV.{workers}.{{capability_token}}.{{instance}}",
             f"Live workers: the KV bucket `{workers}`, one key per capability a worker "
-            f"process serves. The bucket forgets a key after {provision.WORKERS_TTL_S:g} s "
+            f"process serves. The bucket forgets a key after {streamconfigs.WORKERS_TTL_S:g} s "
             "without a put: put every few seconds (the Python SDK: 5 s) and delete the keys "
             "(a put with header `KV-Operation: DEL`) on a clean shutdown.",
             ["Heartbeat"],

@@ -2,7 +2,7 @@
 
 Every name comes from :class:`~interlock.transport.subjects.Subjects` (subjects, streams,
 buckets), :mod:`interlock.transport.tasks` (headers, extensions, consumer names and
-settings, payload structs), :mod:`interlock.transport.provision` (stream settings) and
+settings, payload structs), :mod:`interlock.transport.streamconfigs` (stream settings) and
 :func:`interlock.auth.roles.templates` (who may publish and read what: each channel's
 roles are worked out by matching a sample subject against every role's NATS permissions).
 The examples are the encoders' own output. ``python -m interlock.contracts`` writes it

@@ -35,8 +35,8 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from interlock.transport.appends import MAX_BATCH
 from interlock.transport.jetstream import jetstream
-from interlock.transport.provision import MAX_BATCH
 
 EXPECTED: str = "Nats-Expected-Last-Subject-Sequence"
 MAX_OPEN = 4

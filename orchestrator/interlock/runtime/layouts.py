@@ -44,6 +44,7 @@ from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.clock import utc_now
+from interlock.transport.errors import JetStreamAPIError
 from interlock.transport.partitions import (
     PLACE_FRESH_S,
     Layout,
@@ -53,7 +54,6 @@ from interlock.transport.partitions import (
     read_map,
     write_map,
 )
-from interlock.transport.provision import JetStreamAPIError
 from interlock.transport.subjects import Subjects
 
 __all__ = ["HOUSEKEEPING_S", "RETIRE_GRACE_S", "Housekeeping", "Retirement", "retire_layouts"]

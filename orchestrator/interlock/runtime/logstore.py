@@ -36,11 +36,11 @@ from interlock.core import events as ev
 from interlock.core.vocabulary import InterlockError
 from interlock.runtime.foreign import Foreign, ForeignReport
 from interlock.runtime.groupcommit import GroupCommit
+from interlock.transport.appends import append_batch
 from interlock.transport.directget import LogReadError, read_entries
 from interlock.transport.errors import AppendConflict
 from interlock.transport.logmac import MAC_HEADER, LogKey, load_log_key
 from interlock.transport.partitions import Placement
-from interlock.transport.provision import append_batch
 from interlock.transport.subjects import Subjects
 
 _TIMEOUT = 5.0

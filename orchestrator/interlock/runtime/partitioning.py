@@ -25,6 +25,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from interlock.transport.clock import utc_now
+from interlock.transport.errors import JetStreamAPIError
 from interlock.transport.partitions import (
     PartitionMap,
     PartitionMapConflict,
@@ -33,11 +34,8 @@ from interlock.transport.partitions import (
     read_map,
     write_map,
 )
-from interlock.transport.provision import (
-    JetStreamAPIError,
-    desired_configs,
-    provision_streams,
-)
+from interlock.transport.provision import provision_streams
+from interlock.transport.streamconfigs import desired_configs
 from interlock.transport.subjects import Subjects
 
 _TIMEOUT = 5.0

@@ -21,9 +21,9 @@ from interlock.core import events as ev
 from interlock.core.vocabulary import FINISHED, RunStatus
 from interlock.runtime.foreign import index_entry
 from interlock.runtime.runlisting import backfill, listing_key
+from interlock.transport.appends import append_batch, append_soon
 from interlock.transport.errors import AppendConflict
 from interlock.transport.jetstream import jetstream
-from interlock.transport.provision import append_batch, append_soon
 from interlock.transport.subjects import Subjects
 
 _KNOWN = 4_096

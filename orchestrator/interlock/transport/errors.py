@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from interlock.core.vocabulary import InterlockError
 
 
@@ -32,3 +34,13 @@ class AppendConflict(InterlockError):
         super().__init__(f"{message} ({detail})" if detail else message)
         self.subject = subject
         self.expected = expected
+
+
+class JetStreamAPIError(InterlockError):
+    """The JetStream API refused a request; carries the server's codes and description."""
+
+    def __init__(self, what: str, error: dict[str, Any]) -> None:
+        self.code = int(error.get("code", 0))
+        self.err_code = int(error.get("err_code", 0))
+        self.description = str(error.get("description", "unknown error"))
+        super().__init__(f"{what}: {self.description} (err_code {self.err_code})")

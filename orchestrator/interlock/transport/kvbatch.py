@@ -18,9 +18,9 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from interlock.transport.errors import JetStreamAPIError
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvread import kv_prefix
-from interlock.transport.provision import JetStreamAPIError
 
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 _WRONG_LAST_SEQUENCE = 10071

@@ -1,0 +1,205 @@
+"""The stream and KV bucket configurations of one installation, as the server's JSON.
+
+:func:`desired_configs` is what :func:`interlock.transport.provision.provision` creates or
+brings up to date: raw JetStream stream configurations (``allow_atomic``,
+``allow_msg_schedules`` and the like are nats-server 2.12 settings client libraries model
+unevenly; comparing the server's own JSON with these is what makes a second provisioning a
+no-op). KV buckets and object stores are streams too (``KV_<bucket>``, ``OBJ_<bucket>``,
+laid out as NATS clients expect them), so one shape serves all.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from interlock.transport.subjects import Subjects
+
+__all__ = [
+    "DEAD_LETTER_MAX_AGE_S",
+    "DELIVERIES_MAX_AGE_S",
+    "DUPLICATE_WINDOW_S",
+    "PARKED_MAX_AGE_S",
+    "WORKERS_TTL_S",
+    "desired_configs",
+]
+
+_NS: Final = 1_000_000_000
+DUPLICATE_WINDOW_S: Final = 120.0
+DEAD_LETTER_MAX_AGE_S: Final = 14 * 86400.0
+WORKERS_TTL_S: Final = 15.0
+DELIVERIES_MAX_AGE_S: Final = 7 * 86400.0
+
+
+PARKED_MAX_AGE_S = 15 * 60
+"""How long an event is kept for a correlated run that is not waiting for it yet."""
+
+
+def _stream(name: str, subjects: list[str], replicas: int, **settings: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": name,
+        "subjects": subjects,
+        "retention": "limits",
+        "storage": "file",
+        "discard": "old",
+        "num_replicas": replicas,
+        "max_age": 0,
+        "duplicate_window": int(DUPLICATE_WINDOW_S * _NS),
+    }
+    config.update(settings)
+    return config
+
+
+def _bucket(
+    bucket: str,
+    replicas: int,
+    *,
+    history: int,
+    ttl_s: float = 0.0,
+    rollups: bool = False,
+    **settings: Any,
+) -> dict[str, Any]:
+    """The layout NATS KV clients create and expect (nats-py create_key_value, ADR-8),
+    without rollups: nothing of Interlock's purges a key by one (it deletes keys, which
+    leaves a marker as a purge does where one value is kept), and a message stored with
+    ``Nats-Rollup: all`` wipes every key of its bucket: on a bucket agents write, one on
+    an agent's own key; on any, a copy a user of the orchestrator's account has made the
+    server write there (a direct get of a message it stored with that header, the copy's
+    reply subject naming a key of the bucket). ``rollups``: allow them all the same."""
+    ttl = int(ttl_s * _NS)
+    window = min(ttl, int(DUPLICATE_WINDOW_S * _NS)) if ttl else int(DUPLICATE_WINDOW_S * _NS)
+    return _stream(
+        f"KV_{bucket}",
+        [f"$KV.{bucket}.>"],
+        replicas,
+        discard="new",
+        max_age=ttl,
+        duplicate_window=window,
+        max_msgs_per_subject=history,
+        allow_rollup_hdrs=rollups,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        allow_direct=True,
+        **settings,
+    )
+
+
+def _run_logs(s: Subjects, replicas: int, streams: int) -> list[dict[str, Any]]:
+    """The run-log streams of ``streams`` partitions (one: ``<BASE>_RUNS`` alone, storing
+    every run-log subject, as before partitions)."""
+    partitioned = streams > 1
+    return [
+        _stream(
+            s.runs_stream_of(p),
+            [s.runs_of(p, partitioned=partitioned)],
+            replicas,
+            allow_direct=True,
+            allow_atomic=True,
+        )
+        for p in range(streams)
+    ]
+
+
+def _tasks(s: Subjects, replicas: int) -> dict[str, Any]:
+    """The task requests' work queue: the keeper's subject beside the tasks', rolled up to
+    its newest message; direct gets, so that the requests of a cancelled run are looked
+    for in the whole queue (runtime/taskqueue.py)."""
+    return _stream(
+        s.tasks_stream,
+        [s.capabilities_all, s.tasks_keeper],
+        replicas,
+        retention="workqueue",
+        allow_rollup_hdrs=True,
+        allow_direct=True,
+    )
+
+
+def desired_configs(
+    subjects: Subjects,
+    *,
+    replicas: int = 1,
+    event_max_age_s: float = 7 * 86400,
+    streams: int = 1,
+) -> list[dict[str, Any]]:
+    """The JetStream stream configurations (as the server's JSON) of one installation,
+    with ``streams`` run-log streams (one per partition any layout used)."""
+    s = subjects
+    event_age = int(event_max_age_s * _NS)
+    return [
+        _stream(s.events_stream, [s.events_all], replicas, max_age=event_age),
+        *_run_logs(s, replicas, streams),
+        _tasks(s, replicas),
+        # Results are copied into run logs as they arrive; keep them as long as events.
+        _stream(s.results_stream, [s.results_all], replicas, max_age=event_age),
+        _stream(
+            s.dead_letter_stream,
+            [s.dead_letters_all],
+            replicas,
+            max_age=int(DEAD_LETTER_MAX_AGE_S * _NS),
+        ),
+        # Work-queue: a schedule stays until it fires (the server then purges it) and a fired
+        # timer until the orchestrator has taken it, so the stream holds only live timers.
+        _stream(
+            s.timers_stream,
+            [s.timers_all],
+            replicas,
+            retention="workqueue",
+            allow_msg_schedules=True,
+        ),
+        _stream(
+            s.parked_stream,
+            [s.parked_all],
+            replicas,
+            max_age=int(PARKED_MAX_AGE_S * _NS),
+            allow_direct=True,
+        ),
+        # Deletions of runs (retention, `interlock runs delete`): kept for good, and
+        # neither purged nor trimmed by the API.
+        _stream(s.audit_stream, [s.audit_all], replicas, deny_delete=True, deny_purge=True),
+        _bucket(s.workflows_bucket, replicas, history=64),
+        _bucket(s.agents_bucket, replicas, history=16),
+        # Agents write their own heartbeats here (no rollups, as on every bucket: one on
+        # an agent's own key would purge every other key).
+        _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),
+        _bucket(s.runs_bucket, replicas, history=1),
+        _bucket(s.snapshots_bucket, replicas, history=1),
+        _bucket(s.correlation_bucket, replicas, history=1),
+        # Several keys of a limit (its holders, its lines) change in one atomic batch.
+        _bucket(s.slots_bucket, replicas, history=1, allow_atomic=True),
+        _bucket(s.triggers_bucket, replicas, history=1),
+        _bucket(s.paused_bucket, replicas, history=1),
+        # The partition map (its revisions are the layouts' history, in the value) and
+        # the partitions' owners, each key kept by its owner's renewals (a message TTL).
+        _bucket(s.partitions_bucket, replicas, history=1),
+        # A secret is written once: a second value for a key is refused (by anyone, a
+        # message reflected there included), and no rollup can purge one.
+        _bucket(s.secrets_bucket, replicas, history=1, discard_new_per_subject=True),
+        _bucket(s.webhooks_bucket, replicas, history=16),
+        _bucket(s.http_tokens_bucket, replicas, history=1),
+        # A delivery is remembered for its webhook's replay window, at most this long.
+        _bucket(s.deliveries_bucket, replicas, history=1, ttl_s=DELIVERIES_MAX_AGE_S),
+        *_object_buckets(s, replicas, event_age),
+    ]
+
+
+def _object_buckets(s: Subjects, replicas: int, event_age: int) -> list[dict[str, Any]]:
+    """Payloads kept by reference: runs' own (deleted with their run), and the operators'
+    and the gateway's uploads (kept as long as events; a run keeps a copy). The task-input
+    and party buckets are made as they are needed."""
+    return [
+        _object_bucket(s.objects_bucket, replicas),
+        _object_bucket(s.uploads_bucket, replicas, max_age=event_age),
+    ]
+
+
+def _object_bucket(bucket: str, replicas: int, **settings: Any) -> dict[str, Any]:
+    """The layout NATS object store clients create and expect (nats-py
+    create_object_store, ADR-20)."""
+    return _stream(
+        f"OBJ_{bucket}",
+        [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        replicas,
+        discard="new",
+        allow_rollup_hdrs=True,
+        allow_direct=True,
+        **settings,
+    )

@@ -2,8 +2,9 @@
 
 Three durable pull consumers and one request service, all stateless to restart:
 
-- ingress: CloudEvents on ``<prefix>.events.>`` start runs (triggers) or reach the run
-  named by their ``runid`` extension. Invalid messages go to the dead-letter stream.
+- ingress (:mod:`ingress`): CloudEvents on ``<prefix>.events.>`` start runs (triggers)
+  or reach the run named by their ``runid`` extension. Invalid messages go to the
+  dead-letter stream.
 - answers: agents' answers, by request on ``<prefix>.answer.>`` (:mod:`answering`: replied
   to once in the run's log) or from the results stream on ``<prefix>.results.>`` (the way
   that works while no orchestrator is up), are checked and decided on by their run.
@@ -21,26 +22,21 @@ a partition another replica holds is handed to that replica, which decides it (:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import ServiceUnavailableError
 
 from interlock.core import events as ev
-from interlock.core.bounds import max_event_bytes
 from interlock.core.definition import Definition
 from interlock.core.engine import TASK_FAILED, Incoming, decide, decided
 from interlock.core.incoming import heavy_value
-from interlock.core.objects import ObjectError
 from interlock.core.state import RunState, fold
 from interlock.runtime import chains, eventloop, writebehind
-from interlock.runtime.addressing import Refused, admit
 from interlock.runtime.answering import AnswerDesk, AnswerTaking
 from interlock.runtime.answers import (
     AnswerKey,
@@ -51,10 +47,10 @@ from interlock.runtime.answers import (
 )
 from interlock.runtime.dispatch import Dispatcher
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
-from interlock.runtime.fairness import PUBLISHER_BUDGET, publisher_lane
-from interlock.runtime.flow import ControlFlow, to_incoming
+from interlock.runtime.flow import ControlFlow
 from interlock.runtime.foreign import ForeignDeadLetters
 from interlock.runtime.handling import ACK_WAIT, MessageHandling
+from interlock.runtime.ingress import Ingress
 from interlock.runtime.keeper import TaskQueueKeeper
 from interlock.runtime.logstore import RecordsTooLarge, RunLog
 from interlock.runtime.observe import Observers, OrchestratorObserver
@@ -63,7 +59,6 @@ from interlock.runtime.payloads import payloads_for
 from interlock.runtime.registry import Registry
 from interlock.runtime.relay import Relay
 from interlock.runtime.retention import Policy
-from interlock.runtime.routing import starts
 from interlock.runtime.runindex import RunIndex
 from interlock.runtime.runs import Decided, Runs
 from interlock.runtime.snapshots import Snapshots
@@ -73,7 +68,6 @@ from interlock.runtime.triggering import TriggerStarts
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.clock import utc_now
-from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
 from interlock.transport.jetstream import jetstream
 from interlock.transport.objects import ObjectLimits
 from interlock.transport.provision import provision
@@ -135,10 +129,6 @@ class Orchestrator:
         self.dispatcher = self._dispatcher(task_ack_wait)
         self.runs = self._runs(cache_size)
         self._tasks: list[asyncio.Task[None]] = []
-        self._registry_check: asyncio.Future[None] | None = None
-        """The registry check of the ingress batch last fetched (see _check_registry)."""
-        self._registry_checks: set[asyncio.Future[None]] = set()
-        """Every registry check still out (batches overlap): all are cancelled on stop."""
         self.index = RunIndex(nc, subjects)
         self.keeper = TaskQueueKeeper(nc, subjects, lambda: self.counters["actions_dispatched"])
         self.taking = self._taking()
@@ -158,8 +148,25 @@ class Orchestrator:
         )
         self.starting = self._starting()
         self.flow.window_due = self.starting.windows.due
+        self.ingress = self._ingress()
         self.relay = self._relay(index_hold)
         self.owners = self._owners()
+
+    def _ingress(self) -> Ingress:
+        """The ingress consumer's events handled (see :mod:`ingress`)."""
+        return Ingress(
+            self.nc,
+            self.subjects,
+            runs=self.runs,
+            registry=self.registry,
+            handling=self.handling,
+            payloads=self.payloads,
+            flow=self.flow,
+            starting=self.starting,
+            deliver=self.deliver,
+            counters=self.counters,
+            observers=self.observers,
+        )
 
     def _taking(self) -> AnswerTaking:
         """Agents' answers checked and decided on (see :mod:`answering`)."""
@@ -181,7 +188,9 @@ class Orchestrator:
             self.run_log.placement,
             lambda: self.relay.ownership.held,
             self.counters,
-            handlers=Handlers(self._ingress, self.taking.take, self.flow.timer_due, self.deliver),
+            handlers=Handlers(
+                self.ingress.handle, self.taking.take, self.flow.timer_due, self.deliver
+            ),
             dead_letter=self.handling.dead_letter,
         )
         self.relay.hold = owners.desk.hold
@@ -282,7 +291,7 @@ class Orchestrator:
                     s.events_all,
                     "ingress",
                     self.owners.on_event,
-                    before=self._check_registry,
+                    before=self.ingress.check_registry,
                 )
             ),
             asyncio.create_task(
@@ -318,7 +327,7 @@ class Orchestrator:
         # Stopping: what ended the task was logged where it happened.
         await cancel_and_wait(*self._tasks)
         # Then every registry check still out (the loops, ended, start no more).
-        await cancel_and_wait(*self._registry_checks)
+        await self.ingress.stop()
         await self.relay.behind.stop()
         await self.keeper.stop()
         await self.flow.stop()
@@ -346,95 +355,6 @@ class Orchestrator:
             await self._stopping.wait()
         finally:
             await self.stop()
-
-    # -- consuming ------------------------------------------------------------------------
-
-    def _check_registry(self) -> None:
-        """Start making sure the registry knows every workflow applied before the events
-        just fetched were published: its request goes out before their handlers run, and
-        they are decoded and routed meanwhile; a start waits for its answer
-        (:meth:`_registry_checked`)."""
-        # A check still out for the batch before may have been answered before these
-        # events were published: this batch gets its own (the one before's handlers that
-        # have not looked yet wait for this one, which covers theirs too).
-        check = self.registry.sync_soon()
-        self._registry_checks.add(check)
-        check.add_done_callback(self._registry_check_ended)
-        self._registry_check = check
-
-    def _registry_check_ended(self, check: asyncio.Future[None]) -> None:
-        self._registry_checks.discard(check)
-        if not check.cancelled() and (error := check.exception()) is not None:
-            # Said once per check, however many events waited for it.
-            log.warning("ingress: registry sync failed: %s", error)
-
-    async def _registry_checked(self) -> None:
-        """Wait for the registry check of the batch being handled (or a later one)."""
-        check = self._registry_check
-        if check is not None and not check.done():
-            # Route with what is known rather than not at all (the failure is logged
-            # where the check ends).
-            with contextlib.suppress(Exception):
-                await asyncio.shield(check)
-
-    # -- ingress --------------------------------------------------------------------------
-
-    async def _ingress(self, msg: Msg) -> None:
-        lane = publisher_lane(self.subjects, msg.subject)
-        if self.runs.lanes.pending(lane) >= PUBLISHER_BUDGET:
-            # This publisher's costly evaluations fill its share of the thread: its event
-            # waits in JetStream, not in hand, so the consumer goes on to others' events.
-            raise self.runs.lanes.defer(lane)
-        # An external event is copied into the logs of the runs it reaches: one larger
-        # than a quarter of the server's payload limit could not be recorded.
-        limit = max_event_bytes(self.nc.max_payload)
-        if len(msg.data) > limit:
-            await self.handling.dead_letter(
-                msg,
-                "too-large",
-                f"the event takes {len(msg.data):,} bytes; events take at most {limit:,}",
-            )
-            return
-        try:
-            event = decode_message(msg.headers, msg.data)
-        except InvalidCloudEvent as exc:
-            await self.handling.dead_letter(msg, exc.reason, str(exc))
-            return
-        try:
-            # What the event may reach is what its subject (whose publishers NATS checks)
-            # allows: see interlock.runtime.addressing. Its data, if by reference, loaded.
-            event, run_id = admit(self.subjects, msg.subject, event)
-            incoming = await self.payloads.incoming(to_incoming(event))
-        except (Refused, ObjectError) as exc:
-            await self.handling.dead_letter(msg, exc.reason, exc.detail)
-            return
-        self.counters["events_received"] += 1
-        if run_id:
-            delivered = await self.deliver(run_id, incoming)
-            if not delivered:
-                self.counters["events_unrouted"] += 1
-                self.observers.unrouted(event.type)
-            return
-        # Routed, and the runs' first records decided, with what is known while the
-        # registry check of this batch is out; done again in the rare case that it
-        # brought in a workflow (or version) of this type.
-        triggered = list(self.registry.triggered_by(event.type))
-        found = await starts(triggered, incoming, self.runs, lane)
-        openings = await self.starting.openings(found, event, incoming)
-        await self._registry_checked()
-        now_triggered = list(self.registry.triggered_by(event.type))
-        if not _same(triggered, now_triggered):
-            found = await starts(now_triggered, incoming, self.runs, lane)
-            openings = await self.starting.openings(found, event, incoming)
-        started = await self.starting.start(msg, incoming, found, openings)
-        correlated, refused = await self.flow.route_correlated(event, incoming, lane)
-        for reason in refused:
-            await self.handling.dead_letter(msg, "bad-correlation-key", reason)
-        if correlated:
-            return
-        if not started:
-            self.counters["events_unrouted"] += 1
-            self.observers.unrouted(event.type)
 
     async def deliver(
         self, run_id: str, incoming: Incoming, *, answer: AnswerKey | None = None
@@ -492,8 +412,3 @@ class Orchestrator:
     ) -> None:
         """Feed a failure back through the results stream, like an agent's answer."""
         await self.answers.failed(record, error_class, message)
-
-
-def _same(a: list[tuple[Definition, int]], b: list[tuple[Definition, int]]) -> bool:
-    """The same workflow versions (the very same definitions, not equal ones)."""
-    return len(a) == len(b) and all(x is y and m == n for (x, m), (y, n) in zip(a, b, strict=True))

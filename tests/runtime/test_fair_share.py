@@ -26,8 +26,10 @@ FAIR = (
 
 @pytest.fixture(autouse=True)
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three waiters a segment: a few runs make a line of several."""
+    """Three waiters a segment and one at the head of a line kept in the entry: a few
+    runs make a line of several segments."""
     monkeypatch.setattr(slotlines, "SEGMENT", 3)
+    monkeypatch.setattr(slotlines, "HEAD", 1)
 
 
 async def test_a_heavier_key_is_given_more_turns(nats_url: str, subjects: Subjects) -> None:

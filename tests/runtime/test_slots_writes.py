@@ -4,11 +4,14 @@ and that the revisions a process keeps never let it write over another's change.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from interlock.core import events as ev
+from interlock.runtime import slotlines
 from interlock.runtime.concurrency import Slots
 from interlock.transport.connection import ConnectOptions
 from interlock.transport.connection import connect as connect_client
@@ -92,3 +95,41 @@ async def test_a_delete_known_here_and_overtaken_elsewhere_is_read_again_and_bot
     finally:
         await first_nc.close()
         await second_nc.close()
+
+
+async def test_a_slot_handed_on_from_a_line_rewrites_the_entry_alone(
+    nats_url: str, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first waiters of a line are kept in the entry: handing a slot to one writes one
+    key (a plain compare-and-set, not an atomic batch, which the server stores far more
+    slowly); the line's next waiters move into the entry when its head is taken from a
+    segment, which is written then anyway. The order of the line is kept across both."""
+    monkeypatch.setattr(slotlines, "HEAD", 2)
+    monkeypatch.setattr(slotlines, "SEGMENT", 3)
+    one = ev.SlotClaim(limit="wf", key="all", size=1, fair="acme")
+    nc = await _client(nats_url)
+    try:
+        await provision(nc, subjects)
+        js = nc.jetstream()
+        stream = f"KV_{subjects.slots_bucket}"
+
+        async def stored() -> int:
+            return int((await js.stream_info(stream)).state.last_seq)
+
+        slots = Slots(nc, subjects)
+        runs = [f"r{n}" for n in range(8)]
+        for n, run_id in enumerate(runs):  # r0 holds; r1, r2 in the entry; r3... in segments
+            entered = await slots.enter(one, run_id, f"2026-12-05T03:00:0{n}.000Z")
+            assert (entered.held, entered.place) == (n == 0, n)
+        written: list[int] = []
+        for holder, following in itertools.pairwise(runs):
+            before = await stored()
+            assert await slots.release(one, holder) == [following]
+            written.append(await stored() - before)
+        # r1, r2 from the entry; r3 from a segment (r4, r5 move up: two keys); r4, r5 from
+        # the entry; r6 from the last segment (r7 moves up); r7 from the entry.
+        assert written == [1, 1, 2, 1, 1, 2, 1]
+        assert await slots.release(one, runs[-1]) == []
+        assert await slots.read(one.limit, one.key) is None
+    finally:
+        await nc.close()

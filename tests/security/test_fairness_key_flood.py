@@ -60,6 +60,7 @@ async def waiting(slots: Slots) -> tuple[list[str], list[tuple[str, str]], int]:
     assert lines is not None
     out = []
     for line in lines.entry.lines:
+        out += [(w.run_id, w.fair) for w in lines.inline(line)]
         for segment in line.segments:
             out += [(w.run_id, w.fair) for w in await lines.segment(line.fair, segment)]
     return [h.run_id for h in entry.holders], out, len(entry.lines)

@@ -2,11 +2,17 @@
 
 The entry (bucket key ``<limit hash>.<key hash>``) holds the runs holding a slot and, per
 fairness key with runs waiting, that line's outline: its weight and its segments, each
-with its count, its oldest wait and its last place. The waiters themselves are in the
-segments (``<entry key>.<fairness key hash>.<n>``), at most :data:`SEGMENT` each, in line
-order (higher priority first, then the earlier queued, then run id). A run entering a long
-line or leaving its head rewrites one segment and the entry, never the whole line, and a
-line holds as many runs as there are segments.
+with its count, its oldest wait and its last place. The first waiters of each line (up to
+:data:`HEAD`) are kept in the entry itself (``waiting``); the rest are in the segments
+(``<entry key>.<fairness key hash>.<n>``), at most :data:`SEGMENT` each, in line order
+(higher priority first, then the earlier queued, then run id). A run leaving the head of a
+line, as each slot handed on does, rewrites the entry alone, and one segment too only when
+the head is taken from it (:data:`HEAD` at a time); a run entering a long line rewrites one
+segment and the entry, never the whole line, and a line holds as many runs as there are
+segments. A write of one key is a plain compare-and-set; one of several is an atomic
+batch, which the server stores some 5 to 20 times slower (it is flushed before it is
+acknowledged): handing a slot on in one key is what keeps a line's pace close to its
+runs' own.
 
 Every change rewrites the entry, so the entry's revision orders every change of the limit
 and key: a change writes the entry and the segments it touched in one atomic batch, each
@@ -40,6 +46,10 @@ keys beyond these wait in one line of their own, :data:`OTHERS`."""
 OTHERS = "(other keys)"
 """The fairness key of the line the runs of keys past :data:`MAX_LINES` share (each
 keeps its own key; a real key of this text shares the line, which changes nothing)."""
+HEAD = 16
+"""The first waiters of a line kept in the entry (not in :data:`OTHERS`'s line)."""
+INLINE = 128
+"""The most waiters kept in one entry, all lines together (some 10 kB)."""
 
 
 class Waiter(msgspec.Struct, array_like=True, frozen=True):
@@ -101,7 +111,9 @@ class SlotEntry(msgspec.Struct, kw_only=True):
     """The limit as the run that joined last declares it (what listings show)."""
     holders: list[Waiter] = []
     waiting: list[Waiter] = []
-    """Waiters as entries kept them before lines: moved into lines at the next change."""
+    """The first waiters of the lines (:data:`HEAD` each at most), in line order: each
+    line's are before its segments' waiters. (Entries written before lines kept every
+    waiter here, outlining no line: those are moved into lines at the next change.)"""
     turn: str = ""
     """The fairness key served last (keys holding as many slots take turns after it)."""
     lines: list[Line] = []
@@ -231,6 +243,37 @@ class Lines:
         own, others = self.line(fair), self.line(OTHERS)
         return [line for line in (own, others if others is not own else None) if line]
 
+    def inline(self, line: Line) -> list[Waiter]:
+        """The first waiters of ``line``, kept in the entry, in order."""
+        if line.fair == OTHERS:
+            return []
+        return [w for w in self.entry.waiting if w.fair == line.fair]
+
+    def _keep_inline(self, waiters: list[Waiter]) -> None:
+        for waiter in waiters:
+            bisect.insort(self.entry.waiting, waiter, key=order)
+
+    def _drop_inline(self, line: Line, run_id: str) -> bool:
+        """Take the run out of the line's head kept in the entry; whether it was there."""
+        if line.fair == OTHERS:
+            return False
+        for i, waiter in enumerate(self.entry.waiting):
+            if waiter.run_id == run_id and waiter.fair == line.fair:
+                del self.entry.waiting[i]
+                self._forget_if_empty(line)
+                return True
+        return False
+
+    def _outlined(self, waiter: Waiter) -> bool:
+        """Whether the entry outlines a line of the waiter's own key (else it waits in
+        the others' line, or was kept before lines)."""
+        line = self.line(waiter.fair)
+        return line is not None and line.fair != OTHERS
+
+    def _forget_if_empty(self, line: Line) -> None:
+        if not line.segments and not self.inline(line) and line in self.entry.lines:
+            self.entry.lines.remove(line)
+
     async def segment(self, fair: str, segment: Segment) -> list[Waiter]:
         """A segment's waiters (read once, then as changed here)."""
         key = segment_key(self.token, fair, segment.id)
@@ -250,7 +293,11 @@ class Lines:
         """The waiter's place in its line (1: next), found where its order puts it; None
         when it is not there."""
         for line in self._lines_of(waiter.fair):
-            before = 0
+            inline = self.inline(line)
+            for i, other in enumerate(inline):
+                if other.run_id == waiter.run_id:
+                    return i + 1
+            before = len(inline)
             for segment in line.segments:
                 if segment.last >= order(waiter):
                     found = await self.segment(line.fair, segment)
@@ -264,7 +311,11 @@ class Lines:
     async def place(self, run_id: str, fair: str) -> int | None:
         """The run's place in the line of ``fair`` (1: next), looked for in each segment."""
         for line in self._lines_of(fair):
-            before = 0
+            inline = self.inline(line)
+            for i, other in enumerate(inline):
+                if other.run_id == run_id:
+                    return i + 1
+            before = len(inline)
             for segment in line.segments:
                 for i, other in enumerate(await self.segment(line.fair, segment)):
                     if other.run_id == run_id:
@@ -284,8 +335,7 @@ class Lines:
             segment.last = order(waiters[-1])
         else:
             line.segments.remove(segment)
-            if not line.segments:
-                self.entry.lines.remove(line)
+            self._forget_if_empty(line)
 
     async def insert(self, waiter: Waiter) -> int:
         """Put the waiter in its line, in order; its place there."""
@@ -304,6 +354,22 @@ class Lines:
             line.weight = waiter.weight
         else:
             line.weight = 1  # the others' line: no one key's weight
+        inline = self.inline(line)
+        room = len(inline) < HEAD and len(self.entry.waiting) < INLINE
+        if line.fair == waiter.fair != OTHERS and (
+            (room and not line.segments) or (inline and order(waiter) < order(inline[-1]))
+        ):
+            # Into the head kept in the entry; its last goes back to the segments if the
+            # head is full (or the entry is).
+            self._keep_inline([waiter])
+            if not room:
+                self.entry.waiting.remove(inline[-1])
+                await self._into_segments(line, inline[-1])
+            return bisect.bisect(inline, order(waiter), key=order) + 1
+        return len(inline) + await self._into_segments(line, waiter)
+
+    async def _into_segments(self, line: Line, waiter: Waiter) -> int:
+        """Put the waiter in the segments of its line, in order; its place among them."""
         at = next((s for s in line.segments if s.last >= order(waiter)), None)
         at = at or (line.segments[-1] if line.segments else None)
         if at is None or (at.count >= SEGMENT and at.last < order(waiter)):
@@ -326,18 +392,32 @@ class Lines:
         return before + i + 1
 
     async def head(self, line: Line) -> Waiter:
-        return (await self.segment(line.fair, line.segments[0]))[0]
+        inline = self.inline(line)
+        return inline[0] if inline else (await self.segment(line.fair, line.segments[0]))[0]
 
     async def pop_head(self, line: Line) -> Waiter:
+        """The first waiter of the line, taken out: from the head kept in the entry (the
+        entry alone is written), else from the first segment, whose next waiters then
+        move into the entry while that segment is written anyway."""
+        inline = self.inline(line)
+        if inline:
+            self._drop_inline(line, inline[0].run_id)
+            return inline[0]
         segment = line.segments[0]
         waiters = list(await self.segment(line.fair, segment))
         first = waiters.pop(0)
+        if line.fair != OTHERS:
+            room = max(min(HEAD, INLINE - len(self.entry.waiting)), 0)
+            self._keep_inline(waiters[:room])
+            waiters = waiters[room:]
         self._store(line, segment, waiters)
         return first
 
     async def remove(self, run_id: str, fair: str) -> bool:
         """Take the run out of the line of ``fair``; whether it was there."""
         for line in self._lines_of(fair):
+            if self._drop_inline(line, run_id):
+                return True
             for segment in list(line.segments):
                 waiters = await self.segment(line.fair, segment)
                 if any(w.run_id == run_id for w in waiters):
@@ -349,15 +429,23 @@ class Lines:
         """Every waiter out of every line, each line in its order."""
         out: list[Waiter] = []
         for line in list(self.entry.lines):
+            out += self.inline(line)
+            self.entry.waiting = [w for w in self.entry.waiting if w not in out]
             for segment in list(line.segments):
                 out += await self.segment(line.fair, segment)
                 self._store(line, segment, [])
+            self._forget_if_empty(line)
         return out
 
     async def upgrade(self) -> None:
-        """Waiters kept in the entry itself (before lines) moved into lines."""
-        old, self.entry.waiting = self.entry.waiting, []
-        for waiter in old:
+        """Waiters kept in the entry whose line it does not outline (as entries written
+        before lines kept them all) moved into lines."""
+        entry = self.entry
+        stray = [w for w in entry.waiting if not self._outlined(w)]
+        if not stray:
+            return
+        entry.waiting = sorted((w for w in entry.waiting if w not in stray), key=order)
+        for waiter in sorted(stray, key=order):
             await self.insert(waiter)
 
     def writes(self) -> list[tuple[str, bytes | None, int]]:

@@ -1,7 +1,8 @@
-"""An agent never creates its capability's consumer on a secured installation: it says
-once that it waits for the orchestrator, and binds as soon as the orchestrator has made
-the consumer (when an AgentDef of the capability is applied). Real nats-server with
-Interlock's decentralized auth, a worker of the SDK on an agent credential."""
+"""An agent never creates its capability's consumer on a secured installation, nor tries
+to (its account has no JetStream of its own): it says once that it waits for the
+orchestrator, and binds as soon as the orchestrator has made the consumer (when an AgentDef
+of the capability is applied). Real nats-server with Interlock's decentralized auth, a
+worker of the SDK on an agent credential."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ async def test_a_worker_waits_for_the_orchestrator_to_make_its_consumer(
     secured: Secured, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="interlock.sdk")
+    caplog.set_level(logging.WARNING, logger="interlock.nats")
     creds = secured.issue(Role("agent", capabilities=("late",)), "late-agent")
     worker = Worker("late-agent", grace_period=1.0)
 
@@ -86,6 +88,10 @@ async def test_a_worker_waits_for_the_orchestrator_to_make_its_consumer(
         await _until(says_it_waits, "the worker's line about waiting")
         names = {c.name for c in await js.consumers_info(SUBJECTS.tasks_stream)}
         assert consumer_name("late") not in names  # the agent could not make it
+        # Nor did it try: a create would be a permissions violation answered by nobody,
+        # a warning and a request timeout before the line saying what it waits for.
+        assert "may not create" not in caplog.text
+        assert "permissions violation" not in caplog.text
         assert not serving.done()
 
         applied = await secured.operator.apply([("<late>", LATE)])

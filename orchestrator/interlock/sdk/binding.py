@@ -46,12 +46,14 @@ async def bind(
     *,
     ack_wait: float,
     max_deliver: int,
+    may_create: bool = True,
 ) -> ConsumerInfo | None:
     """Bind to the capability's durable consumer; wait for it (and the TASKS stream).
 
     The orchestrator creates the consumer; a worker allowed to (no permissions set,
     ``interlock dev --insecure``) creates it too when it is missing, one that is not
-    says so once and waits for it. None: ``stop`` was set first.
+    says so once and waits for it. ``may_create`` False (an agent credential, whose
+    account has no JetStream of its own) never tries. None: ``stop`` was set first.
     """
     warned: set[str] = set()
     create_after = 0.0
@@ -62,7 +64,7 @@ async def bind(
                 js,
                 subjects,
                 capability,
-                create=loop.time() >= create_after,
+                create=may_create and loop.time() >= create_after,
                 ack_wait=ack_wait,
                 max_deliver=max_deliver,
             )

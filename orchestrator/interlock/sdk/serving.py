@@ -22,7 +22,7 @@ from nats.js.api import ConsumerInfo
 
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
-from interlock.transport.natsclient import js_api
+from interlock.transport.natsclient import JS_API, js_api
 from interlock.transport.pulling import PullConsumer
 from interlock.transport.slots import SlotPool
 from interlock.transport.subjects import Subjects
@@ -116,7 +116,7 @@ class Serving:
                     await nc.subscribe(subjects.controls_of(name), cb=self._path.on_control)
                 )
             for cap in self._capabilities.values():
-                info = await self._bind(js, subjects, cap)
+                info = await self._bind(nc, js, subjects, cap)
                 if info is None:
                     return  # stopped while waiting for the TASKS stream
                 consumers.append(self._consumer(nc, js, subjects, cap, info, pool))
@@ -204,7 +204,7 @@ class Serving:
         await cancel_and_wait(*pending)
 
     async def _bind(
-        self, js: JetStreamContext, subjects: Subjects, cap: Capability
+        self, nc: Client, js: JetStreamContext, subjects: Subjects, cap: Capability
     ) -> ConsumerInfo | None:
         return await bind(
             js,
@@ -213,6 +213,9 @@ class Serving:
             self._life.stop,
             ack_wait=self._settings.ack_wait,
             max_deliver=self._settings.max_deliver,
+            # An agent in an account of its own (its API imported under a prefix) has no
+            # JetStream of its own: a create would only wait out a request nobody answers.
+            may_create=js_api(nc) == JS_API,
         )
 
     def _consumer(
@@ -234,7 +237,7 @@ class Serving:
             path.deliver(js, subjects, Job(cap, msg, pool, progress))
 
         async def ensure() -> None:
-            await self._bind(js, subjects, cap)
+            await self._bind(nc, js, subjects, cap)
 
         return PullConsumer(
             nc,

@@ -7,8 +7,11 @@ object changed after it was referenced fails the read and changes no decision.""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
+import secrets
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -183,6 +186,26 @@ class RawAgent:
         meta = {"bucket": self.bucket, "name": name, "size": info.size, "digest": info.digest}
         return {"$object": meta}
 
+    async def upload_by_hand(self, name: str, data: bytes) -> dict[str, Any]:
+        """Store ``data`` as a client without an object store does (the documented
+        chunks and info), its digest in base64url without padding, as Node's
+        ``hash.digest("base64url")`` writes it."""
+        nuid = secrets.token_hex(11)
+        chunk = 128 * 1024
+        parts = [data[i : i + chunk] for i in range(0, len(data), chunk)]
+        for part in parts:
+            await self.js.publish(f"$O.{self.bucket}.C.{nuid}", part)
+        digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+        digest = digest.rstrip("=")
+        info = {"name": name, "bucket": self.bucket, "nuid": nuid, "size": len(data),
+                "chunks": len(parts), "digest": digest}  # fmt: skip
+        key = base64.urlsafe_b64encode(name.encode()).decode()
+        await self.js.publish(
+            f"$O.{self.bucket}.M.{key}", json.dumps(info).encode(), headers={"Nats-Rollup": "sub"}
+        )
+        return {"$object": {"bucket": self.bucket, "name": name, "size": len(data),
+                            "digest": digest}}  # fmt: skip
+
     async def answer(self, msg: Any, data: Any) -> dict[str, str]:
         h = msg.headers
         run_id, action, attempt = h["ce-runid"], h["ce-actionid"], h["ce-attempt"]
@@ -230,6 +253,29 @@ async def test_a_50_mb_answer_from_a_worker_written_to_the_protocol(stack: Secur
         result = await client.result(run_id, wait=True, timeout=60)
         assert result.status == "completed", result
         assert result.outputs == {"score": 9, "size": BIG, "got": 0}
+    finally:
+        await client.close()
+        await agent.nc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_answer_whose_digest_has_no_padding_is_taken(stack: Secured) -> None:
+    """base64url may leave its padding out (RFC 4648, and Node's digest("base64url")): a
+    reference so written names the same bytes and is taken; the log keeps the padded form."""
+    agent = await _raw_agent(stack, "bulk-raw-unpadded")
+    client, run_id = await _started(stack.url, stack.auth.operator, "go.raw")
+    try:
+        msg = await agent.task()
+        blob = {"score": 9, "blob": "u" * 1_200_000}
+        ref = await agent.upload_by_hand("answer-unpadded", json.dumps(blob).encode())
+        assert not ref["$object"]["digest"].endswith("=")
+        said = await agent.answer(msg, ref)
+        assert said["Interlock-Answer"] == "recorded", said
+        result = await client.result(run_id, wait=True, timeout=60)
+        assert result.status == "completed", result
+        assert result.outputs == {"score": 9, "size": 1_200_000, "got": 0}
+        [done] = [r for r in await client.records(run_id) if isinstance(r, ev.ActionCompleted)]
+        assert done.data.result == blob
     finally:
         await client.close()
         await agent.nc.close()

@@ -99,18 +99,30 @@ def parse_ref(value: Any, where: str = "data") -> ObjectRef:
         raise ObjectError(f"{where}: {MARKER}.name must be an object name")
     if type(size) is not int or size < 0:
         raise ObjectError(f"{where}: {MARKER}.size must be a whole number of bytes")
-    if not isinstance(digest, str) or not _valid_digest(digest):
-        raise ObjectError(f"{where}: {MARKER}.digest must be SHA-256=<base64url of 32 bytes>")
-    return ObjectRef(bucket=bucket, name=name, size=size, digest=digest)
+    canonical = canonical_digest(digest)
+    if canonical is None:
+        raise ObjectError(
+            f"{where}: {MARKER}.digest must be SHA-256=<base64url of the 32 bytes of the "
+            f"SHA-256>, got {str(digest)[:80]!r}"
+        )
+    return ObjectRef(bucket=bucket, name=name, size=size, digest=canonical)
 
 
-def _valid_digest(digest: str) -> bool:
-    if not digest.startswith(DIGEST_PREFIX):
-        return False
+def canonical_digest(digest: Any) -> str | None:
+    """``digest`` in the one form references are compared in (``SHA-256=`` and the padded
+    base64url the object stores write), or None when it is no SHA-256 digest. The padding
+    may be left out (RFC 4648 allows it, and ``digest("base64url")`` in Node does), so an
+    agent of another language may write either."""
+    if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
+        return None
+    text = digest.removeprefix(DIGEST_PREFIX)
+    if len(text) not in (43, 44):
+        return None
     try:
-        return len(base64.urlsafe_b64decode(digest.removeprefix(DIGEST_PREFIX))) == 32
+        raw = base64.b64decode(text.ljust(44, "="), altchars=b"-_", validate=True)
     except ValueError:
-        return False
+        return None
+    return DIGEST_PREFIX + base64.urlsafe_b64encode(raw).decode() if len(raw) == 32 else None
 
 
 def ref_of(value: Any) -> ObjectRef | None:

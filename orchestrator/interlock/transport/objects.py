@@ -27,7 +27,14 @@ from nats.js import api
 from nats.js.errors import BadRequestError, NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
-from interlock.core.objects import ObjectError, ObjectRef, ObjectUnavailable, digest_of, name_of
+from interlock.core.objects import (
+    ObjectError,
+    ObjectRef,
+    ObjectUnavailable,
+    canonical_digest,
+    digest_of,
+    name_of,
+)
 from interlock.transport.directget import LogReadError, read_subject
 from interlock.transport.jetstream import jetstream
 from interlock.transport.natsclient import js_api
@@ -162,7 +169,7 @@ class Objects:
         meta = await self._meta(stream, ref, where)
         if meta.get("deleted"):
             raise ObjectError(f"{where}: deleted")
-        if meta.get("digest") != ref.digest or meta.get("size") != ref.size:
+        if canonical_digest(meta.get("digest")) != ref.digest or meta.get("size") != ref.size:
             raise ObjectError(
                 f"{where}: digest mismatch: the reference names {ref.digest} ({ref.size} "
                 f"bytes), the bucket holds {meta.get('digest')} ({meta.get('size')} bytes)"

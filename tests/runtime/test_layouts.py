@@ -14,7 +14,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from interlock.runtime.client import InterlockClient
-from interlock.runtime.layouts import _needing, retire_layouts
+from interlock.runtime.layouts import Housekeeping, _needing, retire_layouts
 from interlock.runtime.ownership import owners
 from interlock.runtime.partitioning import set_partitions
 from interlock.runtime.service import Orchestrator
@@ -256,3 +256,44 @@ async def test_a_layout_waits_for_the_relay_to_act_on_the_end_of_its_last_run(
 async def _retiring(client: InterlockClient, subjects: Subjects, version: int) -> Any:
     done = await retire_layouts(client.nc, subjects, grace=0)
     return done if [x.version for x in done.retired] == [version] else None
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_housekeeping_lists_the_stored_runs_only_when_a_run_ended_or_was_deleted(
+    nats_url: str, subjects: Subjects
+) -> None:
+    client = InterlockClient(await connect(nats_url), subjects)
+    await client.ensure_provisioned()
+    nc = client.nc
+    assert (await client.apply([("waiter.yaml", WAITER)])).compiled.ok
+    await set_partitions(nc, subjects, 3)
+    # Runs only the layout of 3 places where they are: one in flight, one ended.
+    waiting, ended = _ids(lambda r: partition_of(r, 3) != 0, 2)
+    for run_id in (waiting, ended):
+        await client.start("waiter", {}, run_id=run_id)
+    assert await client.cancel(ended)
+    await set_partitions(nc, subjects, 1)
+    tidy = Housekeeping(every=0, grace=0)
+
+    async def passes(listed: int, checked: int) -> PartitionMap:
+        await tidy.pass_now(nc, subjects)
+        assert tidy.passes == {"listed": listed, "checked": checked}
+        return (await read_map(nc, subjects))[0]
+
+    found = await passes(1, 0)  # a process's first pass lists
+    assert [x.version for x in found.layouts] == [2, 3]
+    assert (await passes(1, 1)).layouts == found.layouts  # the run in flight is read alone
+    assert await client.cancel(waiting)
+    found = await passes(2, 1)  # it ended: listed, retired
+    assert [x.version for x in found.retired] == [2]
+    await passes(2, 2)
+    await client.delete(ended, await client.read(ended), None)
+    await passes(2, 3)  # one deletion read: one of its two runs is left
+    await client.delete(waiting, await client.read(waiting), None)
+    found = await passes(3, 3)  # none left: listed, forgotten
+    assert (found.retired, [x.count for x in found.layouts]) == ((), [1])
+    # A resize is a change the next pass looks at.
+    await set_partitions(nc, subjects, 2)
+    await passes(4, 3)
+    await passes(4, 4)
+    await nc.close()

@@ -316,6 +316,11 @@ class Subjects:
         """The audit record of a run's deletion."""
         return f"{self.prefix}.audit.deleted.{check_run_id(run_id)}"
 
+    @property
+    def audit_deletions(self) -> str:
+        """Every audit record of a run's deletion."""
+        return f"{self.prefix}.audit.deleted.*"
+
     def dead_letter(self, reason: str) -> str:
         return f"{self.prefix}.dlq.{reason}"
 

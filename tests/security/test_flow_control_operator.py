@@ -1,11 +1,13 @@
 """Flow control as the operator drives it, with the credential `interlock creds issue` gives
 it: `interlock runs` after a paused workflow is resumed, the place of a run waiting under a
-fair-share limit (describe), and `pause workflow --runs` while runs are being started."""
+fair-share limit (describe), `pause workflow --runs` while runs are being started, and runs
+migrated onto a version that adds a concurrency limit, and off it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from test_role_cli import cli
 from interlock.client import Client
 from interlock.core import events as ev
 from support.auth import SUBJECTS, Secured, secured, secured_server
+from support.concurrency import timeline
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
@@ -217,3 +220,139 @@ async def test_pause_with_runs_holds_every_run_started_before_it(secured: Secure
     assert (await secured.operator.state(alone)).state == "done"
     said = json.loads(await operator_cli(secured, "resume", "workflow", "racing", "--json"))
     assert said["resumed"], said
+
+
+MIGRATING = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: migrating}
+spec:
+  inputs: {customer: {type: string, required: true}}
+  initial_state: waiting
+  states:
+    waiting:
+      type: human_in_the_loop
+      on:
+        - {event: acme.order.approved, goto: done}
+    done:
+      type: terminal
+"""
+
+LIMIT = "  concurrency:\n    - {key: inputs.customer, limit: 1}\n  initial_state:"
+
+
+async def issued_operator(secured: Secured) -> Path:
+    """An operator's credential, issued as an operator does it: ``interlock creds issue``."""
+    path = secured.data / "cli-migrating-operator.creds"
+    if not path.exists():
+        code, _, errs, _ = await cli(
+            secured,
+            None,
+            "creds", "issue", "operator", "--name", "cli-migrating-operator",
+            "-o", str(path), "--keys", str(secured.data / "keys"),
+        )  # fmt: skip
+        assert code == 0, errs
+    return path
+
+
+async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_frees_it(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """Runs in flight on a version without a limit, moved by ``interlock migrate`` onto one
+    that limits them to one at a time per customer: one holds the slot, the others hold in
+    their state what reaches them and go on, in turn, as the slot frees; moved back off
+    the limit, a run gives its slot to the next in line, and one waiting is admitted. The
+    logs never show two at work at once."""
+    operator = await issued_operator(secured)
+
+    async def ops(*args: str, code: int = 0) -> str:
+        done, out, errs, _ = await cli(secured, operator, *args)
+        assert done == code, (args, out, errs)
+        return out
+
+    async def apply(text: str) -> None:
+        path = tmp_path / "migrating.yaml"
+        path.write_text(text)
+        await ops("apply", str(path))
+
+    async def started() -> str:
+        out = await ops("start", "migrating", "--input", '{"customer": "acme"}', "--json")
+        return str(json.loads(out)["run_id"])
+
+    async def in_index(runs: list[str], version: int) -> None:
+        for _ in range(100):  # the run index is written behind the runs
+            listed = json.loads(await ops("runs", "--workflow", "migrating", "--json"))
+            if {r["run_id"] for r in listed if r["version"] == version} >= set(runs):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{runs} never listed on version {version}")
+
+    await apply(MIGRATING)  # version 1: no limit
+    runs = [await started() for _ in range(3)]
+    for run_id in runs:
+        await until_recorded(secured, run_id, ev.StateEntered)
+    await in_index(runs, 1)
+    await apply(MIGRATING.replace("  initial_state:", LIMIT))  # version 2: one at a time
+    moved = await ops("migrate", "migrating", "--to", "2")
+    for run_id in runs:
+        assert f"moved: {run_id} (v1, in waiting)" in moved, moved
+    for run_id in runs:
+        await until_recorded(secured, run_id, ev.RunQueued)
+    first = await admitted_one(secured, runs)
+    others = [r for r in runs if r != first]
+    # Each waiting run is in its state and queued for the slot; a signal is held.
+    for run_id in others:
+        described = await ops("describe", "run", run_id)
+        assert "queued" in described, described
+        assert "default/migrating#1" in described, described
+        said = await ops("signal", run_id, "acme.order.approved")
+        assert "held" in said, said
+        state = await secured.operator.state(run_id)
+        assert (state.state, state.status) == ("waiting", "running"), state
+    queues = await ops("queues", "--workflow", "migrating")
+    assert "1/1" in queues, queues
+    # The slot holder ends: the next takes the slot and decides what it held, and so on.
+    await ops("signal", first, "acme.order.approved")
+    for run_id in runs:
+        assert (await secured.operator.wait(run_id, 30)).status == "completed", run_id
+
+    # Off the limit again: the holder's slot goes to the run waiting behind it, which is
+    # admitted at once, as nothing asks for that limit any more.
+    holder, waiting = await started(), await started()
+    await until_recorded(secured, holder, ev.StateEntered)
+    await until_recorded(secured, waiting, ev.RunQueued)
+    await in_index([holder, waiting], 2)
+    await apply(MIGRATING)  # version 3: no limit
+    moved = await ops("migrate", "migrating", "--to", "3")
+    assert f"moved: {holder} (v2, in waiting)" in moved, moved
+    assert f"moved: {waiting} (v2" in moved, moved
+    await until_recorded(secured, waiting, ev.StateEntered)
+    for run_id in (holder, waiting):
+        await ops("signal", run_id, "acme.order.approved")
+        assert (await secured.operator.wait(run_id, 30)).status == "completed", run_id
+    for _ in range(100):  # the relay frees the slots as it reads the records
+        queues = await ops("queues", "--workflow", "migrating", "--json")
+        if not json.loads(queues):
+            break
+        await asyncio.sleep(0.1)
+    assert json.loads(queues) == [], queues
+
+    seen = await timeline(secured.operator.nc, SUBJECTS)
+    assert seen.most[("default/migrating#1", "acme")] == 1, seen.most
+    for run_id in [*runs, holder, waiting]:
+        assert seen.counts[run_id].get("run.admitted", 0) == 1, (run_id, seen.counts[run_id])
+
+
+async def admitted_one(secured: Secured, runs: list[str]) -> str:
+    """The one run of ``runs`` admitted (the others wait): fails if two ever are."""
+    for _ in range(200):
+        admitted = [
+            r
+            for r in runs
+            if any(isinstance(x, ev.RunAdmitted) for x in await secured.operator.read(r))
+        ]
+        assert len(admitted) <= 1, admitted
+        if admitted:
+            return admitted[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"none of {runs} was admitted")

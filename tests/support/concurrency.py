@@ -96,6 +96,11 @@ async def timeline(nc: Client, subjects: Subjects) -> Timeline:
                 out.ended[run] = kind
                 for claim in out.slots.get(run, []):
                     holding[(claim.limit, claim.key)].discard(run)
+            elif isinstance(record, ev.RunMigrated):
+                # Moved onto a version that does not ask for these: given back.
+                for claim in record.data.freed:
+                    holding[(claim.limit, claim.key)].discard(run)
+                out.slots[run] = [c for c in out.slots.get(run, []) if c not in record.data.freed]
     return out
 
 

@@ -65,7 +65,7 @@ async def send(
     # paused run holds what it will take once resumed, which may be a later state's: the
     # core says whether it would hold this one.
     held = (
-        state.paused is not None
+        (state.paused is not None or state.waits is not None)
         and definition is not None
         and _would_hold(definition, state, signal)
     )
@@ -116,7 +116,8 @@ async def send(
 
 
 def _would_hold(definition: Definition, state: RunState, signal: Signal) -> bool:
-    """Whether the paused run would hold ``signal`` (it would take it once resumed)."""
+    """Whether the paused (or waiting) run would hold ``signal`` (it would take it once
+    resumed and admitted)."""
     from interlock.core.engine import decide
     from interlock.core.incoming import Incoming
 

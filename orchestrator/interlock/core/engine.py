@@ -33,6 +33,7 @@ from interlock.core.incoming import (
     trigger_inputs,
     trigger_matches,
 )
+from interlock.core.migrating import migrate
 from interlock.core.reactions import Reactions
 from interlock.core.seen import event_key
 from interlock.core.spawn import spawn_budget
@@ -52,6 +53,7 @@ __all__ = [
     "TIMER_FIRED",
     "GuardCheck",
     "Incoming",
+    "admit",
     "backoff_seconds",
     "cancel",
     "continuation",
@@ -126,13 +128,16 @@ def started(
     rate: ev.RateHold | None = None,
     history: ev.HistoryLimits | None = None,
     carried: Carried | None = None,
+    slots: list[ev.SlotClaim] | None = None,
 ) -> tuple[list[ev.AnyRecord], RunState]:
     """:func:`start`, and the run's state after its records (``fold(records)``, which
     making them has computed already). ``deadline_s``: the run's own deadline (seconds
     from now) over the workflow's ``spec.deadline.after``; 0 ends it at once. ``paused``:
     the workflow is paused: the run waits (``run.queued``) until it is resumed.
     ``history``: the history limits in force (:func:`interlock.core.history.limits`).
-    ``carried``: what a run continued as new takes over (:func:`continuation`)."""
+    ``carried``: what a run continued as new takes over (:func:`continuation`).
+    ``slots``: the slots its ``run.queued`` named as recorded (a re-drive; ``[]``: it
+    recorded none), whatever the definition declares."""
     step = Reactions(definition, RunState(), now, trace=trace)
     step._run_id = run_id
     step.emit(
@@ -164,7 +169,7 @@ def started(
         traceparent=traceparent,
     )
     if carried is not None:
-        _go_on(step, definition, carried, inputs, paused=paused)
+        _go_on(step, definition, carried, inputs, paused=paused, slots=slots)
         return step.out, step.state
     after = deadline_s
     if after is None and definition.deadline is not None:
@@ -176,9 +181,9 @@ def started(
         return step.out, step.state
     if after is not None:
         step.schedule(TimerPurpose.RUN_DEADLINE, plus_seconds(now, after))
-    if definition.concurrency or paused or rate:
+    if (definition.concurrency or paused or rate) if slots is None else (slots or rate):
         # entered once admitted
-        limits.queue(step, definition, inputs, trigger, paused=paused, rate=rate)
+        limits.queue(step, definition, inputs, trigger, paused=paused, rate=rate, recorded=slots)
         return step.out, step.state
     step.enter(definition.initial_state)
     return step.out, step.state
@@ -191,15 +196,16 @@ def _go_on(
     inputs: Mapping[str, Any],
     *,
     paused: bool,
+    slots: list[ev.SlotClaim] | None = None,
 ) -> None:
     """A continued run after its ``run.started``: its deadline as it was, then the state
     it goes on in (once admitted, when its workflow limits how many run at once)."""
     cf = carried.continued_from
     if cf.deadline_at is not None:
         step.schedule(TimerPurpose.RUN_DEADLINE, cf.deadline_at)
-    if definition.concurrency or paused:
+    if (definition.concurrency or paused) if slots is None else slots:
         trigger = None if carried.trigger is None else Incoming.from_dict(carried.trigger)
-        limits.queue(step, definition, inputs, trigger, paused=paused)
+        limits.queue(step, definition, inputs, trigger, paused=paused, recorded=slots)
         return
     step.enter(cf.state)
 
@@ -259,10 +265,11 @@ def decided(
     which deciding has computed already)."""
     if state.status != RunStatus.RUNNING:
         return [], state
-    if state.paused is not None:  # held if the run, resumed, would take it (runpause)
-        if len(state.paused.held) >= runpause.MAX_HELD:
+    holder = state.paused or state.waits
+    if holder is not None:  # held if the run, resumed and admitted, would take it
+        if len(holder.held) >= runpause.MAX_HELD:
             return [], state
-        resumed = fold(resume(definition, state, now), state)
+        resumed = released(definition, state, now)
         if resumed.status != RunStatus.RUNNING:
             return [], state
         step = Reactions(definition, resumed, now)
@@ -332,6 +339,30 @@ def _evidence(step: Reactions, event: Incoming) -> None:
         step.advance_dag(current, current.dag)
 
 
+def released(definition: Definition, state: RunState, now: str) -> RunState:
+    """The state of a paused or waiting run once resumed and admitted (see
+    :mod:`runpause`, :mod:`migrating`): what it would take then, it holds now."""
+    if state.paused is not None:
+        state = fold(resume(definition, state, now), state)
+    if state.waits is not None and state.paused is None:
+        state = fold(admit(definition, state, now), state)
+    return state
+
+
+def admit(definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
+    """A queued run holds all its slots: ``run.admitted`` and its first state entered
+    (:func:`limits.admitted`), or, a run migrated in its state, the events it held decided
+    on in turn after it."""
+    out = limits.admitted(definition, state, now)
+    if not out or state.waits is None:
+        return out
+    current = fold(out, state)
+    for event in state.waits.held:
+        records, current = decided(definition, current, runpause.incoming(event), now)
+        out += records
+    return out
+
+
 def resume(definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
     """``run.resumed`` of a paused run, then the records of each event it held decided on
     in turn (see :mod:`runpause`); nothing for a run that is not paused."""
@@ -371,15 +402,15 @@ def resume_fork(
     origin_seq: int,
     version: int,
     now: str,
-    queue: bool | None = None,
+    slots: list[ev.SlotClaim] | None = None,
     paused: bool = False,
 ) -> list[ev.AnyRecord]:
     """The records that turn a copied log prefix into a run of its own: the fork marker,
     then the state the run was in entered again under ``definition``, so its work is asked
     for afresh (with fresh deadlines and inputs rendered by this definition). Under the
     definition's concurrency limits the fork is a new run in flight: it waits for its
-    slots first (``run.queued``), and enters that state once admitted. ``queue``: whether
-    it does (None: as the definition says; a re-drive follows the recorded fork).
+    slots first (``run.queued``), and enters that state once admitted. ``slots``: those
+    the recorded fork queued for (a re-drive follows it; ``[]``: it did not queue).
     ``paused``: the workflow is paused: the fork waits for its resumption first, as a run
     started now does."""
     if state.status != RunStatus.RUNNING:
@@ -397,30 +428,18 @@ def resume_fork(
             state=state.state,
         ),
     )
-    if (definition.concurrency or paused) if queue is None else queue:
+    if (definition.concurrency or paused) if slots is None else slots:
         # A new run in flight: it waits for its slots as a run started now would.
         trigger = None if state.trigger is None else Incoming.from_dict(state.trigger)
-        limits.queue(step, definition, state.inputs, trigger, paused=paused, enters=state.state)
+        limits.queue(
+            step,
+            definition,
+            state.inputs,
+            trigger,
+            paused=paused,
+            enters=state.state,
+            recorded=slots,
+        )
         return step.out
     step.enter(state.state)
-    return step.out
-
-
-def migrate(
-    definition: Definition, state: RunState, *, version: int, now: str
-) -> list[ev.AnyRecord]:
-    """The record that moves a running run onto another version of its workflow."""
-    if state.status != RunStatus.RUNNING:
-        return []
-    step = Reactions(definition, state, now)
-    step.emit(
-        ev.RunMigrated,
-        ev.RunMigratedData(
-            from_version=state.version,
-            from_spec_hash=state.spec_hash,
-            version=version,
-            spec_hash=definition.spec_hash,
-            checked_through=state.seq,
-        ),
-    )
     return step.out

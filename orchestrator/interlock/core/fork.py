@@ -12,10 +12,8 @@ from msgspec.structs import replace
 
 from interlock.core import events as ev
 from interlock.core.definition import Definition
-from interlock.core.engine import (
-    migrate,
-    resume_fork,
-)
+from interlock.core.engine import resume_fork
+from interlock.core.migrating import migrate, refusal
 from interlock.core.redrive import boundaries
 from interlock.core.replay import replay
 from interlock.core.state import fold
@@ -159,6 +157,10 @@ def migration(
     if not report["agree"]:
         d = report["divergence"]
         report["migrate"] = f"its log diverges from version {version} at record {d['seq']}"
+        return [], report
+    refused = refusal(definition, state)
+    if refused is not None:
+        report["migrate"] = refused
         return [], report
     report["migrate"] = None
     return migrate(definition, state, version=version, now=now), report

@@ -121,16 +121,21 @@ def queue(
     paused: bool = False,
     rate: ev.RateHold | None = None,
     enters: str | None = None,
+    recorded: list[ev.SlotClaim] | None = None,
 ) -> None:
     """After ``run.started``: the run waits for its slots, and (``paused``: its workflow is
     paused) for its workflow's resumption; or fails, its keys unknown. ``rate``: first
     until the time its trigger's rate gave it (a timer). ``enters``: a fork's state, entered
-    once admitted."""
-    slots, problem = claims(definition, inputs, trigger)
-    if problem is not None:
-        step.fail_run(ErrorClass.SCHEMA_ERROR, problem)
-        return
-    if paused:
+    once admitted. ``recorded``: the slots as a recorded ``run.queued`` names them (a
+    re-drive takes them as recorded, whatever ``definition`` declares)."""
+    if recorded is not None:
+        slots = list(recorded)
+    else:
+        slots, problem = claims(definition, inputs, trigger)
+        if problem is not None:
+            step.fail_run(ErrorClass.SCHEMA_ERROR, problem)
+            return
+    if paused and recorded is None:
         slots.insert(0, pause_claim(definition.namespace, definition.name))
     step.emit(ev.RunQueued, ev.RunQueuedData(slots=slots, rate=rate, state=enters))
     if rate is not None:
@@ -147,13 +152,16 @@ def rate_passed(step: Reactions, state: RunState, timer: ev.TimerScheduledData) 
 def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRecord]:
     """A queued run holds all its slots: ``run.admitted``, then its first state entered.
     Nothing for a run that is not queued (admitted already, ended), so admitting twice
-    records nothing twice."""
+    records nothing twice. A run migrated in its state: ``run.admitted`` alone (the events
+    it held are decided on after it: :func:`interlock.core.engine.admit` does both)."""
     from interlock.core.reactions import Reactions
 
-    if not state.queued or state.slots is None or state.paused is not None:
+    if not state.queued or state.paused is not None:
         return []  # (a paused run is admitted when it is resumed)
     step = Reactions(definition, state, now)
-    step.emit(ev.RunAdmitted, ev.RunAdmittedData(limits=[s.limit for s in state.slots]))
+    step.emit(ev.RunAdmitted, ev.RunAdmittedData(limits=[s.limit for s in state.slots or ()]))
+    if state.waits is not None:
+        return step.out
     chain = state.chain
     if state.enters is not None:
         step.enter(state.enters)  # a fork, where it was forked

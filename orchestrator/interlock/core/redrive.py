@@ -30,6 +30,7 @@ from interlock.core.engine import (
     TIMER_FIRED,
     GuardCheck,
     Incoming,
+    admit,
     cancel,
     decide,
     matching_trigger,
@@ -39,7 +40,6 @@ from interlock.core.engine import (
     started,
     trigger_inputs,
 )
-from interlock.core.limits import admitted
 from interlock.core.pauses import is_pause
 from interlock.core.redrive_ids import map_action, map_timer
 from interlock.core.state import RunState, evolve, fold
@@ -139,17 +139,20 @@ def steps(records: Sequence[ev.AnyRecord]) -> list[Step]:
     resuming: set[str] = set()
     for position, record in enumerate(records, start=1):
         begins = _starts_step(record)
-        if isinstance(record, ev.EventHeld):
-            held.add(str(record.data.event.get("id")))
-        elif isinstance(record, ev.RunResumed):
+        if isinstance(record, ev.RunResumed | ev.RunAdmitted):
             held, resuming = set(), held
         elif begins is not None and resuming:
-            # What a paused run held is decided on in its resumption's step.
+            # What a paused (or waiting) run held is decided on in its resumption's (or
+            # admission's) step; held again there when it still waits for its slots.
             if _input_id(record) in resuming:
                 resuming.discard(_input_id(record) or "")
+                if isinstance(record, ev.EventHeld):
+                    held.add(str(record.data.event.get("id")))
                 current.append(record)
                 continue
             resuming = set()
+        if isinstance(record, ev.EventHeld):
+            held.add(str(record.data.event.get("id")))
         if begins is not None and current:
             out.append(Step(kind, first, tuple(current)))
             current = []
@@ -163,7 +166,7 @@ def steps(records: Sequence[ev.AnyRecord]) -> list[Step]:
 
 def _input_id(record: ev.AnyRecord) -> str | None:
     """The id of the input a step-beginning record took (as a held copy of it names it)."""
-    if isinstance(record, ev.EventReceived | ev.EvidenceRecorded):
+    if isinstance(record, ev.EventReceived | ev.EvidenceRecorded | ev.EventHeld):
         return str(record.data.event.get("id"))
     if isinstance(record, ev.ActionCompleted | ev.ActionFailed):
         return record.data.event_id
@@ -338,9 +341,16 @@ def _run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
         return Redriven(_forked(drive, step, head), checks)
     if isinstance(head, ev.RunMigrated):
         version = drive.version or head.data.version
-        return Redriven(migrate(d, drive.state, version=version, now=now), checks)
+        queued = next((r for r in step.records if isinstance(r, ev.RunQueued)), None)
+        freed = {(c.limit, c.key) for c in head.data.freed}
+        slots = (
+            [c for c in drive.state.slots or () if (c.limit, c.key) not in freed]
+            if queued is None
+            else queued.data.slots
+        )
+        return Redriven(migrate(d, drive.state, version=version, now=now, slots=slots), checks)
     if isinstance(head, ev.RunAdmitted):
-        records = admitted(d, drive.state, now)
+        records = admit(d, drive.state, now)
         return Redriven(records, checks, None if records else "the new run is not queued")
     return Redriven([], checks, f"no input of type {ev.record_type(head)} to re-drive")
 
@@ -380,9 +390,18 @@ def _forked(drive: Drive, step: Step, head: ev.RunForked) -> list[ev.AnyRecord]:
         origin_seq=head.data.origin_seq,
         version=drive.version or head.data.version,
         now=head.time,
-        queue=queued is not None,
-        paused=queued is not None and any(is_pause(s) for s in queued.data.slots),
+        slots=[] if queued is None else queued.data.slots,
     )
+
+
+def recorded_slots(step: Step) -> list[ev.SlotClaim] | None:
+    """The slots a start queued for as recorded (``[]``: it entered its first state at
+    once; None: neither, as when it failed at its start): a re-drive takes them as
+    recorded, whatever the definition declares, as the orchestrator's admission is."""
+    for record in step.records:
+        if isinstance(record, ev.RunQueued):
+            return record.data.slots
+    return [] if any(isinstance(r, ev.StateEntered) for r in step.records) else None
 
 
 def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardCheck]) -> Redriven:
@@ -409,6 +428,7 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
             history=data.history,
             carried=carried,
             paused=paused,
+            slots=recorded_slots(step),
         )
         return Redriven(records, checks)
     trigger = None if data.trigger is None else event_of(data.trigger)
@@ -440,6 +460,7 @@ def _start(drive: Drive, step: Step, head: ev.RunStarted, checks: list[GuardChec
             None,
         ),
         history=data.history,
+        slots=recorded_slots(step),
     )
     return Redriven(records, checks)
 

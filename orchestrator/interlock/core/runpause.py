@@ -49,7 +49,7 @@ def hold(state: RunState, event: Incoming, now: str) -> list[ev.AnyRecord]:
     """``event.held`` for an event a paused run would take; nothing for one it holds
     already (a redelivery)."""
     kept = event.to_dict()
-    paused = state.paused
+    paused = state.paused or state.waits  # (a run waiting for its slots holds as well)
     assert paused is not None
     if any(_same(kept, other) for other in paused.held):
         return []

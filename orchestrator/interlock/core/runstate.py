@@ -61,9 +61,12 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     spawn: SpawnProgress | None = None
     """The run's depth and spawn allowance (None: a root run without spawn budgets)."""
     slots: list[ev.SlotClaim] | None = None
+    """The concurrency slots the run needs (None: its workflow declares no limit)."""
     paused: ev.RunPause | None = None
     """Set while the run is paused (``run.paused`` to ``run.resumed``)."""
-    """The concurrency slots the run needs (None: its workflow declares no limit)."""
+    waits: ev.RunPause | None = None
+    """Set while a run migrated in its state waits for the slots its new version asks for
+    (``run.queued`` with ``holds`` to ``run.admitted``): the events held meanwhile."""
     history: ev.HistoryLimits | None = None
     """The history limits the run was started under (None: none)."""
     chain: Chain | None = None
@@ -80,5 +83,8 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def queued(self) -> bool:
-        """Waiting for its concurrency slots: running, and no state entered yet."""
-        return self.slots is not None and not self.state and self.status == RunStatus.RUNNING
+        """Waiting for its concurrency slots: running, and no state entered yet (or, a run
+        migrated onto a limited version, holding in its state until admitted)."""
+        if self.status != RunStatus.RUNNING:
+            return False
+        return self.waits is not None or (self.slots is not None and not self.state)

@@ -338,7 +338,13 @@ def _run_forked(s: RunState, r: ev.RunForked) -> RunState:
 
 def _run_migrated(s: RunState, r: ev.RunMigrated) -> RunState:
     d = r.data
-    return replace(s, seq=s.seq + 1, updated_at=r.time, version=d.version, spec_hash=d.spec_hash)
+    slots = s.slots
+    if d.freed:  # (the slots its new version asks for come in the run.queued after it)
+        gone = {(c.limit, c.key) for c in d.freed}
+        slots = [c for c in slots or () if (c.limit, c.key) not in gone] or None
+    return replace(
+        s, seq=s.seq + 1, updated_at=r.time, version=d.version, spec_hash=d.spec_hash, slots=slots
+    )
 
 
 def _counted(s: RunState, r: ev.Record) -> RunState:
@@ -350,13 +356,16 @@ def _run_queued(s: RunState, r: ev.RunQueued) -> RunState:
         return replace(
             s, seq=s.seq + 1, updated_at=r.time, slots=r.data.slots, state="", enters=r.data.state
         )
+    if r.data.holds:  # migrated in its state: it holds what reaches it until admitted
+        waits = s.waits or ev.RunPause(at=r.time)
+        return replace(s, seq=s.seq + 1, updated_at=r.time, slots=r.data.slots, waits=waits)
     return replace(s, seq=s.seq + 1, updated_at=r.time, slots=r.data.slots)
 
 
 def _run_admitted(s: RunState, r: ev.RunAdmitted) -> RunState:
-    if s.enters is None:
+    if s.enters is None and s.waits is None:
         return _counted(s, r)
-    return replace(s, seq=s.seq + 1, updated_at=r.time, enters=None)
+    return replace(s, seq=s.seq + 1, updated_at=r.time, enters=None, waits=None)
 
 
 def _pause(s: RunState, r: ev.RunPaused | ev.EventHeld | ev.RunResumed) -> RunState:
@@ -365,6 +374,9 @@ def _pause(s: RunState, r: ev.RunPaused | ev.EventHeld | ev.RunResumed) -> RunSt
     if isinstance(r, ev.RunPaused):
         paused = ev.RunPause(at=r.time, reason=r.data.reason, workflow=r.data.workflow)
     elif isinstance(r, ev.EventHeld):
+        if s.paused is None and s.waits is not None:  # held until the run is admitted
+            waits = replace(s.waits, held=[*s.waits.held, r.data.event])
+            return replace(s, seq=s.seq + 1, updated_at=r.time, waits=waits)
         held = s.paused or ev.RunPause(at=r.time)
         paused = replace(held, held=[*held.held, r.data.event])
     return replace(s, seq=s.seq + 1, updated_at=r.time, paused=paused)

@@ -11,7 +11,8 @@
   of such a run: events parked for its key are offered to it again.
 - ``run.queued``: the run takes the concurrency slots it needs, or its place in line
   (:mod:`concurrency`); the end of a run that needed slots gives them to the next in line;
-  ``run.resumed`` of a run still queued admits it if it holds them (not while paused).
+  ``run.resumed`` of a run still queued admits it if it holds them (not while paused);
+  ``run.migrated`` gives back the slots its new version does not ask for.
 - A request of a limited or paused capability, its admission and the records that end it
   are the relay's to take to :mod:`capacity` (they dispatch, or not).
 """
@@ -80,6 +81,7 @@ _MAY_ACT = frozenset(
         ev.RunQueued,
         ev.RunResumed,
         ev.RunContinued,
+        ev.RunMigrated,
     }
 )
 """The record types :meth:`ControlFlow.effect` may act on (the others have no effect)."""
@@ -188,6 +190,8 @@ class ControlFlow:
             handler = self._queued
         elif isinstance(record, ev.RunResumed):
             handler = self._resumed
+        elif isinstance(record, ev.RunMigrated) and record.data.freed:
+            handler = self._migrated
         if isinstance(record, ev.RunContinued):
             handler = self._go_on
         if isinstance(record, _ENDS):
@@ -221,6 +225,13 @@ class ControlFlow:
         if record.data.rate is not None:
             return  # its rate's timer queues it again, for its slots, when its time comes
         await self.admission.queued(record.subject, record.data.slots, record.time)
+
+    async def _migrated(self, record: ev.AnyRecord) -> None:
+        """A run moved onto a version that does not ask for some of its slots: they go
+        to the next in line; a run still waiting is admitted if it holds the rest."""
+        assert isinstance(record, ev.RunMigrated)
+        await self.admission.ended(record.subject, record.data.freed)
+        await self.admission.go_on(record.subject)
 
     async def _resumed(self, record: ev.AnyRecord) -> None:
         """A run resumed: if it waits for its slots, it is admitted once it holds them (it

@@ -295,7 +295,7 @@ class Pauses:
         """A queued run's ``run.admitted`` (:func:`interlock.core.limits.admitted`), or,
         ``holding`` (see :meth:`holding`), ``run.paused`` instead for a run its workflow's
         pause holds: a paused run is not admitted."""
-        from interlock.core.limits import admitted  # the engine: not for readers
+        from interlock.core.engine import admit as admitted  # the engine: not for readers
         from interlock.core.state import fold
 
         first = self.first(definition, state, now, holding=holding)

@@ -90,8 +90,9 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     outcome: str
     """``moved`` (a transition fired), ``recorded`` (evidence, kept by the run: ``gates``
     says what each gate it was checked by proved), ``declined`` (the run took the event but
-    no guard was true), ``held`` (the run is paused and will take it: kept in its log, and
-    decided on when it is resumed), ``not-waiting`` (the run's state does not wait for it:
+    no guard was true), ``held`` (the run is paused, or waits for the slots of the version
+    it was migrated onto, and will take it: kept in its log, and decided on when it is
+    resumed or admitted), ``not-waiting`` (the run's state does not wait for it:
     not sent),
     ``finished`` (the run has ended: not sent) or ``unanswered`` (sent, and no orchestrator
     took it in time)."""

@@ -125,6 +125,10 @@ class RunMigratedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     spec_hash: str
     checked_through: int
     """The log position up to which a replay found the log to agree with ``version``."""
+    freed: list[SlotClaim] = []
+    """The concurrency slots the run held or waited for under the version it leaves that
+    ``version`` does not ask for: given back (or its place in line left) once this record
+    is read. The slots ``version`` adds are asked for by a ``run.queued`` after it."""
 
 
 class RateHold(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -149,6 +153,10 @@ class RunQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     rate: RateHold | None = None
     state: str | None = None
     """A fork's: the state it goes on in once admitted (None: the workflow's first)."""
+    holds: bool = False
+    """A run migrated, in its state, onto a version that asks for slots it does not hold:
+    it stays in its state and holds what reaches it (``event.held``, as a paused run does)
+    until it is admitted; the held events are decided on after ``run.admitted``."""
 
 
 class RunAdmittedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from interlock.core.definition import Definition, TriggerDef
-from interlock.core.expr import ExpressionError, OverBudget, render
+from interlock.core.expr import ExpressionError, OverBudget, expressions, render
 
 TIMER_FIRED = "io.interlock.timer.fired"
 """The type of the incoming event that tells a run one of its timers is due (extension
@@ -146,9 +146,30 @@ def matching_trigger(definition: Definition, event: Incoming) -> TriggerDef | No
 def trigger_inputs(trigger: TriggerDef, event: Incoming) -> dict[str, Any]:
     """Run inputs from a trigger event: its ``input`` mapping, else the event's data."""
     if trigger.input is not None:
-        rendered = render(trigger.input, {"event": event.to_dict(), "data": event.data})
+        try:
+            rendered = render(trigger.input, {"event": event.to_dict(), "data": event.data})
+        except ExpressionError as exc:
+            reads_data = any("data" in e.names for e in expressions(trigger.input))
+            if not reads_data or not isinstance(event.data, bytes | str | None):
+                raise
+            # Most often JSON sent without saying so (curl -d sends a form's content type):
+            # the data is then bytes or text, which no `data.<field>` can read.
+            raise ExpressionError(
+                f"its input reads the event's data, which is {_kind(event.data)}, not a "
+                "JSON object: send the event's data as JSON (datacontenttype, over HTTP "
+                "Content-Type, application/json)"
+            ) from exc
         return rendered if isinstance(rendered, dict) else {}
     return dict(event.data) if isinstance(event.data, dict) else {}
+
+
+def _kind(data: bytes | str | None) -> str:
+    """What an event's data that is no JSON value of its own is, for a person."""
+    if data is None:
+        return "empty"
+    if isinstance(data, bytes):
+        return f"{len(data)} bytes of a content type that is not JSON"
+    return "text"
 
 
 def correlation_key(definition: Definition, inputs: Mapping[str, Any]) -> str | None:

@@ -1,7 +1,8 @@
 """An installation made when every party was a user of one account: its credentials keep
-working; the orchestrator answers none of their requests on a subject that is not an
-inbox; ``interlock creds upgrade`` gives its agents and publishers accounts of their own,
-the new credentials work, and revoking the old ones cuts them off."""
+working (the HTTP gateway's too); the orchestrator answers none of their requests on a
+subject that is not an inbox; ``interlock creds upgrade`` gives its agents, publishers and
+gateways accounts of their own, the new credentials work, and revoking the old ones cuts
+them off."""
 
 from __future__ import annotations
 
@@ -14,17 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nats
 import pytest
 import pytest_asyncio
 from nats.errors import Error as NatsError
 
+from interlock.auth.accounts import JS_API_TAG
 from interlock.auth.dev import DevAuth
-from interlock.auth.jwt import creds_user
+from interlock.auth.jwt import creds_tags, creds_user
 from interlock.auth.keys import KeyStore
 from interlock.auth.roles import Role, inbox_prefix
 from interlock.cli.dev import REFERENCE, reference_capabilities, start_stack, stop_stack
 from interlock.core.engine import derive_run_id
+from interlock.gateway.app import build_app
+from interlock.gateway.auth import Tokens
+from interlock.gateway.service import Gateway
 from interlock.runtime.answering import REPLY_REFUSED
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.embedded import EmbeddedNats
@@ -33,6 +39,7 @@ from interlock.sdk import Worker
 from interlock.sdk.runner import load_worker
 from interlock.transport.cloudevents import CloudEvent, encode_structured
 from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.httpserver import HttpServer
 from support.auth import MANIFESTS, SUBJECTS, old_layout
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -95,6 +102,31 @@ class Old:
         assert state.status == "completed"
 
 
+async def gateway_serves(old: Old, creds: Path) -> None:
+    """The HTTP gateway on ``creds``: a run started over HTTP completes, its result read
+    back, and ``GET /live/runs`` hears its index entry written."""
+    opts = ConnectOptions.resolve(old.server.url, creds_file=str(creds), name="gateway")
+    nc = await connect(opts)
+    gateway = Gateway(nc, SUBJECTS)
+    server = HttpServer(build_app(gateway), 0, host="127.0.0.1")
+    await server.start()
+    token = await Tokens(old.operator.js, SUBJECTS).issue(f"ops-{creds.parent.name}", "operator")
+    try:
+        changes = await gateway.run_list.follow()
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as http:
+            run_id = (await http.post("/runs", json={"workflow": "echoing"})).json()["run_id"]
+            got = await http.get(f"/runs/{run_id}/result", params={"timeout": 30})
+            assert got.json()["status"] == "completed", got.text
+        while (change := await asyncio.wait_for(changes.get(), 10)) and change[0] != run_id:
+            pass
+        assert change is not None
+    finally:
+        await server.stop()
+        await gateway.stop()
+        await nc.close()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def old(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Old]:
     home = tmp_path_factory.mktemp("old")
@@ -102,7 +134,7 @@ async def old(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Old]:
     keys = KeyStore(data / "keys").ensure()
     creds_dir = data / "creds"
     creds_dir.mkdir()
-    for role in ("orchestrator", "operator", "gateway"):
+    for role in ("orchestrator", "operator"):
         text, _ = keys.issue(Role(role), SUBJECTS, name=f"dev-{role}")
         (creds_dir / f"{role}.creds").write_text(text)
     creds = old_layout(
@@ -110,6 +142,7 @@ async def old(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Old]:
         {
             "agents": Role("agent", capabilities=tuple(reference_capabilities())),
             "acme": Role("publisher", events=("acme.>",)),
+            "gateway": Role("gateway"),
         },
         creds_dir,
     )
@@ -166,17 +199,21 @@ async def test_creds_upgrade_gives_parties_accounts_of_their_own(old: Old) -> No
     keys = str(old.auth.keys.dir)
     code, listed = await old.cli("creds", "list", "--keys", keys)
     assert code == 0, listed
-    assert listed.count("SHARED-ACCOUNT") == 2
+    assert listed.count("SHARED-ACCOUNT") == 3
 
     code, out = await old.cli("creds", "upgrade", "-o", str(old.home / "new"), "--keys", keys)
     assert code == 0, out
     assert "pushed" in out
-    new = {name: old.home / "new" / f"{name}.creds" for name in ("agents", "acme")}
+    new = {name: old.home / "new" / f"{name}.creds" for name in ("agents", "acme", "gateway")}
     assert all(path.is_file() for path in new.values())
     # Until revoked, the old credentials work (the agents serving are still on theirs).
     await old.emitted_run_completes(old.creds["acme"], "old-after-upgrade")
+    await gateway_serves(old, old.creds["gateway"])
     code, listed = await old.cli("creds", "list", "--keys", keys)
-    assert listed.count("SHARED-ACCOUNT") == 2
+    assert listed.count("SHARED-ACCOUNT") == 3
+    # The new gateway credential: a user of an account of its own, serving the same.
+    assert JS_API_TAG + SUBJECTS.party_js_api in creds_tags(str(new["gateway"]))
+    await gateway_serves(old, new["gateway"])
 
     # The new ones: the agents restarted on theirs, a run started by the new publisher.
     for worker in old.stack[1]:
@@ -196,7 +233,7 @@ async def test_creds_upgrade_gives_parties_accounts_of_their_own(old: Old) -> No
     # Revoking the old ones cuts them off; the new ones stay.
     (line,) = [line for line in out.splitlines() if "still work" in line]
     olds = re.findall(r"\bU[A-Z2-7]{55}\b", line)
-    assert len(olds) == 2, out
+    assert len(olds) == 3, out
     code, done = await old.cli("creds", "revoke", *olds, "--keys", keys)
     assert code == 0, done
     with pytest.raises(NatsError, match=r"(?i)revoked|authorization violation"):

@@ -156,7 +156,10 @@ async def test_who_reads_which_secret(secured: Secured, role: str) -> None:
         "agent": lambda: secured.issue(Role("agent", capabilities=("held",)), "a-secrets"),
         "publisher": lambda: secured.issue(Role("publisher", events=("acme.>",)), "p-secrets"),
     }[role]()
-    api = f"$JS.API.DIRECT.GET.KV_{SUBJECTS.secrets_bucket}.$KV.{SUBJECTS.secrets_bucket}."
+    # The gateway, an agent and a publisher reach the JetStream API of the orchestrator's
+    # account under their own account's prefix.
+    prefix = "$JS.API" if role == "operator" else SUBJECTS.party_js_api
+    api = f"{prefix}.DIRECT.GET.KV_{SUBJECTS.secrets_bucket}.$KV.{SUBJECTS.secrets_bucket}."
     refusals = Refusals()
     nc = await plain_client(secured.url, creds, refusals)
     try:

@@ -1,10 +1,12 @@
-"""What the gateway's own credential (as ``interlock creds issue gateway`` makes it) can
-have the server write where it may not: a direct get answers with the stored message,
+"""What a gateway credential of the orchestrator's account (as ``interlock creds issue
+gateway`` made them before gateways had accounts of their own) can have the server write
+where it may not: a direct get answers with the stored message,
 headers and all, on the reply subject the requester names, so a message the gateway
 stored with ``Nats-Rollup: all`` (an upload's meta: object buckets take rollups) and then
 asked for by a direct get with a bucket key as the reply subject reaches that bucket as a
 rollup. It wiped every key of the workflows bucket. No key-value bucket takes a rollup
-now: the copy is refused and every key stays."""
+now: the copy is refused and every key stays. (The gateway of its own account reaches no
+bucket this way at all: tests/security/test_gateway_account.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +15,15 @@ import asyncio
 import pytest
 
 from interlock.auth.roles import Role
-from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.auth import (
+    SUBJECTS,
+    Refusals,
+    Secured,
+    plain_client,
+    secured,
+    secured_server,
+    shared_account_user,
+)
 from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
@@ -36,7 +46,8 @@ async def test_a_rollup_copied_onto_a_bucket_key_wipes_nothing(secured: Secured)
     before = {bucket: await keys(secured, bucket) for bucket in targets}
     assert all(before.values()), before
 
-    creds = secured.issue(Role("gateway"), "copying-gateway")
+    creds = secured.data / "copying-gateway.creds"
+    shared_account_user(secured.auth.keys, Role("gateway"), "copying-gateway", creds)
     refusals = Refusals()
     nc = await plain_client(secured.url, creds, refusals)
     uploads = SUBJECTS.uploads_bucket

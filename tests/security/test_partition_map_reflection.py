@@ -1,15 +1,17 @@
 """The partition map against what a user of the orchestrator's account can have written
-onto its key: the gateway's own credential (as ``interlock creds issue gateway`` makes it)
-names the map's KV subject as the reply subject of an event it publishes, and JetStream
-writes its acknowledgement there. Every field of the map has a default, so that value read
-as a map of one partition: new runs went to partition 0 whatever their hash, and the
-next ``partitions set`` would have dropped the layouts runs in flight are placed by. The
-orchestrators keep the map they read last, and a fresh reader says the map is damaged."""
+onto its key: a gateway credential of that account (as ``interlock creds issue gateway``
+made them before gateways had accounts of their own) names the map's KV subject as the
+reply subject of an event it publishes, and JetStream writes its acknowledgement there.
+Every field of the map has a default, so that value read as a map of one partition: new
+runs went to partition 0 whatever their hash, and the next ``partitions set`` would have
+dropped the layouts runs in flight are placed by. The orchestrators keep the map they read
+last, and a fresh reader says the map is damaged."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -19,7 +21,15 @@ from interlock.auth.roles import Role
 from interlock.runtime.ownership import owners
 from interlock.runtime.partitioning import set_partitions
 from interlock.transport.partitions import partition_of, read_map
-from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.auth import (
+    SUBJECTS,
+    Refusals,
+    Secured,
+    plain_client,
+    secured,
+    secured_server,
+    shared_account_user,
+)
 from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
@@ -27,6 +37,16 @@ __all__ = ["secured", "secured_server"]  # fixtures
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MAP = f"$KV.{SUBJECTS.partitions_bucket}.map"
+
+
+def reflecting_gateway(secured: Secured) -> Path:
+    """A gateway credential of the orchestrator's account (the layout before gateways had
+    accounts of their own; tests/security/test_gateway_account.py: the gateway of its own
+    account reaches nothing this way)."""
+    path = secured.data / "reflecting-gateway.creds"
+    if not path.exists():
+        shared_account_user(secured.auth.keys, Role("gateway"), "reflecting-gateway", path)
+    return path
 
 
 async def stored_in(secured: Secured, run_id: str, partition: int) -> bool:
@@ -59,7 +79,7 @@ async def test_an_acknowledgement_written_onto_the_map_is_not_one_partition(
         raise AssertionError("the orchestrator never placed a run in partition 1")
     good, _ = await read_map(secured.operator.nc, SUBJECTS)
 
-    creds = secured.issue(Role("gateway"), "reflecting-gateway")
+    creds = reflecting_gateway(secured)
     refusals = Refusals()
     nc = await plain_client(secured.url, creds, refusals)
     try:
@@ -106,9 +126,7 @@ async def test_an_acknowledgement_written_onto_a_lease_keeps_no_partition(
         return found if set(found) == {0, 1} else None
 
     await eventually(both_held, what="both partitions held")
-    creds = secured.issued.get("reflecting-gateway") or secured.issue(
-        Role("gateway"), "reflecting-gateway"
-    )
+    creds = reflecting_gateway(secured)
     nc = await plain_client(secured.url, creds, Refusals())
     try:
         headers = {"ce-specversion": "1.0", "ce-id": "r2", "ce-source": "s", "ce-type": "acme.x"}

@@ -51,14 +51,16 @@ def test_templates_follow_the_layout() -> None:
     assert roles["publisher"].sub_allow == ("_INBOX.{user}.>",)
     gateway = roles["gateway"]
     assert {"il.events.>", "il.runs.>"} <= set(gateway.pub_allow)
+    # Its account imports the JetStream API under the prefix: nothing under $JS.API.
+    assert not [s for s in gateway.pub_allow if s.startswith("$JS.API")]
     # The queue depth GET /agents reports is read from the task consumers' info: read-only.
-    assert "$JS.API.CONSUMER.INFO.IL_TASKS.*" in gateway.pub_allow
+    assert "il.js.API.CONSUMER.INFO.IL_TASKS.*" in gateway.pub_allow
     # It writes run logs: it reads the log key (one subject's direct get) and may make it.
     assert {
-        "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.shared.log-key",
+        "il.js.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.shared.log-key",
         "$KV.il_secrets.shared.log-key",
     } <= set(gateway.pub_allow)
-    # No stream administration, no durable consumers, nothing of the orchestrator's own.
+    # No stream administration, no consumer, nothing of the orchestrator's own.
     assert not [
         s
         for s in gateway.pub_allow
@@ -70,21 +72,13 @@ def test_templates_follow_the_layout() -> None:
         )
         or any(op in s for op in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "PURGE"))
         or "DURABLE" in s
-        or (
-            "CONSUMER" in s
-            and s != "$JS.API.CONSUMER.INFO.IL_TASKS.*"
-            and ("IL_RUNS" in s or "IL_TASKS" in s or "IL_EVENTS" in s)
-        )
+        or ("CONSUMER" in s and s != "il.js.API.CONSUMER.INFO.IL_TASKS.*")
     ]
-    # Its only consumer is the watch of the run index: the buckets it lists per request
-    # are read by direct gets.
-    assert {s for s in gateway.pub_allow if "CONSUMER.CREATE" in s} == {
-        "$JS.API.CONSUMER.CREATE.KV_il_runs",
-        "$JS.API.CONSUMER.CREATE.KV_il_runs.>",
-    }
+    # The run index's writes and the run logs come as imported streams: no consumer.
+    assert set(gateway.sub_allow) == {"_INBOX.{user}.>", "il.runs.>", "$KV.il_runs.*"}
     # The secrets' one-word keys (the task-token key) are the orchestrator's alone.
     assert "$KV.il_secrets.*" in gateway.pub_deny
-    assert "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.*" in gateway.pub_deny
+    assert "il.js.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.*" in gateway.pub_deny
     operator = roles["operator"]
     assert {"il.timers.>", "il.cap.>", "il.results.>", "$KV.il_secrets.*"} <= set(operator.pub_deny)
     assert "$JS.API.>" in operator.pub_allow

@@ -206,45 +206,65 @@ async def plain_client(url: str, creds: Path, refusals: Refusals) -> Client:
     )
 
 
-def old_layout(keys: KeyStore, roles: dict[str, Role], creds_dir: Path) -> dict[str, Path]:
-    """Make ``keys`` what an installation of one shared account was: the orchestrator's
-    account JWT without exports, and a creds file per ``roles`` entry (agents and
-    publishers included) whose user is signed by that account's key, with the permissions
-    those credentials had (the JetStream API under ``$JS.API``). Recorded in issued.json
-    as they were (no account of their own)."""
+def shared_account_user(keys: KeyStore, role: Role, name: str, path: Path) -> str:
+    """Write at ``path`` a creds file for ``role`` whose user is of the orchestrator's
+    account, as every credential was before parties had accounts of their own: the role's
+    permissions with the JetStream API under ``$JS.API``. Returns the user JWT."""
     account = jwt.read_key((keys.dir / "account.nk").read_text())
     api = SUBJECTS.party_js_api
 
     def old(items: tuple[str, ...]) -> list[str]:
         return [s.replace(api, JS_API) for s in items]
 
+    user = jwt.new_key("user")
+    perms = permissions_for(role, SUBJECTS, user.public_key)
+    extra: list[str] = []
+    if role.name == "gateway":
+        # Its watch of the run index was an ordered consumer of that account.
+        runs = f"KV_{SUBJECTS.runs_bucket}"
+        extra = [
+            f"{JS_API}.INFO",
+            f"{JS_API}.CONSUMER.CREATE.{runs}",
+            f"{JS_API}.CONSUMER.CREATE.{runs}.>",
+            f"{JS_API}.CONSUMER.INFO.{runs}.*",
+            "$JS.FC.>",
+        ]
+    claims: dict[str, Any] = {
+        "type": "user",
+        "pub": {
+            "allow": [*old(perms.pub_allow), *extra],
+            **({"deny": old(perms.pub_deny)} if perms.pub_deny else {}),
+        },
+        "sub": {"allow": old(perms.sub_allow)},
+        "subs": -1,
+        "data": -1,
+        "payload": -1,
+        "tags": [f"role:{role.name}", *(f"capability:{c}" for c in role.capabilities)],
+    }
+    if perms.responses:
+        claims["resp"] = {"max": 1, "ttl": 0}
+    token = jwt.encode(account, user.public_key, name, claims)
+    jwt.write_creds(path, token, user.seed)
+    return token
+
+
+def old_layout(keys: KeyStore, roles: dict[str, Role], creds_dir: Path) -> dict[str, Path]:
+    """Make ``keys`` what an installation of one shared account was: the orchestrator's
+    account JWT without exports, and a creds file per ``roles`` entry (agents, publishers
+    and gateways included) whose user is signed by that account's key, with the
+    permissions those credentials had (:func:`shared_account_user`). Recorded in
+    issued.json as they were (no account of their own)."""
+    account = jwt.read_key((keys.dir / "account.nk").read_text())
     out: dict[str, Path] = {}
     for file_name, role in roles.items():
-        user = jwt.new_key("user")
-        perms = permissions_for(role, SUBJECTS, user.public_key)
-        claims: dict[str, Any] = {
-            "type": "user",
-            "pub": {
-                "allow": old(perms.pub_allow),
-                **({"deny": old(perms.pub_deny)} if perms.pub_deny else {}),
-            },
-            "sub": {"allow": old(perms.sub_allow)},
-            "subs": -1,
-            "data": -1,
-            "payload": -1,
-            "tags": [f"role:{role.name}", *(f"capability:{c}" for c in role.capabilities)],
-        }
-        if perms.responses:
-            claims["resp"] = {"max": 1, "ttl": 0}
-        token = jwt.encode(account, user.public_key, file_name, claims)
         path = creds_dir / f"{file_name}.creds"
-        jwt.write_creds(path, token, user.seed)
+        token = shared_account_user(keys, role, file_name, path)
         out[file_name] = path
         keys._record(
             Issued(
                 name=file_name,
                 role=role.name,
-                public_key=user.public_key,
+                public_key=str(jwt.decode_claims(token)["sub"]),
                 issued_at=int(jwt.decode_claims(token)["iat"]),
                 capabilities=role.capabilities,
                 events=role.events,

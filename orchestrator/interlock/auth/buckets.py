@@ -15,6 +15,7 @@ import os
 import tempfile
 
 from interlock.auth import jwt
+from interlock.auth.accounts import UPLOADING_ROLES
 from interlock.auth.keys import Issued, KeyStore
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.objects import Objects
@@ -33,7 +34,7 @@ def party_buckets(records: list[Issued]) -> list[str]:
         {
             Subjects(r.prefix or DEFAULT_PREFIX).party_bucket(r.account)
             for r in records
-            if r.account is not None and r.revoked_at is None
+            if r.account is not None and r.revoked_at is None and r.role in UPLOADING_ROLES
         }
     )
 

@@ -5,13 +5,13 @@ Layout of a keys directory (every secret mode 0600)::
 
     operator.nk  account.nk  system.nk      nkey seeds (the secrets)
     operator.jwt account.jwt system.jwt     the JWTs the server is configured with
-    accounts/<A...>.nk  accounts/<A...>.jwt the account of each agent and publisher credential
+    accounts/<A...>.nk  accounts/<A...>.jwt the account of each party's credential
     system.creds                            a system-account user: pushes account updates
     issued.json                             what was issued: name, role, public key, time
 
-``account`` is the orchestrator's: streams, buckets, the orchestrator, operators and the
-gateway; its JWT carries JetStream, the exports parties import (interlock.auth.accounts)
-and the revocations of its users. Each agent and publisher credential is a user of an
+``account`` is the orchestrator's: streams, buckets, the orchestrator and operators; its
+JWT carries JetStream, the exports parties import (interlock.auth.accounts) and the
+revocations of its users. Each agent, publisher and HTTP gateway credential is a user of an
 account of its own, made when it is issued, whose JWT carries its imports and its
 revocations. Every change re-signs an account JWT, which is pushed to the running servers
 (``$SYS.REQ.CLAIMS.UPDATE``), so issuing and revoking need no restart; revoked users are
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.auth import accounts, jwt
-from interlock.auth.accounts import PARTY_ROLES
+from interlock.auth.accounts import PARTY_ROLES, UPLOADING_ROLES
 from interlock.auth.roles import Role, permissions_for, system
 from interlock.core.ids import capability_token, token_taken
 from interlock.core.vocabulary import InterlockError
@@ -73,16 +73,16 @@ class Issued:
     events: tuple[str, ...] = ()
     revoked_at: int | None = None
     account: str | None = None
-    """The public key of the credential's own account (agents and publishers); ``None``
+    """The public key of the credential's own account (agents, publishers, gateways); ``None``
     for a user of the orchestrator's account (every credential issued before parties had
     accounts of their own)."""
     prefix: str | None = None
-    """The subject prefix its account imports (agents and publishers)."""
+    """The subject prefix its account imports (agents, publishers, gateways)."""
 
     @property
     def old_layout(self) -> bool:
-        """An agent or publisher credential of the orchestrator's account: it still works,
-        with the exposure of one shared account (docs/operations.md, upgrading)."""
+        """An agent, publisher or gateway credential of the orchestrator's account: it still
+        works, with the exposure of one shared account (docs/operations.md, upgrading)."""
         return self.role in PARTY_ROLES and self.account is None
 
     def as_json(self) -> dict[str, Any]:
@@ -235,7 +235,7 @@ class KeyStore:
     ) -> tuple[str, Issued]:
         """Credentials (a creds file's text) for ``role``.
 
-        An agent or a publisher gets an account of its own (made here, signed by the
+        An agent, a publisher or a gateway gets an account of its own (made here, signed by the
         operator key, importing its role's subjects only) and is its user; every other
         role is a user of the orchestrator's account. Either account's JWT must reach the
         servers before the credential works: push :meth:`account_jwts` of the record.
@@ -252,8 +252,10 @@ class KeyStore:
         if role.name in PARTY_ROLES:
             account = self._party_account(role, subjects, user.public_key)
             account_key = account.public_key
-            bucket = subjects.party_bucket(account_key)
-            tags += [accounts.JS_API_TAG + subjects.party_js_api, accounts.OBJECTS_TAG + bucket]
+            tags.append(accounts.JS_API_TAG + subjects.party_js_api)
+            if role.name in UPLOADING_ROLES:
+                bucket = subjects.party_bucket(account_key)
+                tags.append(accounts.OBJECTS_TAG + bucket)
         perms = permissions_for(role, subjects, user.public_key, bucket=bucket)
         nats: dict[str, Any] = {
             "type": "user",
@@ -297,7 +299,8 @@ class KeyStore:
             key = jwt.new_key("account")
             (self.dir / "accounts").mkdir(mode=0o700, exist_ok=True)
             jwt.write_secret(self._account_path(key.public_key, "nk"), key.seed + "\n")
-        revoked, bucket = self._party_revocations(key), subjects.party_bucket(key.public_key)
+        revoked = self._party_revocations(key)
+        bucket = subjects.party_bucket(key.public_key) if role.name in UPLOADING_ROLES else None
         claims = accounts.party_account_claims(
             role, subjects, self.account_public_key, _UNLIMITED, revoked, bucket
         )

@@ -106,7 +106,7 @@ def secrets_bucket(subjects: Subjects) -> str:
     return subjects.secrets_bucket
 
 
-def _no_secrets(subjects: Subjects) -> tuple[str, ...]:
+def _no_secrets(subjects: Subjects, api: str = JS_API) -> tuple[str, ...]:
     """The JetStream API subjects that read, change or remove the secrets bucket's stream,
     and the KV subjects of its one-word keys (the orchestrator's alone). Left allowed:
     ``STREAM.INFO`` and ``STREAM.CREATE`` (the CLI provisions an installation's streams
@@ -118,25 +118,25 @@ def _no_secrets(subjects: Subjects) -> tuple[str, ...]:
     ``CONSUMER.CREATE.<s>.<c>.<f>``, ``CONSUMER.DURABLE.CREATE.<s>.<c>``, ...)."""
     bucket = secrets_bucket(subjects)
     stream = _kv_stream(bucket)
-    five = [f"{JS_API}.STREAM.{op}.{stream}" for op in _STREAM_OPS]
-    five += [f"{JS_API}.CONSUMER.{op}.{stream}" for op in _CONSUMER_OPS]
+    five = [f"{api}.STREAM.{op}.{stream}" for op in _STREAM_OPS]
+    five += [f"{api}.CONSUMER.{op}.{stream}" for op in _CONSUMER_OPS]
     return (
         f"$KV.{bucket}.*",
         *five,
-        f"{JS_API}.DIRECT.GET.{stream}",
-        f"{JS_API}.DIRECT.GET.{stream}.$KV.{bucket}.*",
-        f"{JS_API}.CONSUMER.*.{stream}.>",
-        f"{JS_API}.*.*.*.{stream}",
-        f"{JS_API}.*.*.*.{stream}.>",
+        f"{api}.DIRECT.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}.$KV.{bucket}.*",
+        f"{api}.CONSUMER.*.{stream}.>",
+        f"{api}.*.*.*.{stream}",
+        f"{api}.*.*.*.{stream}.>",
     )
 
 
-def _log_key(subjects: Subjects) -> tuple[str, ...]:
+def _log_key(subjects: Subjects, api: str = JS_API) -> tuple[str, ...]:
     """What a writer of run logs needs of the log key: read it (a direct get of its one
     subject) and make it when it is not there yet (see interlock.transport.logmac)."""
     bucket = secrets_bucket(subjects)
     key = f"$KV.{bucket}.{LOG_KEY}"
-    return (f"{JS_API}.DIRECT.GET.{_kv_stream(bucket)}.{key}", key)
+    return (f"{api}.DIRECT.GET.{_kv_stream(bucket)}.{key}", key)
 
 
 _STREAM_OPS = ("UPDATE", "DELETE", "PURGE", "SNAPSHOT", "RESTORE")
@@ -185,50 +185,44 @@ def gateway(subjects: Subjects, user: str) -> Permissions:
     does), reads logs, the run index, definitions, workers and dead letters, removes a dead
     letter it redrives, reads its callers' tokens and the webhooks, and writes the
     deliveries it has answered (the webhook replay guard) and the workflows operators pause.
-    Not: stream or consumer administration beyond reading (no durable consumer, no purge,
+    Not: stream or consumer administration beyond reading (no consumer at all, no purge,
     delete or update), task requests, answers, timers, dead letters of its own, definitions,
-    tokens or secrets."""
+    tokens or secrets.
+
+    Its account imports these subjects (interlock.auth.accounts.gateway_imports), the
+    JetStream API ones under ``Subjects.party_js_api``; the permissions say the same again
+    inside that account, and deny the secrets bucket, whose reads the imports of every
+    stream's would let through."""
     p = subjects.prefix
     s = subjects
+    api = s.party_js_api
     pub: list[str] = [
         f"{p}.events.>",
         f"{p}.runs.>",
-        f"{JS_API}.INFO",
         # Readiness: every stream and bucket exists.
-        f"{JS_API}.STREAM.INFO.*",
+        f"{api}.STREAM.INFO.*",
         # Reads of logs, dead letters and KV values (the secrets bucket's are denied).
-        f"{JS_API}.DIRECT.GET.>",
-        f"{JS_API}.STREAM.MSG.GET.*",
-        f"{JS_API}.STREAM.MSG.DELETE.{s.dead_letter_stream}",
+        f"{api}.DIRECT.GET.>",
+        f"{api}.STREAM.MSG.GET.*",
+        f"{api}.STREAM.MSG.DELETE.{s.dead_letter_stream}",
         f"$KV.{s.deliveries_bucket}.>",
         # Pausing and resuming workflows and capabilities (POST .../pause, operators).
         f"$KV.{s.paused_bucket}.>",
         # The log key (it writes run logs): see _log_key.
-        *_log_key(s),
+        *_log_key(s, api),
         # Payloads it stores by reference: a large event's data, a run's inputs.
         f"$O.{s.uploads_bucket}.>",
         f"$O.{s.objects_bucket}.>",
-        "$JS.FC.>",
         # Queue depth per capability (GET /agents): the task consumers' info, read only.
-        f"{JS_API}.CONSUMER.INFO.{s.tasks_stream}.*",
-    ]
-    # The run index's new writes it follows for GET /live/runs (an ordered consumer):
-    # ephemeral consumers on that KV stream only. Pages of the index and the buckets it
-    # lists (definitions, workers, webhooks, tokens) are read by direct gets, which make
-    # no consumer; none on RUNS,
-    # EVENTS or TASKS, where the orchestrator's durables are.
-    runs_index = _kv_stream(s.runs_bucket)
-    pub += [
-        f"{JS_API}.CONSUMER.CREATE.{runs_index}",
-        f"{JS_API}.CONSUMER.CREATE.{runs_index}.>",
-        f"{JS_API}.CONSUMER.INFO.{runs_index}.*",
+        f"{api}.CONSUMER.INFO.{s.tasks_stream}.*",
     ]
     return Permissions(
         pub_allow=tuple(pub),
-        pub_deny=_no_secrets(subjects),
-        # Run logs as they are appended: the client's waits and live logs share one
-        # subscription on them (interlock.runtime.waiting).
-        sub_allow=(f"{inbox_prefix(user)}.>", f"{p}.runs.>"),
+        pub_deny=_no_secrets(subjects, api),
+        # Run logs as they are appended (the client's waits and live logs share one
+        # subscription on them, interlock.runtime.waiting) and the run index's writes
+        # (GET /live/runs): both imported as streams, with no consumer.
+        sub_allow=(f"{inbox_prefix(user)}.>", f"{p}.runs.>", f"$KV.{s.runs_bucket}.*"),
     )
 
 

@@ -36,6 +36,7 @@ from interlock.core.rfc3339 import format_time
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.clock import utc_now
 from interlock.transport.logmac import LogKey
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class Failures:
     # -- reading back ------------------------------------------------------------------------
 
     async def _direct_get(self, stream: str, request: dict[str, object]) -> Msg | None:
-        api = f"$JS.API.DIRECT.GET.{stream}"
+        api = f"{js_api(self._nc)}.DIRECT.GET.{stream}"
         msg = await self._nc.request(api, json.dumps(request).encode(), timeout=_TIMEOUT)
         status = (msg.headers or {}).get("Status")
         if status == "404":
@@ -192,7 +193,7 @@ class Failures:
         last_seq = int((last.headers or {})["Nats-Sequence"])
         seq = max(first_seq, last_seq - self._read_back_max + 1)
         since, read = start, 0
-        api = f"$JS.API.DIRECT.GET.{stream}"
+        api = f"{js_api(self._nc)}.DIRECT.GET.{stream}"
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
         try:

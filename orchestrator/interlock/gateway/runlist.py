@@ -4,8 +4,13 @@
 runlisting`): the server selects the runs of a workflow and/or status by subject filter and
 counts them, so a page costs a few requests whatever the count of runs, and the gateway
 keeps none of them. A page is read from the stream's leader when it is asked for: never
-older than the bucket was then. ``GET /live/runs`` is fed by one ordered consumer on the
-entries from the moment the first follower came (new writes only, not the index so far).
+older than the bucket was then. ``GET /live/runs`` is fed by one subscription on the
+entries' writes from the moment the first follower came (new writes only, not the index so
+far): the gateway's account imports them as a stream, and makes no consumer. What was
+written while the connection was down is not heard: the first write heard after a
+reconnection tells every follower to list again first. (A gateway credential of the
+orchestrator's own account, issued before gateways had one of their own, follows with an
+ordered consumer, as it did.)
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from interlock.runtime.foreign import index_entry
 from interlock.runtime.runlisting import Keep, RunPages
 from interlock.transport.jetstream import connection
+from interlock.transport.natsclient import JS_API, js_api
 from interlock.transport.subjects import Subjects
 from interlock.views import RunSummary, summary_from_index
 
@@ -47,6 +53,8 @@ class RunList:
         self._sub: Any = None
         self._watchers: set[Changes] = set()
         self._following = asyncio.Lock()
+        self._reconnects = 0
+        """The connection's reconnections when the last write was heard."""
 
     async def page(
         self,
@@ -100,16 +108,34 @@ class RunList:
         async with self._following:
             if self._sub is None:
                 bucket = self._subjects.runs_bucket
-                self._sub = await self._js.subscribe(
-                    f"$KV.{bucket}.*",
-                    stream=f"KV_{bucket}",
-                    ordered_consumer=True,
-                    config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
-                    cb=self._changed,
-                )
+                nc = connection(self._js)
+                if js_api(nc) == JS_API:
+                    self._sub = await self._js.subscribe(
+                        f"$KV.{bucket}.*",
+                        stream=f"KV_{bucket}",
+                        ordered_consumer=True,
+                        config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+                        cb=self._changed,
+                    )
+                else:
+                    self._reconnects = nc.stats["reconnects"]
+                    self._sub = await nc.subscribe(f"$KV.{bucket}.*", cb=self._heard)
         queue: Changes = asyncio.Queue(WATCH_QUEUE)
         self._watchers.add(queue)
         return queue
+
+    async def _heard(self, msg: Msg) -> None:
+        """A write heard on the imported subjects: after a reconnection, every follower
+        is first told it may have missed some."""
+        reconnects = connection(self._js).stats["reconnects"]
+        if reconnects != self._reconnects:
+            self._reconnects = reconnects
+            for queue in list(self._watchers):
+                self._watchers.discard(queue)
+                if queue.full():
+                    queue.get_nowait()
+                queue.put_nowait(None)
+        await self._changed(msg)
 
     async def _changed(self, msg: Msg) -> None:
         key = msg.subject.rsplit(".", 1)[1]

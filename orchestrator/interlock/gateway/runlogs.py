@@ -54,6 +54,7 @@ from interlock.runtime.client import InterlockClient
 from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import RunLog
 from interlock.transport.directget import LogReadError
+from interlock.transport.natsclient import js_api
 
 MAX_RECORDS = 200_000
 """Records kept over all runs by default (a few hundred MB at most for large records)."""
@@ -291,7 +292,7 @@ class RunLogs:
 
     async def _last_message(self, run_id: str, stream: str, subject: str) -> bytes | None:
         """The payload of the run's last authenticated message (None: it has none)."""
-        api = f"$JS.API.DIRECT.GET.{stream}"
+        api = f"{js_api(self._ops.nc)}.DIRECT.GET.{stream}"
         body = json.dumps({"last_by_subj": subject}).encode()
         msg = await self._ops.nc.request(api, body, timeout=_TIMEOUT)
         status = (msg.headers or {}).get("Status")

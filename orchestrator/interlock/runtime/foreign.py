@@ -23,6 +23,7 @@ from nats.js.kv import KeyValue
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.transport.consuming import dead_letter_data
 from interlock.transport.jetstream import jetstream
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.foreign")
@@ -204,7 +205,7 @@ async def dead_letter_foreign(nc: Client, subjects: Subjects, found: Foreign) ->
     message (:func:`letter_subject`) and is looked up first; its ``Nats-Msg-Id`` covers
     two replicas finding it at once."""
     subject = letter_subject(subjects, found)
-    api = f"$JS.API.STREAM.MSG.GET.{subjects.dead_letter_stream}"
+    api = f"{js_api(nc)}.STREAM.MSG.GET.{subjects.dead_letter_stream}"
     reply = json.loads((await nc.request(api, json.dumps({"last_by_subj": subject}).encode())).data)
     if "message" in reply:
         return False

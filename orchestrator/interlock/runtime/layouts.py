@@ -59,6 +59,7 @@ from interlock.core.rfc3339 import parse_time
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.clock import utc_now
 from interlock.transport.errors import JetStreamAPIError
+from interlock.transport.natsclient import js_api
 from interlock.transport.partitions import (
     PLACE_FRESH_S,
     Layout,
@@ -338,7 +339,7 @@ async def _ended(
 ) -> bool:
     """Whether the run's log ends with a run's end (or is gone)."""
     stream = subjects.runs_stream_of(p)
-    api = f"$JS.API.DIRECT.GET.{stream}.{subjects.run_in(run_id, p)}"
+    api = f"{js_api(nc)}.DIRECT.GET.{stream}.{subjects.run_in(run_id, p)}"
     async with gate:
         msg = await nc.request(api, b"", timeout=_TIMEOUT)
     status = (msg.headers or {}).get("Status")
@@ -406,7 +407,7 @@ async def _unrelayed(nc: Client, subjects: Subjects, partitions: range) -> str:
 
 async def _api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     payload = json.dumps(body).encode() if body is not None else b""
-    reply = json.loads((await nc.request(f"$JS.API.{what}", payload, timeout=_TIMEOUT)).data)
+    reply = json.loads((await nc.request(f"{js_api(nc)}.{what}", payload, timeout=_TIMEOUT)).data)
     error = reply.get("error")
     if error:
         raise JetStreamAPIError(what, error)

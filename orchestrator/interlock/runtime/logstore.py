@@ -40,6 +40,7 @@ from interlock.transport.appends import append_batch
 from interlock.transport.directget import LogReadError, read_entries
 from interlock.transport.errors import AppendConflict
 from interlock.transport.logmac import MAC_HEADER, LogKey, load_log_key
+from interlock.transport.natsclient import js_api
 from interlock.transport.partitions import Placement
 from interlock.transport.subjects import Subjects
 
@@ -245,7 +246,7 @@ class RunLog:
         node's loss, a leader handing over) the server answers 503 or, for a request that
         reached the old leader as it stepped down, nothing: asked again, each time with a
         longer wait for the answer, for up to ``LEADER_WAIT_S``."""
-        api = f"$JS.API.STREAM.MSG.GET.{stream}"
+        api = f"{js_api(self._nc)}.STREAM.MSG.GET.{stream}"
         body = json.dumps({"last_by_subj": subject}).encode()
         deadline = time.monotonic() + LEADER_WAIT_S
         wait = 0.5

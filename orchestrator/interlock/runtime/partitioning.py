@@ -26,6 +26,7 @@ from nats.aio.client import Client
 
 from interlock.transport.clock import utc_now
 from interlock.transport.errors import JetStreamAPIError
+from interlock.transport.natsclient import js_api
 from interlock.transport.partitions import (
     PartitionMap,
     PartitionMapConflict,
@@ -72,7 +73,7 @@ async def set_partitions(nc: Client, subjects: Subjects, count: int) -> tuple[Pa
         replicas = await _replicas(nc, subjects)
         configs = desired_configs(subjects, replicas=replicas, streams=wanted.streams)
         runs = {subjects.runs_stream_of(p) for p in range(wanted.streams)}
-        await provision_streams(nc, "$JS.API", subjects, [c for c in configs if c["name"] in runs])
+        await provision_streams(nc, js_api(nc), subjects, [c for c in configs if c["name"] in runs])
         try:
             await write_map(nc, subjects, wanted, revision)
         except PartitionMapConflict:
@@ -114,7 +115,7 @@ async def partitions(nc: Client, subjects: Subjects) -> tuple[PartitionMap, list
 
 async def _api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     payload = json.dumps(body).encode() if body is not None else b""
-    reply = json.loads((await nc.request(f"$JS.API.{what}", payload, timeout=_TIMEOUT)).data)
+    reply = json.loads((await nc.request(f"{js_api(nc)}.{what}", payload, timeout=_TIMEOUT)).data)
     error = reply.get("error")
     if error:
         raise JetStreamAPIError(what, error)

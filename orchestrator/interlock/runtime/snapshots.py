@@ -49,6 +49,7 @@ from interlock.core.state import RunState, fold
 from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import LogStore, RunLog
 from interlock.transport.logmac import MAC_HEADER, LogKey
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.snapshots")
@@ -317,7 +318,7 @@ async def _direct_get(
     there)."""
     try:
         reply = await nc.request(
-            f"$JS.API.DIRECT.GET.{stream}", json.dumps(body).encode(), timeout=_TIMEOUT
+            f"{js_api(nc)}.DIRECT.GET.{stream}", json.dumps(body).encode(), timeout=_TIMEOUT
         )
     except NoRespondersError:
         return None  # no such stream (an installation not provisioned yet)
@@ -332,7 +333,7 @@ async def _direct_get(
 async def _messages(nc: Client, stream: str, subject: str) -> int:
     """How many messages the stream holds on ``subject``."""
     reply = await nc.request(
-        f"$JS.API.STREAM.INFO.{stream}",
+        f"{js_api(nc)}.STREAM.INFO.{stream}",
         json.dumps({"subjects_filter": subject}).encode(),
         timeout=_TIMEOUT,
     )

@@ -36,7 +36,7 @@ from interlock.core import events as ev
 from interlock.runtime.errors import UnknownRun
 from interlock.runtime.logstore import RunLog
 from interlock.transport.directget import LogReadError
-from interlock.transport.natsclient import round_trip
+from interlock.transport.natsclient import js_api, round_trip
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.client")
@@ -369,7 +369,7 @@ class RunWatcher:
 
     async def _ask_last(self, run_id: str, *, elsewhere: bool = True) -> bytes | None:
         stream, subject = await self._log.where(run_id)
-        api = f"$JS.API.DIRECT.GET.{stream}"
+        api = f"{js_api(self._nc)}.DIRECT.GET.{stream}"
         body = json.dumps({"last_by_subj": subject}).encode()
         try:
             async with self._asking:

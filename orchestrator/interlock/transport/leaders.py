@@ -22,6 +22,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from interlock.core.vocabulary import InterlockError
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
 
 __all__ = ["Led", "balance_leaders", "moves"]
@@ -108,7 +109,9 @@ async def balance_leaders(nc: Client, subjects: Subjects, streams: int) -> int:
 async def _js_api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     payload = json.dumps(body).encode() if body is not None else b""
     try:
-        reply = json.loads((await nc.request(f"$JS.API.{what}", payload, timeout=_TIMEOUT)).data)
+        reply = json.loads(
+            (await nc.request(f"{js_api(nc)}.{what}", payload, timeout=_TIMEOUT)).data
+        )
     except (NoRespondersError, NatsTimeoutError) as exc:
         raise InterlockError(f"{what}: {exc}") from exc
     error = reply.get("error")

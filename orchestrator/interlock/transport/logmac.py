@@ -36,6 +36,7 @@ from nats.aio.client import Client
 
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.jetstream import jetstream
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
 
 LOG_KEY: Final = "shared.log-key"
@@ -188,7 +189,9 @@ async def load_log_key(nc: Client, subjects: Subjects) -> LogKey:
 
 async def _read(nc: Client, bucket: str, subject: str) -> bytes | None:
     try:
-        msg = await nc.request(f"$JS.API.DIRECT.GET.KV_{bucket}.{subject}", b"", timeout=_TIMEOUT)
+        msg = await nc.request(
+            f"{js_api(nc)}.DIRECT.GET.KV_{bucket}.{subject}", b"", timeout=_TIMEOUT
+        )
     except nats.errors.NoRespondersError:
         raise LogKeyUnavailable(f"no secrets bucket {bucket}: provision first") from None
     except nats.errors.TimeoutError:
@@ -207,7 +210,9 @@ async def _read(nc: Client, bucket: str, subject: str) -> bytes | None:
 async def _runs_last_seq(nc: Client, subjects: Subjects) -> int:
     """The run logs' last stream sequence (0: no run-log stream yet)."""
     try:
-        msg = await nc.request(f"$JS.API.STREAM.INFO.{subjects.runs_stream}", b"", timeout=_TIMEOUT)
+        msg = await nc.request(
+            f"{js_api(nc)}.STREAM.INFO.{subjects.runs_stream}", b"", timeout=_TIMEOUT
+        )
     except nats.errors.NoRespondersError:
         return 0
     reply = json.loads(msg.data)

@@ -35,6 +35,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from interlock.core.vocabulary import InterlockError
 from interlock.transport.leaders import balance_leaders
+from interlock.transport.natsclient import js_api
 from interlock.transport.sharing import SharedCall
 from interlock.transport.subjects import Subjects
 
@@ -206,7 +207,7 @@ async def read_map(nc: Client, subjects: Subjects) -> tuple[PartitionMap, int]:
     """The installation's partition map and its revision (0: never set, so one partition,
     as an installation provisioned before partitions, or without a partitions bucket)."""
     bucket = subjects.partitions_bucket
-    api = f"$JS.API.DIRECT.GET.KV_{bucket}.{_map_subject(subjects)}"
+    api = f"{js_api(nc)}.DIRECT.GET.KV_{bucket}.{_map_subject(subjects)}"
     try:
         msg = await nc.request(api, b"", timeout=_TIMEOUT)
     except NoRespondersError:
@@ -404,7 +405,7 @@ class Placement:
         return None
 
     async def _holds(self, partition: int, run_id: str) -> bool:
-        api = f"$JS.API.STREAM.MSG.GET.{self.stream(partition)}"
+        api = f"{js_api(self._nc)}.STREAM.MSG.GET.{self.stream(partition)}"
         body = json.dumps({"last_by_subj": self.subject(run_id, partition)}).encode()
         try:
             reply = json.loads((await self._nc.request(api, body, timeout=_TIMEOUT)).data)

@@ -20,6 +20,7 @@ from nats.js import JetStreamContext
 
 from interlock.transport.errors import JetStreamAPIError
 from interlock.transport.jetstream import api_prefix, connection
+from interlock.transport.natsclient import js_api
 from interlock.transport.partitions import balance_leaders, first_map, read_map, write_map
 from interlock.transport.streamconfigs import desired_configs
 from interlock.transport.subjects import Subjects
@@ -28,7 +29,6 @@ log = logging.getLogger("interlock.provision")
 
 __all__ = ["check_ready", "provision", "provision_streams"]
 
-_DEFAULT_API_PREFIX: Final = "$JS.API"
 _API_WAIT_S: Final = 5.0
 
 # JetStream API error code (nats-server errors.json).
@@ -170,5 +170,5 @@ async def _api(nc: Client, subject: str, body: dict[str, Any] | None, what: str)
 def _connection(js: JetStreamContext | Client) -> tuple[Client, str]:
     """The core connection and API prefix behind a JetStream context (or a bare client)."""
     if isinstance(js, Client):
-        return js, _DEFAULT_API_PREFIX
+        return js, js_api(js)
     return connection(js), api_prefix(js)

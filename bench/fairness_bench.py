@@ -6,7 +6,10 @@ worker answers at once) for each phase, on a fresh prefix, with a workflow whose
 Two phases, interleaved ``--rounds`` times for each setting: key B alone starts ``--few``
 runs at once; key A starts ``--flood`` runs and, as soon as they are in, key B its
 ``--few``. A run's time to start is from its ``run.started`` to its ``run.admitted`` (both
-in its log, one clock).
+in its log, one clock). ``--via client`` starts the runs as ``interlock start`` and the
+HTTP gateway do (their first records appended, the slots left to the orchestrator's
+relay); ``--via orchestrator`` as a trigger or a parent does, through the orchestrator's
+own runs (slots taken in the start's step when free).
 
 Printed per round and setting: B's median time to start alone and beside the flood, and
 their ratio (the goal with fair share on: at most 2x); then the median of the rounds and
@@ -24,6 +27,7 @@ starts after about ``(few / 2) // (limit / 2)`` T more (4.75 T for 50 in 10): eq
 alone make the ratio about 2.4x when the slot time is the same in both phases.
 
     python -m bench fairness [--flood 5000] [--few 50] [--limit 10] [--rounds 3]
+                             [--via client|orchestrator]
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from nats.aio.msg import Msg
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.embedded import EmbeddedNats
+from interlock.runtime.runs import Runs
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.connection import ConnectOptions, connect
@@ -127,10 +132,16 @@ class Admissions:
         return limit * (last - first) / count if count > 0 and last > first else float("nan")
 
 
+@dataclass(frozen=True)
+class Stack:
+    client: InterlockClient
+    admissions: Admissions
+    starts: Runs
+    """What starts the runs: the client's, or the orchestrator's (``--via``)."""
+
+
 @contextlib.asynccontextmanager
-async def stack(
-    url: str, limit: int, fair: bool
-) -> AsyncIterator[tuple[InterlockClient, Admissions]]:
+async def stack(url: str, limit: int, fair: bool, via: str = "client") -> AsyncIterator[Stack]:
     """A fresh prefix: the manifests applied, an orchestrator and a worker running."""
     subjects = Subjects(prefix=f"f{uuid.uuid4().hex[:10]}")
     opts = ConnectOptions.resolve(url, name="fairness bench")
@@ -152,7 +163,8 @@ async def stack(
     task = asyncio.create_task(worker.run(conns[2], prefix=subjects.prefix))
     try:
         await asyncio.wait_for(worker.wait_ready(), 30)
-        yield client, admissions
+        starts = orchestrator.runs if via == "orchestrator" else client.runs
+        yield Stack(client, admissions, starts)
     finally:
         await worker.stop(force=True)
         await task
@@ -161,20 +173,21 @@ async def stack(
             await conn.close()
 
 
-async def start_many(client: InterlockClient, customer: str, count: int) -> list[str]:
+async def start_many(stack: Stack, customer: str, count: int) -> list[str]:
     """``count`` runs of ``customer``, decided first and then appended together, so that
     they start at the same time whatever the pace of this process's client."""
-    definition, version = await client.registry.latest("shared")
+    definition, version = await stack.client.registry.latest("shared")
+    runs = stack.starts
     out: list[str] = []
     for first in range(0, count, CHUNK):
         n = min(CHUNK, count - first)
         openings = await asyncio.gather(
             *(
-                client.runs.opening(definition, version, new_run_id(), {"customer": customer})
+                runs.opening(definition, version, new_run_id(), {"customer": customer})
                 for _ in range(n)
             )
         )
-        await asyncio.gather(*(client.runs.open(opening) for opening in openings))
+        await asyncio.gather(*(runs.open(opening) for opening in openings))
         out += [opening.run_id for opening in openings]
     return out
 
@@ -198,9 +211,10 @@ async def served(client: InterlockClient, run_ids: list[str]) -> list[tuple[floa
     return out
 
 
-async def alone(url: str, few: int, limit: int, fair: bool) -> Phase:
-    async with stack(url, limit, fair) as (client, admissions):
-        times = await served(client, await start_many(client, "B", few))
+async def alone(url: str, few: int, limit: int, fair: bool, via: str) -> Phase:
+    async with stack(url, limit, fair, via) as found:
+        admissions = found.admissions
+        times = await served(found.client, await start_many(found, "B", few))
     # From the first admission to the last: the first wave's runs took their slots at once.
     first, last = min(a for _, a in times), max(a for _, a in times)
     return Phase(
@@ -209,10 +223,11 @@ async def alone(url: str, few: int, limit: int, fair: bool) -> Phase:
     )
 
 
-async def beside(url: str, flood: int, few: int, limit: int, fair: bool) -> Phase:
-    async with stack(url, limit, fair) as (client, admissions):
-        await start_many(client, "A", flood)
-        times = await served(client, await start_many(client, "B", few))
+async def beside(url: str, flood: int, few: int, limit: int, fair: bool, via: str) -> Phase:
+    async with stack(url, limit, fair, via) as found:
+        admissions = found.admissions
+        await start_many(found, "A", flood)
+        times = await served(found.client, await start_many(found, "B", few))
         # A's runs left unfinished: this prefix is dropped with its orchestrator.
     first, last = min(s for s, _ in times), max(a for _, a in times)
     return Phase(
@@ -232,13 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--few", type=int, default=50, help="runs key B starts")
     p.add_argument("--limit", type=int, default=10, help="slots shared by both keys")
     p.add_argument("--rounds", type=int, default=3, help="alone/flood pairs per setting")
+    p.add_argument(
+        "--via",
+        choices=["client", "orchestrator"],
+        default="client",
+        help="start the runs as the CLI does, or as a trigger does (default: client)",
+    )
     args = p.parse_args(argv)
     began = time.time()
     loads = [os.getloadavg()[0]]
     ideal_alone, ideal_beside = equal_shares(args.few, args.limit)
     print(
         f"key B's median time to start, {args.few} runs alone and beside key A's "
-        f"{args.flood}, {args.limit} slots shared; T = a slot's time per run in that phase"
+        f"{args.flood}, {args.limit} slots shared, started via the {args.via}; "
+        "T = a slot's time per run in that phase"
     )
     print(
         f"equal shares imply: alone {ideal_alone:.2f} T, beside {ideal_beside:.2f} T, "
@@ -252,8 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for round_ in range(1, args.rounds + 1):
                 for fair in (False, True):
-                    a = asyncio.run(alone(server.url, args.few, args.limit, fair))
-                    b = asyncio.run(beside(server.url, args.flood, args.few, args.limit, fair))
+                    a = asyncio.run(alone(server.url, args.few, args.limit, fair, args.via))
+                    b = asyncio.run(
+                        beside(server.url, args.flood, args.few, args.limit, fair, args.via)
+                    )
                     loads.append(os.getloadavg()[0])
                     ratio = b.wait / a.wait if a.wait > 0 else float("inf")
                     ratios[fair].append(ratio)

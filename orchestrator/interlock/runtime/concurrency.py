@@ -447,8 +447,12 @@ class Admission:
 
     async def _go_on(self, run_id: str, held: ev.SlotClaim | None = None) -> None:
         """A run given a slot (``held``, when the write that gave it is known): on to its
-        next limits (or admitted); one that ended in the meantime gives its slots back."""
-        entry = await self._runs.load(run_id, fresh=True)
+        next limits (or admitted); one that ended in the meantime gives its slots back.
+        A cached state that says the run waits is taken as is (the admission's append is
+        a compare-and-set on the log: a stale one is refused, read again, decided again)."""
+        entry = self._runs.cached(run_id)
+        if entry is None or not entry.state.queued:
+            entry = await self._runs.load(run_id, fresh=True)
         if entry is None or entry.state.slots is None:
             return
         if entry.state.finished:

@@ -42,6 +42,7 @@ from interlock.runtime.chains import newest, start_next
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
+from interlock.runtime.freeing import FreeAtOnce
 from interlock.runtime.notices import CancelNotices
 from interlock.runtime.registry import Registry
 from interlock.runtime.retention import Policy, Retainer, is_retention_timer
@@ -121,6 +122,8 @@ class ControlFlow:
         self.capacity = Capacity(self.admission.slots, self.admission.pauses, runs, timers, clock)
         self.admission.capability_resumed = self.capacity.resumed
         runs.at_once = AtOnce(self.admission, self.capacity, runs, clock)
+        self.freeing = FreeAtOnce(self.admission, runs)
+        """Frees the slots of a run whose end this process appended, once acknowledged."""
         self.retainer = (
             None
             if retention is None
@@ -143,6 +146,7 @@ class ControlFlow:
 
     async def stop(self) -> None:
         await self.timers.stop()
+        await self.freeing.stop()
         await self.admission.stop()
 
     # -- the relay's side ---------------------------------------------------------------
@@ -211,9 +215,12 @@ class ControlFlow:
         return entry is not None and not entry.state.correlation_key
 
     def _limited(self, run_id: str) -> bool:
-        """Whether the cached state shows the run needed concurrency slots."""
+        """Whether the cached state shows the run needed concurrency slots (not freed
+        here at once already)."""
         entry = self._runs.cached(run_id)
-        return entry is not None and entry.state.slots is not None
+        return (
+            entry is not None and entry.state.slots is not None and not self.freeing.settled(run_id)
+        )
 
     async def _go_on(self, record: ev.AnyRecord) -> None:
         """A run continued as new: the run that goes on in its place is started."""
@@ -252,8 +259,9 @@ class ControlFlow:
         if record.data.parent is not None and not isinstance(record, ev.RunContinued):
             await self._answer_parent(record)
         entry = self._runs.cached(record.subject) or await self._runs.load(record.subject)
-        if entry is not None and entry.state.slots is not None:
-            await self.admission.ended(record.subject, entry.state.slots)
+        slots = None if entry is None else entry.state.slots
+        if slots is not None and not await self.freeing.freed(record.subject):
+            await self.admission.ended(record.subject, slots)
         if entry is not None and entry.state.correlation_key:
             s = entry.state
             await self.correlation.remove(

@@ -71,7 +71,7 @@ def test_validate_the_examples_with_their_agents() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "ok  workflow default/code-review: 6 states, 1 triggers, capabilities: echo, review",
+        "ok  workflow default/code-review: 6 states, 1 trigger, capabilities: echo, review",
         "ok  agentdef default/echo: capabilities: echo, review",
     ]
     assert result.stderr == ""

@@ -93,8 +93,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for w in compiled.workflows:
         caps = sorted(w.capabilities())
         print(
-            f"ok  workflow {w.namespace}/{w.name}: {len(w.states)} states, "
-            f"{len(w.triggers)} triggers, capabilities: {', '.join(caps) or '-'}"
+            f"ok  workflow {w.namespace}/{w.name}: {_count(len(w.states), 'state')}, "
+            f"{_count(len(w.triggers), 'trigger')}, capabilities: {', '.join(caps) or '-'}"
         )
     for a in compiled.agents:
         print(f"ok  agentdef {a.namespace}/{a.name}: capabilities: {', '.join(a.capabilities)}")
@@ -124,3 +124,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     target.write_text(text, encoding="utf-8")
     print(f"wrote {target}")
     return EXIT_OK
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -335,6 +335,14 @@ def test_starting_a_workflow_that_is_not_applied(inst: CliInstallation) -> None:
     done = inst.cli("start", "never-applied")
     assert done.returncode == 1
     assert "workflow default/never-applied is not applied" in done.stderr
+    # A name alone is looked for in the default namespace: the message says how a
+    # workflow of another namespace (a ctxmesh file's my-team) is named.
+    assert "another namespace's: NAMESPACE/never-applied" in done.stderr
+    named = inst.cli("start", "my-team/never-applied")
+    assert named.returncode == 1
+    assert named.stderr.strip().endswith(
+        "workflow my-team/never-applied is not applied (interlock apply FILE)"
+    )
 
 
 def test_export_then_replay_the_file_without_a_server(

@@ -256,20 +256,22 @@ class Registry:
     async def stored_latest(self, ref: str) -> StoredWorkflow:
         """The newest version of ``ns/name`` (or ``name``) as :meth:`stored` reads it."""
         ns, name = _split(ref)
-        return await self.stored(ns, name, await self._latest_version(ns, name))
+        return await self.stored(ns, name, await self._latest_version(ns, name, "/" in ref))
 
     async def latest(self, ref: str, namespace: str = "default") -> tuple[Definition, int]:
         """The newest version of ``ns/name`` (or ``name`` in ``namespace``)."""
         ns, name = _split(ref, namespace)
-        version = await self._latest_version(ns, name)
+        version = await self._latest_version(ns, name, "/" in ref)
         return await self.definition(ns, name, version), version
 
-    async def _latest_version(self, ns: str, name: str) -> int:
+    async def _latest_version(self, ns: str, name: str, named: bool = True) -> int:
         try:
             entry = await (await self.workflows_kv()).get(f"latest.{ns}.{name}")
         except KeyNotFoundError:
+            # A name alone means the default namespace (a ctxmesh file names its own).
+            hint = "" if named else f"; another namespace's: NAMESPACE/{name}, interlock workflows"
             raise UnknownWorkflow(
-                f"workflow {ns}/{name} is not applied (interlock apply FILE)"
+                f"workflow {ns}/{name} is not applied (interlock apply FILE{hint})"
             ) from None
         version = pointed_version(self._subjects.workflows_bucket, entry)
         if version is None:

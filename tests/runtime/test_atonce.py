@@ -15,6 +15,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from test_crash import client_for, serve, started
 
 from interlock.core import events as ev
@@ -22,6 +23,7 @@ from interlock.core.engine import derive_run_id
 from interlock.core.rfc3339 import format_time, parse_time
 from interlock.runtime.atonce import GRACE_S, AtOnce
 from interlock.runtime.concurrency import Slots
+from interlock.runtime.health import SweepMetrics
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.clock import utc_now
@@ -293,12 +295,17 @@ async def test_a_slot_taken_by_a_process_killed_before_its_append_is_freed_by_th
 
         clock = Clock()
         flow = s.orchestrator.flow
-        sweep = AtOnce(flow.admission, flow.capacity, s.orchestrator.runs, clock).sweep
+        sweeper = AtOnce(flow.admission, flow.capacity, s.orchestrator.runs, clock).sweeper
+        sweep = sweeper.sweep
         assert await sweep() == 0  # too young: its append may be on its way
         (entry,) = await slots.entries()
         assert [h.run_id for h in entry.holders] == ["rdoomed"]
         clock.advance(GRACE_S + 1)
         assert await sweep() == 1
+        registry = CollectorRegistry()
+        registry.register(SweepMetrics(sweeper))
+        assert registry.get_sample_value("interlock_slots_swept_total", {"kind": "run"}) == 1
+        assert registry.get_sample_value("interlock_slots_swept_total", {"kind": "request"}) == 0
         outcome = await s.wait(waiting, TIMEOUT)
         assert outcome.status == "completed"
         runs = await timeline(s.client.nc, subjects)
@@ -390,9 +397,35 @@ async def test_an_early_holder_whose_log_asks_keeps_its_slot_and_loses_its_mark(
         clock = Clock()
         clock.advance(GRACE_S + 1)
         flow = s.orchestrator.flow
-        assert await AtOnce(flow.admission, flow.capacity, runs, clock).sweep() == 0
+        at_once = AtOnce(flow.admission, flow.capacity, runs, clock)
+        assert await at_once.sweep() == 0
         (entry,) = await slots.entries()
         assert [(h.run_id, h.early) for h in entry.holders] == [("rkept", 0)]
+        # A sweep reads the entries changed since the last one, not the whole bucket: the
+        # entry whose mark it cleared once more, then none while nothing changes.
+        sweeper = at_once.sweeper
+        assert sweeper.read == 1
+        assert await at_once.sweep() == 0
+        assert sweeper.read == 2
+        assert await at_once.sweep() == 0
+        assert sweeper.read == 2
+        # A new early holder is read once, kept in view while too young, and checked
+        # once old enough, its entry unchanged meanwhile.
+        created, _ = await runs.start(definition, version, "rnext", {"customer": "beta"})
+        assert created
+        clock.at = parse_time(utc_now())  # the sweep's clock back to the taker's
+        assert await at_once.sweep() == 0
+        assert sweeper.read == 3
+        beta = await slots.read("default/one#1", "beta")
+        assert beta is not None
+        assert [(h.run_id, h.early) for h in beta.holders] == [("rnext", 1)]  # too young
+        clock.advance(GRACE_S + 1)
+        assert await at_once.sweep() == 0
+        assert sweeper.read == 3
+        beta = await slots.read("default/one#1", "beta")
+        assert beta is not None
+        assert [(h.run_id, h.early) for h in beta.holders] == [("rnext", 0)]
+        assert sweeper.freed == {}
 
 
 async def test_a_slot_taken_for_a_start_that_is_refused_is_given_back(

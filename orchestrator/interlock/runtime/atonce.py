@@ -14,38 +14,39 @@ its compare-and-sets and nothing else.
 Such a slot is held before any log asks for it, so its holder is marked ``early`` in the
 entry, named as every holder is (the run, or ``<run>/<action>#<attempt>``), with when it
 was taken (``since``). If the append never happens (the process dies between the two, or
-the append is refused), the slot is held for nothing: :meth:`AtOnce.sweep`, run by every
-orchestrator every :data:`SWEEP_EVERY_S`, frees an early holder older than
-:data:`GRACE_S` whose log does not ask for that slot (no such run, the run or the request
-ended, another attempt) and clears the mark of one whose log does; a refused append has
-its own holders checked at once. The admission goes in the append only if the append is
-sent within :data:`APPEND_WITHIN_S` of the first take (else the records go without it,
-and the relay admits as when it waits), so an append cannot admit a run or a request whose
-slot a sweep freed: between them lie at least ``GRACE_S - APPEND_WITHIN_S`` (45 s), which a
-publish does not spend in flight. A token taken for an append that never happens is lost:
-the rate is the stricter for it, never the looser.
+the append is refused), the slot is held for nothing: the sweep (:mod:`sweep`), run by
+every orchestrator every :data:`SWEEP_EVERY_S` over the entries changed since its last,
+frees an early holder older than :data:`GRACE_S` whose log does not ask for that slot (no
+such run, the run or the request ended, another attempt) and clears the mark of one whose
+log does; a refused append has its own holders checked at once. The admission goes in
+the append only if the append is sent within :data:`APPEND_WITHIN_S` of the first take
+(else the records go without it, and the relay admits as when it waits), so an append
+cannot admit a run or a request whose slot a sweep freed: between them lie at least
+``GRACE_S - APPEND_WITHIN_S`` (45 s), which a publish does not spend in flight. A token
+taken for an append that never happens is lost: the rate is the stricter for it, never the
+looser.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from msgspec.structs import replace
 
 from interlock.core import events as ev
 from interlock.core.pauses import is_pause
 from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState, fold
 from interlock.runtime.admitport import Decide
-from interlock.runtime.capacity import Capacity, parse_waiter, take_token, waiter_id
+from interlock.runtime.capacity import Capacity, take_token, waiter_id
 from interlock.runtime.concurrency import Admission, in_order
-from interlock.runtime.slotlines import Lines, SlotEntry, Waiter, entry_key
+from interlock.runtime.slotlines import Lines, Waiter
+from interlock.runtime.sweep import GRACE_S as GRACE_S
+from interlock.runtime.sweep import SWEEP_EVERY_S as SWEEP_EVERY_S
+from interlock.runtime.sweep import Sweep
 
 if TYPE_CHECKING:
     from interlock.core.definition import Definition
@@ -54,12 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("interlock.atonce")
 
-GRACE_S = 60.0
-"""How old an early holder is before a sweep may free it for want of a log asking."""
 APPEND_WITHIN_S = 15.0
 """The admission goes with the append only if it is sent this soon after the first take."""
-SWEEP_EVERY_S = 60.0
-"""How often each orchestrator sweeps the slots bucket (give or take a tenth)."""
 
 
 @dataclass(slots=True)
@@ -123,7 +120,12 @@ class AtOnce:
         self.slots, self.pauses = admission.slots, admission.pauses
         self._admission, self._capacity, self._runs, self._clock = admission, capacity, runs, clock
         self._later: set[asyncio.Task[None]] = set()
-        admission.background.append(self._sweeping)
+        self.sweeper = Sweep(admission, capacity, runs, clock)
+        admission.background.append(self.sweeper.sweeping)
+
+    async def sweep(self, grace_s: float = GRACE_S) -> int:
+        """One sweep now (:meth:`Sweep.sweep`): how many early holders were freed."""
+        return await self.sweeper.sweep(grace_s)
 
     # -- before the append ----------------------------------------------------------------
 
@@ -275,101 +277,9 @@ class AtOnce:
         """The append of ``taken`` was refused: each slot it took is given back unless a
         log asks for it (another append with the same holder's name went first), in the
         background (a run's lock may be held here; giving back moves others on)."""
-        task = asyncio.create_task(self._settle_all(taken.held))
+        task = asyncio.create_task(self.sweeper.settle_all(taken.held))
         self._later.add(task)
         task.add_done_callback(self._later.discard)
-
-    async def _settle_all(self, held: Sequence[tuple[ev.SlotClaim, str]]) -> None:
-        try:
-            for claim, name in held:
-                await self._settle(claim, name, await self._asked(claim, name))
-        # The sweep frees what is left.
-        except Exception as exc:  # noqa: BLE001
-            log.warning("could not give back slots taken for a refused append: %s", exc)
-
-    # -- the sweep ------------------------------------------------------------------------
-
-    async def _sweeping(self) -> None:
-        while True:
-            await asyncio.sleep(SWEEP_EVERY_S * random.uniform(0.9, 1.1))
-            try:
-                await self.sweep()
-            # Done again at the next round.
-            except Exception as exc:  # noqa: BLE001
-                log.warning("could not sweep the slots taken at once: %s", exc)
-
-    async def sweep(self, grace_s: float = GRACE_S) -> int:
-        """Every early holder older than ``grace_s``: freed when no log asks for its slot,
-        else its mark cleared; and rates whose every token is back, deleted. How many
-        holders were freed."""
-        now = parse_time(self._clock()).timestamp()
-        freed = 0
-        for entry in await self.slots.entries():
-            if entry.per_s:
-                if not entry.holders and not entry.lines and entry.tat and entry.tat <= now:
-                    await self._forget_rate(entry, now)
-                continue
-            for holder in entry.holders:
-                if not holder.early or now - parse_time(holder.since).timestamp() < grace_s:
-                    continue
-                claim = ev.SlotClaim(limit=entry.limit, key=entry.key, size=holder.size)
-                asked = await self._asked(claim, holder.run_id)
-                freed += await self._settle(claim, holder.run_id, asked)
-        return freed
-
-    async def _asked(self, claim: ev.SlotClaim, name: str) -> bool:
-        """Whether the log of ``name`` (a run, or a run's request) asks for the slot and
-        has not ended."""
-        parsed = parse_waiter(name)
-        run_id = name if parsed is None else parsed[0]
-        entry = await self._runs.load(run_id, fresh=True)
-        if entry is None or entry.state.finished:
-            return False
-        wanted = (claim.limit, claim.key)
-        if parsed is None:
-            return any((c.limit, c.key) == wanted for c in entry.state.slots or [])
-        pending = entry.state.pending.get(parsed[1])
-        return (
-            pending is not None
-            and pending.attempt == parsed[2]
-            and any((c.limit, c.key) == wanted for c in pending.limits)
-        )
-
-    async def _settle(self, claim: ev.SlotClaim, name: str, asked: bool) -> int:
-        """An early holder checked against its log: kept, its mark cleared (``asked``),
-        or given back, the slot going to the next in line (1)."""
-        if not asked:
-            parsed = parse_waiter(name)
-            if parsed is None:
-                await self._admission.ended(name, [claim])
-            else:
-                run_id, action_id, attempt = parsed
-                gone = ev.FreedSlots(action_id=action_id, attempt=attempt, limits=[claim])
-                await self._capacity.freed(run_id, [gone])
-            log.warning(
-                "freed a slot of %s (%r) taken for %s, which no log asks for", *_of(claim, name)
-            )
-            return 1
-
-        async def change(lines: Lines) -> None:
-            entry = lines.entry
-            entry.holders = [
-                replace(h, early=0) if h.run_id == name and h.early else h for h in entry.holders
-            ]
-
-        await self.slots.change(claim, change)
-        return 0
-
-    async def _forget_rate(self, entry: SlotEntry, now: float) -> None:
-        """A rate whose every token is back: its entry deleted (a full burst is there)."""
-
-        async def change(lines: Lines) -> None:
-            found = lines.entry
-            if not found.holders and not found.lines and found.tat <= now:
-                found.tat = 0.0
-
-        claim = ev.SlotClaim(limit=entry.limit, key=entry.key, size=entry.size)
-        await self.slots.change(claim, change, entry_key(entry.limit, entry.key))
 
 
 def _admitting(
@@ -389,7 +299,3 @@ def _admitting(
         )
 
     return decision
-
-
-def _of(claim: ev.SlotClaim, name: str) -> tuple[str, str, str]:
-    return claim.limit, claim.key, name

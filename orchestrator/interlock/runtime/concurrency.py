@@ -57,7 +57,7 @@ from interlock.runtime.slotlines import (
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
-from interlock.transport.kvread import bucket_values
+from interlock.transport.kvread import bucket_values, written_after
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.concurrency")
@@ -132,6 +132,13 @@ class Slots:
         bucket = self._subjects.slots_bucket
         found = (decode_entry(bucket, token, value) for token, value in values.items())
         return [entry for entry in found if entry is not None]
+
+    async def written_after(self, after: int) -> tuple[dict[str, SlotEntry | None], int]:
+        """The entries written after the bucket's revision ``after`` (None: deleted, or not
+        an entry), and the revision read through (see :mod:`sweep`)."""
+        values, through = await written_after(await self._bucket(), ENTRIES, after)
+        bucket = self._subjects.slots_bucket
+        return {t: decode_entry(bucket, t, v) for t, v in values.items()}, through
 
     async def change(self, claim: ev.SlotClaim, change: Change, token: str = "") -> Any:
         """``change`` applied to the claim's limit and key (or the entry ``token``), and

@@ -121,7 +121,8 @@ class ControlFlow:
         self.admission = Admission(nc, subjects, runs, clock)
         self.capacity = Capacity(self.admission.slots, self.admission.pauses, runs, timers, clock)
         self.admission.capability_resumed = self.capacity.resumed
-        runs.at_once = AtOnce(self.admission, self.capacity, runs, clock)
+        self.at_once = AtOnce(self.admission, self.capacity, runs, clock)
+        runs.at_once = self.at_once
         self.freeing = FreeAtOnce(self.admission, runs)
         """Frees the slots of a run whose end this process appended, once acknowledged."""
         self.retainer = (

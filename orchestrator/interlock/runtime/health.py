@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from interlock.runtime.owners import OwnerDesk
     from interlock.runtime.ownership import Ownership
     from interlock.runtime.service import Orchestrator
+    from interlock.runtime.sweep import Sweep
 
 __all__ = [
     "DEFAULT_AGENT_PORT",
@@ -82,6 +83,31 @@ class _Partitions(Collector):
         return iter((held, moves, handed, taken))
 
 
+class SweepMetrics(Collector):
+    """What the sweep of slots taken at once gave back, and what it read to find them."""
+
+    def __init__(self, sweeper: Sweep) -> None:
+        self._sweeper = sweeper
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        freed = CounterMetricFamily(
+            "interlock_slots_swept",
+            "Slots taken at once for an append that never came (its process killed between "
+            "the take and the append, or the append refused), given back because no log asks "
+            "for them: a run's, or a capability request's",
+            labels=["kind"],
+        )
+        for kind in ("run", "request"):
+            freed.add_metric([kind], self._sweeper.freed[kind])
+        read = CounterMetricFamily(
+            "interlock_slots_sweep_entries_read",
+            "Slots entries the sweep read: those changed since its last round (every entry "
+            "at its first)",
+        )
+        read.add_metric([], self._sweeper.read)
+        return iter((freed, read))
+
+
 class OrchestratorInstrumentation:
     """Metrics, tracing and health endpoints of one ``interlock serve`` process.
 
@@ -132,6 +158,7 @@ class OrchestratorInstrumentation:
         registry.register(
             _Partitions(orchestrator.relay.ownership, orchestrator.counters, owners.desk)
         )
+        registry.register(SweepMetrics(orchestrator.flow.at_once.sweeper))
         ready = nats_readiness(orchestrator.nc, orchestrator.subjects)
         alive = consumers_alive(orchestrator)
         self.server = (

@@ -83,6 +83,17 @@ async def _fold_stream(
     return values
 
 
+async def written_after(kv: KeyValue, pattern: str, after: int) -> tuple[dict[str, bytes], int]:
+    """The keys under ``pattern`` written after revision ``after``, each with its value
+    (``b""``: deleted), and the revision read through (``after`` when none was). In a
+    bucket that keeps one record per key, that is one record per key changed since,
+    however often it changed."""
+    prefix = kv_prefix(kv)
+    records = await read_messages(kv._js._nc, kv._stream, f"{prefix}{pattern}", after)
+    values = {subject[len(prefix) :]: value for _, subject, value in records}
+    return values, records[-1][0] if records else after
+
+
 async def newest_revision(kv: KeyValue) -> int | None:
     """The stream sequence of the bucket's newest stored record (None when it is empty).
 

@@ -134,8 +134,7 @@ class Slots:
         return [entry for entry in found if entry is not None]
 
     async def written_after(self, after: int) -> tuple[dict[str, SlotEntry | None], int]:
-        """The entries written after the bucket's revision ``after`` (None: deleted, or not
-        an entry), and the revision read through (see :mod:`sweep`)."""
+        """Entries written after revision ``after`` (None: gone), and the revision read."""
         values, through = await written_after(await self._bucket(), ENTRIES, after)
         bucket = self._subjects.slots_bucket
         return {t: decode_entry(bucket, t, v) for t, v in values.items()}, through

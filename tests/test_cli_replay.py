@@ -95,6 +95,22 @@ def test_replay_against_exits_0_when_the_logs_agree_and_1_when_they_diverge(
     assert len(plain.stdout.splitlines()) == 27
 
 
+def test_replay_against_a_version_that_refuses_the_inputs_says_the_run_never_starts(
+    tmp_path: Path,
+) -> None:
+    refusing = tmp_path / "refusing.yaml"
+    refusing.write_text(
+        WORKFLOW.read_text().replace("    pr:\n      type: integer", "    pr:\n      type: string")
+    )
+    differ = interlock(
+        "replay", "--file", log("code-review-merged-fix-loop"), "--against", str(refusing)
+    )
+    assert differ.returncode == 1, differ.stderr
+    assert "at record 1 (not_started)" in differ.stdout
+    assert "input 'pr' must be string" in differ.stdout
+    assert differ.stdout.rstrip().endswith("new end:      never started")
+
+
 def test_shadow_groups_the_golden_runs(stricter: Path) -> None:
     done = interlock(
         "shadow", "code-review", "--candidate", str(stricter), "--file", str(GOLDEN), "--json"

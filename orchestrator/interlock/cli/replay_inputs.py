@@ -118,6 +118,8 @@ def now() -> str:
 
 def end_text(end: dict[str, Any]) -> str:
     """How a report's run ended, on one line: status, state, outputs or error."""
+    if not end["state"]:  # it entered no state: its start was refused, or it is queued
+        return "never started" if end["status"] == "new" else f"{end['status']}, in no state yet"
     text = f"{end['status']} in {end['state']}"
     if "outputs" in end:
         text += f" outputs={analysis.short(end['outputs'])}"

@@ -184,7 +184,12 @@ async def test_pause_with_runs_holds_every_run_started_before_it(secured: Secure
             started.append(await secured.operator.start("racing", {}))
 
     starting = asyncio.create_task(keep_starting())
-    await asyncio.sleep(0.5)  # runs in flight, most of them in the run index by now
+    client = Client(secured.operator.nc, SUBJECTS)
+    # Runs in flight, some of them in the run index (written just after each log).
+    for _ in range(200):
+        if await client.runs(workflow="racing", status="running"):
+            break
+        await asyncio.sleep(0.05)
     said = json.loads(
         await operator_cli(secured, "pause", "workflow", "racing", "--runs", "--json")
     )
@@ -192,7 +197,6 @@ async def test_pause_with_runs_holds_every_run_started_before_it(secured: Secure
     await starting
     assert said["paused"], said
     assert said["runs"], said
-    client = Client(secured.operator.nc, SUBJECTS)
     outcomes: dict[str, list[str]] = {}
     for at in range(0, len(started), 50):
         some = started[at : at + 50]

@@ -20,6 +20,7 @@ from test_role_cli import cli
 from interlock.auth.roles import Role
 from interlock.runtime.ownership import owners
 from interlock.runtime.partitioning import set_partitions
+from interlock.transport import partitions
 from interlock.transport.partitions import partition_of, read_map
 from support.auth import (
     SUBJECTS,
@@ -37,6 +38,7 @@ __all__ = ["secured", "secured_server"]  # fixtures
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MAP = f"$KV.{SUBJECTS.partitions_bucket}.map"
+FRESH_S = 0.5
 
 
 def reflecting_gateway(secured: Secured) -> Path:
@@ -66,10 +68,13 @@ async def started_in(secured: Secured, partition: int) -> str:
 
 
 async def test_an_acknowledgement_written_onto_the_map_is_not_one_partition(
-    secured: Secured,
+    secured: Secured, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Runs are placed by a map read at most PLACE_FRESH_S (5 s) before: shortened here, so
+    # that the map is read again within a second, not five.
+    monkeypatch.setattr(partitions, "PLACE_FRESH_S", FRESH_S)
     await set_partitions(secured.operator.nc, SUBJECTS, 2)
-    # Runs are placed by a map read at most 5 s before: wait until the orchestrator's is.
+    # Wait until the orchestrator's map is the new one.
     for _ in range(100):
         run_id = await started_in(secured, 1)
         if await stored_in(secured, run_id, 1):
@@ -100,9 +105,9 @@ async def test_an_acknowledgement_written_onto_the_map_is_not_one_partition(
     assert code != 0, out
     assert "damaged" in errs, errs
 
-    # The orchestrator reads the map again before it places runs (at most 5 s old) and
-    # goes on with the one it read before: a run hashing to partition 1 is stored there.
-    await asyncio.sleep(5.5)
+    # The orchestrator reads the map again before it places runs (at most FRESH_S old)
+    # and goes on with the one it read before: a run hashing to partition 1 is stored there.
+    await asyncio.sleep(FRESH_S * 1.5)
     for _ in range(3):
         run_id = await started_in(secured, 1)
         assert await stored_in(secured, run_id, 1), run_id

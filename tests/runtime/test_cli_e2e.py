@@ -13,15 +13,18 @@ import json
 import re
 import signal
 import socket
+import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from interlock.client import Client
 from interlock.core.engine import derive_run_id
 from interlock.runtime.client import InterlockClient
 from support.runtime import (
@@ -93,6 +96,9 @@ def closed_port_url() -> str:
 @dataclass
 class CliInstallation(Installation):
     unreachable_serve: Background
+    applied: str
+    """What the first ``interlock apply`` printed: the echo AgentDef and the workflows of
+    ``manifests`` but the invalid one, applied once for every test of the module."""
 
     def run_id_of_trigger(self, workflow: str, source: str, event_id: str) -> str:
         async def lookup() -> str:
@@ -136,7 +142,8 @@ def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
     )
     try:
         with cli_installation(nats_url, files, manifests) as base:
-            yield CliInstallation(base.url, base.prefix, base.env, base.files, unreachable)
+            applied = base.ok("apply", "echo.yaml", "hello.yaml", "parked.yaml", "failing.yaml")
+            yield CliInstallation(base.url, base.prefix, base.env, base.files, unreachable, applied)
     finally:
         unreachable.stop()
 
@@ -145,7 +152,7 @@ def inst(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
 
 
 def test_apply_valid_then_unchanged_then_invalid(inst: CliInstallation) -> None:
-    out = inst.ok("apply", "echo.yaml", "hello.yaml", "parked.yaml", "failing.yaml")
+    out = inst.applied
     assert "applied  workflow default/hello (version 1)" in out
     assert "applied  workflow default/parked (version 1)" in out
     assert re.search(r"applied\s+agentdef default/echo", out)
@@ -153,7 +160,7 @@ def test_apply_valid_then_unchanged_then_invalid(inst: CliInstallation) -> None:
     again = inst.ok("apply", "hello.yaml")
     assert again.strip() == "unchanged  workflow default/hello (version 1)"
 
-    _, runs_before = inst.stored()
+    before = inst.stored()
     bad = inst.cli("apply", "invalid.yaml", "hello.yaml")
     assert bad.returncode == 1
     errors = bad.stderr.splitlines()
@@ -164,7 +171,11 @@ def test_apply_valid_then_unchanged_then_invalid(inst: CliInstallation) -> None:
     )
     assert errors[-1] == "2 errors; nothing was applied"
     assert bad.stdout == ""
-    assert inst.stored() == (["failing", "hello", "parked"], runs_before)
+    # Nothing was applied, and no run started (other tests of the module may have
+    # applied workflows of their own before this one).
+    assert inst.stored() == before
+    assert {"failing", "hello", "parked"} <= set(before[0])
+    assert "broken" not in before[0]
 
 
 # --- start, result, logs -----------------------------------------------------------------
@@ -192,7 +203,6 @@ def test_start_wait_prints_the_result(inst: CliInstallation) -> None:
 def test_start_with_bad_input_exits_1_and_creates_no_run(
     inst: CliInstallation, given: str, message: str
 ) -> None:
-    inst.ok("apply", "echo.yaml", "hello.yaml")
     _, before = inst.stored()
     done = inst.cli("start", "hello", "--input", given)
     assert done.returncode == 1, (done.returncode, done.stderr)
@@ -203,7 +213,6 @@ def test_start_with_bad_input_exits_1_and_creates_no_run(
 
 
 def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: CliInstallation) -> None:
-    inst.ok("apply", "echo.yaml", "hello.yaml")
     data = '{"lang": "en", "message": "from an event"}'
     out = inst.ok("emit", "com.example.greet", "--source", "/cli", "--id", "g1", "--data", data)
     run_id = inst.run_id_of_trigger("hello", "/cli", "g1")
@@ -243,15 +252,9 @@ def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: CliInstallatio
     assert records[0]["data"]["trigger"]["id"] == "g1"
     assert records[-1]["type"] == "io.interlock.run.completed"
 
-    def indexed() -> dict[str, Any]:
-        return {r["run_id"]: r for r in json.loads(inst.ok("runs", "--json"))}
-
     # The run index is written by the orchestrator's relay, just after the log.
-    runs = indexed()
-    for _ in range(50):
-        if runs.get(run_id, {}).get("status") == "completed":
-            break
-        runs = indexed()
+    inst.until_listed(run_id, status="completed")
+    runs = {r["run_id"]: r for r in json.loads(inst.ok("runs", "--json"))}
     assert runs[run_id]["status"] == "completed"
     assert runs[run_id]["workflow"] == "hello"
     table = inst.ok("runs", "--workflow", "hello", "--status", "completed")
@@ -260,7 +263,6 @@ def test_emit_starts_a_run_followed_by_result_logs_and_runs(inst: CliInstallatio
 
 
 def test_agents_lists_the_running_echo_worker(inst: CliInstallation) -> None:
-    inst.ok("apply", "echo.yaml")
     found = {a["name"]: a for a in json.loads(inst.ok("agents", "--json"))}
     assert "echo" in found
     workers = [w for w in found["echo"]["workers"] if w["name"] == "echo"]
@@ -280,8 +282,6 @@ def test_agents_lists_the_running_echo_worker(inst: CliInstallation) -> None:
 
 
 def test_result_exit_codes_and_cancel(inst: CliInstallation) -> None:
-    inst.ok("apply", "echo.yaml", "parked.yaml", "failing.yaml")
-
     failing = inst.ok("start", "failing").strip()
     done = inst.cli("result", failing, "--wait", "--timeout", "20")
     assert done.returncode == 1
@@ -305,21 +305,26 @@ def test_result_exit_codes_and_cancel(inst: CliInstallation) -> None:
     assert f"run {parked} is already cancelled" in again.stderr
 
     # A run that does not exist is an error at once, not a wait that never ends.
-    # Its own exit code (4), where a failed run is 1: for every command taking a run.
-    for args in (
+    # Its own exit code (4), where a failed run is 1: for every command taking a run
+    # (the commands run side by side: each is a process that mostly waits).
+    commands = (
         ("result", "@"), ("result", "--wait", "@"), ("logs", "@"), ("logs", "--follow", "@"),
         ("describe", "run", "@"), ("get", "run", "@"), ("export", "@"), ("cancel", "@"),
         ("signal", "@", "approval.granted"), ("explain", "@"), ("replay", "@"),
         ("fork", "@", "--at", "2"),
-    ):  # fmt: skip
+    )  # fmt: skip
+
+    def missing(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
         argv = [a.replace("@", "r-no-such-run") for a in args]
-        missing = run_cli(*argv, env=inst.env, timeout=10)
-        assert missing.returncode == 4, args
-        assert missing.stderr == "interlock: no run 'r-no-such-run'\n", args
+        return run_cli(*argv, env=inst.env, timeout=10)
+
+    with ThreadPoolExecutor(4) as pool:
+        for args, done in zip(commands, pool.map(missing, commands), strict=True):
+            assert done.returncode == 4, args
+            assert done.stderr == "interlock: no run 'r-no-such-run'\n", args
 
 
 def test_an_emitted_event_reaches_a_parked_run(inst: CliInstallation) -> None:
-    inst.ok("apply", "parked.yaml")
     parked = inst.ok("start", "parked").strip()
     inst.ok(
         "emit", "approval.granted", "--source", "/people", "--id", f"ok-{parked}",
@@ -348,7 +353,6 @@ def test_starting_a_workflow_that_is_not_applied(inst: CliInstallation) -> None:
 def test_export_then_replay_the_file_without_a_server(
     inst: CliInstallation, tmp_path: Path
 ) -> None:
-    inst.ok("apply", "echo.yaml", "hello.yaml")
     run_id = json.loads(
         inst.ok("start", "hello", "--input", '{"message": "saved"}', "--wait", "--timeout", "20")
     )["run_id"]
@@ -540,12 +544,12 @@ def test_a_dead_letter_is_listed_shown_and_redriven_once_the_cause_is_fixed(
         out = inst.ok("dead-letters", "list", "--reason", "invalid-inputs", "--json")
         return [json.loads(line) for line in out.splitlines()]
 
-    found = letters()
-    for _ in range(50):
-        if any(d["headers"].get("ce-id") == "t1" for d in found):
-            break
-        found = letters()
-    [letter] = [d for d in found if d["headers"].get("ce-id") == "t1"]
+    async def lettered(client: Client) -> bool:
+        found = await client.dead_letters("invalid-inputs")
+        return any(d.headers.get("ce-id") == "t1" for d in found)
+
+    inst.until(lettered, "the event t1 dead-lettered")
+    [letter] = [d for d in letters() if d["headers"].get("ce-id") == "t1"]
     assert letter["reason"] == "invalid-inputs"
     assert letter["subject"] == inst.subjects.event("com.example.ticket")
     assert "priority" in letter["detail"]
@@ -591,11 +595,12 @@ def test_dead_letters_are_discarded_by_sequence_reason_and_age(inst: CliInstalla
         found = [json.loads(line) for line in out.splitlines()]
         return [d for d in found if d["headers"].get("ce-source") == "/discard"]
 
+    async def lettered(client: Client) -> bool:
+        found = await client.dead_letters("invalid-inputs")
+        return len([d for d in found if d.headers.get("ce-source") == "/discard"]) == 3
+
+    inst.until(lettered, "the three events from /discard dead-lettered")
     found = mine()
-    for _ in range(50):
-        if len(found) == 3:
-            break
-        found = mine()
     assert len(found) == 3
     first = found[0]["seq"]
     out = inst.ok("dead-letters", "discard", str(first))
@@ -645,7 +650,7 @@ spec:
 
 def test_a_terminal_state_that_fails_ends_the_run_failed(inst: CliInstallation) -> None:
     (inst.files / "gate.yaml").write_text(GATE)
-    inst.ok("apply", "echo.yaml", "gate.yaml")
+    inst.ok("apply", "gate.yaml")
     done = inst.cli("start", "gate", "--input", '{"score": 3}', "--wait", "--timeout", "20")
     assert done.returncode == 1, (done.stdout, done.stderr)
     started = json.loads(done.stdout)
@@ -663,13 +668,9 @@ def test_a_terminal_state_that_fails_ends_the_run_failed(inst: CliInstallation) 
     assert started == expected
     assert f"started {run_id}" in done.stderr
     assert json.loads(inst.cli("result", run_id, "--json").stdout) == expected
-    # The run index is written by the relay just after the log: give it a moment.
-    listed = ""
-    for _ in range(50):
-        listed = inst.ok("runs", "--workflow", "gate", "--status", "failed")
-        if run_id in listed:
-            break
-    assert run_id in listed
+    # The run index is written by the relay just after the log.
+    inst.until_listed(run_id, status="failed")
+    assert run_id in inst.ok("runs", "--workflow", "gate", "--status", "failed")
     plain = inst.cli("result", run_id)
     assert (plain.returncode, json.loads(plain.stdout)) == (1, {"passed": False})
     assert "failed: workflow_failed: score 3 is below 5" in plain.stderr

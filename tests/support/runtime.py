@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from interlock.client import Client as PublicClient
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
@@ -535,6 +536,35 @@ class Installation:
         done = self.cli(*args)
         assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
         return str(done.stdout)
+
+    def until(self, probe: Callable[[PublicClient], Awaitable[Any]], what: str) -> Any:
+        """Wait (bounded) until ``probe`` finds something truthy in what the server holds,
+        read by the client library on one connection: for state written after the command
+        that caused it returned (the run index, dead letters), before the CLI reads it once.
+        Polling with the CLI itself would start a process a look, taking the CPU that the
+        orchestrator needs to write what is waited for."""
+
+        async def wait() -> Any:
+            nc = await connect(self.url)
+            try:
+                client = PublicClient(nc, self.subjects)
+                return await eventually(lambda: probe(client), what=what)
+            finally:
+                await nc.close()
+
+        return asyncio.run(wait())
+
+    def until_listed(
+        self, run_id: str, *, status: str | None = None, waiting: str | None = None
+    ) -> None:
+        """Wait until the run index lists ``run_id`` (with ``status``, waiting for
+        ``waiting``), as ``interlock runs`` filters it."""
+
+        async def probe(client: PublicClient) -> bool:
+            runs = await client.runs(status=status, waiting=waiting)
+            return any(r.run_id == run_id for r in runs)
+
+        self.until(probe, f"the run index lists {run_id} (status {status}, waiting {waiting})")
 
 
 @contextlib.contextmanager

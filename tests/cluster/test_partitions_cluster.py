@@ -195,11 +195,14 @@ async def test_partitions_spread_move_and_grow_while_nodes_and_replicas_die(
             raise
         _, infos = await partitions(nc, subjects)
         leaders = Counter(i.leader for i in infos)
+        logs = "".join(p.tail(10_000) for p in procs)
         print(
             f"\npartitioned cluster: ready in {ready_at - started:.1f}s, {RUNS} runs in "
             f"{loaded_at - ready_at:.1f}s across a replica kill (its partitions moved in "
             f"{moved_in:.1f}s), a resize 6 -> 9 and a node kill; total "
-            f"{time.monotonic() - started:.1f}s; leaders {dict(leaders)}"
+            f"{time.monotonic() - started:.1f}s; leaders {dict(leaders)}; replicas found gone "
+            f"{logs.count('is gone (no subscription)')}, lease renewals refused "
+            f"{logs.count('lease was taken by another')}"
         )
     finally:
         for proc in procs:

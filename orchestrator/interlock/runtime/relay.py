@@ -36,7 +36,7 @@ from interlock.runtime.inturn import Acting, Batch
 from interlock.runtime.layouts import Housekeeping
 from interlock.runtime.logstore import RunLog, check_message
 from interlock.runtime.observe import Observers
-from interlock.runtime.ownership import ROUND_S, Ownership, replica_name
+from interlock.runtime.ownership import ROUND_S, Ownership, redeliver_now, replica_name
 from interlock.runtime.runindex import INDEXED, RunIndex
 from interlock.runtime.runs import Runs
 from interlock.runtime.timers import JetStreamTimers
@@ -140,7 +140,8 @@ class Relay:
                 for partition in sorted(wanted):
                     task = relaying.get(partition)
                     if task is None or task.done():
-                        relaying[partition] = asyncio.create_task(self.relay(partition))
+                        taken = partition in self.ownership.taken
+                        relaying[partition] = asyncio.create_task(self.relay(partition, taken))
                 wait = SHORT_CHECK_S if self.ownership.short else MAP_CHECK_S
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), wait)
@@ -173,14 +174,17 @@ class Relay:
             log.warning("partition leases: %s", exc)
             return now
 
-    async def relay(self, partition: int) -> None:
-        """Read one partition's run logs and act on them until the orchestrator stops."""
+    async def relay(self, partition: int, taken: bool = False) -> None:
+        """Read one partition's run logs and act on them until the orchestrator stops;
+        ``taken`` from another replica: what it had in hand handed out again at once."""
         s = self.subjects
         stream = s.runs_stream_of(partition)
         # Partition 0's consumer keeps the filter of the one stream before partitions.
         subject = s.runs_all if partition == 0 else s.runs_of(partition)
         acting = Acting()  # several batches at once, each run's records in turn
         try:
+            if taken:
+                await redeliver_now(self.handling.nc, stream)
             reader = await self.handling.reader(stream, subject, "relay", 512, 20_000)
             async with contextlib.aclosing(reader.batches(self.handling.stopping)) as batches:
                 async for msgs in batches:

@@ -156,6 +156,11 @@ async def test_a_finished_run_forked_onto_a_fix_completes_and_the_original_is_un
         )
         assert again.returncode == 1
         assert "exists already" in again.stderr
+        # A preview without --run-id says the fork it previews gets an id of its own.
+        preview = await run_cli(["fork", origin, "--at", "4", "--dry-run"], nats_url, subjects)
+        assert preview.returncode == 0, preview.stderr
+        assert f"would fork {origin} at record 4 as a new run (r" in preview.stdout
+        assert "in this preview; --run-id NEW names it)" in preview.stdout
         middle = await run_cli(["fork", origin, "--at", "6"], nats_url, subjects)
         assert middle.returncode == 1
         assert "middle of a decision" in middle.stderr

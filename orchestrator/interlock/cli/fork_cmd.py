@@ -134,8 +134,12 @@ def _report_fork(
     if args.json:
         print_json(report)
         return EXIT_OK
+    named = run_id
+    if dry_run and not getattr(args, "new_run_id", None):
+        # A fork made without --run-id gets an id of its own, not this preview's.
+        named = f"a new run ({run_id} in this preview; --run-id NEW names it)"
     sys.stdout.write(
-        f"{'would fork' if dry_run else 'forked'} {origin} at record {at} as {run_id} "
+        f"{'would fork' if dry_run else 'forked'} {origin} at record {at} as {named} "
         f"(version {version}); it {'would go' if dry_run else 'goes'} on in "
         f"state {marker.data.state}{' (dry run: nothing written)' if dry_run else ''}\n"
     )

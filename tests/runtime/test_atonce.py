@@ -7,10 +7,8 @@ bucket is touched."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-import random
 import sys
 from datetime import timedelta
 from typing import Any
@@ -30,7 +28,7 @@ from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.directget import read_messages
 from interlock.transport.subjects import Subjects
-from support.concurrency import requests, timeline
+from support.concurrency import KEYS, nap_agent, nap_worker, requests, timeline
 from support.runtime import (
     REPO,
     TIMEOUT,
@@ -39,24 +37,15 @@ from support.runtime import (
     connect,
     eventually,
     running_stack,
+    serving,
     yaml,
 )
 
-KEYS = ("acme", "beta", "gamma")
 SOURCE = "test://atonce"
+NAPS_S = (0.002, 0.02)
+"""How long a ``nap`` takes here: short, so that requests often meet their limit."""
 
-NAP_AGENT = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: AgentDef
-    metadata:
-      name: napagent
-    spec:
-      capabilities:
-        - name: nap
-          concurrency: {limit: 1, key: input.customer}
-    """
-)
+NAP_AGENT = nap_agent(limit=1)
 
 # Started by a trigger (the orchestrator decides the start), two requests in turn (the
 # second decided on the first's answer): both paths of admission at once, limits that
@@ -140,17 +129,6 @@ PLAIN = yaml(
 )
 
 
-def nap_worker() -> Worker:
-    worker = Worker("napagent", concurrency=64, grace_period=0.5)
-
-    @worker.capability("nap")
-    async def nap(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
-        await asyncio.sleep(random.uniform(0.002, 0.02))
-        return {"n": inp["n"]}
-
-    return worker
-
-
 def nap(n: int) -> CloudEvent:
     data = {"customer": KEYS[n % len(KEYS)], "n": n}
     return CloudEvent(id=f"nap-{n}", source=SOURCE, type="test.nap", data=data)
@@ -177,11 +155,7 @@ async def test_two_orchestrators_one_killed_admit_at_once_and_never_exceed_a_lim
             assert (await client.apply([("agent", NAP_AGENT), ("wf", NAPS)])).compiled.ok
             definition, _ = await client.registry.latest("naps")
             run_ids = [derive_run_id(definition, SOURCE, f"nap-{n}") for n in range(count)]
-            nc = await connect(nats_url)
-            worker = nap_worker()
-            task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-            try:
-                await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+            async with nap_worker(nats_url, subjects, naps=NAPS_S):
                 await started(first)
                 second = serve(nats_url, subjects.prefix)
                 await started(second)
@@ -194,10 +168,6 @@ async def test_two_orchestrators_one_killed_admit_at_once_and_never_exceed_a_lim
                 await eventually(lambda: ended(6), what="a few runs ended before the kill")
                 first.kill()
                 await eventually(lambda: ended(count), within=60, what="every run ended")
-            finally:
-                await worker.stop(force=True)
-                await task
-                await nc.close()
             runs = await timeline(client.nc, subjects)
             assert set(runs.ended) == set(run_ids)
             assert set(runs.ended.values()) == {"run.completed"}
@@ -350,11 +320,7 @@ async def test_a_request_slot_taken_by_a_process_killed_before_its_append_is_fre
         assert taken.startswith("rcap/")
         assert taken.endswith("#1")
         assert await s.client.runs.load("rcap") is None
-        nc = await connect(nats_url)
-        worker = nap_worker()
-        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        async with nap_worker(nats_url, subjects, naps=NAPS_S):
             waiting = await s.client.start("naponce", {"customer": "acme"})
 
             async def in_line() -> bool:
@@ -368,10 +334,6 @@ async def test_a_request_slot_taken_by_a_process_killed_before_its_append_is_fre
             sweep = AtOnce(flow.admission, flow.capacity, s.orchestrator.runs, clock).sweep
             assert await sweep() == 1
             assert (await s.wait(waiting, TIMEOUT)).status == "completed"
-        finally:
-            await worker.stop(force=True)
-            await task
-            await nc.close()
         seen = await requests(s.client.nc, subjects)
         assert max(seen.most.values()) == 1
         await eventually(lambda: _empty(slots), what="every slot freed")
@@ -525,10 +487,7 @@ async def test_a_rate_taken_at_once_and_in_line_is_never_exceeded(
         async def tick(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
             return inp
 
-        nc = await connect(nats_url)
-        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        async with serving(nats_url, subjects, worker):
             for n in range(5):
                 await s.client.emit(
                     CloudEvent(id=f"t{n}", source=SOURCE, type="test.tick", data={"n": n})
@@ -546,10 +505,6 @@ async def test_a_rate_taken_at_once_and_in_line_is_never_exceeded(
                     break
                 await timers.advance(0.5)
             assert await done() == 5
-        finally:
-            await worker.stop(force=True)
-            await task
-            await nc.close()
         admitted = sorted(
             (parse_time(r.time), r.data.at_once)
             for b in await messages(s.client.nc, subjects)

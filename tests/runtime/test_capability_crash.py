@@ -6,10 +6,7 @@ killed agent's slot is freed when its attempt times out."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,23 +17,10 @@ from interlock.runtime.concurrency import Slots
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import Requests, all_freed, requests
-from support.runtime import REPO, TIMEOUT, cli_env, connect, eventually, interlock_bg, yaml
+from support.concurrency import KEYS, Requests, all_freed, nap_agent, nap_worker, requests
+from support.runtime import REPO, cli_env, connect, eventually, interlock_bg, yaml
 
-KEYS = ("acme", "beta", "gamma")
-
-NAP_AGENT = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: AgentDef
-    metadata:
-      name: napagent
-    spec:
-      capabilities:
-        - name: nap
-          concurrency: {limit: 2, key: input.customer}
-    """
-)
+NAP_AGENT = nap_agent(limit=2)
 
 NAPPING = yaml(
     """\
@@ -60,38 +44,6 @@ NAPPING = yaml(
           type: terminal
     """
 )
-
-
-@contextlib.asynccontextmanager
-async def nap_worker(
-    url: str, subjects: Subjects, handled: list[int], most: Counter[str]
-) -> AsyncIterator[None]:
-    """``nap``: answers after a few milliseconds, noting each task and the most it had at
-    once per customer."""
-    nc = await connect(url)
-    worker = Worker("napagent", concurrency=64, grace_period=0.5)
-    now: Counter[str] = Counter()
-
-    @worker.capability("nap")
-    async def nap(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
-        handled.append(int(inp["n"]))
-        customer = str(inp["customer"])
-        now[customer] += 1
-        most[customer] = max(most[customer], now[customer])
-        try:
-            await asyncio.sleep(random.uniform(0.005, 0.04))
-        finally:
-            now[customer] -= 1
-        return {"n": inp["n"]}
-
-    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-    try:
-        await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
-        yield
-    finally:
-        await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
-        await task
-        await nc.close()
 
 
 def check(seen: Requests, count: int) -> None:

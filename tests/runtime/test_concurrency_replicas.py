@@ -5,9 +5,6 @@ leaked, no run is lost or admitted twice, and runs of a key are admitted in orde
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -16,28 +13,15 @@ from test_crash import client_for, serve, started
 
 from interlock.runtime.concurrency import Slots
 from interlock.runtime.service import Orchestrator
-from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import Timeline, limited, timeline
-from support.runtime import TIMEOUT, connect, eventually, running_stack, yaml
+from support.concurrency import KEYS, Timeline, limited, nap_agent, nap_worker, timeline
+from support.runtime import connect, eventually, running_stack
 
 # Admission order is checked to a quarter of a second (RACE_S): another test process busy
 # beside it on a 2-core machine can stretch one orchestrator's reads past that.
 pytestmark = pytest.mark.serial
 
-NAP_AGENT = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: AgentDef
-    metadata:
-      name: napagent
-    spec:
-      capabilities:
-        - name: nap
-    """
-)
-
-KEYS = ("acme", "beta", "gamma")
+NAP_AGENT = nap_agent()
 RACE_S = 0.25
 """How close two runs' run.queued may be for either to take a slot that frees first."""
 
@@ -45,28 +29,6 @@ RACE_S = 0.25
 def seconds(a: str, b: str) -> float:
     """``a`` - ``b``, RFC 3339 times, in seconds."""
     return (datetime.fromisoformat(a) - datetime.fromisoformat(b)).total_seconds()
-
-
-@contextlib.asynccontextmanager
-async def nap_worker(url: str, subjects: Subjects, handled: list[int]) -> AsyncIterator[None]:
-    """``nap``: answers after a few milliseconds, noting each task it takes."""
-    nc = await connect(url)
-    worker = Worker("napagent", concurrency=64, grace_period=0.5)
-
-    @worker.capability("nap")
-    async def nap(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
-        handled.append(int(inp["n"]))
-        await asyncio.sleep(random.uniform(0.005, 0.04))
-        return {"n": inp["n"]}
-
-    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-    try:
-        await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
-        yield
-    finally:
-        await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
-        await task
-        await nc.close()
 
 
 def check(seen: Timeline, run_ids: list[str], limit: int) -> None:

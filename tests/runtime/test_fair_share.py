@@ -8,14 +8,14 @@ import asyncio
 
 import pytest
 from test_concurrency import GATE_AGENT, Gates, gate_worker
-from test_concurrency_replicas import NAP_AGENT, RACE_S, nap_worker, seconds
+from test_concurrency_replicas import RACE_S, seconds
 
 from interlock.runtime import slotlines
 from interlock.runtime.client import new_run_id
 from interlock.runtime.service import Orchestrator
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
-from support.concurrency import limited, timeline
+from support.concurrency import limited, nap_agent, nap_worker, timeline
 from support.runtime import connect, eventually, running_stack
 
 FAIR = (
@@ -107,7 +107,7 @@ async def test_two_orchestrators_keep_the_lines_exact(nats_url: str, subjects: S
     customers = ("acme", "beta", "gamma")
     manifest = limited(capability="nap", limit=2).replace("key: inputs.customer", FAIR)
     async with (
-        running_stack(nats_url, subjects, [NAP_AGENT, manifest]) as s,
+        running_stack(nats_url, subjects, [nap_agent(), manifest]) as s,
         nap_worker(nats_url, subjects, handled),
     ):
         second_nc = await connect(nats_url)

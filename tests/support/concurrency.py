@@ -1,9 +1,13 @@
-"""What the concurrency tests share: a limited workflow, and the checks made from the logs."""
+"""What the concurrency tests share: a limited workflow, the ``nap`` capability and its
+worker, and the checks made from the logs."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+import contextlib
+import random
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +17,62 @@ from interlock.core import events as ev
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.directget import read_messages
 from interlock.transport.subjects import Subjects
-from support.runtime import yaml
+from support.runtime import TIMEOUT, serving, yaml
+
+KEYS = ("acme", "beta", "gamma")
+"""The customers (limit keys) the concurrency tests spread their runs over."""
+
+
+def nap_agent(limit: int | None = None) -> str:
+    """The AgentDef of ``nap`` (served by :func:`nap_worker`); with ``limit``, at most that
+    many of its requests at work at once per ``input.customer``."""
+    text = yaml(
+        """\
+        apiVersion: interlock.io/v1
+        kind: AgentDef
+        metadata:
+          name: napagent
+        spec:
+          capabilities:
+            - name: nap
+        """
+    )
+    if limit is not None:
+        text += f"      concurrency: {{limit: {limit}, key: input.customer}}\n"
+    return text
+
+
+@contextlib.asynccontextmanager
+async def nap_worker(
+    url: str,
+    subjects: Subjects,
+    handled: list[int] | None = None,
+    most: Counter[str] | None = None,
+    *,
+    naps: tuple[float, float] = (0.005, 0.04),
+) -> AsyncIterator[None]:
+    """``nap`` served on a connection of its own while in the block: each task answers its
+    input's ``n`` after a few milliseconds (drawn from ``naps``), noting the ``n`` in
+    ``handled`` and the most tasks at work at once per ``customer`` in ``most``."""
+    worker = Worker("napagent", concurrency=64, grace_period=0.5)
+    now: Counter[str] = Counter()
+
+    @worker.capability("nap")
+    async def nap(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        if handled is not None:
+            handled.append(int(inp["n"]))
+        customer = str(inp.get("customer", ""))
+        now[customer] += 1
+        if most is not None:
+            most[customer] = max(most[customer], now[customer])
+        try:
+            await asyncio.sleep(random.uniform(*naps))
+        finally:
+            now[customer] -= 1
+        return {"n": inp["n"]}
+
+    async with serving(url, subjects, worker):
+        yield
 
 
 def limited(
@@ -193,8 +252,6 @@ async def all_freed(slots: Any) -> None:
     """Wait until no slot is held and nobody waits (the relay frees a slot on the record
     that ends its holder, a moment after a waiter of the run sees the run end); fails the
     test, naming what is left, when that does not happen."""
-    from support.runtime import TIMEOUT
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + TIMEOUT
     while (left := await slots.entries()) != []:

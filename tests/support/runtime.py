@@ -296,6 +296,21 @@ async def running_stack(
                 await conn.close()
 
 
+@contextlib.asynccontextmanager
+async def serving(url: str, subjects: Subjects, worker: Worker) -> AsyncIterator[Worker]:
+    """``worker`` serving its capabilities on a connection of its own while in the block
+    (ready when it is entered); stopped at the end, its tasks in flight cancelled."""
+    nc = await connect(url)
+    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
+    try:
+        await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        yield worker
+    finally:
+        await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
+        await task
+        await nc.close()
+
+
 # --- awaitable conditions --------------------------------------------------------------
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,18 @@ def test_a_server_that_does_not_answer_names_the_one_dev_serves(
     assert "export INTERLOCK_URL=nats://127.0.0.1:40407" in hint
     there = "cannot connect to NATS at nats://127.0.0.1:40407 (gave up after 5 s): refused"
     assert _credential_hint(there) == ""  # dev's own server did not answer: nothing to add
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_connection_flags_are_taken_before_the_command_too(
+    nats_url: str, tmp_path: Path, where: str
+) -> None:
+    """`interlock --server URL runs`, as the nats CLI and kubectl take theirs, is the same
+    command as `interlock runs --server URL` (it said `invalid choice: 'nats://...'`)."""
+    flags = ["--server", nats_url, f"--prefix={uuid.uuid4().hex[:8]}"]
+    argv = [*flags, "runs", "--json"] if where == "before" else ["runs", "--json", *flags]
+    done = subprocess.run(
+        [INTERLOCK, *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []

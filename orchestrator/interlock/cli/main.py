@@ -133,11 +133,33 @@ def _parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+_CONNECTION_FLAGS = frozenset(
+    {"--server", "-s", "--creds", "--nkey", "--user", "--password", "--token", "--tls-ca",
+     "--tls-cert", "--tls-key", "--prefix"}
+)  # fmt: skip
+"""The flags of ``connecting.add_connection_flags``, each with a value."""
+
+
+def _connection_flags_last(argv: list[str]) -> list[str]:
+    """``argv`` with connection flags given before the command moved after it, so that
+    ``interlock --server URL runs`` works as ``interlock runs --server URL`` (as the nats
+    CLI and kubectl take theirs)."""
+    moved: list[str] = []
+    rest = argv
+    while rest and rest[0].split("=", 1)[0] in _CONNECTION_FLAGS:
+        width = 1 if "=" in rest[0] else 2
+        if len(rest) < width:
+            break
+        moved += rest[:width]
+        rest = rest[width:]
+    return [*rest, *moved] if moved and rest else argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from interlock.cli.terminal import guard_terminals
 
     guard_terminals()
-    given = list(sys.argv[1:] if argv is None else argv)
+    given = _connection_flags_last(list(sys.argv[1:] if argv is None else argv))
     parser = _parser_for(given)
     args, extras = parser.parse_known_args(given)
     if extras:  # the usage of the command given, not the top-level one

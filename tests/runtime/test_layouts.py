@@ -8,6 +8,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,7 +53,9 @@ async def _until(check: Callable[[], Any], what: str, within: float = 20.0) -> A
 @pytest.mark.asyncio(loop_scope="module")
 async def test_lowering_and_raising_p_with_runs_in_flight_retires_and_forgets_layouts(
     secured: Secured,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
+    archive = tmp_path / "archive"
     env = cli_env(secured.url, SUBJECTS.prefix, INTERLOCK_CREDS=str(secured.auth.operator))
     operator = secured.operator
     assert "new runs go to 3 partitions (layout 2)" in await _cli(env, "partitions", "set", "3")
@@ -125,6 +128,24 @@ async def test_lowering_and_raising_p_with_runs_in_flight_retires_and_forgets_la
     assert found.made == 3
     for run_id in (*waiting, *ended, later, fresh):
         assert (await InterlockClient(nc, SUBJECTS).state(run_id)).status == "completed"
+    # The ended runs that keep layout 3 are where the live layout does not place them;
+    # archived and deleted, the layout goes.
+    kept = await _cli(env, "partitions", "kept", "--json")
+    assert later in kept["layouts"]["3"]
+    assert set(kept["layouts"]) == {"3"}
+    assert kept["runs"] == len(kept["layouts"]["3"])
+    for run_id in kept["layouts"]["3"]:
+        assert partition_of(run_id, 3) != 0
+        assert (await operator.log.where(run_id))[0] == SUBJECTS.runs_stream
+    listed = await asyncio.to_thread(run_cli, "partitions", "kept", env=env)
+    assert listed.stdout.split() == kept["layouts"]["3"]
+    assert "keep layout(s) 3 in the partition map" in listed.stderr
+    for run_id in kept["layouts"]["3"]:
+        await _cli(env, "runs", "delete", run_id, "--archive-dir", str(archive))
+    assert (archive / f"{later}.jsonl").exists()
+    done = await _cli(env, "partitions", "retire", "--json")
+    assert (done["forgotten"], done["retired_layouts"]) == ([3], [])
+    assert (await _cli(env, "partitions", "kept", "--json")) == {"layouts": {}, "runs": 0}
 
 
 async def _retires(env: dict[str, str], version: int) -> Any:

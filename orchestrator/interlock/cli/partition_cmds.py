@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from interlock.cli.common import EXIT_OK, EXIT_USAGE, CliError
@@ -23,7 +24,8 @@ def add_parsers(sub: Sub) -> None:
         "messages and the orchestrator replica that relays it, and the layouts of the "
         "partition map. 'set N': new runs go to N partitions from now on; runs under way "
         "finish where they are. 'retire': retire the layouts no run in flight needs now "
-        "(the orchestrators do it every 30 s).",
+        "(the orchestrators do it every 30 s). 'kept': the ended runs that keep retired "
+        "layouts in the map.",
     )
     p.add_argument("--json", action="store_true")
     add_connection_flags(p)
@@ -49,6 +51,17 @@ def add_parsers(sub: Sub) -> None:
     r.add_argument("--json", action="store_true")
     add_connection_flags(r)
     r.set_defaults(func=with_client(cmd_partitions_retire))
+    k = verbs.add_parser(
+        "kept",
+        help="the ended runs that keep retired layouts in the map, one run id a line",
+        description="Every stored run that is where no live layout places it: a retired "
+        "layout stays in the map while one of these is stored. Delete them (interlock runs "
+        "delete, with --archive-dir or --archive-bucket to keep a copy) and the next pass "
+        "forgets those layouts. Changes nothing.",
+    )
+    k.add_argument("--json", action="store_true")
+    add_connection_flags(k)
+    k.set_defaults(func=with_client(cmd_partitions_kept))
 
 
 async def cmd_partitions(client: Client, args: argparse.Namespace) -> int:
@@ -168,4 +181,29 @@ async def cmd_partitions_retire(client: Client, args: argparse.Namespace) -> int
         print(f"layout {version} kept: {why}")
     if not (done.retired or done.forgotten or done.kept):
         print("nothing to retire: one layout")
+    return EXIT_OK
+
+
+async def cmd_partitions_kept(client: Client, args: argparse.Namespace) -> int:
+    from interlock.runtime.layouts import kept_by_runs
+
+    kept = await kept_by_runs(client.nc, client.subjects)
+    count = sum(len(runs) for runs in kept.values())
+    if args.json:
+        print_json({"layouts": {str(v): runs for v, runs in kept.items()}, "runs": count})
+        return EXIT_OK
+    for runs in kept.values():
+        for run_id in runs:
+            print(run_id)
+    # The report on stderr: stdout is the run ids alone, for a pipe.
+    if kept:
+        versions = ", ".join(str(v) for v in kept)
+        print(
+            f"{count} ended run(s) keep layout(s) {versions} in the partition map: once they "
+            "are deleted (interlock runs delete RUN_ID, --archive-dir DIR to keep a copy), the "
+            "next pass forgets those layouts",
+            file=sys.stderr,
+        )
+    else:
+        print("no stored run keeps a retired layout", file=sys.stderr)
     return EXIT_OK

@@ -77,6 +77,7 @@ __all__ = [
     "Housekeeping",
     "Retirement",
     "Watch",
+    "kept_by_runs",
     "retire_layouts",
 ]
 
@@ -192,6 +193,26 @@ async def retire_layouts(
         done.map = wanted
         return done
     raise PartitionMapConflict("the partition map kept changing; try again")
+
+
+async def kept_by_runs(nc: Client, subjects: Subjects) -> dict[int, list[str]]:
+    """The stored runs that keep retired layouts in the map, by the oldest retired layout
+    that places each where it is: every run stored where no live layout places it. Once
+    they are all deleted (archived first, where wanted), a pass forgets every retired
+    layout. Changes nothing."""
+    found, _ = await read_map(nc, subjects)
+    if not found.retired:
+        return {}
+    stored = await _stored_runs(nc, subjects, found.streams)
+    live = list(found.layouts)
+    out: dict[int, list[str]] = {}
+    seen: set[str] = set()
+    for layout in found.retired:
+        runs = [r for _, r in _needing(stored, layout, live) if r not in seen]
+        seen.update(runs)
+        if runs:
+            out[layout.version] = runs
+    return out
 
 
 async def _decide(

@@ -60,3 +60,36 @@ def test_over_the_rounds_the_median_is_judged_and_the_rounds_that_met_counted() 
         "over 3 rounds: defaults p99 2.50 x nats-raw "
         "(goal <= 3: met on the median; met in 2 of 3, range 2.00 to 3.10)",
     ]  # the fsync goals were measured in one round only: no line over rounds
+
+
+def _costed(runs_per_s: float, cpu_s: float, orchestrator_s: float) -> dict[str, Any]:
+    cpu = {"orchestrator": orchestrator_s, "worker": cpu_s - orchestrator_s}
+    return {**_result(4.0, 6.0, runs_per_s), "cpu_s_throughput": cpu, "tp_runs": 1000}
+
+
+def test_a_limit_not_binding_is_judged_by_runs_per_second_beside_cpu_per_run() -> None:
+    found = {
+        ("interlock", "r1"): _costed(1000, 2.0, 1.0),
+        ("interlock-limited", "r1"): _costed(950, 2.1, 1.1),  # 0.95, +5%, +10%
+        ("interlock", "r2"): _costed(1000, 2.0, 1.0),
+        ("interlock-limited", "r2"): _costed(800, 2.4, 1.2),  # 0.80, +20%, +20%
+        ("interlock", "r3"): _costed(900, 2.0, 1.0),
+        ("interlock-limited", "r3"): _costed(990, 2.0, 1.05),  # 1.10, +0%, +5%
+    }
+    assert _peers_bench().flow_control_cost(found) == [
+        "run limit (interlock-limited) over 3 rounds: runs/s 0.95 (0.80 to 1.10) x "
+        "interlock, 0.9 or better in 2 of 3; CPU per run +5% (+0% to +20%); "
+        "orchestrator's +10% (+5% to +20%)"
+    ]
+
+
+def test_each_round_starts_one_system_further_on_after_raw_nats() -> None:
+    bench = _peers_bench()
+    systems = [bench.System(name, Path("python"), "x.py") for name in ["n", "a", "b", "c"]]
+    orders = [[s.name for s in bench.in_turn(systems, i)] for i in range(4)]
+    assert orders == [
+        ["n", "a", "b", "c"],
+        ["n", "b", "c", "a"],
+        ["n", "c", "a", "b"],
+        ["n", "a", "b", "c"],
+    ]

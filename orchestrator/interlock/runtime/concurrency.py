@@ -232,15 +232,12 @@ class Slots:
 
     async def _write(self, kv: Any, writes: list[tuple[str, bytes | None, int]]) -> None:
         """Write back what a change made (nothing, one key, or several in one batch), and
-        keep the revisions written."""
+        keep the revisions written. One key is one compare-and-set (about 50 µs of this
+        process's CPU less than the client's ``kv.update``, which decodes its answer as a
+        generic one); several, an atomic batch."""
         if len(self._known) > 8192:
             self._known.clear()
         if not writes:
-            return
-        key, value, last = writes[0]
-        if len(writes) == 1 and value is not None:
-            seq = await (kv.create(key, value) if not last else kv.update(key, value, last=last))
-            self._known[key] = (value, seq)
             return
         # A delete is written with its revision known too: the next change of the key (a
         # limit that empties and fills again, as each run or request of a quiet one does)

@@ -23,6 +23,7 @@ made from a stale read is refused whole and done again.
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -148,8 +149,10 @@ _decode_entry = msgspec.json.Decoder(SlotEntry).decode
 _decode_segment = msgspec.json.Decoder(list[Waiter]).decode
 
 
+@functools.lru_cache(maxsize=4096)
 def entry_key(limit: str, key: str) -> str:
-    """The bucket key of a limit and key (hashed: keys are any text)."""
+    """The bucket key of a limit and key (hashed: keys are any text; remembered, as every
+    take and free of a limit asks it)."""
     first = hashlib.sha256(limit.encode()).hexdigest()[:16]
     second = hashlib.sha256(f"{limit}\0{key}".encode()).hexdigest()[:32]
     return f"{first}.{second}"

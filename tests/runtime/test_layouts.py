@@ -22,7 +22,7 @@ from interlock.runtime.service import Orchestrator
 from interlock.transport.partitions import Layout, PartitionMap, partition_of, read_map
 from interlock.transport.subjects import Subjects
 from support.auth import SUBJECTS, Secured, secured, secured_server  # noqa: F401
-from support.runtime import cli_env, connect, eventually, run_cli
+from support.runtime import WAITER, cli_env, connect, eventually, run_cli
 
 
 def _ids(wanted: Callable[[str], bool], n: int) -> list[str]:
@@ -213,20 +213,6 @@ async def test_replicas_retiring_at_once_and_a_resize_meanwhile_keep_the_map_who
         for other in others:
             await other.close()
         await nc.close()
-
-
-WAITER = """
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: waiter}
-spec:
-  initial_state: wait
-  states:
-    wait:
-      type: human_in_the_loop
-      on: [{event: go, goto: done}]
-    done: {type: terminal, outputs: {ok: true}}
-"""
 
 
 @pytest.mark.asyncio(loop_scope="module")

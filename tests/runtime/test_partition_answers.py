@@ -13,30 +13,14 @@ from interlock.runtime.service import Orchestrator
 from interlock.transport import tasks
 from interlock.transport.partitions import read_map
 from interlock.transport.subjects import Subjects
-from support.runtime import cli_env, connect, run_cli, running_stack
-
-TWO_STEPS = """
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: two-steps}
-spec:
-  initial_state: a
-  states:
-    a:
-      actions: [{capability: echo, input: {step: 1}}]
-      on: [{event: task.completed, goto: b}]
-    b:
-      actions: [{capability: echo, input: {step: 2}}]
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal, outputs: {step: "$.states.b.output.step"}}
-"""
+from support.runtime import TWO_ECHOES, cli_env, connect, run_cli, running_stack
 
 
 async def test_after_two_live_changes_each_answer_is_taken_once_and_none_dead_lettered(
     nats_url: str, subjects: Subjects
 ) -> None:
     env = cli_env(nats_url, subjects.prefix)
-    async with running_stack(nats_url, subjects, [TWO_STEPS]) as stack:
+    async with running_stack(nats_url, subjects, [TWO_ECHOES]) as stack:
         other = Orchestrator(await connect(nats_url), subjects)
         await other.start()
         # What the agent sent by request, to send one again later.

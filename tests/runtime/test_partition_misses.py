@@ -13,20 +13,7 @@ from interlock.runtime.partitioning import set_partitions
 from interlock.transport import partitions as partitions_module
 from interlock.transport.partitions import partition_of
 from interlock.transport.subjects import Subjects
-from support.runtime import TIMEOUT, connect
-
-WAITER = """
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: waiter}
-spec:
-  initial_state: wait
-  states:
-    wait:
-      type: human_in_the_loop
-      on: [{event: go, goto: done}]
-    done: {type: terminal, outputs: {ok: true}}
-"""
+from support.runtime import TIMEOUT, WAITER, connect
 
 
 async def _client(url: str, subjects: Subjects) -> InterlockClient:

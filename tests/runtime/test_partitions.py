@@ -29,21 +29,18 @@ from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.partitions import BadPartitionCount, partition_of, read_map
 from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
-from support.runtime import REPO, TIMEOUT, cli_env, connect, run_cli, running_stack
+from support.runtime import (
+    REPO,
+    TIMEOUT,
+    TWO_ECHOES,
+    WAITER,
+    cli_env,
+    connect,
+    run_cli,
+    running_stack,
+)
 
 SUBWORKFLOW = (REPO / "examples" / "subworkflow.yaml").read_text()
-WAITER = """
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: waiter}
-spec:
-  initial_state: wait
-  states:
-    wait:
-      type: human_in_the_loop
-      on: [{event: go, goto: done}]
-    done: {type: terminal, outputs: {ok: true}}
-"""
 
 
 async def test_a_runs_partition_is_what_the_servers_partition_mapping_gives(
@@ -262,29 +259,12 @@ class _Appends(OrchestratorObserver):
             self.answered.append(run_id)
 
 
-TWO_STEPS = """
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: two-steps}
-spec:
-  initial_state: a
-  states:
-    a:
-      actions: [{capability: echo, input: {step: 1}}]
-      on: [{event: task.completed, goto: b}]
-    b:
-      actions: [{capability: echo, input: {step: 2}}]
-      on: [{event: task.completed, goto: done}]
-    done: {type: terminal, outputs: {step: "$.states.b.output.step"}}
-"""
-
-
 async def test_two_replicas_each_decide_the_answers_of_the_partitions_they_hold(
     nats_url: str, subjects: Subjects
 ) -> None:
     first, second = _Appends(), _Appends()
     async with running_stack(
-        nats_url, subjects, [TWO_STEPS], partitions=4, observers=[first]
+        nats_url, subjects, [TWO_ECHOES], partitions=4, observers=[first]
     ) as stack:
         other = Orchestrator(await connect(nats_url), subjects, observers=[second])
         await other.start()

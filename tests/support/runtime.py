@@ -157,6 +157,37 @@ PARKED = yaml(
 )
 """A run that waits, with no timeout, until ``approval.granted`` completes it."""
 
+WAITER = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: waiter}
+spec:
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal, outputs: {ok: true}}
+"""
+"""A run that waits until a ``go`` signal completes it (outputs ``{ok: true}``)."""
+
+TWO_ECHOES = """
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: two-steps}
+spec:
+  initial_state: a
+  states:
+    a:
+      actions: [{capability: echo, input: {step: 1}}]
+      on: [{event: task.completed, goto: b}]
+    b:
+      actions: [{capability: echo, input: {step: 2}}]
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal, outputs: {step: "$.states.b.output.step"}}
+"""
+"""Two answers of ``echo`` in turn (``{step: 1}``, ``{step: 2}``): outputs ``{step: 2}``."""
+
 
 # --- the test agent ----------------------------------------------------------------------
 

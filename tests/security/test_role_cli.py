@@ -126,8 +126,12 @@ async def test_each_command_does_its_part_or_names_the_permission(
                 what
             )
             if " to " in lines[0]:  # a subject refused, as the server sent it (case and all)
-                subject = lines[0].rsplit(" ", 1)[1]
+                subject = lines[0].split(" to ", 1)[1].split(" ", 1)[0]
                 assert subject.startswith(("$JS.API.", "$KV.", "il.")), what
+            # Whose credential it is, when its role is what refuses it.
+            if role in ("publisher", "agent"):
+                article = "an" if role == "agent" else "a"
+                assert f"({creds} is {article} {role}'s credential: it " in lines[0], what
         else:
             assert code in (0, 1, 3), what  # 3: `result` of a run still going
             assert "permission" not in errs.lower(), what
@@ -158,5 +162,6 @@ async def test_a_publisher_emits_what_it_may_not_and_is_told(secured: Secured) -
     assert code == EXIT_DENIED, (out, errs)
     assert errs.strip() == (
         "interlock: permission denied: this credential may not publish to il.events.other.thing"
+        f" ({creds} is a publisher's credential: it publishes its event types and reads nothing)"
     )
     assert took < 30

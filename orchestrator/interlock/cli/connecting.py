@@ -130,7 +130,7 @@ def with_client(
             found = meaning(exc)
             if found is None or found.exit_code is None:
                 raise
-            raise CliError(found.detail(exc), found.exit_code) from exc
+            raise CliError(found.detail(exc) + _role_hint(exc, args), found.exit_code) from exc
         except ServiceUnavailableError as exc:
             if exc.err_code != NO_JETSTREAM:
                 raise
@@ -147,6 +147,32 @@ def with_client(
             ) from exc
 
     return run
+
+
+_ROLE_USE = {
+    "publisher": "it publishes its event types and reads nothing",
+    "agent": "it serves its capabilities and reads nothing else",
+    "gateway": "it is for the HTTP gateway, interlock gateway",
+}
+"""What a credential of a role other than the operator's is for, said when it is refused."""
+
+
+def _role_hint(exc: Exception, args: argparse.Namespace) -> str:
+    """After a refusal: whose credential this is, when its role explains it."""
+    from interlock.transport.refusals import PermissionRefused
+
+    creds = getattr(args, "creds_file", None) or os.environ.get("INTERLOCK_CREDS")
+    if not isinstance(exc, PermissionRefused) or not creds:
+        return ""
+    from interlock.auth.jwt import creds_tags
+
+    try:
+        roles = [t.removeprefix("role:") for t in creds_tags(creds) if t.startswith("role:")]
+    except (OSError, ValueError):
+        return ""
+    use = _ROLE_USE.get(roles[0]) if roles else None
+    article = "an" if roles[0][0] in "aeiou" else "a"
+    return f" ({creds} is {article} {roles[0]}'s credential: {use})" if use else ""
 
 
 def _credential_hint(failure: str) -> str:

@@ -170,3 +170,17 @@ def test_an_agent_worker_refuses_a_credential_missing_its_capabilities(
     assert done.returncode == 2
     assert "also serves review" in done.stderr
     assert "--capability echo --capability review" in done.stderr
+
+
+def test_keys_made_elsewhere_are_named_with_keys_or_its_variable(tmp_path: Path) -> None:
+    """operations.md makes the keys in ./keys; a later `creds` command without --keys is
+    told where it looked and how to name the folder, and finds them when named."""
+    made = cli("creds", "init", "--keys", "keys", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    lost = cli("creds", "list", cwd=tmp_path)
+    assert lost.returncode != 0
+    assert "no keys in .interlock/keys: name the folder" in lost.stderr
+    assert "with --keys DIR or INTERLOCK_KEYS=DIR" in lost.stderr
+    found = cli("creds", "list", "--json", cwd=tmp_path, INTERLOCK_KEYS="keys")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout) == []

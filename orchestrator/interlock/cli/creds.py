@@ -147,8 +147,9 @@ def _store(args: argparse.Namespace, *, create: bool = False) -> KeyStore:
     store = KeyStore(args.keys or os.environ.get(KEYS_ENV) or DEFAULT_KEYS)
     if not create and not store.exists:
         raise CliError(
-            f"no keys in {store.dir}: run `interlock dev` once, or "
-            f"`interlock creds init --keys {store.dir}`"
+            f"no keys in {store.dir}: name the folder `interlock creds init` made them in "
+            f"with --keys DIR or {KEYS_ENV}=DIR, or make them here (`interlock dev` once, or "
+            f"`interlock creds init --keys {store.dir}`)"
         )
     return store
 

@@ -201,3 +201,60 @@ def test_an_unknown_name_lists_only_what_the_expression_may_read(work: Path) -> 
         f"unknown.yaml:9:55: cel-compile: unknown variable 'tier' in CEL {start}",
         "5 errors",
     ]
+
+
+SCHEMA_AND_CEL = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {namespace: default}
+spec:
+  inputs:
+    customer: {type: string, required: true}
+  priority: 'size(inputs.customer) +'
+  concurrency:
+    - {key: inputs.customer, limit: "two"}
+    - {key: 'customer.name', limit: 1}
+  states:
+    wait:
+      type: human_in_the_loop
+      on:
+        - {guard: "true", goto: done}
+        - {event: go, guard: "data.x >", goto: done}
+    done:
+      type: terminal
+      outputs: {n: "{{ inputs.customer + }}"}
+---
+apiVersion: interlock.io/v1
+kind: AgentDef
+metadata: {name: llm}
+spec:
+  capabilities:
+    - name: llm.complete
+      timeout_seconds: soon
+      concurrency: {limit: 2, key: 'input.account +'}
+"""
+
+
+def test_validate_reports_schema_and_expression_errors_in_one_round(work: Path) -> None:
+    """Each schema error, and the expressions' errors of what the schema left (a limit and
+    a transition it refused are left out; a missing name and first state are stood in
+    for), each where it is written: not the expressions only once the schema is fixed."""
+    (work / "both.yaml").write_text(SCHEMA_AND_CEL)
+    result = interlock("validate", "both.yaml", cwd=work)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "both.yaml:3:11: missing-field: metadata: 'name' is a required property",
+        "both.yaml:5:3: missing-field: spec: 'initial_state' is a required property",
+        "both.yaml:7:36: cel-compile: CEL does not compile: 'size(inputs.customer) +'",
+        "both.yaml:9:37: wrong-type: spec.concurrency.0.limit must be integer, got string",
+        "both.yaml:10:14: cel-compile: unknown variable 'customer' in CEL "
+        "(known: data, event, inputs)",
+        "both.yaml:15:11: missing-field: spec.states.wait.on.0: 'event' is a required property",
+        "both.yaml:16:38: cel-compile: CEL does not compile: 'data.x >'",
+        "both.yaml:19:40: cel-compile: CEL does not compile: 'inputs.customer +'",
+        "both.yaml:27:24: wrong-type: spec.capabilities.0.timeout_seconds must be number, "
+        "got string",
+        "both.yaml:28:51: cel-compile: CEL does not compile: 'input.account +'",
+        "10 errors",
+    ]

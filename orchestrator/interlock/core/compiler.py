@@ -96,7 +96,7 @@ def compile_sources(
         if kind == "Workflow":
             workflow_docs.append(doc)
         elif kind == "AgentDef":
-            agent = _compile_agent(doc, out.diagnostics)
+            agent = _compile_agent(doc, _kept(doc, out.diagnostics))
             if agent is not None:
                 out.agents.append(agent)
                 agent_docs.append(doc)
@@ -118,7 +118,10 @@ def compile_sources(
     seen: dict[tuple[str, str], Document] = {}
     for doc in workflow_docs:
         definition = lower_workflow(
-            doc, out.diagnostics, capabilities if out.capabilities_checked else None, outputs
+            doc,
+            _kept(doc, out.diagnostics),
+            capabilities if out.capabilities_checked else None,
+            outputs,
         )
         if definition is None:
             continue
@@ -139,6 +142,30 @@ def compile_sources(
         out.workflows.clear()
         out.webhooks.clear()
     return out
+
+
+class _Expressions(list[Diagnostic]):
+    """Where a partial document's rules report: only its expressions' errors are kept."""
+
+    def __init__(self, into: list[Diagnostic]) -> None:
+        super().__init__()
+        self._into = into
+
+    def append(self, diagnostic: Diagnostic) -> None:
+        super().append(diagnostic)
+        if diagnostic.rule.startswith("cel-"):
+            self._into.append(diagnostic)
+
+    def extend(self, diagnostics: Iterable[Diagnostic]) -> None:
+        for diagnostic in diagnostics:
+            self.append(diagnostic)
+
+
+def _kept(doc: Document, diags: list[Diagnostic]) -> list[Diagnostic]:
+    """Where the rules of ``doc`` report: ``diags``, or, for a document the schema left
+    partial, a list that passes on its expressions' errors alone (``cel-compile``,
+    ``cel-cost``): the other rules would read what was left out as errors of their own."""
+    return _Expressions(diags) if doc.partial else diags
 
 
 def compile_workflow_text(text: str, path: str = "<manifest>") -> Definition:

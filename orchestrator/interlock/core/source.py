@@ -67,6 +67,10 @@ class Document:
     text: str = ""
     """The document as written: its lines, with the comments above it and in it (not the
     ``---`` that begins it)."""
+    partial: bool = False
+    """Whole objects of it were left out so the rest decodes (a list item or a state the
+    schema refused): only the errors of the expressions left are worth reporting beside
+    the schema's (the other rules would read the gaps as errors of their own)."""
 
     def where(self, path: Path, *, key: bool = False) -> Span:
         """The closest known position for ``path`` (falls back to its parents)."""

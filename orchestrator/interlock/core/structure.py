@@ -78,12 +78,42 @@ def check_structure(doc: Document, diags: list[Diagnostic]) -> str | None:
     if failed:
         # Keep going past structural errors so the rules of the state machine are checked
         # too: drop what is malformed and carry on when what is left still decodes.
-        doc.data = _pruned(data, prune)
+        _prune(doc, prune)
         try:
             msgspec.convert(doc.data, model.KINDS[kind])
         except msgspec.ValidationError:
-            return None
+            # What is left misses a required field (or had one dropped): the objects that
+            # do are dropped too, so the expressions of the rest are still compiled.
+            if not _drop_broken_objects(doc, str(kind)):
+                return None
+            doc.partial = True
     return str(kind)
+
+
+MAX_DROPS = 16
+"""Rounds of dropping broken objects before a document is given up."""
+
+
+def _drop_broken_objects(doc: Document, kind: str) -> bool:
+    """Drop from ``doc.data`` each object the schema still refuses (one missing a required
+    field: a limit without its ``limit``, a transition without its ``event``), in rounds,
+    until it decodes; False when it does not, or when what is broken is the document's
+    ``metadata`` or ``spec`` itself (nothing to check without them)."""
+    for _ in range(MAX_DROPS):
+        paths: list[Path] = []
+        for error in _validator(kind).iter_errors(doc.data):
+            found = list(_offending_paths(error)) or [tuple(error.absolute_path)]
+            if any(len(path) < 2 for path in found) and not _stand_in(doc.data, error):
+                return False
+            paths.extend(path for path in found if len(path) >= 2)
+        if not paths:
+            break
+        _prune(doc, paths)
+    try:
+        msgspec.convert(doc.data, model.KINDS[kind])
+    except msgspec.ValidationError:
+        return False
+    return True
 
 
 def _branch_errors(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
@@ -111,7 +141,55 @@ def _offending_paths(error: jsonschema.ValidationError) -> list[Path]:
     return [path] if path else []
 
 
-def _pruned(data: Any, paths: list[Path]) -> Any:
+def _prune(doc: Document, paths: list[Path]) -> None:
+    """Drop ``paths`` from the document's value; the positions of the list items after a
+    dropped one move up with them, so what is said of the rest points where it stands."""
+    doc.data, popped = _pruned(doc.data, paths)
+    for path in popped:  # (from the back, as they were popped)
+        doc.values = _moved_up(doc.values, path)
+        doc.keys = _moved_up(doc.keys, path)
+
+
+def _stand_in(data: Any, error: jsonschema.ValidationError) -> bool:
+    """For a workflow's missing ``initial_state`` or a missing ``metadata.name``, a value
+    that stands in for it (its first state, a placeholder) so the rest can be checked;
+    False for any other error of the document's ``metadata`` or ``spec`` themselves."""
+    where, instance = tuple(error.absolute_path), error.instance
+    if error.validator != "required" or not isinstance(instance, dict):
+        return False
+    required = error.validator_value if isinstance(error.validator_value, list) else []
+    missing = [k for k in required if k not in instance]
+    states = instance.get("states")
+    if where == ("spec",) and missing == ["initial_state"] and isinstance(states, dict):
+        if not states:
+            return False
+        data["spec"]["initial_state"] = next(iter(states))
+        return True
+    if where == ("metadata",) and missing == ["name"]:
+        data["metadata"]["name"] = "unnamed"
+        return True
+    return False
+
+
+def _moved_up(table: dict[Path, Any], gone: Path) -> dict[Path, Any]:
+    """``table`` (positions by path) once the list item ``gone`` is dropped."""
+    container, index, depth = gone[:-1], gone[-1], len(gone) - 1
+    assert isinstance(index, int)
+    out: dict[Path, Any] = {}
+    for path, span in table.items():
+        at = path[depth] if len(path) > depth and path[:depth] == container else None
+        if isinstance(at, int) and at == index:
+            continue
+        if isinstance(at, int) and at > index:
+            out[(*container, at - 1, *path[depth + 1 :])] = span
+        else:
+            out[path] = span
+    return out
+
+
+def _pruned(data: Any, paths: list[Path]) -> tuple[Any, list[Path]]:
+    """A copy of ``data`` without ``paths``, and the list items dropped, in that order."""
+    popped: list[Path] = []
     copy = json.loads(json.dumps(data, default=str))
     # Children before their parent and list items from the back (item 10 before item 9, as
     # numbers), so earlier deletions move nothing later: the paths in reverse order. Two
@@ -129,7 +207,8 @@ def _pruned(data: Any, paths: list[Path]) -> Any:
             parent.pop(path[-1], None)
         elif isinstance(parent, list) and isinstance(path[-1], int) and path[-1] < len(parent):
             parent.pop(path[-1])
-    return copy
+            popped.append(path)
+    return copy, popped
 
 
 def _schema_diagnostics(doc: Document, error: jsonschema.ValidationError) -> list[Diagnostic]:

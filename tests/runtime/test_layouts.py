@@ -8,6 +8,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from nats.js.errors import NotFoundError
 
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.layouts import Housekeeping, _needing, retire_layouts
+from interlock.runtime.layoutwatch import RECOUNT_S
 from interlock.runtime.ownership import owners
 from interlock.runtime.partitioning import set_partitions
 from interlock.runtime.service import Orchestrator
+from interlock.transport.clock import utc_now
 from interlock.transport.partitions import Layout, PartitionMap, partition_of, read_map
 from interlock.transport.subjects import Subjects
 from support.auth import SUBJECTS, Secured, secured, secured_server  # noqa: F401
@@ -294,7 +297,15 @@ async def test_housekeeping_lists_the_stored_runs_only_when_a_run_ended_or_was_d
     found = await passes(2, 1)  # it ended: listed, retired
     assert [x.version for x in found.retired] == [2]
     await passes(2, 2)
+    # A count older than RECOUNT_S is listed again once a run was deleted since (a
+    # deletion that raced its listing is never read), whatever the count left.
+    counted = time.time_ns() - int((RECOUNT_S + 1) * 1e9)
+    old = (await retire_layouts(nc, subjects, grace=0, now=utc_now(counted))).watch
+    assert old is not None
+    assert old.ended == {2: 2}
+    assert await old.changed(nc, subjects, datetime.now(UTC)) == ""
     await client.delete(ended, await client.read(ended), None)
+    assert "deleted since they were counted" in await old.changed(nc, subjects, datetime.now(UTC))
     await passes(2, 3)  # one deletion read: one of its two runs is left
     await client.delete(waiting, await client.read(waiting), None)
     found = await passes(3, 3)  # none left: listed, forgotten

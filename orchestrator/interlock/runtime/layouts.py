@@ -27,45 +27,38 @@ Layouts are taken one at a time, oldest first, each against the ones left, so tw
 that place a run in the same partition never both go while the run is there.
 
 A pass lists every stored run, so an orchestrator's passes (:class:`Housekeeping`) list
-them only when something that could change the map's outcome did. A pass leaves a
-:class:`Watch`: the map's revision it judged, the runs in flight that kept a layout live
-(once a layout stops placing runs, no new run needs it: only these can end), the moment a
-layout kept for its grace may go, and per retired layout the number of stored runs only it
-places (only deleting runs lowers it: each deletion is in the audit stream, read from where
-the pass left it). The next pass checks those (a map read, one audit stream info, an exact
-read of each run in flight until one still is, one read per run deleted since) and lists
-again only when the map changed, a grace ran out, a relay had messages left, the runs in
-flight that kept a layout have all ended, or a retired layout's count reached zero. The
-watch only says when to look; the full pass decides, so a watch that is wrong (a run
-deleted by other means than retention or ``interlock runs delete``) delays a change to the
-map, never makes a wrong one, and each process's first pass lists.
+them only when its :class:`~interlock.runtime.layoutwatch.Watch` says something that could
+change the outcome did (:mod:`interlock.runtime.layoutwatch`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import msgspec
 from nats.aio.client import Client
 
-from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
 from interlock.core.vocabulary import InterlockError
+from interlock.runtime.layoutwatch import (
+    READS_AT_ONCE,
+    Watch,
+    api,
+    last_deleted,
+    only_by,
+    run_ended,
+)
 from interlock.transport.clock import utc_now
 from interlock.transport.errors import JetStreamAPIError
-from interlock.transport.natsclient import js_api
 from interlock.transport.partitions import (
     PLACE_FRESH_S,
     Layout,
     PartitionMap,
     PartitionMapConflict,
-    partition_of,
     read_map,
     write_map,
 )
@@ -89,10 +82,7 @@ RETIRE_GRACE_S = 60.0
 HOUSEKEEPING_S = 30.0
 """How often an orchestrator looks for layouts to retire (while the map has more than one);
 it lists the stored runs only when its :class:`Watch` says something changed."""
-_TIMEOUT = 5.0
 _ATTEMPTS = 5
-_READS_AT_ONCE = 64
-_TERMINAL = tuple(t.encode() for t in ev.TERMINAL_TYPES)
 assert PLACE_FRESH_S < RETIRE_GRACE_S
 
 
@@ -110,61 +100,6 @@ class Retirement:
     """What the next pass looks at before it lists the stored runs (None: one layout)."""
 
 
-@dataclass(slots=True)
-class Watch:
-    """What can make a pass after this one change the map (see the module)."""
-
-    revision: int
-    """The revision of the map the pass left."""
-    deleted: int
-    """The audit stream's last sequence before the pass listed the runs."""
-    grace_ends: datetime | None = None
-    """The earliest moment a layout kept for its grace may go."""
-    busy: bool = False
-    """A layout was kept for a relay with messages left."""
-    in_flight: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
-    """Live layout version -> the runs in flight that kept it (partition, run id)."""
-    ended: dict[int, int] = field(default_factory=dict)
-    """Retired layout version -> the stored runs only it places (deletions lower it)."""
-
-    def grace(self, ends: datetime) -> None:
-        self.grace_ends = ends if self.grace_ends is None else min(self.grace_ends, ends)
-
-    async def changed(self, nc: Client, subjects: Subjects, now: datetime) -> str:
-        """Why a pass may change the map now (empty: it would change nothing). Brings the
-        watch up to date with what it reads (runs ended, runs deleted)."""
-        found, revision = await read_map(nc, subjects)
-        if revision != self.revision:
-            return "the partition map changed"
-        if self.busy:
-            return "a relay had messages left to act on"
-        if self.grace_ends is not None and now >= self.grace_ends:
-            return "a layout's grace ran out"
-        for version, runs in self.in_flight.items():
-            self.in_flight[version] = left = await _still_in_flight(nc, subjects, runs)
-            if not left:
-                return f"the runs in flight layout {version} kept have ended"
-        if self.ended:
-            return await self._deletions(nc, subjects, found)
-        return ""
-
-    async def _deletions(self, nc: Client, subjects: Subjects, found: PartitionMap) -> str:
-        last = await _last_deleted(nc, subjects)
-        deleted, self.deleted = await _deleted_runs(nc, subjects, self.deleted, last), last
-        every = (*found.layouts, *found.retired)
-        for layout in found.retired:
-            if layout.version not in self.ended:
-                continue
-            others = [x for x in every if x is not layout]
-            self.ended[layout.version] -= sum(
-                _only_by(run_id, partition_of(run_id, layout.count), layout, others)
-                for run_id in deleted
-            )
-            if self.ended[layout.version] <= 0:
-                return f"the runs only layout {layout.version} places were deleted"
-        return ""
-
-
 async def retire_layouts(
     nc: Client, subjects: Subjects, *, grace: float = RETIRE_GRACE_S, now: str | None = None
 ) -> Retirement:
@@ -176,9 +111,10 @@ async def retire_layouts(
         done = Retirement(map=found)
         if found.single:
             return done
-        watch = Watch(revision, await _last_deleted(nc, subjects))
+        now = now or utc_now()
+        watch = Watch(revision, await last_deleted(nc, subjects), listed=_utc(now))
         stored = await _stored_runs(nc, subjects, found.streams)
-        wanted = await _decide(nc, subjects, found, stored, grace, now or utc_now(), done, watch)
+        wanted = await _decide(nc, subjects, found, stored, grace, now, done, watch)
         done.watch = watch
         if wanted == found:
             return done
@@ -226,12 +162,12 @@ async def _decide(
     watch: Watch,
 ) -> PartitionMap:
     live, retired = list(found.layouts), list(found.retired)
-    limit = parse_time(now).replace(tzinfo=UTC) - timedelta(seconds=grace)
+    limit = _utc(now) - timedelta(seconds=grace)
     for i, layout in enumerate(found.layouts[:-1]):
         after = found.layouts[i + 1].since
-        if after and parse_time(after).replace(tzinfo=UTC) > limit:
+        if after and _utc(after) > limit:
             done.kept[layout.version] = f"replaced less than {grace:g} s ago"
-            watch.grace(parse_time(after).replace(tzinfo=UTC) + timedelta(seconds=grace))
+            watch.grace(_utc(after) + timedelta(seconds=grace))
             continue
         others = [x for x in live if x is not layout]
         runs = _needing(stored, layout, others)
@@ -270,6 +206,10 @@ async def _decide(
     )
 
 
+def _utc(time: str) -> datetime:
+    return parse_time(time).replace(tzinfo=UTC)
+
+
 def _needing(
     stored: dict[int, list[str]], layout: Layout, others: list[Layout]
 ) -> list[tuple[int, str]]:
@@ -279,15 +219,8 @@ def _needing(
         for p, ids in stored.items()
         if p < layout.count
         for run_id in ids
-        if _only_by(run_id, p, layout, others)
+        if only_by(run_id, p, layout, others)
     ]
-
-
-def _only_by(run_id: str, p: int, layout: Layout, others: list[Layout]) -> bool:
-    """Whether ``layout`` places the run in partition ``p`` and none of ``others`` does."""
-    return partition_of(run_id, layout.count) == p and all(
-        partition_of(run_id, x.count) != p for x in others
-    )
 
 
 async def _stored_runs(nc: Client, subjects: Subjects, streams: int) -> dict[int, list[str]]:
@@ -311,7 +244,7 @@ async def _subjects(nc: Client, stream: str, filter_: str) -> list[str]:
     while True:
         body = {"subjects_filter": filter_, "offset": len(found)}
         try:
-            info = await _api(nc, f"STREAM.INFO.{stream}", body)
+            info = await api(nc, f"STREAM.INFO.{stream}", body)
         except JetStreamAPIError as exc:
             if exc.code == 404:
                 return list(found)
@@ -331,83 +264,13 @@ async def _in_flight(
     nc: Client, subjects: Subjects, runs: list[tuple[int, str]]
 ) -> list[tuple[int, str]]:
     """The runs of ``runs`` whose log's last record is not a run's end."""
-    gate = asyncio.Semaphore(_READS_AT_ONCE)
+    gate = asyncio.Semaphore(READS_AT_ONCE)
     out: list[tuple[int, str]] = []
-    for i in range(0, len(runs), _READS_AT_ONCE * 16):  # bounded memory however many
-        some = runs[i : i + _READS_AT_ONCE * 16]
-        results = await asyncio.gather(*(_ended(nc, subjects, gate, p, r) for p, r in some))
+    for i in range(0, len(runs), READS_AT_ONCE * 16):  # bounded memory however many
+        some = runs[i : i + READS_AT_ONCE * 16]
+        results = await asyncio.gather(*(run_ended(nc, subjects, gate, p, r) for p, r in some))
         out += [run for run, done in zip(some, results, strict=True) if not done]
     return out
-
-
-async def _still_in_flight(
-    nc: Client, subjects: Subjects, runs: list[tuple[int, str]]
-) -> list[tuple[int, str]]:
-    """``runs`` without those at its head that have ended: read a few at a time, up to
-    the first few found in flight (what has ended since, and a few reads more)."""
-    gate = asyncio.Semaphore(_READS_AT_ONCE)
-    for i in range(0, len(runs), _READS_AT_ONCE):
-        some = runs[i : i + _READS_AT_ONCE]
-        results = await asyncio.gather(*(_ended(nc, subjects, gate, p, r) for p, r in some))
-        if not all(results):
-            left = [run for run, done in zip(some, results, strict=True) if not done]
-            return left + runs[i + _READS_AT_ONCE :]
-    return []
-
-
-async def _ended(
-    nc: Client, subjects: Subjects, gate: asyncio.Semaphore, p: int, run_id: str
-) -> bool:
-    """Whether the run's log ends with a run's end (or is gone)."""
-    stream = subjects.runs_stream_of(p)
-    api = f"{js_api(nc)}.DIRECT.GET.{stream}.{subjects.run_in(run_id, p)}"
-    async with gate:
-        msg = await nc.request(api, b"", timeout=_TIMEOUT)
-    status = (msg.headers or {}).get("Status")
-    if status == "404":
-        return True  # deleted since it was listed
-    if status:
-        raise JetStreamAPIError(f"DIRECT.GET.{stream}", {"code": int(status)})
-    # A batch of records whose last is a run's end (a message that is not records is
-    # not one: the run is taken to be in flight).
-    if not any(t in msg.data for t in _TERMINAL):
-        return False
-    try:
-        batch = ev.decode_batch(msg.data)
-    except Exception:  # noqa: BLE001
-        return False
-    return bool(batch) and ev.record_type(batch[-1]) in ev.TERMINAL_TYPES
-
-
-async def _last_deleted(nc: Client, subjects: Subjects) -> int:
-    """The audit stream's last sequence (0: none, or no audit stream)."""
-    try:
-        info = await _api(nc, f"STREAM.INFO.{subjects.audit_stream}")
-    except JetStreamAPIError as exc:
-        if exc.code == 404:
-            return 0
-        raise
-    return int((info.get("state") or {}).get("last_seq", 0))
-
-
-async def _deleted_runs(nc: Client, subjects: Subjects, after: int, last: int) -> list[str]:
-    """The runs whose deletion the audit stream recorded after sequence ``after``, up to
-    ``last``: one read per deletion."""
-    deleted: list[str] = []
-    seq = after + 1
-    while seq <= last:
-        body = {"seq": seq, "next_by_subj": subjects.audit_deletions}
-        try:
-            got = (await _api(nc, f"STREAM.MSG.GET.{subjects.audit_stream}", body))["message"]
-        except JetStreamAPIError as exc:
-            if exc.code == 404:
-                break  # no more
-            raise
-        if int(got["seq"]) > last:
-            break
-        deleted.append(subjects.run_id_of(got["subject"]))
-        seq = int(got["seq"]) + 1
-    return deleted
 
 
 async def _unrelayed(nc: Client, subjects: Subjects, partitions: range) -> str:
@@ -415,7 +278,7 @@ async def _unrelayed(nc: Client, subjects: Subjects, partitions: range) -> str:
     for p in partitions:
         stream = subjects.runs_stream_of(p)
         try:
-            info = await _api(nc, f"CONSUMER.INFO.{stream}.relay")
+            info = await api(nc, f"CONSUMER.INFO.{stream}.relay")
         except JetStreamAPIError as exc:
             if exc.code == 404:
                 continue  # never relayed: nothing to act on
@@ -424,16 +287,6 @@ async def _unrelayed(nc: Client, subjects: Subjects, partitions: range) -> str:
         if left:
             return f"partition {p}'s relay has {left} message(s) to act on"
     return ""
-
-
-async def _api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    payload = json.dumps(body).encode() if body is not None else b""
-    reply = json.loads((await nc.request(f"{js_api(nc)}.{what}", payload, timeout=_TIMEOUT)).data)
-    error = reply.get("error")
-    if error:
-        raise JetStreamAPIError(what, error)
-    result: dict[str, Any] = reply
-    return result
 
 
 class Housekeeping:

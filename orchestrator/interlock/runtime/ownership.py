@@ -57,6 +57,7 @@ from nats.errors import NoRespondersError
 
 from interlock.transport.clock import utc_now
 from interlock.transport.directget import read_messages
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.orchestrator")
@@ -84,7 +85,7 @@ async def redeliver_now(nc: Client, stream: str, consumer: str = "relay") -> int
     version = nc.connected_server_version
     if (version.major, version.minor) < _RESETS:
         return 0
-    api = f"$JS.API.CONSUMER.%s.{stream}.{consumer}"
+    api = f"{js_api(nc)}.CONSUMER.%s.{stream}.{consumer}"
     try:
         info = json.loads((await nc.request(api % "INFO", b"", timeout=_TIMEOUT)).data)
         pending = int(info.get("num_ack_pending") or 0)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nats.js.object_store import ObjectStore
 
-from interlock.transport.objects import stream_of
+from interlock.transport.objects import store_object, stream_of
 from interlock.transport.subjects import Subjects
 from support.gateway import gateway_stack
 from support.runtime import yaml
@@ -53,7 +53,7 @@ async def test_a_damaged_stored_object_is_a_problem_naming_it(
         names = [o.name for o in await store.list() if o.name.startswith(f"{run_id}.")]
         assert names, "the input was not stored by reference"
         for name in names:  # same name, other bytes: the digest no longer matches
-            await store.put(name, b'"' + b"x" * SIZE + b'"')
+            await store_object(gs.stack.js, bucket, name, b'"' + b"x" * SIZE + b'"')
 
         for path in (
             f"/runs/{run_id}/explain",

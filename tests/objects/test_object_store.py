@@ -7,10 +7,9 @@ import os
 
 import pytest
 from nats.aio.client import Client
-from nats.js.object_store import ObjectStore
 
 from interlock.core.objects import ObjectError, ObjectRef, parse_ref
-from interlock.transport.objects import Objects, stream_of
+from interlock.transport.objects import Objects, store_object, stream_of
 from interlock.transport.subjects import Subjects
 
 
@@ -36,7 +35,7 @@ async def test_an_object_replaced_under_its_name_is_refused(nc: Client, subjects
     ref = await objects.put_value(bucket, {"score": 9})
     parsed = parse_ref(ref)
     # Whoever can write the bucket puts other bytes under the same name.
-    await ObjectStore(bucket, stream_of(bucket), objects.js).put(parsed.name, b'{"score": 1}')
+    await store_object(objects.js, bucket, parsed.name, b'{"score": 1}')
     with pytest.raises(ObjectError, match="digest mismatch"):
         await objects.get_value(parsed)
 

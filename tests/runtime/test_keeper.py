@@ -108,20 +108,22 @@ async def test_an_installation_from_before_the_keeper_gets_its_subject(
     nc = await connect(ConnectOptions.resolve(nats_url))
     try:
         js = jetstream(nc)
-        # The task stream as it was made before: tasks only, no rollup.
+        # The task stream as it was made before: tasks only (and rollups, as a later
+        # layout had them for the keeper).
         await js.add_stream(
             StreamConfig(
                 name=subjects.tasks_stream,
                 subjects=[subjects.capabilities_all],
                 retention=RetentionPolicy.WORK_QUEUE,
                 duplicate_window=120,
+                allow_rollup_hdrs=True,
             )
         )
         await js.publish(subjects.capability("echo"), b"queued before")
         await provision(js, subjects)
         config = (await js.stream_info(subjects.tasks_stream)).config
         assert config.subjects == [subjects.capabilities_all, subjects.tasks_keeper]
-        assert config.allow_rollup_hdrs
+        assert not config.allow_rollup_hdrs  # the keeper is purged, not rolled up
         assert await _held(nc, subjects, subjects.capabilities_all) == 1  # the task kept
     finally:
         await nc.close()

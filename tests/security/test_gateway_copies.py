@@ -1,10 +1,10 @@
 """What a gateway credential of the orchestrator's account (as ``interlock creds issue
 gateway`` made them before gateways had accounts of their own) can have the server write
-where it may not: a direct get answers with the stored message,
-headers and all, on the reply subject the requester names, so a message the gateway
-stored with ``Nats-Rollup: all`` (an upload's meta: object buckets take rollups) and then
-asked for by a direct get with a bucket key as the reply subject reaches that bucket as a
-rollup. It wiped every key of the workflows bucket. No key-value bucket takes a rollup
+where it may not: a direct get answers with the stored message, headers and all, on the
+reply subject the requester names, so a message stored with ``Nats-Rollup: all`` (an
+upload's meta, when object buckets took rollups; a party's in its own bucket, which still
+does) and then asked for by a direct get with a bucket key as the reply subject reaches
+that bucket as a rollup. It wiped every key of the workflows bucket. No key-value bucket takes a rollup
 now: the copy is refused and every key stays. (The gateway of its own account reaches no
 bucket this way at all: tests/security/test_gateway_account.py.)"""
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from test_rollup_copies import party_rollup
 
 from interlock.auth.roles import Role
 from support.auth import (
@@ -50,17 +51,13 @@ async def test_a_rollup_copied_onto_a_bucket_key_wipes_nothing(secured: Secured)
     shared_account_user(secured.auth.keys, Role("gateway"), "copying-gateway", creds)
     refusals = Refusals()
     nc = await plain_client(secured.url, creds, refusals)
-    uploads = SUBJECTS.uploads_bucket
-    stored = f"$O.{uploads}.M.rolling"
+    # The rollup is stored where rollups are taken: a party's own bucket (the uploads
+    # bucket, where the gateway stored it before, takes none now).
+    stream, subject = await party_rollup(secured)
     try:
-        ack = await nc.request(stored, b"{}", timeout=5, headers={"Nats-Rollup": "sub"})
-        assert b'"seq"' in ack.data, ack.data  # stored, the header with it
-        await nc.request(f"$O.{uploads}.M.all", b"{}", timeout=5, headers={"Nats-Rollup": "all"})
         for bucket in targets:
             await nc.publish(
-                f"$JS.API.DIRECT.GET.OBJ_{uploads}.$O.{uploads}.M.all",
-                b"",
-                reply=f"$KV.{bucket}.zz-copied",
+                f"$JS.API.DIRECT.GET.{stream}.{subject}", b"", reply=f"$KV.{bucket}.zz-copied"
             )
         await nc.flush()
     finally:

@@ -66,7 +66,7 @@ async def test_provision_creates_everything(js: JetStreamContext, subjects: Subj
     tasks = (await js.stream_info(subjects.tasks_stream)).config
     assert tasks.retention == RetentionPolicy.WORK_QUEUE
     assert tasks.subjects == [subjects.capabilities_all, subjects.tasks_keeper]
-    assert tasks.allow_rollup_hdrs
+    assert not tasks.allow_rollup_hdrs  # one `Nats-Rollup: all` would drop every task
     dlq = (await js.stream_info(subjects.dead_letter_stream)).config
     assert dlq.max_age == 14 * 86400
     timers = (await js.stream_info(subjects.timers_stream)).config

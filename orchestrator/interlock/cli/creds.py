@@ -85,6 +85,12 @@ def _add_issue(creds_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="publisher: event types it may publish, '*' one word, '>' the rest "
         "(repeat for several), e.g. 'acme.>'",
     )
+    q.add_argument(
+        "--upload-limit",
+        metavar="SIZE",
+        help="agent, publisher: the bytes its own object bucket holds at most (large "
+        "answers and events), e.g. 4GiB (default 1GiB); a put past it is refused",
+    )
     q.add_argument("--name", help="a name to list and revoke it by (default from the role)")
     q.add_argument("--prefix", help="subject prefix (env INTERLOCK_PREFIX; default il)")
     q.add_argument("-o", "--output", metavar="FILE", required=True, help="the creds file")
@@ -188,6 +194,9 @@ def cmd_issue(args: argparse.Namespace) -> int:
         raise CliError("a publisher credential needs at least one --events pattern")
     if args.role != "publisher" and args.events:
         raise CliError("--events is for publisher credentials")
+    if args.upload_limit is not None and args.role not in ("agent", "publisher"):
+        raise CliError("--upload-limit is for agent and publisher credentials")
+    limit = _upload_limit(args.upload_limit)
     if os.path.exists(args.output) and not args.force:
         raise CliError(f"{args.output} exists (--force replaces it)")
     store = _store(args)
@@ -197,6 +206,10 @@ def cmd_issue(args: argparse.Namespace) -> int:
         text, record = store.issue(role, Subjects(prefix), name=args.name)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    if limit is not None and record.account is not None:
+        from interlock.auth.buckets import set_upload_limit
+
+        set_upload_limit(store, record.account, limit)
     try:
         write_secret(args.output, text)
     except OSError as exc:
@@ -209,6 +222,21 @@ def cmd_issue(args: argparse.Namespace) -> int:
         raise CliError(
             f"{args.output} is written, but works only once its account reaches the servers: {exc}"
         ) from exc
+
+
+def _upload_limit(text: str | None) -> int | None:
+    """``--upload-limit`` as bytes (None: not given), checked before anything is made."""
+    if text is None:
+        return None
+    from interlock.transport.objects import parse_bytes
+
+    try:
+        limit = parse_bytes(text)
+    except ValueError as exc:
+        raise CliError(f"--upload-limit: {exc}") from exc
+    if limit < 1 << 20:
+        raise CliError(f"--upload-limit {text}: at least 1MiB")
+    return limit
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 import interlock_agents
-from interlock.auth.buckets import PARTY_MAX_AGE_S, party_buckets
+from interlock.auth.buckets import bucket_limits, ensure_party_bucket, party_buckets
 from interlock.auth.dev import DEFAULT_DATA_DIR, DevAuth, prepare, record_context
 from interlock.runtime import eventloop
 from interlock.runtime.client import InterlockClient
@@ -75,8 +75,9 @@ async def start_stack(
     client = InterlockClient(nc, opts.subjects)
     await client.ensure_provisioned()
     if auth is not None:  # each agent's and publisher's own object bucket
+        limits = bucket_limits(auth.keys)
         for bucket in party_buckets(auth.keys.issued()):
-            await client.payloads.objects.ensure_bucket(bucket, max_age_s=PARTY_MAX_AGE_S)
+            await ensure_party_bucket(client.payloads.objects, bucket, limits.get(bucket))
     if agents:
         sources = [(f"<{name}>", interlock_agents.manifest_text(name)) for name in REFERENCE]
         result = await client.apply(sources)

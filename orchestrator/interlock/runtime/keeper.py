@@ -12,11 +12,13 @@ run of the benchmarks' approval workflow made one after another (docs/performanc
 A message on ``Subjects.tasks_keeper``, a subject of the stream no consumer reads, keeps
 the last block from ever draining. The server starts a new block once the last one is
 full, where the keeper is no longer, so the keeper is written again every ``EVERY_S``
-seconds while tasks are dispatched: with ``Nats-Rollup: sub``, which leaves the subject one
-message (the newest), however many orchestrator replicas write it. Only the orchestrator
-may publish on that subject (the other roles' permissions do not reach it). Losing the
-keeper costs nothing but the server's work it saves, so a write that fails is logged and
-tried again at the next turn.
+seconds while tasks are dispatched, and the subject is then purged but for its newest
+message, so it holds one however many orchestrator replicas write it. Not by
+``Nats-Rollup: sub``: the stream takes no rollups, since one message stored there with
+``Nats-Rollup: all`` (a copy a direct get writes where its requester says, say) would drop
+every queued task. Only the orchestrator may publish on that subject and purge the stream
+(the other roles' permissions do not reach them). Losing the keeper costs nothing but the
+server's work it saves, so a write that fails is logged and tried again at the next turn.
 """
 
 from __future__ import annotations
@@ -36,8 +38,6 @@ log = logging.getLogger("interlock.keeper")
 EVERY_S = 10.0
 """Seconds between writes of the keeper while tasks are dispatched."""
 
-ROLLUP = {"Nats-Rollup": "sub"}
-
 
 class TaskQueueKeeper:
     """Writes the keeper when started, then every ``every`` seconds in which
@@ -52,6 +52,7 @@ class TaskQueueKeeper:
         every: float = EVERY_S,
     ) -> None:
         self._js = jetstream(nc)
+        self._stream = subjects.tasks_stream
         self._subject = subjects.tasks_keeper
         self._dispatched = dispatched
         self._every = every
@@ -81,7 +82,8 @@ class TaskQueueKeeper:
 
     async def _write(self) -> bool:
         try:
-            await self._js.publish(self._subject, b"", headers=ROLLUP)
+            await self._js.publish(self._subject, b"")
+            await self._js.purge_stream(self._stream, subject=self._subject, keep=1)
         # Best effort: without it the server only works harder.
         except Exception as exc:  # noqa: BLE001
             log.debug("could not write the task queue's keeper: %s", exc)

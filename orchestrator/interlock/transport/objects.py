@@ -1,8 +1,13 @@
 """Payloads by reference in JetStream object buckets: storing a payload, loading it back
 checked against its digest and a bound, and deleting it.
 
-Writing goes through nats-py's object store (``ObjectStore.put``: 128 KiB chunks, then the
-meta message, both with publish acknowledgements). Reading is by batched direct gets of
+Writing follows the object store's layout (ADR-20: 128 KiB chunks on ``$O.<bucket>.C.<nuid>``,
+then the meta message on ``$O.<bucket>.M.<name>``, each with a publish acknowledgement), but
+the meta goes without ``Nats-Rollup: sub``: the orchestrator's buckets take no rollups (a
+message stored with ``Nats-Rollup: all`` purges every object of its bucket, and a user of
+the orchestrator's account can have a direct get copy one there). A name is its bytes'
+digest, so a meta is written once per name; one written over a damaged one is the newest,
+which is what readers take. Reading is by batched direct gets of
 the same layout (the meta message of ``$O.<bucket>.M.<name>``, then the chunks of
 ``$O.<bucket>.C.<nuid>``), for two reasons: it makes no consumer (nats-py's ``get`` makes
 an ordered push consumer per read, which the gateway's and the parties' permissions do not
@@ -15,17 +20,20 @@ under the same name is refused, never taken for the one the log meant.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client
-from nats.js import api
-from nats.js.errors import BadRequestError, NotFoundError, ObjectNotFoundError
+from nats.js import JetStreamContext, api
+from nats.js.errors import APIError, BadRequestError, NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
+from nats.nuid import NUID
 
 from interlock.core.objects import (
     ObjectError,
@@ -49,7 +57,14 @@ bytes has at most ``ceil(size / MIN_CHUNK_BYTES)`` chunks (NATS clients cut 128 
 A party writes its own bucket's chunks and meta, and the meta says how many chunks to
 read: without a bound, a few bytes' reference to a meta of a million empty chunks made
 every event naming it cost a read of all of them."""
+CHUNK_BYTES = 128 * 1024
+"""The chunks an object is cut into (as NATS object store clients cut them)."""
 _TIMEOUT = 10.0
+_NUID = NUID()
+
+
+class BucketFull(ObjectError):
+    """An object bucket holds as many bytes as it may (its ``max_bytes``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +117,63 @@ def stream_of(bucket: str) -> str:
     return f"OBJ_{bucket}"
 
 
+def bucket_config(
+    bucket: str,
+    *,
+    replicas: int = 1,
+    max_age_s: float | None = None,
+    max_bytes: int | None = None,
+    rollups: bool = False,
+) -> api.StreamConfig:
+    """The stream of an object bucket, laid out as NATS object store clients expect
+    (ADR-20), with or without rollups (see :meth:`Objects.ensure_bucket`)."""
+    return api.StreamConfig(
+        name=stream_of(bucket),
+        description="Interlock payloads kept by reference",
+        subjects=[f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        discard=api.DiscardPolicy.NEW,
+        num_replicas=replicas,
+        max_age=max_age_s or 0,
+        max_bytes=max_bytes or -1,
+        allow_rollup_hdrs=rollups,
+        allow_direct=True,
+    )
+
+
+def _chunks(bucket: str, nuid: str) -> str:
+    return f"$O.{bucket}.C.{nuid}"
+
+
+def _full(exc: APIError) -> bool:
+    """Whether JetStream refused a write because the stream holds its ``max_bytes``."""
+    return "maximum bytes" in (exc.description or "").lower()
+
+
+async def store_object(js: JetStreamContext, bucket: str, name: str, data: bytes) -> None:
+    """Write ``data`` as the object ``name`` of ``bucket``: its chunks on a new nuid, then
+    its meta, without ``Nats-Rollup`` (the newest meta of a name is the object). Chunks
+    sent before a refusal stay until their age (a party's credential may not purge)."""
+    nuid = _NUID.next().decode()
+    chunks = _chunks(bucket, nuid)
+    count = 0
+    for start in range(0, len(data), CHUNK_BYTES):
+        await js.publish(chunks, data[start : start + CHUNK_BYTES])
+        count += 1
+    info = api.ObjectInfo(
+        name=name,
+        bucket=bucket,
+        nuid=nuid,
+        size=len(data),
+        chunks=count,
+        digest=digest_of(data),
+        mtime=datetime.now(UTC).isoformat(),
+        options=api.ObjectMetaOptions(max_chunk_size=CHUNK_BYTES),
+    )
+    await js.publish(_meta_subject(bucket, name), json.dumps(info.as_dict()).encode())
+
+
 def _meta_subject(bucket: str, name: str) -> str:
     return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
 
@@ -115,25 +187,44 @@ class Objects:
         self.max_bytes = max_bytes
 
     async def ensure_bucket(
-        self, bucket: str, *, replicas: int = 1, max_age_s: float | None = None
+        self,
+        bucket: str,
+        *,
+        replicas: int = 1,
+        max_age_s: float | None = None,
+        max_bytes: int | None = None,
+        rollups: bool = False,
     ) -> None:
         """Make the bucket if it is missing (the orchestrator's and operators' accounts),
-        its objects kept ``max_age_s`` seconds (None: until deleted)."""
+        its objects kept ``max_age_s`` seconds (None: until deleted), at most ``max_bytes``
+        bytes in all (None: no bound; a put past it is refused, :class:`BucketFull`).
+
+        ``rollups``: whether the bucket takes ``Nats-Rollup`` (a party's own bucket does:
+        NATS object store clients put a meta with ``Nats-Rollup: sub``; one with ``all``
+        there purges that party's objects only). A bucket that exists is brought to these
+        settings where it differs in them (a task-input bucket made when every object
+        bucket took rollups, a party's whose bound changed)."""
+        config = bucket_config(
+            bucket, replicas=replicas, max_age_s=max_age_s, max_bytes=max_bytes, rollups=rollups
+        )
         try:
-            await self.js.stream_info(stream_of(bucket))
+            info = await self.js.stream_info(stream_of(bucket))
         except NotFoundError:
             try:
-                await self.js.create_object_store(
-                    bucket,
-                    api.ObjectStoreConfig(
-                        bucket=bucket,
-                        description="Interlock payloads kept by reference",
-                        replicas=replicas,
-                        ttl=max_age_s,
-                    ),
-                )
+                info = await self.js.add_stream(config)
             except BadRequestError:  # made meanwhile by another process
-                await self.js.stream_info(stream_of(bucket))
+                info = await self.js.stream_info(stream_of(bucket))
+        have = info.config
+        if (
+            bool(have.allow_rollup_hdrs) != rollups
+            or (have.max_bytes or -1) != (max_bytes or -1)
+            or (max_age_s is not None and (have.max_age or 0) != max_age_s)
+        ):
+            have.allow_rollup_hdrs = rollups
+            have.max_bytes = max_bytes or -1
+            if max_age_s is not None:
+                have.max_age = max_age_s
+            await self.js.update_stream(have)
 
     async def put(self, bucket: str, data: bytes, *, prefix: str = "") -> ObjectRef:
         """Store ``data`` under a name derived from its digest, after ``prefix`` (once:
@@ -152,8 +243,31 @@ class Objects:
             info = None
         if info is not None and info.digest == digest and info.size == len(data):
             return ref
-        await store.put(name, data)
+        try:
+            await store_object(self.js, bucket, name, data)
+        except APIError as exc:
+            if _full(exc):
+                raise await self._full(bucket, len(data)) from exc
+            raise
+        if info is not None and info.nuid and not info.deleted:
+            # The damaged object's chunks (a party may not purge: they go with its age).
+            with contextlib.suppress(APIError):
+                await self.js.purge_stream(stream_of(bucket), subject=_chunks(bucket, info.nuid))
         return ref
+
+    async def _full(self, bucket: str, size: int) -> BucketFull:
+        """What to tell the writer of ``size`` bytes refused by the full ``bucket``."""
+        held = bound = "?"
+        # The refusal is the news; the numbers are extra.
+        with contextlib.suppress(Exception):
+            info = await self.js.stream_info(stream_of(bucket))
+            held, bound = str(info.state.bytes), str(info.config.max_bytes)
+        return BucketFull(
+            f"object bucket {bucket} is full: it holds {held} bytes of the {bound} it may, "
+            f"and {size} more were refused; its objects expire with their age (or are "
+            "deleted with their run), or its operator raises the bound (`interlock creds "
+            "issue --upload-limit`, for a party's bucket)"
+        )
 
     async def put_value(self, bucket: str, value: Any) -> dict[str, Any]:
         """Store ``value`` as JSON and return the reference that stands in its place."""

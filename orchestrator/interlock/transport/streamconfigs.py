@@ -100,15 +100,16 @@ def _run_logs(s: Subjects, replicas: int, streams: int) -> list[dict[str, Any]]:
 
 
 def _tasks(s: Subjects, replicas: int) -> dict[str, Any]:
-    """The task requests' work queue: the keeper's subject beside the tasks', rolled up to
-    its newest message; direct gets, so that the requests of a cancelled run are looked
-    for in the whole queue (runtime/taskqueue.py)."""
+    """The task requests' work queue: the keeper's subject beside the tasks' (purged to
+    its newest message by its writer); direct gets, so that the requests of a cancelled
+    run are looked for in the whole queue (runtime/taskqueue.py). No rollups: one message
+    stored with ``Nats-Rollup: all`` would drop every queued task of every capability."""
     return _stream(
         s.tasks_stream,
         [s.capabilities_all, s.tasks_keeper],
         replicas,
         retention="workqueue",
-        allow_rollup_hdrs=True,
+        allow_rollup_hdrs=False,
         allow_direct=True,
     )
 
@@ -193,13 +194,15 @@ def _object_buckets(s: Subjects, replicas: int, event_age: int) -> list[dict[str
 
 def _object_bucket(bucket: str, replicas: int, **settings: Any) -> dict[str, Any]:
     """The layout NATS object store clients create and expect (nats-py
-    create_object_store, ADR-20)."""
+    create_object_store, ADR-20), without rollups: one message stored with
+    ``Nats-Rollup: all`` would purge every object of the bucket (every run's payloads),
+    and Interlock writes its objects without them (transport/objects.py)."""
     return _stream(
         f"OBJ_{bucket}",
         [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
         replicas,
         discard="new",
-        allow_rollup_hdrs=True,
+        allow_rollup_hdrs=False,
         allow_direct=True,
         **settings,
     )

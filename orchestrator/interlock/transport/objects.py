@@ -61,6 +61,9 @@ CHUNK_BYTES = 128 * 1024
 """The chunks an object is cut into (as NATS object store clients cut them)."""
 _TIMEOUT = 10.0
 _NUID = NUID()
+_OVERHEAD = 4096
+"""Bytes an object's messages take in a stream beyond its bytes (its meta; its chunks'
+subjects and headers are some 1/1024 more)."""
 
 
 class BucketFull(ObjectError):
@@ -243,10 +246,16 @@ class Objects:
             info = None
         if info is not None and info.digest == digest and info.size == len(data):
             return ref
+        # A bounded bucket (a party's) that cannot take it all is told before any chunk
+        # is sent: chunks stored before a refusal would hold its room until their age.
+        held = await self.js.stream_info(stream_of(bucket))
+        room = (held.config.max_bytes or -1) - (held.state.bytes or 0)
+        if (held.config.max_bytes or -1) > 0 and room < len(data) + len(data) // 1024 + _OVERHEAD:
+            raise await self._full(bucket, len(data))
         try:
             await store_object(self.js, bucket, name, data)
         except APIError as exc:
-            if _full(exc):
+            if _full(exc):  # filled meanwhile by another put
                 raise await self._full(bucket, len(data)) from exc
             raise
         if info is not None and info.nuid and not info.deleted:

@@ -4,9 +4,9 @@ where it may not: a direct get answers with the stored message, headers and all,
 reply subject the requester names, so a message stored with ``Nats-Rollup: all`` (an
 upload's meta, when object buckets took rollups; a party's in its own bucket, which still
 does) and then asked for by a direct get with a bucket key as the reply subject reaches
-that bucket as a rollup. It wiped every key of the workflows bucket. No key-value bucket takes a rollup
-now: the copy is refused and every key stays. (The gateway of its own account reaches no
-bucket this way at all: tests/security/test_gateway_account.py.)"""
+that bucket as a rollup. It wiped every key of the workflows bucket. No key-value bucket
+takes a rollup now: the copy is refused and every key stays. (The gateway of its own
+account reaches no bucket this way at all: tests/security/test_gateway_account.py.)"""
 
 from __future__ import annotations
 

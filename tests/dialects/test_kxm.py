@@ -25,6 +25,20 @@ def test_each_example_validates_and_converts(path, capsys) -> None:  # type: ign
     converted_matches(path, capsys)
 
 
+def test_the_seeds_example_validates_with_one_warning_for_its_degraded_minimum(
+    capsys,  # type: ignore[no-untyped-def]
+) -> None:
+    """kxm's reference says its example "validates with one warning, for the degraded
+    minimum of 1": here too, at the minimum, saying it is checked and not applied."""
+    code, _, err = run_cli(["validate", str(WEBHOOKS)], capsys)
+    assert code == 0, err
+    assert err.strip().splitlines() == [
+        f"{WEBHOOKS}:29:46: warning: kxm.degraded-minimum: stage 'plan': the degraded minimum "
+        "of 1 for 'peer reviews' is checked, not applied: the stage needs minProducers (2) "
+        "distinct producers"
+    ]
+
+
 def test_a_github_definitions_webhook_takes_only_its_event_from_the_unsigned_header() -> None:
     """GitHub names the event in X-GitHub-Event, which no signature covers: the Webhook
     lists the one event the definition takes, and compiles."""

@@ -94,11 +94,34 @@ def _webhook(d: Definition, out: Lowering) -> dict[str, Any] | None:
     }
 
 
+def _degradation_warnings(src: Document) -> list[Diagnostic]:
+    """A warning per degraded minimum (kxm's own validation warns of each too): it is
+    checked, not applied, so the stage still needs ``minProducers`` distinct producers."""
+    out = []
+    for i, d in enumerate(src.data):
+        for j, stage in enumerate(d.get("stages") or []):
+            policies = stage.get("evidencePolicies") if isinstance(stage, dict) else None
+            for key, policy in (policies if isinstance(policies, dict) else {}).items():
+                if not isinstance(policy, dict) or not isinstance(policy.get("degradation"), dict):
+                    continue
+                lowest = policy["degradation"].get("minProducers")
+                out.append(
+                    src.diag(
+                        (i, "stages", j, "evidencePolicies", key, "degradation", "minProducers"),
+                        f"{DIALECT}.degraded-minimum",
+                        f"stage {stage.get('id')!r}: the degraded minimum of {lowest} for "
+                        f"{key!r} is checked, not applied: the stage needs minProducers "
+                        f"({policy.get('minProducers')}) distinct producers",
+                    )
+                )
+    return out
+
+
 def lower(src: Document, diags: list[Diagnostic]) -> Lowered | None:
     definitions = parse(src, diags)
     if definitions is None:
         return None
-    lowered = Lowered(DIALECT, src)
+    lowered = Lowered(DIALECT, src, warnings=_degradation_warnings(src))
     capabilities: list[str] = []
     for d in definitions:
         lowered.workflows.append(_workflow(src, d, lowered, capabilities))

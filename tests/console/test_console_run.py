@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from console_stack import CONTRAST, UNLABELLED, Console, console, shot, sign_in
 
+from support.concurrency import ONE_AT_A_TIME, SHARED_FAIRLY
 from support.gateway import wait_status
 
 __all__ = ["console"]
@@ -123,29 +124,12 @@ async def test_a_log_with_a_foreign_message_warns_and_shows_the_rest(console: Co
     assert page.errors == []
 
 
-LIMITED = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: one-at-a-time}
-spec:
-  concurrency:
-    - {key: '"all"', limit: 1}
-  initial_state: wait
-  states:
-    wait:
-      type: human_in_the_loop
-      on:
-        - {event: go, goto: done}
-    done: {type: terminal}
-"""
-
-
 async def test_a_run_queued_for_a_slot_shows_its_place_in_line(console: Console) -> None:
     gs = console.gs
-    await gs.stack.apply(LIMITED)
+    await gs.stack.apply(ONE_AT_A_TIME)
     async with gs.http() as http:
         first = (await http.post("/runs", json={"workflow": "one-at-a-time"})).json()["run_id"]
-        await wait_status(gs, first, "running", "wait")
+        await wait_status(gs, first, "running", "waiting")
         second = (await http.post("/runs", json={"workflow": "one-at-a-time"})).json()["run_id"]
     page = await console.page()
     await page.goto(f"{console.url}#/runs/{second}")
@@ -168,24 +152,6 @@ async def test_a_run_queued_for_a_slot_shows_its_place_in_line(console: Console)
     assert page.errors == []
 
 
-SHARED_FAIRLY = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: shared-fairly}
-spec:
-  inputs: {customer: {type: string, required: true}}
-  concurrency:
-    - {key: '"all"', limit: 1, fair: inputs.customer}
-  initial_state: wait
-  states:
-    wait:
-      type: human_in_the_loop
-      on:
-        - {event: go, goto: done}
-    done: {type: terminal}
-"""
-
-
 async def test_a_place_under_fair_share_is_among_the_runs_of_its_fairness_key(
     console: Console,
 ) -> None:
@@ -197,7 +163,7 @@ async def test_a_place_under_fair_share_is_among_the_runs_of_its_fairness_key(
             body = {"workflow": "shared-fairly", "inputs": {"customer": customer}}
             return str((await http.post("/runs", json=body)).json()["run_id"])
 
-        await wait_status(gs, await start("acme"), "running", "wait")
+        await wait_status(gs, await start("acme"), "running", "waiting")
         for customer in ("beta", "acme"):
             await start(customer)
         last = await start("acme")

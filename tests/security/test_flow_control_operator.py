@@ -16,28 +16,11 @@ from test_role_cli import cli
 from interlock.client import Client
 from interlock.core import events as ev
 from support.auth import SUBJECTS, Secured, secured, secured_server
-from support.concurrency import timeline
+from support.concurrency import ONE_AT_A_TIME, SHARED_FAIRLY, timeline
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-ONE_AT_A_TIME = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: one-at-a-time}
-spec:
-  concurrency:
-    - {key: '"all"', limit: 1}
-  initial_state: waiting
-  states:
-    waiting:
-      type: human_in_the_loop
-      on:
-        - {event: acme.order.approved, goto: done}
-    done:
-      type: terminal
-"""
 
 
 async def operator_cli(secured: Secured, *args: str) -> str:
@@ -99,25 +82,6 @@ async def test_the_run_list_says_a_workflow_was_resumed(secured: Secured) -> Non
     assert "@paused" not in table, table
     for run_id in runs:
         await secured.operator.cancel(run_id)  # (not what is tested)
-
-
-SHARED_FAIRLY = """\
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: shared-fairly}
-spec:
-  inputs: {customer: {type: string, required: true}}
-  concurrency:
-    - {key: '"all"', limit: 1, fair: inputs.customer}
-  initial_state: waiting
-  states:
-    waiting:
-      type: human_in_the_loop
-      on:
-        - {event: acme.order.approved, goto: done}
-    done:
-      type: terminal
-"""
 
 
 async def test_describe_says_a_place_under_fair_share_is_among_the_fairness_keys_runs(

@@ -22,6 +22,32 @@ from support.runtime import TIMEOUT, serving, yaml
 KEYS = ("acme", "beta", "gamma")
 """The customers (limit keys) the concurrency tests spread their runs over."""
 
+ONE_AT_A_TIME = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: one-at-a-time}
+spec:
+  concurrency:
+    - {key: '"all"', limit: 1}
+  initial_state: waiting
+  states:
+    waiting:
+      type: human_in_the_loop
+      on:
+        - {event: acme.order.approved, goto: done}
+    done:
+      type: terminal
+"""
+"""Runs one at a time: each waits in ``waiting`` for ``acme.order.approved``, the next
+queued behind it for the one slot."""
+
+SHARED_FAIRLY = ONE_AT_A_TIME.replace("one-at-a-time", "shared-fairly").replace(
+    "  concurrency:\n    - {key: '\"all\"', limit: 1}\n",
+    "  inputs: {customer: {type: string, required: true}}\n"
+    "  concurrency:\n    - {key: '\"all\"', limit: 1, fair: inputs.customer}\n",
+)
+"""As :data:`ONE_AT_A_TIME`, the slot shared fairly between the ``customer`` inputs."""
+
 
 def nap_agent(limit: int | None = None) -> str:
     """The AgentDef of ``nap`` (served by :func:`nap_worker`); with ``limit``, at most that

@@ -51,7 +51,14 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 async def nc(nats_url: str) -> AsyncIterator[Client]:
     """A connected client, drained-and-closed after the test."""
-    client = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    from support.accounts import admin_creds
+
+    client = await nats.connect(
+        nats_url,
+        connect_timeout=5,
+        max_reconnect_attempts=0,
+        user_credentials=admin_creds(nats_url),
+    )
     try:
         yield client
     finally:

@@ -16,7 +16,7 @@ from nats.js.object_store import ObjectStore
 from interlock.transport.objects import store_object, stream_of
 from interlock.transport.subjects import Subjects
 from support.gateway import gateway_stack
-from support.runtime import yaml
+from support.runtime import cli_env, yaml
 
 INTERLOCK = str(Path(sys.executable).with_name("interlock"))
 SIZE = 300 * 1024  # over the object threshold (256 KiB)
@@ -98,6 +98,7 @@ async def test_a_damaged_stored_object_is_a_problem_naming_it(
         proc = await asyncio.create_subprocess_exec(
             INTERLOCK, "explain", run_id, "--server", nats_url, "--prefix", subjects.prefix,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=cli_env(nats_url, subjects.prefix),
         )  # fmt: skip
         out, errs = await asyncio.wait_for(proc.communicate(), 60)
         lines = errs.decode().splitlines()

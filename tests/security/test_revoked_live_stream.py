@@ -12,8 +12,13 @@ import time
 import httpx
 import pytest
 
+from interlock.gateway.auth import Tokens
 from interlock.transport.subjects import Subjects
+from support.accounts import pooled_subjects, secured_nats_url
 from support.gateway import PARKED, TIMEOUT, GatewayStack, gateway_stack
+
+# The gateway on a server with authentication, on its own account's credential.
+__all__ = ["pooled_subjects", "secured_nats_url"]  # fixtures: nats_url, subjects
 
 pytestmark = pytest.mark.asyncio
 
@@ -54,7 +59,7 @@ async def test_a_revoked_tokens_streams_end_within_the_revocation_delay(
         started = await http.post("/runs", json={"workflow": "parked"})
         assert started.status_code == 201, started.text
         run_id = started.json()["run_id"]
-    kept_token = await gs.gateway.tokens.issue("still-here", "reader")
+    kept_token = await Tokens(gs.stack.js, gs.stack.subjects).issue("still-here", "reader")
     headers = {"Authorization": f"Bearer {gs.tokens['reader']}"}
     revoked = httpx.AsyncClient(base_url=gs.url, headers=headers, timeout=TIMEOUT)
     kept = httpx.AsyncClient(

@@ -13,7 +13,11 @@ import json
 import pytest
 
 from interlock.transport.subjects import Subjects
+from support.accounts import pooled_subjects, secured_nats_url
 from support.gateway import GatewayStack, gateway_stack, yaml
+
+# The gateway on a server with authentication, on its own account's credential.
+__all__ = ["pooled_subjects", "secured_nats_url"]  # fixtures: nats_url, subjects
 
 pytestmark = pytest.mark.asyncio
 

@@ -11,9 +11,14 @@ from dataclasses import dataclass, field
 import httpx
 
 from interlock.gateway.app import build_app
+from interlock.gateway.auth import Tokens
 from interlock.gateway.service import Gateway
+from interlock.transport.connection import ConnectOptions
+from interlock.transport.connection import connect as connect_with
 from interlock.transport.httpserver import HttpServer
+from interlock.transport.natsclient import js_api
 from interlock.transport.subjects import Subjects
+from support.accounts import gateway_creds
 from support.runtime import HELLO, PARKED, TIMEOUT, Stack, connect, running_stack, yaml
 
 __all__ = [
@@ -165,18 +170,27 @@ async def gateway_stack(
     max_body: int = 64 * 1024,
 ) -> AsyncIterator[GatewayStack]:
     async with running_stack(url, subjects, manifests) as stack:
-        nc = await connect(url)
+        # On a server with authentication (support.accounts), the gateway's own credential
+        # for this prefix, in an account of its own, as `interlock creds issue` makes it.
+        creds = await gateway_creds(url, subjects)
+        if creds is None:
+            nc = await connect(url)
+        else:
+            opts = ConnectOptions.resolve(url, creds_file=str(creds), name="interlock-gateway")
+            nc = await connect_with(opts)
+            # Its client takes the JetStream API prefix from the credential's js-api: tag.
+            assert js_api(nc) == subjects.party_js_api, js_api(nc)
         gateway = Gateway(nc, subjects, max_body=max_body)
         await gateway.start()
         server = HttpServer(build_app(gateway), 0)
         await server.start()
         try:
             gs = GatewayStack(stack, gateway, server.url)
-            gs.tokens["operator"] = await gateway.tokens.issue("ops", "operator")
-            gs.tokens["reader"] = await gateway.tokens.issue("dash", "reader")
-            gs.tokens["publisher"] = await gateway.tokens.issue(
-                "ci", "publisher", ["com.example.*"]
-            )
+            # The operator issues tokens (the gateway only reads them).
+            tokens = Tokens(stack.js, subjects)
+            gs.tokens["operator"] = await tokens.issue("ops", "operator")
+            gs.tokens["reader"] = await tokens.issue("dash", "reader")
+            gs.tokens["publisher"] = await tokens.issue("ci", "publisher", ["com.example.*"])
             yield gs
         finally:
             await server.stop()

@@ -279,7 +279,13 @@ class Stack:
 
 
 async def connect(url: str) -> Client:
-    return await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0)
+    """A plain client of the server at ``url`` (on the tests' own credential where the
+    server asks for one: support.accounts)."""
+    from support.accounts import admin_creds
+
+    return await nats.connect(
+        url, connect_timeout=5, max_reconnect_attempts=0, user_credentials=admin_creds(url)
+    )
 
 
 @contextlib.asynccontextmanager
@@ -411,6 +417,11 @@ def cli_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("NATS_URL", None)
     env.update(INTERLOCK_URL=url, INTERLOCK_PREFIX=prefix, PYTHONUNBUFFERED="1", **extra)
+    from support.accounts import admin_creds
+
+    creds = admin_creds(url) if url else None
+    if creds is not None and "INTERLOCK_CREDS" not in extra:
+        env["INTERLOCK_CREDS"] = creds
     return env
 
 

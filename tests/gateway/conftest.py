@@ -1,0 +1,6 @@
+"""The HTTP gateway's tests run it as it is deployed: on a server with authentication, on a
+credential of an account of its own (support.accounts)."""
+
+from support.accounts import pooled_subjects, secured_nats_url
+
+__all__ = ["pooled_subjects", "secured_nats_url"]  # fixtures: nats_url, subjects

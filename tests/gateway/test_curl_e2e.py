@@ -11,6 +11,7 @@ import json
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -161,8 +162,14 @@ def test_curl_posts_a_signed_pull_request_and_the_workflow_completes(tmp_path: P
         status, again = curl(*common, "-H", f"X-Hub-Signature-256: sha256={digest}")
         assert status == 202
         assert json.loads(again) == json.loads(first)
-        runs = run_cli("runs", "--json", env=cli_env(nats, "il"), cwd=tmp_path)
-        assert len(json.loads(runs.stdout)) == 1, runs.stdout
+        listed: list[object] = []
+        for _ in range(50):  # the run index is written just after the run's log
+            runs = run_cli("runs", "--json", env=cli_env(nats, "il"), cwd=tmp_path)
+            listed = json.loads(runs.stdout)
+            if listed:
+                break
+            time.sleep(0.1)
+        assert len(listed) == 1, listed
 
         # A signed signal to one run: the gateway (on its own credentials, role gateway)
         # publishes it on the run's subject, which no publisher may.

@@ -108,6 +108,15 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             assert handled == []
             (queued,) = [r for r in await stack.records(runs[0]) if isinstance(r, ev.ActionQueued)]
             assert (queued.data.limit, queued.data.timeout_s) == ("cap:nap@paused", 5)
+            # describe shows the request held, and no timeout of it: none runs while held
+            # (the one scheduled as it was asked for changes nothing when it fires).
+            described = await cli(nats_url, subjects, "describe", "run", runs[0], "--json")
+            assert described.returncode == 0, described.stderr
+            shown_run = json.loads(described.stdout)
+            (held,) = shown_run["pending"]
+            assert held["held"] == "cap:nap@paused"
+            assert [t for t in shown_run["timers"] if t["purpose"] == "action-timeout"] == []
+            assert any(isinstance(r, ev.TimerScheduled) for r in await stack.records(runs[0]))
             shown = await cli(nats_url, subjects, "queues", "--capability", "nap", "--json")
             assert shown.returncode == 0, shown.stderr
             (line,) = json.loads(shown.stdout)

@@ -171,6 +171,9 @@ def describe_run(
         )
         for p in sorted(state.pending.values(), key=lambda p: (p.index, p.item or 0))
     ]
+    # An attempt's timeout counts from its admission: one scheduled before its request was
+    # held (by a capability's pause) changes nothing when it fires, and is not shown.
+    held = {p.action_id for p in state.pending.values() if p.held}
     timers = [
         TimerView(
             timer_id=t.timer_id,
@@ -180,6 +183,7 @@ def describe_run(
             action_id=t.action_id,
         )
         for t in sorted(state.timers.values(), key=lambda t: t.fire_at)
+        if not (t.purpose == "action-timeout" and t.action_id in held)
     ]
     return RunDescription(
         run_id=state.run_id,

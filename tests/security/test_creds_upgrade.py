@@ -22,7 +22,7 @@ import pytest_asyncio
 from nats.errors import Error as NatsError
 
 from interlock.auth.accounts import JS_API_TAG
-from interlock.auth.dev import DevAuth
+from interlock.auth.dev import DevAuth, prepare
 from interlock.auth.jwt import creds_tags, creds_user
 from interlock.auth.keys import KeyStore
 from interlock.auth.roles import Role, inbox_prefix
@@ -246,3 +246,22 @@ async def test_creds_upgrade_gives_parties_accounts_of_their_own(old: Old) -> No
     await nc.close()
     code, listed = await old.cli("creds", "list", "--keys", keys)
     assert "SHARED-ACCOUNT" not in listed
+
+
+async def test_interlock_dev_moves_its_gateway_to_an_account_of_its_own(tmp_path: Path) -> None:
+    """A data folder whose gateway credential was a user of the orchestrator's account:
+    the next ``interlock dev`` signs the same user key in an account of its own, and its
+    JWTs of the shared account are revoked."""
+    data = tmp_path / ".interlock"
+    keys = KeyStore(data / "keys").ensure()
+    (data / "creds").mkdir(parents=True)
+    old_creds = old_layout(keys, {"gateway": Role("gateway")}, data / "creds")["gateway"]
+    user = creds_user(old_creds)
+    assert JS_API_TAG + SUBJECTS.party_js_api not in creds_tags(str(old_creds))
+    auth = prepare(data, SUBJECTS, reference_capabilities())
+    assert creds_user(auth.gateway) == user
+    assert JS_API_TAG + SUBJECTS.party_js_api in creds_tags(str(auth.gateway))
+    (record,) = [i for i in keys.issued() if i.public_key == user]
+    assert record.account is not None
+    assert not record.old_layout
+    assert user in keys.revocations()  # the orchestrator's account: its old JWT is void

@@ -31,6 +31,7 @@ __all__ = ["secured", "secured_server"]  # fixtures
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 RUNS, TASKS, EVENTS = SUBJECTS.runs_stream, SUBJECTS.tasks_stream, SUBJECTS.events_stream
+API = SUBJECTS.party_js_api
 
 
 @dataclass
@@ -181,6 +182,23 @@ REFUSED = [
     ("make a partition's stream", "pub", f"$JS.API.STREAM.CREATE.{RUNS}_7"),
     ("purge a partition's stream", "pub", f"$JS.API.STREAM.PURGE.{RUNS}_1"),
     ("read the secrets", "pub", "$JS.API.DIRECT.GET.KV_il_secrets.$KV.il_secrets.task-token-key"),
+    # Under the prefix its account imports the JetStream API at: reads only.
+    ("purge the run logs through its imports", "pub", f"{API}.STREAM.PURGE.{RUNS}"),
+    ("delete a log message through its imports", "pub", f"{API}.STREAM.MSG.DELETE.{RUNS}"),
+    ("create a consumer through its imports", "pub", f"{API}.CONSUMER.CREATE.{RUNS}"),
+    (
+        "create a consumer on the run index",
+        "pub",
+        f"{API}.CONSUMER.CREATE.KV_{SUBJECTS.runs_bucket}",
+    ),
+    (
+        "read the secrets through its imports",
+        "pub",
+        f"{API}.DIRECT.GET.KV_il_secrets.$KV.il_secrets.task-token-key",
+    ),
+    ("read the secrets by a batched get", "pub", f"{API}.DIRECT.GET.KV_il_secrets"),
+    ("read the secrets by a stored get", "pub", f"{API}.STREAM.MSG.GET.KV_il_secrets"),
+    ("write the run index", "pub", f"$KV.{SUBJECTS.runs_bucket}.forged"),
     ("listen to tasks", "sub", "il.cap.>"),
     ("listen to answers", "sub", "il.results.>"),
     ("take answer requests", "sub", "il.answer.>"),

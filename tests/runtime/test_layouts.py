@@ -121,7 +121,9 @@ async def test_lowering_and_raising_p_with_runs_in_flight_retires_and_forgets_la
     await _cli(env, "start", "awaiting", "--run-id", fresh)
     assert "and completed" in await _cli(env, "signal", fresh, "acme.order.approved")
     done = await _cli(env, "partitions", "retire", "--grace", "0", "--json")
-    assert done["forgotten"] == [2]
+    # Forgotten by this pass, or by the orchestrator's (the map changed) a moment before.
+    assert done["forgotten"] in ([2], [])
+    assert 2 not in done["layouts"] + done["retired_layouts"]
     assert "1 run(s) in flight" in done["kept"]["3"]
     assert "and completed" in await _cli(env, "signal", later, "acme.order.approved")
     await _until(lambda: _retires(env, 3), "layout 3 was not retired")
@@ -147,14 +149,16 @@ async def test_lowering_and_raising_p_with_runs_in_flight_retires_and_forgets_la
         await _cli(env, "runs", "delete", run_id, "--archive-dir", str(archive))
     assert (archive / f"{later}.jsonl").exists()
     done = await _cli(env, "partitions", "retire", "--json")
-    assert (done["forgotten"], done["retired_layouts"]) == ([3], [])
+    assert done["forgotten"] in ([3], [])  # (or by the orchestrator's pass, reading the deletions)
+    assert done["retired_layouts"] == []
     assert (await _cli(env, "partitions", "kept", "--json")) == {"layouts": {}, "runs": 0}
 
 
 async def _retires(env: dict[str, str], version: int) -> Any:
-    """A pass's report when it retired ``version``, else None."""
+    """A pass's report once ``version`` is retired (by it, or by an orchestrator's pass
+    a moment before), else None."""
     got = await _cli(env, "partitions", "retire", "--grace", "0", "--json")
-    return got if got["retired"] == [version] else None
+    return got if version in got["retired_layouts"] else None
 
 
 async def _no_owner(nc: Any, subjects: Subjects, partitions: set[int]) -> bool:

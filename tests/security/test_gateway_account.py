@@ -6,8 +6,10 @@ A direct get answers with a stored message, bytes and headers, on the reply subj
 requester names, and JetStream writes its acknowledgements there too. A gateway of the
 orchestrator's account (as it was) had a token record it stored copied onto the HTTP
 tokens bucket, where it was an operator's token; the same request as the gateway of its
-own account reaches nothing: not the tokens, workflows, slots, partition map or a run
-log, not a subject its own account imports, and no purge."""
+own account reaches nothing: not the tokens, workflows, AgentDefs, slots, partition map
+or a run log, not a subject its own account imports, not the orchestrator's own subjects
+(tasks, answers, timers, handovers, cancel notices: a shared-account gateway's copy and
+acknowledgement were both heard there), and no purge."""
 
 from __future__ import annotations
 
@@ -152,6 +154,7 @@ async def _keys(secured: Secured, bucket: str) -> dict[str, int]:
 
 COPIED_ONTO = {
     "a workflow": (SUBJECTS.workflows_bucket, "latest.default.forged"),
+    "an AgentDef": (SUBJECTS.agents_bucket, "forged"),
     "a slot": (SUBJECTS.slots_bucket, "forged"),
     "a trigger window": (SUBJECTS.triggers_bucket, "forged"),
     "a partition's lease": (SUBJECTS.partitions_bucket, "owner.0"),
@@ -190,6 +193,37 @@ async def test_nothing_reaches_a_run_log(secured: Secured, gateway: Attacker) ->
     after = [msgspec.json.encode(r) for r in await secured.operator.read(run_id)]
     assert after == before
     assert (await secured.operator.state(run_id)).state == "waiting"
+
+
+HEARD_ON = {
+    "a task of echo": lambda run: SUBJECTS.capability("echo"),
+    "an answer": lambda run: SUBJECTS.result("held", run),
+    "an answer by request": lambda run: SUBJECTS.answer("held", run),
+    "a fired timer": lambda run: SUBJECTS.timer_fired(run),
+    "a handover to a partition's holder": lambda run: SUBJECTS.owner(0, "event", run),
+    "a cancel notice": lambda run: SUBJECTS.control("held", run),
+}
+
+
+@pytest.mark.parametrize("target", list(HEARD_ON), ids=list(HEARD_ON))
+async def test_nothing_is_heard_on_the_orchestrators_subjects(
+    secured: Secured, gateway: Attacker, target: str
+) -> None:
+    """What an orchestrator would take from these subjects (listened to here as one,
+    before the attempt; a flush after it: the server sent whatever came first)."""
+    subject = HEARD_ON[target]("r" + "0" * 25)
+    listener = await plain_client(secured.url, secured.auth.orchestrator, Refusals())
+    try:
+        heard = await listener.subscribe(subject)
+        await listener.flush()
+        await gateway.store("heard", b'{"forged": true}')
+        await gateway.copy("heard", subject)
+        await gateway.ack_onto(subject)
+        await listener.flush()
+        assert heard.pending_msgs == 0
+    finally:
+        await listener.close()
+    assert not gateway.refusals.errors
 
 
 async def test_no_purge(secured: Secured, gateway: Attacker) -> None:

@@ -15,7 +15,16 @@ from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
 from support.concurrency import all_freed, requests
-from support.runtime import TIMEOUT, cli_env, connect, eventually, run_cli, running_stack, yaml
+from support.runtime import (
+    TIMEOUT,
+    cli_env,
+    connect,
+    eventually,
+    run_cli,
+    running_stack,
+    serving,
+    yaml,
+)
 
 AGENT = yaml(
     """\
@@ -68,7 +77,6 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
 ) -> None:
     handled: list[tuple[str, int]] = []
     async with running_stack(nats_url, subjects, [AGENT, WORKFLOW], worker=False) as stack:
-        nc = await connect(nats_url)
         worker = Worker("napagent", concurrency=8, grace_period=0.1)
 
         @worker.capability("nap")
@@ -81,9 +89,7 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             handled.append(("nap.capped", inp["n"]))
             return inp
 
-        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        async with serving(nats_url, subjects, worker):
             for name in ("nap", "nap.capped"):
                 done = await cli(nats_url, subjects, "pause", "capability", name)
                 assert done.returncode == 0, done.stderr
@@ -170,10 +176,6 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             missing = await cli(nats_url, subjects, "pause", "capability", "nope")
             assert missing.returncode == 1
             assert "no AgentDef declares capability 'nope'" in missing.stderr
-        finally:
-            await worker.stop(force=True)
-            await task
-            await nc.close()
 
 
 def one_action(name: str, capability: str) -> Any:
@@ -280,7 +282,6 @@ async def test_a_request_given_a_rate_token_stays_held_when_its_capability_is_pa
     async with running_stack(
         nats_url, subjects, manifests, worker=False, clock=clock, timers=timers
     ) as stack:
-        nc = await connect(nats_url)
         worker = Worker("napagent", concurrency=8, grace_period=0.1)
 
         @worker.capability("nap.rated")
@@ -288,9 +289,7 @@ async def test_a_request_given_a_rate_token_stays_held_when_its_capability_is_pa
             handled.append(inp["n"])
             return inp
 
-        task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        async with serving(nats_url, subjects, worker):
             first = await stack.client.start("rated", {"n": 0})
             assert (await stack.wait(first)).status == "completed"
             second = await stack.client.start("rated", {"n": 1})
@@ -319,7 +318,3 @@ async def test_a_request_given_a_rate_token_stays_held_when_its_capability_is_pa
             assert (await stack.wait(second)).status == "completed"
             assert handled == [0, 1]  # with the token it was given: no second one waited for
             assert timers.pending == 0
-        finally:
-            await worker.stop(force=True)
-            await task
-            await nc.close()

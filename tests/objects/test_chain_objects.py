@@ -20,24 +20,13 @@ import interlock
 from interlock import Client
 from interlock.core import events as ev
 from interlock.core.objects import MARKER, is_marker
-from interlock.sdk import Worker
 from interlock.transport.objects import stream_of
 from interlock.transport.subjects import Subjects
-from support.runtime import TIMEOUT, connect, running_stack
-
-SIZE = 300 * 1024  # over the threshold (256 KiB)
+from support.objects import PILES_AGENT, SIZE, pile_worker
+from support.runtime import TIMEOUT, running_stack, serving
 
 MANIFESTS = [
-    textwrap.dedent(
-        """\
-        apiVersion: interlock.io/v1
-        kind: AgentDef
-        metadata: {name: piles}
-        spec:
-          capabilities:
-            - {name: pile, input_schema: {type: object}, output_schema: {type: object}}
-        """
-    ),
+    PILES_AGENT,
     textwrap.dedent(
         """\
         apiVersion: interlock.io/v1
@@ -102,30 +91,17 @@ async def _objects(client: Client, bucket: str) -> set[str]:
 async def test_values_by_reference_go_on_in_a_chain_and_go_with_it(
     nats_url: str, subjects: Subjects
 ) -> None:
-    worker = Worker("piles")
-
-    @worker.capability("pile")
-    async def pile(inp: dict[str, Any]) -> dict[str, Any]:
-        return {"blob": "p" * (SIZE * int(inp["n"]))}
-
     blob = "i" * SIZE
     async with (
         running_stack(nats_url, subjects, MANIFESTS, worker=False) as stack,
         await Client.connect(nats_url, prefix=subjects.prefix) as client,
     ):
-        wnc = await connect(nats_url)
-        task = asyncio.create_task(worker.run(wnc, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        async with serving(nats_url, subjects, pile_worker()):
             first = await client.start("carried", {"blob": blob})
             for _ in range(500):
                 if (await client.describe(first)).state == "waiting":
                     break
                 await asyncio.sleep(0.02)
-        finally:
-            await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
-            await task
-            await wnc.close()
         told = await client.signal(first, "renew", wait=TIMEOUT)
         assert (told.outcome, told.after) == ("moved", "continued"), told
         second = told.continued_to

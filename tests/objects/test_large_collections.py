@@ -5,29 +5,16 @@ included (loaded from the run's objects, not at hand as the answer being decided
 
 from __future__ import annotations
 
-import asyncio
 import textwrap
-from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.objects import is_marker
-from interlock.sdk import Worker
 from interlock.transport.subjects import Subjects
-from support.runtime import TIMEOUT, connect, running_stack
-
-SIZE = 300 * 1024  # over the threshold (256 KiB)
+from support.objects import PILES_AGENT, pile_worker
+from support.runtime import running_stack, serving
 
 MANIFESTS = [
-    textwrap.dedent(
-        """\
-        apiVersion: interlock.io/v1
-        kind: AgentDef
-        metadata: {name: piles}
-        spec:
-          capabilities:
-            - {name: pile, input_schema: {type: object}, output_schema: {type: object}}
-        """
-    ),
+    PILES_AGENT,
     textwrap.dedent(
         """\
         apiVersion: interlock.io/v1
@@ -74,23 +61,10 @@ MANIFESTS = [
 
 
 async def test_collected_large_answers_read_as_if_inline(nats_url: str, subjects: Subjects) -> None:
-    worker = Worker("piles")
-
-    @worker.capability("pile")
-    async def pile(inp: dict[str, Any]) -> dict[str, Any]:
-        return {"blob": "p" * (SIZE * int(inp["n"]))}
-
     async with running_stack(nats_url, subjects, MANIFESTS, worker=False) as stack:
-        wnc = await connect(nats_url)
-        task = asyncio.create_task(worker.run(wnc, prefix=subjects.prefix))
-        try:
-            await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
+        async with serving(nats_url, subjects, pile_worker()):
             run_id = await stack.client.start("piles", {})
             state = await stack.wait(run_id)
-        finally:
-            await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
-            await task
-            await wnc.close()
         assert (state.status, state.state) == ("completed", "done"), state
         records = await stack.client.read(run_id)
         answers = [r for r in records if isinstance(r, ev.ActionCompleted)]

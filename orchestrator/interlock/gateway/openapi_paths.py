@@ -378,7 +378,7 @@ def _run_debug_paths() -> dict[str, Any]:
                     ),
                 ],
                 tag="runs",
-                errors=(400, 401, 403, 404),
+                errors=(400, 401, 403, 404, 422),
             )
         },
         "/runs/{run_id}/replay": {
@@ -399,7 +399,7 @@ def _run_debug_paths() -> dict[str, Any]:
                     },
                 ],
                 tag="runs",
-                errors=(400, 401, 403, 404),
+                errors=(400, 401, 403, 404, 422),
             )
         },
     }

@@ -350,13 +350,13 @@ async def explain_run(request: Request, gw: Gateway) -> Response:
     at = None
     if "at" in request.query_params:
         at = int_param(request, "at", 1, 1, 1 << 31)
-    cached = await gw.run_logs.log(request.path_params["run_id"])
-    # Decided on the payloads kept by reference, loaded, as the run decided on them.
-    records = await gw.api.ops.payloads.loaded(list(cached.records))
-    try:
-        return json_view(await debugging.explain(gw.api.ops, records, at))
-    except ValueError as exc:
-        raise Problem(400, "bad-parameter", str(exc)) from exc
+    async with gw.run_logs.redrive(request.path_params["run_id"]) as cached:
+        # Decided on the payloads kept by reference, loaded, as the run decided on them.
+        records = await gw.api.ops.payloads.loaded(list(cached.records))
+        try:
+            return json_view(await debugging.explain(gw.api.ops, records, at))
+        except ValueError as exc:
+            raise Problem(400, "bad-parameter", str(exc)) from exc
 
 
 @reads
@@ -367,12 +367,12 @@ async def replay_run(request: Request, gw: Gateway) -> Response:
         raise Problem(400, "bad-parameter", "against: a stored version of the run's workflow")
     # A number only: Client.replay takes a string as a manifest file on this host.
     against = int_param(request, "against", 1, 1, 1 << 31)
-    cached = await gw.run_logs.log(request.path_params["run_id"])
-    records = await gw.api.ops.payloads.loaded(list(cached.records))
-    try:
-        return json_view(await debugging.replay(gw.api.ops, records, against))
-    except ValueError as exc:
-        raise Problem(400, "bad-parameter", str(exc)) from exc
+    async with gw.run_logs.redrive(request.path_params["run_id"]) as cached:
+        records = await gw.api.ops.payloads.loaded(list(cached.records))
+        try:
+            return json_view(await debugging.replay(gw.api.ops, records, against))
+        except ValueError as exc:
+            raise Problem(400, "bad-parameter", str(exc)) from exc
 
 
 @operates("cancel runs")

@@ -29,7 +29,8 @@ and the log's last message (whether the run ended). Such a page does not start a
 the whole log: the console asks for the workflow version its diagram draws right after
 the first page, and that answer would wait behind the read's messages on the gateway's
 connection. The first answer that needs the whole log (the description, asked for next)
-reads it.
+reads it. A page further into a log not kept is read where it lies (``logrange.py``: a
+binary search by the records' places), never by a read of the whole log.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from interlock.client.reading import loaded_description
 from interlock.core import events as ev
 from interlock.core.ids import check_run_id
 from interlock.core.state import RunState, fold
+from interlock.gateway.logrange import log_length, page_at, page_json
+from interlock.gateway.problems import Problem
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import RunLog
@@ -61,24 +64,13 @@ MAX_RECORDS = 200_000
 HEAD_RECORDS = 1000
 """A page of a log not kept yet that ends within this many records is read from its head."""
 STATES_KEPT = 1000
+REDRIVE_MAX_RECORDS = 20_000
+"""The longest log the gateway explains or replays (each re-decides every step of it)."""
+REDRIVES_AT_ONCE = 2
+"""Explanations and replays re-deciding at once (the others wait their turn)."""
 """Long runs described from their snapshot whose state is kept (not their records)."""
 _TIMEOUT = 5.0
 _ENDINGS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunContinued)
-
-
-def page_json(encoded: list[bytes], next_offset: int | None, finished: bool) -> bytes:
-    """The JSON of a log page (``LogPage``) from its records' JSON."""
-    return b"".join(
-        (
-            b'{"records":[',
-            b",".join(encoded),
-            b'],"next_offset":',
-            b"null" if next_offset is None else str(next_offset).encode(),
-            b',"finished":',
-            b"true" if finished else b"false",
-            b"}",
-        )
-    )
 
 
 @dataclass
@@ -140,6 +132,9 @@ class RunLogs:
         shows here)."""
         self.head_reads = 0
         """Messages read for pages answered from a log's head."""
+        self._redrives = asyncio.Semaphore(REDRIVES_AT_ONCE)
+        self.range_reads = 0
+        """Messages read for pages of logs not kept found where they lie (logrange.py)."""
 
     @property
     def run_log(self) -> RunLog:
@@ -238,6 +233,28 @@ class RunLogs:
             _, dropped = self._kept.popitem(last=False)
             total -= len(dropped.records)
 
+    @contextlib.asynccontextmanager
+    async def redrive(self, run_id: str) -> AsyncIterator[CachedLog]:
+        """The run's log for ``GET /runs/{id}/explain`` and ``/replay``, which re-decide
+        every step of it: refused (422 ``log-too-long``, before the log is read) past
+        :data:`REDRIVE_MAX_RECORDS`, and at most :data:`REDRIVES_AT_ONCE` at a time (held
+        while the caller re-decides), so that no caller makes the gateway spend minutes
+        of CPU and memory on a log of 200,000 records, or on many at once."""
+        check_run_id(run_id)
+        length = await log_length(self._ops, run_id)
+        if length is not None and length > REDRIVE_MAX_RECORDS:
+            raise Problem(
+                422,
+                "log-too-long",
+                f"run {run_id}: its log holds {length} records; the gateway explains and "
+                f"replays logs of at most {REDRIVE_MAX_RECORDS} (`interlock explain "
+                f"{run_id} --at N` and `interlock replay` read it where they run)",
+                records=length,
+                max_records=REDRIVE_MAX_RECORDS,
+            )
+        async with self._redrives:
+            yield await self.log(run_id)
+
     async def describe(self, run_id: str) -> views.RunDescription:
         """``GET /runs/{id}``: as ``Client.describe``, from the kept log or state (see the
         module's notes)."""
@@ -268,6 +285,12 @@ class RunLogs:
         check_run_id(run_id)
         if run_id not in self._kept and offset + limit <= HEAD_RECORDS:
             return await self._head_page(run_id, offset, limit)
+        if run_id not in self._kept:
+            # Read where the page lies, not the whole log (logrange.py).
+            page, read = await page_at(self._ops, run_id, offset, limit)
+            self.range_reads += read
+            if page is not None:
+                return page
         return (await self.log(run_id)).page(offset, limit)
 
     async def _head_page(self, run_id: str, offset: int, limit: int) -> bytes:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from nats.aio.client import Client
 
@@ -233,6 +235,28 @@ def _say_started(url: str, data_dir: Path, auth: DevAuth | None, *, fsync: bool)
         print("authentication OFF (--insecure): anyone who reaches the port may do anything")
 
 
+def _claim(data_dir: Path) -> IO[str] | str:
+    """The data directory, for this process alone while it runs (an open file holding an
+    exclusive lock, released when the process ends), or what holds it: two nats-servers
+    storing into one JetStream directory would each take the other's files for their own."""
+    import fcntl
+
+    held = (data_dir / "dev.lock").open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        held.seek(0)
+        holder = held.read().strip() or "another process"
+        held.close()
+        return (
+            f"another interlock dev ({holder}) runs with its data in {data_dir}: "
+            "stop it first (Ctrl-C), or give this one --data-dir DIR"
+        )
+    held.seek(0)
+    held.truncate()
+    return held
+
+
 def run_dev(
     data_dir: Path,
     port: int,
@@ -248,6 +272,10 @@ def run_dev(
     port of the one endpoint serving the orchestrator's and the agents' metrics (port 0
     or None: none)."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    claim = _claim(data_dir)
+    if isinstance(claim, str):
+        sys.stderr.write(f"interlock dev: {claim}\n")
+        return 2
     auth = None if insecure else secure(data_dir)
     server = EmbeddedNats(
         data_dir, port=port, args=auth.server_args if auth else (), sync_always=fsync
@@ -257,6 +285,8 @@ def run_dev(
     except (NatsServerNotFound, NatsServerFailed) as exc:
         sys.stderr.write(f"interlock dev: {exc}\n")
         return 2
+    claim.write(f"pid {os.getpid()}, NATS at {server.url}")
+    claim.flush()
     _say_started(server.url, data_dir, auth, fsync=fsync)
 
     async def main() -> None:
@@ -310,5 +340,6 @@ def run_dev(
         return 1
     finally:
         server.stop()
+        claim.close()  # the data directory is free for the next dev
         print("stopped", flush=True)
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -58,6 +59,22 @@ async def stored_in(secured: Secured, run_id: str, partition: int) -> bool:
     return "error" not in reply
 
 
+async def acknowledged(secured: Secured, key: str) -> Any:
+    """The partitions bucket's entry of ``key`` once it holds the JetStream acknowledgement
+    reflected onto it (the server writes it there a moment after it stores the event)."""
+    kv = await secured.operator.js.key_value(SUBJECTS.partitions_bucket)
+
+    async def written() -> Any:
+        entry = await kv.get(key)
+        try:
+            value = json.loads(entry.value or b"")
+        except ValueError:
+            return None
+        return entry if isinstance(value, dict) and "stream" in value else None
+
+    return await eventually(written, what=f"the acknowledgement written onto {key}")
+
+
 async def started_in(secured: Secured, partition: int) -> str:
     """A run of ``awaiting`` whose id hashes to ``partition`` of 2."""
     for _ in range(40):
@@ -94,7 +111,7 @@ async def test_an_acknowledgement_written_onto_the_map_is_not_one_partition(
     finally:
         await nc.close()
     assert not refusals.errors  # the server took it: the fence is the reader
-    raw = await (await secured.operator.js.key_value(SUBJECTS.partitions_bucket)).get("map")
+    raw = await acknowledged(secured, "map")
     assert json.loads(raw.value or b"")["stream"] == SUBJECTS.events_stream
 
     # A reader that never read the map says it is damaged, where it said one partition.
@@ -141,7 +158,7 @@ async def test_an_acknowledgement_written_onto_a_lease_keeps_no_partition(
     finally:
         await nc.close()
     kv = await secured.operator.js.key_value(SUBJECTS.partitions_bucket)
-    junk = (await kv.get("owner.1")).revision
+    junk = (await acknowledged(secured, "owner.1")).revision
 
     async def taken_again() -> bool:
         entry = await kv.get("owner.1")

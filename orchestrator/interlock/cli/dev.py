@@ -241,6 +241,7 @@ def _claim(data_dir: Path) -> IO[str] | str:
     storing into one JetStream directory would each take the other's files for their own."""
     import fcntl
 
+    data_dir.mkdir(parents=True, exist_ok=True)
     held = (data_dir / "dev.lock").open("a+", encoding="utf-8")
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -257,6 +258,24 @@ def _claim(data_dir: Path) -> IO[str] | str:
     return held
 
 
+def _start_server(
+    data_dir: Path, port: int, auth: DevAuth | None, *, fsync: bool, claim: IO[str]
+) -> EmbeddedNats | None:
+    """The nats-server on ``data_dir``, its URL written into the claim; None when it
+    could not start (said on stderr)."""
+    server = EmbeddedNats(
+        data_dir, port=port, args=auth.server_args if auth else (), sync_always=fsync
+    )
+    try:
+        server.start()
+    except (NatsServerNotFound, NatsServerFailed) as exc:
+        sys.stderr.write(f"interlock dev: {exc}\n")
+        return None
+    claim.write(f"pid {os.getpid()}, NATS at {server.url}")
+    claim.flush()
+    return server
+
+
 def run_dev(
     data_dir: Path,
     port: int,
@@ -271,22 +290,14 @@ def run_dev(
     run-log appends (it started the server, so it knows). ``metrics``: the address and
     port of the one endpoint serving the orchestrator's and the agents' metrics (port 0
     or None: none)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
     claim = _claim(data_dir)
     if isinstance(claim, str):
         sys.stderr.write(f"interlock dev: {claim}\n")
         return 2
     auth = None if insecure else secure(data_dir)
-    server = EmbeddedNats(
-        data_dir, port=port, args=auth.server_args if auth else (), sync_always=fsync
-    )
-    try:
-        server.start()
-    except (NatsServerNotFound, NatsServerFailed) as exc:
-        sys.stderr.write(f"interlock dev: {exc}\n")
+    server = _start_server(data_dir, port, auth, fsync=fsync, claim=claim)
+    if server is None:
         return 2
-    claim.write(f"pid {os.getpid()}, NATS at {server.url}")
-    claim.flush()
     _say_started(server.url, data_dir, auth, fsync=fsync)
 
     async def main() -> None:

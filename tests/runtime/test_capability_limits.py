@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from msgspec.structs import replace
-from test_concurrency import Gates, gate_worker
 
 from interlock.core import events as ev
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import all_freed, requests
+from support.concurrency import Gates, all_freed, gate_worker, requests
 from support.runtime import (
     TIMEOUT,
     cli_env,

@@ -5,71 +5,14 @@ never exceeded, as the logs show it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.sdk import TaskContext, Worker
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
-from support.concurrency import limited, timeline
-from support.runtime import TIMEOUT, cli_env, connect, eventually, run_cli, running_stack, yaml
-
-GATE_AGENT = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: AgentDef
-    metadata:
-      name: gateagent
-    spec:
-      capabilities:
-        - name: gate
-    """
-)
-
-
-class Gates:
-    """The ``gate`` capability: each task waits until the test opens its run's gate."""
-
-    def __init__(self) -> None:
-        self.opened: dict[int, asyncio.Event] = {}
-        self.started: list[int] = []
-        self.fail: set[int] = set()
-
-    def gate(self, n: int) -> asyncio.Event:
-        return self.opened.setdefault(n, asyncio.Event())
-
-    def worker(self) -> Worker:
-        worker = Worker("gateagent", concurrency=64, grace_period=0.5)
-
-        @worker.capability("gate")
-        async def gate(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
-            n = int(inp["n"])
-            self.started.append(n)
-            await self.gate(n).wait()
-            if n in self.fail:
-                raise RuntimeError(f"task {n} fails")
-            return {"n": n}
-
-        return worker
-
-
-@contextlib.asynccontextmanager
-async def gate_worker(url: str, subjects: Subjects, gates: Gates) -> AsyncIterator[Worker]:
-    nc = await connect(url)
-    worker = gates.worker()
-    task = asyncio.create_task(worker.run(nc, prefix=subjects.prefix))
-    try:
-        await asyncio.wait_for(worker.wait_ready(), TIMEOUT)
-        yield worker
-    finally:
-        for event in gates.opened.values():
-            event.set()
-        await asyncio.wait_for(worker.stop(force=True), TIMEOUT)
-        await task
-        await nc.close()
+from support.concurrency import GATE_AGENT, Gates, gate_worker, limited, timeline
+from support.runtime import cli_env, eventually, run_cli, running_stack, yaml
 
 
 async def test_runs_over_the_limit_wait_and_start_in_order_as_slots_free(

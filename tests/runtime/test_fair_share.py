@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_concurrency import GATE_AGENT, Gates, gate_worker
 from test_concurrency_replicas import RACE_S, seconds
 
 from interlock.runtime import slotlines
@@ -15,7 +14,15 @@ from interlock.runtime.client import new_run_id
 from interlock.runtime.service import Orchestrator
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
-from support.concurrency import limited, nap_agent, nap_worker, timeline
+from support.concurrency import (
+    GATE_AGENT,
+    Gates,
+    gate_worker,
+    limited,
+    nap_agent,
+    nap_worker,
+    timeline,
+)
 from support.runtime import connect, eventually, running_stack
 
 FAIR = (

@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from test_concurrency import GATE_AGENT, Gates, gate_worker
-
 from interlock.transport.subjects import Subjects
-from support.concurrency import limited, timeline
+from support.concurrency import GATE_AGENT, Gates, gate_worker, limited, timeline
 from support.runtime import eventually, running_stack
 
 

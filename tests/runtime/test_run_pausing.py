@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 
-from test_concurrency import GATE_AGENT, Gates, gate_worker
 from test_crash import client_for, serve, started
 
 from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
+from support.concurrency import GATE_AGENT, Gates, gate_worker
 from support.runtime import cli_env, eventually, run_cli, yaml
 
 TWO_STEPS = yaml(

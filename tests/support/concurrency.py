@@ -259,6 +259,57 @@ async def requests(nc: Client, subjects: Subjects) -> Requests:
     return out
 
 
+GATE_AGENT = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: gateagent
+    spec:
+      capabilities:
+        - name: gate
+    """
+)
+"""The AgentDef of ``gate`` (served by :class:`Gates`' worker)."""
+
+
+class Gates:
+    """The ``gate`` capability: each task waits until the test opens its run's gate."""
+
+    def __init__(self) -> None:
+        self.opened: dict[int, asyncio.Event] = {}
+        self.started: list[int] = []
+        self.fail: set[int] = set()
+
+    def gate(self, n: int) -> asyncio.Event:
+        return self.opened.setdefault(n, asyncio.Event())
+
+    def worker(self) -> Worker:
+        worker = Worker("gateagent", concurrency=64, grace_period=0.5)
+
+        @worker.capability("gate")
+        async def gate(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+            n = int(inp["n"])
+            self.started.append(n)
+            await self.gate(n).wait()
+            if n in self.fail:
+                raise RuntimeError(f"task {n} fails")
+            return {"n": n}
+
+        return worker
+
+
+@contextlib.asynccontextmanager
+async def gate_worker(url: str, subjects: Subjects, gates: Gates) -> AsyncIterator[Worker]:
+    """The ``gate`` worker of ``gates`` while in the block; every gate opened at the end."""
+    async with serving(url, subjects, gates.worker()) as worker:
+        try:
+            yield worker
+        finally:
+            for event in gates.opened.values():
+                event.set()
+
+
 def stuck_worker() -> Worker:
     """A worker whose ``capped`` handler announces each task, then never finishes: run
     in a child process (``interlock agent run support.concurrency:stuck_worker``) that a

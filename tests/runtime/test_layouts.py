@@ -319,3 +319,36 @@ async def test_housekeeping_lists_the_stored_runs_only_when_a_run_ended_or_was_d
     await passes(4, 3)
     await passes(4, 4)
     await nc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_run_being_deleted_as_a_pass_lists_does_not_keep_its_layout_for_good(
+    nats_url: str, subjects: Subjects
+) -> None:
+    client = InterlockClient(await connect(nats_url), subjects)
+    await client.ensure_provisioned()
+    nc, js = client.nc, client.js
+    assert (await client.apply([("waiter.yaml", WAITER)])).compiled.ok
+    await set_partitions(nc, subjects, 3)
+    run_id = _ids(lambda r: partition_of(r, 3) != 0, 1)[0]
+    await client.start("waiter", {}, run_id=run_id)
+    assert await client.cancel(run_id)
+    await set_partitions(nc, subjects, 1)
+    first = await retire_layouts(nc, subjects, grace=0)
+    assert [x.version for x in first.map.retired] == [2]
+    assert first.watch is not None
+    assert first.watch.ended == {2: 1}
+    # A deletion records itself in the audit stream, then purges the log: a pass that
+    # lists in between finds the run stored, and never reads its deletion afterwards.
+    await js.publish(
+        subjects.audit_deleted(run_id), b"{}", headers={"Nats-Msg-Id": f"deleted:{run_id}"}
+    )
+    done = await retire_layouts(nc, subjects, grace=0)
+    assert "1 ended run(s) stored by it" in done.kept[2]  # still stored: kept
+    assert done.watch is not None
+    assert done.watch.ended == {2: 0}  # but not counted
+    stream, subject = await client.log.where(run_id)
+    await js.purge_stream(stream, subject=subject)
+    assert "were deleted" in await done.watch.changed(nc, subjects, datetime.now(UTC))
+    assert (await retire_layouts(nc, subjects, grace=0)).forgotten[0].version == 2
+    await nc.close()

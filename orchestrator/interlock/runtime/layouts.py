@@ -114,6 +114,7 @@ async def retire_layouts(
         now = now or utc_now()
         watch = Watch(revision, await last_deleted(nc, subjects), listed=_utc(now))
         stored = await _stored_runs(nc, subjects, found.streams)
+        await watch.recent(nc, subjects)
         wanted = await _decide(nc, subjects, found, stored, grace, now, done, watch)
         done.watch = watch
         if wanted == found:
@@ -199,7 +200,7 @@ async def _decide(
             done.kept[layout.version] = (
                 f"{len(left)} ended run(s) stored by it (such as {run_id} in partition {p})"
             )
-            watch.ended[layout.version] = len(left)
+            watch.ended[layout.version] = sum(r not in watch.deleting for _, r in left)
     retired.sort(key=lambda x: x.version)
     return msgspec.structs.replace(
         found, layouts=tuple(live), retired=tuple(retired), made=found.streams

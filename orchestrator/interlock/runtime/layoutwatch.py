@@ -5,7 +5,9 @@ leaves a :class:`Watch`: the map's revision it judged, the runs in flight that k
 layout live (once a layout stops placing runs, no new run needs it: only these can end),
 the moment a layout kept for its grace may go, and per retired layout the number of stored
 runs only it places (only deleting runs lowers it: each deletion is in the audit stream,
-read from where the pass left it). The next pass checks those (a map read, one audit
+read from where the pass left it; a run still stored whose deletion is among the last
+:data:`RECENT` recorded before the pass listed is being deleted, its purge to follow, and
+is not counted). The next pass checks those (a map read, one audit
 stream info, an exact read of each run in flight until one still is, one read per run
 deleted since) and lists again only when the map changed, a grace ran out, a relay had
 messages left, the runs in flight that kept a layout have all ended, a retired layout's
@@ -31,11 +33,23 @@ from interlock.transport.natsclient import js_api
 from interlock.transport.partitions import Layout, PartitionMap, partition_of, read_map
 from interlock.transport.subjects import Subjects
 
-__all__ = ["READS_AT_ONCE", "RECOUNT_S", "Watch", "api", "last_deleted", "only_by", "run_ended"]
+__all__ = [
+    "READS_AT_ONCE",
+    "RECENT",
+    "RECOUNT_S",
+    "Watch",
+    "api",
+    "last_deleted",
+    "only_by",
+    "run_ended",
+]
 
 RECOUNT_S = 3600.0
 """How long after a pass listed the stored runs, runs having been deleted since, the next
 lists them again, whatever its watch says (see :class:`Watch`)."""
+RECENT = 256
+"""The deletions recorded just before a pass lists that it reads, to leave out of its counts
+the runs being deleted as it lists (their purge follows their audit record)."""
 _TIMEOUT = 5.0
 READS_AT_ONCE = 64
 _TERMINAL = tuple(t.encode() for t in ev.TERMINAL_TYPES)
@@ -60,8 +74,16 @@ class Watch:
     listed: datetime | None = None
     """When the pass listed the stored runs."""
     lowered: bool = False
-    """Deletions lowered a count of :attr:`ended` since (a run whose deletion was recorded
-    before the pass listed and purged after is counted and never read: :data:`RECOUNT_S`)."""
+    """Deletions lowered a count of :attr:`ended` since (see :data:`RECOUNT_S`)."""
+    deleting: set[str] = field(default_factory=set)
+    """The runs of the last :data:`RECENT` deletions recorded before the pass listed: one
+    still stored then was being deleted (recorded, not yet purged), and is not counted."""
+
+    async def recent(self, nc: Client, subjects: Subjects) -> None:
+        """Read :attr:`deleting`: the deletions recorded just before :attr:`deleted`."""
+        self.deleting = set(
+            await _deleted_runs(nc, subjects, max(0, self.deleted - RECENT), self.deleted)
+        )
 
     def grace(self, ends: datetime) -> None:
         self.grace_ends = ends if self.grace_ends is None else min(self.grace_ends, ends)

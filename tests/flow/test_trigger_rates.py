@@ -145,7 +145,8 @@ async def test_a_queued_run_says_why_it_waits(
     listed = await eventually(
         lambda: _listed_waiting(nats_url, subjects), within=WAIT, what="the run list's line"
     )
-    assert "slot default/calls#trigger1@rate" in listed
+    assert "running (queued)" in listed
+    assert "rate of #trigger1" in listed
     shown = await asyncio.to_thread(
         run_cli, "queues", "--workflow", "calls", env=cli_env(nats_url, subjects.prefix)
     )

@@ -224,7 +224,7 @@ async def issued_operator(secured: Secured) -> Path:
 
 
 async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_frees_it(
-    secured: Secured, tmp_path: Path
+    secured: Secured,
 ) -> None:
     """Runs in flight on a version without a limit, moved by ``interlock migrate`` onto one
     that limits them to one at a time per customer: one holds the slot, the others hold in
@@ -232,25 +232,23 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
     the limit, a run gives its slot to the next in line, and one waiting is admitted. The
     logs never show two at work at once."""
     operator = await issued_operator(secured)
+    client = Client(secured.operator.nc, SUBJECTS)
 
-    async def ops(*args: str, code: int = 0) -> str:
-        done, out, errs, _ = await cli(secured, operator, *args)
-        assert done == code, (args, out, errs)
+    async def ops(*args: str) -> str:
+        code, out, errs, _ = await cli(secured, operator, *args)
+        assert code == 0, (args, out, errs)
         return out
 
     async def apply(text: str) -> None:
-        path = tmp_path / "migrating.yaml"
-        path.write_text(text)
-        await ops("apply", str(path))
+        (await secured.operator.apply([("migrating.yaml", text)])).compiled.raise_for_errors()
 
     async def started() -> str:
-        out = await ops("start", "migrating", "--input", '{"customer": "acme"}', "--json")
-        return str(json.loads(out)["run_id"])
+        return await secured.operator.start("migrating", {"customer": "acme"})
 
     async def in_index(runs: list[str], version: int) -> None:
         for _ in range(100):  # the run index is written behind the runs
-            listed = json.loads(await ops("runs", "--workflow", "migrating", "--json"))
-            if {r["run_id"] for r in listed if r["version"] == version} >= set(runs):
+            listed = await client.runs(workflow="migrating")
+            if {r.run_id for r in listed if r.version == version} >= set(runs):
                 return
             await asyncio.sleep(0.1)
         raise AssertionError(f"{runs} never listed on version {version}")
@@ -267,20 +265,20 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
     for run_id in runs:
         await until_recorded(secured, run_id, ev.RunQueued)
     first = await admitted_one(secured, runs)
-    others = [r for r in runs if r != first]
-    # Each waiting run is in its state and queued for the slot; a signal is held.
-    for run_id in others:
-        described = await ops("describe", "run", run_id)
-        assert "queued" in described, described
-        assert "default/migrating#1" in described, described
-        said = await ops("signal", run_id, "acme.order.approved")
-        assert "held" in said, said
-        state = await secured.operator.state(run_id)
-        assert (state.state, state.status) == ("waiting", "running"), state
+    second, third = [r for r in runs if r != first]
+    # A waiting run is in its state and queued for the slot; a signal is held.
+    described = await ops("describe", "run", second)
+    assert "queued" in described, described
+    assert "default/migrating#1" in described, described
+    said = await ops("signal", second, "acme.order.approved")
+    assert "held" in said, said
+    state = await secured.operator.state(second)
+    assert (state.state, state.status) == ("waiting", "running"), state
+    assert (await client.signal(third, "acme.order.approved")).outcome == "held"
     queues = await ops("queues", "--workflow", "migrating")
     assert "1/1" in queues, queues
     # The slot holder ends: the next takes the slot and decides what it held, and so on.
-    await ops("signal", first, "acme.order.approved")
+    assert (await client.signal(first, "acme.order.approved")).outcome == "moved"
     for run_id in runs:
         assert (await secured.operator.wait(run_id, 30)).status == "completed", run_id
 
@@ -296,14 +294,14 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
     assert f"moved: {waiting} (v2" in moved, moved
     await until_recorded(secured, waiting, ev.StateEntered)
     for run_id in (holder, waiting):
-        await ops("signal", run_id, "acme.order.approved")
+        assert (await client.signal(run_id, "acme.order.approved")).outcome == "moved"
         assert (await secured.operator.wait(run_id, 30)).status == "completed", run_id
     for _ in range(100):  # the relay frees the slots as it reads the records
-        queues = await ops("queues", "--workflow", "migrating", "--json")
-        if not json.loads(queues):
+        left = [q for q in await client.queues(workflow="migrating") if q.running or q.queued]
+        if not left:
             break
         await asyncio.sleep(0.1)
-    assert json.loads(queues) == [], queues
+    assert left == []
 
     seen = await timeline(secured.operator.nc, SUBJECTS)
     assert seen.most[("default/migrating#1", "acme")] == 1, seen.most
@@ -324,3 +322,75 @@ async def admitted_one(secured: Secured, runs: list[str]) -> str:
             return admitted[0]
         await asyncio.sleep(0.05)
     raise AssertionError(f"none of {runs} was admitted")
+
+
+WHY_WAITING = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: why-waiting}
+spec:
+  inputs: {customer: {type: string, required: true}}
+  concurrency:
+    - {key: inputs.customer, limit: 1}
+  initial_state: waiting
+  states:
+    waiting:
+      type: human_in_the_loop
+      on:
+        - {event: acme.order.approved, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def test_the_run_list_says_why_each_run_is_paused_or_queued(secured: Secured) -> None:
+    """``interlock runs`` says what holds each run: paused by itself (and why), paused with
+    its workflow (and why), queued behind its workflow's pause, or for a slot of which
+    limit and key; the cells stay within their width, a long reason cut short."""
+    operator = await issued_operator(secured)
+
+    async def ops(*args: str) -> str:
+        code, out, errs, _ = await cli(secured, operator, *args)
+        assert code == 0, (args, out, errs)
+        return out
+
+    (await secured.operator.apply([("why.yaml", WHY_WAITING)])).compiled.raise_for_errors()
+    holder = await secured.operator.start("why-waiting", {"customer": "acme"})
+    await until_recorded(secured, holder, ev.RunAdmitted)
+    behind = await secured.operator.start("why-waiting", {"customer": "acme"})
+    await until_recorded(secured, behind, ev.RunQueued)
+    await ops("pause", "run", holder, "--reason", "vendor outage " + "x" * 80)
+
+    async def rows(expected: int) -> dict[str, str]:
+        """Run id -> its row of the table, once every run is listed as expected."""
+        for _ in range(100):  # the run index is written behind the runs
+            table = await ops("runs", "--workflow", "why-waiting")
+            found = {line.split()[0]: line for line in table.splitlines()[1:]}
+            if len(found) == expected and all("(paused)" in found.get(r, "") for r in paused_now):
+                return found
+            await asyncio.sleep(0.1)
+        raise AssertionError(table)
+
+    paused_now = [holder]
+    shown = await rows(2)
+    assert "running (paused)  waiting  paused by itself: vendor outage xxx" in shown[holder]
+    assert shown[holder].rstrip().split("  ")[-2].endswith("x...")  # cut at its width
+    assert "running (queued)" in shown[behind], shown
+    assert "slot #1 key 'acme'" in shown[behind], shown
+
+    await ops("pause", "workflow", "why-waiting", "--runs", "--reason", "freeze")
+    later = await secured.operator.start("why-waiting", {"customer": "beta"})
+    await until_recorded(secured, later, ev.RunQueued)
+    paused_now = [holder, behind]
+    shown = await rows(3)
+    assert "paused by itself: vendor outage" in shown[holder]  # its own pause stays
+    assert "paused with its workflow: freeze; slot #1 key 'acme'" in shown[behind], shown
+    assert "running (queued)" in shown[later]
+    assert "its workflow paused; slot #1 key 'beta'" in shown[later], shown
+    listed = json.loads(await ops("runs", "--workflow", "why-waiting", "--json"))
+    waits = {r["run_id"]: r["waiting"] for r in listed}
+    assert {"kind": "slot", "name": "default/why-waiting#1", "key": "beta"} in waits[later]
+    assert {"kind": "slot", "name": "default/why-waiting@paused"} in waits[later]
+    await ops("resume", "workflow", "why-waiting")
+    for run_id in (holder, behind, later):
+        await secured.operator.cancel(run_id)  # (not what is tested)

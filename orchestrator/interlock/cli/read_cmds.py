@@ -27,7 +27,7 @@ from interlock.views.build import waiting_text
 if TYPE_CHECKING:
     from interlock.client import Client
     from interlock.core import events as ev
-    from interlock.views import RunResult
+    from interlock.views import RunResult, RunSummary
 
 
 async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
@@ -47,9 +47,9 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
                 (
                     r.run_id,
                     f"{r.namespace}/{r.workflow}",
-                    f"{r.status} (paused)" if r.paused is not None else r.status,
+                    _status(r),
                     r.state,
-                    waiting_text(r.waiting),
+                    _waiting(r),
                     r.started_at,
                 )
                 for r in runs
@@ -58,6 +58,60 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
 
     emit(args, runs, table)
     return EXIT_OK
+
+
+WAITING_WIDTH = 64
+"""The widest a run's WAITING FOR cell is (a reason or a key is cut short with ``...``)."""
+
+
+def _status(run: RunSummary) -> str:
+    if run.paused is not None:
+        return f"{run.status} (paused)"
+    if any(w.kind == "slot" for w in run.waiting):
+        return f"{run.status} (queued)"
+    return run.status
+
+
+def _waiting(run: RunSummary) -> str:
+    """What holds the run: its pause (by itself, or with its workflow, and why), the lines
+    it is queued in (its workflow's pause; each limit, its key; its trigger's rate), or
+    what its state waits for. Names are said relative to the run's workflow (``#1`` for
+    its first limit), which the row names already."""
+    said: list[str] = []
+    if run.paused is not None:
+        how = "paused with its workflow" if run.paused.workflow else "paused by itself"
+        said.append(how + (f": {run.paused.reason}" if run.paused.reason else ""))
+    slots = [w for w in run.waiting if w.kind == "slot"]
+    # Its workflow's pause first: the run waits for it before any limit.
+    slots.sort(key=lambda w: not w.name.endswith(("@paused", "@resumed")))
+    for w in slots:
+        name = _relative(w.name, run)
+        if w.name.endswith("@paused"):
+            said.append("its workflow paused")
+        elif w.name.endswith("@resumed"):
+            if len(slots) == 1:  # (else the limits it goes on to are said)
+                said.append("its admission (its workflow resumed)")
+        elif w.name.endswith("@rate"):
+            said.append(f"rate of {name.removesuffix('@rate')}" + _key(w.key))
+        else:
+            said.append(f"slot {name}" + _key(w.key))
+    if not said:
+        said.append(waiting_text(run.waiting))
+    text = "; ".join(said)
+    return text if len(text) <= WAITING_WIDTH else text[: WAITING_WIDTH - 3] + "..."
+
+
+def _relative(name: str, run: RunSummary) -> str:
+    """A limit's (or a trigger's) name as said on the run's row: ``#1`` for the run's
+    workflow's own, without the namespace for one of the run's namespace."""
+    own = f"{run.namespace}/{run.workflow}#"
+    if name.startswith(own):
+        return name[len(own) - 1 :]
+    return name.removeprefix(f"{run.namespace}/")
+
+
+def _key(key: str) -> str:
+    return f" key {key!r}" if key else ""
 
 
 async def cmd_dead_letters_list(client: Client, args: argparse.Namespace) -> int:

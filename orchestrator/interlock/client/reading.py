@@ -76,11 +76,14 @@ async def with_waiting(
     out = []
     paused: set[str] | None = None
     for run in found:
-        if run.status == str(RunStatus.RUNNING) and not run.state and held_by_pause(run):
+        if run.status == str(RunStatus.RUNNING) and held_by_pause(run):
             if paused is None:  # read once, and only for a list with such a run
                 paused = await paused_workflows(ops)
             run = past_pauses(run, paused)
-        if run.status != str(RunStatus.RUNNING) or not run.state:
+        # Queued (before its first state, or in it, migrated onto a limited version): it
+        # waits for its slots, not for what its state waits for.
+        queued = any(w.kind == "slot" for w in run.waiting)
+        if run.status != str(RunStatus.RUNNING) or not run.state or queued:
             out.append(run)
             continue
         key = (run.namespace, run.workflow, run.version)

@@ -289,10 +289,19 @@ def _run_forked(current: dict[str, Any], record: ev.RunForked) -> None:
 def _run_queued(current: dict[str, Any], record: ev.RunQueued) -> None:
     rate = [f"{record.data.rate.trigger}@rate"] if record.data.rate is not None else []
     current["queued"] = rate + sorted({c.limit for c in record.data.slots})
+    # Each line's key, for the run list to say what the run waits for (a limit's own).
+    keys = {c.limit: c.key for c in record.data.slots if c.key and not c.limit.endswith("@paused")}
+    if record.data.rate is not None and record.data.rate.key:
+        keys[rate[0]] = record.data.rate.key
+    if keys:
+        current["queued_keys"] = keys
+    else:
+        current.pop("queued_keys", None)
 
 
 def _run_admitted(current: dict[str, Any], record: ev.RunAdmitted) -> None:
     current.pop("queued", None)
+    current.pop("queued_keys", None)
 
 
 def _run_migrated(current: dict[str, Any], record: ev.RunMigrated) -> None:
@@ -314,6 +323,7 @@ def _ended(current: dict[str, Any], status: str) -> None:
     current["status"] = status
     current.pop("paused", None)
     current.pop("queued", None)  # a run that ended while queued (skipped, cancelled...)
+    current.pop("queued_keys", None)
 
 
 def _run_completed(current: dict[str, Any], record: ev.RunCompleted) -> None:

@@ -42,7 +42,11 @@ def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
         continued_from=_text(item.get("continued_from")),
         continued_to=_text(item.get("continued_to")),
         # A run that ended while queued (skipped, cancelled, out of time) waits no more.
-        waiting=_queued(item.get("queued")) if status == RunStatus.RUNNING else [],
+        waiting=(
+            _queued(item.get("queued"), item.get("queued_keys"))
+            if status == RunStatus.RUNNING
+            else []
+        ),
         paused=PauseView.of(item.get("paused")),
     )
 
@@ -51,10 +55,13 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _queued(limits: Any) -> list[WaitingOn]:
-    """What a run queued for slots of concurrency limits waits for (it has entered no
-    state yet): each limit's slot."""
-    return [WaitingOn(kind="slot", name=str(n)) for n in limits] if isinstance(limits, list) else []
+def _queued(limits: Any, keys: Any) -> list[WaitingOn]:
+    """What a run queued for slots of concurrency limits waits for (before its first
+    state, or in it once migrated onto a limited version): each limit's slot, and key."""
+    if not isinstance(limits, list):
+        return []
+    keys = keys if isinstance(keys, Mapping) else {}
+    return [WaitingOn(kind="slot", name=str(n), key=str(keys.get(n, ""))) for n in limits]
 
 
 PAUSED = "@paused"
@@ -75,7 +82,7 @@ def past_pauses(run: RunSummary, paused: set[str]) -> RunSummary:
     ``run.queued`` until it is admitted, and no record says that the workflow was
     resumed meanwhile."""
     waiting = [
-        WaitingOn(kind=w.kind, name=f"{line}{RESUMED}")
+        WaitingOn(kind=w.kind, name=f"{line}{RESUMED}", key=w.key)
         if (line := _pause_line(w)) is not None and line not in paused
         else w
         for w in run.waiting

@@ -35,7 +35,7 @@ class ErrorView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return cls(error_class=error.error_class, message=error.message, code=error.code)
 
 
-class WaitingOn(msgspec.Struct, frozen=True, kw_only=True):
+class WaitingOn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One thing a running run's state waits for."""
 
     kind: str
@@ -46,6 +46,8 @@ class WaitingOn(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     """The event type, the capability, the child workflow, (a timer) the state its timeout
     goes to, or (a slot) the limit's name."""
+    key: str = ""
+    """(A slot) the key of the limit the run waits under (none for a workflow's pause)."""
 
     def matches(self, wanted: str) -> bool:
         """``wanted`` is this kind (``agent``), or this kind and name (``agent:review``)."""

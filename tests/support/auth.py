@@ -113,6 +113,8 @@ class Secured:
     data: Path
     operator: InterlockClient
     issued: dict[str, Path] = field(default_factory=dict)
+    orchestrator: Any = None
+    """The orchestrator of the stack (to read what it counted)."""
 
     @property
     def url(self) -> str:
@@ -159,7 +161,7 @@ async def secured(
     applied = await client.apply([("<security>", MANIFESTS)])
     applied.compiled.raise_for_errors()
     try:
-        yield Secured(server=server, auth=auth, data=data, operator=client)
+        yield Secured(server=server, auth=auth, data=data, operator=client, orchestrator=stack[0])
     finally:
         await nc.close()
         await stop_stack(*stack)

@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 
 from interlock.core.bounds import max_event_bytes
 from interlock.core.definition import Definition
+from interlock.core.incoming import Incoming
 from interlock.core.objects import ObjectError
 from interlock.runtime.addressing import Refused, admit
 from interlock.runtime.fairness import PUBLISHER_BUDGET, publisher_lane
@@ -31,7 +32,7 @@ from interlock.runtime.routing import starts
 from interlock.runtime.runs import Runs
 from interlock.runtime.triggering import TriggerStarts
 from interlock.transport.cancelling import cancel_and_wait
-from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
+from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.orchestrator")
@@ -121,12 +122,21 @@ class Ingress:
             return
         try:
             # What the event may reach is what its subject (whose publishers NATS checks)
-            # allows: see interlock.runtime.addressing. Its data, if by reference, loaded.
+            # allows: see interlock.runtime.addressing.
             event, run_id = admit(self._subjects, msg.subject, event)
-            incoming = await self._payloads.incoming(to_incoming(event))
-        except (Refused, ObjectError) as exc:
+        except Refused as exc:
             await self._handling.dead_letter(msg, exc.reason, exc.detail)
             return
+        # Its data, if by reference, loaded only where it reaches something: a publisher's
+        # event of a type nothing reads made the orchestrator read and hash the object it
+        # named (up to 64 MiB) all the same (tests/security/test_object_event_flood.py).
+        triggered = list(self._registry.triggered_by(event.type))
+        incoming = to_incoming(event)
+        if run_id or triggered or self._correlated(event.type):
+            loaded = await self._loaded(msg, event)
+            if loaded is None:
+                return
+            incoming = loaded
         self._counters["events_received"] += 1
         if run_id:
             delivered = await self._deliver(run_id, incoming)
@@ -137,11 +147,15 @@ class Ingress:
         # Routed, and the runs' first records decided, with what is known while the
         # registry check of this batch is out; done again in the rare case that it
         # brought in a workflow (or version) of this type.
-        triggered = list(self._registry.triggered_by(event.type))
         found = await starts(triggered, incoming, self._runs, lane)
         openings = await self._starting.openings(found, event, incoming)
         await self._registry_checked()
         now_triggered = list(self._registry.triggered_by(event.type))
+        if incoming.data is event.data and (now_triggered or self._correlated(event.type)):
+            loaded = await self._loaded(msg, event)  # a workflow of its type came in
+            if loaded is None:
+                return
+            incoming = loaded
         if not _same(triggered, now_triggered):
             found = await starts(now_triggered, incoming, self._runs, lane)
             openings = await self._starting.openings(found, event, incoming)
@@ -154,6 +168,18 @@ class Ingress:
         if not started:
             self._counters["events_unrouted"] += 1
             self._observers.unrouted(event.type)
+
+    def _correlated(self, event_type: str) -> bool:
+        return any(True for _ in self._registry.correlating(event_type))
+
+    async def _loaded(self, msg: Msg, event: CloudEvent) -> Incoming | None:
+        """The event as the engine reads it, its data loaded when it is a reference;
+        None, and the event dead-lettered, when that reference is refused."""
+        try:
+            return await self._payloads.incoming(to_incoming(event))
+        except ObjectError as exc:
+            await self._handling.dead_letter(msg, exc.reason, exc.detail)
+            return None
 
 
 def _same(a: list[tuple[Definition, int]], b: list[tuple[Definition, int]]) -> bool:

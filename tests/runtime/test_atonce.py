@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from test_crash import client_for, serve, started
 
 from interlock.core import events as ev
 from interlock.core.engine import derive_run_id
@@ -34,10 +33,13 @@ from support.runtime import (
     TIMEOUT,
     Background,
     cli_env,
+    client_for,
     connect,
     eventually,
     running_stack,
+    serve,
     serving,
+    started,
     yaml,
 )
 

@@ -10,7 +10,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from test_crash import client_for, serve, started
 
 from interlock.core import events as ev
 from interlock.runtime.concurrency import Slots
@@ -18,7 +17,17 @@ from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
 from support.concurrency import KEYS, Requests, all_freed, nap_agent, nap_worker, requests
-from support.runtime import REPO, cli_env, connect, eventually, interlock_bg, yaml
+from support.runtime import (
+    REPO,
+    cli_env,
+    client_for,
+    connect,
+    eventually,
+    interlock_bg,
+    serve,
+    started,
+    yaml,
+)
 
 NAP_AGENT = nap_agent(limit=2)
 

@@ -9,13 +9,12 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from test_crash import client_for, serve, started
 
 from interlock.runtime.concurrency import Slots
 from interlock.runtime.service import Orchestrator
 from interlock.transport.subjects import Subjects
 from support.concurrency import KEYS, Timeline, limited, nap_agent, nap_worker, timeline
-from support.runtime import connect, eventually, running_stack
+from support.runtime import client_for, connect, eventually, running_stack, serve, started
 
 # Admission order is checked to a quarter of a second (RACE_S): another test process busy
 # beside it on a 2-core machine can stretch one orchestrator's reads past that.

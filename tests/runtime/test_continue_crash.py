@@ -9,14 +9,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from test_crash import client_for, serve, started
-
 from interlock.core import events as ev
 from interlock.core.engine import Incoming, decided
 from interlock.runtime.runs import Decided
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
-from support.runtime import TIMEOUT, connect, eventually, yaml
+from support.runtime import TIMEOUT, client_for, connect, eventually, serve, started, yaml
 
 LOOPING = yaml(
     """\

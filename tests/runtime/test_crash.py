@@ -7,11 +7,8 @@ while runs are in flight; an agent worker is killed in the middle of a task.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,11 +26,14 @@ from support.runtime import (
     Background,
     Recorder,
     cli_env,
+    client_for,
     connect,
     eventually,
     interlock_bg,
     make_worker,
     running_stack,
+    serve,
+    started,
     yaml,
 )
 
@@ -75,29 +75,6 @@ CHAIN = yaml(
             n: "$.states.three.output.n"
     """
 )
-
-
-def serve(url: str, prefix: str) -> Background:
-    """``python -m interlock serve``, as an operator runs it."""
-    argv = [sys.executable, "-m", "interlock", "serve", "--server", url, "--prefix", prefix]
-    # A short ack wait: what the killed process had taken comes back within two seconds.
-    argv += ["--ack-wait", "2", "--metrics-port", "0"]
-    return Background(argv, cli_env(url, prefix))
-
-
-async def started(process: Background) -> None:
-    await process.await_line("orchestrator started")
-
-
-@contextlib.asynccontextmanager
-async def client_for(url: str, subjects: Subjects) -> AsyncIterator[InterlockClient]:
-    nc = await connect(url)
-    try:
-        client = InterlockClient(nc, subjects)
-        await client.ensure_provisioned()
-        yield client
-    finally:
-        await nc.close()
 
 
 def gated_worker(handled: list[str], gate: asyncio.Event) -> Worker:

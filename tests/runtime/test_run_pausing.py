@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-from test_crash import client_for, serve, started
-
 from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
 from support.concurrency import GATE_AGENT, Gates, gate_worker
-from support.runtime import cli_env, eventually, run_cli, yaml
+from support.runtime import cli_env, client_for, eventually, run_cli, serve, started, yaml
 
 TWO_STEPS = yaml(
     """\

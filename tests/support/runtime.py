@@ -566,6 +566,31 @@ def slow_worker() -> Worker:
     return worker
 
 
+def serve(url: str, prefix: str) -> Background:
+    """``python -m interlock serve``, as an operator runs it (a process a test may kill)."""
+    argv = [sys.executable, "-m", "interlock", "serve", "--server", url, "--prefix", prefix]
+    # A short ack wait: what the killed process had taken comes back within two seconds.
+    argv += ["--ack-wait", "2", "--metrics-port", "0"]
+    return Background(argv, cli_env(url, prefix))
+
+
+async def started(process: Background) -> None:
+    """Wait until the orchestrator ``process`` (:func:`serve`) says it has started."""
+    await process.await_line("orchestrator started")
+
+
+@contextlib.asynccontextmanager
+async def client_for(url: str, subjects: Subjects) -> AsyncIterator[InterlockClient]:
+    """A client on a connection of its own, the streams and buckets provisioned."""
+    nc = await connect(url)
+    try:
+        client = InterlockClient(nc, subjects)
+        await client.ensure_provisioned()
+        yield client
+    finally:
+        await nc.close()
+
+
 # --- an installation driven through the CLI ------------------------------------------------
 
 STARTUP_TIMEOUT = 60.0

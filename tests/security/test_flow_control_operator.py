@@ -271,10 +271,11 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
     assert "queued" in described, described
     assert "default/migrating#1" in described, described
     said = await ops("signal", second, "acme.order.approved")
-    assert "held" in said, said
+    assert f"held by run {second}, queued for its slots" in said, said
     state = await secured.operator.state(second)
     assert (state.state, state.status) == ("waiting", "running"), state
-    assert (await client.signal(third, "acme.order.approved")).outcome == "held"
+    told = await client.signal(third, "acme.order.approved")
+    assert (told.outcome, told.held_until) == ("held", "admitted"), told
     queues = await ops("queues", "--workflow", "migrating")
     assert "1/1" in queues, queues
     # The slot holder ends: the next takes the slot and decides what it held, and so on.

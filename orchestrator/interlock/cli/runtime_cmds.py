@@ -427,6 +427,8 @@ async def cmd_signal(client: Client, args: argparse.Namespace) -> int:
         _print_gates(told.gates)
         if not told.gates:
             print("  no gate checked it yet: a gate reads the evidence kept when it is checked")
+    elif told.outcome == "held" and told.held_until == "admitted":
+        print(f"{name} held by run {run}, queued for its slots: decided on when it is admitted")
     elif told.outcome == "held":
         print(f"{name} held by paused run {run}: decided on when it is resumed")
     elif told.outcome == "declined":

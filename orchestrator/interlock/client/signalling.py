@@ -54,6 +54,7 @@ async def send(
         state=state.state,
         status=state.status,
         addressed=signal.run_id if len(followed) > 1 else None,
+        held_until="resumed" if state.paused else "admitted" if state.waits else None,
     )
     if state.finished:
         return base.result("finished")
@@ -156,6 +157,7 @@ class _SignalBase:
     state: str
     status: str
     addressed: str | None = None
+    held_until: str | None = None
 
     def result(
         self,
@@ -185,6 +187,7 @@ class _SignalBase:
             declined=declined or [],
             addressed=self.addressed,
             continued_to=None if ended is None or len(ended) < 3 else ended[2],
+            held_until=self.held_until if outcome == "held" else None,
         )
 
 

@@ -123,3 +123,7 @@ class SignalResult(msgspec.Struct, frozen=True, kw_only=True):
     to ``run_id``, the newest run of its chain."""
     continued_to: str | None = None
     """When the decision on the event continued the run as new: the run that goes on."""
+    held_until: str | None = None
+    """For ``held``: what the run waits for before it decides the event: ``resumed`` (it
+    is paused) or ``admitted`` (migrated onto a limited version, it waits for its
+    slots)."""

@@ -7,6 +7,10 @@ log is appended as the orchestrator appends, each message checked as every read 
 
 from __future__ import annotations
 
+import asyncio
+import json
+
+import httpx
 import msgspec
 import pytest
 
@@ -17,7 +21,7 @@ from interlock.gateway import runlogs
 from interlock.gateway.logrange import log_length
 from interlock.gateway.rest import LogPage
 from interlock.transport.subjects import Subjects
-from support.gateway import GatewayStack, gateway_stack, wait_status, yaml
+from support.gateway import TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
 
 pytestmark = pytest.mark.asyncio
 
@@ -140,3 +144,43 @@ async def test_explaining_a_log_too_long_is_refused_before_it_is_read(
         assert logs.reads == reads  # refused before the log was read
         assert (await http.get(f"/runs/{short}/explain")).status_code == 200
         assert (await http.get("/runs/rnosuchrun/explain")).status_code == 404
+
+
+async def _streamed(http: httpx.AsyncClient, run_id: str, last: int) -> list[tuple[int, str]]:
+    """(id, type) of each record the live log sends after ``Last-Event-ID: last``, to its
+    end."""
+    out: list[tuple[int, str]] = []
+    headers = {"Last-Event-ID": str(last)}
+    async with http.stream("GET", f"/runs/{run_id}/log/stream", headers=headers) as r:
+        event: dict[str, str] = {}
+        async for line in r.aiter_lines():
+            if line.startswith(("id: ", "event: ", "data: ")):
+                key, _, value = line.partition(": ")
+                event[key] = value
+            elif not line and event:
+                if event["event"] == "end":
+                    return out
+                assert json.loads(event["data"])["id"] == f"{run_id}:{int(event['id']) + 1}"
+                out.append((int(event["id"]), event["event"]))
+                event = {}
+    return out
+
+
+async def test_the_live_log_of_a_long_log_starts_where_it_is_resumed(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with gateway_stack(nats_url, subjects, [WAITING]) as gs, gs.http("reader") as http:
+        client = Client(gs.stack.client.nc, gs.stack.subjects)
+        run_id = await client.start("waiting", {})
+        await wait_status(gs, run_id, "running", "wait")
+        await _grow(gs, run_id)
+        await client.signal(run_id, "go", {})
+        await wait_status(gs, run_id, "completed")
+        records = await client.records(run_id)
+        logs = gs.gateway.run_logs
+        logs.forget()  # as a log too long to keep is
+        reads = logs.reads
+        got = await asyncio.wait_for(_streamed(http, run_id, 1499), TIMEOUT)
+        assert got == [(n, ev.record_type(r)) for n, r in enumerate(records)][1500:]
+        assert logs.reads == reads  # read from where it was resumed, not whole
+        assert not logs.keeps(run_id)

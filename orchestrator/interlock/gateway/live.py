@@ -33,6 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from interlock import views
 from interlock.core import events as ev
 from interlock.gateway.auth import RECHECK_S
+from interlock.gateway.logrange import seek
 from interlock.gateway.problems import int_param
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.views import summary_from_index
@@ -40,7 +41,13 @@ from interlock.views import summary_from_index
 if TYPE_CHECKING:
     from interlock.gateway.service import Gateway
 
+HEAD_RECORDS = 1000
+"""A log not kept longer than this is streamed a page at a time (see ``stream_log``)."""
+
 KEEPALIVE_S = 15.0
+_PAGE = 200
+"""Messages a long log's stream reads at a time."""
+_ENDINGS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunContinued)
 
 
 async def stream_runs(request: Request, gw: Gateway) -> Response:
@@ -120,6 +127,13 @@ async def stream_log(request: Request, gw: Gateway) -> Response:
     last = request.headers.get("last-event-id", "")
     if last.isdigit():
         start = int(last) + 1
+    if not gw.run_logs.keeps(run_id):
+        # A long log not kept is streamed from where ``start`` lies, a page at a time:
+        # read whole for each connection, and held while its caller read, many callers
+        # of a 200,000-record log made the gateway hold as many copies of it.
+        at = await seek(gw.api.ops, run_id, start, longer_than=HEAD_RECORDS)
+        if at is not None:
+            return _sse(request, gw, _paged(gw, run_id, start, at))
     cached = await gw.run_logs.log(run_id)  # 404 now, before the stream starts
     # What is kept now (the kept lists only grow, so this slice stays what it is).
     count = len(cached.records)
@@ -132,39 +146,72 @@ async def stream_log(request: Request, gw: Gateway) -> Response:
     after, finished = cached.last_seq, cached.finished
 
     async def events() -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[ev.AnyRecord | None] = asyncio.Queue(maxsize=1000)
-
-        async def pump() -> None:
-            try:
-                if not finished:
-                    async for _, payload in gw.api.ops.watcher.follow(run_id, after=after):
-                        for record in ev.decode_batch(payload):
-                            await queue.put(record)
-            finally:
-                await queue.put(None)
-
-        task = asyncio.create_task(pump())
-        try:
-            position = start
-            for kind, data in kept:
-                yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
-                position += 1
-            position = count
-            while True:
-                try:
-                    record = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-                except TimeoutError:
-                    yield b": keep-alive\n\n"
-                    continue
-                if record is None:
-                    yield b"event: end\ndata: {}\n\n"
-                    return
-                if position >= start:
-                    data = msgspec.json.encode(views.record_view(record))
-                    kind = ev.record_type(record)
-                    yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
-                position += 1
-        finally:
-            await cancel_and_wait(task)
+        position = start
+        for kind, data in kept:
+            yield f"id: {position}\nevent: {kind}\ndata: ".encode() + data + b"\n\n"
+            position += 1
+        async for chunk in _following(gw, run_id, after, finished, count, start):
+            yield chunk
 
     return _sse(request, gw, events())
+
+
+def _event(position: int, record: ev.AnyRecord) -> bytes:
+    data = msgspec.json.encode(views.record_view(record))
+    return f"id: {position}\nevent: {ev.record_type(record)}\ndata: ".encode() + data + b"\n\n"
+
+
+async def _paged(gw: Gateway, run_id: str, start: int, at: tuple[int, int]) -> AsyncIterator[bytes]:
+    """The records from place ``start`` (0-based) on, read a page of messages at a time
+    from ``at`` (the stream sequence of the message holding it, and that message's first
+    place, from 1), then each new one until the run ends."""
+    seq, first = at
+    position, after, finished = first - 1, seq - 1, False
+    while True:
+        found = await gw.api.ops.log.read_checked(run_id, after=after, limit=_PAGE)
+        for _, payload in found.messages:
+            for record in ev.decode_batch(payload):
+                finished = finished or isinstance(record, _ENDINGS)
+                if position >= start:
+                    yield _event(position, record)
+                position += 1
+        done = len(found.messages) + len(found.foreign) < _PAGE
+        after = found.last
+        if done:
+            break
+    async for chunk in _following(gw, run_id, after, finished, position, start):
+        yield chunk
+
+
+async def _following(
+    gw: Gateway, run_id: str, after: int, finished: bool, position: int, start: int
+) -> AsyncIterator[bytes]:
+    """Each record appended after stream sequence ``after`` (``position`` the place of the
+    first), from place ``start`` on, then ``end`` once the run ends."""
+    queue: asyncio.Queue[ev.AnyRecord | None] = asyncio.Queue(maxsize=1000)
+
+    async def pump() -> None:
+        try:
+            if not finished:
+                async for _, payload in gw.api.ops.watcher.follow(run_id, after=after):
+                    for record in ev.decode_batch(payload):
+                        await queue.put(record)
+        finally:
+            await queue.put(None)
+
+    task = asyncio.create_task(pump())
+    try:
+        while True:
+            try:
+                record = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if record is None:
+                yield b"event: end\ndata: {}\n\n"
+                return
+            if position >= start:
+                yield _event(position, record)
+            position += 1
+    finally:
+        await cancel_and_wait(task)

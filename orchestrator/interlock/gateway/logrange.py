@@ -18,6 +18,8 @@ decodes other than expected) is answered by the whole read instead (None from
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 
 from interlock.client.errors import no_stream_is_no_run
@@ -25,7 +27,7 @@ from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.logstore import LogRead
 
-__all__ = ["log_length", "page_at", "page_json"]
+__all__ = ["log_length", "page_at", "page_json", "seek"]
 
 
 class _Named(msgspec.Struct):
@@ -129,18 +131,41 @@ async def page_at(
     return page, reads.count
 
 
-async def _page(reads: _Reads, offset: int, limit: int) -> bytes | None:
+async def seek(
+    ops: InterlockClient, run_id: str, offset: int, *, longer_than: int = 0
+) -> tuple[int, int] | None:
+    """Where place ``offset + 1`` of a log longer than ``longer_than`` records lies: (the
+    stream sequence of the message holding it, that message's first place), the log's
+    last message when it is shorter; None for a shorter log, one whose records do not
+    say their places, or no run."""
+    reads = _Reads(ops, run_id)
+    async with no_stream_is_no_run(run_id):
+        found = await _search(reads, offset)
+    if found is None or found.total <= longer_than:
+        return None
+    return found.seq, found.first
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    seq: int
+    """The last message whose first record is at or before the place looked for."""
+    first: int
+    """Its first record's place."""
+    total: int
+    last: bytes
+    """The log's last message."""
+
+
+async def _search(reads: _Reads, offset: int) -> _Found | None:
+    """Where place ``offset + 1`` lies (a binary search of the run's messages)."""
     first, last = await reads.at_or_after(1), await reads.last()
     if first is None or last is None:
         return None
     head, tail = _span(first[1]), _span(last[1])
     if head is None or tail is None or head[0] != 1:
         return None
-    finished = any(isinstance(r, _ENDINGS) for r in ev.decode_batch(last[1]))
-    total = tail[1]
-    if offset >= total:
-        return page_json([], None, finished)
-    lo, hi = first[0], last[0]
+    lo, hi, at = first[0], last[0], 1
     while lo < hi:  # the last message whose first record is at or before ``offset + 1``
         mid = (lo + hi + 1) // 2
         probe = await reads.at_or_after(mid)
@@ -151,10 +176,23 @@ async def _page(reads: _Reads, offset: int, limit: int) -> bytes | None:
         if span is None:
             return None
         if span[0] <= offset + 1:
-            lo = probe[0]
+            lo, at = probe[0], span[0]
         else:
             hi = mid - 1
-    records = await _from(reads, lo, offset + limit + 1)
+    if lo == last[0]:
+        at = tail[0]
+    return _Found(lo, at, tail[1], last[1])
+
+
+async def _page(reads: _Reads, offset: int, limit: int) -> bytes | None:
+    found = await _search(reads, offset)
+    if found is None:
+        return None
+    finished = any(isinstance(r, _ENDINGS) for r in ev.decode_batch(found.last))
+    total = found.total
+    if offset >= total:
+        return page_json([], None, finished)
+    records = await _from(reads, found.seq, offset + limit + 1)
     start = _place(records[0].id) if records else None
     if start is None or start > offset + 1:
         return None

@@ -145,6 +145,10 @@ class RunLogs:
     def kept_records(self) -> int:
         return sum(len(c.records) for c in self._kept.values())
 
+    def keeps(self, run_id: str) -> bool:
+        """Whether the run's log is kept here (its next answers read what was appended)."""
+        return run_id in self._kept
+
     def forget(self) -> None:
         """Drop every kept log (the next answers read their logs again, as after a start)."""
         self._kept.clear()

@@ -4,12 +4,10 @@ was forked in, when a slot frees."""
 
 from __future__ import annotations
 
-import asyncio
-
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
-from support.runtime import cli_env, eventually, run_cli, running_stack
+from support.runtime import cli, eventually, running_stack
 
 ONE = """
 apiVersion: interlock.io/v1
@@ -30,26 +28,20 @@ spec:
 async def test_a_fork_waits_for_a_slot_of_its_workflows_limit_as_a_start_does(
     nats_url: str, subjects: Subjects
 ) -> None:
-    env = cli_env(nats_url, subjects.prefix)
-
-    async def cli(*args: str) -> str:
-        done = await asyncio.to_thread(run_cli, *args, env=env)
-        assert done.returncode == 0, (args, done.stdout, done.stderr)
-        return done.stdout
 
     async with running_stack(nats_url, subjects, [ONE], worker=False) as stack:
 
         async def kinds(run_id: str) -> list[type]:
             return [type(r) for r in await stack.records(run_id)]
 
-        await cli("start", "one", "--run-id", "one-3")
+        await cli(nats_url, subjects, "start", "one", "--run-id", "one-3")
 
         async def admitted() -> bool:
             return ev.StateEntered in await kinds("one-3")
 
         await eventually(admitted, what="one-3 admitted, in its state")
         at = len(await stack.records("one-3"))
-        await cli("fork", "one-3", "--at", str(at), "--run-id", "one-fork")
+        await cli(nats_url, subjects, "fork", "one-3", "--at", str(at), "--run-id", "one-fork")
 
         async def fork_queued() -> bool:
             found = await list_queues(stack.client)
@@ -59,13 +51,13 @@ async def test_a_fork_waits_for_a_slot_of_its_workflows_limit_as_a_start_does(
         forked = await stack.records("one-fork")
         assert isinstance(forked[-1], ev.RunQueued), forked[-1]
         assert (await stack.client.state("one-fork")).state == ""
-        shown = await cli("queues")
+        shown = await cli(nats_url, subjects, "queues")
         assert "1/1" in shown, shown
-        described = await cli("describe", "run", "one-fork")
+        described = await cli(nats_url, subjects, "describe", "run", "one-fork")
         assert "queued       1st for key k under default/one" in described, described
         # A third run waits behind the fork, in order.
-        await cli("start", "one", "--run-id", "one-4")
-        await cli("signal", "one-3", "go")
+        await cli(nats_url, subjects, "start", "one", "--run-id", "one-4")
+        await cli(nats_url, subjects, "signal", "one-3", "go")
         assert (await stack.wait("one-3")).status == "completed"
 
         async def fork_in_its_state() -> bool:
@@ -73,7 +65,7 @@ async def test_a_fork_waits_for_a_slot_of_its_workflows_limit_as_a_start_does(
 
         await eventually(fork_in_its_state, what="the fork admitted into its state")
         assert ev.StateEntered not in await kinds("one-4")
-        await cli("signal", "one-fork", "go")
+        await cli(nats_url, subjects, "signal", "one-fork", "go")
         assert (await stack.wait("one-fork")).status == "completed"
 
         async def third_in() -> bool:
@@ -81,20 +73,20 @@ async def test_a_fork_waits_for_a_slot_of_its_workflows_limit_as_a_start_does(
 
         await eventually(third_in, what="the third run admitted once the fork ended")
         # A fork while the workflow is paused waits for its resumption, then for its slot.
-        await cli("pause", "workflow", "one")
+        await cli(nats_url, subjects, "pause", "workflow", "one")
 
         async def seen_paused() -> bool:
             return stack.orchestrator.flow.admission.pauses.holds("default", "one")
 
         await eventually(seen_paused, what="the orchestrator sees the pause")
-        await cli("fork", "one-3", "--at", str(at), "--run-id", "one-fork2")
+        await cli(nats_url, subjects, "fork", "one-3", "--at", str(at), "--run-id", "one-fork2")
         await eventually(
             lambda: _queued(stack, "one-fork2"), what="the second fork queued behind the pause"
         )
-        described = await cli("describe", "run", "one-fork2")
+        described = await cli(nats_url, subjects, "describe", "run", "one-fork2")
         assert "queued       until default/one is resumed" in described, described
-        await cli("resume", "workflow", "one")
-        await cli("signal", "one-4", "go")
+        await cli(nats_url, subjects, "resume", "workflow", "one")
+        await cli(nats_url, subjects, "signal", "one-4", "go")
         assert (await stack.wait("one-4")).status == "completed"
 
         async def second_fork_in() -> bool:

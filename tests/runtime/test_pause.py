@@ -12,17 +12,20 @@ from interlock.runtime.service import Orchestrator
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
 from support.concurrency import timeline
-from support.runtime import HELLO, TIMEOUT, cli_env, connect, eventually, run_cli, running_stack
+from support.runtime import (
+    HELLO,
+    TIMEOUT,
+    cli,
+    cli_env,
+    connect,
+    eventually,
+    run_cli,
+    running_stack,
+)
 
 
 def kinds(records: list[ev.AnyRecord]) -> list[str]:
     return [ev.record_type(r).removeprefix(ev.PREFIX) for r in records]
-
-
-async def cli(nats_url: str, subjects: Subjects, *args: str) -> str:
-    done = await asyncio.to_thread(run_cli, *args, env=cli_env(nats_url, subjects.prefix))
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 async def test_a_paused_workflow_holds_its_new_runs_until_resumed(

@@ -6,7 +6,6 @@ or pausing again puts it right."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 
@@ -15,13 +14,7 @@ import pytest
 from interlock.client.queues import list_queues
 from interlock.runtime.pausing import DAMAGED
 from interlock.transport.subjects import Subjects
-from support.runtime import HELLO, cli_env, eventually, run_cli, running_stack
-
-
-async def cli(nats_url: str, subjects: Subjects, *args: str) -> str:
-    done = await asyncio.to_thread(run_cli, *args, env=cli_env(nats_url, subjects.prefix))
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+from support.runtime import HELLO, cli, eventually, running_stack
 
 
 async def test_a_damaged_pause_is_a_pause_shown_as_damaged(

@@ -5,12 +5,10 @@ SIGKILL of the orchestrator; nothing is dispatched twice or lost."""
 
 from __future__ import annotations
 
-import asyncio
-
 from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
 from support.concurrency import GATE_AGENT, Gates, gate_worker
-from support.runtime import cli_env, client_for, eventually, run_cli, serve, started, yaml
+from support.runtime import cli, client_for, eventually, serve, started, yaml
 
 TWO_STEPS = yaml(
     """\
@@ -42,12 +40,6 @@ ONE_STEP = TWO_STEPS.replace(
 
 def kinds(records: list[ev.AnyRecord]) -> list[str]:
     return [ev.record_type(r).removeprefix(ev.PREFIX) for r in records]
-
-
-async def cli(nats_url: str, subjects: Subjects, *args: str, code: int = 0) -> str:
-    done = await asyncio.to_thread(run_cli, *args, env=cli_env(nats_url, subjects.prefix))
-    assert done.returncode == code, (args, done.stdout, done.stderr)
-    return done.stdout
 
 
 async def test_a_paused_run_holds_what_reaches_it_across_a_crash(

@@ -445,6 +445,15 @@ def run_cli(
     )
 
 
+async def cli(nats_url: str, subjects: Subjects, *args: str, code: int = 0) -> str:
+    """``interlock ARGS`` against the installation of ``subjects`` on ``nats_url``, run in a
+    thread (an orchestrator on the test's event loop goes on meanwhile): its output, once
+    it has exited with ``code``."""
+    done = await asyncio.to_thread(run_cli, *args, env=cli_env(nats_url, subjects.prefix))
+    assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
+    return done.stdout
+
+
 class Background:
     """A long-running process whose output lines can be awaited."""
 

@@ -6,8 +6,10 @@ import json
 import re
 import shutil
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +19,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 import interlock.sdk.metrics as agent_metrics
 from interlock.gateway.metrics import _series as gateway_series
-from interlock.runtime.cluster_metrics import ClusterMetrics
+from interlock.runtime.cluster_metrics import ClusterMetrics, _Limit
+from interlock.runtime.health import SweepMetrics
 from interlock.runtime.metrics import OrchestratorMetrics
 from interlock.runtime.plaincounts import PlainCounter, PlainHistogram
 from interlock.transport.subjects import Subjects
@@ -43,12 +46,17 @@ def exported() -> dict[str, set[str]]:
     cluster = ClusterMetrics(None, Subjects(), registry=None)
     cluster._lag = {("S", "c"): (1, 1)}
     cluster._queued = {"cap": 1}
+    cluster._limits = {"default/w#1": _Limit()}
+    cluster._paused = ["cap"]
     cluster._index("r", json.dumps({"status": "running", "workflow": "w", "state": "s"}).encode())
     for family in cluster.collect():
         families[family.name] = {k for s in family.samples for k in s.labels}
     for value in vars(agent_metrics).values():
         if isinstance(value, MetricWrapperBase):
             families[value._name] = set(value._labelnames)
+    sweeper = SimpleNamespace(freed=Counter(), read=0)
+    for family in SweepMetrics(sweeper).collect():  # type: ignore[arg-type]
+        families[family.name] = {k for s in family.samples for k in s.labels}
     gateway = gateway_series(CollectorRegistry())
     for value in (gateway.requests, gateway.duration):
         families[value._name] = set(value._labelnames)

@@ -254,7 +254,7 @@ class AtOnce:
                 entry.turn = claim.fair
             return True
 
-        took: bool = await self.slots.change(claim, change)
+        took: bool = await self.slots.change(claim, change, urgent=True)
         return took
 
     async def _token(self, claim: ev.SlotClaim) -> bool:

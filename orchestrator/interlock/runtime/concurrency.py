@@ -29,7 +29,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from nats.aio.client import Client
@@ -43,8 +42,6 @@ from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
 from interlock.runtime.slotlines import (
     ENTRIES,
-    STRIDE,
-    Line,
     Lines,
     SlotEntry,
     Waiter,
@@ -54,6 +51,7 @@ from interlock.runtime.slotlines import (
     order,
     read_key,
 )
+from interlock.runtime.slotturns import grant, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
@@ -98,6 +96,7 @@ class Slots:
         change is done again from fresh reads; a change that writes nothing is checked
         against fresh reads before it is believed)."""
         self._written = Written()
+        self._urgent: set[asyncio.Future[Any]] = set()  # (see slotturns.urgent_first)
         self._pending: dict[str, list[tuple[Change, asyncio.Future[Any]]]] = {}
         """Per entry being written by this process, the changes asked meanwhile: one entry
         is changed by one write at a time here (a busy line read and written by many runs'
@@ -139,25 +138,33 @@ class Slots:
         bucket = self._subjects.slots_bucket
         return {t: decode_entry(bucket, t, v) for t, v in values.items()}, through
 
-    async def change(self, claim: ev.SlotClaim, change: Change, token: str = "") -> Any:
+    async def change(
+        self, claim: ev.SlotClaim, change: Change, token: str = "", *, urgent: bool = False
+    ) -> Any:
         """``change`` applied to the claim's limit and key (or the entry ``token``), and
         written back if nothing of it changed since read (else read again and done again).
 
         The changes this process asks of one entry while a write of it is out are made
         together, in the order asked, in the next read and write: a busy line (a flood of
-        runs entering it) costs a write per batch, not a write per run."""
+        runs entering it) costs a write per batch, not a write per run. ``urgent`` changes
+        (a slot taken or handed on) go in a write of their own before the others
+        (:func:`slotturns.urgent_first`)."""
         token = token or entry_key(claim.limit, claim.key)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         pending = self._pending.get(token)
         if pending is not None:
             pending.append((change, done))
+            if urgent:
+                self._urgent.add(done)
             return await done
         batch: list[tuple[Change, asyncio.Future[Any]]] = [(change, done)]
         self._pending[token] = batch
         try:
+            deferred = 0
             while batch:
-                self._pending[token] = []
+                batch, self._pending[token] = urgent_first(batch, self._urgent, deferred)
+                deferred = deferred + 1 if self._pending[token] else 0
                 kv = await self._bucket()
                 try:
                     results = await self._change_held(kv, token, claim, batch)
@@ -174,6 +181,7 @@ class Slots:
         finally:
             # Stopped half way (cancelled): nobody is left waiting for good.
             for _, future in [*batch, *self._pending.pop(token)]:
+                self._urgent.discard(future)
                 if not future.done():
                     future.set_exception(RuntimeError("the change of the slots was stopped"))
                     future.exception()  # its asker may be stopping too: not reported unread
@@ -268,15 +276,22 @@ class Slots:
                 # In line by priority, then the time of its run.queued (then run id),
                 # however late the relay of another replica got to it.
                 place = await lines.insert(waiter)
-            granted = await _grant(lines)
+            granted = await grant(lines)
             others = tuple(r for r in granted if r != run_id)
             if run_id in granted:
                 return Entered(held=True, others=others)
             evict = entry.holders[0].run_id if claim.on_limit == "cancel-oldest" else None
             return Entered(held=False, place=place, evict=evict, others=others)
 
-        entered: Entered = await self.change(claim, change)
+        entered: Entered = await self.change(claim, change, urgent=self._short(claim))
         return entered
+
+    def _short(self, claim: ev.SlotClaim) -> bool:
+        """Whether the claim's line, as last written here, has no segment (a run entering
+        it writes the entry alone)."""
+        entry = self._written.peek(entry_key(claim.limit, claim.key))
+        lines = [] if entry is None else [x for x in entry.lines if x.fair == claim.fair]
+        return entry is not None and not any(line.segments for line in lines)
 
     async def take_all(self, claim: ev.SlotClaim) -> list[str]:
         """Take every waiter out of the line (a workflow resumed); the runs taken, first
@@ -300,46 +315,11 @@ class Slots:
             entry.holders = [h for h in entry.holders if h.run_id != run_id]
             if not present:
                 present = await lines.remove(run_id, claim.fair)
-            granted = await _grant(lines)
+            granted = await grant(lines)
             return granted if present else [h.run_id for h in entry.holders]
 
-        granted: list[str] = await self.change(claim, change)
+        granted: list[str] = await self.change(claim, change, urgent=True)
         return granted
-
-
-async def _grant(lines: Lines) -> list[str]:
-    """Move waiters into the free slots; the runs moved. Each free slot goes to the first
-    waiter of the line :func:`_pick` picks."""
-    entry = lines.entry
-    moved: list[str] = []
-    while entry.lines and not entry.per_s:  # a rate's lines go as tokens come
-        line = _pick(entry)
-        first = await lines.head(line)
-        if len(entry.holders) >= first.size:
-            break
-        line.passed += STRIDE // max(line.weight, 1)
-        await lines.pop_head(line)
-        entry.holders.append(first)
-        entry.turn = first.fair
-        moved.append(first.run_id)
-    return moved
-
-
-def _pick(entry: SlotEntry) -> Line:
-    """The line served next: the fairness key holding the fewest slots for its weight;
-    among those, the one given the fewest slots for its weight while it waited (stride
-    scheduling: a key of weight 2 is given two for one of weight 1); among those, the
-    next key after the one served last (round robin, in the order of the keys)."""
-    held: dict[str, int] = {}
-    for holder in entry.holders:
-        held[holder.fair] = held.get(holder.fair, 0) + 1
-
-    def rank(line: Line) -> tuple[Fraction, int]:
-        return Fraction(held.get(line.fair, 0), max(line.weight, 1)), line.passed
-
-    least = min(rank(line) for line in entry.lines)
-    ties = [line for line in entry.lines if rank(line) == least]  # in the keys' order
-    return next((line for line in ties if line.fair > entry.turn), ties[0])
 
 
 def in_order(slots: Sequence[ev.SlotClaim]) -> list[ev.SlotClaim]:

@@ -199,6 +199,11 @@ class Written:
     def __init__(self) -> None:
         self._entries: dict[str, tuple[bytes, SlotEntry]] = {}
 
+    def peek(self, token: str) -> SlotEntry | None:
+        """The entry ``token`` as last written here (not to be changed), if kept."""
+        held = self._entries.get(token)
+        return None if held is None else held[1]
+
     def take(self, token: str, value: bytes) -> tuple[SlotEntry | None, bytes | None]:
         """The entry ``token`` as written here, if ``value`` is what was written (and those
         bytes); else (None, None). Taken: a change may alter it, and keeps it once written."""

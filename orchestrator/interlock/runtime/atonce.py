@@ -183,7 +183,7 @@ class AtOnce:
             and state.queued
             and slots
             and not any(is_pause(c) for c in slots)
-            and await self._take_all(in_order(slots), run_id, queued.time, taken)
+            and await self._take_all(in_order(slots), run_id, queued.time, taken, join=True)
         ):
             from interlock.core.limits import admitted  # the engine: not for readers
 
@@ -224,37 +224,56 @@ class AtOnce:
         taken.state = fold(more, taken.state)
 
     async def _take_all(
-        self, claims: Sequence[ev.SlotClaim], name: str, since: str, taken: Taken
+        self,
+        claims: Sequence[ev.SlotClaim],
+        name: str,
+        since: str,
+        taken: Taken,
+        *,
+        join: bool = False,
     ) -> bool:
         """Take a slot (or a token) of each claim, in the order given, while each is free;
-        whether all were. The slots taken stay taken (the relay's admission finds them held)."""
+        whether all were. The slots taken stay taken (the relay's admission finds them held).
+        ``join`` (a run): a slot not free has the run put in its line (the relay, reading
+        its ``run.queued``, finds it there) and the rest are left to the relay."""
         for claim in claims:
             if claim.per_s:
                 if not await self._token(claim):
                     return False
                 continue
-            if not await self._slot(claim, name, since):
+            took = await self._slot(claim, name, since, join=join)
+            if took is False:
                 return False
             taken.held.append((claim, name))
+            if took is None:
+                return False
         return True
 
-    async def _slot(self, claim: ev.SlotClaim, name: str, since: str) -> bool:
-        """A free slot of ``claim`` for ``name``, if one is and nobody waits."""
+    async def _slot(
+        self, claim: ev.SlotClaim, name: str, since: str, *, join: bool = False
+    ) -> bool | None:
+        """A free slot of ``claim`` for ``name``, if one is and nobody waits (True); else,
+        with ``join`` and a limit that queues, ``name`` put in its line (None)."""
         holder = Waiter(name, since, claim.size, claim.priority, claim.fair, claim.weight, 1)
 
-        async def change(lines: Lines) -> bool:
+        async def change(lines: Lines) -> bool | None:
             entry = lines.entry
-            if entry.per_s or entry.lines or entry.waiting or entry.holds(name):
+            if entry.per_s or entry.holds(name):
                 return False
-            if len(entry.holders) >= claim.size:
+            if not entry.lines and not entry.waiting and len(entry.holders) < claim.size:
+                entry.size = claim.size
+                entry.holders.append(holder)
+                if claim.fair:
+                    entry.turn = claim.fair
+                return True
+            if not join or claim.on_limit != "queue" or await lines.find(holder) is not None:
                 return False
             entry.size = claim.size
-            entry.holders.append(holder)
-            if claim.fair:
-                entry.turn = claim.fair
-            return True
+            await lines.insert(holder)  # marked early: in no log until its append
+            return None
 
-        took: bool = await self.slots.change(claim, change, urgent=True)
+        urgent = not join or self.slots.short(claim)
+        took: bool | None = await self.slots.change(claim, change, urgent=urgent)
         return took
 
     async def _token(self, claim: ev.SlotClaim) -> bool:

@@ -283,10 +283,10 @@ class Slots:
             evict = entry.holders[0].run_id if claim.on_limit == "cancel-oldest" else None
             return Entered(held=False, place=place, evict=evict, others=others)
 
-        entered: Entered = await self.change(claim, change, urgent=self._short(claim))
+        entered: Entered = await self.change(claim, change, urgent=self.short(claim))
         return entered
 
-    def _short(self, claim: ev.SlotClaim) -> bool:
+    def short(self, claim: ev.SlotClaim) -> bool:
         """Whether the claim's line, as last written here, has no segment (a run entering
         it writes the entry alone)."""
         entry = self._written.peek(entry_key(claim.limit, claim.key))

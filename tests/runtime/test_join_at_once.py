@@ -1,0 +1,104 @@
+"""A run an orchestrator starts while its limit is full joins its line in the step that
+starts it, before the relay reads its ``run.queued`` (which then finds it there): a key's
+runs started behind another key's flood do not wait for the relay to read the flood."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from test_concurrency import GATE_AGENT, Gates, gate_worker
+
+from interlock.runtime.client import new_run_id
+from interlock.transport.subjects import Subjects
+from support.concurrency import limited, timeline
+from support.runtime import eventually, running_stack
+
+
+async def test_runs_started_while_the_limit_is_full_are_in_line_before_the_relay_reads_them(
+    nats_url: str, subjects: Subjects
+) -> None:
+    gates = Gates()
+    manifest = limited(capability="gate", limit=1)
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        flow = stack.orchestrator.flow
+        relay_reads = asyncio.Event()
+        queued = flow._queued
+
+        async def held_up(record: Any) -> None:
+            await relay_reads.wait()  # the relay's effect of each run.queued waits
+            await queued(record)
+
+        flow._queued = held_up  # type: ignore[method-assign]
+        runs = stack.orchestrator.runs
+        definition, version = await runs.registry.latest("limited")
+        started = []
+        for n in range(3):  # as a trigger starts them
+            run_id = new_run_id()
+            created, _ = await runs.start(definition, version, run_id, {"customer": "acme", "n": n})
+            assert created
+            started.append(run_id)
+
+        async def first_at_work() -> bool:
+            return gates.started == [0]
+
+        await eventually(first_at_work, what="the first run at work (its slot was free)")
+        lines = await flow.admission.slots.lines("default/limited#1", "acme")
+        assert lines is not None
+        assert [h.run_id for h in lines.entry.holders] == started[:1]
+        assert [await lines.place(r, "") for r in started[1:]] == [1, 2]
+        relay_reads.set()
+        for n in range(3):
+            gates.gate(n).set()
+        for run_id in started:
+            assert (await stack.wait(run_id)).status == "completed"
+        assert gates.started == [0, 1, 2]
+        seen = await timeline(stack.client.nc, subjects)
+        assert seen.most[("default/limited#1", "acme")] == 1
+        slots = flow.admission.slots
+
+        async def emptied() -> bool:
+            return await slots.entries() == []
+
+        await eventually(emptied, what="nobody holding or waiting")
+
+
+async def test_a_run_put_in_line_for_a_start_that_is_refused_leaves_it(
+    nats_url: str, subjects: Subjects
+) -> None:
+    gates = Gates()
+    manifest = limited(capability="gate", limit=1)
+    async with (
+        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(nats_url, subjects, gates),
+    ):
+        client = stack.client
+        gates.gate(0).set()
+        done = await client.start("limited", {"customer": "acme", "n": 0})
+        assert (await stack.wait(done)).status == "completed"
+        holding = await client.start("limited", {"customer": "acme", "n": 1})
+
+        async def at_work() -> bool:
+            return gates.started == [0, 1]
+
+        await eventually(at_work, what="the second run holding the slot")
+        # The first run started again (its trigger's event delivered twice, say): the
+        # limit is full, so it is put in line, and its append is refused (it exists).
+        runs = stack.orchestrator.runs
+        definition, version = await runs.registry.latest("limited")
+        created, _ = await runs.start(definition, version, done, {"customer": "acme", "n": 0})
+        assert not created
+        slots = stack.orchestrator.flow.admission.slots
+
+        async def only_the_holder() -> bool:
+            entries = await slots.entries()
+            return [(e.queued, [h.run_id for h in e.holders]) for e in entries] == [(0, [holding])]
+
+        await eventually(only_the_holder, what="the refused start out of the line")
+        gates.gate(1).set()
+        assert (await stack.wait(holding)).status == "completed"
+        seen = await timeline(client.nc, subjects)
+        assert seen.counts[done].get("run.admitted") == 1

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from test_atonce import ONE, Clock, crash_after_taking
 from test_concurrency import GATE_AGENT, Gates, gate_worker
 
+from interlock.runtime.atonce import GRACE_S, AtOnce
 from interlock.runtime.client import new_run_id
 from interlock.transport.subjects import Subjects
 from support.concurrency import limited, timeline
-from support.runtime import eventually, running_stack
+from support.runtime import TIMEOUT, eventually, running_stack
 
 
 async def test_runs_started_while_the_limit_is_full_are_in_line_before_the_relay_reads_them(
@@ -102,3 +104,37 @@ async def test_a_run_put_in_line_for_a_start_that_is_refused_leaves_it(
         assert (await stack.wait(holding)).status == "completed"
         seen = await timeline(client.nc, subjects)
         assert seen.counts[done].get("run.admitted") == 1
+
+
+async def test_a_run_put_in_line_by_a_process_killed_before_its_append_is_swept(
+    nats_url: str, subjects: Subjects
+) -> None:
+    async with running_stack(nats_url, subjects, [ONE]) as stack:
+        holding = await stack.client.start("one", {"customer": "acme"})
+        slots = stack.orchestrator.flow.admission.slots
+
+        async def held() -> bool:
+            found = await slots.entries()
+            return [h.run_id for e in found for h in e.holders] == [holding]
+
+        await eventually(held, what="a run holding the slot (its task held up)")
+        doomed = crash_after_taking(nats_url, subjects, "rdoomed", "acme")
+        assert doomed.wait_for(r"^TAKEN (.*)$").group(1) == holding
+        assert doomed.proc.wait(TIMEOUT) == -9
+        (entry,) = await slots.entries()
+        assert [(w.run_id, w.early) for w in entry.waiting] == [("rdoomed", 1)]
+        clock = Clock()
+        flow = stack.orchestrator.flow
+        sweeper = AtOnce(flow.admission, flow.capacity, stack.orchestrator.runs, clock).sweeper
+        assert await sweeper.sweep() == 0  # too young: its append may be on its way
+        clock.advance(GRACE_S + 1)
+        assert await sweeper.sweep() == 1
+        (entry,) = await slots.entries()
+        assert (entry.queued, [h.run_id for h in entry.holders]) == (0, [holding])
+        stack.recorder.release.set()
+        assert (await stack.wait(holding, TIMEOUT)).status == "completed"
+
+        async def emptied() -> bool:
+            return await slots.entries() == []
+
+        await eventually(emptied, what="nobody holding or waiting")

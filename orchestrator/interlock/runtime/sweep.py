@@ -4,8 +4,9 @@ A slot taken before the append that asks for it (:mod:`atonce`) is held by an *e
 holder; if the append never happens, nothing else would free it. Every orchestrator
 sweeps every :data:`SWEEP_EVERY_S`: an early holder older than :data:`GRACE_S` whose log,
 read afresh, does not ask for its slot is given back (the slot going to the first in
-line), one whose log asks loses its mark; a rate entry whose every token is back is
-deleted.
+line), one whose log asks loses its mark; so is a run put in line before its append
+(:mod:`atonce`), once it is at the head of its line, kept in the entry (given its slot,
+it is an early holder); a rate entry whose every token is back is deleted.
 
 What a sweep reads is what can need it, not the whole bucket: an early holder is written
 into its entry by the take, so its entry is among the entries written since the previous
@@ -98,13 +99,16 @@ class Sweep:
                     else:
                         again = True  # its tokens come back later
             else:
-                for holder in entry.holders:
+                # (and the waiters put in line so, at the head of their lines)
+                for holder in [*entry.holders, *entry.waiting]:
                     if not holder.early:
                         continue
                     if now - parse_time(holder.since).timestamp() < grace_s:
                         again = True  # its append may be on its way
                         continue
-                    claim = ev.SlotClaim(limit=entry.limit, key=entry.key, size=holder.size)
+                    claim = ev.SlotClaim(
+                        limit=entry.limit, key=entry.key, size=holder.size, fair=holder.fair
+                    )
                     asked = await self.asked(claim, holder.run_id)
                     freed += await self.settle(claim, holder.run_id, asked)
             if not again:
@@ -162,6 +166,9 @@ class Sweep:
             entry = lines.entry
             entry.holders = [
                 replace(h, early=0) if h.run_id == name and h.early else h for h in entry.holders
+            ]
+            entry.waiting = [
+                replace(w, early=0) if w.run_id == name and w.early else w for w in entry.waiting
             ]
 
         await self.slots.change(claim, change)

@@ -79,7 +79,8 @@ class FreeAtOnce:
             await self._admission.ended(run_id, slots)
         # The relay frees them when it reads the record.
         except Exception as exc:  # noqa: BLE001
-            log.warning("could not free the slots of run %s at once: %s", run_id, exc)
+            if not self._stopping:  # (stopping: the changes under way are stopped)
+                log.warning("could not free the slots of run %s at once: %s", run_id, exc)
             return False
         return True
 

@@ -25,6 +25,7 @@ from interlock.gateway.service import Gateway
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.httpserver import HttpServer
 from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
 
@@ -104,6 +105,32 @@ async def test_every_route_works_on_the_gateway_credentials(
         assert r.status_code == 202, r.text
         started = r.json()["events"][0]["started"]
         assert [s["workflow"] for s in started] == ["echoing"]
+        # An event over the object threshold: its data stored by reference, in the
+        # uploads bucket its account imports, and the run it starts completes.
+        uploads = f"OBJ_{SUBJECTS.uploads_bucket}"
+        stored_before = (await secured.operator.js.stream_info(uploads)).state.messages
+        r = await http.post(
+            "/events",
+            headers={
+                "ce-specversion": "1.0",
+                "ce-id": "gw-big",
+                "ce-source": "gw",
+                "ce-type": "acme.echo.requested",
+                "content-type": "application/json",
+            },
+            content=json.dumps({"blob": "x" * (300 << 10)}).encode(),
+        )
+        assert r.status_code == 202, r.text
+        (big,) = r.json()["events"][0]["started"]
+
+        # The run starts once the orchestrator has copied the data into its own objects.
+        async def started() -> bool:
+            return (await http.get(f"/runs/{big['run_id']}")).status_code == 200
+
+        await eventually(started, within=30, what="the run the large event starts")
+        r = await http.get(f"/runs/{big['run_id']}/result", params={"timeout": 30})
+        assert r.json()["status"] == "completed", r.text
+        assert (await secured.operator.js.stream_info(uploads)).state.messages > stored_before
         # Signal a waiting run (the gateway publishes on the run's own subject).
         waiting = (await http.post("/runs", json={"workflow": "awaiting"})).json()["run_id"]
         await _entered(secured, waiting, "waiting")

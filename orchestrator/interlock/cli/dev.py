@@ -288,8 +288,8 @@ def run_dev(
 ) -> int:
     """``fsync``: the server fsyncs every write, and the orchestrator group-commits its
     run-log appends (it started the server, so it knows). ``metrics``: the address and
-    port of the one endpoint serving the orchestrator's and the agents' metrics (port 0
-    or None: none)."""
+    port of the one endpoint serving the orchestrator's and the agents' metrics (port 0:
+    any free one, printed; None: none)."""
     claim = _claim(data_dir)
     if isinstance(claim, str):
         sys.stderr.write(f"interlock dev: {claim}\n")
@@ -304,7 +304,7 @@ def run_dev(
         telemetry: list[OrchestratorInstrumentation] = []
 
         def instrument(orchestrator: Orchestrator, workers: list[Worker]) -> None:
-            if metrics is not None and metrics[1]:
+            if metrics is not None:
                 telemetry.append(instrumented(orchestrator, workers, *metrics))
 
         stack = await start_stack(

@@ -50,9 +50,10 @@ def _add_serve_parser(sub: Sub) -> None:
         type=int,
         default=None,
         help="serve /metrics, /healthz and /readyz on this port "
-        "(env INTERLOCK_METRICS_PORT; default 9464; 0: off)",
+        "(env INTERLOCK_METRICS_PORT; default 9464; 0: any free port)",
     )
     _add_metrics_host(p, "0.0.0.0: every address")
+    _add_no_metrics(p)
     p.add_argument(
         "--replicas",
         type=int,
@@ -161,6 +162,31 @@ def metrics_host(args: argparse.Namespace, default: str) -> str:
     return args.metrics_host or os.environ.get("INTERLOCK_METRICS_HOST") or default
 
 
+_MAX_PORT = 65535
+
+
+def _add_no_metrics(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="no /metrics, /healthz and /readyz endpoint (metrics are still counted)",
+    )
+
+
+def served_metrics_port(args: argparse.Namespace, default: int) -> int | None:
+    """The metrics port to serve on (0: any free port), None with ``--no-metrics``."""
+    if args.no_metrics:
+        return None
+    port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", default)
+    if not 0 <= port <= _MAX_PORT:
+        raise CliError(
+            f"--metrics-port (INTERLOCK_METRICS_PORT) takes 0 (any free port) to {_MAX_PORT}, "
+            f"got {port}; --no-metrics serves none",
+            EXIT_USAGE,
+        )
+    return port
+
+
 def _add_agent_and_dev_parsers(sub: Sub) -> None:
     p = sub.add_parser("agent", help="agent workers")
     agent_sub = p.add_subparsers(dest="agent_command", metavar="COMMAND")
@@ -173,9 +199,10 @@ def _add_agent_and_dev_parsers(sub: Sub) -> None:
         type=int,
         default=None,
         help="serve /metrics, /healthz and /readyz on this port "
-        "(env INTERLOCK_METRICS_PORT; default 9465; 0: off)",
+        "(env INTERLOCK_METRICS_PORT; default 9465; 0: any free port)",
     )
     _add_metrics_host(run, "0.0.0.0: every address")
+    _add_no_metrics(run)
     run.add_argument("--log-level", default="info")
     add_connection_flags(run)
     run.set_defaults(func=cmd_agent_run)
@@ -196,9 +223,10 @@ def _add_agent_and_dev_parsers(sub: Sub) -> None:
         type=int,
         default=None,
         help="serve the orchestrator's and the reference agents' /metrics, /healthz and "
-        "/readyz on this port (env INTERLOCK_METRICS_PORT; default 9464; 0: off)",
+        "/readyz on this port (env INTERLOCK_METRICS_PORT; default 9464; 0: any free port)",
     )
     _add_metrics_host(p, "127.0.0.1: this machine only")
+    _add_no_metrics(p)
     p.add_argument(
         "--fsync",
         action="store_true",
@@ -231,7 +259,8 @@ async def serve(
     history: HistoryLimits | None = None,
 ) -> None:
     """Run the orchestrator until ``stop_event`` (or SIGINT/SIGTERM); ``metrics_port``
-    serves /metrics, /healthz and /readyz; tracing follows the OTEL_* variables.
+    serves /metrics, /healthz and /readyz (0: any free port; None: none); tracing
+    follows the OTEL_* variables.
     ``group_commit`` None: on when the server fsyncs every write, as its monitoring
     endpoint (``nats_monitor``) says (:mod:`interlock.runtime.durability`)."""
     from interlock.runtime.durability import group_commit_for
@@ -260,7 +289,7 @@ async def serve(
     orchestrator.history = history
     telemetry = OrchestratorInstrumentation(
         orchestrator,
-        port=metrics_port or None,
+        port=metrics_port,
         host=metrics_host or ALL_HOSTS,
         provider=tracer_provider_from_env("interlock-orchestrator"),
     )
@@ -281,7 +310,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from interlock.runtime.health import DEFAULT_SERVE_PORT
     from interlock.transport.health import ALL_HOSTS
 
-    port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT)
+    port = served_metrics_port(args, DEFAULT_SERVE_PORT)
     replicas = env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
     if replicas < 1:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
@@ -396,13 +425,13 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
     try:
         from interlock.runtime.health import DEFAULT_AGENT_PORT
 
-        port = env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_AGENT_PORT)
+        port = served_metrics_port(args, DEFAULT_AGENT_PORT)
         opts = options(args, operator=False)
         _check_agent_creds(args.target, opts.creds_file)
         from interlock.transport.health import ALL_HOSTS
 
         host = metrics_host(args, ALL_HOSTS)
-        eventloop.run(run_agent(args.target, opts, args.concurrency, port or None, host))
+        eventloop.run(run_agent(args.target, opts, args.concurrency, port, host))
     except eventloop.EventLoopError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     except ConnectionFailed as exc:
@@ -446,8 +475,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         Path(args.data_dir),
         args.port,
         metrics=(
-            metrics_host(args, LOCAL_HOST),
-            env_int(args.metrics_port, "INTERLOCK_METRICS_PORT", DEFAULT_SERVE_PORT),
+            None
+            if (port := served_metrics_port(args, DEFAULT_SERVE_PORT)) is None
+            else (metrics_host(args, LOCAL_HOST), port)
         ),
         agents=not args.no_agents,
         http_port=None if args.no_http else args.http_port,

@@ -71,7 +71,7 @@ async def run_agent(
         options: where to connect; its prefix names the installation.
         concurrency: overrides the worker's own limit.
         metrics_port: serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port
-            (None or 0: no endpoint). Tracing follows the ``OTEL_*`` variables.
+            (0: any free port; None: no endpoint). Tracing follows the ``OTEL_*`` variables.
         metrics_host: the address it listens on (None: every address).
     """
     from interlock.transport.connection import connect
@@ -128,10 +128,10 @@ def _instrument(worker: Worker, options: ConnectOptions) -> TracerProvider | Non
 async def _health_server(
     port: int | None, nc: Client, taking_tasks: asyncio.Event, host: str | None = None
 ) -> HealthServer | None:
-    """``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (None or 0: none)."""
+    """``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (0: any free port; None: none)."""
     from interlock.transport.health import ALL_HOSTS, HealthServer
 
-    if not port:
+    if port is None:
         return None
 
     async def ready() -> str | None:

@@ -35,6 +35,7 @@ from interlock.core import events as ev
 from interlock.core.definition import Definition
 from interlock.core.engine import TASK_FAILED, Incoming, decide, decided
 from interlock.core.incoming import heavy_value
+from interlock.core.objects import is_marker
 from interlock.core.state import RunState, fold
 from interlock.runtime import chains, eventloop, writebehind
 from interlock.runtime.answering import AnswerDesk, AnswerTaking
@@ -356,6 +357,21 @@ class Orchestrator:
         finally:
             await self.stop()
 
+    async def _awaited(self, run_id: str, answer: AnswerKey) -> None:
+        """Before an answer's object is loaded: the run awaits the attempt it speaks for
+        (else :class:`AnswerRefused`, nothing loaded). Its token verifies for an attempt
+        answered long ago as well, so an agent re-sending old answers naming large
+        objects of its own made the orchestrator read each (up to 64 MiB) to refuse it."""
+        entry = await self.runs.load(run_id)
+        if entry is None:
+            return
+        try:
+            Answers.check_awaited(answer, entry.state)
+        except AnswerRefused:
+            entry = await self.runs.load(run_id, fresh=True)  # the cache may be behind
+            if entry is not None:
+                Answers.check_awaited(answer, entry.state)
+
     async def deliver(
         self, run_id: str, incoming: Incoming, *, answer: AnswerKey | None = None
     ) -> bool:
@@ -366,6 +382,8 @@ class Orchestrator:
         the capability's output schema.
         """
         now = self.clock()
+        if answer is not None and is_marker(incoming.data):
+            await self._awaited(run_id, answer)
         incoming = await self.payloads.incoming(incoming)  # a parked event's, an answer's
         # Converting many values for CEL costs in proportion: decided off the loop.
         heavy = heavy_value(incoming.data)

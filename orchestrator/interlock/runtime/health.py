@@ -175,7 +175,13 @@ class OrchestratorInstrumentation:
             except OSError as exc:
                 # Telemetry must not keep the orchestrator from running.
                 # An expected failure: no traceback.
-                log.error("cannot serve metrics on port %d: %s", self.server.port, exc)  # noqa: TRY400
+                log.error(  # noqa: TRY400
+                    "cannot serve metrics on port %d: %s; running without /metrics, /healthz "
+                    "and /readyz: give --metrics-port (INTERLOCK_METRICS_PORT) a free port, "
+                    "0 for any, or --no-metrics for none",
+                    self.server.port,
+                    exc,
+                )
                 self.server = None
 
     async def stop(self) -> None:

@@ -148,7 +148,13 @@ async def _health_server(
         await server.start()
     except OSError as exc:
         # An expected failure: no traceback.
-        log.error("cannot serve metrics on port %d: %s; running without", port, exc)  # noqa: TRY400
+        log.error(  # noqa: TRY400
+            "cannot serve metrics on port %d: %s; running without /metrics, /healthz and "
+            "/readyz: give --metrics-port (INTERLOCK_METRICS_PORT) a free port, 0 for any, "
+            "or --no-metrics for none",
+            port,
+            exc,
+        )
         return None
     return server
 

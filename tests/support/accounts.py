@@ -32,6 +32,7 @@ from interlock.transport.subjects import Subjects
 __all__ = [
     "admin_creds",
     "gateway_creds",
+    "kick",
     "pooled_subjects",
     "prefix_for",
     "secured_nats",
@@ -84,6 +85,28 @@ def prefix_for(url: str) -> str:
             found.keys._record(Issued(f"exports-{prefix}", "gateway", key, 0, prefix=prefix))
         found.keys._sign_account()
     return found.prefixes.pop()
+
+
+async def kick(url: str, client_id: int, server_id: str) -> None:
+    """Have the server at ``url`` close the connection ``client_id`` (its client then
+    reconnects), as a system-account user (``$SYS.REQ.SERVER.<id>.KICK``)."""
+    import json
+
+    import nats
+
+    found = _SERVED[_where(url)]
+    system = jwt.read_key((found.keys.dir / "system.nk").read_text())
+    user = jwt.new_key("user")
+    claims = {"type": "user", "subs": -1, "data": -1, "payload": -1}
+    path = found.data / "kicker.creds"
+    jwt.write_creds(path, jwt.encode(system, user.public_key, "kicker", claims), user.seed)
+    nc = await nats.connect(url, user_credentials=str(path), connect_timeout=5)
+    try:
+        body = json.dumps({"cid": client_id}).encode()
+        reply = await nc.request(f"$SYS.REQ.SERVER.{server_id}.KICK", body, timeout=5)
+        assert b'"error"' not in reply.data, reply.data
+    finally:
+        await nc.close()
 
 
 async def gateway_creds(url: str, subjects: Subjects) -> Path | None:

@@ -244,7 +244,8 @@ async def test_a_run_queued_for_a_slot_says_so(gs: GatewayStack) -> None:
                 await asyncio.sleep(0.05)
             raise AssertionError(f"{run_id} never listed as waiting for {kind}")
 
-        assert await waiting(second, "slot") == [{"kind": "slot", "name": "default/limited#1"}]
+        slots = [{"kind": "slot", "name": "default/limited#1", "key": "all"}]
+        assert await waiting(second, "slot") == slots  # the limit and the key it waits under
         slot = await http.get("/runs", params={"waiting": "slot:default/limited#1"})
         assert [r["run_id"] for r in slot.json()["runs"]] == [second]
         # The first ends: the second holds the slot and waits for its approval.

@@ -10,8 +10,9 @@ NATS subscription per follower. Events:
 - ``ready``: the stream is following; list now, and apply the changes that follow;
 - ``run``: a run's entry was written (data: its ``RunSummary``);
 - ``gone``: a run's entry was deleted (data: ``{"run_id": ...}``);
-- ``reset``: this follower fell behind and changes were dropped; list again (the stream
-  ends; reconnect to follow again).
+- ``reset``: this follower fell behind and changes were dropped, or the gateway's NATS
+  connection came back after a loss (what was written meanwhile was not heard); list again
+  (the stream ends; reconnect to follow again).
 
 A comment line every 15 s keeps proxies from closing an idle stream.
 

@@ -249,3 +249,53 @@ def test_offline_a_run_its_capabilities_shaped_needs_their_agentdefs(tmp_path: P
     assert linked.stderr == ""
     again = interlock("replay", "--file", str(exported), "--against", workflow, "--agents", agents)
     assert again.returncode == 0, again.stdout
+
+
+ECHOES = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: echoes}
+spec:
+  initial_state: work
+  states:
+    work:
+      actions:
+        - capability: echo
+          input: {said: hi}
+      on: [{event: task.completed, goto: done}]
+    done: {type: terminal}
+"""
+
+
+def test_offline_the_note_names_the_reference_agents_agentdef_to_give(tmp_path: Path) -> None:
+    """A run of the echo reference agent's capability, explained from its exported log with
+    the workflow alone: the note names the capability and the AgentDef file that declares
+    it, as installed; given as the note says, the log is reproduced."""
+    import re
+
+    import interlock_agents
+    from interlock.core.compiler import compile_sources
+    from interlock.core.definition import link
+    from support.core import Run
+
+    compiled = compile_sources(
+        [("echo.yaml", interlock_agents.manifest_text("echo")), ("echoes.yaml", ECHOES)]
+    )
+    (agent,) = compiled.agents
+    run = Run(link(compiled.workflows[0], agent.capabilities), run_id="r1")
+    run.start({})
+    run.answer({"said": "hi"}, action_id=run.pending_id())
+    exported = tmp_path / "r1.jsonl"
+    exported.write_bytes(b"".join(ev.encode(r) + b"\n" for r in run.log))
+    workflow = tmp_path / "echoes.yaml"
+    workflow.write_text(ECHOES)
+    alone = interlock("explain", "--file", str(exported), "--workflow", str(workflow))
+    assert "does not reproduce" in alone.stdout
+    note = re.search(r"capabilities \(echo\) declare .*; give --agents (\S+)$", alone.stderr)
+    assert note is not None, alone.stderr
+    assert Path(note.group(1)).read_text() == interlock_agents.manifest_text("echo")
+    given = interlock(
+        "explain", "--file", str(exported), "--workflow", str(workflow), "--agents", note[1]
+    )
+    assert "does not reproduce" not in given.stdout
+    assert given.stderr == ""

@@ -16,6 +16,7 @@ from interlock.cli.replay_inputs import (
     is_online,
     manifest,
     read_log,
+    reference_agentdefs,
     replaying_of,
 )
 from interlock.core import analysis
@@ -70,12 +71,25 @@ def _explain(
 
 def _no_agents_note(definition: Definition, args: argparse.Namespace) -> None:
     """Offline, a manifest given without its AgentDefs: the capabilities' own timeouts,
-    retries and limits are not known, so the records they shaped differ. Say so."""
-    if not args.agents and definition.capabilities():
-        err(
-            "note: no AgentDef given (--agents FILE): the timeouts, retries and limits the "
-            "run's capabilities declare are not known, and the records they shaped differ"
+    retries and limits are not known, so the records they shaped differ. Say so, and
+    which files to give: the reference agents' AgentDefs ship with Interlock."""
+    if args.agents or not definition.capabilities():
+        return
+    used = sorted(definition.capabilities())
+    files = reference_agentdefs(used)
+    served = {c for caps in files.values() for c in caps}
+    where = " ".join(f"--agents {path}" for path in files)
+    others = [c for c in used if c not in served]
+    hint = f"give {where}" if where else ""
+    if others:
+        hint += (" and " if hint else "give ") + (
+            f"--agents FILE with the AgentDef serving {', '.join(others)}, as it was applied"
         )
+    err(
+        "note: no AgentDef given (--agents FILE): the timeouts, retries and limits the "
+        f"run's capabilities ({', '.join(used)}) declare are not known, and the records "
+        f"they shaped differ; {hint}"
+    )
 
 
 def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:

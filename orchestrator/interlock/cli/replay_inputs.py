@@ -47,6 +47,24 @@ def manifest(path: str, agents: Sequence[str], name: str | None = None) -> Defin
     return link(workflows[0], capabilities) if capabilities else workflows[0]
 
 
+def reference_agentdefs(capabilities: Sequence[str]) -> dict[str, list[str]]:
+    """The manifest file of each reference agent serving some of ``capabilities`` (as
+    installed with Interlock, for ``--agents``) -> those capabilities."""
+    from importlib import resources
+
+    import interlock_agents
+
+    files: dict[str, list[str]] = {}
+    for name in interlock_agents.REFERENCE_AGENTS:
+        spec = interlock_agents.load_manifest(name).get("spec") or {}
+        serves = {c.get("name") for c in spec.get("capabilities") or () if isinstance(c, dict)}
+        mine = [c for c in capabilities if c in serves]
+        if mine:
+            path = resources.files(interlock_agents).joinpath("manifests", f"{name}.yaml")
+            files[str(path)] = mine
+    return files
+
+
 def is_online(args: argparse.Namespace) -> bool:
     """Whether the command talks to a server (no ``--file`` given)."""
     return not getattr(args, "file", None)

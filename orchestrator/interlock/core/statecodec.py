@@ -19,6 +19,7 @@ _LATER_FIELDS = (
     "history",
     "chain",
     "enters",
+    "waits",
 )
 """Fields added to RunState after states were first pinned (tests/golden): left out of
 the canonical bytes while unset, so a run that does not use them encodes as before."""

@@ -282,7 +282,7 @@ def _run_paths() -> dict[str, Any]:
             _OFFSET,
         ],
         tag="runs",
-        errors=(400, 401, 403),
+        errors=(400, 401, 403, 422),
     )
     start = _op(
         "Start a run of the newest version of a workflow (operator)",

@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from interlock.gateway.problems import Problem
 from interlock.runtime.foreign import index_entry
 from interlock.runtime.runlisting import Keep, RunPages
 from interlock.transport.jetstream import connection
@@ -37,6 +38,9 @@ log = logging.getLogger("interlock.gateway")
 WATCH_QUEUE = 1000
 """Changes held for one follower of ``changes`` before it is told it fell behind."""
 ALL = 1 << 31
+FILTERED_MAX = 20_000
+"""The most entries of the run index one page narrowed by ``waiting``, ``since`` or
+``until`` reads (past it: 422 ``filter-too-wide``)."""
 """A limit no listing reaches."""
 
 Changes = asyncio.Queue[tuple[str, dict[str, Any] | None] | None]
@@ -68,7 +72,22 @@ class RunList:
         """Up to ``limit`` runs after the first ``offset``, newest first, and whether more
         follow; ``keep`` narrows each chunk read (since, until, waiting)."""
 
+        examined = 0
+
         async def summaries(items: list[dict[str, Any]]) -> list[Any]:
+            nonlocal examined
+            examined += len(items)
+            if examined > FILTERED_MAX:
+                # What the index cannot select is read entry by entry: a filter nothing
+                # matches read every entry of the index at each request.
+                raise Problem(
+                    422,
+                    "filter-too-wide",
+                    f"the page needs more than {FILTERED_MAX:,} runs read one by one "
+                    "(waiting, since and until are checked run by run): narrow it with "
+                    "workflow= or status=, which the index selects, or a lower offset",
+                    max_examined=FILTERED_MAX,
+                )
             found = [summary_from_index(i) for i in items]
             return await keep(found) if keep is not None else found
 

@@ -184,3 +184,22 @@ async def test_the_live_log_of_a_long_log_starts_where_it_is_resumed(
         assert got == [(n, ev.record_type(r)) for n, r in enumerate(records)][1500:]
         assert logs.reads == reads  # read from where it was resumed, not whole
         assert not logs.keeps(run_id)
+
+
+async def test_explaining_a_log_of_too_many_payload_bytes_is_refused(
+    nats_url: str, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound lowered below one input kept by reference (256 MiB by default).
+    monkeypatch.setattr(runlogs, "REDRIVE_MAX_BYTES", 100_000)
+    async with gateway_stack(nats_url, subjects, [WAITING]) as gs, gs.http("reader") as http:
+        client = Client(gs.stack.client.nc, gs.stack.subjects)
+        small = await client.start("waiting", {})
+        large = await client.start("waiting", {"blob": "b" * 300_000})
+        await wait_status(gs, large, "running", "wait")
+        got = await http.get(f"/runs/{large}/explain")
+        assert got.status_code == 422, got.text
+        problem = got.json()
+        assert problem["type"].endswith("/payloads-too-large")
+        assert problem["bytes"] > 300_000
+        assert problem["max_bytes"] == 100_000
+        assert (await http.get(f"/runs/{small}/explain")).status_code == 200

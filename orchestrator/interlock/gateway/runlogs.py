@@ -41,6 +41,7 @@ import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from interlock import views
 from interlock.client import UnknownRun
@@ -50,12 +51,14 @@ from interlock.client.queues import with_places
 from interlock.client.reading import loaded_description
 from interlock.core import events as ev
 from interlock.core.ids import check_run_id
+from interlock.core.objects import ObjectError, is_marker, parse_ref
 from interlock.core.state import RunState, fold
 from interlock.gateway.logrange import log_length, page_at, page_json
 from interlock.gateway.problems import Problem
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import RunLog
+from interlock.runtime.payloads import on_slots
 from interlock.transport.directget import LogReadError
 from interlock.transport.natsclient import js_api
 
@@ -66,6 +69,8 @@ HEAD_RECORDS = 1000
 STATES_KEPT = 1000
 REDRIVE_MAX_RECORDS = 20_000
 """The longest log the gateway explains or replays (each re-decides every step of it)."""
+REDRIVE_MAX_BYTES = 256 * 1024 * 1024
+"""The most bytes of payloads kept by reference an explanation or a replay loads."""
 REDRIVES_AT_ONCE = 2
 """Explanations and replays re-deciding at once (the others wait their turn)."""
 """Long runs described from their snapshot whose state is kept (not their records)."""
@@ -257,7 +262,19 @@ class RunLogs:
                 max_records=REDRIVE_MAX_RECORDS,
             )
         async with self._redrives:
-            yield await self.log(run_id)
+            cached = await self.log(run_id)
+            size = await _referenced(self._ops, cached.records)
+            if size > REDRIVE_MAX_BYTES:
+                raise Problem(
+                    422,
+                    "payloads-too-large",
+                    f"run {run_id}: its log names {size:,} bytes of payloads kept by "
+                    f"reference, which explaining or replaying it loads; the gateway loads "
+                    f"at most {REDRIVE_MAX_BYTES:,} (the CLI loads them where it runs)",
+                    bytes=size,
+                    max_bytes=REDRIVE_MAX_BYTES,
+                )
+            yield cached
 
     async def describe(self, run_id: str) -> views.RunDescription:
         """``GET /runs/{id}``: as ``Client.describe``, from the kept log or state (see the
@@ -328,3 +345,19 @@ class RunLogs:
         if status:
             raise LogReadError(f"reading the last message of {subject}: status {status}")
         return await self._ops.log.last_record(run_id, msg.headers, msg.data)
+
+
+async def _referenced(ops: InterlockClient, records: list[ev.AnyRecord]) -> int:
+    """The bytes of the distinct objects ``records`` reference (what loading them reads)."""
+    seen: dict[tuple[str, str], int] = {}
+
+    async def note(value: Any, bucket: str, where: str) -> Any:
+        if is_marker(value):
+            with contextlib.suppress(ObjectError):
+                ref = parse_ref(value, where)
+                seen[ref.bucket, ref.name] = ref.size
+        return value
+
+    for record in records:
+        await on_slots(ops.subjects, record, note)
+    return sum(seen.values())

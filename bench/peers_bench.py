@@ -5,7 +5,10 @@ made by ``bench/peers/install.sh``) round by round, then prints every system's p
 runs/s as ratios to raw NATS of the same round, Interlock's stream writes per run, and the
 CPU per run (every process of the system, and Interlock's orchestrator alone), then the
 goals per round and over the rounds (three by default: one round on a shared machine
-moves by tens of percent). Peers that are not installed under ``$PEERS`` are skipped with
+moves by tens of percent), and what a flow-control limit that does not bind costs: runs/s
+beside CPU per run, median and spread over the rounds. Each round starts, after raw NATS,
+one system further on than the last (``--fixed-order``: always the same order). Peers
+that are not installed under ``$PEERS`` are skipped with
 a note; raw NATS is needed for the ratios. Interlock runs from this checkout's venv
 (``sys.executable``); ``--baseline-venv`` also runs another checkout's venv beside it, each
 of Interlock's systems right after its twin, as ``interlock-base`` (``interlock-base-fsync``,

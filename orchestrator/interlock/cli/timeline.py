@@ -11,6 +11,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
 from interlock.core.pauses import slot_text, waiting_for
+from interlock.core.record_text import retry_wait
 from interlock.core.state import RunState, encode_state, evolve
 
 
@@ -100,7 +101,7 @@ def _what(r: ev.AnyRecord) -> str:
         why = f" (decided by an error: the guard of {errors} failed)" if errors else ""
         return f"transition       {t.from_state} -> {t.to_state} on {t.event_type}{sets}{why}"
     if isinstance(r, ev.TimerScheduled):
-        return f"timer scheduled  {r.data.purpose} at {r.data.fire_at}"
+        return f"timer scheduled  {r.data.purpose} at {r.data.fire_at}{retry_wait(r.data)}"
     if isinstance(r, ev.TimerFired):
         return f"timer fired      {r.data.timer_id}"
     if isinstance(r, ev.RunCompleted):

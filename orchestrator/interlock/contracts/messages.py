@@ -293,7 +293,8 @@ def _task_failed(ex: Examples) -> dict[str, Any]:
         "name": "TaskFailed",
         "title": "A task failed",
         "summary": f"ce-type `{TASK_FAILED}`, with the error's class, message, "
-        "whether it may be retried, and an optional code.",
+        "whether it may be retried, an optional code, and an optional retry-after (the "
+        "earliest the next attempt may go: seconds, or an RFC 3339 instant).",
         "headers": answer_headers
         | {"properties": answer_headers["properties"] | {"ce-type": {"const": "task.failed"}}},
         "payload": _struct_schema(tasks.TaskFailed),

@@ -42,6 +42,7 @@ from interlock.core.record_text import (
     check_text,
     record_json,
     record_line,
+    retry_wait,
     short,
     summarize,
 )
@@ -254,8 +255,11 @@ def _why_none(step: Step, before: RunState, outcome: Redriven) -> str:
             )
         if any(isinstance(r, ev.RunFailed) for r in step.records):
             return "the failure was not caught: the run failed"
-        if any(isinstance(r, ev.TimerScheduled) for r in step.records):
-            return "the failure is retried after a backoff"
+        for r in step.records:
+            if isinstance(r, ev.TimerScheduled) and r.data.retry_after_s is not None:
+                return "the failure is retried" + retry_wait(r.data).replace(" (", ", at ")[:-1]
+            if isinstance(r, ev.TimerScheduled):
+                return "the failure is retried after a backoff"
         return f"state {before.state!r} has no `on` entry for this answer"
     if isinstance(head, ev.TimerFired):
         return f"the {head.data.purpose} timer moved the run without a guard"

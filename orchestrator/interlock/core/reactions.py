@@ -28,7 +28,7 @@ class Reactions(Dag):
 
     def action_answered(self, pending: PendingAction, event: Incoming) -> None:
         if event.type == TASK_FAILED:
-            self.action_failed(pending, error_of(event.data), event)
+            self.action_failed(pending, error_of(event.data, self.now), event)
             return
         action = self.action_def(pending.index, pending.item, pending.step)
         result = event.data
@@ -218,10 +218,11 @@ class Reactions(Dag):
         )
         if will_retry:
             assert retry is not None
-            wait = backoff_seconds(retry, pending.attempt, pending.action_id)
+            backoff = backoff_seconds(retry, pending.attempt, pending.action_id)
+            after = error.retry_after_s
             self.schedule(
                 TimerPurpose.RETRY,
-                plus_seconds(self.now, wait),
+                plus_seconds(self.now, max(backoff, after or 0.0)),
                 state=pending.state,
                 action_id=pending.action_id,
                 attempt=pending.attempt + 1,
@@ -230,6 +231,8 @@ class Reactions(Dag):
                 iteration=pending.iteration,
                 retry=retry,
                 step=pending.step,
+                backoff_s=None if after is None else backoff,
+                retry_after_s=after,
             )
             return
         state = self.current

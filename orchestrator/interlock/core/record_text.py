@@ -17,6 +17,16 @@ from interlock.core.expr import ABSENT
 from interlock.core.pauses import slot_text, waiting_for
 
 
+def retry_wait(timer: ev.TimerScheduledData) -> str:
+    """Why a retry timer fires when it does, when the agent's retry-after had a say."""
+    if timer.retry_after_s is None:
+        return ""
+    return (
+        f" (the later of the backoff {timer.backoff_s or 0:g}s and the agent's "
+        f"retry-after {timer.retry_after_s:g}s)"
+    )
+
+
 def short(value: Any) -> str:
     """A value as compact JSON, cut at 120 characters."""
     text = msgspec.json.encode(value).decode()
@@ -71,7 +81,7 @@ def summarize(record: ev.AnyRecord) -> str:
         why = f" (decided by an error: the guard of {errors} failed)" if errors else ""
         return f"{kind} {d.from_state} -> {d.to_state} on {d.event_type}{sets}{why}"
     if isinstance(record, ev.TimerScheduled):
-        return f"{kind} {d.purpose} at {d.fire_at}"
+        return f"{kind} {d.purpose} at {d.fire_at}{retry_wait(d)}"
     if isinstance(record, ev.TimerFired):
         return f"{kind} {d.purpose or d.timer_id}"
     if isinstance(record, ev.RunCompleted):

@@ -200,6 +200,9 @@ def _answer(step: Step, action_id: str) -> Incoming:
         error["retryable"] = True
     if f.error.code:
         error["code"] = f.error.code
+    if f.error.retry_after_s is not None:
+        # Seconds from the failure's own time, which the re-drive decides at.
+        error["retry_after"] = f.error.retry_after_s
     return Incoming(
         type=TASK_FAILED,
         source=f.source or REPLAY_SOURCE,

@@ -18,6 +18,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.definition import Definition, RetryPolicy, StateDef
 from interlock.core.incoming import Incoming
+from interlock.core.retryafter import retry_after_seconds
 from interlock.core.rfc3339 import format_time, parse_time
 from interlock.core.state import PendingAction, RunState, evolve
 from interlock.core.vocabulary import ERROR_CLASSES, ErrorClass, RunStatus
@@ -258,7 +259,7 @@ def to_text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def error_of(data: Any) -> ev.ErrorInfo:
+def error_of(data: Any, now: str) -> ev.ErrorInfo:
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
         return ev.ErrorInfo(error_class=ErrorClass.AGENT_ERROR, message=str(data))
@@ -272,4 +273,5 @@ def error_of(data: Any) -> ev.ErrorInfo:
         message=str(error.get("message", "")),
         retryable=bool(error.get("retryable", False)),
         code=code,
+        retry_after_s=retry_after_seconds(error.get("retry_after"), now),
     )

@@ -34,6 +34,7 @@ from nats.js import JetStreamContext
 
 from interlock.core import events as ev
 from interlock.core.engine import TASK_FAILED, Incoming
+from interlock.core.retryafter import retry_after_problem
 from interlock.core.state import RunState
 from interlock.core.vocabulary import ErrorClass, InterlockError
 from interlock.runtime.schemas import SchemaMismatch
@@ -103,6 +104,14 @@ def recorded(records: Sequence[ev.AnyRecord], key: AnswerKey, event_id: str) -> 
     )
 
 
+def _retry_after_problem(event: CloudEvent) -> str | None:
+    """What is wrong with a failure's ``error.retry_after``, if anything."""
+    error = event.data.get("error") if isinstance(event.data, dict) else None
+    if event.type != TASK_FAILED or not isinstance(error, dict):
+        return None
+    return retry_after_problem(error.get("retry_after"))
+
+
 class AnswerRefused(InterlockError):
     """An answer the orchestrator does not append; dead-lettered with ``reason``."""
 
@@ -167,6 +176,11 @@ class Answers:
                 "answer-token",
                 f"the token of the answer to {action_id} attempt {key.attempt} on {subject} "
                 "does not verify",
+            )
+        problem = _retry_after_problem(event)
+        if problem is not None:
+            raise AnswerRefused(
+                "answer-retry-after", f"the answer to {action_id} attempt {key.attempt}: {problem}"
             )
         return key
 

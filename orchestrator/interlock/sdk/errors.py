@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from interlock.core import vocabulary
+from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
 
 __all__ = ["AgentError", "ErrorClass", "RetryableError"]
@@ -35,19 +38,44 @@ class AgentError(InterlockError):
     (bad input the schema could not express, a refused operation). Raise
     :class:`RetryableError` for transient ones. ``code`` is a finer reason of your own
     (``tool_error``, ``guardrail_denied``...) that workflows can route on with
-    ``result.error.code``.
+    ``result.error.code``. ``retry_after`` (seconds, a ``timedelta`` or an aware
+    ``datetime``: an API's ``Retry-After``) keeps the next attempt from going before it
+    (the later of it and the retry policy's backoff, at most an hour).
+
+    Raises:
+        ValueError: ``retry_after`` is negative, not finite, or a naive datetime.
     """
 
     retryable: bool = False
 
     def __init__(
-        self, message: str, *, retryable: bool | None = None, code: str | None = None
+        self,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        code: str | None = None,
+        retry_after: float | timedelta | datetime | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         if retryable is not None:
             self.retryable = retryable
+        self.retry_after = _retry_after(retry_after)
+        """The wire form: seconds, or an RFC 3339 instant."""
+
+
+def _retry_after(value: float | timedelta | datetime | None) -> float | str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("retry_after: give an aware datetime (with its time zone)")
+        return format_time(value)
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"retry_after {value!r} is not a finite, non-negative wait")
+    return float(seconds)
 
 
 class RetryableError(AgentError):

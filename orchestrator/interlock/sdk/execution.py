@@ -164,7 +164,11 @@ def answer_of(
     error = task.exception()
     if isinstance(error, AgentError):
         return failure(
-            ErrorClass.AGENT_ERROR, error.message, retryable=error.retryable, code=error.code
+            ErrorClass.AGENT_ERROR,
+            error.message,
+            retryable=error.retryable,
+            code=error.code,
+            retry_after=error.retry_after,
         )
     if error is not None:
         log.error("%s handler failed on %s", cap.name, request.action_id, exc_info=error)

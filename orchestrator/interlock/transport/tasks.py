@@ -104,6 +104,11 @@ class TaskError(msgspec.Struct, kw_only=True, omit_defaults=True):
     is ``timeout`` or ``platform_error``)."""
     code: str | None = None
     """A finer reason a workflow can route on (``result.error.code``)."""
+    retry_after: float | str | None = None
+    """The earliest another attempt may go (a retryable failure): seconds from now, or an
+    RFC 3339 instant with its offset, as HTTP's ``Retry-After`` (an API's 429). The retry
+    waits for the later of this and the retry policy's backoff, at most an hour; a
+    negative, non-finite or unreadable value is dead-lettered (``answer-retry-after``)."""
 
 
 class TaskFailed(msgspec.Struct, kw_only=True):
@@ -348,7 +353,12 @@ def answer_event(
 
 
 def failure(
-    error_class: str, message: str, *, retryable: bool | None = None, code: str | None = None
+    error_class: str,
+    message: str,
+    *,
+    retryable: bool | None = None,
+    code: str | None = None,
+    retry_after: float | str | None = None,
 ) -> tuple[str, Any]:
     """The ``(type, data)`` of a ``task.failed`` answer."""
     error: dict[str, Any] = {"class": str(error_class), "message": message}
@@ -356,6 +366,8 @@ def failure(
         error["retryable"] = retryable
     if code:
         error["code"] = code
+    if retry_after is not None:
+        error["retry_after"] = retry_after
     return TASK_FAILED, {"error": error}
 
 

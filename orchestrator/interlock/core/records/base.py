@@ -21,6 +21,9 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     code: str = ""
     """A finer code the agent gave (``tool_error``, ``guardrail_denied``...), or the class it
     named that is not one of the error classes; guards read it as ``result.error.code``."""
+    retry_after_s: float | None = None
+    """The wait before another attempt the agent asked for (its ``retry_after``, in seconds
+    from this failure, clamped to an hour); the retry goes no sooner."""
 
 
 class SpawnBudget(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

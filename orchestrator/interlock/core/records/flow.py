@@ -52,6 +52,12 @@ class TimerScheduledData(msgspec.Struct, frozen=True, kw_only=True, omit_default
     retry: RetryInfo | None = None
     """For a ``retry`` timer: the policy to request the next attempt under."""
     step: str | None = None
+    backoff_s: float | None = None
+    """For a ``retry`` timer that an agent's retry-after set too: the retry policy's backoff
+    (without one, the timer's wait is the backoff alone)."""
+    retry_after_s: float | None = None
+    """For a ``retry`` timer: the wait the agent's answer asked for, when it had one (the
+    timer fires at the later of the two)."""
 
 
 class TimerFiredData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -16,13 +16,15 @@ import { connect, credsAuthenticator, headers as natsHeaders } from "nats";
 
 // A handler gets the task's input (a JSON object) and the task; it returns
 // { data } (answered task.completed), { type, data } (its own event type), or throws a
-// TaskError (task.failed with that class, retryable flag and code).
+// TaskError (task.failed with that class, retryable flag and code; retryAfter, seconds or
+// an RFC 3339 instant, passes an API's 429 Retry-After on: no retry goes before it).
 class TaskError extends Error {
-  constructor(errorClass, message, { retryable = false, code } = {}) {
+  constructor(errorClass, message, { retryable = false, code, retryAfter } = {}) {
     super(message);
     this.errorClass = errorClass;
     this.retryable = retryable;
     this.code = code;
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -263,6 +265,7 @@ async function handle(js, capability, msg, ackWaitMs) {
     type = "task.failed";
     data = { error: { class: error.errorClass, message: error.message, retryable: error.retryable } };
     if (error.code) data.error.code = error.code;
+    if (error.retryAfter !== undefined) data.error.retry_after = error.retryAfter;
   } finally {
     clearInterval(ticker);
     running.set(task.actionId, (running.get(task.actionId) ?? []).filter((f) => f !== task));

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from interlock.cli.timeline import describe
 from interlock.core import events as ev
 from interlock.core.analysis import explain
 from interlock.core.record_text import summarize
@@ -115,7 +116,8 @@ def test_the_log_says_why_the_retry_waits() -> None:
     _, timer = _refused(run, 30)
     assert timer is not None
     why = "the later of the backoff 2s and the agent's retry-after 30s"
-    assert why in summarize(timer)
+    assert why in summarize(timer)  # explain's and the console's line
+    assert why in describe(timer)  # interlock describe's
     report = explain(run.log, definition)
     assert report["reproduces"] is True, report
     assert why in str(report["steps"])

@@ -41,6 +41,7 @@ from interlock.transport.cloudevents import CloudEvent, encode_structured
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.httpserver import HttpServer
 from support.auth import MANIFESTS, SUBJECTS, old_layout
+from support.runtime import interlock_bg
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -193,6 +194,18 @@ async def test_the_old_credentials_work_and_the_orchestrator_replies_only_to_inb
     assert all("is not an inbox" in letter.detail for letter in letters)
     assert (await old.operator.js.stream_info(RUNS)).state.messages >= runs_before
     assert [r for r in await old.operator.read(run_id) if "forged" in repr(r)] == []
+
+
+async def test_a_gateway_on_an_old_credential_says_to_replace_it(old: Old) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    env.update(INTERLOCK_URL=old.server.url, INTERLOCK_CREDS=str(old.creds["gateway"]))
+    gateway = interlock_bg("gateway", "--http-port", "0", "--host", "127.0.0.1", env=env)
+    try:
+        warned = await gateway.await_line(r"warning: .* of the orchestrator's account")
+        assert "interlock creds upgrade" in warned.string
+        await gateway.await_line("HTTP gateway at")  # it serves all the same
+    finally:
+        assert gateway.stop() == 0
 
 
 async def test_creds_upgrade_gives_parties_accounts_of_their_own(old: Old) -> None:

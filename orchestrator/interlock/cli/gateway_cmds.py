@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import (
@@ -100,6 +101,20 @@ def add_parsers(sub: Sub) -> None:
     q.set_defaults(func=with_client(cmd_tokens_revoke))
 
 
+def _shared_account_gateway(creds_file: str | None) -> bool:
+    """Whether ``creds_file`` is a gateway credential Interlock issued in the orchestrator's
+    account (no ``js-api:`` tag: its account is not one of its own)."""
+    if creds_file is None:
+        return False
+    from interlock.auth.jwt import creds_tags
+
+    try:
+        tags = creds_tags(creds_file)
+    except (OSError, ValueError, KeyError):
+        return False
+    return "role:gateway" in tags and not any(t.startswith("js-api:") for t in tags)
+
+
 def cmd_gateway(args: argparse.Namespace) -> int:
     from interlock.console import ConsoleConfig
     from interlock.gateway.app import serve_gateway
@@ -115,6 +130,14 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         )
     opts = options(args)
     opts = opts.named("interlock-gateway")
+    if _shared_account_gateway(opts.creds_file):
+        sys.stderr.write(
+            f"interlock gateway: warning: {opts.creds_file} is a gateway credential of the "
+            "orchestrator's account (issued before gateways had accounts of their own): a "
+            "reply subject it names can still reach that account's streams and buckets; "
+            "replace it (`interlock creds upgrade`, then `interlock creds revoke` the old "
+            "one)\n"
+        )
     console = None
     if not args.no_console:
         console = ConsoleConfig.from_environment()

@@ -135,6 +135,7 @@ async def test_a_run_is_forked_at_a_record_after_a_preview(console: Console) -> 
     forked = page.url.rsplit("/", 1)[1]
     await page.get_by_role("heading", name=f"Run {forked}").wait_for()
     await page.locator(".rec-run-forked", has_text=origin).wait_for()
+    await page.locator("#forked-from", has_text=f"{origin} at #").wait_for()
     await wait_status(console.gs, forked, "running", "approval")
     async with console.gs.http() as http:
         assert (await http.get(f"/runs/{forked}")).json()["version"] == 2

@@ -44,6 +44,13 @@ async def test_runs_say_what_they_wait_for_and_filter_by_it(console: Console) ->
     forked = row(page, runs["forked"])
     assert f"forked from {runs['waiting']} at #" in await forked.inner_text()
     await forked.get_by_role("link", name=runs["waiting"]).wait_for()
+    # The fork's own start, not its origin's (its copied run.started holds that).
+    started = "td[data-label='Started'] time"
+    fork_start = await forked.locator(started).get_attribute("datetime")
+    origin_start = await row(page, runs["waiting"]).locator(started).get_attribute("datetime")
+    assert fork_start is not None
+    assert origin_start is not None
+    assert fork_start > origin_start
 
     await page.get_by_label("Waiting for").select_option("agent")
     await page.wait_for_function("location.hash.includes('waiting=agent')")

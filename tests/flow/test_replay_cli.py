@@ -149,7 +149,20 @@ async def test_a_finished_run_forked_onto_a_fix_completes_and_the_original_is_un
             if "r-forked" in listed or asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.05)
-        assert listed["r-forked"]["forked_from"] == {"run_id": origin, "seq": 4}
+        started = original[0].time
+        assert listed["r-forked"]["forked_from"] == {
+            "run_id": origin,
+            "seq": 4,
+            "started_at": started,
+        }
+        # Listed by its own start (when it was forked), its origin's start in describe.
+        assert listed["r-forked"]["started_at"] == marker.time > started
+        runs = await run_cli(["runs", "--workflow", "code-review"], nats_url, subjects)
+        (line,) = [x for x in runs.stdout.splitlines() if x.startswith("r-forked ")]
+        assert line.endswith(marker.time), runs.stdout
+        described = await run_cli(["describe", "run", "r-forked"], nats_url, subjects)
+        assert f"started      {marker.time}\n" in described.stdout
+        assert f"forked from  {origin} at record 4, which started {started}\n" in described.stdout
         # Forking again onto the same id is refused; so is a cut in mid-decision.
         again = await run_cli(
             ["fork", origin, "--at", "4", "--run-id", "r-forked"], nats_url, subjects

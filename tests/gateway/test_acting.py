@@ -60,7 +60,16 @@ async def test_fork_is_previewed_then_made(gs: GatewayStack) -> None:
             if listed.get("forked1", {}).get("forked_from"):
                 break
             await asyncio.sleep(0.05)
-        assert listed["forked1"]["forked_from"] == {"run_id": run_id, "seq": records}
+        origin = listed[run_id]["started_at"]
+        assert listed["forked1"]["forked_from"] == {
+            "run_id": run_id,
+            "seq": records,
+            "started_at": origin,
+        }
+        # Listed by its own start (when it was forked), not its origin's.
+        described = (await http.get("/runs/forked1")).json()
+        assert listed["forked1"]["started_at"] == described["started_at"] > origin
+        assert described["forked_from"] == {"run_id": run_id, "seq": records, "started_at": origin}
 
 
 async def test_migrate_is_previewed_then_made(gs: GatewayStack) -> None:

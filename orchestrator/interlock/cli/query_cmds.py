@@ -242,6 +242,10 @@ def _describe_table(d: RunDescription) -> None:
 
     _describe_head(d)
     print(f"started      {d.started_at}")
+    if d.forked_from is not None:
+        o = d.forked_from
+        since = f", which started {o.started_at}" if o.started_at else ""
+        print(f"forked from  {o.run_id} at record {o.seq}{since}")
     print(f"updated      {d.updated_at} ({d.records} records)")
     if d.finished_at:
         print(f"finished     {d.finished_at}")

@@ -280,10 +280,13 @@ def _state_entered(current: dict[str, Any], record: ev.StateEntered) -> None:
 
 def _run_forked(current: dict[str, Any], record: ev.RunForked) -> None:
     current["version"] = record.data.version
-    current["forked_from"] = {
-        "run_id": record.data.origin_run_id,
-        "seq": record.data.origin_seq,
-    }
+    origin: dict[str, Any] = {"run_id": record.data.origin_run_id, "seq": record.data.origin_seq}
+    # The copied run.started carried the origin's start: the run list shows the fork's own
+    # (the run began when it was forked), and the origin's stays with the origin.
+    if isinstance(current.get("started_at"), str):
+        origin["started_at"] = current["started_at"]
+    current["forked_from"] = origin
+    current["started_at"] = record.time
 
 
 def _run_queued(current: dict[str, Any], record: ev.RunQueued) -> None:

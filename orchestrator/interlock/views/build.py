@@ -26,6 +26,7 @@ from interlock.views.shapes import (
     MapView,
     PendingActionView,
     RunDescription,
+    RunOrigin,
     RunResult,
     RunSummary,
     SlotView,
@@ -96,6 +97,18 @@ def summary_of(state: RunState) -> RunSummary:
     )
 
 
+def _fork_of(records: Sequence[ev.AnyRecord], started_at: str) -> tuple[str, RunOrigin | None]:
+    """(when the run started, its origin): a fork started when it was forked, and its
+    copied run.started holds its origin's start."""
+    for r in records:
+        if type(r) is ev.RunForked:
+            d = r.data
+            return r.time, RunOrigin(
+                run_id=d.origin_run_id, seq=d.origin_seq, started_at=started_at
+            )
+    return started_at, None
+
+
 def _ending(records: Sequence[ev.AnyRecord]) -> tuple[str | None, str | None]:
     """(finished at, cancel reason) from a run's last record."""
     if not records:
@@ -156,6 +169,7 @@ def describe_run(
     if definition is not None and not isinstance(definition, WorkflowOutline):
         definition = outline_of(definition)
     finished_at, reason = _ending(records)
+    started_at, forked_from = _fork_of(records, state.started_at)
     pending = [
         PendingActionView(
             action_id=p.action_id,
@@ -193,7 +207,8 @@ def describe_run(
         spec_hash=state.spec_hash,
         status=state.status,
         state=state.state,
-        started_at=state.started_at,
+        started_at=started_at,
+        forked_from=forked_from,
         updated_at=state.updated_at,
         finished_at=finished_at,
         records=state.seq,

@@ -32,7 +32,11 @@ def summary_from_index(item: Mapping[str, Any]) -> RunSummary:
             else None
         ),
         forked_from=(
-            RunOrigin(run_id=str(forked.get("run_id", "")), seq=int(forked.get("seq", 0) or 0))
+            RunOrigin(
+                run_id=str(forked.get("run_id", "")),
+                seq=int(forked.get("seq", 0) or 0),
+                started_at=_text(forked.get("started_at")),
+            )
             if isinstance(forked := item.get("forked_from"), Mapping)
             else None
         ),

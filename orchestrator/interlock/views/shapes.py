@@ -59,6 +59,8 @@ class RunOrigin(msgspec.Struct, frozen=True, kw_only=True):
 
     run_id: str
     seq: int
+    started_at: str | None = None
+    """When the origin started (the fork's own ``started_at`` is when it was forked)."""
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -190,6 +192,10 @@ class RunDescription(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     state: str
     started_at: str
+    """When the run started (a fork: when it was forked; ``forked_from`` has its
+    origin's start)."""
+    forked_from: RunOrigin | None = None
+    """A forked run's origin, up to which record, and when the origin started."""
     updated_at: str
     finished_at: str | None = None
     records: int

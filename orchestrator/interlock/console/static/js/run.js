@@ -106,6 +106,12 @@ export async function runPage(root, runId, _params, current) {
       known.workflow ? ["Workflow", h("a", { href: `#/workflows/${known.namespace}/${known.workflow}?version=${known.version}` }, `${wf} v${known.version}`)] : null,
       desc ? ["State", h("code", {}, desc.state || "—")] : null,
       known.started_at ? ["Started", timeCell(known.started_at)] : null,
+      desc?.forked_from
+        ? ["Forked from", h("span", { id: "forked-from" },
+            h("a", { href: `#/runs/${encodeURIComponent(desc.forked_from.run_id)}`, class: "mono" }, desc.forked_from.run_id),
+            ` at #${desc.forked_from.seq}`,
+            ...(desc.forked_from.started_at ? [", which started ", timeCell(desc.forked_from.started_at)] : []))]
+        : null,
       desc?.finished_at ? ["Finished", timeCell(desc.finished_at)] : null,
       desc ? ["Duration", duration(between(desc.started_at, desc.finished_at || new Date().toISOString()))] : null,
       desc ? ["Records", String(desc.records)] : null,

@@ -60,3 +60,22 @@ async def test_a_wrong_token_says_so_and_the_right_one_then_signs_in(console: Co
     await page.get_by_role("heading", name="Sign in").wait_for()
     assert await page.locator("#runs-listing").count() == 0
     assert page.errors == []
+
+
+async def test_a_publishers_token_is_refused_at_sign_in_saying_what_it_may_do(
+    console: Console,
+) -> None:
+    page = await console.page(token=None)
+    await page.goto(console.url)
+    await page.get_by_label("Bearer token").fill(console.gs.tokens["publisher"])
+    await page.get_by_role("button", name="Sign in").click()
+    form = page.locator("form.sign-in", has_text="That token is a publisher's")
+    await form.wait_for()
+    text = await form.inner_text()
+    assert "may only send events (POST /events) of the types com.example.*" in text
+    assert "reading takes a reader's or an operator's token" in text
+    assert await page.locator("[role=alert]").count() == 0  # the form, no bare 403
+    assert await page.get_by_role("button", name="Sign out").is_hidden()
+    await sign_in(page, console.gs.tokens["reader"])
+    await page.get_by_role("heading", name="Runs", exact=True).wait_for()
+    assert page.errors == []

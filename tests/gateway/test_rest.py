@@ -277,6 +277,14 @@ async def test_each_endpoint_asks_credentials_and_the_right_role(gs: GatewayStac
                 assert by_reader != 403, (method, path)
             if path != "/events":
                 assert await status(publisher, method, path) == 403, (method, path)
+        # A publisher's token that asks to read is told what it may do instead.
+        refused = await publisher.get("/runs")
+        assert refused.json()["role"] == "publisher"
+        assert refused.json()["detail"] == (
+            "role publisher may not read runs: a publisher's token may only send events "
+            "(POST /events) of the types com.example.*; reading takes a reader's or an "
+            "operator's token"
+        )
     async with gs.http(None) as http:
         doc = (await http.get("/openapi.json")).json()
     documented = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}

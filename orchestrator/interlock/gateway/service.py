@@ -159,7 +159,17 @@ class Gateway:
     async def reader(self, request: Request) -> Caller:
         who = await self.caller(request)
         if not who.may_read:
-            raise Problem(403, "forbidden", f"role {who.role} may not read runs")
+            if who.role == "publisher":
+                # Said in full: a publisher's token signed into the console lands here.
+                raise Problem(
+                    403,
+                    "forbidden",
+                    "role publisher may not read runs: a publisher's token may only send "
+                    f"events (POST /events) of the types {', '.join(who.events)}; reading "
+                    "takes a reader's or an operator's token",
+                    role=who.role,
+                )
+            raise Problem(403, "forbidden", f"role {who.role} may not read runs", role=who.role)
         return who
 
     async def operator(self, request: Request, what: str) -> Caller:

@@ -13,6 +13,12 @@ export class ApiError extends Error {
   }
 }
 
+// A token the gateway knows whose role reads nothing (a publisher's): the console can show
+// nothing with it, so it is sent back to the sign-in form, which says why.
+export function cannotRead(err) {
+  return err instanceof ApiError && err.status === 403 && err.problem.role === "publisher";
+}
+
 export function token() {
   return sessionStorage.getItem(KEY) || "";
 }
@@ -56,7 +62,7 @@ export async function api(path, { params, method = "GET", body, signal } = {}) {
   }
   if (!r.ok) {
     const err = new ApiError(r.status, data);
-    if (r.status === 401) document.dispatchEvent(new CustomEvent("interlock:unauthenticated", { detail: err }));
+    if (r.status === 401 || cannotRead(err)) document.dispatchEvent(new CustomEvent("interlock:unauthenticated", { detail: err }));
     throw err;
   }
   return data;

@@ -1,6 +1,6 @@
 // The console's router: #/runs, #/runs/<id>, #/workflows[/<ns>/<name>], #/agents,
 // #/queues, #/dead-letters[/<seq>]. Each page renders into <main> and may return a cleanup function.
-import { ApiError, setToken, token } from "./api.js";
+import { ApiError, cannotRead, setToken, token } from "./api.js";
 import { errorBox, h } from "./dom.js";
 import { agentsPage } from "./agents.js";
 import { deadLetterPage, deadLettersPage } from "./deadletters.js";
@@ -57,7 +57,7 @@ export async function render() {
     cleanup = typeof done === "function" ? done : null;
   } catch (e) {
     if (ticket !== shown) return;
-    if (e instanceof ApiError && e.status === 401) {
+    if (e instanceof ApiError && (e.status === 401 || cannotRead(e))) {
       if (ticket === shown) signIn(e);
       return;
     }
@@ -76,6 +76,12 @@ export async function render() {
 function signIn(e) {
   // The page being drawn, or shown, is dropped: its answer would replace the form.
   shown += 1;
+  const publisher = cannotRead(e);
+  if (publisher) {
+    // Kept, it would bring every page back here: the person signs in again.
+    setToken("");
+    signOut.hidden = true;
+  }
   if (cleanup) {
     cleanup();
     cleanup = null;
@@ -105,8 +111,11 @@ function signIn(e) {
     h(
       "p",
       {},
-      token() ? "That token was not accepted: " : "The gateway asks for a bearer token: ",
+      publisher
+        ? "That token is a publisher's: the console cannot use it. "
+        : token() ? "That token was not accepted: " : "The gateway asks for a bearer token: ",
       e.message,
+      publisher ? "." : "",
     ),
     h("label", { for: "token" }, "Bearer token"),
     input,

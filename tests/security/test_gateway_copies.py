@@ -16,6 +16,7 @@ import pytest
 from test_rollup_copies import party_rollup
 
 from interlock.auth.roles import Role
+from interlock.transport.kvread import bucket_values
 from support.auth import (
     SUBJECTS,
     Refusals,
@@ -33,7 +34,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def keys(secured: Secured, bucket: str) -> list[str]:
-    return sorted(await (await secured.operator.js.key_value(bucket)).keys())
+    """The bucket's keys, read by direct gets (nats-py's ``KeyValue.keys()`` watches the
+    bucket, and may stop before the keys already stored when the server is busy)."""
+    return sorted(await bucket_values(await secured.operator.js.key_value(bucket)))
 
 
 async def test_a_rollup_copied_onto_a_bucket_key_wipes_nothing(secured: Secured) -> None:

@@ -261,7 +261,8 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
     await apply(MIGRATING.replace("  initial_state:", LIMIT))  # version 2: one at a time
     moved = await ops("migrate", "migrating", "--to", "2")
     for run_id in runs:
-        assert f"moved: {run_id} (v1, in waiting)" in moved, moved
+        said = f"moved: {run_id} (v1, in waiting); waits for a slot of default/migrating#1 key"
+        assert f"{said} 'acme'" in moved, moved
     for run_id in runs:
         await until_recorded(secured, run_id, ev.RunQueued)
     first = await admitted_one(secured, runs)
@@ -291,7 +292,8 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
     await in_index([holder, waiting], 2)
     await apply(MIGRATING)  # version 3: no limit
     moved = await ops("migrate", "migrating", "--to", "3")
-    assert f"moved: {holder} (v2, in waiting)" in moved, moved
+    said = f"moved: {holder} (v2, in waiting); gives back default/migrating#1 key 'acme'"
+    assert said in moved, moved
     assert f"moved: {waiting} (v2" in moved, moved
     await until_recorded(secured, waiting, ev.StateEntered)
     for run_id in (holder, waiting):

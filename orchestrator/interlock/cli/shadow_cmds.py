@@ -149,7 +149,12 @@ def _report_migrate(summary: dict[str, Any], args: argparse.Namespace) -> int:
     verb = "would move" if summary["dry_run"] else "moved"
     out(f"{len(summary['moved'])} run(s) {verb} to version {to}; {len(summary['stayed'])} stay\n")
     for run in summary["moved"]:
-        out(f"  {verb}: {run['run_id']} (v{run['from_version']}, in {run['state']})\n")
+        slots = "".join(
+            f"; {said} " + ", ".join(f"{s['limit']} key {s['key']!r}" for s in run[field])
+            for field, said in (("asks", "waits for a slot of"), ("frees", "gives back"))
+            if run.get(field)
+        )
+        out(f"  {verb}: {run['run_id']} (v{run['from_version']}, in {run['state']}){slots}\n")
     for run in summary["stayed"]:
         out(f"  stays: {run['run_id']} (v{run.get('from_version')}): {run['reason']}\n")
         if "divergence" in run:

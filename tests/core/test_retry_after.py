@@ -11,6 +11,7 @@ import pytest
 from interlock.cli.timeline import describe
 from interlock.core import events as ev
 from interlock.core.analysis import explain
+from interlock.core.capacity import admitted
 from interlock.core.record_text import summarize
 from interlock.core.retryafter import RETRY_AFTER_MAX_S, retry_after_problem
 from interlock.core.rfc3339 import parse_time
@@ -130,3 +131,52 @@ def test_a_replay_with_an_instant_decides_the_same() -> None:
     _refused(run, "2026-01-01T00:00:40Z")
     run.fire(TimerPurpose.RETRY)
     assert explain(run.log, definition)["reproduces"] is True
+
+
+RATED = """\
+apiVersion: interlock.io/v1
+kind: AgentDef
+metadata: {name: llm-agent}
+spec:
+  capabilities:
+    - name: llm.call
+      concurrency: {limit: 2, key: input.account}
+      rate: {limit: 60, per: 1m, key: input.account, burst: 3}
+    - name: llm.slots
+      concurrency: {limit: 2}
+"""
+
+
+def _rated_run(capability: str) -> Run:
+    from interlock.core.compiler import compile_sources
+    from interlock.core.definition import link
+
+    workflow = (LIMITED % 3).replace("capability: llm.call", f"capability: {capability}")
+    workflow = workflow.replace("retry:", "input: {account: acme}\n          retry:")
+    compiled = compile_sources([("agent.yaml", RATED), ("wf.yaml", workflow)])
+    assert not compiled.diagnostics, compiled.diagnostics
+    (agent,) = compiled.agents
+    run = Run(link(compiled.workflows[0], agent.capabilities))
+    run.start()
+    run._apply(
+        admitted(run.definition, run.state, run.now(), action_id=run.pending_id(), attempt=1)
+    )
+    return run
+
+
+@pytest.mark.parametrize(
+    ("capability", "retry_after", "held_until"),
+    [
+        ("llm.call", 30, "2026-01-01T00:00:33.000Z"),  # answered at second 3
+        ("llm.call", None, None),
+        ("llm.slots", 30, None),  # no rate to hold
+    ],
+)
+def test_a_retry_after_holds_the_rate_of_the_key_until_then(
+    capability: str, retry_after: Any, held_until: str | None
+) -> None:
+    run = _rated_run(capability)
+    failed, _ = _refused(run, retry_after)
+    assert failed.data.freed is not None
+    assert failed.data.freed.rate_held_until == held_until
+    assert len(failed.data.freed.limits) == (2 if capability == "llm.call" else 1)

@@ -43,6 +43,10 @@ MANIFESTS = textwrap.dedent(
         - name: quota.raw
           input_schema: {type: object}
           output_schema: {type: object}
+        - name: quota.rated
+          input_schema: {type: object}
+          output_schema: {type: object}
+          rate: {limit: 600, per: 1m}
     ---
     apiVersion: interlock.io/v1
     kind: Workflow
@@ -70,6 +74,22 @@ MANIFESTS = textwrap.dedent(
         work:
           actions:
             - capability: quota.raw
+              input: {}
+              retry: {max_attempts: 3, backoff: {initial: 100ms, jitter: false}}
+          on:
+            - {event: task.completed, goto: done}
+        done: {type: terminal}
+    ---
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: quota-rated
+    spec:
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: quota.rated
               input: {}
               retry: {max_attempts: 3, backoff: {initial: 100ms, jitter: false}}
           on:
@@ -131,6 +151,53 @@ async def test_the_sdk_retry_after_holds_the_next_attempt_back(secured: Secured)
     # The second attempt was asked for by the timer, not before it was due.
     assert [r.data.attempt for r in requests] == [1, 2]
     assert parse_time(requests[1].time) >= fire_at
+
+
+async def test_a_retry_after_holds_the_rate_of_the_key_for_other_runs(secured: Secured) -> None:
+    """A 429 with a retry-after spends the key's budget for everyone: a run asking for the
+    capability after it waits for the same instant (one token a tenth of a second
+    otherwise)."""
+    await _applied(secured)
+    creds = secured.issue(Role("agent", capabilities=("quota.rated",)), "quota-rated-agent")
+    worker = Worker("quota-rated-agent", grace_period=1.0)
+    calls: list[int] = []
+
+    @worker.capability("quota.rated")
+    async def call(inp: dict[str, Any]) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RetryableError("429 Too Many Requests", code="rate_limited", retry_after=1.5)
+        return {}
+
+    serving = asyncio.create_task(
+        worker.run(ConnectOptions.resolve(secured.url, creds_file=str(creds)))
+    )
+    try:
+        await asyncio.wait_for(worker.wait_ready(), 30)
+        first = await secured.operator.start("quota-rated", {})
+        [failed] = await _records(secured, first, ev.ActionFailed, 1)
+        second = await secured.operator.start("quota-rated", {})
+        for run_id in (first, second):
+            state = await secured.operator.wait(run_id, timeout=30)
+            assert state.status == "completed"
+    finally:
+        await worker.stop(force=True)
+        await serving
+    assert failed.data.freed is not None
+    held_until = failed.data.freed.rate_held_until
+    assert held_until is not None
+    assert (parse_time(held_until) - parse_time(failed.time)).total_seconds() == 1.5
+    # Neither the other run's request nor the retry went out before then.
+    admissions = [
+        r
+        for run_id in (first, second)
+        for r in await secured.operator.read(run_id)
+        if isinstance(r, ev.ActionAdmitted)
+    ]
+    assert len(admissions) == 3
+    late = [r for r in admissions if r.time >= held_until]
+    assert len(late) == 2, [(r.subject, r.time) for r in admissions]
+    assert next(r for r in admissions if r not in late).subject == first
 
 
 async def _task(nc: Client) -> Any:

@@ -148,7 +148,14 @@ class Step:
             return msgspec.structs.replace(data, freed=found) if found else data
         held = pending.get(data.action_id)
         slots = None if held is None else freed(held)
-        return data if slots is None else msgspec.structs.replace(data, freed=slots)
+        if slots is None:
+            return data
+        after = data.error.retry_after_s if isinstance(data, ev.ActionFailedData) else None
+        if after is not None and any(claim.per_s for claim in slots.limits):
+            # The API refused the key: its budget is spent for everyone until then.
+            until = plus_seconds(self.now, after)
+            slots = msgspec.structs.replace(slots, rate_held_until=until)
+        return msgspec.structs.replace(data, freed=slots)
 
     @property
     def next_id(self) -> str:

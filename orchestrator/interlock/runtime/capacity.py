@@ -205,11 +205,13 @@ class Capacity:
             self._requests.pop((run_id, slots.action_id, slots.attempt), None)
             at_once = (run_id, slots.action_id, slots.attempt) in self._at_once
             self._at_once.pop((run_id, slots.action_id, slots.attempt), None)
+            held = slots.rate_held_until
+            until = None if held is None else parse_time(held).timestamp()
             for claim in slots.limits:
-                if claim.per_s and at_once:
+                if claim.per_s and at_once and until is None:
                     continue  # in no rate's line, ever
                 if claim.per_s or is_pause(claim):
-                    await self._leave(claim, me)
+                    await self._leave(claim, me, until if claim.per_s else None)
                     continue
                 for other in await self.slots.release(claim, me):
                     if other != me:
@@ -404,18 +406,28 @@ class Capacity:
             await self._wake_later(entry_key(claim.limit, claim.key), took.wake_at)
         return took
 
-    async def _leave(self, claim: ev.SlotClaim, me: str) -> None:
-        """Out of a line that frees no slot (a rate's, a pause's)."""
+    async def _leave(self, claim: ev.SlotClaim, me: str, until: float | None = None) -> None:
+        """Out of a line that frees no slot (a rate's, a pause's); with ``until``, the
+        rate's next token not before then (an agent's retry-after: moving ``tat`` on is
+        a maximum, so a repeat of the record changes nothing)."""
         now = parse_time(self._clock()).timestamp()
 
-        async def change(lines: Lines) -> None:
+        async def change(lines: Lines) -> float | None:
             entry = lines.entry
             entry.holders = [h for h in entry.holders if h.run_id != me]
             await lines.remove(me, "")
+            if until is not None and claim.per_s:
+                # (an entry whose tokens were all back is gone: made again here)
+                entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
+                held = until + (max(entry.burst, 1) - 1) * _interval(entry)
+                entry.tat = max(entry.tat, held)
             if not entry.holders and not entry.lines and entry.tat <= now:
                 entry.tat = 0.0  # every token back: nothing worth keeping
+            return next_token_at(entry) if until is not None and entry.lines else None
 
-        await self.slots.change(claim, change)
+        wake_at: float | None = await self.slots.change(claim, change)
+        if wake_at is not None:
+            await self._wake_later(entry_key(claim.limit, claim.key), wake_at)
 
     async def _wake_later(self, token: str, at: float) -> None:
         """The rate line's wake-up, at ``at`` (the same one asked twice is one timer)."""

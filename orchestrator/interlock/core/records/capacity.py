@@ -41,6 +41,9 @@ class FreedSlots(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     action_id: str
     attempt: int
     limits: list[SlotClaim]
+    rate_held_until: str | None = None
+    """On a failure whose agent gave a retry-after (an API's 429): no token of the rates
+    in ``limits``, for their keys, is given to anyone before this instant (RFC 3339)."""
 
 
 class ActionQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

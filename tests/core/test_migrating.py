@@ -67,6 +67,11 @@ def test_a_run_moved_onto_a_limit_waits_in_its_state_holding_what_reaches_it() -
     assert types(run.deliver(go(run))) == ["event.held"]
     assert run.state.status == "running"
     assert run.deliver(go(run)) == []  # a redelivery is held once
+    explained = analysis.explain(run.log, run.definition)
+    assert explained["waiting"]["held_until"] == "admitted"
+    assert explained["steps"][-1]["why_none"] == (
+        "held: the run waits for its slots (decided on when it is admitted)"
+    )
     # Admitted: the held signal is decided on after run.admitted, in the same batch.
     decided = run._apply(admit(run.definition, run.state, run.now()))
     assert types(decided)[:2] == ["run.admitted", "event.received"]

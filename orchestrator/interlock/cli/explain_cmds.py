@@ -144,6 +144,10 @@ def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
             )
         else:
             out(f"\nwaiting in state {waiting['state']}; it moves on:\n")
+        if waiting.get("held_until") == "admitted":
+            out("  (queued for its slots: what reaches it is held until it is admitted)\n")
+        elif waiting.get("held_until") == "resumed":
+            out("  (paused: what reaches it is held until it is resumed)\n")
         for answer in waiting["answers"]:
             out(
                 f"  an answer of {answer['capability']} (action {answer['action_id']}, "

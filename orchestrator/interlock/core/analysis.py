@@ -239,6 +239,8 @@ def _why_none(step: Step, before: RunState, outcome: Redriven) -> str:
         return "the run started"
     if step.kind in (CANCEL, FORK, MIGRATE, PAUSE, RESUME):
         return f"a {step.kind}, not a transition"
+    if isinstance(head, ev.EventHeld) and before.paused is None and before.waits is not None:
+        return "held: the run waits for its slots (decided on when it is admitted)"
     if isinstance(head, ev.EventHeld):
         return "held: the run is paused (decided on when it is resumed)"
     if outcome.checks:
@@ -310,4 +312,8 @@ def waiting(definition: Definition, state: RunState) -> dict[str, Any]:
         for timer in timers:
             if timer["purpose"] == TimerPurpose.STATE_TIMEOUT:
                 timer["goto"] = current.timeout.goto
-    return {"state": state.state, "answers": answers, "events": events, "timers": timers}
+    out = {"state": state.state, "answers": answers, "events": events, "timers": timers}
+    if state.paused is not None or state.waits is not None:
+        # What reaches it is held until then (the lists above are what it takes after).
+        out["held_until"] = "resumed" if state.paused is not None else "admitted"
+    return out

@@ -82,6 +82,26 @@ def test_a_run_moved_onto_a_limit_waits_in_its_state_holding_what_reaches_it() -
     assert analysis.explain(run.log, limited())["reproduces"] is True
 
 
+def test_a_fork_of_a_run_waiting_for_its_slots_takes_its_own_and_enters_its_state() -> None:
+    run = Run(plain())
+    run.start({"customer": "acme"})
+    migrate(run, limited(), 2)
+    run.deliver(go(run))
+    assert run.state.waits is not None
+    forked = analysis.fork(
+        run.log, len(run.log), run_id="r-fork", definition=limited(), version=2, now=run.now()
+    )
+    fork = Run(limited(), run_id="r-fork")
+    fork._apply(forked)
+    assert types(forked)[-2:] == ["run.forked", "run.queued"]
+    assert fork.state.waits is None
+    assert fork.state.queued
+    assert types(admit(fork.definition, fork.state, fork.now())) == [
+        "run.admitted",
+        "state.entered",
+    ]
+
+
 def test_admitted_alone_records_nothing_for_the_held_events() -> None:
     run = Run(plain())
     run.start({"customer": "acme"})

@@ -333,7 +333,11 @@ def _run_cancelled(s: RunState, r: ev.RunCancelled) -> RunState:
 
 def _run_forked(s: RunState, r: ev.RunForked) -> RunState:
     d = r.data
-    return replace(s, seq=s.seq + 1, updated_at=r.time, version=d.version, spec_hash=d.spec_hash)
+    # A fork is a run of its own: it does not wait for the slots its origin waited for
+    # in its state (it takes its own, then enters that state afresh).
+    return replace(
+        s, seq=s.seq + 1, updated_at=r.time, version=d.version, spec_hash=d.spec_hash, waits=None
+    )
 
 
 def _run_migrated(s: RunState, r: ev.RunMigrated) -> RunState:

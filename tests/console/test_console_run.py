@@ -315,3 +315,38 @@ async def test_a_long_running_runs_page_reads_its_newest_page_and_follows_it_liv
     assert await page.locator("#timeline-earlier").is_hidden()
     assert len(asked) == 2, asked
     assert page.errors == []
+
+
+RATE_LIMITED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: rate-limited
+spec:
+  initial_state: ask
+  states:
+    ask:
+      actions:
+        - capability: echo
+          input: {retry_after: 600}
+          retry: {max_attempts: 2, backoff: {initial: 1s, jitter: false}}
+      on:
+        - {event: task.completed, goto: done}
+    done:
+      type: terminal
+"""
+
+
+async def test_a_retry_held_back_by_the_agent_says_why_it_waits(console: Console) -> None:
+    gs = console.gs
+    await gs.stack.apply(RATE_LIMITED)
+    async with gs.http() as http:
+        r = await http.post("/runs", json={"workflow": "rate-limited"})
+        run_id = r.json()["run_id"]
+    page = await console.page()
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    why = "the later of the backoff 1s and the agent's retry-after 600s"
+    await page.get_by_text(why).wait_for()
+    timers = page.get_by_role("table", name="Timers")
+    await timers.locator("tr", has_text="asks again").wait_for()
+    assert page.errors == []

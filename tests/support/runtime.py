@@ -34,7 +34,7 @@ from interlock.client import Client as PublicClient
 from interlock.core import events as ev
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.service import Orchestrator
-from interlock.sdk import TaskContext, Worker
+from interlock.sdk import RetryableError, TaskContext, Worker
 from interlock.transport.subjects import Subjects
 
 TIMEOUT = 10.0
@@ -219,6 +219,8 @@ def make_worker(recorder: Recorder, *, name: str = "testagent", ack_wait: float 
     @worker.capability("echo", input_schema={"type": "object"}, output_schema={"type": "object"})
     async def echo(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
         note("echo", ctx)
+        if "retry_after" in inp and ctx.attempt == 1:  # an API's 429, passed on
+            raise RetryableError("429", code="rate_limited", retry_after=inp["retry_after"])
         return inp
 
     @worker.capability("strict")

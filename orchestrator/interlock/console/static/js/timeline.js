@@ -115,6 +115,9 @@ export class Reading {
           `timer ${d.purpose} due `,
           timeCell(d.fire_at),
           ` (in ${duration(between(r.time, d.fire_at))})`,
+          d.retry_after_s != null
+            ? `: the later of the backoff ${d.backoff_s ?? 0}s and the agent's retry-after ${d.retry_after_s}s`
+            : "",
         ];
       case "timer.fired":
         return [`timer ${d.purpose || d.timer_id} fired`];

@@ -258,3 +258,41 @@ def test_validate_reports_schema_and_expression_errors_in_one_round(work: Path) 
         "both.yaml:28:51: cel-compile: CEL does not compile: 'input.account +'",
         "10 errors",
     ]
+
+
+MISTYPED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: typed
+spec:
+  initial_state: wait
+  states:
+    wait:
+      on:
+        - event: go
+          guard: 'data.n > 1 && "a" + 1 == "a1"'
+          goto: done
+        - {event: stop, guard: 'data.n * 2 > 3 && data.s + "!" == "x!"', goto: done}
+        - event: more
+          set: {said: '{{ ("x" + "y") - "y" }}'}
+          goto: done
+    done:
+      type: terminal
+"""
+
+
+def test_validate_reports_an_operator_its_literals_types_refuse(work: Path) -> None:
+    """`"a" + 1` fails at every evaluation whatever the run's values: reported where it
+    stands, with the schema's and the other expressions' errors; what reads a run's values
+    (their types are JSON's, known at run time) is left to run time."""
+    (work / "typed.yaml").write_text(MISTYPED)
+    result = interlock("validate", "typed.yaml", cwd=work)
+    assert result.returncode == 1
+    fails = "CEL has no such operator, and the expression fails whatever the run's values"
+    hint = "(convert one side: string(x), int(x), double(x))"
+    assert result.stderr.splitlines() == [
+        f"typed.yaml:11:33: cel-type: '+' of string and int: {fails} {hint}",
+        f"typed.yaml:15:28: cel-type: '-' of string and string: {fails} {hint}",
+        "2 errors",
+    ]

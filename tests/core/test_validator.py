@@ -60,6 +60,7 @@ RULES = {
     "outputs-non-terminal",
     "cel-compile",
     "cel-cost",
+    "cel-type",
     "unknown-state-ref",
     "no-output-ref",
     "bad-duration",

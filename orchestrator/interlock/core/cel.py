@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from interlock.core.cel_fast import MISS, fast_form
+from interlock.core.cel_types import mistyped
 from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
 
@@ -65,6 +66,12 @@ class CompileError(InterlockError):
 @dataclass(frozen=True, slots=True)
 class CostError(CompileError):
     """A CEL expression whose cost cannot be bounded before it runs (rule ``cel-cost``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CelTypeError(CompileError):
+    """A CEL operator given operands whose types it takes none of, known before the run
+    (rule ``cel-type``)."""
 
 
 class BudgetExceeded(Exception):
@@ -203,6 +210,9 @@ class Expression:
                 int(getattr(nested, "line", None) or 1),
                 int(getattr(nested, "column", None) or 1),
             )
+        wrong = mistyped(tree)
+        if wrong is not None:
+            raise CelTypeError(*wrong)
         self.loops = _has_comprehension(tree)
         """Its cost grows with the values it meets (a comprehension walks a list): up to
         its whole step budget, where any other expression costs a few steps."""

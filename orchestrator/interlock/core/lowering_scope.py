@@ -17,6 +17,7 @@ from interlock.core import model
 from interlock.core.definition import BudgetDef
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.expr import (
+    CelTypeError,
     CompiledValue,
     CompileError,
     CostError,
@@ -92,6 +93,8 @@ class LoweringScope:
         line, col = found or _inner_position(span, error.line, error.col + offset)
         if isinstance(error, CostError):
             self.diags.append(Diagnostic(self.doc.path, line, col, "cel-cost", error.message))
+        elif isinstance(error, CelTypeError):
+            self.diags.append(Diagnostic(self.doc.path, line, col, "cel-type", error.message))
         else:
             self.diags.append(Diagnostic(self.doc.path, line, col, "cel-compile", error.message))
 

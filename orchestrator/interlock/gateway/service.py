@@ -21,7 +21,7 @@ from interlock.gateway.problems import Problem
 from interlock.gateway.runlist import RunList
 from interlock.gateway.runlogs import RunLogs
 from interlock.transport.cloudevents import CloudEvent, encode_binary
-from interlock.transport.objects import ObjectLimits
+from interlock.transport.objects import BucketFull, ObjectLimits
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.gateway")
@@ -119,7 +119,11 @@ class Gateway:
                 raise Problem(
                     413, "event-too-large", where + str(exc), max_bytes=exc.limit, index=index
                 ) from exc
-        return [views.to_builtins(await self.api.emit(e, wait=wait)) for e in events]
+        try:
+            return [views.to_builtins(await self.api.emit(e, wait=wait)) for e in events]
+        except BucketFull as exc:
+            # The uploads bucket holds what its operator bounded it to (max_bytes).
+            raise Problem(507, "uploads-full", str(exc)) from exc
 
     # -- access ---------------------------------------------------------------------------
 

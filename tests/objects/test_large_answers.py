@@ -206,14 +206,16 @@ class RawAgent:
         return {"$object": {"bucket": self.bucket, "name": name, "size": len(data),
                             "digest": digest}}  # fmt: skip
 
-    async def answer(self, msg: Any, data: Any) -> dict[str, str]:
+    async def answer(
+        self, msg: Any, data: Any, event_type: str = "task.completed"
+    ) -> dict[str, str]:
         h = msg.headers
         run_id, action, attempt = h["ce-runid"], h["ce-actionid"], h["ce-attempt"]
         headers = {
             "ce-specversion": "1.0",
             "ce-id": f"{action}.{attempt}.result",
             "ce-source": "interlock://agent/raw",
-            "ce-type": "task.completed",
+            "ce-type": event_type,
             "ce-subject": run_id,
             "ce-time": "2026-12-04T00:00:00Z",
             "ce-datacontenttype": "application/json",
@@ -310,6 +312,27 @@ async def test_an_answer_whose_object_was_replaced_is_refused_and_decides_nothin
         assert described.status == "running"
         assert described.state == "raw"
         assert not [r for r in await client.records(run_id) if isinstance(r, ev.ActionCompleted)]
+    finally:
+        await client.close()
+        await agent.nc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_failure_by_reference_whose_retry_after_is_no_wait_is_refused(
+    stack: Secured,
+) -> None:
+    """A failure's ``retry_after`` is checked once its object is loaded, as inline."""
+    agent = await _raw_agent(stack, "bulk-raw-retry-after")
+    client, run_id = await _started(stack.url, stack.auth.operator, "go.raw")
+    try:
+        msg = await agent.task()
+        error = {"class": "agent_error", "message": "429", "retryable": True, "retry_after": -1}
+        ref = await agent.upload("failure-1", json.dumps({"error": error}).encode())
+        said = await agent.answer(msg, ref, "task.failed")
+        assert said["Interlock-Answer"] == "refused", said
+        assert said["Interlock-Answer-Reason"] == "answer-retry-after", said
+        records = await client.records(run_id)
+        assert not [r for r in records if isinstance(r, ev.ActionFailed)]
     finally:
         await client.close()
         await agent.nc.close()

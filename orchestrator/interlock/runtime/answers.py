@@ -104,10 +104,10 @@ def recorded(records: Sequence[ev.AnyRecord], key: AnswerKey, event_id: str) -> 
     )
 
 
-def _retry_after_problem(event: CloudEvent) -> str | None:
+def _retry_after_problem(event_type: str, data: object) -> str | None:
     """What is wrong with a failure's ``error.retry_after``, if anything."""
-    error = event.data.get("error") if isinstance(event.data, dict) else None
-    if event.type != TASK_FAILED or not isinstance(error, dict):
+    error = data.get("error") if isinstance(data, dict) else None
+    if event_type != TASK_FAILED or not isinstance(error, dict):
         return None
     return retry_after_problem(error.get("retry_after"))
 
@@ -177,7 +177,7 @@ class Answers:
                 f"the token of the answer to {action_id} attempt {key.attempt} on {subject} "
                 "does not verify",
             )
-        problem = _retry_after_problem(event)
+        problem = _retry_after_problem(event.type, event.data)
         if problem is not None:
             raise AnswerRefused(
                 "answer-retry-after", f"the answer to {action_id} attempt {key.attempt}: {problem}"
@@ -236,6 +236,10 @@ class Answers:
 def check_output(registry: Registry, incoming: Incoming, state: RunState) -> Incoming:
     """An answer whose data break the capability's output_schema fails as schema_error."""
     if incoming.type == TASK_FAILED:
+        # Checked here too for a failure that came by reference (loaded since key_of).
+        problem = _retry_after_problem(incoming.type, incoming.data)
+        if problem is not None:
+            raise AnswerRefused("answer-retry-after", f"the answer: {problem}")
         return incoming
     # The capability is the one the run asked for, whatever the answer claims.
     pending = state.pending.get(incoming.extensions.get("actionid", ""))

@@ -68,11 +68,25 @@ async def result(
     wait: bool,
     timeout: float | None,  # noqa: ASYNC109
 ) -> RunResult:
-    """``Client.result``: now, or (``wait``) once the chain's last run has ended."""
+    """``Client.result``: now, or (``wait``) once the chain's last run has ended, the run
+    waited for first while it has not started (up to ``timeout``, or ``NEXT_START_S``
+    without one). Raises RunNotStarted for a run an emit of this client said it starts
+    and that has not started (yet), UnknownRun for another run found nowhere."""
     if not wait:
-        async with no_stream_is_no_run(run_id):
-            read, followed = await newest(ops, run_id)
+        try:
+            async with no_stream_is_no_run(run_id):
+                read, followed = await newest(ops, run_id)
+        except UnknownRun:
+            raise watcher.told.unknown(run_id) from None
         return with_chain(run_result(read.records, read.state), followed)
+    # A run an event starts exists once the orchestrator has taken the event (and copied
+    # its data kept by reference): waited for, within the wait's own bound.
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if not await watcher.exists(run_id, NEXT_START_S if timeout is None else timeout):
+        raise watcher.told.unknown(run_id)
+    if timeout is not None:
+        timeout = max(timeout - (loop.time() - started), 0.0)
     return await result_at_end(watcher, run_id, timeout, ops.read_state)
 
 

@@ -290,6 +290,9 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
             )
     ack_seq, duplicate = await publish(ops, ce)
     started = foreseen.started
+    for s in started:  # asked for before it starts, such a run is not started yet
+        if not s.existed:
+            ops.watcher.told.add(s.run_id)
     if wait > 0 and started:
         found = await asyncio.gather(
             *(ops.watcher.exists(s.run_id, wait) for s in started if not s.existed)

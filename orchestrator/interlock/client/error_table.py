@@ -29,6 +29,7 @@ from interlock.runtime.errors import (
     InvalidInputs,
     NotRedrivable,
     RunExists,
+    RunNotStarted,
     UnknownDeadLetter,
     UnknownRun,
     UnknownWorkflow,
@@ -62,6 +63,7 @@ _LOG_KEY = Meaning(503, "log-key-unavailable", EXIT_FAILED)
 
 ERRORS: dict[type[InterlockError], Meaning] = {
     UnknownRun: Meaning(404, "unknown-run", EXIT_NO_RUN, _no_run),
+    RunNotStarted: Meaning(404, "run-not-started", EXIT_NO_RUN),
     UnknownWorkflow: _NOT_FOUND,
     UnknownAgent: _NOT_FOUND,
     UnknownDeadLetter: _NOT_FOUND,

@@ -189,7 +189,7 @@ class RunLogs:
             found = await self._ops.log.read_checked(run_id, after=cached.last_seq)
         raw = found.messages
         if not raw and not cached.records:
-            raise UnknownRun(run_id)
+            raise self._ops.watcher.told.unknown(run_id)
         cached.foreign.extend(found.foreign)
         cached.last_seq = found.last
         if raw:
@@ -215,8 +215,11 @@ class RunLogs:
                 added = [r for _, payload in found.messages for r in ev.decode_batch(payload)]
                 known.records, known.state = added, fold(added, known.state)
         else:
-            async with no_stream_is_no_run(run_id):
-                read = await self._ops.read_state(run_id)
+            try:
+                async with no_stream_is_no_run(run_id):
+                    read = await self._ops.read_state(run_id)
+            except UnknownRun:
+                raise self._ops.watcher.told.unknown(run_id) from None
             if not read.covered:
                 # No snapshot used: the whole log was read; kept as the pages read it.
                 self.reads += read.messages - len(read.foreign)
@@ -322,7 +325,7 @@ class RunLogs:
             found = await ops.log.read_checked(run_id, limit=wanted + 1)
         raw = found.messages
         if not raw:
-            raise UnknownRun(run_id)
+            raise self._ops.watcher.told.unknown(run_id)
         self.head_reads += len(raw) + len(found.foreign)
         records = [r for _, payload in raw for r in ev.decode_batch(payload)]
         # Read to the end when fewer messages than asked for came (foreign ones count).

@@ -18,6 +18,18 @@ class UnknownRun(LookupError, InterlockError):
     """No run with that id."""
 
 
+class RunNotStarted(UnknownRun):
+    """No run with that id yet, where an event this client stored will start one: the
+    event is stored and the orchestrator has not started its run (it copies the event's
+    data kept by reference first). Asked with a wait, the run is waited for."""
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.args[0]!r} is not started yet: the event that starts it is stored "
+            "and the orchestrator has not started it (ask with a timeout to wait for it)"
+        )
+
+
 class InvalidInputs(ValueError, InterlockError):
     """A run's inputs do not match the workflow's declared inputs; no run was created."""
 

@@ -23,6 +23,8 @@ import functools
 import json
 import logging
 import random
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
@@ -33,7 +35,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 
 from interlock.core import events as ev
-from interlock.runtime.errors import UnknownRun
+from interlock.runtime.errors import RunNotStarted, UnknownRun
 from interlock.runtime.logstore import RunLog
 from interlock.transport.directget import LogReadError
 from interlock.transport.natsclient import js_api, round_trip
@@ -61,7 +63,36 @@ READ_TIMEOUT_S = 5.0
 """How long one read waits for the server's answer before it is asked again (within
 the wait's own deadline: a busy process can miss an answer a wait still has time for)."""
 
+TOLD_S = 600.0
+"""How long a run id an emit said it starts is remembered as told (see :class:`Told`)."""
+TOLD_MAX = 10_000
+"""The most run ids remembered as told, per watcher (the oldest forgotten first)."""
+
 _T = TypeVar("_T")
+
+
+class Told:
+    """The run ids an emit of this client said it starts, for ``TOLD_S`` seconds: asked
+    for before the orchestrator has started it, such a run is not started yet, not
+    unknown (:class:`RunNotStarted`)."""
+
+    def __init__(self) -> None:
+        self._at: OrderedDict[str, float] = OrderedDict()
+
+    def add(self, run_id: str) -> None:
+        self._at[run_id] = time.monotonic()
+        self._at.move_to_end(run_id)
+        while len(self._at) > TOLD_MAX:
+            self._at.popitem(last=False)
+
+    def __contains__(self, run_id: object) -> bool:
+        at = self._at.get(run_id) if isinstance(run_id, str) else None
+        return at is not None and time.monotonic() - at < TOLD_S
+
+    def unknown(self, run_id: str) -> UnknownRun:
+        """What to raise for ``run_id`` found nowhere: not started yet, or unknown."""
+        return RunNotStarted(run_id) if run_id in self else UnknownRun(run_id)
+
 
 _TERMINAL_MARKERS = tuple(t.encode() for t in ev.TERMINAL_TYPES)
 
@@ -93,6 +124,7 @@ class RunWatcher:
         self._reading = asyncio.Semaphore(READERS)
         self._asking = asyncio.Semaphore(asking)
         self._read_timeout = read_timeout
+        self.told = Told()
         self.timed_out_reads = 0
         """Reads the server did not answer in time, each asked again (a busy process or
         server: they only cost time, within each wait's deadline)."""

@@ -1016,7 +1016,7 @@ async def test_cancelling_a_parent_cancels_the_child_of_a_late_attempt(stack: St
     run_id = await stack.start("late-parent", {})
     for attempt in range(2, 13):
         await stack.retry_pending(run_id, attempt)
-        await stack.timers.advance(1)
+        await stack.advance(run_id, 1)  # once the relay has scheduled the retry timer
     state = await stack.run_until(
         run_id,
         lambda s: any(p.attempt == 12 for p in s.pending.values()),

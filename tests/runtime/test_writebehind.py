@@ -4,8 +4,10 @@ once it has been held, what is left when it stops, and acknowledges their messag
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
+import warnings
 from typing import Any
 
 from nats.aio.client import Client
@@ -164,3 +166,22 @@ async def test_a_flush_keeps_up_with_a_busy_event_loop(fast: Client, subjects: S
     await fast.flush()
     assert (await js.consumer_info(subjects.runs_stream, "wb-busy")).num_ack_pending == 0
     await behind.stop()
+
+
+async def test_a_stop_that_cuts_a_flush_short_leaves_no_write_unawaited(
+    fast: Client, subjects: Subjects
+) -> None:
+    """Stopped with more held than it writes in its time, the write-behind drops the writes
+    it sent and did not see acknowledged (their messages come again) without leaving a
+    coroutine never awaited (Python warns of each one when it is collected)."""
+    runs = [f"cut-{n}" for n in range(40)]
+    index, msgs = await _delivered(fast, subjects, runs, "wb-cut")
+    behind = WriteBehind(index, lambda run_id, records: None, hold=60.0)
+    for run_id in runs:
+        behind.add(run_id, _finished(run_id), _finished(run_id), [msgs[run_id]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await behind.stop(timeout=0.001)  # the flush is cut short while it awaits a write
+        gc.collect()
+    unawaited = [str(w.message) for w in caught if "never awaited" in str(w.message)]
+    assert unawaited == []

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -248,24 +249,33 @@ class WriteBehind:
         outcomes: list[BaseException | None] = [None] * len(taken)
         sent: list[tuple[int, Awaitable[None]]] = []
         other: list[tuple[int, Awaitable[None]]] = []
-        for i, (run_id, held) in enumerate(taken):
-            if held.timers:
-                other.append((i, self._settle(run_id, held)))
-                continue
-            await share.pause()  # as the reports below
-            write = self._index.update_soon(run_id, held.records)
-            if write is not None:
-                (sent if write[1] else other).append((i, write[0]))
-        if other:
-            done = await asyncio.gather(*(w for _, w in other), return_exceptions=True)
-            for (i, _), outcome in zip(other, done, strict=True):
-                outcomes[i] = outcome if isinstance(outcome, BaseException) else None
-        for i, written in sent:
-            try:
-                await written
-            # Its messages are handed back: they come again.
-            except Exception as exc:  # noqa: BLE001
-                outcomes[i] = exc
+        try:
+            for i, (run_id, held) in enumerate(taken):
+                if held.timers:
+                    other.append((i, self._settle(run_id, held)))
+                    continue
+                await share.pause()  # as the reports below
+                write = self._index.update_soon(run_id, held.records)
+                if write is not None:
+                    (sent if write[1] else other).append((i, write[0]))
+            if other:
+                gathered, other = other, []  # each in a task now, run to its end
+                done = await asyncio.gather(*(w for _, w in gathered), return_exceptions=True)
+                for (i, _), outcome in zip(gathered, done, strict=True):
+                    outcomes[i] = outcome if isinstance(outcome, BaseException) else None
+            while sent:
+                i, written = sent.pop(0)
+                try:
+                    await written
+                # Its messages are handed back: they come again.
+                except Exception as exc:  # noqa: BLE001
+                    outcomes[i] = exc
+        finally:
+            # Cut short (a stop out of time): the writes never awaited are dropped, their
+            # messages left unacknowledged (they come again).
+            for _, unawaited in (*other, *sent):
+                if inspect.iscoroutine(unawaited):
+                    unawaited.close()
         return outcomes
 
     async def _settle(self, run_id: str, held: _Held) -> None:

@@ -428,3 +428,56 @@ async def test_a_changed_object_of_a_run_fails_its_reads_and_changes_no_decision
                 await client.ops.payloads.objects.get(gone)
     finally:
         await client.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_export_keeps_each_large_payload_once_and_replays_with_no_server(
+    stack: Secured, tmp_path: Path
+) -> None:
+    """A 2 MB event carried into the run's inputs, its trigger and an output: the export
+    writes each value once, named by its digest where it stood, and replay and explain of
+    the file (no server) see every value; an export of the earlier form (each payload in
+    its records) reads as before."""
+    size = 2 * 1000 * 1000
+    creds, _ = _publisher(stack, "export-publisher")
+    data = tmp_path / "event.json"
+    data.write_text(json.dumps({"blob": "x" * size}))
+    code, _, err = await _cli(
+        "emit", "acme.bulk.posted", "--source", "https://acme.example", "--id", "export-1",
+        "--data", f"@{data}", "--creds", str(creds), "-s", stack.url, "--wait", "0",
+    )  # fmt: skip
+    assert code == 0, err
+    client = await Client.connect(stack.url, creds=stack.auth.operator)
+    try:
+        run_id = await _run_of(client, "export-1")
+        assert (await client.signal(run_id, "acme.bulk.more", {})).outcome == "moved"
+        await client.result(run_id, wait=True, timeout=60)
+        loaded = await client.records(run_id)
+    finally:
+        await client.close()
+    operator = str(stack.auth.operator)
+    exported = tmp_path / "run.jsonl"
+    code, _, err = await _cli("export", run_id, "-o", str(exported), "--creds", operator,
+                              "-s", stack.url)  # fmt: skip
+    assert code == 0, err
+    lines = exported.read_bytes().splitlines()
+    objects = [json.loads(line) for line in lines if line.startswith(b'{"object":')]
+    # The event's data and the inputs it made are one value; the output blob another.
+    assert sorted(type(o["value"]).__name__ for o in objects) == ["dict", "str"]
+    assert len({o["object"] for o in objects}) == len(objects)
+    inline = sum(len(ev.encode(r)) + 1 for r in loaded)  # every payload in its records
+    assert exported.stat().st_size < 2.1 * size < 2.9 * size < inline
+    # Replay with no server: every place the value stood holds it again.
+    code, replayed, err = await _cli("replay", "--file", str(exported), "--json")
+    assert code == 0, err
+    assert replayed.count("x" * size) >= 3
+    manifest = tmp_path / "ingest.yaml"
+    manifest.write_text(MANIFEST)
+    code, out, err = await _cli("explain", "--file", str(exported), "--workflow", str(manifest))
+    assert code == 0, err
+    assert "does not reproduce" not in out
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(b"".join(ev.encode(r) + b"\n" for r in loaded))
+    code, again, err = await _cli("replay", "--file", str(old), "--json")
+    assert code == 0, err
+    assert again == replayed

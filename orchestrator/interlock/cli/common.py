@@ -58,14 +58,15 @@ class InvalidInput(CliError):
 def read_records(path: str) -> list[ev.AnyRecord]:
     """The records of an exported run log (``interlock export``: JSONL CloudEvents); a
     file that cannot be read is a usage error, one that is not a log a failure."""
-    from interlock.core import events as ev
 
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    from interlock.cli.exporting import read_export
+
     try:
-        return ev.decode_lines(data)
+        return read_export(data)
     except Exception as exc:
         raise CliError(f"{path}: not a run log: {exc}", EXIT_FAILED) from exc
 

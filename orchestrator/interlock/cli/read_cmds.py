@@ -303,13 +303,14 @@ async def cmd_result(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_export(client: Client, args: argparse.Namespace) -> int:
-    from interlock.core import events as ev
+    from interlock.cli.exporting import export_lines
 
     records = await client.records(args.run_id)
-    lines = b"".join(ev.encode(record) + b"\n" for record in records)
+    lines, objects = export_lines(records)
     if args.output:
         write_atomically(Path(args.output), lines)
-        err(f"wrote {len(records)} records to {args.output}")
+        kept = f" and {objects} payloads kept once each" if objects else ""
+        err(f"wrote {len(records)} records{kept} to {args.output}")
     else:
         from interlock.cli.terminal import write_json_lines
 

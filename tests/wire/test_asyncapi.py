@@ -105,3 +105,12 @@ def test_examples_carry_every_header_the_encoders_write() -> None:
             assert required <= set(example["headers"]), f"{name}: {required}"
     answer = messages["TaskCompleted"]["headers"]["required"]
     assert {"ce-attempt", "ce-actionid", "ce-runid", tasks.TOKEN_HEADER} <= set(answer)
+
+
+def test_the_description_names_every_party_a_role_is_made_for() -> None:
+    """The document's first sentence lists who talks over NATS: one party per role of
+    ``components.x-interlock-roles`` (each has a credential and permissions of its own)."""
+    doc = _doc()
+    first = doc["info"]["description"].split(". ", 1)[0]
+    missing = [r for r in doc["components"]["x-interlock-roles"] if r not in first]
+    assert missing == [], first

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import uuid
 
 import httpx
 
+from interlock.transport.subjects import Subjects
+from support.accounts import gateway_creds
 from support.gateway import TIMEOUT
 from support.runtime import cli_env, interlock_bg, run_cli
 
 
-def test_tokens_and_the_gateway_process(nats_url: str) -> None:
-    env = cli_env(nats_url, f"t{uuid.uuid4().hex[:12]}")
+def test_tokens_and_the_gateway_process(nats_url: str, subjects: Subjects) -> None:
+    env = cli_env(nats_url, subjects.prefix)  # an operator's
+    # The gateway on a credential of its own account, as `interlock creds issue` makes it.
+    creds = asyncio.run(gateway_creds(nats_url, subjects))
+    assert creds is not None
+    gateway_env = cli_env(nats_url, subjects.prefix, INTERLOCK_CREDS=str(creds))
     made = run_cli("tokens", "create", "ci", "--role", "publisher", env=env)
     assert made.returncode == 1
     assert "--events" in made.stderr
@@ -31,7 +38,7 @@ def test_tokens_and_the_gateway_process(nats_url: str) -> None:
     ]
     assert publisher not in json.dumps(listed)
 
-    gateway = interlock_bg("gateway", "--http-port", "0", "--host", "127.0.0.1", env=env)
+    gateway = interlock_bg("gateway", "--http-port", "0", "--host", "127.0.0.1", env=gateway_env)
     try:
         url = gateway.wait_for(r"HTTP gateway at (\S+)", timeout=30).group(1)
         with httpx.Client(base_url=url, timeout=TIMEOUT) as http:

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 
 from interlock.core import events as ev
 from interlock.core.pauses import is_pause
-from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState, fold
 from interlock.runtime.admitport import Decide
-from interlock.runtime.capacity import Capacity, take_token, waiter_id
+from interlock.runtime.capacity import Capacity, waiter_id
 from interlock.runtime.concurrency import Admission, in_order
+from interlock.runtime.rateblocks import RateBlocks
 from interlock.runtime.slotlines import Lines, Waiter
 from interlock.runtime.sweep import GRACE_S as GRACE_S
 from interlock.runtime.sweep import SWEEP_EVERY_S as SWEEP_EVERY_S
@@ -72,6 +72,8 @@ class Taken:
     at: float
     """``time.monotonic()`` before the first take."""
     owner: AtOnce
+    token_at: str | None = None
+    """When the last rate token taken was (the request's admission then)."""
 
     def in_time(self) -> bool:
         """Whether the admissions may still go with the append (:data:`APPEND_WITHIN_S`)."""
@@ -121,6 +123,7 @@ class AtOnce:
         self._admission, self._capacity, self._runs, self._clock = admission, capacity, runs, clock
         self._later: set[asyncio.Task[None]] = set()
         self.sweeper = Sweep(admission, capacity, runs, clock)
+        self.rates = RateBlocks(admission.slots, clock)
         admission.background.append(self.sweeper.sweeping)
 
     async def sweep(self, grace_s: float = GRACE_S) -> int:
@@ -203,9 +206,10 @@ class AtOnce:
             ):
                 continue
             me = waiter_id(run_id, d.action_id, d.attempt)
+            taken.token_at = None
             if not await self._take_all(d.limits, me, record.time, taken):
                 continue
-            now = self._clock()
+            now = taken.token_at or self._clock()
             self._capacity.remember(record)
             self._capacity.note_at_once(run_id, d.action_id, d.attempt)
             await self._extend(taken, decide, definition, _admitting(d, now))
@@ -238,8 +242,10 @@ class AtOnce:
         its ``run.queued``, finds it there) and the rest are left to the relay."""
         for claim in claims:
             if claim.per_s:
-                if not await self._token(claim):
+                at = await self.rates.take(claim)
+                if at is None:
                     return False
+                taken.token_at = at
                 continue
             took = await self._slot(claim, name, since, join=join)
             if took is False:
@@ -274,20 +280,6 @@ class AtOnce:
 
         urgent = not join or self.slots.short(claim)
         took: bool | None = await self.slots.change(claim, change, urgent=urgent)
-        return took
-
-    async def _token(self, claim: ev.SlotClaim) -> bool:
-        """A token of the rate ``claim``, if one is there and nobody waits."""
-        now = parse_time(self._clock()).timestamp()
-
-        async def change(lines: Lines) -> bool:
-            entry = lines.entry
-            if entry.lines or entry.waiting:
-                return False
-            entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
-            return take_token(entry, now)
-
-        took: bool = await self.slots.change(claim, change)
         return took
 
     # -- when the append is refused -------------------------------------------------------

@@ -1,0 +1,157 @@
+"""Tokens of a capability's rate taken in blocks: one compare-and-set of the rate's entry
+takes several, and this process hands them to its requests admitted at once, each without
+a write.
+
+A rate entry keeps its theoretical arrival time (``tat``, GCRA, :mod:`capacity`): taking
+a token at ``now`` gives it the slot ``s = max(tat, now)`` and moves ``tat`` on by
+``per / limit``; the token is there if ``s - (burst - 1) · per / limit <= now``. A block
+is ``k`` such tokens taken in one change, their slots ``s, s + i, … s + (k-1)·i`` (``i`` =
+``per / limit``), each there at the take. Each is used here at most once, and no later
+than its slot: the first by the request that asked for the block, the others by later
+requests, the earliest slot not yet past first; one whose slot is past is dropped, never
+used (the rate is the stricter for it, never the looser). So every token, taken alone or
+in a block, by whichever process, is used between ``s - (burst - 1)·i`` and ``s``, at a
+slot of its own: a span of ``d`` seconds holds at most ``burst + d / i`` of them, what one
+token at a time allows. A process that dies holding a block loses its tokens (their slots
+go by); nothing is given back, nothing needs to be.
+
+The size of a block follows the demand: sized to serve :data:`PER_BLOCK` requests at the
+pace the last block was used, its slots spanning at most :data:`SPAN_S`, and at most a
+quarter of the tokens there (so other replicas, which take theirs the same way, find
+most of the burst). Under :data:`MIN_THERE` tokens there (the limit binds, or is close),
+a block is one token: the exact path, as when no block is taken. A token is taken (one or
+a block) only when nobody waits in the rate's line; a process that finds someone waiting
+drops its block, and its requests wait in line behind them. A block taken before a line
+formed is still used until its last slot (at most :data:`SPAN_S` on), the one way a
+request of this process may be admitted while an earlier one waits: its token was taken
+before that one asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from interlock.core import events as ev
+from interlock.core.rfc3339 import parse_time
+from interlock.runtime.capacity import EPSILON_S
+from interlock.runtime.concurrency import Slots
+from interlock.runtime.slotlines import Lines, SlotEntry, entry_key
+
+PER_BLOCK = 16
+"""A block is sized to serve this many requests at the pace its key's last one was used."""
+SPAN_S = 0.05
+"""A block's slots span at most this long (how long it may be used)."""
+MIN_THERE = 8
+"""Fewer tokens there than this: one at a time (the exact path)."""
+MAX_KEYS = 4096
+"""Blocks kept (keys of rates used lately): beyond, the oldest are dropped (lost)."""
+
+
+def take_tokens(entry: SlotEntry, now: float, want: int) -> list[float]:
+    """Up to ``want`` of the rate's tokens there by ``now`` (at least one if any is, one
+    only when fewer than :data:`MIN_THERE` are), ``tat`` moved on past them: their slots."""
+    interval = entry.per_s / max(entry.size, 1)
+    tolerance = (max(entry.burst, 1) - 1) * interval
+    start = max(entry.tat, now)
+    if now + EPSILON_S < start - tolerance:
+        return []
+    there = int((now + EPSILON_S + tolerance - start) / interval) + 1
+    k = 1
+    if there >= MIN_THERE:
+        k = max(1, min(want, there // 4, int(SPAN_S / interval)))
+    entry.tat = start + k * interval
+    return [start + j * interval for j in range(k)]
+
+
+@dataclass(slots=True)
+class _Block:
+    shape: tuple[int, float, int]
+    slots: deque[float] = field(default_factory=deque)
+    size: int = 1
+    used: int = 0
+
+
+def _shape(claim: ev.SlotClaim) -> tuple[int, float, int]:
+    return (claim.size, claim.per_s or 0.0, claim.burst)
+
+
+class RateBlocks:
+    """This process's blocks of rates' tokens (see the module)."""
+
+    def __init__(self, slots: Slots, clock: Callable[[], str]) -> None:
+        self._slots, self._clock = slots, clock
+        self._blocks: dict[str, _Block] = {}
+        self._taking: dict[str, asyncio.Future[None]] = {}
+
+    def _use(self, token: str, claim: ev.SlotClaim) -> str | None:
+        """A token of a block held here used now (the time it is used at), if one is."""
+        block = self._blocks.get(token)
+        if block is None or block.shape != _shape(claim) or not block.slots:
+            return None
+        at = self._clock()
+        now = parse_time(at).timestamp()
+        slots = block.slots
+        while slots and slots[0] < now:
+            slots.popleft()  # past its slot: dropped
+        if not slots:
+            return None
+        slots.popleft()
+        block.used += 1
+        return at
+
+    async def take(self, claim: ev.SlotClaim) -> str | None:
+        """A token of the rate ``claim`` (one held here, or one or a block taken now, if
+        there and nobody waits): the time it is taken at (the admission's), or None."""
+        token = entry_key(claim.limit, claim.key)
+        while True:
+            at = self._use(token, claim)
+            if at is not None:
+                return at
+            taking = self._taking.get(token)
+            if taking is None:
+                break
+            await asyncio.shield(taking)  # another request of the key is taking a block
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._taking[token] = done
+        try:
+            return await self._take(token, claim)
+        finally:
+            del self._taking[token]
+            done.set_result(None)
+
+    async def _take(self, token: str, claim: ev.SlotClaim) -> str | None:
+        at = self._clock()
+        now = parse_time(at).timestamp()
+        block = self._blocks.pop(token, None)
+        want = _want(block, claim, now)
+
+        async def change(lines: Lines) -> list[float]:
+            entry = lines.entry
+            if entry.lines or entry.waiting:
+                return []
+            entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
+            return take_tokens(entry, now, want)
+
+        slots: list[float] = await self._slots.change(claim, change)
+        if not slots:
+            return None  # none there, or someone waits: the block (if any) is dropped
+        if len(slots) > 1:
+            if len(self._blocks) >= MAX_KEYS:
+                del self._blocks[next(iter(self._blocks))]
+            self._blocks[token] = _Block(_shape(claim), deque(slots[1:]), len(slots), 1)
+        return at
+
+
+def _want(block: _Block | None, claim: ev.SlotClaim, now: float) -> int:
+    """How many tokens the next block of a key should take: enough for
+    :data:`PER_BLOCK` requests at the pace its last block was used (at most four times,
+    at least a quarter of, the last one's size); :data:`PER_BLOCK` for a key new here."""
+    if claim.burst <= 1:
+        return 1
+    if block is None or block.shape != _shape(claim):
+        return PER_BLOCK
+    size = block.size
+    return max(2, min(size * 4, max(size // 4, size * PER_BLOCK // max(block.used, 1))))

@@ -24,7 +24,8 @@ the append only if the append is sent within :data:`APPEND_WITHIN_S` of the firs
 cannot admit a run or a request whose slot a sweep freed: between them lie at least
 ``GRACE_S - APPEND_WITHIN_S`` (45 s), which a publish does not spend in flight. A token
 taken for an append that never happens is lost: the rate is the stricter for it, never the
-looser.
+looser. A rate's tokens are taken in blocks while it is far from binding
+(:mod:`rateblocks`): one compare-and-set for several requests.
 """
 
 from __future__ import annotations

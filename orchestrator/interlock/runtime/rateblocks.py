@@ -20,11 +20,10 @@ pace the last block was used, its slots spanning at most :data:`SPAN_S`, and at 
 quarter of the tokens there (so other replicas, which take theirs the same way, find
 most of the burst). Under :data:`MIN_THERE` tokens there (the limit binds, or is close),
 a block is one token: the exact path, as when no block is taken. A token is taken (one or
-a block) only when nobody waits in the rate's line; a process that finds someone waiting
-drops its block, and its requests wait in line behind them. A block taken before a line
-formed is still used until its last slot (at most :data:`SPAN_S` on), the one way a
-request of this process may be admitted while an earlier one waits: its token was taken
-before that one asked.
+a block) only when nobody waits in the rate's line; finding someone waiting, the request
+waits in line behind them. A block taken before a line formed is still used until its
+last slot (at most :data:`SPAN_S` on), the one way a request of this process may be
+admitted while an earlier one waits: its token was taken before that one asked.
 """
 
 from __future__ import annotations

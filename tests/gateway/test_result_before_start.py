@@ -9,6 +9,7 @@ import asyncio
 
 from interlock.runtime.service import Orchestrator
 from interlock.transport.subjects import Subjects
+from support.flow import eventually
 from support.gateway import HELLO, gateway_stack
 from support.runtime import connect
 
@@ -44,6 +45,10 @@ async def test_a_told_run_not_started_yet_is_said_so_and_waited_for(
         assert got.json()["type"].endswith("/unknown-run"), got.text
 
         waiting = asyncio.ensure_future(http.get(f"/runs/{run_id}/result?timeout=60"))
+        # The orchestrator starts once the long poll looks for the run (the gateway's
+        # watcher listens for it), not before.
+        watcher = gs.gateway.api.ops.watcher
+        await eventually(lambda: waiting.done() or run_id in watcher._listeners, "the poll")
         nc = await connect(nats_url)
         orchestrator = Orchestrator(nc, subjects)
         try:

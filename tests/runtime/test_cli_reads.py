@@ -496,7 +496,9 @@ def test_read_commands_ask_the_jetstream_api_only_for_what_they_read(
     # sequence first: the empty index here needs no read). No consumer: one left per read
     # would fill the stream's 1,000.
     assert made == {
-        "runs": ["STREAM.INFO kv_P_runs"],
+        # And how far behind the logs the index is: the relays' consumers, one a partition
+        # of the partition map (read by a direct get).
+        "runs": ["CONSUMER.INFO P_runs", "DIRECT.GET kv_P_partitions", "STREAM.INFO kv_P_runs"],
         # Whether each workflow is paused: the pauses bucket read whole from its stream's
         # info, which holds its newest revision (empty here: no get, and no bucket handle).
         "workflows": [

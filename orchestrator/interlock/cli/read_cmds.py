@@ -57,7 +57,23 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
         )
 
     emit(args, runs, table)
+    await _index_note(client)
     return EXIT_OK
+
+
+async def _index_note(client: Client) -> None:
+    """The run list is the run index, written just behind the logs: say when it is behind
+    now, as a list read right after a start or a pause can show a run as it was."""
+    from interlock.client.reading import index_behind
+
+    behind = await index_behind(client.ops)
+    if behind:
+        err(
+            f"note: the run index is behind the run logs ({behind} "
+            f"append{'s' if behind > 1 else ''} not yet in it): a run started, paused or "
+            "moved just now may be missing or shown as it was ('interlock describe run "
+            "RUN_ID' reads its log)"
+        )
 
 
 WAITING_WIDTH = 64

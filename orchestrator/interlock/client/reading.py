@@ -4,6 +4,7 @@ reads the run logs, and the dead letters kept."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,26 @@ async def orchestrator_seen(ops: InterlockClient) -> bool | None:
     if last is not None and (datetime.now(UTC) - last).total_seconds() < 10:
         return True
     return not (info.num_pending or info.num_ack_pending)
+
+
+_LOOK_S = 1.0
+"""How long the run list waits to learn how far behind the run index is."""
+
+
+async def index_behind(ops: InterlockClient) -> int | None:
+    """How many run-log appends (messages, each a batch of a run's records) the run index
+    has not taken in yet: those the relays have not acknowledged, which they do once each
+    run's index entry is written (None: cannot tell, e.g. not allowed to look)."""
+    try:
+        found = await ops.log.placement.current()
+        streams = (ops.subjects.runs_stream_of(p) for p in range(found.current.count))
+        looks = asyncio.gather(*(ops.js.consumer_info(s, "relay") for s in streams))
+        # Bounded: a credential not allowed to look is not answered at all.
+        infos = await asyncio.wait_for(looks, _LOOK_S)
+    # A probe: any failure means 'unknown'.
+    except Exception:  # noqa: BLE001
+        return None
+    return sum(int(i.num_pending or 0) + int(i.num_ack_pending or 0) for i in infos)
 
 
 async def dead_letters(ops: InterlockClient, reason: str | None) -> list[DeadLetterView]:

@@ -160,6 +160,8 @@ async def test_a_finished_run_forked_onto_a_fix_completes_and_the_original_is_un
         runs = await run_cli(["runs", "--workflow", "code-review"], nats_url, subjects)
         (line,) = [x for x in runs.stdout.splitlines() if x.startswith("r-forked ")]
         assert line.endswith(marker.time), runs.stdout
+        got = await run_cli(["get", "run", "r-forked", "-o", "json"], nats_url, subjects)
+        assert json.loads(got.stdout)["started_at"] == marker.time
         described = await run_cli(["describe", "run", "r-forked"], nats_url, subjects)
         assert f"started      {marker.time}\n" in described.stdout
         assert f"forked from  {origin} at record 4, which started {started}\n" in described.stdout

@@ -354,7 +354,8 @@ class Client(DeadLetterCalls):
     async def run(self, run_id: str) -> RunSummary:
         """One run's summary, folded from its log. Raises :class:`UnknownRun`."""
         check_run_id(run_id)
-        return summary_of((await self._read_state(run_id)).state)
+        read = await self._read_state(run_id)
+        return summary_of(read.state, read.records)
 
     async def describe(self, run_id: str) -> RunDescription:
         """Everything about one run now: state, pending actions with attempts and deadlines,

@@ -79,8 +79,11 @@ def waiting_of(outline: WorkflowOutline, state: str) -> list[WaitingOn]:
     return list(dict.fromkeys(out))
 
 
-def summary_of(state: RunState) -> RunSummary:
-    """A summary folded from the run's own log (when the index is behind, or absent)."""
+def summary_of(state: RunState, records: Sequence[ev.AnyRecord] = ()) -> RunSummary:
+    """A summary folded from the run's own log (when the index is behind, or absent);
+    ``records``: those read after the state's snapshot (a fork's run.forked among them
+    gives its own start)."""
+    started_at, forked_from = _fork_of(records, state.started_at)
     return RunSummary(
         run_id=state.run_id,
         workflow=state.workflow,
@@ -88,7 +91,8 @@ def summary_of(state: RunState) -> RunSummary:
         version=state.version,
         status=state.status,
         state=state.state,
-        started_at=state.started_at,
+        started_at=started_at,
+        forked_from=forked_from,
         updated_at=state.updated_at,
         error=ErrorView.of(state.error),
         paused=PauseView.of(None if state.finished else state.paused),

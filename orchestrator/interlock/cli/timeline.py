@@ -11,7 +11,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
 from interlock.core.pauses import slot_text, waiting_for
-from interlock.core.record_text import retry_wait
+from interlock.core.retryafter import retry_wait
 from interlock.core.state import RunState, encode_state, evolve
 
 

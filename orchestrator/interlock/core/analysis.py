@@ -42,7 +42,6 @@ from interlock.core.record_text import (
     check_text,
     record_json,
     record_line,
-    retry_wait,
     short,
     summarize,
 )
@@ -77,6 +76,7 @@ from interlock.core.replay import (
     shadow,
     workflow_of,
 )
+from interlock.core.retryafter import retry_wait
 from interlock.core.state import RunState, fold
 from interlock.core.vocabulary import RunStatus, TimerPurpose
 

@@ -15,16 +15,7 @@ from interlock.core.engine import (
 )
 from interlock.core.expr import ABSENT
 from interlock.core.pauses import slot_text, waiting_for
-
-
-def retry_wait(timer: ev.TimerScheduledData) -> str:
-    """Why a retry timer fires when it does, when the agent's retry-after had a say."""
-    if timer.retry_after_s is None:
-        return ""
-    return (
-        f" (the later of the backoff {timer.backoff_s or 0:g}s and the agent's "
-        f"retry-after {timer.retry_after_s:g}s)"
-    )
+from interlock.core.retryafter import retry_wait
 
 
 def short(value: Any) -> str:

@@ -15,9 +15,10 @@ import math
 from datetime import UTC
 from typing import Any
 
+from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
 
-__all__ = ["RETRY_AFTER_MAX_S", "retry_after_problem", "retry_after_seconds"]
+__all__ = ["RETRY_AFTER_MAX_S", "retry_after_problem", "retry_after_seconds", "retry_wait"]
 
 RETRY_AFTER_MAX_S = 3600.0
 """The longest wait an agent's retry-after can impose: one hour."""
@@ -55,3 +56,14 @@ def retry_after_seconds(value: Any, now: str) -> float | None:
     else:
         seconds = float(value)
     return round(min(max(seconds, 0.0), RETRY_AFTER_MAX_S), 3)
+
+
+def retry_wait(timer: ev.TimerScheduledData) -> str:
+    """Why a retry timer fires when it does, when the agent's retry-after had a say (here,
+    where the CLI's log lines read it without loading the engine)."""
+    if timer.retry_after_s is None:
+        return ""
+    return (
+        f" (the later of the backoff {timer.backoff_s or 0:g}s and the agent's "
+        f"retry-after {timer.retry_after_s:g}s)"
+    )

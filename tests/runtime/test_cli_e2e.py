@@ -304,11 +304,13 @@ def test_result_exit_codes_and_cancel(inst: CliInstallation) -> None:
     assert again.returncode == 1
     assert f"run {parked} is already cancelled" in again.stderr
 
-    # A run that does not exist is an error at once, not a wait that never ends.
+    # A run that does not exist is an error at once, not a wait that never ends (a wait
+    # for a result waits for the run to start too, within its --timeout: then the same).
     # Its own exit code (4), where a failed run is 1: for every command taking a run
     # (the commands run side by side: each is a process that mostly waits).
     commands = (
-        ("result", "@"), ("result", "--wait", "@"), ("logs", "@"), ("logs", "--follow", "@"),
+        ("result", "@"), ("result", "--wait", "--timeout", "1", "@"), ("logs", "@"),
+        ("logs", "--follow", "@"),
         ("describe", "run", "@"), ("get", "run", "@"), ("export", "@"), ("cancel", "@"),
         ("signal", "@", "approval.granted"), ("explain", "@"), ("replay", "@"),
         ("fork", "@", "--at", "2"),

@@ -43,6 +43,10 @@ async def test_a_told_run_not_started_yet_is_said_so_and_waited_for(
         # A run nobody was told of is still unknown.
         got = await http.get("/runs/r-nobody-told/result")
         assert got.json()["type"].endswith("/unknown-run"), got.text
+        # And a long poll for an id no event's run has is not kept waiting for it: an
+        # event's run id is r and 24 hex digits (the HTTP client's own bound is 10 s).
+        got = await http.get("/runs/r-nobody-told/result?timeout=120", timeout=10)
+        assert got.json()["type"].endswith("/unknown-run"), got.text
 
         waiting = asyncio.ensure_future(http.get(f"/runs/{run_id}/result?timeout=60"))
         # The orchestrator starts once the long poll looks for the run (the gateway's

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from interlock.runtime.snapshots import Read
     from interlock.runtime.waiting import RunWatcher
 
+EVENT_RUN_ID = re.compile(r"r[0-9a-f]{24}")
+"""The form of a run id a trigger event's run gets (``core.incoming.derive_run_id``)."""
 HOPS = 100_000
 """The most runs of a chain followed (a bound: a chain is a list)."""
 NEXT_START_S = 30.0
@@ -68,10 +71,11 @@ async def result(
     wait: bool,
     timeout: float | None,  # noqa: ASYNC109
 ) -> RunResult:
-    """``Client.result``: now, or (``wait``) once the chain's last run has ended, the run
-    waited for first while it has not started (up to ``timeout``, or ``NEXT_START_S``
-    without one). Raises RunNotStarted for a run an emit of this client said it starts
-    and that has not started (yet), UnknownRun for another run found nowhere."""
+    """``Client.result``: now, or (``wait``) once the chain's last run has ended, a run
+    not found that an event may start (:func:`may_start_later`) waited for first (up to
+    ``timeout``, or ``NEXT_START_S`` without one). Raises RunNotStarted for a run an emit
+    of this client said it starts and that has not started (yet), UnknownRun for another
+    run found nowhere."""
     if not wait:
         try:
             async with no_stream_is_no_run(run_id):
@@ -79,15 +83,29 @@ async def result(
         except UnknownRun:
             raise watcher.told.unknown(run_id) from None
         return with_chain(run_result(read.records, read.state), followed)
-    # A run an event starts exists once the orchestrator has taken the event (and copied
-    # its data kept by reference): waited for, within the wait's own bound.
     loop = asyncio.get_running_loop()
     started = loop.time()
-    if not await watcher.exists(run_id, NEXT_START_S if timeout is None else timeout):
+    try:
+        return await result_at_end(watcher, run_id, timeout, ops.read_state)
+    except UnknownRun:
+        if not may_start_later(watcher, run_id):
+            raise watcher.told.unknown(run_id) from None
+    # A run an event starts exists once the orchestrator has taken the event (and copied
+    # its data kept by reference): waited for, within the wait's own bound.
+    left = NEXT_START_S if timeout is None else max(timeout - (loop.time() - started), 0.0)
+    if not await watcher.exists(run_id, left):
         raise watcher.told.unknown(run_id)
     if timeout is not None:
         timeout = max(timeout - (loop.time() - started), 0.0)
     return await result_at_end(watcher, run_id, timeout, ops.read_state)
+
+
+def may_start_later(watcher: RunWatcher, run_id: str) -> bool:
+    """Whether a run found nowhere may still be started by an event already taken: one an
+    emit of this client said it starts, or any id of the form a trigger event's run gets
+    (``r`` and 24 hex digits, ``core.incoming.derive_run_id``), as another process's emit
+    may have named it. Another id (a typo, a name no event gives) is unknown at once."""
+    return run_id in watcher.told or EVENT_RUN_ID.fullmatch(run_id) is not None
 
 
 async def result_at_end(

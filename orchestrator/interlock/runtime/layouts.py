@@ -47,7 +47,6 @@ from interlock.core.vocabulary import InterlockError
 from interlock.runtime.layoutwatch import (
     READS_AT_ONCE,
     Watch,
-    api,
     last_deleted,
     only_by,
     run_ended,
@@ -62,6 +61,7 @@ from interlock.transport.partitions import (
     read_map,
     write_map,
 )
+from interlock.transport.provision import jetstream_api
 from interlock.transport.subjects import Subjects
 
 __all__ = [
@@ -245,7 +245,7 @@ async def _subjects(nc: Client, stream: str, filter_: str) -> list[str]:
     while True:
         body = {"subjects_filter": filter_, "offset": len(found)}
         try:
-            info = await api(nc, f"STREAM.INFO.{stream}", body)
+            info = await jetstream_api(nc, f"STREAM.INFO.{stream}", body)
         except JetStreamAPIError as exc:
             if exc.code == 404:
                 return list(found)
@@ -279,7 +279,7 @@ async def _unrelayed(nc: Client, subjects: Subjects, partitions: range) -> str:
     for p in partitions:
         stream = subjects.runs_stream_of(p)
         try:
-            info = await api(nc, f"CONSUMER.INFO.{stream}.relay")
+            info = await jetstream_api(nc, f"CONSUMER.INFO.{stream}.relay")
         except JetStreamAPIError as exc:
             if exc.code == 404:
                 continue  # never relayed: nothing to act on

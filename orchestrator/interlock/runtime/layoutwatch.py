@@ -20,10 +20,8 @@ never makes a wrong one, and each process's first pass lists.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from nats.aio.client import Client
 
@@ -31,6 +29,7 @@ from interlock.core import events as ev
 from interlock.transport.errors import JetStreamAPIError
 from interlock.transport.natsclient import js_api
 from interlock.transport.partitions import Layout, PartitionMap, partition_of, read_map
+from interlock.transport.provision import jetstream_api
 from interlock.transport.subjects import Subjects
 
 __all__ = [
@@ -38,7 +37,6 @@ __all__ = [
     "RECENT",
     "RECOUNT_S",
     "Watch",
-    "api",
     "last_deleted",
     "only_by",
     "run_ended",
@@ -178,7 +176,7 @@ async def run_ended(
 async def last_deleted(nc: Client, subjects: Subjects) -> int:
     """The audit stream's last sequence (0: none, or no audit stream)."""
     try:
-        info = await api(nc, f"STREAM.INFO.{subjects.audit_stream}")
+        info = await jetstream_api(nc, f"STREAM.INFO.{subjects.audit_stream}")
     except JetStreamAPIError as exc:
         if exc.code == 404:
             return 0
@@ -194,7 +192,8 @@ async def _deleted_runs(nc: Client, subjects: Subjects, after: int, last: int) -
     while seq <= last:
         body = {"seq": seq, "next_by_subj": subjects.audit_deletions}
         try:
-            got = (await api(nc, f"STREAM.MSG.GET.{subjects.audit_stream}", body))["message"]
+            what = f"STREAM.MSG.GET.{subjects.audit_stream}"
+            got = (await jetstream_api(nc, what, body))["message"]
         except JetStreamAPIError as exc:
             if exc.code == 404:
                 break  # no more
@@ -204,13 +203,3 @@ async def _deleted_runs(nc: Client, subjects: Subjects, after: int, last: int) -
         deleted.append(subjects.run_id_of(got["subject"]))
         seq = int(got["seq"]) + 1
     return deleted
-
-
-async def api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    payload = json.dumps(body).encode() if body is not None else b""
-    reply = json.loads((await nc.request(f"{js_api(nc)}.{what}", payload, timeout=_TIMEOUT)).data)
-    error = reply.get("error")
-    if error:
-        raise JetStreamAPIError(what, error)
-    result: dict[str, Any] = reply
-    return result

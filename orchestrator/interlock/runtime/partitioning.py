@@ -18,9 +18,7 @@ so that appends to different partitions go through different nodes.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from nats.aio.client import Client
 
@@ -35,7 +33,7 @@ from interlock.transport.partitions import (
     read_map,
     write_map,
 )
-from interlock.transport.provision import provision_streams
+from interlock.transport.provision import jetstream_api, provision_streams
 from interlock.transport.streamconfigs import desired_configs
 from interlock.transport.subjects import Subjects
 
@@ -84,7 +82,7 @@ async def set_partitions(nc: Client, subjects: Subjects, count: int) -> tuple[Pa
 
 
 async def _replicas(nc: Client, subjects: Subjects) -> int:
-    info = await _api(nc, f"STREAM.INFO.{subjects.runs_stream}")
+    info = await jetstream_api(nc, f"STREAM.INFO.{subjects.runs_stream}")
     return int(info.get("config", {}).get("num_replicas", 1))
 
 
@@ -101,7 +99,7 @@ async def partitions(nc: Client, subjects: Subjects) -> tuple[PartitionMap, list
             p, stream, p < found.current.count, p < found.relayed, owner=held.get(p, "")
         )
         try:
-            got = await _api(nc, f"STREAM.INFO.{stream}")
+            got = await jetstream_api(nc, f"STREAM.INFO.{stream}")
         except JetStreamAPIError:
             out.append(info)
             continue
@@ -111,13 +109,3 @@ async def partitions(nc: Client, subjects: Subjects) -> tuple[PartitionMap, list
         info.messages = int(got.get("state", {}).get("messages", 0))
         out.append(info)
     return found, out
-
-
-async def _api(nc: Client, what: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    payload = json.dumps(body).encode() if body is not None else b""
-    reply = json.loads((await nc.request(f"{js_api(nc)}.{what}", payload, timeout=_TIMEOUT)).data)
-    error = reply.get("error")
-    if error:
-        raise JetStreamAPIError(what, error)
-    result: dict[str, Any] = reply
-    return result

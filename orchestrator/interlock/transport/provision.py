@@ -152,6 +152,14 @@ async def _stream_info(nc: Client, prefix: str, name: str) -> dict[str, Any] | N
         raise
 
 
+async def jetstream_api(
+    nc: Client, what: str, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One JetStream API request, ``what`` under the connection's API prefix (``STREAM.INFO.X``),
+    its answer as JSON. Raises JetStreamAPIError for an error answer."""
+    return await _api(nc, f"{js_api(nc)}.{what}", body, what)
+
+
 async def _api(nc: Client, subject: str, body: dict[str, Any] | None, what: str) -> dict[str, Any]:
     payload = msgspec.json.encode(body) if body is not None else b""
     try:

@@ -16,6 +16,7 @@ from interlock.client.errors import UnknownRun, UnknownWorkflow, no_stream_is_no
 from interlock.core import events as ev
 from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
+from interlock.transport.refusals import refusable
 from interlock.views import DeadLetterView, RunDescription, RunResult, RunSummary
 from interlock.views.build import dead_letter_view, waiting_of
 from interlock.views.listing import held_by_pause, past_pauses, summary_from_index
@@ -167,9 +168,14 @@ async def index_behind(ops: InterlockClient) -> int | None:
     try:
         found = await ops.log.placement.current()
         streams = (ops.subjects.runs_stream_of(p) for p in range(found.current.count))
-        looks = asyncio.gather(*(ops.js.consumer_info(s, "relay") for s in streams))
-        # Bounded: a credential not allowed to look is not answered at all.
-        infos = await asyncio.wait_for(looks, _LOOK_S)
+
+        async def look() -> list[Any]:
+            # Awaited inside: a look ended early leaves no gathered error unread.
+            return await asyncio.gather(*(ops.js.consumer_info(s, "relay") for s in streams))
+
+        # Bounded: a credential not allowed to look is not answered at all, and the
+        # server's refusal ends this look (not the command around it: refusable).
+        infos = await refusable(ops.nc, asyncio.wait_for(look(), _LOOK_S))
     # A probe: any failure means 'unknown'.
     except Exception:  # noqa: BLE001
         return None

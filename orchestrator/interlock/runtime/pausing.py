@@ -311,16 +311,28 @@ class Pauses:
         """Follow the bucket: every pause now is known when this returns; each one removed
         later is told to ``resumed`` (a workflow's) or ``capability_resumed``."""
         kv = await self._bucket()
+        # Every pause now is known once the watch has passed the bucket's last message:
+        # the watcher's own "every current value has come" marker can come before values
+        # already sent (nats-py decides it from a consumer info that may be answered before
+        # the client has read what the server pushed), so the marker alone is not enough.
+        last = int((await kv.status()).stream_info.state.last_seq or 0)
         self._watched_from = datetime.now(UTC)
         watcher = await kv.watchall()
         loaded = asyncio.get_running_loop().create_future()
+        marked, seen = False, 0
+
+        def check_loaded() -> None:
+            if marked and seen >= last and not loaded.done():
+                loaded.set_result(None)
 
         async def follow() -> None:
+            nonlocal marked, seen
             async for entry in watcher:
-                if entry is None:  # every current value has come
-                    if not loaded.done():
-                        loaded.set_result(None)
+                if entry is None:  # the watcher's marker: see above
+                    marked = True
+                    check_loaded()
                     continue
+                seen = max(seen, entry.revision or 0)
                 capability = entry.key.startswith(CAPABILITY)
                 key = (
                     entry.key if capability else entry.key.removeprefix("wf.").replace(".", "/", 1)
@@ -343,6 +355,7 @@ class Pauses:
                             await capability_resumed(key.removeprefix(CAPABILITY))
                     except Exception as exc:  # noqa: BLE001
                         log.warning("could not resume what waited for %s: %s", key, exc)
+                check_loaded()
 
         self._task = asyncio.create_task(follow())
         with contextlib.suppress(TimeoutError):

@@ -11,7 +11,7 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.transport.cloudevents import CloudEvent, encode_binary
 from interlock.transport.subjects import Subjects
-from support.concurrency import GATE_AGENT, Gates, gate_worker, limited, timeline
+from support.concurrency import GATE_AGENT, Gates, gate_worker, gated_stack, limited, timeline
 from support.runtime import cli_env, eventually, run_cli, running_stack, yaml
 
 
@@ -20,10 +20,7 @@ async def test_runs_over_the_limit_wait_and_start_in_order_as_slots_free(
 ) -> None:
     gates = Gates()
     manifest = limited(capability="gate", limit=2)
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client = stack.client
         acme = [await client.start("limited", {"customer": "acme", "n": n}) for n in range(6)]
         beta = await client.start("limited", {"customer": "beta", "n": 100})
@@ -88,10 +85,7 @@ async def test_a_cancelled_run_frees_its_slot_and_a_queued_one_its_place(
 ) -> None:
     gates = Gates()
     manifest = limited(capability="gate", limit=1)
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client = stack.client
         runs = [await client.start("limited", {"customer": "acme", "n": n}) for n in range(3)]
 
@@ -187,10 +181,7 @@ async def test_runs_wait_in_line_by_priority_then_by_when_they_were_queued(
     manifest = limited(capability="gate", limit=1).replace(
         "  initial_state: work", "  priority: 'inputs.n % 10'\n  initial_state: work"
     )
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client = stack.client
         first = await client.start("limited", {"customer": "acme", "n": 100})
 
@@ -293,10 +284,7 @@ async def test_fair_share_serves_the_keys_of_one_limit_in_turn(
     manifest = limited(capability="gate", limit=1).replace(
         "key: inputs.customer", "key: '\"all\"'\n      fair: inputs.customer"
     )
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client = stack.client
         first = await client.start("limited", {"customer": "zed", "n": 100})
 

@@ -15,9 +15,8 @@ from interlock.runtime.service import Orchestrator
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 from support.concurrency import (
-    GATE_AGENT,
     Gates,
-    gate_worker,
+    gated_stack,
     limited,
     nap_agent,
     nap_worker,
@@ -44,10 +43,7 @@ async def test_a_heavier_key_is_given_more_turns(nats_url: str, subjects: Subjec
     key's runs go in their order across the segments of its line."""
     gates = Gates()
     manifest = limited(capability="gate", limit=1).replace("key: inputs.customer", FAIR)
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client = stack.client
         first = await client.start("limited", {"customer": "zed", "n": 100})
         await eventually(lambda: _started(gates, 1), what="the first run at work")
@@ -84,10 +80,7 @@ async def test_a_run_given_a_free_slot_counts_as_its_keys_turn(
     gates = Gates()
     fair = "key: '\"all\"'\n      fair: inputs.customer"
     manifest = limited(capability="gate", limit=1).replace("key: inputs.customer", fair)
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client = stack.client
         first = await client.start("limited", {"customer": "acme", "n": 100})
         await eventually(lambda: _started(gates, 1), what="the first run at work")
@@ -164,10 +157,7 @@ async def test_a_key_whose_admission_is_held_up_does_not_hold_up_another_keys_ru
     manifest = limited(capability="gate", limit=2).replace(
         "key: inputs.customer", "key: '\"all\"'\n      fair: inputs.customer"
     )
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client, slots = stack.client, stack.orchestrator.flow.admission.slots
         gates.gate(1).set()
         gates.gate(2).set()

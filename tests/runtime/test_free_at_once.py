@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from interlock.transport.subjects import Subjects
-from support.concurrency import GATE_AGENT, Gates, gate_worker, limited, timeline
-from support.runtime import eventually, running_stack
+from support.concurrency import Gates, gated_stack, limited, timeline
+from support.runtime import eventually
 
 
 async def test_a_slot_is_handed_on_before_the_relay_reads_the_end_that_freed_it(
@@ -17,10 +17,7 @@ async def test_a_slot_is_handed_on_before_the_relay_reads_the_end_that_freed_it(
 ) -> None:
     gates = Gates()
     manifest = limited(capability="gate", limit=1)
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         flow = stack.orchestrator.flow
         relay_reads = asyncio.Event()
         finished = flow._finished

@@ -8,12 +8,11 @@ import asyncio
 from typing import Any
 
 from test_atonce import ONE, Clock, crash_after_taking
-from test_concurrency import GATE_AGENT, Gates, gate_worker
 
 from interlock.runtime.atonce import GRACE_S, AtOnce
 from interlock.runtime.client import new_run_id
 from interlock.transport.subjects import Subjects
-from support.concurrency import limited, timeline
+from support.concurrency import Gates, gated_stack, limited, timeline
 from support.runtime import TIMEOUT, eventually, running_stack
 
 
@@ -22,10 +21,7 @@ async def test_runs_started_while_the_limit_is_full_are_in_line_before_the_relay
 ) -> None:
     gates = Gates()
     manifest = limited(capability="gate", limit=1)
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         flow = stack.orchestrator.flow
         relay_reads = asyncio.Event()
         queued = flow._queued
@@ -73,10 +69,7 @@ async def test_a_run_put_in_line_for_a_start_that_is_refused_leaves_it(
 ) -> None:
     gates = Gates()
     manifest = limited(capability="gate", limit=1)
-    async with (
-        running_stack(nats_url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
-        gate_worker(nats_url, subjects, gates),
-    ):
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
         client = stack.client
         gates.gate(0).set()
         done = await client.start("limited", {"customer": "acme", "n": 0})

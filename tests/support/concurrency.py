@@ -17,7 +17,7 @@ from interlock.core import events as ev
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.directget import read_messages
 from interlock.transport.subjects import Subjects
-from support.runtime import TIMEOUT, serving, yaml
+from support.runtime import TIMEOUT, Stack, running_stack, serving, yaml
 
 KEYS = ("acme", "beta", "gamma")
 """The customers (limit keys) the concurrency tests spread their runs over."""
@@ -308,6 +308,19 @@ async def gate_worker(url: str, subjects: Subjects, gates: Gates) -> AsyncIterat
         finally:
             for event in gates.opened.values():
                 event.set()
+
+
+@contextlib.asynccontextmanager
+async def gated_stack(
+    url: str, subjects: Subjects, gates: Gates, manifest: str
+) -> AsyncIterator[Stack]:
+    """A running stack with ``gate``'s AgentDef and ``manifest`` applied and no test worker
+    of its own, ``gates``' worker serving while in the block."""
+    async with (
+        running_stack(url, subjects, [GATE_AGENT, manifest], worker=False) as stack,
+        gate_worker(url, subjects, gates),
+    ):
+        yield stack
 
 
 def stuck_worker() -> Worker:

@@ -21,27 +21,10 @@ from interlock.gateway import runlogs
 from interlock.gateway.logrange import log_length
 from interlock.gateway.rest import LogPage
 from interlock.transport.subjects import Subjects
-from support.gateway import TIMEOUT, GatewayStack, gateway_stack, wait_status, yaml
+from support.gateway import TIMEOUT, WAITING, GatewayStack, gateway_stack, wait_status
 
 pytestmark = pytest.mark.asyncio
 
-WAITING = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: waiting
-    spec:
-      initial_state: wait
-      states:
-        wait:
-          type: human_in_the_loop
-          on:
-            - {event: go, goto: done}
-        done:
-          type: terminal
-    """
-)
 MESSAGES = 600
 PER_MESSAGE = 3
 

@@ -12,27 +12,9 @@ import pytest
 from interlock.client import Client
 from interlock.gateway import runlist
 from interlock.transport.subjects import Subjects
-from support.gateway import gateway_stack, wait_status, yaml
+from support.gateway import WAITING, gateway_stack, wait_status
 
 pytestmark = pytest.mark.asyncio
-
-WAITING = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: waiting
-    spec:
-      initial_state: wait
-      states:
-        wait:
-          type: human_in_the_loop
-          on:
-            - {event: go, goto: done}
-        done:
-          type: terminal
-    """
-)
 
 
 async def test_a_filter_that_reads_too_many_runs_is_refused(

@@ -36,6 +36,25 @@ __all__ = [
     "yaml",
 ]
 
+WAITING = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: waiting
+    spec:
+      initial_state: wait
+      states:
+        wait:
+          type: human_in_the_loop
+          on:
+            - {event: go, goto: done}
+        done:
+          type: terminal
+    """
+)
+"""A run that waits in ``wait`` until a ``go`` signal ends it."""
+
 REVIEW = yaml(
     """\
     apiVersion: interlock.io/v1

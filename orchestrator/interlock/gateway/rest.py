@@ -350,13 +350,7 @@ async def explain_run(request: Request, gw: Gateway) -> Response:
     at = None
     if "at" in request.query_params:
         at = int_param(request, "at", 1, 1, 1 << 31)
-    async with gw.run_logs.redrive(request.path_params["run_id"]) as cached:
-        # Decided on the payloads kept by reference, loaded, as the run decided on them.
-        records = await gw.api.ops.payloads.loaded(list(cached.records))
-        try:
-            return json_view(await debugging.explain(gw.api.ops, records, at))
-        except ValueError as exc:
-            raise Problem(400, "bad-parameter", str(exc)) from exc
+    return await _redecided(gw, request, lambda records: debugging.explain(gw.api.ops, records, at))
 
 
 @reads
@@ -367,10 +361,20 @@ async def replay_run(request: Request, gw: Gateway) -> Response:
         raise Problem(400, "bad-parameter", "against: a stored version of the run's workflow")
     # A number only: Client.replay takes a string as a manifest file on this host.
     against = int_param(request, "against", 1, 1, 1 << 31)
+    return await _redecided(
+        gw, request, lambda records: debugging.replay(gw.api.ops, records, against)
+    )
+
+
+async def _redecided(
+    gw: Gateway, request: Request, decide: Callable[[list[Any]], Awaitable[Any]]
+) -> Response:
+    """``decide`` on the run's log, as a JSON view (a ValueError: 400 bad-parameter)."""
     async with gw.run_logs.redrive(request.path_params["run_id"]) as cached:
+        # Decided on the payloads kept by reference, loaded, as the run decided on them.
         records = await gw.api.ops.payloads.loaded(list(cached.records))
         try:
-            return json_view(await debugging.replay(gw.api.ops, records, against))
+            return json_view(await decide(records))
         except ValueError as exc:
             raise Problem(400, "bad-parameter", str(exc)) from exc
 

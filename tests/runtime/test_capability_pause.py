@@ -77,7 +77,9 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
 ) -> None:
     handled: list[tuple[str, int]] = []
     async with running_stack(nats_url, subjects, [AGENT, WORKFLOW], worker=False) as stack:
-        worker = Worker("napagent", concurrency=8, grace_period=0.1)
+        # One task at a time: the second actions are asked in the order the first ones end,
+        # so the first ones end in order (with several at once, 2 could end before 1).
+        worker = Worker("napagent", concurrency=1, grace_period=0.1)
 
         @worker.capability("nap")
         async def nap(inp: dict[str, int], ctx: TaskContext) -> dict[str, int]:

@@ -37,6 +37,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 from interlock.core import events as ev
 from interlock.core.limitdef import CAPABILITY_LIMIT
 from interlock.core.pauses import PAUSED, is_pause, pause_claim
+from interlock.runtime import slotlines
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
@@ -250,7 +251,7 @@ class Slots:
         # A delete is written with its revision known too: the next change of the key (a
         # limit that empties and fills again, as each run or request of a quiet one does)
         # writes over the delete marker without reading it first.
-        first = await put_all(kv, writes)
+        first = await put_all(kv, writes, gone_kept_s=slotlines.GONE_KEPT_S)
         for i, (key, value, _) in enumerate(writes):
             self._known[key] = (value or b"", first + i)
 

@@ -51,6 +51,11 @@ HEAD = 16
 """The first waiters of a line kept in the entry (not in :data:`OTHERS`'s line)."""
 INLINE = 128
 """The most waiters kept in one entry, all lines together (some 10 kB)."""
+GONE_KEPT_S = 900
+"""How long the marker of a deleted entry or segment stays (its message's TTL): long past
+a sweep's round, so every process reads the deletion; kept for good, the markers of keys
+named once (a publisher can name a new one in every event) grew the bucket, and every
+read of it, without bound."""
 
 
 class Waiter(msgspec.Struct, array_like=True, frozen=True):

@@ -38,9 +38,13 @@ Write = tuple[str, bytes | None, int]
 """A key, its new value (None: deleted), and the revision it must still have (0: none)."""
 
 
-async def put_all(kv: KeyValue, writes: Sequence[Write], *, ack_wait: float = 5.0) -> int:
+async def put_all(
+    kv: KeyValue, writes: Sequence[Write], *, ack_wait: float = 5.0, gone_kept_s: int = 0
+) -> int:
     """Write every key or none; the revision of the first (the others follow it, one by
-    one: a batch is stored with consecutive sequences).
+    one: a batch is stored with consecutive sequences). ``gone_kept_s``: a delete's marker
+    goes after that many seconds (``Nats-TTL``; 0: it stays), so that keys deleted once
+    and never written again do not pile up in the bucket.
 
     Raises:
         KeyWrongLastSequenceError: a key was written since it was read; nothing is stored.
@@ -55,6 +59,8 @@ async def put_all(kv: KeyValue, writes: Sequence[Write], *, ack_wait: float = 5.
         headers = {_EXPECTED: str(revision)}
         if value is None:
             headers["KV-Operation"] = "DEL"
+            if gone_kept_s:
+                headers["Nats-TTL"] = f"{gone_kept_s}s"
         if last:
             headers["Nats-Batch-Id"] = batch_id
             headers["Nats-Batch-Sequence"] = str(index + 1)

@@ -299,3 +299,63 @@ def test_offline_the_note_names_the_reference_agents_agentdef_to_give(tmp_path: 
     )
     assert "does not reproduce" not in given.stdout
     assert given.stderr == ""
+
+
+ORDERS = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: orders}
+spec:
+  inputs:
+    customer: {type: string, required: true}
+    region: {type: string, required: true}
+  concurrency:
+    - {key: inputs.customer, limit: 1}
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+"""
+
+REGIONAL = ORDERS.replace(
+    "- {key: inputs.customer, limit: 1}", "- {key: inputs.region, limit: 2, scope: regions}"
+)
+
+
+def test_migrate_offline_says_which_slots_each_run_asks_for_and_gives_back(
+    tmp_path: Path,
+) -> None:
+    """Offline, from an exported log and the next version's manifest, each run that would
+    move says which slots it gives back and which it would wait for, as online."""
+    from interlock.core.compiler import compile_sources
+    from interlock.core.engine import admit
+    from support.core import Run
+
+    (v1,) = compile_sources([("orders.yaml", ORDERS)]).workflows
+    run = Run(v1, run_id="r1")
+    run.start({"customer": "acme", "region": "eu"})
+    run._apply(admit(run.definition, run.state, run.now()))  # holds its slot, in wait
+    exported = tmp_path / "r1.jsonl"
+    exported.write_bytes(b"".join(ev.encode(r) + b"\n" for r in run.log))
+    regional = tmp_path / "regional.yaml"
+    regional.write_text(REGIONAL)
+    args = ("migrate", "orders", "--to", str(regional), "--file", str(exported))
+    said = interlock(*args)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.splitlines()[1] == (
+        "  would move: r1 (v1, in wait); waits for a slot of default/regions key 'eu'; "
+        "gives back default/orders#1 key 'acme'"
+    )
+    summary = json.loads(interlock(*args, "--json").stdout)
+    (moved,) = summary["moved"]
+    assert moved["asks"] == [{"limit": "default/regions", "key": "eu"}]
+    assert moved["frees"] == [{"limit": "default/orders#1", "key": "acme"}]
+    # Onto the same limits (a guard changed, say), a run neither asks nor gives back.
+    same = tmp_path / "same.yaml"
+    same.write_text(ORDERS.replace("goto: done}", "goto: done, guard: 'true'}"))
+    (unchanged,) = json.loads(
+        interlock("migrate", "orders", "--to", str(same), "--file", str(exported), "--json").stdout
+    )["moved"]
+    assert {"asks", "frees"}.isdisjoint(unchanged)

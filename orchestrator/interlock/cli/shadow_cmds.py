@@ -22,6 +22,7 @@ from interlock.cli.replay_inputs import (
 )
 from interlock.core import analysis
 from interlock.core import events as ev
+from interlock.core.migrating import slots_moved
 from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
 
@@ -107,7 +108,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 "state": state.state,
             }
             if made:
-                moved.append({**base, "reason": None, "seq": state.seq + 1})
+                moved.append(
+                    {**base, "reason": None, "seq": state.seq + 1, **slots_moved(state, made)}
+                )
             elif state.status == RunStatus.RUNNING:
                 out = {**base, "reason": report["migrate"]}
                 if report["divergence"] is not None:

@@ -15,7 +15,8 @@ run: the new slots are asked for with ``on_limit: queue``, whatever the limit sa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
@@ -91,3 +92,20 @@ def migrate(
         queued = ev.RunQueuedData(slots=slots, holds=bool(state.state), state=state.enters)
         step.emit(ev.RunQueued, queued)
     return step.out
+
+
+def slots_moved(state: RunState, made: Sequence[ev.AnyRecord]) -> dict[str, Any]:
+    """What a migration's records (``made``, on a run in ``state``) do to its concurrency
+    slots, as ``interlock migrate`` reports it: those it gives back (``frees``, from
+    ``run.migrated``) and those it asks for and waits for until it holds them (``asks``,
+    from ``run.queued``, less those it holds already), each ``{"limit", "key"}``."""
+    had = {(c.limit, c.key) for c in state.slots or ()}
+    out: dict[str, Any] = {}
+    for record in made:
+        if isinstance(record, ev.RunMigrated) and record.data.freed:
+            out["frees"] = [{"limit": c.limit, "key": c.key} for c in record.data.freed]
+        elif isinstance(record, ev.RunQueued):
+            asks = [c for c in record.data.slots if (c.limit, c.key) not in had]
+            if asks:
+                out["asks"] = [{"limit": c.limit, "key": c.key} for c in asks]
+    return out

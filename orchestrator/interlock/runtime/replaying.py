@@ -19,7 +19,8 @@ from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition
-from interlock.core.state import RunState, fold
+from interlock.core.migrating import slots_moved
+from interlock.core.state import fold
 from interlock.core.vocabulary import RunStatus
 from interlock.runtime.errors import RunExists, UnknownWorkflow
 from interlock.runtime.logstore import RunLog
@@ -194,7 +195,7 @@ class Replaying:
                     d = report["divergence"]
                     out["divergence"] = {k: d[k] for k in ("seq", "kind", "reason")}
                 return out
-            moved = {**base, "reason": None, "seq": state.seq + 1, **_slots_moved(state, made)}
+            moved = {**base, "reason": None, "seq": state.seq + 1, **slots_moved(state, made)}
             if dry_run:
                 return moved
             try:
@@ -203,21 +204,6 @@ class Replaying:
                 continue  # the run moved meanwhile: check it again
             return moved
         return {"run_id": run_id, "reason": "the run kept moving; try again"}
-
-
-def _slots_moved(state: RunState, made: Sequence[ev.AnyRecord]) -> dict[str, Any]:
-    """The concurrency slots a migration gives back (``frees``) and asks for, which the
-    run waits for until it holds them (``asks``): each ``{"limit", "key"}``."""
-    had = {(c.limit, c.key) for c in state.slots or ()}
-    out: dict[str, Any] = {}
-    for record in made:
-        if isinstance(record, ev.RunMigrated) and record.data.freed:
-            out["frees"] = [{"limit": c.limit, "key": c.key} for c in record.data.freed]
-        elif isinstance(record, ev.RunQueued):
-            asks = [c for c in record.data.slots if (c.limit, c.key) not in had]
-            if asks:
-                out["asks"] = [{"limit": c.limit, "key": c.key} for c in asks]
-    return out
 
 
 def select_runs(

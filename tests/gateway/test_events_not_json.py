@@ -33,19 +33,37 @@ NOTE = yaml(
     """
 )
 
+# Triggers whose key reads the data: a rate per customer, a debounce per repository.
+PACED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata: {name: paced}
+    spec:
+      triggers:
+        - event: com.example.order
+          rate: {limit: 5, per: 1m, key: data.customer}
+        - event: com.example.push
+          debounce: {key: data.repo, period: 1s}
+      initial_state: done
+      states:
+        done: {type: terminal}
+    """
+)
+
 
 @pytest.fixture
 async def gs(nats_url: str, subjects: Subjects):  # type: ignore[no-untyped-def]
-    async with gateway_stack(nats_url, subjects, [NOTE]) as stack:
+    async with gateway_stack(nats_url, subjects, [NOTE, PACED]) as stack:
         yield stack
 
 
-def note(event_id: str, content_type: str) -> dict[str, str]:
+def note(event_id: str, content_type: str, kind: str = "note") -> dict[str, str]:
     return {
         "ce-specversion": "1.0",
         "ce-id": event_id,
         "ce-source": "https://shop.example",
-        "ce-type": "com.example.note",
+        "ce-type": f"com.example.{kind}",
         "Content-Type": content_type,
     }
 
@@ -86,3 +104,40 @@ async def test_data_not_sent_as_json_is_refused_saying_what_to_send(gs: GatewayS
     assert letter["detail"] == detail
     state = await gs.stack.wait(started["run_id"])
     assert state.outputs == {"message": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"), [("order", b'{"customer": "bob"}'), ("push", b'{"repo": "a"}')]
+)
+async def test_a_trigger_key_over_data_not_sent_as_json_says_what_to_send(
+    gs: GatewayStack, kind: str, body: bytes
+) -> None:
+    """The key of a rate or a debounce that reads ``data.<field>`` says the same as an
+    input does, where it printed the expression language's error over Python's types."""
+    async with gs.http("publisher") as http:
+        r = await http.post(
+            "/events",
+            headers=note(f"{kind}-1", "application/x-www-form-urlencoded", kind),
+            content=body,
+        )
+        assert r.status_code == 202, r.text
+        [item] = r.json()["events"]
+        assert item["started"] == item["gathered"] == []
+        [refused] = item["refused"]
+        assert refused["reason"] == "bad-trigger-key"
+        detail = refused["detail"]
+        assert "the key of trigger default/paced#trigger" in detail
+        assert f"reads the event's data, which is {len(body)} bytes of a content type" in detail
+        assert "Content-Type, application/json" in detail
+        assert "class" not in detail  # no Python internals
+
+        again = await http.post(
+            "/events", headers=note(f"{kind}-2", "application/json", kind), content=body
+        )
+        assert again.status_code == 202, again.text
+        [item] = again.json()["events"]
+        assert item["refused"] == []
+        assert item["started"] or item["gathered"]
+    async with gs.http("operator") as http:
+        letter = await _letter(http, "bad-trigger-key")
+    assert letter["detail"].endswith(detail.split(": ", 1)[1])

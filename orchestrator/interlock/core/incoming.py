@@ -154,13 +154,18 @@ def trigger_inputs(trigger: TriggerDef, event: Incoming) -> dict[str, Any]:
                 raise
             # Most often JSON sent without saying so (curl -d sends a form's content type):
             # the data is then bytes or text, which no `data.<field>` can read.
-            raise ExpressionError(
-                f"its input reads the event's data, which is {_kind(event.data)}, not a "
-                "JSON object: send the event's data as JSON (datacontenttype, over HTTP "
-                "Content-Type, application/json)"
-            ) from exc
+            raise ExpressionError(f"its input reads {not_a_json_object(event.data)}") from exc
         return rendered if isinstance(rendered, dict) else {}
     return dict(event.data) if isinstance(event.data, dict) else {}
+
+
+def not_a_json_object(data: bytes | str | None) -> str:
+    """Why an expression reading ``data.<field>`` cannot read this event's data, and what
+    to send instead, for the publisher."""
+    return (
+        f"the event's data, which is {_kind(data)}, not a JSON object: send the event's "
+        "data as JSON (datacontenttype, over HTTP Content-Type, application/json)"
+    )
 
 
 def _kind(data: bytes | str | None) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 from interlock.core.definition import Definition, TriggerDef, loops
 from interlock.core.engine import Incoming, matching_trigger, trigger_inputs
 from interlock.core.expr import Expression, ExpressionError, OverBudget
-from interlock.core.incoming import event_correlation_key, heavy_value
+from interlock.core.incoming import event_correlation_key, heavy_value, not_a_json_object
 from interlock.core.limits import MAX_KEY_LENGTH, key_text
 
 T = TypeVar("T")
@@ -132,6 +132,10 @@ def flow_key(trigger: TriggerDef, incoming: Incoming) -> tuple[str, str | None]:
     try:
         key = key_text(expression.evaluate({"event": incoming.to_dict(), "data": incoming.data}))
     except ExpressionError as exc:
+        if "data" in expression.names and isinstance(incoming.data, bytes | str | None):
+            # JSON sent without saying so (curl -d): no `data.<field>` reads bytes or text.
+            reads = not_a_json_object(incoming.data)
+            return "", f"the key of trigger {trigger.name} reads {reads}"
         return "", f"the key of trigger {trigger.name} cannot be computed: {exc}"
     if len(key) > MAX_KEY_LENGTH:
         return "", (

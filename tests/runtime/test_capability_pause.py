@@ -125,6 +125,11 @@ async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
             assert held["held"] == "cap:nap@paused"
             assert [t for t in shown_run["timers"] if t["purpose"] == "action-timeout"] == []
             assert any(isinstance(r, ev.TimerScheduled) for r in await stack.records(runs[0]))
+            # explain says so too: the answer it waits for is held, its first timer void.
+            explained = await cli(nats_url, subjects, "explain", runs[0])
+            tail = explained.stdout.split("\nwaiting in state ")[1]
+            assert f"(action {held['action_id']}, attempt 1, held: cap:nap@paused)" in tail
+            assert "timer action-timeout" not in tail, tail
             shown = await cli(nats_url, subjects, "queues", "--capability", "nap", "--json")
             assert shown.returncode == 0, shown.stderr
             (line,) = json.loads(shown.stdout)

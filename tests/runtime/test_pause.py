@@ -67,6 +67,13 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
         assert "queued       until default/hello is resumed (2nd in line)" in described
         logged = await cli(nats_url, subjects, "logs", held[1])
         assert "run queued       until default/hello is resumed" in logged, logged
+        # Why it waits, where explain said "waiting in state ;" and nothing more.
+        explained = await cli(nats_url, subjects, "explain", held[1])
+        assert explained.endswith(
+            "\nwaiting before its first state; it moves on:\n"
+            "  its admission: #2 run.queued until default/hello is resumed "
+            f"(interlock describe run {held[1]} shows its place in line)\n"
+        ), explained
 
         said = await cli(nats_url, subjects, "resume", "workflow", "hello")
         assert "resumed default/hello" in said

@@ -137,21 +137,29 @@ def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
         )
     waiting = report.get("waiting")
     if waiting is not None:
+        where = f"in state {waiting['state']}" if waiting["state"] else "before its first state"
         if args.at is not None and report["steps"]:
             out(
-                f"\nafter record {report['steps'][-1]['last']} the run waited in state "
-                f"{waiting['state']}; it would move on:\n"
+                f"\nafter record {report['steps'][-1]['last']} the run waited {where}; "
+                "it would move on:\n"
             )
         else:
-            out(f"\nwaiting in state {waiting['state']}; it moves on:\n")
+            out(f"\nwaiting {where}; it moves on:\n")
+        queued = waiting.get("queued")
+        if queued is not None:
+            out(
+                f"  its admission: #{queued['seq']} {queued['summary']} (interlock describe "
+                f"run {report['run_id']} shows its place in line)\n"
+            )
         if waiting.get("held_until") == "admitted":
             out("  (queued for its slots: what reaches it is held until it is admitted)\n")
         elif waiting.get("held_until") == "resumed":
             out("  (paused: what reaches it is held until it is resumed)\n")
         for answer in waiting["answers"]:
+            held = f", held: {answer['held']}" if answer.get("held") else ""
             out(
                 f"  an answer of {answer['capability']} (action {answer['action_id']}, "
-                f"attempt {answer['attempt']}): {', '.join(answer['accepts'])}\n"
+                f"attempt {answer['attempt']}{held}): {', '.join(answer['accepts'])}\n"
             )
         for event in waiting["events"]:
             for entry in event["entries"]:

@@ -176,9 +176,24 @@ def explain(
         out["mismatch"] = {k: mismatch[k] for k in ("seq", "kind", "reason")}
     if final.status == RunStatus.RUNNING:
         out["waiting"] = waiting(definition, final)
+        queued = _queued(records[: final.seq])
+        if queued is not None:
+            out["waiting"]["queued"] = queued
     else:
         out["end"] = end_of(final)
     return out
+
+
+def _queued(records: Sequence[ev.AnyRecord]) -> dict[str, Any] | None:
+    """The ``run.queued`` a run waits on to be admitted (None: it waits for none), as
+    ``{"seq", "summary"}``."""
+    last: dict[str, Any] | None = None
+    for seq, record in enumerate(records, 1):
+        if isinstance(record, ev.RunQueued):
+            last = {"seq": seq, "summary": summarize(record)}
+        elif isinstance(record, ev.RunAdmitted):
+            last = None
+    return last
 
 
 def version_of(step: Step, before: RunState) -> int:
@@ -284,6 +299,7 @@ def waiting(definition: Definition, state: RunState) -> dict[str, Any]:
                 "attempt": pending.attempt,
                 "deadline": pending.deadline,
                 "accepts": accepts,
+                **({"held": pending.queued} if pending.held else {}),
             }
         )
     events = []
@@ -304,9 +320,13 @@ def waiting(definition: Definition, state: RunState) -> dict[str, Any]:
                     ],
                 }
             )
+    # A held request's timeout starts at its admission: the timer its request scheduled
+    # is void (it fires and changes nothing).
+    held = {p.action_id for p in state.pending.values() if p.held}
     timers = [
         {"timer_id": t.timer_id, "purpose": t.purpose, "fire_at": t.fire_at}
         for t in state.timers.values()
+        if not (t.purpose == TimerPurpose.ACTION_TIMEOUT and t.action_id in held)
     ]
     if current is not None and current.timeout is not None:
         for timer in timers:

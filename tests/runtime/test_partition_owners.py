@@ -15,8 +15,8 @@ from nats.aio.msg import Msg
 from prometheus_client import CollectorRegistry
 
 from interlock.core import events as ev
-from interlock.runtime.health import OrchestratorInstrumentation
 from interlock.runtime.client import new_run_id
+from interlock.runtime.health import OrchestratorInstrumentation
 from interlock.runtime.observe import OrchestratorObserver
 from interlock.runtime.ownership import owners
 from interlock.runtime.service import Orchestrator

@@ -16,7 +16,7 @@ from interlock.runtime.client import InterlockClient
 from interlock.runtime.concurrency import SlotEntry, Slots
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.pausing import Pauses
-from interlock.runtime.triggerstate import rate_entries, window_entries
+from interlock.runtime.triggerstate import rate_entries, scan_windows
 from interlock.runtime.versions import StoredWorkflow
 from interlock.transport.clock import utc_now
 from interlock.views.queueshape import QueueView
@@ -70,10 +70,17 @@ async def list_queues(
     capability, and the triggers' windows and rates, sorted by limit then key; with
     ``workflow`` (``name`` or ``namespace/name``), the limits it declares; with
     ``capability``, that capability's limits (each one, waited for or not)."""
-    entries = await Slots(ops.nc, ops.subjects).entries()
     now = datetime.now(UTC)
     paused = await capqueues.paused_now(ops)
-    views = [capqueues.annotated(queue_view(e, now), e, now, paused) for e in entries]
+    # Each entry's line as it is read: an entry outlines up to 256 lines of keys a
+    # publisher names, and the bucket is read a bounded batch at a time.
+    lines: dict[str, QueueView] = {}
+    async for token, e in Slots(ops.nc, ops.subjects).scan():
+        if e is None:
+            lines.pop(token, None)
+        else:
+            lines[token] = capqueues.annotated(queue_view(e, now), e, now, paused)
+    views = list(lines.values())
     views += [capqueues.annotated(v, None, now, paused) for v in await trigger_views(ops, now)]
     views += capqueues.pause_lines(views, paused)
     if workflow is not None:
@@ -88,22 +95,25 @@ async def trigger_views(ops: InterlockClient, now: datetime) -> list[QueueView]:
     """The triggers' open windows (``<trigger>@debounce``, ``@batch``: the events
     gathered, since the first came) and rates (``<trigger>@rate``: the runs started in
     the last ``per``, of its ``limit``, and the runs waiting their turn)."""
-    out = []
-    for entry in await window_entries(ops.js, ops.subjects):
+    windows: dict[str, QueueView] = {}
+    # Each window's line as it is read, not the window: a batch's keeps its every event.
+    async for token, entry in scan_windows(ops.js, ops.subjects):
+        if entry is None:
+            windows.pop(token, None)
+            continue
         window = entry.open or entry.sealed
         assert window is not None
         waited = max((now - datetime.fromisoformat(window.opened_at)).total_seconds(), 0.0)
-        out.append(
-            QueueView(
-                limit=f"{entry.trigger}@{entry.kind}",
-                key=entry.key,
-                running=0,
-                size=0,
-                queued=window.count,
-                oldest_queued_at=window.opened_at,
-                oldest_wait_s=round(waited, 3),
-            )
+        windows[token] = QueueView(
+            limit=f"{entry.trigger}@{entry.kind}",
+            key=entry.key,
+            running=0,
+            size=0,
+            queued=window.count,
+            oldest_queued_at=window.opened_at,
+            oldest_wait_s=round(waited, 3),
         )
+    out = list(windows.values())
     now_ms = int(now.timestamp() * 1000)
     for rate in await rate_entries(ops.js, ops.subjects):
         out.append(

@@ -24,7 +24,7 @@ from interlock.runtime.runview import epoch_seconds
 from interlock.runtime.slotlines import ENTRIES, SlotEntry
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import connection
-from interlock.transport.kvread import bucket_values
+from interlock.transport.kvread import bucket_values, scan_bucket
 from interlock.transport.partitions import read_map
 from interlock.transport.subjects import Subjects
 
@@ -150,18 +150,24 @@ class ClusterMetrics(Collector):
     async def _concurrency(self) -> dict[str, _Limit]:
         """Each concurrency limit's holders and waiters, summed over its keys."""
         kv = await self._js.key_value(self._subjects.slots_bucket)
-        limits: dict[str, _Limit] = {}
-        for value in (await bucket_values(kv, ENTRIES)).values():
+        # Each key's counts, not its entry: an entry outlines up to 256 lines of keys a
+        # publisher names, and the bucket is read a bounded batch at a time.
+        counts: dict[str, tuple[str, int, int, float | None]] = {}
+        async for token, value in scan_bucket(kv, ENTRIES):
             try:
                 entry = decode_slots(value)
             # What is not an entry is reported by the orchestrator's own reads.
             except msgspec.DecodeError:
+                counts.pop(token, None)  # (a deleted entry's marker, or a foreign value)
                 continue
             first = epoch_seconds(entry.oldest) if entry.oldest else None
-            found = limits.setdefault(entry.limit, _Limit())
-            found.running += len(entry.holders)
-            found.queued += entry.queued
-            found.longest = max(found.longest, entry.queued)
+            counts[token] = (entry.limit, len(entry.holders), entry.queued, first)
+        limits: dict[str, _Limit] = {}
+        for limit, running, queued, first in counts.values():
+            found = limits.setdefault(limit, _Limit())
+            found.running += running
+            found.queued += queued
+            found.longest = max(found.longest, queued)
             if first is not None and (found.oldest is None or first < found.oldest):
                 found.oldest = first
         return limits

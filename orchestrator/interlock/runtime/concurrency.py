@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,7 @@ from interlock.runtime.slotturns import grant, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
-from interlock.transport.kvread import bucket_values, written_after
+from interlock.transport.kvread import scan_bucket, written_after
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.concurrency")
@@ -128,10 +128,16 @@ class Slots:
 
     async def entries(self) -> list[SlotEntry]:
         """Every limit and key with a holder or a waiter (read without a consumer)."""
-        values = await bucket_values(await self._bucket(), ENTRIES)
+        found = {token: entry async for token, entry in self.scan()}
+        return [entry for entry in found.values() if entry is not None]
+
+    async def scan(self) -> AsyncIterator[tuple[str, SlotEntry | None]]:
+        """Each limit and key as stored (None: gone, or no entry), a bounded batch of the
+        bucket at a time (see ``kvread.scan_bucket``): an entry outlines up to 256 lines
+        of keys a publisher names, so what reads them all keeps what it makes of each."""
         bucket = self._subjects.slots_bucket
-        found = (decode_entry(bucket, token, value) for token, value in values.items())
-        return [entry for entry in found if entry is not None]
+        async for token, value in scan_bucket(await self._bucket(), ENTRIES):
+            yield token, decode_entry(bucket, token, value)
 
     async def written_after(self, after: int) -> tuple[dict[str, SlotEntry | None], int]:
         """Entries written after revision ``after`` (None: gone), and the revision read."""
@@ -357,8 +363,8 @@ class Admission:
 
     async def _resumed_meanwhile(self) -> None:
         try:
-            for entry in await self.slots.entries():
-                if not entry.limit.endswith(PAUSED):
+            async for _, entry in self.slots.scan():
+                if entry is None or not entry.limit.endswith(PAUSED):
                     continue
                 paused = entry.limit.removesuffix(PAUSED)
                 if paused.startswith(CAPABILITY_LIMIT):

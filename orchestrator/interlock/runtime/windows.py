@@ -70,7 +70,7 @@ from interlock.runtime.registry import Registry
 from interlock.runtime.runs import Runs
 from interlock.runtime.timers import Timers
 from interlock.runtime.triggermetrics import WINDOW_CLOSED, WINDOW_EVENT, WINDOW_RUN
-from interlock.runtime.triggerstate import window_entries
+from interlock.runtime.triggerstate import scan_windows, window_entries
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
@@ -429,7 +429,11 @@ class Windows:
     async def sweep(self) -> None:
         """Close what no timer will: windows sealed by an orchestrator that died before
         their runs started, and windows past due (their timer's message lost)."""
-        for entry in await self.entries():
+        # One window at a time, as read: a batch's keeps its every event (a key read twice,
+        # written meanwhile, is looked at twice, each time afresh).
+        async for _, entry in scan_windows(self._js, self._subjects):
+            if entry is None:
+                continue
             token = entry_token(entry.trigger, entry.key)
             if entry.sealed is not None:
                 async with self._locks.locked(token):

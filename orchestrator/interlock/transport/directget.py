@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sized
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sized
+from typing import Any, TypeVar
 
 import nats.errors
 from nats.aio.client import Client
@@ -16,6 +16,7 @@ from interlock.core.vocabulary import InterlockError
 from interlock.transport.natsclient import js_api
 
 _BATCH = 1000
+_T = TypeVar("_T")
 _TIMEOUT = 5.0
 
 
@@ -138,9 +139,36 @@ async def scan_headers(
     followers answer direct gets once nearly caught up): what the leader stored after the
     last message a scan saw is for the caller to read from the leader.
     """
+    async for batch in _scan(nc, stream, subject, after, max_bytes, lambda s, h, _: (s, h)):
+        yield batch
+
+
+async def scan_messages(
+    nc: Client, stream: str, subject: str, after: int = 0, *, max_bytes: int = SCAN_BYTES
+) -> AsyncIterator[list[tuple[int, str, bytes]]]:
+    """(stream sequence, subject, payload) of every message of ``subject`` after
+    ``after``, a batch of at most ``max_bytes`` at a time (see :func:`scan_headers`): what
+    reads a bucket whose values a party's data fills (trigger windows, slots) holds one
+    batch at a time, where :func:`read_messages` holds them all."""
+
+    def keep(seq: int, headers: dict[str, str], data: bytes) -> tuple[int, str, bytes]:
+        return seq, headers.get("Nats-Subject", ""), data
+
+    async for batch in _scan(nc, stream, subject, after, max_bytes, keep):
+        yield batch
+
+
+async def _scan(
+    nc: Client,
+    stream: str,
+    subject: str,
+    after: int,
+    max_bytes: int,
+    keep: Callable[[int, dict[str, str], bytes], _T],
+) -> AsyncIterator[list[_T]]:
     api = f"{js_api(nc)}.DIRECT.GET.{stream}"
     loop = asyncio.get_running_loop()
-    found: list[tuple[int, dict[str, str]]] = []
+    found: list[_T] = []
     # Resolved at the end of each batch: the sequence to go on after, None at the end.
     ended: asyncio.Future[int | None] = loop.create_future()
 
@@ -160,7 +188,7 @@ async def scan_headers(
         elif (seq := headers.get("Nats-Sequence")) is None:
             ended.set_exception(LogReadError(f"scanning {subject}: a message without a sequence"))
         else:
-            found.append((int(seq), headers))
+            found.append(keep(int(seq), headers, msg.data))
 
     sub = await nc.subscribe(nc.new_inbox(), cb=collect)
     try:

@@ -3,11 +3,13 @@ gets (no consumer)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
-from interlock.transport.directget import read_messages
+from interlock.transport.directget import read_messages, scan_messages
 
 
 def kv_prefix(kv: KeyValue) -> str:
@@ -27,6 +29,23 @@ async def bucket_values(kv: KeyValue, pattern: str = ">") -> dict[str, bytes]:
     if newest is None:
         return {}
     return await _fold(kv, pattern, newest)
+
+
+SCAN_BYTES = 1 << 20
+"""Bytes of records one batch of :func:`scan_bucket` asks for at most (a record larger
+than that comes alone)."""
+
+
+async def scan_bucket(kv: KeyValue, pattern: str = ">") -> AsyncIterator[tuple[str, bytes]]:
+    """Each key under ``pattern`` with its value (``b""``: deleted), in the order of the
+    bucket's records, read a batch of bounded size at a time (no consumer), so a reader
+    holds one batch, not the bucket. A key written again during the scan may come twice,
+    the later value last: a caller that keeps what it makes of each key keeps the last."""
+    prefix = kv_prefix(kv)
+    subject = f"{prefix}{pattern}"
+    async for batch in scan_messages(kv._js._nc, kv._stream, subject, max_bytes=SCAN_BYTES):
+        for _, subject, value in batch:
+            yield subject[len(prefix) :], value
 
 
 async def named_bucket_values(js: JetStreamContext, bucket: str) -> dict[str, bytes]:

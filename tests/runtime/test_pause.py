@@ -86,6 +86,7 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
         assert "run admitted" in logged, logged
         explained = await cli(nats_url, subjects, "explain", held[1])
         assert "does not reproduce" not in explained, explained
+        assert "=> no transition: admitted: it holds its slots, and enters its state" in explained
         assert await list_queues(client) == []
         again = await cli(nats_url, subjects, "resume", "workflow", "hello")
         assert "was not paused" in again

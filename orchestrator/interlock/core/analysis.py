@@ -46,6 +46,7 @@ from interlock.core.record_text import (
     summarize,
 )
 from interlock.core.redrive import (
+    ADMIT,
     ANSWER,
     CANCEL,
     EVENT,
@@ -279,8 +280,37 @@ def _why_none(step: Step, before: RunState, outcome: Redriven) -> str:
                 return "the failure is retried after a backoff"
         return f"state {before.state!r} has no `on` entry for this answer"
     if isinstance(head, ev.TimerFired):
-        return f"the {head.data.purpose} timer moved the run without a guard"
+        return _timer_moved(head.data.purpose, step.records)
+    if step.kind == ADMIT and any(isinstance(r, ev.StateEntered) for r in step.records):
+        return "admitted: it holds its slots, and enters its state"
     return "no `on` entry applies"
+
+
+def _timer_moved(purpose: str, records: Sequence[ev.AnyRecord]) -> str:
+    """What a timer that took no transition did."""
+    # What a held request's admission, recorded in the same step, adds is not the timer's.
+    effects = [
+        r
+        for r in records[1:]
+        if not isinstance(r, ev.ActionAdmitted | ev.ActionQueued)
+        and not (isinstance(r, ev.TimerScheduled) and r.data.purpose == TimerPurpose.ACTION_TIMEOUT)
+    ]
+    if not effects:
+        admitted = any(isinstance(r, ev.ActionAdmitted) for r in records)
+        return (
+            f"the {purpose} timer changed nothing: what it timed had ended, or was held "
+            "and had not started" + ("; then a held request was admitted" if admitted else "")
+        )
+    for r in records:
+        if isinstance(r, ev.ActionRequested):
+            return f"the {purpose} timer asked for attempt {r.data.attempt} of the action"
+    if any(isinstance(r, ev.ActionFailed) for r in records) and any(
+        isinstance(r, ev.TimerScheduled) and r.data.purpose == TimerPurpose.RETRY for r in records
+    ):
+        return f"the {purpose} timer failed the attempt, which is retried after a backoff"
+    if any(isinstance(r, ev.RunFailed) for r in records):
+        return f"the {purpose} timer failed the run (nothing caught it)"
+    return f"the {purpose} timer moved the run without a guard"
 
 
 def waiting(definition: Definition, state: RunState) -> dict[str, Any]:

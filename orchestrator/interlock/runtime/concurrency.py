@@ -41,22 +41,13 @@ from interlock.runtime import slotlines
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
-from interlock.runtime.slotlines import (
-    ENTRIES,
-    Lines,
-    SlotEntry,
-    Waiter,
-    Written,
-    decode_entry,
-    entry_key,
-    order,
-    read_key,
-)
+from interlock.runtime.slotlines import ENTRIES, Lines, SlotEntry, Waiter, entry_key, order
+from interlock.runtime.slotstore import Written, decode_entry
 from interlock.runtime.slotturns import grant, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
-from interlock.transport.kvread import scan_bucket, written_after
+from interlock.transport.kvread import read_key, scan_bucket, written_after
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.concurrency")

@@ -29,9 +29,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from nats.js.errors import KeyNotFoundError
 
 from interlock.runtime.foreign import foreign_value
+from interlock.transport.kvread import read_key
 
 SEGMENT = 200
 """The most waiters one segment holds (some 14 kB)."""
@@ -150,7 +150,6 @@ class SlotEntry(msgspec.Struct, kw_only=True):
 
 
 encode = msgspec.json.Encoder().encode
-_decode_entry = msgspec.json.Decoder(SlotEntry).decode
 _decode_segment = msgspec.json.Decoder(list[Waiter]).decode
 
 
@@ -169,59 +168,6 @@ ENTRIES = "*.*"
 
 def segment_key(token: str, fair: str, segment: int) -> str:
     return f"{token}.{hashlib.sha256(fair.encode()).hexdigest()[:16]}.{segment}"
-
-
-async def read_key(kv: Any, key: str) -> tuple[bytes, int]:
-    """A key's value and revision; no value, and the revision of its delete marker (0:
-    never written), when it has none: a write must name that revision to be accepted."""
-    try:
-        found = await kv.get(key)
-    except KeyNotFoundError as exc:
-        deleted = getattr(exc, "entry", None)
-        return b"", int(getattr(deleted, "revision", 0) or 0)
-    return found.value or b"", found.revision
-
-
-def decode_entry(
-    bucket: str, token: str, value: bytes | None, revision: int = 0
-) -> SlotEntry | None:
-    """A stored entry; None (reported) for a value that is not one, which the next change
-    writes over with what the relay knows from then on."""
-    if not value:
-        return None
-    try:
-        return _decode_entry(value)
-    except msgspec.DecodeError:
-        foreign_value(bucket, token, "not a slots entry", revision)
-        return None
-
-
-class Written:
-    """Entries as this process last wrote them, with the bytes written: the next change of
-    one starts from the object while those bytes are still what the process knows of it
-    (decoding an entry of 200 holders costs some 0.1 ms, at every change)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[bytes, SlotEntry]] = {}
-
-    def peek(self, token: str) -> SlotEntry | None:
-        """The entry ``token`` as last written here (not to be changed), if kept."""
-        held = self._entries.get(token)
-        return None if held is None else held[1]
-
-    def take(self, token: str, value: bytes) -> tuple[SlotEntry | None, bytes | None]:
-        """The entry ``token`` as written here, if ``value`` is what was written (and those
-        bytes); else (None, None). Taken: a change may alter it, and keeps it once written."""
-        held = self._entries.pop(token, None)
-        return (held[1], value) if held is not None and held[0] is value else (None, None)
-
-    def keep(
-        self, token: str, writes: list[tuple[str, bytes | None, int]], entry: SlotEntry
-    ) -> None:
-        """``entry`` as written by ``writes`` (nothing when they did not write it)."""
-        value = next((v for k, v, _ in writes if k == token), None)
-        if value is not None and len(self._entries) < 4096:
-            self._entries[token] = (value, entry)
 
 
 class Lines:

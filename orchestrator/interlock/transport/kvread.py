@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from interlock.transport.directget import read_messages, scan_messages
@@ -122,3 +123,14 @@ async def newest_revision(kv: KeyValue) -> int | None:
     """
     state = (await kv.status()).stream_info.state
     return state.last_seq if state.messages else None
+
+
+async def read_key(kv: KeyValue, key: str) -> tuple[bytes, int]:
+    """A key's value and revision; no value, and the revision of its delete marker (0:
+    never written), when it has none: a write must name that revision to be accepted."""
+    try:
+        found = await kv.get(key)
+    except KeyNotFoundError as exc:
+        deleted = getattr(exc, "entry", None)
+        return b"", int(getattr(deleted, "revision", 0) or 0)
+    return found.value or b"", found.revision or 0

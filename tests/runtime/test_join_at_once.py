@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from test_atonce import ONE, Clock, crash_after_taking
 
 from interlock.runtime.atonce import GRACE_S, AtOnce
 from interlock.runtime.client import new_run_id
+from interlock.runtime.concurrency import Slots
+from interlock.runtime.slotlines import HEAD
 from interlock.transport.subjects import Subjects
 from support.concurrency import Gates, gated_stack, limited, timeline
 from support.runtime import TIMEOUT, eventually, running_stack
@@ -131,3 +134,73 @@ async def test_a_run_put_in_line_by_a_process_killed_before_its_append_is_swept(
             return await slots.entries() == []
 
         await eventually(emptied, what="nobody holding or waiting")
+
+
+@pytest.mark.parametrize("again", ["orchestrator", "client"])
+async def test_a_run_started_again_after_a_process_that_put_it_in_line_died_waits_once(
+    nats_url: str, subjects: Subjects, again: str
+) -> None:
+    """A process puts a run in a long line (past the head kept in the entry) and is killed
+    before its append; the run's start is tried again later under a later time (by an
+    orchestrator, as its trigger's event delivered again; or by a client naming the run),
+    so its order points past its earlier place: the start (or the relay reading its
+    ``run.queued``) finds that place by the run's id and keeps it, and the run waits once
+    and is admitted once."""
+    async with running_stack(nats_url, subjects, [ONE]) as stack:
+        client, slots = stack.client, stack.orchestrator.flow.admission.slots
+        holding = await client.start("one", {"customer": "acme"})
+        ahead = [await client.start("one", {"customer": "acme"}) for _ in range(HEAD)]
+
+        async def head_full() -> bool:
+            lines = await slots.lines("default/one#1", "acme")
+            return lines is not None and lines.entry.queued == HEAD
+
+        await eventually(head_full, what=f"{HEAD} runs in line, kept in the entry")
+        doomed = crash_after_taking(nats_url, subjects, "rretried", "acme")
+        assert doomed.wait_for(r"^TAKEN (.*)$").group(1) == holding
+        assert doomed.proc.wait(TIMEOUT) == -9
+        assert await in_line(slots, "rretried") == [(HEAD + 1, 1)]  # in a segment, early
+
+        flow = stack.orchestrator.flow
+        relayed, queued = asyncio.Event(), flow._queued
+
+        async def noted(record: Any) -> None:
+            await queued(record)
+            if record.subject == "rretried":
+                relayed.set()
+
+        flow._queued = noted  # type: ignore[method-assign]
+        if again == "orchestrator":
+            runs = stack.orchestrator.runs
+            definition, version = await runs.registry.latest("one")
+            created, _ = await runs.start(definition, version, "rretried", {"customer": "acme"})
+            assert created
+        else:
+            await client.start("one", {"customer": "acme"}, run_id="rretried")
+        await asyncio.wait_for(relayed.wait(), TIMEOUT)  # the relay's look at its run.queued
+        assert await in_line(slots, "rretried") == [(HEAD + 1, 1)]
+
+        stack.recorder.release.set()
+        for run_id in [holding, *ahead, "rretried"]:
+            assert (await stack.wait(run_id, TIMEOUT)).status == "completed"
+        seen = await timeline(client.nc, subjects)
+        assert seen.counts["rretried"].get("run.queued") == 1
+        assert seen.counts["rretried"].get("run.admitted") == 1
+        assert seen.most[("default/one#1", "acme")] == 1
+
+        async def emptied() -> bool:
+            return await slots.entries() == []
+
+        await eventually(emptied, what="nobody holding or waiting")
+
+
+async def in_line(slots: Slots, run_id: str) -> list[tuple[int, int]]:
+    """Each place of ``run_id`` in the line of ``one``'s limit for acme (head and
+    segments, read whole), with its ``early`` mark."""
+    lines = await slots.lines("default/one#1", "acme")
+    assert lines is not None
+    found = [w for line in lines.entry.lines for w in lines.inline(line)]
+    for line in lines.entry.lines:
+        for segment in line.segments:
+            found += await lines.segment(line.fair, segment)
+    return [(i + 1, w.early) for i, w in enumerate(found) if w.run_id == run_id]

@@ -2,7 +2,8 @@
 
 The entry (bucket key ``<limit hash>.<key hash>``) holds the runs holding a slot and, per
 fairness key with runs waiting, that line's outline: its weight and its segments, each
-with its count, its oldest wait and its last place. The first waiters of each line (up to
+with its count, its oldest wait, its last place and how many of its waiters are early
+(:meth:`Lines.find`). The first waiters of each line (up to
 :data:`HEAD`) are kept in the entry itself (``waiting``); the rest are in the segments
 (``<entry key>.<fairness key hash>.<n>``), at most :data:`SEGMENT` each, in line order
 (higher priority first, then the earlier queued, then run id). A run leaving the head of a
@@ -25,6 +26,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import operator
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -89,6 +91,9 @@ class Segment(msgspec.Struct, array_like=True):
     """The earliest ``since`` of its waiters."""
     last: tuple[int, str, str]
     """The line order of its last waiter."""
+    early: int = 0
+    """How many of its waiters are marked ``early`` (in line before any log asked): where
+    a run started again under a later time may find its earlier place (see :meth:`Lines.find`)."""
 
 
 class Line(msgspec.Struct, array_like=True):
@@ -153,6 +158,21 @@ encode = msgspec.json.Encoder().encode
 _decode_segment = msgspec.json.Decoder(list[Waiter]).decode
 
 
+@functools.lru_cache(maxsize=256)
+def _early_ids(value: bytes) -> frozenset[str]:
+    """The runs marked ``early`` in a stored segment (none in one that is not a segment).
+    Kept per value: a segment a flood does not change is decoded once, not once per run
+    entering its line (a stored value keeps its hash, so a lookup costs next to nothing)."""
+    try:
+        return frozenset(w.run_id for w in _decode_segment(value) if w.early) if value else EMPTY
+    except msgspec.DecodeError:
+        return EMPTY
+
+
+EMPTY: frozenset[str] = frozenset()
+_early_mark = operator.attrgetter("early")
+
+
 @functools.lru_cache(maxsize=4096)
 def entry_key(limit: str, key: str) -> str:
     """The bucket key of a limit and key (hashed: keys are any text; remembered, as every
@@ -167,7 +187,14 @@ ENTRIES = "*.*"
 
 
 def segment_key(token: str, fair: str, segment: int) -> str:
-    return f"{token}.{hashlib.sha256(fair.encode()).hexdigest()[:16]}.{segment}"
+    return f"{token}.{_fair_token(fair)}.{segment}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _fair_token(fair: str) -> str:
+    """A fairness key's part of its segments' keys (remembered: a run looking for its
+    place may name every segment of its line)."""
+    return hashlib.sha256(fair.encode()).hexdigest()[:16]
 
 
 class Lines:
@@ -238,19 +265,29 @@ class Lines:
         key = segment_key(self.token, fair, segment.id)
         held = self._segments.get(key)
         if held is None:
-            value, revision = await self._read(key)
-            try:
-                waiters = _decode_segment(value) if value else []
-            except msgspec.DecodeError:
-                foreign_value(self._bucket, key, "not a slots segment", revision)
-                waiters = []
-            held = (waiters, revision)
-            self._segments[key] = held
+            return self._decoded(key, *(await self._read(key)))
         return held[0]
 
+    def _decoded(self, key: str, value: bytes, revision: int) -> list[Waiter]:
+        """A segment as read (``value`` at ``revision``), decoded and kept."""
+        try:
+            waiters = _decode_segment(value) if value else []
+        except msgspec.DecodeError:
+            foreign_value(self._bucket, key, "not a slots segment", revision)
+            waiters = []
+        self._segments[key] = (waiters, revision)
+        return waiters
+
     async def find(self, waiter: Waiter) -> int | None:
-        """The waiter's place in its line (1: next), found where its order puts it; None
-        when it is not there."""
+        """The run's place in its line (1: next), found where the waiter's order puts it,
+        or (a run started again under a later time, after a process that put it in line
+        died before its append) at an earlier place of its own, marked ``early``; None
+        when it is not there.
+
+        The head kept in the entry is looked through whole; of the segments, the one the
+        order points at, then those holding early waiters (a waiter put in line from a
+        log has that log's time, so it is where its order puts it)."""
+        looked: set[int] = set()
         for line in self._lines_of(waiter.fair):
             inline = self.inline(line)
             for i, other in enumerate(inline):
@@ -259,11 +296,36 @@ class Lines:
             before = len(inline)
             for segment in line.segments:
                 if segment.last >= order(waiter):
+                    looked.add(id(segment))
                     found = await self.segment(line.fair, segment)
                     for i, other in enumerate(found):
                         if other.run_id == waiter.run_id:
                             return before + i + 1
                     break
+                before += segment.count
+        return await self._find_early(waiter.run_id, waiter.fair, looked)
+
+    async def _find_early(self, run_id: str, fair: str, looked: set[int]) -> int | None:
+        """The run's place among the early waiters of the segments not ``looked`` at.
+        In a flood of runs started by orchestrators most segments hold early waiters, and
+        each run entering the line looks: a segment as stored is looked up in the set of
+        its early waiters (:func:`_early_ids`, kept per stored value), decoded only when
+        the run is there."""
+        for line in self._lines_of(fair):
+            before = len(self.inline(line))
+            for segment in line.segments:
+                if segment.early and id(segment) not in looked:
+                    key = segment_key(self.token, line.fair, segment.id)
+                    held = self._segments.get(key)
+                    if held is None:
+                        value, revision = await self._read(key)
+                        if run_id not in _early_ids(value):
+                            before += segment.count
+                            continue
+                        held = (self._decoded(key, value, revision), revision)
+                    for i, other in enumerate(held[0]):
+                        if other.run_id == run_id:
+                            return before + i + 1
                 before += segment.count
         return None
 
@@ -292,6 +354,7 @@ class Lines:
             segment.count = len(waiters)
             segment.oldest = min(w.since for w in waiters)
             segment.last = order(waiters[-1])
+            segment.early = sum(map(_early_mark, waiters))
         else:
             line.segments.remove(segment)
             self._forget_if_empty(line)

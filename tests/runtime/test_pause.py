@@ -72,7 +72,7 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
         assert explained.endswith(
             "\nwaiting before its first state; it moves on:\n"
             "  its admission: #2 run.queued until default/hello is resumed "
-            f"(interlock describe run {held[1]} shows its place in line)\n"
+            f"(interlock describe run {held[1]} shows where it stands)\n"
         ), explained
 
         said = await cli(nats_url, subjects, "resume", "workflow", "hello")

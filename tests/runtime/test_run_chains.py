@@ -140,6 +140,11 @@ async def test_a_run_continues_three_times_and_its_chain_is_followed(
         assert described.history is not None
         assert described.history.max_records == 20
         assert (await client.describe(second)).chain.next == third  # type: ignore[union-attr]
+        # The run that continued near its limit is not told to continue as new any more.
+        continued = await client.describe(third)
+        assert continued.history is not None
+        assert continued.history.records >= 16  # past 80% of max_records
+        assert continued.history.suggested is False
 
         # The end: result of the first run follows the chain to it.
         await client.signal(first, "finish", wait=TIMEOUT)

@@ -149,7 +149,7 @@ def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
         if queued is not None:
             out(
                 f"  its admission: #{queued['seq']} {queued['summary']} (interlock describe "
-                f"run {report['run_id']} shows its place in line)\n"
+                f"run {report['run_id']} shows where it stands)\n"
             )
         if waiting.get("held_until") == "admitted":
             out("  (queued for its slots: what reaches it is held until it is admitted)\n")

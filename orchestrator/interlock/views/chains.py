@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from interlock.core.history import in_force, near
+from interlock.core.vocabulary import RunStatus
 
 if TYPE_CHECKING:
     from interlock.core.state import RunState
@@ -57,5 +58,7 @@ def history_view(state: RunState) -> HistoryView:
         max_records=limits.max_records,
         max_bytes=limits.max_bytes,
         continue_as_new=limits.continue_as_new,
-        suggested=near(state) is not None,
+        # Only a running run can still take the suggestion (one that continued, or ended,
+        # has nothing left to continue).
+        suggested=state.status == RunStatus.RUNNING and near(state) is not None,
     )

@@ -140,7 +140,7 @@ class Console:
         """A signed-in page (the operator's token, or ``token``, in this tab's session
         storage; ``token=None``: signed out, as a person's first visit is)."""
         context = await self.browser.new_context(viewport={"width": width, "height": height})
-        context.set_default_timeout(TIMEOUT * 3000)
+        context.set_default_timeout(TIMEOUT * 2000)
         token = self.gs.tokens["operator"] if token == "" else token
         if token is not None:
             await context.add_init_script(f"sessionStorage.setItem('interlock.token', {token!r})")

@@ -27,7 +27,8 @@ from interlock.transport.provision import provision
 from interlock.transport.subjects import Subjects
 from interlock.transport.tracing import make_tracer_provider
 
-TIMEOUT = 10.0
+TIMEOUT = 30.0
+"""Upper bound of any single wait: a hang's, as ``support.runtime.TIMEOUT``."""
 
 AGENT = textwrap.dedent(
     """\

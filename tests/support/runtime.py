@@ -37,8 +37,10 @@ from interlock.runtime.service import Orchestrator
 from interlock.sdk import RetryableError, TaskContext, Worker
 from interlock.transport.subjects import Subjects
 
-TIMEOUT = 10.0
-"""Upper bound of any single wait in these tests; a healthy run takes milliseconds."""
+TIMEOUT = 30.0
+"""Upper bound of any single wait in these tests; a healthy run takes milliseconds. Only a
+hang waits it out, so it is generous: on a 2-core machine at a load average of 20 to 30
+(CI, other test processes) a wait that takes half a second on a quiet one can take ten."""
 
 REPO = Path(__file__).resolve().parents[2]
 ECHO_MANIFEST = REPO / "agents" / "interlock_agents" / "manifests" / "echo.yaml"

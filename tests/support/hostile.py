@@ -54,6 +54,9 @@ class Ran:
     stdout: str
     stderr: str
     seconds: float
+    cpu: float
+    """CPU time (user and system) the command took: unlike its wall time, not stretched by
+    other processes taking the machine's cores."""
 
 
 def _cap_memory() -> None:
@@ -68,6 +71,7 @@ def run_capped(
 ) -> Ran:
     """``interlock ARGS`` with its memory capped; output captured as text."""
     started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [INTERLOCK, *args],
         env=None if env is None else dict(env),
@@ -77,11 +81,13 @@ def run_capped(
         preexec_fn=_cap_memory,
         check=False,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return Ran(
         proc.returncode,
         proc.stdout.decode("utf-8", "replace"),
         proc.stderr.decode("utf-8", "replace"),
         time.monotonic() - started,
+        after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
     )
 
 

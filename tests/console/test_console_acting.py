@@ -222,6 +222,13 @@ async def test_dead_letters_are_filtered_linked_to_runs_and_discarded(console: C
     await page.get_by_role("heading", name="Dead letters").wait_for()
     await page.get_by_label("Reason").select_option("bad-json")
     await page.wait_for_function("location.hash.includes('reason=bad-json')")
+    # The address changes at once; the page's listing, once the letters are read again.
+    await page.wait_for_function(
+        """() => {
+          const cells = [...document.querySelectorAll("main tbody td[data-label='Reason']")];
+          return cells.length && cells.every(e => e.textContent === 'bad-json');
+        }"""
+    )
     reasons = await page.locator("main tbody td[data-label='Reason']").all_inner_texts()
     assert set(reasons) == {"bad-json"}
     await checked(page, "dead letters")
@@ -297,6 +304,9 @@ async def test_the_agents_page_is_compact_and_lists_each_worker_once(console: Co
             workers = page.get_by_role("table", name="Live workers")
             mine = workers.locator("tbody tr", has_text=worker.name)
             for _ in range(100):
+                # The page draws its tables once its reads are answered, after the reload
+                # returns: count the rows of the table drawn, not of a page still reading.
+                await workers.wait_for()
                 if await mine.count():
                     break
                 await asyncio.sleep(0.1)

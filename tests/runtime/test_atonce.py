@@ -358,6 +358,7 @@ async def test_an_early_holder_whose_log_asks_keeps_its_slot_and_loses_its_mark(
         ]
         (entry,) = await slots.entries()
         assert [(h.run_id, h.early) for h in entry.holders] == [("rkept", 1)]
+        assert entry.admitted == 1  # a slot taken at once counts in its key's use
         clock = Clock()
         clock.advance(GRACE_S + 1)
         flow = s.orchestrator.flow

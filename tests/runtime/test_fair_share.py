@@ -1,5 +1,6 @@
-"""Fair share on a real nats-server: weighted turns between fairness keys, and each key's
-line kept in segments of the slots bucket, exact with two orchestrators (the limit never
+"""Fair share on a real nats-server: weighted turns between fairness keys, a key that used
+few slots lately served before one that used many, and each key's line kept in segments
+of the slots bucket, exact with two orchestrators (the limit never
 exceeded as the logs show it, every run admitted once, nothing left in the bucket)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from test_concurrency_replicas import RACE_S, seconds
 from interlock.runtime import slotlines
 from interlock.runtime.client import new_run_id
 from interlock.runtime.service import Orchestrator
+from interlock.runtime.slotturns import recent
 from interlock.transport.kvread import bucket_values
 from interlock.transport.subjects import Subjects
 from support.concurrency import (
@@ -65,9 +67,9 @@ async def test_a_heavier_key_is_given_more_turns(nats_url: str, subjects: Subjec
             gates.gate(n).set()
         for run_id in [first, *runs]:
             assert (await stack.wait(run_id)).status == "completed"
-        # Stride turns (acme advances half as far per slot), equals served after the key
-        # served last: acme, beta, acme, beta, acme, acme, beta, then acme's last two.
-        assert gates.started == [100, 1, 11, 2, 12, 3, 4, 13, 5, 6]
+        # By recent use for its weight: acme (used nothing, zed's turn last) first, then
+        # beta (used nothing), then two of acme's for each of beta's, acme's last at the end.
+        assert gates.started == [100, 1, 11, 2, 3, 12, 4, 5, 13, 6]
         kv = await client.js.key_value(subjects.slots_bucket)
         assert await bucket_values(kv) == {}  # every segment deleted with its last waiter
 
@@ -174,3 +176,46 @@ async def test_a_key_whose_admission_is_held_up_does_not_hold_up_another_keys_ru
             assert (await client.state(acme)).queued  # its admission not recorded yet
         assert (await stack.wait(acme)).status == "completed"
         assert gates.started == [2, 1]
+
+
+async def test_a_key_joining_beside_a_backlog_is_given_the_slots_that_free_first(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """Two slots. acme ran six runs (four done, two at work) and keeps four more in line;
+    beta's two runs join after them. Each slot that frees goes to beta until beta's slots
+    and recent use reach acme's: both of beta's runs start before acme's next (with equal
+    shares of the slots held, acme's 7 went second, beta holding one and acme none)."""
+    gates = Gates()
+    fair = "key: '\"all\"'\n      fair: inputs.customer"
+    manifest = limited(capability="gate", limit=2).replace("key: inputs.customer", fair)
+    for n in range(1, 5):
+        gates.gate(n).set()
+    async with gated_stack(nats_url, subjects, gates, manifest) as stack:
+        client, slots = stack.client, stack.orchestrator.flow.admission.slots
+        runs = [await client.start("limited", {"customer": "acme", "n": n}) for n in range(1, 7)]
+        await eventually(lambda: _started(gates, 6), what="acme's first six runs at work")
+        runs += [await client.start("limited", {"customer": "acme", "n": n}) for n in range(7, 11)]
+        runs += [await client.start("limited", {"customer": "beta", "n": n}) for n in (11, 12)]
+
+        async def all_in_line() -> bool:
+            found = await slots.entries()
+            return bool(found) and found[0].queued == 6
+
+        await eventually(all_in_line, what="acme's four and beta's two in line")
+        (entry,) = await slots.entries()
+        assert entry.admitted == 6  # each slot taken counted: free ones and handed on
+        assert set(recent(entry)) == {"acme"}
+        gates.gate(5).set()
+        await eventually(lambda: _started(gates, 7), what="a run given acme 5's slot")
+        gates.gate(6).set()
+        await eventually(lambda: _started(gates, 8), what="a run given acme 6's slot")
+        assert sorted(gates.started[:6]) == [1, 2, 3, 4, 5, 6]
+        assert gates.started[6:] == [11, 12]
+        (entry,) = await slots.entries()
+        assert entry.admitted == 8
+        assert {h.fair for h in entry.holders} == {"beta"}
+        for n in range(7, 13):
+            gates.gate(n).set()
+        for run_id in runs:
+            assert (await stack.wait(run_id)).status == "completed"
+        assert gates.started[8:] == [7, 8, 9, 10]

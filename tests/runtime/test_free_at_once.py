@@ -37,6 +37,9 @@ async def test_a_slot_is_handed_on_before_the_relay_reads_the_end_that_freed_it(
         gates.gate(0).set()
         await eventually(lambda: started(2), what="the second run given the first one's slot")
         assert flow.freeing.settled(runs[0])
+        entry = await flow.admission.slots.read("default/limited#1", "acme")
+        assert entry is not None
+        assert entry.admitted == 2  # the slot handed on here counts in its key's use
         relay_reads.set()
         gates.gate(1).set()
         for run_id in runs:

@@ -45,6 +45,7 @@ from interlock.runtime.capacity import Capacity, waiter_id
 from interlock.runtime.concurrency import Admission, in_order
 from interlock.runtime.rateblocks import RateBlocks
 from interlock.runtime.slotlines import Lines, Waiter
+from interlock.runtime.slotturns import admit
 from interlock.runtime.sweep import GRACE_S as GRACE_S
 from interlock.runtime.sweep import SWEEP_EVERY_S as SWEEP_EVERY_S
 from interlock.runtime.sweep import Sweep
@@ -269,9 +270,7 @@ class AtOnce:
                 return False
             if not entry.lines and not entry.waiting and len(entry.holders) < claim.size:
                 entry.size = claim.size
-                entry.holders.append(holder)
-                if claim.fair:
-                    entry.turn = claim.fair
+                admit(entry, holder, claim.fair)
                 return True
             if not join or claim.on_limit != "queue" or await lines.find(holder) is not None:
                 return False

@@ -43,7 +43,7 @@ from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
 from interlock.runtime.slotlines import ENTRIES, Lines, SlotEntry, Waiter, entry_key, order
 from interlock.runtime.slotstore import Written, decode_entry
-from interlock.runtime.slotturns import grant, urgent_first
+from interlock.runtime.slotturns import admit, grant, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
@@ -265,9 +265,7 @@ class Slots:
             place = await lines.find(waiter)
             if place is None:
                 if len(entry.holders) < claim.size and not entry.lines:
-                    entry.holders.append(waiter)
-                    if claim.fair:
-                        entry.turn = claim.fair  # served: its key had the last turn
+                    admit(entry, waiter, claim.fair)  # its key served last, and counted
                     return Entered(held=True)
                 if claim.on_limit == "skip":
                     return Entered(held=False, skipped=True)

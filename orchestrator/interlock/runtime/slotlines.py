@@ -1,9 +1,10 @@
 """How the slots bucket keeps one limit and key: a small entry, and a line per fairness key.
 
-The entry (bucket key ``<limit hash>.<key hash>``) holds the runs holding a slot and, per
-fairness key with runs waiting, that line's outline: its weight and its segments, each
-with its count, its oldest wait, its last place and how many of its waiters are early
-(:meth:`Lines.find`). The first waiters of each line (up to
+The entry (bucket key ``<limit hash>.<key hash>``) holds the runs holding a slot, each
+fairness key's recent use of the slots (:mod:`slotuse`) and, per fairness key with runs
+waiting, that line's outline: its weight and its segments, each with its count, its oldest
+wait, its last place and how many of its waiters are early (:meth:`Lines.find`). The
+first waiters of each line (up to
 :data:`HEAD`) are kept in the entry itself (``waiting``); the rest are in the segments
 (``<entry key>.<fairness key hash>.<n>``), at most :data:`SEGMENT` each, in line order
 (higher priority first, then the earlier queued, then run id). A run leaving the head of a
@@ -33,6 +34,7 @@ from typing import Any
 import msgspec
 
 from interlock.runtime.foreign import foreign_value
+from interlock.runtime.slotuse import Use
 from interlock.transport.kvread import read_key
 
 SEGMENT = 200
@@ -128,6 +130,11 @@ class SlotEntry(msgspec.Struct, kw_only=True):
     turn: str = ""
     """The fairness key served last (keys holding as many slots take turns after it)."""
     lines: list[Line] = []
+    admitted: int = 0
+    """Slots taken so far (every admission; what recent use decays by)."""
+    used: list[Use] = []
+    """Each fairness key's recent use of the slots (:mod:`slotuse`): fair share serves a
+    key that used few lately first. (Entries written before kept none: all count 0.)"""
     per_s: float = 0.0
     """A capability's rate limit: ``size`` tokens per this many seconds (0: slots). Its
     holders hold a token until their admission is read; its lines go as tokens come."""

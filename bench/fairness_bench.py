@@ -24,7 +24,10 @@ waves, so its median run starts after about ``(few / 2) // limit`` waves (2 T fo
 10 slots). Beside a flood that keeps every slot busy, B's first runs wait for A's runs to
 end (half a slot time on average) and B then holds half of the slots, so its median run
 starts after about ``(few / 2) // (limit / 2)`` T more (4.75 T for 50 in 10): equal shares
-alone make the ratio about 2.4x when the slot time is the same in both phases.
+alone make the ratio about 2.4x when the slot time is the same in both phases. Fair share
+over recent use (what the limit does now) gives B, which used no slot lately, the slots
+as they free until its slots and recent use reach A's: printed too, computed with the
+limit's own choice of line (2.75 T for 50 in 10, 1.4x).
 
     python -m bench fairness [--flood 5000] [--few 50] [--limit 10] [--rounds 3]
                              [--via client|orchestrator]
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import os
 import statistics
 import tempfile
@@ -53,6 +57,8 @@ from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.embedded import EmbeddedNats
 from interlock.runtime.runs import Runs
 from interlock.runtime.service import Orchestrator
+from interlock.runtime.slotlines import STRIDE, Line, SlotEntry, Waiter
+from interlock.runtime.slotturns import admit, pick
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.connection import ConnectOptions, connect
 from interlock.transport.subjects import Subjects
@@ -109,6 +115,36 @@ def equal_shares(few: int, limit: int) -> tuple[float, float]:
     # Beside: A's holders end spread over one slot time; B takes the first `half` freed.
     beside = [(i % half + 0.5) / limit + i // half for i in range(few)]
     return median_start(alone), median_start(beside)
+
+
+def recent_use(few: int, limit: int) -> float:
+    """B's median time to start beside a flood in slot times, as fair share over recent
+    use serves it (:func:`slotturns.pick` itself): A held every slot for long, its
+    holders ending spread over one slot time, each slot freed given to the line picked."""
+    entry = SlotEntry(limit="bench", key="all", size=limit)
+    for n in range(WARM * limit):  # A alone, every slot its, long enough to count fully
+        if len(entry.holders) >= limit:
+            entry.holders.pop(0)
+        admit(entry, Waiter(f"a{n}", "", limit, fair="A"), "A")
+    ends = [((i + 0.5) / limit, holder.run_id) for i, holder in enumerate(entry.holders)]
+    entry.lines = [Line(fair="A", weight=1, segments=[]), Line(fair="B", weight=1, segments=[])]
+    starts: list[float] = []
+    n = 0
+    while len(starts) < few:
+        at, ended = heapq.heappop(ends)
+        entry.holders = [h for h in entry.holders if h.run_id != ended]
+        line = pick(entry)
+        line.passed += STRIDE
+        n += 1
+        admit(entry, Waiter(f"{line.fair}{n}", "", limit, fair=line.fair), line.fair)
+        heapq.heappush(ends, (at + 1, f"{line.fair}{n}"))
+        if line.fair == "B":
+            starts.append(at)
+    return statistics.median(starts)
+
+
+WARM = 100
+"""Slot times of A alone before B joins, in :func:`recent_use`."""
 
 
 class Admissions:
@@ -257,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     loads = [os.getloadavg()[0]]
     ideal_alone, ideal_beside = equal_shares(args.few, args.limit)
+    recent = recent_use(args.few, args.limit)
     print(
         f"key B's median time to start, {args.few} runs alone and beside key A's "
         f"{args.flood}, {args.limit} slots shared, started via the {args.via}; "
@@ -264,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"equal shares imply: alone {ideal_alone:.2f} T, beside {ideal_beside:.2f} T, "
-        f"{ideal_beside / ideal_alone:.2f}x at equal T"
+        f"{ideal_beside / ideal_alone:.2f}x at equal T; recent use (fair share now): "
+        f"beside {recent:.2f} T, {recent / ideal_alone:.2f}x"
     )
     ratios: dict[bool, list[float]] = {False: [], True: []}
     units: dict[bool, list[tuple[float, float]]] = {False: [], True: []}

@@ -26,12 +26,15 @@ WAITS = yaml(
 )
 
 ACTS = [
-    "/workflows/default/waits/pause",
-    "/workflows/default/waits/resume",
-    "/runs/{run}/pause",
-    "/runs/{run}/resume",
-    "/capabilities/slow/pause",
-    "/capabilities/slow/resume",
+    ("/workflows/default/waits/pause", {"reason": "x"}),
+    ("/workflows/default/waits/resume", {}),
+    ("/runs/{run}/pause", {"reason": "x"}),
+    ("/runs/{run}/resume", {}),
+    ("/capabilities/slow/pause", {"reason": "x"}),
+    ("/capabilities/slow/resume", {}),
+    # A fork takes slots of its own and a migration moves runs onto other limits.
+    ("/runs/{run}/fork", {"at": 2, "run_id": "forked-by-a-stranger"}),
+    ("/workflows/default/waits/migrate", {"to": 1}),
 ]
 
 
@@ -51,8 +54,8 @@ async def test_flow_control_is_refused_to_all_but_operators(
         run = (await operator.post("/runs", json={"workflow": "waits"})).json()["run_id"]
         for role, status in ((None, 401), ("publisher", 403), ("reader", 403)):
             async with gs.http(role) as http:
-                for path in ACTS:
-                    problem(await http.post(path.format(run=run), json={"reason": "x"}), status)
+                for path, body in ACTS:
+                    problem(await http.post(path.format(run=run), json=body), status)
                 if role != "reader":
                     problem(await http.get("/queues"), status)
         async with gs.http("reader") as reader:
@@ -61,6 +64,9 @@ async def test_flow_control_is_refused_to_all_but_operators(
             assert described.get("paused") is None
             workflows = (await reader.get("/workflows")).json()
             assert not any(w.get("paused") for w in workflows), workflows
+            assert (await reader.get("/runs/forked-by-a-stranger")).status_code == 404
+            listed = {r["run_id"] for r in (await reader.get("/runs")).json()["runs"]}
+            assert listed <= {run}, listed  # (the index may not list the run yet)
 
 
 BAD_NAMES = [

@@ -153,7 +153,7 @@ class ClusterMetrics(Collector):
         # Each key's counts, not its entry: an entry outlines up to 256 lines of keys a
         # publisher names, and the bucket is read a bounded batch at a time.
         counts: dict[str, tuple[str, int, int, float | None]] = {}
-        async for token, value in scan_bucket(kv, ENTRIES):
+        async for _, token, value in scan_bucket(kv, ENTRIES):
             try:
                 entry = decode_slots(value)
             # What is not an entry is reported by the orchestrator's own reads.

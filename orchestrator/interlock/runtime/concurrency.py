@@ -47,7 +47,7 @@ from interlock.runtime.slotturns import admit, grant, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
-from interlock.transport.kvread import read_key, scan_bucket, written_after
+from interlock.transport.kvread import read_key, scan_bucket
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.concurrency")
@@ -127,14 +127,21 @@ class Slots:
         bucket at a time (see ``kvread.scan_bucket``): an entry outlines up to 256 lines
         of keys a publisher names, so what reads them all keeps what it makes of each."""
         bucket = self._subjects.slots_bucket
-        async for token, value in scan_bucket(await self._bucket(), ENTRIES):
+        async for _, token, value in scan_bucket(await self._bucket(), ENTRIES):
             yield token, decode_entry(bucket, token, value)
 
-    async def written_after(self, after: int) -> tuple[dict[str, SlotEntry | None], int]:
-        """Entries written after revision ``after`` (None: gone), and the revision read."""
-        values, through = await written_after(await self._bucket(), ENTRIES, after)
-        bucket = self._subjects.slots_bucket
-        return {t: decode_entry(bucket, t, v) for t, v in values.items()}, through
+    async def written_after(
+        self, after: int, keep: Callable[[SlotEntry], bool]
+    ) -> tuple[dict[str, SlotEntry | None], int]:
+        """Entries written after revision ``after``, those ``keep`` takes (None: gone, or
+        not taken), and the revision read; read a bounded batch at a time."""
+        found: dict[str, SlotEntry | None] = {}
+        through, bucket = after, self._subjects.slots_bucket
+        async for revision, token, value in scan_bucket(await self._bucket(), ENTRIES, after):
+            entry = decode_entry(bucket, token, value)
+            found[token] = entry if entry is not None and keep(entry) else None
+            through = max(through, revision)
+        return found, through
 
     async def change(
         self, claim: ev.SlotClaim, change: Change, token: str = "", *, urgent: bool = False

@@ -48,6 +48,14 @@ SWEEP_EVERY_S = 60.0
 """How often each orchestrator sweeps the slots bucket (give or take a tenth)."""
 
 
+def _may_need(entry: SlotEntry) -> bool:
+    """Whether a sweep has anything to look at in ``entry``: an early holder (or waiter),
+    or a rate's tokens out (the others are not kept: an entry outlines up to 256 lines)."""
+    if entry.per_s:
+        return bool(entry.tat) and not entry.holders and not entry.lines
+    return any(h.early for h in (*entry.holders, *entry.waiting))
+
+
 class Sweep:
     """The early holders of one process's view of the slots bucket, checked against the
     logs; what it freed and what it read, counted for the metrics."""
@@ -82,7 +90,7 @@ class Sweep:
         cleared; and rates whose every token is back, deleted. How many holders were
         freed."""
         now = parse_time(self._clock()).timestamp()
-        changed, self._through = await self.slots.written_after(self._through)
+        changed, self._through = await self.slots.written_after(self._through, _may_need)
         self.read += len(changed)
         for token, entry in changed.items():
             if entry is None:

@@ -24,7 +24,7 @@ async def _scan(js: Any, subjects: Subjects, pattern: str) -> AsyncIterator[tupl
         kv = await js.key_value(subjects.triggers_bucket)
     except BucketNotFoundError:
         return  # an installation provisioned before triggers had flow control
-    async for key, value in scan_bucket(kv, pattern):
+    async for _, key, value in scan_bucket(kv, pattern):
         yield key, value
 
 

@@ -37,16 +37,21 @@ SCAN_BYTES = 1 << 20
 than that comes alone)."""
 
 
-async def scan_bucket(kv: KeyValue, pattern: str = ">") -> AsyncIterator[tuple[str, bytes]]:
-    """Each key under ``pattern`` with its value (``b""``: deleted), in the order of the
-    bucket's records, read a batch of bounded size at a time (no consumer), so a reader
-    holds one batch, not the bucket. A key written again during the scan may come twice,
-    the later value last: a caller that keeps what it makes of each key keeps the last."""
+async def scan_bucket(
+    kv: KeyValue, pattern: str = ">", after: int = 0
+) -> AsyncIterator[tuple[int, str, bytes]]:
+    """Each record of a key under ``pattern`` after revision ``after``: its revision, its
+    key and its value (``b""``: deleted), in the bucket's order, read a batch of bounded
+    size at a time (no consumer), so a reader holds one batch, not the bucket. A key
+    written again during the scan may come twice, the later value last: a caller keeps
+    what it makes of each key, the last one. In a bucket that keeps one record per key,
+    the records after ``after`` are one per key changed since, however often it changed."""
     prefix = kv_prefix(kv)
     subject = f"{prefix}{pattern}"
-    async for batch in scan_messages(kv._js._nc, kv._stream, subject, max_bytes=SCAN_BYTES):
-        for _, subject, value in batch:
-            yield subject[len(prefix) :], value
+    nc = kv._js._nc
+    async for batch in scan_messages(nc, kv._stream, subject, after, max_bytes=SCAN_BYTES):
+        for revision, name, value in batch:
+            yield revision, name[len(prefix) :], value
 
 
 async def named_bucket_values(js: JetStreamContext, bucket: str) -> dict[str, bytes]:
@@ -101,17 +106,6 @@ async def _fold_stream(
         else:
             values.pop(key, None)
     return values
-
-
-async def written_after(kv: KeyValue, pattern: str, after: int) -> tuple[dict[str, bytes], int]:
-    """The keys under ``pattern`` written after revision ``after``, each with its value
-    (``b""``: deleted), and the revision read through (``after`` when none was). In a
-    bucket that keeps one record per key, that is one record per key changed since,
-    however often it changed."""
-    prefix = kv_prefix(kv)
-    records = await read_messages(kv._js._nc, kv._stream, f"{prefix}{pattern}", after)
-    values = {subject[len(prefix) :]: value for _, subject, value in records}
-    return values, records[-1][0] if records else after
 
 
 async def newest_revision(kv: KeyValue) -> int | None:

@@ -76,6 +76,7 @@ RUN_ELSEWHERE = {
     "code-review.yaml": "tests/flow/test_signal_cli.py",
     "debounce.yaml": "tests/flow/test_trigger_windows.py",
     "capability-limits.yaml": "tests/runtime/test_capability_limits.py",
+    "concurrency.yaml": "tests/flow/test_concurrency_example.py",
 }
 """Examples run end to end by other modules."""
 

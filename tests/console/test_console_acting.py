@@ -385,7 +385,8 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
         held = (await http.post("/runs", json={"workflow": "pausable"})).json()["run_id"]
     await page.get_by_role("link", name="Queues").click()
     line = page.locator("tr", has_text="default/pausable@paused")
-    for _ in range(50):  # until the orchestrator has put the run in the workflow's line
+    for _ in range(300):  # until the orchestrator has put the run in the workflow's line
+        await page.locator("main h1", has_text="Queues").wait_for()  # drawn, not still reading
         if await line.count():
             break
         await asyncio.sleep(0.1)

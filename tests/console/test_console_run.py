@@ -228,7 +228,7 @@ async def test_a_chain_of_runs_continued_as_new_is_linked_both_ways(console: Con
         # The workflow's runs per version count the runs that continued.
         want = {"version": 1, "running": 0, "completed": 1, "failed": 0, "cancelled": 0}
         want["continued"] = 3
-        for _ in range(100):
+        for _ in range(600):
             runs = (await http.get("/workflows/chained")).json()["runs"]
             if runs == [want]:
                 break

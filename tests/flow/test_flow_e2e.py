@@ -115,7 +115,7 @@ async def test_the_ingest_manifest_runs_end_to_end(stack: Stack) -> None:
     assert started[0].data.items == ["eu", "us", "ap"]
     # A finished run leaves the correlation index.
     index = CorrelationIndex(stack.client.nc, stack.client.subjects)
-    for _ in range(100):
+    for _ in range(600):
         if not await index.runs("default", "ingest", "T-7"):
             break
         await asyncio.sleep(0.05)

@@ -55,7 +55,7 @@ async def test_fork_is_previewed_then_made(gs: GatewayStack) -> None:
         assert (await http.post(f"/runs/{run_id}/fork", json={"at": 0})).status_code == 400
         assert (await http.post("/runs/nope/fork", json={"at": 1})).status_code == 404
 
-        for _ in range(100):
+        for _ in range(600):
             listed = {r["run_id"]: r for r in (await http.get("/runs")).json()["runs"]}
             if listed.get("forked1", {}).get("forked_from"):
                 break
@@ -91,7 +91,7 @@ async def test_migrate_is_previewed_then_made(gs: GatewayStack) -> None:
         assert moved.status_code == 200, moved.text
         assert [r["run_id"] for r in moved.json()["moved"]] == [run_id]
         assert (await http.get(f"/runs/{run_id}")).json()["version"] == 2
-        for _ in range(100):
+        for _ in range(600):
             listed = {r["run_id"]: r for r in (await http.get("/runs")).json()["runs"]}
             if listed[run_id].get("migrated_from"):
                 break
@@ -100,7 +100,7 @@ async def test_migrate_is_previewed_then_made(gs: GatewayStack) -> None:
 
 
 async def _letters(gs: GatewayStack, http, count: int) -> list[dict]:  # type: ignore[no-untyped-def]
-    for _ in range(100):
+    for _ in range(600):
         letters = (await http.get("/dead-letters")).json()
         if len(letters) >= count:
             return letters

@@ -163,7 +163,7 @@ def test_curl_posts_a_signed_pull_request_and_the_workflow_completes(tmp_path: P
         assert status == 202
         assert json.loads(again) == json.loads(first)
         listed: list[object] = []
-        for _ in range(50):  # the run index is written just after the run's log
+        for _ in range(300):  # the run index is written just after the run's log
             runs = run_cli("runs", "--json", env=cli_env(nats, "il"), cwd=tmp_path)
             listed = json.loads(runs.stdout)
             if listed:

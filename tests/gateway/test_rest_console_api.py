@@ -128,7 +128,7 @@ async def test_runs_say_what_they_wait_for_and_filter_by_it(gs: GatewayStack) ->
 
         # The run index is written behind the logs: until it has every run in its state.
         wanted = {started["review"], started["unserved"], started["hook"], done["run_id"]}
-        for _ in range(100):
+        for _ in range(600):
             listed = {r["run_id"]: r for r in (await http.get("/runs")).json()["runs"]}
             ready = {k for k, r in listed.items() if r["state"]}
             if wanted <= ready and listed[done["run_id"]]["status"] == "completed":
@@ -194,7 +194,7 @@ async def test_a_workflow_keeps_its_source_and_counts_runs_per_version(gs: Gatew
             await wait_status(gs, started[-1], "running", "wait")
         await http.post(f"/runs/{started[0]}/cancel", json={"reason": "counted"})
         await wait_status(gs, started[0], "cancelled")
-        for _ in range(100):
+        for _ in range(600):
             runs = (await http.get("/workflows/default/commented")).json()["runs"]
             if runs and runs[0]["cancelled"] == 1:
                 break
@@ -236,7 +236,7 @@ async def test_a_run_queued_for_a_slot_says_so(gs: GatewayStack) -> None:
         second = (await http.post("/runs", json={"workflow": "limited"})).json()["run_id"]
 
         async def waiting(run_id: str, kind: str) -> list[dict[str, str]]:
-            for _ in range(100):
+            for _ in range(600):
                 listed = (await http.get("/runs", params={"waiting": kind})).json()["runs"]
                 found = [r for r in listed if r["run_id"] == run_id]
                 if found:
@@ -278,7 +278,7 @@ async def test_a_version_stored_before_outlines_said_what_states_ask_lists_its_a
     async with gs.http() as http:
         run_id = (await http.post("/runs", json={"workflow": "older"})).json()["run_id"]
         await wait_status(gs, run_id, "running", "ask")
-        for _ in range(100):
+        for _ in range(600):
             found = (await http.get("/runs", params={"waiting": "agent:nobody"})).json()["runs"]
             if found:
                 break

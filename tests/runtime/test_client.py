@@ -120,7 +120,7 @@ async def test_start_result_describe_runs_logs(nats_url: str, subjects: Subjects
         async def both_indexed() -> list[str]:
             return [r.run_id for r in await client.runs()]
 
-        for _ in range(200):
+        for _ in range(1500):
             if {run_id, gated} <= set(await both_indexed()):
                 break
             await asyncio.sleep(0.02)

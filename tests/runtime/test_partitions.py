@@ -63,7 +63,7 @@ async def test_a_runs_partition_is_what_the_servers_partition_mapping_gives(
         for run_id in ids:
             await nc.publish(f"m.{run_id}", b"")
         await nc.flush()
-        for _ in range(100):
+        for _ in range(3000):
             if len(got) == len(ids):
                 break
             await asyncio.sleep(0.01)

@@ -75,7 +75,7 @@ async def test_only_an_operator_pauses_a_capability(secured: Secured) -> None:
 
     code, out, errs, _ = await cli(secured, operator, "resume", "capability", "held")
     assert code == 0, errs
-    for _ in range(100):
+    for _ in range(600):
         records = await secured.operator.read(run_id)
         if any(isinstance(r, ev.ActionAdmitted) for r in records):
             break

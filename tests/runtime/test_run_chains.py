@@ -300,3 +300,25 @@ async def test_the_cli_follows_the_chain_and_each_link_replays_from_its_log(
             assert json.loads(out)["agree"] is True, out
         code, out, err = offline("explain", "--file", str(exported), "--workflow", "ticking.yaml")
         assert f"it continues run {first}" in out, err
+        # One run's export says its log is one link of a chain, and how to have them all.
+        code, out, err = await cli("export", first)
+        assert code == 0, err
+        assert f"note: run {first} continued as new as run {second}: this file" in err
+        assert f"interlock export {first} --chain -o DIR" in err
+        # --chain, named by any run of it: every run, first to newest, each replaying.
+        folder = tmp_path / "chain"
+        code, out, err = await cli("export", second, "--chain", "-o", str(folder))
+        assert code == 0, err
+        assert f"wrote the 2 run(s) of the chain to {folder}, first to newest: {first}.jsonl" in err
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            [f"{first}.jsonl", f"{second}.jsonl"]
+        )
+        for run_id in (first, second):
+            code, out, err = offline(
+                "replay", "--file", str(folder / f"{run_id}.jsonl"), "--against", "ticking.yaml"
+            )
+            assert code == 0, out + err
+        assert (folder / f"{second}.jsonl").read_bytes() == exported.read_bytes()
+        code, out, err = await cli("export", first, "--chain")
+        assert code == 2
+        assert "give the folder, -o DIR" in err

@@ -322,6 +322,8 @@ async def cmd_export(client: Client, args: argparse.Namespace) -> int:
     from interlock.cli.exporting import export_lines
 
     records = await client.records(args.run_id)
+    if args.chain:
+        return await _export_chain(client, args, records)
     lines, objects = export_lines(records)
     if args.output:
         write_atomically(Path(args.output), lines)
@@ -331,7 +333,63 @@ async def cmd_export(client: Client, args: argparse.Namespace) -> int:
         from interlock.cli.terminal import write_json_lines
 
         write_json_lines(lines)
+    before, after = _chain_links(records)
+    if before or after:
+        links = ([f"continues run {before}"] if before else []) + (
+            [f"continued as new as run {after}"] if after else []
+        )
+        err(
+            f"note: run {args.run_id} {' and '.join(links)}: this file holds its own log "
+            f"only (interlock export {args.run_id} --chain -o DIR writes every run of its chain)"
+        )
     return EXIT_OK
+
+
+def _chain_links(records: list[ev.AnyRecord]) -> tuple[str | None, str | None]:
+    """The run a log's run continues, and the run it continued as (None: none)."""
+    from interlock.core import events as ev
+
+    first, last = records[0], records[-1]
+    before = None
+    if isinstance(first, ev.RunStarted) and first.data.continued_from is not None:
+        before = first.data.continued_from.run_id
+    after = last.data.run_id if isinstance(last, ev.RunContinued) else None
+    return before, after
+
+
+async def _export_chain(client: Client, args: argparse.Namespace, records: list[Any]) -> int:
+    """Every run of the chain ``args.run_id`` is in, first to newest, a file each in the
+    folder ``-o`` names (``<run id>.jsonl``), as ``export -o`` writes one."""
+    from interlock.cli.exporting import export_lines
+
+    if not args.output:
+        raise CliError("--chain writes a file per run: give the folder, -o DIR", EXIT_USAGE)
+    folder = _folder(Path(args.output))
+    run_id, before = args.run_id, _chain_links(records)[0]
+    while before is not None:  # back to the first run of the chain
+        run_id, records = before, await client.records(before)
+        before = _chain_links(records)[0]
+    logs = [(run_id, records)]
+    after = _chain_links(records)[1]
+    while after is not None:
+        records = await client.records(after)
+        logs.append((after, records))
+        after = _chain_links(records)[1]
+    for run, log in logs:
+        write_atomically(folder / f"{run}.jsonl", export_lines(log)[0])
+    err(
+        f"wrote the {len(logs)} run(s) of the chain to {folder}, first to newest: "
+        + ", ".join(f"{run}.jsonl ({len(log)} records)" for run, log in logs)
+    )
+    return EXIT_OK
+
+
+def _folder(folder: Path) -> Path:
+    """The folder ``--chain -o`` names, made when missing."""
+    if folder.exists() and not folder.is_dir():
+        raise CliError(f"--chain -o {folder}: not a folder", EXIT_USAGE)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def write_atomically(target: Path, data: bytes) -> None:

@@ -209,7 +209,12 @@ def _add_read_parsers(sub: Sub) -> None:
 
     p = sub.add_parser("export", help="write a run's log as JSONL CloudEvents")
     p.add_argument("run_id", type=run_id_arg)
-    p.add_argument("-o", "--output", help="file (default stdout)")
+    p.add_argument("-o", "--output", help="file (default stdout); with --chain, a folder")
+    p.add_argument(
+        "--chain",
+        action="store_true",
+        help="every run of its chain of runs continued as new, a file each in the -o folder",
+    )
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_export))
 

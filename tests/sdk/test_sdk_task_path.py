@@ -10,6 +10,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 from interlock.sdk import Outcome, Worker, WorkerObserver
@@ -70,6 +71,9 @@ async def test_tasks_delivered_together_each_have_a_context_of_their_own(
     assert observer.finished == {action: action for action in actions}
 
 
+# serial: a progress ack every 0.13 s keeps a task past its 0.4 s ack wait; a process
+# stalled 0.3 s by another busy one on a 2-core machine lets JetStream redeliver it.
+@pytest.mark.serial
 async def test_progress_acks_keep_tasks_of_different_ages_and_forget_settled_ones(
     wire, runner
 ) -> None:

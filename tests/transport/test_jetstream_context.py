@@ -16,6 +16,7 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError, NoStreamResponse
 from interlock.transport.jetstream import JetStream, jetstream
 from interlock.transport.natsclient import NatsClient
 from interlock.transport.subjects import Subjects
+from support.runtime import eventually
 
 
 @pytest.fixture(params=["nats-py", "interlock"])
@@ -93,6 +94,10 @@ async def test_key_value_writes_go_through_it_with_their_errors(
     assert (await kv.get("k")).value == b"2"
 
 
+async def _some(held: list[Msg]) -> bool:
+    return bool(held)
+
+
 async def test_an_unanswered_publish_times_out_and_a_late_answer_is_dropped(
     nc: Client, subjects: Subjects
 ) -> None:
@@ -106,6 +111,9 @@ async def test_an_unanswered_publish_times_out_and_a_late_answer_is_dropped(
         js = jetstream(nc)
         with pytest.raises(NatsTimeoutError):
             await js.request_ack(f"{subjects.prefix}.silent", b"x", ack_wait=0.2)
+        # The request reaches the responder through the server, which on a loaded machine
+        # may take longer than the 0.2 s the publish waited.
+        await eventually(lambda: _some(held), what="the request at the responder")
         assert len(held) == 1
         await nc.publish(held[0].reply, b'{"stream":"late","seq":1}')
         await nc.flush()

@@ -149,6 +149,16 @@ async def test_an_operator_pauses_and_resumes_a_workflow_over_http(
                 re.M,
             ), listed.stdout
             assert (await http.post("/workflows/default/nope/pause")).status_code == 404
+            # Named without its namespace, as the CLI takes it: the path is GET's, and the
+            # 405 says which path the pause wants, where it said "Method Not Allowed".
+            bare = await http.post("/workflows/limited/pause")
+            assert bare.status_code == 405
+            assert bare.headers["content-type"] == "application/problem+json"
+            assert bare.json()["detail"] == (
+                "POST is not allowed on /workflows/limited/pause: it takes GET, HEAD (a "
+                "workflow's pause names its namespace: POST /workflows/default/limited/pause)"
+                "; see /openapi.json"
+            )
 
             async def seen() -> bool:
                 return gs.stack.orchestrator.flow.admission.pauses.holds("default", "limited")

@@ -74,10 +74,25 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
     status = int(getattr(exc, "status_code", 500))
     slug = {404: "not-found", 405: "method-not-allowed"}.get(status, "http-error")
     detail = str(getattr(exc, "detail", "") or slug)
+    headers = dict(getattr(exc, "headers", None) or {})
     if status == 404:
         detail = f"no such resource: {request.url.path} (see /openapi.json)"
-    headers = dict(getattr(exc, "headers", None) or {})
+    elif status == 405:
+        detail = _not_allowed(request.method, request.url.path, headers.get("Allow", ""))
     return Problem(status, slug, detail, headers=headers).response(request.url.path)
+
+
+def _not_allowed(method: str, path: str, allow: str) -> str:
+    """What a 405 says: the methods the path takes, and for a workflow's verb sent without
+    its namespace (which the CLI fills in), the path it wants."""
+    detail = f"{method} is not allowed on {path}: it takes {allow or 'other methods'}"
+    parts = path.strip("/").split("/")
+    if len(parts) == 3 and parts[0] == "workflows" and parts[2] in ("pause", "resume", "migrate"):
+        detail += (
+            f" (a workflow's {parts[2]} names its namespace: "
+            f"POST /workflows/default/{parts[1]}/{parts[2]})"
+        )
+    return detail + "; see /openapi.json"
 
 
 def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:

@@ -27,7 +27,9 @@ starts after about ``(few / 2) // (limit / 2)`` T more (4.75 T for 50 in 10): eq
 alone make the ratio about 2.4x when the slot time is the same in both phases. Fair share
 over recent use (what the limit does now) gives B, which used no slot lately, the slots
 as they free until its slots and recent use reach A's: printed too, computed with the
-limit's own choice of line (2.75 T for 50 in 10, 1.4x).
+limit's own choice of line (2.75 T for 50 in 10, 1.4x). Each round also counts A's runs
+admitted from B's start until half of B's were (read from the logs, whatever the slot
+time): about ``few / 2 - limit / 2`` with equal shares (20 for 50 in 10), 2 by recent use.
 
     python -m bench fairness [--flood 5000] [--few 50] [--limit 10] [--rounds 3]
                              [--via client|orchestrator]
@@ -117,10 +119,11 @@ def equal_shares(few: int, limit: int) -> tuple[float, float]:
     return median_start(alone), median_start(beside)
 
 
-def recent_use(few: int, limit: int) -> float:
-    """B's median time to start beside a flood in slot times, as fair share over recent
-    use serves it (:func:`slotturns.pick` itself): A held every slot for long, its
-    holders ending spread over one slot time, each slot freed given to the line picked."""
+def recent_use(few: int, limit: int) -> tuple[float, int]:
+    """B's median time to start beside a flood in slot times, and how many of A's runs are
+    admitted before half of B's are, as fair share over recent use serves them
+    (:func:`slotturns.pick` itself): A held every slot for long, its holders end spread
+    over one slot time, each slot freed is given to the line picked."""
     entry = SlotEntry(limit="bench", key="all", size=limit)
     for n in range(WARM * limit):  # A alone, every slot its, long enough to count fully
         if len(entry.holders) >= limit:
@@ -129,7 +132,7 @@ def recent_use(few: int, limit: int) -> float:
     ends = [((i + 0.5) / limit, holder.run_id) for i, holder in enumerate(entry.holders)]
     entry.lines = [Line(fair="A", weight=1, segments=[]), Line(fair="B", weight=1, segments=[])]
     starts: list[float] = []
-    n = 0
+    n = others = 0
     while len(starts) < few:
         at, ended = heapq.heappop(ends)
         entry.holders = [h for h in entry.holders if h.run_id != ended]
@@ -140,7 +143,9 @@ def recent_use(few: int, limit: int) -> float:
         heapq.heappush(ends, (at + 1, f"{line.fair}{n}"))
         if line.fair == "B":
             starts.append(at)
-    return statistics.median(starts)
+        elif len(starts) < (few + 1) // 2:
+            others += 1
+    return statistics.median(starts), others
 
 
 WARM = 100
@@ -153,12 +158,24 @@ class Admissions:
 
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.order: list[str] = []
+        """The runs admitted, in the order their admissions were appended."""
 
     async def on_msg(self, msg: Msg) -> None:
         with contextlib.suppress(Exception):  # not a batch of records: not counted
             for record in ev.decode_batch(msg.data):
                 if isinstance(record, ev.RunAdmitted):
                     self.times.append(stamp(record.time))
+                    self.order.append(record.subject)
+
+    def others_between(self, runs: list[str], first: float, last: float) -> int:
+        """How many runs not of ``runs`` were admitted from ``first`` to ``last``."""
+        mine = set(runs)
+        return sum(
+            1
+            for at, run_id in zip(self.times, self.order, strict=True)
+            if first <= at <= last and run_id not in mine
+        )
 
     def slot_time(self, limit: int, first: float, last: float, *, wave: int) -> float:
         """Seconds a slot takes per run: the limit over the admissions per second from
@@ -234,6 +251,8 @@ class Phase:
     """B's median seconds from run.started to run.admitted."""
     slot: float
     """Seconds a slot took per run meanwhile."""
+    others: int = 0
+    """Beside the flood: A's runs admitted from B's start until half of B's were."""
 
 
 async def served(client: InterlockClient, run_ids: list[str]) -> list[tuple[float, float]]:
@@ -263,12 +282,15 @@ async def beside(url: str, flood: int, few: int, limit: int, fair: bool, via: st
     async with stack(url, limit, fair, via) as found:
         admissions = found.admissions
         await start_many(found, "A", flood)
-        times = await served(found.client, await start_many(found, "B", few))
+        few_runs = await start_many(found, "B", few)
+        times = await served(found.client, few_runs)
         # A's runs left unfinished: this prefix is dropped with its orchestrator.
     first, last = min(s for s, _ in times), max(a for _, a in times)
+    half = sorted(a for _, a in times)[(len(times) - 1) // 2]
     return Phase(
         wait=statistics.median(a - s for s, a in times),
         slot=admissions.slot_time(limit, first, last, wave=0),
+        others=admissions.others_between(few_runs, first, half),
     )
 
 
@@ -293,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     loads = [os.getloadavg()[0]]
     ideal_alone, ideal_beside = equal_shares(args.few, args.limit)
-    recent = recent_use(args.few, args.limit)
+    recent, recent_others = recent_use(args.few, args.limit)
     print(
         f"key B's median time to start, {args.few} runs alone and beside key A's "
         f"{args.flood}, {args.limit} slots shared, started via the {args.via}; "
@@ -301,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"equal shares imply: alone {ideal_alone:.2f} T, beside {ideal_beside:.2f} T, "
-        f"{ideal_beside / ideal_alone:.2f}x at equal T; recent use (fair share now): "
-        f"beside {recent:.2f} T, {recent / ideal_alone:.2f}x"
+        f"{ideal_beside / ideal_alone:.2f}x at equal T, about {args.few // 2 - args.limit // 2} "
+        f"of A's admitted before half of B's; recent use (fair share now): beside "
+        f"{recent:.2f} T, {recent / ideal_alone:.2f}x, {recent_others} of A's"
     )
     ratios: dict[bool, list[float]] = {False: [], True: []}
     units: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
@@ -325,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"alone {a.wait * 1000:7.1f} ms (T {a.slot * 1000:6.1f} ms, "
                         f"{a.wait / a.slot:5.2f} T), beside {b.wait * 1000:8.1f} ms "
                         f"(T {b.slot * 1000:6.1f} ms, {b.wait / b.slot:6.2f} T): "
-                        f"{ratio:6.1f}x, {b.wait / b.slot / (a.wait / a.slot):5.1f}x in T",
+                        f"{ratio:6.1f}x, {b.wait / b.slot / (a.wait / a.slot):5.1f}x in T; "
+                        f"A admitted before half of B: {b.others}",
                         flush=True,
                     )
         finally:

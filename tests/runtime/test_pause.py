@@ -5,6 +5,7 @@ order; nothing is lost when the workflow is resumed while no orchestrator runs."
 from __future__ import annotations
 
 import asyncio
+import re
 
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
@@ -87,6 +88,10 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
         explained = await cli(nats_url, subjects, "explain", held[1])
         assert "does not reproduce" not in explained, explained
         assert "=> no transition: admitted: it holds its slots, and enters its state" in explained
+        # How long it waited, from its run.queued to its run.admitted.
+        assert re.search(r"#\d+ +run\.admitted: .*\(after \d+\.\ds in line\)\n", explained), (
+            explained
+        )
         assert await list_queues(client) == []
         again = await cli(nats_url, subjects, "resume", "workflow", "hello")
         assert "was not paused" in again

@@ -78,6 +78,7 @@ from interlock.core.replay import (
     workflow_of,
 )
 from interlock.core.retryafter import retry_wait
+from interlock.core.rfc3339 import parse_time
 from interlock.core.state import RunState, fold
 from interlock.core.vocabulary import RunStatus, TimerPurpose
 
@@ -142,6 +143,7 @@ def explain(
     recorded = RunState()
     explained: list[dict[str, Any]] = []
     mismatch: dict[str, Any] | None = None
+    queued_at: dict[str, str] = {}
     for step in steps(records):
         # Each step is weighed from the recorded state, whatever this definition did before,
         # by the version in force then.
@@ -157,8 +159,12 @@ def explain(
                         definition, step, step.first + k, old, new, outcome, recorded
                     )
                     break
+        waits = _waits(step.first, step.records, queued_at)
         if at is None or step.first <= at <= step.last:
             explained.append(_explain_step(step, recorded, outcome))
+            for line in explained[-1]["records"]:
+                if line["seq"] in waits:
+                    line["summary"] += f" (after {waits[line['seq']]} in line)"
         recorded = fold(step.records, recorded)
     # With --at: the run as it stood once the step holding record ``at`` was decided.
     final = recorded if at is None else fold(records[: explained[-1]["last"]])
@@ -182,6 +188,26 @@ def explain(
             out["waiting"]["queued"] = queued
     else:
         out["end"] = end_of(final)
+    return out
+
+
+def _waits(
+    first: int, records: Sequence[ev.AnyRecord], queued_at: dict[str, str]
+) -> dict[int, str]:
+    """How long each admission in ``records`` waited since the run (key ``""``) or the
+    request was first queued, by the admission's log position; ``queued_at`` carries the
+    lines still waiting from one step to the next."""
+    out: dict[int, str] = {}
+    for seq, record in enumerate(records, first):
+        line = (
+            record.data.action_id if isinstance(record, ev.ActionQueued | ev.ActionAdmitted) else ""
+        )
+        if isinstance(record, ev.RunQueued | ev.ActionQueued):
+            queued_at.setdefault(line, record.time)
+        elif isinstance(record, ev.RunAdmitted | ev.ActionAdmitted) and line in queued_at:
+            waited = (parse_time(record.time) - parse_time(queued_at.pop(line))).total_seconds()
+            if waited >= 0.05:  # (a wait of a few milliseconds is no wait to a reader)
+                out[seq] = f"{waited:.1f}s"
     return out
 
 

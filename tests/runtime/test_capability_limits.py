@@ -126,7 +126,8 @@ async def test_requests_over_the_limit_wait_and_go_out_in_order_across_workflows
             gates.gate(n).set()
         outcomes = [await stack.wait(r) for r in [*runs, urgent, beta]]
         assert {o.status for o in outcomes} == {"completed"}
-        assert [n for n in gates.started if n < 100] == [0, 1, 4, 2, 3]
+        # (0 and 1, asked at once, may reach the worker in either order: checked above.)
+        assert gates.started[3:] == [4, 2, 3]
 
         seen = await requests(stack.client.nc, subjects)
         assert seen.most == {("cap:gate", "acme"): 2, ("cap:gate", "beta"): 1}

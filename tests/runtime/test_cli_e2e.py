@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -448,6 +449,25 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
                 "runs", env=cli_env(given, "il", INTERLOCK_CONTEXT=context), cwd=tmp_path
             )
             assert anywhere.returncode == 0, anywhere.stderr
+        # The README's Python client, run from that other folder too: Client.connect()
+        # takes what dev recorded, as the CLI does (it was refused for want of creds).
+        program = (
+            "import asyncio\nfrom interlock import Client\n\n"
+            "async def main():\n"
+            "    async with await Client.connect() as client:\n"
+            "        print(len(await client.runs()), 'runs')\n\n"
+            "asyncio.run(main())\n"
+        )
+        ran = subprocess.run(
+            [sys.executable, "-c", program],
+            env=cli_env("", "il", INTERLOCK_CONTEXT=context),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == "0 runs\n"
         # In dev's own folder (its data in ./.interlock), with no URL given: the port dev
         # took (0: any free one), not 4222, with the operator's creds it wrote there.
         here = tmp_path / "here"

@@ -35,6 +35,7 @@ __all__ = [
     "context_file",
     "default_operator_creds",
     "folder_defaults",
+    "operator_defaults",
     "prepare",
     "record_context",
     "recorded_context",
@@ -215,3 +216,23 @@ def folder_defaults(server: object = None) -> tuple[str | None, str | None]:
     if creds is None or server or os.environ.get("INTERLOCK_URL"):
         return creds, None
     return creds, recorded_server(creds)
+
+
+def operator_defaults(
+    server: str | list[str] | None,
+) -> tuple[str | None, str | list[str] | None]:
+    """The credential and server of an operator that names no credential (the CLI, the
+    Python client): those ``interlock dev`` wrote in this folder, else, from any folder,
+    those the last ``interlock dev`` recorded, when no other server is named (``server``,
+    else ``INTERLOCK_URL``). Returns (creds or None, the server to use or ``server``)."""
+    given = server or os.environ.get("INTERLOCK_URL")
+    creds, found = folder_defaults(server)
+    server = server or found
+    if creds is not None:
+        return creds, server
+    context = recorded_context()
+    if context is None:
+        return None, server
+    if not given or (isinstance(given, str) and given.strip() == context.url):
+        return context.creds, server or given or context.url
+    return None, server

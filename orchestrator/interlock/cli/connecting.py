@@ -59,17 +59,11 @@ def options(args: argparse.Namespace, *, operator: bool = True) -> ConnectOption
             for v in ("INTERLOCK_CREDS", "INTERLOCK_NKEY", "INTERLOCK_USER", "INTERLOCK_TOKEN")
         )
     ):
-        from interlock.auth.dev import folder_defaults, recorded_context
+        from interlock.auth.dev import operator_defaults
 
-        given = server or os.environ.get("INTERLOCK_URL")
-        # In the folder `interlock dev` runs in: its server, on whatever port it took.
-        creds_file, found = folder_defaults(server)
-        server = server or found
-        context = recorded_context() if creds_file is None else None
-        if context is not None and (not given or given.strip() == context.url):
-            # What the last `interlock dev` recorded, from any folder: its server, or
-            # the one asked for when it is that one.
-            creds_file, server = context.creds, server or given or context.url
+        # In the folder `interlock dev` runs in: its server, on whatever port it took; from
+        # any other, what the last `interlock dev` recorded, unless another server is named.
+        creds_file, server = operator_defaults(server)
     from interlock.transport.connection import ConnectOptions
 
     return ConnectOptions.resolve(

@@ -109,10 +109,9 @@ class Client(DeadLetterCalls):
         """
         if options is None:
             if not (creds or nkey or user or token or _auth_in_environment()):
-                from interlock.auth.dev import folder_defaults  # as the CLI, in dev's folder
+                from interlock.auth.dev import operator_defaults  # as the CLI does
 
-                creds, found = folder_defaults(server)
-                server = server or found
+                creds, server = operator_defaults(server)
             options = ConnectOptions.resolve(
                 server,
                 creds_file=_path(creds),

@@ -19,6 +19,8 @@ __all__ = [
     "DELIVERIES_MAX_AGE_S",
     "DUPLICATE_WINDOW_S",
     "PARKED_MAX_AGE_S",
+    "WORKERS_MAX_BYTES",
+    "WORKERS_MAX_MSG",
     "WORKERS_TTL_S",
     "desired_configs",
 ]
@@ -27,6 +29,15 @@ _NS: Final = 1_000_000_000
 DUPLICATE_WINDOW_S: Final = 120.0
 DEAD_LETTER_MAX_AGE_S: Final = 14 * 86400.0
 WORKERS_TTL_S: Final = 15.0
+WORKERS_MAX_MSG = 64 * 1024
+"""The largest heartbeat the workers bucket takes: a record naming every capability of
+the largest agent credential (some 150, what a connection's control line holds) fits."""
+WORKERS_MAX_BYTES = 64 * 1024 * 1024
+"""What the workers bucket holds at most. Agents write it (each its own capabilities'
+keys, any instance name, any bytes) and every listing of workers, the orchestrator's
+metrics every 10 s among them, reads all of it: unbounded, one agent's flood made each
+read as large as the flood. Full, it takes no heartbeat until its keys expire
+(:data:`WORKERS_TTL_S`): listings then show fewer workers; nothing else reads it."""
 DELIVERIES_MAX_AGE_S: Final = 7 * 86400.0
 
 
@@ -160,7 +171,14 @@ def desired_configs(
         _bucket(s.agents_bucket, replicas, history=16),
         # Agents write their own heartbeats here (no rollups, as on every bucket: one on
         # an agent's own key would purge every other key).
-        _bucket(s.workers_bucket, replicas, history=1, ttl_s=WORKERS_TTL_S),
+        _bucket(
+            s.workers_bucket,
+            replicas,
+            history=1,
+            ttl_s=WORKERS_TTL_S,
+            max_bytes=WORKERS_MAX_BYTES,
+            max_msg_size=WORKERS_MAX_MSG,
+        ),
         _bucket(s.runs_bucket, replicas, history=1),
         _bucket(s.snapshots_bucket, replicas, history=1),
         _bucket(s.correlation_bucket, replicas, history=1),

@@ -55,7 +55,7 @@ async def test_a_flood_of_heartbeats_is_bounded(secured: Secured) -> None:
     try:
         js = nc.jetstream()
         # One heartbeat larger than a heartbeat may be: refused, nothing stored.
-        with pytest.raises(Exception, match="(?i)message size exceeds maximum"):
+        with pytest.raises(Exception, match=r"(?i)message size exceeds maximum"):
             await js.publish(f"$KV.{bucket}.held.huge", heartbeat("huge", 100_000))
         # Heartbeats of 60 kB under new instance names until the bucket is full.
         refused = None

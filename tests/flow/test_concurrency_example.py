@@ -52,6 +52,7 @@ async def test_the_concurrency_example_runs_one_deploy_per_environment(
         ]
         described = await run("describe", "run", "d2")
         assert "queued       1st for key prod under default/deploy#1 (1/1 running)" in described
+        assert "\nstate        - (none yet: it is queued)\n" in described
 
         said = await run("signal", "d1", "deploy.verified")
         assert said.startswith("deploy.verified moved run d1 from verify to done and completed")

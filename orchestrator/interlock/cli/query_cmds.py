@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err
 from interlock.cli.connecting import add_connection_flags, print_json, run_id_arg, with_client
 from interlock.cli.output import add_output_flags, binary_size, emit, print_table
+from interlock.core.vocabulary import RunStatus
 
 if TYPE_CHECKING:
     from interlock.client import Client
@@ -206,7 +207,9 @@ def _describe_head(d: RunDescription) -> None:
         print(f"paused       since {d.paused.at}{with_workflow}{why}")
         resume = f"workflow {d.namespace}/{d.workflow}" if d.paused.workflow else f"run {d.run_id}"
         print(f"{'':<12} {d.paused.held} event(s) held until 'interlock resume {resume}'")
-    print(f"state        {d.state}")
+    # A run queued before its first state is in none yet: say so rather than print nothing.
+    waiting = d.status == RunStatus.RUNNING and (d.queued or d.rate is not None)
+    print(f"state        {d.state or ('- (none yet: it is queued)' if waiting else '-')}")
     if d.rate is not None:
         r = d.rate
         print(

@@ -111,8 +111,12 @@ async def test_metrics_of_a_running_stack(nats_url: str, subjects: Subjects) -> 
 
             async def settled() -> Any:
                 types, values = await scraped()
+                # Every run of review relayed (the relay counts them after their logs are
+                # written, the failed one possibly after the others), the rest seen.
+                failed = {"workflow": "review", "error_class": "agent_error"}
                 ready = (
                     value(values, "interlock_runs_completed_total", workflow="review") == 2
+                    and value(values, "interlock_runs_failed_total", **failed) == 1
                     and sum(v for (n, _), v in values.items() if n.startswith("interlock_dead_"))
                     >= 1
                     and value(values, "interlock_events_unrouted_total") >= 1

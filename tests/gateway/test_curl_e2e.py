@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from support.gateway import yaml
-from support.runtime import cli_env, interlock_bg, run_cli
+from support.runtime import STARTUP_TIMEOUT, cli_env, interlock_bg, run_cli
 
 SECRET = "e2e webhook secret"
 
@@ -107,9 +107,9 @@ def test_curl_posts_a_signed_pull_request_and_the_workflow_completes(tmp_path: P
         cwd=tmp_path,
     )
     try:
-        nats = dev.wait_for(r"export INTERLOCK_URL=(\S+)", timeout=30).group(1)
-        http = dev.wait_for(r"export INTERLOCK_HTTP=(\S+)", timeout=30).group(1)
-        dev.wait_for("orchestrator running", timeout=30)
+        nats = dev.wait_for(r"export INTERLOCK_URL=(\S+)", STARTUP_TIMEOUT).group(1)
+        http = dev.wait_for(r"export INTERLOCK_HTTP=(\S+)", STARTUP_TIMEOUT).group(1)
+        dev.wait_for("orchestrator running", STARTUP_TIMEOUT)
         token = (data_dir / "creds" / "http-operator.token").read_text().strip()
         (tmp_path / "review.yaml").write_text(MANIFESTS)
         applied = run_cli("apply", "review.yaml", env=cli_env(nats, "il"), cwd=tmp_path)

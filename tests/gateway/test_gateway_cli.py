@@ -12,7 +12,7 @@ import httpx
 from interlock.transport.subjects import Subjects
 from support.accounts import gateway_creds
 from support.gateway import TIMEOUT
-from support.runtime import cli_env, interlock_bg, run_cli
+from support.runtime import STARTUP_TIMEOUT, cli_env, interlock_bg, run_cli
 
 
 def test_tokens_and_the_gateway_process(nats_url: str, subjects: Subjects) -> None:
@@ -40,7 +40,7 @@ def test_tokens_and_the_gateway_process(nats_url: str, subjects: Subjects) -> No
 
     gateway = interlock_bg("gateway", "--http-port", "0", "--host", "127.0.0.1", env=gateway_env)
     try:
-        url = gateway.wait_for(r"HTTP gateway at (\S+)", timeout=30).group(1)
+        url = gateway.wait_for(r"HTTP gateway at (\S+)", STARTUP_TIMEOUT).group(1)
         with httpx.Client(base_url=url, timeout=TIMEOUT) as http:
             assert http.get("/runs").status_code == 401
             ok = http.get("/runs", headers={"Authorization": f"Bearer {reader}"})
@@ -69,7 +69,7 @@ def test_open_mode_listens_on_loopback_only(nats_url: str) -> None:
     assert "loopback" in refused.stderr
     gateway = interlock_bg("gateway", "--open", "--host", "127.0.0.1", "--http-port", "0", env=env)
     try:
-        url = gateway.wait_for(r"HTTP gateway at (\S+)", timeout=30).group(1)
+        url = gateway.wait_for(r"HTTP gateway at (\S+)", STARTUP_TIMEOUT).group(1)
         with httpx.Client(base_url=url, timeout=TIMEOUT) as http:
             assert http.get("/workflows").status_code == 200
     finally:

@@ -31,6 +31,7 @@ from interlock.runtime.client import InterlockClient
 from support.runtime import (
     HELLO,
     PARKED,
+    STARTUP_TIMEOUT,
     TIMEOUT,
     Background,
     Installation,
@@ -421,8 +422,8 @@ def start_dev(data_dir: Path, **env: str) -> tuple[Background, str]:
         env=cli_env("", "il", **env),
         cwd=data_dir,
     )
-    url = dev.wait_for(r"export INTERLOCK_URL=(\S+)", timeout=20).group(1)
-    dev.wait_for("orchestrator running", timeout=20)
+    url = dev.wait_for(r"export INTERLOCK_URL=(\S+)", STARTUP_TIMEOUT).group(1)
+    dev.wait_for("orchestrator running", STARTUP_TIMEOUT)
     return dev, url
 
 
@@ -708,7 +709,7 @@ def test_metrics_host_of_serve_and_agent_run(nats_url: str) -> None:
             *args, "--metrics-host", "127.0.0.1", "--metrics-port", str(port), env=env
         )
         try:
-            process.wait_for(rf"metrics and health on 127\.0\.0\.1:{port} ", timeout=20)
+            process.wait_for(rf"metrics and health on 127\.0\.0\.1:{port} ", STARTUP_TIMEOUT)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
                 assert page.status == 200
         finally:

@@ -98,9 +98,12 @@ async def test_versions_explain_replay_and_time_filter(gs: GatewayStack) -> None
         assert (await http.get("/runs/nope/explain")).status_code == 404
 
         started = (await http.get(f"/runs/{run_id}")).json()["started_at"]
-        assert [
-            x["run_id"] for x in (await http.get("/runs", params={"since": started})).json()["runs"]
-        ] == [run_id]
+        for _ in range(600):  # the run index is written behind the run
+            since = (await http.get("/runs", params={"since": started})).json()["runs"]
+            if since:
+                break
+            await asyncio.sleep(0.05)
+        assert [x["run_id"] for x in since] == [run_id]
         assert (await http.get("/runs", params={"until": started})).json()["runs"] == []
         assert (await http.get("/runs", params={"since": "2999-01-01"})).json()["runs"] == []
 

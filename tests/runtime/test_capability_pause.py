@@ -11,6 +11,7 @@ from typing import Any
 
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
+from interlock.core.rfc3339 import parse_time
 from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
@@ -325,3 +326,63 @@ async def test_a_request_given_a_rate_token_stays_held_when_its_capability_is_pa
             assert (await stack.wait(second)).status == "completed"
             assert handled == [0, 1]  # with the token it was given: no second one waited for
             assert timers.pending == 0
+
+
+async def test_explain_says_a_held_requests_first_timeout_changed_nothing(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """The action-timeout a request scheduled as it was asked for is void while its paused
+    capability holds it: it fires (its clock simulated past the 5 s) and changes nothing,
+    and explain says so, where it said the timer "moved the run without a guard"."""
+    clock = ManualClock("2026-01-01T00:00:00Z")
+    timers = ClockTimers(clock)
+    async with running_stack(
+        nats_url, subjects, [AGENT, WORKFLOW], worker=False, clock=clock, timers=timers
+    ) as stack:
+        worker = Worker("napagent", concurrency=8, grace_period=0.1)
+
+        @worker.capability("nap")
+        async def nap(inp: dict[str, int], ctx: TaskContext) -> dict[str, int]:
+            return inp
+
+        @worker.capability("nap.capped")
+        async def capped(inp: dict[str, int], ctx: TaskContext) -> dict[str, int]:
+            return inp
+
+        async with serving(nats_url, subjects, worker):
+            done = await cli(nats_url, subjects, "pause", "capability", "nap")
+            assert done.returncode == 0, done.stderr
+            pauses = stack.orchestrator.flow.admission.pauses
+
+            async def seen() -> bool:
+                return pauses.holds_capability("nap")
+
+            await eventually(seen, what="the orchestrator sees the pause")
+            run_id = await stack.client.start("napping", {"n": 0})
+
+            async def recorded(kind: type[Any]) -> bool:
+                return any(isinstance(r, kind) for r in await stack.records(run_id))
+
+            await eventually(lambda: recorded(ev.ActionQueued), what="the request held")
+
+            async def scheduled() -> bool:
+                return timers.pending == 1
+
+            await eventually(scheduled, what="its first action-timeout scheduled")
+            (timeout,) = [
+                r for r in await stack.records(run_id) if isinstance(r, ev.TimerScheduled)
+            ]
+            # (the run's records are timed by the client's clock, the timers by this one)
+            due = (parse_time(timeout.data.fire_at) - clock.moment).total_seconds()
+            assert await timers.advance(due + 1) == 1  # that timeout, void while it is held
+            await eventually(lambda: recorded(ev.TimerFired), what="the void timer fired")
+            done = await cli(nats_url, subjects, "resume", "capability", "nap")
+            assert done.returncode == 0, done.stderr
+            assert (await stack.wait(run_id)).status == "completed"
+            explained = await cli(nats_url, subjects, "explain", run_id)
+            assert explained.returncode == 0, explained.stderr
+            assert (
+                "=> no transition: the action-timeout timer changed nothing: what it timed had "
+                "ended, or was held and had not started"
+            ) in explained.stdout, explained.stdout
+            assert "without a guard" not in explained.stdout

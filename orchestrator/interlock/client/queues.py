@@ -22,12 +22,18 @@ from interlock.transport.clock import utc_now
 from interlock.views.queueshape import QueueView
 from interlock.views.shapes import RunDescription, SlotView
 
+PLACE_SEGMENTS = 100
+"""The segments of a line read for a run's place at most (20,000 waiters): a reader's
+description of a run deep in a line a publisher's flood made read every segment before
+it, at every request. Past them the place is not said (None)."""
+
 
 async def with_places(
     ops: InterlockClient, described: RunDescription, state: RunState
 ) -> RunDescription:
     """``described`` with each slot of a queued run saying whether the run holds it, or
-    its place in line, and how many runs hold one (as the orchestrator keeps them)."""
+    its place in line (within the first :data:`PLACE_SEGMENTS` segments), and how many
+    runs hold one (as the orchestrator keeps them)."""
     if not state.queued or not described.slots:
         return described
     slots = Slots(ops.nc, ops.subjects)
@@ -46,7 +52,9 @@ async def with_places(
         place = (
             None
             if holding
-            else await lines.place(state.run_id, fair.get((view.limit, view.key), ""))
+            else await lines.place(
+                state.run_id, fair.get((view.limit, view.key), ""), segments=PLACE_SEGMENTS
+            )
         )
         seen.append(
             msgspec.structs.replace(

@@ -336,15 +336,17 @@ class Lines:
                 before += segment.count
         return None
 
-    async def place(self, run_id: str, fair: str) -> int | None:
-        """The run's place in the line of ``fair`` (1: next), looked for in each segment."""
+    async def place(self, run_id: str, fair: str, *, segments: int = 1 << 30) -> int | None:
+        """The run's place in the line of ``fair`` (1: next), looked for in each segment,
+        the first ``segments`` read at most (None: not found there)."""
         for line in self._lines_of(fair):
             inline = self.inline(line)
             for i, other in enumerate(inline):
                 if other.run_id == run_id:
                     return i + 1
             before = len(inline)
-            for segment in line.segments:
+            for segment in line.segments[: max(segments, 0)]:
+                segments -= 1
                 for i, other in enumerate(await self.segment(line.fair, segment)):
                     if other.run_id == run_id:
                         return before + i + 1

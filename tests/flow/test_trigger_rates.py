@@ -115,13 +115,21 @@ async def test_events_over_the_rate_start_later_in_order(stack: Stack) -> None:
     assert all(times[k + 2] - times[k] >= 10 for k in range(len(times) - 2))
     # explain and replay re-drive each run to its log, its wait for the rate included.
     definition, _ = await stack.client.registry.latest("calls")
-    said = []
+    said, why = [], []
     for row in await stack.client.list_runs():
         records, _ = await stack.client.runs.log.read(row["run_id"])
         report = analysis.explain(records, definition)
         assert report["reproduces"], report.get("mismatch")
         said += [r["summary"] for step in report["steps"] for r in step["records"]]
+        why += [step["why_none"] for step in report["steps"] if step["fired"] is None]
     assert sum("by the rate of default/calls#trigger1 for key 'acme'" in s for s in said) == 3
+    # What each wait and its end was: the rate's timer, then the admission, after how long.
+    assert why.count("the rate timer came due: the run goes on to its admission") == 3
+    assert sorted(s.rsplit("(after ", 1)[1] for s in said if s.startswith("run.admitted")) == [
+        "10.0s in line)",
+        "10.0s in line)",
+        "20.0s in line)",
+    ]
 
 
 async def test_a_queued_run_says_why_it_waits(

@@ -308,7 +308,8 @@ def _why_none(step: Step, before: RunState, outcome: Redriven) -> str:
     if isinstance(head, ev.TimerFired):
         return _timer_moved(head.data.purpose, step.records)
     if step.kind == ADMIT and any(isinstance(r, ev.StateEntered) for r in step.records):
-        return "admitted: it holds its slots, and enters its state"
+        holds = any(isinstance(r, ev.RunAdmitted) and r.data.limits for r in step.records)
+        return "admitted: " + ("it holds its slots, and " if holds else "it ") + "enters its state"
     return "no `on` entry applies"
 
 
@@ -321,6 +322,8 @@ def _timer_moved(purpose: str, records: Sequence[ev.AnyRecord]) -> str:
         if not isinstance(r, ev.ActionAdmitted | ev.ActionQueued)
         and not (isinstance(r, ev.TimerScheduled) and r.data.purpose == TimerPurpose.ACTION_TIMEOUT)
     ]
+    if any(isinstance(r, ev.RunQueued) for r in effects):
+        return f"the {purpose} timer came due: the run goes on to its admission"
     if not effects:
         admitted = any(isinstance(r, ev.ActionAdmitted) for r in records)
         return (

@@ -125,6 +125,7 @@ async def test_events_over_the_rate_start_later_in_order(stack: Stack) -> None:
     assert sum("by the rate of default/calls#trigger1 for key 'acme'" in s for s in said) == 3
     # What each wait and its end was: the rate's timer, then the admission, after how long.
     assert why.count("the rate timer came due: the run goes on to its admission") == 3
+    assert said.count("run.queued for no slot (admitted next)") == 3  # no limit to wait for
     assert sorted(s.rsplit("(after ", 1)[1] for s in said if s.startswith("run.admitted")) == [
         "10.0s in line)",
         "10.0s in line)",
@@ -146,7 +147,7 @@ async def test_a_queued_run_says_why_it_waits(
             done = await asyncio.to_thread(
                 run_cli, "describe", "run", run_id, env=cli_env(nats_url, subjects.prefix)
             )
-            described = done.stdout
+            described, queued = done.stdout, run_id
     assert described is not None
     assert "by the rate of default/calls#trigger1 for key '' (1 per 3600s)" in described
     # The run list says what it waits for: its trigger's rate (the index is written behind).
@@ -160,6 +161,13 @@ async def test_a_queued_run_says_why_it_waits(
     )
     line = shown.stdout.splitlines()[1].split()
     assert line[:4] == ["default/calls#trigger1@rate", "-", "1/1", "1"], shown.stdout
+    # Its turn: the rate's timer takes it on, with no limit to wait for, and logs says so.
+    await stack.timers.advance(3600)
+    await stack.settled(2, 2)
+    logged = await asyncio.to_thread(
+        run_cli, "logs", queued, env=cli_env(nats_url, subjects.prefix)
+    )
+    assert "run queued       for no slot (admitted next)\n" in logged.stdout, logged.stdout
 
 
 async def test_events_over_the_rate_are_dropped_with_a_dead_letter(

@@ -132,7 +132,7 @@ def _summarized(r: ev.AnyRecord) -> str:
         rate = d.rate
         rest = f"until {rate.until} by the rate of {rate.trigger} for key {rate.key!r}"
     elif isinstance(r, ev.RunQueued):
-        rest = ", ".join(slot_text(c) for c in d.slots)
+        rest = ", ".join(slot_text(c) for c in d.slots) or "for no slot (admitted next)"
     elif isinstance(r, ev.RunAdmitted):
         rest = f"holds a slot of {', '.join(d.limits)}" if d.limits else ""
     elif isinstance(r, ev.RunPaused):

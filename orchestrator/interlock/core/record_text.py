@@ -46,8 +46,10 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.RunQueued) and d.rate is not None:
         r = d.rate
         return f"{kind} until {r.until} by the rate of {r.trigger} for key {r.key!r}"
+    if isinstance(record, ev.RunQueued) and not d.slots:  # its rate's wait over, no limit
+        return f"{kind} for no slot (admitted next)"
     if isinstance(record, ev.RunQueued):
-        return " ".join([kind, ", ".join(slot_text(c) for c in d.slots)]).rstrip()
+        return " ".join([kind, ", ".join(slot_text(c) for c in d.slots)])
     if isinstance(record, ev.RunAdmitted) and d.limits:
         return f"{kind}: holds a slot of {', '.join(d.limits)}"
     if isinstance(record, ev.StateEntered):

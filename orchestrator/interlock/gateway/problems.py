@@ -78,7 +78,12 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
     if status == 404:
         detail = f"no such resource: {request.url.path} (see /openapi.json)"
     elif status == 405:
-        detail = _not_allowed(request.method, request.url.path, headers.get("Allow", ""))
+        # Starlette joins a route's methods from a set: in its hash order, which differs
+        # from one process to the next. Said (and sent) in one order.
+        methods = sorted({m.strip() for m in headers.get("Allow", "").split(",")} - {""})
+        if methods:
+            headers["Allow"] = ", ".join(methods)
+        detail = _not_allowed(request.method, request.url.path, ", ".join(methods))
     return Problem(status, slug, detail, headers=headers).response(request.url.path)
 
 

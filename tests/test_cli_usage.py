@@ -34,6 +34,24 @@ def test_a_wrong_flag_prints_the_commands_usage(argv: list[str], usage: str) -> 
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize("waiting", ["aproval", "agent:", "slots:default/x"])
+def test_runs_waiting_for_no_kind_is_a_usage_error(waiting: str) -> None:
+    """A kind misspelled listed no runs, as if none waited: it is refused before anything
+    connects (no server runs here), naming the kinds."""
+    done = subprocess.run(
+        [INTERLOCK, "runs", "--waiting", waiting, "--server", "nats://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: interlock runs "), done.stderr
+    assert done.stderr.rstrip().endswith(
+        f"error: argument --waiting: {waiting!r}: give KIND or KIND:NAME, KIND one of "
+        "approval, event, agent, workflow, timer, slot"
+    )
+
+
 def test_a_server_that_does_not_answer_names_the_one_dev_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -204,6 +204,19 @@ def run_id_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def waiting_arg(value: str) -> str:
+    """A --waiting KIND[:NAME]: refused before anything connects when KIND is no kind a
+    run waits for (a typo listed no runs, as if none waited)."""
+    from interlock.views.shapes import WAITING_KINDS
+
+    kind, _, name = value.partition(":")
+    if kind not in WAITING_KINDS or (":" in value and not name.strip()):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give KIND or KIND:NAME, KIND one of {', '.join(WAITING_KINDS)}"
+        )
+    return value
+
+
 def deadline_arg(value: str) -> float:
     """A --deadline: seconds (``120``) or a duration (``90s``, ``2m``, ``1h30m``), 0 and up."""
     from interlock.core.deadline import check_deadline

@@ -32,6 +32,7 @@ from interlock.cli.connecting import (
     env_int,
     print_json,
     run_id_arg,
+    waiting_arg,
     with_client,
 )
 from interlock.cli.delete_cmd import cmd_runs_delete
@@ -146,6 +147,7 @@ def _add_read_parsers(sub: Sub) -> None:
     p.add_argument("--status", choices=RECORDED)
     p.add_argument(
         "--waiting",
+        type=waiting_arg,
         metavar="KIND[:NAME]",
         help="only running runs waiting for this: approval, event, agent, workflow, timer or "
         "slot, or one by name (agent:review, event:fix.pushed)",

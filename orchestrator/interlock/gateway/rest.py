@@ -27,6 +27,7 @@ from interlock.core.objects import is_marker
 from interlock.core.vocabulary import RECORDED, InterlockError, RunStatus
 from interlock.gateway.problems import Problem, as_problem, int_param
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
+from interlock.views.shapes import WAITING_KINDS
 
 if TYPE_CHECKING:
     from interlock.gateway.service import Gateway
@@ -35,8 +36,8 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_WAIT_S = 300.0
 MAX_SEQ = (1 << 63) - 1
-KINDS = ("approval", "event", "agent", "workflow", "timer", "slot")
-"""The kinds of :class:`~interlock.views.WaitingOn`, what ``GET /runs?waiting=`` filters by."""
+KINDS = WAITING_KINDS
+"""What ``GET /runs?waiting=`` filters by."""
 WAITING = re.compile(rf"^({'|'.join(KINDS)})(:[^\x00-\x20\x7f]+)?$")
 
 

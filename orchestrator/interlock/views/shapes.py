@@ -35,6 +35,11 @@ class ErrorView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return cls(error_class=error.error_class, message=error.message, code=error.code)
 
 
+WAITING_KINDS = ("approval", "event", "agent", "workflow", "timer", "slot")
+"""The kinds of :class:`WaitingOn`: what ``interlock runs --waiting`` and ``GET
+/runs?waiting=`` filter by."""
+
+
 class WaitingOn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One thing a running run's state waits for."""
 

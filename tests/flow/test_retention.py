@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.js.errors import NotFoundError
 
 from interlock.cli.main import main as interlock_main
 from interlock.core.definition import ArchiveDef
 from interlock.core.state import fold
+from interlock.runtime import retention
 from interlock.runtime.errors import RunNotEnded, UnknownRun
 from interlock.runtime.retention import Policy, delete_run, retention_timer
 from interlock.runtime.service import Orchestrator
@@ -23,6 +25,7 @@ from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.jetstream import jetstream
 from interlock.transport.subjects import Subjects
 from support.flow import WAIT, ClockStack, clock_orchestrator
+from support.runtime import eventually
 
 HOUR = 3600.0
 
@@ -280,3 +283,31 @@ def test_retention_and_archive_are_validated_where_they_are_written(
     said = capsys.readouterr().err
     assert f"{bad}:5:14: bad-duration: 'soon' is not a duration" in said, said
     assert f"{bad}:6:12: archive: archive names exactly one of 'bucket' or 'directory'" in said
+
+
+async def test_a_deleted_run_leaves_no_marker_for_good(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its index entry's and its snapshot's deletes leave markers that go (after 15
+    minutes; 1 s here): kept for good, every run ever deleted, by retention of runs a
+    publisher's events start among them, left two messages behind."""
+    monkeypatch.setattr(retention, "MARKER_KEPT_S", 1)
+    finished = await stack.ended("kept")
+    client = stack.client
+    await delete_run(
+        client.nc, client.subjects, client.log, finished, by="operator", reason="", archive=None
+    )
+    assert not await stack.indexed(finished)
+    js = jetstream(client.nc)
+    buckets = (client.subjects.runs_bucket, client.subjects.snapshots_bucket)
+
+    async def no_markers() -> bool:
+        for bucket in buckets:
+            try:
+                await js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{finished}")
+            except NotFoundError:
+                continue
+            return False
+        return True
+
+    await eventually(no_markers, within=10, what="the deleted run's markers gone")

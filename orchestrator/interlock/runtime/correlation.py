@@ -22,6 +22,8 @@ from interlock.runtime.foreign import bucket_list, foreign_value
 from interlock.transport.cloudevents import CloudEvent, encode_structured, from_dict
 from interlock.transport.directget import read_subject
 from interlock.transport.jetstream import jetstream
+from interlock.transport.kvbatch import delete_key
+from interlock.transport.streamconfigs import MARKER_KEPT_S
 from interlock.transport.subjects import Subjects
 
 
@@ -84,7 +86,7 @@ class CorrelationIndex:
                 if runs:
                     await kv.update(token, json.dumps(runs).encode(), last=entry.revision)
                 else:
-                    await kv.delete(token, last=entry.revision)
+                    await delete_key(kv, token, kept_s=MARKER_KEPT_S, last=entry.revision)
             except KeyWrongLastSequenceError:
                 continue
             else:

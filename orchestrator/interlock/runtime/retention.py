@@ -49,7 +49,9 @@ from interlock.runtime.errors import RunNotEnded, UnknownWorkflow
 from interlock.runtime.logstore import LogStore, RunLog
 from interlock.runtime.payloads import Payloads, run_objects
 from interlock.transport.jetstream import jetstream
+from interlock.transport.kvbatch import delete_key
 from interlock.transport.objects import Objects
+from interlock.transport.streamconfigs import MARKER_KEPT_S
 from interlock.transport.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -216,11 +218,11 @@ async def delete_run(
         refs = await _audited_objects(js, subjects, run_id)
     for ref in refs:
         await objects.delete(ref)
-    await (await js.key_value(subjects.runs_bucket)).delete(run_id)
+    await delete_key(await js.key_value(subjects.runs_bucket), run_id, kept_s=MARKER_KEPT_S)
     await js.purge_stream(
         f"KV_{subjects.runs_bucket}", subject=f"$KV.{subjects.runs_bucket}.L.*.*.*.{run_id}"
     )
-    await (await js.key_value(subjects.snapshots_bucket)).delete(run_id)
+    await delete_key(await js.key_value(subjects.snapshots_bucket), run_id, kept_s=MARKER_KEPT_S)
     return Deleted(run_id, len(records), archived_to, None if status is None else str(status))
 
 

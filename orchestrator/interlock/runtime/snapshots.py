@@ -50,6 +50,7 @@ from interlock.runtime.foreign import Foreign
 from interlock.runtime.logstore import LogStore, RunLog
 from interlock.transport.logmac import MAC_HEADER, LogKey
 from interlock.transport.natsclient import js_api
+from interlock.transport.streamconfigs import MARKER_KEPT_S
 from interlock.transport.subjects import Subjects
 
 log = logging.getLogger("interlock.snapshots")
@@ -214,7 +215,7 @@ class Snapshots:
         await self._nc.request(
             self._key_subject(run_id),
             b"",
-            headers={"KV-Operation": "DEL"},
+            headers={"KV-Operation": "DEL", "Nats-TTL": f"{MARKER_KEPT_S}s"},
             timeout=_TIMEOUT,
         )
 

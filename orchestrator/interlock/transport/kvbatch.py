@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from interlock.transport.errors import JetStreamAPIError
@@ -84,3 +84,19 @@ async def put_all(
             raise JetStreamAPIError(f"write of {key!r}", ack.error)
         return ack.seq - last
     raise AssertionError("unreachable")
+
+
+async def delete_key(kv: KeyValue, key: str, *, kept_s: int, last: int = 0) -> None:
+    """Delete ``key``, its marker gone after ``kept_s`` seconds (``Nats-TTL``): nats-py's
+    ``delete`` leaves one for good, and its ``purge`` (which may carry a TTL) needs
+    rollups, which no bucket here takes. ``last``: only if the key is still at that
+    revision (else KeyWrongLastSequenceError)."""
+    headers = {"KV-Operation": "DEL", "Nats-TTL": f"{kept_s}s"}
+    if last:
+        headers[_EXPECTED] = str(last)
+    try:
+        await jetstream(kv._js._nc).publish(f"{kv_prefix(kv)}{key}", b"", headers=headers)
+    except APIError as exc:
+        if exc.err_code == _WRONG_LAST_SEQUENCE:
+            raise KeyWrongLastSequenceError(description=exc.description) from exc
+        raise

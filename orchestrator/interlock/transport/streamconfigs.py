@@ -18,6 +18,7 @@ __all__ = [
     "DEAD_LETTER_MAX_AGE_S",
     "DELIVERIES_MAX_AGE_S",
     "DUPLICATE_WINDOW_S",
+    "MARKER_KEPT_S",
     "PARKED_MAX_AGE_S",
     "WORKERS_MAX_BYTES",
     "WORKERS_MAX_MSG",
@@ -29,6 +30,11 @@ _NS: Final = 1_000_000_000
 DUPLICATE_WINDOW_S: Final = 120.0
 DEAD_LETTER_MAX_AGE_S: Final = 14 * 86400.0
 WORKERS_TTL_S: Final = 15.0
+MARKER_KEPT_S = 900
+"""How long the marker a key's delete leaves stays (its message's TTL): long past what
+reads a deletion after the fact (a sweep's round), so that keys deleted once and never
+written again (a run's index entry, snapshot and correlation key after its end or its
+deletion, a limit's key) do not pile up in their buckets for good."""
 WORKERS_MAX_MSG = 64 * 1024
 """The largest heartbeat the workers bucket takes: a record naming every capability of
 the largest agent credential (some 150, what a connection's control line holds) fits."""

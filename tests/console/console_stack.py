@@ -269,7 +269,10 @@ async def dead_letters_page(console: Console, event_type: str) -> tuple[Any, Any
     page = await console.page()
     await page.goto(f"{console.url}#/dead-letters")
     link = page.locator("main table a").first
-    for _ in range(100):
+    for _ in range(300):
+        # Drawn once its reads are answered, after the reload returns: look at the page
+        # drawn, not at one still reading.
+        await page.get_by_role("heading", name="Dead letters").wait_for()
         if await link.count():
             break
         await asyncio.sleep(0.1)

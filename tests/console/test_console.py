@@ -186,7 +186,7 @@ async def test_a_letter_that_cannot_be_redriven_says_why(console: Console) -> No
     await gs.stack.js.publish(gs.stack.subjects.event("com.example.huge"), body)
     seq = 0
     async with gs.http() as http:
-        for _ in range(100):
+        for _ in range(300):
             letters = (await http.get("/dead-letters", params={"reason": "too-large"})).json()
             if letters:
                 seq = letters[-1]["seq"]

@@ -213,7 +213,7 @@ async def test_dead_letters_are_filtered_linked_to_runs_and_discarded(console: C
     for _ in range(2):
         await gs.stack.js.publish(gs.stack.subjects.event("com.example.more"), b"{nor this")
     async with gs.http() as http:
-        for _ in range(100):
+        for _ in range(300):
             letters = (await http.get("/dead-letters")).json()
             if sum(d["reason"] == "bad-json" for d in letters) >= 3:
                 break

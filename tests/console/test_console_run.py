@@ -168,7 +168,7 @@ async def test_a_place_under_fair_share_is_among_the_runs_of_its_fairness_key(
             await start(customer)
         last = await start("acme")
         # Third in the line, second among acme's runs (beta's goes next).
-        for _ in range(100):
+        for _ in range(300):
             slot = (await http.get(f"/runs/{last}")).json()["slots"][0]
             if slot.get("place") is not None:
                 break

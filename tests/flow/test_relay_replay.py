@@ -59,7 +59,7 @@ async def test_a_replayed_request_for_an_answered_action_is_not_dispatched(
             )
             await second.start()
             try:
-                for _ in range(200):
+                for _ in range(600):
                     await asyncio.sleep(0.05)
                     try:
                         info = await js.consumer_info(subjects.runs_stream, "relay")

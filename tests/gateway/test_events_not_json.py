@@ -69,7 +69,7 @@ def note(event_id: str, content_type: str, kind: str = "note") -> dict[str, str]
 
 
 async def _letter(http: Any, reason: str) -> dict[str, Any]:
-    for _ in range(200):
+    for _ in range(600):
         letters = (await http.get("/dead-letters", params={"reason": reason})).json()
         if letters:
             return dict(letters[0])

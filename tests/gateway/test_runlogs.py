@@ -79,7 +79,7 @@ async def gs(nats_url: str, subjects: Subjects):  # type: ignore[no-untyped-def]
 
 async def _waiting_run(gs: GatewayStack, client: Client) -> str:
     run_id = await client.start("gate", {})
-    for _ in range(200):
+    for _ in range(600):
         if (await client.describe(run_id)).state == "wait":
             return run_id
         await asyncio.sleep(0.05)

@@ -131,7 +131,7 @@ async def _cli(*args: str) -> tuple[int, str, str]:
 
 async def _run_of(client: Client, event_id: str) -> str:
     """The run the event with ``event_id`` started (read from the runs' first records)."""
-    for _ in range(200):
+    for _ in range(600):
         for summary in await client.runs(workflow="ingest"):
             [started] = (await client.ops.read(summary.run_id))[:1]
             assert isinstance(started, ev.RunStarted)
@@ -142,7 +142,7 @@ async def _run_of(client: Client, event_id: str) -> str:
 
 
 async def _dead_letter(client: Client, run_id: str) -> Any:
-    for _ in range(200):
+    for _ in range(600):
         found = [d for d in await client.dead_letters("bad-object") if run_id in d.subject]
         if found:
             return found[0]
@@ -337,7 +337,7 @@ async def test_a_publisher_replacing_an_object_before_it_is_taken_starts_nothing
         await nc.close()
     client = await Client.connect(stack.url, creds=stack.auth.operator)
     try:
-        for _ in range(200):
+        for _ in range(600):
             letters = [
                 d
                 for d in await client.dead_letters("bad-object")

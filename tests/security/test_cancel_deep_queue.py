@@ -126,7 +126,7 @@ async def test_a_request_deep_in_the_queue_leaves_it_when_another_replica_cancel
         assert sorted(before.values()).index(before[ids[last]]) == DEPTH - 1
         for run_id in (last, middle):
             await cancel(server, auth, run_id)
-        for _ in range(200):
+        for _ in range(600):
             now = await queued(operator)
             if len(now) == DEPTH - 2:
                 break
@@ -138,7 +138,7 @@ async def test_a_request_deep_in_the_queue_leaves_it_when_another_replica_cancel
         scans = second[0].queue.scans
         many = [r for r in runs if r not in (last, middle)][-MANY:]
         await asyncio.gather(*(operator.cancel(run_id, "not wanted") for run_id in many))
-        for _ in range(200):
+        for _ in range(600):
             now = await queued(operator)
             if len(now) == DEPTH - 2 - MANY:
                 break

@@ -38,7 +38,7 @@ async def listed(secured: Secured, workflow: str, *more: str) -> dict[str, list[
 
 
 async def until_recorded(secured: Secured, run_id: str, kind: type[Any]) -> None:
-    for _ in range(200):
+    for _ in range(600):
         if any(isinstance(r, kind) for r in await secured.operator.read(run_id)):
             return
         await asyncio.sleep(0.05)
@@ -61,7 +61,7 @@ async def test_the_run_list_says_a_workflow_was_resumed(secured: Secured) -> Non
     assert "is queued, in no state yet: it takes no event until it is admitted" in errs, errs
     assert "Traceback" not in errs, errs
     paused = "slot:default/one-at-a-time@paused"
-    for _ in range(100):  # the run index is written behind the runs
+    for _ in range(300):  # the run index is written behind the runs
         shown = await listed(secured, "one-at-a-time")
         if len(shown) == len(runs):
             break
@@ -150,7 +150,7 @@ async def test_pause_with_runs_holds_every_run_started_before_it(secured: Secure
     starting = asyncio.create_task(keep_starting())
     client = Client(secured.operator.nc, SUBJECTS)
     # Runs in flight, some of them in the run index (written just after each log).
-    for _ in range(200):
+    for _ in range(600):
         if await client.runs(workflow="racing", status="running"):
             break
         await asyncio.sleep(0.05)
@@ -246,7 +246,7 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
         return await secured.operator.start("migrating", {"customer": "acme"})
 
     async def in_index(runs: list[str], version: int) -> None:
-        for _ in range(100):  # the run index is written behind the runs
+        for _ in range(300):  # the run index is written behind the runs
             listed = await client.runs(workflow="migrating")
             if {r.run_id for r in listed if r.version == version} >= set(runs):
                 return
@@ -299,7 +299,7 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
     for run_id in (holder, waiting):
         assert (await client.signal(run_id, "acme.order.approved")).outcome == "moved"
         assert (await secured.operator.wait(run_id, 30)).status == "completed", run_id
-    for _ in range(100):  # the relay frees the slots as it reads the records
+    for _ in range(300):  # the relay frees the slots as it reads the records
         left = [q for q in await client.queues(workflow="migrating") if q.running or q.queued]
         if not left:
             break
@@ -314,7 +314,7 @@ async def test_a_run_migrated_onto_a_limit_takes_its_slot_and_one_migrated_off_f
 
 async def admitted_one(secured: Secured, runs: list[str]) -> str:
     """The one run of ``runs`` admitted (the others wait): fails if two ever are."""
-    for _ in range(200):
+    for _ in range(600):
         admitted = [
             r
             for r in runs
@@ -366,7 +366,7 @@ async def test_the_run_list_says_why_each_run_is_paused_or_queued(secured: Secur
 
     async def rows(expected: int) -> dict[str, str]:
         """Run id -> its row of the table, once every run is listed as expected."""
-        for _ in range(100):  # the run index is written behind the runs
+        for _ in range(300):  # the run index is written behind the runs
             table = await ops("runs", "--workflow", "why-waiting")
             found = {line.split()[0]: line for line in table.splitlines()[1:]}
             if len(found) == expected and all("(paused)" in found.get(r, "") for r in paused_now):

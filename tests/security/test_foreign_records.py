@@ -90,7 +90,7 @@ def _cli(secured: Secured, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def _state(secured: Secured, run_id: str, state: str) -> None:
-    for _ in range(200):
+    for _ in range(600):
         records = await secured.operator.read(run_id)
         if any(isinstance(r, ev.StateEntered) and r.data.state == state for r in records):
             return
@@ -202,7 +202,7 @@ async def test_a_log_with_foreign_messages_reads_and_its_run_goes_on(
     for _ in range(3):
         assert (await cli(secured, "describe", "run", run_id)).returncode == 0
     letters: list[dict[str, object]] = []
-    for _ in range(100):
+    for _ in range(300):
         letters = [x for x in await _letters(secured) if x["subject"] == f"il.runs.{run_id}"]
         if len(letters) >= planted:
             break

@@ -145,7 +145,7 @@ async def test_every_route_works_on_the_gateway_credentials(
         headers = {"ce-specversion": "1.0", "ce-id": "dl-1", "ce-source": "t", "ce-type": "x.y"}
         await secured.operator.js.publish("il.events.x.z", b"{}", headers=headers)
         letters: list[dict[str, object]] = []
-        for _ in range(100):
+        for _ in range(300):
             letters = (await http.get("/dead-letters")).json()
             if any(item["reason"] == "type-mismatch" for item in letters):
                 break

@@ -51,7 +51,7 @@ async def test_a_meta_of_many_empty_chunks_is_refused_unread(secured: Secured) -
     finally:
         await nc.close()
     assert not refusals.errors
-    for _ in range(200):
+    for _ in range(600):
         letters = [
             d
             for d in await secured.operator.dead_letters("bad-object")

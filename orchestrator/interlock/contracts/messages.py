@@ -294,7 +294,9 @@ def _task_failed(ex: Examples) -> dict[str, Any]:
         "title": "A task failed",
         "summary": f"ce-type `{TASK_FAILED}`, with the error's class, message, "
         "whether it may be retried, an optional code, and an optional retry-after (the "
-        "earliest the next attempt may go: seconds, or an RFC 3339 instant).",
+        "earliest the next attempt may go: seconds, or an RFC 3339 instant). The answer to "
+        "a cancelled attempt, sent once its work has stopped, gives back its concurrency "
+        f"slot; with code `{tasks.HANDLER_RUNNING}` (the work still runs) it does not.",
         "headers": answer_headers
         | {"properties": answer_headers["properties"] | {"ce-type": {"const": "task.failed"}}},
         "payload": _struct_schema(tasks.TaskFailed),

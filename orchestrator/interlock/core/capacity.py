@@ -203,6 +203,16 @@ def again(
     return out
 
 
+def stopping(records: Iterable[ev.AnyRecord], action_id: str, attempt: int) -> ev.FreedSlots | None:
+    """What the record that cancelled this attempt once dispatched frees, when it holds
+    the attempt's slots while its worker stops (``stopping_until``); None otherwise."""
+    for record in records:
+        for slots in freed_by(record):
+            if (slots.action_id, slots.attempt) == (action_id, attempt) and slots.stopping_until:
+                return slots
+    return None
+
+
 def freed_by(record: ev.AnyRecord) -> list[ev.FreedSlots]:
     """The capability lines a record ends requests' places in."""
     if isinstance(record, ev.RunCancelled):

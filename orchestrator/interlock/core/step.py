@@ -18,6 +18,7 @@ import msgspec
 from interlock.core import events as ev
 from interlock.core.definition import Definition, RetryPolicy, StateDef
 from interlock.core.incoming import Incoming
+from interlock.core.pauses import is_pause
 from interlock.core.retryafter import retry_after_seconds
 from interlock.core.rfc3339 import format_time, parse_time
 from interlock.core.state import PendingAction, RunState, evolve
@@ -57,13 +58,33 @@ def retry_info(policy: RetryPolicy | None) -> ev.RetryInfo | None:
     )
 
 
-def freed(pending: PendingAction) -> ev.FreedSlots | None:
-    """What ending this request frees: its places in its capability's lines."""
+STOP_GRACE_S = 30.0
+"""How long a cancelled attempt's concurrency slots stay held at most while its worker
+stops (``FreedSlots.stopping_until``): a worker that died, or a handler that ignores its
+cancellation, holds them no longer."""
+
+
+def freed(pending: PendingAction, cancelled_at: str | None = None) -> ev.FreedSlots | None:
+    """What ending this request frees: its places in its capability's lines. Cancelled
+    (at ``cancelled_at``) once dispatched, its concurrency slots are held while its
+    worker stops, :data:`STOP_GRACE_S` at most."""
     if not pending.limits:
         return None
+    until = None
+    if cancelled_at is not None and not pending.held and any(slot_of(c) for c in pending.limits):
+        until = plus_seconds(cancelled_at, STOP_GRACE_S)
     return ev.FreedSlots(
-        action_id=pending.action_id, attempt=pending.attempt, limits=pending.limits
+        action_id=pending.action_id,
+        attempt=pending.attempt,
+        limits=pending.limits,
+        stopping_until=until,
     )
+
+
+def slot_of(claim: ev.SlotClaim) -> bool:
+    """Whether ``claim`` is a slot of a capability's concurrency limit (not a rate's
+    token, nor a pause's line)."""
+    return not claim.per_s and not is_pause(claim)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +165,11 @@ class Step:
         orchestrator frees their slots on it)."""
         pending = self.state.pending
         if isinstance(data, ev.RunCancelledData):
-            found = [f for p in pending.values() if (f := freed(p)) is not None]
+            found = [f for p in pending.values() if (f := freed(p, self.now)) is not None]
             return msgspec.structs.replace(data, freed=found) if found else data
         held = pending.get(data.action_id)
-        slots = None if held is None else freed(held)
+        cancelled = self.now if isinstance(data, ev.ActionCancelledData) else None
+        slots = None if held is None else freed(held, cancelled)
         if slots is None:
             return data
         after = data.error.retry_after_s if isinstance(data, ev.ActionFailedData) else None

@@ -36,6 +36,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from interlock.core.events import FreedSlots
 from interlock.core.objects import ObjectError
 from interlock.runtime.answers import (
     LATE_REFUSALS,
@@ -50,7 +51,7 @@ from interlock.runtime.logstore import RunLog
 from interlock.runtime.observe import Observers
 from interlock.transport import tasks
 from interlock.transport.cancelling import cancel_and_wait
-from interlock.transport.cloudevents import InvalidCloudEvent, decode_message
+from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, decode_message
 from interlock.transport.natsclient import NatsClient, direct_subscriber
 from interlock.transport.partitions import Placement
 from interlock.transport.subjects import Subjects, is_inbox
@@ -249,6 +250,16 @@ class AnswerDesk:
 
 Deliver = Callable[..., Awaitable[bool]]
 """Decides on an incoming event for a run: ``deliver(run_id, incoming, answer=key)``."""
+Stopped = Callable[[str, FreedSlots], Awaitable[None]]
+"""Told a run and the slots of its cancelled attempt whose worker has stopped."""
+
+
+def still_running(event: CloudEvent) -> bool:
+    """Whether a failure answer says the handler had not ended when it was sent (a
+    cancelled handler that ignored its cancellation)."""
+    data = event.data
+    error = data.get("error") if isinstance(data, dict) else None
+    return isinstance(error, dict) and error.get("code") == tasks.HANDLER_RUNNING
 
 
 class AnswerTaking:
@@ -263,9 +274,13 @@ class AnswerTaking:
         log_store: RunLog,
         observers: Observers,
         counters: collections.Counter[str],
+        stopped: Stopped | None = None,
     ) -> None:
+        """``stopped``: told the slots of a cancelled attempt whose worker has answered
+        it (its handler has ended), which were held while it stopped."""
         self._answers, self._deliver, self._refuse = answers, deliver, refuse
         self._log, self._observers, self._counters = log_store, observers, counters
+        self._stopped = stopped
 
     async def take(self, msg: Msg) -> AnswerReply:
         """Decide on the answer ``msg``; what to reply. Raises when it cannot be taken now."""
@@ -279,7 +294,7 @@ class AnswerTaking:
             key = self._answers.key_of(msg.subject, event, msg.headers)
             await self._deliver(key.run_id, to_incoming(event), answer=key)
         except (AnswerRefused, ObjectError) as exc:
-            late = await self._late(key, exc, event.id)
+            late = await self._late(key, exc, event)
             if late == DUPLICATE:
                 log.debug("answer on %s taken already: %s", msg.subject, exc.detail)
                 self._counters["answers_duplicate"] += 1
@@ -295,14 +310,23 @@ class AnswerTaking:
         return tasks.ANSWER_RECORDED, None
 
     async def _late(
-        self, key: AnswerKey | None, refused: AnswerRefused | ObjectError, event_id: str
+        self, key: AnswerKey | None, refused: AnswerRefused | ObjectError, event: CloudEvent
     ) -> str | None:
         """Why the run stopped waiting for the attempt an authentic answer speaks for, when
         it did so itself, or :data:`DUPLICATE` when this very answer is in the log (None: a
-        dead letter). Reads the run's log: refusals are rare."""
+        dead letter). Reads the run's log: refusals are rare. The answer of an attempt
+        cancelled once dispatched says its worker has stopped: the slots held meanwhile
+        go (unless it says its handler still runs)."""
         if key is None or refused.reason not in LATE_REFUSALS:
             return None
         records, _ = await self._log.read(key.run_id)
-        if recorded(records, key, event_id):
+        if recorded(records, key, event.id):
             return DUPLICATE
-        return late_reason(records, key)
+        late = late_reason(records, key)
+        if late is not None and self._stopped is not None and not still_running(event):
+            from interlock.core.capacity import stopping  # the engine: not for readers
+
+            slots = stopping(records, key.action_id, key.attempt)
+            if slots is not None:
+                await self._stopped(key.run_id, slots)
+        return late

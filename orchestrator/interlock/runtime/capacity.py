@@ -19,6 +19,10 @@ writes as runs' limits, :mod:`interlock.runtime.concurrency`), each request name
   orchestrator reads it.
 - **pause**: a request of a paused capability waits in the line ``cap:<name>@paused``
   (size 0) until the capability is resumed; resuming takes the line out in order.
+- **stopping**: an attempt cancelled once dispatched keeps its concurrency slots while its
+  worker stops (``stopping_until`` on the record that cancels it): until the worker's
+  answer to it comes (its handler has ended: :meth:`Capacity.stopped`), or a durable
+  timer at that instant fires, whichever is first.
 
 Every change is the effect of a record the relay acknowledges only once it is done (or of
 a fired timer, acknowledged the same way), and each repeats safely: a request holding or
@@ -73,6 +77,15 @@ def parse_waiter(waiter: str) -> tuple[str, str, int] | None:
 
 def is_rate_timer(run_id: str, timer_id: str) -> bool:
     return run_id.startswith(RATE_ROUTE) and timer_id.startswith(f"{run_id}:rate:")
+
+
+STOP = ":stop:"
+"""What a stopping attempt's timer id holds between its run and its request
+(``<run>:stop:<action>#<attempt>``; a run's own timers are ``<run>:<position>``)."""
+
+
+def is_stop_timer(run_id: str, timer_id: str) -> bool:
+    return timer_id.startswith(run_id + STOP)
 
 
 def _route(token: str) -> str:
@@ -199,7 +212,8 @@ class Capacity:
 
     async def freed(self, run_id: str, freed: Sequence[ev.FreedSlots]) -> None:
         """Requests ended (the record names them): out of their lines, and the slots
-        they held given to the next in line."""
+        they held given to the next in line; a cancelled attempt's slots once its worker
+        has stopped (a timer set for the latest it may take)."""
         for slots in freed:
             me = waiter_id(run_id, slots.action_id, slots.attempt)
             self._requests.pop((run_id, slots.action_id, slots.attempt), None)
@@ -207,15 +221,58 @@ class Capacity:
             self._at_once.pop((run_id, slots.action_id, slots.attempt), None)
             held = slots.rate_held_until
             until = None if held is None else parse_time(held).timestamp()
+            stopping = self._stopping(slots)
             for claim in slots.limits:
                 if claim.per_s and at_once and until is None:
                     continue  # in no rate's line, ever
                 if claim.per_s or is_pause(claim):
                     await self._leave(claim, me, until if claim.per_s else None)
                     continue
+                if stopping:
+                    continue  # held while its worker stops
                 for other in await self.slots.release(claim, me):
                     if other != me:
                         await self._go_on_named(other)
+            if stopping and slots.stopping_until is not None:
+                timer = f"{run_id}{STOP}{slots.action_id}#{slots.attempt}"
+                await self._timers.schedule(run_id, timer, slots.stopping_until)
+
+    def _stopping(self, slots: ev.FreedSlots) -> bool:
+        """Whether the slots ``slots`` names are held still while a worker stops."""
+        until = slots.stopping_until
+        return until is not None and parse_time(until) > parse_time(self._clock())
+
+    async def stopped(self, run_id: str, slots: ev.FreedSlots) -> None:
+        """A cancelled attempt's worker has stopped (it answered the attempt), or the
+        latest it may take has passed: the slots it held go to the next in line."""
+        from interlock.core.step import slot_of  # the engine: not for readers
+
+        kept = [c for c in slots.limits if slot_of(c)]
+        await self.freed(run_id, [replace(slots, limits=kept, stopping_until=None)])
+
+    async def stop_due(self, run_id: str, timer_id: str) -> None:
+        """A stopping attempt's timer: its slots go (read from its run's log)."""
+        from interlock.core.capacity import stopping  # the engine: not for readers
+
+        action_id, _, attempt = timer_id.removeprefix(run_id + STOP).rpartition("#")
+        records, _ = await self._runs.log.read(run_id)
+        slots = stopping(records, action_id, int(attempt)) if attempt.isdigit() else None
+        if slots is not None:
+            await self.stopped(run_id, slots)
+
+    def _still_stopping(self, records: Sequence[ev.AnyRecord], me: str) -> bool:
+        """Whether the attempt ``me`` names was cancelled and its worker may still be
+        stopping, by its run's log (its slots are then kept; its timer frees them)."""
+        from interlock.core.capacity import stopping  # the engine: not for readers
+
+        parsed = parse_waiter(me)
+        found = None if parsed is None else stopping(records, parsed[1], parsed[2])
+        return found is not None and self._stopping(found)
+
+    async def stopping_now(self, run_id: str, action_id: str, attempt: int) -> bool:
+        """:meth:`_still_stopping`, the run's log read afresh."""
+        records, _ = await self._runs.log.read(run_id, consistent=True)
+        return self._still_stopping(records, waiter_id(run_id, action_id, attempt))
 
     async def resumed(self, capability: str) -> None:
         """A capability resumed: the requests that waited for it go on, first first."""
@@ -246,7 +303,7 @@ class Capacity:
                 continue
             record = self._requests.get(parsed)
             if record is not None and not self.pauses.holds_capability(record.data.capability):
-                await self._admit(*parsed, lines=None)  # a rate's line is a request's last
+                await self._admit(*parsed)  # a rate's line is a request's last
             else:  # read from its run: held for its paused capability, if it is
                 await self._go_on_named(holder)
 
@@ -283,7 +340,7 @@ class Capacity:
             if not took.held:
                 await self._queued(run_id, action_id, attempt, claim, took.place)
                 return
-        await self._admit(run_id, action_id, attempt, lines)
+        await self._admit(run_id, action_id, attempt)
 
     async def _go_on_named(self, waiter: str) -> None:
         """A request moved into a slot (or given a token): on to its next lines, read
@@ -304,29 +361,28 @@ class Capacity:
 
     async def _give_back(self, run_id: str, action_id: str, attempt: int) -> None:
         """A request that ended, found holding or waiting (its end's effect came first,
-        or it was put back in line by a repeat read after it): out of its lines."""
-        record = self._requests.get((run_id, action_id, attempt))
-        if record is None:
-            records, _ = await self._runs.log.read(run_id)
-            for found in records:
-                if (
-                    isinstance(found, ev.ActionRequested)
-                    and found.data.action_id == action_id
-                    and found.data.attempt == attempt
-                ):
-                    record = found
+        or it was put back in line by a repeat read after it): out of its lines, unless
+        it was cancelled and its worker may still be stopping."""
+        record = None
+        records, _ = await self._runs.log.read(run_id)
+        if self._still_stopping(records, waiter_id(run_id, action_id, attempt)):
+            return
+        for found in records:
+            if (
+                isinstance(found, ev.ActionRequested)
+                and found.data.action_id == action_id
+                and found.data.attempt == attempt
+            ):
+                record = found
         if record is None:
             return
         lines = [capability_pause_claim(record.data.capability), *record.data.limits]
         freed = ev.FreedSlots(action_id=action_id, attempt=attempt, limits=lines)
         await self.freed(run_id, [freed])
 
-    async def _admit(
-        self, run_id: str, action_id: str, attempt: int, lines: Sequence[ev.SlotClaim] | None
-    ) -> None:
+    async def _admit(self, run_id: str, action_id: str, attempt: int) -> None:
         """Record the admission (dispatched when the relay reads it); one that records
-        nothing (admitted already, or ended) leaves an ended request's ``lines`` (None:
-        read from its request)."""
+        nothing (admitted already, or ended) gives back what an ended request holds."""
         from interlock.core.capacity import admitted  # the engine: not for readers
 
         now = self._clock()
@@ -344,11 +400,7 @@ class Capacity:
         entry = await self._runs.load(run_id, fresh=True)
         pending = None if entry is None else entry.state.pending.get(action_id)
         if pending is None or pending.attempt != attempt or entry is None or entry.state.finished:
-            if lines is None:
-                await self._give_back(run_id, action_id, attempt)
-                return
-            freed = ev.FreedSlots(action_id=action_id, attempt=attempt, limits=list(lines))
-            await self.freed(run_id, [freed])
+            await self._give_back(run_id, action_id, attempt)
 
     async def _queued(
         self, run_id: str, action_id: str, attempt: int, claim: ev.SlotClaim, place: int

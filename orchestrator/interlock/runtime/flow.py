@@ -37,7 +37,7 @@ from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
 from interlock.core.windowing import is_window_timer
 from interlock.runtime.answers import Answers
 from interlock.runtime.atonce import AtOnce
-from interlock.runtime.capacity import Capacity, is_rate_timer
+from interlock.runtime.capacity import Capacity, is_rate_timer, is_stop_timer
 from interlock.runtime.chains import newest, start_next
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
@@ -282,6 +282,9 @@ class ControlFlow:
             return
         if is_rate_timer(run_id, timer_id):
             await self.capacity.wake(run_id)
+            return
+        if is_stop_timer(run_id, timer_id):
+            await self.capacity.stop_due(run_id, timer_id)
             return
         if is_retention_timer(run_id, timer_id):
             if self.retainer is not None:

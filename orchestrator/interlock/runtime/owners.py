@@ -51,7 +51,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from interlock.core.ids import is_run_id
 from interlock.core.incoming import Incoming
 from interlock.core.windowing import is_window_timer
-from interlock.runtime.capacity import is_rate_timer
+from interlock.runtime.capacity import is_rate_timer, is_stop_timer
 from interlock.runtime.fairness import Deferred
 from interlock.runtime.handling import FINAL, final_reason
 from interlock.runtime.retention import is_retention_timer
@@ -90,10 +90,12 @@ DeadLetter = Callable[[Msg, str, str], Awaitable[None]]
 
 def run_timer(run_id: str, timer_id: str) -> bool:
     """Whether a timer is a run's own (decided by the run), not a trigger window's, a
-    rate's or a retention's (kept by key, decided by any replica)."""
+    rate's, a stopping attempt's or a retention's (kept by key, decided by any
+    replica)."""
     return not (
         is_window_timer(timer_id)
         or is_rate_timer(run_id, timer_id)
+        or is_stop_timer(run_id, timer_id)
         or is_retention_timer(run_id, timer_id)
     )
 

@@ -178,6 +178,8 @@ class Orchestrator:
             self.run_log,
             self.observers,
             self.counters,
+            # (the flow is made after: looked up when an answer comes)
+            stopped=lambda run_id, slots: self.flow.capacity.stopped(run_id, slots),
         )
 
     def _owners(self) -> Owners:

@@ -134,21 +134,22 @@ class Sweep:
 
     async def asked(self, claim: ev.SlotClaim, name: str) -> bool:
         """Whether the log of ``name`` (a run, or a run's request) asks for the slot and
-        has not ended."""
+        has not ended, or (a request) was cancelled and its worker may still be stopping."""
         parsed = parse_waiter(name)
         run_id = name if parsed is None else parsed[0]
         entry = await self._runs.load(run_id, fresh=True)
+        pending = None
+        if parsed is not None and entry is not None and not entry.state.finished:
+            pending = entry.state.pending.get(parsed[1])
+        if parsed is not None and (pending is None or pending.attempt != parsed[2]):
+            # A cancelled attempt whose worker may still be stopping keeps its slot.
+            return entry is not None and await self._capacity.stopping_now(*parsed)
         if entry is None or entry.state.finished:
             return False
         wanted = (claim.limit, claim.key)
-        if parsed is None:
+        if pending is None:
             return any((c.limit, c.key) == wanted for c in entry.state.slots or [])
-        pending = entry.state.pending.get(parsed[1])
-        return (
-            pending is not None
-            and pending.attempt == parsed[2]
-            and any((c.limit, c.key) == wanted for c in pending.limits)
-        )
+        return any((c.limit, c.key) == wanted for c in pending.limits)
 
     async def settle(self, claim: ev.SlotClaim, name: str, asked: bool) -> int:
         """An early holder checked against its log: kept, its mark cleared (``asked``),

@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 
 from interlock.core.rfc3339 import format_time
 from interlock.transport.pulling import deliveries
-from interlock.transport.tasks import TaskRequest, failure
+from interlock.transport.tasks import HANDLER_RUNNING, TaskRequest, failure
 
 from .context import TASK_COMPLETED, Emit, TaskContext
 from .errors import AgentError, ErrorClass
@@ -158,7 +158,7 @@ def answer_of(
     task = flight.task
     assert task is not None
     if flight.reason is not None and not (flight.reason == "shutdown" and succeeded(task)):
-        return stopped(flight, request, cap)
+        return stopped(flight, request, cap, running=not task.done())
     if task.cancelled():
         return failure(ErrorClass.CANCELLED, "the handler was cancelled", retryable=True)
     error = task.exception()
@@ -259,8 +259,13 @@ async def settled(task: asyncio.Future[Any], seconds: float | None) -> bool:
     return task.done()
 
 
-def stopped(flight: InFlight, request: TaskRequest, cap: Capability) -> tuple[str, Any]:
-    """The answer of a task stopped before it finished (timed out, cancelled)."""
+def stopped(
+    flight: InFlight, request: TaskRequest, cap: Capability, *, running: bool = False
+) -> tuple[str, Any]:
+    """The answer of a task stopped before it finished (timed out, cancelled); sent once
+    the handler has ended, or (``running``) without it when it ignored its cancellation,
+    which a cancelled attempt's answer then says (the orchestrator keeps its concurrency
+    slot held a while longer)."""
     if flight.reason == "timeout":
         assert request.deadline is not None
         return failure(
@@ -269,7 +274,10 @@ def stopped(flight: InFlight, request: TaskRequest, cap: Capability) -> tuple[st
             retryable=True,
         )
     if flight.reason == "cancelled":
-        return failure(ErrorClass.CANCELLED, "cancelled by the orchestrator", retryable=False)
+        code = HANDLER_RUNNING if running else None
+        return failure(
+            ErrorClass.CANCELLED, "cancelled by the orchestrator", retryable=False, code=code
+        )
     raise Abandon
 
 

@@ -71,6 +71,11 @@ ANSWER_FAILED: Final = "failed"
 ANSWER_LATE: Final = "late"
 """The run had stopped waiting for that attempt itself (it cancelled the action, the
 attempt timed out, the run ended): dropped, not dead-lettered; the reason says which."""
+HANDLER_RUNNING: Final = "handler_running"
+"""The ``error.code`` of a cancelled attempt's answer sent while its handler still runs
+(it ignored its cancellation): the attempt's concurrency slots stay held (until the
+latest a cancelled attempt may take to stop). Any other answer to a cancelled attempt
+says its work has ended, and gives them back."""
 
 RUN_ID: Final = "runid"
 ACTION_ID: Final = "actionid"

@@ -44,6 +44,11 @@ class FreedSlots(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     rate_held_until: str | None = None
     """On a failure whose agent gave a retry-after (an API's 429): no token of the rates
     in ``limits``, for their keys, is given to anyone before this instant (RFC 3339)."""
+    stopping_until: str | None = None
+    """On a record that cancels an attempt already dispatched: its slots of the
+    concurrency limits in ``limits`` stay held while its worker stops, until the worker
+    answers the attempt (its handler has ended) or this instant at the latest (RFC 3339).
+    Its places in rates' and pauses' lines are left at once."""
 
 
 class ActionQueuedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -283,6 +283,36 @@ def test_agents_lists_the_running_echo_worker(inst: CliInstallation) -> None:
     )
 
 
+def test_agents_lists_a_worker_that_heartbeats_only_the_required_fields(
+    inst: CliInstallation,
+) -> None:
+    """A worker of another language may leave out host and pid (docs/agents-any-language.md
+    lists them as optional): agents shows "-" for them, where it printed None."""
+    now = "2026-01-01T00:00:00.000Z"
+    record = {
+        "name": "raw-py",
+        "instance": "raw-1",
+        "capabilities": ["echo"],
+        "concurrency": 1,
+        "in_flight": 0,
+        "started_at": now,
+        "heartbeat_at": now,
+    }
+
+    async def heartbeat() -> None:
+        nc = await connect(inst.url)
+        try:
+            subject = f"$KV.{inst.subjects.workers_bucket}.echo.raw-1"
+            await nc.jetstream().publish(subject, json.dumps(record).encode())
+        finally:
+            await nc.close()
+
+    asyncio.run(heartbeat())
+    assert "worker raw-py/raw-1 pid=- capabilities=echo in_flight=0" in inst.ok("agents")
+    shown = inst.ok("get", "agent", "echo", "-o", "table")
+    assert "worker raw-py/raw-1 host=- pid=- in_flight=0 capabilities=echo" in shown, shown
+
+
 def test_result_exit_codes_and_cancel(inst: CliInstallation) -> None:
     failing = inst.ok("start", "failing").strip()
     done = inst.cli("result", failing, "--wait", "--timeout", "20")

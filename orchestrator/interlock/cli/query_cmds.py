@@ -180,7 +180,7 @@ def _agent_table(a: AgentView) -> None:
     )
     for w in a.workers:
         print(
-            f"worker {w.name}/{w.instance} host={w.host} pid={w.pid} "
+            f"worker {w.name}/{w.instance} host={w.host or '-'} pid={w.pid or '-'} "
             f"in_flight={w.in_flight} capabilities={','.join(w.capabilities)}"
         )
 

@@ -244,7 +244,7 @@ async def cmd_agents(client: Client, args: argparse.Namespace) -> int:
                     continue
                 seen.add(w.instance)
                 print(
-                    f"worker {w.name}/{w.instance} pid={w.pid} "
+                    f"worker {w.name}/{w.instance} pid={w.pid or '-'} "
                     f"capabilities={','.join(w.capabilities)} in_flight={w.in_flight}"
                 )
 

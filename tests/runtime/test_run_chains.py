@@ -288,7 +288,10 @@ async def test_the_cli_follows_the_chain_and_each_link_replays_from_its_log(
         _, out, _ = await cli("describe", "run", second, "-o", "json")
         assert json.loads(out)["history"]["max_bytes"] == 256 * 1024 * 1024
         _, out, _ = await cli("explain", first)
-        assert f"continued as new: run {second} goes on" in out
+        assert f"continued as new: run {second} goes on from here" in out
+        # Explained at its first record, it has not continued yet: that came later.
+        _, out, _ = await cli("explain", first, "--at", "1")
+        assert f"\nlater, it continued as new: run {second} goes on from its end" in out, out
         _, out, _ = await cli("logs", first)
         assert f"run continued    as {second} in waiting (transition)" in out
         for run_id in (first, second):

@@ -131,9 +131,11 @@ def _print_explain(report: dict[str, Any], args: argparse.Namespace) -> int:
         for line in step["records"]:
             out(f"    #{line['seq']:<3} {line['summary']}\n")
     if chain.get("next"):
+        # With --at, the steps shown end before the run's end: its continuation came later.
+        where = "from its end" if args.at is not None else "from here"
         out(
-            f"\ncontinued as new: run {chain['next']} goes on from here "
-            f"(interlock explain {chain['next']})\n"
+            f"\n{'later, it ' if args.at is not None else ''}continued as new: run "
+            f"{chain['next']} goes on {where} (interlock explain {chain['next']})\n"
         )
     waiting = report.get("waiting")
     if waiting is not None:

@@ -187,10 +187,42 @@ def test_a_priority_that_is_not_an_integer_fails_the_run() -> None:
     assert failed.data.error.message == (
         "the priority is acme, not an integer from -1,000,000 to 1,000,000"
     )
-    text = LIMITED.replace("  deadline: {after: 1h}\n", "  priority: '2000000'\n")
+    big = "  priority: 'size(inputs.customer) * 1000000'\n"
+    text = LIMITED.replace("  deadline: {after: 1h}\n", big)
     failed = Run(compile_one(text), run_id="r7").start({"customer": "acme"})[-1]
     assert isinstance(failed, ev.RunFailed)
-    assert "not an integer from" in failed.data.error.message
+    assert "the priority is 4000000, not an integer from" in failed.data.error.message
+    # One that reads nothing is every run's: refused where it is written.
+    text = LIMITED.replace("  deadline: {after: 1h}\n", "  priority: '2000000'\n")
+    found = [(d.rule, d.message) for d in compile_sources([("m.yaml", text)]).diagnostics]
+    assert found == [
+        (
+            "priority",
+            "the priority is always 2000000, not an integer from -1,000,000 to 1,000,000: "
+            "every run would fail at its start",
+        )
+    ]
+
+
+def test_a_weight_or_key_that_reads_nothing_and_fails_every_run_is_refused() -> None:
+    """A weight of 10**9, a key of 300 characters, a fairness key that cannot be computed:
+    each at its line and column, where each failed every run at its start."""
+    long = '"' + "k" * 300 + '"'
+    limit = f"      limit: 2\n      fair: '{long}'\n      weight: '1000000000'\n"
+    text = LIMITED.replace("      limit: 2\n", limit)
+    found = [
+        f"{d.line}:{d.col} {d.rule} {d.message}"
+        for d in compile_sources([("m.yaml", text)]).diagnostics
+    ]
+    assert found == [
+        "11:13 concurrency-key the fairness key is always 300 characters long, not at most "
+        "256: every run would fail at its start",
+        "12:15 concurrency-key the weight is always 1000000000, not an integer from 1 to "
+        "1,000: every run would fail at its start",
+    ], found
+    text = LIMITED.replace("      limit: 2\n", "      limit: 2\n      fair: '1 / 0'\n")
+    (problem,) = compile_sources([("m.yaml", text)]).diagnostics
+    assert problem.message.startswith("the fairness key reads nothing and cannot be computed")
 
 
 def test_a_fairness_key_is_recorded_with_the_slot_and_checked() -> None:

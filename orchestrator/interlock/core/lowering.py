@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -31,10 +31,18 @@ from interlock.core.definition import (
     type_matches,
 )
 from interlock.core.diagnostics import Diagnostic
-from interlock.core.expr import Expression, expressions, references
+from interlock.core.expr import Expression, ExpressionError, expressions, references
 from interlock.core.flowmodel import TriggerRate
 from interlock.core.history import MIN_HISTORY_BYTES, parse_size
-from interlock.core.limitdef import LimitDef, TriggerRateDef, WindowDef
+from interlock.core.limitdef import (
+    MAX_KEY_LENGTH,
+    MAX_PRIORITY,
+    MAX_WEIGHT,
+    LimitDef,
+    TriggerRateDef,
+    WindowDef,
+    key_text,
+)
 from interlock.core.lowering_dag import STEPS_VARIABLE, check_gates
 from interlock.core.lowering_scope import LoweringScope
 from interlock.core.lowering_states import StateLowering
@@ -46,6 +54,25 @@ from interlock.core.source import Document, Path
 AT_START = frozenset({"inputs", "event", "data"})
 """What an expression computed when a run starts may read (its priority, its concurrency
 limits' key, fairness key and weight)."""
+
+_Want = tuple[Callable[[Any], bool], str, Callable[[Any], str]]
+"""What a value computed at a run's start must be, how to say it, and what to say of a
+value that is not."""
+_PRIORITY: _Want = (
+    lambda v: type(v) is int and -MAX_PRIORITY <= v <= MAX_PRIORITY,
+    f"an integer from {-MAX_PRIORITY:,} to {MAX_PRIORITY:,}",
+    lambda v: key_text(v)[:64],
+)
+_WEIGHT: _Want = (
+    lambda v: type(v) is int and 1 <= v <= MAX_WEIGHT,
+    f"an integer from 1 to {MAX_WEIGHT:,}",
+    lambda v: key_text(v)[:64],
+)
+_KEY: _Want = (
+    lambda v: len(key_text(v)) <= MAX_KEY_LENGTH,
+    f"at most {MAX_KEY_LENGTH}",
+    lambda v: f"{len(key_text(v)):,} characters long",
+)
 
 
 def spec_hash(document: Any) -> str:
@@ -150,7 +177,29 @@ class WorkflowLowering(LoweringScope):
                 "the priority sees only 'inputs', 'event' and 'data' (it is computed when "
                 f"the run starts); it reads {', '.join(repr(n) for n in unseen)}",
             )
+        self._constant(("spec", "priority"), expression, "priority", "the priority", _PRIORITY)
         return expression
+
+    def _constant(
+        self, path: Path, expression: Expression | None, rule: str, what: str, want: _Want
+    ) -> None:
+        """An expression that reads nothing gives every run one value: a value every run
+        would fail at its start with (a weight of 10**9, a key of 300 characters) is
+        refused here, at its place, where it failed each run (``schema_error``)."""
+        if expression is None or expression.names:
+            return
+        try:
+            value = expression.evaluate({})
+        except ExpressionError as exc:
+            self.error(path, rule, f"{what} reads nothing and cannot be computed: {exc}")
+            return
+        if not want[0](value):
+            self.error(
+                path,
+                rule,
+                f"{what} is always {want[2](value)}, not {want[1]}: every run would fail at "
+                "its start",
+            )
 
     def _concurrency(self) -> tuple[LimitDef, ...]:
         """``spec.concurrency``: each limit's key compiled (it sees what a run starts
@@ -194,6 +243,8 @@ class WorkflowLowering(LoweringScope):
                         "a fairness key sees only 'inputs', 'event' and 'data' (it is computed "
                         f"when the run starts); it reads {', '.join(repr(n) for n in reads)}",
                     )
+            self._constant((*base, "key"), key, "concurrency-key", "the key", _KEY)
+            self._constant((*base, "fair"), fair, "concurrency-key", "the fairness key", _KEY)
             weight = self._weight(base, limit.weight, fair)
             if key is not None:
                 ref = f"{wf.metadata.namespace}/{name}"
@@ -219,6 +270,7 @@ class WorkflowLowering(LoweringScope):
                 "a weight sees only 'inputs', 'event' and 'data' (it is computed when the "
                 f"run starts); it reads {', '.join(repr(n) for n in reads)}",
             )
+        self._constant((*base, "weight"), weight, "concurrency-key", "the weight", _WEIGHT)
         return weight
 
     def _history(self) -> HistoryDef | None:
@@ -383,6 +435,7 @@ class WorkflowLowering(LoweringScope):
                 "a trigger's key sees only 'event' and 'data' (it is computed when the event "
                 f"arrives); it reads {', '.join(repr(n) for n in unseen)}",
             )
+        self._constant(path, key, "trigger-key", "the key", _KEY)
         return key
 
     def _window(self, path: Path, trigger: model.Trigger) -> WindowDef | None:

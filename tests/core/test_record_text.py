@@ -188,7 +188,7 @@ SUMMARIES = [
         ),
         "run.queued until default/hello is resumed, for a slot of default/model-api for key 'acme'",
     ),
-    (record(ev.RunQueued, slots=[]), "run.queued"),
+    (record(ev.RunQueued, slots=[]), "run.queued for no slot (admitted next)"),
     (
         record(ev.RunAdmitted, limits=["default/model-api"]),
         "run.admitted: holds a slot of default/model-api",

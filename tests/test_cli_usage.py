@@ -52,6 +52,23 @@ def test_runs_waiting_for_no_kind_is_a_usage_error(waiting: str) -> None:
     )
 
 
+@pytest.mark.parametrize("kind", [["workflow", "w"], ["run", "r1"], ["capability", "c"]])
+def test_a_pause_reason_past_its_bound_is_a_usage_error(kind: list[str]) -> None:
+    """A reason is kept with the pause and recorded in each run it holds: past 1,024
+    characters (as over HTTP) it is refused before anything connects."""
+    done = subprocess.run(
+        [INTERLOCK, "pause", *kind, "--reason", "r" * 1025, "--server", "nats://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"usage: interlock pause {kind[0]} "), done.stderr
+    assert done.stderr.rstrip().endswith(
+        "error: argument --reason: a reason is at most 1,024 characters; this one is 1,025"
+    )
+
+
 def test_a_server_that_does_not_answer_names_the_one_dev_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

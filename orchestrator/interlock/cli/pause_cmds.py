@@ -16,6 +16,21 @@ if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
+_DEFAULT = "paused by an operator"
+
+
+def _reason(text: str) -> str:
+    """A pause's reason: refused (exit 2) past :data:`MAX_REASON` characters, as over
+    HTTP, where it was kept whole with the pause and recorded in every run it held."""
+    from interlock.core.pauses import MAX_REASON
+
+    if len(text) > MAX_REASON:
+        raise argparse.ArgumentTypeError(
+            f"a reason is at most {MAX_REASON:,} characters; this one is {len(text):,}"
+        )
+    return text
+
+
 VERB_HELP = {
     "pause": "hold a workflow's new runs, a run, or a capability's requests, until resumed",
     "resume": "let what a paused workflow, run or capability held go on, in order",
@@ -49,7 +64,7 @@ def add_parsers(sub: Sub) -> None:
         q = kinds.add_parser("workflow", help=what)
         q.add_argument("name", metavar="NAME", help="NAME or NAMESPACE/NAME")
         if verb == "pause":
-            q.add_argument("--reason", default="paused by an operator", help="recorded with it")
+            q.add_argument("--reason", type=_reason, default=_DEFAULT, help="recorded with it")
             q.add_argument(
                 "--runs",
                 action="store_true",
@@ -61,14 +76,14 @@ def add_parsers(sub: Sub) -> None:
         r = kinds.add_parser("run", help=run_what)
         r.add_argument("run_id", metavar="ID", help="the run's id")
         if verb == "pause":
-            r.add_argument("--reason", default="paused by an operator", help="recorded with it")
+            r.add_argument("--reason", type=_reason, default=_DEFAULT, help="recorded with it")
         r.add_argument("--json", action="store_true")
         add_connection_flags(r)
         r.set_defaults(func=with_client(run_func))
         c = kinds.add_parser("capability", help=capability_what[verb])
         c.add_argument("name", metavar="NAME", help="the capability (dot-separated words)")
         if verb == "pause":
-            c.add_argument("--reason", default="paused by an operator", help="recorded with it")
+            c.add_argument("--reason", type=_reason, default=_DEFAULT, help="recorded with it")
         c.add_argument("--json", action="store_true")
         add_connection_flags(c)
         c.set_defaults(func=with_client(capability_func[verb]))

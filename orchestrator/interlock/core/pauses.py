@@ -5,6 +5,9 @@ from __future__ import annotations
 from interlock.core import events as ev
 
 PAUSED = "@paused"
+MAX_REASON = 1024
+"""The longest reason a pause takes (it is kept with the pause, recorded in each run it
+holds, and shown by every listing of pauses)."""
 """The end of the name of the slot a run started while its workflow is paused waits for:
 ``<namespace>/<workflow>@paused``, of size 0 (nobody holds it; resuming empties its line)."""
 

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from interlock.client import debugging
+from interlock.core.pauses import MAX_REASON
 from interlock.gateway.problems import Problem
 from interlock.gateway.rest import RunId, _json_body, _name, _seq, json_view, operates
 
@@ -164,7 +165,7 @@ def _before(before: str | None, older_than: str | None) -> datetime | None:
     return min(times) if times else None
 
 
-Reason = Annotated[str, msgspec.Meta(max_length=1024)]
+Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON)]
 
 
 class PauseRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -81,7 +81,7 @@ async def test_on_a_phone_the_diagram_opens_at_the_current_state(console: Consol
         run_id = r.json()["run_id"]
         await wait_status(console.gs, run_id, "running", "s01")
         for _ in range(15):
-            r = await http.post(f"/runs/{run_id}/signals/step.done", params={"wait": 5})
+            r = await http.post(f"/runs/{run_id}/signals/step.done", params={"wait": 20})
             assert r.json()["outcome"] == "moved", r.text
     page = await console.page(390, 844)
     await page.goto(f"{console.url}#/runs/{run_id}")
@@ -211,15 +211,15 @@ async def test_a_chain_of_runs_continued_as_new_is_linked_both_ways(console: Con
         await wait_status(gs, chain[0], "running", "waiting")
         for _ in range(3):
             # Addressed to the first run: each signal goes on to the newest.
-            r = await http.post(f"/runs/{chain[0]}/signals/renew", params={"wait": 5})
+            r = await http.post(f"/runs/{chain[0]}/signals/renew", params={"wait": 20})
             told = r.json()
             assert told["outcome"] == "moved", r.text
             assert told["run_id"] == chain[-1]
             chain.append(told["continued_to"])
             await wait_status(gs, chain[-1], "running", "waiting")
-        r = await http.post(f"/runs/{chain[0]}/signals/finish", params={"wait": 5})
+        r = await http.post(f"/runs/{chain[0]}/signals/finish", params={"wait": 20})
         assert r.json()["run_id"] == chain[-1]
-        result = (await http.get(f"/runs/{chain[0]}/result", params={"timeout": 10})).json()
+        result = (await http.get(f"/runs/{chain[0]}/result", params={"timeout": 20})).json()
         assert (result["status"], result["run_id"], result["chain"]) == (
             "completed",
             chain[-1],
@@ -281,7 +281,7 @@ async def test_a_long_running_runs_page_reads_its_newest_page_and_follows_it_liv
         await wait_status(console.gs, run_id, "running", "s01")
         while (await http.get(f"/runs/{run_id}")).json()["records"] <= 210:
             for event in cycle:
-                r = await http.post(f"/runs/{run_id}/signals/{event}", params={"wait": 5})
+                r = await http.post(f"/runs/{run_id}/signals/{event}", params={"wait": 20})
                 assert r.json()["outcome"] == "moved", r.text
         total = (await http.get(f"/runs/{run_id}")).json()["records"]
     page = await console.page(token=None)
@@ -299,7 +299,7 @@ async def test_a_long_running_runs_page_reads_its_newest_page_and_follows_it_liv
 
     assert await shown() == list(range(total - 199, total + 1))
     async with console.gs.http() as http:
-        r = await http.post(f"/runs/{run_id}/signals/step.done", params={"wait": 5})
+        r = await http.post(f"/runs/{run_id}/signals/step.done", params={"wait": 20})
         assert r.json()["outcome"] == "moved", r.text
         now = (await http.get(f"/runs/{run_id}")).json()["records"]
     assert now > total

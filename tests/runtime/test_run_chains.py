@@ -270,7 +270,7 @@ async def test_the_cli_follows_the_chain_and_each_link_replays_from_its_log(
         assert f"run {first} continued as new: order.tick went to n" in out
         second = out.split("went to ")[1].split(",")[0]
         await cli("signal", first, "finish")
-        code, out, err = await cli("result", first, "--wait", "--timeout", "10")
+        code, out, err = await cli("result", first, "--wait", "--timeout", "30")
         assert code == 0, err
         assert json.loads(out) == {"round": 2, "ticks": 1}
         assert f"continued as new: {first} -> {second}" in err

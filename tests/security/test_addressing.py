@@ -171,7 +171,7 @@ async def test_the_operator_signals_and_emits_to_a_run(secured: Secured) -> None
     """``signal`` and ``emit`` with a ``runid`` (the operator's) still reach the run."""
     client = Client(secured.operator.nc, SUBJECTS)
     signalled = await _waiting_run(secured)
-    result = await client.signal(signalled, APPROVED, {"approver": "ada"}, wait=10)
+    result = await client.signal(signalled, APPROVED, {"approver": "ada"}, wait=30)
     assert result.outcome == "moved", result
     emitted = await _waiting_run(secured)
     await client.emit(_event("emit-1", runid=emitted))

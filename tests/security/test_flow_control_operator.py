@@ -165,7 +165,7 @@ async def test_pause_with_runs_holds_every_run_started_before_it(secured: Secure
     for at in range(0, len(started), 50):
         some = started[at : at + 50]
         told = await asyncio.gather(
-            *(client.signal(r, "acme.order.approved", wait=10) for r in some)
+            *(client.signal(r, "acme.order.approved", wait=30) for r in some)
         )
         for run_id, result in zip(some, told, strict=True):
             outcomes.setdefault(result.outcome, []).append(run_id)
@@ -183,7 +183,7 @@ async def test_pause_with_runs_holds_every_run_started_before_it(secured: Secure
     alone = outcomes["held"][-1]
     await operator_cli(secured, "resume", "run", alone)
     assert (await secured.operator.state(alone)).state == "shipping"
-    result = await client.signal(alone, "acme.order.shipped", wait=10)
+    result = await client.signal(alone, "acme.order.shipped", wait=30)
     assert result.outcome == "moved", result
     assert (await secured.operator.state(alone)).state == "done"
     said = json.loads(await operator_cli(secured, "resume", "workflow", "racing", "--json"))

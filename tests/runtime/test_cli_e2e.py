@@ -350,7 +350,7 @@ def test_result_exit_codes_and_cancel(inst: CliInstallation) -> None:
 
     def missing(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
         argv = [a.replace("@", "r-no-such-run") for a in args]
-        return run_cli(*argv, env=inst.env, timeout=10)
+        return run_cli(*argv, env=inst.env)
 
     with ThreadPoolExecutor(4) as pool:
         for args, done in zip(commands, pool.map(missing, commands), strict=True):

@@ -391,9 +391,9 @@ async def test_the_operators_client_waits_through_its_one_subscription(secured: 
 
     client = Client(secured.operator.nc, SUBJECTS)
     run_id = await awaited_run(secured)
-    waiting = asyncio.ensure_future(client.result(run_id, wait=True, timeout=10))
+    waiting = asyncio.ensure_future(client.result(run_id, wait=True, timeout=60))
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 15
+    deadline = loop.time() + 30
     while not client._watcher.watching:  # the wait has read the log, found the run going on
         assert loop.time() < deadline, "the wait never subscribed to the run log"
         await asyncio.sleep(0.01)

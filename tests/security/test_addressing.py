@@ -45,7 +45,7 @@ def _event(event_id: str, type_: str = APPROVED, **extensions: str) -> CloudEven
 
 async def _waiting_run(secured: Secured) -> str:
     run_id = await secured.operator.start("awaiting", {})
-    async for record in secured.operator.follow(run_id, idle_timeout=10):
+    async for record in secured.operator.follow(run_id, idle_timeout=30):
         if isinstance(record, ev.StateEntered) and record.data.state == "waiting":
             return run_id
     raise AssertionError("the run never waited")

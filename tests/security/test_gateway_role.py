@@ -163,7 +163,7 @@ async def test_every_route_works_on_the_gateway_credentials(
 
 
 async def _entered(secured: Secured, run_id: str, state: str) -> None:
-    async for record in secured.operator.follow(run_id, idle_timeout=10):
+    async for record in secured.operator.follow(run_id, idle_timeout=30):
         if isinstance(record, ev.StateEntered) and record.data.state == state:
             return
     raise AssertionError(f"{run_id} never entered {state}")
@@ -239,7 +239,7 @@ async def test_refused_to_the_gateway(
 ) -> None:
     creds = secured.issued["gateway"]
     run_id = await secured.operator.start("guarded", {})
-    async for record in secured.operator.follow(run_id, idle_timeout=10):
+    async for record in secured.operator.follow(run_id, idle_timeout=30):
         if isinstance(record, ev.ActionRequested):
             break
     before = [msgspec.json.encode(r) for r in await secured.operator.read(run_id)]

@@ -113,7 +113,7 @@ async def run_id(secured: Secured) -> str:
     applied = await secured.operator.apply([("<refl>", REFL)])
     applied.compiled.raise_for_errors()
     run = await secured.operator.start("guarded", {})
-    async for record in secured.operator.follow(run, idle_timeout=10):
+    async for record in secured.operator.follow(run, idle_timeout=30):
         if isinstance(record, ev.ActionRequested):
             return run
     raise AssertionError("the run never requested its action")

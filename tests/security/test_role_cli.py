@@ -64,7 +64,7 @@ async def issued(secured: Secured, role: str) -> Path:
 
 async def waiting_run(secured: Secured) -> str:
     run_id = await secured.operator.start("guarded", {})
-    async for record in secured.operator.follow(run_id, idle_timeout=10):
+    async for record in secured.operator.follow(run_id, idle_timeout=30):
         if isinstance(record, ev.ActionRequested):
             return run_id
     raise AssertionError("the run never requested its action")

@@ -118,7 +118,7 @@ async def log_bytes(secured: Secured, run_id: str) -> list[bytes]:
 async def awaited_run(secured: Secured) -> str:
     """A run of ``guarded`` whose action (capability ``held``) is awaited."""
     run_id = await secured.operator.start("guarded", {})
-    async for record in secured.operator.follow(run_id, idle_timeout=10):
+    async for record in secured.operator.follow(run_id, idle_timeout=30):
         if isinstance(record, ev.ActionRequested):
             return run_id
     raise AssertionError("the run never requested its action")

@@ -28,8 +28,8 @@ alone make the ratio about 2.4x when the slot time is the same in both phases. F
 over recent use (what the limit does now) gives B, which used no slot lately, the slots
 as they free until its slots and recent use reach A's: printed too, computed with the
 limit's own choice of line (2.75 T for 50 in 10, 1.4x). Each round also counts A's runs
-admitted from B's start until half of B's were (read from the logs, whatever the slot
-time): about ``few / 2 - limit / 2`` with equal shares (20 for 50 in 10), 2 by recent use.
+admitted from B's first admission until half of B's (read from the logs, whatever the
+slot time): about ``few / 2 - limit / 2`` with equal shares (20 for 50 in 10), 2 by recent use.
 
     python -m bench fairness [--flood 5000] [--few 50] [--limit 10] [--rounds 3]
                              [--via client|orchestrator]
@@ -252,7 +252,7 @@ class Phase:
     slot: float
     """Seconds a slot took per run meanwhile."""
     others: int = 0
-    """Beside the flood: A's runs admitted from B's start until half of B's were."""
+    """Beside the flood: A's runs admitted from B's first admission until half of B's."""
 
 
 async def served(client: InterlockClient, run_ids: list[str]) -> list[tuple[float, float]]:
@@ -286,11 +286,11 @@ async def beside(url: str, flood: int, few: int, limit: int, fair: bool, via: st
         times = await served(found.client, few_runs)
         # A's runs left unfinished: this prefix is dropped with its orchestrator.
     first, last = min(s for s, _ in times), max(a for _, a in times)
-    half = sorted(a for _, a in times)[(len(times) - 1) // 2]
+    admitted = sorted(a for _, a in times)
     return Phase(
         wait=statistics.median(a - s for s, a in times),
         slot=admissions.slot_time(limit, first, last, wave=0),
-        others=admissions.others_between(few_runs, first, half),
+        others=admissions.others_between(few_runs, admitted[0], admitted[(len(times) - 1) // 2]),
     )
 
 
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"equal shares imply: alone {ideal_alone:.2f} T, beside {ideal_beside:.2f} T, "
         f"{ideal_beside / ideal_alone:.2f}x at equal T, about {args.few // 2 - args.limit // 2} "
-        f"of A's admitted before half of B's; recent use (fair share now): beside "
+        f"of A's admitted from B's first until half of B's; recent use (fair share now): beside "
         f"{recent:.2f} T, {recent / ideal_alone:.2f}x, {recent_others} of A's"
     )
     ratios: dict[bool, list[float]] = {False: [], True: []}
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{a.wait / a.slot:5.2f} T), beside {b.wait * 1000:8.1f} ms "
                         f"(T {b.slot * 1000:6.1f} ms, {b.wait / b.slot:6.2f} T): "
                         f"{ratio:6.1f}x, {b.wait / b.slot / (a.wait / a.slot):5.1f}x in T; "
-                        f"A admitted before half of B: {b.others}",
+                        f"A's admitted from B's first to half: {b.others}",
                         flush=True,
                     )
         finally:

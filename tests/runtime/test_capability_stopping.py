@@ -199,3 +199,27 @@ async def test_a_handler_that_ignores_its_cancellation_holds_the_slot_until_the_
 
 async def _cancelled(stack: Any, run_id: str) -> bool:
     return any(isinstance(r, ev.RunCancelled) for r in await stack.records(run_id))
+
+
+async def test_a_cancelled_request_no_worker_was_handed_frees_its_slot_at_once(
+    nats_url: str, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admitted and queued, but taken by no worker (none serves yet): the cancel takes it
+    out of the work queue, nobody is stopping, and its slot goes at once, not when the
+    grace ends."""
+    monkeypatch.setattr(step, "STOP_GRACE_S", 3600.0)
+    async with running_stack(nats_url, subjects, [API_AGENT, CALLS], worker=False) as stack:
+        client = stack.client
+        first = await client.start("calls", {"n": 0})
+        second = await client.start("calls", {"n": 1})
+
+        async def admitted(count: int) -> bool:
+            return len((await requests(client.nc, subjects)).admitted) == count
+
+        await eventually(lambda: admitted(1), what="the first request admitted, queued")
+        await client.cancel(first, "not wanted")
+        await eventually(lambda: admitted(2), what="the second admitted (the first never taken)")
+        seen = await requests(client.nc, subjects)
+        assert [r.split("/")[0] for r in seen.admitted] == [first, second]
+        await client.cancel(second, "done with it")
+        await all_freed(stack.orchestrator.flow.admission.slots)

@@ -319,31 +319,35 @@ class ControlFlow:
 
     # -- cancellation ---------------------------------------------------------------------
 
-    async def tell_agent(
-        self, run_id: str, action_id: str, time: str, attempt: int | None = None
+    async def _tell(
+        self, record: ev.AnyRecord, actions: list[str], attempt: int | None = None
     ) -> None:
-        """Publish a cancel notice: about one attempt of the action, or (None) all of it;
-        a request no agent has taken yet leaves the queue."""
-        await self.notices.tell(run_id, [action_id], time, attempt)
+        """Publish a cancel notice for ``actions`` of the record's run (about one attempt,
+        or all of each); a request no agent has taken yet leaves the queue, and the slots
+        a worker would have stopped in go now (nobody stops it)."""
+        from interlock.core.capacity import freed_by  # the engine: not for readers
+
+        never = await self.notices.tell(record.subject, actions, record.time, attempt)
+        for slots in freed_by(record):
+            if slots.stopping_until and (slots.action_id, slots.attempt) in never:
+                await self.capacity.stopped(record.subject, slots)
 
     async def _action_cancelled(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.ActionCancelled)
         if record.data.workflow:
             await self._cancel_children(record.data.action_id, record.data.reason)
         else:
-            await self.tell_agent(record.subject, record.data.action_id, record.time)
+            await self._tell(record, [record.data.action_id])
 
     async def _action_timed_out(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.ActionFailed)
         # Names the attempt: the retry that follows keeps the action id and must run.
-        await self.tell_agent(
-            record.subject, record.data.action_id, record.time, record.data.attempt
-        )
+        await self._tell(record, [record.data.action_id], record.data.attempt)
         await self._cancel_children(record.data.action_id, "timed out", record.data.attempt)
 
     async def _run_cancelled(self, record: ev.AnyRecord) -> None:
         assert isinstance(record, ev.RunCancelled)
-        await self.notices.tell(record.subject, record.data.cancelled_actions, record.time)
+        await self._tell(record, record.data.cancelled_actions)
         for action_id in record.data.cancelled_actions:
             await self._cancel_children(action_id, "parent cancelled")
 

@@ -47,10 +47,12 @@ class CancelNotices:
 
     async def tell(
         self, run_id: str, action_ids: Iterable[str], time: str, attempt: int | None = None
-    ) -> None:
+    ) -> list[tuple[str, int]]:
         """Publish a cancel notice for each action of the run (about one attempt of it,
         or, None, all of it); their requests no agent has taken yet leave the queue, looked
-        for in one scan per capability where needed (:class:`TaskQueue`)."""
+        for in one scan per capability where needed (:class:`TaskQueue`). The (action id,
+        attempt) of the requests taken out that no worker had been handed: nobody works
+        on them, nor will."""
         found = await self._requests(run_id, action_ids, attempt)
         by_capability: dict[str, dict[str, int | None]] = {}
         for action_id, (capability, last) in found.items():
@@ -60,8 +62,11 @@ class CancelNotices:
             subject = self._subjects.control(capability, run_id)
             await self._nc.publish(subject, payload, headers=headers)
             by_capability.setdefault(capability, {})[action_id] = last
+        never_taken: list[tuple[str, int]] = []
         for capability, requests in by_capability.items():
-            await self._queue.remove(capability, requests, exact=attempt is not None)
+            exact = attempt is not None
+            await self._queue.remove(capability, requests, exact=exact, never_taken=never_taken)
+        return never_taken
 
     async def _requests(
         self, run_id: str, action_ids: Iterable[str], attempt: int | None

@@ -14,8 +14,11 @@ capability's queued requests, by its ``Nats-Msg-Id`` (``<action id>.<attempt>``)
 deep the queue: the stream allows direct gets, so the scan reads it in batches of a few
 MiB, keeping only their headers, from whichever replica of the stream answers, then reads
 what the stream's leader stored after the last request seen (a follower may be a few
-messages behind). A request an agent has taken is gone from the stream already, and its
-agent is told by the cancel notice: deleting it again finds nothing, which is fine.
+messages behind). A request an agent has acknowledged is gone from the stream already,
+and its agent is told by the cancel notice: deleting it again finds nothing, which is
+fine. Whether a request deleted had been handed to a worker at all is told by the
+capability's consumer (the last sequence it handed out, read after the delete): one that
+was not has nobody stopping it, and a cancelled attempt's slot need not wait for a stop.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from nats.js.errors import APIError, NotFoundError
 from interlock.transport.directget import scan_headers
 from interlock.transport.jetstream import connection
 from interlock.transport.subjects import Subjects
-from interlock.transport.tasks import MSG_ID_HEADER
+from interlock.transport.tasks import MSG_ID_HEADER, consumer_name
 
 log = logging.getLogger("interlock.taskqueue")
 
@@ -82,38 +85,65 @@ class TaskQueue:
         return action_id in self._seqs
 
     async def remove(
-        self, capability: str, requests: Mapping[str, int | None], *, exact: bool = False
+        self,
+        capability: str,
+        requests: Mapping[str, int | None],
+        *,
+        exact: bool = False,
+        never_taken: list[tuple[str, int]] | None = None,
     ) -> int:
         """Delete the queued requests of ``requests`` (action id -> the attempt its run
         requested last, None when not known), all of them capability's; how many were
         deleted. With ``exact``, only that attempt's request goes (a timed-out attempt: a
         retry may be queued already); else every attempt's (an action cancelled). A
         request whose sequence is known here is deleted by it; the others are looked for
-        in one scan of the capability's queue. Best effort: a failure is logged, never
-        raised."""
+        in one scan of the capability's queue. ``never_taken`` is given the (action id,
+        attempt) of those deleted that no worker had been handed (a request being worked
+        on is in the queue until its worker acknowledges it). Best effort: a failure is
+        logged, never raised."""
         try:
-            seqs: list[int] = []
+            found: list[tuple[str, int, int]] = []
             unknown: dict[str, int | None] = {}
             for action_id, attempt in requests.items():
                 seq = self._known(action_id, attempt)
-                if seq is None:
+                if seq is None or attempt is None:
                     unknown[action_id] = attempt if exact else None
                 else:
-                    seqs.append(seq)
+                    found.append((action_id, attempt, seq))
             if unknown:
-                seqs += await self._look_for(capability, unknown)
-            removed = 0
-            for seq in seqs:
+                found += await self._look_for(capability, unknown)
+            deleted: list[tuple[str, int, int]] = []
+            for request in found:
                 try:
-                    removed += bool(await self._js.delete_msg(self._subjects.tasks_stream, seq))
+                    if await self._js.delete_msg(self._subjects.tasks_stream, request[2]):
+                        deleted.append(request)
                 except APIError as exc:
                     if not _taken_already(exc):
                         raise
+            if never_taken is not None and deleted:
+                handed = await self._handed(capability)
+                never_taken += [(a, n) for a, n, seq in deleted if seq > handed]
         # Best effort: a request left queued is refused when an agent answers it.
         except Exception as exc:  # noqa: BLE001
             log.warning("could not take the requests of %s out of the queue: %s", requests, exc)
             return 0
-        return removed
+        return len(deleted)
+
+    async def _handed(self, capability: str) -> int:
+        """The last sequence the capability's consumer has handed to a worker (read after
+        a delete: a request deleted past it is handed to none); 0: no consumer yet; a
+        failure to read it counts every request as handed."""
+        try:
+            info = await self._js.consumer_info(
+                self._subjects.tasks_stream, consumer_name(capability)
+            )
+        except NotFoundError:
+            return 0
+        # Counted as handed: their slots are then held the while a stop may take.
+        except Exception:
+            log.debug("could not read the consumer of %s", capability, exc_info=True)
+            return 1 << 62
+        return int(info.delivered.stream_seq or 0)
 
     def _known(self, action_id: str, attempt: int | None) -> int | None:
         """The sequence of the attempt's request if dispatched here (forgotten now)."""
@@ -125,11 +155,13 @@ class TaskQueue:
             del self._seqs[action_id]
         return seq
 
-    async def _look_for(self, capability: str, actions: Mapping[str, int | None]) -> list[int]:
-        """The sequences of the queued requests of ``actions`` (action id -> its attempt,
-        None: any attempt). The lookups of one capability that come while its queue is
-        being scanned wait and share the next scan: many cancels at once cost a scan or
-        two of the queue, not one each."""
+    async def _look_for(
+        self, capability: str, actions: Mapping[str, int | None]
+    ) -> list[tuple[str, int, int]]:
+        """The queued requests of ``actions`` (action id -> its attempt, None: any
+        attempt), each (action id, attempt, sequence). The lookups of one capability that
+        come while its queue is being scanned wait and share the next scan: many cancels at
+        once cost a scan or two of the queue, not one each."""
         scan = self._next.get(capability)
         if scan is None:
             scan = self._next[capability] = _Scan()
@@ -139,7 +171,7 @@ class TaskQueue:
         assert scan.task is not None
         found = await asyncio.shield(scan.task)
         return [
-            seq
+            (action_id, attempt, seq)
             for action_id, only in actions.items()
             for attempt, seq in found.get(action_id, ())
             if only is None or attempt == only

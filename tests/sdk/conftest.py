@@ -193,8 +193,9 @@ async def runner(nc: Client, subjects: Subjects, wire: Wire) -> AsyncIterator[Ru
         await r.stop_all()
 
 
-async def eventually(check: Callable[[], Any], within: float = 5.0) -> None:
-    """Poll ``check`` (sync or async) until it is truthy; for server state with no event."""
+async def eventually(check: Callable[[], Any], within: float = 30.0) -> None:
+    """Poll ``check`` (sync or async) until it is truthy; for server state with no event.
+    Bounded against a hang only: a met condition returns at once."""
     deadline = time.monotonic() + within
     while True:
         value = check()

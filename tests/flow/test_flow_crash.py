@@ -35,7 +35,7 @@ from interlock.runtime.client import InterlockClient
 from interlock.sdk import RetryableError, TaskContext, Worker
 from interlock.transport.subjects import Subjects
 
-WAIT = 15.0
+WAIT = 30.0
 
 MANIFESTS = textwrap.dedent(
     """\

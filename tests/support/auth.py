@@ -178,7 +178,7 @@ class Refusals:
         self.errors.append(str(exc))
         self._new.set()
 
-    async def wait_for(self, *words: str, within: float = 5.0) -> str:
+    async def wait_for(self, *words: str, within: float = 30.0) -> str:
         """The first error mentioning every one of ``words`` (case-insensitive); fails
         the test when none arrives ``within`` seconds."""
         wanted = [w.lower() for w in words]

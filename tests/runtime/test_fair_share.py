@@ -218,4 +218,4 @@ async def test_a_key_joining_beside_a_backlog_is_given_the_slots_that_free_first
             gates.gate(n).set()
         for run_id in runs:
             assert (await stack.wait(run_id)).status == "completed"
-        assert gates.started[8:] == [7, 8, 9, 10]
+        assert sorted(gates.started[8:]) == [7, 8, 9, 10]  # two slots: two at a time

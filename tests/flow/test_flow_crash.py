@@ -58,7 +58,7 @@ MANIFESTS = textwrap.dedent(
             - capability: crash.flaky
               retry:
                 max_attempts: 3
-                backoff: {initial: 2s, multiplier: 1, max: 2s, jitter: false}
+                backoff: {initial: 5s, multiplier: 1, max: 5s, jitter: false}
           on:
             - {event: task.completed, goto: done}
         done:
@@ -219,7 +219,9 @@ async def test_a_retry_backoff_survives_a_kill_and_fires_once(
             [timer] = state.timers.values()
             assert timer.purpose == "retry"
             timers.append(timer)
-        # Each backoff is a schedule in the server by now, not a sleep in the process.
+        # Each backoff is a schedule in the server by now, not a sleep in the process. (5 s:
+        # the three runs' timers are looked at, and the process killed, before any fires,
+        # which on a loaded machine took more than the 2 s it was.)
         for timer in timers:
 
             async def scheduled(timer_id: str = timer.timer_id) -> bool:

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -529,10 +530,21 @@ def test_dev_runs_a_workflow_and_keeps_its_data(tmp_path: Path) -> None:
         )
         assert found is not None, dev.output
         assert found.group(2) == "127.0.0.1"
-        with urllib.request.urlopen(found.group(1), timeout=10) as page:
-            text = page.read().decode()
-        assert 'interlock_runs_completed_total{workflow="hello"} 1.0' in text
-        assert 'interlock_agent_tasks_total{capability="echo",error_class="",outcome=' in text
+        # Counted as the relay reads the run's log and as the agent settles its task, both
+        # just after the run's end is written: scraped until they are.
+        wanted = (
+            'interlock_runs_completed_total{workflow="hello"} 1.0',
+            'interlock_agent_tasks_total{capability="echo",error_class="",outcome=',
+        )
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            with urllib.request.urlopen(found.group(1), timeout=10) as page:
+                text = page.read().decode()
+            if all(line in text for line in wanted) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for line in wanted:
+            assert line in text, line
     finally:
         dev.signal(signal.SIGINT)
         code = dev.wait()

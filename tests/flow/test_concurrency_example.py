@@ -5,13 +5,14 @@ steps the CLI is not asked about go through the client: each CLI call starts Pyt
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from interlock import Client
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
-from support.runtime import cli, eventually, running_stack
+from support.runtime import cli, cli_env, eventually, run_cli, running_stack
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "concurrency.yaml"
 
@@ -50,6 +51,14 @@ async def test_the_concurrency_example_runs_one_deploy_per_environment(
             ["default/deploy#1", "staging", "1/1", "0"],
             ["default/deploys", "all", "2/3", "0"],
         ]
+        # Its result is not there yet, and says where the run is: in line, in no state.
+        waited = await asyncio.to_thread(
+            run_cli, "result", "d2", env=cli_env(nats_url, subjects.prefix)
+        )
+        assert waited.returncode == 3
+        assert waited.stderr == (
+            "run d2 is running (queued, in no state yet: interlock describe run d2 says for what)\n"
+        )
         described = await run("describe", "run", "d2")
         assert "queued       1st for key prod under default/deploy#1 (1/1 running)" in described
         assert "\nstate        - (none yet: it is queued)\n" in described

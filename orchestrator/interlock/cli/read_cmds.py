@@ -311,7 +311,8 @@ async def cmd_result(client: Client, args: argparse.Namespace) -> int:
         try:
             result = await client.result(args.run_id, wait=True, timeout=timeout)
         except TimeoutError:
-            err(f"run {args.run_id} has not finished after {args.timeout:g}s")
+            now = await client.result(args.run_id)
+            err(f"run {args.run_id} has not finished after {args.timeout:g}s ({where_it_is(now)})")
             return EXIT_NOT_FINISHED
     else:
         result = await client.result(args.run_id)
@@ -450,8 +451,17 @@ def show_result(args: argparse.Namespace, result: RunResult, *, whole: bool = Fa
             why = ""
         err(f"run {result.run_id} {result.status}{why}")
     else:
-        err(f"run {result.run_id} is {result.status} (in state {result.state})")
+        err(f"run {result.run_id} is {result.status} ({where_it_is(result)})")
     return code
+
+
+def where_it_is(result: RunResult) -> str:
+    """Where a running run is, for ``result`` and ``start --wait``: its state, or that it
+    is queued before its first state (for its slots, its trigger's rate, its workflow's
+    pause), which ``describe run`` details."""
+    if result.state:
+        return f"in state {result.state}"
+    return f"queued, in no state yet: interlock describe run {result.run_id} says for what"
 
 
 def wait_timeout(value: float | None) -> float | None:

@@ -50,6 +50,7 @@ from interlock.cli.read_cmds import (
     cmd_runs,
     show_result,
     wait_timeout,
+    where_it_is,
 )
 from interlock.core.vocabulary import RECORDED, RunStatus
 
@@ -345,8 +346,9 @@ async def cmd_start(client: Client, args: argparse.Namespace) -> int:
             )
         result = await waiting
     except TimeoutError:
-        err(f"run {run_id} has not finished after {args.timeout:g}s")
-        emit(args, await client.result(run_id), lambda: print_json({"run_id": run_id}))
+        now = await client.result(run_id)
+        err(f"run {run_id} has not finished after {args.timeout:g}s ({where_it_is(now)})")
+        emit(args, now, lambda: print_json({"run_id": run_id}))
         return EXIT_NOT_FINISHED
     finally:
         waiting.cancel()

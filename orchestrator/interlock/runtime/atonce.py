@@ -45,6 +45,7 @@ from interlock.runtime.capacity import Capacity, waiter_id
 from interlock.runtime.concurrency import Admission, in_order
 from interlock.runtime.rateblocks import RateBlocks
 from interlock.runtime.slotlines import Lines, Waiter
+from interlock.runtime.slotroom import room
 from interlock.runtime.slotturns import admit
 from interlock.runtime.sweep import GRACE_S as GRACE_S
 from interlock.runtime.sweep import SWEEP_EVERY_S as SWEEP_EVERY_S
@@ -268,7 +269,7 @@ class AtOnce:
             entry = lines.entry
             if entry.per_s or entry.holds(name):
                 return False
-            if not entry.lines and not entry.waiting and len(entry.holders) < claim.size:
+            if not entry.lines and not entry.waiting and room(entry, holder):
                 entry.size = claim.size
                 admit(entry, holder, claim.fair)
                 return True

@@ -42,6 +42,7 @@ from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
 from interlock.runtime.slotlines import ENTRIES, Lines, SlotEntry, Waiter, entry_key, order
+from interlock.runtime.slotroom import room
 from interlock.runtime.slotstore import Written, decode_entry
 from interlock.runtime.slotturns import admit, grant, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
@@ -271,7 +272,7 @@ class Slots:
                 return Entered(held=True)
             place = await lines.find(waiter)
             if place is None:
-                if len(entry.holders) < claim.size and not entry.lines:
+                if room(entry, waiter) and not entry.lines:
                     admit(entry, waiter, claim.fair)  # its key served last, and counted
                     return Entered(held=True)
                 if claim.on_limit == "skip":

@@ -22,6 +22,7 @@ import asyncio
 from typing import Any, TypeVar
 
 from interlock.runtime.slotlines import STRIDE, Line, Lines, SlotEntry, Waiter
+from interlock.runtime.slotroom import room
 from interlock.runtime.slotuse import count, used, window
 
 T = TypeVar("T")
@@ -35,7 +36,7 @@ async def grant(lines: Lines) -> list[str]:
     while entry.lines and not entry.per_s:  # a rate's lines go as tokens come
         line = pick(entry)
         first = await lines.head(line)
-        if len(entry.holders) >= first.size:
+        if not room(entry, first):
             break
         line.passed += STRIDE // max(line.weight, 1)
         await lines.pop_head(line)

@@ -193,6 +193,10 @@ SUMMARIES = [
         record(ev.RunAdmitted, limits=["default/model-api"]),
         "run.admitted: holds a slot of default/model-api",
     ),
+    (
+        record(ev.RunAdmitted, limits=["default/hello@paused", "default/model-api"]),
+        "run.admitted: default/hello resumed; holds a slot of default/model-api",
+    ),
 ]
 
 

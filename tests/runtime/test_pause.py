@@ -87,7 +87,9 @@ async def test_a_paused_workflow_holds_its_new_runs_until_resumed(
         assert "run admitted" in logged, logged
         explained = await cli(nats_url, subjects, "explain", held[1])
         assert "does not reproduce" not in explained, explained
-        assert "=> no transition: admitted: it holds its slots, and enters its state" in explained
+        # Its workflow's pause is no slot: the admission says the workflow was resumed.
+        assert "=> no transition: admitted: it enters its state" in explained
+        assert "run.admitted: default/hello resumed (after " in explained
         # How long it waited, from its run.queued to its run.admitted.
         assert re.search(r"#\d+ +run\.admitted: .*\(after \d+\.\ds in line\)\n", explained), (
             explained

@@ -10,7 +10,7 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
-from interlock.core.pauses import slot_text, waiting_for
+from interlock.core.pauses import admitted_text, slot_text, waiting_for
 from interlock.core.retryafter import retry_wait
 from interlock.core.state import RunState, encode_state, evolve
 
@@ -134,7 +134,7 @@ def _summarized(r: ev.AnyRecord) -> str:
     elif isinstance(r, ev.RunQueued):
         rest = ", ".join(slot_text(c) for c in d.slots) or "for no slot (admitted next)"
     elif isinstance(r, ev.RunAdmitted):
-        rest = f"holds a slot of {', '.join(d.limits)}" if d.limits else ""
+        rest = admitted_text(d.limits)
     elif isinstance(r, ev.RunPaused):
         rest = ("with its workflow: " if d.workflow else "") + d.reason
     elif isinstance(r, ev.EventHeld):

@@ -37,6 +37,7 @@ from interlock.core.engine import (
     TASK_FAILED,
 )
 from interlock.core.fork import NotPossible, acted_on, fork, migration
+from interlock.core.pauses import PAUSED
 from interlock.core.record_text import (
     check_json,
     check_text,
@@ -308,7 +309,10 @@ def _why_none(step: Step, before: RunState, outcome: Redriven) -> str:
     if isinstance(head, ev.TimerFired):
         return _timer_moved(head.data.purpose, step.records)
     if step.kind == ADMIT and any(isinstance(r, ev.StateEntered) for r in step.records):
-        holds = any(isinstance(r, ev.RunAdmitted) and r.data.limits for r in step.records)
+        holds = any(
+            isinstance(r, ev.RunAdmitted) and any(not x.endswith(PAUSED) for x in r.data.limits)
+            for r in step.records
+        )
         return "admitted: " + ("it holds its slots, and " if holds else "it ") + "enters its state"
     return "no `on` entry applies"
 

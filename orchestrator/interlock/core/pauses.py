@@ -40,3 +40,14 @@ def slot_text(claim: ev.SlotClaim) -> str:
     if claim.limit.endswith(PAUSED):
         return f"until {claim.limit.removesuffix(PAUSED)} is resumed"
     return f"for a slot of {claim.limit} for key {claim.key!r}"
+
+
+def admitted_text(limits: list[str]) -> str:
+    """What a ``run.admitted`` took, as a person reads it: ``holds a slot of
+    default/api``, or for a workflow's pause (no slot: nobody holds one) ``default/hello
+    resumed``."""
+    resumed = [
+        f"{limit.removesuffix(PAUSED)} resumed" for limit in limits if limit.endswith(PAUSED)
+    ]
+    slots = [limit for limit in limits if not limit.endswith(PAUSED)]
+    return "; ".join(resumed + ([f"holds a slot of {', '.join(slots)}"] if slots else []))

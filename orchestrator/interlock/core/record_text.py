@@ -14,7 +14,7 @@ from interlock.core.engine import (
     GuardCheck,
 )
 from interlock.core.expr import ABSENT
-from interlock.core.pauses import slot_text, waiting_for
+from interlock.core.pauses import admitted_text, slot_text, waiting_for
 from interlock.core.retryafter import retry_wait
 
 
@@ -51,7 +51,7 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.RunQueued):
         return " ".join([kind, ", ".join(slot_text(c) for c in d.slots)])
     if isinstance(record, ev.RunAdmitted) and d.limits:
-        return f"{kind}: holds a slot of {', '.join(d.limits)}"
+        return f"{kind}: {admitted_text(d.limits)}"
     if isinstance(record, ev.StateEntered):
         return f"{kind} {d.state}"
     if isinstance(record, ev.ActionRequested):

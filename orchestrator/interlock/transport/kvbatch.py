@@ -95,7 +95,7 @@ async def delete_key(kv: KeyValue, key: str, *, kept_s: int, last: int = 0) -> N
     if last:
         headers[_EXPECTED] = str(last)
     try:
-        await jetstream(kv._js._nc).publish(f"{kv_prefix(kv)}{key}", b"", headers=headers)
+        await kv._js.publish(f"{kv_prefix(kv)}{key}", b"", headers=headers)
     except APIError as exc:
         if exc.err_code == _WRONG_LAST_SEQUENCE:
             raise KeyWrongLastSequenceError(description=exc.description) from exc

@@ -150,7 +150,9 @@ async def test_a_burst_of_one_key_starts_one_run_with_its_last_event(stack: Stac
     )  # fmt: skip
     assert window.events == ids
     await stack.explained(
-        "build-on-push", "from a debounce window of 20 event(s) for key 'acme/api'"
+        "build-on-push",
+        "from a debounce window of 20 event(s) for key 'acme/api' of "
+        f"{trigger}, opened 10.0s before, closed by period",  # how long the burst was held
     )
     # Quiet again: nothing more starts; the next burst is a window of its own.
     await stack.timers.advance(120)

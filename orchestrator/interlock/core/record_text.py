@@ -16,6 +16,7 @@ from interlock.core.engine import (
 from interlock.core.expr import ABSENT
 from interlock.core.pauses import admitted_text, slot_text, waiting_for
 from interlock.core.retryafter import retry_wait
+from interlock.core.rfc3339 import parse_time
 
 
 def short(value: Any) -> str:
@@ -30,6 +31,11 @@ def record_json(record: ev.AnyRecord) -> dict[str, Any]:
     return out
 
 
+def _since(earlier: str, later: str) -> str:
+    """The time from one record time to another, as ``10.0s``."""
+    return f"{(parse_time(later) - parse_time(earlier)).total_seconds():.1f}s"
+
+
 def summarize(record: ev.AnyRecord) -> str:
     """One line saying what a record means."""
     d: Any = record.data
@@ -40,7 +46,8 @@ def summarize(record: ev.AnyRecord) -> str:
             ""
             if w is None
             else f" from a {w.kind} window of {w.count} event(s) for key {w.key!r} of "
-            f"{w.trigger}, closed by {w.closed_by} (events {', '.join(w.events)})"
+            f"{w.trigger}, opened {_since(w.opened_at, record.time)} before, closed by "
+            f"{w.closed_by} (events {', '.join(w.events)})"
         )
         return f"{kind} {d.workflow} v{d.version}{came}"
     if isinstance(record, ev.RunQueued) and d.rate is not None:

@@ -45,7 +45,7 @@ from interlock.runtime.capacity import Capacity, waiter_id
 from interlock.runtime.concurrency import Admission, in_order
 from interlock.runtime.rateblocks import RateBlocks
 from interlock.runtime.slotlines import Lines, Waiter
-from interlock.runtime.slotroom import room
+from interlock.runtime.slotroom import crowded, room
 from interlock.runtime.slotturns import admit
 from interlock.runtime.sweep import GRACE_S as GRACE_S
 from interlock.runtime.sweep import SWEEP_EVERY_S as SWEEP_EVERY_S
@@ -273,7 +273,9 @@ class AtOnce:
                 entry.size = claim.size
                 admit(entry, holder, claim.fair)
                 return True
-            if not join or claim.on_limit != "queue" or await lines.find(holder) is not None:
+            if not join or claim.on_limit != "queue" or crowded(entry, claim):
+                return False
+            if await lines.find(holder) is not None:
                 return False
             entry.size = claim.size
             await lines.insert(holder)  # marked early: in no log until its append

@@ -42,7 +42,7 @@ from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
 from interlock.runtime.slotlines import ENTRIES, Lines, SlotEntry, Waiter, entry_key, order
-from interlock.runtime.slotroom import room
+from interlock.runtime.slotroom import crowded, room
 from interlock.runtime.slotstore import Written, decode_entry
 from interlock.runtime.slotturns import admit, grant, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
@@ -70,6 +70,8 @@ class Entered:
     held: bool
     place: int = 0
     skipped: bool = False
+    crowded: bool = False
+    """Skipped because the lines hold as many runs as they may (``slotroom.crowded``)."""
     evict: str | None = None
     others: tuple[str, ...] = ()
     """Other runs moved into slots meanwhile (to be taken further)."""
@@ -277,6 +279,8 @@ class Slots:
                     return Entered(held=True)
                 if claim.on_limit == "skip":
                     return Entered(held=False, skipped=True)
+                if crowded(entry, claim):
+                    return Entered(held=False, skipped=True, crowded=True)
                 # In line by priority, then the time of its run.queued (then run id),
                 # however late the relay of another replica got to it.
                 place = await lines.insert(waiter)
@@ -405,9 +409,9 @@ class Admission:
             for other in entered.others:
                 await self._go_on(other, claim)
             if entered.skipped:
+                what = "the line of" if entered.crowded else "concurrency limit"
                 await self._cancel(
-                    run_id,
-                    f"skipped: concurrency limit {claim.limit} is full for key {claim.key!r}",
+                    run_id, f"skipped: {what} {claim.limit} is full for key {claim.key!r}"
                 )
                 return
             if entered.evict is not None and entered.evict != run_id:

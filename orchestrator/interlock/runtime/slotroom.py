@@ -9,12 +9,15 @@ publisher wrote, so the holders alone outgrew the server's payload limit (1 MiB)
 14,500 holders, or 3,200 with long fairness keys; past it no change of the entry could be
 written, admissions, ends and lines alike. So holders take at most :data:`HOLDERS_BYTES`:
 a run that would take more waits in line, as at a full limit, until a holder leaves. What
-else the entry keeps is bounded apart (the lines' outlines, the waiters kept inline, recent
-use), all of it within the payload limit.
+else the entry keeps is bounded apart (the waiters kept inline, recent use, and the
+lines' outlines: :func:`crowded`), all of it within the payload limit.
 """
 
 from __future__ import annotations
 
+from interlock.core import events as ev
+from interlock.core.limitdef import CAPABILITY_LIMIT
+from interlock.core.pauses import is_pause
 from interlock.runtime.slotlines import SlotEntry, Waiter, encode
 
 HOLDERS_BYTES = 256 * 1024
@@ -33,3 +36,20 @@ def room(entry: SlotEntry, waiter: Waiter) -> bool:
     if (len(entry.holders) + 1) * _LARGEST <= HOLDERS_BYTES:
         return True
     return len(encode(entry.holders)) + len(encode(waiter)) + 1 <= HOLDERS_BYTES
+
+
+MAX_SEGMENTS = 2500
+"""The most segments the lines of one limit and key outline (some 105 bytes each in the
+entry, 200 waiters each at most): some 250,000 to 500,000 runs waiting, as full as the
+segments are. Unbounded, the outline alone outgrew the server's payload limit past some
+750,000 runs waiting, and the limit stopped."""
+
+
+def crowded(entry: SlotEntry, claim: ev.SlotClaim) -> bool:
+    """Whether a run of a workflow's limit may not join the lines of ``entry``: they
+    outline :data:`MAX_SEGMENTS` already (it ends as ``on_limit: skip`` makes it). A
+    pause's line and a capability's requests are not turned away: the first holds what
+    an operator paused, the second what runs in flight ask."""
+    if claim.limit.startswith(CAPABILITY_LIMIT) or is_pause(claim):
+        return False
+    return sum(len(line.segments) for line in entry.lines) >= MAX_SEGMENTS

@@ -201,6 +201,19 @@ def test_limits_are_checked_where_they_are_written() -> None:
     assert found == ["8:36 capability-key", "9:30 bad-duration"]
 
 
+def test_a_key_that_reads_nothing_and_fails_every_request_is_refused() -> None:
+    long = '"' + "k" * 300 + '"'
+    bad = AGENT.replace("key: input.account}", f"key: '{long}'}}", 1)
+    found = [
+        f"{d.line}:{d.col} {d.rule} {d.message}"
+        for d in compile_sources([("a.yaml", bad)]).diagnostics
+    ]
+    assert found == [
+        "8:36 capability-key the key is always 300 characters long, not at most 256: every "
+        "request would fail"
+    ]
+
+
 def test_a_key_that_cannot_be_computed_fails_the_run() -> None:
     from interlock.core.definition import link
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from interlock.core.definition import BudgetDef
 from interlock.core.diagnostics import Diagnostic
-from interlock.core.expr import Expression
+from interlock.core.expr import Expression, ExpressionError
 from interlock.core.flowmodel import Capability
-from interlock.core.limitdef import CapacityDef, capacity_names
+from interlock.core.limitdef import MAX_KEY_LENGTH, CapacityDef, capacity_names, key_text
 from interlock.core.lowering_scope import LoweringScope, parse_duration
 from interlock.core.source import Document, Path
 
@@ -59,4 +59,20 @@ def _key(scope: LoweringScope, path: Path, source: str | None) -> Expression | N
             "a capability's limit key sees only 'input' (the action's rendered input); "
             f"it reads {', '.join(repr(n) for n in reads)}",
         )
+    if expression is not None and not expression.names:
+        # It reads nothing: every request's key, refused here where it failed each one.
+        try:
+            size = len(key_text(expression.evaluate({})))
+        except ExpressionError as exc:
+            scope.error(
+                path, "capability-key", f"the key reads nothing and cannot be computed: {exc}"
+            )
+            return expression
+        if size > MAX_KEY_LENGTH:
+            scope.error(
+                path,
+                "capability-key",
+                f"the key is always {size:,} characters long, not at most {MAX_KEY_LENGTH}: "
+                "every request would fail",
+            )
     return expression

@@ -400,6 +400,12 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
     await paused.get_by_role("button", name="Resume workflow").click()
     await page.get_by_text("No workflow is paused.").wait_for()
     await wait_status(gs, held, "running", "approval")
+    # Its timeline says it went on as its workflow was resumed, as explain says it.
+    await page.goto(f"{console.url}#/runs/{held}")
+    await page.get_by_text("admitted: default/pausable resumed").wait_for()
+    assert await page.get_by_text("holds a slot of default/pausable@paused").count() == 0
+    await page.get_by_role("link", name="Queues").click()
+    await page.locator("main h1", has_text="Queues").wait_for()
 
     # A capability: paused from the form, listed paused, resumed from its line.
     await page.get_by_label("Capability", exact=True).select_option("slow")

@@ -24,6 +24,15 @@ function heldFor(d) {
 
 const joined = (parts) => parts.flatMap((p, i) => (i ? [", ", p] : [p]));
 
+// What a run.admitted took, as explain words it: "default/hello resumed" for a workflow's
+// pause (a line nobody holds a slot of), "holds a slot of default/api" for a limit.
+function admittedText(limits) {
+  const resumed = limits.filter((l) => l.endsWith("@paused")).map((l) => [code(l.slice(0, -"@paused".length)), " resumed"]);
+  const slots = limits.filter((l) => !l.endsWith("@paused"));
+  const parts = [...resumed, ...(slots.length ? [["holds a slot of ", joined(slots.map(code))]] : [])];
+  return parts.length ? [": ", parts.flatMap((p, i) => (i ? ["; ", p] : [p]))] : null;
+}
+
 // What is known while reading the log front to back (durations need the request times).
 export class Reading {
   constructor() {
@@ -139,7 +148,7 @@ export class Reading {
           ? ["queued until ", timeCell(d.rate.until), " by the rate of ", code(d.rate.trigger), d.rate.key ? [" for key ", code(d.rate.key)] : null]
           : ["queued: waits for ", joined((d.slots || []).map(slotText))];
       case "run.admitted":
-        return ["admitted", (d.limits || []).length ? [": holds a slot of ", joined(d.limits.map(code))] : null];
+        return ["admitted", admittedText(d.limits || [])];
       case "action.queued":
         return [`action ${d.action_id} `, heldFor(d), d.place ? ` (place ${d.place})` : null];
       case "action.admitted":

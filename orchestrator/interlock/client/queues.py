@@ -11,6 +11,7 @@ import msgspec
 from interlock.client import capqueues
 from interlock.core.names import WORKFLOW_REF
 from interlock.core.pauses import PAUSED
+from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.concurrency import SlotEntry, Slots
@@ -102,7 +103,8 @@ async def list_queues(
 async def trigger_views(ops: InterlockClient, now: datetime) -> list[QueueView]:
     """The triggers' open windows (``<trigger>@debounce``, ``@batch``: the events
     gathered, since the first came) and rates (``<trigger>@rate``: the runs started in
-    the last ``per``, of its ``limit``, and the runs waiting their turn)."""
+    the last ``per``, of its ``limit``, the runs waiting their turn, and since when the
+    first of them waits)."""
     windows: dict[str, QueueView] = {}
     # Each window's line as it is read, not the window: a batch's keeps its every event.
     async for token, entry in scan_windows(ops.js, ops.subjects):
@@ -111,7 +113,7 @@ async def trigger_views(ops: InterlockClient, now: datetime) -> list[QueueView]:
             continue
         window = entry.open or entry.sealed
         assert window is not None
-        waited = max((now - datetime.fromisoformat(window.opened_at)).total_seconds(), 0.0)
+        waited = _waited(now, datetime.fromisoformat(window.opened_at))
         windows[token] = QueueView(
             limit=f"{entry.trigger}@{entry.kind}",
             key=entry.key,
@@ -119,21 +121,30 @@ async def trigger_views(ops: InterlockClient, now: datetime) -> list[QueueView]:
             size=0,
             queued=window.count,
             oldest_queued_at=window.opened_at,
-            oldest_wait_s=round(waited, 3),
+            oldest_wait_s=waited,
         )
     out = list(windows.values())
     now_ms = int(now.timestamp() * 1000)
     for rate in await rate_entries(ops.js, ops.subjects):
+        queued = rate.queued(now_ms)
+        since = rate.waited_since(now_ms) if queued else None
+        first = None if since is None else datetime.fromtimestamp(since / 1000, tz=UTC)
         out.append(
             QueueView(
                 limit=f"{rate.trigger}@rate",
                 key=rate.key,
                 running=rate.running(now_ms),
                 size=rate.limit,
-                queued=rate.queued(now_ms),
+                queued=queued,
+                oldest_queued_at=None if first is None else format_time(first),
+                oldest_wait_s=None if first is None else _waited(now, first),
             )
         )
     return out
+
+
+def _waited(now: datetime, since: datetime) -> float:
+    return round(max((now - since).total_seconds(), 0.0), 3)
 
 
 def queue_view(entry: SlotEntry, now: datetime) -> QueueView:

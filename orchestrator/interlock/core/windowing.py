@@ -135,6 +135,10 @@ def due_at(entry_kind: str, window: Window, trigger: TriggerDef) -> tuple[str, s
 # --- rates ------------------------------------------------------------------------
 
 
+MAX_WAITS = 64
+"""Waiting runs' start and arrival kept per trigger and key (:attr:`RateEntry.waits`)."""
+
+
 class RateEntry(msgspec.Struct, kw_only=True):
     """A trigger's key's recent and coming starts, as the triggers bucket keeps them."""
 
@@ -144,6 +148,28 @@ class RateEntry(msgspec.Struct, kw_only=True):
     per_s: float
     starts: list[int] = []
     """Start times given (ms since the epoch), ascending; the last ``limit``."""
+    waits: list[list[int]] = []
+    """``[start, given at]`` (ms since the epoch) of the runs given a start to come and
+    still waiting at the last write, ascending: at most :data:`MAX_WAITS`, thinned past it
+    by dropping the one whose going leaves the shortest gap between arrivals (the first
+    and the last kept), so the first waiting run's wait is known exactly up to that many
+    and from below, within one gap, past it."""
+
+    def waited_since(self, now_ms: int) -> int | None:
+        """When the run first in line now was given its start (ms since the epoch): None
+        when none waits (or the entry predates ``waits``)."""
+        return next((given for start, given in self.waits if start > now_ms), None)
+
+    def waiting(self, start_ms: int, now_ms: int) -> None:
+        """Note a start given now: the waits kept are those still to come, and this one if
+        it is to come (see :attr:`waits`)."""
+        waits = [w for w in self.waits if w[0] > now_ms]
+        if start_ms > now_ms:
+            waits.append([start_ms, now_ms])
+        while len(waits) > MAX_WAITS:  # the one whose going leaves the shortest gap
+            i = min(range(1, len(waits) - 1), key=lambda i: waits[i + 1][1] - waits[i - 1][1])
+            del waits[i]
+        self.waits = waits
 
     def running(self, now_ms: int) -> int:
         """Starts given in the ``per`` up to now.

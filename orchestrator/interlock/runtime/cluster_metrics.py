@@ -22,6 +22,7 @@ from interlock.runtime.buckets import live_workers
 from interlock.runtime.pausing import CAPABILITY, Pauses
 from interlock.runtime.runview import epoch_seconds
 from interlock.runtime.slotlines import ENTRIES, SlotEntry
+from interlock.runtime.triggerstate import scan_rates
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import connection
 from interlock.transport.kvread import bucket_values, scan_bucket
@@ -148,7 +149,9 @@ class ClusterMetrics(Collector):
         )
 
     async def _concurrency(self) -> dict[str, _Limit]:
-        """Each concurrency limit's holders and waiters, summed over its keys."""
+        """Each concurrency limit's holders and waiters, summed over its keys, and each
+        trigger's rate (``<trigger>@rate``: the runs it started in the last ``per`` and
+        those waiting their turn)."""
         kv = await self._js.key_value(self._subjects.slots_bucket)
         # Each key's counts, not its entry: an entry outlines up to 256 lines of keys a
         # publisher names, and the bucket is read a bounded batch at a time.
@@ -162,6 +165,15 @@ class ClusterMetrics(Collector):
                 continue
             first = epoch_seconds(entry.oldest) if entry.oldest else None
             counts[token] = (entry.limit, len(entry.holders), entry.queued, first)
+        now_ms = int(self._clock() * 1000)
+        async for token, rate in scan_rates(self._js, self._subjects):
+            if rate is None:
+                counts.pop(token, None)
+                continue
+            queued = rate.queued(now_ms)
+            since = rate.waited_since(now_ms) if queued else None
+            first = None if since is None else since / 1000
+            counts[token] = (f"{rate.trigger}@rate", rate.running(now_ms), queued, first)
         limits: dict[str, _Limit] = {}
         for limit, running, queued, first in counts.values():
             found = limits.setdefault(limit, _Limit())
@@ -298,13 +310,13 @@ class ClusterMetrics(Collector):
         running = GaugeMetricFamily(
             "interlock_concurrency_running",
             "Runs (or a capability's requests) holding a slot of a concurrency limit (all "
-            "its keys)",
+            "its keys), or a trigger's runs started in its rate's last per (<trigger>@rate)",
             labels=["limit"],
         )
         queued = GaugeMetricFamily(
             "interlock_concurrency_queued",
-            "Runs (or a capability's requests) waiting for a slot or a token of a limit "
-            "(all its keys)",
+            "Runs (or a capability's requests) waiting for a slot or a token of a limit, "
+            "or for their turn under a trigger's rate (all its keys)",
             labels=["limit"],
         )
         longest = GaugeMetricFamily(

@@ -120,6 +120,7 @@ class Rates:
                     self._observe(RATE, "dropped")
                     return Given(dropped=True)
                 entry.starts = [*entry.starts, at][-rate.limit :]
+                entry.waiting(at, now)
                 if not await self._write(token, entry, revision, now):
                     continue
                 if at > now:

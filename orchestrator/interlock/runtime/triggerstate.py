@@ -50,12 +50,17 @@ async def window_entries(js: Any, subjects: Subjects) -> list[WindowEntry]:
     return [entry for entry in found.values() if entry is not None]
 
 
-async def rate_entries(js: Any, subjects: Subjects) -> list[RateEntry]:
-    """Every trigger key with a start given in its last ``per`` or to come."""
-    found: dict[str, RateEntry] = {}
+async def scan_rates(js: Any, subjects: Subjects) -> AsyncIterator[tuple[str, RateEntry | None]]:
+    """Each trigger key's rate entry as stored, one at a time (None: gone, or not an
+    entry); a key written again meanwhile may come twice, the later last."""
     async for key, value in _scan(js, subjects, "r.>"):
         try:
-            found[key] = decode_rate(value)
+            yield key, decode_rate(value) if value else None
         except msgspec.DecodeError:
-            found.pop(key, None)
-    return list(found.values())
+            yield key, None
+
+
+async def rate_entries(js: Any, subjects: Subjects) -> list[RateEntry]:
+    """Every trigger key with a start given in its last ``per`` or to come."""
+    found = {key: entry async for key, entry in scan_rates(js, subjects)}
+    return [entry for entry in found.values() if entry is not None]

@@ -6,10 +6,15 @@ same number of events is then sent one after another (the next once the previous
 stored and answered) two ways, in the same run:
 
 - ``Client.emit(event, wait=0)`` from this process (the baseline);
-- ``POST /events`` (binary mode) over one keep-alive HTTP connection.
+- ``POST /events`` (binary mode) over one keep-alive HTTP connection;
+
+and then as batches (batched mode, ``--batch`` events each, the next once the previous
+is answered) over the same connection.
 
 It prints each rate and the ratio ``/events`` : ``Client.emit`` (1.0: HTTP costs nothing
-over the client; the gateway does what the client does, plus HTTP and the token check).
+over the client; the gateway does what the client does, plus HTTP and the token check),
+and what one batch takes next to one single-event post (a batch's events are published
+together: about one round trip plus each event's own work, not one round trip each).
 """
 
 from __future__ import annotations
@@ -79,6 +84,38 @@ async def _posts(base: str, token: str, n: int) -> float:
         return n / (time.perf_counter() - started)
 
 
+async def _batches(base: str, token: str, n: int, size: int) -> float:
+    """Seconds per batch of ``size`` events, ``n`` events in all."""
+    import json
+
+    import httpx
+
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "content-type": "application/cloudevents-batch+json",
+    }
+
+    def event(i: int) -> dict[str, object]:
+        return {
+            "specversion": "1.0", "id": f"b{i}", "source": "bench-batch",
+            "type": "com.example.bench", "data": {"lang": "en", "i": i},
+        }  # fmt: skip
+
+    batches = [
+        json.dumps([event(i) for i in range(start, min(start + size, n))])
+        for start in range(0, n, size)
+    ]
+    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        warm = await http.post("/events", headers=headers, content=json.dumps([event(-1)]))
+        warm.raise_for_status()
+        started = time.perf_counter()
+        for body in batches:
+            answer = await http.post("/events", headers=headers, content=body)
+            if answer.status_code != 202:
+                raise RuntimeError(f"POST /events: {answer.status_code} {answer.text}")
+        return (time.perf_counter() - started) / len(batches)
+
+
 def _run(interlock: str, env: dict[str, str], *args: str) -> str:
     return subprocess.run(
         [interlock, *args], env=env, capture_output=True, text=True, check=True
@@ -88,6 +125,7 @@ def _run(interlock: str, env: dict[str, str], *args: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench gateway")
     parser.add_argument("--events", type=int, default=300, help="events sent each way")
+    parser.add_argument("--batch", type=int, default=100, help="events in one batched post")
     args = parser.parse_args(argv)
 
     from interlock.runtime.embedded import EmbeddedNats
@@ -119,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             base = line.removeprefix("HTTP gateway at ").strip()
             client_rate = asyncio.run(_emits(server.url, prefix, args.events))
             http_rate = asyncio.run(_posts(base, token, args.events))
+            per_batch = asyncio.run(_batches(base, token, args.events, args.batch))
         finally:
             if gateway is not None:
                 gateway.terminate()
@@ -127,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Client.emit   {client_rate:8.1f} events/s  (sequential, {args.events} events)")
     print(f"POST /events  {http_rate:8.1f} events/s  (sequential, one keep-alive connection)")
     print(f"ratio /events : Client.emit = {http_rate / client_rate:.2f}")
+    size = min(args.batch, args.events)
+    print(
+        f"POST /events  {size / per_batch:8.1f} events/s  (batches of {size}: "
+        f"{per_batch * 1000:.1f} ms each, one event {1000 / http_rate:.1f} ms)"
+    )
+    print(f"ratio batch of {size} : one event = {per_batch * http_rate:.1f}")
     return 0
 
 

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
+from nats.js import api
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
-from interlock.client.catalog import catalog
+from interlock.client.catalog import Catalog, catalog
 from interlock.core.bounds import MAX_DEPTH, max_event_bytes, too_deep
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.objects import is_marker
@@ -27,6 +28,7 @@ from interlock.views import EmitResult, EventRefusal, StartedRun
 
 if TYPE_CHECKING:
     from interlock.core.definition import Definition, TriggerDef
+    from interlock.core.windowing import RateEntry
     from interlock.runtime.client import InterlockClient
 
 
@@ -93,14 +95,44 @@ async def publish(ops: InterlockClient, event: CloudEvent) -> tuple[int, bool]:
     """Store ``event`` on its subject, deduplicated by source and id as on NATS: (stream
     sequence, whether the stream had it already). Data over the threshold goes by
     reference (:func:`by_reference`)."""
-    event = await by_reference(ops, event)
+    subject, payload, headers = _message(ops, await by_reference(ops, event))
+    ack = await ops.js.publish(subject, payload, headers=headers)
+    return int(ack.seq), bool(ack.duplicate)
+
+
+def _message(ops: InterlockClient, event: CloudEvent) -> tuple[str, bytes, dict[str, str]]:
+    """The subject, payload and headers ``event`` is stored with (its data already by
+    reference where it goes so)."""
     headers, payload = encode_binary(event)
     check_size(payload, ops.nc.max_payload)
     headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
     # An event for one run goes on that run's subject (publishers may not publish there).
-    subject = ops.subjects.inbound(event.type, event.extensions.get("runid"))
-    ack = await ops.js.publish(subject, payload, headers=headers)
-    return int(ack.seq), bool(ack.duplicate)
+    return ops.subjects.inbound(event.type, event.extensions.get("runid")), payload, headers
+
+
+async def publish_in_order(
+    ops: InterlockClient, events: list[CloudEvent]
+) -> list[tuple[int, bool]]:
+    """Store ``events`` in their order, as :func:`publish` would one after another, without
+    waiting for one's acknowledgement before sending the next: JetStream stores one
+    connection's publishes in the order sent, so a batch costs one round trip. Every
+    event's data goes by reference (where it does) and is checked before the first is
+    sent. Raises as :func:`publish` does (those sent before may be stored: deduplicated,
+    sending them again is safe)."""
+    messages = [_message(ops, await by_reference(ops, e)) for e in events]
+    sent: list[asyncio.Future[Any] | api.PubAck] = []
+    for subject, payload, headers in messages:
+        early = ops.js.request_ack_soon(subject, payload, headers=headers)
+        # Not sent at once (the reply subscription not made yet, a full buffer): sent and
+        # acknowledged before the next goes, so the order holds.
+        sent.append(early or await ops.js.publish(subject, payload, headers=headers))
+    try:
+        acks = [ops.js.acknowledged(await s) if isinstance(s, asyncio.Future) else s for s in sent]
+    finally:
+        for s in sent:  # nothing left waiting when one failed
+            if isinstance(s, asyncio.Future) and not s.done():
+                s.cancel()
+    return [(int(a.seq), bool(a.duplicate)) for a in acks]
 
 
 @dataclass
@@ -114,12 +146,20 @@ class Foreseen:
     gathered: list[str] = field(default_factory=list)
 
 
-async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
+async def foresee(
+    ops: InterlockClient,
+    event: CloudEvent,
+    known: Catalog | None = None,
+    book: RateBook | None = None,
+) -> Foreseen:
     """What the orchestrator's ingress does with ``event``, by its own rules over the
     workflows applied now (only those whose manifest names its type are compiled): the
     runs its triggers start, the workflows that dead-letter it (their trigger's input or
     the inputs it makes do not work, or its correlation key cannot be computed), the runs
-    its correlation keys reach, and the workflows it is kept for (no run of its key yet)."""
+    its correlation keys reach, and the workflows it is kept for (no run of its key yet).
+    ``known``: the workflows (and agents) as :func:`read_catalog` read them for a batch of
+    events, where each event alone reads them again; ``book``: the starts the batch's
+    events before it take under rates."""
     # Deciding what an event starts compiles workflows: the engine is loaded here only.
     from interlock.core.engine import matching_trigger
     from interlock.core.expr import OverBudget
@@ -128,11 +168,11 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
     from interlock.runtime.flow import to_incoming
 
     registry = ops.registry
-    with contextlib.suppress(BucketNotFoundError, NotFoundError):
-        await registry.load_agents()
+    if known is None:
+        known = await read_catalog(ops)
     incoming = to_incoming(event)
     out = Foreseen()
-    for (ns, name), (version, _, manifest) in sorted((await catalog(ops)).items()):
+    for (ns, name), (version, _, manifest) in sorted(known.items()):
         triggers, correlates = _names_type(manifest, event.type)
         if not (triggers or correlates):
             continue
@@ -142,7 +182,7 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
             continue
         trigger = matching_trigger(definition, incoming) if triggers else None
         if trigger is not None:
-            await _foresee_start(ops, out, definition, version, trigger, event)
+            await _foresee_start(ops, out, definition, version, trigger, event, book)
         if not correlates:
             continue
         try:
@@ -159,6 +199,14 @@ async def foresee(ops: InterlockClient, event: CloudEvent) -> Foreseen:
     return out
 
 
+async def read_catalog(ops: InterlockClient) -> Catalog:
+    """The agents (learnt by the registry) and the workflows applied now, as
+    :func:`foresee` reads them."""
+    with contextlib.suppress(BucketNotFoundError, NotFoundError):
+        await ops.registry.load_agents()
+    return await catalog(ops)
+
+
 async def _foresee_start(
     ops: InterlockClient,
     out: Foreseen,
@@ -166,6 +214,7 @@ async def _foresee_start(
     version: int,
     trigger: TriggerDef,
     event: CloudEvent,
+    book: RateBook | None,
 ) -> None:
     """What the workflow's ``trigger`` does with ``event``: starts a run, takes it into a
     window, or dead-letters it (the orchestrator's checks, in its order)."""
@@ -196,7 +245,7 @@ async def _foresee_start(
         out.refused.append(_refusal(definition, "invalid-inputs", detail))
     elif trigger.window is not None:
         out.gathered.append(f"{trigger.name}@{trigger.window.kind} {window_key}")
-    elif await _over_rate(ops, trigger, window_key):
+    elif await _over_rate(ops, definition, trigger, window_key, book):
         from interlock.runtime.rates import dropped
 
         out.refused.append(_refusal(definition, "rate-limited", dropped(trigger, window_key)))
@@ -213,17 +262,43 @@ async def _foresee_start(
         )
 
 
-async def _over_rate(ops: InterlockClient, trigger: TriggerDef, key: str) -> bool:
+class RateBook:
+    """The starts a batch's events take under their triggers' rates (``on_limit: drop``),
+    as the orchestrator will give them in the batch's order: each event is over the rate
+    as it stands plus the starts of the events before it. ``record``: whether the event
+    worked out now reaches the orchestrator (not a repeat of one earlier in the batch,
+    which the stream drops)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str, str, str], RateEntry] = {}
+        self.record = True
+
+
+async def _over_rate(
+    ops: InterlockClient,
+    definition: Definition,
+    trigger: TriggerDef,
+    key: str,
+    book: RateBook | None,
+) -> bool:
     """Whether the trigger's rate drops the event now (``on_limit: drop``, its key's last
-    starts filling the window); False when it cannot tell (no right to read the rates)."""
+    starts filling the window, and with ``book`` the batch's events before it); False when
+    it cannot tell (no right to read the rates)."""
     from interlock.runtime.rates import Rates
 
     if trigger.rate is None or trigger.rate.on_limit != "drop":
         return False
+    rates = Rates(ops.nc, ops.subjects, clock=utc_now)
     try:
-        return await Rates(ops.nc, ops.subjects, clock=utc_now).over(trigger, key)
+        if book is None:
+            return await rates.over(trigger, key)
+        ident = (definition.namespace, definition.name, trigger.name, key)
+        entry = book.entries.get(ident)
+        if entry is None:
+            entry = book.entries[ident] = await rates.entry(trigger, key)
     except Exception:  # noqa: BLE001 - a guess it cannot make: the run is listed
         return False
+    return not rates.takes(entry, record=book.record)
 
 
 def _refusal(definition: Definition, reason: str, detail: str) -> EventRefusal:
@@ -261,34 +336,52 @@ NOT_READ = (
 workflows that take it."""
 
 
-async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
-    """Publish ``ce`` and say which runs it starts, waiting up to ``wait`` seconds for
-    the orchestrator to start them (see ``Client.emit``)."""
-    check_event_type(ce.type)  # before anything is published or looked up
+def _check(ce: CloudEvent) -> None:
+    """What :func:`emit` refuses before anything is published or looked up."""
+    check_event_type(ce.type)
     check_event_id(ce.id)
     if too_deep(ce.data):
         raise InvalidCloudEvent(
             "too-deep", f"the event's data nests deeper than {MAX_DEPTH} levels"
         )
     run_id = ce.extensions.get("runid")
-    foreseen = Foreseen()
-    unknown: str | None = None
     if run_id:
         check_run_id(run_id)
-    else:
-        try:
-            foreseen = await refusable(ops.nc, foresee(ops, ce))
-        except (PermissionRefused, NoRespondersError, APIError):
-            # A publisher may publish its events and read nothing (a credential of an
-            # account of its own has no JetStream at all): the event still goes, and which
-            # runs it starts is for the orchestrator to say, not this credential.
-            unknown = NOT_READ
-        except NatsTimeout as exc:
-            unknown = (
-                "which runs it starts is not known: the workflows could not be read in "
-                f"time ({exc})"
-            )
-    ack_seq, duplicate = await publish(ops, ce)
+
+
+def _not_known(exc: Exception) -> str:
+    """``EmitResult.unknown`` when the workflows could not be read (``exc``)."""
+    if isinstance(exc, NatsTimeout):
+        return f"which runs it starts is not known: the workflows could not be read in time ({exc})"
+    # A publisher may publish its events and read nothing (a credential of an account of
+    # its own has no JetStream at all): the event still goes, and which runs it starts is
+    # for the orchestrator to say, not this credential.
+    return NOT_READ
+
+
+_UNREADABLE = (PermissionRefused, NoRespondersError, APIError, NatsTimeout)
+
+
+async def _foreseen(
+    ops: InterlockClient, ce: CloudEvent, known: Catalog | None, book: RateBook | None = None
+) -> tuple[Foreseen, str | None]:
+    """What ``ce`` does, and why that is not known where it is not."""
+    if ce.extensions.get("runid"):
+        return Foreseen(), None
+    try:
+        return await refusable(ops.nc, foresee(ops, ce, known, book)), None
+    except _UNREADABLE as exc:
+        return Foreseen(), _not_known(exc)
+
+
+async def _answer(
+    ops: InterlockClient,
+    ce: CloudEvent,
+    seen: tuple[Foreseen, str | None],
+    stored: tuple[int, bool],
+    wait: float,
+) -> EmitResult:
+    foreseen, unknown = seen
     started = foreseen.started
     for s in started:  # asked for before it starts, such a run is not started yet
         if not s.existed:
@@ -306,13 +399,78 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
         id=ce.id,
         type=ce.type,
         source=ce.source,
-        seq=ack_seq,
-        duplicate=duplicate,
+        seq=stored[0],
+        duplicate=stored[1],
         started=started,
-        run_id=run_id,
+        run_id=ce.extensions.get("runid"),
         reached=foreseen.reached,
         parked=foreseen.parked,
         refused=foreseen.refused,
         gathered=foreseen.gathered,
         unknown=unknown,
     )
+
+
+async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
+    """Publish ``ce`` and say which runs it starts, waiting up to ``wait`` seconds for
+    the orchestrator to start them (see ``Client.emit``)."""
+    _check(ce)
+    seen = await _foreseen(ops, ce, None)
+    return await _answer(ops, ce, seen, await publish(ops, ce), wait)
+
+
+async def emit_batch(
+    ops: InterlockClient, events: list[CloudEvent], wait: float
+) -> list[EmitResult]:
+    """:func:`emit` for each of ``events``, stored in their order, each answered as
+    :func:`emit` answers it, in about the time of one: the workflows are read once for
+    all, what each event does is worked out side by side, the events are published
+    without waiting for each other's acknowledgement (:func:`publish_in_order`), and the
+    runs are waited for (up to ``wait`` seconds) together. Nothing is published when one
+    of them is refused before publishing (an invalid event, data over the bounds)."""
+    for ce in events:
+        _check(ce)
+    unknown: str | None = None
+    known: Catalog | None = None
+    drops = False
+    if any(not ce.extensions.get("runid") for ce in events):
+        try:
+            known = await refusable(ops.nc, read_catalog(ops))
+            drops = await _compile(ops, known, {ce.type for ce in events})
+        except _UNREADABLE as exc:
+            unknown = _not_known(exc)
+    if unknown is not None:
+        seen = [(Foreseen(), None if ce.extensions.get("runid") else unknown) for ce in events]
+    elif drops:
+        # Over a rate or not depends on the events before: worked out one after another.
+        book, sent, seen = RateBook(), set(), []
+        for ce in events:
+            book.record = (ce.source, ce.id) not in sent
+            sent.add((ce.source, ce.id))
+            seen.append(await _foreseen(ops, ce, known, book))
+    else:
+        seen = list(await asyncio.gather(*(_foreseen(ops, ce, known) for ce in events)))
+    stored = await publish_in_order(ops, events)
+    return list(
+        await asyncio.gather(
+            *(_answer(ops, ce, s, a, wait) for ce, s, a in zip(events, seen, stored, strict=True))
+        )
+    )
+
+
+async def _compile(ops: InterlockClient, known: Catalog, types: set[str]) -> bool:
+    """Compile once the workflows that take any of ``types``, before the events are
+    worked out side by side (each would compile them); whether one of their triggers on
+    those types has a rate that drops events."""
+    drops = False
+    for (ns, name), (version, _, manifest) in sorted(known.items()):
+        if any(any(_names_type(manifest, t)) for t in types):
+            try:
+                definition = await ops.registry.definition(ns, name, version)
+            except Exception:  # noqa: BLE001, S112 - foresee says why it cannot
+                continue
+            drops = drops or any(
+                t.event in types and t.rate is not None and t.rate.on_limit == "drop"
+                for t in definition.triggers
+            )
+    return drops

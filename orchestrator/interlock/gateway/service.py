@@ -88,9 +88,10 @@ class Gateway:
             await self.api.close()  # its registry too
 
     async def emit(self, events: list[CloudEvent], wait: float) -> list[Any]:
-        """Store each event (in order) with ``Client.emit``: what each starts."""
+        """Store each event (in order) as ``Client.emit`` does, and say what each starts:
+        a batch's events are published together (``emitting.emit_batch``)."""
         from interlock.client import InvalidRunId
-        from interlock.client.emitting import check_size
+        from interlock.client.emitting import check_size, emit_batch
         from interlock.runtime.errors import EventTooLarge
 
         # Every event checked before the first is stored: a batch goes whole or not at all.
@@ -120,7 +121,7 @@ class Gateway:
                     413, "event-too-large", where + str(exc), max_bytes=exc.limit, index=index
                 ) from exc
         try:
-            return [views.to_builtins(await self.api.emit(e, wait=wait)) for e in events]
+            return [views.to_builtins(r) for r in await emit_batch(self.client, events, wait)]
         except BucketFull as exc:
             # The uploads bucket holds what its operator bounded it to (max_bytes).
             raise Problem(507, "uploads-full", str(exc)) from exc

@@ -133,6 +133,11 @@ class Rates:
     async def over(self, trigger: TriggerDef, key: str) -> bool:
         """Whether one more event of ``trigger``'s ``key`` now would be over its rate (read
         only: what :meth:`give` would do, as far as the entry now says)."""
+        return not self.takes(await self.entry(trigger, key), record=False)
+
+    async def entry(self, trigger: TriggerDef, key: str) -> RateEntry:
+        """``trigger``'s ``key``'s entry as the bucket has it now (empty when none), with the
+        trigger's rate."""
         rate = trigger.rate
         assert rate is not None
         kv = await self._bucket()
@@ -141,11 +146,20 @@ class Rates:
             entry = decode_rate(found.value) if found.value else None
         except (KeyNotFoundError, msgspec.DecodeError):
             entry = None
-        if entry is None:
-            return False
+        entry = entry or RateEntry(trigger=trigger.name, key=key, limit=1, per_s=1.0)
         entry.limit, entry.per_s = rate.limit, rate.per_s
+        return entry
+
+    def takes(self, entry: RateEntry, *, record: bool = True) -> bool:
+        """Whether ``entry``'s rate takes one more event now (``on_limit: drop``); if so,
+        with ``record``, its start is added to ``entry`` (in memory only), as :meth:`give`
+        adds it: what the next event finds."""
         now = _ms(self._clock())
-        return next_start(entry, now) > now
+        if next_start(entry, now) > now:
+            return False
+        if record:
+            entry.starts = [*entry.starts, now][-entry.limit :]
+        return True
 
     async def _write(self, token: str, entry: RateEntry, revision: int, now_ms: int) -> bool:
         """Write ``entry`` if the key is still at ``revision``; it lives until its last

@@ -424,3 +424,54 @@ async def test_runs_and_workflows_are_paused_and_resumed_from_the_console(
     await resume.click()
     await page.get_by_role("button", name="Resume capability slow").wait_for(state="detached")
     assert page.errors == []
+
+
+PACED = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata: {name: paced}
+    spec:
+      triggers:
+        - event: com.example.paced
+          rate: {limit: 1, per: 1h}
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on: [{event: go, goto: done}]
+        done: {type: terminal}
+    """
+)
+
+
+async def test_the_queues_page_shows_runs_waiting_for_a_triggers_rate(console: Console) -> None:
+    gs = console.gs
+    await gs.stack.apply(PACED)
+    async with gs.http("publisher") as http:
+        for n in range(3):
+            event = {
+                "specversion": "1.0",
+                "id": f"paced-{n}",
+                "source": "/api",
+                "type": "com.example.paced",
+                "data": {},
+            }
+            posted = await http.post(
+                "/events", json=event, headers={"Content-Type": "application/cloudevents+json"}
+            )
+            assert posted.status_code == 202, posted.text
+    page = await signed_in(console, "#/queues")
+    line = page.locator("tr", has_text="default/paced#trigger1@rate")
+    for _ in range(300):  # until the orchestrator has given the two waiting runs their times
+        await page.locator("main h1", has_text="Queues").wait_for()  # drawn, not still reading
+        if await line.filter(has_text="(since").count():
+            break
+        await asyncio.sleep(0.1)
+        await page.reload()
+    # One run started, two wait their turn; how long the first has waited, since when.
+    await line.get_by_text("1/1").wait_for()
+    await line.locator("td", has_text="(since").wait_for()
+    cells = await line.locator("td").all_inner_texts()
+    assert cells[1:5] == ["rate", "", "1/1", "2"], cells  # no key: one rate for the trigger
+    assert page.errors == []

@@ -30,7 +30,7 @@ export async function queuesPage(root, _arg, _params, current) {
     return [
       h("code", {}, q.limit),
       q.kind || "concurrency",
-      held ? "—" : h("code", {}, q.key),
+      held || !q.key ? "—" : h("code", {}, q.key), // no key: one line for the limit (the CLI's -)
       held ? "—" : `${q.running}/${q.size}`,
       String(q.queued),
       q.oldest_queued_at ? [wait(q.oldest_wait_s), " (since ", timeCell(q.oldest_queued_at), ")"] : "—",

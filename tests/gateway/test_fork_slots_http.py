@@ -8,29 +8,13 @@ from __future__ import annotations
 
 from interlock.runtime.concurrency import Slots
 from interlock.transport.subjects import Subjects
+from support.concurrency import ONE_SLOT
 from support.gateway import gateway_stack, wait_status
-from support.runtime import eventually, yaml
-
-ONE = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata: {name: one}
-    spec:
-      concurrency:
-        - {key: '"k"', limit: 1}
-      initial_state: wait
-      states:
-        wait:
-          type: human_in_the_loop
-          on: [{event: go, goto: done}]
-        done: {type: terminal}
-    """
-)
+from support.runtime import eventually
 
 
 async def test_a_cancelled_fork_frees_nobody_elses_slot(nats_url: str, subjects: Subjects) -> None:
-    async with gateway_stack(nats_url, subjects, [ONE]) as gs:
+    async with gateway_stack(nats_url, subjects, [ONE_SLOT]) as gs:
         slots = Slots(gs.stack.client.nc, subjects)
 
         async def line() -> tuple[list[str], list[str]]:

@@ -11,25 +11,10 @@ import pytest
 from interlock.client import queues
 from interlock.runtime import slotlines
 from interlock.transport.subjects import Subjects
+from support.concurrency import ONE_SLOT
 from support.gateway import gateway_stack, wait_status
-from support.runtime import eventually, yaml
+from support.runtime import eventually
 
-ONE = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata: {name: one}
-    spec:
-      concurrency:
-        - {key: '"all"', limit: 1}
-      initial_state: wait
-      states:
-        wait:
-          type: human_in_the_loop
-          on: [{event: go, goto: done}]
-        done: {type: terminal}
-    """
-)
 WAITERS = 6
 
 
@@ -44,7 +29,7 @@ async def test_a_place_deep_in_a_line_is_not_searched_for(
     nats_url: str, subjects: Subjects
 ) -> None:
     async with (
-        gateway_stack(nats_url, subjects, [ONE]) as gs,
+        gateway_stack(nats_url, subjects, [ONE_SLOT]) as gs,
         gs.http() as http,
         gs.http("reader") as reader,
     ):
@@ -82,7 +67,7 @@ async def slotlines_of(gs: object) -> list[list[str]]:
     from interlock.runtime.concurrency import Slots
 
     stack = gs.stack  # type: ignore[attr-defined]
-    found = await Slots(stack.client.nc, stack.subjects).lines("default/one#1", "all")
+    found = await Slots(stack.client.nc, stack.subjects).lines("default/one#1", "k")
     if found is None:
         return []
     out = [[w.run_id for w in found.entry.waiting]]

@@ -7,29 +7,15 @@ from __future__ import annotations
 from interlock.client.queues import list_queues
 from interlock.core import events as ev
 from interlock.transport.subjects import Subjects
+from support.concurrency import ONE_SLOT
 from support.runtime import cli, eventually, running_stack
-
-ONE = """
-apiVersion: interlock.io/v1
-kind: Workflow
-metadata: {name: one}
-spec:
-  concurrency:
-    - {key: '"k"', limit: 1}
-  initial_state: wait
-  states:
-    wait:
-      type: human_in_the_loop
-      on: [{event: go, goto: done}]
-    done: {type: terminal}
-"""
 
 
 async def test_a_fork_waits_for_a_slot_of_its_workflows_limit_as_a_start_does(
     nats_url: str, subjects: Subjects
 ) -> None:
 
-    async with running_stack(nats_url, subjects, [ONE], worker=False) as stack:
+    async with running_stack(nats_url, subjects, [ONE_SLOT], worker=False) as stack:
 
         async def kinds(run_id: str) -> list[type]:
             return [type(r) for r in await stack.records(run_id)]

@@ -48,6 +48,23 @@ SHARED_FAIRLY = ONE_AT_A_TIME.replace("one-at-a-time", "shared-fairly").replace(
 )
 """As :data:`ONE_AT_A_TIME`, the slot shared fairly between the ``customer`` inputs."""
 
+ONE_SLOT = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata: {name: one}
+spec:
+  concurrency:
+    - {key: '"k"', limit: 1}
+  initial_state: wait
+  states:
+    wait:
+      type: human_in_the_loop
+      on: [{event: go, goto: done}]
+    done: {type: terminal}
+"""
+"""One slot (limit ``default/one#1``, key ``k``): each run waits in ``wait`` for ``go``,
+the next in line behind it (the forks and places tests)."""
+
 
 def nap_agent(limit: int | None = None) -> str:
     """The AgentDef of ``nap`` (served by :func:`nap_worker`); with ``limit``, at most that

@@ -16,7 +16,7 @@ from interlock.runtime.concurrency import Slots
 from interlock.runtime.service import Orchestrator
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import KEYS, Requests, all_freed, nap_agent, nap_worker, requests
+from support.concurrency import KEYS, Requests, all_freed, calling, nap_agent, nap_worker, requests
 from support.runtime import (
     REPO,
     cli_env,
@@ -156,27 +156,7 @@ CAPPED_AGENT = yaml(
     """
 )
 
-CAPPING = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: capping
-    spec:
-      inputs:
-        n: {type: integer, required: true}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: capped
-              input: {n: "{{ inputs.n }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-    """
-)
+CAPPING = calling("capping", "capped")
 
 
 async def test_a_killed_agent_holds_its_slot_only_until_its_attempt_times_out(

@@ -15,7 +15,7 @@ from interlock.core.rfc3339 import parse_time
 from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import all_freed, requests
+from support.concurrency import all_freed, calling, requests
 from support.runtime import (
     TIMEOUT,
     cli_env,
@@ -44,29 +44,7 @@ AGENT = yaml(
     """
 )
 
-WORKFLOW = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: napping
-    spec:
-      inputs:
-        n: {type: integer, required: true}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: nap
-              input: {n: "{{ inputs.n }}"}
-            - capability: nap.capped
-              input: {n: "{{ inputs.n }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-    """
-)
+WORKFLOW = calling("napping", "nap", "nap.capped")
 
 
 async def cli(nats_url: str, subjects: Subjects, *args: str) -> Any:

@@ -15,6 +15,7 @@ from interlock.runtime.timers import ClockTimers, ManualClock
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.directget import read_messages
 from interlock.transport.subjects import Subjects
+from support.concurrency import calling
 from support.runtime import Stack, connect, eventually, running_stack, yaml
 
 RATED_AGENT = yaml(
@@ -30,27 +31,7 @@ RATED_AGENT = yaml(
     """
 )
 
-RATED = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: rated
-    spec:
-      inputs:
-        n: {type: integer, required: true}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: echo.rated
-              input: {n: "{{ inputs.n }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-    """
-)
+RATED = calling("rated", "echo.rated")
 
 COUNT = 600
 START = "2026-01-01T00:00:00Z"

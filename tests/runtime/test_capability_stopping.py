@@ -19,7 +19,7 @@ from interlock.core import step
 from interlock.core.rfc3339 import parse_time
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
-from support.concurrency import all_freed, requests
+from support.concurrency import all_freed, calling, requests
 from support.runtime import TIMEOUT, eventually, running_stack, serving, yaml
 
 API_AGENT = yaml(
@@ -35,27 +35,7 @@ API_AGENT = yaml(
     """
 )
 
-CALLS = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: calls
-    spec:
-      inputs:
-        n: {type: integer, required: true}
-      initial_state: work
-      states:
-        work:
-          actions:
-            - capability: api
-              input: {account: acme, n: "{{ inputs.n }}"}
-          on:
-            - {event: task.completed, goto: done}
-        done:
-          type: terminal
-    """
-)
+CALLS = calling("calls", "api", given='{account: acme, n: "{{ inputs.n }}"}')
 
 
 class Api:

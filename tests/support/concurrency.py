@@ -157,6 +157,29 @@ def limited(
     )
 
 
+def calling(name: str, *capabilities: str, given: str = '{n: "{{ inputs.n }}"}') -> str:
+    """A workflow whose run (input ``n``) asks each of ``capabilities`` once, ``given`` as
+    each request's input, and ends at the first ``task.completed``."""
+    actions = "".join(
+        f"        - capability: {capability}\n          input: {given}\n"
+        for capability in capabilities
+    )
+    return (
+        "apiVersion: interlock.io/v1\n"
+        "kind: Workflow\n"
+        f"metadata:\n  name: {name}\n"
+        "spec:\n"
+        "  inputs:\n    n: {type: integer, required: true}\n"
+        "  initial_state: work\n"
+        "  states:\n"
+        "    work:\n"
+        "      actions:\n"
+        f"{actions}"
+        "      on:\n        - {event: task.completed, goto: done}\n"
+        "    done:\n      type: terminal\n"
+    )
+
+
 @dataclass
 class Timeline:
     """Every run's queued, admitted and end records, in the order the RUNS stream holds

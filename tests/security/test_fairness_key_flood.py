@@ -10,15 +10,12 @@ waited among them is admitted once the others are gone."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from interlock.auth.roles import Role
 from interlock.core import events as ev
 from interlock.runtime import slotlines
 from interlock.runtime.concurrency import Slots
-from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.auth import SUBJECTS, Secured, publish_event, publisher, secured, secured_server
 from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
@@ -69,21 +66,11 @@ async def waiting(slots: Slots) -> tuple[list[str], list[tuple[str, str]], int]:
 async def test_a_flood_of_fairness_keys_leaves_the_limit_working(secured: Secured) -> None:
     applied = await secured.operator.apply([("shared.yaml", SHARED)])
     applied.compiled.raise_for_errors()
-    creds = secured.issue(Role("publisher", events=("acme.>",)), "flooding-publisher")
-    refusals = Refusals()
-    nc = await plain_client(secured.url, creds, refusals)
+    nc, refusals = await publisher(secured, "acme.>", "flooding-publisher")
     slots = Slots(secured.operator.nc, SUBJECTS)
 
     async def job(n: int, tenant: str) -> None:
-        headers = {
-            "ce-specversion": "1.0",
-            "ce-id": f"job-{n}",
-            "ce-source": "https://publisher.example",
-            "ce-type": "acme.job",
-            "content-type": "application/json",
-        }
-        body = json.dumps({"tenant": tenant}).encode()
-        await nc.jetstream().publish("il.events.acme.job", body, headers=headers)
+        await publish_event(nc, f"job-{n}", "acme.job", {"tenant": tenant})
 
     try:
         await job(0, "victim")

@@ -9,15 +9,12 @@ runs past it wait in line as at a full limit, and go on as holders leave."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from interlock.auth.roles import Role
 from interlock.runtime import slotroom
 from interlock.runtime.concurrency import Slots
 from interlock.runtime.slotlines import encode
-from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.auth import SUBJECTS, Secured, publish_event, publisher, secured, secured_server
 from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
@@ -53,22 +50,12 @@ def small_room(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_holders_never_outgrow_their_room(secured: Secured) -> None:
     applied = await secured.operator.apply([("large.yaml", LARGE)])
     applied.compiled.raise_for_errors()
-    creds = secured.issue(Role("publisher", events=("wide.>",)), "wide-publisher")
-    refusals = Refusals()
-    nc = await plain_client(secured.url, creds, refusals)
+    nc, refusals = await publisher(secured, "wide.>", "wide-publisher")
     slots = Slots(secured.operator.nc, SUBJECTS)
     try:
         for n in range(RUNS):
-            headers = {
-                "ce-specversion": "1.0",
-                "ce-id": f"wide-{n}",
-                "ce-source": "https://publisher.example",
-                "ce-type": "wide.job",
-                "content-type": "application/json",
-            }
             tenant = f"tenant-{n:03d}-" + "x" * 240
-            body = json.dumps({"tenant": tenant}).encode()
-            await nc.jetstream().publish("il.events.wide.job", body, headers=headers)
+            await publish_event(nc, f"wide-{n}", "wide.job", {"tenant": tenant})
     finally:
         await nc.close()
     assert not refusals.errors

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from interlock.auth.roles import Role
 from interlock.core import events as ev
 from interlock.runtime import slotlines, slotroom
 from interlock.runtime.concurrency import Slots
-from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.auth import SUBJECTS, Secured, publish_event, publisher, secured, secured_server
 from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
@@ -54,20 +53,11 @@ async def test_a_line_past_its_bound_turns_runs_away_and_goes_on(secured: Secure
     client = secured.operator
     applied = await client.apply([("crowd.yaml", CROWD)])
     applied.compiled.raise_for_errors()
-    creds = secured.issue(Role("publisher", events=("crowd.>",)), "crowding-publisher")
-    refusals = Refusals()
-    nc = await plain_client(secured.url, creds, refusals)
+    nc, refusals = await publisher(secured, "crowd.>", "crowding-publisher")
     slots = Slots(client.nc, SUBJECTS)
     try:
         for n in range(RUNS):
-            headers = {
-                "ce-specversion": "1.0",
-                "ce-id": f"crowd-{n}",
-                "ce-source": "https://publisher.example",
-                "ce-type": "crowd.job",
-                "content-type": "application/json",
-            }
-            await nc.jetstream().publish("il.events.crowd.job", b"{}", headers=headers)
+            await publish_event(nc, f"crowd-{n}", "crowd.job", {})
     finally:
         await nc.close()
     assert not refusals.errors

@@ -10,13 +10,10 @@ time to see it (:data:`interlock.runtime.slotlines.GONE_KEPT_S`, shortened here)
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from interlock.auth.roles import Role
 from interlock.runtime import slotlines
-from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.auth import SUBJECTS, Secured, publish_event, publisher, secured, secured_server
 from support.runtime import eventually
 
 __all__ = ["secured", "secured_server"]  # fixtures
@@ -53,22 +50,12 @@ def short_markers(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_keys_named_once_leave_nothing_in_the_slots_bucket(secured: Secured) -> None:
     applied = await secured.operator.apply([("per-tenant.yaml", PER_TENANT)])
     applied.compiled.raise_for_errors()
-    creds = secured.issue(Role("publisher", events=("churn.>",)), "churning-publisher")
-    refusals = Refusals()
-    nc = await plain_client(secured.url, creds, refusals)
+    nc, refusals = await publisher(secured, "churn.>", "churning-publisher")
     js = secured.operator.nc.jetstream()
     stream = f"KV_{SUBJECTS.slots_bucket}"
     try:
         for n in range(KEYS):
-            headers = {
-                "ce-specversion": "1.0",
-                "ce-id": f"churn-{n}",
-                "ce-source": "https://publisher.example",
-                "ce-type": "churn.job",
-                "content-type": "application/json",
-            }
-            body = json.dumps({"tenant": f"tenant-{n:04d}"}).encode()
-            await nc.jetstream().publish("il.events.churn.job", body, headers=headers)
+            await publish_event(nc, f"churn-{n}", "churn.job", {"tenant": f"tenant-{n:04d}"})
     finally:
         await nc.close()
     assert not refusals.errors

@@ -12,14 +12,13 @@ starts its run, of their events only, once each; ids at the bound are taken."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
 from interlock.auth.roles import Role
 from interlock.core import events as ev
 from interlock.core.bounds import MAX_EVENT_ID_BYTES
-from support.auth import SUBJECTS, Refusals, Secured, plain_client, secured, secured_server
+from support.auth import SUBJECTS, Secured, publish_event, publisher, secured, secured_server
 from support.runtime import DeadLetters, cli_env, eventually, run_cli
 
 __all__ = ["secured", "secured_server"]  # fixtures
@@ -59,20 +58,10 @@ async def started(secured: Secured) -> list[ev.RunStartedData]:
 async def test_long_ids_are_refused_and_the_shared_window_closes(secured: Secured) -> None:
     applied = await secured.operator.apply([("rows.yaml", ROWS)])
     applied.compiled.raise_for_errors()
-    creds = secured.issue(Role("publisher", events=("acme.>",)), "long-id-publisher")
-    refusals = Refusals()
-    nc = await plain_client(secured.url, creds, refusals)
+    nc, refusals = await publisher(secured, "acme.>", "long-id-publisher")
 
     async def row(event_id: str) -> None:
-        headers = {
-            "ce-specversion": "1.0",
-            "ce-id": event_id,
-            "ce-source": "https://publisher.example",
-            "ce-type": "acme.row",
-            "content-type": "application/json",
-        }
-        body = json.dumps({"table": "shared"}).encode()
-        await nc.jetstream().publish("il.events.acme.row", body, headers=headers)
+        await publish_event(nc, event_id, "acme.row", {"table": "shared"})
 
     long_ids = [f"{n}-" + "x" * 60_000 for n in range(20)]
     at_bound = "y" * (MAX_EVENT_ID_BYTES - 6)

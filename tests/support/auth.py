@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -206,6 +207,30 @@ async def plain_client(url: str, creds: Path, refusals: Refusals) -> Client:
         allow_reconnect=False,
         connect_timeout=5,
     )
+
+
+async def publisher(secured: Secured, events: str, name: str) -> tuple[Client, Refusals]:
+    """A publisher of ``events`` (a subject pattern), its credential issued as ``name`` as
+    ``interlock creds issue publisher`` makes it, on a plain nats-py client, and the errors
+    the server sends that client."""
+    creds = secured.issue(Role("publisher", events=(events,)), name)
+    refusals = Refusals()
+    return await plain_client(secured.url, creds, refusals), refusals
+
+
+async def publish_event(nc: Client, event_id: str, event_type: str, data: Any) -> None:
+    """``data`` as a CloudEvent of ``event_type`` in binary mode (JSON, from
+    ``https://publisher.example``), published into the events stream as a publisher's own
+    client would."""
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": event_id,
+        "ce-source": "https://publisher.example",
+        "ce-type": event_type,
+        "content-type": "application/json",
+    }
+    body = json.dumps(data).encode()
+    await nc.jetstream().publish(f"il.events.{event_type}", body, headers=headers)
 
 
 def shared_account_user(keys: KeyStore, role: Role, name: str, path: Path) -> str:

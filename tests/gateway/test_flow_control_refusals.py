@@ -6,35 +6,18 @@ refused with a problem body too, never a 500."""
 from __future__ import annotations
 
 from interlock.transport.subjects import Subjects
-from support.gateway import gateway_stack
-from support.runtime import yaml
-
-WAITS = yaml(
-    """\
-    apiVersion: interlock.io/v1
-    kind: Workflow
-    metadata:
-      name: waits
-    spec:
-      initial_state: waiting
-      states:
-        waiting:
-          type: human_in_the_loop
-          on: [{event: go, goto: done}]
-        done: {type: terminal}
-    """
-)
+from support.gateway import WAITING, gateway_stack
 
 ACTS = [
-    ("/workflows/default/waits/pause", {"reason": "x"}),
-    ("/workflows/default/waits/resume", {}),
+    ("/workflows/default/waiting/pause", {"reason": "x"}),
+    ("/workflows/default/waiting/resume", {}),
     ("/runs/{run}/pause", {"reason": "x"}),
     ("/runs/{run}/resume", {}),
     ("/capabilities/slow/pause", {"reason": "x"}),
     ("/capabilities/slow/resume", {}),
     # A fork takes slots of its own and a migration moves runs onto other limits.
     ("/runs/{run}/fork", {"at": 2, "run_id": "forked-by-a-stranger"}),
-    ("/workflows/default/waits/migrate", {"to": 1}),
+    ("/workflows/default/waiting/migrate", {"to": 1}),
 ]
 
 
@@ -50,8 +33,8 @@ def problem(response: object, status: int) -> None:
 async def test_flow_control_is_refused_to_all_but_operators(
     nats_url: str, subjects: Subjects
 ) -> None:
-    async with gateway_stack(nats_url, subjects, [WAITS]) as gs, gs.http() as operator:
-        run = (await operator.post("/runs", json={"workflow": "waits"})).json()["run_id"]
+    async with gateway_stack(nats_url, subjects, [WAITING]) as gs, gs.http() as operator:
+        run = (await operator.post("/runs", json={"workflow": "waiting"})).json()["run_id"]
         for role, status in ((None, 401), ("publisher", 403), ("reader", 403)):
             async with gs.http(role) as http:
                 for path, body in ACTS:
@@ -82,7 +65,7 @@ BAD_NAMES = [
 
 
 async def test_an_operators_bad_names_are_problems(nats_url: str, subjects: Subjects) -> None:
-    async with gateway_stack(nats_url, subjects, [WAITS]) as gs, gs.http() as operator:
+    async with gateway_stack(nats_url, subjects, [WAITING]) as gs, gs.http() as operator:
         for path in BAD_NAMES:
             got = await operator.post(path, json={"reason": "x"})
             assert 400 <= got.status_code < 500, (path, got.status_code, got.text)

@@ -14,7 +14,7 @@ import msgspec
 from interlock.client import Client
 from interlock.runtime.cluster_metrics import ClusterMetrics
 from interlock.transport.subjects import Subjects
-from support.gateway import gateway_stack
+from support.gateway import concurrency_gauges, gateway_stack
 from support.runtime import cli_env, eventually, run_cli, yaml
 
 LIMITED = yaml(
@@ -95,12 +95,7 @@ async def test_queues_show_who_holds_and_who_waits(nats_url: str, subjects: Subj
         # Metrics: per limit, its keys summed, the worst key's line, the longest wait.
         metrics = ClusterMetrics(gs.stack.js, subjects, registry=None)
         await metrics.poll()
-        values = {
-            (family.name, sample.labels.get("limit")): sample.value
-            for family in metrics.collect()
-            for sample in family.samples
-            if family.name.startswith("interlock_concurrency")
-        }
+        values = concurrency_gauges(metrics)
         assert values[("interlock_concurrency_running", "default/slow-api")] == 2
         assert values[("interlock_concurrency_queued", "default/slow-api")] == 2
         assert values[("interlock_concurrency_queued_worst_key", "default/slow-api")] == 2

@@ -16,7 +16,7 @@ from interlock.core.rfc3339 import parse_time
 from interlock.core.windowing import MAX_WAITS, RateEntry
 from interlock.runtime.cluster_metrics import ClusterMetrics
 from interlock.transport.subjects import Subjects
-from support.gateway import GatewayStack, gateway_stack
+from support.gateway import GatewayStack, concurrency_gauges, gateway_stack
 from support.runtime import cli_env, eventually, run_cli, yaml
 
 CALLS = yaml(
@@ -116,12 +116,7 @@ async def test_runs_waiting_for_a_triggers_rate_are_counted_with_their_oldest_wa
         at = oldest.timestamp() + 1800
         metrics = ClusterMetrics(gs.stack.js, subjects, registry=None, clock=lambda: at)
         await metrics.poll()
-        values = {
-            (family.name, sample.labels.get("limit")): sample.value
-            for family in metrics.collect()
-            for sample in family.samples
-            if family.name.startswith("interlock_concurrency")
-        }
+        values = concurrency_gauges(metrics)
         assert values[("interlock_concurrency_queued", LINE)] == 3
         assert values[("interlock_concurrency_queued_worst_key", LINE)] == 3
         assert values[("interlock_concurrency_running", LINE)] == 3  # acme's 2, beta's 1

@@ -13,6 +13,7 @@ import httpx
 from interlock.gateway.app import build_app
 from interlock.gateway.auth import Tokens
 from interlock.gateway.service import Gateway
+from interlock.runtime.cluster_metrics import ClusterMetrics
 from interlock.transport.connection import ConnectOptions
 from interlock.transport.connection import connect as connect_with
 from interlock.transport.httpserver import HttpServer
@@ -30,7 +31,9 @@ __all__ = [
     "REVIEW_V2",
     "TIMEOUT",
     "UNSERVED",
+    "WAITING",
     "GatewayStack",
+    "concurrency_gauges",
     "gateway_stack",
     "wait_status",
     "yaml",
@@ -227,3 +230,14 @@ async def wait_status(gs: GatewayStack, run_id: str, want: str, state: str | Non
                 return
             assert asyncio.get_running_loop().time() < deadline, got
             await asyncio.sleep(0.05)
+
+
+def concurrency_gauges(metrics: ClusterMetrics) -> dict[tuple[str, str | None], float]:
+    """The ``interlock_concurrency_*`` samples ``metrics`` collects (polled first), by family
+    name and ``limit`` label."""
+    return {
+        (family.name, sample.labels.get("limit")): sample.value
+        for family in metrics.collect()
+        for sample in family.samples
+        if family.name.startswith("interlock_concurrency")
+    }

@@ -18,6 +18,7 @@ from interlock.transport.subjects import Subjects
 from support.concurrency import all_freed, calling, requests
 from support.runtime import (
     TIMEOUT,
+    Stack,
     cli_env,
     connect,
     eventually,
@@ -49,6 +50,18 @@ WORKFLOW = calling("napping", "nap", "nap.capped")
 
 async def cli(nats_url: str, subjects: Subjects, *args: str) -> Any:
     return await asyncio.to_thread(run_cli, *args, env=cli_env(nats_url, subjects.prefix))
+
+
+async def paused(stack: Stack, nats_url: str, subjects: Subjects, capability: str) -> None:
+    """``interlock pause capability`` of ``capability``, once the orchestrator holds it."""
+    done = await cli(nats_url, subjects, "pause", "capability", capability)
+    assert done.returncode == 0, done.stderr
+    pauses = stack.orchestrator.flow.admission.pauses
+
+    async def seen() -> bool:
+        return pauses.holds_capability(capability)
+
+    await eventually(seen, what="the orchestrator sees the pause")
 
 
 async def test_a_paused_capability_dispatches_nothing_and_loses_nothing(
@@ -226,14 +239,7 @@ async def test_a_request_in_a_limits_line_stays_held_when_its_capability_is_paus
                 return any(isinstance(r, ev.ActionQueued) and r.data.limit == limit for r in found)
 
             await eventually(lambda: in_line("cap:nap.capped"), what="the second in line")
-            done = await cli(nats_url, subjects, "pause", "capability", "nap.capped")
-            assert done.returncode == 0, done.stderr
-            pauses = stack.orchestrator.flow.admission.pauses
-
-            async def seen() -> bool:
-                return pauses.holds_capability("nap.capped")
-
-            await eventually(seen, what="the orchestrator sees the pause")
+            await paused(stack, nats_url, subjects, "nap.capped")
             gate.set()  # the first completes: its slot frees while the capability is paused
             assert (await stack.wait(first)).status == "completed"
             await eventually(lambda: in_line("cap:nap.capped@paused"), what="held for the pause")
@@ -285,14 +291,7 @@ async def test_a_request_given_a_rate_token_stays_held_when_its_capability_is_pa
                 return any(isinstance(r, ev.ActionQueued) and r.data.limit == limit for r in found)
 
             await eventually(lambda: in_line("cap:nap.rated:rate"), what="waiting for a token")
-            done = await cli(nats_url, subjects, "pause", "capability", "nap.rated")
-            assert done.returncode == 0, done.stderr
-            pauses = stack.orchestrator.flow.admission.pauses
-
-            async def seen() -> bool:
-                return pauses.holds_capability("nap.rated")
-
-            await eventually(seen, what="the orchestrator sees the pause")
+            await paused(stack, nats_url, subjects, "nap.rated")
             assert await timers.advance(60.0) == 1  # the next token, to the paused request
             await eventually(lambda: in_line("cap:nap.rated@paused"), what="held for the pause")
             await asyncio.sleep(0.3)  # nothing is dispatched meanwhile
@@ -328,14 +327,7 @@ async def test_explain_says_a_held_requests_first_timeout_changed_nothing(
             return inp
 
         async with serving(nats_url, subjects, worker):
-            done = await cli(nats_url, subjects, "pause", "capability", "nap")
-            assert done.returncode == 0, done.stderr
-            pauses = stack.orchestrator.flow.admission.pauses
-
-            async def seen() -> bool:
-                return pauses.holds_capability("nap")
-
-            await eventually(seen, what="the orchestrator sees the pause")
+            await paused(stack, nats_url, subjects, "nap")
             run_id = await stack.client.start("napping", {"n": 0})
 
             async def recorded(kind: type[Any]) -> bool:

@@ -29,9 +29,9 @@ admitted while an earlier one waits: its token was taken before that one asked.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
@@ -49,28 +49,51 @@ MAX_KEYS = 4096
 """Blocks kept (keys of rates used lately): beyond, the oldest are dropped (lost)."""
 
 
-def take_tokens(entry: SlotEntry, now: float, want: int) -> list[float]:
+def take_tokens(entry: SlotEntry, now: float, want: int) -> tuple[float, float, int]:
     """Up to ``want`` of the rate's tokens there by ``now`` (at least one if any is, one
-    only when fewer than :data:`MIN_THERE` are), ``tat`` moved on past them: their slots."""
+    only when fewer than :data:`MIN_THERE` are), ``tat`` moved on past them: their slots,
+    as the first, the interval between two and how many (none: 0)."""
     interval = entry.per_s / max(entry.size, 1)
     tolerance = (max(entry.burst, 1) - 1) * interval
     start = max(entry.tat, now)
     if now + EPSILON_S < start - tolerance:
-        return []
+        return start, interval, 0
     there = int((now + EPSILON_S + tolerance - start) / interval) + 1
     k = 1
     if there >= MIN_THERE:
         k = max(1, min(want, there // 4, int(SPAN_S / interval)))
     entry.tat = start + k * interval
-    return [start + j * interval for j in range(k)]
+    return start, interval, k
 
 
 @dataclass(slots=True)
 class _Block:
+    """Tokens of a block: slot ``j`` is ``first + j * interval`` (``j < size``, as
+    :func:`take_tokens` computed them); those before ``next`` are used or dropped."""
+
     shape: tuple[int, float, int]
-    slots: deque[float] = field(default_factory=deque)
-    size: int = 1
-    used: int = 0
+    first: float
+    interval: float
+    size: int
+    next: int = 1
+    used: int = 1
+
+    def use(self, now: float) -> bool:
+        """The earliest slot not past at ``now`` used (those before it dropped): whether
+        one was. Found by arithmetic, not by stepping over each dropped slot."""
+        j, size, first, interval = self.next, self.size, self.first, self.interval
+        if j < size and first + j * interval < now:
+            j = max(j, min(size, math.ceil((now - first) / interval)))
+            while j > self.next and first + (j - 1) * interval >= now:
+                j -= 1  # rounding: the very first slot not past, as computed in the take
+            while j < size and first + j * interval < now:
+                j += 1
+        if j >= size:
+            self.next = size
+            return False
+        self.next = j + 1
+        self.used += 1
+        return True
 
 
 def _shape(claim: ev.SlotClaim) -> tuple[int, float, int]:
@@ -88,18 +111,10 @@ class RateBlocks:
     def _use(self, token: str, claim: ev.SlotClaim) -> str | None:
         """A token of a block held here used now (the time it is used at), if one is."""
         block = self._blocks.get(token)
-        if block is None or block.shape != _shape(claim) or not block.slots:
+        if block is None or block.next >= block.size or block.shape != _shape(claim):
             return None
         at = self._clock()
-        now = parse_time(at).timestamp()
-        slots = block.slots
-        while slots and slots[0] < now:
-            slots.popleft()  # past its slot: dropped
-        if not slots:
-            return None
-        slots.popleft()
-        block.used += 1
-        return at
+        return at if block.use(parse_time(at).timestamp()) else None
 
     async def take(self, claim: ev.SlotClaim) -> str | None:
         """A token of the rate ``claim`` (one held here, or one or a block taken now, if
@@ -127,20 +142,20 @@ class RateBlocks:
         block = self._blocks.pop(token, None)
         want = _want(block, claim, now)
 
-        async def change(lines: Lines) -> list[float]:
+        async def change(lines: Lines) -> tuple[float, float, int]:
             entry = lines.entry
             if entry.lines or entry.waiting:
-                return []
+                return 0.0, 0.0, 0
             entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
             return take_tokens(entry, now, want)
 
-        slots: list[float] = await self._slots.change(claim, change)
-        if not slots:
+        first, interval, size = await self._slots.change(claim, change)
+        if not size:
             return None  # none there, or someone waits: the block (if any) is dropped
-        if len(slots) > 1:
+        if size > 1:
             if len(self._blocks) >= MAX_KEYS:
                 del self._blocks[next(iter(self._blocks))]
-            self._blocks[token] = _Block(_shape(claim), deque(slots[1:]), len(slots), 1)
+            self._blocks[token] = _Block(_shape(claim), first, interval, size)
         return at
 
 

@@ -60,8 +60,7 @@ def window(size: int, weights: Iterable[int]) -> float:
 
 def used(uses: list[Use], admitted: int, w: float) -> dict[str, float]:
     """Each kept key's count after ``admitted`` admissions (absent keys count 0)."""
-    d = 1.0 - 1.0 / w
-    return {use.fair: use.value * d ** (admitted - use.at) for use in uses}
+    return {use.fair: _now(use, admitted, w) for use in uses}
 
 
 def count(uses: list[Use], admitted: int, w: float, fair: str) -> list[Use]:
@@ -69,11 +68,10 @@ def count(uses: list[Use], admitted: int, w: float, fair: str) -> list[Use]:
     count decays by it, as read, and the keys below :data:`FLOOR` (and past
     :data:`MAX_KEYS`) are forgotten. Only the key admitted is written again: the others
     keep the count and admission they were written at."""
-    d = 1.0 - 1.0 / w
     kept: list[tuple[float, Use]] = []
     mine = Use(fair, 1.0, admitted)
     for use in uses:
-        now = use.value * d ** (admitted - use.at)
+        now = _now(use, admitted, w)
         if use.fair == fair:
             mine = Use(fair, round(now + 1.0, 3), admitted)
         elif now >= FLOOR:
@@ -82,3 +80,9 @@ def count(uses: list[Use], admitted: int, w: float, fair: str) -> list[Use]:
     if len(kept) > MAX_KEYS:
         kept = sorted(kept, key=lambda found: found[0], reverse=True)[:MAX_KEYS]
     return [use for _, use in kept]
+
+
+def _now(use: Use, admitted: int, w: float) -> float:
+    """``use``'s count after ``admitted`` admissions: decayed by ``1 - 1/w`` for each since
+    the one it was written at."""
+    return use.value * (1.0 - 1.0 / w) ** (admitted - use.at)

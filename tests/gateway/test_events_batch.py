@@ -91,7 +91,7 @@ async def stored_ids(gs: GatewayStack) -> list[str]:
 
 async def test_a_batch_is_stored_in_order_and_answered_as_each_alone(gs: GatewayStack) -> None:
     alone = []
-    async with gs.http(role="publisher") as http:
+    async with gs.http(role="operator") as http:
         for i, data in enumerate(DATA):
             r = await http.post(
                 "/events", headers={"Content-Type": "application/cloudevents+json"},
@@ -157,7 +157,7 @@ async def test_a_batch_over_a_rate_that_drops_says_which_events_are_dropped(
     # c-0 again is stored once: it takes no second start.
     batch = [call("c-0"), call("c-0"), call("c-1"), call("c-2"), call("c-3")]
     async with DeadLetters(gs.stack.js, gs.stack.subjects) as letters:
-        async with gs.http(role="publisher") as http:
+        async with gs.http(role="operator") as http:
             r = await http.post("/events", headers=BATCH, content=json.dumps(batch))
         assert r.status_code == 202, r.text
         answers = r.json()["events"]

@@ -1,7 +1,8 @@
 """An event posted without saying its data is JSON (``curl -d`` sends the content type of a
-form): a trigger whose ``input`` reads ``data.<field>`` cannot use it, and the publisher is
-told so in words (the answer's ``refused`` and the dead letter alike), with what to send;
-the same event sent as JSON starts its run. Real stack, a publisher's token over HTTP."""
+form): a trigger whose ``input`` reads ``data.<field>`` cannot use it, and the operator who
+posts it is told so in words (the answer's ``refused`` and the dead letter alike), with what
+to send; the same event sent as JSON starts its run. Real stack, an operator's token over
+HTTP (a publisher's is told only that its event is stored: test_publisher_answer.py)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ async def _letter(http: Any, reason: str) -> dict[str, Any]:
 
 async def test_data_not_sent_as_json_is_refused_saying_what_to_send(gs: GatewayStack) -> None:
     body = b'{"message": "hi"}'
-    async with gs.http("publisher") as http:
+    async with gs.http("operator") as http:
         r = await http.post(
             "/events",
             headers=note("n-1", "application/x-www-form-urlencoded"),
@@ -98,8 +99,7 @@ async def test_data_not_sent_as_json_is_refused_saying_what_to_send(gs: GatewayS
         again = await http.post("/events", headers=note("n-2", "application/json"), content=body)
         assert again.status_code == 202, again.text
         [started] = again.json()["events"][0]["started"]
-    # The orchestrator dead-letters the first with the same words.
-    async with gs.http("operator") as http:
+        # The orchestrator dead-letters the first with the same words.
         letter = await _letter(http, "bad-trigger-input")
     assert letter["detail"] == detail
     state = await gs.stack.wait(started["run_id"])
@@ -114,7 +114,7 @@ async def test_a_trigger_key_over_data_not_sent_as_json_says_what_to_send(
 ) -> None:
     """The key of a rate or a debounce that reads ``data.<field>`` says the same as an
     input does, where it printed the expression language's error over Python's types."""
-    async with gs.http("publisher") as http:
+    async with gs.http("operator") as http:
         r = await http.post(
             "/events",
             headers=note(f"{kind}-1", "application/x-www-form-urlencoded", kind),

@@ -1,7 +1,8 @@
-"""A batched trigger fed as an outside system feeds it: a publisher's token posting one
-batched request of CloudEvents to the gateway. The answer says which window each event
-joins; a full batch starts one run with its events; the rest wait in their window, seen at
-``GET /queues``; the run's description names its window's events."""
+"""A batched trigger fed over HTTP: an operator's token posting one batched request of
+CloudEvents to the gateway (a publisher's is told only that they are stored). The answer
+says which window each event joins; a full batch starts one run with its events; the rest
+wait in their window, seen at ``GET /queues``; the run's description names its window's
+events."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def row(n: int, table: str) -> dict[str, object]:
 
 async def test_a_batched_post_fills_its_windows(gs: GatewayStack) -> None:
     posted = [row(n, "orders") for n in range(7)] + [row(n, "users") for n in range(7, 12)]
-    async with gs.http("publisher") as http:
+    async with gs.http("operator") as http:
         r = await http.post(
             "/events",
             headers={"Content-Type": "application/cloudevents-batch+json"},
@@ -67,7 +68,7 @@ async def test_a_batched_post_fills_its_windows(gs: GatewayStack) -> None:
         ["default/rows#trigger1@batch users"]
     ] * 5
     assert all(a["started"] == [] for a in answers)
-    async with gs.http("publisher") as http:
+    async with gs.http("operator") as http:
         keyless = {**row(99, "x"), "data": {"row": 99}}  # no table: no key
         r = await http.post(
             "/events",

@@ -329,11 +329,12 @@ def _triggers_on(manifest: Mapping[str, Any], event_type: str) -> bool:
 
 
 NOT_READ = (
-    "which runs it starts is not shown: this credential does not read workflows "
-    "(a publisher's does not; that is expected)"
+    "what it starts is not shown: a publisher reads no workflows and no runs, so it is "
+    "told only that its event is stored (expected; an operator or a reader sees the runs)"
 )
-"""``EmitResult.unknown`` for a credential that may publish the event and not read the
-workflows that take it."""
+"""``EmitResult.unknown`` for a publisher, which may publish the event and read nothing of
+what takes it: on NATS (its credential reads no workflow) and over HTTP (its token) alike,
+so neither path tells it of runs, keys or workflows of others."""
 
 
 def _check(ce: CloudEvent) -> None:
@@ -420,20 +421,22 @@ async def emit(ops: InterlockClient, ce: CloudEvent, wait: float) -> EmitResult:
 
 
 async def emit_batch(
-    ops: InterlockClient, events: list[CloudEvent], wait: float
+    ops: InterlockClient, events: list[CloudEvent], wait: float, *, publisher: bool = False
 ) -> list[EmitResult]:
     """:func:`emit` for each of ``events``, stored in their order, each answered as
     :func:`emit` answers it, in about the time of one: the workflows are read once for
     all, what each event does is worked out side by side, the events are published
     without waiting for each other's acknowledgement (:func:`publish_in_order`), and the
     runs are waited for (up to ``wait`` seconds) together. Nothing is published when one
-    of them is refused before publishing (an invalid event, data over the bounds)."""
+    of them is refused before publishing (an invalid event, data over the bounds).
+    ``publisher``: the events are a publisher's, told what a publisher's own credential
+    is told (:data:`NOT_READ`), though ``ops`` may read more."""
     for ce in events:
         _check(ce)
-    unknown: str | None = None
+    unknown: str | None = NOT_READ if publisher else None
     known: Catalog | None = None
     drops = False
-    if any(not ce.extensions.get("runid") for ce in events):
+    if unknown is None and any(not ce.extensions.get("runid") for ce in events):
         try:
             known = await refusable(ops.nc, read_catalog(ops))
             drops = await _compile(ops, known, {ce.type for ce in events})

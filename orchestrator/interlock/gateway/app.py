@@ -72,7 +72,8 @@ async def post_events(request: Request) -> Response:
             "forbidden",
             f"{who.name} ({who.role}) may not address a run (extension runid); operators may",
         )
-    accepted = await gw.emit(events, _wait(request))
+    # A publisher reads nothing: told what its NATS credential is told (stored, no more).
+    accepted = await gw.emit(events, _wait(request), publisher=not who.may_read)
     return json_response({"mode": mode, "events": accepted}, 202)
 
 

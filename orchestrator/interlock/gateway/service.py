@@ -87,9 +87,12 @@ class Gateway:
         with contextlib.suppress(Exception):
             await self.api.close()  # its registry too
 
-    async def emit(self, events: list[CloudEvent], wait: float) -> list[Any]:
+    async def emit(
+        self, events: list[CloudEvent], wait: float, *, publisher: bool = False
+    ) -> list[Any]:
         """Store each event (in order) as ``Client.emit`` does, and say what each starts:
-        a batch's events are published together (``emitting.emit_batch``)."""
+        a batch's events are published together (``emitting.emit_batch``). A
+        ``publisher`` is told what its own NATS credential would be: that each is stored."""
         from interlock.client import InvalidRunId
         from interlock.client.emitting import check_size, emit_batch
         from interlock.runtime.errors import EventTooLarge
@@ -121,7 +124,8 @@ class Gateway:
                     413, "event-too-large", where + str(exc), max_bytes=exc.limit, index=index
                 ) from exc
         try:
-            return [views.to_builtins(r) for r in await emit_batch(self.client, events, wait)]
+            answers = await emit_batch(self.client, events, wait, publisher=publisher)
+            return [views.to_builtins(r) for r in answers]
         except BucketFull as exc:
             # The uploads bucket holds what its operator bounded it to (max_bytes).
             raise Problem(507, "uploads-full", str(exc)) from exc

@@ -227,3 +227,67 @@ def test_a_key_that_cannot_be_computed_fails_the_run() -> None:
     assert failed.data.error.error_class == "schema_error"
     assert "the key of cap:llm.complete's limit cannot be computed" in failed.data.error.message
     assert not any(isinstance(r, ev.ActionRequested) for r in run.log)
+
+
+def test_a_request_turned_away_from_a_full_line_fails_and_is_retried() -> None:
+    """``max_waiting`` is in the request's claims; a request its line turns away fails
+    (``platform_error``, code ``capacity_line_full``, retryable): its retry policy tries
+    again after its backoff, the record frees what it held, and saying it twice records
+    nothing twice."""
+    from interlock.core.definition import link
+    from interlock.core.turnaway import LINE_FULL, turned_away
+
+    agent = AGENT.replace(
+        "concurrency: {limit: 2, key: input.account}",
+        "concurrency: {limit: 2, key: input.account, max_waiting: 5}",
+    )
+    workflow = WORKFLOW.replace(
+        '          input: {account: "{{ inputs.account }}"}\n',
+        '          input: {account: "{{ inputs.account }}"}\n'
+        "          retry: {max_attempts: 2, backoff: {initial: 1s}}\n",
+    )
+
+    compiled = compile_sources([("agent.yaml", agent), ("wf.yaml", workflow)])
+    assert not compiled.diagnostics, compiled.diagnostics
+    (linked,) = compiled.agents
+    run = Run(link(compiled.workflows[0], linked.capabilities), run_id="r1")
+    run.start({"account": "acme"})
+    requested = run.log[-1]
+    assert isinstance(requested, ev.ActionRequested)
+    assert [c.max_waiting for c in requested.data.limits] == [5, 0]
+    action_id = run.pending_id()
+    now = run.now()
+    records = turned_away(
+        run.definition, run.state, now, action_id=action_id, attempt=1, message="full"
+    )
+    assert [short(r) for r in records] == ["action.failed", "timer.scheduled"]
+    failed = records[0]
+    assert isinstance(failed, ev.ActionFailed)
+    assert failed.data.will_retry
+    assert failed.data.error == ev.ErrorInfo(
+        error_class="platform_error", message="full", retryable=True, code=LINE_FULL
+    )
+    assert failed.data.freed is not None
+    assert failed.data.freed.stopping_until is None  # never dispatched: nothing to stop
+    timer = records[1]
+    assert isinstance(timer, ev.TimerScheduled)
+    assert timer.data.purpose == TimerPurpose.RETRY
+    run._apply(records)
+    assert (
+        turned_away(run.definition, run.state, now, action_id=action_id, attempt=1, message="full")
+        == []
+    )
+
+
+def test_max_waiting_is_checked_at_its_file_line_and_column() -> None:
+    agent = AGENT.replace(
+        "concurrency: {limit: 2, key: input.account}",
+        "concurrency: {limit: 2, key: input.account, max_waiting: 0}",
+    ).replace("burst: 3}", "burst: 3, max_waiting: 250001}")
+    found = [str(d) for d in compile_sources([("agent.yaml", agent)]).diagnostics]
+    assert found == [
+        "agent.yaml:8:64: invalid-value: spec.capabilities.0.concurrency.max_waiting: "
+        "0 is less than the minimum of 1",
+        "agent.yaml:9:77: invalid-value: spec.capabilities.0.rate.max_waiting: "
+        "250001 is greater than the maximum of 250000",
+    ]

@@ -71,6 +71,7 @@ def claims(
                 priority=priority,
                 per_s=limit.per_s,
                 burst=limit.burst if limit.is_rate else 0,
+                max_waiting=limit.max_waiting,
             )
         )
     return out, None

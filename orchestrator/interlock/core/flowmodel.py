@@ -116,12 +116,26 @@ CapabilityKey = Annotated[
 ]
 
 
+MaxWaiting = Annotated[
+    int,
+    msgspec.Meta(
+        ge=1,
+        le=250_000,
+        description=(
+            "The most requests that may wait in this limit's line per key; one more fails "
+            "its attempt (platform_error, code capacity_line_full). Without it: some 250,000."
+        ),
+    ),
+]
+
+
 class CapabilityConcurrency(msgspec.Struct, kw_only=True, frozen=True):
     """At most ``limit`` requests of the capability are at work at once for each value of
     ``key``, across every workflow that uses it; the others wait, in order, undispatched."""
 
     limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)]
     key: CapabilityKey | None = None
+    max_waiting: MaxWaiting | None = None
 
 
 class CapabilityRate(msgspec.Struct, kw_only=True, frozen=True):
@@ -138,6 +152,7 @@ class CapabilityRate(msgspec.Struct, kw_only=True, frozen=True):
     ]
     key: CapabilityKey | None = None
     burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1
+    max_waiting: MaxWaiting | None = None
 
 
 ActionPriority = Annotated[

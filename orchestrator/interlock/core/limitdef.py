@@ -93,6 +93,8 @@ class CapacityDef:
     key: Expression | None = None
     per_s: float = 0.0
     burst: int = 1
+    max_waiting: int = 0
+    """The most requests that may wait in its line per key (0: as many as a line holds)."""
 
     @property
     def is_rate(self) -> bool:

@@ -28,7 +28,8 @@ def lower_capacity(
     out: list[CapacityDef] = []
     if cap.concurrency is not None:
         key = _key(scope, (*base, "concurrency", "key"), cap.concurrency.key)
-        out.append(CapacityDef(concurrency_name, cap.concurrency.limit, key))
+        waiting = cap.concurrency.max_waiting or 0
+        out.append(CapacityDef(concurrency_name, cap.concurrency.limit, key, max_waiting=waiting))
     if cap.rate is not None:
         path: Path = (*base, "rate")
         key = _key(scope, (*path, "key"), cap.rate.key)
@@ -43,7 +44,8 @@ def lower_capacity(
                 )
             )
             per_s = 1.0
-        out.append(CapacityDef(rate_name, cap.rate.limit, key, per_s, cap.rate.burst))
+        waiting = cap.rate.max_waiting or 0
+        out.append(CapacityDef(rate_name, cap.rate.limit, key, per_s, cap.rate.burst, waiting))
     return tuple(out)
 
 

@@ -46,9 +46,11 @@ from interlock.core.pauses import capability_pause_claim, is_pause
 from interlock.core.rfc3339 import format_time, parse_time
 from interlock.runtime.concurrency import Slots
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
+from interlock.runtime.linefull import turn_away
 from interlock.runtime.pausing import Pauses
 from interlock.runtime.runs import Runs
 from interlock.runtime.slotlines import Lines, SlotEntry, Waiter, entry_key
+from interlock.runtime.slotroom import crowded
 from interlock.runtime.timers import Timers
 
 log = logging.getLogger("interlock.capacity")
@@ -115,14 +117,15 @@ def take_token(entry: SlotEntry, now: float) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Took:
-    """Where a request stands in one line: holding (``held``), or waiting at ``place``;
-    ``others``: requests moved into slots or given tokens meanwhile (to take further);
-    ``wake_at``: when a rate's line should be woken (its next token)."""
+    """Where a request stands in one line: holding (``held``), waiting at ``place``, or
+    turned away (``full``: ``place`` wait already); ``others``: requests moved into slots
+    or given tokens meanwhile; ``wake_at``: when a rate's line should be woken."""
 
     held: bool
     place: int = 0
     others: tuple[str, ...] = ()
     wake_at: float | None = None
+    full: bool = False
 
 
 class Capacity:
@@ -211,9 +214,8 @@ class Capacity:
         self._requests.pop((record.subject, d.action_id, d.attempt), None)
 
     async def freed(self, run_id: str, freed: Sequence[ev.FreedSlots]) -> None:
-        """Requests ended (the record names them): out of their lines, and the slots
-        they held given to the next in line; a cancelled attempt's slots once its worker
-        has stopped (a timer set for the latest it may take)."""
+        """Requests ended (the record names them): out of their lines, their slots to the
+        next in line; a cancelled attempt's once its worker has stopped (or a timer)."""
         for slots in freed:
             me = waiter_id(run_id, slots.action_id, slots.attempt)
             self._requests.pop((run_id, slots.action_id, slots.attempt), None)
@@ -338,7 +340,7 @@ class Capacity:
             for other in took.others:
                 await self._go_on_named(other)
             if not took.held:
-                await self._queued(run_id, action_id, attempt, claim, took.place)
+                await self._queued(run_id, action_id, attempt, claim, took)
                 return
         await self._admit(run_id, action_id, attempt)
 
@@ -403,10 +405,14 @@ class Capacity:
             await self._give_back(run_id, action_id, attempt)
 
     async def _queued(
-        self, run_id: str, action_id: str, attempt: int, claim: ev.SlotClaim, place: int
+        self, run_id: str, action_id: str, attempt: int, claim: ev.SlotClaim, took: Took
     ) -> None:
         from interlock.core.capacity import queued  # the engine: not for readers
 
+        if took.full:  # turned away: its attempt fails
+            request = (run_id, action_id, attempt)
+            await turn_away(self._runs, self._clock, request, claim, took.place)
+            return
         now = self._clock()
         async with self._runs.locked(run_id):
             try:
@@ -420,7 +426,7 @@ class Capacity:
                         attempt=attempt,
                         limit=claim.limit,
                         key=claim.key,
-                        place=place,
+                        place=took.place,
                     ),
                 )
             except (UnknownRun, UnknownWorkflow) as exc:
@@ -429,10 +435,9 @@ class Capacity:
     # -- one line -----------------------------------------------------------------------
 
     async def _enter(self, claim: ev.SlotClaim, me: str, since: str) -> Took:
-        """A slot if one is free and nobody waits first, else a place in line (a pause's
-        line, size 0, always waits)."""
+        """A free slot if nobody waits first, else a place in line (a pause's always)."""
         entered = await self.slots.enter(claim, me, since)
-        return Took(held=entered.held, place=entered.place, others=entered.others)
+        return Took(entered.held, entered.place, entered.others, full=entered.crowded)
 
     async def _enter_rate(self, claim: ev.SlotClaim, me: str, since: str) -> Took:
         """A token if one is there and nobody waits first, else a place in line (and the
@@ -450,6 +455,8 @@ class Capacity:
                 if not entry.lines and take_token(entry, now):
                     entry.holders.append(waiter)
                     return Took(held=True)
+                if crowded(entry, claim):
+                    return Took(held=False, place=entry.queued, full=True)
                 place = await lines.insert(waiter)
             return Took(held=False, place=place, wake_at=next_token_at(entry))
 

@@ -71,7 +71,8 @@ class Entered:
     place: int = 0
     skipped: bool = False
     crowded: bool = False
-    """Skipped because the lines hold as many runs as they may (``slotroom.crowded``)."""
+    """Skipped because the lines hold as many as they may (``slotroom.crowded``; ``place``:
+    how many wait)."""
     evict: str | None = None
     others: tuple[str, ...] = ()
     """Other runs moved into slots meanwhile (to be taken further)."""
@@ -280,7 +281,7 @@ class Slots:
                 if claim.on_limit == "skip":
                     return Entered(held=False, skipped=True)
                 if crowded(entry, claim):
-                    return Entered(held=False, skipped=True, crowded=True)
+                    return Entered(held=False, place=entry.queued, skipped=True, crowded=True)
                 # In line by priority, then the time of its run.queued (then run id),
                 # however late the relay of another replica got to it.
                 place = await lines.insert(waiter)

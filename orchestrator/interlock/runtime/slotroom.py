@@ -45,11 +45,21 @@ segments are. Unbounded, the outline alone outgrew the server's payload limit pa
 750,000 runs waiting, and the limit stopped."""
 
 
+MAX_WAITING = 250_000
+"""The most requests that wait in a capability limit's line for one key when the limit
+declares no ``max_waiting`` (the most it may declare)."""
+
+
 def crowded(entry: SlotEntry, claim: ev.SlotClaim) -> bool:
-    """Whether a run of a workflow's limit may not join the lines of ``entry``: they
-    outline :data:`MAX_SEGMENTS` already (it ends as ``on_limit: skip`` makes it). A
-    pause's line and a capability's requests are not turned away: the first holds what
-    an operator paused, the second what runs in flight ask."""
-    if claim.limit.startswith(CAPABILITY_LIMIT) or is_pause(claim):
+    """Whether a run or a request may not join the lines of ``entry``: they outline
+    :data:`MAX_SEGMENTS` already, or (a capability's limit) hold as many requests as the
+    limit's ``max_waiting``, :data:`MAX_WAITING` without one. A run turned away ends as
+    ``on_limit: skip`` makes it, a request's attempt fails (``capacity_line_full``).
+    A pause's line is never full: it holds what an operator paused."""
+    if is_pause(claim):
         return False
+    if claim.limit.startswith(CAPABILITY_LIMIT) and entry.queued >= (
+        claim.max_waiting or MAX_WAITING
+    ):
+        return True
     return sum(len(line.segments) for line in entry.lines) >= MAX_SEGMENTS

@@ -32,6 +32,10 @@ class SlotClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     concurrency limit)."""
     burst: int = 0
     """A rate limit's burst: requests that may go at once after a quiet spell."""
+    max_waiting: int = 0
+    """A capability's limit: the most requests that may wait in its line for ``key``, as
+    its ``max_waiting`` declares (0: as many as a line holds); one more is turned away,
+    its attempt failed."""
 
 
 class FreedSlots(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -17,6 +17,7 @@ import nats
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
+from nats.js.api import PubAck
 
 from interlock.auth import jwt
 from interlock.auth.dev import DevAuth
@@ -218,19 +219,28 @@ async def publisher(secured: Secured, events: str, name: str) -> tuple[Client, R
     return await plain_client(secured.url, creds, refusals), refusals
 
 
-async def publish_event(nc: Client, event_id: str, event_type: str, data: Any) -> None:
-    """``data`` as a CloudEvent of ``event_type`` in binary mode (JSON, from
-    ``https://publisher.example``), published into the events stream as a publisher's own
-    client would."""
-    headers = {
+async def publish_event(
+    nc: Client,
+    event_id: str,
+    event_type: str,
+    data: Any,
+    *,
+    source: str = "https://publisher.example",
+    headers: dict[str, str] | None = None,
+) -> PubAck:
+    """``data`` as a CloudEvent of ``event_type`` in binary mode (JSON, from ``source``),
+    published into the events stream as a publisher's own client would, with ``headers``
+    besides; the stream's acknowledgement."""
+    sent = {
         "ce-specversion": "1.0",
         "ce-id": event_id,
-        "ce-source": "https://publisher.example",
+        "ce-source": source,
         "ce-type": event_type,
         "content-type": "application/json",
+        **(headers or {}),
     }
     body = json.dumps(data).encode()
-    await nc.jetstream().publish(f"il.events.{event_type}", body, headers=headers)
+    return await nc.jetstream().publish(f"il.events.{event_type}", body, headers=sent)
 
 
 def shared_account_user(keys: KeyStore, role: Role, name: str, path: Path) -> str:

@@ -58,6 +58,11 @@ def _param(description: str) -> dict[str, Any]:
     return {"description": description}
 
 
+def _seconds(ns: int) -> int | float:
+    """Nanoseconds as seconds, whole where they are (120, 0.1)."""
+    return ns // 1_000_000_000 if ns % 1_000_000_000 == 0 else ns / 1_000_000_000
+
+
 def _stream(name: str) -> dict[str, Any]:
     """The settings of a stream (from :func:`streamconfigs.desired_configs`) a reader cares
     about."""
@@ -66,7 +71,7 @@ def _stream(name: str) -> dict[str, Any]:
             out = {
                 "name": name,
                 "retention": config["retention"],
-                "duplicateWindowSeconds": config["duplicate_window"] // 1_000_000_000,
+                "duplicateWindowSeconds": _seconds(config["duplicate_window"]),
             }
             if config.get("max_age"):
                 out["maxAgeSeconds"] = config["max_age"] // 1_000_000_000

@@ -20,6 +20,7 @@ __all__ = [
     "DUPLICATE_WINDOW_S",
     "MARKER_KEPT_S",
     "PARKED_MAX_AGE_S",
+    "SHARED_DUPLICATE_WINDOW_S",
     "WORKERS_MAX_BYTES",
     "WORKERS_MAX_MSG",
     "WORKERS_TTL_S",
@@ -28,6 +29,11 @@ __all__ = [
 
 _NS: Final = 1_000_000_000
 DUPLICATE_WINDOW_S: Final = 120.0
+SHARED_DUPLICATE_WINDOW_S: Final = 0.1
+"""The duplicate window of a stream parties of different teams write where its reader
+takes each message once by itself (the results): the shortest the server allows. A
+window is a way for one writer to have another's message dropped, by sending its id
+first."""
 DEAD_LETTER_MAX_AGE_S: Final = 14 * 86400.0
 WORKERS_TTL_S: Final = 15.0
 MARKER_KEPT_S = 900
@@ -147,7 +153,17 @@ def desired_configs(
         *_run_logs(s, replicas, streams),
         _tasks(s, replicas),
         # Results are copied into run logs as they arrive; keep them as long as events.
-        _stream(s.results_stream, [s.results_all], replicas, max_age=event_age),
+        # Every capability's agents and the orchestrator write this one stream, and a
+        # ``Nats-Msg-Id`` is its sender's text: within a long window an agent that sent
+        # another's answer id first had that answer dropped. The orchestrator takes an
+        # answer once whatever the stream holds, so the window is the shortest it takes.
+        _stream(
+            s.results_stream,
+            [s.results_all],
+            replicas,
+            max_age=event_age,
+            duplicate_window=int(SHARED_DUPLICATE_WINDOW_S * _NS),
+        ),
         _stream(
             s.dead_letter_stream,
             [s.dead_letters_all],

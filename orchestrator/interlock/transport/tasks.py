@@ -18,7 +18,9 @@ subject, header or extension by hand.
   or ``task.failed`` with ``{"error": {"class", "message", "retryable"}}``. It carries
   ``runid``, ``actionid`` and ``attempt``, and echoes the request's ``Interlock-Token``
   header; its id is ``<action id>.<attempt>.result`` and its ``Nats-Msg-Id``
-  ``<source>:<id>``, so an answer sent twice is stored once. The orchestrator appends it
+  ``<source>:<id>`` (the results stream keeps ids 0.1 s: every agent writes it, and a
+  longer window let one drop another's answer by sending its id first; an answer stored
+  twice is taken once, see :mod:`interlock.runtime.answering`). The orchestrator appends it
   only if it answers an attempt the run still awaits, of that capability, and the token
   verifies (:mod:`interlock.runtime.answers`).
 - An answer is best sent first as a core-NATS **request** on ``<prefix>.answer.<capability>.

@@ -1,0 +1,87 @@
+"""A ``Nats-Msg-Id`` is the sender's text, and a stream drops every message whose id it has
+seen in its duplicate window, whoever sent the first: a party that may write a stream
+others write too must not be able to have the others' messages dropped by sending their
+ids first. Tried with each party's own credential as ``interlock creds issue`` makes it,
+on a real nats-server with Interlock's decentralized auth.
+
+- An agent of one team (capability ``teama``) and another team's worker answering through
+  the results stream (``held``, the SDK sending every answer there): the answer's id is
+  ``<source>:<action id>.<attempt>.result``, each part known to whoever knows the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from interlock.auth.roles import Role
+from interlock.core import events as ev
+from interlock.sdk import Worker
+from interlock.transport import tasks
+from interlock.transport.connection import ConnectOptions
+from interlock.transport.streamconfigs import SHARED_DUPLICATE_WINDOW_S
+from support.auth import (
+    SUBJECTS,
+    Refusals,
+    Secured,
+    plain_client,
+    secured,
+    secured_server,
+)
+
+__all__ = ["secured", "secured_server"]  # the fixtures, used by name
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
+
+
+async def _requested(secured: Secured, run_id: str) -> ev.ActionRequested:
+    async for record in secured.operator.follow(run_id, idle_timeout=30):
+        if isinstance(record, ev.ActionRequested):
+            return record
+    raise AssertionError(f"{run_id} never requested its action")
+
+
+async def test_an_agent_cannot_have_another_teams_answer_dropped(secured: Secured) -> None:
+    attacker = secured.issue(Role("agent", capabilities=("teama",)), "teama-agent")
+    victim = secured.issue(Role("agent", capabilities=("held",)), "held")
+    run_id = await secured.operator.start("guarded", {}, run_id="dedup-answer-1")
+    requested = await _requested(secured, run_id)
+    answer_id = f"{requested.data.action_id}.{requested.data.attempt}.result"
+
+    # Team A's agent sends, on its own results subject, junk under the id the other team's
+    # worker will give its answer.
+    refusals = Refusals()
+    nc = await plain_client(secured.url, attacker, refusals)
+    try:
+        js = nc.jetstream(prefix=SUBJECTS.party_js_api)
+        headers = {tasks.MSG_ID_HEADER: f"{tasks.agent_source('held')}:{answer_id}"}
+        ack = await js.publish(SUBJECTS.result("teama", run_id), b"junk", headers=headers)
+        assert not ack.duplicate
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    # What the stream's duplicate window is for: an answer sent again at once is stored
+    # once. Later than that (its worker's answer comes well after its handler ran), an
+    # id sent first drops nothing.
+    await asyncio.sleep(2 * SHARED_DUPLICATE_WINDOW_S)
+
+    # The other team's worker answers through the results stream, as the SDK does when
+    # the orchestrator does not reply to an answer request in time.
+    worker = Worker("held", grace_period=1.0, answer_timeout=0)
+
+    @worker.capability("held")
+    async def held(inp: dict[str, Any]) -> dict[str, Any]:
+        return {"done": True}
+
+    serving = asyncio.create_task(
+        worker.run(ConnectOptions.resolve(secured.url, creds_file=str(victim)))
+    )
+    try:
+        await asyncio.wait_for(worker.wait_ready(), 30)
+        state = await secured.operator.wait(run_id, timeout=30)
+    finally:
+        await worker.stop(force=True)
+        await serving
+    assert state.status == "completed"

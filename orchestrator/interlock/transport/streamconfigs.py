@@ -137,6 +137,21 @@ def _tasks(s: Subjects, replicas: int) -> dict[str, Any]:
     )
 
 
+def _results(s: Subjects, replicas: int, max_age: int) -> dict[str, Any]:
+    """The answers' stream: copied into run logs as they arrive, kept as long as events.
+    Every capability's agents and the orchestrator write it, and a ``Nats-Msg-Id`` is its
+    sender's text: within a long window an agent that sent another's answer id first had
+    that answer dropped. The orchestrator takes an answer once whatever the stream holds,
+    so the window is the shortest the server takes."""
+    return _stream(
+        s.results_stream,
+        [s.results_all],
+        replicas,
+        max_age=max_age,
+        duplicate_window=int(SHARED_DUPLICATE_WINDOW_S * _NS),
+    )
+
+
 def desired_configs(
     subjects: Subjects,
     *,
@@ -152,18 +167,7 @@ def desired_configs(
         _stream(s.events_stream, [s.events_all], replicas, max_age=event_age),
         *_run_logs(s, replicas, streams),
         _tasks(s, replicas),
-        # Results are copied into run logs as they arrive; keep them as long as events.
-        # Every capability's agents and the orchestrator write this one stream, and a
-        # ``Nats-Msg-Id`` is its sender's text: within a long window an agent that sent
-        # another's answer id first had that answer dropped. The orchestrator takes an
-        # answer once whatever the stream holds, so the window is the shortest it takes.
-        _stream(
-            s.results_stream,
-            [s.results_all],
-            replicas,
-            max_age=event_age,
-            duplicate_window=int(SHARED_DUPLICATE_WINDOW_S * _NS),
-        ),
+        _results(s, replicas, event_age),
         _stream(
             s.dead_letter_stream,
             [s.dead_letters_all],

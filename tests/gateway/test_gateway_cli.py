@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 import uuid
 
 import httpx
@@ -37,6 +38,21 @@ def test_tokens_and_the_gateway_process(nats_url: str, subjects: Subjects) -> No
         ("dash", "reader", []),
     ]
     assert publisher not in json.dumps(listed)
+    # The table: a header as `interlock runs` and `agents` print, then a row per token.
+    table = run_cli("tokens", "list", env=env)
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["NAME", "ROLE", "CREATED", "EVENTS"]
+    assert [r.split()[:2] + r.split()[3:] for r in rows] == [
+        ["ci", "publisher", "com.acme.>"],
+        ["dash", "reader"],
+    ]
+    created = {t["name"]: t["created"] for t in listed}
+    assert [r.split()[2] for r in rows] == [
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created[n])) for n in ("ci", "dash")
+    ]
+    assert header.index("ROLE") == rows[0].index("publisher")
+    assert publisher not in table.stdout
 
     gateway = interlock_bg("gateway", "--http-port", "0", "--host", "127.0.0.1", env=gateway_env)
     try:
@@ -56,6 +72,10 @@ def test_tokens_and_the_gateway_process(nats_url: str, subjects: Subjects) -> No
             assert http.post("/events", headers=event).status_code == 202
             assert run_cli("tokens", "revoke", "ci", env=env).returncode == 0
             assert run_cli("tokens", "revoke", "ci", env=env).returncode == 1
+            assert run_cli("tokens", "revoke", "dash", env=env).returncode == 0
+            none = run_cli("tokens", "list", env=env).stdout
+            assert none == "no tokens (interlock tokens create NAME --role ROLE)\n"
+            assert json.loads(run_cli("tokens", "list", "--json", env=env).stdout) == []
     finally:
         gateway.signal(signal.SIGTERM)
         code = gateway.wait(30)

@@ -91,6 +91,14 @@ async def test_issue_list_revoke(installation: tuple[EmbeddedNats, Path]) -> Non
         await nats.connect(server.url, user_credentials=str(creds), allow_reconnect=False)
     listed = json.loads(cli("creds", "list", "--json", "--keys", keys, cwd=home).stdout)
     assert next(i for i in listed if i["name"] == "acme")["revoked_at"] > 0
+    # The table: a header as `interlock runs` and `agents` print, then a row per credential.
+    header, *rows = cli("creds", "list", "--keys", keys, cwd=home).stdout.splitlines()
+    assert header.split() == ["NAME", "ROLE", "USER", "ISSUED", "STATE", "SCOPE"]
+    [row] = [r for r in rows if r.startswith("acme ")]
+    acme = row.split()
+    user = next(i for i in listed if i["name"] == "acme")["public_key"]
+    assert (acme[:3], acme[4:]) == (["acme", "publisher", user], ["REVOKED", "acme.>"])
+    assert header.index("STATE") == row.index("REVOKED")
 
 
 def test_an_agent_credential_may_not_share_a_capabilitys_token(
@@ -184,3 +192,5 @@ def test_keys_made_elsewhere_are_named_with_keys_or_its_variable(tmp_path: Path)
     found = cli("creds", "list", "--json", cwd=tmp_path, INTERLOCK_KEYS="keys")
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout) == []
+    empty = cli("creds", "list", cwd=tmp_path, INTERLOCK_KEYS="keys")
+    assert empty.stdout == "no credentials issued from these keys (interlock creds issue ROLE)\n"

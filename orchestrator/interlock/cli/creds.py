@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from interlock.cli.common import EXIT_OK, CliError, print_json
+from interlock.cli.output import print_table
 
 if TYPE_CHECKING:
     from interlock.auth.keys import KeyStore
@@ -326,11 +327,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([i.as_json() for i in issued])
         return EXIT_OK
+    if not issued:
+        print("no credentials issued from these keys (interlock creds issue ROLE)")
+        return EXIT_OK
+    rows = []
     for i in issued:
-        scope = ", ".join(i.capabilities or i.events)
         when = datetime.fromtimestamp(i.issued_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        state = " REVOKED" if i.revoked_at is not None else ""
-        if i.old_layout and not state:
-            state = " SHARED-ACCOUNT (interlock creds upgrade)"
-        print(f"{i.name:<28} {i.role:<12} {i.public_key} {when}{state} {scope}".rstrip())
+        state = "REVOKED" if i.revoked_at is not None else "-"
+        if i.old_layout and i.revoked_at is None:
+            state = "SHARED-ACCOUNT (interlock creds upgrade)"
+        scope = ", ".join(i.capabilities or i.events) or "-"
+        rows.append((i.name, i.role, i.public_key, when, state, scope))
+    print_table(["NAME", "ROLE", "USER", "ISSUED", "STATE", "SCOPE"], rows)
     return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import (
@@ -23,6 +24,7 @@ from interlock.cli.connecting import (
     stop_on_signals,
     with_client,
 )
+from interlock.cli.output import print_table
 from interlock.transport.connection import connect
 from interlock.transport.errors import ConnectionFailed
 
@@ -213,10 +215,24 @@ async def cmd_tokens_list(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         print_json(items)
         return EXIT_OK
-    for item in items:
-        events = " ".join(item.get("events") or [])
-        print(f"{item['name']:<24} {item['role']:<10} {events}".rstrip())
+    if not items:
+        print("no tokens (interlock tokens create NAME --role ROLE)")
+        return EXIT_OK
+    print_table(
+        ["NAME", "ROLE", "CREATED", "EVENTS"],
+        [
+            (i["name"], i["role"], _when(i.get("created")), " ".join(i.get("events") or []))
+            for i in items
+        ],
+    )
     return EXIT_OK
+
+
+def _when(created: object) -> str:
+    """A token's creation time (seconds since the epoch) as UTC RFC 3339, ``-`` if none."""
+    if not isinstance(created, int | float):
+        return "-"
+    return datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def cmd_tokens_revoke(client: Any, args: argparse.Namespace) -> int:

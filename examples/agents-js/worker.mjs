@@ -6,7 +6,8 @@
 // Environment: INTERLOCK_URL (default nats://127.0.0.1:4222), INTERLOCK_CREDS (an agent
 // credential: `interlock creds issue agent --capability demo.greet -o greet.creds`),
 // INTERLOCK_PREFIX (default il), WORKER_NAME (default greeter-js), CONCURRENCY (default 4),
-// INTERLOCK_OBJECT_THRESHOLD (bytes; default 262144: a larger answer goes by reference).
+// INTERLOCK_OBJECT_THRESHOLD (bytes; default 262144: a larger answer goes by reference),
+// CAPABILITIES (comma-separated; default every handler's: the credential must allow each).
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { createHash, randomBytes } from "node:crypto";
@@ -40,6 +41,16 @@ const HANDLERS = {
     const greeting = `hello ${input.name}` + "!".repeat(input.size ?? 0);
     return { data: { greeting, attempt: task.attempt } };
   },
+  // A call to an API that allows one call at once and 5 a second per account. The AgentDef
+  // says so (concurrency and rate keyed on input.account) and the orchestrator keeps to it:
+  // this handler never counts. What it must do is stop when cancelled (task.signal), since
+  // the next call of the account waits for this one's answer.
+  "demo.quote": async (input, task) => {
+    log("quote start", input.account, task.actionId);
+    await sleep((input.wait_seconds ?? 0) * 1000, task.signal);
+    log("quote end", input.account, task.actionId);
+    return { data: { quote: `quote for ${input.account}` } };
+  },
 };
 
 // --- configuration ---------------------------------------------------------------------
@@ -54,6 +65,7 @@ const HEARTBEAT_MS = 5000;
 const THRESHOLD = Number(process.env.INTERLOCK_OBJECT_THRESHOLD ?? 256 * 1024);
 const CHUNK = 128 * 1024;
 const GRACE_MS = 10000;
+const CANCEL_CLEANUP_MS = 5000; // how long a stopped handler has to end before the answer
 
 // Names (contracts/asyncapi.yaml): streams and buckets follow the prefix.
 const STREAM_BASE = PREFIX.toUpperCase().replace(/[.-]/g, "_");
@@ -240,7 +252,7 @@ async function handle(js, capability, msg, ackWaitMs) {
   running.set(task.actionId, flights);
   // Progress acks: three per ack wait restart the consumer's clock while we work.
   const ticker = setInterval(() => msg.working(), Math.max(ackWaitMs / 3, 50));
-  let type, data;
+  let type, data, work, deadlineTimer;
   try {
     const notice = cancelled.get(task.actionId);
     if (notice && covers(notice, task.attempt, h["ce-time"])) {
@@ -251,13 +263,25 @@ async function handle(js, capability, msg, ackWaitMs) {
     }
     const input = msg.data.length ? JSON.parse(new TextDecoder().decode(msg.data)) : {};
     log("working on", task.actionId, "attempt", task.attempt);
-    const racers = [HANDLERS[capability](input, task), aborted(task.signal)];
-    if (task.deadline !== undefined) racers.push(deadline(task.deadline));
-    const result = await Promise.race(racers);
+    // At its deadline the handler is told to stop as for a cancel notice (task.signal).
+    if (task.deadline !== undefined) {
+      const timeout = new TaskError("timeout", "the deadline passed", { retryable: true });
+      deadlineTimer = setTimeout(() => task.abort.abort(timeout), Math.max(task.deadline - Date.now(), 0));
+    }
+    work = HANDLERS[capability](input, task);
+    const result = await Promise.race([work, aborted(task.signal)]);
     type = result?.type ?? "task.completed";
     data = result?.data ?? {};
   } catch (err) {
     const error = err instanceof TaskError ? err : new TaskError("agent_error", String(err?.message ?? err), { retryable: true });
+    // Stopped (cancelled, or past the deadline): answer once the handler has ended, for
+    // a capability with a concurrency limit gives the slot on with the answer. A handler
+    // that ignores task.signal is answered without, saying so (code handler_running):
+    // the orchestrator then holds the slot a while longer.
+    if (work && task.signal.aborted && !(await settles(work, CANCEL_CLEANUP_MS))) {
+      log("the handler of", task.actionId, "ignores its cancellation; answering without it");
+      if (error.errorClass === "cancelled") error.code = "handler_running";
+    }
     if (stopping && !(err instanceof TaskError)) {
       msg.nak(); // shutting down: hand it back to another worker
       return;
@@ -268,6 +292,7 @@ async function handle(js, capability, msg, ackWaitMs) {
     if (error.retryAfter !== undefined) data.error.retry_after = error.retryAfter;
   } finally {
     clearInterval(ticker);
+    clearTimeout(deadlineTimer);
     running.set(task.actionId, (running.get(task.actionId) ?? []).filter((f) => f !== task));
     if (!running.get(task.actionId).length) running.delete(task.actionId);
   }
@@ -310,7 +335,9 @@ async function handle(js, capability, msg, ackWaitMs) {
 // --- main ------------------------------------------------------------------------------
 
 async function main() {
-  const capabilities = Object.keys(HANDLERS);
+  const capabilities = process.env.CAPABILITIES?.split(",") ?? Object.keys(HANDLERS);
+  const unknown = capabilities.filter((cap) => !HANDLERS[cap]);
+  if (unknown.length) throw new Error(`no handler for ${unknown.join(", ")}`);
   const nc = await open();
   const js = nc.jetstream({ apiPrefix: jsApi });
   // Step 2: cancel notices first.
@@ -405,15 +432,18 @@ function sleep(ms, signal) {
 }
 
 const aborted = (signal) =>
-  new Promise((_, reject) => signal.addEventListener("abort", () => reject(signal.reason)));
+  new Promise((_, reject) => {
+    if (signal.aborted) reject(signal.reason);
+    else signal.addEventListener("abort", () => reject(signal.reason));
+  });
 
-const deadline = (at) =>
-  new Promise((_, reject) =>
-    setTimeout(
-      () => reject(new TaskError("timeout", "the deadline passed", { retryable: true })),
-      Math.max(at - Date.now(), 0),
-    ),
-  );
+// Whether `promise` settles within `ms`.
+const settles = (promise, ms) => {
+  let timer;
+  const late = new Promise((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  const done = promise.then(() => true, () => true);
+  return Promise.race([done, late]).finally(() => clearTimeout(timer));
+};
 
 main().catch((err) => {
   console.error(err);

@@ -7,7 +7,10 @@ from typing import Any
 
 import yaml
 
-from interlock.auth import roles
+from interlock.auth import jwt, roles
+from interlock.auth.accounts import JS_API_TAG
+from interlock.auth.keys import KeyStore
+from interlock.auth.roles import Role
 from interlock.contracts import wire
 from interlock.transport import tasks
 from interlock.transport.subjects import Subjects
@@ -114,3 +117,24 @@ def test_the_description_names_every_party_a_role_is_made_for() -> None:
     first = doc["info"]["description"].split(". ", 1)[0]
     missing = [r for r in doc["components"]["x-interlock-roles"] if r not in first]
     assert missing == [], first
+
+
+def test_each_party_s_api_prefix_is_the_one_its_credential_names(tmp_path: Any) -> None:
+    """``x-interlock-accounts.jetStreamApiPrefix`` is the ``js-api:`` tag of each party's
+    credential as ``interlock creds issue`` makes it: a publisher's included, which reads
+    its own object bucket under it (a contract that said it used no API sent a client
+    writing an event by reference to ``$JS.API``, which its account answers itself)."""
+    prefixes = _doc()["components"]["x-interlock-accounts"]["jetStreamApiPrefix"]
+    keys = KeyStore(tmp_path / "keys").ensure()
+    named = {}
+    for role in (
+        Role("agent", capabilities=("demo.greet",)),
+        Role("publisher", events=("acme.>",)),
+        Role("gateway"),
+    ):
+        text, _ = keys.issue(role, Subjects(), name=f"a-{role.name}")
+        tags = jwt.decode_claims(jwt.parse_creds(text)[0])["nats"]["tags"]
+        [tag] = [t for t in tags if t.startswith(JS_API_TAG)]
+        named[role.name] = tag.removeprefix(JS_API_TAG)
+    assert prefixes == named
+    assert prefixes["publisher"] == Subjects().party_js_api

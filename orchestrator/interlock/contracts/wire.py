@@ -169,11 +169,9 @@ def _accounts_component() -> dict[str, Any]:
         return loaded
 
     return {
-        "jetStreamApiPrefix": {
-            "agent": SUBJECTS.party_js_api,
-            "publisher": "(none: it uses no JetStream API)",
-            "gateway": SUBJECTS.party_js_api,
-        },
+        # What each party's user JWT names in its js-api: tag (auth.keys), the publisher's
+        # for the reads of its own object bucket before it puts an event's data there.
+        "jetStreamApiPrefix": dict.fromkeys(accounts.PARTY_ROLES, SUBJECTS.party_js_api),
         "orchestratorExports": short(accounts.exports(SUBJECTS) + accounts.object_exports()),
         "agentImports": fill(accounts.imports(agent, SUBJECTS, exporter, "OWNBUCKET")),
         "publisherImports": fill(accounts.imports(publisher, SUBJECTS, exporter, "OWNBUCKET")),
@@ -193,9 +191,10 @@ with a creds file (decentralized JWT) and must take its replies on `_INBOX.<its 
 key>` (the JWT's `sub`), the only inbox its credential may subscribe to. An agent, a
 publisher or an HTTP gateway credential is a user of a NATS account of its own, which
 imports only its role's subjects from the orchestrator's account
-(`components.x-interlock-accounts`): an agent and a gateway use the JetStream API under the
-prefix `{SUBJECTS.party_js_api}` (its user JWT's `js-api:` tag names it), where its account
-imports the API subjects it may use; `$JS.ACK.>` and `$KV.>`
+(`components.x-interlock-accounts`): an agent, a publisher and a gateway use the JetStream
+API under the prefix `{SUBJECTS.party_js_api}` (its user JWT's `js-api:` tag names it; a
+publisher only to read its own object bucket, a JetStream publish needs no API subject),
+where its account imports the API subjects it may use; `$JS.ACK.>` and `$KV.>`
 keep their names. Each channel's
 `x-interlock-permissions` lists the roles whose credentials allow publishing to it,
 subscribing to it, and reading it through the JetStream API, worked out from the roles'

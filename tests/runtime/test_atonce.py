@@ -13,6 +13,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from msgspec.structs import replace
 from prometheus_client import CollectorRegistry
 
 from interlock.core import events as ev
@@ -520,3 +521,22 @@ async def test_a_rate_taken_at_once_and_in_line_is_never_exceeded(
         # One token every half second, burst 1: no two dispatches closer than that.
         gaps = [(b - a).total_seconds() for (a, _), (b, _) in itertools.pairwise(admitted)]
         assert min(gaps) >= 0.5, gaps
+        # The end of a request admitted at once holding a rate's token gives nothing back:
+        # the relay does it without awaiting (and forgets the request), unless a
+        # retry-after holds the rate, or the request held a slot.
+        capacity = s.orchestrator.flow.capacity
+        ended = next(
+            r
+            for b in await messages(s.client.nc, subjects)
+            for r in b
+            if isinstance(r, ev.ActionCompleted) and r.data.freed
+        )
+        freed = ended.data.freed
+        assert freed is not None
+        assert capacity.awaited(ended)  # forgotten when it ended
+        capacity.note_at_once(ended.subject, freed.action_id, freed.attempt)
+        assert not capacity.awaited(ended)
+        held = replace(freed, rate_held_until=ended.time)
+        assert capacity.awaited(replace(ended, data=replace(ended.data, freed=held)))
+        slot = replace(freed, limits=[ev.SlotClaim(limit="cap:nap", key="", size=1)])
+        assert capacity.awaited(replace(ended, data=replace(ended.data, freed=slot)))

@@ -48,8 +48,16 @@ from interlock.runtime.concurrency import Slots
 from interlock.runtime.errors import UnknownRun, UnknownWorkflow
 from interlock.runtime.linefull import turn_away
 from interlock.runtime.pausing import Pauses
+from interlock.runtime.ratetokens import (
+    EPSILON_S,
+    interval,
+    next_token_at,
+    rate_route,
+    rate_token,
+    take_token,
+)
 from interlock.runtime.runs import Runs
-from interlock.runtime.slotlines import Lines, SlotEntry, Waiter, entry_key
+from interlock.runtime.slotlines import Lines, Waiter, entry_key
 from interlock.runtime.slotroom import crowded
 from interlock.runtime.timers import Timers
 
@@ -58,10 +66,6 @@ log = logging.getLogger("interlock.capacity")
 KEPT = 16_384
 """Requests held here remembered whole (one dispatched from another replica's hold, or
 after a restart, is read back from its run's log)."""
-RATE_ROUTE = "rate-"
-"""How the run id a rate line's wake-up timer is routed by begins (the timer's id says
-it is one: ``<route>:rate:<ms>``; a run's own timers are ``<run>:<position>``)."""
-EPSILON_S = 1e-6
 
 
 def waiter_id(run_id: str, action_id: str, attempt: int) -> str:
@@ -77,10 +81,6 @@ def parse_waiter(waiter: str) -> tuple[str, str, int] | None:
     return run_id, action_id, int(attempt)
 
 
-def is_rate_timer(run_id: str, timer_id: str) -> bool:
-    return run_id.startswith(RATE_ROUTE) and timer_id.startswith(f"{run_id}:rate:")
-
-
 STOP = ":stop:"
 """What a stopping attempt's timer id holds between its run and its request
 (``<run>:stop:<action>#<attempt>``; a run's own timers are ``<run>:<position>``)."""
@@ -88,31 +88,6 @@ STOP = ":stop:"
 
 def is_stop_timer(run_id: str, timer_id: str) -> bool:
     return timer_id.startswith(run_id + STOP)
-
-
-def _route(token: str) -> str:
-    return RATE_ROUTE + token.replace(".", "-", 1)
-
-
-def _token(route: str) -> str:
-    return route.removeprefix(RATE_ROUTE).replace("-", ".", 1)
-
-
-def _interval(entry: SlotEntry) -> float:
-    return entry.per_s / max(entry.size, 1)
-
-
-def next_token_at(entry: SlotEntry) -> float:
-    """When the rate's next token is there (seconds since the epoch)."""
-    return entry.tat - (max(entry.burst, 1) - 1) * _interval(entry)
-
-
-def take_token(entry: SlotEntry, now: float) -> bool:
-    """Take the rate's next token if it is there by ``now`` (``tat`` moved on)."""
-    if now + EPSILON_S < next_token_at(entry):
-        return False
-    entry.tat = max(entry.tat, now) + _interval(entry)
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +188,30 @@ class Capacity:
                 await self._leave(claim, me)
         self._requests.pop((record.subject, d.action_id, d.attempt), None)
 
+    def awaited(self, record: ev.AnyRecord) -> bool:
+        """Whether the record's effect here needs awaiting (the relay's awaited path): a
+        request held, an admission, an end that gives something back (no I/O). Not an end
+        of requests admitted at once here holding rates' tokens only, which no line keeps,
+        no retry-after holding their rates: :meth:`forget_ended` them, not :meth:`freed`."""
+        from interlock.core.capacity import freed_by  # the engine: not for readers
+
+        if isinstance(record, ev.ActionRequested):
+            return not record.data.workflow and self.holds(record)
+        run_id = record.subject
+        freed = freed_by(record)
+        return isinstance(record, ev.ActionAdmitted) or not all(
+            (run_id, s.action_id, s.attempt) in self._at_once
+            and s.rate_held_until is None
+            and all(c.per_s for c in s.limits)
+            for s in freed
+        )
+
+    def forget_ended(self, run_id: str, freed: Sequence[ev.FreedSlots]) -> None:
+        """Requests ended that gave nothing back (:meth:`awaited`): not kept here."""
+        for s in freed:
+            self._requests.pop((run_id, s.action_id, s.attempt), None)
+            self._at_once.pop((run_id, s.action_id, s.attempt), None)
+
     async def freed(self, run_id: str, freed: Sequence[ev.FreedSlots]) -> None:
         """Requests ended (the record names them): out of their lines, their slots to the
         next in line; a cancelled attempt's once its worker has stopped (or a timer)."""
@@ -283,7 +282,7 @@ class Capacity:
 
     async def wake(self, route: str) -> None:
         """A rate line's timer: tokens to the first in line, as many as are there."""
-        token = _token(route)
+        token = rate_token(route)
         now = parse_time(self._clock()).timestamp()
 
         async def change(lines: Lines) -> tuple[list[str], float | None]:
@@ -478,7 +477,7 @@ class Capacity:
             if until is not None and claim.per_s:
                 # (an entry whose tokens were all back is gone: made again here)
                 entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
-                held = until + (max(entry.burst, 1) - 1) * _interval(entry)
+                held = until + (max(entry.burst, 1) - 1) * interval(entry)
                 entry.tat = max(entry.tat, held)
             if not entry.holders and not entry.lines and entry.tat <= now:
                 entry.tat = 0.0  # every token back: nothing worth keeping
@@ -490,7 +489,7 @@ class Capacity:
 
     async def _wake_later(self, token: str, at: float) -> None:
         """The rate line's wake-up, at ``at`` (the same one asked twice is one timer)."""
-        route = _route(token)
+        route = rate_route(token)
         ms = math.ceil(at * 1000 - EPSILON_S)
         fire_at = format_time(datetime.fromtimestamp(ms / 1000, UTC))
         await self._timers.schedule(route, f"{route}:rate:{ms}", fire_at)

@@ -37,13 +37,14 @@ from interlock.core.vocabulary import TASK_COMPLETED, ErrorClass
 from interlock.core.windowing import is_window_timer
 from interlock.runtime.answers import Answers
 from interlock.runtime.atonce import AtOnce
-from interlock.runtime.capacity import Capacity, is_rate_timer, is_stop_timer
+from interlock.runtime.capacity import Capacity, is_stop_timer
 from interlock.runtime.chains import newest, start_next
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.correlation import CorrelationIndex
 from interlock.runtime.errors import InvalidInputs, UnknownRun, UnknownWorkflow
 from interlock.runtime.freeing import FreeAtOnce
 from interlock.runtime.notices import CancelNotices
+from interlock.runtime.ratetokens import is_rate_timer
 from interlock.runtime.registry import Registry
 from interlock.runtime.retention import Policy, Retainer, is_retention_timer
 from interlock.runtime.routing import correlation_keys

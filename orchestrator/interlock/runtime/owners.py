@@ -51,9 +51,10 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from interlock.core.ids import is_run_id
 from interlock.core.incoming import Incoming
 from interlock.core.windowing import is_window_timer
-from interlock.runtime.capacity import is_rate_timer, is_stop_timer
+from interlock.runtime.capacity import is_stop_timer
 from interlock.runtime.fairness import Deferred
 from interlock.runtime.handling import FINAL, final_reason
+from interlock.runtime.ratetokens import is_rate_timer
 from interlock.runtime.retention import is_retention_timer
 from interlock.runtime.timers import fired_message, read_fired
 from interlock.transport.jetstream import delivered_elsewhere

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 from interlock.core import events as ev
 from interlock.core.rfc3339 import parse_time
-from interlock.runtime.capacity import EPSILON_S
 from interlock.runtime.concurrency import Slots
+from interlock.runtime.ratetokens import EPSILON_S
 from interlock.runtime.slotlines import Lines, SlotEntry, entry_key
 
 PER_BLOCK = 16

@@ -354,7 +354,7 @@ class Relay:
                 if request is None:
                     return None
                 record = request  # dispatched as its request, below
-            elif _for_capacity(record, self.flow.capacity.holds):
+            elif self.flow.capacity.awaited(record):
                 return None
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 key = (record.data.action_id, record.data.attempt)
@@ -380,6 +380,8 @@ class Relay:
         for record in records:
             if isinstance(record, ev.ActionAdmitted) and record.data.at_once:
                 self.flow.capacity.forget(record)
+            elif freed := freed_by(record):
+                self.flow.capacity.forget_ended(record.subject, freed)
         return records, deferred
 
     async def _effects(
@@ -488,10 +490,3 @@ class Relay:
 
 def _key(record: ev.ActionRequested) -> tuple[str, int]:
     return record.data.action_id, record.data.attempt
-
-
-def _for_capacity(record: ev.AnyRecord, holds: Callable[[ev.ActionRequested], bool]) -> bool:
-    """Whether the record's effect is the capability limits' (none of it done at once)."""
-    if isinstance(record, ev.ActionRequested):
-        return not record.data.workflow and holds(record)
-    return isinstance(record, ev.ActionAdmitted) or bool(freed_by(record))

@@ -225,3 +225,43 @@ def test_dev_fsync_starts_a_server_that_syncs_every_write(tmp_path: Path) -> Non
         assert dev.stop() == 0, dev.output
     assert "sync_interval: always" in config
     assert "include" in config  # around the server configuration with authentication
+
+
+@pytest.fixture(scope="module")
+def unmonitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    """A server without a monitoring port, as most are run."""
+    with EmbeddedNats(tmp_path_factory.mktemp("unmonitored")) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ((), None),  # nothing said of it: off is right for most servers
+        (("--log-level", "debug"), "DEBUG interlock.durability: group commit off: could not tell"),
+        (("--nats-monitor", "CLOSED"), "WARNING interlock.durability: group commit off: could not"),
+    ],
+)
+def test_serve_without_a_monitoring_port_says_so_only_when_asked(
+    unmonitored: EmbeddedNats, flags: tuple[str, ...], said: str | None
+) -> None:
+    """Every start on a server without a monitoring port logged an INFO line about it; now
+    the start line says group commit is off, the reason is a debug note, and only a
+    monitoring address the operator gave and that cannot be read is a warning."""
+    env = cli_env(unmonitored.url, "tquiet")
+    for name in ("INTERLOCK_NATS_MONITOR", "INTERLOCK_GROUP_COMMIT"):
+        env.pop(name, None)
+    given = [f"http://127.0.0.1:{closed_port()}" if f == "CLOSED" else f for f in flags]
+    serve = interlock_bg("serve", "--metrics-port", "0", *given, env=env)
+    try:
+        serve.wait_for(r"orchestrator started \(.*, group commit off\)")
+        serve.wait_for("metrics and health on")
+    finally:
+        serve.stop()
+    about = [line for line in serve.lines if "interlock.durability" in line]
+    if said is None:
+        assert about == [], about
+        return
+    [line] = about
+    assert said in line
+    assert "give its monitoring address (INTERLOCK_NATS_MONITOR) or --group-commit 16" in line

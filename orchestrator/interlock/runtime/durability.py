@@ -11,8 +11,12 @@ does: ``/varz`` has ``jetstream.config.sync_always``. So at start the orchestrat
 8222 of the host it is connected to (the port the NATS documentation and charts use),
 and believes it only when it comes from the server it is connected to (the same
 ``server_id``) or from a server of the same cluster. When nothing answers, or another
-server does, it does not guess: group commit stays off and a log line says how to turn
-it on. ``interlock serve --group-commit N`` (0: off) overrides whatever is found.
+server does, it does not guess: group commit stays off. Most servers run without a
+monitoring port and with the default sync interval, where off is right, so that is said
+at debug level only; an address the operator gave (``INTERLOCK_NATS_MONITOR``) that
+cannot be read is a warning saying what to do. The orchestrator's start line says whether
+group commit is on. ``interlock serve --group-commit N`` (0: off) overrides whatever is
+found.
 
 The embedded server (``interlock dev --fsync``) is started with a known configuration,
 so there the orchestrator is told directly.
@@ -131,9 +135,12 @@ async def group_commit_for(nc: Client, explicit: int | None, monitor_url: str | 
         )
         return DEFAULT_GROUP_COMMIT
     if found.fsync is False:
-        log.info("the server does not fsync every write (%s): group commit off", found.source)
+        log.debug("the server does not fsync every write (%s): group commit off", found.source)
         return 0
-    log.info(
+    given = monitor_url is not None and monitor_url.strip().lower() != "off"
+    # Not told where to look and nothing there: the default (off) is right for a server
+    # with the default sync interval, which is what most run; a note for those who look.
+    (log.warning if given else log.debug)(
         "group commit off: could not tell whether the server fsyncs every write (%s); "
         "if it does (sync_interval: always), give its monitoring address "
         "(INTERLOCK_NATS_MONITOR) or --group-commit %d",

@@ -308,7 +308,14 @@ class Orchestrator:
         self.flow.start(self.owners.on_timer)
         self.starting.windows.start()
         loop = eventloop.loop_name(asyncio.get_running_loop())
-        log.info("orchestrator started (prefix %s, event loop %s)", s.prefix, loop)
+        group = self.run_log.group
+        batch = group.min_batch if group is not None else 0
+        log.info(
+            "orchestrator started (prefix %s, event loop %s, group commit %s)",
+            s.prefix,
+            loop,
+            f"batches of {batch}" if batch else "off",
+        )
 
     async def _prepare(self) -> None:
         """Streams, the token key, definitions and task consumers: each step idempotent."""

@@ -18,6 +18,7 @@ import pytest
 
 from interlock.auth.roles import Role
 from interlock.core import events as ev
+from interlock.runtime.client import DeadLetter
 from interlock.sdk import Worker
 from interlock.transport import tasks
 from interlock.transport.connection import ConnectOptions
@@ -85,3 +86,46 @@ async def test_an_agent_cannot_have_another_teams_answer_dropped(secured: Secure
         await worker.stop(force=True)
         await serving
     assert state.status == "completed"
+
+
+async def test_an_agent_cannot_hide_the_dead_letter_of_its_own_refused_answer(
+    secured: Secured,
+) -> None:
+    """The orchestrator's letter about a message has an id made of the message's place
+    (its stream and sequence, which its publisher's acknowledgement tells) and a digest:
+    of the reason and detail alone, an agent worked it out, sent a letter of its own under
+    it first, and the orchestrator's letter about its refused answer was dropped."""
+    attacker = secured.issue(Role("agent", capabilities=("teama",)), "teama-agent")
+    refusals = Refusals()
+    nc = await plain_client(secured.url, attacker, refusals)
+    try:
+        js = nc.jetstream(prefix=SUBJECTS.party_js_api)
+        ack = await js.publish(SUBJECTS.result("teama", "dlq-probe"), b"junk")
+        probe = await _letter(secured, f"{SUBJECTS.results_stream}.{ack.seq}.")
+        assert probe.reason == "bad-json"
+        # What the letter about the next junk answer will be, sent first as its own.
+        _, _, digest = probe.headers[tasks.MSG_ID_HEADER].rpartition(".")
+        next_id = f"{SUBJECTS.results_stream}.{ack.seq + 1}.{digest}"
+        decoy = await js.publish(
+            f"il.dlq.agent.teama.{probe.reason}", b"", headers={tasks.MSG_ID_HEADER: next_id}
+        )
+        assert not decoy.duplicate
+        ack = await js.publish(SUBJECTS.result("teama", "dlq-hidden"), b"junk")
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    letter = await _letter(secured, f"{SUBJECTS.results_stream}.{ack.seq}.", "dlq-hidden")
+    assert letter.data == b"junk"
+
+
+async def _letter(secured: Secured, msg_id: str, subject: str = "") -> DeadLetter:
+    """The orchestrator's dead letter whose ``Nats-Msg-Id`` starts with ``msg_id`` (about a
+    message on a subject ending in ``subject``), once it is stored."""
+    for _ in range(300):
+        for letter in await secured.operator.dead_letters():
+            if letter.headers.get(tasks.MSG_ID_HEADER, "").startswith(msg_id) and (
+                letter.subject.endswith(subject)
+            ):
+                return letter
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no dead letter with an id starting {msg_id!r}")

@@ -38,11 +38,15 @@ def test_an_agents_letter_names_its_stream_sequence_and_reason() -> None:
     ]
 
 
-def test_the_orchestrators_letter_is_named_by_a_digest_of_reason_and_detail() -> None:
+def test_the_orchestrators_letter_is_named_by_a_digest_of_reason_detail_and_stored_time() -> None:
     headers, _ = dead_letter(_msg(), "too-large", "3 MB", 1 << 20, digest=True)
-    digest = hashlib.sha256(b"too-large\n3 MB").hexdigest()[:16]
+    digest = hashlib.sha256(b"too-large\n3 MB\n1733356800000000000").hexdigest()[:16]
     assert headers["Nats-Msg-Id"] == f"TASKS.41.{digest}"
     assert "Interlock-Dead-Letter-Truncated" not in headers
+    # The same message delivered again (and through a domain's longer subject): one letter.
+    again = "$JS.ACK.hub.ACCHASH.TASKS.cap_review.4.41.18.1733356800000000000.0.x"
+    headers, _ = dead_letter(_msg(reply=again), "too-large", "3 MB", 1 << 20, digest=True)
+    assert headers["Nats-Msg-Id"] == f"TASKS.41.{digest}"
 
 
 def test_a_core_message_gets_no_id_and_a_large_one_is_cut() -> None:

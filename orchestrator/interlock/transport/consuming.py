@@ -137,16 +137,29 @@ def dead_letter_id(msg: Msg, reason: str, detail: str | None = None) -> str | No
     """The ``Nats-Msg-Id`` of a dead letter about ``msg``, so that a redelivered message
     is dead-lettered once: its stream and its sequence there, then the ``reason`` (the
     agents' letters, as docs/agents-any-language.md has every agent write them) or, given
-    the ``detail``, a digest of both (the orchestrator's). None for a message with no
-    JetStream metadata (a core message): no dedupe id, nothing else lost."""
+    the ``detail``, a digest of both and of the instant the stream stored the message
+    (the orchestrator's). That instant is the same at every delivery, and its sender is
+    not told it: agents write the dead-letter stream too, and a digest of the reason and
+    detail alone let one send a letter under the id of the orchestrator's letter about its
+    refused answer first, which dropped it. None for a message with no JetStream metadata
+    (a core message): no dedupe id, nothing else lost."""
     try:
         where = f"{msg.metadata.stream}.{msg.metadata.sequence.stream}"
     except Exception:  # noqa: BLE001
         return None
     if detail is None:
         return f"{where}.{reason}"
-    digest = hashlib.sha256(f"{reason}\n{detail}".encode()).hexdigest()[:16]
+    stored = _stored_ns(msg.reply)
+    digest = hashlib.sha256(f"{reason}\n{detail}\n{stored}".encode()).hexdigest()[:16]
     return f"{where}.{digest}"
+
+
+def _stored_ns(reply: str) -> str:
+    """The nanosecond a delivered message was stored, as its acknowledgement subject names
+    it (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>``,
+    or with the domain and account hash before the stream, as nats-py reads it)."""
+    tokens = reply.split(".")
+    return tokens[7] if len(tokens) == 9 else tokens[Msg.Ack.Timestamp]
 
 
 def dead_letter(

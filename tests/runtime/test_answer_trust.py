@@ -141,6 +141,9 @@ async def test_forged_answers_are_dead_lettered_and_the_log_is_unchanged(
                 assert reply[tasks.ANSWER_HEADER] == tasks.ANSWER_REFUSED
                 reason = letter.headers["Interlock-Dead-Letter-Reason"]
                 assert reply[tasks.ANSWER_REASON_HEADER] == reason
+                # and what was wrong, which the agent may not read in the dead letter
+                detail = letter.headers["Interlock-Dead-Letter-Detail"]
+                assert reply[tasks.ANSWER_DETAIL_HEADER] == detail, (reply, detail)
             where = stack.subjects.answered(subject)
             assert where is not None
             sent_on = subject if way == "stream" else stack.subjects.answer(*where)

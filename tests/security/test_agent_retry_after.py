@@ -230,7 +230,10 @@ async def _fail(nc: Client, task: Any, retry_after: Any) -> dict[str, str]:
     return dict(reply.headers or {})
 
 
-@pytest.mark.parametrize("garbage", [-5, "tomorrow", "2026-01-01", True, {"s": 1}])
+# The last one's detail, in the reply's headers, must not end the header nor forge another.
+@pytest.mark.parametrize(
+    "garbage", [-5, "tomorrow", "2026-01-01", True, {"s": 1}, "soon\r\nX-Forged: 1 \u2192"]
+)
 async def test_a_retry_after_that_is_no_wait_is_refused(secured: Secured, garbage: Any) -> None:
     await _applied(secured)
     creds = secured.issued.get("quota-raw-agent") or secured.issue(
@@ -245,6 +248,12 @@ async def test_a_retry_after_that_is_no_wait_is_refused(secured: Secured, garbag
         reply = await _fail(nc, task, garbage)
         assert reply[tasks.ANSWER_HEADER] == tasks.ANSWER_REFUSED
         assert reply[tasks.ANSWER_REASON_HEADER] == "answer-retry-after"
+        # The agent is told what was wrong (it may not read the dead letter).
+        detail = reply[tasks.ANSWER_DETAIL_HEADER]
+        assert "attempt 1: retry_after " in detail, detail
+        assert detail.isascii(), detail
+        assert detail.isprintable(), detail
+        assert "X-Forged" not in reply, reply
         assert await secured.operator.read(run_id) == before  # nothing of it in the log
         letters = await secured.operator.dead_letters("answer-retry-after")
         assert any(run_id in letter.detail or run_id in letter.subject for letter in letters)

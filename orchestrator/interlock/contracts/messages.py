@@ -408,6 +408,12 @@ def _answer_reply() -> dict[str, Any]:
                     "With `refused`: the dead letter's reason (answer-token, ...). With "
                     "`late`: action-cancelled, attempt-timed-out or run-ended."
                 ),
+                tasks.ANSWER_DETAIL_HEADER: _string(
+                    "With `refused`: what was wrong, for a person (the dead letter's "
+                    "detail, which an agent's credential may not read): printable ASCII "
+                    f"(other characters escaped), at most {tasks.ANSWER_DETAIL_MAX} "
+                    "characters."
+                ),
             },
         },
     }

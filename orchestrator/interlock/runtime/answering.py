@@ -66,8 +66,9 @@ BACKLOG = 16_384
 """Answer requests waiting for one of the ``IN_FLIGHT`` places (beyond, one is dropped:
 its agent gets no reply and sends the answer to the results stream)."""
 
-AnswerReply = tuple[str, str | None]
-"""The reply's ``Interlock-Answer`` value, and for ``refused`` the dead letter's reason."""
+AnswerReply = tuple[str, str | None, str | None]
+"""The reply's ``Interlock-Answer`` value, and for ``refused`` the dead letter's reason and
+detail."""
 REPLY_REFUSED = "reply-refused"
 """The dead-letter reason of a request whose reply subject is not the requester's inbox."""
 
@@ -218,27 +219,29 @@ class AnswerDesk:
         if check and not await self._here(msg):
             return  # another replica's run: its holder replies
         if msg.reply and not is_inbox(msg.reply):
-            detail = (
+            why = (
                 f"the reply subject {msg.reply[:200]!r} is not an inbox of the requester: "
                 "answers are replied to on _INBOX. subjects only"
             )
-            log.warning("refused an answer on %s: %s", msg.subject, detail)
+            log.warning("refused an answer on %s: %s", msg.subject, why)
             try:
-                await self._refuse(msg, REPLY_REFUSED, detail)
+                await self._refuse(msg, REPLY_REFUSED, why)
             except Exception:  # logged by the dead-lettering
                 log.debug("could not dead-letter the answer on %s", msg.subject, exc_info=True)
             return
         try:
-            status, reason = await self._handle(msg)
+            status, reason, detail = await self._handle(msg)
         # Whatever went wrong, the agent still has the answer: it sends it the other way.
         except Exception as exc:  # noqa: BLE001
             log.warning("answer on %s not taken (sent to the results stream): %s", msg.subject, exc)
-            status, reason = tasks.ANSWER_FAILED, None
+            status, reason, detail = tasks.ANSWER_FAILED, None, None
         if not msg.reply:
             return  # published, not requested: nobody to tell
         headers = {tasks.ANSWER_HEADER: status}
         if reason:
             headers[tasks.ANSWER_REASON_HEADER] = reason
+        if detail:
+            headers[tasks.ANSWER_DETAIL_HEADER] = header_text(detail, tasks.ANSWER_DETAIL_MAX)
         nc = self._nc
         try:
             if not (isinstance(nc, NatsClient) and nc.publish_nowait(msg.reply, headers=headers)):
@@ -252,6 +255,12 @@ Deliver = Callable[..., Awaitable[bool]]
 """Decides on an incoming event for a run: ``deliver(run_id, incoming, answer=key)``."""
 Stopped = Callable[[str, FreedSlots], Awaitable[None]]
 """Told a run and the slots of its cancelled attempt whose worker has stopped."""
+
+
+def header_text(text: str, limit: int) -> str:
+    """``text`` as a header value: printable ASCII (anything else escaped as Python
+    escapes it), at most ``limit`` characters."""
+    return "".join(c if " " <= c <= "~" else ascii(c)[1:-1] for c in text[:limit])[:limit]
 
 
 def still_running(event: CloudEvent) -> bool:
@@ -288,7 +297,7 @@ class AnswerTaking:
             event = decode_message(msg.headers, msg.data)
         except InvalidCloudEvent as exc:
             await self._refuse(msg, exc.reason, str(exc))
-            return tasks.ANSWER_REFUSED, exc.reason
+            return tasks.ANSWER_REFUSED, exc.reason, str(exc)
         key: AnswerKey | None = None
         try:
             key = self._answers.key_of(msg.subject, event, msg.headers)
@@ -298,16 +307,16 @@ class AnswerTaking:
             if late == DUPLICATE:
                 log.debug("answer on %s taken already: %s", msg.subject, exc.detail)
                 self._counters["answers_duplicate"] += 1
-                return tasks.ANSWER_RECORDED, None
+                return tasks.ANSWER_RECORDED, None, None
             if late is not None:
                 log.debug("late answer on %s dropped (%s): %s", msg.subject, late, exc.detail)
                 self._counters[f"answers_late:{late}"] += 1
                 self._observers.answer_late(late)
-                return tasks.ANSWER_LATE, late
+                return tasks.ANSWER_LATE, late, None
             log.warning("refused an answer on %s: %s", msg.subject, exc.detail)
             await self._refuse(msg, exc.reason, exc.detail)
-            return tasks.ANSWER_REFUSED, exc.reason
-        return tasks.ANSWER_RECORDED, None
+            return tasks.ANSWER_REFUSED, exc.reason, exc.detail
+        return tasks.ANSWER_RECORDED, None, None
 
     async def _late(
         self, key: AnswerKey | None, refused: AnswerRefused | ObjectError, event: CloudEvent

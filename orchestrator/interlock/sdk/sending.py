@@ -25,6 +25,7 @@ from interlock.transport.jetstream import JetStream, connection, jetstream
 from interlock.transport.objects import ObjectLimits, Objects
 from interlock.transport.subjects import Subjects
 from interlock.transport.tasks import (
+    ANSWER_DETAIL_HEADER,
     ANSWER_FAILED,
     ANSWER_HEADER,
     ANSWER_REASON_HEADER,
@@ -160,7 +161,10 @@ class AnswerSender:
                 status = said.get(ANSWER_HEADER)
                 if status == ANSWER_REFUSED:
                     reason = said.get(ANSWER_REASON_HEADER)
-                    log.warning("answer %s refused and dead-lettered (%s)", event_id, reason)
+                    detail = said.get(ANSWER_DETAIL_HEADER, "")
+                    log.warning(
+                        "answer %s refused and dead-lettered (%s): %s", event_id, reason, detail
+                    )
                 # Recorded, or refused and dead-lettered: sending it again changes nothing.
                 if status is not None and status != ANSWER_FAILED:
                     return True

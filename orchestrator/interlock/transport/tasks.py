@@ -67,6 +67,10 @@ ANSWER_HEADER: Final = "Interlock-Answer"
 """The reply to an answer request: recorded (in the log), refused (dead-lettered, reason in
 ``Interlock-Answer-Reason``) or failed (no reply, no responders too: the results stream)."""
 ANSWER_REASON_HEADER: Final = "Interlock-Answer-Reason"
+ANSWER_DETAIL_HEADER: Final = "Interlock-Answer-Detail"
+"""With ``refused``: what was wrong, for a person (the dead letter's detail, which an
+agent's credential may not read), printable ASCII, at most :data:`ANSWER_DETAIL_MAX`."""
+ANSWER_DETAIL_MAX: Final = 1000
 ANSWER_RECORDED: Final = "recorded"
 ANSWER_REFUSED: Final = "refused"
 ANSWER_FAILED: Final = "failed"

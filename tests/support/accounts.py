@@ -32,6 +32,7 @@ from interlock.transport.subjects import Subjects
 __all__ = [
     "admin_creds",
     "gateway_creds",
+    "issued_creds",
     "kick",
     "pooled_subjects",
     "prefix_for",
@@ -112,11 +113,17 @@ async def kick(url: str, client_id: int, server_id: str) -> None:
 async def gateway_creds(url: str, subjects: Subjects) -> Path | None:
     """A gateway credential for ``subjects``' prefix, its account pushed to the server at
     ``url`` as ``interlock creds issue`` does (None: a server without authentication)."""
+    return await issued_creds(url, subjects, "gateway")
+
+
+async def issued_creds(url: str, subjects: Subjects, role: str) -> Path | None:
+    """A credential of ``role`` for ``subjects``' prefix, its account pushed to the server
+    at ``url`` as ``interlock creds issue`` does (None: a server without authentication)."""
     found = _SERVED.get(_where(url))
     if found is None:
         return None
-    name = f"gateway-{subjects.prefix}"
-    text, record = found.keys.issue(Role("gateway"), subjects, name=name)
+    name = f"{role}-{subjects.prefix}"
+    text, record = found.keys.issue(Role(role), subjects, name=name)
     await push_account(ConnectOptions.resolve(url), found.keys, found.keys.account_jwts([record]))
     path = found.data / f"{name}.creds"
     jwt.write_secret(path, text)

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from interlock.core.diagnostics import Diagnostic
     from interlock.core.source import Document
     from interlock.dialects.base import Lowered
+    from interlock.runtime.concurrency import Slots
     from interlock.runtime.retention import Deleted
 
 # The compiler, the dialects and the engine are imported by the operations that need them
@@ -95,6 +96,11 @@ class InterlockClient:
         )
         self.watcher = RunWatcher(nc, subjects, self.log)
         """The one subscription every wait and follow of this client shares."""
+        self.joins_lines = True
+        """Whether a run it starts over a full limit is put in line at once
+        (:mod:`interlock.runtime.clientjoin`): needs a credential that may write the slots
+        bucket (the gateway's may not, and turns it off)."""
+        self._slots: Slots | None = None
 
     def use_objects(self, limits: ObjectLimits) -> None:
         """Store and load payloads by reference under ``limits`` (the threshold and the
@@ -170,11 +176,18 @@ class InterlockClient:
         run_id = run_id or new_run_id()
         # One read: a paused workflow's run waits for its resumption (runtime.pausing).
         paused = await Pauses(self.nc, self.subjects).paused(definition.namespace, definition.name)
-        created, _ = await self.runs.start(
+        created, records = await self.runs.start(
             definition, version, run_id, inputs, deadline_s=deadline_s, paused=paused is not None
         )
         if not created:
             raise RunExists(run_id)
+        if self.joins_lines:
+            from interlock.runtime.clientjoin import join_at_once
+            from interlock.runtime.concurrency import Slots
+
+            if self._slots is None:
+                self._slots = Slots(self.nc, self.subjects)
+            await join_at_once(self.nc, self._slots, run_id, records)
         return run_id
 
     async def read(self, run_id: str) -> list[ev.AnyRecord]:

@@ -106,7 +106,7 @@ async def test_a_paused_run_holds_what_reaches_it_across_a_crash(
             assert "was not paused" in await cli(nats_url, subjects, "resume", "run", run_id)
             ended = await cli(nats_url, subjects, "pause", "run", run_id)
             assert f"run {run_id} was not paused: it has ended (completed)" in ended
-            missing = await cli(nats_url, subjects, "pause", "run", "nope", code=1)
+            missing = await cli(nats_url, subjects, "pause", "run", "nope", code=4)
             assert missing == ""
     finally:
         first.kill()

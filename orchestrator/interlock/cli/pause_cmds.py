@@ -132,12 +132,8 @@ async def cmd_resume(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_pause_run(client: Client, args: argparse.Namespace) -> int:
-    from interlock.client import UnknownRun
-
-    try:
-        done = await client.pause_run(args.run_id, args.reason)
-    except UnknownRun as exc:
-        raise CliError(str(exc), EXIT_FAILED) from exc
+    # No such run: `interlock: no run 'ID'`, exit 4, as every command that names a run.
+    done = await client.pause_run(args.run_id, args.reason)
     if args.json:
         print_json({"run_id": args.run_id, "paused": True, "changed": done})
     elif done:
@@ -152,12 +148,7 @@ async def cmd_pause_run(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_resume_run(client: Client, args: argparse.Namespace) -> int:
-    from interlock.client import UnknownRun
-
-    try:
-        done = await client.resume_run(args.run_id)
-    except UnknownRun as exc:
-        raise CliError(str(exc), EXIT_FAILED) from exc
+    done = await client.resume_run(args.run_id)
     if args.json:
         print_json({"run_id": args.run_id, "paused": False, "changed": done})
     elif done:

@@ -446,16 +446,26 @@ def _check_agent_creds(target: str, creds_file: str | None) -> None:
     naming what is missing, rather than serve half and wait forever for the rest."""
     if creds_file is None:
         return
-    from interlock.auth.jwt import creds_capabilities
+    from interlock.auth.jwt import creds_capabilities, creds_tags
     from interlock.sdk.runner import load_worker
 
     try:
         allowed = creds_capabilities(creds_file)
+        role = next((t[5:] for t in creds_tags(creds_file) if t.startswith("role:")), None)
     except (OSError, ValueError):
         return  # not readable here: the connection reports it
+    serves = load_worker(target).capabilities
+    if role in ("operator", "gateway", "publisher"):
+        # Such a credential may take no task and send no answer: the worker would retry
+        # its refused requests for good.
+        raise CliError(
+            f"{creds_file} is {'an' if role == 'operator' else 'a'} {role}'s credential, "
+            "which serves no capability: run an agent on an agent's credential "
+            f"(interlock creds issue agent {' '.join(f'--capability {c}' for c in serves)} "
+            "-o FILE)"
+        )
     if allowed is None:
         return  # not an agent credential of Interlock's (the server decides)
-    serves = load_worker(target).capabilities
     missing = [c for c in serves if c not in allowed]
     if missing:
         raise CliError(

@@ -107,7 +107,7 @@ def with_client(
             try:
                 nc = await connect(opts, error_cb=on_error)
             except ConnectionFailed as exc:
-                raise CliError(f"{exc}{_credential_hint(str(exc))}") from exc
+                raise CliError(f"{exc}{_credential_hint(str(exc), opts.creds_file)}") from exc
             client = Client(nc, opts.subjects, owns_connection=True)
             try:
                 return await refusable(nc, body(client, args))
@@ -169,11 +169,18 @@ def _role_hint(exc: Exception, args: argparse.Namespace) -> str:
     return f" ({creds} is {article} {roles[0]}'s credential: {use})" if use else ""
 
 
-def _credential_hint(failure: str) -> str:
+def _credential_hint(failure: str, creds: str | None = None) -> str:
     """What to set when the server refused to connect without (the right) credentials, or
-    when none answered where the last ``interlock dev`` does not serve."""
+    when none answered where the last ``interlock dev`` does not serve; for a creds file
+    it refused, why a server refuses one."""
     from interlock.auth.dev import context_file, recorded_context
 
+    if creds is not None and "refused the credentials" in failure:
+        return (
+            f"\n  {creds} was refused: it is revoked (interlock creds list says REVOKED), its "
+            "account has not reached this server (interlock creds push), or it was issued "
+            "from keys this server does not trust"
+        )
     if "refused the credentials" not in failure:
         context = recorded_context()
         if context is None or "cannot connect" not in failure or context.url in failure:

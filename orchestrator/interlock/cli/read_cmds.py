@@ -18,6 +18,7 @@ from interlock.cli.common import (
     CliError,
     err,
     read_records,
+    since_time,
 )
 from interlock.cli.connecting import print_json, with_client
 from interlock.cli.output import dump, emit, output_format, print_table
@@ -214,7 +215,7 @@ async def cmd_dead_letters_discard(client: Client, args: argparse.Namespace) -> 
                 failed += 1
                 print(f"dead letter {seq}: {exc}", file=sys.stderr)
     else:
-        before = _since(args.older_than, "--older-than") if args.older_than else None
+        before = since_time(args.older_than, "--older-than") if args.older_than else None
         dropped = await client.discard_dead_letters(
             reason=args.reason,
             before=datetime.fromisoformat(before.replace("Z", "+00:00")) if before else None,
@@ -252,37 +253,13 @@ async def cmd_agents(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _since(value: str | None, flag: str = "--since") -> str | None:
-    """``--since``: an RFC 3339 time as given, or an age (``30s``, ``5m``, ``2h``, ``1d``)
-    turned into the time that long ago."""
-    if value is None:
-        return None
-    import re
-    from datetime import UTC, datetime, timedelta
-
-    age = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", value.strip())
-    if age is None:
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise CliError(
-                f"{flag} {value!r}: give an RFC 3339 time (2026-01-02T15:04:05Z) "
-                "or an age such as 30s, 5m, 2h, 1d"
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-    else:
-        unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[age.group(2)]
-        moment = datetime.now(UTC) - timedelta(seconds=float(age.group(1)) * unit)
-    # Records carry UTC times with milliseconds: compare as text in the same form.
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 async def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise CliError(f"--tail must be 0 or more, got {args.tail}")
     fmt = output_format(args)
-    records = client.logs(args.run_id, follow=args.follow, tail=args.tail, since=_since(args.since))
+    records = client.logs(
+        args.run_id, follow=args.follow, tail=args.tail, since=since_time(args.since)
+    )
     if fmt == "yaml":
         from interlock.views import record_view
 

@@ -91,7 +91,9 @@ def _add_shadow(sub: Sub) -> None:
     p.add_argument("--agents", nargs="+", default=[], metavar="FILE", help="AgentDef files")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--runs", type=int, metavar="N", help="the N most recent runs")
-    which.add_argument("--since", metavar="TIME", help="runs started at or after TIME (RFC 3339)")
+    which.add_argument(
+        "--since", metavar="TIME", help="runs started at or after TIME (RFC 3339, or an age: 2h)"
+    )
     p.add_argument(
         "--file",
         nargs="+",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.cli import connecting
-from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, print_json
+from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, print_json, since_time
 from interlock.cli.replay_inputs import (
     end_text,
     headed_logs,
@@ -28,6 +28,11 @@ from interlock.core.vocabulary import RunStatus
 
 
 def cmd_shadow(args: argparse.Namespace) -> int:
+    if args.runs is not None and args.runs < 1:
+        raise CliError(f"--runs must be 1 or more, got {args.runs}")
+    # Compared with the runs' start times as text: the same UTC form, or a usage error
+    # (a malformed time compared as text chose no run, or every run, and said nothing).
+    args.since = since_time(args.since)
     candidate = manifest(args.candidate, args.agents, args.workflow)
     if not is_online(args):
         # Which logs, chosen from their first lines; then read and replayed one at a time.

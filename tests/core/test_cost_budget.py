@@ -64,6 +64,19 @@ def test_answers_without_a_cost_cost_nothing() -> None:
     assert run.state.status == RunStatus.RUNNING
 
 
+def test_a_negative_cost_is_no_cost_and_lowers_nothing() -> None:
+    """One agent's answer cannot take back what another's spent."""
+    run = Run(compile_one(SPEND))
+    run.start()
+    run.answer({"cost": 2})
+    run.answer({"cost": -100})
+    assert run.state.cost == 2.0
+    run.answer({"cost": 3.5})
+    assert run.state.state == "over"
+    costs = [r.data.cost for r in run.log if isinstance(r, ev.ActionCompleted)]
+    assert costs == [2.0, None, 3.5]
+
+
 def test_a_cost_budget_must_be_above_zero() -> None:
     diags = compile_sources([("s.yaml", SPEND.replace("max_cost: 5", "max_cost: 0"))]).diagnostics
     assert [d.rule for d in diags] == ["invalid-value"]

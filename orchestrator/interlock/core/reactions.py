@@ -317,9 +317,12 @@ def _spawns(pending: PendingAction, event: Incoming) -> int | None:
 
 
 def _cost(result: Any) -> float | None:
-    """The cost an answer reports: its result's ``cost``, when a number."""
+    """The cost an answer reports: its result's ``cost``, when a number of zero or more.
+    A run's total is what every agent answering it reported, so a negative one would have
+    let one agent lower what the others spent and keep ``budget.max_cost`` from binding
+    them: it is no cost reported."""
     if isinstance(result, dict):
         cost = result.get("cost")
-        if isinstance(cost, int | float) and not isinstance(cost, bool):
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
             return float(cost)
     return None

@@ -10,6 +10,7 @@ import msgspec
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from interlock.client.errors import UnknownAgent
+from interlock.runtime.applied import Catalog
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import UnknownWorkflow
 from interlock.runtime.foreign import bucket_object, version_of
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     from interlock.core.state import RunState
     from interlock.runtime.client import InterlockClient
     from interlock.views.outline import WorkflowOutline
-
-Catalog = dict[tuple[str, str], tuple[int, str, dict[str, Any]]]
 
 
 async def catalog(ops: InterlockClient) -> Catalog:

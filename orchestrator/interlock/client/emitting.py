@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,9 +12,8 @@ import msgspec
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
-from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError
 
-from interlock.client.catalog import Catalog, catalog
 from interlock.core.bounds import MAX_DEPTH, max_event_bytes, too_deep
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.objects import is_marker
@@ -29,6 +27,7 @@ from interlock.views import EmitResult, EventRefusal, StartedRun
 if TYPE_CHECKING:
     from interlock.core.definition import Definition, TriggerDef
     from interlock.core.windowing import RateEntry
+    from interlock.runtime.applied import Catalog
     from interlock.runtime.client import InterlockClient
 
 
@@ -157,7 +156,7 @@ async def foresee(
     runs its triggers start, the workflows that dead-letter it (their trigger's input or
     the inputs it makes do not work, or its correlation key cannot be computed), the runs
     its correlation keys reach, and the workflows it is kept for (no run of its key yet).
-    ``known``: the workflows (and agents) as :func:`read_catalog` read them for a batch of
+    ``known``: the workflows as :func:`read_catalog` reads them for a batch of
     events, where each event alone reads them again; ``book``: the starts the batch's
     events before it take under rates."""
     # Deciding what an event starts compiles workflows: the engine is loaded here only.
@@ -200,11 +199,10 @@ async def foresee(
 
 
 async def read_catalog(ops: InterlockClient) -> Catalog:
-    """The agents (learnt by the registry) and the workflows applied now, as
-    :func:`foresee` reads them."""
-    with contextlib.suppress(BucketNotFoundError, NotFoundError):
-        await ops.registry.load_agents()
-    return await catalog(ops)
+    """The workflows applied now, as :func:`foresee` reads them: what was stored since
+    this client last looked, read on top of what it read then (``ops.applied``). The
+    AgentDefs are not read: what an event starts does not depend on them."""
+    return await ops.applied.current()
 
 
 async def _foresee_start(
@@ -239,7 +237,7 @@ async def _foresee_start(
     given = inputs
     if trigger.window is not None and trigger.window.kind == "batch":
         given = {"events": [inputs if trigger.input is not None else incoming.to_dict()]}
-    problems = resolve_inputs(ops.registry.link(definition), given or {})[1]
+    problems = resolve_inputs(definition, given or {})[1]
     if problems:
         detail = "; ".join(str(p) for p in problems)
         out.refused.append(_refusal(definition, "invalid-inputs", detail))

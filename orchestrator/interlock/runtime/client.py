@@ -24,6 +24,7 @@ from interlock.core import events as ev
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState
+from interlock.runtime.applied import AppliedWorkflows
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import (
     NotRedrivable,
@@ -83,6 +84,8 @@ class InterlockClient:
         self.js = jetstream(nc)
         self.subjects = subjects
         self.registry = Registry(self.js, subjects)
+        self.applied = AppliedWorkflows(self.registry, subjects.workflows_bucket)
+        """The workflows applied, kept current for what ``emit`` works out."""
         self.log = RunLog(nc, subjects)
         self.snapshots = Snapshots(nc, subjects, key=self.log.key, where=self.log.where)
         self.payloads = payloads_for(nc, subjects, objects or ObjectLimits.from_env())

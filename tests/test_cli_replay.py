@@ -359,3 +359,22 @@ def test_migrate_offline_says_which_slots_each_run_asks_for_and_gives_back(
         interlock("migrate", "orders", "--to", str(same), "--file", str(exported), "--json").stdout
     )["moved"]
     assert {"asks", "frees"}.isdisjoint(unchanged)
+
+
+def test_the_offline_explain_of_docs_debugging_prints_what_the_page_shows() -> None:
+    """docs/debugging.md's one example that needs no server (a golden log): each line the
+    page shows (`...` stands for lines left out) is a line the command prints."""
+    page = (ROOT / "docs" / "debugging.md").read_text(encoding="utf-8")
+    command = "$ interlock explain --file tests/golden/code-review-guard-failure.jsonl "
+    rest, *shown = page.split(command, 1)[1].split("```", 1)[0].splitlines()
+    flags = rest.split()
+    assert flags[:2] == ["--workflow", "tests/golden/code-review.yaml"], flags
+    done = interlock(
+        "explain", "--file", log("code-review-guard-failure"), "--workflow", str(WORKFLOW),
+        *flags[2:],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    for line in shown:
+        if line.strip() not in ("", "..."):
+            assert line in printed, (line, done.stdout)

@@ -468,6 +468,7 @@ async def test_an_agents_junk_heartbeats_hide_no_worker_and_fail_no_listing(
     from interlock.client import Client as Facade
     from interlock.core.ids import capability_token
     from interlock.runtime.buckets import live_workers
+    from interlock.runtime.cluster_metrics import ClusterMetrics
     from interlock.transport.kvread import bucket_values
 
     listed_before = await secured.operator.agents()
@@ -495,6 +496,13 @@ async def test_an_agents_junk_heartbeats_hide_no_worker_and_fail_no_listing(
     # Its keys are held's: it is no worker of the capabilities it names besides.
     assert by_instance["3"]["capabilities"] == ["held"]
     assert all(isinstance(w, dict) for w in workers)
+    # The orchestrator's gauges, which read the bucket a batch at a time, count the same.
+    metrics = ClusterMetrics(secured.operator.js, SUBJECTS, registry=None)
+    await metrics.poll()
+    [family] = [f for f in metrics.collect() if f.name == "interlock_capability_workers"]
+    gauge = {s.labels["capability"]: s.value for s in family.samples}
+    for capability in ("held", "echo"):
+        assert gauge.get(capability, 0) == sum(capability in w["capabilities"] for w in workers)
     facade = Facade(secured.operator.nc, secured.operator.subjects)
     views = await facade.agents()  # what `interlock agents` and GET /agents show
     assert any(w.instance == "2" for v in views for w in v.workers)

@@ -18,14 +18,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from interlock.core.vocabulary import RunStatus
-from interlock.runtime.buckets import live_workers
+from interlock.runtime.buckets import count_workers
 from interlock.runtime.pausing import CAPABILITY, Pauses
 from interlock.runtime.runview import epoch_seconds
 from interlock.runtime.slotlines import ENTRIES, SlotEntry
 from interlock.runtime.triggerstate import scan_rates
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import connection
-from interlock.transport.kvread import bucket_values, scan_bucket
+from interlock.transport.kvread import scan_bucket
 from interlock.transport.partitions import read_map
 from interlock.transport.subjects import Subjects
 
@@ -185,12 +185,10 @@ class ClusterMetrics(Collector):
         return limits
 
     async def _live_workers(self) -> dict[str, int]:
+        """Each capability's live workers: the bucket read a bounded batch at a time, as
+        large as agents' heartbeats make it (64 MiB at most), every poll."""
         kv = await self._js.key_value(self._subjects.workers_bucket)
-        counts: dict[str, int] = {}
-        for worker in live_workers(await bucket_values(kv)):
-            for capability in worker["capabilities"]:
-                counts[capability] = counts.get(capability, 0) + 1
-        return counts
+        return await count_workers(scan_bucket(kv))
 
     async def _follow(self) -> None:
         """Follow the run index (a KV bucket) to know which running run is in which state."""

@@ -63,6 +63,21 @@ MANIFESTS = [
               type: terminal
         ---
         apiVersion: interlock.io/v1
+        kind: Workflow
+        metadata:
+          name: payroll
+          namespace: team-b
+        spec:
+          initial_state: waiting
+          states:
+            waiting:
+              type: human_in_the_loop
+              on:
+                - {event: ci.passed, goto: paid}
+            paid:
+              type: terminal
+        ---
+        apiVersion: interlock.io/v1
         kind: Webhook
         metadata:
           name: github
@@ -186,6 +201,36 @@ async def test_a_signal_signed_for_one_run_cannot_move_another(gs: GatewayStack)
         assert ok.status_code == 202, ok.text
     state = await gs.stack.wait(mine)
     assert (state.status, state.state) == ("completed", "merged")
+    assert (await client.state(theirs)).state == "waiting"
+
+
+async def test_a_webhooks_signal_reaches_no_run_of_another_namespace(gs: GatewayStack) -> None:
+    """The sender holding one team's webhook secret (its CI) signs a signal naming a run
+    of another team's namespace, at the path that names it: refused, the run unmoved. A
+    signal is another team's run's to take only from its own webhooks or an operator."""
+    client = gs.stack.client
+    theirs = await client.start("team-b/payroll", {}, run_id="payroll-1")
+    await _until_waiting(gs, theirs)
+    body = json.dumps({"run_id": theirs, "signal": "ci.passed"}).encode()
+    async with gs.http(None) as http:
+        r = await http.post(
+            f"/webhooks/github/runs/{theirs}/signals/ci.passed",
+            content=body,
+            headers=signed(body, "s-9", secret=SIGNAL_SECRET),
+        )
+        assert r.status_code == 403, r.text
+        assert r.headers["content-type"] == "application/problem+json"
+        assert r.json()["type"].endswith("/other-namespace")
+        assert "team-b" in r.json()["detail"]
+        unknown = await http.post(
+            "/webhooks/github/runs/no-such-run/signals/ci.passed",
+            content=(
+                other := json.dumps({"run_id": "no-such-run", "signal": "ci.passed"}).encode()
+            ),
+            headers=signed(other, "s-10", secret=SIGNAL_SECRET),
+        )
+        assert unknown.status_code == 404, unknown.text
+    assert await gs.stored_events() == 0
     assert (await client.state(theirs)).state == "waiting"
 
 

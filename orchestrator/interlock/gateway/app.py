@@ -130,6 +130,8 @@ async def post_webhook(request: Request) -> Response:
         event = http_events.check(event)
     except InvalidCloudEvent as exc:
         raise Problem(400, "invalid-event", str(exc), reason=exc.reason) from exc
+    if signal is not None:
+        await webhooks.check_signal_run(gw.client, webhook, signal[0])
     seen = webhooks.replay_key(webhook, body, request.headers)
     first = await gw.deliveries.answer(webhook, seen)
     if first is not None:

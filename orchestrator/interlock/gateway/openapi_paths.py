@@ -172,8 +172,8 @@ def _event_paths() -> dict[str, Any]:
         },
         "/webhooks/{name}/runs/{run_id}/signals/{signal}": {
             "post": _webhook(
-                "A signal to one run, signed as the webhook's deliveries (its `signals`): the "
-                "event type `prefix` + `signal` sent to the run; the signed body names both",
+                "A signal to one run of the webhook's namespace (else 403), signed as its "
+                "deliveries (`signals`): type `prefix` + `signal`; the signed body names both",
                 [_WEBHOOK, _RUN_ID, _SIGNAL],
             )
         },
@@ -189,7 +189,7 @@ def _webhook(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
         "requestBody": {"content": {"application/json": {"schema": {}}}},
         "responses": {
             "202": _json(ref("Accepted"), "Stored, or a delivery seen before"),
-            **_errors(400, 401, 404, 413, 503),
+            **_errors(400, 401, 403, 404, 413, 503),
         },
     }
 

@@ -35,7 +35,7 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from nats.js import JetStreamContext
@@ -50,6 +50,9 @@ from interlock.gateway.problems import Problem
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 from interlock.transport.subjects import Subjects
+
+if TYPE_CHECKING:
+    from interlock.runtime.client import InterlockClient
 
 GITHUB_SIGNATURE = "X-Hub-Signature-256"
 GITHUB_DELIVERY = "X-GitHub-Delivery"
@@ -315,6 +318,28 @@ def signed_target(signals: WebhookSignals, data: Any, run_id: str, name: str) ->
                 f"a signal names its {what} in the body it signs",
                 title="The signature does not cover this target",
             )
+
+
+async def check_signal_run(ops: InterlockClient, webhook: WebhookDefinition, run_id: str) -> None:
+    """Refuse a signal to a run that is not of the webhook's own namespace (403
+    ``other-namespace``), or to no run at all (404 ``unknown-run``). A webhook's secret is
+    held by one team's sender (its CI, its ticket system), and a signal names the run it
+    moves and the event type it sends: without this, that sender moved any team's run
+    whose id it knew, at the step it waits in."""
+    from interlock.client.errors import UnknownRun, no_stream_is_no_run
+
+    try:
+        async with no_stream_is_no_run(run_id):
+            state = (await ops.read_state(run_id)).state
+    except UnknownRun:
+        raise Problem(404, "unknown-run", f"no run {run_id!r}") from None
+    if state.namespace != webhook.namespace:
+        raise Problem(
+            403,
+            "other-namespace",
+            f"run {run_id!r} is of namespace {state.namespace!r}: webhook "
+            f"{webhook.namespace}/{webhook.name} signals the runs of its own namespace only",
+        )
 
 
 class Deliveries:

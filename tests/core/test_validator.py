@@ -702,3 +702,34 @@ def test_errors_inside_optional_sections_name_the_section_and_the_rest_is_still_
     assert f"{first.line}:{first.col} {first.message}" == (
         "9:24 spec.states.work.timeout.after must be string, got int"
     )
+
+
+def test_every_example_sends_echo_what_the_examples_agentdef_of_echo_takes() -> None:
+    """`interlock apply examples/*.yaml` (docs/operations.md's first step on one machine)
+    puts examples/agents.yaml's echo in place of the reference one: each example's input to
+    echo must pass its schema, or that example's runs fail with schema_error."""
+    import jsonschema
+    import yaml
+
+    def actions(node: object) -> list[dict[str, object]]:
+        if isinstance(node, list):
+            return [a for item in node for a in actions(item)]
+        if not isinstance(node, dict):
+            return []
+        own = [node] if node.get("capability") == "echo" else []
+        return own + [a for value in node.values() for a in actions(value)]
+
+    def rendered(value: object) -> object:  # a template stands for some text
+        if isinstance(value, dict):
+            return {k: rendered(v) for k, v in value.items()}
+        return "x" if isinstance(value, str) and "{{" in value else value
+
+    agents = list(yaml.safe_load_all((ROOT / "examples/agents.yaml").read_text()))
+    echo = next(c for a in agents for c in a["spec"]["capabilities"] if c["name"] == "echo")
+    sent = 0
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for action in actions(doc):
+                jsonschema.validate(rendered(action.get("input", {})), echo["input_schema"])
+                sent += 1
+    assert sent >= 8, sent

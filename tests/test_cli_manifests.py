@@ -128,7 +128,15 @@ def test_init_writes_a_workflow_that_validates(work: Path) -> None:
     check = interlock("validate", "my-flow.yaml", cwd=work)
     assert check.returncode == 0, check.stderr
     assert check.stdout.startswith("ok  workflow default/my-flow: ")
-    assert check.stderr == "note: capabilities not checked (no AgentDef given: add --agents FILE)\n"
+    # The template asks for echo, whose AgentDef a new user has in no folder: the note names
+    # the one installed with the reference agent, which validates it.
+    echo = ROOT / "agents" / "interlock_agents" / "manifests" / "echo.yaml"
+    assert check.stderr == (
+        "note: capabilities not checked (no AgentDef given: add --agents FILE); for echo, "
+        f"the reference agents' AgentDefs: --agents {echo}\n"
+    )
+    checked = interlock("validate", "my-flow.yaml", "--agents", str(echo), cwd=work)
+    assert (checked.returncode, checked.stderr) == (0, "")
 
 
 def test_a_workflow_that_asks_for_no_capability_validates_without_a_note(work: Path) -> None:

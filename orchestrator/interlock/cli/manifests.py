@@ -104,10 +104,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"ok  webhook {h.namespace}/{h.name}: POST /webhooks/{h.name}, "
             f"scheme {h.spec.scheme}, source {h.source}{signals}"
         )
-    asking = any(w.capabilities() for w in compiled.workflows)
+    asking = sorted({c for w in compiled.workflows for c in w.capabilities()})
     if asking and not compiled.capabilities_checked:
-        err("note: capabilities not checked (no AgentDef given: add --agents FILE)")
+        err(f"note: capabilities not checked (no AgentDef given: add --agents FILE){_ours(asking)}")
     return EXIT_OK
+
+
+def _ours(capabilities: list[str]) -> str:
+    """For the capabilities a reference agent serves, the AgentDef file installed with it
+    (a new workflow asks for echo, whose AgentDef is in no folder of the user's)."""
+    from interlock.cli.replay_inputs import reference_agentdefs
+
+    files = reference_agentdefs(capabilities)
+    if not files:
+        return ""
+    served = ", ".join(c for caps in files.values() for c in caps)
+    return f"; for {served}, the reference agents' AgentDefs: --agents {' '.join(files)}"
 
 
 def cmd_init(args: argparse.Namespace) -> int:

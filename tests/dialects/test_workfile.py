@@ -84,13 +84,13 @@ BROKEN = [
     (
         "unknown name in an expression",
         "steps: [{a: {agent: x, with: {v: '{{ b.c }}'}}}]\n",
-        "1:34",
+        "1:38",
         "workfile.expression",
     ),
     (
         "a filter",
         "steps: [{a: {agent: x, with: {v: '{{ inputs.x | upper }}'}}}]\n",
-        "1:34",
+        "1:49",
         "workfile.expression",
     ),
     (
@@ -180,7 +180,7 @@ def test_a_path_into_a_call_must_name_an_output_of_the_called_workfile() -> None
 def test_a_filter_is_refused_by_name_and_a_bar_in_a_string_is_not_a_filter() -> None:
     text = "steps: [{a: {agent: x, with: {v: '{{ run.started_at | add_hours(4) }}'}}}]\n"
     assert errors_of("w.yaml", text, "workfile") == [
-        "w.yaml:1:34: workfile.expression: the filter `| add_hours` in "
+        "w.yaml:1:55: workfile.expression: the filter `| add_hours` in "
         "'run.started_at | add_hours(4)' is not supported: the Workfile format does not "
         "define its filters, so none is; write CEL functions instead (an instant: "
         "run.started_at + duration('4h'))"
@@ -201,6 +201,6 @@ def test_run_started_at_is_a_timestamp() -> None:
 def test_owner_and_version_are_not_readable_from_an_expression() -> None:
     text = 'owner: a\nversion: 2\nsteps: [{a: {agent: x, with: {v: "{{ context.workfile }}"}}}]\n'
     assert errors_of("w.yaml", text, "workfile") == [
-        "w.yaml:3:34: workfile.expression: unknown name 'context' in 'context.workfile' "
+        "w.yaml:3:38: workfile.expression: unknown name 'context' in 'context.workfile' "
         "(known: a, inputs, run)"
     ]

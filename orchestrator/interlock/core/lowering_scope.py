@@ -25,7 +25,7 @@ from interlock.core.expr import (
     ValueProblem,
     compile_value,
 )
-from interlock.core.source import Document, Path, Span
+from interlock.core.source import Document, Path, Span, position_in, written_offset
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -73,7 +73,7 @@ class LoweringScope:
         try:
             return Expression(source, extra, doubles=self.doubles, sees=sees)
         except CompileError as exc:
-            self._cel_error(path, exc)
+            self._cel_error(path, exc, text=source, whole=True)
             return None
 
     def _value(self, path: Path, value: Any, extra: frozenset[str] = frozenset()) -> CompiledValue:
@@ -86,11 +86,25 @@ class LoweringScope:
             self._cel_error(problem.path, problem.error, problem.offset, text)
         return compiled
 
-    def _cel_error(self, path: Path, error: CompileError, offset: int = 0, text: str = "") -> None:
-        """``error`` of the expression at ``offset`` of ``text``, the string at ``path``."""
+    def _cel_error(
+        self,
+        path: Path,
+        error: CompileError,
+        offset: int = 0,
+        text: str = "",
+        *,
+        whole: bool = False,
+    ) -> None:
+        """``error`` of the expression at ``offset`` of ``text``, the string at ``path``
+        (``whole``: the string is the expression, a guard's, however it is written)."""
         span = self.doc.where(path)
-        found = _block_position(span, text, offset, error.line, error.col)
-        line, col = found or _inner_position(span, error.line, error.col + offset)
+        if whole:
+            lines = text.split("\n")
+            at = sum(len(written) + 1 for written in lines[: error.line - 1]) + error.col - 1
+            line, col = position_in(span, text, min(max(at, 0), len(text)))
+        else:
+            found = _block_position(span, text, offset, error.line, error.col)
+            line, col = found or _inner_position(span, error.line, error.col + offset)
         if isinstance(error, CostError):
             self.diags.append(Diagnostic(self.doc.path, line, col, "cel-cost", error.message))
         elif isinstance(error, CelTypeError):
@@ -127,7 +141,7 @@ def _inner_position(span: Span, line: int, col: int) -> tuple[int, int]:
     if span.style in ("|", ">"):
         return span.line + line, (span.content_col or span.col + 1) + col - 1
     if span.raw is not None:
-        return span.line, span.col + 1 + _written_offset(span.raw, span.style, line, col)
+        return span.line, span.col + 1 + written_offset(span.raw, span.style, line, col)
     if line > 1:
         return span.line + line - 1, col
     lead = 1 if span.style in ("'", '"') else 0
@@ -158,30 +172,3 @@ def _block_position(
     if line > 1:  # an expression written across lines, wrong on a later one
         return first + line - 1, span.content_col + col - 1
     return first, at - before.rfind("\n") + col - 1
-
-
-_ESCAPE_DIGITS = {"x": 2, "u": 4, "U": 8}
-
-
-def _written_offset(raw: str, style: str | None, line: int, col: int) -> int:
-    """Where in ``raw``, a quoted scalar's text as written on one line, the value's
-    ``line``/``col`` stands. The value's lines are only those its ``\\n`` escapes make; on
-    the line asked for, ``col`` counts characters of the value (a template's offset may
-    run past its line's end)."""
-    at, current, left = 0, 1, col - 1
-    while at < len(raw) and (current < line or left > 0):
-        newline = False
-        if style == '"' and raw[at] == "\\":
-            code = raw[at + 1 : at + 2]
-            width = 2 + _ESCAPE_DIGITS.get(code, 0)
-            newline = code == "n"
-        elif style == "'" and raw.startswith("''", at):
-            width = 2
-        else:
-            width = 1
-        at += width
-        if current < line:
-            current += newline
-        else:
-            left -= 1
-    return at

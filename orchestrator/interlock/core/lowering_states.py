@@ -375,7 +375,7 @@ class StateLowering(LoweringScope):
             try:
                 guard = Expression(t.guard, doubles=self.doubles)
             except CompileError as exc:
-                self._cel_error((*path, "guard"), exc)
+                self._cel_error((*path, "guard"), exc, text=t.guard, whole=True)
         sets = tuple((k, self._value((*path, "set", k), v)) for k, v in t.set.items())
         budget = self._budgets((*path, "budget"), t.budget)
         return TransitionDef(index, t.event, t.goto, guard, sets, budget, self._renew(path, t))

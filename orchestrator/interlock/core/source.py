@@ -52,6 +52,10 @@ class Span:
     value is found (an escape is one character of the value, two or more of the file).
     For a block scalar: its lines as written, indentation included (from the line after
     its ``|`` or ``>``), where a template on any of its lines is found."""
+    across: str | None = field(default=None, compare=False)
+    """For a plain or quoted scalar written across lines: its text as written (between
+    the quotes), from its first character to its last, where a place in its value is
+    found (YAML folds its line breaks and indentation into spaces)."""
 
 
 @dataclass(slots=True)
@@ -162,7 +166,16 @@ def _span(node: yaml.Node) -> Span:
         written = mark.buffer[mark.pointer + 1 : node.end_mark.pointer - 1]
         if ("\\" if style == '"' else "''") in written:
             raw = written
-    return Span(mark.line + 1, mark.column + 1, style or None, content_col, raw)
+    across = None
+    if (
+        isinstance(node, yaml.ScalarNode)
+        and style in (None, "'", '"')
+        and node.end_mark.line != mark.line
+        and isinstance(mark.buffer, str)
+    ):
+        lead = 0 if style is None else 1
+        across = mark.buffer[mark.pointer + lead : node.end_mark.pointer - lead]
+    return Span(mark.line + 1, mark.column + 1, style or None, content_col, raw, across)
 
 
 def _timestamp_text(value: datetime.date) -> str:
@@ -306,3 +319,58 @@ def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnosti
             continue
         documents.append(doc)
     return documents, errors
+
+
+_ESCAPE_DIGITS = {"x": 2, "u": 4, "U": 8}
+
+
+def written_offset(raw: str, style: str | None, line: int, col: int) -> int:
+    """Where in ``raw``, a quoted scalar's text as written on one line, the value's
+    ``line``/``col`` stands. The value's lines are only those its ``\\n`` escapes make; on
+    the line asked for, ``col`` counts characters of the value (a template's offset may
+    run past its line's end)."""
+    at, current, left = 0, 1, col - 1
+    while at < len(raw) and (current < line or left > 0):
+        newline = False
+        if style == '"' and raw[at] == "\\":
+            code = raw[at + 1 : at + 2]
+            width = 2 + _ESCAPE_DIGITS.get(code, 0)
+            newline = code == "n"
+        elif style == "'" and raw.startswith("''", at):
+            width = 2
+        else:
+            width = 1
+        at += width
+        if current < line:
+            current += newline
+        else:
+            left -= 1
+    return at
+
+
+def position_in(span: Span, value: str, offset: int) -> tuple[int, int]:
+    """Where in the file (line, column) the character at ``offset`` of a scalar's
+    ``value`` is written, for a scalar that starts at ``span``: one written on one line
+    (its escapes counted as written), a block scalar, or one written across lines (YAML
+    folds their line breaks and indentation: the value's other characters are the
+    text's, in order)."""
+    quoted = span.style in ("'", '"')
+    text = span.raw if span.style in ("|", ">") else span.across
+    if text is None:
+        if quoted and span.raw is not None:
+            return span.line, span.col + 1 + written_offset(span.raw, span.style, 1, offset + 1)
+        return span.line, span.col + (1 if quoted else 0) + offset
+    line, col = (span.line + 1, 1) if span.style in ("|", ">") else (span.line, span.col)
+    col += 1 if quoted else 0
+    wanted = sum(1 for c in value[:offset] if not c.isspace())
+    at = len(text)
+    for i, c in enumerate(text):
+        if not c.isspace():
+            if wanted == 0:
+                at = i
+                break
+            wanted -= 1
+    before = text[:at]
+    if "\n" not in before:
+        return line, col + at
+    return line + before.count("\n"), at - before.rfind("\n")

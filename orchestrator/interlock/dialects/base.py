@@ -18,7 +18,7 @@ from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.expr import CompileError, Expression
-from interlock.core.source import Document, Path, Span
+from interlock.core.source import Document, Path, Span, position_in
 
 API_VERSION = "interlock.io/v1"
 
@@ -365,14 +365,35 @@ def check_cel(
     try:
         Expression(cel.native, extra)
     except CompileError as exc:
+        native_lines = cel.native.split("\n")
+        at = sum(len(text) + 1 for text in native_lines[: exc.line - 1]) + exc.col - 1
+        at -= sum(delta for pos, delta in cel.shifts if pos < at)  # back to the source
+        at = max(0, min(at, len(cel.source)))
         span = checker.src.where(path)
-        lead = 1 if span.style in ("'", '"') else 0
-        col = span.col + lead + offset + cel.original_col(exc.col) - 1
-        line = span.line + exc.line - 1 if span.style not in ("|", ">") else span.line + exc.line
+        value = value_at(checker.src.data, path)
+        written = value if isinstance(value, str) else cel.source
+        start = offset or max(written.find(cel.source), 0)
+        line, col = position_in(span, written, start + at)
         message = exc.message.replace("in CEL (known:", "(known:")
-        checker.at_span(Span(line, col if exc.line == 1 else exc.col), "cel", message)
+        if message.startswith("CEL does not compile: ") and exc.line <= len(native_lines):
+            # celpy names the line it stopped on, as rewritten: say it as written
+            source_line = cel.source.split("\n")[min(exc.line, len(cel.source.split("\n"))) - 1]
+            message = f"CEL does not compile: {source_line.strip()!r}"
+        checker.at_span(Span(line, col), "cel", message)
         return False
     return True
+
+
+def value_at(data: Any, path: Path) -> Any:
+    """The value at ``path`` of a document's data (None: not there)."""
+    for part in path:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
 
 
 def template(expression: str) -> str:

@@ -343,21 +343,21 @@ def _cel(ctx: Scope, source: str, path: Path, *, owner_of: str) -> Cel | None:
     for name in _names(source):
         if name.name not in allowed:
             ctx.check.at_span(
-                _span_in(ctx.src, path, name.start),
+                _span_in(ctx.src, path, source, name.start),
                 "cel",
                 f"unknown variable {name.name!r} (known: {', '.join(sorted(allowed))})",
             )
             ok = False
         elif name.name == "steps" and name.fields and name.fields[0] not in ctx.steps:
             ctx.check.at_span(
-                _span_in(ctx.src, path, name.start),
+                _span_in(ctx.src, path, source, name.start),
                 "unknown-step",
                 f"{source[name.start : name.ends[0]]} names no step",
             )
             ok = False
         elif name.name == "steps" and not name.fields:
             ctx.check.at_span(
-                _span_in(ctx.src, path, name.start),
+                _span_in(ctx.src, path, source, name.start),
                 "cel",
                 'a step reference names its step: steps.<name> or steps["<name>"] '
                 "(a step name with '-' needs the index form)",
@@ -376,12 +376,12 @@ def _names(source: str) -> list[Name]:
     return top_level_names(source)
 
 
-def _span_in(src: Document, path: Path, offset: int) -> Any:
-    from interlock.core.source import Span
+def _span_in(src: Document, path: Path, source: str, offset: int) -> Any:
+    """Where the character at ``offset`` of the expression ``source`` at ``path`` is
+    written (across lines, in a block scalar, after escapes)."""
+    from interlock.core.source import Span, position_in
 
-    span = src.where(path)
-    lead = 1 if span.style in ("'", '"') else 0
-    return Span(span.line, span.col + lead + offset)
+    return Span(*position_in(src.where(path), source, offset))
 
 
 def _check_output_schemas(ctx: Scope) -> None:
@@ -396,7 +396,7 @@ def _check_output_schemas(ctx: Scope) -> None:
                     continue
                 if "outputSchema" not in ctx.steps[target][1] and not _is_node(ctx, target):
                     ctx.check.at_span(
-                        _span_in(ctx.src, path, ref.start),
+                        _span_in(ctx.src, path, source, ref.start),
                         "output-schema",
                         f"step {name!r} reads {source[ref.start : ref.ends[0]]}.output, so "
                         f"step {target!r} must declare an outputSchema",

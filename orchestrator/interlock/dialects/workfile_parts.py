@@ -13,7 +13,7 @@ from typing import Any
 from interlock.core.definition import known_type
 from interlock.core.diagnostics import Diagnostic
 from interlock.core.lowering_scope import parse_duration
-from interlock.core.source import Document, Path
+from interlock.core.source import Document, Path, Span, position_in
 from interlock.dialects.base import (
     Checker,
     Lowering,
@@ -21,6 +21,7 @@ from interlock.dialects.base import (
     check_cel,
     rewrite_cel,
     top_level_names,
+    value_at,
 )
 
 DIALECT = "workfile"
@@ -239,15 +240,37 @@ _STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
 """A CEL string literal (a ``|`` inside one is not a filter)."""
 
 
-def _rewrite(wf: Workfile, source: str, path: Path, extra: frozenset[str]) -> str | None:
-    """A Workfile expression in the native variables, or None (reported)."""
+def _rewrite(
+    wf: Workfile, source: str, path: Path, extra: frozenset[str], at: int = 0
+) -> str | None:
+    """A Workfile expression in the native variables, or None (reported). ``at``: where
+    ``source`` begins in the value at ``path`` (a problem is reported where it is written)."""
     known = {"inputs", "run", *wf.steps, *extra}
     if wf.events:
         known |= {"event", "data"}
+
+    def where(offset: int) -> Span:
+        value = value_at(wf.check.src.data, path)
+        span = wf.check.src.where(path)
+        if not isinstance(value, str):
+            return span
+        return Span(*position_in(span, value, at + offset))
+
+    # A filter first: its name is no unknown name, it is a construct not supported.
+    filtered = _FILTER.search(_STRING.sub(lambda m: "x" * len(m.group()), source))
+    if filtered:
+        wf.check.at_span(
+            where(filtered.start(1) if filtered.group(1) else filtered.start()),
+            "expression",
+            f"the filter `| {filtered.group(1)}` in {source.strip()!r} is not supported: "
+            "the Workfile format does not define its filters, so none is; write CEL "
+            "functions instead (an instant: run.started_at + duration('4h'))",
+        )
+        return None
     for name in top_level_names(source):
         if name.name not in known:
-            wf.check.error(
-                path,
+            wf.check.at_span(
+                where(name.start),
                 "expression",
                 f"unknown name {name.name!r} in {source.strip()!r} "
                 f"(known: {', '.join(sorted(known))})",
@@ -271,17 +294,8 @@ def _rewrite(wf: Workfile, source: str, path: Path, extra: frozenset[str]) -> st
         return None
 
     cel = rewrite_cel(source.strip(), change)
-    filtered = _FILTER.search(_STRING.sub('""', cel.native))
-    if filtered:
-        wf.check.error(
-            path,
-            "expression",
-            f"the filter `| {filtered.group(1)}` in {source.strip()!r} is not supported: "
-            "the Workfile format does not define its filters, so none is; write CEL "
-            "functions instead (an instant: run.started_at + duration('4h'))",
-        )
-        return None
-    if not check_cel(cel, wf.check, path, extra | {"iteration"}):
+    lead = len(source) - len(source.lstrip())
+    if not check_cel(cel, wf.check, path, extra | {"iteration"}, offset=at + lead):
         return None
     return cel.native
 
@@ -319,11 +333,11 @@ def lower_value(
             # A step's result: null when the step did not run (skipped, or a stop before it).
             wf.read(path_match.group(1), fields, path)
             return f"$.states.{path_match.group(1)}.output{path_match.group(2)}"
-        native = _rewrite(wf, whole.group(1), path, extra)
+        native = _rewrite(wf, whole.group(1), path, extra, whole.start(1))
         return "{{ " + (native or "null") + " }}"
 
     def each(match: re.Match[str]) -> str:
-        native = _rewrite(wf, match.group(1), path, extra)
+        native = _rewrite(wf, match.group(1), path, extra, match.start(1))
         return "{{ " + (native or "null") + " }}"
 
     return _TEMPLATE.sub(each, value)
@@ -336,7 +350,9 @@ def lower_condition(wf: Workfile, value: Any, path: Path) -> str | None:
         wf.check.error(path, "wrong-type", "when must be an expression")
         return None
     whole = _WHOLE.match(value)
-    return _rewrite(wf, whole.group(1) if whole else value, path, frozenset())
+    return _rewrite(
+        wf, whole.group(1) if whole else value, path, frozenset(), whole.start(1) if whole else 0
+    )
 
 
 def lower_action(

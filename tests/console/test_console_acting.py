@@ -475,3 +475,61 @@ async def test_the_queues_page_shows_runs_waiting_for_a_triggers_rate(console: C
     cells = await line.locator("td").all_inner_texts()
     assert cells[1:5] == ["rate", "—", "1/1", "2"], cells  # no key: one rate for the trigger
     assert page.errors == []
+
+
+HELD = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: held-lines
+    spec:
+      inputs:
+        customer: {type: string, required: true}
+      concurrency:
+        - {key: inputs.customer, limit: 1}
+      initial_state: waiting
+      states:
+        waiting:
+          type: human_in_the_loop
+          on: [{event: go, goto: done}]
+        done: {type: terminal}
+    """
+)
+
+
+async def test_the_queues_page_goes_a_page_at_a_time(console: Console) -> None:
+    """``#/queues?limit=1``: one line a page, **Next →** to the next (its line further on
+    in limit then key order), **← First** back."""
+    gs = console.gs
+    await gs.stack.apply(HELD)
+    for customer in ("p1", "p2"):
+        await gs.stack.client.start("held-lines", {"customer": customer})
+    async with gs.http("reader") as http:
+
+        async def both_held() -> bool:
+            lines = (await http.get("/queues", params={"workflow": "held-lines"})).json()
+            return [q["key"] for q in lines] == ["p1", "p2"]
+
+        for _ in range(300):
+            if await both_held():
+                break
+            await asyncio.sleep(0.1)
+        assert await both_held()
+    page = await signed_in(console, "#/queues?limit=1")
+    rows = page.locator("table tbody tr")
+    await page.locator("#queues-next").wait_for()
+    assert await rows.count() == 1
+    first = (await rows.first.locator("td").all_inner_texts())[:3]
+    assert await page.locator("#queues-first").is_disabled()
+    await page.locator("#queues-next").click()
+    await page.wait_for_function("location.hash.includes('after=')")
+    await page.locator("#queues-first:not([disabled])").wait_for()
+    assert await rows.count() == 1
+    second = (await rows.first.locator("td").all_inner_texts())[:3]
+    assert (second[0], second[2]) > (first[0], first[2]), (first, second)
+    await checked(page, "a page of queues further on")
+    await page.locator("#queues-first").click()
+    await page.locator("#queues-first[disabled]").wait_for()
+    assert "after=" not in await page.evaluate("location.hash")
+    assert page.errors == []

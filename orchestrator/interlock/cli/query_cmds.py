@@ -7,6 +7,7 @@ They print the views of :mod:`interlock.views` (``--output json|yaml``) or table
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, err
@@ -62,6 +63,8 @@ def add_parsers(sub: Sub) -> None:
     p.add_argument(
         "--capability", metavar="NAME", help="only the capability NAME's limits (each of them)"
     )
+    p.add_argument("--limit", "-n", type=int, default=None, help="at most this many lines (a page)")
+    p.add_argument("--after", metavar="TOKEN", help="the page after the one whose note gave TOKEN")
     add_output_flags(p)
     add_connection_flags(p)
     p.set_defaults(func=with_client(cmd_queues))
@@ -367,10 +370,20 @@ async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
     from interlock.client import UnknownWorkflow
     from interlock.client.errors import UnknownAgent
 
+    if args.limit is not None and args.limit < 1:
+        raise CliError(f"--limit must be 1 or more, got {args.limit}")
+    more = None
     try:
-        found = await client.queues(args.workflow, capability=args.capability)
+        if args.limit is None and args.after is None:
+            found = await client.queues(args.workflow, capability=args.capability)
+        else:
+            found, more = await client.queue_page(
+                args.workflow, capability=args.capability, limit=args.limit or ALL, after=args.after
+            )
     except (UnknownWorkflow, UnknownAgent) as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
+    except ValueError as exc:
+        raise CliError(f"--after: {exc}") from exc
 
     def table() -> None:
         if not found:
@@ -395,7 +408,17 @@ async def cmd_queues(client: Client, args: argparse.Namespace) -> int:
         )
 
     emit(args, found, table)
+    if more is not None:
+        again = [
+            f"--{o} {shlex.quote(v)}" for o in ("workflow", "capability") if (v := getattr(args, o))
+        ]
+        again += [f"--limit {args.limit}", f"--after {more}"]
+        err(f"more lines: interlock queues {' '.join(again)}")
     return EXIT_OK
+
+
+ALL = 1 << 30
+"""``--after`` without ``--limit``: every line after it."""
 
 
 def _paused_text(q: Any) -> str:

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
 
-from interlock.client import catalog, chains, queues, reading
+from interlock.client import catalog, chains, reading
 from interlock.client.errors import (
     InvalidManifest,
     no_stream_is_no_run,
 )
 from interlock.client.letters import DeadLetterCalls
+from interlock.client.queuecalls import QueueCalls
 from interlock.core import events as ev
 from interlock.core.deadline import check_deadline
 from interlock.core.ids import check_run_id
@@ -45,7 +46,6 @@ from interlock.views.build import (
     describe_run,
     summary_of,
 )
-from interlock.views.queueshape import QueueView
 
 if TYPE_CHECKING:
     from interlock.runtime.retention import Deleted
@@ -61,7 +61,7 @@ SIGNAL_WAIT_S = 5.0
 T = TypeVar("T")
 
 
-class Client(DeadLetterCalls):
+class Client(DeadLetterCalls, QueueCalls):
     """Workflows, runs, events, agents and dead letters of one installation.
 
     Build it with :meth:`connect` (or around a connection you hold: ``Client(nc)``), and
@@ -369,12 +369,6 @@ class Client(DeadLetterCalls):
         warnings = [f.warning() for f in read.foreign]
         described = describe_run(read.records, outline, state=read.state, warnings=warnings)
         return await reading.described(self._ops, described, read.state)
-
-    async def queues(
-        self, workflow: str | None = None, *, capability: str | None = None
-    ) -> list[QueueView]:
-        """Limits and keys held or waited for, what is paused (see :mod:`queues`)."""
-        return await queues.list_queues(self._ops, workflow, capability)
 
     async def runs(
         self,

@@ -3,12 +3,14 @@ run stands, and every limit and key's runs holding and waiting."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
 from interlock.client import capqueues
+from interlock.core.limitdef import capacity_names
 from interlock.core.names import WORKFLOW_REF
 from interlock.core.pauses import PAUSED
 from interlock.core.rfc3339 import format_time
@@ -79,25 +81,127 @@ async def list_queues(
     capability, and the triggers' windows and rates, sorted by limit then key; with
     ``workflow`` (``name`` or ``namespace/name``), the limits it declares; with
     ``capability``, that capability's limits (each one, waited for or not)."""
+    return (await _read(ops, workflow, capability, None, None)).lines()
+
+
+async def queue_page(
+    ops: InterlockClient,
+    workflow: str | None = None,
+    capability: str | None = None,
+    *,
+    limit: int,
+    after: tuple[str, str] | None = None,
+) -> tuple[list[QueueView], tuple[str, str] | None]:
+    """:func:`list_queues` a page at a time: the first ``limit`` lines past ``after`` (a
+    limit and key), and where the next page starts (None: this is the last). What is
+    kept while reading is bounded by ``limit``; every line is read to find them."""
+    kept = await _read(ops, workflow, capability, after, limit)
+    page = kept.lines()
+    if not kept.more():
+        return page, None
+    # (A page emptied by lines gone while it was read goes on from where it began.)
+    return page, (page[-1].limit, page[-1].key) if page else (after or ("", ""))
+
+
+def page_token(after: tuple[str, str]) -> str:
+    """The text that names where a page starts (``--after``, ``?after=``): the limit and
+    the key, each as the hex of its UTF-8, joined by a dot."""
+    return ".".join(part.encode().hex() for part in after)
+
+
+MAX_TOKEN = 4096
+"""The longest page token read (a limit's name and a key of 256 characters)."""
+TOKEN = re.compile(r"^(?:[0-9a-f]{2})*\.(?:[0-9a-f]{2})*$")
+"""What a page token is (any such text names a place: lines sort after it)."""
+
+
+def read_page_token(token: str) -> tuple[str, str] | None:
+    """The limit and key a page token names; None when it is no page token."""
+    if len(token) > MAX_TOKEN or not TOKEN.match(token):
+        return None
+    limit, _, key = token.partition(".")
+    return (
+        bytes.fromhex(limit).decode(errors="replace"),
+        bytes.fromhex(key).decode(errors="replace"),
+    )
+
+
+async def _read(
+    ops: InterlockClient,
+    workflow: str | None,
+    capability: str | None,
+    after: tuple[str, str] | None,
+    most: int | None,
+) -> Kept:
     now = datetime.now(UTC)
     paused = await capqueues.paused_now(ops)
-    # Each entry's line as it is read: an entry outlines up to 256 lines of keys a
-    # publisher names, and the bucket is read a bounded batch at a time.
-    lines: dict[str, QueueView] = {}
-    async for token, e in Slots(ops.nc, ops.subjects).scan():
-        if e is None:
-            lines.pop(token, None)
-        else:
-            lines[token] = capqueues.annotated(queue_view(e, now), e, now, paused)
-    views = list(lines.values())
-    views += [capqueues.annotated(v, None, now, paused) for v in await trigger_views(ops, now)]
-    views += capqueues.pause_lines(views, paused)
+    names: set[str] | None = None
     if workflow is not None:
         names = await limit_names(ops, workflow)
-        views = [v for v in views if v.limit in names]
     if capability is not None:
-        views = await capqueues.capability_lines(ops, capability, views)
-    return sorted(views, key=lambda q: (q.limit, q.key))
+        await capqueues.declared(ops, capability)  # (UnknownAgent when none declares it)
+        concurrency, rate = capacity_names(capability)
+        own = {concurrency, rate, f"{concurrency}{PAUSED}"}
+        names = own if names is None else names & own
+    kept = Kept(names, after, most)
+    # Each entry's line as it is read: an entry outlines up to 256 lines of keys a
+    # publisher names, and the bucket is read a bounded batch at a time.
+    async for token, e in Slots(ops.nc, ops.subjects).scan():
+        line = None if e is None else capqueues.annotated(queue_view(e, now), e, now, paused)
+        kept.offer(token, line)
+    for i, view in enumerate(await trigger_views(ops, now)):
+        kept.offer(f"trigger {i}", capqueues.annotated(view, None, now, paused))
+    shown = list(kept.firsts.values())
+    extra = capqueues.pause_lines(shown, paused)
+    if capability is not None:
+        mine = [*shown, *extra]
+        extra += [
+            v for v in await capqueues.capability_lines(ops, capability, mine) if v not in mine
+        ]
+    for i, view in enumerate(extra):
+        kept.offer(f"added {i}", view)
+    return kept
+
+
+class Kept:
+    """The lines a listing keeps as it reads: those of the limits ``names`` (None: all),
+    past ``after``, the first ``most`` of them (None: all) in limit then key order; and
+    the first line of each limit seen (what says which limits have lines)."""
+
+    def __init__(
+        self, names: set[str] | None, after: tuple[str, str] | None, most: int | None
+    ) -> None:
+        self._names, self._after, self._most = names, after, most
+        self._lines: dict[str, QueueView] = {}
+        self._cut = False
+        """Whether lines past the first were let go (the page is not the last)."""
+        self.firsts: dict[str, QueueView] = {}
+
+    def offer(self, token: str, view: QueueView | None) -> None:
+        """The line read for ``token`` now (None: gone)."""
+        if view is None or (self._names is not None and view.limit not in self._names):
+            self._lines.pop(token, None)
+            return
+        self.firsts.setdefault(view.limit, view)
+        if self._after is not None and (view.limit, view.key) <= self._after:
+            self._lines.pop(token, None)
+            return
+        self._lines[token] = view
+        if self._most is not None and len(self._lines) > 2 * (self._most + 1):
+            first = sorted(self._lines.items(), key=lambda item: _order(item[1]))
+            self._lines, self._cut = dict(first[: self._most + 1]), True
+
+    def lines(self) -> list[QueueView]:
+        found = sorted(self._lines.values(), key=_order)
+        return found if self._most is None else found[: self._most]
+
+    def more(self) -> bool:
+        """Whether lines past the first ``most`` were read."""
+        return self._most is not None and (self._cut or len(self._lines) > self._most)
+
+
+def _order(view: QueueView) -> tuple[str, str]:
+    return view.limit, view.key
 
 
 async def trigger_views(ops: InterlockClient, now: datetime) -> list[QueueView]:

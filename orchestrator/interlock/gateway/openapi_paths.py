@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from interlock.core.vocabulary import RECORDED
+from interlock.gateway import queuepages as pages
 from interlock.gateway import rest
 
 REF = "#/components/schemas/{name}"
@@ -231,18 +232,21 @@ def _definition_paths() -> dict[str, Any]:
         "/queues": {
             "get": _op(
                 "Limits per key: runs and requests at work and waiting, and what is paused",
-                {"200": _json({"type": "array", "items": ref("QueueView")})},
-                params=[_param(n, "query", {"type": "string"}, d) for n, d in _QUEUES_BY],
+                {"200": {**_json({"type": "array", "items": ref("QueueView")}), **pages.LINK}},
+                params=[_param(n, "query", t, d) for n, t, d in _QUEUES_BY],
                 tag="runs",
-                errors=(401, 403, 404),
+                errors=(400, 401, 403, 404),
             )
         },
     }
 
 
+_TEXT = {"type": "string"}
 _QUEUES_BY = (
-    ("workflow", "Only the limits this workflow declares (NAME or NAMESPACE/NAME)."),
-    ("capability", "Only this capability's limits, each of them (waited for or not)."),
+    ("workflow", _TEXT, "Only the limits this workflow declares (NAME or NAMESPACE/NAME)."),
+    ("capability", _TEXT, "Only this capability's limits, each of them (waited for or not)."),
+    ("after", pages.AFTER, "Where the page starts: the token the last page's Link header gave."),
+    ("limit", pages.LIMIT, "How many lines (default and most 500)."),
 )
 
 
@@ -253,12 +257,7 @@ def _run_paths() -> dict[str, Any]:
         {"200": _json(ref("RunPage"))},
         params=[
             _param("workflow", "query", {"type": "string"}, "NAME or NAMESPACE/NAME."),
-            _param(
-                "status",
-                "query",
-                {"enum": list(RECORDED)},
-                "Only this status.",
-            ),
+            _param("status", "query", {"enum": list(RECORDED)}, "Only this status."),
             _param(
                 "since",
                 "query",

@@ -26,6 +26,7 @@ from interlock.core.names import DNS_LABEL
 from interlock.core.objects import is_marker
 from interlock.core.vocabulary import RECORDED, InterlockError, RunStatus
 from interlock.gateway.problems import Problem, as_problem, int_param
+from interlock.gateway.queuepages import queue_listing
 from interlock.transport.cloudevents_model import InvalidCloudEvent, decode_json
 from interlock.views.shapes import WAITING_KINDS
 
@@ -264,9 +265,7 @@ async def list_agents(request: Request, gw: Gateway) -> Response:
 
 @reads
 async def list_queues(request: Request, gw: Gateway) -> Response:
-    workflow = request.query_params.get("workflow") or None
-    capability = request.query_params.get("capability") or None
-    return json_view(await gw.api.queues(workflow, capability=capability))
+    return await queue_listing(request, gw.api)  # a page at a time
 
 
 @reads

@@ -44,7 +44,20 @@ export function url(path, params) {
 }
 
 // GET (or another method with a JSON body); the decoded answer, or an ApiError.
-export async function api(path, { params, method = "GET", body, signal } = {}) {
+export async function api(path, options = {}) {
+  return (await call(path, options)).data;
+}
+
+// GET a listing a page at a time: { data, next }, `next` the `after` of the next page as
+// the answer's Link header (rel="next") names it, null on the last page.
+export async function apiPage(path, params) {
+  const { data, response } = await call(path, { params });
+  const link = /<([^>]*)>\s*;\s*rel="next"/.exec(response.headers.get("Link") || "");
+  const next = link ? new URL(link[1], url(path)).searchParams.get("after") : null;
+  return { data, next };
+}
+
+async function call(path, { params, method = "GET", body, signal } = {}) {
   const init = { method, headers: headers(), signal };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
@@ -65,7 +78,7 @@ export async function api(path, { params, method = "GET", body, signal } = {}) {
     if (r.status === 401 || cannotRead(err)) document.dispatchEvent(new CustomEvent("interlock:unauthenticated", { detail: err }));
     throw err;
   }
-  return data;
+  return { data, response: r };
 }
 
 // Server-Sent Events from `path`, read with fetch (EventSource cannot send a bearer

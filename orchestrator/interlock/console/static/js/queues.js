@@ -1,8 +1,9 @@
 // Queues: each line of GET /queues (a concurrency limit and key, a capability's limit or
 // rate, a trigger's window, what a paused workflow or capability holds), with a button to
 // pause or resume each capability; the paused workflows, each with a button to resume it;
-// and a form to pause a capability that holds nothing yet.
-import { api } from "./api.js";
+// and a form to pause a capability that holds nothing yet. The lines come a page at a time
+// (GET /queues?after=&limit=, its Link header naming the next): #/queues?after=TOKEN&limit=N.
+import { api, apiPage } from "./api.js";
 import { add, h, table, timeCell } from "./dom.js";
 import { pauseButton, pausedBadge, reasonField } from "./pausing.js";
 
@@ -15,8 +16,19 @@ function wait(seconds) {
 
 const capPath = (name) => `/capabilities/${encodeURIComponent(name)}`;
 
-export async function queuesPage(root, _arg, _params, current) {
-  const [queues, workflows, agents] = await Promise.all([api("/queues"), api("/workflows"), api("/agents")]);
+export async function queuesPage(root, _arg, params, current) {
+  const after = params.get("after") || "";
+  const limit = params.get("limit") || "";
+  const [page, workflows, agents] = await Promise.all([
+    apiPage("/queues", { after, limit }), api("/workflows"), api("/agents"),
+  ]);
+  const at = (token) => {
+    const q = new URLSearchParams();
+    if (token) q.set("after", token);
+    if (limit) q.set("limit", limit);
+    location.hash = `#/queues${q.size ? `?${q}` : ""}`;
+  };
+  const queues = page.data;
   const paused = workflows.filter((w) => w.paused);
   // Redrawn as the router draws a page (the same hash, drawn again).
   const draw = () => current() && window.dispatchEvent(new HashChangeEvent("hashchange"));
@@ -67,6 +79,13 @@ export async function queuesPage(root, _arg, _params, current) {
     h("h1", {}, "Queues"),
     h("p", { class: "hint" }, "Per concurrency limit and key: the runs (or a capability's requests) holding a slot of the limit, those waiting, and how long the first in line has waited."),
     table("!Queues", ["Limit", "Kind", "Key", "Running", "Queued", "Oldest wait", "Paused", "Act"], rows, { empty: "Nothing holds or waits for a slot.", stacked: true }),
+    after || page.next
+      ? h("nav", { class: "pager", "aria-label": "Pages of queues" },
+          h("button", { type: "button", id: "queues-first", disabled: !after, onclick: () => at("") }, "← First"),
+          h("span", { role: "status" }, after ? "Lines further on" : "First lines"),
+          h("button", { type: "button", id: "queues-next", disabled: !page.next,
+                        onclick: () => at(page.next) }, "Next →"))
+      : null,
     h("h2", { id: "paused-h" }, "Paused workflows"),
     table("!Paused workflows", ["Workflow", "State", "Reason", "Runs paused with it", "Since", "Act"], pausedRows, { empty: "No workflow is paused.", stacked: true }),
     h("h2", { id: "pause-cap-h" }, "Pause a capability"),

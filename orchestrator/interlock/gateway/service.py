@@ -63,7 +63,7 @@ class Gateway:
         """What the REST routes and /events go through: the same client as any program."""
         self.client = self.api.ops
         """The operations underneath ``api`` (one registry and one run-log watcher)."""
-        self.client.joins_lines = False  # its account may not write the slots bucket
+        self.client.lines.enabled = False  # its account may not write the slots bucket
         self.js = self.client.js
         self.registry = self.client.registry
         self.tokens = Tokens(self.js, subjects)

@@ -26,6 +26,7 @@ from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState
 from interlock.runtime.applied import AppliedWorkflows
 from interlock.runtime.buckets import live_workers
+from interlock.runtime.clientjoin import LineJoiner
 from interlock.runtime.errors import (
     NotRedrivable,
     RunExists,
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
     from interlock.core.diagnostics import Diagnostic
     from interlock.core.source import Document
     from interlock.dialects.base import Lowered
-    from interlock.runtime.concurrency import Slots
     from interlock.runtime.retention import Deleted
 
 # The compiler, the dialects and the engine are imported by the operations that need them
@@ -99,11 +99,8 @@ class InterlockClient:
         )
         self.watcher = RunWatcher(nc, subjects, self.log)
         """The one subscription every wait and follow of this client shares."""
-        self.joins_lines = True
-        """Whether a run it starts over a full limit is put in line at once
-        (:mod:`interlock.runtime.clientjoin`): needs a credential that may write the slots
-        bucket (the gateway's may not, and turns it off)."""
-        self._slots: Slots | None = None
+        self.lines = LineJoiner(nc, subjects)
+        """Puts a run it starts over a full limit in line at once (see its module)."""
 
     def use_objects(self, limits: ObjectLimits) -> None:
         """Store and load payloads by reference under ``limits`` (the threshold and the
@@ -184,13 +181,7 @@ class InterlockClient:
         )
         if not created:
             raise RunExists(run_id)
-        if self.joins_lines:
-            from interlock.runtime.clientjoin import join_at_once
-            from interlock.runtime.concurrency import Slots
-
-            if self._slots is None:
-                self._slots = Slots(self.nc, self.subjects)
-            await join_at_once(self.nc, self._slots, run_id, records)
+        await self.lines.join(run_id, records)
         return run_id
 
     async def read(self, run_id: str) -> list[ev.AnyRecord]:

@@ -31,13 +31,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
 from interlock.core.pauses import is_pause
-from interlock.runtime.concurrency import Slots, in_order
-from interlock.runtime.slotlines import Lines, Waiter
-from interlock.runtime.slotroom import crowded, room
 from interlock.transport.refusals import refusable
+from interlock.transport.subjects import Subjects
+
+if TYPE_CHECKING:
+    from interlock.runtime.concurrency import Slots
+    from interlock.runtime.slotlines import Lines
 
 log = logging.getLogger("interlock.client")
 
@@ -56,12 +59,17 @@ def first_wait(records: Sequence[ev.AnyRecord]) -> tuple[ev.SlotClaim, str] | No
     slots = queued.data.slots
     if not slots or any(is_pause(c) for c in slots):
         return None
+    from interlock.runtime.concurrency import in_order  # (read only when it starts runs)
+
     return in_order(slots)[0], queued.time
 
 
 async def join(slots: Slots, run_id: str, claim: ev.SlotClaim, since: str) -> int | None:
     """Put the run in the line of ``claim`` if it must wait for it (see the module); its
     place, or None when nothing was written (it was there, or need not or may not wait)."""
+    from interlock.runtime.slotlines import Waiter
+    from interlock.runtime.slotroom import crowded, room
+
     waiter = Waiter(run_id, since, claim.size, claim.priority, claim.fair, claim.weight)
 
     async def change(lines: Lines) -> int | None:
@@ -79,18 +87,31 @@ async def join(slots: Slots, run_id: str, claim: ev.SlotClaim, since: str) -> in
     return placed
 
 
-async def join_at_once(
-    nc: object, slots: Slots, run_id: str, records: Sequence[ev.AnyRecord]
-) -> None:
-    """:func:`join` for a run whose first ``records`` were just appended, if they ask for
-    a limit; a failure (a credential that may not write the slots bucket, a slow server)
-    only leaves it to the relay."""
-    found = first_wait(records)
-    if found is None or found[0].on_limit != "queue":
-        return
-    claim, since = found
-    try:
-        await asyncio.wait_for(refusable(nc, join(slots, run_id, claim, since)), JOIN_WITHIN_S)
-    # The relay puts it in line when it reads its run.queued.
-    except Exception as exc:  # noqa: BLE001
-        log.debug("run %s left to join its line when read: %s", run_id, exc)
+class LineJoiner:
+    """What a client does after appending a run's first records: :func:`join` (when
+    ``enabled``: the client's credential may write the slots bucket)."""
+
+    def __init__(self, nc: Any, subjects: Subjects) -> None:
+        self._nc, self._subjects = nc, subjects
+        self._slots: Slots | None = None
+        self.enabled = True
+
+    async def join(self, run_id: str, records: Sequence[ev.AnyRecord]) -> None:
+        """:func:`join` for a run whose first ``records`` were just appended, if they ask
+        for a limit; a failure (a credential that may not write the slots bucket, a slow
+        server) only leaves it to the relay."""
+        found = first_wait(records) if self.enabled else None
+        if found is None or found[0].on_limit != "queue":
+            return
+        if self._slots is None:
+            from interlock.runtime.concurrency import Slots
+
+            self._slots = Slots(self._nc, self._subjects)
+        claim, since = found
+        try:
+            await asyncio.wait_for(
+                refusable(self._nc, join(self._slots, run_id, claim, since)), JOIN_WITHIN_S
+            )
+        # The relay puts it in line when it reads its run.queued.
+        except Exception as exc:  # noqa: BLE001
+            log.debug("run %s left to join its line when read: %s", run_id, exc)

@@ -12,22 +12,32 @@ on a real nats-server with Interlock's decentralized auth.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
+import pytest_asyncio
 
 from interlock.auth.roles import Role
 from interlock.core import events as ev
+from interlock.core.incoming import derive_run_id
+from interlock.gateway.app import build_app
+from interlock.gateway.auth import Tokens
+from interlock.gateway.service import Gateway
 from interlock.runtime.client import DeadLetter
 from interlock.sdk import Worker
 from interlock.transport import tasks
-from interlock.transport.connection import ConnectOptions
+from interlock.transport.connection import ConnectOptions, connect
+from interlock.transport.httpserver import HttpServer
 from interlock.transport.streamconfigs import SHARED_DUPLICATE_WINDOW_S
 from support.auth import (
     SUBJECTS,
     Refusals,
     Secured,
     plain_client,
+    publish_event,
+    publisher,
     secured,
     secured_server,
 )
@@ -129,3 +139,97 @@ async def _letter(secured: Secured, msg_id: str, subject: str = "") -> DeadLette
                 return letter
         await asyncio.sleep(0.1)
     raise AssertionError(f"no dead letter with an id starting {msg_id!r}")
+
+
+BILLED = """\
+apiVersion: interlock.io/v1
+kind: Workflow
+metadata:
+  name: billed
+  namespace: billing
+spec:
+  triggers:
+    - event: billing.invoice.issued
+  initial_state: done
+  states:
+    done:
+      type: terminal
+"""
+BILLING = "https://billing.example"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gateway(secured: Secured) -> AsyncIterator[tuple[str, dict[str, str]]]:
+    """The gateway on its own credential, and two teams' publisher tokens: ``acme`` (types
+    ``acme.>``) and ``billing`` (``billing.>``), as ``interlock tokens create`` makes them."""
+    applied = await secured.operator.apply([("<billed>", BILLED)])
+    applied.compiled.raise_for_errors()
+    nc = await connect(ConnectOptions.resolve(secured.url, creds_file=str(secured.auth.gateway)))
+    gw = Gateway(nc, SUBJECTS)
+    await gw.start()
+    server = HttpServer(build_app(gw, console=None), 0)
+    await server.start()
+    tokens = Tokens(secured.operator.js, SUBJECTS)
+    issued = {
+        "acme": await tokens.issue("acme-shop", "publisher", ["acme.>"]),
+        "billing": await tokens.issue("billing", "publisher", ["billing.>"]),
+    }
+    try:
+        yield server.url, issued
+    finally:
+        await server.stop()
+        await gw.stop()
+        await nc.close()
+
+
+async def _post(url: str, token: str, event_type: str, source: str, event_id: str) -> Any:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        r = await http.post(
+            "/events",
+            headers={
+                "Authorization": f"Bearer {token}",
+                "ce-specversion": "1.0",
+                "ce-id": event_id,
+                "ce-source": source,
+                "ce-type": event_type,
+                "Content-Type": "application/json",
+            },
+            json={},
+        )
+    assert r.status_code == 202, r.text
+    [answer] = r.json()["events"]
+    return answer
+
+
+async def _started(secured: Secured, event_id: str) -> None:
+    definition, _ = await secured.operator.registry.latest("billing/billed")
+    state = await secured.operator.wait(derive_run_id(definition, BILLING, event_id), timeout=30)
+    assert state.status == "completed"
+
+
+async def test_a_publisher_cannot_have_another_teams_posted_event_dropped(
+    secured: Secured, gateway: tuple[str, dict[str, str]]
+) -> None:
+    """Another team's events posted to the gateway are stored under an id nobody can send
+    first: neither a publisher's NATS credential sending the ``<source>:<id>`` the billing
+    system's next invoice will have (the id a publisher's own client gives an event), nor
+    a publisher's token posting an event of its own types with that source and id."""
+    url, tokens = gateway
+    nc, refusals = await publisher(secured, "acme.>", "acme-shop")
+    try:
+        forged = {tasks.MSG_ID_HEADER: f"{BILLING}:inv-1"}
+        ack = await publish_event(nc, "inv-1", "acme.noise", {}, source=BILLING, headers=forged)
+        assert not ack.duplicate
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    first = await _post(url, tokens["acme"], "acme.noise", BILLING, "inv-2")
+    assert first["duplicate"] is False
+    for event_id in ("inv-1", "inv-2"):
+        answer = await _post(url, tokens["billing"], "billing.invoice.issued", BILLING, event_id)
+        assert answer["duplicate"] is False, answer
+        await _started(secured, event_id)
+    # What the window is for holds: the billing system's own event posted again is stored
+    # once.
+    again = await _post(url, tokens["billing"], "billing.invoice.issued", BILLING, "inv-1")
+    assert again["duplicate"] is True

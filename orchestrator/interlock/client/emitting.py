@@ -14,6 +14,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError
 
+from interlock.client.msgids import dedupe_key, message_id
 from interlock.core.bounds import MAX_DEPTH, max_event_bytes, too_deep
 from interlock.core.ids import check_event_type, check_run_id
 from interlock.core.objects import is_marker
@@ -21,6 +22,7 @@ from interlock.runtime.errors import EventTooLarge
 from interlock.transport.clock import utc_now
 from interlock.transport.cloudevents import CloudEvent, InvalidCloudEvent, encode_binary, from_dict
 from interlock.transport.cloudevents_model import check_event_id
+from interlock.transport.logmac import LogKey
 from interlock.transport.refusals import PermissionRefused, refusable
 from interlock.views import EmitResult, EventRefusal, StartedRun
 
@@ -94,19 +96,23 @@ async def publish(ops: InterlockClient, event: CloudEvent) -> tuple[int, bool]:
     """Store ``event`` on its subject, deduplicated by source and id as on NATS: (stream
     sequence, whether the stream had it already). Data over the threshold goes by
     reference (:func:`by_reference`)."""
-    subject, payload, headers = _message(ops, await by_reference(ops, event))
+    key = await dedupe_key(ops)
+    subject, payload, headers = _message(ops, await by_reference(ops, event), key)
     ack = await ops.js.publish(subject, payload, headers=headers)
     return int(ack.seq), bool(ack.duplicate)
 
 
-def _message(ops: InterlockClient, event: CloudEvent) -> tuple[str, bytes, dict[str, str]]:
+def _message(
+    ops: InterlockClient, event: CloudEvent, key: LogKey | None = None
+) -> tuple[str, bytes, dict[str, str]]:
     """The subject, payload and headers ``event`` is stored with (its data already by
-    reference where it goes so)."""
+    reference where it goes so), deduplicated under ``key`` (:func:`message_id`)."""
     headers, payload = encode_binary(event)
     check_size(payload, ops.nc.max_payload)
-    headers["Nats-Msg-Id"] = f"{event.source}:{event.id}"
     # An event for one run goes on that run's subject (publishers may not publish there).
-    return ops.subjects.inbound(event.type, event.extensions.get("runid")), payload, headers
+    subject = ops.subjects.inbound(event.type, event.extensions.get("runid"))
+    headers["Nats-Msg-Id"] = message_id(event, subject, key)
+    return subject, payload, headers
 
 
 async def publish_in_order(
@@ -118,7 +124,8 @@ async def publish_in_order(
     event's data goes by reference (where it does) and is checked before the first is
     sent. Raises as :func:`publish` does (those sent before may be stored: deduplicated,
     sending them again is safe)."""
-    messages = [_message(ops, await by_reference(ops, e)) for e in events]
+    key = await dedupe_key(ops)
+    messages = [_message(ops, await by_reference(ops, e), key) for e in events]
     sent: list[asyncio.Future[Any] | api.PubAck] = []
     for subject, payload, headers in messages:
         early = ops.js.request_ack_soon(subject, payload, headers=headers)

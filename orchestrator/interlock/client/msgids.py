@@ -27,19 +27,25 @@ if TYPE_CHECKING:
 __all__ = ["dedupe_key", "message_id"]
 
 _KEYS: weakref.WeakKeyDictionary[InterlockClient, LogKey | None] = weakref.WeakKeyDictionary()
-_UNREADABLE = (PermissionRefused, NoRespondersError, APIError, NatsTimeout, LogKeyUnavailable)
+_NOT_HELD = (PermissionRefused, NoRespondersError)
+"""What a credential that may not read the log key is answered (a publisher's)."""
+_NOT_NOW = (APIError, NatsTimeout, LogKeyUnavailable)
+"""What a credential that may read it can be answered for a while (asked again next time)."""
 
 
 async def dedupe_key(ops: InterlockClient) -> LogKey | None:
     """The key this credential's events are stored under: the log key where it holds it
     (operators, the gateway), else None (a publisher's credential: ``<source>:<id>``, as
-    the contract has every publisher send). Read once per client."""
+    the contract has every publisher send). Read once per client; where it cannot be read
+    for now (the bucket not answering), this event goes under ``<source>:<id>``."""
     if ops in _KEYS:
         return _KEYS[ops]
     try:
         key: LogKey | None = await refusable(ops.nc, ops.log.key())
-    except _UNREADABLE:
+    except _NOT_HELD:
         key = None
+    except _NOT_NOW:
+        return None
     _KEYS[ops] = key
     return key
 

@@ -130,3 +130,32 @@ def test_a_native_guard_s_problem_is_where_it_is_written() -> None:
         f"z.yaml:{_at(ZYNAX, 17, 'nope2')}: cel-compile: unknown variable 'nope2' {known}",
         f"z.yaml:{_at(ZYNAX, 22, '))')}: cel-compile: CEL does not compile: '))'",
     ]
+
+
+LISTED = """\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: agents.ctxmesh.ai/v1beta1
+  kind: Workflow
+  metadata: {name: first, namespace: my-team}
+  spec:
+    registryRef: support
+    steps:
+    - {name: classify, agentRef: triage-agent, next: nowhere}
+- apiVersion: agents.ctxmesh.ai/v1beta1
+  kind: Workflow
+  metadata: {name: second, namespace: my-team}
+  spec:
+    registryRef: support
+"""
+
+
+def test_a_kubectl_list_s_items_are_checked_each_at_its_own_place() -> None:
+    assert errors_of("l.yaml", LISTED) == [
+        f"l.yaml:{_at(LISTED, 10, 'nowhere')}: ctxmesh.unknown-step: next 'nowhere' names "
+        "no step",
+        # the second item's spec (its mapping begins at its first key)
+        f"l.yaml:{_at(LISTED, 15, 'registryRef')}: ctxmesh.missing-field: missing required "
+        "field 'steps'",
+    ]

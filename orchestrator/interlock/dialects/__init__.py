@@ -101,6 +101,7 @@ def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> P
             out.sources.append((path, text))
             continue
         documents, errors, is_json = load(text, path, dialect)
+        documents = [item for doc in documents for item in list_items(doc)]
         kinds = [dialect or detect(d.data) for d in documents]
         if not any(kinds) and not (is_json and errors):
             out.sources.append((path, text))
@@ -137,6 +138,36 @@ def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> P
             out.agents.extend(lowered.agents)
     workfile.check_calls(out.lowered, out.diagnostics)
     out.diagnostics.sort()
+    return out
+
+
+def list_items(doc: Document) -> list[Document]:
+    """A Kubernetes ``List`` (``apiVersion: v1``, what ``kubectl get -o yaml`` writes for
+    several resources, and ``kubectl apply`` takes) as its items, each a document of its
+    own with its positions in the file, when one of them is a dialect's; else ``doc``."""
+    data = doc.data
+    if not (
+        isinstance(data, dict)
+        and data.get("apiVersion") == "v1"
+        and data.get("kind") == "List"
+        and isinstance(data.get("items"), list)
+        and any(detect(item) for item in data["items"])
+    ):
+        return [doc]
+    out = []
+    for i, item in enumerate(data["items"]):
+        prefix = ("items", i)
+        out.append(
+            Document(
+                path=doc.path,
+                index=doc.index,
+                data=item,
+                values={p[2:]: span for p, span in doc.values.items() if p[:2] == prefix},
+                keys={p[2:]: span for p, span in doc.keys.items() if p[:2] == prefix},
+                start=doc.values.get(prefix, doc.start),
+                text=doc.text,
+            )
+        )
     return out
 
 

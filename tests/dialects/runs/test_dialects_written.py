@@ -19,7 +19,8 @@ from interlock.transport.subjects import Subjects
 from support.flow import REPO, RecordingAgents, ScriptedStack, of, path, worker_orchestrator
 
 WRITTEN = REPO / "tests" / "dialects" / "written"
-CAPABILITIES = ["scorer", "handler"]
+CAPABILITIES = ["scorer", "handler", "triage-agent", "answer-agent", "billing-agent"]
+CAPABILITIES += ["human-handoff-agent"]  # the kubectl List's (ctxmesh-kubectl-list.yaml)
 Stack = ScriptedStack[RecordingAgents]
 
 
@@ -92,6 +93,24 @@ async def test_numbers_compare_as_go_reads_json_however_spelled(
     assert json.dumps(scorer_input) == '{"amount": 80, "third": 26.666666666666668}'
     assert json.dumps(stack.agents.inputs["handler"]) == '[{"amount": 80}]'
     assert state.outputs == {"step": "small", "output": {"ok": True}}
+
+
+async def test_a_kubectl_list_of_workflows_runs_each_of_them(stack: Stack) -> None:
+    """``kubectl get -o yaml`` of several Workflows is a v1 List, with what the cluster
+    added to each (uid, managedFields, status): each item runs as the Workflow it is."""
+    stack.agents.answer("triage-agent", {"topic": "billing"})
+    stack.agents.answer("billing-agent", {"refund": "R-1"})
+    stack.agents.answer("answer-agent", {"answer": "42"})
+    run_id = await stack.client.start("my-team/support-listed", {"message": "refund please"})
+    state = await stack.finished(run_id)
+    assert state.status == "completed", state.error
+    assert path(await stack.records(run_id)) == ["classify", "billing", "done"]
+    assert state.outputs == {"step": "billing", "output": {"refund": "R-1"}}
+    assert stack.agents.inputs["triage-agent"] == [{"message": "refund please"}]
+    run_id = await stack.client.start("my-team/triage-listed", {})
+    state = await stack.finished(run_id)
+    assert state.outputs == {"step": "answer", "output": {"answer": "42"}}
+    assert stack.agents.inputs["answer-agent"] == [{"topic": "billing"}]
 
 
 async def test_a_branch_taken_because_a_guard_errored_says_so(

@@ -153,8 +153,7 @@ items:
 
 def test_a_kubectl_list_s_items_are_checked_each_at_its_own_place() -> None:
     assert errors_of("l.yaml", LISTED) == [
-        f"l.yaml:{_at(LISTED, 10, 'nowhere')}: ctxmesh.unknown-step: next 'nowhere' names "
-        "no step",
+        f"l.yaml:{_at(LISTED, 10, 'nowhere')}: ctxmesh.unknown-step: next 'nowhere' names no step",
         # the second item's spec (its mapping begins at its first key)
         f"l.yaml:{_at(LISTED, 15, 'registryRef')}: ctxmesh.missing-field: missing required "
         "field 'steps'",

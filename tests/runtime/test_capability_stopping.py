@@ -20,7 +20,7 @@ from interlock.core.rfc3339 import parse_time
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.subjects import Subjects
 from support.concurrency import all_freed, calling, requests
-from support.runtime import TIMEOUT, eventually, running_stack, serving, yaml
+from support.runtime import TIMEOUT, cli_env, eventually, run_cli, running_stack, serving, yaml
 
 API_AGENT = yaml(
     """\
@@ -144,6 +144,19 @@ async def test_a_cancelled_call_keeps_its_slot_until_its_handler_has_stopped(
         assert seen.most == {("cap:api", "acme"): 1}
         assert [r.split("/")[0] for r in seen.admitted] == [first, second]
         await all_freed(slots)
+        # logs and explain say the slot stayed held while the worker stopped, until when.
+        held = (
+            f"the slot of cap:api for key 'acme' ({freed.action_id}, attempt 1) stays held "
+            f"until its worker stops, {freed.stopping_until} at the latest"
+        )
+        env = cli_env(nats_url, subjects.prefix)
+        for command in (("logs", first), ("explain", first)):
+            shown = await asyncio.to_thread(run_cli, *command, env=env)
+            assert shown.returncode == 0, shown
+            (line,) = [x for x in shown.stdout.splitlines() if "cancelled" in x and held in x]
+            assert "not wanted; " + held in line, line
+        as_json = await asyncio.to_thread(run_cli, "logs", first, "-o", "json", env=env)
+        assert f'"stopping_until":"{freed.stopping_until}"' in as_json.stdout.replace(" ", "")
 
 
 async def test_a_handler_that_ignores_its_cancellation_holds_the_slot_until_the_grace_ends(

@@ -10,7 +10,7 @@ import msgspec
 
 from interlock.core import events as ev
 from interlock.core.cel_text import plain_cel_error
-from interlock.core.pauses import admitted_text, slot_text, waiting_for
+from interlock.core.pauses import admitted_text, slot_text, stopping_text, waiting_for
 from interlock.core.retryafter import retry_wait
 from interlock.core.state import RunState, encode_state, evolve
 
@@ -74,7 +74,8 @@ def _what(r: ev.AnyRecord) -> str:
     if isinstance(r, ev.ActionCancelled):
         a = r.data
         why = f": {a.reason}" if a.reason else ""
-        return f"action cancelled {a.action_id} in {a.state}{why}"
+        held = stopping_text([a.freed] if a.freed else [])
+        return f"action cancelled {a.action_id} in {a.state}{why}{held}"
     if isinstance(r, ev.MapStarted):
         m = r.data
         n = len(m.items)
@@ -110,7 +111,7 @@ def _what(r: ev.AnyRecord) -> str:
         err = r.data.error
         return f"run failed       {err.error_class}: {plain_cel_error(err.message)}"
     if isinstance(r, ev.RunCancelled):
-        return f"run cancelled    {r.data.reason}"
+        return f"run cancelled    {r.data.reason}{stopping_text(r.data.freed)}"
     if isinstance(r, ev.RunForked):
         fork = r.data
         return (

@@ -51,3 +51,21 @@ def admitted_text(limits: list[str]) -> str:
     ]
     slots = [limit for limit in limits if not limit.endswith(PAUSED)]
     return "; ".join(resumed + ([f"holds a slot of {', '.join(slots)}"] if slots else []))
+
+
+def stopping_text(freed: list[ev.FreedSlots]) -> str:
+    """What a record that cancelled attempts once dispatched says of the slots they keep
+    while their workers stop (``freed.stopping_until``): ``; the slot of cap:llm for key
+    'acme' stays held until its worker stops, 2026-05-01T09:12:33Z at the latest``; ``""``
+    when it keeps none."""
+    said: list[str] = []
+    for slots in freed:
+        if slots.stopping_until is None:
+            continue
+        held = [c for c in slots.limits if not c.per_s and not is_pause(c)]
+        which = ", ".join(f"{c.limit} for key {c.key!r}" for c in held) or "its limits"
+        said.append(
+            f"the slot of {which} ({slots.action_id}, attempt {slots.attempt}) stays held "
+            f"until its worker stops, {slots.stopping_until} at the latest"
+        )
+    return "".join(f"; {text}" for text in said)

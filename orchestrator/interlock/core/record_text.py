@@ -14,7 +14,7 @@ from interlock.core.engine import (
     GuardCheck,
 )
 from interlock.core.expr import ABSENT
-from interlock.core.pauses import admitted_text, slot_text, waiting_for
+from interlock.core.pauses import admitted_text, slot_text, stopping_text, waiting_for
 from interlock.core.retryafter import retry_wait
 from interlock.core.rfc3339 import parse_time
 
@@ -89,7 +89,7 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.RunFailed):
         return f"{kind} {d.error.error_class}: {plain_cel_error(d.error.message)}"
     if isinstance(record, ev.RunCancelled):
-        return f"{kind}: {d.reason}"
+        return f"{kind}: {d.reason}{stopping_text(d.freed)}"
     if isinstance(record, ev.RunForked):
         return f"{kind} from {d.origin_run_id} at {d.origin_seq}, v{d.version}, state {d.state}"
     if isinstance(record, ev.RunMigrated):
@@ -97,7 +97,7 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.RunContinued):
         return f"{kind} as {d.run_id} in {d.state} ({d.reason})"
     if isinstance(record, ev.ActionCancelled):
-        return f"{kind} {d.action_id}: {d.reason}"
+        return f"{kind} {d.action_id}: {d.reason}{stopping_text([d.freed] if d.freed else [])}"
     if isinstance(record, ev.ActionQueued):
         return f"{kind} {d.action_id} {waiting_for(d.limit, d.key)} (place {d.place})"
     if isinstance(record, ev.RunPaused):

@@ -37,8 +37,13 @@ def test_identity_is_recorded_with_every_run_and_the_name_made_a_label() -> None
     assert note == "{{ (has(inputs.note) ? inputs.note : null) }}"
 
 
-def test_a_file_without_a_name_is_named_after_the_file() -> None:
-    prepared = prepare([("dir/Daily_Report.workfile", "steps:\n  - a: {agent: x}\n")])
+@pytest.mark.parametrize(
+    "path",
+    ["dir/Daily_Report.workfile", "daily_report.workfile.yaml", "daily_report.yml"],
+)
+def test_a_file_without_a_name_is_named_after_the_file(path: str) -> None:
+    """Whichever suffixes the file's name has (``.workfile.yaml`` is no part of it)."""
+    prepared = prepare([(path, "steps:\n  - a: {agent: x}\n")], "workfile")
     assert prepared.documents[0].data["metadata"]["name"] == "daily-report"
 
 

@@ -183,7 +183,7 @@ def _workflow(
     src = wf.src
     lowered = Lowered(DIALECT, src)
     out = Lowering(src, DIALECT)
-    stem = re.sub(r"[^a-z0-9]+", "-", PurePath(src.path).stem.lower()).strip("-") or "workfile"
+    stem = re.sub(r"[^a-z0-9]+", "-", _file_stem(src.path)).strip("-") or "workfile"
     native_name = (name or stem).replace("_", "-")[:63].strip("-")
     if name is None:
         out.note(
@@ -348,3 +348,15 @@ __all__ = [
     "detect",
     "lower",
 ]
+
+
+_SUFFIXES = (".yaml", ".yml", ".json", ".workfile")
+
+
+def _file_stem(path: str) -> str:
+    """A file's name without the suffixes a Workfile is named with: ``inbox_triage``
+    for ``inbox_triage.workfile``, ``inbox_triage.workfile.yaml`` or ``inbox_triage.yml``."""
+    name = PurePath(path).name.lower()
+    while name.endswith(_SUFFIXES) and "." in name.lstrip("."):
+        name = name[: name.rindex(".")]
+    return name

@@ -62,6 +62,27 @@ async def test_a_run_id_nobody_started_is_no_run_to_pause_or_resume(secured: Sec
         assert (code, out, errs) == (EXIT_NO_RUN, "", "interlock: no run 'nope'\n"), verb
 
 
+async def test_an_event_sent_to_a_run_by_its_id_says_when_nothing_takes_it(
+    secured: Secured,
+) -> None:
+    op = secured.auth.operator
+    await secured.operator.start("awaiting", {}, run_id="first-use-ended")
+    code, _, errs = await cli(secured, op, "cancel", "first-use-ended")
+    assert code == 0, errs
+    await secured.operator.start("awaiting", {}, run_id="first-use-waiting")
+    emit = ("emit", "acme.order.nudged", "--source", "https://acme.example", "--ext")
+    for run, said in (
+        ("nope", "sent to run nope: no run has this id, so nothing takes it"),
+        ("first-use-ended", "sent to run first-use-ended, which has ended (cancelled): "),
+        ("first-use-waiting", "sent to run first-use-waiting"),
+    ):
+        code, out, errs = await cli(secured, op, *emit, f"runid={run}")
+        assert (code, errs) == (0, ""), errs
+        lines = out.splitlines()
+        assert lines[0].startswith("emitted acme.order.nudged id="), out
+        assert lines[1] == said + ("nothing takes it" if said.endswith(": ") else ""), out
+
+
 async def test_an_agent_on_a_credential_that_serves_nothing_is_refused_at_once(
     secured: Secured,
 ) -> None:

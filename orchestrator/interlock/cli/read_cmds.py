@@ -253,6 +253,21 @@ async def cmd_agents(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def addressed(client: Client, run_id: str) -> str:
+    """What ``emit --ext runid=ID`` adds to ``sent to run ID`` when nothing takes the event:
+    no run has that id, or the run has ended (``signal`` checks before it sends; ``emit``
+    publishes as an outside system would, and the event was taken silently by nobody)."""
+    from interlock.client import UnknownRun
+
+    try:
+        status = (await client.state(run_id)).status
+    except UnknownRun:
+        return ": no run has this id, so nothing takes it"
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
+        return f", which has ended ({status}): nothing takes it"
+    return ""
+
+
 async def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise CliError(f"--tail must be 0 or more, got {args.tail}")

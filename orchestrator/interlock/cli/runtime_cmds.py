@@ -39,6 +39,7 @@ from interlock.cli.delete_cmd import cmd_runs_delete
 from interlock.cli.output import add_output_flags, emit, output_format
 from interlock.cli.read_cmds import (
     DEFAULT_WAIT_TIMEOUT,
+    addressed,
     cmd_agents,
     cmd_dead_letters_discard,
     cmd_dead_letters_list,
@@ -375,6 +376,8 @@ async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    told = done.run_id and done.unknown is None and output_format(args) == "table"
+    ended = await addressed(client, done.run_id) if told and done.run_id else ""
 
     def table() -> None:
         dup = " (a duplicate: dropped)" if done.duplicate else ""
@@ -384,7 +387,7 @@ async def cmd_emit(client: Client, args: argparse.Namespace) -> int:
             return
         print(f"emitted {done.type} id={done.id}{dup}")
         if done.run_id:
-            print(f"sent to run {done.run_id}")
+            print(f"sent to run {done.run_id}{ended}")
         for s in done.started:
             how = "started before" if s.existed else "started"
             if s.pending and not s.existed:

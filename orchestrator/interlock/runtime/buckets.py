@@ -24,9 +24,12 @@ def live_workers(heartbeats: Mapping[str, bytes]) -> list[dict[str, Any]]:
     a value that is not a JSON object nesting at most 64 levels is left out (logged), and
     a heartbeat counts only for the capability of its key: an agent naming others in its
     value shows as no worker of theirs. One agent's heartbeats neither hide the other
-    workers nor fail the listing."""
-    workers: dict[tuple[str, str], dict[str, Any]] = {}
-    vouched: dict[tuple[str, str], set[str]] = {}
+    workers nor fail the listing. A worker is its name, its instance and the capabilities
+    its record lists (the same record under each of its keys): by name and instance alone,
+    an agent that wrote a heartbeat naming another team's worker, older than that worker's
+    own, had its record listed in that worker's place, with its own capabilities."""
+    workers: dict[tuple[str, str, tuple[str, ...]], dict[str, Any]] = {}
+    vouched: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
     for key, value in heartbeats.items():
         try:
             record = decode_json(value, "a heartbeat")
@@ -38,7 +41,8 @@ def live_workers(heartbeats: Mapping[str, bytes]) -> list[dict[str, Any]]:
             continue
         caps = record.get("capabilities")
         record["capabilities"] = [c for c in caps if type(c) is str] if type(caps) is list else []
-        worker = (str(record.get("name")), str(record.get("instance")))
+        named = (str(record.get("name")), str(record.get("instance")))
+        worker = (*named, tuple(record["capabilities"]))
         workers.setdefault(worker, record)
         token = key.split(".", 1)[0]
         vouched.setdefault(worker, set()).update(

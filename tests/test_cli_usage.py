@@ -102,3 +102,17 @@ def test_connection_flags_are_taken_before_the_command_too(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize("command", [["serve"], ["dev"], ["gateway"], ["agent", "run", "echo"]])
+def test_a_log_level_no_process_knows_is_a_usage_error(command: list[str]) -> None:
+    """`--log-level verbose` logged at info, as if it were right: it is refused, naming
+    the levels docs/cli.md lists, before anything starts."""
+    done = subprocess.run(
+        [INTERLOCK, *command, "--log-level", "verbose"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.rstrip().endswith(
+        "argument --log-level: invalid choice: 'verbose' "
+        "(choose from 'debug', 'info', 'warning', 'error')"
+    ), done.stderr

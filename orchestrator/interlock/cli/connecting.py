@@ -252,6 +252,14 @@ def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_log_level(p: argparse.ArgumentParser) -> None:
+    """``--log-level`` of a process (a level it does not know is a usage error, not info)."""
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),

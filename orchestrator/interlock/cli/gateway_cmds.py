@@ -18,6 +18,7 @@ from interlock.cli.common import (
 )
 from interlock.cli.connecting import (
     add_connection_flags,
+    add_log_level,
     env_int,
     options,
     setup_logging,
@@ -73,7 +74,7 @@ def add_parsers(sub: Sub) -> None:
         help="the console's link to a run's trace, with {trace_id} and {run_id} "
         "(env INTERLOCK_TRACE_URL)",
     )
-    p.add_argument("--log-level", default="info")
+    add_log_level(p)
     add_connection_flags(p)
     p.set_defaults(func=cmd_gateway)
 

@@ -19,6 +19,7 @@ from interlock.cli.common import (
 )
 from interlock.cli.connecting import (
     add_connection_flags,
+    add_log_level,
     env_int,
     options,
     setup_logging,
@@ -116,7 +117,7 @@ def _add_serve_parser(sub: Sub) -> None:
     )
     add_object_flags(p)
     _add_history_flags(p)
-    p.add_argument("--log-level", default="info")
+    add_log_level(p)
     add_connection_flags(p)
     p.set_defaults(func=cmd_serve)
 
@@ -203,7 +204,7 @@ def _add_agent_and_dev_parsers(sub: Sub) -> None:
     )
     _add_metrics_host(run, "0.0.0.0: every address")
     _add_no_metrics(run)
-    run.add_argument("--log-level", default="info")
+    add_log_level(run)
     add_connection_flags(run)
     run.set_defaults(func=cmd_agent_run)
 
@@ -239,7 +240,7 @@ def _add_agent_and_dev_parsers(sub: Sub) -> None:
         help="no authentication: anyone who reaches the port may do anything "
         "(default: credentials per role under DATA_DIR/creds)",
     )
-    p.add_argument("--log-level", default="info")
+    add_log_level(p)
     p.set_defaults(func=cmd_dev)
 
 

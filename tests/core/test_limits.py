@@ -8,7 +8,7 @@ from interlock.core import analysis
 from interlock.core import events as ev
 from interlock.core.compiler import compile_sources
 from interlock.core.engine import Incoming
-from interlock.core.limits import admitted
+from interlock.core.limits import admitted, claims
 from interlock.core.state import RunState, encode_state, fold
 from interlock.core.vocabulary import RunStatus, TimerPurpose
 from support.core import Run, compile_one, short
@@ -267,3 +267,28 @@ def test_a_weight_is_recorded_with_the_slot_and_checked() -> None:
     assert found == [
         "11:15 concurrency-key a weight is the share of a fairness key: it needs 'fair' beside it"
     ]
+
+
+def test_limits_that_read_nothing_give_every_run_the_same_slots() -> None:
+    """Keys that read nothing are computed once for a workflow: each run still gets a list
+    of its own (a paused run's pause slot goes first in its own only), and keys that read
+    the inputs or the event are each run's."""
+    constant = LIMITED.replace("key: inputs.customer", "key: '\"all\"'").replace(
+        "key: '\"all:\" + string(size(data))'", "key: '\"model\"'"
+    )
+    definition = compile_one(constant)
+    first, problem = claims(definition, {"customer": "acme"}, None)
+    assert problem is None
+    assert [(c.limit, c.key) for c in first] == [
+        ("shop/limited#1", "all"),
+        ("shop/model-api", "model"),
+    ]
+    first.insert(0, first[1])
+    again, _ = claims(definition, {"customer": "beta"}, None)
+    assert [c.key for c in again] == ["all", "model"]
+    varying = compile_one(LIMITED)
+    for customer, data in (("acme", {"a": 1}), ("beta", {"a": 1, "b": 2})):
+        slots, _ = claims(
+            varying, {"customer": customer}, Incoming(type="t", source="s", id="e", data=data)
+        )
+        assert [c.key for c in slots] == [customer, f"all:{len(data)}"]

@@ -10,7 +10,7 @@ import math
 from interlock.runtime import slotuse
 from interlock.runtime.slotlines import STRIDE, Line, SlotEntry, Waiter, encode
 from interlock.runtime.slotstore import decode_entry
-from interlock.runtime.slotturns import MAX_DEFERRED, admit, pick, recent, urgent_first
+from interlock.runtime.slotturns import MAX_DEFERRED, admit, let_go, pick, recent, urgent_first
 
 
 async def test_urgent_changes_go_first_and_the_others_wait_a_few_writes_at_most() -> None:
@@ -136,3 +136,16 @@ def test_an_entry_written_before_recent_use_was_kept_decodes_and_shares_equally(
     admit(entry, Waiter("b1", "", 2, fair="B"), "B")
     assert (entry.admitted, recent(entry)) == (1, {"B": 1.0})
     assert decode_entry("bucket", "t", encode(entry)) == entry
+
+
+def test_a_holder_let_go_leaves_the_others_in_their_order() -> None:
+    holders = [Waiter(f"r{i}", "2026-12-05T11:00:00Z", 10) for i in range(5)]
+    entry = SlotEntry(limit="l", key="k", size=10, holders=list(holders))
+    assert let_go(entry, "r2")
+    assert [h.run_id for h in entry.holders] == ["r0", "r1", "r3", "r4"]
+    assert not let_go(entry, "r2")
+    assert len(entry.holders) == 4
+    # Named twice (as only an entry written by hand may say): gone both times.
+    twice = SlotEntry(limit="l", key="k", size=10, holders=[*holders, holders[1]])
+    assert let_go(twice, "r1")
+    assert [h.run_id for h in twice.holders] == ["r0", "r2", "r3", "r4"]

@@ -32,16 +32,48 @@ if TYPE_CHECKING:
     from interlock.core.state import RunState
 
 
+_READS: dict[int, tuple[Definition, frozenset[str], tuple[list[ev.SlotClaim], str | None]]] = {}
+"""Per definition (by identity): the variables its limits' expressions and its priority
+read, and, when they read none, the claims they give (the same for every run)."""
+
+
 def claims(
     definition: Definition, inputs: Mapping[str, Any], trigger: Incoming | None
 ) -> tuple[list[ev.SlotClaim], str | None]:
     """The slots a run with ``inputs`` (started by ``trigger``) needs, or why its keys
-    cannot be computed."""
-    activation = {
-        "inputs": dict(inputs),
-        "event": {} if trigger is None else trigger.to_dict(),
-        "data": None if trigger is None else trigger.data,
-    }
+    cannot be computed. Limits whose keys read nothing (a key such as ``'"all"'``) give
+    the same claims to every run: computed once per definition."""
+    found = _READS.get(id(definition))
+    if found is None or found[0] is not definition:
+        if len(_READS) >= 1024:  # definitions compiled again over time
+            _READS.clear()
+        reads = _reads(definition)
+        constant = _claims(definition, {}) if not reads else ([], None)
+        found = _READS[id(definition)] = (definition, reads, constant)
+    _, reads, constant = found
+    if not reads:
+        return list(constant[0]), constant[1]
+    activation: dict[str, Any] = {}
+    if "inputs" in reads:
+        activation["inputs"] = dict(inputs)
+    if "event" in reads:
+        activation["event"] = {} if trigger is None else trigger.to_dict()
+    if "data" in reads:
+        activation["data"] = None if trigger is None else trigger.data
+    return _claims(definition, activation)
+
+
+def _reads(definition: Definition) -> frozenset[str]:
+    """The variables the expressions :func:`claims` evaluates read."""
+    expressions = [definition.priority] if definition.priority is not None else []
+    for limit in definition.concurrency:
+        expressions += [e for e in (limit.key, limit.fair, limit.weight) if e is not None]
+    return frozenset(name for e in expressions for name in e.names)
+
+
+def _claims(
+    definition: Definition, activation: dict[str, Any]
+) -> tuple[list[ev.SlotClaim], str | None]:
     priority, problem = _priority(definition, activation)
     if problem is not None:
         return [], problem
@@ -154,20 +186,27 @@ def admitted(definition: Definition, state: RunState, now: str) -> list[ev.AnyRe
     Nothing for a run that is not queued (admitted already, ended), so admitting twice
     records nothing twice. A run migrated in its state: ``run.admitted`` alone (the events
     it held are decided on after it: :func:`interlock.core.engine.admit` does both)."""
+    return admitting(definition, state, now)[0]
+
+
+def admitting(
+    definition: Definition, state: RunState, now: str
+) -> tuple[list[ev.AnyRecord], RunState]:
+    """:func:`admitted`'s records with the run's state after them."""
     from interlock.core.reactions import Reactions
 
     if not state.queued or state.paused is not None:
-        return []  # (a paused run is admitted when it is resumed)
+        return [], state  # (a paused run is admitted when it is resumed)
     step = Reactions(definition, state, now)
     step.emit(ev.RunAdmitted, ev.RunAdmittedData(limits=[s.limit for s in state.slots or ()]))
     if state.waits is not None:
-        return step.out
+        return step.out, step.state
     chain = state.chain
     if state.enters is not None:
         step.enter(state.enters)  # a fork, where it was forked
     else:
         step.enter(chain.state if chain is not None and chain.state else definition.initial_state)
-    return step.out
+    return step.out, step.state
 
 
 def deadline_while_queued(

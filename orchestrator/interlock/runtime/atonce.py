@@ -44,6 +44,7 @@ from interlock.runtime.admitport import Decide
 from interlock.runtime.capacity import Capacity, waiter_id
 from interlock.runtime.concurrency import Admission, in_order
 from interlock.runtime.rateblocks import RateBlocks
+from interlock.runtime.runs import Decided
 from interlock.runtime.slotlines import Lines, Waiter
 from interlock.runtime.slotroom import crowded, room
 from interlock.runtime.slotturns import admit
@@ -191,10 +192,12 @@ class AtOnce:
             and not any(is_pause(c) for c in slots)
             and await self._take_all(in_order(slots), run_id, queued.time, taken, join=True)
         ):
-            from interlock.core.limits import admitted  # the engine: not for readers
+            from interlock.core.limits import admitting  # the engine: not for readers
 
             now = self._clock()
-            await self._extend(taken, decide, definition, lambda d, s: admitted(d, s, now))
+            await self._extend(
+                taken, decide, definition, lambda d, s: Decided(*admitting(d, s, now))
+            )
         for record in list(taken.records):
             if type(record) is not ev.ActionRequested or not record.data.limits:
                 continue
@@ -223,9 +226,13 @@ class AtOnce:
         taken: Taken,
         decide: Decide,
         definition: Definition,
-        decision: Callable[[Definition, RunState], list[ev.AnyRecord]],
+        decision: Callable[[Definition, RunState], list[ev.AnyRecord] | Decided],
     ) -> None:
         out = await decide(decision, definition, taken.state)
+        if isinstance(out, Decided):  # the state after it known: not folded again
+            taken.records += out.records
+            taken.state = out.state
+            return
         more = list(out)
         taken.records += more
         taken.state = fold(more, taken.state)

@@ -44,7 +44,7 @@ from interlock.runtime.runs import Runs
 from interlock.runtime.slotlines import ENTRIES, Lines, SlotEntry, Waiter, entry_key, order
 from interlock.runtime.slotroom import crowded, room
 from interlock.runtime.slotstore import Written, decode_entry
-from interlock.runtime.slotturns import admit, grant, urgent_first
+from interlock.runtime.slotturns import admit, grant, let_go, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
@@ -320,8 +320,7 @@ class Slots:
 
         async def change(lines: Lines) -> list[str]:
             entry = lines.entry
-            present = entry.holds(run_id)
-            entry.holders = [h for h in entry.holders if h.run_id != run_id]
+            present = let_go(entry, run_id)
             if not present:
                 present = await lines.remove(run_id, claim.fair)
             granted = await grant(lines)

@@ -84,6 +84,14 @@ class FreeAtOnce:
             return False
         return True
 
+    def in_flight(self, run_id: str, records: Sequence[ev.AnyRecord]) -> asyncio.Task[bool] | None:
+        """The freeing here of the run that ``records`` end, while it is not done yet
+        (None: none of them ends it, or it is done, or it is not freed here; no I/O)."""
+        task = self._freeing.get(run_id)
+        if task is None or task.done():
+            return None
+        return task if any(isinstance(r, ENDS) for r in records) else None
+
     def settled(self, run_id: str) -> bool:
         """Whether the run's slots were freed here already (no I/O)."""
         task = self._freeing.get(run_id)

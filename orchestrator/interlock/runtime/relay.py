@@ -333,11 +333,14 @@ class Relay:
         """What :meth:`_effects` does, when none of it needs awaiting: records appended
         here lately whose action requests were dispatched and acknowledged already, and
         no other effect but timers left to the write-behind. When it returns None (some
-        of it needs awaiting) or a future (the acknowledgement of an early dispatch still
-        on its way: to wait for, before asking again), nothing is done that may not be
-        done again."""
+        of it needs awaiting) or a future (the acknowledgement of an early dispatch, or
+        the free at once of the slots of the run they end, still on its way: to wait for,
+        before asking again), nothing is done that may not be done again."""
         if redelivered or dated:
             return None
+        freeing = self.flow.freeing.in_flight(run_id, records)
+        if freeing is not None:
+            return freeing  # its slots freed here: then nothing of it is left to await
         records = acted_on(records)
         now: datetime | None = None
         deferred: list[ev.TimerScheduled] = []

@@ -54,6 +54,22 @@ def admit(entry: SlotEntry, holder: Waiter, fair: str) -> None:
     entry.used = count(entry.used, entry.admitted, _window(entry), fair)
 
 
+def let_go(entry: SlotEntry, run_id: str) -> bool:
+    """Take the run out of the holders of ``entry``; whether it was there (one pass, in
+    place: a check, then a filter into a new list, cost twice as much for 200 holders)."""
+    holders, at = entry.holders, -1
+    for i, holder in enumerate(holders):
+        if holder.run_id == run_id:
+            if at >= 0:  # (held twice, as only an entry written by hand may say)
+                entry.holders = [h for h in holders if h.run_id != run_id]
+                return True
+            at = i
+    if at < 0:
+        return False
+    del holders[at]
+    return True
+
+
 def recent(entry: SlotEntry) -> dict[str, float]:
     """Each fairness key's recent use of the entry's slots (:mod:`slotuse`; absent: 0)."""
     return used(entry.used, entry.admitted, _window(entry))

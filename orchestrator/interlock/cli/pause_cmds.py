@@ -22,13 +22,12 @@ _DEFAULT = "paused by an operator"
 def _reason(text: str) -> str:
     """A pause's reason: refused (exit 2) past :data:`MAX_REASON` characters, as over
     HTTP, where it was kept whole with the pause and recorded in every run it held."""
-    from interlock.core.pauses import MAX_REASON
+    from interlock.core.pauses import check_reason
 
-    if len(text) > MAX_REASON:
-        raise argparse.ArgumentTypeError(
-            f"a reason is at most {MAX_REASON:,} characters; this one is {len(text):,}"
-        )
-    return text
+    try:
+        return check_reason(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 VERB_HELP = {

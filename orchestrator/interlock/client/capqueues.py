@@ -12,7 +12,7 @@ import msgspec
 from interlock.client.errors import UnknownAgent
 from interlock.core.limitdef import CAPABILITY_LIMIT, capacity_names
 from interlock.core.names import CAPABILITY_NAME
-from interlock.core.pauses import PAUSED
+from interlock.core.pauses import PAUSED, check_reason
 from interlock.runtime.client import InterlockClient
 from interlock.runtime.pausing import CAPABILITY, Pauses
 from interlock.runtime.slotlines import SlotEntry
@@ -203,7 +203,9 @@ async def pause_capability(
 ) -> dict[str, Any] | None:
     """Pause a capability (nothing more of it is dispatched until it is resumed): the
     pause already in force (``at``, ``reason``; left as it is), or None when this call
-    paused it. Raises UnknownAgent when no AgentDef declares it."""
+    paused it. Raises UnknownAgent when no AgentDef declares it; ValueError for a reason
+    over 1,024 characters (nothing is sent)."""
+    check_reason(reason)
     await declared(ops, capability)
     return await Pauses(ops.nc, ops.subjects).pause_capability(capability, utc_now(), reason)
 

@@ -26,6 +26,7 @@ from interlock.client.queuecalls import QueueCalls
 from interlock.core import events as ev
 from interlock.core.deadline import check_deadline
 from interlock.core.ids import check_run_id
+from interlock.core.pauses import check_reason
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient, new_run_id
 from interlock.runtime.versions import Applied
@@ -298,8 +299,9 @@ class Client(DeadLetterCalls, QueueCalls):
 
     async def pause_run(self, run_id: str, reason: str = "paused by an operator") -> bool:
         """Pause a running run: no transition until resumed, what reaches it held in its
-        log (False: ended, or paused already). Operators only. Raises UnknownRun."""
-        return await self._on_run(run_id, self._ops.pause_run, reason)
+        log (False: ended, or paused already). Operators only. Raises UnknownRun;
+        ValueError for a reason over 1,024 characters (nothing is sent)."""
+        return await self._on_run(run_id, self._ops.pause_run, check_reason(reason))
 
     async def resume_run(self, run_id: str) -> bool:
         """Resume a paused run, what it held decided on in order (False: not paused)."""

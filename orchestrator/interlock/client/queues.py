@@ -12,7 +12,7 @@ import msgspec
 from interlock.client import capqueues
 from interlock.core.limitdef import capacity_names
 from interlock.core.names import WORKFLOW_REF
-from interlock.core.pauses import PAUSED
+from interlock.core.pauses import PAUSED, check_reason
 from interlock.core.rfc3339 import format_time
 from interlock.core.state import RunState
 from interlock.runtime.client import InterlockClient
@@ -289,7 +289,8 @@ async def pause_workflow(
     """Pause a workflow (its new runs wait until it is resumed) and, with ``runs``, its
     runs in flight (each paused with it); its ``namespace/name``, the runs paused, and the
     pause already in force (kept as it is; None: this call paused it). Raises
-    UnknownWorkflow."""
+    UnknownWorkflow; ValueError for a reason over 1,024 characters (nothing is sent)."""
+    check_reason(reason)
     stored = await _stored(ops, workflow)
     name = f"{stored.namespace}/{stored.name}"
     pauses = Pauses(ops.nc, ops.subjects)

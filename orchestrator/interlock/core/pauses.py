@@ -12,6 +12,18 @@ holds, and shown by every listing of pauses)."""
 ``<namespace>/<workflow>@paused``, of size 0 (nobody holds it; resuming empties its line)."""
 
 
+def check_reason(reason: str) -> str:
+    """A pause's reason as given; raises TypeError for one that is not text, ValueError
+    for one past :data:`MAX_REASON` characters (what the CLI and the HTTP API refuse)."""
+    if not isinstance(reason, str):
+        raise TypeError(f"a reason is text, not {type(reason).__name__}")
+    if len(reason) > MAX_REASON:
+        raise ValueError(
+            f"a reason is at most {MAX_REASON:,} characters; this one is {len(reason):,}"
+        )
+    return reason
+
+
 def pause_claim(namespace: str, workflow: str) -> ev.SlotClaim:
     """The slot a run of a paused workflow waits for until the workflow is resumed."""
     return ev.SlotClaim(limit=f"{namespace}/{workflow}{PAUSED}", key="paused", size=0)

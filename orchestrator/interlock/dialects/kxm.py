@@ -147,7 +147,18 @@ def _workflow(src: Document, d: Definition, lowered: Lowered, capabilities: list
     """The native workflow of one definition; ``capabilities`` gets the ones it requests."""
     out = Lowering(src, DIALECT)
     low = StageLowering(d, out)
+    entered = _entered(d)
     for stage in d.stages:
+        if stage.id not in entered:
+            lowered.warnings.append(
+                src.diag(
+                    (d.index, "stages", stage.index, "id"),
+                    f"{DIALECT}.unreachable-stage",
+                    f"stage {stage.id!r} is never entered: no transition of a stage a run "
+                    "enters leads to it (the hub loads it and never runs it); it is left out",
+                )
+            )
+            continue
         low.stage(stage)
         for cap in [
             capability(d.target),
@@ -190,6 +201,25 @@ def _workflow(src: Document, d: Definition, lowered: Lowered, capabilities: list
         },
     }
     return out.finish(native, lowered)
+
+
+def _entered(d: Definition) -> set[str]:
+    """The stages a run can enter: the first, and from each one entered, its declared
+    targets, or, without a declared ``passed`` edge, any stage still pending (the hub's
+    default edge); a failure without an edge retries the same stage."""
+    entered = {d.stages[0].id}
+    todo = [d.stages[0]]
+    by_id = {s.id: s for s in d.stages}
+    while todo:
+        stage = todo.pop()
+        targets = [e.target for e in stage.on.values() if e.target in by_id]
+        if "passed" not in stage.on:
+            targets = list(by_id)
+        for target in targets:
+            if target not in entered:
+                entered.add(target)
+                todo.append(by_id[target])
+    return entered
 
 
 def _context(d: Definition) -> dict[str, Any]:

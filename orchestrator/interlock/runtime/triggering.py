@@ -25,6 +25,7 @@ from interlock.runtime.timers import Timers
 from interlock.runtime.windows import Windows
 from interlock.transport.cloudevents import CloudEvent
 from interlock.transport.subjects import Subjects
+from interlock.transport.tracing import trace_context
 
 DeadLetter = Callable[[Msg, str, str], Awaitable[None]]
 """Dead-letter a message with a reason and a detail (the consumer's handling)."""
@@ -96,7 +97,7 @@ class TriggerStarts:
             derive_run_id(definition, incoming.source, incoming.id),
             start.inputs,
             trigger=incoming,
-            traceparent=incoming.extensions.get("traceparent"),
+            traceparent=trace_context(incoming.extensions.get("traceparent")),
             paused=self._pauses.holds(definition.namespace, definition.name),
             rate=rate,
         )

@@ -61,6 +61,16 @@ def parse_traceparent(value: str | None) -> SpanContext | None:
     )
 
 
+def trace_context(value: str | None) -> str | None:
+    """``value`` as a run keeps and hands on a trace context it was given: a W3C
+    ``traceparent`` of its four fields, lower case, or None. What comes with an event is
+    its publisher's text, kept in the run's log and sent with every task of the run to
+    its agents, and read into the console's trace link: junk there (a path and a query,
+    kilobytes) went everywhere the run's trace goes."""
+    ctx = parse_traceparent(value)
+    return None if ctx is None else format_traceparent(ctx)
+
+
 def format_traceparent(ctx: SpanContext) -> str:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 

@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
-from interlock.auth.dev import prepare
+from interlock.auth.dev import prepare, record_context
 from interlock.auth.jwt import creds_user
 from interlock.auth.roles import inbox_prefix
 from interlock.runtime.embedded import EmbeddedNats
@@ -194,3 +194,30 @@ def test_keys_made_elsewhere_are_named_with_keys_or_its_variable(tmp_path: Path)
     assert json.loads(found.stdout) == []
     empty = cli("creds", "list", cwd=tmp_path, INTERLOCK_KEYS="keys")
     assert empty.stdout == "no credentials issued from these keys (interlock creds issue ROLE)\n"
+
+
+def test_creds_from_another_folder_are_told_where_the_last_dev_keeps_its_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI run from any folder uses the last `interlock dev`'s server and credential;
+    `creds`, which needs its keys, names where that dev keeps them."""
+    context = str(tmp_path / "dev.json")
+    monkeypatch.setenv("INTERLOCK_CONTEXT", context)
+    data = tmp_path / "dev" / ".interlock"
+    auth = prepare(data, Subjects("il"), ["echo"])
+    assert record_context("nats://127.0.0.1:4222", auth.operator, data) is not None  # as dev
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    keys = data.resolve() / "keys"
+    lost = cli("creds", "list", cwd=elsewhere, INTERLOCK_CONTEXT=context)
+    assert lost.returncode == 2
+    assert lost.stderr.startswith("interlock: no keys in .interlock/keys: name the folder")
+    assert lost.stderr.endswith(
+        f"; the last `interlock dev` keeps its keys in {keys}: --keys {keys}\n"
+    )
+    found = cli("creds", "list", "--keys", str(keys), cwd=elsewhere, INTERLOCK_CONTEXT=context)
+    assert found.returncode == 0, found.stderr
+    assert "dev-operator" in found.stdout
+    # In the dev's own folder the keys are found: nothing to name.
+    there = cli("creds", "list", cwd=data.parent, INTERLOCK_CONTEXT=context)
+    assert there.returncode == 0, there.stderr

@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interlock.cli.common import EXIT_OK, CliError, print_json
@@ -156,9 +157,22 @@ def _store(args: argparse.Namespace, *, create: bool = False) -> KeyStore:
         raise CliError(
             f"no keys in {store.dir}: name the folder `interlock creds init` made them in "
             f"with --keys DIR or {KEYS_ENV}=DIR, or make them here (`interlock dev` once, or "
-            f"`interlock creds init --keys {store.dir}`)"
+            f"`interlock creds init --keys {store.dir}`){_dev_keys(store.dir)}"
         )
     return store
+
+
+def _dev_keys(missing: Path) -> str:
+    """Where the last ``interlock dev`` keeps its keys, when it is another folder: the
+    other commands run from any folder use its server and credential, these need its keys."""
+    from interlock.auth.dev import recorded_context
+    from interlock.auth.keys import KeyStore
+
+    context = recorded_context()
+    keys = Path(context.data_dir) / "keys" if context is not None else None
+    if keys is None or not KeyStore(keys).exists or keys.resolve() == missing.resolve():
+        return ""
+    return f"; the last `interlock dev` keeps its keys in {keys}: --keys {keys}"
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import pytest
 from console_stack import CONTRAST, UNLABELLED, Console, console, shot, sign_in
 
 from support.concurrency import ONE_AT_A_TIME, SHARED_FAIRLY
-from support.gateway import wait_status
+from support.gateway import wait_status, yaml
 
 __all__ = ["console"]
 
@@ -349,4 +349,60 @@ async def test_a_retry_held_back_by_the_agent_says_why_it_waits(console: Console
     await page.get_by_text(why).wait_for()
     timers = page.get_by_role("table", name="Timers")
     await timers.locator("tr", has_text="asks again").wait_for()
+    assert page.errors == []
+
+
+HELD_CALL = yaml(
+    """\
+    apiVersion: interlock.io/v1
+    kind: AgentDef
+    metadata:
+      name: heldagent
+    spec:
+      capabilities:
+        - name: held.call
+          concurrency: {limit: 1, key: input.account}
+    ---
+    apiVersion: interlock.io/v1
+    kind: Workflow
+    metadata:
+      name: held-call
+    spec:
+      initial_state: work
+      states:
+        work:
+          actions:
+            - capability: held.call
+              input: {account: acme}
+          on: [{event: task.completed, goto: done}]
+        done: {type: terminal}
+    """
+)
+
+
+async def test_a_cancel_says_its_call_keeps_its_slot_until_its_worker_stops(
+    console: Console,
+) -> None:
+    """A run cancelled while its call of a limited capability is at work: its timeline
+    says the slot stays held until the worker stops, and until when at the latest."""
+    gs = console.gs
+    await gs.stack.apply(HELD_CALL)
+    async with gs.http() as http:
+        run_id = (await http.post("/runs", json={"workflow": "held-call"})).json()["run_id"]
+        for _ in range(300):  # until its request is admitted (dispatched: no worker serves it)
+            log = (await http.get(f"/runs/{run_id}/log")).json()["records"]
+            if any(r["type"].endswith("action.admitted") for r in log):
+                break
+            await asyncio.sleep(0.05)
+        cancelled = await http.post(f"/runs/{run_id}/cancel", json={"reason": "not wanted"})
+        assert cancelled.status_code == 200, cancelled.text
+    await wait_status(gs, run_id, "cancelled")
+    page = await console.page()
+    await page.goto(f"{console.url}#/runs/{run_id}")
+    said = page.locator(".rec-run-cancelled .stopping")
+    await said.wait_for()
+    text = await said.inner_text()
+    assert "the slot of cap:held.call for key acme" in text, text
+    assert "stays held until its worker stops" in text, text
+    assert text.endswith("at the latest"), text
     assert page.errors == []

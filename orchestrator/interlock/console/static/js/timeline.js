@@ -24,6 +24,18 @@ function heldFor(d) {
 
 const joined = (parts) => parts.flatMap((p, i) => (i ? [", ", p] : [p]));
 
+// What a cancel of attempts at work under a capability's concurrency limit says of their
+// slots: held while their workers stop, until freed.stopping_until at the latest (as
+// `interlock logs` says it).
+function stopping(freed) {
+  return freed.filter((f) => f?.stopping_until).map((f) => {
+    const held = f.limits.filter((c) => !c.per_s && !c.limit.endsWith("@paused"));
+    const slots = held.length ? joined(held.map((c) => [code(c.limit), " for key ", code(c.key)])) : ["its limits"];
+    return h("span", { class: "stopping" }, "; the slot of ", slots, ` (${f.action_id}, attempt ${f.attempt}) stays held until its worker stops, `,
+      timeCell(f.stopping_until), " at the latest");
+  });
+}
+
 // What a run.admitted took, as explain words it: "default/hello resumed" for a workflow's
 // pause (a line nobody holds a slot of), "holds a slot of default/api" for a limit.
 function admittedText(limits) {
@@ -89,7 +101,7 @@ export class Reading {
         ];
       }
       case "action.cancelled":
-        return [`action ${d.action_id} cancelled`, d.reason ? `: ${d.reason}` : ""];
+        return [`action ${d.action_id} cancelled`, d.reason ? `: ${d.reason}` : "", stopping([d.freed])];
       case "map.started":
         return [
           // Defaults are left out of the record: parallelism 1, join all.
@@ -135,7 +147,7 @@ export class Reading {
       case "run.failed":
         return [h("span", { class: "bad" }, "failed"), `: ${d.error?.class || ""} ${d.error?.message || ""}`];
       case "run.cancelled":
-        return [h("span", { class: "bad" }, "cancelled"), d.reason ? `: ${d.reason}` : ""];
+        return [h("span", { class: "bad" }, "cancelled"), d.reason ? `: ${d.reason}` : "", stopping(d.freed || [])];
       case "run.continued":
         return ["continued as new as ", h("a", { href: `#/runs/${encodeURIComponent(d.run_id)}`, class: "mono" }, d.run_id),
           ` in ${d.state} (${d.reason || "transition"})`];

@@ -21,6 +21,7 @@ from interlock.gateway.openapi_acting import (
     discard_one,
     pause_paths,
 )
+from interlock.gateway.openapi_events import event_paths
 from interlock.gateway.openapi_paths import REF, all_paths, ref
 from interlock.views.queueshape import QueueView
 
@@ -95,7 +96,7 @@ def _operation_id(method: str, path: str) -> str:
 @cache
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of the gateway, from the types its routes answer with."""
-    paths = {**all_paths(), **acting_paths(), **pause_paths()}
+    paths = {**event_paths(), **all_paths(), **acting_paths(), **pause_paths()}
     paths["/dead-letters/{seq}"]["delete"] = discard_one()
     paths["/dead-letters"]["delete"] = discard_many()
     components = _components()

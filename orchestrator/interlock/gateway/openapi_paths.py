@@ -14,10 +14,10 @@ REF = "#/components/schemas/{name}"
 
 
 def all_paths() -> dict[str, Any]:
-    """Every path of the document and its operations (without operation ids: the document
-    derives them from the path)."""
+    """Every path of the REST API and its operations (without operation ids: the document
+    derives them from the path); the events' and webhooks' are in
+    :mod:`interlock.gateway.openapi_events`."""
     return {
-        **_event_paths(),
         **_definition_paths(),
         **_run_paths(),
         **_run_log_paths(),
@@ -85,18 +85,6 @@ _NAMESPACE = _param(
     {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
     "A namespace.",
 )
-_WEBHOOK = _param(
-    "name",
-    "path",
-    {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
-    "A webhook's name (its kind: Webhook's metadata.name).",
-)
-_SIGNAL = _param(
-    "signal",
-    "path",
-    {"type": "string", "minLength": 1, "maxLength": 200},
-    "The signal: appended to the webhook's signals.prefix, it is the event type sent.",
-)
 _SEQ = _param(
     "seq",
     "path",
@@ -132,67 +120,6 @@ def _op(
     if body is not None:
         op["requestBody"] = body
     return op
-
-
-def _event_paths() -> dict[str, Any]:
-    return {
-        "/events": {
-            "post": {
-                "summary": "CloudEvents over HTTP: binary, structured or batched mode",
-                "tags": ["events"],
-                "security": _READ,
-                "parameters": [
-                    _param("ce-specversion", "header", {"type": "string"}, "Binary mode."),
-                    _param("ce-id", "header", {"type": "string"}, "Binary mode."),
-                    _param("ce-source", "header", {"type": "string"}, "Binary mode."),
-                    _param("ce-type", "header", {"type": "string"}, "Binary mode."),
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/cloudevents+json": {"schema": ref("CloudEvent")},
-                        "application/cloudevents-batch+json": {
-                            "schema": {"type": "array", "items": ref("CloudEvent")}
-                        },
-                        "application/json": {"schema": {}},
-                    },
-                },
-                "responses": {
-                    "202": _json(ref("Accepted"), "Stored; the runs each event starts"),
-                    **_errors(400, 401, 403, 413, 415),
-                },
-            }
-        },
-        "/webhooks/{name}": {
-            "post": _webhook(
-                "A signed webhook (a kind: Webhook says how it is checked)", [_WEBHOOK]
-            )
-        },
-        "/webhooks/{namespace}/{name}": {
-            "post": _webhook("A signed webhook of a namespace", [_NAMESPACE, _WEBHOOK])
-        },
-        "/webhooks/{name}/runs/{run_id}/signals/{signal}": {
-            "post": _webhook(
-                "A signal to one run of the webhook's namespace (else 403), signed as its "
-                "deliveries (`signals`): type `prefix` + `signal`; the signed body names both",
-                [_WEBHOOK, _RUN_ID, _SIGNAL],
-            )
-        },
-    }
-
-
-def _webhook(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "summary": summary,
-        "tags": ["events"],
-        "security": [],
-        "parameters": params,
-        "requestBody": {"content": {"application/json": {"schema": {}}}},
-        "responses": {
-            "202": _json(ref("Accepted"), "Stored, or a delivery seen before"),
-            **_errors(400, 401, 403, 404, 413, 503),
-        },
-    }
 
 
 def _definition_paths() -> dict[str, Any]:

@@ -239,6 +239,27 @@ def test_agent_run_finds_the_module_in_the_current_folder(tmp_path: Path) -> Non
     assert done.returncode == 2
 
 
+def test_agent_run_of_what_is_no_worker_says_so_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "my_agents.py").write_text(
+        "import msgspec\n\nclass ReviewIn(msgspec.Struct):\n    diff: str\n\n"
+        "def count() -> int:\n    return 3\n"
+    )
+    env = cli_env("nats://127.0.0.1:1", "x", INTERLOCK_METRICS_PORT="0")
+    env.pop("PYTHONPATH", None)
+    for target, said in (
+        ("my_agents:ReviewIn", "is not an interlock.sdk.Worker, and called with no arguments"),
+        ("my_agents:count", "is an int, not an interlock.sdk.Worker"),
+        ("my_agents:msgspec", "is a module, not an interlock.sdk.Worker"),
+    ):
+        done = run_cli("agent", "run", target, env=env, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"interlock: '{target}' {said}"), done.stderr
+        assert done.stderr.endswith(
+            ": name the Worker (module:worker) or a function of no arguments returning one\n"
+        )
+        assert "Traceback" not in done.stderr
+
+
 def test_the_timeline_names_map_items_and_map_records() -> None:
     common = {"specversion": "1.0", "source": "s", "subject": "r1", "time": "t"}
     started = ev.MapStarted(

@@ -416,7 +416,7 @@ def group_commit_setting(flag: int | None) -> int | None:
 
 
 def cmd_agent_run(args: argparse.Namespace) -> int:
-    from interlock.sdk.runner import run_agent
+    from interlock.sdk.runner import NotAWorker, run_agent
 
     setup_logging(args.log_level)
     if ":" in args.target and "" not in sys.path and os.getcwd() not in sys.path:
@@ -437,7 +437,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_USAGE) from exc
     except ConnectionFailed as exc:
         raise CliError(str(exc)) from exc
-    except (LookupError, ImportError, AttributeError) as exc:
+    except (LookupError, ImportError, AttributeError, NotAWorker) as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK
 

@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("interlock.sdk")
 
 
+class NotAWorker(TypeError):
+    """What ``module:attribute`` names is no :class:`Worker`, nor a function of no
+    arguments that returns one (the command says so, without a traceback)."""
+
+
 def load_worker(target: str) -> Worker:
     """The worker named by ``target``: a reference agent name or ``module:attribute``.
 
@@ -29,7 +34,7 @@ def load_worker(target: str) -> Worker:
 
     Raises:
         LookupError: no such reference agent, module or attribute.
-        TypeError: the attribute is not a worker.
+        NotAWorker: the attribute is not a worker, nor makes one when called.
     """
     if ":" not in target:
         # Imported on use: the reference agents are a separate package.
@@ -48,9 +53,21 @@ def load_worker(target: str) -> Worker:
         except AttributeError:
             raise LookupError(f"{module_name!r} has no attribute {attr!r}") from None
     if not isinstance(found, Worker) and callable(found):
-        found = found()
+        try:
+            found = found()
+        except TypeError as exc:  # it takes arguments: a class of the module, say
+            raise NotAWorker(
+                f"{target!r} is not an interlock.sdk.Worker, and called with no arguments "
+                f"it does not make one ({exc}): name the Worker (module:worker) or a "
+                "function of no arguments returning one"
+            ) from exc
     if not isinstance(found, Worker):
-        raise TypeError(f"{target!r} is a {type(found).__name__}, not an interlock.sdk.Worker")
+        kind = type(found).__name__
+        raise NotAWorker(
+            f"{target!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not an "
+            "interlock.sdk.Worker: name the Worker (module:worker) or a function of no "
+            "arguments returning one"
+        )
     return found
 
 

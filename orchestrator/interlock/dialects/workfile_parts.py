@@ -282,7 +282,16 @@ def _rewrite(
             return len(name.name), f"context.{name.name}"
         if name.name in wf.steps and name.name not in ("inputs", "run"):
             wf.read(name.name, list(name.fields), path)
-            return len(name.name), f"states.{name.name}.output"
+            # A step that did not run (skipped, or after a stop) reads as null wherever it
+            # is referenced, as the Workfile says: the path into it, up to a method called.
+            end = name.end
+            for field_end in name.ends:
+                if text[field_end:].lstrip().startswith("("):
+                    break
+                end = field_end
+            step = f"states.{name.name}"
+            into = text[name.end : end]
+            return end - name.start, f"(has({step}) ? {step}.output{into} : null)"
         if name.name == "run" and name.fields[:1] == ("started_at",):
             # The Workfile's run.started_at is a timestamp (the run records it as RFC 3339).
             end = text.find("started_at", name.start) + len("started_at")

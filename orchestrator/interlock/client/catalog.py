@@ -13,7 +13,6 @@ from interlock.client.errors import UnknownAgent
 from interlock.runtime.applied import Catalog
 from interlock.runtime.buckets import live_workers
 from interlock.runtime.errors import UnknownWorkflow
-from interlock.runtime.foreign import bucket_object, version_of
 from interlock.runtime.pausing import Pauses
 from interlock.transport.kvread import bucket_values, stored_keys
 from interlock.views import AgentView, WorkflowDetail, WorkflowSummary
@@ -29,31 +28,11 @@ if TYPE_CHECKING:
 
 async def catalog(ops: InterlockClient) -> Catalog:
     """(namespace, name) -> (newest version, spec hash, manifest) of every workflow
-    applied, from one pass over the workflows bucket (nothing is compiled)."""
-    try:
-        kv = await ops.js.key_value(ops.subjects.workflows_bucket)
-        values = await bucket_values(kv)
-    except (BucketNotFoundError, NotFoundError):
-        return {}
-    out: Catalog = {}
-    for key, value in values.items():
-        if not key.startswith("latest."):
-            continue
-        _, ns, name = key.split(".", 2)
-        bucket = ops.subjects.workflows_bucket
-        pointer = bucket_object(bucket, key, value)
-        version = version_of(pointer)
-        if pointer is None or version is None:
-            continue  # not a pointer Interlock wrote (reported)
-        body_key = f"wf.{ns}.{name}.{version}"
-        body = bucket_object(bucket, body_key, values[body_key]) if body_key in values else None
-        manifest = body.get("manifest") if body is not None else None
-        out[(ns, name)] = (
-            version,
-            str(pointer.get("spec_hash", "")),
-            manifest if isinstance(manifest, dict) else {},
-        )
-    return out
+    applied (nothing is compiled): the whole workflows bucket on a client's first call,
+    then only the records stored since its last (``ops.applied``, which ``emit`` reads
+    too), so a client that lists again and again (a gateway, a console) asks one request
+    when nothing was applied, however many workflows and versions are stored."""
+    return await ops.applied.current()
 
 
 async def workflows(ops: InterlockClient) -> list[WorkflowSummary]:

@@ -27,7 +27,7 @@ async def test_requests_past_the_limit_wait_their_turn(
         most = max(most, len(in_hand))
         await gate.wait()
         in_hand.remove(msg.data)
-        return tasks.ANSWER_RECORDED, None
+        return tasks.ANSWER_RECORDED, None, None
 
     async def refuse(msg: Msg, reason: str, detail: str) -> None:
         raise AssertionError(f"refused {msg.reply}: {reason}")

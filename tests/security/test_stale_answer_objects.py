@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from typing import Any
 
 import nats
 import pytest
@@ -76,3 +77,45 @@ async def test_a_late_answer_naming_an_object_loads_nothing(secured: Secured) ->
         return isinstance((await secured.operator.read(run_id))[-1], ev.RunCompleted)
 
     await eventually(ended, what="the run ended on its one answer")
+
+
+async def test_an_answer_sent_again_and_again_reads_the_log_once(
+    secured: Secured, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token verifies for as long as the agent keeps it, and an answer to an attempt no
+    longer awaited made the orchestrator read the run's whole log to tell a copy of the
+    answer taken (replied ``recorded``) from a late one: an agent that had had one task of a
+    long run could have it read that log at every copy it sent. It is read once per
+    attempt; the copies, the same answer or others, are told what the first was."""
+    creds = secured.issue(Role("agent", capabilities=("held",)), "rogue-held")
+    order = CloudEvent(id=secrets.token_hex(4), source="test", type="acme.order.placed", data={})
+    await secured.operator.emit(order)
+    nc = await nats.connect(
+        secured.url, user_credentials=str(creds), inbox_prefix=inbox_prefix(creds_user(creds))
+    )
+    reads: list[str] = []
+    log = secured.orchestrator.run_log
+    read = log.read
+
+    async def counted(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        reads.append(run_id)
+        return await read(run_id, *args, **kwargs)
+
+    try:
+        js = nc.jetstream(prefix=SUBJECTS.party_js_api, timeout=10)
+        sub = await js.pull_subscribe_bind("cap_held", SUBJECTS.tasks_stream)
+        [task] = await sub.fetch(1, timeout=30)
+        run_id = task.headers["ce-runid"]
+        subject = f"{SUBJECTS.prefix}.answer.held.{run_id}"
+        reply = await nc.request(subject, b"{}", headers=_answer(task, 0), timeout=30)
+        assert reply.headers[tasks.ANSWER_HEADER] == tasks.ANSWER_RECORDED, reply.headers
+        await task.ack()
+        monkeypatch.setattr(log, "read", counted)
+        for n in range(20):
+            reply = await nc.request(subject, b"{}", headers=_answer(task, 0), timeout=30)
+            assert reply.headers[tasks.ANSWER_HEADER] == tasks.ANSWER_RECORDED, reply.headers
+            other = await nc.request(subject, b"{}", headers=_answer(task, n + 1), timeout=30)
+            assert other.headers[tasks.ANSWER_HEADER] != tasks.ANSWER_RECORDED, other.headers
+    finally:
+        await nc.close()
+    assert reads.count(run_id) <= 1, len(reads)

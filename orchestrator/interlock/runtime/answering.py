@@ -43,8 +43,8 @@ from interlock.runtime.answers import (
     AnswerKey,
     AnswerRefused,
     Answers,
+    answers_taken,
     late_reason,
-    recorded,
 )
 from interlock.runtime.flow import to_incoming
 from interlock.runtime.logstore import RunLog
@@ -72,6 +72,8 @@ detail."""
 REPLY_REFUSED = "reply-refused"
 """The dead-letter reason of a request whose reply subject is not the requester's inbox."""
 
+SETTLED_KEPT = 4096
+"""Attempts no longer awaited whose verdict an orchestrator keeps (each a few ids)."""
 DUPLICATE = "duplicate"
 """An answer decided already (the log holds it): replied to as recorded, never a dead letter."""
 Refuse = Callable[[Msg, str, str], Awaitable[None]]
@@ -290,6 +292,11 @@ class AnswerTaking:
         self._answers, self._deliver, self._refuse = answers, deliver, refuse
         self._log, self._observers, self._counters = log_store, observers, counters
         self._stopped = stopped
+        self._settled: collections.OrderedDict[
+            tuple[str, str, int], tuple[frozenset[str], str | None]
+        ] = collections.OrderedDict()
+        """What the log says of attempts no longer awaited (the answers it took, why the
+        run stopped waiting), :data:`SETTLED_KEPT` of them: see :meth:`_late`."""
 
     async def take(self, msg: Msg) -> AnswerReply:
         """Decide on the answer ``msg``; what to reply. Raises when it cannot be taken now."""
@@ -328,10 +335,23 @@ class AnswerTaking:
         go (unless it says its handler still runs)."""
         if key is None or refused.reason not in LATE_REFUSALS:
             return None
+        settled = self._settled.get((key.run_id, key.action_id, key.attempt))
+        if settled is not None:
+            # Known already: an answer to an attempt no longer awaited is sent again (a
+            # worker's retry, or an agent replaying a task it once had, whose token stays
+            # good): read the whole log once per attempt, not at every copy.
+            self._settled.move_to_end((key.run_id, key.action_id, key.attempt))
+            answered, late = settled
+            return DUPLICATE if event.id in answered else late
         records, _ = await self._log.read(key.run_id)
-        if recorded(records, key, event.id):
-            return DUPLICATE
+        answered = answers_taken(records, key)
         late = late_reason(records, key)
+        if answered or late is not None:  # what the log says of it now is for good
+            self._settled[(key.run_id, key.action_id, key.attempt)] = (answered, late)
+            if len(self._settled) > SETTLED_KEPT:
+                self._settled.popitem(last=False)
+        if event.id in answered:
+            return DUPLICATE
         if late is not None and self._stopped is not None and not still_running(event):
             from interlock.core.capacity import stopping  # the engine: not for readers
 

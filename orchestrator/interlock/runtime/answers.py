@@ -95,12 +95,18 @@ def recorded(records: Sequence[ev.AnyRecord], key: AnswerKey, event_id: str) -> 
     """Whether the answer ``event_id`` to the attempt ``key`` names is in the log already:
     the same answer decided twice (taken by two replicas, or sent again), not a dead
     letter."""
-    return any(
-        r.data.event_id == event_id
-        and r.data.action_id == key.action_id
-        and (isinstance(r, ev.ActionCompleted) or r.data.attempt == key.attempt)
+    return event_id in answers_taken(records, key)
+
+
+def answers_taken(records: Sequence[ev.AnyRecord], key: AnswerKey) -> frozenset[str]:
+    """The ids of the answers the log took for the attempt ``key`` names (its action's
+    completion, or that attempt's failure)."""
+    return frozenset(
+        r.data.event_id
         for r in records
         if isinstance(r, ev.ActionCompleted | ev.ActionFailed)
+        and r.data.action_id == key.action_id
+        and (isinstance(r, ev.ActionCompleted) or r.data.attempt == key.attempt)
     )
 
 

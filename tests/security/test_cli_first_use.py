@@ -128,7 +128,7 @@ async def test_a_revoked_credential_is_named_with_why_a_server_refuses_one(
     assert "this server wants a credential" not in errs
 
 
-async def test_shadow_takes_its_since_as_logs_does_and_refuses_what_is_no_time(
+async def test_shadow_takes_its_since_as_logs_does_and_refuses_what_is_no_workflow_or_time(
     secured: Secured,
 ) -> None:
     candidate = secured.data / "candidate.yaml"
@@ -156,6 +156,15 @@ async def test_shadow_takes_its_since_as_logs_does_and_refuses_what_is_no_time(
             break
         await asyncio.sleep(0.2)
     assert (code, int(found.group(1)) >= 1) == (0, True), (out, errs)
+    # A misspelt workflow: no run, and so no run that diverges; said, and not passed.
+    code, out, errs = await cli(secured, op, "shadow", "awaitng", "--candidate", str(candidate))
+    assert (code, out) == (1, ""), errs
+    assert errs == (
+        "interlock: workflow default/awaitng is not applied and has no runs (interlock workflows)\n"
+    )
+    code, out, errs = await cli(secured, op, "runs", "--workflow", "awaitng")
+    assert (code, out) == (0, "no runs\n"), errs
+    assert errs.startswith("note: workflow default/awaitng is not applied (interlock workflows)")
     code, out, errs = await cli(secured, op, *shadow, "--since", "2999-01-01T00:30:00+01:00")
     assert (code, out.splitlines()[0]) == (
         0,

@@ -58,8 +58,21 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> int:
         )
 
     emit(args, runs, table)
+    if not runs and args.workflow and not await applied(client, args.workflow):
+        err(f"note: workflow {qualified(args.workflow)} is not applied (interlock workflows)")
     await _index_note(client)
     return EXIT_OK
+
+
+def qualified(workflow: str) -> str:
+    """``namespace/name`` of a workflow named as the commands take it (``name``: default)."""
+    return workflow if "/" in workflow else f"default/{workflow}"
+
+
+async def applied(client: Client, workflow: str) -> bool:
+    """Whether ``workflow`` (``name`` or ``namespace/name``) is applied now: asked of a
+    filter that found no run, where a misspelt name found none and said nothing."""
+    return any(f"{w.namespace}/{w.name}" == qualified(workflow) for w in await client.workflows())
 
 
 async def _index_note(client: Client) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from interlock.cli import connecting
 from interlock.cli.common import EXIT_FAILED, EXIT_OK, CliError, print_json, since_time
+from interlock.cli.read_cmds import applied, qualified
 from interlock.cli.replay_inputs import (
     end_text,
     headed_logs,
@@ -54,6 +55,13 @@ def cmd_shadow(args: argparse.Namespace) -> int:
         from interlock.runtime.replaying import select_runs
 
         chosen = select_runs(await client.ops.list_runs(a.workflow), a.runs, a.since)
+        if not chosen and not await applied(client, a.workflow):
+            # A misspelt name replays no run, and 'every run agrees' would pass a check.
+            raise CliError(
+                f"workflow {qualified(a.workflow)} is not applied and has no runs "
+                "(interlock workflows)",
+                EXIT_FAILED,
+            )
         summary = await replaying_of(client).shadow(chosen, candidate, label=a.candidate)
         return _report_shadow(summary, a)
 

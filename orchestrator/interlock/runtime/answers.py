@@ -105,6 +105,7 @@ def answers_taken(records: Sequence[ev.AnyRecord], key: AnswerKey) -> frozenset[
         r.data.event_id
         for r in records
         if isinstance(r, ev.ActionCompleted | ev.ActionFailed)
+        and r.data.event_id is not None
         and r.data.action_id == key.action_id
         and (isinstance(r, ev.ActionCompleted) or r.data.attempt == key.attempt)
     )

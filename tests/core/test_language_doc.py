@@ -4,6 +4,7 @@ field, rule id and error class the code has."""
 from __future__ import annotations
 
 import re
+import textwrap
 
 import msgspec
 import pytest
@@ -18,6 +19,12 @@ from support.core import ROOT
 DOC = (ROOT / "docs/language.md").read_text()
 BLOCKS = re.findall(r"```yaml\n(.*?)```", DOC, re.DOTALL)
 MANIFESTS = [b for b in BLOCKS if "\nkind: " in f"\n{b}"]
+INVALID = re.compile(
+    r"<!-- invalid: ([a-z, -]+) -->\n+```yaml\n(.*?)```(?:\n+```\n(.*?)```)?", re.S
+)
+"""A block marked as an error example: ``<!-- invalid: RULE[, RULE] -->`` on the line
+before it, and, in a plain block right after it, what ``validate`` prints for it."""
+MARKED = {found[2]: found for found in INVALID.finditer(DOC)}
 
 
 def test_the_doc_has_whole_manifests() -> None:
@@ -26,8 +33,64 @@ def test_the_doc_has_whole_manifests() -> None:
 
 @pytest.mark.parametrize("block", MANIFESTS, ids=[f"manifest-{i}" for i in range(len(MANIFESTS))])
 def test_every_whole_manifest_in_the_doc_validates(block: str) -> None:
-    compiled = compile_sources([("docs/language.md", block)])
-    assert compiled.diagnostics == []
+    """...or is an error example that fails with the rules it is marked with, printing
+    what the page shows."""
+    marked = MARKED.get(block)
+    shown = (marked[3] or "").splitlines() if marked else []
+    path = shown[0].split(":", 1)[0] if shown else "docs/language.md"
+    compiled = compile_sources([(path, block)])
+    if marked is None:
+        assert compiled.diagnostics == []
+        return
+    assert {d.rule for d in compiled.diagnostics} == {r.strip() for r in marked[1].split(",")}
+    if shown:
+        assert [str(d) for d in compiled.diagnostics] == shown
+
+
+def test_the_doc_has_an_error_example_and_marks_only_blocks_it_has() -> None:
+    assert MARKED
+    assert all(block in BLOCKS for block in MARKED)
+
+
+STATE_KEYS = {f.encode_name for f in msgspec.structs.fields(model.State)}
+CONTEXT = {"unknown-goto", "unreachable-state", "no-terminal-path", "unknown-state-ref"}
+"""What a fragment may break for want of the manifest around it: a ``goto`` or a
+``$.states`` reference to a state it leaves out, states it does not connect."""
+HEAD = "apiVersion: interlock.io/v1\nkind: Workflow\nmetadata: {name: frag}\nspec:\n"
+DONE = "    done: {type: terminal}\n"
+
+
+def in_a_manifest(block: str) -> tuple[str, set[str]]:
+    """A fragment (``states:``, a state's fields, states by name, an ``on`` list) in a
+    manifest as a reader would paste it, and the rules its missing context may break."""
+    keys = re.findall(r"^([A-Za-z_][\w.-]*):", block, re.M)
+    if block.startswith("- "):  # an `on` list
+        on = textwrap.indent(block, "        ")
+        return f"{HEAD}  initial_state: s\n  states:\n    s:\n      on:\n{on}{DONE}", CONTEXT
+    if keys[0] == "states":  # all the states: they must connect among themselves
+        first = re.search(r"^  ([\w-]+):", block, re.M)
+        assert first is not None
+        indented = textwrap.indent(block, "  ")
+        return f"{HEAD}  initial_state: {first[1]}\n{indented}", {"unknown-state-ref"}
+    if set(keys) <= STATE_KEYS:  # one state's fields
+        fields = textwrap.indent(block, "      ")
+        return f"{HEAD}  initial_state: s\n  states:\n    s:\n{fields}{DONE}", CONTEXT
+    states = textwrap.indent(block, "    ")  # states by name
+    return f"{HEAD}  initial_state: {keys[0]}\n  states:\n{states}{DONE}", CONTEXT
+
+
+FRAGMENTS = [b for b in BLOCKS if b not in MANIFESTS and not b.startswith("spec:")]
+
+
+@pytest.mark.parametrize("block", FRAGMENTS, ids=[f"fragment-{i}" for i in range(len(FRAGMENTS))])
+def test_every_fragment_validates_in_a_manifest(block: str) -> None:
+    """A fragment of a state machine breaks no rule but those its missing context makes
+    it break (or is marked as an error example, and breaks those it is marked with)."""
+    manifest, context = in_a_manifest(block)
+    rules = {d.rule for d in compile_sources([("docs/language.md", manifest)]).diagnostics}
+    marked = MARKED.get(block)
+    expected = {r.strip() for r in marked[1].split(",")} if marked else set()
+    assert rules - context == expected, manifest
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"block-{i}" for i in range(len(BLOCKS))])

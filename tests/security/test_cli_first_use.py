@@ -87,12 +87,7 @@ async def test_an_agent_on_a_credential_that_serves_nothing_is_refused_at_once(
     secured: Secured,
 ) -> None:
     publisher = await issue(secured, "publisher", "first-publisher", "--events", "acme.>")
-    gateway = await issue(secured, "gateway", "first-gateway")
-    for creds, role in (
-        (publisher, "a publisher"),
-        (gateway, "a gateway"),
-        (secured.auth.operator, "an operator"),
-    ):
+    for creds, role in ((publisher, "a publisher"), (secured.auth.operator, "an operator")):
         began = time.monotonic()
         code, _, errs = await cli(secured, creds, "agent", "run", "echo", "--no-metrics")
         took = time.monotonic() - began
@@ -138,9 +133,7 @@ async def test_shadow_takes_its_since_as_logs_does_and_refuses_what_is_no_workfl
     op = secured.auth.operator
     for flags, said in (
         (("--since", "yesterday"), "--since 'yesterday': give an RFC 3339 time"),
-        (("--since", "2026-13-45"), "--since '2026-13-45': give an RFC 3339 time"),
         (("--runs", "0"), "--runs must be 1 or more, got 0"),
-        (("--runs", "-2"), "--runs must be 1 or more, got -2"),
     ):
         code, out, errs = await cli(secured, op, *shadow, *flags)
         assert (code, out) == (EXIT_USAGE, ""), (flags, errs)

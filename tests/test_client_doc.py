@@ -56,4 +56,3 @@ def test_every_error_interlock_exports_is_named_in_the_page() -> None:
     named = set(re.findall(r"`(\w+)`", section.split("\n\n", 1)[0]))
     assert sorted(errors - named) == [], "exported, not in the page"
     assert sorted(named & set(dir(interlock)) - errors) == []
-

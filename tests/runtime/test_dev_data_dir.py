@@ -57,3 +57,28 @@ def test_a_second_dev_on_the_same_data_directory_is_refused(tmp_path: Path) -> N
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=60)
     assert first.returncode == 0
+
+
+def test_a_nats_port_in_use_is_said_first_and_how_to_pick_another(tmp_path: Path) -> None:
+    """The port another process listens on: the server's fatal error on the first line (its
+    log, some thirty lines, follows), and what to do on the last."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [INTERLOCK, "dev", "--port", str(port), "--no-http", "--no-agents", "--no-metrics"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+        env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+        done = subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+    lines = done.stderr.splitlines()
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert lines[0].startswith("interlock dev: nats-server exited with code 1 while starting")
+    assert f"{port}: bind: address already in use" in lines[0], lines[0]
+    assert lines[-1] == (
+        f"interlock dev: port {port} is taken by another process: stop it, or give --port N "
+        "(0 picks a free one)"
+    )

@@ -270,6 +270,11 @@ def _start_server(
         server.start()
     except (NatsServerNotFound, NatsServerFailed) as exc:
         sys.stderr.write(f"interlock dev: {exc}\n")
+        if "address already in use" in str(exc):
+            sys.stderr.write(
+                f"interlock dev: port {port} is taken by another process: stop it, or give "
+                "--port N (0 picks a free one)\n"
+            )
         return None
     claim.write(f"pid {os.getpid()}, NATS at {server.url}")
     claim.flush()

@@ -277,9 +277,12 @@ class EmbeddedNats:
         while True:
             code = self._proc.poll()
             if code is not None:
+                # Its fatal error (a port in use, say) first: the excerpt is its whole log.
+                fatal = [ln.split("[FTL] ", 1)[1] for ln in self._run_output() if "[FTL] " in ln]
                 raise NatsServerFailed(
                     f"nats-server exited with code {code} while starting "
-                    f"(data dir {self.data_dir}):\n{self._failure_excerpt()}"
+                    f"(data dir {self.data_dir}){': ' + fatal[-1] if fatal else ''}"
+                    f":\n{self._failure_excerpt()}"
                 )
             port = _read_port(ports_file)
             if port is not None and _accepts_clients(self.host, port):

@@ -217,3 +217,30 @@ def test_an_unknown_function_is_named_without_the_values_given(source: str, name
         # A value that holds the text celpy's dump begins with does not cut it elsewhere.
         Expression(source).evaluate({"inputs": {"a": "a secret (in activation x)"}})
     assert str(caught.value) == f"undeclared reference to {name!r}"
+
+
+@pytest.mark.parametrize(
+    ("source", "text"),
+    [
+        ("string(inputs.ok)", "true"),
+        ('"approved: " + string(false)', "approved: false"),
+        ('string(duration("1.5s"))', "1.5s"),
+        ('string(duration("4h"))', "14400s"),
+        ("string(inputs.n)", "3"),
+        ("string(2.5)", "2.5"),
+        ('string("as is")', "as is"),
+        ('string(timestamp("2026-01-01T00:00:00Z"))', "2026-01-01T00:00:00Z"),
+    ],
+)
+def test_string_converts_as_cel_does_not_as_python_does(source: str, text: str) -> None:
+    """``string(true)`` is "true" in CEL (Python wrote "True"); a duration keeps its
+    fraction (Python's conversion cut "1.5s" to "1s"). With ``numbers: double`` too."""
+    activation = {"inputs": {"ok": True, "n": 3}}
+    assert Expression(source).evaluate(activation) == text
+    assert Expression(source, doubles=True).evaluate(activation) == text
+
+
+@pytest.mark.parametrize("source", ["string(null)", "string([1, 2])", 'string({"a": 1})'])
+def test_a_value_with_no_string_is_an_error_not_python_s_repr(source: str) -> None:
+    with pytest.raises(ExpressionError, match="no such overload"):
+        Expression(source).evaluate({})

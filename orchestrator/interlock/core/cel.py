@@ -226,7 +226,8 @@ class Expression:
             known = ", ".join(sorted(VARIABLES | extra if sees is None else sees))
             raise CompileError(f"unknown variable {name!r} in CEL (known: {known})", line, col)
         self.names = names & (VARIABLES | extra)
-        self._program = _env().program(tree, _mixed_numbers() if doubles else None)
+        functions = {**_conversions(doubles), **(_mixed_numbers() if doubles else {})}
+        self._program = _env().program(tree, functions)
         self._fast = None if doubles else fast_form(source, self.names)
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
@@ -333,6 +334,34 @@ def _mixed_numbers() -> dict[str, Any]:
         "_>=_": operator.ge,
     }
     return {name: across(name, op) for name, op in ops.items()}
+
+
+@functools.cache
+def _conversions(doubles: bool) -> dict[str, Any]:
+    """CEL's ``string()`` as the spec (and cel-go) has it, where celpy leaks Python's
+    text: ``string(true)`` is ``"true"`` (not ``"True"``), a duration keeps its fraction
+    (``"1.5s"``, not ``"1s"``), and a null, a list or a map has no string (an error, not
+    Python's repr). With ``doubles`` (``numbers: double``), a whole double is written as
+    the number it is (``"3"`` for the JSON ``3``), as :func:`whole_numbers` writes it."""
+    from decimal import Decimal
+
+    celtypes = _cel().celtypes
+    own = _cel().celpy.evaluation.base_functions["string"]
+
+    def string(value: Any) -> Any:
+        if isinstance(value, celtypes.BoolType):
+            return celtypes.StringType("true" if value else "false")
+        if isinstance(value, celtypes.DurationType):
+            seconds = format(Decimal(repr(value.total_seconds())).normalize(), "f")
+            return celtypes.StringType(f"{seconds}s")
+        if doubles and isinstance(value, celtypes.DoubleType):
+            return celtypes.StringType(str(whole_numbers(float(value))))
+        if value is None or isinstance(value, celtypes.ListType | celtypes.MapType):
+            kind = "null" if value is None else type(value).__name__.removesuffix("Type")
+            raise TypeError(f"no such overload: string({kind.lower()})")
+        return own(value)
+
+    return {"string": string}
 
 
 def _describe(exc: BaseException) -> str:

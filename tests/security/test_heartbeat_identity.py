@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from nats.js.errors import BadRequestError, KeyNotFoundError
 
 from interlock.auth.roles import Role
 from interlock.sdk import Worker
@@ -94,3 +95,25 @@ async def _forge(secured: Secured, attacker: Any) -> int:
         await nc.close()
     assert not refusals.errors
     return int(ack.seq)
+
+
+async def test_an_agents_heartbeat_lives_no_longer_than_the_buckets_15_s(
+    secured: Secured,
+) -> None:
+    """A heartbeat with a TTL of its own (``Nats-TTL: never``) outlived the bucket's 15 s:
+    an agent's such heartbeats filled the bucket for good, after which every other agent's
+    were refused and listings and metrics showed no worker of any capability. The bucket
+    takes no message TTL: refused, nothing stored."""
+    attacker = secured.issue(Role("agent", capabilities=("teama",)), "teama-agent")
+    refusals = Refusals()
+    nc = await plain_client(secured.url, attacker, refusals)
+    kv = await secured.operator.js.key_value(SUBJECTS.workers_bucket)
+    try:
+        subject = f"$KV.{SUBJECTS.workers_bucket}.{heartbeat_key('teama', 'forever')}"
+        with pytest.raises(BadRequestError, match="TTL"):
+            await nc.jetstream().publish(subject, b"{}", headers={"Nats-TTL": "never"})
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    with pytest.raises(KeyNotFoundError):
+        await kv.get(heartbeat_key("teama", "forever"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,11 +11,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError
 
 from interlock.transport.appends import append_batch
 from interlock.transport.errors import AppendConflict, JetStreamAPIError
 from interlock.transport.provision import check_ready, provision
+from interlock.transport.streamconfigs import desired_configs
 from interlock.transport.subjects import Subjects
 
 
@@ -138,6 +140,31 @@ async def test_differing_settings_are_updated_and_others_kept(
     assert runs.description == "set by an operator"
     assert runs.max_msg_size == 1 << 20
     assert (await js.stream_info(subjects.events_stream)).config.max_age == 7200
+
+
+async def test_a_workers_bucket_that_took_message_ttls_is_made_again_without(
+    nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    """The server turns a stream's message TTLs on, never off: a workers bucket made when it
+    took them (a heartbeat with ``Nats-TTL: never`` outlived its 15 s) is made again, its
+    heartbeats gone (their workers write them again within seconds)."""
+    stream = f"KV_{subjects.workers_bucket}"
+    old = next(c for c in desired_configs(subjects) if c["name"] == stream)
+    await _raw(nc, f"$JS.API.STREAM.CREATE.{stream}", {**old, "allow_msg_ttl": True})
+    key = f"$KV.{subjects.workers_bucket}.echo.forever"
+    await js.publish(key, b"{}", headers={"Nats-TTL": "never"})
+    await provision(js, subjects)
+    assert not (await js.stream_info(stream)).config.allow_msg_ttl
+    assert (await js.stream_info(stream)).state.messages == 0
+    with pytest.raises(BadRequestError, match="TTL"):
+        await js.publish(key, b"{}", headers={"Nats-TTL": "never"})
+    await provision(js, subjects)  # and once so, left as it is
+    assert (await js.stream_info(stream)).state.messages == 0
+
+
+async def _raw(nc: Client, subject: str, body: dict[str, object]) -> None:
+    reply = json.loads((await nc.request(subject, json.dumps(body).encode())).data)
+    assert "error" not in reply, reply
 
 
 async def test_refused_settings_name_the_stream(js: JetStreamContext, subjects: Subjects) -> None:

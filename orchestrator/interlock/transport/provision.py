@@ -114,6 +114,9 @@ async def provision_streams(
         # Never scale a stream down by accident: a process started without
         # INTERLOCK_REPLICAS must not turn R3 streams back into R1.
         desired["num_replicas"] = max(desired["num_replicas"], current.get("num_replicas", 1))
+        if name == f"KV_{subjects.workers_bucket}" and _ttls_dropped(current, desired):
+            await _made_again(nc, prefix, desired)
+            continue
         if any(current.get(key) != value for key, value in desired.items()):
             # Keep what the server filled in or an operator set; change only our settings.
             await _api(
@@ -122,6 +125,28 @@ async def provision_streams(
                 current | desired,
                 f"update stream {name}",
             )
+
+
+def _ttls_dropped(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether ``desired`` takes no message TTLs where the stream takes them: the server
+    turns that setting on, never off."""
+    return bool(current.get("allow_msg_ttl")) and not desired.get("allow_msg_ttl")
+
+
+async def _made_again(nc: Client, prefix: str, desired: dict[str, Any]) -> None:
+    """Delete a stream and make it as ``desired``: for the workers bucket only, whose
+    heartbeats are written again every few seconds, when a setting cannot be changed in
+    place. Another process doing the same at once is no failure."""
+    name = desired["name"]
+    log.warning("making stream %s again: %s", name, "it took message TTLs of their writers")
+    with contextlib.suppress(JetStreamAPIError):
+        await _api(nc, f"{prefix}.STREAM.DELETE.{name}", None, f"delete stream {name}")
+    try:
+        await _api(nc, f"{prefix}.STREAM.CREATE.{name}", desired, f"create stream {name}")
+    except JetStreamAPIError:
+        current = await _stream_config(nc, prefix, name)
+        if current is None or _ttls_dropped(current, desired):
+            raise
 
 
 async def check_ready(js: JetStreamContext | Client, subjects: Subjects) -> list[str]:

@@ -79,6 +79,7 @@ def _bucket(
     history: int,
     ttl_s: float = 0.0,
     rollups: bool = False,
+    message_ttls: bool = True,
     **settings: Any,
 ) -> dict[str, Any]:
     """The layout NATS KV clients create and expect (nats-py create_key_value, ADR-8),
@@ -87,7 +88,9 @@ def _bucket(
     ``Nats-Rollup: all`` wipes every key of its bucket: on a bucket agents write, one on
     an agent's own key; on any, a copy a user of the orchestrator's account has made the
     server write there (a direct get of a message it stored with that header, the copy's
-    reply subject naming a key of the bucket). ``rollups``: allow them all the same."""
+    reply subject naming a key of the bucket). ``rollups``: allow them all the same.
+    ``message_ttls``: take a message's own ``Nats-TTL`` (the orchestrator's markers and
+    leases); a message with one outlives the bucket's ``max_age``."""
     ttl = int(ttl_s * _NS)
     window = min(ttl, int(DUPLICATE_WINDOW_S * _NS)) if ttl else int(DUPLICATE_WINDOW_S * _NS)
     return _stream(
@@ -99,7 +102,7 @@ def _bucket(
         duplicate_window=window,
         max_msgs_per_subject=history,
         allow_rollup_hdrs=rollups,
-        allow_msg_ttl=True,
+        allow_msg_ttl=message_ttls,
         deny_delete=True,
         allow_direct=True,
         **settings,
@@ -196,12 +199,15 @@ def desired_configs(
         _bucket(s.workflows_bucket, replicas, history=64),
         _bucket(s.agents_bucket, replicas, history=16),
         # Agents write their own heartbeats here (no rollups, as on every bucket: one on
-        # an agent's own key would purge every other key).
+        # an agent's own key would purge every other key), and no TTL of their own: one
+        # of "never" outlived the bucket's 15 s, and such heartbeats filled it for good,
+        # refusing every other agent's (listings and metrics then showed no worker).
         _bucket(
             s.workers_bucket,
             replicas,
             history=1,
             ttl_s=WORKERS_TTL_S,
+            message_ttls=False,
             max_bytes=WORKERS_MAX_BYTES,
             max_msg_size=WORKERS_MAX_MSG,
         ),

@@ -7,10 +7,19 @@ from __future__ import annotations
 import asyncio
 import math
 
+from interlock.core import events as ev
 from interlock.runtime import slotuse
-from interlock.runtime.slotlines import STRIDE, Line, SlotEntry, Waiter, encode
+from interlock.runtime.slotlines import STRIDE, Line, Lines, SlotEntry, Waiter, encode
 from interlock.runtime.slotstore import decode_entry
-from interlock.runtime.slotturns import MAX_DEFERRED, admit, let_go, pick, recent, urgent_first
+from interlock.runtime.slotturns import (
+    MAX_DEFERRED,
+    admit,
+    let_go,
+    let_go_all,
+    pick,
+    recent,
+    urgent_first,
+)
 
 
 async def test_urgent_changes_go_first_and_the_others_wait_a_few_writes_at_most() -> None:
@@ -149,3 +158,23 @@ def test_a_holder_let_go_leaves_the_others_in_their_order() -> None:
     twice = SlotEntry(limit="l", key="k", size=10, holders=[*holders, holders[1]])
     assert let_go(twice, "r1")
     assert [h.run_id for h in twice.holders] == ["r0", "r2", "r3", "r4"]
+
+
+async def test_runs_that_end_together_let_go_in_one_pass_and_hand_the_slots_on() -> None:
+    """Several runs of one limit and key freed in one change: each holder taken out (the
+    others in their order), a run in line given the slot that frees; a run that is in
+    neither (freed already) has every holder named, whose admission may be left undone."""
+    claim = ev.SlotClaim(limit="l", key="k", size=3)
+    holders = [Waiter(f"r{i}", "2026-12-05T11:00:00Z", 3) for i in range(4)]
+    lines = Lines(None, "slots", "t", SlotEntry(limit="l", key="k", size=3), 0)
+    lines.entry.holders = holders[:3]
+    await lines.insert(holders[3])  # r3 waits
+    assert await let_go_all(lines, [(claim, "r0"), (claim, "r2")]) == ["r3"]
+    assert [h.run_id for h in lines.entry.holders] == ["r1", "r3"]
+    assert lines.entry.queued == 0
+    # r0 again (freed already) beside r1: every holder left is named.
+    assert await let_go_all(lines, [(claim, "r0"), (claim, "r1")]) == ["r3"]
+    assert [h.run_id for h in lines.entry.holders] == ["r3"]
+    # One alone: in place, as one release does.
+    assert await let_go_all(lines, [(claim, "r3")]) == []
+    assert lines.entry.holders == []

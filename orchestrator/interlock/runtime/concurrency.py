@@ -44,7 +44,7 @@ from interlock.runtime.runs import Runs
 from interlock.runtime.slotlines import ENTRIES, Lines, SlotEntry, Waiter, entry_key, order
 from interlock.runtime.slotroom import crowded, room
 from interlock.runtime.slotstore import Written, decode_entry
-from interlock.runtime.slotturns import admit, grant, let_go, urgent_first
+from interlock.runtime.slotturns import admit, grant, let_go_all, urgent_first
 from interlock.transport.cancelling import cancel_and_wait
 from interlock.transport.jetstream import jetstream
 from interlock.transport.kvbatch import put_all
@@ -317,16 +317,16 @@ class Slots:
         """Take the run out (holding or waiting); the runs given the slots that frees. When
         the run was not there (freed already: this is done again), the holders, whose
         admission may be what was left undone."""
+        return await self.release_all([(claim, run_id)])
+
+    async def release_all(self, items: Sequence[tuple[ev.SlotClaim, str]]) -> list[str]:
+        """:meth:`release` of each run (with its claim) of one limit and key, in one change
+        (:func:`slotturns.let_go_all`)."""
 
         async def change(lines: Lines) -> list[str]:
-            entry = lines.entry
-            present = let_go(entry, run_id)
-            if not present:
-                present = await lines.remove(run_id, claim.fair)
-            granted = await grant(lines)
-            return granted if present else [h.run_id for h in entry.holders]
+            return await let_go_all(lines, items)
 
-        granted: list[str] = await self.change(claim, change, urgent=True)
+        granted: list[str] = await self.change(items[0][0], change, urgent=True)
         return granted
 
 
@@ -427,10 +427,22 @@ class Admission:
     async def ended(self, run_id: str, slots: Sequence[ev.SlotClaim]) -> None:
         """A run that needed ``slots`` ended: its slots (or its places in line) go to the
         next runs in line, which are admitted once they hold all theirs."""
-        for claim in in_order(slots):
-            for other in await self.slots.release(claim, run_id):
-                if other != run_id:
-                    await self._go_on(other, claim)
+        await self.ended_all([(run_id, slots)])
+
+    async def ended_all(self, ended: Sequence[tuple[str, Sequence[ev.SlotClaim]]]) -> None:
+        """As :meth:`ended` for each run, the runs that share a limit and key let go of it
+        in one change (one pass over its holders); the entries in the order of their
+        limits' names, as each run's are (:func:`in_order`)."""
+        by_entry: dict[tuple[str, str], list[tuple[ev.SlotClaim, str]]] = {}
+        for run_id, slots in ended:
+            for claim in slots:
+                by_entry.setdefault((claim.limit, claim.key), []).append((claim, run_id))
+        gone = {run_id for run_id, _ in ended}
+        for key in sorted(by_entry, key=lambda k: (not is_pause(by_entry[k][0][0]), *k)):
+            items = by_entry[key]
+            for other in await self.slots.release_all(items):
+                if other not in gone:
+                    await self._go_on(other, items[0][0])
 
     async def go_on(self, run_id: str) -> None:
         """A run that may hold all its slots now (resumed): admitted if it does."""

@@ -36,12 +36,17 @@ which costs a read of the holders, never a slot)."""
 
 
 class FreeAtOnce:
-    """The slots of runs whose end this process appended, freed once it is acknowledged."""
+    """The slots of runs whose end this process appended, freed once it is acknowledged:
+    those of every run ended in one turn of the loop together (one task; one change of
+    each entry for all of them: :meth:`Admission.ended_all`)."""
 
     def __init__(self, admission: Admission, runs: Runs) -> None:
         """Told what ``runs`` appends, after whoever is told already (the dispatcher)."""
         self._admission, self._runs = admission, runs
         self._freeing: OrderedDict[str, asyncio.Task[bool]] = OrderedDict()
+        self._open: tuple[list[tuple[str, list[ev.SlotClaim]]], asyncio.Task[bool]] | None = None
+        """The runs ended in this turn of the loop, and the task that frees them (it takes
+        them, and no more, when it starts)."""
         self._stopping = False
         told = runs.on_appended
 
@@ -65,22 +70,26 @@ class FreeAtOnce:
                 continue
             if not entry.state.state:
                 continue  # never admitted: its place in line is the relay's to take out
-            slots = entry.state.slots
-            task = asyncio.get_running_loop().create_task(self._free(run_id, slots))
-            self._freeing[run_id] = task
+            if self._open is None:
+                batch: list[tuple[str, list[ev.SlotClaim]]] = []
+                self._open = batch, asyncio.get_running_loop().create_task(self._free(batch))
+            self._open[0].append((run_id, entry.state.slots))
+            self._freeing[run_id] = self._open[1]
             while len(self._freeing) > KEPT:
                 oldest = next(iter(self._freeing))
                 if not self._freeing[oldest].done():
                     break  # still at work: kept (at most a few)
                 del self._freeing[oldest]
 
-    async def _free(self, run_id: str, slots: list[ev.SlotClaim]) -> bool:
+    async def _free(self, batch: list[tuple[str, list[ev.SlotClaim]]]) -> bool:
+        self._open = None  # (the runs ended from now on go in the next batch)
         try:
-            await self._admission.ended(run_id, slots)
+            await self._admission.ended_all(batch)
         # The relay frees them (and says so if it cannot either); a process that stops
         # stops these changes half way, which is no news.
         except Exception as exc:  # noqa: BLE001
-            log.info("could not free the slots of run %s at once: %s", run_id, exc)
+            runs = ", ".join(run_id for run_id, _ in batch)
+            log.info("could not free the slots of runs %s at once: %s", runs, exc)
             return False
         return True
 

@@ -19,8 +19,10 @@ differs).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from interlock.core import events as ev
 from interlock.runtime.slotlines import STRIDE, Line, Lines, SlotEntry, Waiter
 from interlock.runtime.slotroom import room
 from interlock.runtime.slotuse import count, used, window
@@ -68,6 +70,34 @@ def let_go(entry: SlotEntry, run_id: str) -> bool:
         return False
     del holders[at]
     return True
+
+
+async def let_go_all(lines: Lines, items: Sequence[tuple[ev.SlotClaim, str]]) -> list[str]:
+    """Each run of ``items`` (with its claim of this limit and key) taken out of the
+    holders, in one pass over them, or out of its line; the runs given the slots that
+    frees (:func:`grant`), or, when one was in neither (freed already: this is done
+    again), every holder."""
+    entry = lines.entry
+    if len(items) == 1:  # (in place, in one pass that stops where it finds the run)
+        claim, run_id = items[0]
+        present = let_go(entry, run_id) or await lines.remove(run_id, claim.fair)
+        granted = await grant(lines)
+        return granted if present else [h.run_id for h in entry.holders]
+    gone = {run_id for _, run_id in items}
+    kept: list[Waiter] = []
+    held: set[str] = set()
+    for holder in entry.holders:
+        if holder.run_id in gone:
+            held.add(holder.run_id)
+        else:
+            kept.append(holder)
+    entry.holders = kept
+    absent = False
+    for claim, run_id in items:
+        if run_id not in held and not await lines.remove(run_id, claim.fair):
+            absent = True
+    granted = await grant(lines)
+    return [h.run_id for h in entry.holders] if absent else granted
 
 
 def recent(entry: SlotEntry) -> dict[str, float]:

@@ -221,3 +221,37 @@ def test_creds_from_another_folder_are_told_where_the_last_dev_keeps_its_keys(
     # In the dev's own folder the keys are found: nothing to name.
     there = cli("creds", "list", cwd=data.parent, INTERLOCK_CONTEXT=context)
     assert there.returncode == 0, there.stderr
+
+
+async def test_a_rotation_under_one_name_revokes_only_the_credential_named_by_file(
+    installation: tuple[EmbeddedNats, Path],
+) -> None:
+    """operations.md rotates a credential: issue a new one, deploy it, revoke the old. Under
+    the same name (the default one, say) a revoke by name is refused, naming both, where it
+    revoked the new credential with the old."""
+    server, home = installation
+    keys = str(home / ".interlock" / "keys")
+    issue = ("creds", "issue", "publisher", "--events", "acme.>", "--name", "shop")
+    for file in ("old.creds", "new.creds"):
+        done = cli(*issue, "-o", file, "--keys", keys, cwd=home, INTERLOCK_URL=server.url)
+        assert done.returncode == 0, done.stderr
+    users = [creds_user(home / f) for f in ("old.creds", "new.creds")]
+    revoke = ("creds", "revoke", "--keys", keys, "--server", server.url)
+    refused = cli(*revoke, "shop", cwd=home)
+    assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+    assert refused.stderr.startswith("interlock: shop names 2 credentials not revoked: ")
+    assert all(user in refused.stderr for user in users)
+    assert refused.stderr.endswith("name the one to revoke by its user key or creds file\n")
+    listed = json.loads(cli("creds", "list", "--json", "--keys", keys, cwd=home).stdout)
+    assert [i.get("revoked_at") for i in listed if i["name"] == "shop"] == [None, None]
+    done = cli(*revoke, "old.creds", cwd=home)
+    assert (done.returncode, done.stdout.splitlines()[0]) == (0, "revoked 1 user(s) in " + keys)
+    new = home / "new.creds"
+    nc = await nats.connect(
+        server.url, user_credentials=str(new), inbox_prefix=inbox_prefix(users[1]),
+        allow_reconnect=False,
+    )  # fmt: skip
+    await nc.close()
+    # One left under the name: the name revokes it.
+    done = cli(*revoke, "shop", cwd=home)
+    assert (done.returncode, done.stdout.splitlines()[0]) == (0, "revoked 1 user(s) in " + keys)

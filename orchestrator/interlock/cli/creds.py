@@ -306,7 +306,16 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             raise CliError(f"{who}: {exc}") from exc
         if not found:
             raise CliError(f"{who}: no credential issued from {store.dir} has this name or key")
-        keys += [i.public_key for i in found]
+        live = [i for i in found if i.revoked_at is None]
+        if len(live) > 1 and not os.path.isfile(who):
+            # A name given twice (a rotation under the default name): revoking the old
+            # credential by it would revoke the new one too.
+            raise CliError(
+                f"{who} names {len(live)} credentials not revoked: "
+                + ", ".join(f"{i.public_key} (issued {_when(i.issued_at)})" for i in live)
+                + "; name the one to revoke by its user key or creds file"
+            )
+        keys += [i.public_key for i in live or found]
     try:
         tokens = store.revoke(keys)
     except ValueError as exc:
@@ -346,7 +355,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = []
     for i in issued:
-        when = datetime.fromtimestamp(i.issued_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = _when(i.issued_at)
         state = "REVOKED" if i.revoked_at is not None else "-"
         if i.old_layout and i.revoked_at is None:
             state = "SHARED-ACCOUNT (interlock creds upgrade)"
@@ -354,3 +363,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows.append((i.name, i.role, i.public_key, when, state, scope))
     print_table(["NAME", "ROLE", "USER", "ISSUED", "STATE", "SCOPE"], rows)
     return EXIT_OK
+
+
+def _when(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -506,3 +507,47 @@ async def test_an_agents_junk_heartbeats_hide_no_worker_and_fail_no_listing(
     facade = Facade(secured.operator.nc, secured.operator.subjects)
     views = await facade.agents()  # what `interlock agents` and GET /agents show
     assert any(w.instance == "2" for v in views for w in v.workers)
+
+
+async def test_an_agents_ack_reaches_no_task_of_another_capability(
+    secured: Secured, target: str
+) -> None:
+    """The task queue is a work queue: an acknowledgement removes the task it names. An
+    agent may acknowledge through its own capability's consumer only, but it writes the
+    acknowledgement's subject, stream sequence and all: one naming the sequence of another
+    capability's queued task (``held``'s, a guess among the sequences around its own
+    tasks') removes nothing of it, whatever the agent sends (ack, term, nak)."""
+    creds = secured.issued.get("echo-team") or secured.issue(
+        Role("agent", capabilities=("echo",)), "echo-team"
+    )
+    queued = await _queued(secured, SUBJECTS.capability("held"))
+    refusals = Refusals()
+    nc = await plain_client(secured.url, creds, refusals)
+    try:
+        for body in (b"+ACK", b"+TERM", b"-NAK"):
+            for seq in range(max(1, queued.seq - 2), queued.seq + 3):
+                await nc.publish(f"$JS.ACK.{TASKS}.cap_echo.1.{seq}.{seq}.1.0", body)
+        await nc.flush()
+    finally:
+        await nc.close()
+    assert not refusals.errors
+    # Nothing says when the consumer has handled them: the task is looked for during a
+    # second after (an acknowledgement its consumer takes removes a task at once).
+    for _ in range(10):
+        still = await secured.operator.js.get_msg(TASKS, queued.seq)
+        assert still.subject == SUBJECTS.capability("held")
+        await asyncio.sleep(0.1)
+
+
+async def _queued(secured: Secured, subject: str) -> Any:
+    """The newest task queued on ``subject``, once one is (dispatched after its record)."""
+    from nats.js.errors import NotFoundError
+
+    from support.runtime import eventually
+
+    async def probe() -> Any:
+        with contextlib.suppress(NotFoundError):
+            return await secured.operator.js.get_last_msg(TASKS, subject)
+        return None
+
+    return await eventually(probe, what=f"a task queued on {subject}")

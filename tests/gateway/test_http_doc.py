@@ -185,3 +185,23 @@ def test_every_query_parameter_a_section_names_is_in_the_document() -> None:
             if not all(name in _query(route) for route in routes):
                 wrong.append((prefix, name, sorted(taken)))
     assert wrong == []
+
+
+@pytest.mark.parametrize("route", sorted(rows()), ids=" ".join)
+def test_an_answer_shape_the_page_shows_is_the_documents(route: Route) -> None:
+    """An answer a row shows as ``{"run_id", "cancelled"}`` has those fields, all of them."""
+    answer = re.split(r"(?<!\\)\|", rows()[route][1])[3].strip()
+    shown = re.match(r"(?:\d{3} )?`(\{[^`]*\})`", answer)
+    if shown is None or route not in operations():
+        return
+    responses = operations()[route]["responses"]
+    ok = next(code for code in sorted(responses) if code.startswith("2"))
+    schema = _resolve(responses[ok]["content"]["application/json"]["schema"])
+    assert set(re.findall(r'"(\w+)"', shown[1])) == set(schema["properties"])
+
+
+def test_every_type_the_page_names_is_a_schema_of_the_document() -> None:
+    """``RunDescription``, ``[QueueView]``: the answers' types, by the names the document
+    gives them (the names of ``interlock.views``)."""
+    named = set(re.findall(r"`\[?([A-Z][a-z]+(?:[A-Z][a-z]+)+)\]?`", DOC)) - {"EventSource"}
+    assert sorted(named - set(document()["components"]["schemas"])) == []

@@ -273,6 +273,59 @@ async def test_a_signed_signal_moves_a_waiting_run(gs: GatewayStack) -> None:
     assert state.outputs == {"reviewed": "Fix the thing #9"}
 
 
+async def test_a_webhook_of_a_namespace_signals_that_namespaces_runs(gs: GatewayStack) -> None:
+    """A team's own webhook, at the path that names its namespace, signals its team's run
+    (where only the default namespace's webhooks took signals); the default namespace's
+    webhook of the same name is another webhook, refused for that run."""
+    team = yaml(
+        """\
+        apiVersion: interlock.io/v1
+        kind: Workflow
+        metadata: {name: gate, namespace: team-b}
+        spec:
+          initial_state: waiting
+          states:
+            waiting:
+              type: human_in_the_loop
+              on:
+                - {event: ci.passed, goto: done}
+            done: {type: terminal}
+        ---
+        apiVersion: interlock.io/v1
+        kind: Webhook
+        metadata: {name: github, namespace: team-b}
+        spec:
+          scheme: github
+          secret: {env: IL_TEST_GITHUB_SECRET}
+          type: {value: com.example.ci}
+          signals: {}
+        """
+    )
+    applied = await gs.stack.client.apply([("team-b.yaml", team)])
+    assert applied.compiled.ok, applied.compiled.diagnostics
+    run_id = await gs.stack.client.start("team-b/gate", {}, run_id="gate-b1")
+    await _until_state(gs, run_id, "waiting")
+    signal = json.dumps({"run_id": run_id, "signal": "ci.passed"}).encode()
+    async with gs.http(None) as http:
+        default = await http.post(
+            f"/webhooks/github/runs/{run_id}/signals/ci.passed",
+            content=signal,
+            headers=github_headers(signal, "s-b0", "signal secret"),
+        )
+        assert default.status_code == 403, default.text
+        assert default.json()["type"].endswith("/other-namespace")
+        r = await http.post(
+            f"/webhooks/team-b/github/runs/{run_id}/signals/ci.passed",
+            content=signal,
+            headers=github_headers(signal, "s-b1"),
+        )
+        assert r.status_code == 202, r.text
+        assert r.json()["webhook"] == "team-b/github"
+        assert r.json()["events"][0]["run_id"] == run_id
+    state = await gs.stack.wait(run_id)
+    assert (state.status, state.state) == ("completed", "done")
+
+
 async def test_unknown_webhook_and_unmappable_request(gs: GatewayStack) -> None:
     body = pull_request()
     async with gs.http(None) as http:

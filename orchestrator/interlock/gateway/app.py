@@ -173,6 +173,11 @@ def build_app(gw: Gateway, console: ConsoleConfig | None = DEFAULT_CONSOLE) -> S
         Route("/webhooks/{name}", post_webhook, methods=["POST"]),
         Route("/webhooks/{namespace}/{name}", post_webhook, methods=["POST"]),
         Route("/webhooks/{name}/runs/{run_id}/signals/{signal}", post_webhook, methods=["POST"]),
+        Route(
+            "/webhooks/{namespace}/{name}/runs/{run_id}/signals/{signal}",
+            post_webhook,
+            methods=["POST"],
+        ),
         Route("/openapi.json", openapi, methods=["GET"]),
         *rest.routes(acting.ROUTES),
     ]

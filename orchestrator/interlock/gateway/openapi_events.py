@@ -76,6 +76,13 @@ def event_paths() -> dict[str, Any]:
                 [_WEBHOOK, _RUN_ID, _SIGNAL],
             )
         },
+        "/webhooks/{namespace}/{name}/runs/{run_id}/signals/{signal}": {
+            "post": _webhook(
+                "A signal to one run of the webhook's namespace (else 403), for a webhook of "
+                "another namespace than default; signed and checked as the default's",
+                [_NAMESPACE, _WEBHOOK, _RUN_ID, _SIGNAL],
+            )
+        },
     }
 
 

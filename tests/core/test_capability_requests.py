@@ -6,8 +6,9 @@ checked with file:line:col and a rule."""
 from __future__ import annotations
 
 from interlock.core import events as ev
-from interlock.core.capacity import admitted, queued
+from interlock.core.capacity import admitted, admitted_at_once, queued
 from interlock.core.compiler import compile_sources
+from interlock.core.record_text import summarize
 from interlock.core.state import encode_state, fold
 from interlock.core.vocabulary import RunStatus, TimerPurpose
 from support.core import Run, short
@@ -122,6 +123,45 @@ def test_queued_then_admitted_once_with_the_deadline_from_then() -> None:
         "cap:llm.complete:rate",
     ]
     assert encode_state(fold(run.log)) == encode_state(run.state)
+
+
+def test_admitted_at_once_the_request_carries_its_admission_and_folds_as_recorded() -> None:
+    run = linked_run({"account": "acme"})
+    index = next(i for i, r in enumerate(run.log) if isinstance(r, ev.ActionRequested))
+    now = run.now()
+    went = admitted_at_once(run.definition, (run.log, run.state), now, index)
+    assert went is not None
+    records, state = went
+    # The request says when it was admitted, its deadline counted from then; its timeout
+    # timer follows the decision's records; nothing else changes, no action.admitted.
+    request = records[index]
+    assert isinstance(request, ev.ActionRequested)
+    assert request.data.admitted_at == now
+    assert request.data.deadline == "2026-01-01T00:00:32.000Z"  # 30 s after 2 s
+    assert records[:index] == run.log[:index]
+    assert records[index + 1 : len(run.log)] == run.log[index + 1 :]
+    (timer,) = records[len(run.log) :]
+    assert isinstance(timer, ev.TimerScheduled)
+    assert (timer.data.purpose, timer.data.fire_at) == (
+        TimerPurpose.ACTION_TIMEOUT,
+        request.data.deadline,
+    )
+    assert summarize(request).endswith("admitted at once, dispatched")  # explain's line
+    # The state given is the one the records fold to (snapshots and the cache rely on it).
+    assert encode_state(fold(records)) == encode_state(state)
+    assert not state.pending[request.data.action_id].held
+    # Admitted once: not again, at once or by the relay.
+    assert admitted_at_once(run.definition, (records, state), run.now(), index) is None
+    run.log, run.state = records, state
+    assert (
+        admitted(run.definition, state, run.now(), action_id=request.data.action_id, attempt=1)
+        == []
+    )
+    # Answered as any dispatched request; its end names the lines it leaves.
+    (completed, *_) = run.answer({"text": "ok"}, action_id=request.data.action_id)
+    assert isinstance(completed, ev.ActionCompleted)
+    assert completed.data.freed is not None
+    assert len(completed.data.freed.limits) == 2
 
 
 def test_a_cancelled_run_names_the_lines_of_its_requests() -> None:

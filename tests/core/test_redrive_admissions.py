@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from interlock.core import analysis
 from interlock.core import events as ev
-from interlock.core.capacity import admitted, queued
+from interlock.core.capacity import admitted, admitted_at_once, queued
 from interlock.core.compiler import compile_sources
 from interlock.core.definition import Definition, link
 from interlock.core.engine import resume, started
@@ -101,6 +101,21 @@ def test_a_request_admitted_at_once_in_its_own_append_is_reproduced() -> None:
     )
     run._apply(at_once)
     run.answer({"text": "ok"}, action_id=action_id)
+    reproduced(run)
+
+
+def test_a_request_admitted_at_once_in_its_own_record_is_reproduced() -> None:
+    run = Run(definition(), run_id="r1")
+    records, _ = started(run.definition, run_id="r1", inputs={"account": "acme"}, now=run.now())
+    run._apply(records)
+    decided = run_admitted(run.definition, run.state, run.now())
+    index = next(i for i, r in enumerate(decided) if isinstance(r, ev.ActionRequested))
+    went = admitted_at_once(run.definition, (decided, fold(decided, run.state)), run.now(), index)
+    assert went is not None
+    run._apply(went[0])
+    assert not any(isinstance(r, ev.ActionAdmitted) for r in run.log)
+    run.answer({"text": "ok"}, action_id=action(run)[0])
+    assert run.state.status == "completed"
     reproduced(run)
 
 

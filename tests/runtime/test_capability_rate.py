@@ -95,6 +95,8 @@ async def test_sixty_a_minute_completes_six_hundred_requests_in_ten_minutes(
             for record in ev.decode_batch(payload):
                 if isinstance(record, ev.ActionAdmitted):
                     admitted.append(seconds(record.time))
+                elif isinstance(record, ev.ActionRequested) and record.data.admitted_at:
+                    admitted.append(seconds(record.data.admitted_at))
                 elif isinstance(record, ev.RunCompleted):
                     completed.append(seconds(record.time))
         admitted.sort()

@@ -18,8 +18,8 @@ from interlock.runtime.slotlines import entry_key
 from interlock.runtime.timers import ManualClock
 from interlock.sdk import TaskContext, Worker
 from interlock.transport.cloudevents import CloudEvent
-from interlock.transport.directget import read_messages
 from interlock.transport.subjects import Subjects
+from support.concurrency import requests
 from support.runtime import client_for, connect, eventually, serve, serving, started, yaml
 
 LIMIT, BURST = 100, 40
@@ -154,14 +154,10 @@ async def test_two_orchestrators_sharing_a_rate_never_admit_more_than_it_allows(
             async def work(inp: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
                 return inp
 
-            async def admitted() -> list[ev.ActionAdmitted]:
-                found = await read_messages(client.nc, subjects.runs_stream, subjects.runs_all)
-                return [
-                    r
-                    for _, _, payload in found
-                    for r in ev.decode_batch(payload)
-                    if isinstance(r, ev.ActionAdmitted)
-                ]
+            async def admitted() -> list[tuple[str, bool]]:
+                """Each admission's time, and whether it was made at once."""
+                asked = await requests(client.nc, subjects)
+                return [(asked.admitted_at[r], r in asked.at_once) for r in asked.admitted]
 
             async with serving(nats_url, subjects, worker):
                 # Under the burst: taken at once, in blocks, some tokens left over...
@@ -173,8 +169,8 @@ async def test_two_orchestrators_sharing_a_rate_never_admit_more_than_it_allows(
                 await eventually(lambda: _at_least(admitted, 170), within=60, what="all in")
             records = await admitted()
         assert len(records) == 170
-        assert sum(1 for r in records if r.data.at_once) >= 30
-        times = sorted(parse_time(r.time).timestamp() for r in records)
+        assert sum(1 for _, at_once in records if at_once) >= 30
+        times = sorted(parse_time(at).timestamp() for at, _ in records)
         # The relay's admissions record a time read a little after their token's take.
         assert admissions_fit(times, slack_s=0.005), times
         assert first.stop() == 0, first.output

@@ -235,15 +235,19 @@ class Requests:
     was admitted and when it ended, and the most at work at once per limit and key."""
 
     admitted: list[str] = field(default_factory=list)
-    """``<run>/<action>#<attempt>`` in the order of their ``action.admitted``."""
+    """``<run>/<action>#<attempt>`` in the order of their admission: ``action.admitted``,
+    or an ``action.requested`` admitted at once (``admitted_at``)."""
     admitted_at: dict[str, str] = field(default_factory=dict)
+    at_once: set[str] = field(default_factory=set)
+    """The requests admitted at once, in the record of their request."""
     queued: dict[str, list[str]] = field(default_factory=dict)
     """request -> the limits its ``action.queued`` records named"""
     requested_at: dict[str, str] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)
     most: dict[tuple[str, str], int] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
-    """request -> record type -> how often the log holds it for the request"""
+    """request -> record type -> how often the log holds it for the request (an admission
+    at once counts as an ``action.admitted``)"""
 
 
 async def requests(nc: Client, subjects: Subjects) -> Requests:
@@ -260,6 +264,15 @@ async def requests(nc: Client, subjects: Subjects) -> Requests:
         seen = out.counts.setdefault(request, {})
         seen[kind] = seen.get(kind, 0) + 1
 
+    def admit(request: str, at: str) -> None:
+        out.admitted.append(request)
+        out.admitted_at[request] = at
+        count(request, "action.admitted")
+        for claim in claims.get(request, []):
+            where = (claim.limit, claim.key)
+            holding[where].add(request)
+            out.most[where] = max(out.most.get(where, 0), len(holding[where]))
+
     def end(request: str, kind: str) -> None:
         out.ended[request] = kind
         count(request, kind)
@@ -275,19 +288,15 @@ async def requests(nc: Client, subjects: Subjects) -> Requests:
                 claims[me] = [c for c in r.data.limits if not c.per_s]
                 out.requested_at[me] = r.time
                 count(me, "action.requested")
+                if r.data.admitted_at is not None:
+                    out.at_once.add(me)
+                    admit(me, r.data.admitted_at)
             elif isinstance(r, ev.ActionQueued):
                 me = name(run, r.data.action_id, r.data.attempt)
                 out.queued.setdefault(me, []).append(r.data.limit)
                 count(me, "action.queued")
             elif isinstance(r, ev.ActionAdmitted):
-                me = name(run, r.data.action_id, r.data.attempt)
-                out.admitted.append(me)
-                out.admitted_at[me] = r.time
-                count(me, "action.admitted")
-                for claim in claims.get(me, []):
-                    at = (claim.limit, claim.key)
-                    holding[at].add(me)
-                    out.most[at] = max(out.most.get(at, 0), len(holding[at]))
+                admit(name(run, r.data.action_id, r.data.attempt), r.time)
             elif isinstance(r, ev.ActionCompleted | ev.ActionCancelled) and r.data.freed:
                 freed = r.data.freed
                 end(name(run, freed.action_id, freed.attempt), ev.record_type(r))

@@ -55,8 +55,9 @@ def _what(r: ev.AnyRecord) -> str:
         what = f"workflow {q.workflow}" if q.workflow else q.capability
         item = f", item {q.item}" if q.item is not None else ""
         step = f", iteration {q.iteration}" if q.iteration is not None else ""
+        admitted = ", admitted at once" if q.admitted_at is not None else ""
         return (
-            f"action requested {what} (#{q.index}{item}{step}, attempt {q.attempt}) "
+            f"action requested {what} (#{q.index}{item}{step}, attempt {q.attempt}{admitted}) "
             f"input={_short(q.input)}"
         )
     if isinstance(r, ev.ActionCompleted):

@@ -33,7 +33,9 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "context and, when a trigger started it, a copy of the trigger event.",
     "state.entered": "The run entered a state; its actions (if any) are requested next.",
     "action.requested": "A capability was asked to do work (outbox: appended before the "
-    "request is published; `action_id` is the request's idempotency key).",
+    "request is published; `action_id` is the request's idempotency key). With `limits`, "
+    "it waits for `action.admitted`, unless `admitted_at` says it was admitted at once, "
+    "in this record (its `deadline` counted from then).",
     "action.completed": "An agent answered an action: the result, the event type it answered "
     "with, and the context writes of the action's `output` mapping.",
     "action.failed": "An action failed with a classified error (`timeout`, `agent_error`, ...).",
@@ -85,7 +87,9 @@ RECORD_MEANINGS: Mapping[str, str] = {
     "(`limit` `cap:NAME@paused`); its deadline runs only from `action.admitted`.",
     "action.admitted": "A request holds a slot and a token of each limit of its capability "
     "(`limits` of `action.requested`): it is dispatched now, its `deadline` counted from "
-    "here. The record that ends the attempt names the lines it leaves (`freed`).",
+    "here. The record that ends the attempt names the lines it leaves (`freed`). "
+    "`at_once`: in logs written before `admitted_at`, a request admitted in the append "
+    "of its request.",
     "run.continued": "The run's log ends here and the run goes on as a new run (`run_id`, "
     "derived from this run's id and this record's position) that enters `state` with "
     "`inputs` and takes over the run's context, states' outputs and the rest; its "

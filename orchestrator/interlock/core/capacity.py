@@ -16,8 +16,11 @@ run's) names the lines it leaves (``freed``), and the orchestrator frees them on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import msgspec
+from msgspec.structs import replace
 
 from interlock.core import events as ev
 from interlock.core.expr import ExpressionError
@@ -25,6 +28,8 @@ from interlock.core.limitdef import MAX_KEY_LENGTH, MAX_PRIORITY, key_text
 from interlock.core.rfc3339 import parse_time
 from interlock.core.step import Step, plus_seconds
 from interlock.core.vocabulary import TimerPurpose
+
+_encode = msgspec.json.Encoder().encode
 
 if TYPE_CHECKING:
     from interlock.core.definition import ActionDef, Definition
@@ -145,19 +150,54 @@ def admitted(
             action_id=action_id, attempt=attempt, deadline=deadline, at_once=at_once
         ),
     )
+    _time_out(step, pending, deadline)
+    return step.out
+
+
+def _time_out(step: Step, pending: PendingAction, deadline: str | None) -> None:
+    """The admitted attempt's timeout timer, if it has a deadline."""
     if deadline is not None:
         step.schedule(
             TimerPurpose.ACTION_TIMEOUT,
             deadline,
             state=pending.state,
-            action_id=action_id,
-            attempt=attempt,
+            action_id=pending.action_id,
+            attempt=pending.attempt,
             index=pending.index,
             item=pending.item,
             iteration=pending.iteration,
             step=pending.step,
         )
-    return step.out
+
+
+def admitted_at_once(
+    definition: Definition,
+    decided: tuple[Sequence[ev.AnyRecord], RunState],
+    now: str,
+    index: int,
+) -> tuple[list[ev.AnyRecord], RunState] | None:
+    """A decision's records (and the run's state after them, ``decided``) with the
+    request ``records[index]`` admitted at once at ``now``, in the same append: the
+    request carries ``admitted_at`` and its deadline, counted from ``now``, and its
+    timeout timer follows the decision's records. None for a request not held (as
+    :func:`admitted` records nothing). The state is the one the new records fold to,
+    found without folding them again."""
+    records, state = decided
+    request = records[index]
+    if not isinstance(request, ev.ActionRequested):
+        return None
+    d = request.data
+    pending = _waiting(state, d.action_id, d.attempt)
+    if pending is None or not pending.held or pending.queued:
+        return None
+    deadline = None if pending.timeout_s is None else plus_seconds(now, pending.timeout_s)
+    admitted = replace(request, data=replace(d, admitted_at=now, deadline=deadline))
+    grown = len(_encode(admitted)) - len(_encode(request))
+    going = replace(pending, held=False, deadline=deadline)
+    state = replace(state, pending={**state.pending, d.action_id: going}, size=state.size + grown)
+    step = Step(definition, state, now)
+    _time_out(step, going, deadline)
+    return [*records[:index], admitted, *records[index + 1 :], *step.out], step.state
 
 
 def again(
@@ -202,6 +242,33 @@ def again(
         out += new
         state = fold(new, state)
     return out
+
+
+def at_once_again(
+    definition: Definition,
+    decided: tuple[list[ev.AnyRecord], RunState],
+    recorded: Iterable[ev.AnyRecord],
+    ids: Mapping[str, str],
+) -> tuple[list[ev.AnyRecord], RunState]:
+    """A re-drive's records of one step (and the state after them, ``decided``) with the
+    requests that ``recorded`` (the step as another run's log has it) shows admitted at
+    once (``admitted_at``) admitted so again, at the recorded instant. ``ids``: as for
+    :func:`again`."""
+    records, state = decided
+    for r in recorded:
+        if not isinstance(r, ev.ActionRequested) or r.data.admitted_at is None:
+            continue
+        action_id = ids.get(r.data.action_id, r.data.action_id)
+        for index, mine in enumerate(records):
+            if (
+                isinstance(mine, ev.ActionRequested)
+                and mine.data.action_id == action_id
+                and mine.data.attempt == r.data.attempt
+            ):
+                went = admitted_at_once(definition, (records, state), r.data.admitted_at, index)
+                records, state = (records, state) if went is None else went
+                break
+    return records, state
 
 
 def stopping(records: Iterable[ev.AnyRecord], action_id: str, attempt: int) -> ev.FreedSlots | None:

@@ -64,6 +64,8 @@ def summarize(record: ev.AnyRecord) -> str:
     if isinstance(record, ev.ActionRequested):
         target = d.workflow or d.capability
         limits = f" limited by {', '.join(c.limit for c in d.limits)}" if d.limits else ""
+        if d.admitted_at is not None:
+            limits += ", admitted at once, dispatched"
         return f"{kind} {target} input={short(d.input)}{limits}" + (
             f" (attempt {d.attempt})" if d.attempt > 1 else ""
         )

@@ -12,7 +12,8 @@ What the orchestrator decided from outside the definition is taken as recorded, 
 an event is: an operator's pause and resume of the run (steps of their own), its
 workflow's pause at its start (the run waits for the pause's slot), and when a limited
 capability's request waited and was admitted (``action.queued``, ``action.admitted``,
-made again for the new run's request after the step's own records).
+made again for the new run's request after the step's own records), or was admitted at
+once in its own record (``admitted_at``, made again on the new run's request).
 """
 
 from __future__ import annotations
@@ -288,8 +289,13 @@ def run_step(drive: Drive, step: Step, recorded: RunState) -> Redriven:
     """Feed one recorded step's input to the new run. ``recorded``: the recorded run's
     state before the step."""
     outcome = _run_step(drive, step, recorded)
+    d = drive.definition
     after = fold(outcome.records, drive.state)
-    outcome.records.extend(capacity.again(drive.definition, after, step.records, drive.ids))
+    decided = (outcome.records, after)
+    outcome.records, after = capacity.at_once_again(
+        drive.definition, decided, step.records, drive.ids
+    )
+    outcome.records.extend(capacity.again(d, after, step.records, drive.ids))
     return outcome
 
 

@@ -118,7 +118,7 @@ def _action_requested(s: RunState, r: ev.ActionRequested) -> RunState:
         iteration=d.iteration,
         step=d.step,
         limits=d.limits,
-        held=bool(d.limits),
+        held=bool(d.limits) and d.admitted_at is None,
         timeout_s=d.timeout_s if d.limits else None,
     )
     progress = s.map

@@ -17,10 +17,10 @@ Decide = Callable[..., Awaitable[Any]]
 
 
 class Taken(Protocol):
-    """A decision's records with admissions added after them (the first ``asked`` are the
-    decision's own)."""
+    """A decision's records with admissions made in them (``asked``: the decision's own,
+    as it made them)."""
 
-    asked: int
+    asked: list[ev.AnyRecord]
 
     def in_time(self) -> bool: ...
 

@@ -69,8 +69,8 @@ class Taken:
 
     records: list[ev.AnyRecord]
     state: RunState
-    asked: int
-    """How many of ``records`` the decision made (the admissions follow)."""
+    asked: list[ev.AnyRecord]
+    """The decision's records as it made them (without the admissions)."""
     held: list[tuple[ev.SlotClaim, str]]
     """The slots taken here, with their holders' names."""
     at: float
@@ -78,6 +78,8 @@ class Taken:
     owner: AtOnce
     token_at: str | None = None
     """When the last rate token taken was (the request's admission then)."""
+    admits: bool = False
+    """Whether an admission was added to ``records``."""
 
     def in_time(self) -> bool:
         """Whether the admissions may still go with the append (:data:`APPEND_WITHIN_S`)."""
@@ -181,7 +183,7 @@ class AtOnce:
         decide: Decide,
     ) -> Taken | None:
         began = time.monotonic()
-        taken = Taken(list(records), state, len(records), [], began, self)
+        taken = Taken(list(records), state, records, [], began, self)
         queued = next((r for r in records if type(r) is ev.RunQueued), None)
         slots = state.slots
         if (
@@ -198,7 +200,9 @@ class AtOnce:
             await self._extend(
                 taken, decide, definition, lambda d, s: Decided(*admitting(d, s, now))
             )
-        for record in list(taken.records):
+        from interlock.core.capacity import admitted_at_once  # the engine: not for readers
+
+        for index, record in enumerate(list(taken.records)):
             if type(record) is not ev.ActionRequested or not record.data.limits:
                 continue
             d = record.data
@@ -216,10 +220,12 @@ class AtOnce:
             if not await self._take_all(d.limits, me, record.time, taken):
                 continue
             now = taken.token_at or self._clock()
-            self._capacity.remember(record)
-            self._capacity.note_at_once(run_id, d.action_id, d.attempt)
-            await self._extend(taken, decide, definition, _admitting(d, now))
-        return taken if taken.held or len(taken.records) > taken.asked else None
+            went = admitted_at_once(definition, (taken.records, taken.state), now, index)
+            if went is not None:
+                self._capacity.note_at_once(run_id, d.action_id, d.attempt)
+                taken.records, taken.state = went
+                taken.admits = True
+        return taken if taken.held or taken.admits else None
 
     async def _extend(
         self,
@@ -232,10 +238,12 @@ class AtOnce:
         if isinstance(out, Decided):  # the state after it known: not folded again
             taken.records += out.records
             taken.state = out.state
+            taken.admits = taken.admits or bool(out.records)
             return
         more = list(out)
         taken.records += more
         taken.state = fold(more, taken.state)
+        taken.admits = taken.admits or bool(more)
 
     async def _take_all(
         self,
@@ -301,22 +309,3 @@ class AtOnce:
         task = asyncio.create_task(self.sweeper.settle_all(taken.held))
         self._later.add(task)
         task.add_done_callback(self._later.discard)
-
-
-def _admitting(
-    request: ev.ActionRequestedData, now: str
-) -> Callable[[Definition, RunState], list[ev.AnyRecord]]:
-    """The decision that admits ``request`` at once."""
-    from interlock.core.capacity import admitted  # the engine: not for readers
-
-    def decision(definition: Definition, state: RunState) -> list[ev.AnyRecord]:
-        return admitted(
-            definition,
-            state,
-            now,
-            action_id=request.action_id,
-            attempt=request.attempt,
-            at_once=True,
-        )
-
-    return decision

@@ -124,8 +124,11 @@ class Capacity:
     # -- what the relay asks ------------------------------------------------------------
 
     def holds(self, record: ev.ActionRequested) -> bool:
-        """Whether the request waits here rather than going out now (no I/O)."""
+        """Whether the request waits here rather than going out now (no I/O): not one
+        admitted at once (``admitted_at``)."""
         d = record.data
+        if d.admitted_at is not None:
+            return False
         return bool(d.limits) or self.pauses.holds_capability(d.capability)
 
     def remember(self, record: ev.ActionRequested) -> None:
@@ -173,11 +176,6 @@ class Capacity:
                 return None
         return _with_deadline(record, d.deadline)
 
-    def forget(self, admitted: ev.ActionAdmitted) -> None:
-        """An admission at once read back: nothing of it is kept here any more."""
-        d = admitted.data
-        self._requests.pop((admitted.subject, d.action_id, d.attempt), None)
-
     async def admitted(self, record: ev.ActionAdmitted, request: ev.ActionRequested) -> None:
         """An admission read back (its request dispatched): the token it held leaves its
         rate's line."""
@@ -188,18 +186,18 @@ class Capacity:
                 await self._leave(claim, me)
         self._requests.pop((record.subject, d.action_id, d.attempt), None)
 
-    def awaited(self, record: ev.AnyRecord) -> bool:
+    def awaited(self, record: ev.AnyRecord, freed: Sequence[ev.FreedSlots]) -> bool:
         """Whether the record's effect here needs awaiting (the relay's awaited path): a
-        request held, an admission, an end that gives something back (no I/O). Not an end
-        of requests admitted at once here holding rates' tokens only, which no line keeps,
-        no retry-after holding their rates: :meth:`forget_ended` them, not :meth:`freed`."""
-        from interlock.core.capacity import freed_by  # the engine: not for readers
-
+        request held, an admission, an end that gives something back (``freed``: what it
+        names, no I/O). Not an end of requests admitted at once here holding rates' tokens
+        only, which no line keeps, no retry-after holding their rates: :meth:`forget_ended`
+        them, not :meth:`freed`."""
         if isinstance(record, ev.ActionRequested):
             return not record.data.workflow and self.holds(record)
+        if not freed:
+            return isinstance(record, ev.ActionAdmitted)
         run_id = record.subject
-        freed = freed_by(record)
-        return isinstance(record, ev.ActionAdmitted) or not all(
+        return not all(
             (run_id, s.action_id, s.attempt) in self._at_once
             and s.rate_held_until is None
             and all(c.per_s for c in s.limits)

@@ -81,7 +81,9 @@ class Dispatcher:
         self._task_consumers: set[str] = set()
         """Capabilities whose consumer this process has made sure of."""
         self._background: set[asyncio.Task[None]] = set()
-        self.held: Callable[[ev.ActionRequested], bool] = lambda r: bool(r.data.limits)
+        self.held: Callable[[ev.ActionRequested], bool] = lambda r: (
+            bool(r.data.limits) and r.data.admitted_at is None
+        )
         """Whether a request waits for its capability's limits or pause rather than going
         out (:mod:`capacity` says; its ``action.admitted`` lets it go)."""
         self.admitted_request: AdmittedRequest = lambda r: None

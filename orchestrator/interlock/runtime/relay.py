@@ -345,19 +345,11 @@ class Relay:
         now: datetime | None = None
         deferred: list[ev.TimerScheduled] = []
         dispatched: list[tuple[str, int]] = []
-        admitted, run_admitted = at_once(records), admitted_later(records)
+        run_admitted = admitted_later(records)
         for record in records:
             if type(record) is ev.RunQueued and run_admitted:
                 continue  # its slots were taken before its append (atonce)
-            if type(record) is ev.ActionRequested and _key(record) in admitted:
-                self.flow.effect_now(record)  # (its capability noted) out on its admission
-                continue
-            if isinstance(record, ev.ActionAdmitted) and record.data.at_once:
-                request = self.flow.capacity.request_at_hand(record)
-                if request is None:
-                    return None
-                record = request  # dispatched as its request, below
-            elif self.flow.capacity.awaited(record):
+            if self.flow.capacity.awaited(record, freed_by(record)):
                 return None
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 key = (record.data.action_id, record.data.attempt)
@@ -381,9 +373,7 @@ class Relay:
         for key in dispatched:
             del self.dispatcher.early[key]
         for record in records:
-            if isinstance(record, ev.ActionAdmitted) and record.data.at_once:
-                self.flow.capacity.forget(record)
-            elif freed := freed_by(record):
+            if freed := freed_by(record):
                 self.flow.capacity.forget_ended(record.subject, freed)
         return records, deferred
 

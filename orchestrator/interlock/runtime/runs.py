@@ -334,7 +334,7 @@ class Runs:
                     continue
                 return []
             if taken is not None and not taken.in_time():
-                records, after = records[: taken.asked], None  # the relay admits them
+                records, after = taken.asked, None  # the relay admits them
             if self.on_appending is not None:
                 asyncio.get_running_loop().call_soon(self.on_appending, records)
             try:

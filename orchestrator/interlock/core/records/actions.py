@@ -44,7 +44,14 @@ class ActionRequestedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     """For a ``workflow`` action: what the child run is handed (reserved until it ends)."""
     limits: list[SlotClaim] = []
     """Its capability's limits, the key its input gives each: the request waits for
-    ``action.admitted`` (no deadline runs until then) before it is dispatched."""
+    ``action.admitted`` (no deadline runs until then) before it is dispatched, unless
+    ``admitted_at`` says it was admitted at once."""
+    admitted_at: str | None = None
+    """A request with ``limits`` admitted at once, in the append of this record, at this
+    instant (RFC 3339): its slots and tokens were free and taken before the append. It
+    is dispatched on this record, its ``deadline`` counted from then; no
+    ``action.admitted`` follows (older logs record the same as an ``action.admitted``
+    with ``at_once``)."""
 
 
 class ActionCompletedData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

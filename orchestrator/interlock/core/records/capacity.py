@@ -78,7 +78,9 @@ class ActionAdmittedData(msgspec.Struct, frozen=True, kw_only=True, omit_default
     deadline: str | None = None
     at_once: bool = False
     """Admitted with its request, in the same append: its slots and tokens were free and
-    taken before the append (it never waited, and holds no token in a rate's line)."""
+    taken before the append (it never waited, and holds no token in a rate's line). Logs
+    written since say so on the request itself (``action.requested``'s ``admitted_at``)
+    and have no ``action.admitted`` for it; older ones keep folding as they did."""
 
 
 class ActionQueued(Record, tag=PREFIX + "action.queued", frozen=True):

@@ -73,6 +73,7 @@ export class Reading {
           "asked ",
           code(what),
           ` (action ${d.index}${d.item != null ? `, item ${d.item}` : ""}${d.iteration != null ? `, iteration ${d.iteration}` : ""}, attempt ${d.attempt || 1} of ${max})`,
+          d.admitted_at ? " admitted at once, dispatched" : null,
           d.deadline ? [" deadline ", timeCell(d.deadline)] : null,
           json(d.input, "input"),
         ];

@@ -205,3 +205,39 @@ def test_every_type_the_page_names_is_a_schema_of_the_document() -> None:
     gives them (the names of ``interlock.views``)."""
     named = set(re.findall(r"`\[?([A-Z][a-z]+(?:[A-Z][a-z]+)+)\]?`", DOC)) - {"EventSource"}
     assert sorted(named - set(document()["components"]["schemas"])) == []
+
+
+def _curls() -> list[tuple[str, str, str]]:
+    """Each ``curl`` of the README's and the docs' shell blocks to the gateway: (page,
+    method, path with query)."""
+    out = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                found = re.search(r"curl .*?(?:localhost|127\.0\.0\.1):8480(/[^\s\"']*)", line)
+                if found is None:
+                    continue
+                explicit = re.search(r"-X\s*([A-Z]+)", line)
+                method = explicit[1] if explicit else ("POST" if " -d " in line else "GET")
+                out.append((page.name, method, found[1]))
+    return out
+
+
+def test_every_curl_in_the_docs_calls_a_route_with_its_parameters() -> None:
+    assert len(_curls()) >= 10
+    wrong = []
+    for page, method, target in _curls():
+        path, _, query = target.partition("?")
+        matches = [
+            route
+            for route in operations()
+            if route[0] == method
+            and re.fullmatch(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(route[1])), path)
+        ]
+        params = {part.split("=", 1)[0] for part in query.split("&") if part}
+        if not matches:
+            wrong.append(f"{page}: {method} {target}: no such route")
+        elif not any(params <= _query(route) for route in matches):
+            wrong.append(f"{page}: {method} {target}: takes no {sorted(params)}")
+    assert wrong == []

@@ -203,3 +203,21 @@ def test_every_command_line_in_the_docs_names_a_command_and_its_flags() -> None:
         if unknown:
             wrong.append(f"{page}: `{line}`: interlock {command} takes no {', '.join(unknown)}")
     assert wrong == []
+
+
+def test_every_variable_the_code_reads_is_in_the_docs_and_no_other() -> None:
+    """``INTERLOCK_*``: each the processes read is named in a page, and a page names none
+    that nothing reads (the tests' own included; ``INTERLOCK_TLS_*`` in prose is left)."""
+    name = re.compile(r"INTERLOCK_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*])")
+
+    def read_in(*folders: str) -> set[str]:
+        return {
+            found
+            for folder in folders
+            for path in (ROOT / folder).rglob("*.py")
+            for found in name.findall(path.read_text(encoding="utf-8"))
+        }
+
+    named = {found for page in PAGES for found in name.findall(page.read_text(encoding="utf-8"))}
+    assert sorted(read_in("orchestrator", "agents") - named) == [], "read, in no page"
+    assert sorted(named - read_in("orchestrator", "agents", "tests")) == [], "read by nothing"

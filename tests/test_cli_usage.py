@@ -116,3 +116,23 @@ def test_a_log_level_no_process_knows_is_a_usage_error(command: list[str]) -> No
         "argument --log-level: invalid choice: 'verbose' "
         "(choose from 'debug', 'info', 'warning', 'error')"
     ), done.stderr
+
+
+@pytest.mark.parametrize(("flag", "env"), [(["--partitions", "0"], {}), ([], {"P": "0"})])
+def test_serve_refuses_zero_partitions_before_it_connects(
+    flag: list[str], env: dict[str, str]
+) -> None:
+    """0 partitions was taken for 'not given' and the orchestrator started on whatever the
+    installation had; it is out of range (no server runs here: refused before connecting)."""
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    environ.update(INTERLOCK_URL="nats://127.0.0.1:1")
+    if env:
+        environ["INTERLOCK_PARTITIONS"] = env["P"]
+    done = subprocess.run(
+        [INTERLOCK, "serve", "--no-metrics", *flag],
+        capture_output=True, text=True, timeout=60, env=environ, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == "interlock: --partitions must be from 1 to 256, got 0\n"

@@ -315,7 +315,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     replicas = env_int(args.replicas, "INTERLOCK_REPLICAS", 1)
     if replicas < 1:
         raise CliError(f"--replicas must be at least 1, got {replicas}", EXIT_USAGE)
-    partitions = env_int(args.partitions, "INTERLOCK_PARTITIONS", 0) or None
+    partitions = env_int(args.partitions, "INTERLOCK_PARTITIONS", None)
     if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
         raise CliError(
             f"--partitions must be from 1 to {MAX_PARTITIONS}, got {partitions}", EXIT_USAGE

@@ -179,6 +179,21 @@ def test_every_flag_of_a_command_is_in_its_section(command: str) -> None:
     assert missing == [], f"interlock {command}: flags not in its section of docs/cli.md"
 
 
+def test_the_exit_codes_table_has_a_row_for_every_command() -> None:
+    """Each command's codes: a row names it, or its group (``tokens``, ``creds``)."""
+    text = CLI_DOC.read_text(encoding="utf-8")
+    table = text.split("Each command's codes", 1)[1].split("\n\n", 2)[1]
+    named = set()
+    for row in table.splitlines()[2:]:
+        cell = re.split(r"(?<!\\)\|", row)[1].replace("\\|", "|")
+        for code in re.findall(r"`([^`]+)`", cell):
+            for variant in _alternatives(f"interlock {code}"):
+                named.add(resolve(variant)[0] or variant.split()[1])
+    groups = named - set(commands())  # `tokens`: every tokens command
+    missing = [c for c in commands() if c not in named and c.split()[0] not in groups]
+    assert missing == []
+
+
 def test_the_connection_table_names_every_connection_flag() -> None:
     text = CLI_DOC.read_text(encoding="utf-8")
     table = text.split("## Connection", 1)[1].split("\n## ", 1)[0]

@@ -285,3 +285,46 @@ def test_a_mapping_counts_its_keys_and_values_against_the_expansion_limit(
         "f.yaml:1:1: yaml-limit: the document expands to more than 1,000 values "
         "(aliases repeat what they point at)"
     ]
+
+
+MERGED = """\
+defaults: &d {agent: scorer, retries: 2, input: {a: 1}}
+more: &m {retries: 5, timeout: 30s}
+step:
+  <<: [*d, *m]
+  retries: 1
+  name: second
+"""
+
+
+def test_merge_keys_merge_for_the_formats_whose_yaml_takes_them() -> None:
+    """What a mapping writes wins over what it merges; of several sources the earlier
+    wins; a merged key is where its anchor wrote it (kubectl and most YAML readers
+    merge, the native language does not)."""
+    docs, errors = load_documents(MERGED, "m.yaml", merge=True)
+    assert errors == []
+    [doc] = docs
+    assert doc.data["step"] == {
+        "agent": "scorer",
+        "retries": 1,
+        "input": {"a": 1},
+        "timeout": "30s",
+        "name": "second",
+    }
+    assert (doc.where(("step", "retries")).line, doc.where(("step", "agent")).line) == (5, 1)
+    assert (doc.where(("step", "timeout")).line, doc.where(("step", "input", "a")).line) == (2, 1)
+    assert [(m.line, m.col) for m in doc.merges] == [(4, 3)]
+    assert load_documents(MERGED, "m.yaml")[1][0].rule == "unsupported"  # native: refused
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("a: &a {x: 1}\nb:\n  <<: *a\n  y: 1\n  y: 2\n", "5:3: duplicate-key: duplicate key 'y'"),
+        ("a: &a [1]\nb:\n  <<: *a\n", "1:8: wrong-type: a merge key (<<) takes a mapping"),
+        ("b:\n  <<: 3\n", "2:7: wrong-type: a merge key (<<) takes a mapping"),
+    ],
+)
+def test_a_merge_keeps_the_mapping_rules(text: str, error: str) -> None:
+    _, errors = load_documents(text, "m.yaml", merge=True)
+    assert [str(e)[: len(error) + 7] for e in errors] == [f"m.yaml:{error}"], errors

@@ -28,6 +28,8 @@ from interlock.core.rfc3339 import format_time
 
 Path = tuple[str | int, ...]
 
+MERGE_REFUSED = "merge keys (<<) are not supported"
+"""Why a native document's merge key is refused."""
 MAX_BYTES = 512 * 1024
 """Largest manifest file accepted (a stored workflow must fit in one NATS message)."""
 MAX_DEPTH = BOUND_DEPTH
@@ -75,6 +77,9 @@ class Document:
     """Whole objects of it were left out so the rest decodes (a list item or a state the
     schema refused): only the errors of the expressions left are worth reporting beside
     the schema's (the other rules would read the gaps as errors of their own)."""
+    merges: list[Span] = field(default_factory=list)
+    """Where its merge keys (``<<``) are, when it was read with them merged (the files of
+    the formats whose YAML takes them: see :func:`load_documents`)."""
 
     def where(self, path: Path, *, key: bool = False) -> Span:
         """The closest known position for ``path`` (falls back to its parents)."""
@@ -189,38 +194,72 @@ def _timestamp_text(value: datetime.date) -> str:
 
 
 class _Builder:
-    def __init__(self, doc: Document, errors: list[Diagnostic]) -> None:
+    def __init__(self, doc: Document, errors: list[Diagnostic], *, merge: bool = False) -> None:
         self.doc = doc
         self.errors = errors
         self.constructor = _Loader("")
+        self.merge = merge
 
     def build(self, node: yaml.Node, path: Path) -> Any:
-        self.doc.values[path] = _span(node)
         if isinstance(node, yaml.MappingNode):
-            result: dict[Any, Any] = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    self.errors.append(self._at(key_node, "wrong-type", "a key must be a scalar"))
-                    continue
-                # Keys are names: keep the text as written (``on``, ``1`` and ``null`` too).
-                key = key_node.value
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    self.errors.append(
-                        self._at(key_node, "unsupported", "merge keys (<<) are not supported")
-                    )
-                    continue
-                if key in result:
-                    first = self.doc.keys.get((*path, key))
-                    where = f" (first defined at line {first.line})" if first else ""
-                    self.errors.append(
-                        self._at(key_node, "duplicate-key", f"duplicate key {key!r}{where}")
-                    )
-                    continue
-                self.doc.keys[(*path, key)] = _span(key_node)
-                result[key] = self.build(value_node, (*path, key))
-            return result
+            return self._mapping(node, path)
+        self.doc.values[path] = _span(node)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        return self._scalar(node)
+
+    def _merged(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
+        """What the merge keys of ``node`` bring in (an earlier source wins over a later
+        one, as YAML's merge says), each value where its anchor wrote it."""
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag != "tag:yaml.org,2002:merge" or not self.merge:
+                continue  # refused in its place among the keys, without merging
+            self.doc.merges.append(_span(key_node))
+            sources = (
+                value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            )
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    self.errors.append(
+                        self._at(
+                            source,
+                            "wrong-type",
+                            "a merge key (<<) takes a mapping or a list of them",
+                        )
+                    )
+                    continue
+                for key, value in self._mapping(source, path).items():
+                    result.setdefault(key, value)
+        return result
+
+    def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
+        result = self._merged(node, path)
+        inherited = set(result)
+        self.doc.values[path] = _span(node)
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                if not self.merge:
+                    self.errors.append(self._at(key_node, "unsupported", MERGE_REFUSED))
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.errors.append(self._at(key_node, "wrong-type", "a key must be a scalar"))
+                continue
+            # Keys are names: keep the text as written (``on``, ``1`` and ``null`` too).
+            key = key_node.value
+            if key in result and key not in inherited:
+                first = self.doc.keys.get((*path, key))
+                where = f" (first defined at line {first.line})" if first else ""
+                self.errors.append(
+                    self._at(key_node, "duplicate-key", f"duplicate key {key!r}{where}")
+                )
+                continue
+            inherited.discard(key)  # written here: it wins over what a merge brought
+            self.doc.keys[(*path, key)] = _span(key_node)
+            result[key] = self.build(value_node, (*path, key))
+        return result
+
+    def _scalar(self, node: yaml.Node) -> Any:
         try:
             value = self.constructor.construct_object(node, deep=True)
         except (ValueError, KeyError, AttributeError) as exc:
@@ -262,8 +301,13 @@ def _written(text: str, begin: int, node: yaml.Node) -> str:
     return "".join(lines)
 
 
-def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnostic]]:
-    """Parse every YAML document in ``text``; errors carry ``path`` and a position."""
+def load_documents(
+    text: str, path: str, *, merge: bool = False
+) -> tuple[list[Document], list[Diagnostic]]:
+    """Parse every YAML document in ``text``; errors carry ``path`` and a position.
+
+    ``merge``: take merge keys (``<<: *defaults``), as the YAML readers of the formats
+    loaded as written do (Kubernetes' for ctxmesh); the native language refuses them."""
     documents: list[Document] = []
     errors: list[Diagnostic] = []
     size = len(text.encode("utf-8", "surrogatepass")) if len(text) * 4 > MAX_BYTES else 0
@@ -311,7 +355,7 @@ def load_documents(text: str, path: str) -> tuple[list[Document], list[Diagnosti
             continue
         doc = Document(path=path, index=index, data=None, start=_span(node), text=written)
         try:
-            doc.data = _Builder(doc, errors).build(node, ())
+            doc.data = _Builder(doc, errors, merge=merge).build(node, ())
         except yaml.constructor.ConstructorError as exc:
             mark = exc.problem_mark
             line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

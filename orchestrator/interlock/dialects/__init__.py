@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlock.core.diagnostics import Diagnostic
-from interlock.core.source import Document, load_documents
+from interlock.core.source import MERGE_REFUSED, Document, load_documents
 from interlock.dialects import ctxmesh, kxm, kxm_runtime, synapse, synapse_lower, workfile
 from interlock.dialects.base import Lowered, Note
 from interlock.dialects.jsonpos import load_json, looks_like_json
@@ -109,6 +109,11 @@ def prepare(sources: Iterable[tuple[str, str]], dialect: str | None = None) -> P
         out.diagnostics.extend(errors)
         for doc, kind in zip(documents, kinds, strict=True):
             if not kind:
+                # A native document beside a dialect's: the native language has no merges.
+                out.diagnostics.extend(
+                    Diagnostic(path, at.line, at.col, "unsupported", MERGE_REFUSED)
+                    for at in doc.merges
+                )
                 out.documents.append(doc)
                 continue
             if kind not in registry:
@@ -181,9 +186,9 @@ def load(
             return [doc], errors, True
         # Not JSON: a YAML flow mapping, perhaps. Report the JSON error only when the file
         # is one of the JSON formats.
-        documents, yaml_errors = load_documents(text, path)
+        documents, yaml_errors = load_documents(text, path, merge=True)
         if yaml_errors or dialect or any(detect(d.data) for d in documents):
             return [], errors, True
         return documents, yaml_errors, False
-    documents, errors = load_documents(text, path)
+    documents, errors = load_documents(text, path, merge=True)
     return documents, errors, False

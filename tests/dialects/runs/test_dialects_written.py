@@ -113,6 +113,20 @@ async def test_a_kubectl_list_of_workflows_runs_each_of_them(stack: Stack) -> No
     assert stack.agents.inputs["answer-agent"] == [{"topic": "billing"}]
 
 
+async def test_a_step_merged_from_another_with_a_merge_key_runs_as_written(
+    stack: Stack,
+) -> None:
+    stack.agents.answer("scorer", {"score": 0.5})
+    stack.agents.answer("handler", {"ok": True})
+    run_id = await stack.client.start("my-team/merged-steps", {})
+    state = await stack.finished(run_id)
+    assert state.status == "completed", state.error
+    assert path(await stack.records(run_id)) == ["first-pass", "second-pass", "report", "done"]
+    # second-pass took the agent, retries and schema of first-pass, and its own input
+    assert stack.agents.inputs["scorer"] == [{"pass": 1}, {"pass": 2}]
+    assert stack.agents.inputs["handler"] == [{"first": 0.5, "second": 0.5}]
+
+
 async def test_a_branch_taken_because_a_guard_errored_says_so(
     stack: Stack,
     nats_url: str,

@@ -241,3 +241,29 @@ def test_every_curl_in_the_docs_calls_a_route_with_its_parameters() -> None:
         elif not any(params <= _query(route) for route in matches):
             wrong.append(f"{page}: {method} {target}: takes no {sorted(params)}")
     assert wrong == []
+
+
+def _problem_slugs() -> set[str]:
+    """Every problem ``type`` slug the gateway answers, from its source: ``Problem(400,
+    "slug", ...)``, the client errors' table (``Meaning(404, "slug", ...)``), the
+    fallbacks by status, and the HTTP server's own ``problems/slug``."""
+    code = "\n".join(
+        path.read_text(encoding="utf-8") for path in (ROOT / "orchestrator").rglob("*.py")
+    )
+    found = set(re.findall(r'(?:Problem|Meaning)\(\s*\d{3},\s*"([a-z-]+)"', code))
+    found |= set(re.findall(r'\b\d{3}: "([a-z]+(?:-[a-z]+)+)"', code))
+    found |= set(re.findall(r'interlock\.io/problems/([a-z-]+)"', code))
+    found |= set(re.findall(r'\.get\(status, "([a-z-]+)"\)', code))
+    return found
+
+
+def test_every_problem_the_gateway_answers_is_named_in_the_page_and_no_other() -> None:
+    slugs = _problem_slugs()
+    assert {"unknown-run", "header-too-large", "http-error"} <= slugs
+    flat = re.sub(r"\s+", " ", DOC)
+    named = set(re.findall(r"`([a-z]+(?:-[a-z]+)*)`", flat))
+    assert sorted(slugs - named) == [], "answered, not in http.md"
+    given = set(re.findall(r"\b[1-5]\d\d `([a-z]+(?:-[a-z]+)+)`", flat))
+    listing = flat.split("ends in a stable slug (", 1)[1].split("...")[0]
+    listed = re.findall(r"`([a-z-]+)`", re.sub(r"\([^()]*\)", "", listing))
+    assert sorted((given | set(listed)) - slugs) == [], "in http.md, answered by nothing"

@@ -141,8 +141,9 @@ async def test_each_command_does_its_part_or_names_the_permission(
             assert out.startswith("sent acme.order.placed id="), out
             # Said once, plainly: nothing a publisher can change, no subject or bucket named.
             assert out.splitlines()[1:] == [
-                "which runs it starts is not shown: this credential does not read workflows "
-                "(a publisher's does not; that is expected)"
+                "what it starts is not shown: a publisher reads no workflows and no runs, so "
+                "it is told only that its event is stored (expected; an operator or a reader "
+                "sees the runs)"
             ], out
             assert errs == "", errs
         assert denied == len(todo) - 2

@@ -343,8 +343,6 @@ def _conversions(doubles: bool) -> dict[str, Any]:
     (``"1.5s"``, not ``"1s"``), and a null, a list or a map has no string (an error, not
     Python's repr). With ``doubles`` (``numbers: double``), a whole double is written as
     the number it is (``"3"`` for the JSON ``3``), as :func:`whole_numbers` writes it."""
-    from decimal import Decimal
-
     celtypes = _cel().celtypes
     own = _cel().celpy.evaluation.base_functions["string"]
 
@@ -352,8 +350,7 @@ def _conversions(doubles: bool) -> dict[str, Any]:
         if isinstance(value, celtypes.BoolType):
             return celtypes.StringType("true" if value else "false")
         if isinstance(value, celtypes.DurationType):
-            seconds = format(Decimal(repr(value.total_seconds())).normalize(), "f")
-            return celtypes.StringType(f"{seconds}s")
+            return celtypes.StringType(seconds_text(value.total_seconds()))
         if doubles and isinstance(value, celtypes.DoubleType):
             return celtypes.StringType(str(whole_numbers(float(value))))
         if value is None or isinstance(value, celtypes.ListType | celtypes.MapType):
@@ -395,12 +392,32 @@ def to_json(value: Any) -> Any:
     if isinstance(value, celtypes.MapType):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, celtypes.TimestampType):
-        return format_time(value, "auto", utc=False)
+        return _fraction_trimmed(format_time(value, "auto", utc=False))
     if isinstance(value, celtypes.DurationType):
-        return f"{value.total_seconds()}s"
+        return seconds_text(value.total_seconds())
     if isinstance(value, bool | int | float | str | list | dict):
         return value
     return str(value)
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration as CEL writes it: its seconds, the fraction only when there is one
+    (``"14400s"``, ``"1.5s"``), never an exponent."""
+    from decimal import Decimal
+
+    return format(Decimal(repr(seconds)).normalize(), "f") + "s"
+
+
+def _fraction_trimmed(text: str) -> str:
+    """An RFC 3339 time without the trailing zeros of its fraction, as Go writes it
+    (``12:27:24.164Z``, not ``12:27:24.164000Z``): the moment a run records reads the
+    same when an expression gives it back."""
+    head, dot, rest = text.partition(".")
+    if not dot:
+        return text
+    digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+    trimmed = digits.rstrip("0")
+    return head + ("." + trimmed if trimmed else "") + rest[len(digits) :]
 
 
 def is_literal_true(value: Any) -> bool:

@@ -236,3 +236,19 @@ def test_every_variable_the_code_reads_is_in_the_docs_and_no_other() -> None:
     named = {found for page in PAGES for found in name.findall(page.read_text(encoding="utf-8"))}
     assert sorted(read_in("orchestrator", "agents") - named) == [], "read, in no page"
     assert sorted(named - read_in("orchestrator", "agents", "tests")) == [], "read by nothing"
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_the_values_a_section_gives_a_flag_are_its_choices(command: str) -> None:
+    """``--status running|completed|...``, ``--role operator|publisher|reader``: each value
+    written is one the parser takes."""
+    section = sections().get(command, "")
+    wrong = []
+    for action in commands()[command]._actions:
+        if not action.option_strings or not action.choices:
+            continue
+        for flag in action.option_strings:
+            pattern = re.escape(flag) + r"[ =]([a-z0-9-]+(?:\|[a-z0-9-]+)+)"
+            for written in re.findall(pattern, section):
+                wrong += [(flag, v) for v in written.split("|") if v not in action.choices]
+    assert wrong == []

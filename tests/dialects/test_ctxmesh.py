@@ -445,3 +445,24 @@ def test_ctxmesh_budget_defaults_apply_to_what_the_file_leaves_out(
     spec = prepare([("c.yaml", text)]).documents[0].data["spec"]
     assert spec["budget"] == expected
     assert spec["states"]["each"]["map"]["parallelism"] == parallelism
+
+
+def test_an_expression_in_a_block_scalar_is_lowered_without_its_line_break() -> None:
+    """``when: |`` keeps a line break at the end of its value: the lowered guard (what
+    ``interlock convert`` writes) is the expression alone, not a quoted scalar ending in
+    a blank line."""
+    text = (
+        "apiVersion: agents.ctxmesh.ai/v1beta1\nkind: Workflow\n"
+        "metadata: {name: blocky, namespace: my-team}\n"
+        "spec:\n  registryRef: support\n  steps:\n"
+        "    - name: classify\n      agentRef: triage-agent\n"
+        "      outputSchema: {type: object}\n"
+        "      input:\n        topic: |\n          input.topic\n"
+        "      branches:\n        - when: |\n            steps.classify.output.a == 1\n"
+        "          to: classify\n"
+    )
+    prepared = prepare([("b.yaml", text)])
+    assert prepared.diagnostics == []
+    state = prepared.documents[0].data["spec"]["states"]["classify"]
+    assert state["on"][0]["guard"] == "states.classify.output.a == 1"
+    assert state["actions"][0]["input"] == {"topic": "{{ inputs.topic }}"}

@@ -211,7 +211,7 @@ def _action(ctx: Scope, out: Lowering, base: Path, i: int, step: dict[str, Any])
     inputs = step.get("input") or {}
     action["input"] = {}
     for key, source in inputs.items():
-        action["input"][key] = template(rewrite(ctx, source, None).native)
+        action["input"][key] = template(rewrite(ctx, source, None).native.strip())
         out.at((*base, "input", key), (*path, "input", key))
     if not inputs:
         out.note((*base, "input"), "the step maps no input: the agent gets an empty object")
@@ -245,7 +245,7 @@ def _state(
             for j, branch in enumerate(step["branches"]):
                 entry = {
                     "event": "task.completed",
-                    "guard": rewrite(ctx, branch["when"], None).native,
+                    "guard": rewrite(ctx, branch["when"], None).native.strip(),
                     "goto": branch["to"],
                 }
                 out.at((*base, "on", len(on)), (*path, "branches", j))
@@ -295,7 +295,7 @@ def _map_state(
     action.pop("output", None)
     parallelism = spec.get("parallelism", 1)
     state["map"] = {
-        "over": rewrite(ctx, spec["over"], None).native,
+        "over": rewrite(ctx, spec["over"], None).native.strip(),
         "as": spec["as"],
         "parallelism": parallelism,
         "completion": spec.get("completion", "all"),
@@ -329,7 +329,7 @@ def _loop_state(
     spec = step["loop"]
     do_i, do_step = ctx.steps[spec["do"]]
     state["loop"] = {
-        "until": rewrite(ctx, spec["until"], name).native,
+        "until": rewrite(ctx, spec["until"], name).native.strip(),
         "max_iterations": spec["maxIterations"],
         "action": _action(ctx, out, (*base, "loop", "action"), do_i, do_step),
     }

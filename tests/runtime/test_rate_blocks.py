@@ -103,6 +103,27 @@ async def test_a_block_is_taken_in_one_write_and_its_past_slots_are_never_used(
         await nc.close()
 
 
+async def test_requests_waiting_while_a_block_is_taken_are_served_by_the_next_one(
+    nats_url: str, subjects: Subjects
+) -> None:
+    """A crowd of requests of one key arriving while its first block is being taken: the
+    next block is sized for all of those still waiting, one write for them, not one
+    block of the usual size after another."""
+    clock = ManualClock("2026-01-01T00:00:00Z")
+    wide = ev.SlotClaim(limit="cap:wide:rate", key="", size=100_000, per_s=1.0, burst=100_000)
+    nc = await connect(nats_url)
+    try:
+        async with client_for(nats_url, subjects):
+            blocks = RateBlocks(Slots(nc, subjects), clock)
+            took = await asyncio.gather(*(blocks.take(wide) for _ in range(60)))
+            assert took == [clock()] * 60
+            info = await nc.jetstream().stream_info(f"KV_{subjects.slots_bucket}")
+            # The first block (PER_BLOCK tokens, the key new here), then one for the rest.
+            assert info.state.last_seq == 2
+    finally:
+        await nc.close()
+
+
 async def test_close_to_the_limit_tokens_are_taken_one_at_a_time(
     nats_url: str, subjects: Subjects
 ) -> None:

@@ -18,7 +18,8 @@ go by); nothing is given back, nothing needs to be.
 The size of a block follows the demand: sized to serve :data:`PER_BLOCK` requests at the
 pace the last block was used, its slots spanning at most :data:`SPAN_S`, and at most a
 quarter of the tokens there (so other replicas, which take theirs the same way, find
-most of the burst). Under :data:`MIN_THERE` tokens there (the limit binds, or is close),
+most of the burst), or more when more requests wait for it as it is taken. Under
+:data:`MIN_THERE` tokens there (the limit binds, or is close),
 a block is one token: the exact path, as when no block is taken. A token is taken (one or
 a block) only when nobody waits in the rate's line; finding someone waiting, the request
 waits in line behind them. A block taken before a line formed is still used until its
@@ -106,7 +107,10 @@ class RateBlocks:
     def __init__(self, slots: Slots, clock: Callable[[], str]) -> None:
         self._slots, self._clock = slots, clock
         self._blocks: dict[str, _Block] = {}
-        self._taking: dict[str, asyncio.Future[None]] = {}
+        self._taking: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
+        """Requests of each key waiting while a block of it is taken (the next is sized
+        to serve them too, rather than one block after another for a crowd)."""
 
     def _use(self, token: str, claim: ev.SlotClaim) -> str | None:
         """A token of a block held here used now (the time it is used at), if one is."""
@@ -127,27 +131,37 @@ class RateBlocks:
             taking = self._taking.get(token)
             if taking is None:
                 break
-            await asyncio.shield(taking)  # another request of the key is taking a block
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._taking[token] = done
+            self._waiting[token] = self._waiting.get(token, 0) + 1
+            try:
+                await taking.wait()  # another request of the key is taking a block
+            finally:
+                self._waiting[token] -= 1
+                if not self._waiting[token]:
+                    del self._waiting[token]
+        done = self._taking[token] = asyncio.Event()
         try:
             return await self._take(token, claim)
         finally:
             del self._taking[token]
-            done.set_result(None)
+            done.set()
 
     async def _take(self, token: str, claim: ev.SlotClaim) -> str | None:
-        at = self._clock()
-        now = parse_time(at).timestamp()
         block = self._blocks.pop(token, None)
-        want = _want(block, claim, now)
+        want = _want(block, claim, parse_time(self._clock()).timestamp())
+        if want > 1:
+            want = max(want, self._waiting.get(token, 0) + 1)
+        at = ""
 
         async def change(lines: Lines) -> tuple[float, float, int]:
+            # The clock read as the write is made (not before a wait for the entry): the
+            # block's slots start then, so fewer of them have gone by once it is taken.
+            nonlocal at
+            at = self._clock()
             entry = lines.entry
             if entry.lines or entry.waiting:
                 return 0.0, 0.0, 0
             entry.size, entry.per_s, entry.burst = claim.size, claim.per_s, claim.burst
-            return take_tokens(entry, now, want)
+            return take_tokens(entry, parse_time(at).timestamp(), want)
 
         first, interval, size = await self._slots.change(claim, change)
         if not size:

@@ -107,7 +107,8 @@ async def test_a_revoked_credential_is_named_with_why_a_server_refuses_one(
     emit = ("emit", "acme.order.placed", "--source", "https://acme.example", "--data", "{}")
     code, out, errs = await cli(secured, creds, *emit)
     assert (code, out.split(" id=")[0]) == (0, "sent acme.order.placed"), errs
-    code, _, errs = await cli(secured, secured.auth.operator, "creds", "revoke", "first-revoked")
+    op = secured.auth.operator
+    code, _, errs = await cli(secured, op, "creds", "revoke", "first-revoked")
     assert code == 0, errs
     code, out, errs = await cli(secured, creds, *emit)
     assert (code, out) == (EXIT_USAGE, ""), errs
@@ -121,6 +122,15 @@ async def test_a_revoked_credential_is_named_with_why_a_server_refuses_one(
         "keys this server does not trust"
     ]
     assert "this server wants a credential" not in errs
+    # A worker on a revoked agent's credential is told the same.
+    agent = await issue(
+        secured, "agent", "first-revoked-agent", "--capability", "echo", "--capability", "review"
+    )
+    code, _, errs = await cli(secured, op, "creds", "revoke", "first-revoked-agent")
+    assert code == 0, errs
+    code, _, errs = await cli(secured, agent, "agent", "run", "echo", "--no-metrics")
+    assert code == EXIT_USAGE, errs
+    assert errs.splitlines()[1] == lines[1].replace(str(creds), str(agent)), errs
 
 
 async def test_shadow_takes_its_since_as_logs_does_and_refuses_what_is_no_workflow_or_time(

@@ -169,6 +169,13 @@ def _role_hint(exc: Exception, args: argparse.Namespace) -> str:
     return f" ({creds} is {article} {roles[0]}'s credential: {use})" if use else ""
 
 
+def connect_failure(exc: Exception, args: argparse.Namespace) -> CliError:
+    """A long-running process's (serve, agent run, gateway) failed connection, with what
+    every command adds: the last ``interlock dev``'s server, why a creds file is refused."""
+    creds = getattr(args, "creds_file", None) or os.environ.get("INTERLOCK_CREDS")
+    return CliError(f"{exc}{_credential_hint(str(exc), creds)}")
+
+
 def _credential_hint(failure: str, creds: str | None = None) -> str:
     """What to set when the server refused to connect without (the right) credentials, or
     when none answered where the last ``interlock dev`` does not serve; for a creds file

@@ -19,6 +19,7 @@ from interlock.cli.common import (
 from interlock.cli.connecting import (
     add_connection_flags,
     add_log_level,
+    connect_failure,
     env_int,
     options,
     setup_logging,
@@ -181,7 +182,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     try:
         asyncio.run(go())
     except ConnectionFailed as exc:
-        raise CliError(str(exc)) from exc
+        raise connect_failure(exc, args) from exc
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{port}: {exc.strerror or exc}") from exc
     return EXIT_OK

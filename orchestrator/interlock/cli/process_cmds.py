@@ -20,6 +20,7 @@ from interlock.cli.common import (
 from interlock.cli.connecting import (
     add_connection_flags,
     add_log_level,
+    connect_failure,
     env_int,
     options,
     setup_logging,
@@ -344,7 +345,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SecretDamaged as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
     except ConnectionFailed as exc:
-        raise CliError(str(exc)) from exc
+        raise connect_failure(exc, args) from exc
     return EXIT_OK
 
 
@@ -436,7 +437,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
     except eventloop.EventLoopError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     except ConnectionFailed as exc:
-        raise CliError(str(exc)) from exc
+        raise connect_failure(exc, args) from exc
     except (LookupError, ImportError, AttributeError, NotAWorker) as exc:
         raise CliError(str(exc)) from exc
     return EXIT_OK

@@ -296,8 +296,8 @@ async function handle(js, capability, msg, ackWaitMs) {
     running.set(task.actionId, (running.get(task.actionId) ?? []).filter((f) => f !== task));
     if (!running.get(task.actionId).length) running.delete(task.actionId);
   }
-  // The answer: a binary-mode CloudEvent on <prefix>.results.<capability>.<run id>, echoing
-  // run, action, attempt and the task's Interlock-Token.
+  // The answer: a binary-mode CloudEvent echoing run, action, attempt and the task's
+  // Interlock-Token, by request (way 1) or on <prefix>.results.<capability>.<run id>.
   const id = `${task.actionId}.${task.attempt}.result`;
   const source = `interlock://agent/${NAME}`;
   const answer = writeHeaders({
@@ -322,7 +322,10 @@ async function handle(js, capability, msg, ackWaitMs) {
     if (payload.length > THRESHOLD && objectsBucket) {
       payload = json(await byReference(js, payload, `${token(task.actionId)}.${task.attempt}.result`));
     }
-    await js.publish(`${PREFIX}.results.${capability}.${runId}`, payload, { headers: answer });
+    // Way 1, by request: stored in the run's log once the orchestrator replies. Way 2, the
+    // results stream, when none replies in time or it could not take the answer now.
+    const taken = await answerByRequest(`${PREFIX}.answer.${capability}.${runId}`, payload, answer);
+    if (!taken) await js.publish(`${PREFIX}.results.${capability}.${runId}`, payload, { headers: answer });
   } catch (err) {
     log("could not publish the answer:", err.message);
     msg.nak(1000); // the answer is not stored: let the task come again
@@ -332,6 +335,28 @@ async function handle(js, capability, msg, ackWaitMs) {
   log("answered", task.actionId, "attempt", task.attempt, type);
 }
 
+// Step 6, way 1: the answer as a request; the reply's Interlock-Answer says what became of
+// it. recorded, refused (dead-lettered: sending it again changes nothing; the reply says
+// why) and late (the run stopped waiting for it) are final; failed, no reply in 5 s or no
+// orchestrator up (no responders) are not: the caller sends it the other way.
+let conn;
+
+async function answerByRequest(subject, payload, headers) {
+  let reply;
+  try {
+    reply = await conn.request(subject, payload, { headers, timeout: 5000 });
+  } catch (err) {
+    log(`no reply to the answer on ${subject} (${err.message}): to the results stream`);
+    return false;
+  }
+  const said = reply.headers?.get("Interlock-Answer");
+  if (said === "refused") {
+    const why = reply.headers.get("Interlock-Answer-Reason");
+    log(`answer on ${subject} refused (${why}): ${reply.headers.get("Interlock-Answer-Detail")}`);
+  }
+  return Boolean(said) && said !== "failed";
+}
+
 // --- main ------------------------------------------------------------------------------
 
 async function main() {
@@ -339,6 +364,7 @@ async function main() {
   const unknown = capabilities.filter((cap) => !HANDLERS[cap]);
   if (unknown.length) throw new Error(`no handler for ${unknown.join(", ")}`);
   const nc = await open();
+  conn = nc;
   const js = nc.jetstream({ apiPrefix: jsApi });
   // Step 2: cancel notices first.
   for (const cap of capabilities) nc.subscribe(`${PREFIX}.control.${cap}.*`, { callback: (_, m) => onCancel(m) });

@@ -143,5 +143,10 @@ async def test_a_javascript_worker_serves_a_capability(tmp_path: Path) -> None:
             assert workers[0]["capabilities"] == [CAPABILITY]
             assert set(workers[0]) == set(tasks.Heartbeat.__struct_fields__)
             msgspec.convert(workers[0], tasks.Heartbeat)  # the documented types
+
+            # Every answer went by request (way 1) and was replied to: none fell back to
+            # the results stream.
+            assert not [line for line in worker.lines if "no reply to the answer" in line]
+            assert not [line for line in worker.lines if "refused" in line]
         finally:
             assert await worker.stop() == 0, "\n".join(worker.lines)

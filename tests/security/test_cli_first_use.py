@@ -41,7 +41,12 @@ async def cli(secured: Secured, creds: Path, *args: str) -> tuple[int, str, str]
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, errs = await asyncio.wait_for(proc.communicate(), 60)
+    try:
+        out, errs = await asyncio.wait_for(proc.communicate(), 60)
+    except TimeoutError:
+        proc.kill()  # a command that waits for good (as agent run on a publisher's did)
+        await proc.wait()
+        raise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), errs.decode()
 

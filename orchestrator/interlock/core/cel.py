@@ -26,6 +26,14 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from interlock.core.cel_fast import MISS, fast_form
+from interlock.core.cel_go import (
+    as_doubles,
+    conversions,
+    fraction_trimmed,
+    mixed_numbers,
+    seconds_text,
+    whole_numbers,
+)
 from interlock.core.cel_types import mistyped
 from interlock.core.rfc3339 import format_time
 from interlock.core.vocabulary import InterlockError
@@ -226,7 +234,7 @@ class Expression:
             known = ", ".join(sorted(VARIABLES | extra if sees is None else sees))
             raise CompileError(f"unknown variable {name!r} in CEL (known: {known})", line, col)
         self.names = names & (VARIABLES | extra)
-        functions = {**_conversions(doubles), **(_mixed_numbers() if doubles else {})}
+        functions = {**conversions(doubles), **(mixed_numbers() if doubles else {})}
         self._program = _env().program(tree, functions)
         self._fast = None if doubles else fast_form(source, self.names)
 
@@ -266,101 +274,6 @@ def _same(value: Any) -> Any:
     return value
 
 
-def as_doubles(value: Any) -> Any:
-    """``value`` with every number a float, as JSON has one number type (Go reads them so)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return float(value)
-    if isinstance(value, list):
-        return [as_doubles(v) for v in value]
-    if isinstance(value, dict):
-        return {k: as_doubles(v) for k, v in value.items()}
-    return value
-
-
-_WHOLE = 2.0**53
-"""Doubles up to this magnitude hold whole numbers exactly."""
-
-
-def whole_numbers(value: Any) -> Any:
-    """``value`` with every whole float an int (``80.0`` -> ``80``), as Go writes a
-    float64 in JSON: a number computed as a double reads the same whichever way its
-    inputs were spelled."""
-    if isinstance(value, float) and value.is_integer() and abs(value) <= _WHOLE:
-        return int(value)
-    if isinstance(value, list):
-        return [whole_numbers(v) for v in value]
-    if isinstance(value, dict):
-        return {k: whole_numbers(v) for k, v in value.items()}
-    return value
-
-
-@functools.cache
-def _mixed_numbers() -> dict[str, Any]:
-    """CEL's comparisons across int, uint and double (``1 == 1.0``, ``80.0 <= 100``), which
-    cel-go makes and celpy does not: numbers of two kinds compare by value."""
-    import operator
-
-    celtypes = _cel().celtypes
-    base = _cel().celpy.evaluation.base_functions
-    numbers = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
-
-    def mixed(a: Any, b: Any) -> bool:
-        return (
-            isinstance(a, numbers)
-            and isinstance(b, numbers)
-            and not isinstance(a, celtypes.BoolType)
-            and not isinstance(b, celtypes.BoolType)
-            and type(a) is not type(b)
-        )
-
-    def across(name: str, op: Any) -> Any:
-        own = base[name]
-
-        def compare(a: Any, b: Any) -> Any:
-            if mixed(a, b):
-                return celtypes.BoolType(op(float(a), float(b)))
-            return own(a, b)
-
-        return compare
-
-    ops = {
-        "_==_": operator.eq,
-        "_!=_": operator.ne,
-        "_<_": operator.lt,
-        "_<=_": operator.le,
-        "_>_": operator.gt,
-        "_>=_": operator.ge,
-    }
-    return {name: across(name, op) for name, op in ops.items()}
-
-
-@functools.cache
-def _conversions(doubles: bool) -> dict[str, Any]:
-    """CEL's ``string()`` as the spec (and cel-go) has it, where celpy leaks Python's
-    text: ``string(true)`` is ``"true"`` (not ``"True"``), a duration keeps its fraction
-    (``"1.5s"``, not ``"1s"``), and a null, a list or a map has no string (an error, not
-    Python's repr). With ``doubles`` (``numbers: double``), a whole double is written as
-    the number it is (``"3"`` for the JSON ``3``), as :func:`whole_numbers` writes it."""
-    celtypes = _cel().celtypes
-    own = _cel().celpy.evaluation.base_functions["string"]
-
-    def string(value: Any) -> Any:
-        if isinstance(value, celtypes.BoolType):
-            return celtypes.StringType("true" if value else "false")
-        if isinstance(value, celtypes.DurationType):
-            return celtypes.StringType(seconds_text(value.total_seconds()))
-        if doubles and isinstance(value, celtypes.DoubleType):
-            return celtypes.StringType(str(whole_numbers(float(value))))
-        if value is None or isinstance(value, celtypes.ListType | celtypes.MapType):
-            kind = "null" if value is None else type(value).__name__.removesuffix("Type")
-            raise TypeError(f"no such overload: string({kind.lower()})")
-        return own(value)
-
-    return {"string": string}
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, _cel().CELEvalError) and exc.args:
         # An undeclared function comes with celpy's whole activation (every value given,
@@ -392,32 +305,12 @@ def to_json(value: Any) -> Any:
     if isinstance(value, celtypes.MapType):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, celtypes.TimestampType):
-        return _fraction_trimmed(format_time(value, "auto", utc=False))
+        return fraction_trimmed(format_time(value, "auto", utc=False))
     if isinstance(value, celtypes.DurationType):
         return seconds_text(value.total_seconds())
     if isinstance(value, bool | int | float | str | list | dict):
         return value
     return str(value)
-
-
-def seconds_text(seconds: float) -> str:
-    """A duration as CEL writes it: its seconds, the fraction only when there is one
-    (``"14400s"``, ``"1.5s"``), never an exponent."""
-    from decimal import Decimal
-
-    return format(Decimal(repr(seconds)).normalize(), "f") + "s"
-
-
-def _fraction_trimmed(text: str) -> str:
-    """An RFC 3339 time without the trailing zeros of its fraction, as Go writes it
-    (``12:27:24.164Z``, not ``12:27:24.164000Z``): the moment a run records reads the
-    same when an expression gives it back."""
-    head, dot, rest = text.partition(".")
-    if not dot:
-        return text
-    digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
-    trimmed = digits.rstrip("0")
-    return head + ("." + trimmed if trimmed else "") + rest[len(digits) :]
 
 
 def is_literal_true(value: Any) -> bool:

@@ -29,14 +29,16 @@ typecheck: install
 # The suite in TEST_WORKERS processes (pytest-xdist), each taking a whole test module at a
 # time (module-scoped fixtures stay shared, tests of a module keep their order), modules in
 # the order collected; TEST_WORKERS=0 runs it in one process. Tests marked serial
-# (timing-sensitive) run afterwards, alone; both parts always run. docs/testing.md says
-# what it costs and why.
+# (timing-sensitive) run afterwards, alone; both parts always run. The serial part collects
+# only the modules that say mark.serial (tests/conftest.py stops a run where a serial test's
+# module does not), not the whole suite again. docs/testing.md says what it costs and why.
 TEST_WORKERS ?= 2
+SERIAL_MODULES = $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 unit: install
 	@status=0; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m 'not serial' \
 		|| status=$$?; \
-	$(BIN)/pytest -q -m serial || [ $$? -eq 5 ] || status=1; \
+	$(BIN)/pytest -q -m serial $(SERIAL_MODULES) || [ $$? -eq 5 ] || status=1; \
 	exit $$status
 
 test: lint typecheck unit

@@ -75,3 +75,30 @@ def js(nc: Client) -> JetStreamContext:
 def subjects() -> Subjects:
     """Names under a prefix unique to this test."""
     return Subjects(prefix=f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of support.suite_order.LONGEST_FIRST ahead of the others, in its order;
+    the tests of a module, and the other modules, in the order collected (a stable sort).
+
+    Before tests are deselected by mark: a test marked ``serial`` in a module whose text
+    does not say ``mark.serial`` stops the run, as `make test` finds the modules of its
+    serial part by that text (collecting only them, not the whole suite a second time)."""
+    from support.suite_order import LONGEST_FIRST
+
+    hidden = sorted(
+        {
+            item.nodeid.split("::", 1)[0]
+            for item in items
+            if item.get_closest_marker("serial") is not None
+            and "mark.serial" not in item.path.read_text(encoding="utf-8")
+        }
+    )
+    if hidden:
+        raise pytest.UsageError(
+            f"{hidden}: tests marked serial in a module without the text mark.serial, "
+            "which the Makefile looks for to run them (write pytest.mark.serial there)"
+        )
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

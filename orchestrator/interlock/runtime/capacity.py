@@ -118,7 +118,7 @@ class Capacity:
         self._timers, self._clock = timers, clock
         self._requests: OrderedDict[tuple[str, str, int], ev.ActionRequested] = OrderedDict()
         """(run id, action id, attempt) -> the request, as read from its run's log."""
-        self._at_once: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        self.at_once: OrderedDict[tuple[str, str, int], None] = OrderedDict()
         """Requests admitted at once here (:mod:`atonce`): they hold no token in a line."""
 
     # -- what the relay asks ------------------------------------------------------------
@@ -140,9 +140,9 @@ class Capacity:
 
     def note_at_once(self, run_id: str, action_id: str, attempt: int) -> None:
         """A request is being admitted at once: its end leaves no rate's line."""
-        self._at_once[run_id, action_id, attempt] = None
-        while len(self._at_once) > KEPT:
-            self._at_once.popitem(last=False)
+        self.at_once[run_id, action_id, attempt] = None
+        while len(self.at_once) > KEPT:
+            self.at_once.popitem(last=False)
 
     async def requested(self, record: ev.ActionRequested) -> None:
         """A request read from its run's log: into its lines (and admitted when it holds
@@ -198,7 +198,7 @@ class Capacity:
             return isinstance(record, ev.ActionAdmitted)
         run_id = record.subject
         return not all(
-            (run_id, s.action_id, s.attempt) in self._at_once
+            (run_id, s.action_id, s.attempt) in self.at_once
             and s.rate_held_until is None
             and all(c.per_s for c in s.limits)
             for s in freed
@@ -208,7 +208,7 @@ class Capacity:
         """Requests ended that gave nothing back (:meth:`awaited`): not kept here."""
         for s in freed:
             self._requests.pop((run_id, s.action_id, s.attempt), None)
-            self._at_once.pop((run_id, s.action_id, s.attempt), None)
+            self.at_once.pop((run_id, s.action_id, s.attempt), None)
 
     async def freed(self, run_id: str, freed: Sequence[ev.FreedSlots]) -> None:
         """Requests ended (the record names them): out of their lines, their slots to the
@@ -216,8 +216,8 @@ class Capacity:
         for slots in freed:
             me = waiter_id(run_id, slots.action_id, slots.attempt)
             self._requests.pop((run_id, slots.action_id, slots.attempt), None)
-            at_once = (run_id, slots.action_id, slots.attempt) in self._at_once
-            self._at_once.pop((run_id, slots.action_id, slots.attempt), None)
+            at_once = (run_id, slots.action_id, slots.attempt) in self.at_once
+            self.at_once.pop((run_id, slots.action_id, slots.attempt), None)
             held = slots.rate_held_until
             until = None if held is None else parse_time(held).timestamp()
             stopping = self._stopping(slots)
@@ -231,7 +231,7 @@ class Capacity:
                     continue  # held while its worker stops
                 for other in await self.slots.release(claim, me):
                     if other != me:
-                        await self._go_on_named(other)
+                        await self.go_on_named(other)
             if stopping and slots.stopping_until is not None:
                 timer = f"{run_id}{STOP}{slots.action_id}#{slots.attempt}"
                 await self._timers.schedule(run_id, timer, slots.stopping_until)
@@ -276,7 +276,7 @@ class Capacity:
     async def resumed(self, capability: str) -> None:
         """A capability resumed: the requests that waited for it go on, first first."""
         for other in await self.slots.take_all(capability_pause_claim(capability)):
-            await self._go_on_named(other)
+            await self.go_on_named(other)
 
     async def wake(self, route: str) -> None:
         """A rate line's timer: tokens to the first in line, as many as are there."""
@@ -304,7 +304,7 @@ class Capacity:
             if record is not None and not self.pauses.holds_capability(record.data.capability):
                 await self._admit(*parsed)  # a rate's line is a request's last
             else:  # read from its run: held for its paused capability, if it is
-                await self._go_on_named(holder)
+                await self.go_on_named(holder)
 
     # -- taking lines in turn -----------------------------------------------------------
 
@@ -335,13 +335,13 @@ class Capacity:
             else:
                 took = await self._enter(claim, me, since)
             for other in took.others:
-                await self._go_on_named(other)
+                await self.go_on_named(other)
             if not took.held:
                 await self._queued(run_id, action_id, attempt, claim, took)
                 return
         await self._admit(run_id, action_id, attempt)
 
-    async def _go_on_named(self, waiter: str) -> None:
+    async def go_on_named(self, waiter: str) -> None:
         """A request moved into a slot (or given a token): on to its next lines, read
         from its run; one that ended meanwhile gives back what it holds."""
         parsed = parse_waiter(waiter)

@@ -124,7 +124,7 @@ class ControlFlow:
         self.admission.capability_resumed = self.capacity.resumed
         self.at_once = AtOnce(self.admission, self.capacity, runs, clock)
         runs.at_once = self.at_once
-        self.freeing = FreeAtOnce(self.admission, runs)
+        self.freeing = FreeAtOnce(self.admission, runs, self.capacity)
         """Frees the slots of a run whose end this process appended, once acknowledged."""
         self.retainer = (
             None

@@ -24,6 +24,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from interlock.core import events as ev
+from interlock.runtime.capacity import Capacity
+from interlock.runtime.capfreeing import RequestFrees
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.runs import Runs
 
@@ -40,9 +42,11 @@ class FreeAtOnce:
     those of every run ended in one turn of the loop together (one task; one change of
     each entry for all of them: :meth:`Admission.ended_all`)."""
 
-    def __init__(self, admission: Admission, runs: Runs) -> None:
+    def __init__(self, admission: Admission, runs: Runs, capacity: Capacity) -> None:
         """Told what ``runs`` appends, after whoever is told already (the dispatcher)."""
         self._admission, self._runs = admission, runs
+        self.requests = RequestFrees(capacity)
+        """The capability slots of requests admitted at once here (:mod:`capfreeing`)."""
         self._freeing: OrderedDict[str, asyncio.Task[bool]] = OrderedDict()
         self._open: tuple[list[tuple[str, list[ev.SlotClaim]]], asyncio.Task[bool]] | None = None
         """The runs ended in this turn of the loop, and the task that frees them (it takes
@@ -60,7 +64,8 @@ class FreeAtOnce:
     def appended(self, records: Sequence[ev.AnyRecord]) -> None:
         """A decision's records, its append acknowledged: the slots of a run they end
         freed in the background (told in the next turn of the loop, in the order
-        appended)."""
+        appended), and those of the requests they end (:attr:`requests`)."""
+        self.requests.appended(records)
         for record in records:
             if not isinstance(record, ENDS) or self._stopping:
                 continue
@@ -124,6 +129,7 @@ class FreeAtOnce:
     async def stop(self) -> None:
         """Stop freeing (what is left is the relay's, here or in another process)."""
         self._stopping = True
+        await self.requests.stop()
         tasks = [t for t in self._freeing.values() if not t.done()]
         for task in tasks:
             task.cancel()

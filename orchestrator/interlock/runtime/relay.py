@@ -338,7 +338,8 @@ class Relay:
         before asking again), nothing is done that may not be done again."""
         if redelivered or dated:
             return None
-        freeing = self.flow.freeing.in_flight(run_id, records)
+        frees = self.flow.freeing.requests
+        freeing = self.flow.freeing.in_flight(run_id, records) or frees.in_flight(run_id, records)
         if freeing is not None:
             return freeing  # its slots freed here: then nothing of it is left to await
         records = acted_on(records)
@@ -349,7 +350,7 @@ class Relay:
         for record in records:
             if type(record) is ev.RunQueued and run_admitted:
                 continue  # its slots were taken before its append (atonce)
-            if self.flow.capacity.awaited(record, freed_by(record)):
+            if self.flow.capacity.awaited(record, frees.unsettled(run_id, freed_by(record))):
                 return None
             if isinstance(record, ev.ActionRequested) and not record.data.workflow:
                 key = (record.data.action_id, record.data.attempt)
@@ -427,8 +428,8 @@ class Relay:
                 if self.behind.defers(record, now):
                     deferred.append(record)  # scheduled at the flush, if still needed
                     continue
-            freed = freed_by(record)
-            if freed:
+            # (what was freed at once here: not again, :mod:`capfreeing`)
+            if freed := await self.flow.freeing.requests.left(run_id, freed_by(record)):
                 await capacity.freed(record.subject, freed)
             effect = self.flow.effect(record)
             if effect is not None:

@@ -1,0 +1,163 @@
+"""Capability slots freed at once: by the orchestrator that appended the end of a request it
+admitted at once.
+
+A request of a capability with a concurrency limit holds its slot until the record that
+ends it (completed, failed, cancelled, timed out) is in its run's log; the relay, reading
+that record, frees the slot and hands it to the next request in line
+(:meth:`Capacity.freed`), on its awaited path. A request admitted at once here
+(:mod:`atonce`: its slot taken before the append of its ``action.requested``) whose end
+this process appended has its slot freed here as soon as the append is acknowledged, as
+a run's slots are (:mod:`freeing`): the ends appended in one turn of the loop together,
+in one task, one change of each limit's entry for all of them (:meth:`Slots.release_all`:
+one compare-and-set, one pass over its holders), the requests moved into the slots that
+frees taken on in line order.
+
+The relay, reading the end, waits for a free still in flight here and then has nothing
+of it to await; it frees what was not freed here (the free failed, the process died
+between the append and the free, another replica reads the record: a release of a
+request no longer holding finds it gone and checks the holders instead). Only a plain
+end is freed here: not a cancelled attempt's slot, held while its worker stops
+(``stopping_until``), nor an end that holds a rate (``rate_held_until``) or names a
+pause's line: those take the relay's path as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from interlock.core import events as ev
+from interlock.core.capacity import freed_by
+from interlock.core.pauses import is_pause
+from interlock.runtime.capacity import Capacity, waiter_id
+
+log = logging.getLogger("interlock.freeing")
+
+Request = tuple[str, str, int]
+"""(run id, action id, attempt)."""
+KEPT = 4096
+"""Requests freed here remembered for the relay (the oldest forgotten: the relay frees
+again, which costs a read of the holders, never a slot)."""
+
+
+class RequestFrees:
+    """The capability slots of requests admitted at once here whose end this process
+    appended, freed once it is acknowledged (those of one turn of the loop together)."""
+
+    def __init__(self, capacity: Capacity) -> None:
+        self._capacity = capacity
+        self._freeing: OrderedDict[Request, asyncio.Task[bool]] = OrderedDict()
+        self._open: tuple[list[tuple[Request, list[ev.SlotClaim]]], asyncio.Task[bool]] | None
+        self._open = None
+        """The requests ended in this turn of the loop, with their slots' claims, and the
+        task that frees them (it takes them, and no more, when it starts)."""
+        self._stopping = False
+
+    def frees(self, run_id: str, slots: ev.FreedSlots) -> bool:
+        """Whether the slots an end names are freed here (no I/O): a request admitted at
+        once here, not stopping, holding no rate, in no pause's line, with a slot."""
+        return (
+            slots.stopping_until is None
+            and slots.rate_held_until is None
+            and (run_id, slots.action_id, slots.attempt) in self._capacity.at_once
+            and not any(is_pause(c) for c in slots.limits)
+            and any(not c.per_s for c in slots.limits)
+        )
+
+    def appended(self, records: Sequence[ev.AnyRecord]) -> None:
+        """A decision's records, its append acknowledged: the slots of the requests they
+        end freed in the background (in the next turn of the loop, in the order appended)."""
+        if self._stopping:
+            return
+        for record in records:
+            for slots in freed_by(record):
+                request = (record.subject, slots.action_id, slots.attempt)
+                if request in self._freeing or not self.frees(record.subject, slots):
+                    continue
+                if self._open is None:
+                    batch: list[tuple[Request, list[ev.SlotClaim]]] = []
+                    task = asyncio.get_running_loop().create_task(self._free(batch))
+                    self._open = batch, task
+                self._open[0].append((request, [c for c in slots.limits if not c.per_s]))
+                self._freeing[request] = self._open[1]
+                while len(self._freeing) > KEPT:
+                    oldest = next(iter(self._freeing))
+                    if not self._freeing[oldest].done():
+                        break  # still at work: kept (at most a few)
+                    del self._freeing[oldest]
+
+    async def _free(self, batch: list[tuple[Request, list[ev.SlotClaim]]]) -> bool:
+        self._open = None  # (the requests ended from now on go in the next batch)
+        by_entry: dict[tuple[str, str], list[tuple[ev.SlotClaim, str]]] = {}
+        for request, claims in batch:
+            for claim in claims:
+                by_entry.setdefault((claim.limit, claim.key), []).append(
+                    (claim, waiter_id(*request))
+                )
+        gone = {waiter_id(*request) for request, _ in batch}
+        try:
+            for key in sorted(by_entry):
+                for other in await self._capacity.slots.release_all(by_entry[key]):
+                    if other not in gone:
+                        await self._capacity.go_on_named(other)
+        # The relay frees them (and says so if it cannot either); a process that stops
+        # stops these changes half way, which is no news.
+        except Exception as exc:  # noqa: BLE001
+            names = ", ".join(sorted(gone))
+            log.info("could not free the capability slots of %s at once: %s", names, exc)
+            return False
+        return True
+
+    def in_flight(self, run_id: str, records: Sequence[ev.AnyRecord]) -> asyncio.Task[bool] | None:
+        """A freeing here, not done yet, of a request that ``records`` end (no I/O)."""
+        if not self._freeing:
+            return None
+        for record in records:
+            for slots in freed_by(record):
+                task = self._freeing.get((run_id, slots.action_id, slots.attempt))
+                if task is not None and not task.done():
+                    return task
+        return None
+
+    def _settled(self, request: Request) -> bool:
+        task = self._freeing.get(request)
+        return (
+            task is not None
+            and task.done()
+            and not task.cancelled()
+            and task.exception() is None
+            and task.result()
+        )
+
+    def unsettled(self, run_id: str, freed: list[ev.FreedSlots]) -> list[ev.FreedSlots]:
+        """What of ``freed`` (an end's) was not freed here already (no I/O)."""
+        if not freed or not self._freeing:
+            return freed
+        return [s for s in freed if not self._settled((run_id, s.action_id, s.attempt))]
+
+    async def left(self, run_id: str, freed: list[ev.FreedSlots]) -> list[ev.FreedSlots]:
+        """What of ``freed`` (an end's) is left to free (a freeing here waited for); what
+        was freed here is forgotten by the capacity."""
+        if not freed or not self._freeing:
+            return freed
+        left: list[ev.FreedSlots] = []
+        for slots in freed:
+            request = (run_id, slots.action_id, slots.attempt)
+            task = self._freeing.get(request)
+            if task is not None and not task.done():
+                await asyncio.wait({task})
+            if self._settled(request):
+                self._capacity.forget_ended(run_id, [slots])
+            else:
+                left.append(slots)
+        return left
+
+    async def stop(self) -> None:
+        """Stop freeing (what is left is the relay's, here or in another process)."""
+        self._stopping = True
+        tasks = [t for t in self._freeing.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -69,8 +69,8 @@ class RequestFrees:
     def appended(self, records: Sequence[ev.AnyRecord]) -> None:
         """A decision's records, its append acknowledged: the slots of the requests they
         end freed in the background (in the next turn of the loop, in the order appended)."""
-        if self._stopping:
-            return
+        if self._stopping or not self._capacity.at_once:
+            return  # (none admitted at once here: nothing of these is freed here)
         for record in records:
             for slots in freed_by(record):
                 request = (record.subject, slots.action_id, slots.attempt)

@@ -35,6 +35,8 @@ from interlock.runtime.capacity import Capacity, waiter_id
 
 log = logging.getLogger("interlock.freeing")
 
+ENDS = (ev.ActionCompleted, ev.ActionFailed, ev.ActionCancelled, ev.RunCancelled)
+"""The records that may end requests (:func:`freed_by`)."""
 Request = tuple[str, str, int]
 """(run id, action id, attempt)."""
 KEPT = 4096
@@ -49,6 +51,8 @@ class RequestFrees:
     def __init__(self, capacity: Capacity) -> None:
         self._capacity = capacity
         self._freeing: OrderedDict[Request, asyncio.Task[bool]] = OrderedDict()
+        self._by_run: dict[str, asyncio.Task[bool]] = {}
+        """Each run with a request being freed here: the task (the last) that frees it."""
         self._open: tuple[list[tuple[Request, list[ev.SlotClaim]]], asyncio.Task[bool]] | None
         self._open = None
         """The requests ended in this turn of the loop, with their slots' claims, and the
@@ -81,7 +85,7 @@ class RequestFrees:
                     task = asyncio.get_running_loop().create_task(self._free(batch))
                     self._open = batch, task
                 self._open[0].append((request, [c for c in slots.limits if not c.per_s]))
-                self._freeing[request] = self._open[1]
+                self._freeing[request] = self._by_run[record.subject] = self._open[1]
                 while len(self._freeing) > KEPT:
                     oldest = next(iter(self._freeing))
                     if not self._freeing[oldest].done():
@@ -108,18 +112,20 @@ class RequestFrees:
             names = ", ".join(sorted(gone))
             log.info("could not free the capability slots of %s at once: %s", names, exc)
             return False
+        finally:
+            me = asyncio.current_task()
+            for (run_id, _, _), _ in batch:
+                if self._by_run.get(run_id) is me:
+                    del self._by_run[run_id]
         return True
 
     def in_flight(self, run_id: str, records: Sequence[ev.AnyRecord]) -> asyncio.Task[bool] | None:
-        """A freeing here, not done yet, of a request that ``records`` end (no I/O)."""
-        if not self._freeing:
+        """A freeing here, not done yet, of a request of the run when ``records`` may end
+        one (no I/O)."""
+        task = self._by_run.get(run_id)
+        if task is None or task.done():
             return None
-        for record in records:
-            for slots in freed_by(record):
-                task = self._freeing.get((run_id, slots.action_id, slots.attempt))
-                if task is not None and not task.done():
-                    return task
-        return None
+        return task if any(isinstance(r, ENDS) for r in records) else None
 
     def _settled(self, request: Request) -> bool:
         task = self._freeing.get(request)

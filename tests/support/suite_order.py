@@ -22,6 +22,7 @@ LONGEST_FIRST = (
     "tests/runtime/test_client.py",
     "tests/security/test_flow_control_operator.py",
     "tests/console/test_console.py",
+    "tests/dialects/runs/test_dialects_kxm.py",
     "tests/runtime/test_cli_emit.py",
     "tests/wire/test_asyncapi.py",
     "tests/console/test_console_acting.py",

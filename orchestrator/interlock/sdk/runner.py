@@ -9,6 +9,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING
 
+from interlock.core.vocabulary import InterlockError
 from interlock.transport.connection import ConnectOptions
 
 from .worker import Worker, agent_connection_name
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("interlock.sdk")
 
 
-class NotAWorker(TypeError):
+class NotAWorker(InterlockError, TypeError):
     """What ``module:attribute`` names is no :class:`Worker`, nor a function of no
     arguments that returns one (the command says so, without a traceback)."""
 

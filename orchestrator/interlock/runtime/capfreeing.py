@@ -44,6 +44,17 @@ KEPT = 4096
 again, which costs a read of the holders, never a slot)."""
 
 
+def freed_here(task: asyncio.Task[bool] | None) -> bool:
+    """Whether a freeing at once (``task``) is done and freed what it was given (no I/O)."""
+    return (
+        task is not None
+        and task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and task.result()
+    )
+
+
 class RequestFrees:
     """The capability slots of requests admitted at once here whose end this process
     appended, freed once it is acknowledged (those of one turn of the loop together)."""
@@ -128,14 +139,7 @@ class RequestFrees:
         return task if any(isinstance(r, ENDS) for r in records) else None
 
     def _settled(self, request: Request) -> bool:
-        task = self._freeing.get(request)
-        return (
-            task is not None
-            and task.done()
-            and not task.cancelled()
-            and task.exception() is None
-            and task.result()
-        )
+        return freed_here(self._freeing.get(request))
 
     def unsettled(self, run_id: str, freed: list[ev.FreedSlots]) -> list[ev.FreedSlots]:
         """What of ``freed`` (an end's) was not freed here already (no I/O)."""

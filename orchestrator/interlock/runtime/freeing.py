@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from interlock.core import events as ev
 from interlock.runtime.capacity import Capacity
-from interlock.runtime.capfreeing import RequestFrees
+from interlock.runtime.capfreeing import RequestFrees, freed_here
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.runs import Runs
 
@@ -108,14 +108,7 @@ class FreeAtOnce:
 
     def settled(self, run_id: str) -> bool:
         """Whether the run's slots were freed here already (no I/O)."""
-        task = self._freeing.get(run_id)
-        return (
-            task is not None
-            and task.done()
-            and not task.cancelled()
-            and task.exception() is None
-            and task.result()
-        )
+        return freed_here(self._freeing.get(run_id))
 
     async def freed(self, run_id: str) -> bool:
         """Whether the run's slots were freed here (waited for while being freed)."""

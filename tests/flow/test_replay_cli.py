@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
+import pytest
 
 from interlock import Client
 from interlock.core import events as ev
@@ -290,6 +291,13 @@ async def test_the_client_offers_the_same_reports(
             shadow = await client.shadow("code-review", fixed)
             assert (shadow["runs"], shadow["agree"]) == (1, 0)
             assert shadow["groups"][0]["kind"] == "guard"
+            # since: an age or an RFC 3339 time compared as a moment, never as text.
+            assert (await client.shadow("code-review", fixed, since="1h"))["runs"] == 1
+            assert (await client.shadow("code-review", fixed, since="1ms"))["runs"] == 0
+            later = await client.shadow("code-review", fixed, since="2999-01-01T00:00:00+02:00")
+            assert later["runs"] == 0
+            with pytest.raises(ValueError, match="'yesterday': give an RFC 3339 time"):
+                await client.shadow("code-review", fixed, since="yesterday")
             (applied,) = [a for a in await client.apply([fixed]) if a.kind == "Workflow"]
             forked = await client.fork(origin, 4, version=applied.version, fork_id="r-client-fork")
             state = await ops.wait(forked, WAIT)

@@ -128,25 +128,14 @@ def since_time(value: str | None, flag: str = "--since") -> str | None:
     ``2h``, ``1d``) turned into the time that long ago; anything else is a usage error."""
     if value is None:
         return None
-    import re
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
-    age = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", value.strip())
-    if age is None:
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise CliError(
-                f"{flag} {value!r}: give an RFC 3339 time (2026-01-02T15:04:05Z) "
-                "or an age such as 30s, 5m, 2h, 1d"
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-    else:
-        unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[age.group(2)]
-        moment = datetime.now(UTC) - timedelta(seconds=float(age.group(1)) * unit)
-    # Records carry UTC times with milliseconds: compare as text in the same form.
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    from interlock.core.rfc3339 import since
+
+    try:
+        return since(value, datetime.now(UTC))
+    except ValueError as exc:
+        raise CliError(f"{flag} {exc}") from None
 
 
 def print_json(value: Any) -> None:

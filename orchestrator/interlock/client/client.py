@@ -447,7 +447,9 @@ class Client(DeadLetterCalls, QueueCalls):
         runs: int | None = None,
         since: str | None = None,
     ) -> dict[str, Any]:
-        """Recorded runs of ``workflow`` replayed against a candidate, grouped by divergence."""
+        """Recorded runs of ``workflow`` replayed against a candidate, grouped by divergence.
+        ``since``: runs started at or after an RFC 3339 time or an age (``2h``); anything
+        else raises ValueError before anything is read."""
         from interlock.client import debugging
 
         return await debugging.shadow(self._ops, workflow, candidate, runs, since)

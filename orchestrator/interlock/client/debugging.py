@@ -72,8 +72,12 @@ async def replay(
 async def shadow(
     ops: InterlockClient, workflow: str, manifest: Manifest, runs: int | None, since: str | None
 ) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    from interlock.core.rfc3339 import since as moment
     from interlock.runtime.replaying import select_runs
 
+    since = None if since is None else moment(since, datetime.now(UTC))
     definition = await candidate(manifest)
     chosen = select_runs(await ops.list_runs(workflow), runs, since)
     return await _replaying(ops).shadow(chosen, definition, label=label_of(manifest))

@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Generic, TypeVar
 
 from interlock.core import events as ev
 from interlock.core.capacity import freed_by
@@ -40,8 +41,12 @@ ENDS = (ev.ActionCompleted, ev.ActionFailed, ev.ActionCancelled, ev.RunCancelled
 Request = tuple[str, str, int]
 """(run id, action id, attempt)."""
 KEPT = 4096
-"""Requests freed here remembered for the relay (the oldest forgotten: the relay frees
-again, which costs a read of the holders, never a slot)."""
+"""Runs and requests freed here remembered for the relay, each (the oldest forgotten: the
+relay frees again, which costs a read of the holders, never a slot)."""
+
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 
 def freed_here(task: asyncio.Task[bool] | None) -> bool:
@@ -55,19 +60,56 @@ def freed_here(task: asyncio.Task[bool] | None) -> bool:
     )
 
 
+class TurnBatches(Generic[K, T]):
+    """What is added in one turn of the loop, freed together by one task (``free``, given
+    the batch; whether it freed it), and the task of each key added, the last
+    :data:`KEPT` remembered (runs' slots, :mod:`freeing`; requests', :class:`RequestFrees`)."""
+
+    def __init__(self, free: Callable[[list[T]], Awaitable[bool]]) -> None:
+        self._free = free
+        self.tasks: OrderedDict[K, asyncio.Task[bool]] = OrderedDict()
+        self._open: tuple[list[T], asyncio.Task[bool]] | None = None
+        """The batch of this turn, and the task that frees it (it takes the batch, and
+        no more, when it starts)."""
+
+    def add(self, key: K, item: T) -> asyncio.Task[bool]:
+        """``item`` freed with the others of this turn: the task that frees them."""
+        if self._open is None:
+            batch: list[T] = []
+            self._open = batch, asyncio.get_running_loop().create_task(self._run(batch))
+        self._open[0].append(item)
+        self.tasks[key] = task = self._open[1]
+        while len(self.tasks) > KEPT:
+            oldest = next(iter(self.tasks))
+            if not self.tasks[oldest].done():
+                break  # still at work: kept (at most a few)
+            del self.tasks[oldest]
+        return task
+
+    async def _run(self, batch: list[T]) -> bool:
+        self._open = None  # (what is added from now on goes in the next batch)
+        return await self._free(batch)
+
+    async def stop(self) -> None:
+        """Cancel every freeing not done (what is left is the relay's)."""
+        tasks = [t for t in self.tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class RequestFrees:
     """The capability slots of requests admitted at once here whose end this process
     appended, freed once it is acknowledged (those of one turn of the loop together)."""
 
     def __init__(self, capacity: Capacity) -> None:
         self._capacity = capacity
-        self._freeing: OrderedDict[Request, asyncio.Task[bool]] = OrderedDict()
+        self._batches: TurnBatches[Request, tuple[Request, list[ev.SlotClaim]]]
+        self._batches = TurnBatches(self._free)
+        """The requests ended in a turn of the loop, with their slots' claims."""
+        self._freeing = self._batches.tasks
         self._by_run: dict[str, asyncio.Task[bool]] = {}
         """Each run with a request being freed here: the task (the last) that frees it."""
-        self._open: tuple[list[tuple[Request, list[ev.SlotClaim]]], asyncio.Task[bool]] | None
-        self._open = None
-        """The requests ended in this turn of the loop, with their slots' claims, and the
-        task that frees them (it takes them, and no more, when it starts)."""
         self._stopping = False
 
     def frees(self, run_id: str, slots: ev.FreedSlots) -> bool:
@@ -91,20 +133,10 @@ class RequestFrees:
                 request = (record.subject, slots.action_id, slots.attempt)
                 if request in self._freeing or not self.frees(record.subject, slots):
                     continue
-                if self._open is None:
-                    batch: list[tuple[Request, list[ev.SlotClaim]]] = []
-                    task = asyncio.get_running_loop().create_task(self._free(batch))
-                    self._open = batch, task
-                self._open[0].append((request, [c for c in slots.limits if not c.per_s]))
-                self._freeing[request] = self._by_run[record.subject] = self._open[1]
-                while len(self._freeing) > KEPT:
-                    oldest = next(iter(self._freeing))
-                    if not self._freeing[oldest].done():
-                        break  # still at work: kept (at most a few)
-                    del self._freeing[oldest]
+                claims = [c for c in slots.limits if not c.per_s]
+                self._by_run[record.subject] = self._batches.add(request, (request, claims))
 
     async def _free(self, batch: list[tuple[Request, list[ev.SlotClaim]]]) -> bool:
-        self._open = None  # (the requests ended from now on go in the next batch)
         by_entry: dict[tuple[str, str], list[tuple[ev.SlotClaim, str]]] = {}
         for request, claims in batch:
             for claim in claims:
@@ -167,7 +199,4 @@ class RequestFrees:
     async def stop(self) -> None:
         """Stop freeing (what is left is the relay's, here or in another process)."""
         self._stopping = True
-        tasks = [t for t in self._freeing.values() if not t.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._batches.stop()

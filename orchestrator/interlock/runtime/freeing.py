@@ -20,21 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 
 from interlock.core import events as ev
 from interlock.runtime.capacity import Capacity
-from interlock.runtime.capfreeing import RequestFrees, freed_here
+from interlock.runtime.capfreeing import RequestFrees, TurnBatches, freed_here
 from interlock.runtime.concurrency import Admission
 from interlock.runtime.runs import Runs
 
 log = logging.getLogger("interlock.freeing")
 
 ENDS = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunContinued)
-KEPT = 4096
-"""Runs freed here remembered for the relay (the oldest forgotten: the relay frees again,
-which costs a read of the holders, never a slot)."""
 
 
 class FreeAtOnce:
@@ -47,10 +43,10 @@ class FreeAtOnce:
         self._admission, self._runs = admission, runs
         self.requests = RequestFrees(capacity)
         """The capability slots of requests admitted at once here (:mod:`capfreeing`)."""
-        self._freeing: OrderedDict[str, asyncio.Task[bool]] = OrderedDict()
-        self._open: tuple[list[tuple[str, list[ev.SlotClaim]]], asyncio.Task[bool]] | None = None
-        """The runs ended in this turn of the loop, and the task that frees them (it takes
-        them, and no more, when it starts)."""
+        self._batches: TurnBatches[str, tuple[str, list[ev.SlotClaim]]]
+        self._batches = TurnBatches(self._free)
+        """The runs ended in a turn of the loop, with their slots' claims."""
+        self._freeing = self._batches.tasks
         self._stopping = False
         told = runs.on_appended
 
@@ -75,19 +71,9 @@ class FreeAtOnce:
                 continue
             if not entry.state.state:
                 continue  # never admitted: its place in line is the relay's to take out
-            if self._open is None:
-                batch: list[tuple[str, list[ev.SlotClaim]]] = []
-                self._open = batch, asyncio.get_running_loop().create_task(self._free(batch))
-            self._open[0].append((run_id, entry.state.slots))
-            self._freeing[run_id] = self._open[1]
-            while len(self._freeing) > KEPT:
-                oldest = next(iter(self._freeing))
-                if not self._freeing[oldest].done():
-                    break  # still at work: kept (at most a few)
-                del self._freeing[oldest]
+            self._batches.add(run_id, (run_id, entry.state.slots))
 
     async def _free(self, batch: list[tuple[str, list[ev.SlotClaim]]]) -> bool:
-        self._open = None  # (the runs ended from now on go in the next batch)
         try:
             await self._admission.ended_all(batch)
         # The relay frees them (and says so if it cannot either); a process that stops
@@ -123,7 +109,4 @@ class FreeAtOnce:
         """Stop freeing (what is left is the relay's, here or in another process)."""
         self._stopping = True
         await self.requests.stop()
-        tasks = [t for t in self._freeing.values() if not t.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._batches.stop()

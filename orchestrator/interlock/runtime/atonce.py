@@ -46,7 +46,7 @@ from interlock.runtime.concurrency import Admission, in_order
 from interlock.runtime.rateblocks import RateBlocks
 from interlock.runtime.runs import Decided
 from interlock.runtime.slotlines import Lines, Waiter
-from interlock.runtime.slotroom import crowded, room
+from interlock.runtime.slotroom import free_now, wait_in_line
 from interlock.runtime.slotturns import admit
 from interlock.runtime.sweep import GRACE_S as GRACE_S
 from interlock.runtime.sweep import SWEEP_EVERY_S as SWEEP_EVERY_S
@@ -284,17 +284,14 @@ class AtOnce:
             entry = lines.entry
             if entry.per_s or entry.holds(name):
                 return False
-            if not entry.lines and not entry.waiting and room(entry, holder):
+            if free_now(entry, holder):
                 entry.size = claim.size
                 admit(entry, holder, claim.fair)
                 return True
-            if not join or claim.on_limit != "queue" or crowded(entry, claim):
+            if not join or claim.on_limit != "queue":
                 return False
-            if await lines.find(holder) is not None:
-                return False
-            entry.size = claim.size
-            await lines.insert(holder)  # marked early: in no log until its append
-            return None
+            # Marked early: in no log until its append.
+            return None if await wait_in_line(lines, holder, claim) is not None else False
 
         urgent = not join or self.slots.short(claim)
         took: bool | None = await self.slots.change(claim, change, urgent=urgent)

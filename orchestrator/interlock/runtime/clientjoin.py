@@ -68,20 +68,15 @@ async def join(slots: Slots, run_id: str, claim: ev.SlotClaim, since: str) -> in
     """Put the run in the line of ``claim`` if it must wait for it (see the module); its
     place, or None when nothing was written (it was there, or need not or may not wait)."""
     from interlock.runtime.slotlines import Waiter
-    from interlock.runtime.slotroom import crowded, room
+    from interlock.runtime.slotroom import free_now, wait_in_line
 
     waiter = Waiter(run_id, since, claim.size, claim.priority, claim.fair, claim.weight)
 
     async def change(lines: Lines) -> int | None:
         entry = lines.entry
-        if entry.per_s or entry.holds(run_id):
-            return None
-        if room(entry, waiter) and not entry.lines and not entry.waiting:
-            return None  # a free slot: the relay takes it
-        if crowded(entry, claim) or await lines.find(waiter) is not None:
-            return None
-        entry.size = claim.size
-        return await lines.insert(waiter)
+        if entry.per_s or entry.holds(run_id) or free_now(entry, waiter):
+            return None  # (a free slot: the relay takes it)
+        return await wait_in_line(lines, waiter, claim)
 
     placed: int | None = await slots.change(claim, change)
     return placed

@@ -18,7 +18,7 @@ from __future__ import annotations
 from interlock.core import events as ev
 from interlock.core.limitdef import CAPABILITY_LIMIT
 from interlock.core.pauses import is_pause
-from interlock.runtime.slotlines import SlotEntry, Waiter, encode
+from interlock.runtime.slotlines import Lines, SlotEntry, Waiter, encode
 
 HOLDERS_BYTES = 256 * 1024
 """The most the holders of one limit and key take in its entry (encoded)."""
@@ -63,3 +63,18 @@ def crowded(entry: SlotEntry, claim: ev.SlotClaim) -> bool:
     ):
         return True
     return sum(len(line.segments) for line in entry.lines) >= MAX_SEGMENTS
+
+
+def free_now(entry: SlotEntry, waiter: Waiter) -> bool:
+    """Whether ``waiter`` may take a slot of ``entry`` before any log asks for it: nobody
+    waits in its lines and it has :func:`room`."""
+    return not entry.lines and not entry.waiting and room(entry, waiter)
+
+
+async def wait_in_line(lines: Lines, waiter: Waiter, claim: ev.SlotClaim) -> int | None:
+    """``waiter`` put in its line of ``lines`` before any log asks for it: its place; None
+    when the lines are :func:`crowded` or hold it already (nothing written)."""
+    if crowded(lines.entry, claim) or await lines.find(waiter) is not None:
+        return None
+    lines.entry.size = claim.size
+    return await lines.insert(waiter)

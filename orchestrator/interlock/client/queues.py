@@ -230,8 +230,7 @@ async def trigger_views(ops: InterlockClient, now: datetime) -> list[QueueView]:
     out = list(windows.values())
     now_ms = int(now.timestamp() * 1000)
     for rate in await rate_entries(ops.js, ops.subjects):
-        queued = rate.queued(now_ms)
-        since = rate.waited_since(now_ms) if queued else None
+        queued, since = rate.line(now_ms)
         first = None if since is None else datetime.fromtimestamp(since / 1000, tz=UTC)
         out.append(
             QueueView(

@@ -160,6 +160,13 @@ class RateEntry(msgspec.Struct, kw_only=True):
         when none waits (or the entry predates ``waits``)."""
         return next((given for start, given in self.waits if start > now_ms), None)
 
+    def line(self, now_ms: int) -> tuple[int, int | None]:
+        """The runs waiting their turn now (:meth:`queued`) and when the first of them was
+        given its start (:meth:`waited_since`; None when none waits): what a listing of
+        queues and the metrics show of the rate."""
+        queued = self.queued(now_ms)
+        return queued, self.waited_since(now_ms) if queued else None
+
     def waiting(self, start_ms: int, now_ms: int) -> None:
         """Note a start given now: the waits kept are those still to come, and this one if
         it is to come (see :attr:`waits`)."""

@@ -170,8 +170,7 @@ class ClusterMetrics(Collector):
             if rate is None:
                 counts.pop(token, None)
                 continue
-            queued = rate.queued(now_ms)
-            since = rate.waited_since(now_ms) if queued else None
+            queued, since = rate.line(now_ms)
             first = None if since is None else since / 1000
             counts[token] = (f"{rate.trigger}@rate", rate.running(now_ms), queued, first)
         limits: dict[str, _Limit] = {}
